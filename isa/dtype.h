@@ -1,0 +1,61 @@
+#pragma once
+/// Dtypes of nsim and their conversions. Engines compute in fp32; narrower floats are produced by
+/// round-to-nearest-even with ml_dtypes' overflow/NaN rules (see docs/dtypes.md).
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace nsim {
+
+enum class DType : uint8_t {
+#define DTYPE(e, name, bytes, is_float, is_signed) e,
+#include "isa/dtypes.def"
+#undef DTYPE
+};
+
+inline constexpr int kNumDTypes = 0
+#define DTYPE(e, name, bytes, is_float, is_signed) +1
+#include "isa/dtypes.def"
+#undef DTYPE
+    ;
+
+/// Size of one element in bytes.
+int dtype_bytes(DType t);
+/// Canonical name ("bfloat16"), as numpy/ml_dtypes spell it.
+std::string_view dtype_name(DType t);
+/// Parse a canonical name (also accepts "fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "bool_").
+std::optional<DType> dtype_from_name(std::string_view name);
+bool dtype_is_float(DType t);
+bool dtype_is_int(DType t);  ///< integer or bool
+bool dtype_is_signed(DType t);
+
+// ---- scalar conversions (bit-exact; RNE) ----
+uint16_t f32_to_bf16_bits(float v);    ///< RNE; NaN stays NaN (quiet); overflow rounds to inf
+float bf16_bits_to_f32(uint16_t b);
+uint16_t f32_to_f16_bits(float v);     ///< IEEE binary16, RNE, overflow -> inf, subnormals kept
+float f16_bits_to_f32(uint16_t b);
+uint8_t f32_to_f8e4m3_bits(float v);   ///< ml_dtypes float8_e4m3 (IEEE-like: bias 7, max 240, has inf/NaN)
+float f8e4m3_bits_to_f32(uint8_t b);
+uint8_t f32_to_f8e4m3fn_bits(float v); ///< ml_dtypes float8_e4m3fn (bias 7, max 448, no inf, NaN=0x7f/0xff; overflow -> NaN)
+float f8e4m3fn_bits_to_f32(uint8_t b);
+uint8_t f32_to_f8e5m2_bits(float v);   ///< ml_dtypes float8_e5m2 (bias 15, max 57344, has inf/NaN)
+float f8e5m2_bits_to_f32(uint8_t b);
+float round_to_tf32(float v);          ///< keep 10 mantissa bits (RNE), stored as fp32
+
+/// Float -> integer rule (nsim policy, spec 2.0): round toward zero, saturate to range, NaN -> 0.
+int64_t f32_to_int_saturate(float v, DType int_type);
+
+/// Read one element at p and widen it to fp32 (integers convert exactly up to 2^24).
+float load_f32(DType t, const uint8_t* p);
+/// Narrow v to t (RNE for floats, saturate for integers, bool = v != 0) and write it at p.
+void store_f32(DType t, uint8_t* p, float v);
+/// Raw integer value of an integer/bool element (sign-extended for signed types).
+int64_t load_int(DType t, const uint8_t* p);
+/// Write an integer value with two's-complement wrap to the type's width.
+void store_int(DType t, uint8_t* p, int64_t v);
+
+/// Bulk: n elements from src (contiguous, type t) to fp32 dst, and back.
+void load_f32_n(DType t, const uint8_t* src, float* dst, int64_t n);
+void store_f32_n(DType t, uint8_t* dst, const float* src, int64_t n);
+
+}  // namespace nsim

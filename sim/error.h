@@ -1,0 +1,70 @@
+#pragma once
+/// Errors: every user-facing failure is an nsim::Error with a stable code (NSIM-E...).
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace nsim {
+
+/// Where in the user's kernel an instruction or diagnostic comes from.
+struct SourceLoc {
+  std::string file;
+  int line = 0;
+  std::string function;
+  std::string str() const;  ///< "file:line (function)" or "" when unknown
+};
+
+/// Stable error codes. Ranges: E1xx config, E2xx memory/access, E3xx ISA operands, E4xx kernel IR,
+/// E9xx internal. Codes never change meaning once published (docs/errors.md lists them all).
+enum class ErrorCode : uint16_t {
+  kConfigUnknownKey = 101,
+  kConfigBadValue = 102,
+  kConfigMissingKey = 103,
+  kConfigPresetNotFound = 104,
+  kConfigParse = 105,
+  kConfigBadOverride = 106,
+  kConfigPresetCycle = 107,
+
+  kOutOfBounds = 201,
+  kTooManyPartitions = 202,
+  kPsumBankOverflow = 203,
+  kSbufOverflow = 204,
+  kHbmOverflow = 205,
+  kPsumOverflow = 206,
+  kBadAccessPattern = 207,
+  kUnknownTensor = 208,
+
+  kBadBuffer = 301,
+  kBadDtype = 302,
+  kPartitionMismatch = 303,
+  kElementCountMismatch = 304,
+  kMissingOperand = 305,
+  kBadEngine = 306,
+  kBadImmediate = 307,
+  kMatmulLimit = 308,
+  kUnknownOpcode = 309,
+  kShapeMismatch = 310,
+
+  kInternal = 901,
+};
+
+/// "NSIM-E201" for kOutOfBounds.
+std::string error_code_str(ErrorCode code);
+
+/// The one exception type of nsim. what() = "NSIM-Exxx: message [at file:line]".
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, std::string message, SourceLoc loc = {});
+  ErrorCode code() const { return code_; }
+  std::string code_str() const { return error_code_str(code_); }
+  const std::string& message() const { return message_; }
+  const SourceLoc& loc() const { return loc_; }
+
+ private:
+  ErrorCode code_;
+  std::string message_;
+  SourceLoc loc_;
+};
+
+}  // namespace nsim
