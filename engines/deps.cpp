@@ -1,0 +1,92 @@
+#include "engines/deps.h"
+
+#include <algorithm>
+
+namespace nsim::engines {
+
+using isa::Operand;
+using isa::Space;
+
+namespace {
+constexpr int kQuadrant = 32;  // partitions per quadrant: the hardware's partition-group size
+}
+
+DepTracker::DepTracker(const Config& cfg, const LatencyTable& lat) : cfg_(cfg), lat_(lat) {
+  sbuf_row_ = (cfg.sbuf_bytes + cfg.chunk_bytes - 1) / cfg.chunk_bytes;
+  psum_row_ = (cfg.psum_bytes + cfg.chunk_bytes - 1) / cfg.chunk_bytes;
+  sbuf_.resize(static_cast<size_t>(sbuf_row_ * ((cfg.partitions + kQuadrant - 1) / kQuadrant)));
+  psum_.resize(static_cast<size_t>(psum_row_ * ((cfg.psum_partitions + kQuadrant - 1) / kQuadrant)));
+}
+
+void DepTracker::reserve_hbm(int64_t bytes) {
+  const auto n = static_cast<size_t>((bytes + cfg_.hbm_chunk_bytes - 1) / cfg_.hbm_chunk_bytes);
+  if (n > hbm_.size()) hbm_.resize(n);
+}
+
+DepTracker::Range DepTracker::range_of(const Operand& o) const {
+  auto [lo, hi] = o.byte_extent();
+  if (hi <= lo) hi = lo + 1;
+  if (o.space == Space::kHbm) {
+    const int64_t n = static_cast<int64_t>(hbm_.size());
+    int64_t c0 = std::clamp<int64_t>(lo / cfg_.hbm_chunk_bytes, 0, n);
+    int64_t c1 = std::clamp<int64_t>((hi - 1) / cfg_.hbm_chunk_bytes, 0, n - 1);
+    return {hbm_.data(), 0, 0, c0, c1, n};
+  }
+  const bool psum = o.space == Space::kPsum;
+  const int64_t row = psum ? psum_row_ : sbuf_row_;
+  const int parts = psum ? cfg_.psum_partitions : cfg_.partitions;
+  const int64_t q0 = o.start_partition / kQuadrant;
+  const int64_t q1 = (std::min<int64_t>(o.start_partition + std::max<uint32_t>(o.num_partitions, 1), parts) - 1) / kQuadrant;
+  const int64_t c0 = std::clamp<int64_t>(lo / cfg_.chunk_bytes, 0, row - 1);
+  const int64_t c1 = std::clamp<int64_t>((hi - 1) / cfg_.chunk_bytes, 0, row - 1);
+  Entry* base = psum ? psum_.data() : sbuf_.data();
+  return {base, q0, q1, c0, c1, row};
+}
+
+sim::Ps DepTracker::ready(uint8_t cls, const Operand* const* reads, int nreads, const Operand* const* writes,
+                          int nwrites) const {
+  sim::Ps t = 0;
+  for (int i = 0; i < nreads; ++i) {
+    if (reads[i]->space == Space::kHbm && hbm_.empty()) continue;
+    Range r = range_of(*reads[i]);
+    for (int64_t q = r.q0; q <= r.q1; ++q)
+      for (const Entry* e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
+        if (e->w_end) t = std::max(t, e->w_end + lat_[e->w_cls][cls]);
+  }
+  for (int i = 0; i < nwrites; ++i) {
+    if (writes[i]->space == Space::kHbm && hbm_.empty()) continue;
+    Range r = range_of(*writes[i]);
+    for (int64_t q = r.q0; q <= r.q1; ++q)
+      for (const Entry* e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e) {
+        if (e->w_end && e->w_cls != cls) t = std::max(t, e->w_end + lat_[e->w_cls][cls]);
+        if (e->r_end && e->r_cls != cls) t = std::max(t, e->r_end + lat_[e->r_cls][cls]);
+      }
+  }
+  return t;
+}
+
+void DepTracker::record(uint8_t cls, const Operand* const* reads, int nreads, sim::Ps read_end,
+                        const Operand* const* writes, int nwrites, sim::Ps write_end) {
+  for (int i = 0; i < nreads; ++i) {
+    if (reads[i]->space == Space::kHbm && hbm_.empty()) continue;
+    Range r = range_of(*reads[i]);
+    for (int64_t q = r.q0; q <= r.q1; ++q)
+      for (Entry* e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
+        if (read_end >= e->r_end) {
+          e->r_end = read_end;
+          e->r_cls = cls;
+        }
+  }
+  for (int i = 0; i < nwrites; ++i) {
+    if (writes[i]->space == Space::kHbm && hbm_.empty()) continue;
+    Range r = range_of(*writes[i]);
+    for (int64_t q = r.q0; q <= r.q1; ++q)
+      for (Entry* e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
+        if (write_end >= e->w_end) {
+          e->w_end = write_end;
+          e->w_cls = cls;
+        }
+  }
+}
+
+}  // namespace nsim::engines

@@ -1,0 +1,64 @@
+#pragma once
+/// Dependency tracking on memory regions. Memory is cut into chunks (per 32-partition quadrant on
+/// chip, flat in HBM); each chunk remembers when its last writer finishes and when its readers
+/// finish, and on which engine class. An instruction may start once every overlapping earlier
+/// write (RAW, WAW) and read (WAR) has finished, plus the hand-off latency between classes.
+/// Since instructions are scheduled in program order, end times are known when they are recorded.
+#include <cstdint>
+#include <vector>
+
+#include "isa/isa.h"
+#include "sim/time.h"
+
+namespace nsim::engines {
+
+/// Producer/consumer class: the five engines, and the DMA queues as one class.
+inline constexpr uint8_t kClassDma = isa::kNumEngines;
+inline constexpr int kNumClasses = isa::kNumEngines + 1;
+
+class DepTracker {
+ public:
+  struct Config {
+    int partitions = 128;
+    int64_t sbuf_bytes = 0;
+    int psum_partitions = 128;
+    int64_t psum_bytes = 0;
+    int64_t chunk_bytes = 64;
+    int64_t hbm_chunk_bytes = 4096;
+  };
+  /// Latency a consumer of class c sees after a producer of class p finishes.
+  using LatencyTable = std::array<std::array<sim::Ps, kNumClasses>, kNumClasses>;
+
+  DepTracker(const Config& cfg, const LatencyTable& lat);
+
+  /// Make HBM bytes [0, bytes) trackable (called when HBM tensors are allocated; not in the hot loop).
+  void reserve_hbm(int64_t bytes);
+
+  /// Earliest start for an instruction of class `cls` reading `reads` and writing `writes`.
+  /// Same-class WAR and WAW need no wait (engines write in order); RAW always waits.
+  sim::Ps ready(uint8_t cls, const isa::Operand* const* reads, int nreads, const isa::Operand* const* writes,
+                int nwrites) const;
+  /// Record that the instruction reads `reads` until `read_end` and writes `writes`, done at `write_end`.
+  void record(uint8_t cls, const isa::Operand* const* reads, int nreads, sim::Ps read_end,
+              const isa::Operand* const* writes, int nwrites, sim::Ps write_end);
+
+ private:
+  struct Entry {
+    sim::Ps w_end = 0;
+    sim::Ps r_end = 0;
+    uint8_t w_cls = 0;
+    uint8_t r_cls = 0;
+  };
+  struct Range {
+    Entry* base;
+    int64_t q0, q1, c0, c1, row;  // quadrants [q0,q1], chunks [c0,c1], entries per quadrant row
+  };
+  Range range_of(const isa::Operand& o) const;
+
+  Config cfg_;
+  LatencyTable lat_;
+  int64_t sbuf_row_, psum_row_;
+  mutable std::vector<Entry> sbuf_, psum_, hbm_;
+};
+
+}  // namespace nsim::engines

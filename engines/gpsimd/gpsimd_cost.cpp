@@ -1,0 +1,26 @@
+// GpSimd cost (neuroncore.md 3.2): iota/affine_select = start overhead + N; others max(MIN_II, N).
+#include "engines/cost.h"
+
+namespace nsim::engines {
+
+using isa::Opcode;
+
+StreamCost gpsimd_cost(const CoreParams& p, const isa::Instr& in) {
+  StreamShape s = stream_shape(p, in, false);
+  StreamCost c;
+  c.latency = p.gpsimd_fixed_latency;
+  switch (in.op) {
+    case Opcode::kIota:
+    case Opcode::kAffineSelect:
+      c.busy = p.gpsimd_start_overhead + static_cast<double>(s.n);
+      return c;
+    case Opcode::kTensorScalar: {
+      const bool rsqrt = in.alu0 == isa::AluOp::kRsqrt || in.alu1 == isa::AluOp::kRsqrt;
+      c.busy = stream_busy(s, p.gpsimd_min_ii, rsqrt ? p.gpsimd_rsqrt_factor : 1.0, 1.0);
+      return c;
+    }
+    default: c.busy = stream_busy(s, p.gpsimd_min_ii, 1.0, 1.0); return c;
+  }
+}
+
+}  // namespace nsim::engines

@@ -1,0 +1,152 @@
+#include "engines/params.h"
+
+#include <fmt/format.h>
+
+namespace nsim::engines {
+
+namespace {
+constexpr sim::ParamDecl kSchema[] = {
+#define PARAM(k, kind, d) {k, sim::ParamKind::kind, d},
+#include "engines/params.def"
+#undef PARAM
+};
+}  // namespace
+
+std::span<const sim::ParamDecl> param_schema() { return kSchema; }
+
+sim::Config load_config(std::string_view preset_or_path, const std::vector<std::string>& overrides) {
+  return sim::Config::load(preset_or_path, param_schema(), overrides);
+}
+
+CoreParams CoreParams::from_config(const sim::Config& c) {
+  CoreParams p;
+  p.name = c.get_string("name");
+  p.generation = static_cast<int>(c.get_int("generation"));
+  using isa::Engine;
+  p.clock[static_cast<size_t>(Engine::kTensor)] = sim::ClockDomain(c.freq_ghz("clock.tensor"));
+  p.clock[static_cast<size_t>(Engine::kVector)] = sim::ClockDomain(c.freq_ghz("clock.vector"));
+  p.clock[static_cast<size_t>(Engine::kScalar)] = sim::ClockDomain(c.freq_ghz("clock.scalar"));
+  p.clock[static_cast<size_t>(Engine::kGpsimd)] = sim::ClockDomain(c.freq_ghz("clock.gpsimd"));
+  p.clock[static_cast<size_t>(Engine::kSync)] = sim::ClockDomain(c.freq_ghz("clock.sync"));
+
+  p.pe_rows = static_cast<int>(c.get_int("tensor.pe_rows"));
+  p.pe_cols = static_cast<int>(c.get_int("tensor.pe_cols"));
+  p.moving_fmax = c.get_int("tensor.moving_fmax");
+  p.moving_fmax_bf16 = c.get_int("tensor.moving_fmax_bf16");
+  p.mm_min_ii = static_cast<double>(c.cycles("tensor.mm_min_ii_cycles"));
+  p.ls_speedup = static_cast<int>(c.get_int("tensor.ls_speedup"));
+  p.fp32_factor = static_cast<double>(c.get_int("tensor.fp32_factor"));
+  p.fp32_onezero_factor = static_cast<double>(c.get_int("tensor.fp32_onezero_factor"));
+  p.transpose_fp32_factor = static_cast<double>(c.get_int("tensor.transpose_fp32_factor"));
+  p.fp8_double_row = c.get_bool("tensor.fp8_double_row");
+  p.dst_bf16 = c.get_bool("tensor.dst_bf16");
+  p.mm_latency = static_cast<double>(c.cycles("tensor.mm_latency_cycles"));
+  const std::string formula = c.get_string("tensor.cost_formula");
+  if (formula != "arch" && formula != "isa")
+    throw Error(ErrorCode::kConfigBadValue,
+                fmt::format("tensor.cost_formula: expected 'arch' or 'isa', found '{}'", formula));
+  p.cost_formula_isa = formula == "isa";
+  p.throttle.enabled = c.get_bool("tensor.throttle.enabled");
+  p.throttle.start_util = c.get_real("tensor.throttle.start_util");
+  p.throttle.ramp = c.time_ps("tensor.throttle.ramp");
+  p.throttle.window = c.time_ps("tensor.throttle.window");
+  p.throttle.reengage_util = c.get_real("tensor.throttle.reengage_util");
+  if (p.throttle.start_util <= 0 || p.throttle.start_util > 1)
+    throw Error(ErrorCode::kConfigBadValue,
+                fmt::format("tensor.throttle.start_util: expected a value in (0, 1], found {}", p.throttle.start_util));
+
+  p.vector_min_ii = static_cast<double>(c.cycles("vector.min_ii_cycles"));
+  p.vector_fixed_latency = static_cast<double>(c.cycles("vector.fixed_latency_cycles"));
+  p.vector_perf_modes = c.get_bool("vector.perf_modes");
+  p.vector_perf_mode_fp8 = c.get_bool("vector.perf_mode_fp8");
+  p.vector_fp32_perf_mode = c.get_bool("vector.fp32_perf_mode");
+  p.vector_reciprocal_factor = static_cast<double>(c.get_int("vector.reciprocal_factor"));
+  p.vector_bn_aggr_factor = c.get_real("vector.bn_aggr_factor");
+  p.vector_dynamic_copy = static_cast<double>(c.cycles("vector.dynamic_copy_cycles"));
+  p.scalar_min_ii = static_cast<double>(c.cycles("scalar.min_ii_cycles"));
+  p.scalar_fixed_latency = static_cast<double>(c.cycles("scalar.fixed_latency_cycles"));
+  p.scalar_act_table_load = c.time_ps("scalar.act_table_load");
+  p.act_table_set.fill(-1);
+  int set = 0;
+  for (const std::string& entry : c.get_list("scalar.act_table_sets")) {
+    size_t pos = 0;
+    while (pos <= entry.size()) {
+      size_t plus = entry.find('+', pos);
+      if (plus == std::string::npos) plus = entry.size();
+      const std::string fn = entry.substr(pos, plus - pos);
+      auto f = isa::act_from_name(fn);
+      if (!f)
+        throw Error(ErrorCode::kConfigBadValue,
+                    fmt::format("scalar.act_table_sets: '{}' is not an activation function", fn));
+      p.act_table_set[static_cast<size_t>(*f)] = set;
+      pos = plus + 1;
+    }
+    ++set;
+  }
+  p.scalar_perf_mode_2x = c.get_bool("scalar.perf_mode_2x");
+  p.scalar_tensor_ops = c.get_bool("scalar.tensor_ops");
+  p.gpsimd_min_ii = static_cast<double>(c.cycles("gpsimd.min_ii_cycles"));
+  p.gpsimd_start_overhead = static_cast<double>(c.cycles("gpsimd.start_overhead_cycles"));
+  p.gpsimd_fixed_latency = static_cast<double>(c.cycles("gpsimd.fixed_latency_cycles"));
+  p.gpsimd_rsqrt_factor = static_cast<double>(c.get_int("gpsimd.rsqrt_factor"));
+  p.stride_penalty_bytes = c.bytes("sbuf.stride_penalty_bytes");
+
+  p.sem_latency = c.time_ps("sync.engine_sem_latency");
+  p.trigger_instr = c.time_ps("sync.trigger_instr");
+  p.dma_engines = static_cast<int>(c.get_int("dma.engines"));
+  if (p.dma_engines < 1 || p.dma_engines > memory::kMaxDmaEngines)
+    throw Error(ErrorCode::kConfigBadValue,
+                fmt::format("dma.engines: expected 1..{}, found {}", memory::kMaxDmaEngines, p.dma_engines));
+  p.dma_queues = static_cast<int>(c.get_int("dma.queues_per_engine"));
+  if (p.dma_queues < 1 || p.dma_queues > 256)
+    throw Error(ErrorCode::kConfigBadValue, fmt::format("dma.queues_per_engine: expected 1..256, found {}", p.dma_queues));
+  p.partitions_per_engine = static_cast<int>(c.get_int("dma.partitions_per_engine"));
+  p.dma_engine_bw = c.bw_bytes_per_ns("dma.engine_bw");
+  p.hwdge_instr = c.time_ps("dma.hwdge_instr");
+  p.swdge_instr = c.time_ps("dma.swdge_instr");
+  p.dma_setup = c.time_ps("dma.setup");
+  p.dma_transfer_gap = c.time_ps("dma.transfer_gap");
+  p.dma_desc_min = c.time_ps("dma.desc_min");
+  p.dma_completion_to_waiter = c.time_ps("dma.completion_to_waiter");
+  p.dma_transpose_eff_hbm2sbuf = c.get_real("dma.transpose_eff_hbm2sbuf");
+  p.dma_transpose_eff_sbuf2sbuf = c.get_real("dma.transpose_eff_sbuf2sbuf");
+  p.hbm_bw = c.bw_bytes_per_ns("hbm.bw");
+  if (p.dma_engine_bw <= 0 || p.hbm_bw <= 0)
+    throw Error(ErrorCode::kConfigBadValue, "dma.engine_bw and hbm.bw must be positive");
+
+  p.vector_gpsimd_sbuf_exclusive = c.get_bool("conc.vector_gpsimd_sbuf_exclusive");
+  p.vector_scalar_psum_exclusive = c.get_bool("conc.vector_scalar_psum_exclusive");
+  p.dep_chunk_bytes = c.bytes("sim.dep_chunk_bytes");
+  if (p.dep_chunk_bytes < 1)
+    throw Error(ErrorCode::kConfigBadValue, "sim.dep_chunk_bytes: expected at least 1 byte");
+
+  p.mem.partitions = static_cast<int>(c.get_int("sbuf.partitions"));
+  p.mem.sbuf_bytes_per_partition = c.bytes("sbuf.bytes_per_partition");
+  p.mem.psum_partitions = static_cast<int>(c.get_int("psum.partitions"));
+  p.mem.psum_banks = static_cast<int>(c.get_int("psum.banks"));
+  p.mem.psum_bank_bytes = c.bytes("psum.bank_bytes");
+  p.mem.hbm_bytes = c.bytes("hbm.capacity");
+  if (p.mem.partitions < 1 || p.mem.partitions > 1024 || p.mem.psum_partitions < 1 || p.mem.psum_partitions > 1024)
+    throw Error(ErrorCode::kConfigBadValue, "sbuf.partitions / psum.partitions: expected 1..1024");
+  if (p.mem.sbuf_bytes_per_partition < 1 || p.mem.sbuf_bytes_per_partition > (int64_t{1} << 24))
+    throw Error(ErrorCode::kConfigBadValue, "sbuf.bytes_per_partition: expected 1 B .. 16 MiB");
+  return p;
+}
+
+isa::Limits CoreParams::limits() const {
+  isa::Limits l;
+  l.generation = generation;
+  l.partitions = mem.partitions;
+  l.sbuf_bytes_per_partition = mem.sbuf_bytes_per_partition;
+  l.psum_bytes_per_partition = mem.psum_bytes_per_partition();
+  l.psum_bank_bytes = mem.psum_bank_bytes;
+  l.hbm_bytes = mem.hbm_bytes;
+  l.pe_rows = pe_rows;
+  l.pe_cols = pe_cols;
+  l.moving_fmax = moving_fmax;
+  l.moving_fmax_bf16 = moving_fmax_bf16;
+  l.dst_bf16 = dst_bf16;
+  return l;
+}
+
+}  // namespace nsim::engines

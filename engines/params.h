@@ -1,0 +1,79 @@
+#pragma once
+/// The hardware model's parameters, read once from the config (engines/params.def is the schema).
+/// Engine code takes every constant from here; nothing is hard-coded.
+#include <array>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "isa/isa.h"
+#include "memory/dma.h"
+#include "memory/memory.h"
+#include "sim/config.h"
+#include "sim/time.h"
+
+namespace nsim::engines {
+
+/// The schema of every key (engines/params.def), for sim::Config::load.
+std::span<const sim::ParamDecl> param_schema();
+
+/// Load a preset or YAML path with overrides against the schema.
+sim::Config load_config(std::string_view preset_or_path, const std::vector<std::string>& overrides = {});
+
+struct ThrottleParams {
+  bool enabled = false;
+  double start_util = 0.5;
+  sim::Ps ramp = 0;
+  sim::Ps window = 0;
+  double reengage_util = 0.5;
+};
+
+struct CoreParams {
+  std::string name;
+  int generation = 3;
+  std::array<sim::ClockDomain, isa::kNumEngines> clock;  ///< indexed by isa::Engine
+
+  // TensorE
+  int pe_rows = 128, pe_cols = 128;
+  int64_t moving_fmax = 512, moving_fmax_bf16 = 512;
+  double mm_min_ii = 64;
+  int ls_speedup = 4;
+  double fp32_factor = 4, fp32_onezero_factor = 2, transpose_fp32_factor = 4;
+  bool fp8_double_row = false, dst_bf16 = false;
+  double mm_latency = 350;
+  bool cost_formula_isa = false;
+  ThrottleParams throttle;
+
+  // Vector / Scalar / GpSimd
+  double vector_min_ii = 64, vector_fixed_latency = 100;
+  bool vector_perf_modes = false, vector_perf_mode_fp8 = false, vector_fp32_perf_mode = false;
+  double vector_reciprocal_factor = 8, vector_bn_aggr_factor = 13.0 / 3.0, vector_dynamic_copy = 600;
+  double scalar_min_ii = 64, scalar_fixed_latency = 200;
+  sim::Ps scalar_act_table_load = 0;
+  std::array<int, 64> act_table_set{};  ///< table set per ActFunc; -1 = needs no table
+  bool scalar_perf_mode_2x = false, scalar_tensor_ops = false;
+  double gpsimd_min_ii = 64, gpsimd_start_overhead = 150, gpsimd_fixed_latency = 0, gpsimd_rsqrt_factor = 4;
+  int64_t stride_penalty_bytes = 16;
+
+  // Sync / DMA / HBM
+  sim::Ps sem_latency = 0, trigger_instr = 0;
+  int dma_engines = 16, dma_queues = 16, partitions_per_engine = 8;
+  double dma_engine_bw = 1;  ///< bytes per ns
+  sim::Ps hwdge_instr = 0, swdge_instr = 0, dma_setup = 0, dma_transfer_gap = 0, dma_desc_min = 0,
+          dma_completion_to_waiter = 0;
+  double dma_transpose_eff_hbm2sbuf = 0.9, dma_transpose_eff_sbuf2sbuf = 0.5;
+  double hbm_bw = 1;  ///< bytes per ns available to this core
+
+  bool vector_gpsimd_sbuf_exclusive = false, vector_scalar_psum_exclusive = false;
+  int64_t dep_chunk_bytes = 64;
+
+  memory::MemoryConfig mem;
+
+  /// Build from a validated config.
+  static CoreParams from_config(const sim::Config& cfg);
+  /// Limits for isa::verify.
+  isa::Limits limits() const;
+  const sim::ClockDomain& clk(isa::Engine e) const { return clock[static_cast<size_t>(e)]; }
+};
+
+}  // namespace nsim::engines

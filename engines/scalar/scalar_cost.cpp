@@ -1,0 +1,34 @@
+// ScalarE cost (neuroncore.md 3.2): activation = max(MIN_II, N), + MIN_II with a reduction.
+#include "engines/cost.h"
+
+namespace nsim::engines {
+
+using isa::Opcode;
+using isa::ReduceCmd;
+
+StreamCost scalar_cost(const CoreParams& p, const isa::Instr& in) {
+  StreamShape s = stream_shape(p, in, false);
+  StreamCost c;
+  c.latency = p.scalar_fixed_latency;
+  const double mi = p.scalar_min_ii;
+  s.passes = 1;  // ScalarE reads one tensor input per instruction
+  switch (in.op) {
+    case Opcode::kActivation:
+    case Opcode::kActivationReduce: {
+      const bool reduces = in.op == Opcode::kActivationReduce || in.slot(4).present() ||
+                           in.reduce_cmd == ReduceCmd::kReduce || in.reduce_cmd == ReduceCmd::kResetReduce;
+      c.busy = stream_busy(s, mi, 1.0, 1.0) + (reduces ? mi : 0.0);
+      return c;
+    }
+    case Opcode::kTensorCopy:
+    case Opcode::kTensorScalar: {
+      const int rate = (p.scalar_perf_mode_2x && s.all_16bit) ? 2 : 1;
+      c.perf_mode = rate;
+      c.busy = stream_busy(s, mi, 1.0, rate);
+      return c;
+    }
+    default: c.busy = stream_busy(s, mi, 1.0, 1.0); return c;
+  }
+}
+
+}  // namespace nsim::engines

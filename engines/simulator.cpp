@@ -1,0 +1,486 @@
+#include "engines/simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "engines/cost.h"
+
+namespace nsim {
+
+using engines::kClassDma;
+using isa::Engine;
+using isa::Instr;
+using isa::Opcode;
+using isa::Operand;
+using isa::Space;
+using sim::Ps;
+
+void TrackCounters::add_interval(Ps s, Ps e) {
+  if (e < s) e = s;
+  if (cur_hi < 0) {
+    cur_lo = s;
+    cur_hi = e;
+  } else if (s > cur_hi) {  // starts on a track are monotone, so the union closes here
+    active += cur_hi - cur_lo;
+    cur_lo = s;
+    cur_hi = e;
+  } else {
+    cur_hi = std::max(cur_hi, e);
+  }
+  last_end = std::max(last_end, e);
+}
+
+void TrackCounters::close() {
+  if (cur_hi >= 0) active += cur_hi - cur_lo;
+  cur_lo = cur_hi = -1;
+}
+
+namespace {
+
+engines::DepTracker::Config dep_config(const engines::CoreParams& p, const sim::Config& cfg) {
+  engines::DepTracker::Config d;
+  d.partitions = p.mem.partitions;
+  d.sbuf_bytes = p.mem.sbuf_bytes_per_partition;
+  d.psum_partitions = p.mem.psum_partitions;
+  d.psum_bytes = p.mem.psum_bytes_per_partition();
+  d.chunk_bytes = p.dep_chunk_bytes;
+  d.hbm_chunk_bytes = std::max<int64_t>(1, cfg.bytes("sim.hbm_dep_chunk_bytes"));
+  return d;
+}
+
+engines::DepTracker::LatencyTable latency_table(const engines::CoreParams& p) {
+  engines::DepTracker::LatencyTable t{};
+  for (int prod = 0; prod < engines::kNumClasses; ++prod)
+    for (int cons = 0; cons < engines::kNumClasses; ++cons) {
+      Ps l = 0;
+      if (prod == kClassDma) l = p.dma_completion_to_waiter;  // DMA completion -> any waiter
+      else if (prod != cons) l = p.sem_latency;               // semaphore hand-off between engines
+      t[static_cast<size_t>(prod)][static_cast<size_t>(cons)] = l;
+    }
+  return t;
+}
+
+constexpr int kFirstDmaTrack = isa::kNumEngines;
+
+}  // namespace
+
+Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
+    : cfg_(cfg),
+      p_(engines::CoreParams::from_config(cfg)),
+      opts_(std::move(opts)),
+      limits_(p_.limits()),
+      mem_(p_.mem, opts_.numerics),
+      deps_(dep_config(p_, cfg), latency_table(p_)),
+      tensor_(p_),
+      dma_(p_) {
+  st_.generation = p_.generation;
+  sources_.push_back(SourceLoc{});
+  queue_track_declared_.assign(static_cast<size_t>(p_.dma_queues), false);
+  if (!opts_.trace_path.empty()) {
+    trace_ = std::make_unique<sim::ChromeTraceWriter>(opts_.trace_path, fmt::format("NeuronCore ({})", p_.name));
+    for (int e = 0; e < isa::kNumEngines; ++e) trace_->declare_track(e, std::string(isa::engine_name(static_cast<Engine>(e))));
+    for (int e = 0; e < p_.dma_engines; ++e) trace_->declare_track(kFirstDmaTrack + e, fmt::format("dma.e{}", e));
+  }
+}
+
+std::unique_ptr<Simulator> Simulator::from_preset(const std::string& preset, const std::vector<std::string>& overrides,
+                                                  SimOptions opts) {
+  return std::make_unique<Simulator>(engines::load_config(preset, overrides), std::move(opts));
+}
+
+Simulator::~Simulator() {
+  try {
+    finish();
+  } catch (...) {  // a destructor never throws; finish() errors surface when called explicitly
+  }
+}
+
+const memory::HbmTensor& Simulator::alloc_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt) {
+  const memory::HbmTensor& t = mem_.alloc_hbm(name, shape, dt);
+  deps_.reserve_hbm(t.addr + t.bytes);
+  return t;
+}
+
+void Simulator::write_hbm(const std::string& name, const void* data, size_t bytes) {
+  const memory::HbmTensor& t = mem_.hbm_tensor(name);
+  if (static_cast<int64_t>(bytes) != t.bytes)
+    throw Error(ErrorCode::kShapeMismatch,
+                fmt::format("HBM tensor '{}' holds {} bytes, {} were given", name, t.bytes, bytes));
+  if (uint8_t* d = mem_.hbm_data(name)) std::memcpy(d, data, bytes);
+}
+
+std::vector<uint8_t> Simulator::read_hbm(const std::string& name) const {
+  const memory::HbmTensor& t = mem_.hbm_tensor(name);
+  const uint8_t* d = mem_.hbm_data(name);
+  if (!d) return std::vector<uint8_t>(static_cast<size_t>(t.bytes), 0);
+  return std::vector<uint8_t>(d, d + t.bytes);
+}
+
+Operand Simulator::alloc_tile(Space space, uint32_t partitions, const std::vector<int64_t>& free_shape, DType dt) {
+  const int limit = space == Space::kPsum ? p_.mem.psum_partitions : p_.mem.partitions;
+  if (space != Space::kSbuf && space != Space::kPsum)
+    throw Error(ErrorCode::kBadBuffer, "alloc_tile: tiles live in sbuf or psum");
+  if (partitions == 0 || partitions > static_cast<uint32_t>(limit))
+    throw Error(ErrorCode::kTooManyPartitions,
+                fmt::format("a tile of {} partitions was requested; {} has {}", partitions, isa::space_name(space), limit));
+  if (free_shape.size() > static_cast<size_t>(isa::kMaxFreeDims))
+    throw Error(ErrorCode::kBadAccessPattern, fmt::format("a tile has at most 4 free dims, got {}", free_shape.size()));
+  int64_t elems = 1;
+  for (int64_t d : free_shape) {
+    if (d <= 0) throw Error(ErrorCode::kBadAccessPattern, fmt::format("tile free dim of size {}", d));
+    if (elems > (int64_t{1} << 40) / d) throw Error(ErrorCode::kSbufOverflow, "tile is far larger than any memory");
+    elems *= d;
+  }
+  const int64_t bytes = elems * dtype_bytes(dt);
+  const int64_t off = mem_.alloc_onchip(space, bytes);
+  Operand o;
+  o.space = space;
+  o.dtype = dt;
+  o.offset = off;
+  o.num_partitions = partitions;
+  o.nfree = static_cast<uint8_t>(free_shape.size());
+  int64_t st = 1;
+  for (int d = o.nfree - 1; d >= 0; --d) {
+    o.size[static_cast<size_t>(d)] = free_shape[static_cast<size_t>(d)];
+    o.stride[static_cast<size_t>(d)] = st;
+    st *= free_shape[static_cast<size_t>(d)];
+  }
+  return o;
+}
+
+void Simulator::free_tile(const Operand& tile) { mem_.free_onchip(tile.space, tile.offset); }
+
+uint32_t Simulator::add_source(const SourceLoc& loc) {
+  sources_.push_back(loc);
+  return static_cast<uint32_t>(sources_.size() - 1);
+}
+
+InstrTiming Simulator::submit(const Instr& in) {
+  if (finished_) throw Error(ErrorCode::kInternal, "submit() after finish()");
+  const SourceLoc& where = source(in.loc);
+  isa::verify(in, limits_, where);
+  const isa::OpInfo& info = isa::op_info(in.op);
+  if (isa::is_dma(in.op)) {
+    for (int i = 0; i < info.num_slots; ++i)
+      if (in.slot(i).space == Space::kHbm) {
+        try {
+          mem_.check_bounds(in.slot(i), info.slots[static_cast<size_t>(i)].name);
+        } catch (const Error& e) {
+          throw Error(e.code(), fmt::format("{}: {}", info.mnemonic, e.message()), where);
+        }
+      }
+  }
+  if (opts_.numerics) {
+    isa::Views v{};
+    for (int i = 0; i < info.num_slots; ++i) v[static_cast<size_t>(i)] = mem_.resolve(in.slot(i));
+    try {
+      isa::execute(in, v, st_);
+    } catch (const Error& e) {
+      throw Error(e.code(), e.message(), where);
+    }
+  }
+  return schedule(in);
+}
+
+void Simulator::run(const std::function<bool(Instr&)>& next) {
+  Instr in;
+  while (next(in)) submit(in);
+}
+
+InstrTiming Simulator::schedule(const Instr& in) {
+  InstrTiming t;
+  if (isa::is_dma(in.op)) t = schedule_dma(in);
+  else if (in.engine == Engine::kTensor) t = schedule_tensor(in);
+  else t = schedule_stream(in);
+  account_bytes(in);
+  const auto oi = static_cast<size_t>(in.op);
+  ++c_.opcode_count[oi];
+  c_.opcode_time[oi] += t.end - t.start;
+  c_.end = std::max(c_.end, t.end);
+  if (trace_) update_watermark();
+  return t;
+}
+
+namespace {
+// Split an instruction's operands into reads and writes (slot 0 is the destination of every opcode;
+// reduce_res slots are written too).
+struct Access {
+  std::array<const Operand*, isa::kMaxSlots> reads{}, writes{};
+  int nr = 0, nw = 0;
+};
+Access accesses(const Instr& in) {
+  Access a;
+  const isa::OpInfo& info = isa::op_info(in.op);
+  for (int i = 0; i < info.num_slots; ++i) {
+    const Operand& o = in.slot(i);
+    if (!o.present()) continue;
+    const std::string_view nm = info.slots[static_cast<size_t>(i)].name;
+    const bool written = i == 0 || nm == "reduce_res";
+    if (in.op == Opcode::kLoadStationary) {
+      a.reads[static_cast<size_t>(a.nr++)] = &o;
+      continue;
+    }
+    if (written) a.writes[static_cast<size_t>(a.nw++)] = &o;
+    else a.reads[static_cast<size_t>(a.nr++)] = &o;
+  }
+  return a;
+}
+}  // namespace
+
+InstrTiming Simulator::schedule_stream(const Instr& in) {
+  const auto e = static_cast<size_t>(in.engine);
+  const sim::ClockDomain& clk = p_.clk(in.engine);
+  engines::StreamCost cost;
+  Ps extra = 0;
+  switch (in.engine) {
+    case Engine::kVector: cost = engines::vector_cost(p_, in); break;
+    case Engine::kScalar: {
+      cost = engines::scalar_cost(p_, in);
+      if (in.op == Opcode::kActivation || in.op == Opcode::kActivationReduce) {
+        const int set = p_.act_table_set[static_cast<size_t>(in.act)];
+        if (set >= 0 && set != scalar_table_set_) {  // a different function table set must be loaded
+          extra = p_.scalar_act_table_load;
+          scalar_table_set_ = set;
+        }
+      }
+      break;
+    }
+    case Engine::kGpsimd: cost = engines::gpsimd_cost(p_, in); break;
+    default: cost = engines::vector_cost(p_, in); break;
+  }
+  const Ps busy = clk.cycles_to_ps(cost.busy) + extra;
+  const Ps lat = clk.cycles_to_ps(cost.latency);
+  Access a = accesses(in);
+  const auto cls = static_cast<uint8_t>(in.engine);
+  const Ps ready = deps_.ready(cls, a.reads.data(), a.nr, a.writes.data(), a.nw);
+  Ps start = std::max(next_issue_[e], ready);
+  // Gen2 port conflicts: VectorE/GpSimd share SBUF access, VectorE/ScalarE share PSUM access.
+  bool sbuf = false, psum = false;
+  for (int i = 0; i < isa::kMaxSlots; ++i) {
+    sbuf |= in.slot(i).space == Space::kSbuf;
+    psum |= in.slot(i).space == Space::kPsum;
+  }
+  const bool use_sbuf_port = p_.vector_gpsimd_sbuf_exclusive && sbuf &&
+                             (in.engine == Engine::kVector || in.engine == Engine::kGpsimd);
+  const bool use_psum_port = p_.vector_scalar_psum_exclusive && psum &&
+                             (in.engine == Engine::kVector || in.engine == Engine::kScalar);
+  if (use_sbuf_port) start = std::max(start, excl_sbuf_free_);
+  if (use_psum_port) start = std::max(start, excl_psum_free_);
+  if (use_sbuf_port) excl_sbuf_free_ = start + busy;
+  if (use_psum_port) excl_psum_free_ = start + busy;
+  const Ps end = start + busy + lat;
+  next_issue_[e] = start + busy;
+  deps_.record(cls, a.reads.data(), a.nr, end, a.writes.data(), a.nw, end);
+  TrackCounters& tc = c_.engine[e];
+  ++tc.instructions;
+  tc.busy += busy;
+  tc.instr_time += end - start;
+  tc.add_interval(start, end);
+  tc.flops += engines::instr_flops(in, 0);
+  if (trace_) trace_instr(in, static_cast<int>(e), start, end, ready, cost.perf_mode);
+  return {start, end, start + busy};
+}
+
+InstrTiming Simulator::schedule_tensor(const Instr& in) {
+  Access a = accesses(in);
+  const auto cls = static_cast<uint8_t>(Engine::kTensor);
+  const Ps ready = deps_.ready(cls, a.reads.data(), a.nr, a.writes.data(), a.nw);
+  engines::TensorPipes::Slot s;
+  double flops = 0;
+  if (in.op == Opcode::kLoadStationary) {
+    s = tensor_.load_stationary(ready, engines::load_stationary_ii(p_, in));
+    stationary_dtype_ = in.slot(0).dtype;
+    stationary_m_ = in.slot(0).elems_per_partition() / ((in.flags & isa::kDoubleRow) ? 2 : 1);
+  } else if (in.op == Opcode::kMultiplyMoving) {
+    s = tensor_.multiply(ready, engines::multiply_moving_ii(p_, in, stationary_dtype_, stationary_m_), false);
+    flops = engines::instr_flops(in, stationary_m_);
+    if (in.flags & isa::kIsTranspose) c_.transpose_flops += flops;
+    else c_.matmul_flops += flops;
+  } else {  // PE transpose
+    s = tensor_.multiply(ready, engines::pe_transpose_ii(p_, in), true);
+    flops = engines::instr_flops(in, 0);
+    c_.transpose_flops += flops;
+  }
+  deps_.record(cls, a.reads.data(), a.nr, s.end, a.writes.data(), a.nw, s.end);
+  TrackCounters& tc = c_.engine[static_cast<size_t>(Engine::kTensor)];
+  ++tc.instructions;
+  tc.busy += s.ii;
+  tc.instr_time += s.end - s.start;
+  tc.add_interval(s.start, s.end);
+  tc.flops += flops;
+  next_issue_[static_cast<size_t>(Engine::kTensor)] = tensor_.next_issue();
+  if (trace_) trace_instr(in, static_cast<int>(Engine::kTensor), s.start, s.end, ready, 1);
+  return {s.start, s.end, s.start + s.ii};
+}
+
+InstrTiming Simulator::schedule_dma(const Instr& in) {
+  const auto e = static_cast<size_t>(in.engine);
+  const Operand& dst = in.slot(0);
+  const Operand& src = in.slot(1);
+  Access a = accesses(in);
+  // The trigger engine waits on the semaphores of the data's producers, then issues the trigger.
+  const Ps ready = deps_.ready(static_cast<uint8_t>(in.engine), a.reads.data(), a.nr, a.writes.data(), a.nw);
+  const Ps trig_start = std::max(next_issue_[e], ready);
+  Ps trig = p_.trigger_instr;
+  if (in.engine == Engine::kScalar) trig = p_.hwdge_instr;
+  if (in.engine == Engine::kGpsimd) trig = p_.swdge_instr;
+  next_issue_[e] = trig_start + trig;
+  const memory::DmaSplit split = memory::split_transfer(dst, src, p_.dma_engines, p_.partitions_per_engine);
+  double eff = 1.0;
+  if (in.op == Opcode::kDmaTranspose)
+    eff = src.space == Space::kHbm ? p_.dma_transpose_eff_hbm2sbuf : p_.dma_transpose_eff_sbuf2sbuf;
+  const engines::DmaEngines::Transfer tr = dma_.transfer(in.dma_queue, trig_start, split, eff);
+  deps_.record(kClassDma, a.reads.data(), a.nr, tr.done, a.writes.data(), a.nw, tr.done);
+
+  TrackCounters& tc = c_.engine[e];
+  ++tc.instructions;
+  tc.busy += trig;
+  tc.instr_time += trig;
+  tc.add_interval(trig_start, trig_start + trig);
+  ++c_.dma_transfers;
+  for (int k = 0; k < split.engines; ++k) {
+    const auto ki = static_cast<size_t>(k);
+    if (split.piece[ki].bytes <= 0) continue;
+    TrackCounters& d = c_.dma[ki];
+    ++d.instructions;
+    d.busy += tr.piece_end[ki] - tr.piece_start[ki];
+    d.instr_time += tr.piece_end[ki] - tr.piece_start[ki];
+    d.add_interval(tr.piece_start[ki], tr.piece_end[ki]);
+    d.bytes += static_cast<uint64_t>(split.piece[ki].bytes);
+    c_.dma_descriptors += static_cast<uint64_t>(split.piece[ki].descriptors);
+  }
+  if (trace_) {
+    trace_instr(in, static_cast<int>(e), trig_start, trig_start + trig, ready, 1);
+    const std::string name = isa::op_info(in.op).mnemonic;
+    const SourceLoc& loc = source(in.loc);
+    for (int k = 0; k < split.engines; ++k) {
+      const auto ki = static_cast<size_t>(k);
+      if (split.piece[ki].bytes <= 0) continue;
+      trace_->slice({kFirstDmaTrack + k, tr.piece_start[ki], tr.piece_end[ki] - tr.piece_start[ki], name,
+                     fmt::format("\"bytes\": {}, \"descriptors\": {}, \"queue\": {}, \"src\": \"{}\"",
+                                 split.piece[ki].bytes, split.piece[ki].descriptors, in.dma_queue,
+                                 sim::json_escape(loc.str()))});
+    }
+    const int qt = kFirstDmaTrack + p_.dma_engines + in.dma_queue;
+    if (!queue_track_declared_[in.dma_queue % queue_track_declared_.size()]) {
+      queue_track_declared_[in.dma_queue % queue_track_declared_.size()] = true;
+      trace_->declare_track(qt, fmt::format("dma.queue{}", in.dma_queue));
+    }
+    trace_->slice({qt, tr.setup_start, tr.done - tr.setup_start, name,
+                   fmt::format("\"bytes\": {}, \"setup_start_ns\": {:.3f}, \"data_start_ns\": {:.3f}, \"src\": \"{}\"",
+                               split.total_bytes, sim::ps_to_ns(tr.setup_start), sim::ps_to_ns(tr.data_start),
+                               sim::json_escape(loc.str()))});
+  }
+  return {trig_start, tr.done, trig_start + trig};
+}
+
+void Simulator::account_bytes(const Instr& in) {
+  const isa::OpInfo& info = isa::op_info(in.op);
+  for (int i = 0; i < info.num_slots; ++i) {
+    const Operand& o = in.slot(i);
+    if (!o.present()) continue;
+    const std::string_view nm = info.slots[static_cast<size_t>(i)].name;
+    const bool written = (i == 0 && in.op != Opcode::kLoadStationary) || nm == "reduce_res";
+    const auto bytes = static_cast<uint64_t>(o.total_elems() * dtype_bytes(o.dtype));
+    switch (o.space) {
+      case Space::kHbm: (written ? c_.hbm_write : c_.hbm_read) += bytes; break;
+      case Space::kSbuf: (written ? c_.sbuf_write : c_.sbuf_read) += bytes; break;
+      case Space::kPsum: (written ? c_.psum_write : c_.psum_read) += bytes; break;
+      case Space::kNone: break;
+    }
+  }
+}
+
+void Simulator::trace_instr(const Instr& in, int track, Ps start, Ps end, Ps ready, int perf_mode) {
+  const SourceLoc& loc = source(in.loc);
+  std::string args = fmt::format("\"opcode\": \"{}\", \"instr\": \"{}\", \"src\": \"{}\", \"ready_ns\": {:.3f}",
+                                 isa::op_info(in.op).mnemonic, sim::json_escape(isa::disassemble(in)),
+                                 sim::json_escape(loc.str()), sim::ps_to_ns(ready));
+  if (perf_mode > 1) args += fmt::format(", \"performance_mode\": \"{}x\"", perf_mode);
+  trace_->slice({track, start, end - start, std::string(isa::op_info(in.op).mnemonic), std::move(args)});
+}
+
+void Simulator::update_watermark() {
+  // Every later slice starts no earlier than the earliest next issue of any engine.
+  Ps w = INT64_MAX;
+  for (Ps t : next_issue_) w = std::min(w, t);
+  trace_->watermark(w);
+}
+
+void Simulator::finish() {
+  if (finished_) return;
+  finished_ = true;
+  for (auto& t : c_.engine) t.close();
+  for (auto& t : c_.dma) t.close();
+  if (trace_) trace_->finish();
+}
+
+sim::StatsRegistry Simulator::stats() const {
+  sim::StatsRegistry r;
+  const double total_ns = sim::ps_to_ns(c_.end);
+  const sim::ClockDomain& base = p_.clk(Engine::kSync);
+  r.add("total_time", total_ns, "ns", "kernel start to the end of its last instruction or DMA");
+  r.add("neuroncore_cycle_count", base.ps_to_cycles(c_.end), "cycles", "total_time at the profiler base clock (clock.sync)");
+  for (int e = 0; e < isa::kNumEngines; ++e) {
+    const TrackCounters& t = c_.engine[static_cast<size_t>(e)];
+    const std::string pre = fmt::format("engine.{}.", isa::engine_name(static_cast<Engine>(e)));
+    const sim::ClockDomain& clk = p_.clk(static_cast<Engine>(e));
+    r.add(pre + "instruction_count", static_cast<double>(t.instructions), "count", "instructions issued");
+    r.add(pre + "busy_time", sim::ps_to_ns(t.busy), "ns", "sum of issue intervals (II)");
+    r.add(pre + "busy_cycles", clk.ps_to_cycles(t.busy), "cycles", "busy_time in this engine's cycles");
+    r.add(pre + "instruction_time", sim::ps_to_ns(t.instr_time), "ns", "sum of instruction durations (overlaps counted twice)");
+    r.add(pre + "active_time", sim::ps_to_ns(t.active), "ns", "union of instruction intervals");
+    r.add(pre + "active_time_percent", c_.end ? 100.0 * static_cast<double>(t.active) / static_cast<double>(c_.end) : 0,
+          "%", "active_time / total_time");
+    r.add(pre + "flops", t.flops, "flops", "floating-point operations (MAC = 2 on TensorE)");
+  }
+  Ps dma_active = 0;
+  uint64_t dma_bytes = 0;
+  for (int e = 0; e < p_.dma_engines; ++e) {
+    const TrackCounters& t = c_.dma[static_cast<size_t>(e)];
+    dma_active = std::max(dma_active, t.active);
+    dma_bytes += t.bytes;
+    const std::string pre = fmt::format("dma.engine{}.", e);
+    r.add(pre + "active_time", sim::ps_to_ns(t.active), "ns", "union of this DMA engine's packet intervals");
+    r.add(pre + "bytes", static_cast<double>(t.bytes), "bytes", "bytes moved by this DMA engine");
+    r.add(pre + "packets", static_cast<double>(t.instructions), "count", "per-transfer pieces served");
+  }
+  r.add("dma.transfer_count", static_cast<double>(c_.dma_transfers), "count", "DMA instructions (transfers)");
+  r.add("dma.descriptor_count", static_cast<double>(c_.dma_descriptors), "count", "contiguous DMA buffers");
+  r.add("dma.transfer_total_bytes", static_cast<double>(dma_bytes), "bytes", "bytes moved by all DMA engines");
+  r.add("dma.transfer_average_bytes",
+        c_.dma_transfers ? static_cast<double>(dma_bytes) / static_cast<double>(c_.dma_transfers) : 0, "bytes",
+        "bytes per DMA transfer");
+  r.add("dma.max_engine_active_time", sim::ps_to_ns(dma_active), "ns", "active time of the busiest DMA engine");
+  r.add("memory.hbm_read_bytes", static_cast<double>(c_.hbm_read), "bytes", "HBM bytes read by DMA");
+  r.add("memory.hbm_write_bytes", static_cast<double>(c_.hbm_write), "bytes", "HBM bytes written by DMA");
+  r.add("memory.sbuf_read_bytes", static_cast<double>(c_.sbuf_read), "bytes", "SBUF bytes read (DMA and engines)");
+  r.add("memory.sbuf_write_bytes", static_cast<double>(c_.sbuf_write), "bytes", "SBUF bytes written (DMA and engines)");
+  r.add("memory.psum_read_bytes", static_cast<double>(c_.psum_read), "bytes", "PSUM bytes read");
+  r.add("memory.psum_write_bytes", static_cast<double>(c_.psum_write), "bytes", "PSUM bytes written");
+  r.add("memory.sbuf_peak_bytes_per_partition", static_cast<double>(mem_.allocator(Space::kSbuf).peak()), "bytes",
+        "peak SBUF allocation per partition");
+  r.add("memory.psum_peak_bytes_per_partition", static_cast<double>(mem_.allocator(Space::kPsum).peak()), "bytes",
+        "peak PSUM allocation per partition");
+  const double hw = c_.matmul_flops + c_.transpose_flops;
+  const double max_ops = 2.0 * p_.pe_rows * p_.pe_cols * p_.clk(Engine::kTensor).ghz() * 1e9;
+  r.add("flops.hardware", hw, "flops", "all TensorE FLOPs (MAC = 2)");
+  r.add("flops.transpose", c_.transpose_flops, "flops", "TensorE FLOPs of transposes");
+  r.add("flops.model", c_.matmul_flops, "flops", "useful matmul FLOPs (hardware - transpose)");
+  r.add("flops.tensor_peak_per_s", max_ops, "flops/s", "2 x pe_rows x pe_cols x tensor clock");
+  r.add("flops.mfu_estimated_percent", c_.end ? 100.0 * c_.matmul_flops / (max_ops * static_cast<double>(c_.end) * 1e-12) : 0,
+        "%", "model_flops / (peak x total_time)");
+  r.add("tensor.throttled_time", sim::ps_to_ns(tensor_.throttled_time()), "ns", "TensorE time lost to power throttling");
+  for (int o = 0; o < isa::kNumOpcodes; ++o) {
+    const auto oi = static_cast<size_t>(o);
+    if (!c_.opcode_count[oi]) continue;
+    const std::string pre = fmt::format("opcode.{}.", isa::op_info(static_cast<Opcode>(o)).mnemonic);
+    r.add(pre + "count", static_cast<double>(c_.opcode_count[oi]), "count", "instructions with this opcode");
+    r.add(pre + "time", sim::ps_to_ns(c_.opcode_time[oi]), "ns", "summed durations of this opcode");
+  }
+  return r;
+}
+
+}  // namespace nsim

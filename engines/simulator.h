@@ -1,0 +1,137 @@
+#pragma once
+/// nsim::Simulator: the C++ façade over one NeuronCore. Build it from a config, allocate tensors,
+/// submit instructions in program order, then read outputs, stats and the trace.
+///
+/// Timing: every engine is an in-order queue. Instructions are scheduled in program order; an
+/// instruction starts when its engine may issue again (previous start + II) and every earlier
+/// instruction it depends on (RAW/WAR/WAW on overlapping memory) has finished, plus the semaphore
+/// hand-off latency when the producer ran elsewhere. Because each instruction depends only on
+/// earlier ones, its start and end are final when it is scheduled (docs/timing-model.md).
+#include <array>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engines/deps.h"
+#include "engines/dma/dma_engine.h"
+#include "engines/params.h"
+#include "engines/tensor/tensor_engine.h"
+#include "isa/semantics/semantics.h"
+#include "memory/memory.h"
+#include "sim/config.h"
+#include "sim/stats.h"
+#include "sim/trace.h"
+
+namespace nsim {
+
+/// Options of one run.
+struct SimOptions {
+  bool numerics = true;    ///< false = timing-only: no storage, no semantics
+  std::string trace_path;  ///< Chrome/Perfetto JSON trace; empty = no tracing (costs nothing)
+};
+
+/// When one instruction ran.
+struct InstrTiming {
+  sim::Ps start = 0;
+  sim::Ps end = 0;     ///< when dependants may consume its results (before hand-off latency)
+  sim::Ps issue = 0;   ///< when its engine may issue the next independent instruction
+};
+
+/// Plain counters kept by the hot loop (no strings, no maps).
+struct TrackCounters {
+  uint64_t instructions = 0;
+  sim::Ps busy = 0;         ///< sum of issue intervals (II)
+  sim::Ps instr_time = 0;   ///< sum of durations (overlaps counted twice)
+  sim::Ps active = 0;       ///< union of [start, end) intervals
+  sim::Ps cur_lo = -1, cur_hi = -1;
+  sim::Ps last_end = 0;
+  double flops = 0;
+  uint64_t bytes = 0;
+  void add_interval(sim::Ps s, sim::Ps e);
+  void close();
+};
+
+struct RunCounters {
+  std::array<TrackCounters, isa::kNumEngines> engine;
+  std::array<TrackCounters, memory::kMaxDmaEngines> dma;
+  std::array<uint64_t, isa::kNumOpcodes> opcode_count{};
+  std::array<sim::Ps, isa::kNumOpcodes> opcode_time{};
+  uint64_t dma_transfers = 0, dma_descriptors = 0;
+  uint64_t hbm_read = 0, hbm_write = 0, sbuf_read = 0, sbuf_write = 0, psum_read = 0, psum_write = 0;
+  double matmul_flops = 0, transpose_flops = 0;
+  sim::Ps end = 0;
+};
+
+class Simulator {
+ public:
+  explicit Simulator(const sim::Config& cfg, SimOptions opts = {});
+  /// Load a preset ("trn2") or YAML path with overrides ("tensor.pe_rows=64").
+  static std::unique_ptr<Simulator> from_preset(const std::string& preset,
+                                                const std::vector<std::string>& overrides = {},
+                                                SimOptions opts = {});
+  ~Simulator();
+
+  const sim::Config& config() const { return cfg_; }
+  const engines::CoreParams& params() const { return p_; }
+  memory::Memory& memory() { return mem_; }
+  bool numerics() const { return opts_.numerics; }
+
+  // ---- tensors
+  const memory::HbmTensor& alloc_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt);
+  void write_hbm(const std::string& name, const void* data, size_t bytes);
+  std::vector<uint8_t> read_hbm(const std::string& name) const;
+  /// A contiguous tile [partitions, free...] in SBUF or PSUM (E204/E206 when full, E202 over 128).
+  isa::Operand alloc_tile(isa::Space space, uint32_t partitions, const std::vector<int64_t>& free_shape, DType dt);
+  void free_tile(const isa::Operand& tile);
+
+  // ---- instructions
+  /// Register a source location; the returned id goes into Instr::loc.
+  uint32_t add_source(const SourceLoc& loc);
+  const SourceLoc& source(uint32_t id) const { return sources_.at(id < sources_.size() ? id : 0); }
+  /// Verify, execute (unless timing-only) and schedule one instruction. Errors carry its source line.
+  InstrTiming submit(const isa::Instr& in);
+  /// Pull instructions from `next` until it returns false (a generator: nothing is materialised).
+  void run(const std::function<bool(isa::Instr&)>& next);
+  /// Close the trace and the counters. Safe to call more than once.
+  void finish();
+
+  // ---- results
+  sim::Ps total_time() const { return c_.end; }
+  const RunCounters& counters() const { return c_; }
+  /// Stats with names, units and descriptions (call after finish()).
+  sim::StatsRegistry stats() const;
+  isa::ArchState& arch_state() { return st_; }
+
+ private:
+  InstrTiming schedule(const isa::Instr& in);
+  InstrTiming schedule_dma(const isa::Instr& in);
+  InstrTiming schedule_tensor(const isa::Instr& in);
+  InstrTiming schedule_stream(const isa::Instr& in);
+  void account_bytes(const isa::Instr& in);
+  void trace_instr(const isa::Instr& in, int track, sim::Ps start, sim::Ps end, sim::Ps ready, int perf_mode);
+  void update_watermark();
+
+  sim::Config cfg_;
+  engines::CoreParams p_;
+  SimOptions opts_;
+  isa::Limits limits_;
+  memory::Memory mem_;
+  engines::DepTracker deps_;
+  engines::TensorPipes tensor_;
+  engines::DmaEngines dma_;
+  isa::ArchState st_;
+  std::array<sim::Ps, isa::kNumEngines> next_issue_{};
+  sim::Ps excl_sbuf_free_ = 0, excl_psum_free_ = 0;
+  int scalar_table_set_ = -1;
+  DType stationary_dtype_ = DType::kBFloat16;
+  int64_t stationary_m_ = 0;
+  RunCounters c_;
+  std::vector<SourceLoc> sources_;
+  std::unique_ptr<sim::TraceSink> trace_;
+  std::vector<bool> queue_track_declared_;
+  bool finished_ = false;
+};
+
+}  // namespace nsim

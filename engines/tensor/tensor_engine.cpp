@@ -1,0 +1,75 @@
+#include "engines/tensor/tensor_engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace nsim::engines {
+
+using sim::Ps;
+
+TensorPipes::Slot TensorPipes::load_stationary(Ps ready, double ii_cycles) {
+  Slot s;
+  // Background load: the shadow weight buffer is free once the previous MM started using its weights.
+  s.start = std::max({ready, ls_free_, mm_last_start_});
+  s.ii = clk_.cycles_to_ps(ii_cycles);
+  s.end = s.start + s.ii;
+  ls_free_ = s.end;
+  weights_ready_ = s.end;
+  return s;
+}
+
+TensorPipes::Slot TensorPipes::multiply(Ps ready, double ii_cycles, bool needs_ls_pipe) {
+  Slot s;
+  s.start = std::max({ready, mm_free_, weights_ready_});
+  if (needs_ls_pipe) s.start = std::max(s.start, ls_free_);
+  s.limit = throttle_limit(s.start);
+  const Ps ii_full = clk_.cycles_to_ps(ii_cycles);
+  s.ii = static_cast<Ps>(std::llround(static_cast<double>(ii_full) / s.limit));
+  throttled_ += s.ii - ii_full;
+  s.end = s.start + s.ii + clk_.cycles_to_ps(p_.mm_latency);
+  mm_free_ = s.start + s.ii;
+  mm_last_start_ = s.start;
+  if (needs_ls_pipe) ls_free_ = std::max(ls_free_, mm_free_);
+  note_busy(s.start, s.start + s.ii);
+  return s;
+}
+
+void TensorPipes::note_busy(Ps s, Ps e) {
+  if (!p_.throttle.enabled) return;
+  if (count_ == kRing) {  // full: drop the oldest
+    auto [os, oe] = ring_[static_cast<size_t>(head_)];
+    ring_sum_ -= oe - os;
+    head_ = (head_ + 1) % kRing;
+    --count_;
+  }
+  ring_[static_cast<size_t>((head_ + count_) % kRing)] = {s, e};
+  ++count_;
+  ring_sum_ += e - s;
+}
+
+double TensorPipes::throttle_limit(Ps t) {
+  const ThrottleParams& th = p_.throttle;
+  if (!th.enabled) return 1.0;
+  if (!started_) {
+    started_ = true;
+    ramp_start_ = t;
+  } else if (t - ramp_start_ >= th.window) {
+    // Utilisation over the trailing window; intervals older than the window are dropped.
+    const Ps w0 = t - th.window;
+    while (count_ > 0 && ring_[static_cast<size_t>(head_)].second <= w0) {
+      auto [os, oe] = ring_[static_cast<size_t>(head_)];
+      ring_sum_ -= oe - os;
+      head_ = (head_ + 1) % kRing;
+      --count_;
+    }
+    // Intervals end no later than t (the MM pipe is in order); clip the oldest at the window start.
+    Ps busy = ring_sum_;
+    if (count_ > 0) busy -= std::max<Ps>(0, w0 - ring_[static_cast<size_t>(head_)].first);
+    if (static_cast<double>(busy) < th.reengage_util * static_cast<double>(th.window)) ramp_start_ = t;
+  }
+  if (th.ramp <= 0) return 1.0;
+  const double frac = std::min(1.0, static_cast<double>(t - ramp_start_) / static_cast<double>(th.ramp));
+  return th.start_util + (1.0 - th.start_util) * frac;
+}
+
+}  // namespace nsim::engines

@@ -1,0 +1,47 @@
+#pragma once
+/// TensorE timing: a LoadStationary pipe that loads the next weights in the background, a
+/// MultiplyMoving pipe, and power throttling (neuroncore.md 3.1, 3.4).
+#include <array>
+
+#include "engines/params.h"
+#include "sim/time.h"
+
+namespace nsim::engines {
+
+class TensorPipes {
+ public:
+  explicit TensorPipes(const CoreParams& p) : p_(p), clk_(p.clk(isa::Engine::kTensor)) {}
+
+  struct Slot {
+    sim::Ps start = 0;
+    sim::Ps ii = 0;   ///< time until the pipe may issue again (after throttling)
+    sim::Ps end = 0;  ///< start + ii + latency
+    double limit = 1; ///< throttle utilisation limit applied
+  };
+  /// LoadStationary of `ii_cycles`, ready at `ready`: waits for the previous MM to take the weights.
+  Slot load_stationary(sim::Ps ready, double ii_cycles);
+  /// MultiplyMoving / PE transpose of `ii_cycles`, ready at `ready`, using the last loaded weights.
+  /// `needs_ls_pipe` (transposes) also waits for the LS pipe, since the data goes in as weights.
+  Slot multiply(sim::Ps ready, double ii_cycles, bool needs_ls_pipe);
+  /// Earliest time the next Tensor instruction could start (for trace watermarks).
+  sim::Ps next_issue() const { return std::min(ls_free_, mm_free_); }
+  sim::Ps throttled_time() const { return throttled_; }
+
+ private:
+  double throttle_limit(sim::Ps t);
+  void note_busy(sim::Ps s, sim::Ps e);
+
+  const CoreParams& p_;
+  sim::ClockDomain clk_;
+  sim::Ps ls_free_ = 0, mm_free_ = 0, mm_last_start_ = 0, weights_ready_ = 0;
+  // Throttle state: ramp start and a ring of recent MM busy intervals (bounded: no allocation).
+  bool started_ = false;
+  sim::Ps ramp_start_ = 0;
+  static constexpr int kRing = 1024;
+  std::array<std::pair<sim::Ps, sim::Ps>, kRing> ring_{};
+  int head_ = 0, count_ = 0;
+  sim::Ps ring_sum_ = 0;
+  sim::Ps throttled_ = 0;
+};
+
+}  // namespace nsim::engines

@@ -1,0 +1,73 @@
+// VectorE cost (neuroncore.md 3.2, per-API table and performance modes).
+#include <algorithm>
+
+#include "engines/cost.h"
+
+namespace nsim::engines {
+
+using isa::AluOp;
+using isa::Opcode;
+using isa::Space;
+
+StreamCost vector_cost(const CoreParams& p, const isa::Instr& in) {
+  const StreamShape s = stream_shape(p, in, p.vector_perf_mode_fp8);
+  StreamCost c;
+  c.latency = p.vector_fixed_latency;
+  const double mi = p.vector_min_ii;
+  double factor = 1.0, extra = 0.0;
+  int rate = 1;
+  StreamShape sh = s;
+  switch (in.op) {
+    case Opcode::kTensorCopy:
+    case Opcode::kTensorScalar: {
+      if (p.vector_perf_modes && s.all_16bit) {
+        if (s.all_sbuf && s.contiguous) rate = 4;
+        else if (!s.all_sbuf || !s.contiguous) rate = 2;
+      } else if (p.vector_perf_modes && p.vector_fp32_perf_mode && s.all_sbuf && s.contiguous) {
+        rate = 2;
+      }
+      if (in.op == Opcode::kTensorCopy && (in.flags & isa::kDynamicAddr)) {
+        c.busy = std::max(p.vector_dynamic_copy, static_cast<double>(s.n));
+        c.perf_mode = 1;
+        return c;
+      }
+      break;
+    }
+    case Opcode::kTensorTensor:
+      // Two SBUF inputs take two passes, unless the 16-bit 2x mode applies (both inputs in SBUF).
+      if (p.vector_perf_modes && s.all_16bit && s.passes == 2 && s.all_sbuf) rate = 2;
+      break;
+    case Opcode::kScalarTensorTensor: {
+      const bool fast = in.slot(1).dtype == DType::kBFloat16 && in.slot(3).dtype == DType::kBFloat16 &&
+                        in.alu0 == AluOp::kSubtract && in.alu1 == AluOp::kMultiply && s.n % 2 == 0;
+      sh.passes = 1;
+      factor = fast ? 1.0 : 2.0;
+      break;
+    }
+    case Opcode::kTensorTensorScan: sh.passes = 1; factor = 2.0; break;
+    case Opcode::kTensorReduce: {
+      const bool half = in.slot(0).dtype == DType::kBFloat16 && in.slot(1).dtype == DType::kBFloat16 &&
+                        (in.alu0 == AluOp::kAdd || in.alu0 == AluOp::kMaximum);
+      factor = half ? 0.5 : 1.0;
+      break;
+    }
+    case Opcode::kTensorCopyPredicated:
+      // Documented: N when src and predicate sit in different SRAMs, 2N when both are in SBUF.
+      break;
+    case Opcode::kReciprocal: factor = p.vector_reciprocal_factor; break;
+    case Opcode::kMemset: {
+      const DType t = in.slot(0).dtype;
+      const bool zero16 = in.imm[0] == 0.0f && (t == DType::kBFloat16 || t == DType::kFloat16);
+      factor = zero16 ? 0.5 : 1.0;
+      break;
+    }
+    case Opcode::kBnAggr: factor = p.vector_bn_aggr_factor; break;
+    case Opcode::kTensorScalarReduce: extra = mi; break;
+    default: break;  // bn_stats, nc_stream_shuffle, range_select, nc_transpose: max(MIN_II, N)
+  }
+  c.perf_mode = rate;
+  c.busy = stream_busy(sh, mi, factor, rate) + extra;
+  return c;
+}
+
+}  // namespace nsim::engines

@@ -1,0 +1,465 @@
+#include "isa/isa.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <initializer_list>
+
+namespace nsim::isa {
+namespace {
+
+constexpr OpInfo make_op(Opcode op, const char* mnemonic, uint8_t engines, Engine dflt, CostClass cost,
+                         std::initializer_list<SlotInfo> slots) {
+  OpInfo info{op, mnemonic, engines, dflt, cost, static_cast<uint8_t>(slots.size()), {}};
+  size_t i = 0;
+  for (const SlotInfo& s : slots) info.slots[i++] = s;
+  return info;
+}
+
+#define SLOTS(...) __VA_ARGS__
+#define SLOT(nm, bufs, dt, req) SlotInfo{#nm, static_cast<uint8_t>(bufs), DtypeClass::k##dt, (req) != 0}
+constexpr OpInfo kTable[] = {
+#define OP(e, mn, eng, dflt, cost, slots) \
+  make_op(Opcode::e, mn, static_cast<uint8_t>(eng), Engine::k##dflt, CostClass::cost, {slots}),
+#include "isa/opcodes.def"
+#undef OP
+};
+#undef SLOT
+#undef SLOTS
+static_assert(sizeof(kTable) / sizeof(kTable[0]) == kNumOpcodes);
+
+struct AluRow {
+  const char* name;
+  AluClass cls;
+  bool reduce;
+};
+constexpr AluRow kAlu[] = {
+#define ALU(e, name, cls, red) {name, static_cast<AluClass>(cls), (red) != 0},
+#include "isa/alu_ops.def"
+#undef ALU
+};
+constexpr const char* kAct[] = {
+#define ACT(e, name) name,
+#include "isa/act_funcs.def"
+#undef ACT
+};
+constexpr const char* kEngineNames[] = {"tensor", "vector", "scalar", "gpsimd", "sync"};
+
+}  // namespace
+
+std::string_view engine_name(Engine e) { return kEngineNames[static_cast<int>(e)]; }
+std::optional<Engine> engine_from_name(std::string_view s) {
+  for (int i = 0; i < kNumEngines; ++i)
+    if (s == kEngineNames[i]) return static_cast<Engine>(i);
+  return std::nullopt;
+}
+
+std::string_view space_name(Space s) {
+  switch (s) {
+    case Space::kHbm: return "hbm";
+    case Space::kSbuf: return "sbuf";
+    case Space::kPsum: return "psum";
+    case Space::kNone: break;
+  }
+  return "none";
+}
+
+bool dtype_class_accepts(DtypeClass c, DType t) {
+  switch (c) {
+    case DtypeClass::kAny: return true;
+    case DtypeClass::kFloat: return dtype_is_float(t);
+    case DtypeClass::kInt: return dtype_is_int(t);
+    case DtypeClass::kF32: return t == DType::kFloat32;
+    case DtypeClass::kMmIn:
+      return t == DType::kFloat32 || t == DType::kTFloat32 || t == DType::kBFloat16 || t == DType::kFloat16 ||
+             t == DType::kFloat8E4M3 || t == DType::kFloat8E4M3FN || t == DType::kFloat8E5M2;
+    case DtypeClass::kMmOut:
+      // bf16 PSUM needs gen4 (checked by verify with Limits); 16-bit outputs also come from transpose mode.
+      return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16 || t == DType::kFloat8E4M3 ||
+             t == DType::kFloat8E4M3FN || t == DType::kFloat8E5M2;
+  }
+  return false;
+}
+
+std::string_view dtype_class_name(DtypeClass c) {
+  switch (c) {
+    case DtypeClass::kAny: return "any dtype";
+    case DtypeClass::kFloat: return "a float dtype";
+    case DtypeClass::kInt: return "an integer dtype";
+    case DtypeClass::kF32: return "float32";
+    case DtypeClass::kMmIn: return "a matmul input dtype (fp32, tf32, bf16, fp16, fp8)";
+    case DtypeClass::kMmOut: return "a PSUM matmul output dtype";
+  }
+  return "?";
+}
+
+std::string_view alu_name(AluOp op) { return kAlu[static_cast<int>(op)].name; }
+AluClass alu_class(AluOp op) { return kAlu[static_cast<int>(op)].cls; }
+bool alu_reduce_legal(AluOp op) { return kAlu[static_cast<int>(op)].reduce; }
+std::optional<AluOp> alu_from_name(std::string_view s) {
+  for (size_t i = 0; i < std::size(kAlu); ++i)
+    if (s == kAlu[i].name) return static_cast<AluOp>(i);
+  return std::nullopt;
+}
+std::string_view act_name(ActFunc f) { return kAct[static_cast<int>(f)]; }
+std::optional<ActFunc> act_from_name(std::string_view s) {
+  for (size_t i = 0; i < std::size(kAct); ++i)
+    if (s == kAct[i]) return static_cast<ActFunc>(i);
+  return std::nullopt;
+}
+
+const OpInfo& op_info(Opcode op) { return kTable[static_cast<int>(op)]; }
+std::span<const OpInfo> op_table() { return kTable; }
+std::optional<Opcode> opcode_from_name(std::string_view mnemonic) {
+  for (const OpInfo& i : kTable)
+    if (mnemonic == i.mnemonic) return i.op;
+  return std::nullopt;
+}
+bool is_dma(Opcode op) {
+  CostClass c = op_info(op).cost;
+  return c == CostClass::kDma || c == CostClass::kDmaTranspose;
+}
+
+// ---------------------------------------------------------------- Operand
+
+int64_t Operand::elems_per_partition() const {
+  int64_t n = 1;
+  for (int d = 0; d < nfree; ++d) n *= size[static_cast<size_t>(d)];
+  return n;
+}
+
+std::pair<int64_t, int64_t> Operand::byte_extent() const {
+  const int64_t eb = dtype_bytes(dtype);
+  int64_t lo = 0, hi = 0;  // element offsets relative to `offset`
+  for (int d = 0; d < nfree; ++d) {
+    const auto i = static_cast<size_t>(d);
+    if (size[i] <= 0) return {offset, offset};
+    const int64_t span = stride[i] * (size[i] - 1);
+    if (span < 0) lo += span; else hi += span;
+  }
+  if (space == Space::kHbm && num_partitions > 0) {
+    const int64_t span = partition_step * (static_cast<int64_t>(num_partitions) - 1);
+    if (span < 0) lo += span; else hi += span;
+  }
+  return {offset + lo * eb, offset + (hi + 1) * eb};
+}
+
+int64_t Operand::inner_stride_bytes() const {
+  if (nfree == 0) return 0;
+  return stride[static_cast<size_t>(nfree - 1)] * dtype_bytes(dtype);
+}
+
+int64_t Operand::contiguous_runs_per_partition() const {
+  // Merge free dims from the innermost outwards while they stay contiguous.
+  if (nfree == 0) return 1;
+  int64_t run = 1;  // elements in a contiguous run
+  int d = nfree - 1;
+  if (stride[static_cast<size_t>(d)] != 1) return elems_per_partition();
+  for (; d >= 0; --d) {
+    const auto i = static_cast<size_t>(d);
+    if (stride[i] != run && size[i] != 1) break;
+    run *= size[i];
+  }
+  return std::max<int64_t>(1, elems_per_partition() / std::max<int64_t>(1, run));
+}
+
+std::string Operand::str() const {
+  if (!present()) return "-";
+  std::string s = fmt::format("{}@{}[{}:{}]+{}", dtype_name(dtype), space_name(space), start_partition,
+                              start_partition + num_partitions, offset);
+  if (space == Space::kHbm) s += fmt::format(" pstep={}", partition_step);
+  std::string sz, st;
+  for (int d = 0; d < nfree; ++d) {
+    const auto i = static_cast<size_t>(d);
+    sz += fmt::format("{}{}", d ? "," : "", size[i]);
+    st += fmt::format("{}{}", d ? "," : "", stride[i]);
+  }
+  return s + fmt::format(" [{}][{}]", sz, st);
+}
+
+Operand Operand::tile(Space space, DType dt, int64_t offset, uint32_t start_partition, uint32_t num_partitions,
+                      std::initializer_list<int64_t> free_sizes) {
+  Operand o;
+  o.space = space;
+  o.dtype = dt;
+  o.offset = offset;
+  o.start_partition = static_cast<uint16_t>(start_partition);
+  o.num_partitions = num_partitions;
+  o.nfree = static_cast<uint8_t>(std::min<size_t>(free_sizes.size(), kMaxFreeDims));
+  size_t i = 0;
+  for (int64_t s : free_sizes) {
+    if (i >= kMaxFreeDims) break;
+    o.size[i++] = s;
+  }
+  int64_t st = 1;
+  for (int d = o.nfree - 1; d >= 0; --d) {
+    o.stride[static_cast<size_t>(d)] = st;
+    st *= o.size[static_cast<size_t>(d)];
+  }
+  if (space == Space::kHbm) o.partition_step = st;
+  return o;
+}
+
+// ---------------------------------------------------------------- disassembly
+
+std::string disassemble(const Instr& in) {
+  const OpInfo& info = op_info(in.op);
+  std::string s = fmt::format("{}.{}", info.mnemonic, engine_name(in.engine));
+  switch (info.cost) {
+    case CostClass::kActivation:
+    case CostClass::kActivationReduce: s += fmt::format(" func={}", act_name(in.act)); break;
+    case CostClass::kDma:
+    case CostClass::kDmaTranspose: s += fmt::format(" queue={}", in.dma_queue); break;
+    default:
+      if (in.alu0 != AluOp::kBypass) s += fmt::format(" op0={}", alu_name(in.alu0));
+      if (in.alu1 != AluOp::kBypass) s += fmt::format(" op1={}", alu_name(in.alu1));
+  }
+  if (in.flags & kAccumulate) s += " acc";
+  for (int i = 0; i < info.num_slots; ++i) {
+    const Operand& o = in.slot(i);
+    if (o.present()) s += fmt::format(" {}={}", info.slots[static_cast<size_t>(i)].name, o.str());
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------- verification
+
+namespace {
+
+[[noreturn]] void fail(ErrorCode code, const Instr& in, const SourceLoc& where, const std::string& msg) {
+  throw Error(code, fmt::format("{}: {}", op_info(in.op).mnemonic, msg), where);
+}
+
+int64_t capacity_of(Space s, const Limits& lim) {
+  switch (s) {
+    case Space::kSbuf: return lim.sbuf_bytes_per_partition;
+    case Space::kPsum: return lim.psum_bytes_per_partition;
+    case Space::kHbm: return lim.hbm_bytes;
+    case Space::kNone: break;
+  }
+  return 0;
+}
+
+void verify_operand(const Instr& in, const SlotInfo& slot, const Operand& o, const Limits& lim,
+                    const SourceLoc& where) {
+  const char* nm = slot.name;
+  if (!(slot.buffers & space_bit(o.space))) {
+    std::string allowed;
+    for (Space s : {Space::kHbm, Space::kSbuf, Space::kPsum})
+      if (slot.buffers & space_bit(s)) allowed += fmt::format("{}{}", allowed.empty() ? "" : "/", space_name(s));
+    fail(ErrorCode::kBadBuffer, in, where,
+         fmt::format("operand '{}' must be in {}, but got a tile in {}", nm, allowed, space_name(o.space)));
+  }
+  if (!dtype_class_accepts(slot.dtypes, o.dtype))
+    fail(ErrorCode::kBadDtype, in, where,
+         fmt::format("operand '{}' must have {}, but got {}", nm, dtype_class_name(slot.dtypes), dtype_name(o.dtype)));
+  if (o.nfree > kMaxFreeDims)
+    fail(ErrorCode::kBadAccessPattern, in, where, fmt::format("operand '{}' has {} free dims, at most 4", nm, o.nfree));
+  for (int d = 0; d < o.nfree; ++d)
+    if (o.size[static_cast<size_t>(d)] <= 0)
+      fail(ErrorCode::kBadAccessPattern, in, where,
+           fmt::format("operand '{}' free dim {} has size {}, expected >= 1", nm, d, o.size[static_cast<size_t>(d)]));
+  if (o.num_partitions == 0)
+    fail(ErrorCode::kBadAccessPattern, in, where, fmt::format("operand '{}' has 0 partitions", nm));
+  if (o.space != Space::kHbm) {
+    const int64_t pend = static_cast<int64_t>(o.start_partition) + o.num_partitions;
+    if (o.num_partitions > static_cast<uint32_t>(lim.partitions))
+      fail(ErrorCode::kTooManyPartitions, in, where,
+           fmt::format("operand '{}' spans {} partitions, the limit is {}", nm, o.num_partitions, lim.partitions));
+    if (pend > lim.partitions)
+      fail(ErrorCode::kOutOfBounds, in, where,
+           fmt::format("operand '{}' partitions [{}, {}) exceed the {} partitions of {}", nm, o.start_partition, pend,
+                       lim.partitions, space_name(o.space)));
+  }
+  auto [lo, hi] = o.byte_extent();
+  const int64_t cap = capacity_of(o.space, lim);
+  if (lo < 0 || hi > cap)
+    fail(ErrorCode::kOutOfBounds, in, where,
+         fmt::format("operand '{}' touches bytes [{}, {}) {}, outside the {} bytes of {}", nm, lo, hi,
+                     o.space == Space::kHbm ? "of HBM" : "per partition", cap, space_name(o.space)));
+}
+
+}  // namespace
+
+void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
+  if (static_cast<int>(in.op) >= kNumOpcodes)
+    throw Error(ErrorCode::kUnknownOpcode, fmt::format("unknown opcode {}", static_cast<int>(in.op)), where);
+  const OpInfo& info = op_info(in.op);
+  if (static_cast<int>(in.engine) >= kNumEngines || !(info.engines & engine_bit(in.engine))) {
+    std::string allowed;
+    for (int e = 0; e < kNumEngines; ++e)
+      if (info.engines & (1u << e))
+        allowed += fmt::format("{}{}", allowed.empty() ? "" : "/", engine_name(static_cast<Engine>(e)));
+    fail(ErrorCode::kBadEngine, in, where,
+         fmt::format("cannot run on engine {}, allowed: {}",
+                     static_cast<int>(in.engine) < kNumEngines ? engine_name(in.engine) : "?", allowed));
+  }
+  for (int i = 0; i < info.num_slots; ++i) {
+    const SlotInfo& slot = info.slots[static_cast<size_t>(i)];
+    const Operand& o = in.slot(i);
+    if (!o.present()) {
+      if (slot.required) fail(ErrorCode::kMissingOperand, in, where, fmt::format("operand '{}' is required", slot.name));
+      continue;
+    }
+    verify_operand(in, slot, o, lim, where);
+  }
+  for (int i = info.num_slots; i < kMaxSlots; ++i)
+    if (in.slot(i).present()) fail(ErrorCode::kBadImmediate, in, where, fmt::format("unexpected operand #{}", i));
+
+  // GpSimd has no PSUM access on any generation.
+  if (in.engine == Engine::kGpsimd && !is_dma(in.op))
+    for (int i = 0; i < info.num_slots; ++i)
+      if (in.slot(i).space == Space::kPsum)
+        fail(ErrorCode::kBadBuffer, in, where,
+             fmt::format("operand '{}' is in psum, which GpSimd cannot access", info.slots[static_cast<size_t>(i)].name));
+
+  const Operand& d = in.slot(0);
+  auto require_same_partitions = [&](int i) {
+    const Operand& o = in.slot(i);
+    if (o.present() && o.num_partitions != d.num_partitions)
+      fail(ErrorCode::kPartitionMismatch, in, where,
+           fmt::format("operand '{}' has {} partitions but '{}' has {}", info.slots[static_cast<size_t>(i)].name,
+                       o.num_partitions, info.slots[0].name, d.num_partitions));
+  };
+  auto require_same_elems = [&](int i) {
+    const Operand& o = in.slot(i);
+    if (o.present() && o.elems_per_partition() != d.elems_per_partition())
+      fail(ErrorCode::kElementCountMismatch, in, where,
+           fmt::format("operand '{}' has {} elements per partition but '{}' has {}",
+                       info.slots[static_cast<size_t>(i)].name, o.elems_per_partition(), info.slots[0].name,
+                       d.elems_per_partition()));
+  };
+  auto require_vector = [&](int i) {
+    const Operand& o = in.slot(i);
+    if (o.present() && o.elems_per_partition() != 1)
+      fail(ErrorCode::kShapeMismatch, in, where,
+           fmt::format("operand '{}' must be a (P, 1) vector, got {} elements per partition",
+                       info.slots[static_cast<size_t>(i)].name, o.elems_per_partition()));
+  };
+
+  switch (in.op) {
+    case Opcode::kDmaCopy:
+      if (in.slot(0).total_elems() != in.slot(1).total_elems())
+        fail(ErrorCode::kElementCountMismatch, in, where,
+             fmt::format("dst has {} elements but src has {}", in.slot(0).total_elems(), in.slot(1).total_elems()));
+      break;
+    case Opcode::kDmaTranspose:
+      if (in.slot(0).total_elems() != in.slot(1).total_elems() ||
+          in.slot(0).num_partitions != in.slot(1).elems_per_partition())
+        fail(ErrorCode::kShapeMismatch, in, where,
+             fmt::format("dst must be the transpose of src [{}, {}], got [{}, {}]", in.slot(1).num_partitions,
+                         in.slot(1).elems_per_partition(), in.slot(0).num_partitions, in.slot(0).elems_per_partition()));
+      if (in.slot(0).dtype != in.slot(1).dtype)
+        fail(ErrorCode::kBadDtype, in, where, "src and dst dtypes must be equal");
+      break;
+    case Opcode::kLoadStationary: {
+      const Operand& s = in.slot(0);
+      const int64_t k_max = static_cast<int64_t>(lim.pe_rows);
+      const int64_t m = (in.flags & kDoubleRow) ? s.elems_per_partition() / 2 : s.elems_per_partition();
+      if (s.num_partitions > k_max || m > lim.pe_cols)
+        fail(ErrorCode::kMatmulLimit, in, where,
+             fmt::format("stationary [{}, {}] exceeds the PE array ({} x {})", s.num_partitions, m, k_max, lim.pe_cols));
+      break;
+    }
+    case Opcode::kMultiplyMoving: {
+      const Operand& mv = in.slot(1);
+      const int64_t n = (in.flags & kDoubleRow) ? mv.elems_per_partition() / 2 : mv.elems_per_partition();
+      const bool bf16 = d.dtype == DType::kBFloat16 && !(in.flags & kIsTranspose);
+      const int64_t nmax = bf16 ? lim.moving_fmax_bf16 : lim.moving_fmax;
+      if (mv.num_partitions > static_cast<uint32_t>(lim.pe_rows))
+        fail(ErrorCode::kMatmulLimit, in, where,
+             fmt::format("moving has {} partitions (contraction), the PE array has {} rows", mv.num_partitions, lim.pe_rows));
+      if (n > nmax)
+        fail(ErrorCode::kMatmulLimit, in, where, fmt::format("moving free size {} exceeds {}", n, nmax));
+      if (d.elems_per_partition() != n)
+        fail(ErrorCode::kElementCountMismatch, in, where,
+             fmt::format("dst has {} elements per partition, moving has {}", d.elems_per_partition(), n));
+      if (d.dtype != DType::kFloat32 && !(in.flags & kIsTranspose) && !(lim.dst_bf16 && d.dtype == DType::kBFloat16))
+        fail(ErrorCode::kBadDtype, in, where, fmt::format("PSUM dst must be float32 on gen{}, got {}", lim.generation,
+                                                          dtype_name(d.dtype)));
+      if (lim.generation < 4) {  // one matmul writes within one 2 KiB bank
+        auto [lo, hi] = d.byte_extent();
+        if (lim.psum_bank_bytes > 0 && lo / lim.psum_bank_bytes != (hi - 1) / lim.psum_bank_bytes)
+          fail(ErrorCode::kPsumBankOverflow, in, where,
+               fmt::format("dst bytes [{}, {}) cross a {}-byte PSUM bank boundary", lo, hi, lim.psum_bank_bytes));
+      }
+      break;
+    }
+    case Opcode::kNcTranspose: {
+      const Operand& s = in.slot(1);
+      const int64_t lim_dim = in.engine == Engine::kVector ? 32 : lim.pe_rows;
+      if (s.num_partitions > lim_dim || s.elems_per_partition() > lim_dim)
+        fail(ErrorCode::kShapeMismatch, in, where,
+             fmt::format("transpose input [{}, {}] exceeds {} x {} on {}", s.num_partitions, s.elems_per_partition(),
+                         lim_dim, lim_dim, engine_name(in.engine)));
+      if (d.num_partitions != s.elems_per_partition() || d.elems_per_partition() != s.num_partitions)
+        fail(ErrorCode::kShapeMismatch, in, where,
+             fmt::format("dst must be [{}, {}], got [{}, {}]", s.elems_per_partition(), s.num_partitions,
+                         d.num_partitions, d.elems_per_partition()));
+      if (in.engine == Engine::kTensor && d.space != Space::kPsum)
+        fail(ErrorCode::kBadBuffer, in, where, "dst of a TensorE transpose must be in psum");
+      if (in.engine == Engine::kTensor && s.space != Space::kSbuf)
+        fail(ErrorCode::kBadBuffer, in, where, "data of a TensorE transpose must be in sbuf");
+      break;
+    }
+    case Opcode::kTensorReduce:
+    case Opcode::kBnStats:
+    case Opcode::kBnAggr:
+    case Opcode::kIota:
+    case Opcode::kMemset:
+    case Opcode::kNcStreamShuffle:
+      for (int i = 1; i < info.num_slots; ++i) {
+        if (in.op != Opcode::kNcStreamShuffle) require_same_partitions(i);
+      }
+      if (in.op == Opcode::kNcStreamShuffle) require_same_elems(1);
+      break;
+    default:
+      for (int i = 1; i < info.num_slots; ++i) require_same_partitions(i);
+      break;
+  }
+
+  // Element-count and vector-operand rules of the element-wise ops.
+  switch (in.op) {
+    case Opcode::kTensorCopy:
+    case Opcode::kTensorTensor:
+    case Opcode::kReciprocal:
+    case Opcode::kTensorTensorScan:
+    case Opcode::kScalarTensorTensor:
+    case Opcode::kTensorCopyPredicated:
+    case Opcode::kRangeSelect:
+    case Opcode::kAffineSelect:
+      for (int i = 1; i < info.num_slots; ++i) {
+        const std::string_view nm = info.slots[static_cast<size_t>(i)].name;
+        if (nm == "operand0" || nm == "initial" || nm == "bound0" || nm == "bound1" || nm == "reduce_res")
+          require_vector(i);
+        else
+          require_same_elems(i);
+      }
+      break;
+    case Opcode::kTensorScalar:
+      require_same_elems(1);
+      require_vector(2);
+      require_vector(3);
+      break;
+    case Opcode::kActivation:
+    case Opcode::kActivationReduce:
+      require_same_elems(1);
+      require_vector(2);
+      require_vector(3);
+      require_vector(4);
+      break;
+    case Opcode::kTensorScalarReduce:
+      require_same_elems(1);
+      for (int i = 2; i < 5; ++i) require_vector(i);
+      break;
+    default: break;
+  }
+  if (in.op == Opcode::kTensorTensor) {
+    const Operand& a = in.slot(1);
+    const Operand& b = in.slot(2);
+    if (a.space == Space::kPsum && b.space == Space::kPsum)
+      fail(ErrorCode::kBadBuffer, in, where, "at most one of data1/data2 may be in psum");
+  }
+}
+
+}  // namespace nsim::isa

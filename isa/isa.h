@@ -1,0 +1,194 @@
+#pragma once
+/// The modelled ISA, derived from isa/opcodes.def, isa/alu_ops.def and isa/act_funcs.def.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "isa/dtype.h"
+#include "sim/error.h"
+
+namespace nsim::isa {
+
+/// Engines of one NeuronCore. DMA queues are not an Engine: DMA opcodes name their trigger engine.
+enum class Engine : uint8_t { kTensor, kVector, kScalar, kGpsimd, kSync };
+inline constexpr int kNumEngines = 5;
+std::string_view engine_name(Engine e);  ///< "tensor", "vector", ...
+std::optional<Engine> engine_from_name(std::string_view s);
+
+/// Engine set bitmask used by the table.
+inline constexpr uint8_t T = 1u << 0, V = 1u << 1, S = 1u << 2, G = 1u << 3, Y = 1u << 4;
+inline constexpr uint8_t engine_bit(Engine e) { return static_cast<uint8_t>(1u << static_cast<int>(e)); }
+
+/// Memory spaces; bitmask constants for slot legality.
+enum class Space : uint8_t { kNone, kHbm, kSbuf, kPsum };
+inline constexpr uint8_t HBM = 1u << 0, SBUF = 1u << 1, PSUM = 1u << 2;
+inline constexpr uint8_t space_bit(Space s) { return s == Space::kNone ? 0 : static_cast<uint8_t>(1u << (static_cast<int>(s) - 1)); }
+std::string_view space_name(Space s);  ///< "hbm", "sbuf", "psum"
+
+/// Dtype classes a slot accepts.
+enum class DtypeClass : uint8_t { kAny, kFloat, kInt, kF32, kMmIn, kMmOut };
+bool dtype_class_accepts(DtypeClass c, DType t);
+std::string_view dtype_class_name(DtypeClass c);
+
+/// How an opcode's duration is computed (engines/ implements each class from config parameters).
+enum class CostClass : uint8_t {
+  kDma, kDmaTranspose, kStream, kStreamReduce, kTensorTensor, kMemset, kLoadStationary, kMultiplyMoving,
+  kActivation, kActivationReduce, kTranspose, kTensorReduce, kGpsimdStream, kScalarTensorTensor,
+  kReciprocal, kScan, kBnAggr, kCopyPredicated,
+};
+
+enum class Opcode : uint8_t {
+#define OP(e, mn, eng, dflt, cost, slots) e,
+#include "isa/opcodes.def"
+#undef OP
+};
+inline constexpr int kNumOpcodes = 0
+#define OP(e, mn, eng, dflt, cost, slots) +1
+#include "isa/opcodes.def"
+#undef OP
+    ;
+
+enum class AluOp : uint8_t {
+#define ALU(e, name, cls, red) e,
+#include "isa/alu_ops.def"
+#undef ALU
+};
+enum class AluClass : uint8_t { kArith = 0, kBitVec = 1, kUnary = 2, kSpecial = 3 };
+std::string_view alu_name(AluOp op);
+std::optional<AluOp> alu_from_name(std::string_view s);
+AluClass alu_class(AluOp op);
+bool alu_reduce_legal(AluOp op);
+
+enum class ActFunc : uint8_t {
+#define ACT(e, name) e,
+#include "isa/act_funcs.def"
+#undef ACT
+};
+std::string_view act_name(ActFunc f);
+std::optional<ActFunc> act_from_name(std::string_view s);
+
+/// reduce_cmd of the accumulator registers (spec 2.0).
+enum class ReduceCmd : uint8_t { kIdle = 0, kReset = 1, kReduce = 2, kResetReduce = 3, kLoadReduce = 4 };
+
+inline constexpr int kMaxSlots = 5;
+inline constexpr int kMaxFreeDims = 4;
+
+/// One operand slot of an opcode.
+struct SlotInfo {
+  const char* name;
+  uint8_t buffers;  ///< bitmask of HBM/SBUF/PSUM
+  DtypeClass dtypes;
+  bool required;
+};
+
+/// One row of the table.
+struct OpInfo {
+  Opcode op;
+  const char* mnemonic;
+  uint8_t engines;  ///< bitmask of T/V/S/G/Y
+  Engine default_engine;
+  CostClass cost;
+  uint8_t num_slots;
+  std::array<SlotInfo, kMaxSlots> slots;
+};
+
+const OpInfo& op_info(Opcode op);
+std::span<const OpInfo> op_table();
+std::optional<Opcode> opcode_from_name(std::string_view mnemonic);
+bool is_dma(Opcode op);  ///< cost class kDma / kDmaTranspose
+
+/// An access pattern: which bytes an operand touches. On-chip (SBUF/PSUM): partitions
+/// [start_partition, start_partition + num_partitions), each with the same free pattern starting at
+/// byte `offset` within the partition. HBM: dim 0 has `num_partitions` rows `partition_step`
+/// elements apart starting at byte address `offset`. Free dims: sizes and strides in elements
+/// (stride 0 = broadcast), outermost first. nfree = 0 means one element per partition.
+struct Operand {
+  Space space = Space::kNone;
+  DType dtype = DType::kFloat32;
+  uint8_t nfree = 0;
+  uint16_t start_partition = 0;
+  uint32_t num_partitions = 0;
+  int64_t offset = 0;
+  int64_t partition_step = 0;
+  std::array<int64_t, kMaxFreeDims> size{};
+  std::array<int64_t, kMaxFreeDims> stride{};
+
+  bool present() const { return space != Space::kNone; }
+  int64_t elems_per_partition() const;
+  int64_t total_elems() const { return elems_per_partition() * num_partitions; }
+  /// Byte span [lo, hi) touched within one partition (on-chip) or overall (HBM); lo <= hi.
+  std::pair<int64_t, int64_t> byte_extent() const;
+  /// Innermost free stride in bytes (0 when nfree == 0).
+  int64_t inner_stride_bytes() const;
+  /// Number of maximal contiguous runs per partition (DMA descriptors).
+  int64_t contiguous_runs_per_partition() const;
+  std::string str() const;  ///< "bf16@sbuf[p0:128]+256 [64,1][8,128]"
+
+  /// Contiguous [P, F0, F1...] pattern helper.
+  static Operand tile(Space space, DType dt, int64_t offset, uint32_t start_partition, uint32_t num_partitions,
+                      std::initializer_list<int64_t> free_sizes);
+};
+
+/// Instruction flags.
+enum InstrFlag : uint16_t {
+  kReverse0 = 1u << 0,
+  kReverse1 = 1u << 1,
+  kAccumulate = 1u << 2,   ///< multiply_moving: add into PSUM; dma_copy: dst += src
+  kNegate = 1u << 3,       ///< tensor_reduce negate / tensor_scalar_reduce reduce_res_negate
+  kIsTranspose = 1u << 4,  ///< matmul transpose mode
+  kReversePred = 1u << 5,
+  kDoubleRow = 1u << 6,    ///< matmul fp8 double_row perf mode
+  kOneZero = 1u << 7,      ///< is_stationary_onezero / is_moving_onezero hint (fp32)
+  kHasImm0 = 1u << 8,      ///< operand0 is the immediate imm[0] (slot absent)
+  kHasImm1 = 1u << 9,      ///< operand1 is the immediate imm[1]
+  kDynamicAddr = 1u << 10, ///< tensor_copy with a runtime address (cost only)
+};
+
+/// One instruction of the stream. Plain data, fixed size: the hot loop never allocates.
+struct Instr {
+  Opcode op = Opcode::kMemset;
+  Engine engine = Engine::kVector;  ///< executing engine (trigger engine for DMA)
+  uint16_t flags = 0;
+  AluOp alu0 = AluOp::kBypass;      ///< op / op0 / reduce op of tensor_reduce / cmp_op of affine_select
+  AluOp alu1 = AluOp::kBypass;      ///< op1 / reduce_op / comp_op1
+  ActFunc act = ActFunc::kCopy;
+  ReduceCmd reduce_cmd = ReduceCmd::kIdle;
+  uint8_t dma_queue = 0;            ///< DMA queue id on every engine
+  uint8_t axis_count = 0;           ///< tensor_reduce: number of trailing free dims reduced
+  std::array<float, 4> imm{};       ///< scalars: operand0/1, scale, value, on_false, initial, range_start...
+  std::array<int32_t, 10> iimm{};   ///< iota/affine_select: offset, channel_multiplier, 4x[step, num]
+  std::array<uint8_t, 32> shuffle{};///< nc_stream_shuffle mask (255 = keep)
+  std::array<Operand, kMaxSlots> opnd{};
+  uint32_t loc = 0;                 ///< index into the run's source-location table (0 = unknown)
+
+  const Operand& slot(int i) const { return opnd[static_cast<size_t>(i)]; }
+};
+
+/// One-line disassembly, e.g. "tensor_tensor.vector op=add dst=fp32@sbuf[0:128]+0 [512] ...".
+std::string disassemble(const Instr& in);
+
+/// Hardware limits that operand verification needs (filled from config by the caller).
+struct Limits {
+  int generation = 3;
+  int partitions = 128;
+  int64_t sbuf_bytes_per_partition = 0;
+  int64_t psum_bytes_per_partition = 0;
+  int64_t psum_bank_bytes = 0;
+  int64_t hbm_bytes = 0;
+  int pe_rows = 128;
+  int pe_cols = 128;
+  int64_t moving_fmax = 512;
+  int64_t moving_fmax_bf16 = 512;
+  bool dst_bf16 = false;
+};
+
+/// Check an instruction against the table and the limits: engine allowed, required slots present,
+/// buffers and dtypes per slot, partition counts <= limit and matching, element counts, bounds of
+/// every access pattern in its buffer, PSUM bank rules, matmul limits. Throws nsim::Error with the
+/// opcode, slot, expected vs found; `where` is attached as the source location.
+void verify(const Instr& in, const Limits& lim, const SourceLoc& where = {});
+
+}  // namespace nsim::isa

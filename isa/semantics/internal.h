@@ -1,0 +1,99 @@
+#pragma once
+/// Helpers shared by the per-opcode semantics files (not part of the public semantics API).
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "isa/semantics/semantics.h"
+
+namespace nsim::isa::sem {
+
+// ---- op properties, derived from the .def tables (no second list) ---------------------------
+
+inline constexpr AluClass kAluClassTable[] = {
+#define ALU(e, name, cls, red) static_cast<AluClass>(cls),
+#include "isa/alu_ops.def"
+#undef ALU
+};
+inline constexpr const char* kAluNameTable[] = {
+#define ALU(e, name, cls, red) name,
+#include "isa/alu_ops.def"
+#undef ALU
+};
+inline constexpr const char* kMnemonicTable[] = {
+#define OP(e, mn, ...) mn,
+#include "isa/opcodes.def"
+#undef OP
+};
+
+inline AluClass cls_of(AluOp op) { return kAluClassTable[static_cast<size_t>(op)]; }
+inline bool is_bitvec(AluOp op) { return cls_of(op) == AluClass::kBitVec; }
+/// Ops that take one input (unary arithmetic, invert, bypass): they ignore the second operand and
+/// always apply to the tensor data, even when a reverse flag is set.
+inline bool ignores_operand(AluOp op) {
+  return cls_of(op) == AluClass::kUnary || op == AluOp::kInvert || op == AluOp::kBypass;
+}
+inline const char* alu_str(AluOp op) { return kAluNameTable[static_cast<size_t>(op)]; }
+inline const char* mnemonic(const Instr& in) { return kMnemonicTable[static_cast<size_t>(in.op)]; }
+
+/// op(data, operand), or op(operand, data) when `reverse` (unless the op ignores its operand).
+inline float apply_rev(AluOp op, float data, float operand, bool reverse) {
+  return (reverse && !ignores_operand(op)) ? alu_apply(op, operand, data) : alu_apply(op, data, operand);
+}
+inline int64_t apply_rev_int(AluOp op, int64_t data, int64_t operand, bool reverse) {
+  return (reverse && !ignores_operand(op)) ? alu_apply_int(op, operand, data) : alu_apply_int(op, data, operand);
+}
+
+/// Reduce op used by the accumulator registers: bypass (reduce_op not given) means add.
+inline AluOp reduce_op_or_add(AluOp op) { return op == AluOp::kBypass ? AluOp::kAdd : op; }
+
+/// Combine a row of fp32 values into one for the accumulator registers: sequential left fold from
+/// y[0] (identity when n == 0); for subtract the row is summed, so acc = acc - sum(y) after
+/// `acc = alu_apply(op, acc, reduce_fold(op, y, n))`.
+float reduce_fold(AluOp op, const float* y, int64_t n);
+
+/// fp32 immediate -> int64 for the bit-vector path (truncate toward zero; NaN -> 0; saturate).
+int64_t imm_to_int(float v);
+
+// ---- thread-local scratch (slot i is distinct storage; a later call with the same slot may
+// reallocate and invalidate earlier pointers of that slot) -------------------------------------
+float* fscratch(int slot, int64_t n);
+int64_t* iscratch(int slot, int64_t n);
+uint8_t* bscratch(int slot, int64_t n);
+
+// ---- raw row access ------------------------------------------------------------------------
+/// Copy partition p's elements (row-major over free dims) as raw bytes into out (elems*esz bytes).
+void gather_bytes(const TileView& v, uint32_t p, uint8_t* out);
+/// Write raw bytes (elems*esz) into partition p's elements.
+void scatter_bytes(const TileView& v, uint32_t p, const uint8_t* in);
+/// Element 0 of partition p widened to fp32 (the "(P,1) vector operand" read).
+inline float scalar_f32(const TileView& v, uint32_t p) { return load_f32(v.dtype, v.at(p, 0)); }
+inline int64_t scalar_int(const TileView& v, uint32_t p) { return load_int(v.dtype, v.at(p, 0)); }
+inline int esz(const TileView& v) { return dtype_bytes(v.dtype); }
+
+/// Narrow an fp32 value that was produced by widening an element of type t back to t preserving
+/// NaN payloads where the format can represent them (bf16, fp16, fp32); else store_f32.
+void store_exact(DType t, uint8_t* p, float v);
+
+// ---- operand checks (throw nsim::Error) ----------------------------------------------------
+[[noreturn]] void fail(ErrorCode code, const Instr& in, const std::string& msg);
+void require(const Instr& in, const TileView& v, const char* name);
+void require_same_partitions(const Instr& in, const TileView& a, const char* an, const TileView& b, const char* bn);
+void require_same_elems(const Instr& in, const TileView& a, const char* an, const TileView& b, const char* bn);
+/// Both checks.
+inline void require_same_shape(const Instr& in, const TileView& a, const char* an, const TileView& b, const char* bn) {
+  require_same_partitions(in, a, an, b, bn);
+  require_same_elems(in, a, an, b, bn);
+}
+/// A "(P,1)" vector operand: at least the partitions of `ref`.
+void require_vector(const Instr& in, const TileView& v, const char* name, const TileView& ref);
+
+// ---- iota / affine_select pattern ----------------------------------------------------------
+/// Fill out[0..elems) with iota values of partition p (int32 wrap, widened to int64).
+/// Throws kShapeMismatch unless the pattern's product of nums equals `elems`.
+void iota_row(const Instr& in, uint32_t p, int64_t elems, int64_t* out);
+
+// ---- ScalarE activation shared by activation and activation_reduce --------------------------
+void activation_impl(const Instr& in, const Views& v, ArchState& st, ReduceCmd cmd);
+
+}  // namespace nsim::isa::sem

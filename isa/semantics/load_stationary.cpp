@@ -1,0 +1,30 @@
+// load_stationary: stationary [K partitions, M elements] -> st.stationary (K x M, fp32 values).
+// kDoubleRow: stationary is [K, 2, M]; stored as (2K) x M with row r*K + k holding st[k, r, :]
+// (multiply_moving lays out the moving [K, 2, N] the same way).
+#include <fmt/format.h>
+
+#include "isa/semantics/internal.h"
+
+namespace nsim::isa {
+
+void exec_kLoadStationary(const Instr& in, const Views& v, ArchState& st) {
+  using namespace sem;
+  const TileView& s = v[0];
+  require(in, s, "stationary");
+  const int64_t K = s.partitions, F = s.elems();
+  const bool dbl = (in.flags & kDoubleRow) != 0;
+  if (dbl && F % 2 != 0)
+    fail(ErrorCode::kShapeMismatch, in, fmt::format("double_row stationary needs [K, 2, M], got {} elements", F));
+  const int64_t M = dbl ? F / 2 : F;
+  const int64_t R = dbl ? 2 * K : K;
+  st.stationary.resize(static_cast<Eigen::Index>(R), static_cast<Eigen::Index>(M));
+  float* row = fscratch(0, F);
+  for (int64_t k = 0; k < K; ++k) {
+    read_row(s, static_cast<uint32_t>(k), row);
+    for (int64_t r = 0; r < (dbl ? 2 : 1); ++r)
+      for (int64_t m = 0; m < M; ++m) st.stationary(r * K + k, m) = row[r * M + m];
+  }
+  st.stationary_dtype = s.dtype;
+}
+
+}  // namespace nsim::isa

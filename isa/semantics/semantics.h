@@ -1,0 +1,70 @@
+#pragma once
+/// Functional meaning of every opcode, on resolved tile views. One file per opcode in this folder
+/// (isa/semantics/<mnemonic>.cpp defines exec_<Enum>); dispatch is generated from isa/opcodes.def.
+/// Engines compute in fp32: inputs are widened with load_f32, results narrowed with store_f32 (RNE).
+#include <Eigen/Dense>
+#include <array>
+#include <cstdint>
+
+#include "isa/isa.h"
+
+namespace nsim::isa {
+
+/// A resolved operand: raw memory plus the pattern. For HBM operands `partitions` counts dim-0 rows
+/// and `partition_stride_bytes` is the row step; on-chip it is the physical partition pitch.
+struct TileView {
+  uint8_t* base = nullptr;  ///< address of element (partition 0, free index 0)
+  DType dtype = DType::kFloat32;
+  uint32_t partitions = 0;
+  int64_t partition_stride_bytes = 0;
+  uint8_t nfree = 0;
+  std::array<int64_t, kMaxFreeDims> size{};
+  std::array<int64_t, kMaxFreeDims> stride{};  ///< elements
+
+  bool valid() const { return base != nullptr; }
+  int64_t elems() const;  ///< elements per partition (product of free sizes; 1 when nfree == 0)
+  /// Address of element `flat` (row-major over the free dims) of partition p.
+  uint8_t* at(uint32_t p, int64_t flat) const;
+};
+
+/// Read partition p's elements (row-major over free dims) widened to fp32 into out[0..elems()).
+void read_row(const TileView& v, uint32_t p, float* out);
+/// Write out[0..elems()) narrowed to v.dtype into partition p.
+void write_row(const TileView& v, uint32_t p, const float* in);
+/// Same as read_row/write_row but raw integers (bit-vector ops; no fp32 path).
+void read_row_int(const TileView& v, uint32_t p, int64_t* out);
+void write_row_int(const TileView& v, uint32_t p, const int64_t* in);
+
+/// Architectural state the semantics read and write besides memory.
+struct ArchState {
+  int generation = 3;
+  std::array<float, 128> scalar_acc{};  ///< ScalarE reduce registers (activation*)
+  std::array<float, 128> vector_acc{};  ///< VectorE reduce registers (tensor_scalar_reduce, range_select)
+  Eigen::MatrixXf stationary;           ///< PE array weights, K x M, loaded by load_stationary
+  DType stationary_dtype = DType::kBFloat16;
+  uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+};
+
+/// Views indexed like the opcode's slots (absent optional slots have base == nullptr).
+using Views = std::array<TileView, kMaxSlots>;
+using SemFn = void (*)(const Instr&, const Views&, ArchState&);
+
+/// Run the functional semantics of `in`. Throws nsim::Error on operands that do not fit the op
+/// (e.g. element counts) — verification normally catches these first.
+void execute(const Instr& in, const Views& views, ArchState& st);
+
+/// fp32 ALU, as VectorE/ScalarE/GpSimd compute it (comparisons give 1.0/0.0). Unary ops ignore y.
+float alu_apply(AluOp op, float x, float y);
+/// Integer ALU for bit-vector ops on raw values.
+int64_t alu_apply_int(AluOp op, int64_t x, int64_t y);
+/// Identity element of a reduction (add 0, multiply 1, max -inf, min +inf, and/or/xor ...).
+float alu_identity(AluOp op);
+/// Activation function f(x) in fp32 (prelu uses alpha).
+float act_apply(ActFunc f, float x, float alpha = 0.0f);
+
+// Declarations of every opcode's semantics (defined one per file).
+#define OP(e, mn, eng, dflt, cost, slots) void exec_##e(const Instr&, const Views&, ArchState&);
+#include "isa/opcodes.def"
+#undef OP
+
+}  // namespace nsim::isa

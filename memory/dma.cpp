@@ -1,0 +1,47 @@
+#include "memory/dma.h"
+
+#include <algorithm>
+
+namespace nsim::memory {
+
+using isa::Operand;
+using isa::Space;
+
+DmaSplit split_transfer(const Operand& dst, const Operand& src, int engines, int partitions_per_engine) {
+  DmaSplit s;
+  s.engines = std::clamp(engines, 1, kMaxDmaEngines);
+  s.touches_hbm = dst.space == Space::kHbm || src.space == Space::kHbm;
+  const int64_t elems = dst.total_elems();
+  const int64_t eb = std::max(dtype_bytes(dst.dtype), dtype_bytes(src.dtype));
+  s.total_bytes = elems * eb;
+  // Runs in the HBM side, counted over the whole view (a row of the HBM view is one "partition").
+  auto runs_total = [](const Operand& o) { return o.contiguous_runs_per_partition() * o.num_partitions; };
+
+  const Operand* chip = dst.space != Space::kHbm ? &dst : (src.space != Space::kHbm ? &src : nullptr);
+  if (!chip) {
+    // HBM -> HBM: bytes evenly over all engines.
+    const int64_t runs = std::max(runs_total(dst), runs_total(src));
+    for (int e = 0; e < s.engines; ++e) {
+      auto& p = s.piece[static_cast<size_t>(e)];
+      p.bytes = s.total_bytes / s.engines + (e < s.total_bytes % s.engines ? 1 : 0);
+      p.descriptors = std::max<int64_t>(p.bytes > 0 ? 1 : 0, runs / s.engines + (e < runs % s.engines ? 1 : 0));
+    }
+    return s;
+  }
+  const Operand* other = chip == &dst ? &src : &dst;
+  const int64_t parts = chip->num_partitions;
+  const int64_t bytes_pp = parts > 0 ? s.total_bytes / parts : 0;
+  // Descriptors per partition: on-chip runs, or the other side's runs spread over the partitions.
+  const int64_t other_runs_pp = parts > 0 ? (runs_total(*other) + parts - 1) / parts : 1;
+  const int64_t desc_pp = std::max<int64_t>(1, std::max(chip->contiguous_runs_per_partition(), other_runs_pp));
+  const int ppe = std::max(1, partitions_per_engine);
+  for (int64_t p = chip->start_partition; p < chip->start_partition + parts; ++p) {
+    const int e = static_cast<int>((p / ppe) % s.engines);
+    auto& piece = s.piece[static_cast<size_t>(e)];
+    piece.bytes += bytes_pp;
+    piece.descriptors += desc_pp;
+  }
+  return s;
+}
+
+}  // namespace nsim::memory

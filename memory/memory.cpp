@@ -1,0 +1,188 @@
+#include "memory/memory.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace nsim::memory {
+
+using isa::Operand;
+using isa::Space;
+
+isa::Operand HbmTensor::whole() const {
+  Operand o;
+  o.space = Space::kHbm;
+  o.dtype = dtype;
+  o.offset = addr;
+  int64_t rows = shape.empty() ? 1 : shape[0];
+  int64_t rest = 1;
+  for (size_t i = 1; i < shape.size(); ++i) rest *= shape[i];
+  o.num_partitions = static_cast<uint32_t>(rows);
+  o.partition_step = rest;
+  o.nfree = 1;
+  o.size[0] = rest;
+  o.stride[0] = 1;
+  return o;
+}
+
+std::optional<int64_t> RangeAllocator::alloc(int64_t bytes) {
+  if (bytes <= 0) bytes = 1;
+  const int64_t need = (bytes + align_ - 1) / align_ * align_;
+  int64_t cursor = 0;
+  for (const auto& [off, len] : blocks_) {
+    if (off - cursor >= need) break;
+    cursor = (off + len + align_ - 1) / align_ * align_;
+  }
+  if (cursor + need > capacity_) return std::nullopt;
+  blocks_[cursor] = need;
+  used_ += need;
+  peak_ = std::max(peak_, used_);
+  return cursor;
+}
+
+void RangeAllocator::free(int64_t offset) {
+  auto it = blocks_.find(offset);
+  if (it == blocks_.end()) return;
+  used_ -= it->second;
+  blocks_.erase(it);
+}
+
+void fill_sentinel(uint8_t* p, int64_t bytes, DType dt) {
+  const int eb = dtype_bytes(dt);
+  std::vector<uint8_t> one(static_cast<size_t>(eb));
+  if (dtype_is_float(dt))
+    store_f32(dt, one.data(), std::numeric_limits<float>::quiet_NaN());
+  else
+    store_int(dt, one.data(), 4);
+  for (int64_t i = 0; i + eb <= bytes; i += eb) std::memcpy(p + i, one.data(), static_cast<size_t>(eb));
+}
+
+Memory::Memory(const MemoryConfig& cfg, bool with_storage)
+    : cfg_(cfg),
+      with_storage_(with_storage),
+      sbuf_alloc_(cfg.sbuf_bytes_per_partition, 4),
+      psum_alloc_(cfg.psum_bytes_per_partition(), 4) {
+  if (with_storage_) {
+    sbuf_.assign(static_cast<size_t>(cfg.partitions) * static_cast<size_t>(cfg.sbuf_bytes_per_partition), 0);
+    psum_.assign(static_cast<size_t>(cfg.psum_partitions) * static_cast<size_t>(cfg.psum_bytes_per_partition()), 0);
+    // Unwritten on-chip memory reads as NaN (fp32 sentinel) so use of uninitialised data is visible.
+    fill_sentinel(sbuf_.data(), static_cast<int64_t>(sbuf_.size()), DType::kFloat32);
+    fill_sentinel(psum_.data(), static_cast<int64_t>(psum_.size()), DType::kFloat32);
+  }
+}
+
+const HbmTensor& Memory::alloc_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt) {
+  if (hbm_by_name_.count(name))
+    throw Error(ErrorCode::kBadAccessPattern, fmt::format("HBM tensor '{}' already exists", name));
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d <= 0) throw Error(ErrorCode::kBadAccessPattern, fmt::format("HBM tensor '{}' has a dimension of size {}", name, d));
+    if (n > std::numeric_limits<int64_t>::max() / d)
+      throw Error(ErrorCode::kHbmOverflow, fmt::format("HBM tensor '{}' is too large", name));
+    n *= d;
+  }
+  const int64_t bytes = n * dtype_bytes(dt);
+  const int64_t addr = (hbm_next_ + 63) / 64 * 64;
+  if (addr + bytes > cfg_.hbm_bytes)
+    throw Error(ErrorCode::kHbmOverflow, fmt::format("HBM tensor '{}' needs {} bytes at address {}, but HBM holds {} bytes",
+                                                     name, bytes, addr, cfg_.hbm_bytes));
+  hbm_next_ = addr + bytes;
+  HbmBlock blk{name, bytes, {}};
+  if (with_storage_) {
+    blk.data.resize(static_cast<size_t>(bytes));
+    fill_sentinel(blk.data.data(), bytes, dt);
+  }
+  hbm_.emplace(addr, std::move(blk));
+  HbmTensor t{name, addr, bytes, dt, shape};
+  return hbm_by_name_.emplace(name, std::move(t)).first->second;
+}
+
+const HbmTensor& Memory::hbm_tensor(const std::string& name) const {
+  auto it = hbm_by_name_.find(name);
+  if (it == hbm_by_name_.end()) throw Error(ErrorCode::kUnknownTensor, fmt::format("no HBM tensor named '{}'", name));
+  return it->second;
+}
+
+std::vector<std::string> Memory::hbm_tensor_names() const {
+  std::vector<std::string> v;
+  for (const auto& [n, t] : hbm_by_name_) v.push_back(n);
+  return v;
+}
+
+uint8_t* Memory::hbm_data(const std::string& name) {
+  const HbmTensor& t = hbm_tensor(name);
+  auto& d = hbm_.at(t.addr).data;
+  return d.empty() ? nullptr : d.data();
+}
+const uint8_t* Memory::hbm_data(const std::string& name) const { return const_cast<Memory*>(this)->hbm_data(name); }
+
+int64_t Memory::alloc_onchip(Space space, int64_t bytes_per_partition) {
+  RangeAllocator& a = space == Space::kPsum ? psum_alloc_ : sbuf_alloc_;
+  auto off = a.alloc(bytes_per_partition);
+  if (!off) {
+    const bool psum = space == Space::kPsum;
+    throw Error(psum ? ErrorCode::kPsumOverflow : ErrorCode::kSbufOverflow,
+                fmt::format("{} overflow: a tile of {} bytes per partition does not fit ({} of {} bytes per partition in use)",
+                            psum ? "PSUM" : "SBUF", bytes_per_partition, a.used(), a.capacity()));
+  }
+  return *off;
+}
+
+void Memory::free_onchip(Space space, int64_t offset) { (space == Space::kPsum ? psum_alloc_ : sbuf_alloc_).free(offset); }
+
+const RangeAllocator& Memory::allocator(Space space) const { return space == Space::kPsum ? psum_alloc_ : sbuf_alloc_; }
+
+void Memory::check_bounds(const Operand& o, const char* what) const {
+  auto [lo, hi] = o.byte_extent();
+  if (o.space == Space::kHbm) {
+    auto it = hbm_.upper_bound(lo);
+    if (it == hbm_.begin() || lo < 0)
+      throw Error(ErrorCode::kOutOfBounds, fmt::format("{}: HBM bytes [{}, {}) are not inside any tensor", what, lo, hi));
+    --it;
+    if (hi > it->first + it->second.bytes)
+      throw Error(ErrorCode::kOutOfBounds,
+                  fmt::format("{}: HBM bytes [{}, {}) run past the end of tensor '{}' [{}, {})", what, lo, hi,
+                              it->second.name, it->first, it->first + it->second.bytes));
+    return;
+  }
+  const int parts = o.space == Space::kPsum ? cfg_.psum_partitions : cfg_.partitions;
+  const int64_t cap = o.space == Space::kPsum ? cfg_.psum_bytes_per_partition() : cfg_.sbuf_bytes_per_partition;
+  if (o.num_partitions > static_cast<uint32_t>(parts))
+    throw Error(ErrorCode::kTooManyPartitions,
+                fmt::format("{}: {} partitions requested, {} has {}", what, o.num_partitions, isa::space_name(o.space), parts));
+  if (o.start_partition + o.num_partitions > static_cast<uint32_t>(parts) || lo < 0 || hi > cap)
+    throw Error(ErrorCode::kOutOfBounds,
+                fmt::format("{}: partitions [{}, {}) bytes [{}, {}) are outside {} ({} partitions x {} bytes)", what,
+                            o.start_partition, o.start_partition + o.num_partitions, lo, hi, isa::space_name(o.space),
+                            parts, cap));
+}
+
+isa::TileView Memory::resolve(const Operand& o) const {
+  isa::TileView v;
+  if (!o.present()) return v;
+  check_bounds(o, "operand");
+  v.dtype = o.dtype;
+  v.nfree = o.nfree;
+  v.size = o.size;
+  v.stride = o.stride;
+  v.partitions = o.num_partitions;
+  if (!with_storage_) return v;
+  const int64_t eb = dtype_bytes(o.dtype);
+  auto* self = const_cast<Memory*>(this);
+  if (o.space == Space::kHbm) {
+    auto it = self->hbm_.upper_bound(o.offset);
+    --it;
+    v.base = it->second.data.data() + (o.offset - it->first);
+    v.partition_stride_bytes = o.partition_step * eb;
+  } else {
+    auto& store = o.space == Space::kPsum ? self->psum_ : self->sbuf_;
+    const int64_t pitch = o.space == Space::kPsum ? cfg_.psum_bytes_per_partition() : cfg_.sbuf_bytes_per_partition;
+    v.base = store.data() + o.start_partition * pitch + o.offset;
+    v.partition_stride_bytes = pitch;
+  }
+  return v;
+}
+
+}  // namespace nsim::memory

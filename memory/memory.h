@@ -1,0 +1,104 @@
+#pragma once
+/// On-chip and device memory of one NeuronCore: HBM (sparse, tensors by name), SBUF and PSUM
+/// (partitions x bytes), their allocators with capacity checks, and resolution of access patterns
+/// into tile views with bounds checks.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "isa/isa.h"
+#include "isa/semantics/semantics.h"
+
+namespace nsim::memory {
+
+/// Sizes of the memories, from config.
+struct MemoryConfig {
+  int partitions = 128;
+  int64_t sbuf_bytes_per_partition = 0;
+  int psum_partitions = 128;
+  int psum_banks = 8;
+  int64_t psum_bank_bytes = 2048;
+  int64_t hbm_bytes = 0;
+  int64_t psum_bytes_per_partition() const { return psum_banks * psum_bank_bytes; }
+};
+
+/// A named HBM tensor.
+struct HbmTensor {
+  std::string name;
+  int64_t addr = 0;
+  int64_t bytes = 0;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  /// Access pattern over the whole tensor: dim 0 as rows, the rest flattened into up to 4 free dims.
+  isa::Operand whole() const;
+};
+
+/// First-fit allocator of per-partition byte ranges (the same range on every partition).
+class RangeAllocator {
+ public:
+  RangeAllocator() = default;
+  RangeAllocator(int64_t capacity, int64_t align) : capacity_(capacity), align_(align) {}
+  /// Returns the offset, or nullopt when no gap of `bytes` is free.
+  std::optional<int64_t> alloc(int64_t bytes);
+  void free(int64_t offset);
+  int64_t used() const { return used_; }
+  int64_t peak() const { return peak_; }
+  int64_t capacity() const { return capacity_; }
+
+ private:
+  int64_t capacity_ = 0;
+  int64_t align_ = 1;
+  int64_t used_ = 0;
+  int64_t peak_ = 0;
+  std::map<int64_t, int64_t> blocks_;  // offset -> bytes
+};
+
+/// Storage of HBM, SBUF and PSUM. Storage for on-chip memories is only created when numerics are on.
+class Memory {
+ public:
+  Memory(const MemoryConfig& cfg, bool with_storage);
+
+  const MemoryConfig& config() const { return cfg_; }
+
+  /// Allocate a named HBM tensor (filled with `fill` bytes pattern: NaN sentinel for floats, 4 for ints).
+  const HbmTensor& alloc_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt);
+  const HbmTensor& hbm_tensor(const std::string& name) const;  ///< E208 if unknown
+  bool has_hbm_tensor(const std::string& name) const { return hbm_by_name_.count(name) != 0; }
+  std::vector<std::string> hbm_tensor_names() const;
+  uint8_t* hbm_data(const std::string& name);
+  const uint8_t* hbm_data(const std::string& name) const;
+
+  /// Allocate a tile of `bytes_per_partition` on `num_partitions` partitions starting at 0.
+  /// E204 (SBUF) / E206 (PSUM) when it does not fit. Returns the byte offset within each partition.
+  int64_t alloc_onchip(isa::Space space, int64_t bytes_per_partition);
+  void free_onchip(isa::Space space, int64_t offset);
+  const RangeAllocator& allocator(isa::Space space) const;
+
+  /// Bounds-check `o` and return a view onto storage. E201 when out of bounds, E202 over partitions.
+  isa::TileView resolve(const isa::Operand& o) const;
+  /// Bounds check only (no storage needed).
+  void check_bounds(const isa::Operand& o, const char* what) const;
+
+  bool has_storage() const { return with_storage_; }
+
+ private:
+  struct HbmBlock {
+    std::string name;
+    int64_t bytes;
+    std::vector<uint8_t> data;
+  };
+  MemoryConfig cfg_;
+  bool with_storage_;
+  std::vector<uint8_t> sbuf_, psum_;
+  std::map<int64_t, HbmBlock> hbm_;  // addr -> block
+  std::map<std::string, HbmTensor> hbm_by_name_;
+  int64_t hbm_next_ = 0;
+  RangeAllocator sbuf_alloc_, psum_alloc_;
+};
+
+/// Fill pattern of fresh, unwritten memory (spec 1.3: NaN for float dtypes, 4 for integer dtypes).
+void fill_sentinel(uint8_t* p, int64_t bytes, DType dt);
+
+}  // namespace nsim::memory
