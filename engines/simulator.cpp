@@ -71,7 +71,7 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
       p_(engines::CoreParams::from_config(cfg)),
       opts_(std::move(opts)),
       limits_(p_.limits()),
-      mem_(p_.mem, opts_.numerics),
+      mem_(p_.mem, opts_.numerics, std::max<int64_t>(4, p_.dep_chunk_bytes)),
       deps_(dep_config(p_, cfg), latency_table(p_)),
       tensor_(p_),
       dma_(p_) {
@@ -199,7 +199,8 @@ InstrTiming Simulator::schedule(const Instr& in) {
   ++c_.opcode_count[oi];
   c_.opcode_time[oi] += t.end - t.start;
   c_.end = std::max(c_.end, t.end);
-  if (trace_) update_watermark();
+  if (isa::is_dma(in.op)) dma_.prune(watermark());
+  if (trace_) trace_->watermark(watermark());
   return t;
 }
 
@@ -402,11 +403,11 @@ void Simulator::trace_instr(const Instr& in, int track, Ps start, Ps end, Ps rea
   trace_->slice({track, start, end - start, std::string(isa::op_info(in.op).mnemonic), std::move(args)});
 }
 
-void Simulator::update_watermark() {
-  // Every later slice starts no earlier than the earliest next issue of any engine.
+Ps Simulator::watermark() const {
+  // Every later instruction starts no earlier than the earliest next issue of any engine.
   Ps w = INT64_MAX;
   for (Ps t : next_issue_) w = std::min(w, t);
-  trace_->watermark(w);
+  return w;
 }
 
 void Simulator::finish() {

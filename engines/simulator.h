@@ -111,7 +111,7 @@ class Simulator {
   InstrTiming schedule_stream(const isa::Instr& in);
   void account_bytes(const isa::Instr& in);
   void trace_instr(const isa::Instr& in, int track, sim::Ps start, sim::Ps end, sim::Ps ready, int perf_mode);
-  void update_watermark();
+  sim::Ps watermark() const;
 
   sim::Config cfg_;
   engines::CoreParams p_;

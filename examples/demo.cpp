@@ -93,11 +93,17 @@ int main(int argc, char** argv) {
       rc[b] = sim->alloc_tile(Space::kSbuf, 128, {1}, DType::kFloat32);
       ps[b] = sim->alloc_tile(Space::kPsum, 128, {kCols}, DType::kFloat32);
     }
+    // Software pipelining: the load of tile t+1 is issued before the compute of tile t, so the
+    // in-order Sync queue never waits behind a store.
+    auto load = [&](int t) {
+      Instr ld = make(Opcode::kDmaCopy, Engine::kSync, {xt[t % 2], hbm_rows(x, t * 128, 128, kCols)}, l_load);
+      ld.dma_queue = static_cast<uint8_t>(t % 2);
+      sim->submit(ld);
+    };
+    load(0);
     for (int t = 0; t < kTiles; ++t) {
       const int b = t % 2;
-      Instr ld = make(Opcode::kDmaCopy, Engine::kSync, {xt[b], hbm_rows(x, t * 128, 128, kCols)}, l_load);
-      ld.dma_queue = static_cast<uint8_t>(b);
-      sim->submit(ld);
+      if (t + 1 < kTiles) load(t + 1);
       Instr red = make(Opcode::kTensorReduce, Engine::kVector, {mx[b], xt[b]}, l_max);
       red.alu0 = isa::AluOp::kMaximum;
       sim->submit(red);
@@ -113,11 +119,13 @@ int main(int argc, char** argv) {
       ex.reduce_cmd = isa::ReduceCmd::kResetReduce;
       sim->submit(ex);
       sim->submit(make(Opcode::kReciprocal, Engine::kVector, {rc[b], sm[b]}, l_norm));
-      sim->submit(make(Opcode::kTensorScalar, Engine::kVector, {yt[b], et[b], rc[b]}, l_norm));
+      Instr nrm = make(Opcode::kTensorScalar, Engine::kVector, {yt[b], et[b], rc[b]}, l_norm);
+      nrm.alu0 = isa::AluOp::kMultiply;
+      sim->submit(nrm);
       sim->submit(make(Opcode::kLoadStationary, Engine::kTensor, {wt}, l_mm));
       sim->submit(make(Opcode::kMultiplyMoving, Engine::kTensor, {ps[b], yt[b]}, l_mm));
       sim->submit(make(Opcode::kTensorCopy, Engine::kVector, {zt[b], ps[b]}, l_store));
-      Instr st = make(Opcode::kDmaCopy, Engine::kSync, {hbm_rows(z, t * 128, 128, kCols), zt[b]}, l_store);
+      Instr st = make(Opcode::kDmaCopy, Engine::kGpsimd, {hbm_rows(z, t * 128, 128, kCols), zt[b]}, l_store);
       st.dma_queue = static_cast<uint8_t>(2 + b);
       sim->submit(st);
     }

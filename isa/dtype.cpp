@@ -5,7 +5,6 @@
 
 #include <array>
 #include <bit>
-#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -175,38 +174,18 @@ inline float tf32_round(float v) {
 
 // ---- integers --------------------------------------------------------------------------------
 
-struct IntRange {
-  double lo, hi;  // exact in double
-};
-
-inline IntRange int_range(DType t) {
-  switch (t) {
-    case DType::kInt8: return {-128.0, 127.0};
-    case DType::kInt16: return {-32768.0, 32767.0};
-    case DType::kInt32: return {-2147483648.0, 2147483647.0};
-    case DType::kUInt8: return {0.0, 255.0};
-    case DType::kUInt16: return {0.0, 65535.0};
-    case DType::kUInt32: return {0.0, 4294967295.0};
-    case DType::kBool: return {0.0, 1.0};
-    default: return {-9223372036854775808.0, 9223372036854775807.0};  // hi rounds to 2^63
-  }
-}
-
-// Truncate toward zero and clamp to [lo, hi]; NaN -> 0. All comparisons are in double, where
-// every fp32 value and every bound up to 32 bits is exact.
-inline int64_t trunc_sat(float v, double lo, double hi) {
-  if (std::isnan(v)) return 0;
-  const double d = std::trunc(static_cast<double>(v));
-  if (d <= lo) return static_cast<int64_t>(lo);  // lo >= -2^63 is exactly representable
-  if (d >= hi)  // hi may be 2^63 (int64 max rounded up), which is not representable
-    return hi >= 9223372036854775807.0 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(hi);
-  return static_cast<int64_t>(d);
-}
-
+// Truncate toward zero, saturate to T's range, NaN -> 0. Both range ends are tested against
+// powers of two (-2^k or 0, and 2^k = max + 1), which fp32 represents exactly, so no bound is
+// rounded; in between the float -> T cast truncates and is always in range (no UB).
 template <class T>
 inline T sat_to(float v) {
-  return static_cast<T>(trunc_sat(v, static_cast<double>(std::numeric_limits<T>::min()),
-                                  static_cast<double>(std::numeric_limits<T>::max())));
+  using L = std::numeric_limits<T>;
+  constexpr float kLo = static_cast<float>(L::min());
+  constexpr float kHiExcl = static_cast<float>(uint64_t{1} << L::digits);
+  if (v != v) return 0;
+  if (v <= kLo) return L::min();
+  if (v >= kHiExcl) return L::max();
+  return static_cast<T>(v);
 }
 
 // ---- bulk loop helpers (the dtype switch is outside the loop) ------------------------------
@@ -285,9 +264,16 @@ float f8e5m2_bits_to_f32(uint8_t b) { return kE5M2Table[b]; }
 float round_to_tf32(float v) { return tf32_round(v); }
 
 int64_t f32_to_int_saturate(float v, DType int_type) {
-  if (int_type == DType::kBool) return v != 0.0f ? 1 : 0;  // NaN != 0, so NaN -> 1
-  const IntRange r = int_range(int_type);
-  return trunc_sat(v, r.lo, r.hi);
+  switch (int_type) {
+    case DType::kInt8: return sat_to<int8_t>(v);
+    case DType::kInt16: return sat_to<int16_t>(v);
+    case DType::kInt32: return sat_to<int32_t>(v);
+    case DType::kUInt8: return sat_to<uint8_t>(v);
+    case DType::kUInt16: return sat_to<uint16_t>(v);
+    case DType::kUInt32: return sat_to<uint32_t>(v);
+    case DType::kBool: return v != 0.0f ? 1 : 0;  // NaN != 0, so NaN -> 1
+    default: return sat_to<int64_t>(v);          // float types: saturate to int64
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -344,7 +330,7 @@ int64_t load_int(DType t, const uint8_t* p) {
     default: break;
   }
   // Float types: the value truncated toward zero, saturated to int64, NaN -> 0.
-  return trunc_sat(load_f32(t, p), -9223372036854775808.0, 9223372036854775807.0);
+  return sat_to<int64_t>(load_f32(t, p));
 }
 
 void store_int(DType t, uint8_t* p, int64_t v) {

@@ -158,7 +158,9 @@ struct Instr {
   ReduceCmd reduce_cmd = ReduceCmd::kIdle;
   uint8_t dma_queue = 0;            ///< DMA queue id on every engine
   uint8_t axis_count = 0;           ///< tensor_reduce: number of trailing free dims reduced
-  std::array<float, 4> imm{};       ///< scalars: operand0/1, scale, value, on_false, initial, range_start...
+  /// Scalars: [0] operand0 / value / on_false / initial / range_start, [1] operand1 / alpha /
+  /// on_false / reduce_init, [2] activation scale (default 1), [3] activation bias (default 0).
+  std::array<float, 4> imm{0.0f, 0.0f, 1.0f, 0.0f};
   std::array<int32_t, 10> iimm{};   ///< iota/affine_select: offset, channel_multiplier, 4x[step, num]
   std::array<uint8_t, 32> shuffle{};///< nc_stream_shuffle mask (255 = keep)
   std::array<Operand, kMaxSlots> opnd{};

@@ -59,11 +59,11 @@ void fill_sentinel(uint8_t* p, int64_t bytes, DType dt) {
   for (int64_t i = 0; i + eb <= bytes; i += eb) std::memcpy(p + i, one.data(), static_cast<size_t>(eb));
 }
 
-Memory::Memory(const MemoryConfig& cfg, bool with_storage)
+Memory::Memory(const MemoryConfig& cfg, bool with_storage, int64_t align)
     : cfg_(cfg),
       with_storage_(with_storage),
-      sbuf_alloc_(cfg.sbuf_bytes_per_partition, 4),
-      psum_alloc_(cfg.psum_bytes_per_partition(), 4) {
+      sbuf_alloc_(cfg.sbuf_bytes_per_partition, align),
+      psum_alloc_(cfg.psum_bytes_per_partition(), align) {
   if (with_storage_) {
     sbuf_.assign(static_cast<size_t>(cfg.partitions) * static_cast<size_t>(cfg.sbuf_bytes_per_partition), 0);
     psum_.assign(static_cast<size_t>(cfg.psum_partitions) * static_cast<size_t>(cfg.psum_bytes_per_partition()), 0);

@@ -58,7 +58,8 @@ class RangeAllocator {
 /// Storage of HBM, SBUF and PSUM. Storage for on-chip memories is only created when numerics are on.
 class Memory {
  public:
-  Memory(const MemoryConfig& cfg, bool with_storage);
+  /// `align`: alignment of on-chip allocations in bytes per partition.
+  Memory(const MemoryConfig& cfg, bool with_storage, int64_t align = 4);
 
   const MemoryConfig& config() const { return cfg_; }
 

@@ -7,7 +7,56 @@ namespace nsim::engines {
 
 using sim::Ps;
 
+Ps Calendar::earliest(Ps t, Ps dur) const {
+  Ps s = std::max(t, floor_);
+  for (int i = 0; i < n_; ++i) {
+    const auto [b, e] = iv_[static_cast<size_t>(i)];
+    if (s + dur <= b) return s;  // fits in the gap before interval i
+    s = std::max(s, e);
+  }
+  return s;
+}
+
+void Calendar::reserve(Ps start, Ps end) {
+  if (n_ == kCapacity) {  // full: forget the oldest, and never book before its end again
+    floor_ = std::max(floor_, iv_[0].second);
+    std::move(iv_.begin() + 1, iv_.begin() + n_, iv_.begin());
+    --n_;
+  }
+  int i = n_;
+  while (i > 0 && iv_[static_cast<size_t>(i - 1)].first > start) {
+    iv_[static_cast<size_t>(i)] = iv_[static_cast<size_t>(i - 1)];
+    --i;
+  }
+  iv_[static_cast<size_t>(i)] = {start, end};
+  ++n_;
+}
+
+bool Calendar::busy_at(Ps t) const {
+  for (int i = 0; i < n_; ++i) {
+    const auto [b, e] = iv_[static_cast<size_t>(i)];
+    if (b <= t && t < e) return true;
+    if (b > t) break;
+  }
+  return false;
+}
+
+void Calendar::prune(Ps t) {
+  int k = 0;
+  while (k < n_ && iv_[static_cast<size_t>(k)].second <= t) ++k;
+  if (!k) return;
+  std::move(iv_.begin() + k, iv_.begin() + n_, iv_.begin());
+  n_ -= k;
+}
+
 DmaEngines::DmaEngines(const CoreParams& p) : p_(p), setup_free_(static_cast<size_t>(p.dma_queues), 0) {}
+
+void DmaEngines::prune(Ps t) {
+  for (int e = 0; e < p_.dma_engines; ++e) {
+    engine_[static_cast<size_t>(e)].prune(t);
+    hbm_[static_cast<size_t>(e)].prune(t);
+  }
+}
 
 DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const memory::DmaSplit& split,
                                           double efficiency) {
@@ -15,7 +64,8 @@ DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const mem
   Ps& qfree = setup_free_[static_cast<size_t>(queue % p_.dma_queues)];
   t.setup_start = std::max(trigger_start, qfree);
   const Ps setup_end = t.setup_start + p_.dma_setup;
-  qfree = setup_end;
+  // Back-to-back transfers on one queue have period max(setup, data) + gap (neuroncore.md 3.3).
+  qfree = setup_end + p_.dma_transfer_gap;
 
   // Engines of this transfer that move HBM bytes count towards the HBM share from the start.
   int own_hbm = 0;
@@ -27,22 +77,29 @@ DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const mem
     const auto ei = static_cast<size_t>(e);
     const memory::DmaPiece& pc = split.piece[ei];
     if (pc.bytes <= 0) continue;
-    const Ps start = std::max(setup_end, free_[ei]);
-    double bw = p_.dma_engine_bw;
+    const double desc = static_cast<double>(std::max<int64_t>(1, pc.descriptors));
+    auto duration = [&](double bw) {
+      const double per_desc_ns = std::max(static_cast<double>(pc.bytes) / desc / bw, sim::ps_to_ns(p_.dma_desc_min));
+      return static_cast<Ps>(std::llround(desc * per_desc_ns * 1000.0));
+    };
+    // First fit at the engine's full rate, then apply the HBM share seen at that start.
+    Ps dur = duration(p_.dma_engine_bw * efficiency);
+    Ps start = engine_[ei].earliest(setup_end, dur + p_.dma_transfer_gap);
     if (split.touches_hbm) {
       int active = own_hbm;
       for (int o = 0; o < p_.dma_engines; ++o)
-        if (split.piece[static_cast<size_t>(o)].bytes <= 0 && hbm_busy_[static_cast<size_t>(o)] > start) ++active;
-      bw = std::min(bw, p_.hbm_bw / std::max(1, active));
+        if (split.piece[static_cast<size_t>(o)].bytes <= 0 && hbm_[static_cast<size_t>(o)].busy_at(start)) ++active;
+      const double bw = std::min(p_.dma_engine_bw, p_.hbm_bw / std::max(1, active)) * efficiency;
+      const Ps shared = duration(bw);
+      if (shared != dur) {
+        dur = shared;
+        start = engine_[ei].earliest(setup_end, dur + p_.dma_transfer_gap);
+      }
     }
-    bw *= efficiency;
-    const double desc = static_cast<double>(std::max<int64_t>(1, pc.descriptors));
-    const double per_desc_ns = std::max(static_cast<double>(pc.bytes) / desc / bw, sim::ps_to_ns(p_.dma_desc_min));
     // The packet moves data for `dur`; the engine then idles dma.transfer_gap before its next packet.
-    const Ps dur = static_cast<Ps>(std::llround(desc * per_desc_ns * 1000.0));
     const Ps end = start + dur;
-    free_[ei] = end + p_.dma_transfer_gap;
-    if (split.touches_hbm) hbm_busy_[ei] = end;
+    engine_[ei].reserve(start, end + p_.dma_transfer_gap);
+    if (split.touches_hbm) hbm_[ei].reserve(start, end);
     t.piece_start[ei] = start;
     t.piece_end[ei] = end;
     t.data_start = std::min(t.data_start, start);

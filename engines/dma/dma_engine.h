@@ -1,7 +1,10 @@
 #pragma once
 /// DMA timing (neuroncore.md 3.3): per-queue serial setup that overlaps the previous transfer's
-/// data phase, per-engine FIFO data pieces at the engine bandwidth, each descriptor costing at least
-/// dma.desc_min, a per-transfer gap, and HBM bandwidth shared by the engines that touch HBM at once.
+/// data phase, per-engine data pieces at the engine bandwidth, each descriptor costing at least
+/// dma.desc_min, a gap after each piece, and HBM bandwidth shared by the engines that touch HBM at
+/// once. Each DMA engine keeps a calendar of busy intervals, so a transfer scheduled later in
+/// program order but ready earlier (another queue) takes an earlier idle gap, as the engines'
+/// round-robin over queues would.
 #include <array>
 #include <vector>
 
@@ -10,6 +13,24 @@
 #include "sim/time.h"
 
 namespace nsim::engines {
+
+/// Busy intervals of one resource, sorted, bounded (no allocation after construction).
+class Calendar {
+ public:
+  static constexpr int kCapacity = 64;
+  /// Earliest start >= t at which [start, start + dur) is free.
+  sim::Ps earliest(sim::Ps t, sim::Ps dur) const;
+  void reserve(sim::Ps start, sim::Ps end);
+  bool busy_at(sim::Ps t) const;
+  /// Forget intervals that end at or before t (no future request starts before t).
+  void prune(sim::Ps t);
+  sim::Ps last_end() const { return n_ ? iv_[static_cast<size_t>(n_ - 1)].second : floor_; }
+
+ private:
+  std::array<std::pair<sim::Ps, sim::Ps>, kCapacity> iv_{};
+  int n_ = 0;
+  sim::Ps floor_ = 0;  ///< nothing may be booked before this (end of intervals dropped when full)
+};
 
 class DmaEngines {
  public:
@@ -25,14 +46,14 @@ class DmaEngines {
   /// Time a transfer triggered at `trigger_start` on `queue`; `efficiency` scales the bandwidth
   /// (dma_transpose). Updates engine and queue state.
   Transfer transfer(int queue, sim::Ps trigger_start, const memory::DmaSplit& split, double efficiency);
-
-  sim::Ps engine_free(int e) const { return free_[static_cast<size_t>(e)]; }
+  /// No future transfer is triggered before t.
+  void prune(sim::Ps t);
 
  private:
   const CoreParams& p_;
-  std::vector<sim::Ps> setup_free_;                      // per queue
-  std::array<sim::Ps, memory::kMaxDmaEngines> free_{};   // per engine: end of its last piece
-  std::array<sim::Ps, memory::kMaxDmaEngines> hbm_busy_{};
+  std::vector<sim::Ps> setup_free_;                         // per queue
+  std::array<Calendar, memory::kMaxDmaEngines> engine_{};   // data pieces (+ gap)
+  std::array<Calendar, memory::kMaxDmaEngines> hbm_{};      // pieces that touch HBM
 };
 
 }  // namespace nsim::engines

@@ -483,6 +483,27 @@ TEST_CASE("float -> int: truncate, saturate, NaN -> 0", "[dtype]") {
   CHECK(f32_to_int_saturate(nan, DType::kBool) == 1);
 }
 
+TEST_CASE("float -> int matches a double-precision reference", "[dtype]") {
+  const DType types[] = {DType::kInt8,  DType::kInt16,  DType::kInt32,
+                         DType::kUInt8, DType::kUInt16, DType::kUInt32};
+  const double lo[] = {-128.0, -32768.0, -2147483648.0, 0.0, 0.0, 0.0};
+  const double hi[] = {127.0, 32767.0, 2147483647.0, 255.0, 65535.0, 4294967295.0};
+  int bad = 0;
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 0x10001) {  // ~65536 patterns, both signs
+    const float v = f_of(static_cast<uint32_t>(u));
+    for (int k = 0; k < 6; ++k) {
+      double ref = 0.0;
+      if (!std::isnan(v)) ref = std::fmin(std::fmax(std::trunc(static_cast<double>(v)), lo[k]), hi[k]);
+      bad += f32_to_int_saturate(v, types[k]) != static_cast<int64_t>(ref);
+    }
+  }
+  CHECK(bad == 0);
+  // Non-integer dtypes saturate to int64.
+  CHECK(f32_to_int_saturate(1e30f, DType::kFloat32) == std::numeric_limits<int64_t>::max());
+  CHECK(f32_to_int_saturate(-1e30f, DType::kFloat32) == std::numeric_limits<int64_t>::min());
+  CHECK(f32_to_int_saturate(-7.75f, DType::kBFloat16) == -7);
+}
+
 TEST_CASE("store_f32 / load_f32 on integer types", "[dtype]") {
   uint8_t buf[4] = {};
   store_f32(DType::kInt8, buf, 300.0f);

@@ -1,0 +1,316 @@
+// Cycle-level timing tests. Each expected value is derived in a comment from the cost formulas of
+// shared/spec/neuroncore.md (section 3) and the preset values in configs/; calibration points (C#)
+// are checked against their published tolerance.
+#include <catch2/catch.hpp>
+
+#include "kernel_builder.h"
+
+using namespace nsim;
+using namespace nsim::test;
+
+namespace {
+
+// A chain of `n` matmuls with the stationary loaded once; returns the MM start times.
+std::vector<InstrTiming> matmul_chain(Simulator& s, DType dt, int64_t m, int64_t n_moving, int count,
+                                      bool reload_stationary = false) {
+  Operand st = s.alloc_tile(Space::kSbuf, 128, {m}, dt);
+  Operand mv = s.alloc_tile(Space::kSbuf, 128, {n_moving}, dt);
+  Operand ps = s.alloc_tile(Space::kPsum, static_cast<uint32_t>(m), {n_moving}, DType::kFloat32);
+  std::vector<InstrTiming> out;
+  s.submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+  for (int i = 0; i < count; ++i) {
+    if (reload_stationary && i > 0) s.submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+    Instr mm = instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv});
+    mm.flags = isa::kAccumulate;
+    out.push_back(s.submit(mm));
+  }
+  s.finish();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("C13/C12: back-to-back bf16 matmuls issue every 512 cycles and reach PE peak", "[timing][tensor]") {
+  // ii_mm = f_dt * max(mm_min_ii, N) = 1 * max(64, 512) = 512 tensor cycles.
+  // trn1: 512 / 2.8 GHz = 182.857 ns; trn2 (throttle off): 512 / 2.4 GHz = 213.333 ns.
+  {
+    auto s = make_sim("trn1");
+    auto t = matmul_chain(*s, DType::kBFloat16, 128, 512, 200);
+    CHECK(ns(t[100].start - t[99].start) == Approx(182.857).margin(0.01));
+    // C12: peak = 2*128*128*2.8e9 = 91.75 TFLOPS; 200 MMs of 2*128*128*512 FLOPs over the chain.
+    const double flops = 200 * 2.0 * 128 * 128 * 512;
+    const double secs = static_cast<double>(t.back().start + (t[1].start - t[0].start) - t[0].start) * 1e-12;
+    CHECK(flops / secs / 1e12 == Approx(91.75).epsilon(0.005));
+  }
+  {
+    auto s = make_sim("trn2", {"tensor.throttle.enabled=false"});
+    auto t = matmul_chain(*s, DType::kBFloat16, 128, 512, 50);
+    CHECK(ns(t[10].start - t[9].start) == Approx(213.333).margin(0.01));
+  }
+}
+
+TEST_CASE("C14: fp32 matmul is 4x slower than bf16", "[timing][tensor]") {
+  // f_dt = tensor.fp32_factor = 4: ii = 4 * 512 = 2048 cycles = 731.43 ns on trn1.
+  auto s = make_sim("trn1");
+  auto t = matmul_chain(*s, DType::kFloat32, 128, 512, 10);
+  CHECK(ns(t[5].start - t[4].start) == Approx(2048 / 2.8).margin(0.01));
+}
+
+TEST_CASE("C15/C16: short moving and short stationary tiles", "[timing][tensor]") {
+  {  // C15: N = 1 -> ii_mm = max(64, 1) = 64 cycles; reloading [128,128] each time: ii_ls = ceil(128/4) = 32 < 64.
+    auto s = make_sim("trn1");
+    auto t = matmul_chain(*s, DType::kBFloat16, 128, 1, 20, /*reload=*/true);
+    CHECK(ns(t[10].start - t[9].start) == Approx(64 / 2.8).margin(0.01));
+  }
+  {  // C16: stationary free 1, N = 128 -> ii = max(64, 128) = 128 cycles.
+    auto s = make_sim("trn1");
+    auto t = matmul_chain(*s, DType::kBFloat16, 1, 128, 20, /*reload=*/true);
+    CHECK(ns(t[10].start - t[9].start) == Approx(128 / 2.8).margin(0.01));
+  }
+}
+
+TEST_CASE("C27: a 3-column fp16 matmul lasts II + latency = 148 ns on trn1", "[timing][tensor]") {
+  // duration = max(64, 3) + tensor.mm_latency_cycles (350) = 414 cycles / 2.8 GHz = 147.86 ns.
+  auto s = make_sim("trn1");
+  auto t = matmul_chain(*s, DType::kFloat16, 128, 3, 1);
+  CHECK(ns(t[0].end - t[0].start) == Approx(148).epsilon(0.30));
+  CHECK(ns(t[0].end - t[0].start) == Approx(414 / 2.8).margin(0.01));
+}
+
+TEST_CASE("C17: back-to-back PE transposes of [128,128] bf16 take 128 cycles", "[timing][tensor]") {
+  // ii = f_tr * max(P, min(64, F)) = 1 * max(128, 64) = 128 cycles = 45.71 ns on trn1.
+  auto s = make_sim("trn1");
+  Operand in = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+  Operand out = s->alloc_tile(Space::kPsum, 128, {128}, DType::kBFloat16);
+  std::vector<InstrTiming> t;
+  for (int i = 0; i < 10; ++i) t.push_back(s->submit(instr(Opcode::kNcTranspose, Engine::kTensor, {out, in})));
+  CHECK(ns(t[5].start - t[4].start) == Approx(128 / 2.8).margin(0.01));
+}
+
+TEST_CASE("C9: dependent 1-element activations on trn1 issue every 264 cycles (189 ns)", "[timing][scalar]") {
+  // busy = max(MIN_II 64, 1) = 64; duration = 64 + scalar.fixed_latency_cycles (200) = 264 cycles.
+  // Same-engine RAW: next start = previous end -> period 264 / 1.4 GHz = 188.57 ns.
+  auto s = make_sim("trn1");
+  Operand a = s->alloc_tile(Space::kSbuf, 128, {1}, DType::kFloat32);
+  std::vector<InstrTiming> t;
+  for (int i = 0; i < 10; ++i) {
+    Instr in = instr(Opcode::kActivation, Engine::kScalar, {a, a});
+    in.act = isa::ActFunc::kCopy;
+    in.imm[2] = 1.0f;
+    t.push_back(s->submit(in));
+  }
+  CHECK(ns(t[5].start - t[4].start) == Approx(189).epsilon(0.10));
+  CHECK(ns(t[5].start - t[4].start) == Approx(264 / 1.4).margin(0.01));
+}
+
+TEST_CASE("C10/C11: exp on ScalarE (trn2) = N + 350 cycles, first one loads its table", "[timing][scalar]") {
+  // N = 4096: (4096 + 350) / 1.2 GHz = 3705 ns (fig ~3.71 us); N = 128: 478 / 1.2 = 398.3 ns (~0.40 us).
+  // The first exp also pays scalar.act_table_load = 1330 ns (C11, ~1.33 us).
+  auto s = make_sim("trn2");
+  Operand big = s->alloc_tile(Space::kSbuf, 128, {4096}, DType::kBFloat16);
+  Operand small = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+  auto exp = [&](Operand o) {
+    Instr in = instr(Opcode::kActivation, Engine::kScalar, {o, o});
+    in.act = isa::ActFunc::kExp;
+    in.imm[2] = 1.0f;
+    return s->submit(in);
+  };
+  InstrTiming first = exp(small);
+  CHECK(ns(first.end - first.start) == Approx(1330 + 398.33).margin(0.01));
+  InstrTiming b = exp(big);
+  CHECK(ns(b.end - b.start) == Approx(3710).epsilon(0.15));
+  CHECK(ns(b.end - b.start) == Approx(4446 / 1.2).margin(0.01));
+  InstrTiming sm = exp(small);
+  CHECK(ns(sm.end - sm.start) == Approx(400).epsilon(0.15));
+}
+
+TEST_CASE("C18: activation with a reduction costs MIN_II (64) more", "[timing][scalar]") {
+  auto s = make_sim("trn1");
+  Operand a = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  Operand b = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  Operand r = s->alloc_tile(Space::kSbuf, 128, {1}, DType::kFloat32);
+  Instr plain = instr(Opcode::kActivation, Engine::kScalar, {b, a});
+  plain.act = isa::ActFunc::kCopy;
+  Instr red = instr(Opcode::kActivationReduce, Engine::kScalar, {b, a, Operand{}, Operand{}, r});
+  red.act = isa::ActFunc::kCopy;
+  red.alu1 = isa::AluOp::kAdd;
+  InstrTiming t1 = s->submit(plain);
+  InstrTiming t2 = s->submit(red);
+  // (512 + 64 + 200) - (512 + 200) = 64 cycles at 1.4 GHz.
+  CHECK(ns((t2.end - t2.start) - (t1.end - t1.start)) == Approx(64 / 1.4).margin(0.01));
+}
+
+TEST_CASE("C19: tensor_tensor fp32 N=512 on trn1: 1024 cycles from two SBUF inputs, 512 with one in PSUM",
+          "[timing][vector]") {
+  // passes = 2 (both SBUF) -> 2 * 512 = 1024 cycles = 914.3 ns @ 1.12 GHz; SBUF + PSUM -> 512 = 457.1 ns.
+  auto s = make_sim("trn1");
+  Operand a = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  Operand b = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  Operand c = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  Operand p = s->alloc_tile(Space::kPsum, 128, {512}, DType::kFloat32);
+  Instr tt = instr(Opcode::kTensorTensor, Engine::kVector, {c, a, b});
+  tt.alu0 = AluOp::kAdd;
+  InstrTiming t1 = s->submit(tt);
+  CHECK(ns(t1.issue - t1.start) == Approx(914.29).margin(0.01));
+  tt.opnd[2] = p;
+  InstrTiming t2 = s->submit(tt);
+  CHECK(ns(t2.issue - t2.start) == Approx(457.14).margin(0.01));
+}
+
+TEST_CASE("C20: trn2 tensor_copy bf16 contiguous runs in 4x mode, non-contiguous 2x", "[timing][vector]") {
+  // N = 4096: 4x -> 1024 cycles = 1066.7 ns @ 0.96 GHz; stride 2 -> 2x -> 2048 cycles = 2133.3 ns.
+  auto s = make_sim("trn2");
+  Operand a = s->alloc_tile(Space::kSbuf, 128, {8192}, DType::kBFloat16);
+  Operand b = s->alloc_tile(Space::kSbuf, 128, {4096}, DType::kBFloat16);
+  Operand src = a;
+  src.size[0] = 4096;
+  InstrTiming t1 = s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {b, src}));
+  CHECK(ns(t1.issue - t1.start) == Approx(1066.67).margin(0.01));
+  src.stride[0] = 2;
+  InstrTiming t2 = s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {b, src}));
+  CHECK(ns(t2.issue - t2.start) == Approx(2133.33).margin(0.01));
+  // trn1 has no performance modes: 4096 cycles at 1.12 GHz.
+  auto s1 = make_sim("trn1");
+  Operand a1 = s1->alloc_tile(Space::kSbuf, 128, {4096}, DType::kBFloat16);
+  Operand b1 = s1->alloc_tile(Space::kSbuf, 128, {4096}, DType::kBFloat16);
+  InstrTiming t3 = s1->submit(instr(Opcode::kTensorCopy, Engine::kVector, {b1, a1}));
+  CHECK(ns(t3.issue - t3.start) == Approx(4096 / 1.12).margin(0.01));
+}
+
+TEST_CASE("C21: VectorE reciprocal costs 8N, ScalarE reciprocal N", "[timing][vector]") {
+  auto s = make_sim("trn1");
+  Operand a = s->alloc_tile(Space::kSbuf, 128, {256}, DType::kFloat32);
+  Operand b = s->alloc_tile(Space::kSbuf, 128, {256}, DType::kFloat32);
+  InstrTiming v = s->submit(instr(Opcode::kReciprocal, Engine::kVector, {b, a}));
+  Instr act = instr(Opcode::kActivation, Engine::kScalar, {b, a});
+  act.act = isa::ActFunc::kReciprocal;
+  InstrTiming sc = s->submit(act);
+  // 8 * 256 = 2048 VectorE cycles @ 1.12 GHz; 256 ScalarE cycles @ 1.4 GHz (busy, table load excluded).
+  CHECK(ns(v.issue - v.start) == Approx(2048 / 1.12).margin(0.01));
+  CHECK(ns(sc.issue - sc.start) - 1330 == Approx(256 / 1.4).margin(0.01));
+}
+
+TEST_CASE("C22: iota N=512 on trn1 is 150 + N = 662 cycles (473 ns)", "[timing][gpsimd]") {
+  auto s = make_sim("trn1");
+  Operand a = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kInt32);
+  Instr in = instr(Opcode::kIota, Engine::kGpsimd, {a});
+  in.iimm = {0, 0, 1, 512, 0, 1, 0, 1, 0, 1};
+  InstrTiming t = s->submit(in);
+  CHECK(ns(t.issue - t.start) == Approx(473).epsilon(0.15));
+  CHECK(ns(t.issue - t.start) == Approx(662 / 1.4).margin(0.01));
+}
+
+TEST_CASE("C23: tiny instructions: II = MIN_II independent, + fixed latency dependent", "[timing][vector]") {
+  // Independent: 64 cycles apart. Dependent (same tile): 64 + 100 = 164 cycles apart.
+  auto s = make_sim("trn1");
+  Operand a = s->alloc_tile(Space::kSbuf, 128, {1}, DType::kFloat32);
+  Operand b = s->alloc_tile(Space::kSbuf, 128, {1}, DType::kFloat32);
+  Operand c = s->alloc_tile(Space::kSbuf, 128, {1}, DType::kFloat32);
+  auto ts = [&](Operand d, Operand x) {
+    Instr in = instr(Opcode::kTensorScalar, Engine::kVector, {d, x});
+    in.alu0 = AluOp::kAdd;
+    in.flags = isa::kHasImm0;
+    return s->submit(in);
+  };
+  InstrTiming i1 = ts(b, a);
+  InstrTiming i2 = ts(c, a);  // independent of i1
+  CHECK(ns(i2.start - i1.start) == Approx(64 / 1.12).margin(0.01));
+  InstrTiming i3 = ts(a, c);  // depends on i2
+  CHECK(ns(i3.start - i2.start) == Approx(164 / 1.12).margin(0.01));
+}
+
+TEST_CASE("C1/C2/C3: trn2 DMA of 32 KiB", "[timing][dma]") {
+  auto s = make_sim("trn2");
+  const auto& h = s->alloc_hbm("x", {128, 4096}, DType::kBFloat16);
+  SECTION("[4,4096] bf16 uses one engine at 23 B/ns") {
+    // One engine (partitions 0-3 -> engine 0) moves 32768 B: 32768 / 23 = 1424.7 ns (C1: 1416 ns, 10%).
+    Operand dst = s->alloc_tile(Space::kSbuf, 4, {4096}, DType::kBFloat16);
+    InstrTiming t = s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {dst, hbm_rows(h, 0, 4)}));
+    s->finish();
+    const auto& c = s->counters();
+    CHECK(c.dma[0].bytes == 32768);
+    for (int e = 1; e < 16; ++e) CHECK(c.dma[static_cast<size_t>(e)].bytes == 0);
+    CHECK(ns(c.dma[0].active) == Approx(1416).epsilon(0.10));
+    // C3: trigger -> completion = setup 800 + 1424.7 = 2224.7 ns (fig ~2.43 us, 30%).
+    CHECK(ns(t.end - t.start) == Approx(2430).epsilon(0.30));
+  }
+  SECTION("[128,128] bf16 spreads 2 KiB over each of 16 engines") {
+    // 16 engines x 8 partitions x 256 B; the HBM share caps each at 362.5/16 = 22.66 B/ns:
+    // packet = 2048 / 22.66 = 90.4 ns (C2: 97 ns, 25%); trigger -> completion = 800 + 90.4 (C3: ~1.21 us, 30%).
+    Operand dst = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+    Operand src = hbm_rows(h, 0, 128);
+    src.size[0] = 128;
+    InstrTiming t = s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {dst, src}));
+    s->finish();
+    for (int e = 0; e < 16; ++e) {
+      CHECK(s->counters().dma[static_cast<size_t>(e)].bytes == 2048);
+      CHECK(ns(s->counters().dma[static_cast<size_t>(e)].active) == Approx(97).epsilon(0.25));
+    }
+    CHECK(ns(t.end - t.start) == Approx(1210).epsilon(0.30));
+  }
+}
+
+TEST_CASE("C6: a DMA's waiter on ScalarE starts 300 ns after completion", "[timing][dma]") {
+  auto s = make_sim("trn2");
+  const auto& h = s->alloc_hbm("x", {128, 128}, DType::kFloat32);
+  Operand dst = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+  Operand out = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+  InstrTiming d = s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {dst, hbm_rows(h, 0, 128)}));
+  Instr act = instr(Opcode::kActivation, Engine::kScalar, {out, dst});
+  act.act = isa::ActFunc::kCopy;
+  InstrTiming a = s->submit(act);
+  CHECK(ns(a.start - d.end) == Approx(300).epsilon(0.30));
+}
+
+TEST_CASE("C24: relative DMA throughput vs bytes per partition follows the published curve", "[timing][dma]") {
+  // Back-to-back 128-partition loads on one queue; throughput relative to 32 KiB/partition.
+  const std::vector<std::pair<int64_t, double>> curve = {{32, 0.014},   {64, 0.026},   {128, 0.050}, {256, 0.103},
+                                                         {512, 0.209},  {1024, 0.424}, {2048, 0.813}, {4096, 0.966},
+                                                         {8192, 0.983}, {16384, 0.990}, {32768, 1.0}};
+  auto rate = [](int64_t bpp) {
+    auto s = make_sim("trn2");
+    const int64_t elems = bpp / 4;
+    const auto& h = s->alloc_hbm("x", {128, elems}, DType::kFloat32);
+    // Rotate over 3 destinations so no transfer waits for the previous one (WAW).
+    Operand dst[3];
+    for (auto& d : dst) d = s->alloc_tile(Space::kSbuf, 128, {elems}, DType::kFloat32);
+    const int n = 20;
+    sim::Ps first = 0, last = 0;
+    for (int i = 0; i < n; ++i) {
+      InstrTiming t = s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {dst[i % 3], hbm_rows(h, 0, 128)}));
+      if (i == 5) first = t.end;
+      last = t.end;
+    }
+    return static_cast<double>(bpp) * (n - 6) / static_cast<double>(last - first);
+  };
+  const double ref = rate(32768);
+  for (auto [bpp, expected] : curve) {
+    INFO("bytes/partition " << bpp);
+    CHECK(rate(bpp) / ref == Approx(expected).margin(0.05));
+  }
+}
+
+TEST_CASE("C26: TensorE on trn2 starts throttled at 50% and reaches full rate after ~3 us", "[timing][tensor]") {
+  auto s = make_sim("trn2");
+  auto t = matmul_chain(*s, DType::kBFloat16, 128, 512, 60);
+  // First MM: limit 0.5 -> II = 512 / 0.5 = 1024 cycles = 426.7 ns.
+  CHECK(ns(t[1].start - t[0].start) == Approx(426.67).epsilon(0.01));
+  // Well after 3 us the limit is 1: 213.3 ns.
+  CHECK(t[40].start - t[0].start > 3'000'000);
+  CHECK(ns(t[41].start - t[40].start) == Approx(213.33).epsilon(0.01));
+  // After 3 us of idle (utilisation < 50% over the window), throttling starts again.
+  Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+  (void)st;
+}
+
+TEST_CASE("C28: trn1 fp32 [128,1024] load is 16 packets of 32 KiB", "[timing][dma]") {
+  auto s = make_sim("trn1");
+  const auto& h = s->alloc_hbm("x", {128, 1024}, DType::kFloat32);
+  Operand dst = s->alloc_tile(Space::kSbuf, 128, {1024}, DType::kFloat32);
+  s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {dst, hbm_rows(h, 0, 128)}));
+  s->finish();
+  for (int e = 0; e < 16; ++e) {
+    CHECK(s->counters().dma[static_cast<size_t>(e)].instructions == 1);
+    CHECK(s->counters().dma[static_cast<size_t>(e)].bytes == 32768);
+  }
+}
