@@ -24,6 +24,7 @@ int dtype_bytes(DType t);
 /// Canonical name ("bfloat16"), as numpy/ml_dtypes spell it.
 std::string_view dtype_name(DType t);
 /// Parse a canonical name (also accepts "fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "bool_").
+/// Also "fp8_e4m3fn" and "tf32". Case-sensitive; returns nullopt for unknown names.
 std::optional<DType> dtype_from_name(std::string_view name);
 bool dtype_is_float(DType t);
 bool dtype_is_int(DType t);  ///< integer or bool
@@ -43,6 +44,7 @@ float f8e5m2_bits_to_f32(uint8_t b);
 float round_to_tf32(float v);          ///< keep 10 mantissa bits (RNE), stored as fp32
 
 /// Float -> integer rule (nsim policy, spec 2.0): round toward zero, saturate to range, NaN -> 0.
+/// bool: v != 0 (so NaN -> 1). A float int_type saturates to the int64 range.
 int64_t f32_to_int_saturate(float v, DType int_type);
 
 /// Read one element at p and widen it to fp32 (integers convert exactly up to 2^24).

@@ -1,0 +1,277 @@
+// Scheduling behaviour: overlap of independent engines, serialisation of dependency chains,
+// preset switching, and bad input through the Simulator.
+#include <catch2/catch.hpp>
+
+#include "kernel_builder.h"
+
+using namespace nsim;
+using namespace nsim::test;
+
+TEST_CASE("a DMA-bound and a compute-bound stream overlap: total ~ the longer one", "[timing][overlap]") {
+  // Stream A: 16 independent loads of [128, 2048] fp32 (8 KiB/partition) into rotating buffers.
+  // Stream B: 40 independent fp32 tensor_tensor ops on other tiles.
+  auto run = [](bool dma, bool compute) {
+    auto s = make_sim("trn2");
+    const auto& h = s->alloc_hbm("x", {128, 2048}, DType::kFloat32);
+    Operand buf[2] = {s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32),
+                      s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32)};
+    Operand a = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+    Operand b = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+    Operand c = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+    for (int i = 0; i < 40; ++i) {
+      if (dma && i < 16) {
+        Instr ld = instr(Opcode::kDmaCopy, Engine::kSync, {buf[i % 2], hbm_rows(h, 0, 128)});
+        ld.dma_queue = static_cast<uint8_t>(i % 4);
+        s->submit(ld);
+      }
+      if (compute) {
+        Instr tt = instr(Opcode::kTensorTensor, Engine::kVector, {c, a, b});
+        tt.alu0 = AluOp::kAdd;
+        s->submit(tt);
+      }
+    }
+    s->finish();
+    return s->total_time();
+  };
+  const sim::Ps t_dma = run(true, false), t_cmp = run(false, true), t_both = run(true, true);
+  INFO("dma " << ns(t_dma) << " ns, compute " << ns(t_cmp) << " ns, both " << ns(t_both) << " ns");
+  CHECK(t_both < t_dma + t_cmp);
+  CHECK(static_cast<double>(t_both) <= 1.05 * static_cast<double>(std::max(t_dma, t_cmp)));
+}
+
+TEST_CASE("a dependency chain across engines serialises with hand-off latencies", "[timing][deps]") {
+  // DMA load -> Vector -> Scalar -> GpSimd -> Vector, each consuming the previous result.
+  auto s = make_sim("trn2");
+  const auto& h = s->alloc_hbm("x", {128, 512}, DType::kFloat32);
+  Operand t0 = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  Operand t1 = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  Operand t2 = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  Operand t3 = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  InstrTiming d = s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {t0, hbm_rows(h, 0, 128)}));
+  Instr v = instr(Opcode::kTensorScalar, Engine::kVector, {t1, t0});
+  v.alu0 = AluOp::kMultiply;
+  v.flags = isa::kHasImm0;
+  InstrTiming iv = s->submit(v);
+  Instr a = instr(Opcode::kActivation, Engine::kScalar, {t2, t1});
+  a.act = isa::ActFunc::kCopy;
+  InstrTiming ia = s->submit(a);
+  Instr g = instr(Opcode::kTensorScalar, Engine::kGpsimd, {t3, t2});
+  g.alu0 = AluOp::kAdd;
+  g.flags = isa::kHasImm0;
+  InstrTiming ig = s->submit(g);
+  Operand t4 = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  Instr v2 = v;
+  v2.opnd[0] = t4;
+  InstrTiming iv2 = s->submit(v2);  // reads t0 again: no wait on the chain, only on VectorE order
+  v2.opnd[0] = t1;                  // overwrites t1, which ScalarE read: WAR waits for it
+  InstrTiming iv3 = s->submit(v2);
+  // Each consumer starts at its producer's end + latency: DMA -> 300 ns, engine -> engine 30 ns.
+  CHECK(iv.start == d.end + 300'000);
+  CHECK(ia.start == iv.end + 30'000);
+  CHECK(ig.start == ia.end + 30'000);
+  CHECK(iv2.start == iv.issue);
+  CHECK(iv3.start == ia.end + 30'000);
+  // Vector fp32 N=512 on trn2: 512 cycles busy + 100 latency = 612 cycles @ 0.96 GHz = 637.5 ns.
+  CHECK(ns(iv.end - iv.start) == Approx(637.5).margin(0.01));
+}
+
+TEST_CASE("WAR: a DMA overwriting a buffer waits for its last reader", "[timing][deps]") {
+  auto s = make_sim("trn2");
+  const auto& h = s->alloc_hbm("x", {128, 512}, DType::kFloat32);
+  Operand t0 = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  Operand t1 = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {t0, hbm_rows(h, 0, 128)}));
+  Instr v = instr(Opcode::kTensorScalar, Engine::kVector, {t1, t0});
+  v.alu0 = AluOp::kMultiply;
+  v.flags = isa::kHasImm0;
+  InstrTiming iv = s->submit(v);
+  InstrTiming d2 = s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {t0, hbm_rows(h, 0, 128)}));
+  CHECK(d2.start == iv.end + 30'000);  // Vector -> Sync semaphore hand-off
+}
+
+TEST_CASE("accumulating matmuls into one PSUM bank are pipelined, not serialised", "[timing][tensor]") {
+  auto s = make_sim("trn1");
+  Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+  Operand mv = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
+  Operand ps = s->alloc_tile(Space::kPsum, 128, {512}, DType::kFloat32);
+  s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+  Instr mm = instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv});
+  InstrTiming a = s->submit(mm);
+  mm.flags = isa::kAccumulate;
+  InstrTiming b = s->submit(mm);
+  CHECK(b.start == a.issue);  // II, not II + latency
+  // An eviction by VectorE waits for the last matmul's end + 30 ns.
+  Operand out = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  InstrTiming c = s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {out, ps}));
+  CHECK(c.start == b.end + 30'000);
+}
+
+TEST_CASE("switching preset changes timing as the spec says, from config alone", "[timing][presets]") {
+  // One kernel: a 32 KiB single-engine load, then 10 back-to-back bf16 matmuls, then a bf16 copy.
+  struct Result {
+    double dma_packet_ns, mm_ii_ns, copy_ns;
+  };
+  auto run = [](const std::string& preset) {
+    auto s = make_sim(preset, {"tensor.throttle.enabled=false"});
+    const auto& h = s->alloc_hbm("x", {4, 4096}, DType::kBFloat16);
+    Operand d = s->alloc_tile(Space::kSbuf, 4, {4096}, DType::kBFloat16);
+    s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {d, hbm_rows(h, 0, 4)}));
+    Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+    Operand mv = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
+    Operand ps = s->alloc_tile(Space::kPsum, 128, {512}, DType::kFloat32);
+    s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+    std::vector<InstrTiming> mm;
+    for (int i = 0; i < 10; ++i) mm.push_back(s->submit(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv})));
+    Operand a = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kBFloat16);
+    Operand b = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kBFloat16);
+    InstrTiming cp = s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {b, a}));
+    s->finish();
+    return Result{ns(s->counters().dma[0].active), ns(mm[5].start - mm[4].start), ns(cp.issue - cp.start)};
+  };
+  const Result r1 = run("trn1"), r2 = run("trn2"), r3 = run("trn3");
+  // DMA engine bandwidth 17 / 23 / 33 B/ns: 32768 B -> 1927.5 / 1424.7 / 993.0 ns.
+  CHECK(r1.dma_packet_ns == Approx(32768 / 17.0).margin(0.01));
+  CHECK(r2.dma_packet_ns == Approx(32768 / 23.0).margin(0.01));
+  CHECK(r3.dma_packet_ns == Approx(32768 / 33.0).margin(0.01));
+  // TensorE clock 2.8 / 2.4 / 2.4 GHz: 512 cycles -> 182.9 / 213.3 / 213.3 ns.
+  CHECK(r1.mm_ii_ns == Approx(512 / 2.8).margin(0.01));
+  CHECK(r2.mm_ii_ns == Approx(512 / 2.4).margin(0.01));
+  CHECK(r3.mm_ii_ns == Approx(512 / 2.4).margin(0.01));
+  // VectorE bf16 copy N=2048: trn1 no perf mode 2048 cycles @1.12; trn2 4x: 512 @0.96; trn3 4x: 512 @1.2.
+  CHECK(r1.copy_ns == Approx(2048 / 1.12).margin(0.01));
+  CHECK(r2.copy_ns == Approx(512 / 0.96).margin(0.01));
+  CHECK(r3.copy_ns == Approx(512 / 1.2).margin(0.01));
+}
+
+TEST_CASE("an override changes the model: HBM twice as fast, PE clock higher", "[timing][presets]") {
+  auto mm_ii = [](std::vector<std::string> ov) {
+    ov.push_back("tensor.throttle.enabled=false");
+    auto s = make_sim("trn2", ov);
+    Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+    Operand mv = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
+    Operand ps = s->alloc_tile(Space::kPsum, 128, {512}, DType::kFloat32);
+    s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+    InstrTiming a = s->submit(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv}));
+    InstrTiming b = s->submit(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv}));
+    return ns(b.start - a.start);
+  };
+  CHECK(mm_ii({}) == Approx(213.333).margin(0.01));
+  CHECK(mm_ii({"clock.tensor=3.2GHz"}) == Approx(160).margin(0.01));
+  // HBM share: 16 engines at 23 B/ns exceed trn2's 362.5 GB/s; at 725 GB/s they do not.
+  auto packet = [](std::vector<std::string> ov) {
+    auto s = make_sim("trn2", ov);
+    const auto& h = s->alloc_hbm("x", {128, 1024}, DType::kFloat32);
+    Operand d = s->alloc_tile(Space::kSbuf, 128, {1024}, DType::kFloat32);
+    s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {d, hbm_rows(h, 0, 128)}));
+    s->finish();
+    return ns(s->counters().dma[3].active);
+  };
+  CHECK(packet({}) == Approx(32768 / (362.5 / 16)).margin(0.01));
+  CHECK(packet({"hbm.bw=725GB/s"}) == Approx(32768 / 23.0).margin(0.01));
+}
+
+TEST_CASE("timing-only mode gives the same timing as a run with numerics", "[timing]") {
+  auto run = [](bool numerics) {
+    auto s = make_sim("trn2", {}, numerics);
+    const auto& h = s->alloc_hbm("x", {128, 512}, DType::kBFloat16);
+    Operand a = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
+    Operand b = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+    s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {a, hbm_rows(h, 0, 128)}));
+    Instr e = instr(Opcode::kActivation, Engine::kScalar, {b, a});
+    e.act = isa::ActFunc::kExp;
+    s->submit(e);
+    s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {hbm_rows(h, 0, 128), a}));
+    s->finish();
+    return s->total_time();
+  };
+  CHECK(run(true) == run(false));
+}
+
+TEST_CASE("bad input raises nsim::Error with a stable code and the source line", "[errors]") {
+  auto s = make_sim("trn2", {}, true);
+  const uint32_t loc = s->add_source({"kernel.py", 42, "my_kernel"});
+  auto code_of = [&](Instr in) -> std::string {
+    in.loc = loc;
+    try {
+      s->submit(in);
+    } catch (const Error& e) {
+      CHECK(e.loc().line == 42);
+      CHECK(std::string(e.what()).find("kernel.py:42") != std::string::npos);
+      return e.code_str();
+    }
+    return "no error";
+  };
+  Operand a = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  Operand b = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  SECTION("access pattern out of bounds (E201)") {
+    Operand oob = a;
+    oob.offset = s->params().mem.sbuf_bytes_per_partition - 100;
+    CHECK(code_of(instr(Opcode::kTensorCopy, Engine::kVector, {b, oob})) == "NSIM-E201");
+    const auto& h = s->alloc_hbm("h", {128, 512}, DType::kFloat32);
+    Operand hv = hbm_rows(h, 64, 128);  // rows 64..191 of a 128-row tensor
+    CHECK(code_of(instr(Opcode::kDmaCopy, Engine::kSync, {a, hv})) == "NSIM-E201");
+  }
+  SECTION("more than 128 partitions (E202)") {
+    Operand wide = a;
+    wide.num_partitions = 129;
+    CHECK(code_of(instr(Opcode::kTensorCopy, Engine::kVector, {wide, wide})) == "NSIM-E202");
+    CHECK_THROWS_AS(s->alloc_tile(Space::kSbuf, 129, {4}, DType::kFloat32), Error);
+  }
+  SECTION("PSUM bank overflow (E203)") {
+    Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+    Operand mv = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
+    Operand ps = s->alloc_tile(Space::kPsum, 128, {1024}, DType::kFloat32);
+    ps.size[0] = 512;
+    ps.offset += 1024;  // 512 fp32 from byte 1024 cross into the next 2 KiB bank
+    s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+    CHECK(code_of(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv})) == "NSIM-E203");
+  }
+  SECTION("SBUF capacity overflow (E204) and PSUM overflow (E206)") {
+    try {
+      s->alloc_tile(Space::kSbuf, 128, {60000}, DType::kFloat32);
+      FAIL("expected an SBUF overflow");
+    } catch (const Error& e) {
+      CHECK(e.code_str() == "NSIM-E204");
+    }
+    try {
+      s->alloc_tile(Space::kPsum, 128, {8192}, DType::kFloat32);
+      FAIL("expected a PSUM overflow");
+    } catch (const Error& e) {
+      CHECK(e.code_str() == "NSIM-E206");
+    }
+  }
+  SECTION("dtype not accepted by the slot (E302) and buffer not accepted (E301)") {
+    Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kInt32);
+    CHECK(code_of(instr(Opcode::kLoadStationary, Engine::kTensor, {st})) == "NSIM-E302");
+    CHECK(code_of(instr(Opcode::kMultiplyMoving, Engine::kTensor, {a, b})) == "NSIM-E301");
+  }
+  SECTION("engine not allowed (E306), shape mismatch (E304)") {
+    CHECK(code_of(instr(Opcode::kTensorTensor, Engine::kScalar, {a, a, b})) == "NSIM-E306");
+    Operand half = b;
+    half.size[0] = 256;
+    Instr tt = instr(Opcode::kTensorTensor, Engine::kVector, {a, a, half});
+    CHECK(code_of(tt) == "NSIM-E304");
+  }
+  SECTION("nothing was corrupted: a valid instruction still runs after errors") {
+    Operand oob = a;
+    oob.offset = 1 << 30;
+    CHECK(code_of(instr(Opcode::kTensorCopy, Engine::kVector, {b, oob})) == "NSIM-E201");
+    CHECK_NOTHROW(s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {b, a})));
+  }
+}
+
+TEST_CASE("unknown config keys and bad units are errors", "[errors][config]") {
+  try {
+    make_sim("trn2", {"tensor.pe_rowz=64"});
+    FAIL("expected E101");
+  } catch (const Error& e) {
+    CHECK(e.code_str() == "NSIM-E101");
+    CHECK(std::string(e.what()).find("tensor.pe_rows") != std::string::npos);  // suggestion
+  }
+  try {
+    make_sim("trn2", {"dma.engine_bw=fast"});
+    FAIL("expected E102");
+  } catch (const Error& e) {
+    CHECK(e.code_str() == "NSIM-E102");
+  }
+}

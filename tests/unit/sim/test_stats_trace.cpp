@@ -1,0 +1,446 @@
+// StatsRegistry (add/get/has, JSON tree, text table) and ChromeTraceWriter (metadata, reorder buffer
+// with watermarks, microsecond timestamps, escaping, errors). JSON validity is checked by a small
+// hand-written parser (no Python or third-party JSON library).
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sim/error.h"
+#include "sim/stats.h"
+#include "sim/trace.h"
+
+namespace {
+
+using nsim::Error;
+using nsim::ErrorCode;
+using nsim::sim::ChromeTraceWriter;
+using nsim::sim::json_escape;
+using nsim::sim::StatsRegistry;
+using nsim::sim::TraceSlice;
+namespace fs = std::filesystem;
+
+// ---- a minimal strict JSON validator (RFC 8259 grammar, no extensions) -------------------------
+class JsonCheck {
+ public:
+  explicit JsonCheck(const std::string& s) : s_(s) {}
+  bool valid() {
+    ws();
+    if (!value()) return false;
+    ws();
+    return i_ == s_.size();
+  }
+
+ private:
+  const std::string& s_;
+  size_t i_ = 0;
+  bool eof() const { return i_ >= s_.size(); }
+  char peek() const { return eof() ? '\0' : s_[i_]; }
+  void ws() {
+    while (!eof() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t')) ++i_;
+  }
+  bool lit(const char* w) {
+    const std::string t(w);
+    if (s_.compare(i_, t.size(), t) != 0) return false;
+    i_ += t.size();
+    return true;
+  }
+  bool value() {
+    switch (peek()) {
+      case '{': return object();
+      case '[': return array();
+      case '"': return string();
+      case 't': return lit("true");
+      case 'f': return lit("false");
+      case 'n': return lit("null");
+      default: return number();
+    }
+  }
+  bool object() {
+    ++i_;
+    ws();
+    if (peek() == '}') {
+      ++i_;
+      return true;
+    }
+    while (true) {
+      ws();
+      if (!string()) return false;
+      ws();
+      if (peek() != ':') return false;
+      ++i_;
+      ws();
+      if (!value()) return false;
+      ws();
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      if (peek() == '}') {
+        ++i_;
+        return true;
+      }
+      return false;
+    }
+  }
+  bool array() {
+    ++i_;
+    ws();
+    if (peek() == ']') {
+      ++i_;
+      return true;
+    }
+    while (true) {
+      ws();
+      if (!value()) return false;
+      ws();
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      if (peek() == ']') {
+        ++i_;
+        return true;
+      }
+      return false;
+    }
+  }
+  bool string() {
+    if (peek() != '"') return false;
+    ++i_;
+    while (!eof()) {
+      const auto c = static_cast<unsigned char>(s_[i_++]);
+      if (c == '"') return true;
+      if (c < 0x20) return false;
+      if (c == '\\') {
+        if (eof()) return false;
+        const char e = s_[i_++];
+        if (e == 'u') {
+          for (int k = 0; k < 4; ++k)
+            if (eof() || !std::isxdigit(static_cast<unsigned char>(s_[i_++]))) return false;
+        } else if (std::string("\"\\/bfnrt").find(e) == std::string::npos) {
+          return false;
+        }
+      }
+    }
+    return false;
+  }
+  bool digits() {
+    const size_t b = i_;
+    while (!eof() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_;
+    return i_ > b;
+  }
+  bool number() {
+    if (peek() == '-') ++i_;
+    if (peek() == '0') {
+      ++i_;
+    } else if (!digits()) {
+      return false;
+    }
+    if (peek() == '.') {
+      ++i_;
+      if (!digits()) return false;
+    }
+    if (peek() == 'e' || peek() == 'E') {
+      ++i_;
+      if (peek() == '+' || peek() == '-') ++i_;
+      if (!digits()) return false;
+    }
+    return true;
+  }
+};
+
+bool valid_json(const std::string& s) { return JsonCheck(s).valid(); }
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+/// A unique temp file path, removed on destruction.
+struct TempFile {
+  fs::path path;
+  explicit TempFile(const std::string& tag) {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("nsim_test_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".json");
+    fs::remove(path);
+  }
+  ~TempFile() {
+    std::error_code ec;
+    fs::remove(path, ec);
+  }
+};
+
+/// Values of `"key": <number>` in order of appearance, for lines that contain `"ph": "X"`.
+std::vector<std::string> x_field(const std::string& text, const std::string& key) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  const std::string k = "\"" + key + "\": ";
+  while (std::getline(in, line)) {
+    if (line.find("\"ph\": \"X\"") == std::string::npos) continue;
+    const size_t p = line.find(k);
+    if (p == std::string::npos) {
+      out.push_back("<missing>");
+      continue;
+    }
+    size_t e = p + k.size();
+    if (line[e] == '"') {
+      const size_t q = line.find('"', e + 1);
+      out.push_back(line.substr(e + 1, q - e - 1));
+    } else {
+      size_t f = e;
+      while (f < line.size() && line[f] != ',' && line[f] != '}') ++f;
+      out.push_back(line.substr(e, f - e));
+    }
+  }
+  return out;
+}
+
+StatsRegistry three_entries() {
+  StatsRegistry r;
+  r.add("engine.vector.active_time", 1500, "ns", "VectorE active");
+  r.add("engine.scalar.busy", 2.5, "%", "ScalarE busy");
+  r.add("total_time", 42, "ns", "end to end");
+  return r;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// the validator itself (so that the checks below can fail)
+
+TEST_CASE("test JSON validator accepts valid and rejects invalid JSON", "[sim][stats]") {
+  CHECK(valid_json("{}"));
+  CHECK(valid_json("{\"a\": [1, -2.5e3, true, false, null, \"x\\\"y\\u0001\"]}"));
+  CHECK_FALSE(valid_json("{\"a\": 1,}"));
+  CHECK_FALSE(valid_json("{\"a\" 1}"));
+  CHECK_FALSE(valid_json("[1, 2"));
+  CHECK_FALSE(valid_json("{\"a\": nan}"));
+  CHECK_FALSE(valid_json("{\"a\": \"tab\there\"}"));
+  CHECK_FALSE(valid_json("{\"a\": 01}"));
+  CHECK_FALSE(valid_json("{} {}"));
+}
+
+// ------------------------------------------------------------------------------------------------
+// StatsRegistry
+
+TEST_CASE("StatsRegistry add / get / has", "[sim][stats]") {
+  StatsRegistry r = three_entries();
+  REQUIRE(r.entries().size() == 3);
+  CHECK(r.entries()[0].name == "engine.vector.active_time");
+  CHECK(r.entries()[1].unit == "%");
+  CHECK(r.entries()[2].description == "end to end");
+  CHECK(r.has("engine.vector.active_time"));
+  CHECK(r.has("total_time"));
+  CHECK_FALSE(r.has("engine.vector"));  // a prefix is not a stat
+  CHECK_FALSE(r.has("nope"));
+  CHECK(r.get("engine.vector.active_time") == 1500.0);
+  CHECK(r.get("engine.scalar.busy") == 2.5);
+  CHECK(r.get("total_time") == 42.0);
+}
+
+TEST_CASE("StatsRegistry::get of an unknown name throws kInternal", "[sim][stats]") {
+  StatsRegistry r = three_entries();
+  try {
+    (void)r.get("engine.vector");
+    FAIL("expected nsim::Error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInternal);
+    CHECK(e.code_str() == "NSIM-E901");
+    CHECK(std::string(e.what()).find("engine.vector") != std::string::npos);
+  }
+  StatsRegistry empty;
+  CHECK_THROWS_AS(empty.get("x"), Error);
+}
+
+TEST_CASE("StatsRegistry::to_json nests dotted names", "[sim][stats]") {
+  const StatsRegistry r = three_entries();
+  const std::string j = r.to_json();
+  const std::string expected =
+      "{\n"
+      "  \"engine\": {\n"
+      "    \"vector\": {\n"
+      "      \"active_time\": {\"value\": 1500, \"unit\": \"ns\", \"description\": \"VectorE active\"}\n"
+      "    },\n"
+      "    \"scalar\": {\n"
+      "      \"busy\": {\"value\": 2.5, \"unit\": \"%\", \"description\": \"ScalarE busy\"}\n"
+      "    }\n"
+      "  },\n"
+      "  \"total_time\": {\"value\": 42, \"unit\": \"ns\", \"description\": \"end to end\"}\n"
+      "}\n";
+  CHECK(j == expected);
+  CHECK(j.find("\"engine\": {") != std::string::npos);
+  CHECK(j.find("\"vector\": {") != std::string::npos);
+  CHECK(j.find("\"engine.vector") == std::string::npos);  // no flat dotted keys
+  CHECK(valid_json(j));
+}
+
+TEST_CASE("StatsRegistry::to_json without descriptions, escaping, non-finite values", "[sim][stats]") {
+  StatsRegistry r;
+  r.add("a.b", 0.125, "bytes", "desc \"quoted\"");
+  r.add("a.c", std::numeric_limits<double>::quiet_NaN(), "ns", "not a number");
+  r.add("a.d", -7, "count", "back\\slash\nnewline");
+  r.add("e", 1e20, "flops", "");
+  const std::string with = r.to_json(true);
+  CHECK(valid_json(with));
+  CHECK(with.find("desc \\\"quoted\\\"") != std::string::npos);
+  CHECK(with.find("\"c\": {\"value\": null") != std::string::npos);
+  CHECK(with.find("\"d\": {\"value\": -7,") != std::string::npos);
+  CHECK(with.find("\"value\": 0.125") != std::string::npos);
+
+  const std::string without = r.to_json(false);
+  CHECK(valid_json(without));
+  CHECK(without.find("description") == std::string::npos);
+  CHECK(without.find("\"b\": {\"value\": 0.125, \"unit\": \"bytes\"}") != std::string::npos);
+
+  StatsRegistry empty;
+  CHECK(valid_json(empty.to_json()));
+}
+
+TEST_CASE("StatsRegistry::to_text prints aligned lines", "[sim][stats]") {
+  const StatsRegistry r = three_entries();
+  const std::string t = r.to_text();
+  std::vector<std::string> lines;
+  std::istringstream in(t);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  REQUIRE(lines.size() == 3);
+  // name column = longest name (25) + 2 spaces, then a 14-wide right-aligned value, a space, the unit.
+  CHECK(lines[0] == "engine.vector.active_time            1500 ns");
+  CHECK(lines[1] == "engine.scalar.busy                    2.5 %");
+  CHECK(lines[2] == "total_time                             42 ns");
+  const size_t col = std::string("engine.vector.active_time").size() + 2 + 14;
+  for (const auto& l : lines) {
+    INFO(l);
+    REQUIRE(l.size() > col);
+    CHECK(l[col] == ' ');
+    CHECK(l[col - 1] != ' ');  // every value ends in the same column
+  }
+  CHECK(t.back() == '\n');
+}
+
+// ------------------------------------------------------------------------------------------------
+// json_escape
+
+TEST_CASE("json_escape escapes quotes, backslashes and control characters", "[sim][trace]") {
+  CHECK(json_escape("plain text") == "plain text");
+  CHECK(json_escape("a\"b") == "a\\\"b");
+  CHECK(json_escape("a\\b") == "a\\\\b");
+  CHECK(json_escape("l1\nl2") == "l1\\u000al2");
+  CHECK(json_escape(std::string("\x01\t\x1f", 3)) == "\\u0001\\u0009\\u001f");
+  CHECK(json_escape(std::string("nul\0x", 5)) == "nul\\u0000x");
+  CHECK(json_escape("\x7f") == "\x7f");           // DEL is legal in JSON strings
+  CHECK(json_escape("caf\xc3\xa9") == "caf\xc3\xa9");  // UTF-8 passes through
+  CHECK(json_escape("") == "");
+  std::string quoted(1, '"');
+  quoted += json_escape("q\" b\\ c\n d\x02 \xc3\xa9");
+  quoted += '"';
+  CHECK(valid_json(quoted));
+}
+
+// ------------------------------------------------------------------------------------------------
+// ChromeTraceWriter
+
+TEST_CASE("ChromeTraceWriter writes sorted slices with metadata in microseconds", "[sim][trace]") {
+  TempFile tf("trace");
+  {
+    ChromeTraceWriter w(tf.path.string(), "Core \"0\"");
+    w.declare_track(0, "vector");
+    w.declare_track(3, "dma \"q0\"");
+    w.slice(TraceSlice{0, 3'000'000, 500'000, "c", ""});
+    w.slice(TraceSlice{3, 1'500'000, 250'000, "b", "\"src\": \"a.py:3\""});
+    w.slice(TraceSlice{0, 1'000'000, 1, "a", ""});
+    CHECK(w.slices_written() == 0);  // nothing flushed before a watermark
+    w.watermark(2'000'000);
+    CHECK(w.slices_written() == 2);  // a and b start before 2 us
+    // A later slice that starts before the buffered one must still come out in order.
+    w.slice(TraceSlice{3, 2'500'000, 1'000, "d \"x\"", ""});
+    w.watermark(2'000'000);  // repeated watermark: nothing new
+    CHECK(w.slices_written() == 2);
+    w.finish();
+    CHECK(w.slices_written() == 4);
+    w.finish();  // idempotent
+    CHECK(w.slices_written() == 4);
+  }
+  const std::string text = read_file(tf.path);
+  INFO(text);
+  REQUIRE_FALSE(text.empty());
+  CHECK(text.rfind("{\"displayTimeUnit\"", 0) == 0);
+  CHECK(valid_json(text));
+  CHECK(text.find("\"name\": \"process_name\", \"args\": {\"name\": \"Core \\\"0\\\"\"}") != std::string::npos);
+  CHECK(text.find("\"tid\": 0, \"name\": \"thread_name\", \"args\": {\"name\": \"vector\"}") != std::string::npos);
+  CHECK(text.find("\"tid\": 3, \"name\": \"thread_name\", \"args\": {\"name\": \"dma \\\"q0\\\"\"}") != std::string::npos);
+  CHECK(text.find("\"tid\": 3, \"name\": \"thread_sort_index\"") != std::string::npos);
+
+  CHECK(x_field(text, "name") == std::vector<std::string>{"a", "b", "d \\", "c"});
+  CHECK(x_field(text, "ts") == std::vector<std::string>{"1.000000", "1.500000", "2.500000", "3.000000"});
+  CHECK(x_field(text, "dur") == std::vector<std::string>{"0.000001", "0.250000", "0.001000", "0.500000"});
+  CHECK(x_field(text, "tid") == std::vector<std::string>{"0", "3", "3", "0"});
+  CHECK(text.find("\"ts\": 1.500000") != std::string::npos);
+  CHECK(text.find("\"args\": {\"src\": \"a.py:3\"}") != std::string::npos);
+  CHECK(text.find("\"name\": \"d \\\"x\\\"\"") != std::string::npos);
+  // Every metadata record precedes the first slice.
+  CHECK(text.rfind("\"ph\": \"M\"") < text.find("\"ph\": \"X\""));
+}
+
+TEST_CASE("ChromeTraceWriter orders equal starts by track and flushes on destruction", "[sim][trace]") {
+  TempFile tf("trace_dtor");
+  {
+    ChromeTraceWriter w(tf.path.string());
+    w.declare_track(1, "scalar");
+    w.declare_track(2, "gpsimd");
+    w.slice(TraceSlice{2, 5'000, 10, "g", ""});
+    w.slice(TraceSlice{1, 5'000, 10, "s", ""});
+    w.slice(TraceSlice{1, 4'000, 10, "s0", ""});
+    // no finish(): the destructor must close the document
+  }
+  const std::string text = read_file(tf.path);
+  INFO(text);
+  CHECK(valid_json(text));
+  CHECK(x_field(text, "name") == std::vector<std::string>{"s0", "s", "g"});
+  CHECK(x_field(text, "ts") == std::vector<std::string>{"0.004000", "0.005000", "0.005000"});
+  CHECK(text.find("\"args\": {\"name\": \"NeuronCore\"}") != std::string::npos);
+}
+
+TEST_CASE("ChromeTraceWriter: 1000 shuffled slices come out sorted", "[sim][trace]") {
+  TempFile tf("trace_many");
+  {
+    ChromeTraceWriter w(tf.path.string());
+    w.declare_track(0, "t");
+    // Slices arrive in blocks of 10, each block reversed; the watermark trails one block behind.
+    for (int blk = 0; blk < 100; ++blk) {
+      for (int k = 9; k >= 0; --k) w.slice(TraceSlice{0, (blk * 10 + k) * 1'000'000LL, 1'000, "s", ""});
+      w.watermark(blk * 10 * 1'000'000LL);
+    }
+    w.finish();
+    CHECK(w.slices_written() == 1000);
+  }
+  const std::string text = read_file(tf.path);
+  CHECK(valid_json(text));
+  const auto ts = x_field(text, "ts");
+  REQUIRE(ts.size() == 1000);
+  bool sorted = true;
+  for (size_t i = 0; i < ts.size(); ++i) sorted = sorted && std::stod(ts[i]) == Approx(static_cast<double>(i));
+  CHECK(sorted);
+}
+
+TEST_CASE("ChromeTraceWriter on an unwritable path throws nsim::Error", "[sim][trace]") {
+  const std::string bad = "/nonexistent_nsim_dir_4242/sub/trace.json";
+  try {
+    ChromeTraceWriter w(bad);
+    FAIL("expected nsim::Error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInternal);
+    CHECK(std::string(e.what()).find(bad) != std::string::npos);
+  }
+}
