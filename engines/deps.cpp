@@ -28,8 +28,9 @@ DepTracker::Range DepTracker::range_of(const Operand& o) const {
   if (hi <= lo) hi = lo + 1;
   if (o.space == Space::kHbm) {
     const int64_t n = static_cast<int64_t>(hbm_.size());
-    int64_t c0 = std::clamp<int64_t>(lo / cfg_.hbm_chunk_bytes, 0, n);
-    int64_t c1 = std::clamp<int64_t>((hi - 1) / cfg_.hbm_chunk_bytes, 0, n - 1);
+    if (n == 0) return {};
+    const int64_t c0 = std::clamp<int64_t>(lo / cfg_.hbm_chunk_bytes, 0, n - 1);
+    const int64_t c1 = std::clamp<int64_t>((hi - 1) / cfg_.hbm_chunk_bytes, 0, n - 1);
     return {hbm_.data(), 0, 0, c0, c1, n};
   }
   const bool psum = o.space == Space::kPsum;
@@ -43,45 +44,40 @@ DepTracker::Range DepTracker::range_of(const Operand& o) const {
   return {base, q0, q1, c0, c1, row};
 }
 
-sim::Ps DepTracker::ready(uint8_t cls, const Operand* const* reads, int nreads, const Operand* const* writes,
-                          int nwrites) const {
+sim::Ps DepTracker::ready(uint8_t cls, const Regions& rg) const {
   sim::Ps t = 0;
-  for (int i = 0; i < nreads; ++i) {
-    if (reads[i]->space == Space::kHbm && hbm_.empty()) continue;
-    Range r = range_of(*reads[i]);
+  const auto& lat = lat_;
+  for (int i = 0; i < rg.nr; ++i) {
+    const Range& r = rg.reads[static_cast<size_t>(i)];
     for (int64_t q = r.q0; q <= r.q1; ++q)
-      for (const Entry* e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
-        if (e->w_end) t = std::max(t, e->w_end + lat_[e->w_cls][cls]);
+      for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
+        if (e->w_end) t = std::max(t, e->w_end + lat[e->w_cls][cls]);
   }
-  for (int i = 0; i < nwrites; ++i) {
-    if (writes[i]->space == Space::kHbm && hbm_.empty()) continue;
-    Range r = range_of(*writes[i]);
+  for (int i = 0; i < rg.nw; ++i) {
+    const Range& r = rg.writes[static_cast<size_t>(i)];
     for (int64_t q = r.q0; q <= r.q1; ++q)
-      for (const Entry* e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e) {
-        if (e->w_end && e->w_cls != cls) t = std::max(t, e->w_end + lat_[e->w_cls][cls]);
-        if (e->r_end && e->r_cls != cls) t = std::max(t, e->r_end + lat_[e->r_cls][cls]);
+      for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e) {
+        if (e->w_end && e->w_cls != cls) t = std::max(t, e->w_end + lat[e->w_cls][cls]);
+        if (e->r_end && e->r_cls != cls) t = std::max(t, e->r_end + lat[e->r_cls][cls]);
       }
   }
   return t;
 }
 
-void DepTracker::record(uint8_t cls, const Operand* const* reads, int nreads, sim::Ps read_end,
-                        const Operand* const* writes, int nwrites, sim::Ps write_end) {
-  for (int i = 0; i < nreads; ++i) {
-    if (reads[i]->space == Space::kHbm && hbm_.empty()) continue;
-    Range r = range_of(*reads[i]);
+void DepTracker::record(uint8_t cls, const Regions& rg, sim::Ps read_end, sim::Ps write_end) {
+  for (int i = 0; i < rg.nr; ++i) {
+    const Range& r = rg.reads[static_cast<size_t>(i)];
     for (int64_t q = r.q0; q <= r.q1; ++q)
-      for (Entry* e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
+      for (Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
         if (read_end >= e->r_end) {
           e->r_end = read_end;
           e->r_cls = cls;
         }
   }
-  for (int i = 0; i < nwrites; ++i) {
-    if (writes[i]->space == Space::kHbm && hbm_.empty()) continue;
-    Range r = range_of(*writes[i]);
+  for (int i = 0; i < rg.nw; ++i) {
+    const Range& r = rg.writes[static_cast<size_t>(i)];
     for (int64_t q = r.q0; q <= r.q1; ++q)
-      for (Entry* e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
+      for (Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
         if (write_end >= e->w_end) {
           e->w_end = write_end;
           e->w_cls = cls;

@@ -4,6 +4,7 @@
 /// finish, and on which engine class. An instruction may start once every overlapping earlier
 /// write (RAW, WAW) and read (WAR) has finished, plus the hand-off latency between classes.
 /// Since instructions are scheduled in program order, end times are known when they are recorded.
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -34,26 +35,32 @@ class DepTracker {
   /// Make HBM bytes [0, bytes) trackable (called when HBM tensors are allocated; not in the hot loop).
   void reserve_hbm(int64_t bytes);
 
-  /// Earliest start for an instruction of class `cls` reading `reads` and writing `writes`.
-  /// Same-class WAR and WAW need no wait (engines write in order); RAW always waits.
-  sim::Ps ready(uint8_t cls, const isa::Operand* const* reads, int nreads, const isa::Operand* const* writes,
-                int nwrites) const;
-  /// Record that the instruction reads `reads` until `read_end` and writes `writes`, done at `write_end`.
-  void record(uint8_t cls, const isa::Operand* const* reads, int nreads, sim::Ps read_end,
-              const isa::Operand* const* writes, int nwrites, sim::Ps write_end);
-
- private:
   struct Entry {
     sim::Ps w_end = 0;
     sim::Ps r_end = 0;
     uint8_t w_cls = 0;
     uint8_t r_cls = 0;
   };
+  /// The chunks one operand covers: quadrants [q0,q1] x chunks [c0,c1]; computed once per operand.
   struct Range {
-    Entry* base;
-    int64_t q0, q1, c0, c1, row;  // quadrants [q0,q1], chunks [c0,c1], entries per quadrant row
+    Entry* base = nullptr;
+    int64_t q0 = 0, q1 = -1, c0 = 0, c1 = -1, row = 0;
+  };
+  /// The operands an instruction reads and writes, resolved to chunk ranges.
+  struct Regions {
+    std::array<Range, isa::kMaxSlots> reads{}, writes{};
+    int nr = 0, nw = 0;
   };
   Range range_of(const isa::Operand& o) const;
+
+  /// Earliest start for an instruction of class `cls` with these regions.
+  /// Same-class WAR and WAW need no wait (engines write in order); RAW always waits.
+  sim::Ps ready(uint8_t cls, const Regions& r) const;
+  /// Record that the instruction reads its read regions until `read_end` and writes its write
+  /// regions, done at `write_end`.
+  void record(uint8_t cls, const Regions& r, sim::Ps read_end, sim::Ps write_end);
+
+ private:
 
   Config cfg_;
   LatencyTable lat_;

@@ -204,31 +204,18 @@ InstrTiming Simulator::schedule(const Instr& in) {
   return t;
 }
 
-namespace {
-// Split an instruction's operands into reads and writes (slot 0 is the destination of every opcode;
-// reduce_res slots are written too).
-struct Access {
-  std::array<const Operand*, isa::kMaxSlots> reads{}, writes{};
-  int nr = 0, nw = 0;
-};
-Access accesses(const Instr& in) {
-  Access a;
+engines::DepTracker::Regions Simulator::regions(const Instr& in) const {
+  // Split an instruction's operands into the regions it reads and writes (table-derived roles).
+  engines::DepTracker::Regions r;
   const isa::OpInfo& info = isa::op_info(in.op);
   for (int i = 0; i < info.num_slots; ++i) {
     const Operand& o = in.slot(i);
     if (!o.present()) continue;
-    const std::string_view nm = info.slots[static_cast<size_t>(i)].name;
-    const bool written = i == 0 || nm == "reduce_res";
-    if (in.op == Opcode::kLoadStationary) {
-      a.reads[static_cast<size_t>(a.nr++)] = &o;
-      continue;
-    }
-    if (written) a.writes[static_cast<size_t>(a.nw++)] = &o;
-    else a.reads[static_cast<size_t>(a.nr++)] = &o;
+    if (info.slots[static_cast<size_t>(i)].written) r.writes[static_cast<size_t>(r.nw++)] = deps_.range_of(o);
+    else r.reads[static_cast<size_t>(r.nr++)] = deps_.range_of(o);
   }
-  return a;
+  return r;
 }
-}  // namespace
 
 InstrTiming Simulator::schedule_stream(const Instr& in) {
   const auto e = static_cast<size_t>(in.engine);
@@ -253,9 +240,9 @@ InstrTiming Simulator::schedule_stream(const Instr& in) {
   }
   const Ps busy = clk.cycles_to_ps(cost.busy) + extra;
   const Ps lat = clk.cycles_to_ps(cost.latency);
-  Access a = accesses(in);
+  const auto rg = regions(in);
   const auto cls = static_cast<uint8_t>(in.engine);
-  const Ps ready = deps_.ready(cls, a.reads.data(), a.nr, a.writes.data(), a.nw);
+  const Ps ready = deps_.ready(cls, rg);
   Ps start = std::max(next_issue_[e], ready);
   // Gen2 port conflicts: VectorE/GpSimd share SBUF access, VectorE/ScalarE share PSUM access.
   bool sbuf = false, psum = false;
@@ -273,7 +260,7 @@ InstrTiming Simulator::schedule_stream(const Instr& in) {
   if (use_psum_port) excl_psum_free_ = start + busy;
   const Ps end = start + busy + lat;
   next_issue_[e] = start + busy;
-  deps_.record(cls, a.reads.data(), a.nr, end, a.writes.data(), a.nw, end);
+  deps_.record(cls, rg, end, end);
   TrackCounters& tc = c_.engine[e];
   ++tc.instructions;
   tc.busy += busy;
@@ -285,9 +272,9 @@ InstrTiming Simulator::schedule_stream(const Instr& in) {
 }
 
 InstrTiming Simulator::schedule_tensor(const Instr& in) {
-  Access a = accesses(in);
+  const auto rg = regions(in);
   const auto cls = static_cast<uint8_t>(Engine::kTensor);
-  const Ps ready = deps_.ready(cls, a.reads.data(), a.nr, a.writes.data(), a.nw);
+  const Ps ready = deps_.ready(cls, rg);
   engines::TensorPipes::Slot s;
   double flops = 0;
   if (in.op == Opcode::kLoadStationary) {
@@ -304,7 +291,7 @@ InstrTiming Simulator::schedule_tensor(const Instr& in) {
     flops = engines::instr_flops(in, 0);
     c_.transpose_flops += flops;
   }
-  deps_.record(cls, a.reads.data(), a.nr, s.end, a.writes.data(), a.nw, s.end);
+  deps_.record(cls, rg, s.end, s.end);
   TrackCounters& tc = c_.engine[static_cast<size_t>(Engine::kTensor)];
   ++tc.instructions;
   tc.busy += s.ii;
@@ -320,9 +307,9 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
   const auto e = static_cast<size_t>(in.engine);
   const Operand& dst = in.slot(0);
   const Operand& src = in.slot(1);
-  Access a = accesses(in);
+  const auto rg = regions(in);
   // The trigger engine waits on the semaphores of the data's producers, then issues the trigger.
-  const Ps ready = deps_.ready(static_cast<uint8_t>(in.engine), a.reads.data(), a.nr, a.writes.data(), a.nw);
+  const Ps ready = deps_.ready(static_cast<uint8_t>(in.engine), rg);
   const Ps trig_start = std::max(next_issue_[e], ready);
   Ps trig = p_.trigger_instr;
   if (in.engine == Engine::kScalar) trig = p_.hwdge_instr;
@@ -333,7 +320,7 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
   if (in.op == Opcode::kDmaTranspose)
     eff = src.space == Space::kHbm ? p_.dma_transpose_eff_hbm2sbuf : p_.dma_transpose_eff_sbuf2sbuf;
   const engines::DmaEngines::Transfer tr = dma_.transfer(in.dma_queue, trig_start, split, eff);
-  deps_.record(kClassDma, a.reads.data(), a.nr, tr.done, a.writes.data(), a.nw, tr.done);
+  deps_.record(kClassDma, rg, tr.done, tr.done);
 
   TrackCounters& tc = c_.engine[e];
   ++tc.instructions;
@@ -382,8 +369,7 @@ void Simulator::account_bytes(const Instr& in) {
   for (int i = 0; i < info.num_slots; ++i) {
     const Operand& o = in.slot(i);
     if (!o.present()) continue;
-    const std::string_view nm = info.slots[static_cast<size_t>(i)].name;
-    const bool written = (i == 0 && in.op != Opcode::kLoadStationary) || nm == "reduce_res";
+    const bool written = info.slots[static_cast<size_t>(i)].written;
     const auto bytes = static_cast<uint64_t>(o.total_elems() * dtype_bytes(o.dtype));
     switch (o.space) {
       case Space::kHbm: (written ? c_.hbm_write : c_.hbm_read) += bytes; break;

@@ -112,6 +112,7 @@ class Simulator {
   void account_bytes(const isa::Instr& in);
   void trace_instr(const isa::Instr& in, int track, sim::Ps start, sim::Ps end, sim::Ps ready, int perf_mode);
   sim::Ps watermark() const;
+  engines::DepTracker::Regions regions(const isa::Instr& in) const;
 
   sim::Config cfg_;
   engines::CoreParams p_;

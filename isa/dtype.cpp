@@ -205,11 +205,6 @@ inline void store_loop(uint8_t* dst, const float* src, int64_t n, F f) {
 // ---------------------------------------------------------------------------------------------
 // Properties
 
-int dtype_bytes(DType t) {
-  const auto* i = info(t);
-  return i ? i->bytes : 0;
-}
-
 std::string_view dtype_name(DType t) {
   const auto* i = info(t);
   return i ? i->name : std::string_view{};

@@ -1,7 +1,9 @@
 #pragma once
 /// Dtypes of nsim and their conversions. Engines compute in fp32; narrower floats are produced by
 /// round-to-nearest-even with ml_dtypes' overflow/NaN rules (see docs/dtypes.md).
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string_view>
 
@@ -19,8 +21,19 @@ inline constexpr int kNumDTypes = 0
 #undef DTYPE
     ;
 
-/// Size of one element in bytes.
-int dtype_bytes(DType t);
+namespace detail {
+inline constexpr int kDTypeBytes[] = {
+#define DTYPE(e, name, bytes, is_float, is_signed) bytes,
+#include "isa/dtypes.def"
+#undef DTYPE
+};
+}  // namespace detail
+
+/// Size of one element in bytes (0 for an out-of-range value). Inline: used on the hot path.
+inline int dtype_bytes(DType t) {
+  const auto i = static_cast<size_t>(t);
+  return i < std::size(detail::kDTypeBytes) ? detail::kDTypeBytes[i] : 0;
+}
 /// Canonical name ("bfloat16"), as numpy/ml_dtypes spell it.
 std::string_view dtype_name(DType t);
 /// Parse a canonical name (also accepts "fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "bool_").

@@ -8,25 +8,25 @@
 namespace nsim::isa {
 namespace {
 
+constexpr bool is_vector_slot(std::string_view n) {
+  return n == "operand0" || n == "bias" || n == "scale" || n == "reduce_res" ||
+         n == "reduce_init" || n == "initial" || n == "bound0" || n == "bound1";
+}
+
 constexpr OpInfo make_op(Opcode op, const char* mnemonic, uint8_t engines, Engine dflt, CostClass cost,
                          std::initializer_list<SlotInfo> slots) {
   OpInfo info{op, mnemonic, engines, dflt, cost, static_cast<uint8_t>(slots.size()), {}};
   size_t i = 0;
-  for (const SlotInfo& s : slots) info.slots[i++] = s;
+  for (SlotInfo s : slots) {
+    const std::string_view n = s.name;
+    s.written = (i == 0 && op != Opcode::kLoadStationary) || n == "reduce_res";
+    s.vector = is_vector_slot(n) || (op == Opcode::kTensorScalar && n == "operand1");
+    info.slots[i++] = s;
+  }
   return info;
 }
 
-#define SLOTS(...) __VA_ARGS__
-#define SLOT(nm, bufs, dt, req) SlotInfo{#nm, static_cast<uint8_t>(bufs), DtypeClass::k##dt, (req) != 0}
-constexpr OpInfo kTable[] = {
-#define OP(e, mn, eng, dflt, cost, slots) \
-  make_op(Opcode::e, mn, static_cast<uint8_t>(eng), Engine::k##dflt, CostClass::cost, {slots}),
-#include "isa/opcodes.def"
-#undef OP
-};
-#undef SLOT
-#undef SLOTS
-static_assert(sizeof(kTable) / sizeof(kTable[0]) == kNumOpcodes);
+
 
 struct AluRow {
   const char* name;
@@ -46,6 +46,17 @@ constexpr const char* kAct[] = {
 constexpr const char* kEngineNames[] = {"tensor", "vector", "scalar", "gpsimd", "sync"};
 
 }  // namespace
+
+constexpr OpInfo kOpTable[kNumOpcodes] = {
+#define SLOTS(...) __VA_ARGS__
+#define SLOT(nm, bufs, dt, req) SlotInfo{#nm, static_cast<uint8_t>(bufs), DtypeClass::k##dt, (req) != 0}
+#define OP(e, mn, eng, dflt, cost, slots) \
+  make_op(Opcode::e, mn, static_cast<uint8_t>(eng), Engine::k##dflt, CostClass::cost, {slots}),
+#include "isa/opcodes.def"
+#undef OP
+#undef SLOT
+#undef SLOTS
+};
 
 std::string_view engine_name(Engine e) { return kEngineNames[static_cast<int>(e)]; }
 std::optional<Engine> engine_from_name(std::string_view s) {
@@ -108,16 +119,11 @@ std::optional<ActFunc> act_from_name(std::string_view s) {
   return std::nullopt;
 }
 
-const OpInfo& op_info(Opcode op) { return kTable[static_cast<int>(op)]; }
-std::span<const OpInfo> op_table() { return kTable; }
+std::span<const OpInfo> op_table() { return kOpTable; }
 std::optional<Opcode> opcode_from_name(std::string_view mnemonic) {
-  for (const OpInfo& i : kTable)
+  for (const OpInfo& i : kOpTable)
     if (mnemonic == i.mnemonic) return i.op;
   return std::nullopt;
-}
-bool is_dma(Opcode op) {
-  CostClass c = op_info(op).cost;
-  return c == CostClass::kDma || c == CostClass::kDmaTranspose;
 }
 
 // ---------------------------------------------------------------- Operand
@@ -150,17 +156,16 @@ int64_t Operand::inner_stride_bytes() const {
 }
 
 int64_t Operand::contiguous_runs_per_partition() const {
-  // Merge free dims from the innermost outwards while they stay contiguous.
-  if (nfree == 0) return 1;
-  int64_t run = 1;  // elements in a contiguous run
-  int d = nfree - 1;
-  if (stride[static_cast<size_t>(d)] != 1) return elems_per_partition();
-  for (; d >= 0; --d) {
+  // Merge free dims from the innermost outwards while they stay contiguous; size-1 dims never break
+  // contiguity whatever their stride.
+  int64_t run = 1;  // elements in one contiguous run
+  for (int d = nfree - 1; d >= 0; --d) {
     const auto i = static_cast<size_t>(d);
-    if (stride[i] != run && size[i] != 1) break;
+    if (size[i] == 1) continue;
+    if (stride[i] != run) break;
     run *= size[i];
   }
-  return std::max<int64_t>(1, elems_per_partition() / std::max<int64_t>(1, run));
+  return std::max<int64_t>(1, elems_per_partition() / run);
 }
 
 std::string Operand::str() const {
@@ -429,11 +434,8 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
     case Opcode::kRangeSelect:
     case Opcode::kAffineSelect:
       for (int i = 1; i < info.num_slots; ++i) {
-        const std::string_view nm = info.slots[static_cast<size_t>(i)].name;
-        if (nm == "operand0" || nm == "initial" || nm == "bound0" || nm == "bound1" || nm == "reduce_res")
-          require_vector(i);
-        else
-          require_same_elems(i);
+        if (info.slots[static_cast<size_t>(i)].vector) require_vector(i);
+        else require_same_elems(i);
       }
       break;
     case Opcode::kTensorScalar:

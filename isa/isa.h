@@ -82,6 +82,8 @@ struct SlotInfo {
   uint8_t buffers;  ///< bitmask of HBM/SBUF/PSUM
   DtypeClass dtypes;
   bool required;
+  bool written = false;  ///< derived: the destination (slot 0) or a reduce_res slot
+  bool vector = false;   ///< derived: a (P, 1) per-partition operand (operand0, bias, bound0, ...)
 };
 
 /// One row of the table.
@@ -95,10 +97,15 @@ struct OpInfo {
   std::array<SlotInfo, kMaxSlots> slots;
 };
 
-const OpInfo& op_info(Opcode op);
+extern const OpInfo kOpTable[kNumOpcodes];
+inline const OpInfo& op_info(Opcode op) { return kOpTable[static_cast<size_t>(op)]; }
 std::span<const OpInfo> op_table();
 std::optional<Opcode> opcode_from_name(std::string_view mnemonic);
-bool is_dma(Opcode op);  ///< cost class kDma / kDmaTranspose
+/// Cost class kDma / kDmaTranspose.
+inline bool is_dma(Opcode op) {
+  const CostClass c = op_info(op).cost;
+  return c == CostClass::kDma || c == CostClass::kDmaTranspose;
+}
 
 /// An access pattern: which bytes an operand touches. On-chip (SBUF/PSUM): partitions
 /// [start_partition, start_partition + num_partitions), each with the same free pattern starting at

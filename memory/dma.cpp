@@ -34,12 +34,14 @@ DmaSplit split_transfer(const Operand& dst, const Operand& src, int engines, int
   // Descriptors per partition: on-chip runs, or the other side's runs spread over the partitions.
   const int64_t other_runs_pp = parts > 0 ? (runs_total(*other) + parts - 1) / parts : 1;
   const int64_t desc_pp = std::max<int64_t>(1, std::max(chip->contiguous_runs_per_partition(), other_runs_pp));
-  const int ppe = std::max(1, partitions_per_engine);
-  for (int64_t p = chip->start_partition; p < chip->start_partition + parts; ++p) {
-    const int e = static_cast<int>((p / ppe) % s.engines);
-    auto& piece = s.piece[static_cast<size_t>(e)];
-    piece.bytes += bytes_pp;
-    piece.descriptors += desc_pp;
+  const int64_t ppe = std::max(1, partitions_per_engine);
+  // Walk the partition range one engine block at a time: engine e serves [e*ppe, (e+1)*ppe).
+  for (int64_t p = chip->start_partition, end = chip->start_partition + parts; p < end;) {
+    const int64_t block_end = std::min(end, (p / ppe + 1) * ppe);
+    auto& piece = s.piece[static_cast<size_t>((p / ppe) % s.engines)];
+    piece.bytes += bytes_pp * (block_end - p);
+    piece.descriptors += desc_pp * (block_end - p);
+    p = block_end;
   }
   return s;
 }

@@ -2,7 +2,7 @@
 /// Deterministic event queue: events ordered by (time, priority, sequence). Equal-time events run
 /// in priority order, then in the order they were scheduled, so every run is reproducible.
 #include <cstdint>
-#include <queue>
+#include <algorithm>
 #include <vector>
 
 #include "sim/time.h"
@@ -21,34 +21,33 @@ class EventQueue {
     T payload;
   };
 
-  void schedule(Ps time, int32_t priority, const T& payload) { heap_.push(Event{time, priority, seq_++, payload}); }
+  void schedule(Ps time, int32_t priority, const T& payload) {
+    heap_.push_back(Event{time, priority, seq_++, payload});
+    std::push_heap(heap_.begin(), heap_.end(), Later{});
+  }
   bool empty() const { return heap_.empty(); }
   size_t size() const { return heap_.size(); }
-  const Event& top() const { return heap_.top(); }
+  const Event& top() const { return heap_.front(); }
   Event pop() {
-    Event e = heap_.top();
-    heap_.pop();
+    std::pop_heap(heap_.begin(), heap_.end(), Later{});
+    Event e = heap_.back();
+    heap_.pop_back();
     now_ = e.time;
     return e;
   }
   Ps now() const { return now_; }
-  /// Pre-size the heap so steady-state scheduling never allocates.
-  void reserve(size_t n) {
-    std::vector<Event> v;
-    v.reserve(n);
-    heap_ = Heap(Later{}, std::move(v));
-  }
+  /// Pre-size the heap so steady-state scheduling never allocates (keeps queued events).
+  void reserve(size_t n) { heap_.reserve(n); }
 
  private:
-  struct Later {
+  struct Later {  // "a runs after b": a max-heap on this order pops the earliest event first
     bool operator()(const Event& a, const Event& b) const {
       if (a.time != b.time) return a.time > b.time;
       if (a.priority != b.priority) return a.priority > b.priority;
       return a.seq > b.seq;
     }
   };
-  using Heap = std::priority_queue<Event, std::vector<Event>, Later>;
-  Heap heap_;
+  std::vector<Event> heap_;
   uint64_t seq_ = 0;
   Ps now_ = 0;
 };

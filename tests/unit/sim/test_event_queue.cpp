@@ -103,6 +103,18 @@ TEST_CASE("EventQueue reserve() keeps behaviour", "[sim][event_queue]") {
   CHECK(drain(q) == std::vector<int>{1, 3, 2});
 }
 
+TEST_CASE("EventQueue reserve() on a non-empty queue keeps the scheduled events",
+          "[sim][event_queue]") {
+  // Like std::vector::reserve, pre-sizing must not drop what is already scheduled.
+  EventQueue<int> q;
+  q.schedule(30, 0, 3);
+  q.schedule(10, 0, 1);
+  q.reserve(1024);
+  CHECK(q.size() == 2);
+  q.schedule(20, 0, 2);
+  CHECK(drain(q) == std::vector<int>{1, 2, 3});
+}
+
 TEST_CASE("EventQueue is deterministic: same input, same output", "[sim][event_queue]") {
   std::mt19937_64 rng(42);
   std::uniform_int_distribution<Ps> tdist(0, 50);  // small range: many ties

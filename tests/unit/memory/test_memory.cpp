@@ -1,0 +1,515 @@
+// Memory: the first-fit range allocator, HBM tensors (alignment, sentinel fill, errors), on-chip
+// allocation limits, operand resolution and bounds checks; Operand access-pattern helpers.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "isa/isa.h"
+#include "memory/memory.h"
+#include "sim/error.h"
+
+namespace {
+
+using nsim::DType;
+using nsim::Error;
+using nsim::ErrorCode;
+using nsim::isa::Operand;
+using nsim::isa::Space;
+using nsim::memory::HbmTensor;
+using nsim::memory::Memory;
+using nsim::memory::MemoryConfig;
+using nsim::memory::RangeAllocator;
+
+constexpr int64_t kSbufPP = 192 * 1024;  // 196608
+constexpr int64_t kPsumPP = 8 * 2048;    // 16384
+
+MemoryConfig cfg() {
+  MemoryConfig c;
+  c.partitions = 128;
+  c.sbuf_bytes_per_partition = kSbufPP;
+  c.psum_partitions = 128;
+  c.psum_banks = 8;
+  c.psum_bank_bytes = 2048;
+  c.hbm_bytes = int64_t{1} << 30;
+  return c;
+}
+
+/// The code of the nsim::Error thrown by f, or nullopt if nothing (or something else) was thrown.
+template <class F>
+std::optional<ErrorCode> code_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  } catch (...) {
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+Operand pattern(Space sp, DType dt, int64_t offset, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+  Operand o;
+  o.space = sp;
+  o.dtype = dt;
+  o.offset = offset;
+  o.num_partitions = 1;
+  o.nfree = static_cast<uint8_t>(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    o.size[i] = sizes[i];
+    o.stride[i] = strides[i];
+  }
+  return o;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// RangeAllocator
+
+TEST_CASE("RangeAllocator: first fit with alignment", "[memory][alloc]") {
+  RangeAllocator a(1024, 64);
+  CHECK(a.capacity() == 1024);
+  CHECK(a.used() == 0);
+  CHECK(a.alloc(10) == std::optional<int64_t>(0));     // rounded to 64
+  CHECK(a.alloc(100) == std::optional<int64_t>(64));   // rounded to 128: [64, 192)
+  CHECK(a.alloc(1) == std::optional<int64_t>(192));
+  CHECK(a.used() == 64 + 128 + 64);
+  CHECK(a.peak() == 256);
+  // Every offset is aligned.
+  for (int i = 0; i < 3; ++i) {
+    auto o = a.alloc(7 + i * 50);
+    REQUIRE(o);
+    CHECK(*o % 64 == 0);
+  }
+}
+
+TEST_CASE("RangeAllocator: free and reuse of the first gap", "[memory][alloc]") {
+  RangeAllocator a(1024, 64);
+  REQUIRE(a.alloc(64) == std::optional<int64_t>(0));
+  REQUIRE(a.alloc(128) == std::optional<int64_t>(64));
+  REQUIRE(a.alloc(64) == std::optional<int64_t>(192));
+  a.free(64);
+  CHECK(a.used() == 128);
+  CHECK(a.peak() == 256);                              // peak remembers the high-water mark
+  CHECK(a.alloc(192) == std::optional<int64_t>(256));  // does not fit the 128-byte gap: after the end
+  CHECK(a.alloc(64) == std::optional<int64_t>(64));    // first fit: into the gap
+  CHECK(a.alloc(64) == std::optional<int64_t>(128));   // the rest of the gap
+  CHECK(a.alloc(64) == std::optional<int64_t>(448));
+  CHECK(a.used() == 64 + 64 + 64 + 64 + 192 + 64);
+  CHECK(a.peak() == a.used());
+  a.free(12345);  // unknown offset: no effect
+  CHECK(a.used() == 512);
+  a.free(0);
+  a.free(0);  // double free: no effect
+  CHECK(a.used() == 448);
+}
+
+TEST_CASE("RangeAllocator: nullopt when full or fragmented; peak", "[memory][alloc]") {
+  RangeAllocator a(256, 64);
+  CHECK(a.alloc(64) == std::optional<int64_t>(0));
+  CHECK(a.alloc(64) == std::optional<int64_t>(64));
+  CHECK(a.alloc(64) == std::optional<int64_t>(128));
+  CHECK(a.alloc(64) == std::optional<int64_t>(192));
+  CHECK_FALSE(a.alloc(1).has_value());
+  CHECK(a.used() == 256);
+  CHECK(a.peak() == 256);
+  a.free(0);
+  a.free(128);
+  CHECK(a.used() == 128);
+  CHECK_FALSE(a.alloc(128).has_value());  // 128 bytes free, but in two 64-byte gaps
+  CHECK(a.alloc(64) == std::optional<int64_t>(0));
+  CHECK(a.peak() == 256);
+
+  RangeAllocator b(100, 4);
+  CHECK(b.alloc(100) == std::optional<int64_t>(0));  // exactly the capacity
+  CHECK_FALSE(b.alloc(1).has_value());
+  RangeAllocator c(100, 4);
+  CHECK_FALSE(c.alloc(101).has_value());
+  CHECK(c.alloc(0) == std::optional<int64_t>(0));  // zero-size allocations still get a distinct slot
+  CHECK(c.alloc(0) == std::optional<int64_t>(4));
+  CHECK(c.used() == 8);
+}
+
+// ------------------------------------------------------------------------------------------------
+// HBM tensors
+
+TEST_CASE("Memory::alloc_hbm: 64-byte aligned, non-overlapping tensors", "[memory][hbm]") {
+  Memory m(cfg(), true);
+  CHECK(m.has_storage());
+  const HbmTensor& a = m.alloc_hbm("a", {3, 5}, DType::kFloat32);  // 60 bytes
+  CHECK(a.name == "a");
+  CHECK(a.addr == 0);
+  CHECK(a.bytes == 60);
+  CHECK(a.shape == std::vector<int64_t>{3, 5});
+  const HbmTensor b = m.alloc_hbm("b", {7}, DType::kBFloat16);  // 14 bytes
+  CHECK(b.addr == 64);
+  CHECK(b.bytes == 14);
+  const HbmTensor c = m.alloc_hbm("c", {2, 2, 2}, DType::kInt8);
+  CHECK(c.addr == 128);
+  const HbmTensor d = m.alloc_hbm("d", {1000}, DType::kFloat32);
+  CHECK(d.addr == 192);
+
+  std::vector<HbmTensor> all{m.hbm_tensor("a"), b, c, d};
+  for (size_t i = 0; i < all.size(); ++i) {
+    CHECK(all[i].addr % 64 == 0);
+    for (size_t j = i + 1; j < all.size(); ++j)
+      CHECK((all[i].addr + all[i].bytes <= all[j].addr || all[j].addr + all[j].bytes <= all[i].addr));
+  }
+  CHECK(m.has_hbm_tensor("c"));
+  CHECK_FALSE(m.has_hbm_tensor("z"));
+  CHECK(m.hbm_tensor_names() == std::vector<std::string>{"a", "b", "c", "d"});
+  CHECK(m.hbm_tensor("d").dtype == DType::kFloat32);
+  CHECK(m.hbm_data("a") != nullptr);
+  CHECK(m.hbm_data("a") != m.hbm_data("b"));
+}
+
+TEST_CASE("Memory::alloc_hbm fills the sentinel", "[memory][hbm]") {
+  Memory m(cfg(), true);
+  m.alloc_hbm("f", {4, 8}, DType::kFloat32);
+  m.alloc_hbm("h", {5}, DType::kBFloat16);
+  m.alloc_hbm("i", {3, 3}, DType::kInt32);
+  m.alloc_hbm("u", {6}, DType::kUInt8);
+  const uint8_t* f = m.hbm_data("f");
+  REQUIRE(f);
+  for (int k = 0; k < 32; ++k) CHECK(std::isnan(nsim::load_f32(DType::kFloat32, f + 4 * k)));
+  const uint8_t* h = m.hbm_data("h");
+  for (int k = 0; k < 5; ++k) CHECK(std::isnan(nsim::load_f32(DType::kBFloat16, h + 2 * k)));
+  const uint8_t* iv = m.hbm_data("i");
+  for (int k = 0; k < 9; ++k) CHECK(nsim::load_int(DType::kInt32, iv + 4 * k) == 4);
+  const uint8_t* u = m.hbm_data("u");
+  for (int k = 0; k < 6; ++k) CHECK(u[k] == 4);
+
+  // fill_sentinel directly, incl. a partial trailing element that must stay untouched.
+  uint8_t buf[10];
+  std::memset(buf, 0xAB, sizeof buf);
+  nsim::memory::fill_sentinel(buf, 10, DType::kInt32);
+  CHECK(nsim::load_int(DType::kInt32, buf) == 4);
+  CHECK(nsim::load_int(DType::kInt32, buf + 4) == 4);
+  CHECK(buf[8] == 0xAB);
+  CHECK(buf[9] == 0xAB);
+}
+
+TEST_CASE("Memory: on-chip storage reads NaN before it is written", "[memory][hbm]") {
+  Memory m(cfg(), true);
+  auto v = m.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, 0, 5, 2, {4}));
+  CHECK(std::isnan(nsim::load_f32(DType::kFloat32, v.at(1, 3))));
+  auto p = m.resolve(Operand::tile(Space::kPsum, DType::kFloat32, 2044, 127, 1, {1}));
+  CHECK(std::isnan(nsim::load_f32(DType::kFloat32, p.at(0, 0))));
+}
+
+TEST_CASE("Memory HBM errors: duplicate, unknown, overflow", "[memory][hbm]") {
+  Memory m(cfg(), true);
+  m.alloc_hbm("x", {16}, DType::kFloat32);
+  CHECK_THROWS_AS(m.alloc_hbm("x", {16}, DType::kFloat32), Error);
+  CHECK_THROWS_AS(m.alloc_hbm("x", {1}, DType::kInt8), Error);
+  CHECK(m.hbm_tensor_names().size() == 1);
+  CHECK(code_of([&] { (void)m.hbm_tensor("nope"); }) == ErrorCode::kUnknownTensor);
+  CHECK(code_of([&] { (void)m.hbm_data("nope"); }) == ErrorCode::kUnknownTensor);
+  try {
+    (void)m.hbm_tensor("missing_tensor");
+    FAIL("expected nsim::Error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("missing_tensor") != std::string::npos);
+    CHECK(e.code_str() == "NSIM-E208");
+  }
+
+  // Overflow without storage (no real gigabyte allocations).
+  Memory big(cfg(), false);
+  CHECK_FALSE(big.has_storage());
+  big.alloc_hbm("half", {int64_t{1} << 27}, DType::kFloat32);  // 512 MiB
+  CHECK(code_of([&] { big.alloc_hbm("too_big", {int64_t{1} << 27, 2}, DType::kFloat32); }) == ErrorCode::kHbmOverflow);
+  CHECK_FALSE(big.has_hbm_tensor("too_big"));
+  const HbmTensor& rest = big.alloc_hbm("rest", {int64_t{1} << 28}, DType::kBFloat16);  // exactly the other 512 MiB
+  CHECK(rest.addr == int64_t{1} << 29);
+  CHECK(big.hbm_data("rest") == nullptr);  // no storage
+  CHECK(code_of([&] { big.alloc_hbm("one_more", {1}, DType::kInt8); }) == ErrorCode::kHbmOverflow);
+  CHECK(code_of([&] { big.alloc_hbm("huge", {int64_t{1} << 40, int64_t{1} << 40}, DType::kFloat32); }) ==
+        ErrorCode::kHbmOverflow);
+}
+
+TEST_CASE("HbmTensor::whole covers the tensor", "[memory][hbm]") {
+  Memory m(cfg(), true);
+  m.alloc_hbm("pad", {3}, DType::kFloat32);
+  const HbmTensor& t = m.alloc_hbm("t", {4, 3, 5}, DType::kBFloat16);
+  const Operand o = t.whole();
+  CHECK(o.space == Space::kHbm);
+  CHECK(o.dtype == DType::kBFloat16);
+  CHECK(o.offset == 64);
+  CHECK(o.num_partitions == 4);
+  CHECK(o.partition_step == 15);
+  CHECK(o.elems_per_partition() == 15);
+  CHECK(o.total_elems() == 60);
+  CHECK(o.byte_extent() == std::make_pair(int64_t{64}, int64_t{64 + 120}));
+  CHECK_NOTHROW(m.check_bounds(o, "whole"));
+}
+
+// ------------------------------------------------------------------------------------------------
+// On-chip allocation
+
+TEST_CASE("Memory::alloc_onchip: SBUF and PSUM overflow", "[memory][onchip]") {
+  Memory m(cfg(), false);
+  CHECK(m.alloc_onchip(Space::kSbuf, 1000) == 0);
+  CHECK(m.alloc_onchip(Space::kSbuf, 1000) == 1000);  // default alignment 4
+  CHECK(m.allocator(Space::kSbuf).used() == 2000);
+  CHECK(m.allocator(Space::kSbuf).capacity() == kSbufPP);
+  CHECK(code_of([&] { m.alloc_onchip(Space::kSbuf, kSbufPP - 1999); }) == ErrorCode::kSbufOverflow);
+  CHECK(m.alloc_onchip(Space::kSbuf, kSbufPP - 2000) == 2000);  // exactly fills
+  CHECK(code_of([&] { m.alloc_onchip(Space::kSbuf, 1); }) == ErrorCode::kSbufOverflow);
+  m.free_onchip(Space::kSbuf, 1000);
+  CHECK(m.alloc_onchip(Space::kSbuf, 1000) == 1000);
+
+  CHECK(m.allocator(Space::kPsum).capacity() == kPsumPP);
+  CHECK(m.alloc_onchip(Space::kPsum, 2048) == 0);
+  CHECK(code_of([&] { m.alloc_onchip(Space::kPsum, kPsumPP); }) == ErrorCode::kPsumOverflow);
+  CHECK(m.alloc_onchip(Space::kPsum, kPsumPP - 2048) == 2048);
+  CHECK(code_of([&] { m.alloc_onchip(Space::kPsum, 4); }) == ErrorCode::kPsumOverflow);
+  CHECK(m.allocator(Space::kPsum).peak() == kPsumPP);
+  // The SBUF allocator is independent of PSUM.
+  CHECK(m.allocator(Space::kSbuf).used() == kSbufPP);
+
+  Memory aligned(cfg(), false, 64);
+  CHECK(aligned.alloc_onchip(Space::kSbuf, 3) == 0);
+  CHECK(aligned.alloc_onchip(Space::kSbuf, 3) == 64);
+}
+
+// ------------------------------------------------------------------------------------------------
+// resolve / check_bounds
+
+TEST_CASE("Memory::resolve of in-bounds operands", "[memory][resolve]") {
+  Memory m(cfg(), true);
+  const auto origin = m.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, 0, 0, 1, {1}));
+  REQUIRE(origin.valid());
+  const auto v = m.resolve(Operand::tile(Space::kSbuf, DType::kBFloat16, 256, 3, 4, {2, 8}));
+  REQUIRE(v.valid());
+  CHECK(v.base - origin.base == 3 * kSbufPP + 256);
+  CHECK(v.partition_stride_bytes == kSbufPP);
+  CHECK(v.partitions == 4);
+  CHECK(v.dtype == DType::kBFloat16);
+  CHECK(v.nfree == 2);
+  CHECK(v.size[0] == 2);
+  CHECK(v.size[1] == 8);
+  CHECK(v.stride[0] == 8);
+  CHECK(v.stride[1] == 1);
+  CHECK(v.at(2, 9) - origin.base == 5 * kSbufPP + 256 + 9 * 2);
+
+  // The last byte of the last partition is addressable.
+  const auto last = m.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, kSbufPP - 4, 127, 1, {1}));
+  CHECK(last.base - origin.base == 127 * kSbufPP + kSbufPP - 4);
+
+  const auto p0 = m.resolve(Operand::tile(Space::kPsum, DType::kFloat32, 0, 0, 1, {1}));
+  const auto p = m.resolve(Operand::tile(Space::kPsum, DType::kFloat32, 2048, 10, 8, {512}));
+  CHECK(p.base - p0.base == 10 * kPsumPP + 2048);
+  CHECK(p.partition_stride_bytes == kPsumPP);
+
+  // Writes through a view land where a second view of the same bytes reads them.
+  nsim::store_f32(DType::kFloat32, m.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, 64, 7, 1, {4})).at(0, 2), 6.5f);
+  CHECK(nsim::load_f32(DType::kFloat32, m.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, 72, 7, 1, {1})).base) == 6.5f);
+
+  // Absent operand: empty view.
+  CHECK_FALSE(m.resolve(Operand{}).valid());
+
+  // Without storage: a view with the pattern but no memory.
+  Memory nostore(cfg(), false);
+  const auto ns = nostore.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, 0, 0, 128, {16}));
+  CHECK_FALSE(ns.valid());
+  CHECK(ns.partitions == 128);
+  CHECK(ns.elems() == 16);
+}
+
+TEST_CASE("Memory::resolve of HBM operands", "[memory][resolve]") {
+  Memory m(cfg(), true);
+  m.alloc_hbm("a", {3}, DType::kFloat32);
+  const HbmTensor& t = m.alloc_hbm("t", {4, 16}, DType::kFloat32);
+  REQUIRE(t.addr == 64);
+  Operand o = t.whole();
+  o.offset += 8;  // start at column 2
+  o.nfree = 1;
+  o.size[0] = 4;
+  const auto v = m.resolve(o);
+  REQUIRE(v.valid());
+  CHECK(v.base == m.hbm_data("t") + 8);
+  CHECK(v.partition_stride_bytes == 16 * 4);
+  CHECK(v.partitions == 4);
+  nsim::store_f32(DType::kFloat32, v.at(3, 1), 1.25f);
+  CHECK(nsim::load_f32(DType::kFloat32, m.hbm_data("t") + (3 * 16 + 3) * 4) == 1.25f);
+}
+
+TEST_CASE("Memory bounds errors", "[memory][resolve]") {
+  Memory m(cfg(), true);
+  m.alloc_hbm("a", {15}, DType::kFloat32);  // [0, 60)
+  const HbmTensor& t = m.alloc_hbm("t", {4, 8}, DType::kFloat32);  // [64, 192)
+
+  // SBUF: bytes past the capacity of a partition.
+  CHECK(code_of([&] { m.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, kSbufPP - 16, 0, 128, {8})); }) ==
+        ErrorCode::kOutOfBounds);
+  CHECK(code_of([&] { m.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, kSbufPP, 0, 1, {1})); }) ==
+        ErrorCode::kOutOfBounds);
+  CHECK_NOTHROW(m.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, kSbufPP - 32, 0, 128, {8})));
+  // Negative start (negative offset, or a negative stride running below 0).
+  CHECK(code_of([&] { m.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, -4, 0, 1, {1})); }) ==
+        ErrorCode::kOutOfBounds);
+  {
+    Operand neg = pattern(Space::kSbuf, DType::kFloat32, 8, {4}, {-1});  // elements 2, 1, 0, -1
+    CHECK(code_of([&] { m.resolve(neg); }) == ErrorCode::kOutOfBounds);
+    neg.offset = 12;
+    CHECK_NOTHROW(m.resolve(neg));
+  }
+  // PSUM capacity is 16 KiB per partition.
+  CHECK(code_of([&] { m.resolve(Operand::tile(Space::kPsum, DType::kFloat32, 16384 - 4, 0, 1, {2})); }) ==
+        ErrorCode::kOutOfBounds);
+  // Partitions beyond 128 through start_partition.
+  CHECK(code_of([&] { m.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, 0, 100, 29, {1})); }) ==
+        ErrorCode::kOutOfBounds);
+  CHECK(code_of([&] { m.resolve(Operand::tile(Space::kPsum, DType::kFloat32, 0, 127, 2, {1})); }) ==
+        ErrorCode::kOutOfBounds);
+  CHECK_NOTHROW(m.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, 0, 100, 28, {1})));
+  // More than 128 partitions.
+  CHECK(code_of([&] { m.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, 0, 0, 129, {1})); }) ==
+        ErrorCode::kTooManyPartitions);
+  CHECK(code_of([&] { m.check_bounds(Operand::tile(Space::kPsum, DType::kFloat32, 0, 0, 256, {1}), "x"); }) ==
+        ErrorCode::kTooManyPartitions);
+
+  // HBM view running past the end of its tensor.
+  {
+    Operand o = t.whole();
+    CHECK_NOTHROW(m.resolve(o));
+    o.offset += 4;
+    CHECK(code_of([&] { m.resolve(o); }) == ErrorCode::kOutOfBounds);
+    o = t.whole();
+    o.num_partitions = 5;
+    CHECK(code_of([&] { m.resolve(o); }) == ErrorCode::kOutOfBounds);
+  }
+  // HBM view in no tensor: in the alignment gap, after the last tensor, before address 0.
+  CHECK(code_of([&] { m.resolve(Operand::tile(Space::kHbm, DType::kFloat32, 60, 0, 1, {1})); }) ==
+        ErrorCode::kOutOfBounds);
+  CHECK(code_of([&] { m.resolve(Operand::tile(Space::kHbm, DType::kFloat32, 4096, 0, 1, {1})); }) ==
+        ErrorCode::kOutOfBounds);
+  CHECK(code_of([&] { m.resolve(Operand::tile(Space::kHbm, DType::kFloat32, -64, 0, 1, {4})); }) ==
+        ErrorCode::kOutOfBounds);
+  // A view spanning two tensors is not inside one tensor.
+  CHECK(code_of([&] { m.resolve(Operand::tile(Space::kHbm, DType::kFloat32, 0, 0, 1, {40})); }) ==
+        ErrorCode::kOutOfBounds);
+
+  // The error message names the caller's context.
+  try {
+    m.check_bounds(Operand::tile(Space::kSbuf, DType::kFloat32, kSbufPP, 0, 1, {1}), "my_operand");
+    FAIL("expected nsim::Error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kOutOfBounds);
+    CHECK(e.message().find("my_operand") != std::string::npos);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Operand helpers
+
+TEST_CASE("Operand::byte_extent", "[memory][operand]") {
+  // Contiguous.
+  CHECK(Operand::tile(Space::kSbuf, DType::kFloat32, 100, 0, 128, {4, 128}).byte_extent() ==
+        std::make_pair(int64_t{100}, int64_t{100 + 512 * 4}));
+  // Strided: last element at 3*16 + 7*2 = 62.
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 100, {4, 8}, {16, 2}).byte_extent() ==
+        std::make_pair(int64_t{100}, int64_t{100 + 63 * 4}));
+  // Negative stride: elements 0, -1, ..., -7 relative to offset.
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 100, {8}, {-1}).byte_extent() ==
+        std::make_pair(int64_t{100 - 28}, int64_t{104}));
+  // Mixed signs: outer -8 (3 steps: -24), inner +1 (7): [offset-24, offset+8) elements.
+  CHECK(pattern(Space::kSbuf, DType::kBFloat16, 1000, {4, 8}, {-8, 1}).byte_extent() ==
+        std::make_pair(int64_t{1000 - 48}, int64_t{1000 + 16}));
+  // Stride 0 (broadcast): one element.
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 64, {128}, {0}).byte_extent() ==
+        std::make_pair(int64_t{64}, int64_t{68}));
+  CHECK(pattern(Space::kSbuf, DType::kBFloat16, 64, {16, 32}, {0, 1}).byte_extent() ==
+        std::make_pair(int64_t{64}, int64_t{128}));
+  // No free dims: one element.
+  CHECK(pattern(Space::kSbuf, DType::kInt8, 7, {}, {}).byte_extent() == std::make_pair(int64_t{7}, int64_t{8}));
+  // HBM rows count: 4 rows of 8, 16 elements apart.
+  {
+    Operand o = pattern(Space::kHbm, DType::kFloat32, 256, {8}, {1});
+    o.num_partitions = 4;
+    o.partition_step = 16;
+    CHECK(o.byte_extent() == std::make_pair(int64_t{256}, int64_t{256 + (3 * 16 + 8) * 4}));
+    o.partition_step = -16;  // rows going down
+    CHECK(o.byte_extent() == std::make_pair(int64_t{256 - 48 * 4}, int64_t{256 + 32}));
+  }
+  // On-chip partitions do not add to the per-partition extent.
+  {
+    Operand o = Operand::tile(Space::kSbuf, DType::kFloat32, 0, 0, 128, {8});
+    o.partition_step = 1000;  // ignored on-chip
+    CHECK(o.byte_extent() == std::make_pair(int64_t{0}, int64_t{32}));
+  }
+}
+
+TEST_CASE("Operand::elems_per_partition and total_elems", "[memory][operand]") {
+  CHECK(Operand::tile(Space::kSbuf, DType::kFloat32, 0, 0, 128, {2, 3, 4}).elems_per_partition() == 24);
+  CHECK(Operand::tile(Space::kSbuf, DType::kFloat32, 0, 0, 128, {2, 3, 4}).total_elems() == 128 * 24);
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 0, {}, {}).elems_per_partition() == 1);
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 0, {5, 1, 7}, {0, 0, 0}).elems_per_partition() == 35);
+}
+
+TEST_CASE("Operand::contiguous_runs_per_partition", "[memory][operand]") {
+  // [128, 4, 128] contiguous: one run.
+  CHECK(Operand::tile(Space::kSbuf, DType::kFloat32, 0, 0, 128, {4, 128}).contiguous_runs_per_partition() == 1);
+  CHECK(Operand::tile(Space::kSbuf, DType::kBFloat16, 0, 0, 128, {2, 3, 4, 5}).contiguous_runs_per_partition() == 1);
+  // Inner stride 2: every element is its own run.
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 0, {4, 128}, {256, 2}).contiguous_runs_per_partition() == 512);
+  // Outer gap: one run per row.
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 0, {4, 128}, {256, 1}).contiguous_runs_per_partition() == 4);
+  // Gap only at the outermost of three dims.
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 0, {2, 4, 8}, {64, 8, 1}).contiguous_runs_per_partition() == 2);
+  // Gap in the middle.
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 0, {2, 4, 8}, {32, 16, 1}).contiguous_runs_per_partition() == 8);
+  // Broadcast inner dim: each element is a run; negative stride too.
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 0, {16}, {0}).contiguous_runs_per_partition() == 16);
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 64, {16}, {-1}).contiguous_runs_per_partition() == 16);
+  // Size-1 outer dims with any stride do not split the run.
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 0, {1, 8}, {999, 1}).contiguous_runs_per_partition() == 1);
+  // No free dims: one element, one run.
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 0, {}, {}).contiguous_runs_per_partition() == 1);
+}
+
+TEST_CASE("Operand::contiguous_runs_per_partition ignores the stride of a size-1 inner dim",
+          "[memory][operand]") {
+  // [4, 1] with strides {1, 7}: elements 0, 1, 2, 3 -- one contiguous run (the inner dim has one
+  // element, so its stride never applies). Same bytes as [4] stride 1.
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 0, {4}, {1}).contiguous_runs_per_partition() == 1);
+  CHECK(pattern(Space::kSbuf, DType::kFloat32, 0, {4, 1}, {1, 7}).contiguous_runs_per_partition() == 1);
+}
+
+TEST_CASE("Operand::tile helper", "[memory][operand]") {
+  const Operand o = Operand::tile(Space::kSbuf, DType::kBFloat16, 64, 2, 16, {3, 4, 5});
+  CHECK(o.space == Space::kSbuf);
+  CHECK(o.dtype == DType::kBFloat16);
+  CHECK(o.offset == 64);
+  CHECK(o.start_partition == 2);
+  CHECK(o.num_partitions == 16);
+  CHECK(o.nfree == 3);
+  CHECK(o.size[0] == 3);
+  CHECK(o.size[1] == 4);
+  CHECK(o.size[2] == 5);
+  CHECK(o.stride[0] == 20);
+  CHECK(o.stride[1] == 5);
+  CHECK(o.stride[2] == 1);
+  CHECK(o.partition_step == 0);  // on-chip: unused
+  CHECK(o.present());
+  CHECK(o.inner_stride_bytes() == 2);
+
+  const Operand h = Operand::tile(Space::kHbm, DType::kFloat32, 128, 0, 8, {6, 7});
+  CHECK(h.partition_step == 42);  // rows are back to back
+  CHECK(h.stride[0] == 7);
+  CHECK(h.stride[1] == 1);
+  CHECK(h.byte_extent() == std::make_pair(int64_t{128}, int64_t{128 + 8 * 42 * 4}));
+
+  const Operand s = Operand::tile(Space::kPsum, DType::kFloat32, 0, 0, 128, {});
+  CHECK(s.nfree == 0);
+  CHECK(s.elems_per_partition() == 1);
+  CHECK(s.inner_stride_bytes() == 0);
+
+  CHECK_FALSE(Operand{}.present());
+  CHECK(o.str() == "bfloat16@sbuf[2:18]+64 [3,4,5][20,5,1]");
+}
