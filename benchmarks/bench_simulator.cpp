@@ -86,6 +86,32 @@ void BM_TimingOnlySmallInstructions(benchmark::State& state) {
 }
 BENCHMARK(BM_TimingOnlySmallInstructions)->Unit(benchmark::kMillisecond);
 
+void BM_TimingOnlyElementwiseStream(benchmark::State& state) {
+  // The smallest useful instructions: [128, 4] fp32 tensor_scalar ops over 8 rotating tiles, on
+  // VectorE, ScalarE and GpSimd in turn (a dependency chain every third instruction).
+  SimOptions o;
+  o.numerics = false;
+  auto sim = Simulator::from_preset("trn2", {}, o);
+  Operand t[8];
+  for (auto& x : t) x = sim->alloc_tile(Space::kSbuf, 128, {4}, DType::kFloat32);
+  std::vector<Instr> mix;
+  const Engine engines[3] = {Engine::kVector, Engine::kScalar, Engine::kGpsimd};
+  for (int i = 0; i < 24; ++i) {
+    Instr a = make(Opcode::kTensorScalar, engines[i % 3], {t[(i + 1) % 8], t[i % 8]});
+    a.alu0 = isa::AluOp::kMultiply;
+    a.alu1 = isa::AluOp::kAdd;
+    a.flags = isa::kHasImm0 | isa::kHasImm1;
+    mix.push_back(a);
+  }
+  uint64_t n = 0;
+  for (auto _ : state) {
+    for (const Instr& in : mix) benchmark::DoNotOptimize(sim->submit(in));
+    n += mix.size();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(n));
+}
+BENCHMARK(BM_TimingOnlyElementwiseStream)->Unit(benchmark::kMillisecond);
+
 void BM_TimingOnlyDmaAndMatmul(benchmark::State& state) {
   // Larger instructions: [128, 512] loads on 4 queues, matmuls, evictions, stores.
   SimOptions o;

@@ -28,7 +28,7 @@ DepTracker::Range DepTracker::range_of(const Operand& o) const {
   if (hi <= lo) hi = lo + 1;
   if (o.space == Space::kHbm) {
     const int64_t n = static_cast<int64_t>(hbm_.size());
-    if (n == 0) return {};
+    if (n == 0) return {hbm_.data(), 0, -1, 0, -1, 0};  // no HBM tensors: nothing to track
     const int64_t c0 = std::clamp<int64_t>(lo / cfg_.hbm_chunk_bytes, 0, n - 1);
     const int64_t c1 = std::clamp<int64_t>((hi - 1) / cfg_.hbm_chunk_bytes, 0, n - 1);
     return {hbm_.data(), 0, 0, c0, c1, n};

@@ -42,13 +42,14 @@ class DepTracker {
     uint8_t r_cls = 0;
   };
   /// The chunks one operand covers: quadrants [q0,q1] x chunks [c0,c1]; computed once per operand.
+  /// Trivially constructible on purpose: Regions are built per instruction without zeroing.
   struct Range {
-    Entry* base = nullptr;
-    int64_t q0 = 0, q1 = -1, c0 = 0, c1 = -1, row = 0;
+    Entry* base;
+    int64_t q0, q1, c0, c1, row;
   };
-  /// The operands an instruction reads and writes, resolved to chunk ranges.
+  /// The operands an instruction reads and writes, resolved to chunk ranges (first nr / nw valid).
   struct Regions {
-    std::array<Range, isa::kMaxSlots> reads{}, writes{};
+    std::array<Range, isa::kMaxSlots> reads, writes;
     int nr = 0, nw = 0;
   };
   Range range_of(const isa::Operand& o) const;

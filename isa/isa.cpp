@@ -128,12 +128,6 @@ std::optional<Opcode> opcode_from_name(std::string_view mnemonic) {
 
 // ---------------------------------------------------------------- Operand
 
-int64_t Operand::elems_per_partition() const {
-  int64_t n = 1;
-  for (int d = 0; d < nfree; ++d) n *= size[static_cast<size_t>(d)];
-  return n;
-}
-
 std::pair<int64_t, int64_t> Operand::byte_extent() const {
   const int64_t eb = dtype_bytes(dtype);
   int64_t lo = 0, hi = 0;  // element offsets relative to `offset`

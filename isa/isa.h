@@ -124,7 +124,11 @@ struct Operand {
   std::array<int64_t, kMaxFreeDims> stride{};
 
   bool present() const { return space != Space::kNone; }
-  int64_t elems_per_partition() const;
+  int64_t elems_per_partition() const {
+    int64_t n = 1;
+    for (int d = 0; d < nfree; ++d) n *= size[static_cast<size_t>(d)];
+    return n;
+  }
   int64_t total_elems() const { return elems_per_partition() * num_partitions; }
   /// Byte span [lo, hi) touched within one partition (on-chip) or overall (HBM); lo <= hi.
   std::pair<int64_t, int64_t> byte_extent() const;

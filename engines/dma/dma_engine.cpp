@@ -67,9 +67,16 @@ DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const mem
   // Back-to-back transfers on one queue have period max(setup, data) + gap (neuroncore.md 3.3).
   qfree = setup_end + p_.dma_transfer_gap;
 
-  // Engines of this transfer that move HBM bytes count towards the HBM share from the start.
-  int own_hbm = 0;
-  for (int e = 0; e < split.engines; ++e) own_hbm += (split.touches_hbm && split.piece[static_cast<size_t>(e)].bytes > 0);
+  // HBM share: this transfer's engines that move bytes, plus other engines still moving HBM data
+  // when its data phase begins, split hbm.bw equally.
+  int active = 0;
+  if (split.touches_hbm)
+    for (int e = 0; e < p_.dma_engines; ++e) {
+      const auto ei = static_cast<size_t>(e);
+      active += split.piece[ei].bytes > 0 || hbm_[ei].busy_at(setup_end);
+    }
+  const double hbm_bw = split.touches_hbm ? std::min(p_.dma_engine_bw, p_.hbm_bw / std::max(1, active))
+                                          : p_.dma_engine_bw;
 
   t.data_start = INT64_MAX;
   t.done = setup_end;
@@ -82,20 +89,8 @@ DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const mem
       const double per_desc_ns = std::max(static_cast<double>(pc.bytes) / desc / bw, sim::ps_to_ns(p_.dma_desc_min));
       return static_cast<Ps>(std::llround(desc * per_desc_ns * 1000.0));
     };
-    // First fit at the engine's full rate, then apply the HBM share seen at that start.
-    Ps dur = duration(p_.dma_engine_bw * efficiency);
-    Ps start = engine_[ei].earliest(setup_end, dur + p_.dma_transfer_gap);
-    if (split.touches_hbm) {
-      int active = own_hbm;
-      for (int o = 0; o < p_.dma_engines; ++o)
-        if (split.piece[static_cast<size_t>(o)].bytes <= 0 && hbm_[static_cast<size_t>(o)].busy_at(start)) ++active;
-      const double bw = std::min(p_.dma_engine_bw, p_.hbm_bw / std::max(1, active)) * efficiency;
-      const Ps shared = duration(bw);
-      if (shared != dur) {
-        dur = shared;
-        start = engine_[ei].earliest(setup_end, dur + p_.dma_transfer_gap);
-      }
-    }
+    const Ps dur = duration(hbm_bw * efficiency);
+    const Ps start = engine_[ei].earliest(setup_end, dur + p_.dma_transfer_gap);
     // The packet moves data for `dur`; the engine then idles dma.transfer_gap before its next packet.
     const Ps end = start + dur;
     engine_[ei].reserve(start, end + p_.dma_transfer_gap);

@@ -2,6 +2,10 @@
 // preset switching, and bad input through the Simulator.
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
 #include "kernel_builder.h"
 
 using namespace nsim;
@@ -274,4 +278,60 @@ TEST_CASE("unknown config keys and bad units are errors", "[errors][config]") {
   } catch (const Error& e) {
     CHECK(e.code_str() == "NSIM-E102");
   }
+}
+
+TEST_CASE("the trace has one track per engine and DMA queue; slice durations sum to instruction time",
+          "[trace]") {
+  const std::string path = "nsim_test_trace.json";
+  SimOptions o;
+  o.numerics = false;
+  o.trace_path = path;
+  sim::StatsRegistry st;
+  {
+    auto s = Simulator::from_preset("trn2", {}, o);
+    const uint32_t loc = s->add_source({"k.py", 7, "k"});
+    const auto& h = s->alloc_hbm("x", {128, 512}, DType::kBFloat16);
+    Operand a = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
+    Operand b = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+    Instr ld = instr(Opcode::kDmaCopy, Engine::kSync, {a, hbm_rows(h, 0, 128)});
+    ld.loc = loc;
+    ld.dma_queue = 3;
+    s->submit(ld);
+    for (int i = 0; i < 5; ++i) {
+      Instr e = instr(Opcode::kActivation, Engine::kScalar, {b, a});
+      e.act = isa::ActFunc::kExp;
+      e.loc = loc;
+      s->submit(e);
+      Instr v = instr(Opcode::kTensorScalar, Engine::kVector, {a, b});
+      v.alu0 = AluOp::kMultiply;
+      v.flags = isa::kHasImm0;
+      s->submit(v);
+    }
+    s->finish();
+    st = s->stats();
+  }
+  std::ifstream f(path);
+  REQUIRE(f.good());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  std::remove(path.c_str());
+  CHECK(text.rfind("{\"displayTimeUnit\"", 0) == 0);
+  for (const char* track : {"\"tensor\"", "\"vector\"", "\"scalar\"", "\"gpsimd\"", "\"sync\"", "\"dma.e0\"", "\"dma.e15\"",
+                            "\"dma.queue3\""})
+    CHECK(text.find(track) != std::string::npos);
+  CHECK(text.find("\"src\": \"k.py:7 (k)\"") != std::string::npos);
+  // Sum "dur" of X events per tid (tid 1 = vector, 2 = scalar) and compare with the stats.
+  auto sum_dur = [&](int tid) {
+    double sum = 0;
+    const std::string key = "\"tid\": " + std::to_string(tid) + ", \"ts\": ";
+    for (size_t p = text.find(key); p != std::string::npos; p = text.find(key, p + 1)) {
+      const size_t d = text.find("\"dur\": ", p);
+      sum += std::stod(text.substr(d + 7));
+    }
+    return sum * 1000.0;  // us -> ns
+  };
+  CHECK(sum_dur(1) == Approx(st.get("engine.vector.instruction_time")).epsilon(1e-6));
+  CHECK(sum_dur(2) == Approx(st.get("engine.scalar.instruction_time")).epsilon(1e-6));
+  CHECK(st.get("engine.scalar.instruction_count") == 5);
 }
