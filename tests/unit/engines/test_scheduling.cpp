@@ -256,6 +256,13 @@ TEST_CASE("bad input raises nsim::Error with a stable code and the source line",
     Instr tt = instr(Opcode::kTensorTensor, Engine::kVector, {a, a, half});
     CHECK(code_of(tt) == "NSIM-E304");
   }
+  SECTION("bad access pattern (E207) and unexpected operand (E307)") {
+    Operand empty = a;
+    empty.size[0] = 0;
+    CHECK(code_of(instr(Opcode::kTensorCopy, Engine::kVector, {b, empty})) == "NSIM-E207");
+    CHECK(code_of(instr(Opcode::kMemset, Engine::kVector, {a, b})) == "NSIM-E307");
+    CHECK_THROWS_AS(s->alloc_tile(Space::kSbuf, 128, {0}, DType::kFloat32), Error);
+  }
   SECTION("nothing was corrupted: a valid instruction still runs after errors") {
     Operand oob = a;
     oob.offset = 1 << 30;
