@@ -159,6 +159,7 @@ int main(int argc, char** argv) {
     fmt::print("nsim demo: softmax [{}x{}] bf16 + projection matmul, preset {}\n", kRows, kCols, sim->params().name);
     fmt::print("numerics: max |error| vs CPU reference = {:.3g} (max |ref| = {:.3g})\n", max_err, max_ref);
     fmt::print("{}", sim->stats().to_text());
+    fmt::print("\neffective config ({}):\n{}", sim->config().name(), sim->config().to_yaml());
     return max_err <= 1e-2 * max_ref ? 0 : 1;  // bf16 tolerance
   } catch (const Error& e) {
     fmt::print(stderr, "{}\n", e.what());
