@@ -13,6 +13,7 @@ struct SourceLoc {
   int line = 0;
   std::string function;
   std::string str() const;  ///< "file:line (function)" or "" when unknown
+  bool operator==(const SourceLoc&) const = default;
 };
 
 /// Stable error codes. Ranges: E1xx config, E2xx memory/access, E3xx ISA operands, E4xx kernel IR,
@@ -45,6 +46,21 @@ enum class ErrorCode : uint16_t {
   kMatmulLimit = 308,
   kUnknownOpcode = 309,
   kShapeMismatch = 310,
+
+  kJsonSyntax = 401,          ///< kernel.json is not valid JSON
+  kSchemaVersion = 402,       ///< missing or unsupported "nsim_kernel" version
+  kMissingField = 403,        ///< a required field is absent
+  kWrongType = 404,           ///< a field has the wrong JSON type or an invalid value
+  kUnknownOp = 405,           ///< an op name that is not in the ISA table (or nc_matmul)
+  kUnknownName = 406,         ///< a tensor, loop variable or enum name that does not exist
+  kBadIndex = 407,            ///< an index expression that does not parse or is not affine
+  kIndexOutOfBounds = 408,    ///< an index range leaves its tensor for some loop iteration
+  kOutputNotWritten = 409,    ///< an output tensor that no op writes
+  kAffineWriteConflict = 410, ///< affine_range iterations write the same location
+  kBadLoop = 411,             ///< step 0, negative or absurd trip counts, nesting too deep
+  kDuplicateName = 412,       ///< two tensors or nested loop variables with one name
+  kBadInput = 413,            ///< an input file (.npy/.npz) that does not fit the kernel
+  kUsage = 414,               ///< bad command-line usage
 
   kInternal = 901,
 };

@@ -1,0 +1,136 @@
+#pragma once
+/// The tile IR of nsim (frontend::Kernel): named tensors (HBM inputs/outputs, SBUF/PSUM tiles), loops
+/// with affine index expressions over loop variables, and tile ops mirroring nki.isa, each with its
+/// source location. Read from / written to kernel.json (docs/kernel-json.md), checked by
+/// verify_kernel(), lowered lazily to isa::Instr by Lowering.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "isa/isa.h"
+#include "sim/error.h"
+
+namespace nsim::frontend {
+
+inline constexpr int kKernelSchemaVersion = 1;
+
+/// c + sum(coef * var): an affine expression over loop variables (by loop id, see Kernel::loops).
+struct Affine {
+  int64_t c = 0;
+  std::vector<std::pair<int, int64_t>> terms;  ///< (loop id, coefficient), coefficients != 0
+  /// Value for the current loop variable values (indexed by loop id).
+  int64_t eval(const std::vector<int64_t>& vars) const {
+    int64_t v = c;
+    for (auto [id, k] : terms) v += k * vars[static_cast<size_t>(id)];
+    return v;
+  }
+  bool is_const() const { return terms.empty(); }
+  bool operator==(const Affine&) const = default;
+};
+
+/// One dimension of a tensor access: elements [start, start + size*step) with stride `step`, or
+/// (broadcast) `size` copies of one element (stride 0; sources only).
+struct DimAccess {
+  Affine start;
+  int64_t size = 1;
+  int64_t step = 1;
+  bool broadcast = false;
+  bool operator==(const DimAccess&) const = default;
+};
+
+/// A slice of a tensor. An empty `dims` means the whole tensor. On-chip tensors: dims[0] is the
+/// partition dim (step must be 1). The slice may have fewer dims than the tensor only when empty.
+struct Access {
+  int tensor = -1;  ///< index into Kernel::tensors
+  std::vector<DimAccess> dims;
+  bool operator==(const Access&) const = default;
+};
+
+enum class TensorKind : uint8_t { kInput, kOutput, kInternal };
+
+/// A tensor. HBM inputs/outputs are declared at kernel level; SBUF/PSUM tiles by an alloc statement
+/// (their storage is valid from there on; inside a loop each execution of the alloc may get the next
+/// of `bufs` rotating buffers).
+struct Tensor {
+  std::string name;
+  isa::Space space = isa::Space::kSbuf;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;  ///< on-chip: shape[0] = partitions, at most 4 free dims
+  TensorKind kind = TensorKind::kInternal;
+  int bufs = 0;                ///< rotating buffers for tiles allocated in loops; 0 = automatic
+  SourceLoc loc;
+  bool operator==(const Tensor&) const = default;
+};
+
+/// A tile op: an nki.isa instruction, or nc_matmul (lowered to load_stationary + multiply_moving).
+struct Op {
+  std::string name;  ///< ISA mnemonic (isa/opcodes.def) or "nc_matmul"
+  std::optional<isa::Engine> engine;  ///< none = the opcode's default engine
+  /// Operands by slot of the ISA opcode; nc_matmul uses slots (dst, stationary, moving).
+  std::array<std::optional<Access>, isa::kMaxSlots> operands;
+  // Immediates, with the meanings of isa::Instr (docs/isa.md).
+  isa::AluOp alu0 = isa::AluOp::kBypass;
+  isa::AluOp alu1 = isa::AluOp::kBypass;
+  isa::ActFunc act = isa::ActFunc::kCopy;
+  isa::ReduceCmd reduce_cmd = isa::ReduceCmd::kIdle;
+  uint16_t flags = 0;
+  std::array<float, 4> imm{0.0f, 0.0f, 1.0f, 0.0f};
+  std::array<int32_t, 10> iimm{0, 0, 0, 1, 0, 1, 0, 1, 0, 1};
+  std::array<uint8_t, 32> shuffle{};
+  uint8_t axis_count = 0;
+  std::optional<int> dma_queue;
+  SourceLoc loc;
+  bool operator==(const Op&) const = default;
+};
+
+enum class LoopKind : uint8_t { kAffine, kSequential, kStatic };
+
+struct Stmt;
+/// A loop: var in range(start, stop, step).
+struct Loop {
+  std::string var;
+  int64_t start = 0, stop = 0, step = 1;
+  LoopKind kind = LoopKind::kAffine;
+  std::vector<Stmt> body;
+  SourceLoc loc;
+  int64_t trip_count() const {
+    if (step > 0) return stop > start ? (stop - start + step - 1) / step : 0;
+    if (step < 0) return start > stop ? (start - stop - step - 1) / (-step) : 0;
+    return 0;
+  }
+  bool operator==(const Loop&) const;
+};
+
+/// A statement: an op, a loop (by id into Kernel::loops), or a tile allocation (tensor id).
+struct Stmt {
+  enum class Kind : uint8_t { kOp, kLoop, kAlloc } kind = Kind::kOp;
+  int index = -1;  ///< into Kernel::ops, Kernel::loops or Kernel::tensors
+  bool operator==(const Stmt&) const = default;
+};
+
+inline bool Loop::operator==(const Loop& o) const {
+  return var == o.var && start == o.start && stop == o.stop && step == o.step && kind == o.kind && body == o.body &&
+         loc == o.loc;
+}
+
+struct Kernel {
+  std::string name;
+  std::vector<Tensor> tensors;
+  std::vector<Op> ops;
+  std::vector<Loop> loops;  ///< loop id = index; nested loops are referenced from their parent body
+  std::vector<Stmt> body;   ///< top-level statements
+  bool operator==(const Kernel&) const = default;
+
+  int find_tensor(const std::string& name) const;  ///< -1 if absent
+};
+
+/// Parse kernel.json text. Throws nsim::Error E401..E412 with the JSON path ("body[2].op") and,
+/// where known, the op's source location. `filename` appears in messages.
+Kernel parse_kernel_json(std::string_view text, const std::string& filename = "kernel.json");
+/// Write kernel.json (stable key order; parse(write(k)) == k).
+std::string write_kernel_json(const Kernel& k);
+
+}  // namespace nsim::frontend
