@@ -30,15 +30,6 @@ using isa::Space;
 
 namespace {
 
-Instr make(Opcode op, Engine e, std::initializer_list<Operand> ops) {
-  Instr in;
-  in.op = op;
-  in.engine = e;
-  size_t i = 0;
-  for (const Operand& o : ops) in.opnd[i++] = o;
-  return in;
-}
-
 // A mix of small instructions over all engines: Vector/GpSimd/Scalar element-wise ops on [128, 4]
 // tiles, a matmul pair, and a small DMA. Rotating tiles keep some dependencies, some independence.
 std::vector<Instr> small_mix(Simulator& s) {
@@ -50,21 +41,21 @@ std::vector<Instr> small_mix(Simulator& s) {
   Operand ps = s.alloc_tile(Space::kPsum, 128, {64}, DType::kFloat32);
   const auto& h = s.alloc_hbm("h", {128, 4}, DType::kFloat32);
   for (int i = 0; i < 8; ++i) {
-    Instr a = make(Opcode::kTensorScalar, Engine::kVector, {t[(i + 1) % 8], t[i]});
+    Instr a = isa::make_instr(Opcode::kTensorScalar, Engine::kVector, {t[(i + 1) % 8], t[i]});
     a.alu0 = isa::AluOp::kAdd;
     a.flags = isa::kHasImm0;
     v.push_back(a);
-    Instr b = make(Opcode::kActivation, Engine::kScalar, {t[(i + 3) % 8], t[(i + 2) % 8]});
+    Instr b = isa::make_instr(Opcode::kActivation, Engine::kScalar, {t[(i + 3) % 8], t[(i + 2) % 8]});
     b.act = isa::ActFunc::kCopy;
     v.push_back(b);
-    Instr c = make(Opcode::kTensorTensor, Engine::kGpsimd, {t[(i + 5) % 8], t[(i + 4) % 8], t[(i + 6) % 8]});
+    Instr c = isa::make_instr(Opcode::kTensorTensor, Engine::kGpsimd, {t[(i + 5) % 8], t[(i + 4) % 8], t[(i + 6) % 8]});
     c.alu0 = isa::AluOp::kMultiply;
     v.push_back(c);
   }
-  v.push_back(make(Opcode::kLoadStationary, Engine::kTensor, {st}));
-  v.push_back(make(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv}));
-  v.push_back(make(Opcode::kTensorCopy, Engine::kVector, {t[0], Operand::tile(Space::kPsum, DType::kFloat32, ps.offset, 0, 128, {4})}));
-  v.push_back(make(Opcode::kDmaCopy, Engine::kSync, {t[7], h.whole()}));
+  v.push_back(isa::make_instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+  v.push_back(isa::make_instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv}));
+  v.push_back(isa::make_instr(Opcode::kTensorCopy, Engine::kVector, {t[0], Operand::tile(Space::kPsum, DType::kFloat32, ps.offset, 0, 128, {4})}));
+  v.push_back(isa::make_instr(Opcode::kDmaCopy, Engine::kSync, {t[7], h.whole()}));
   return v;
 }
 
@@ -97,7 +88,7 @@ void BM_TimingOnlyElementwiseStream(benchmark::State& state) {
   std::vector<Instr> mix;
   const Engine engines[3] = {Engine::kVector, Engine::kScalar, Engine::kGpsimd};
   for (int i = 0; i < 24; ++i) {
-    Instr a = make(Opcode::kTensorScalar, engines[i % 3], {t[(i + 1) % 8], t[i % 8]});
+    Instr a = isa::make_instr(Opcode::kTensorScalar, engines[i % 3], {t[(i + 1) % 8], t[i % 8]});
     a.alu0 = isa::AluOp::kMultiply;
     a.alu1 = isa::AluOp::kAdd;
     a.flags = isa::kHasImm0 | isa::kHasImm1;
@@ -124,12 +115,12 @@ void BM_TimingOnlyDmaAndMatmul(benchmark::State& state) {
   Operand ps = sim->alloc_tile(Space::kPsum, 128, {512}, DType::kFloat32);
   std::vector<Instr> mix;
   for (int i = 0; i < 4; ++i) {
-    Instr ld = make(Opcode::kDmaCopy, Engine::kSync, {buf[i], x.whole()});
+    Instr ld = isa::make_instr(Opcode::kDmaCopy, Engine::kSync, {buf[i], x.whole()});
     ld.dma_queue = static_cast<uint8_t>(i);
     mix.push_back(ld);
-    mix.push_back(make(Opcode::kLoadStationary, Engine::kTensor, {st}));
-    mix.push_back(make(Opcode::kMultiplyMoving, Engine::kTensor, {ps, buf[i]}));
-    mix.push_back(make(Opcode::kTensorCopy, Engine::kVector, {sb, ps}));
+    mix.push_back(isa::make_instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+    mix.push_back(isa::make_instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, buf[i]}));
+    mix.push_back(isa::make_instr(Opcode::kTensorCopy, Engine::kVector, {sb, ps}));
   }
   uint64_t n = 0;
   for (auto _ : state) {
@@ -146,7 +137,7 @@ void BM_NumericsTensorTensor(benchmark::State& state) {
   Operand a = sim->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
   Operand b = sim->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
   Operand c = sim->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
-  Instr in = make(Opcode::kTensorTensor, Engine::kVector, {c, a, b});
+  Instr in = isa::make_instr(Opcode::kTensorTensor, Engine::kVector, {c, a, b});
   in.alu0 = isa::AluOp::kAdd;
   for (auto _ : state) benchmark::DoNotOptimize(sim->submit(in));
   state.SetItemsProcessed(state.iterations() * 128 * 512);
@@ -159,10 +150,10 @@ void BM_NumericsMatmul(benchmark::State& state) {
   Operand st = sim->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
   Operand mv = sim->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
   Operand ps = sim->alloc_tile(Space::kPsum, 128, {512}, DType::kFloat32);
-  sim->submit(make(Opcode::kMemset, Engine::kVector, {st}));
-  sim->submit(make(Opcode::kMemset, Engine::kVector, {mv}));
-  const Instr ls = make(Opcode::kLoadStationary, Engine::kTensor, {st});
-  const Instr mm = make(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv});
+  sim->submit(isa::make_instr(Opcode::kMemset, Engine::kVector, {st}));
+  sim->submit(isa::make_instr(Opcode::kMemset, Engine::kVector, {mv}));
+  const Instr ls = isa::make_instr(Opcode::kLoadStationary, Engine::kTensor, {st});
+  const Instr mm = isa::make_instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv});
   for (auto _ : state) {
     sim->submit(ls);
     sim->submit(mm);

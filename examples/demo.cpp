@@ -22,16 +22,6 @@ using isa::Space;
 
 namespace {
 
-Instr make(Opcode op, Engine eng, std::initializer_list<Operand> ops, uint32_t loc) {
-  Instr in;
-  in.op = op;
-  in.engine = eng;
-  size_t i = 0;
-  for (const Operand& o : ops) in.opnd[i++] = o;
-  in.loc = loc;
-  return in;
-}
-
 Operand hbm_rows(const memory::HbmTensor& t, int64_t row0, uint32_t rows, int64_t cols) {
   Operand o = t.whole();
   o.offset = t.addr + row0 * cols * dtype_bytes(t.dtype);
@@ -80,7 +70,7 @@ int main(int argc, char** argv) {
     const uint32_t l_store = sim->add_source({"demo.cpp", 6, "store"});
 
     Operand wt = sim->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
-    sim->submit(make(Opcode::kDmaCopy, Engine::kSync, {wt, hbm_rows(w, 0, 128, 128)}, l_load));
+    sim->submit(isa::make_instr(Opcode::kDmaCopy, Engine::kSync, {wt, hbm_rows(w, 0, 128, 128)}, l_load));
     Operand xt[2], et[2], yt[2], zt[2], mx[2], nmx[2], sm[2], rc[2], ps[2];
     for (int b = 0; b < 2; ++b) {
       xt[b] = sim->alloc_tile(Space::kSbuf, 128, {kCols}, DType::kBFloat16);
@@ -96,7 +86,7 @@ int main(int argc, char** argv) {
     // Software pipelining: the load of tile t+1 is issued before the compute of tile t, so the
     // in-order Sync queue never waits behind a store.
     auto load = [&](int t) {
-      Instr ld = make(Opcode::kDmaCopy, Engine::kSync, {xt[t % 2], hbm_rows(x, t * 128, 128, kCols)}, l_load);
+      Instr ld = isa::make_instr(Opcode::kDmaCopy, Engine::kSync, {xt[t % 2], hbm_rows(x, t * 128, 128, kCols)}, l_load);
       ld.dma_queue = static_cast<uint8_t>(t % 2);
       sim->submit(ld);
     };
@@ -104,28 +94,28 @@ int main(int argc, char** argv) {
     for (int t = 0; t < kTiles; ++t) {
       const int b = t % 2;
       if (t + 1 < kTiles) load(t + 1);
-      Instr red = make(Opcode::kTensorReduce, Engine::kVector, {mx[b], xt[b]}, l_max);
+      Instr red = isa::make_instr(Opcode::kTensorReduce, Engine::kVector, {mx[b], xt[b]}, l_max);
       red.alu0 = isa::AluOp::kMaximum;
       sim->submit(red);
-      Instr neg = make(Opcode::kTensorScalar, Engine::kVector, {nmx[b], mx[b]}, l_max);
+      Instr neg = isa::make_instr(Opcode::kTensorScalar, Engine::kVector, {nmx[b], mx[b]}, l_max);
       neg.alu0 = isa::AluOp::kMultiply;
       neg.imm[0] = -1.0f;
       neg.flags = isa::kHasImm0;
       sim->submit(neg);
-      Instr ex = make(Opcode::kActivation, Engine::kScalar, {et[b], xt[b], nmx[b], Operand{}, sm[b]}, l_exp);
+      Instr ex = isa::make_instr(Opcode::kActivation, Engine::kScalar, {et[b], xt[b], nmx[b], Operand{}, sm[b]}, l_exp);
       ex.act = isa::ActFunc::kExp;
       ex.imm[2] = 1.0f;
       ex.alu1 = isa::AluOp::kAdd;
       ex.reduce_cmd = isa::ReduceCmd::kResetReduce;
       sim->submit(ex);
-      sim->submit(make(Opcode::kReciprocal, Engine::kVector, {rc[b], sm[b]}, l_norm));
-      Instr nrm = make(Opcode::kTensorScalar, Engine::kVector, {yt[b], et[b], rc[b]}, l_norm);
+      sim->submit(isa::make_instr(Opcode::kReciprocal, Engine::kVector, {rc[b], sm[b]}, l_norm));
+      Instr nrm = isa::make_instr(Opcode::kTensorScalar, Engine::kVector, {yt[b], et[b], rc[b]}, l_norm);
       nrm.alu0 = isa::AluOp::kMultiply;
       sim->submit(nrm);
-      sim->submit(make(Opcode::kLoadStationary, Engine::kTensor, {wt}, l_mm));
-      sim->submit(make(Opcode::kMultiplyMoving, Engine::kTensor, {ps[b], yt[b]}, l_mm));
-      sim->submit(make(Opcode::kTensorCopy, Engine::kVector, {zt[b], ps[b]}, l_store));
-      Instr st = make(Opcode::kDmaCopy, Engine::kGpsimd, {hbm_rows(z, t * 128, 128, kCols), zt[b]}, l_store);
+      sim->submit(isa::make_instr(Opcode::kLoadStationary, Engine::kTensor, {wt}, l_mm));
+      sim->submit(isa::make_instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps[b], yt[b]}, l_mm));
+      sim->submit(isa::make_instr(Opcode::kTensorCopy, Engine::kVector, {zt[b], ps[b]}, l_store));
+      Instr st = isa::make_instr(Opcode::kDmaCopy, Engine::kGpsimd, {hbm_rows(z, t * 128, 128, kCols), zt[b]}, l_store);
       st.dma_queue = static_cast<uint8_t>(2 + b);
       sim->submit(st);
     }

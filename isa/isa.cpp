@@ -199,6 +199,19 @@ Operand Operand::tile(Space space, DType dt, int64_t offset, uint32_t start_part
   return o;
 }
 
+Instr make_instr(Opcode op, Engine engine, std::initializer_list<Operand> operands, uint32_t loc) {
+  Instr in;
+  in.op = op;
+  in.engine = engine;
+  in.loc = loc;
+  size_t i = 0;
+  for (const Operand& o : operands) {
+    if (i >= in.opnd.size()) break;
+    in.opnd[i++] = o;
+  }
+  return in;
+}
+
 // ---------------------------------------------------------------- disassembly
 
 std::string disassemble(const Instr& in) {

@@ -180,6 +180,9 @@ struct Instr {
   const Operand& slot(int i) const { return opnd[static_cast<size_t>(i)]; }
 };
 
+/// An instruction with its operands in slot order and default immediates.
+Instr make_instr(Opcode op, Engine engine, std::initializer_list<Operand> operands, uint32_t loc = 0);
+
 /// One-line disassembly, e.g. "tensor_tensor.vector op=add dst=fp32@sbuf[0:128]+0 [512] ...".
 std::string disassemble(const Instr& in);
 

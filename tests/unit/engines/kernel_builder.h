@@ -24,14 +24,7 @@ inline std::unique_ptr<Simulator> make_sim(const std::string& preset, std::vecto
   return Simulator::from_preset(preset, overrides, o);
 }
 
-inline Instr instr(Opcode op, Engine eng, std::initializer_list<Operand> ops) {
-  Instr in;
-  in.op = op;
-  in.engine = eng;
-  size_t i = 0;
-  for (const Operand& o : ops) in.opnd[i++] = o;
-  return in;
-}
+inline Instr instr(Opcode op, Engine eng, std::initializer_list<Operand> ops) { return isa::make_instr(op, eng, ops); }
 
 /// [rows, cols] view of an HBM tensor starting at row0.
 inline Operand hbm_rows(const memory::HbmTensor& t, int64_t row0, uint32_t rows) {

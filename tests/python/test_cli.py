@@ -1,0 +1,139 @@
+"""The `nsim` command line: exit codes, help, config, inputs/outputs, stats and trace files."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NSIM = ROOT / "build" / "nsim"
+
+pytestmark = pytest.mark.skipif(not NSIM.exists(), reason="build/nsim not built (run `make build`)")
+
+# y = x + 1 over two [128, 64] fp32 tiles.
+ADD_ONE = {
+    "nsim_kernel": 1,
+    "name": "add_one",
+    "tensors": [
+        {"name": "x", "buffer": "hbm", "kind": "input", "dtype": "float32", "shape": [256, 64]},
+        {"name": "y", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [256, 64]},
+    ],
+    "body": [
+        {"loop": {"var": "i", "stop": 2, "body": [
+            {"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 64]}},
+            {"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "index": [{"start": "128*i", "size": 128}]},
+             "loc": {"file": "add_one.py", "line": 3}},
+            {"op": "tensor_scalar", "dst": "t", "data": "t", "alu0": "add", "flags": ["has_imm0"], "imm": [1.0],
+             "loc": {"file": "add_one.py", "line": 4}},
+            {"op": "dma_copy", "dst": {"tensor": "y", "index": [{"start": "128*i", "size": 128}]}, "src": "t",
+             "loc": {"file": "add_one.py", "line": 5}},
+        ]}},
+    ],
+}
+
+
+def nsim(*args, cwd=None):
+    return subprocess.run([str(NSIM), *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    p = tmp_path / "add_one.json"
+    p.write_text(json.dumps(ADD_ONE))
+    return p
+
+
+def test_version_and_help():
+    r = nsim("--version")
+    assert r.returncode == 0 and r.stdout.startswith("nsim ")
+    assert nsim("--help").returncode == 0
+    for cmd in ("run", "check", "disasm", "config"):
+        r = nsim(cmd, "--help")
+        assert r.returncode == 0 and "usage: nsim " + cmd in r.stdout
+    r = nsim()
+    assert r.returncode == 2
+
+
+def test_usage_errors_exit_2_with_a_code():
+    for args in (["frobnicate"], ["run"], ["run", "k.json", "--seed", "x"], ["run", "k.json", "--bogus"]):
+        r = nsim(*args)
+        assert r.returncode == 2, args
+        assert "NSIM-E414" in r.stderr, (args, r.stderr)
+
+
+def test_config_prints_the_effective_config():
+    r = nsim("config", "trn2", "-p", "hbm.bw=725GB/s")
+    assert r.returncode == 0
+    assert "name: trn2" in r.stdout and "725GB/s" in r.stdout
+    assert nsim("config", "inf2").stdout == nsim("config", "trn1").stdout
+    r = nsim("config", "trn2", "-p", "tensor.pe_rowz=1")
+    assert r.returncode == 2 and "NSIM-E101" in r.stderr
+    r = nsim("config", "trn9")
+    assert r.returncode == 2 and "NSIM-E104" in r.stderr
+
+
+def test_missing_and_malformed_kernels(tmp_path):
+    r = nsim("run", tmp_path / "missing.json")
+    assert r.returncode == 2 and "NSIM-E413" in r.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"nsim_kernel": 1, "body": [')
+    r = nsim("check", bad)
+    assert r.returncode == 2 and "NSIM-E401" in r.stderr
+
+
+def test_run_with_npz_inputs_matches_numpy(tmp_path, kernel):
+    x = np.random.default_rng(1).standard_normal((256, 64)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    r = nsim("run", kernel, "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "out",
+             "--stats", tmp_path / "stats.json", "--trace", tmp_path / "trace.json")
+    assert r.returncode == 0, r.stderr
+    assert "total time" in r.stdout and "bound" in r.stdout
+    y = np.load(tmp_path / "out" / "y.npy")
+    np.testing.assert_array_equal(y, x + 1)
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["kernel"] == "add_one" and stats["config"] == "trn2"
+    assert stats["stats"]["total_time"]["value"] > 0
+    assert (tmp_path / "stats.json.config.yaml").read_text().startswith("clock:")
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert slices and all({"ts", "dur", "tid", "name", "args"} <= e.keys() for e in slices)
+    assert any(e["args"].get("src", "").startswith("add_one.py:4") for e in slices)
+
+
+def test_inputs_from_a_directory_and_timing_only(tmp_path, kernel):
+    x = np.arange(256 * 64, dtype=np.float32).reshape(256, 64)
+    (tmp_path / "in").mkdir()
+    np.save(tmp_path / "in" / "x.npy", x)
+    r = nsim("run", kernel, "--inputs", tmp_path / "in", "--outputs", tmp_path / "out", "--stats", tmp_path / "a.json")
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), x + 1)
+    r = nsim("run", kernel, "--timing-only", "--stats", tmp_path / "b.json")
+    assert r.returncode == 0, r.stderr
+    a = json.loads((tmp_path / "a.json").read_text())["stats"]["total_time"]["value"]
+    b = json.loads((tmp_path / "b.json").read_text())["stats"]["total_time"]["value"]
+    assert a == b
+
+
+def test_bad_inputs_are_user_errors(tmp_path, kernel):
+    np.savez(tmp_path / "wrong_shape.npz", x=np.zeros((128, 64), np.float32))
+    r = nsim("run", kernel, "--inputs", tmp_path / "wrong_shape.npz")
+    assert r.returncode == 2 and "NSIM-E413" in r.stderr and "(256, 64)" in r.stderr
+    np.savez_compressed(tmp_path / "compressed.npz", x=np.zeros((256, 64), np.float32))
+    r = nsim("run", kernel, "--inputs", tmp_path / "compressed.npz")
+    assert r.returncode == 2 and "np.savez" in r.stderr
+    np.savez(tmp_path / "extra.npz", x=np.zeros((256, 64), np.float32), z=np.zeros(3))
+    r = nsim("run", kernel, "--inputs", tmp_path / "extra.npz")
+    assert r.returncode == 2 and "'z'" in r.stderr
+
+
+def test_check_and_disasm(kernel):
+    r = nsim("check", kernel, "--config", "trn1")
+    assert r.returncode == 0 and "ok" in r.stdout
+    r = nsim("disasm", kernel)
+    assert r.returncode == 0
+    lines = [l for l in r.stdout.splitlines() if not l.startswith("#")]
+    assert len(lines) == 6  # 2 iterations x (load, add, store)
+    assert "dma_copy.sync" in lines[0] and "add_one.py:3" in lines[0]
+    assert "# tile t" in r.stdout and "bufs 2" in r.stdout
