@@ -8,6 +8,7 @@
 /// DMA of iteration i+1 can overlap the compute of iteration i while reuse of a buffer creates the
 /// write-after-read dependency it would on hardware. nc_matmul becomes load_stationary +
 /// multiply_moving. DMA transfers are split into descriptors by the DMA model (memory/dma.h).
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,6 +51,38 @@ class Lowering {
   const std::vector<TilePlacement>& placements() const { return placements_; }
   uint64_t instructions() const { return emitted_; }
 
+  // ---- Building blocks shared with verify_kernel(), which must agree exactly with the lowering on
+  //      buffer depths, placements and operands (it checks the instructions of the first iteration).
+
+  /// Marker returned by opcode_of() for "nc_matmul"; opcode_of() returns kUnknownOp for other names.
+  static constexpr int kNcMatmul = -1;
+  static constexpr int kUnknownOp = -2;
+  /// Opcode (as int) of an op name, kNcMatmul or kUnknownOp.
+  static int opcode_of(const std::string& name);
+
+  /// Buffer depth and placement of every tile (by tensor id; tensor -1 for tensors without an alloc
+  /// statement). Depth: Tensor::bufs if > 0, else 2 when the alloc sits inside a loop with a trip
+  /// count > 1, 1 otherwise; when the tiles do not fit, automatic depths fall back to 1 (largest
+  /// tiles first) before E204/E206 is thrown naming the largest tiles. Buffer strides are rounded
+  /// to the dependency-chunk alignment (SBUF) or to whole 2 KiB PSUM banks (PSUM), so that rotating
+  /// buffers never share a dependency chunk and a bank-sized PSUM tile never straddles two banks.
+  /// Offsets are those a fresh allocator assigns in tensor-id order. `sbuf_avail` / `psum_avail`:
+  /// bytes per partition available (-1 = the whole memory).
+  static std::vector<TilePlacement> plan_tiles(const Kernel& k, const engines::CoreParams& p,
+                                               int64_t sbuf_avail = -1, int64_t psum_avail = -1);
+
+  /// The operand of access `a` to tensor `t` for loop-variable values `vars`. `base`: the tensor's
+  /// byte address (HBM) or the byte offset of the tile buffer in use (on-chip). Size-1 dims are
+  /// dropped and contiguous dims merged unless `keep_dims`; E310 with more than 4 free dims left.
+  static isa::Operand access_operand(const Tensor& t, const Access& a, const std::vector<int64_t>& vars,
+                                     int64_t base, bool keep_dims = false);
+
+  /// The instruction(s) of op `op` (opcode from opcode_of) over operands `opnd` (by slot): one, or
+  /// two for nc_matmul (load_stationary, multiply_moving). `buf`: rotating-buffer index of the
+  /// on-chip side of a DMA, for the automatic queue. Returns the number of instructions.
+  static int assemble(const Op& op, int opcode, const std::array<isa::Operand, isa::kMaxSlots>& opnd, int buf,
+                      isa::Instr out[2]);
+
  private:
   struct Frame {
     const std::vector<Stmt>* body;
@@ -58,6 +91,8 @@ class Lowering {
   };
   bool lower_op(const Op& op, isa::Instr& out);
   isa::Operand operand(const Access& a) const;
+  int64_t base_of(int tensor) const;   ///< HBM address, or byte offset of the tile buffer in use
+  int buffer_of(int tensor) const;     ///< rotating-buffer index in use (0 for HBM tensors)
 
   const Kernel& k_;
   Simulator& sim_;
@@ -66,6 +101,10 @@ class Lowering {
   std::vector<int64_t> vars_;              ///< loop variable values by loop id
   std::vector<uint32_t> op_loc_;           ///< source-location id per op
   std::vector<Frame> stack_;
+  std::vector<int> opcode_;                ///< per op: opcode_of(name)
+  std::vector<isa::Instr> tmpl_;           ///< per op: its instruction(s) without operands (2 per op)
+  std::vector<int8_t> queue_base_;         ///< per op: automatic DMA queue base (0 loads, 4 stores), -1 fixed
+  std::vector<int64_t> hbm_addr_;          ///< per tensor: byte address of HBM tensors
   isa::Instr pending_{};                   ///< second half of an nc_matmul
   bool has_pending_ = false;
   uint64_t emitted_ = 0;

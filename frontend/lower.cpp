@@ -1,0 +1,442 @@
+// Lowering of a frontend::Kernel to isa::Instr, one instruction at a time (see lower.h).
+//
+// Engine and queue choices for DMA:
+//  * Trigger engine, unless the op names one: loads (HBM -> on-chip), SBUF -> SBUF and HBM -> HBM
+//    copies are triggered from Sync; stores (on-chip -> HBM) from GpSimd (software DGE). A store
+//    waits for the compute that produced its data; were it on Sync, every later load would queue
+//    behind it in Sync's in-order stream and the prefetch of tile i+1 could not overlap the compute
+//    of tile i. With stores on GpSimd, Sync only ever waits for buffer reuse (write-after-read).
+//  * Queue, unless the op names one: loads on queue (rotating buffer index) % 4, stores on queue
+//    4 + (buffer index) % 4, so consecutive tiles use different queues and loads never share a
+//    queue with stores (each queue is serial in the DMA model).
+#include "frontend/lower.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace nsim::frontend {
+
+using isa::Engine;
+using isa::Instr;
+using isa::Opcode;
+using isa::Operand;
+using isa::Space;
+
+namespace {
+
+constexpr int kMaxRank = 8;       // HBM tensors; tiles have at most 1 + 4 dims
+constexpr int kMaxLoopDepth = 64;  // nesting guard (verify_kernel reports E411 beyond it)
+
+int64_t round_up(int64_t v, int64_t a) { return a <= 1 ? v : (v + a - 1) / a * a; }
+
+bool on_chip(Space s) { return s == Space::kSbuf || s == Space::kPsum; }
+
+/// Bytes per partition of one buffer of an on-chip tensor (saturates far beyond any memory).
+int64_t tile_bytes(const Tensor& t) {
+  int64_t n = std::max(1, dtype_bytes(t.dtype));
+  for (size_t i = 1; i < t.shape.size(); ++i) {
+    const int64_t d = std::max<int64_t>(1, t.shape[i]);
+    if (n > (int64_t{1} << 50) / d) return int64_t{1} << 50;
+    n *= d;
+  }
+  return n;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += fmt::format("{}{}", i ? ", " : "", s[i]);
+  return r + "]";
+}
+
+/// Marks tiles with an alloc statement and whether it sits inside a loop with more than one trip.
+void find_allocs(const Kernel& k, const std::vector<Stmt>& body, bool looped, int depth, std::vector<char>& seen,
+                 std::vector<char>& in_loop, std::vector<char>& loop_seen) {
+  if (depth > kMaxLoopDepth) return;
+  for (const Stmt& s : body) {
+    if (s.kind == Stmt::Kind::kAlloc) {
+      if (s.index < 0 || static_cast<size_t>(s.index) >= k.tensors.size()) continue;
+      const auto t = static_cast<size_t>(s.index);
+      if (!on_chip(k.tensors[t].space)) continue;
+      seen[t] = 1;
+      in_loop[t] = static_cast<char>(in_loop[t] | looped);
+    } else if (s.kind == Stmt::Kind::kLoop) {
+      if (s.index < 0 || static_cast<size_t>(s.index) >= k.loops.size()) continue;
+      if (loop_seen[static_cast<size_t>(s.index)]) continue;  // malformed (shared) loop: walk once
+      loop_seen[static_cast<size_t>(s.index)] = 1;
+      const Loop& l = k.loops[static_cast<size_t>(s.index)];
+      find_allocs(k, l.body, looped || l.trip_count() > 1, depth + 1, seen, in_loop, loop_seen);
+    }
+  }
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ shared building blocks
+
+int Lowering::opcode_of(const std::string& name) {
+  if (name == "nc_matmul") return kNcMatmul;
+  if (auto op = isa::opcode_from_name(name)) return static_cast<int>(*op);
+  return kUnknownOp;
+}
+
+std::vector<TilePlacement> Lowering::plan_tiles(const Kernel& k, const engines::CoreParams& p, int64_t sbuf_avail,
+                                                int64_t psum_avail) {
+  const size_t nt = k.tensors.size();
+  std::vector<char> seen(nt, 0), in_loop(nt, 0), loop_seen(k.loops.size(), 0);
+  find_allocs(k, k.body, false, 0, seen, in_loop, loop_seen);
+
+  // The Simulator aligns on-chip allocations to the dependency chunk (at least 4 bytes).
+  const int64_t align = std::max<int64_t>(4, p.dep_chunk_bytes);
+  const int64_t bank = std::max<int64_t>(align, p.mem.psum_bank_bytes);
+  std::vector<TilePlacement> pl(nt);
+  std::vector<char> automatic(nt, 0);
+  for (size_t t = 0; t < nt; ++t) {
+    if (!seen[t]) continue;
+    const Tensor& ten = k.tensors[t];
+    const bool psum = ten.space == Space::kPsum;
+    pl[t].tensor = static_cast<int>(t);
+    pl[t].stride = round_up(tile_bytes(ten), psum ? bank : align);
+    automatic[t] = ten.bufs <= 0;
+    pl[t].bufs = ten.bufs > 0 ? ten.bufs : (in_loop[t] ? 2 : 1);
+  }
+
+  for (Space sp : {Space::kSbuf, Space::kPsum}) {
+    const bool psum = sp == Space::kPsum;
+    int64_t avail = psum ? psum_avail : sbuf_avail;
+    if (avail < 0) avail = psum ? p.mem.psum_bytes_per_partition() : p.mem.sbuf_bytes_per_partition;
+    auto total = [&] {
+      int64_t sum = 0;
+      for (size_t t = 0; t < nt; ++t)
+        if (pl[t].tensor >= 0 && k.tensors[t].space == sp) {
+          const int64_t b = pl[t].bufs > 0 && pl[t].stride > (int64_t{1} << 50) / pl[t].bufs
+                                ? int64_t{1} << 50
+                                : pl[t].stride * pl[t].bufs;
+          sum = std::min<int64_t>(sum + b, int64_t{1} << 52);
+        }
+      return sum;
+    };
+    // Fall back from automatic double buffering to one buffer, largest tiles first.
+    while (total() > avail) {
+      int pick = -1;
+      for (size_t t = 0; t < nt; ++t)
+        if (pl[t].tensor >= 0 && k.tensors[t].space == sp && automatic[t] && pl[t].bufs > 1 &&
+            (pick < 0 || pl[t].stride > pl[static_cast<size_t>(pick)].stride))
+          pick = static_cast<int>(t);
+      if (pick < 0) break;
+      pl[static_cast<size_t>(pick)].bufs = 1;
+    }
+    const int64_t need = total();
+    if (need > avail) {
+      std::vector<size_t> ids;
+      for (size_t t = 0; t < nt; ++t)
+        if (pl[t].tensor >= 0 && k.tensors[t].space == sp) ids.push_back(t);
+      std::stable_sort(ids.begin(), ids.end(), [&](size_t a, size_t b) {
+        return pl[a].stride * pl[a].bufs > pl[b].stride * pl[b].bufs;
+      });
+      std::string largest;
+      for (size_t i = 0; i < ids.size() && i < 3; ++i) {
+        const Tensor& t = k.tensors[ids[i]];
+        largest += fmt::format("{}'{}' {} {} x {} buffer{} = {} bytes", i ? ", " : "", t.name, shape_str(t.shape),
+                               dtype_name(t.dtype), pl[ids[i]].bufs, pl[ids[i]].bufs == 1 ? "" : "s",
+                               pl[ids[i]].stride * pl[ids[i]].bufs);
+      }
+      throw Error(psum ? ErrorCode::kPsumOverflow : ErrorCode::kSbufOverflow,
+                  fmt::format("{} overflow: the kernel's tiles need {} bytes per partition with their rotating "
+                              "buffers{}, but {} are available; largest tiles: {}",
+                              psum ? "PSUM" : "SBUF", need, psum ? " (whole 2 KiB banks)" : "", avail, largest),
+                  ids.empty() ? SourceLoc{} : k.tensors[ids[0]].loc);
+    }
+    // Offsets as a fresh first-fit allocator assigns them in tensor-id order.
+    int64_t cursor = 0;
+    for (size_t t = 0; t < nt; ++t)
+      if (pl[t].tensor >= 0 && k.tensors[t].space == sp) {
+        pl[t].offset = round_up(cursor, psum ? bank : align);
+        cursor = pl[t].offset + pl[t].stride * pl[t].bufs;
+      }
+  }
+  return pl;
+}
+
+Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::vector<int64_t>& vars, int64_t base,
+                                 bool keep_dims) {
+  const int rank = static_cast<int>(t.shape.size());
+  const int64_t eb = dtype_bytes(t.dtype);
+  const bool chip = on_chip(t.space);
+  if (rank < 1 || rank > kMaxRank)
+    throw Error(ErrorCode::kShapeMismatch, fmt::format("tensor '{}' has rank {}, expected 1..{}", t.name, rank, kMaxRank));
+  if (!a.dims.empty() && static_cast<int>(a.dims.size()) != rank)
+    throw Error(ErrorCode::kBadIndex, fmt::format("access to tensor '{}' has {} dims, the tensor has {}", t.name,
+                                                  a.dims.size(), rank));
+  // Row-major strides in elements (on-chip: over the free dims only).
+  int64_t st[kMaxRank];
+  int64_t s = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    st[d] = s;
+    s *= t.shape[static_cast<size_t>(d)];
+  }
+
+  Operand o;
+  o.space = t.space;
+  o.dtype = t.dtype;
+  int64_t off = 0;  // elements
+  int nf = 0;
+  auto push = [&](int64_t size, int64_t stride) {
+    if (!keep_dims) {
+      if (size == 1) return;
+      if (nf > 0 && o.stride[static_cast<size_t>(nf - 1)] == size * stride) {  // contiguous with the outer dim
+        o.size[static_cast<size_t>(nf - 1)] *= size;
+        o.stride[static_cast<size_t>(nf - 1)] = stride;
+        return;
+      }
+    }
+    if (nf >= isa::kMaxFreeDims)
+      throw Error(ErrorCode::kShapeMismatch,
+                  fmt::format("access to tensor '{}' needs more than {} free dims after merging contiguous dims",
+                              t.name, isa::kMaxFreeDims));
+    o.size[static_cast<size_t>(nf)] = size;
+    o.stride[static_cast<size_t>(nf)] = stride;
+    ++nf;
+  };
+
+  for (int d = 0; d < rank; ++d) {
+    int64_t start = 0, size = t.shape[static_cast<size_t>(d)], step = 1;
+    bool bc = false;
+    if (!a.dims.empty()) {
+      const DimAccess& da = a.dims[static_cast<size_t>(d)];
+      start = da.start.eval(vars);
+      size = da.size;
+      step = da.step;
+      bc = da.broadcast;
+    }
+    if (d == 0) {
+      o.num_partitions = static_cast<uint32_t>(size);
+      if (chip) {
+        o.start_partition = static_cast<uint16_t>(start);
+      } else {
+        off += start * st[0];
+        o.partition_step = bc ? 0 : step * st[0];
+      }
+      continue;
+    }
+    off += start * st[d];
+    push(size, bc ? 0 : step * st[d]);
+  }
+  if (nf == 0) {  // one element per partition
+    o.size[0] = 1;
+    o.stride[0] = 1;
+    nf = 1;
+  }
+  o.nfree = static_cast<uint8_t>(nf);
+  o.offset = base + off * eb;
+  return o;
+}
+
+int Lowering::assemble(const Op& op, int opcode, const std::array<Operand, isa::kMaxSlots>& opnd, int buf,
+                       Instr out[2]) {
+  Instr in;
+  in.alu0 = op.alu0;
+  in.alu1 = op.alu1;
+  in.act = op.act;
+  in.reduce_cmd = op.reduce_cmd;
+  in.flags = op.flags;
+  in.imm = op.imm;
+  for (size_t i = 0; i < in.iimm.size(); ++i) in.iimm[i] = op.iimm[i];
+  in.shuffle = op.shuffle;
+  in.axis_count = op.axis_count;
+  if (opcode == kNcMatmul) {
+    const Engine e = op.engine.value_or(Engine::kTensor);
+    out[0] = in;
+    out[0].op = Opcode::kLoadStationary;
+    out[0].engine = e;
+    out[0].flags = static_cast<uint16_t>(op.flags & ~isa::kAccumulate);
+    out[0].opnd[0] = opnd[1];
+    out[1] = in;
+    out[1].op = Opcode::kMultiplyMoving;
+    out[1].engine = e;
+    out[1].opnd[0] = opnd[0];
+    out[1].opnd[1] = opnd[2];
+    return 2;
+  }
+  in.op = static_cast<Opcode>(opcode);
+  in.opnd = opnd;
+  if (isa::is_dma(in.op)) {
+    const bool store = opnd[0].space == Space::kHbm && opnd[1].present() && opnd[1].space != Space::kHbm;
+    in.engine = op.engine.value_or(store ? Engine::kGpsimd : Engine::kSync);
+    in.dma_queue = static_cast<uint8_t>(op.dma_queue ? *op.dma_queue : (store ? 4 : 0) + buf % 4);
+  } else {
+    in.engine = op.engine.value_or(isa::op_info(in.op).default_engine);
+  }
+  out[0] = in;
+  return 1;
+}
+
+// ------------------------------------------------------------------ Lowering
+
+void Lowering::allocate_hbm(const Kernel& k, Simulator& sim) {
+  for (const Tensor& t : k.tensors) {
+    if (t.space != Space::kHbm) continue;
+    if (sim.memory().has_hbm_tensor(t.name)) {
+      const memory::HbmTensor& h = sim.memory().hbm_tensor(t.name);
+      if (h.shape != t.shape || h.dtype != t.dtype)
+        throw Error(ErrorCode::kBadInput,
+                    fmt::format("HBM tensor '{}' exists as {} {}, but the kernel declares {} {}", t.name,
+                                shape_str(h.shape), dtype_name(h.dtype), shape_str(t.shape), dtype_name(t.dtype)),
+                    t.loc);
+      continue;
+    }
+    sim.alloc_hbm(t.name, t.shape, t.dtype);
+  }
+}
+
+Lowering::Lowering(const Kernel& k, Simulator& sim) : k_(k), sim_(sim) {
+  allocate_hbm(k, sim);
+  const size_t nt = k.tensors.size();
+  hbm_addr_.assign(nt, 0);
+  for (size_t t = 0; t < nt; ++t)
+    if (k.tensors[t].space == Space::kHbm) hbm_addr_[t] = sim.memory().hbm_tensor(k.tensors[t].name).addr;
+
+  const memory::RangeAllocator& sa = sim.memory().allocator(Space::kSbuf);
+  const memory::RangeAllocator& pa = sim.memory().allocator(Space::kPsum);
+  placements_ = plan_tiles(k, sim.params(), sa.capacity() - sa.used(), pa.capacity() - pa.used());
+  for (size_t t = 0; t < nt; ++t) {
+    TilePlacement& pl = placements_[t];
+    if (pl.tensor < 0) continue;
+    const Tensor& ten = k.tensors[t];
+    // One allocation holds all rotating buffers (bytes, so the stride is exact).
+    const Operand o = sim.alloc_tile(ten.space, static_cast<uint32_t>(ten.shape.empty() ? 1 : ten.shape[0]),
+                                     {pl.stride * pl.bufs}, DType::kUInt8);
+    pl.offset = o.offset;
+  }
+
+  // Per op, everything but the operands is fixed: assemble it once (operands with only their space
+  // set, which decides the DMA trigger engine) and fill in operands per iteration.
+  opcode_.resize(k.ops.size());
+  op_loc_.resize(k.ops.size());
+  tmpl_.resize(2 * k.ops.size());
+  queue_base_.assign(k.ops.size(), -1);
+  for (size_t i = 0; i < k.ops.size(); ++i) {
+    const Op& op = k.ops[i];
+    opcode_[i] = opcode_of(op.name);
+    if (opcode_[i] == kUnknownOp)
+      throw Error(ErrorCode::kUnknownOp, fmt::format("op #{}: unknown op '{}'", i, op.name), op.loc);
+    op_loc_[i] = sim.add_source(op.loc);
+    std::array<Operand, isa::kMaxSlots> spaces{};
+    for (size_t s = 0; s < isa::kMaxSlots; ++s)
+      if (op.operands[s] && op.operands[s]->tensor >= 0 && static_cast<size_t>(op.operands[s]->tensor) < nt)
+        spaces[s].space = k.tensors[static_cast<size_t>(op.operands[s]->tensor)].space;
+    Instr* t = &tmpl_[2 * i];
+    assemble(op, opcode_[i], spaces, 0, t);
+    for (int j = 0; j < 2; ++j) {
+      t[j].opnd = {};
+      t[j].loc = op_loc_[i];
+    }
+    if (opcode_[i] >= 0 && isa::is_dma(static_cast<Opcode>(opcode_[i])) && !op.dma_queue)
+      queue_base_[i] = static_cast<int8_t>(t[0].dma_queue);
+  }
+  alloc_count_.assign(nt, 0);
+  vars_.assign(k.loops.size(), 0);
+  stack_.reserve(16);
+  stack_.push_back(Frame{&k.body, 0, -1});
+}
+
+int64_t Lowering::base_of(int tensor) const {
+  const auto t = static_cast<size_t>(tensor);
+  const TilePlacement& pl = placements_[t];
+  if (pl.tensor < 0) return hbm_addr_[t];
+  return pl.offset + buffer_of(tensor) * pl.stride;
+}
+
+int Lowering::buffer_of(int tensor) const {
+  const auto t = static_cast<size_t>(tensor);
+  const TilePlacement& pl = placements_[t];
+  if (pl.tensor < 0 || alloc_count_[t] <= 0) return 0;
+  return static_cast<int>((alloc_count_[t] - 1) % pl.bufs);
+}
+
+Operand Lowering::operand(const Access& a) const {
+  return access_operand(k_.tensors[static_cast<size_t>(a.tensor)], a, vars_, base_of(a.tensor));
+}
+
+bool Lowering::lower_op(const Op& op, Instr& out) {
+  const auto oi = static_cast<size_t>(&op - k_.ops.data());
+  const int opc = opcode_[oi];
+  const Instr* t = &tmpl_[2 * oi];
+  if (opc == kNcMatmul) {  // (dst, stationary, moving) -> load_stationary, multiply_moving
+    out = t[0];
+    pending_ = t[1];
+    out.opnd[0] = operand(*op.operands[1]);
+    pending_.opnd[0] = operand(*op.operands[0]);
+    pending_.opnd[1] = operand(*op.operands[2]);
+    has_pending_ = true;
+    return true;
+  }
+  out = t[0];
+  const bool keep = opc == static_cast<int>(Opcode::kTensorReduce) && op.axis_count != 0;
+  for (size_t i = 0; i < isa::kMaxSlots; ++i) {
+    if (!op.operands[i]) continue;
+    const Access& a = *op.operands[i];
+    out.opnd[i] = keep && i == 1
+                      ? access_operand(k_.tensors[static_cast<size_t>(a.tensor)], a, vars_, base_of(a.tensor), true)
+                      : operand(a);
+  }
+  if (queue_base_[oi] >= 0) {  // automatic queue: by the rotating buffer of the on-chip side
+    int buf = 0;
+    if (on_chip(out.opnd[0].space)) buf = buffer_of(op.operands[0]->tensor);
+    else if (on_chip(out.opnd[1].space)) buf = buffer_of(op.operands[1]->tensor);
+    out.dma_queue = static_cast<uint8_t>(queue_base_[oi] + buf % 4);
+  }
+  return true;
+}
+
+bool Lowering::next(Instr& out) {
+  if (has_pending_) {
+    out = pending_;
+    has_pending_ = false;
+    ++emitted_;
+    return true;
+  }
+  while (!stack_.empty()) {
+    Frame& f = stack_.back();
+    if (f.pc >= f.body->size()) {
+      if (f.loop >= 0) {  // next iteration of the loop, or leave it
+        const Loop& l = k_.loops[static_cast<size_t>(f.loop)];
+        int64_t& v = vars_[static_cast<size_t>(f.loop)];
+        v += l.step;
+        if (l.step > 0 ? v < l.stop : v > l.stop) {
+          f.pc = 0;
+          continue;
+        }
+      }
+      stack_.pop_back();
+      continue;
+    }
+    const Stmt& s = (*f.body)[f.pc++];
+    switch (s.kind) {
+      case Stmt::Kind::kAlloc: ++alloc_count_[static_cast<size_t>(s.index)]; break;
+      case Stmt::Kind::kLoop: {
+        const Loop& l = k_.loops[static_cast<size_t>(s.index)];
+        if (l.trip_count() <= 0) break;
+        if (stack_.size() > static_cast<size_t>(kMaxLoopDepth))
+          throw Error(ErrorCode::kBadLoop, fmt::format("loop '{}' nests deeper than {}", l.var, kMaxLoopDepth), l.loc);
+        vars_[static_cast<size_t>(s.index)] = l.start;
+        stack_.push_back(Frame{&l.body, 0, s.index});  // f is not used after this
+        break;
+      }
+      case Stmt::Kind::kOp:
+        if (lower_op(k_.ops[static_cast<size_t>(s.index)], out)) {
+          ++emitted_;
+          return true;
+        }
+        break;
+    }
+  }
+  return false;
+}
+
+void Lowering::run() {
+  Instr in;
+  while (next(in)) sim_.submit(in);
+}
+
+}  // namespace nsim::frontend

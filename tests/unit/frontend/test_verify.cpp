@@ -1,0 +1,543 @@
+// verify_kernel: every error code it raises, with its source line, and a valid kernel on all presets.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engines/params.h"
+#include "frontend/ir.h"
+#include "frontend/lower.h"
+
+// ---- a small kernel builder (the kernel.json schema maps 1:1 onto these calls)
+namespace {
+
+using nsim::frontend::Access;
+using nsim::frontend::Affine;
+using nsim::frontend::DimAccess;
+using nsim::frontend::Kernel;
+using nsim::frontend::Loop;
+using nsim::frontend::LoopKind;
+using nsim::frontend::Op;
+using nsim::frontend::Stmt;
+using nsim::frontend::Tensor;
+using nsim::frontend::TensorKind;
+
+/// Affine start: c + coef * var(loop).
+Affine A(int64_t c) { return Affine{c, {}}; }
+Affine A(int loop, int64_t coef, int64_t c = 0) { return Affine{c, {{loop, coef}}}; }
+/// One dim of an access.
+DimAccess D(Affine start, int64_t size, int64_t step = 1) { return DimAccess{std::move(start), size, step, false}; }
+DimAccess D(int64_t start, int64_t size, int64_t step = 1) { return D(A(start), size, step); }
+DimAccess B(int64_t start, int64_t size) { return DimAccess{A(start), size, 1, true}; }
+
+struct KB {
+  Kernel k;
+  std::vector<int> open;  // loop ids being built
+
+  std::vector<Stmt>& cur() { return open.empty() ? k.body : k.loops[static_cast<size_t>(open.back())].body; }
+  static nsim::SourceLoc at(int line) { return nsim::SourceLoc{"kernel.py", line, "kern"}; }
+
+  int tensor(const std::string& name, nsim::isa::Space sp, nsim::DType dt, std::vector<int64_t> shape,
+             TensorKind kind, int bufs, int line) {
+    Tensor t;
+    t.name = name;
+    t.space = sp;
+    t.dtype = dt;
+    t.shape = std::move(shape);
+    t.kind = kind;
+    t.bufs = bufs;
+    t.loc = at(line);
+    k.tensors.push_back(t);
+    return static_cast<int>(k.tensors.size() - 1);
+  }
+  int input(const std::string& n, std::vector<int64_t> s, nsim::DType dt = nsim::DType::kFloat32, int line = 1) {
+    return tensor(n, nsim::isa::Space::kHbm, dt, std::move(s), TensorKind::kInput, 0, line);
+  }
+  int output(const std::string& n, std::vector<int64_t> s, nsim::DType dt = nsim::DType::kFloat32, int line = 2) {
+    return tensor(n, nsim::isa::Space::kHbm, dt, std::move(s), TensorKind::kOutput, 0, line);
+  }
+  /// A tile plus its alloc statement at the current position.
+  int tile(const std::string& n, std::vector<int64_t> s, nsim::DType dt = nsim::DType::kFloat32, int bufs = 0,
+           int line = 3, nsim::isa::Space sp = nsim::isa::Space::kSbuf) {
+    const int t = tensor(n, sp, dt, std::move(s), TensorKind::kInternal, bufs, line);
+    cur().push_back(Stmt{Stmt::Kind::kAlloc, t});
+    return t;
+  }
+  int psum(const std::string& n, std::vector<int64_t> s, int bufs = 0, int line = 3) {
+    return tile(n, std::move(s), nsim::DType::kFloat32, bufs, line, nsim::isa::Space::kPsum);
+  }
+  int loop(const std::string& var, int64_t start, int64_t stop, int64_t step = 1, LoopKind kind = LoopKind::kAffine,
+           int line = 4) {
+    Loop l;
+    l.var = var;
+    l.start = start;
+    l.stop = stop;
+    l.step = step;
+    l.kind = kind;
+    l.loc = at(line);
+    k.loops.push_back(l);
+    const int id = static_cast<int>(k.loops.size() - 1);
+    cur().push_back(Stmt{Stmt::Kind::kLoop, id});
+    open.push_back(id);
+    return id;
+  }
+  void end() { open.pop_back(); }
+  /// An op with operands by slot (empty optional = absent); returns its index.
+  int op(const std::string& name, std::vector<std::optional<Access>> operands, int line = 10) {
+    Op o;
+    o.name = name;
+    for (size_t i = 0; i < operands.size(); ++i) o.operands[i] = operands[i];
+    o.loc = at(line);
+    k.ops.push_back(o);
+    const int id = static_cast<int>(k.ops.size() - 1);
+    cur().push_back(Stmt{Stmt::Kind::kOp, id});
+    return id;
+  }
+  Op& o(int i) { return k.ops[static_cast<size_t>(i)]; }
+  /// tensor_scalar dst = data op0 imm
+  int ts(Access dst, Access data, nsim::isa::AluOp op0, float imm, int line = 11) {
+    const int i = op("tensor_scalar", {dst, data}, line);
+    o(i).alu0 = op0;
+    o(i).imm[0] = imm;
+    o(i).flags = nsim::isa::kHasImm0;
+    return i;
+  }
+};
+
+Access W(int t) { return Access{t, {}}; }
+Access X(int t, std::vector<DimAccess> d) { return Access{t, std::move(d)}; }
+
+}  // namespace
+
+using namespace nsim;
+using frontend::verify_kernel;
+using isa::AluOp;
+using isa::Space;
+
+namespace {
+
+const engines::CoreParams& params(const std::string& preset) {
+  static std::map<std::string, engines::CoreParams> cache;
+  auto it = cache.find(preset);
+  if (it == cache.end())
+    it = cache.emplace(preset, engines::CoreParams::from_config(engines::load_config(preset))).first;
+  return it->second;
+}
+
+}  // namespace
+
+/// verify_kernel(k) must throw `code` located at source line `line`.
+#define CHECK_VERIFY_ERROR(kernel_, preset_, code_, line_)                  \
+  do {                                                                   \
+    bool thrown_ = false;                                                \
+    try {                                                                \
+      verify_kernel(kernel_, params(preset_));                           \
+    } catch (const nsim::Error& e) {                                     \
+      thrown_ = true;                                                    \
+      INFO(e.what());                                                    \
+      CHECK(e.code() == (code_));                                        \
+      CHECK(e.loc().line == (line_));                                    \
+    }                                                                    \
+    CHECK(thrown_);                                                      \
+  } while (0)
+
+namespace {
+
+/// A valid kernel using loops, rotating tiles, loads, Vector/Scalar compute, a K-tiled matmul and
+/// stores: out[r, :] = relu(x[r, :] * 2) for 4 row tiles, z = w^T @ x[0:256, 0:512].
+Kernel valid_kernel() {
+  KB b;
+  const int x = b.input("x", {512, 512});
+  const int w = b.input("w", {256, 128}, DType::kBFloat16);
+  const int out = b.output("out", {512, 512});
+  const int z = b.output("z", {128, 512});
+  const int i = b.loop("i", 0, 4);
+  const int t = b.tile("t", {128, 512});
+  const int u = b.tile("u", {128, 512});
+  b.op("dma_copy", {W(t), X(x, {D(A(i, 128), 128), D(0, 512)})});
+  b.ts(W(u), W(t), AluOp::kMultiply, 2.0f);
+  const int act = b.op("activation", {W(u), W(u)});
+  b.o(act).act = isa::ActFunc::kRelu;
+  b.op("dma_copy", {X(out, {D(A(i, 128), 128), D(0, 512)}), W(u)});
+  b.end();
+  const int p = b.psum("p", {128, 512});
+  const int ms = b.op("memset", {W(p)});
+  b.o(ms).imm[0] = 0;
+  const int k = b.loop("k", 0, 2, 1, frontend::LoopKind::kSequential);
+  const int wt = b.tile("wt", {128, 128}, DType::kBFloat16);
+  const int xt = b.tile("xt", {128, 512}, DType::kBFloat16);
+  const int xf = b.tile("xf", {128, 512});
+  b.op("dma_copy", {W(wt), X(w, {D(A(k, 128), 128), D(0, 128)})});
+  b.op("dma_copy", {W(xf), X(x, {D(A(k, 128), 128), D(0, 512)})});
+  b.op("tensor_copy", {W(xt), W(xf)});
+  const int mm = b.op("nc_matmul", {W(p), W(wt), W(xt)});
+  b.o(mm).flags = isa::kAccumulate;
+  b.end();
+  const int zt = b.tile("zt", {128, 512});
+  b.op("tensor_copy", {W(zt), W(p)});
+  b.op("dma_copy", {W(z), W(zt)});
+  return b.k;
+}
+
+}  // namespace
+
+TEST_CASE("verify: a valid kernel passes on trn1, trn2 and trn3", "[verify]") {
+  const Kernel k = valid_kernel();
+  for (const char* preset : {"trn1", "trn2", "trn3"}) {
+    INFO(preset);
+    CHECK_NOTHROW(verify_kernel(k, params(preset)));
+  }
+}
+
+TEST_CASE("verify: E204 SBUF capacity names the largest tiles", "[verify][capacity]") {
+  SECTION("one tile too large") {
+    KB b;
+    b.tile("small", {128, 64}, DType::kFloat32, 0, 30);
+    b.tile("huge", {128, 60000}, DType::kFloat32, 0, 31);  // 240000 B > 224 KiB
+    try {
+      verify_kernel(b.k, params("trn2"));
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kSbufOverflow);
+      CHECK(e.loc().line == 31);
+      CHECK_THAT(e.message(), Catch::Contains("'huge'"));
+    }
+  }
+  SECTION("rotating buffers count: explicit bufs=3 of 80000 B") {
+    KB b;
+    const int i = b.loop("i", 0, 8);
+    b.tile("a", {128, 20000}, DType::kFloat32, 3, 32);
+    b.end();
+    (void)i;
+    CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kSbufOverflow, 32);
+    // On trn3 (256 KiB) three buffers of 80000 B fit.
+    CHECK_NOTHROW(verify_kernel(b.k, params("trn3")));
+  }
+  SECTION("automatic depth falls back to 1 before failing") {
+    KB b;
+    b.loop("i", 0, 8);
+    b.tile("a", {128, 25000}, DType::kFloat32, 0, 33);  // 100000 B
+    b.tile("b", {128, 5000}, DType::kFloat32, 0, 34);   // 20000 B; both x2 = 240000 B do not fit
+    b.end();
+    CHECK_NOTHROW(verify_kernel(b.k, params("trn2")));
+    const auto pl = frontend::Lowering::plan_tiles(b.k, params("trn2"));
+    CHECK(pl[0].bufs == 1);  // the largest falls back to one buffer
+    CHECK(pl[1].bufs == 2);
+    b.tile("c", {128, 30000}, DType::kFloat32, 1, 35);  // 120000 B: no longer fits at all
+    CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kSbufOverflow, 35);
+  }
+}
+
+TEST_CASE("verify: E206 PSUM capacity", "[verify][capacity]") {
+  KB b;
+  b.loop("i", 0, 4);
+  b.psum("acc", {128, 2048}, 3, 40);  // 3 x 8 KiB > 16 KiB
+  b.end();
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kPsumOverflow, 40);
+}
+
+TEST_CASE("verify: E202 a tile over 128 partitions", "[verify]") {
+  KB b;
+  b.tile("t", {129, 4}, DType::kFloat32, 0, 41);
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kTooManyPartitions, 41);
+}
+
+TEST_CASE("verify: E301 a matmul destination in SBUF", "[verify]") {
+  KB b;
+  const int a = b.tile("a", {128, 128}, DType::kBFloat16);
+  const int m = b.tile("m", {128, 512}, DType::kBFloat16);
+  const int d = b.tile("d", {128, 512});
+  b.op("nc_matmul", {W(d), W(a), W(m)}, 42);
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kBadBuffer, 42);
+}
+
+TEST_CASE("verify: E302 an int32 stationary", "[verify]") {
+  KB b;
+  const int a = b.tile("a", {128, 128}, DType::kInt32);
+  const int m = b.tile("m", {128, 512}, DType::kBFloat16);
+  const int p = b.psum("p", {128, 512});
+  b.op("nc_matmul", {W(p), W(a), W(m)}, 43);
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kBadDtype, 43);
+}
+
+TEST_CASE("verify: E304 element counts differ", "[verify]") {
+  KB b;
+  const int a = b.tile("a", {128, 64});
+  const int c = b.tile("c", {128, 32});
+  const int op = b.op("tensor_tensor", {W(a), W(a), W(c)}, 44);
+  b.o(op).alu0 = AluOp::kAdd;
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kElementCountMismatch, 44);
+}
+
+TEST_CASE("verify: E303 partition counts differ", "[verify]") {
+  KB b;
+  const int a = b.tile("a", {128, 64});
+  b.op("tensor_copy", {X(a, {D(0, 64), D(0, 64)}), W(a)}, 45);
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kPartitionMismatch, 45);
+}
+
+TEST_CASE("verify: E308 moving free size over 512 on trn2, allowed on trn3", "[verify][matmul]") {
+  KB b;
+  const int a = b.tile("a", {128, 128}, DType::kBFloat16);
+  const int m = b.tile("m", {128, 1024}, DType::kBFloat16);
+  const int p = b.psum("p", {128, 1024});
+  b.op("nc_matmul", {W(p), W(a), W(m)}, 46);
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kMatmulLimit, 46);
+  CHECK_VERIFY_ERROR(b.k, "trn1", ErrorCode::kMatmulLimit, 46);
+  CHECK_NOTHROW(verify_kernel(b.k, params("trn3")));
+}
+
+TEST_CASE("verify: E308 stationary free size over 128", "[verify][matmul]") {
+  KB b;
+  const int a = b.tile("a", {128, 256}, DType::kBFloat16);
+  const int m = b.tile("m", {128, 128}, DType::kBFloat16);
+  const int p = b.psum("p", {128, 128});
+  b.op("nc_matmul", {W(p), W(a), W(m)}, 47);
+  // The dst partition rule (M = 256 > 128 partitions of p) is checked after the PE-array limit.
+  bool thrown = false;
+  try {
+    verify_kernel(b.k, params("trn2"));
+  } catch (const Error& e) {
+    thrown = true;
+    CHECK((e.code() == ErrorCode::kMatmulLimit || e.code() == ErrorCode::kShapeMismatch));
+    CHECK(e.loc().line == 47);
+  }
+  CHECK(thrown);
+}
+
+TEST_CASE("verify: E203 a matmul crossing a PSUM bank on trn2 passes on trn3", "[verify][matmul]") {
+  KB b;
+  const int a = b.tile("a", {128, 128}, DType::kBFloat16);
+  const int m = b.tile("m", {128, 512}, DType::kBFloat16);
+  const int p = b.psum("p", {128, 768});  // 3 KiB: two banks
+  b.op("nc_matmul", {X(p, {D(0, 128), D(256, 512)}), W(a), W(m)}, 48);  // bytes [1024, 3072)
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kPsumBankOverflow, 48);
+  CHECK_NOTHROW(verify_kernel(b.k, params("trn3")));
+}
+
+TEST_CASE("verify: E203 a PSUM bank crossing in a later iteration only", "[verify][matmul]") {
+  KB b;
+  const int a = b.tile("a", {128, 128}, DType::kBFloat16);
+  const int m = b.tile("m", {128, 128}, DType::kBFloat16);
+  const int p = b.psum("p", {128, 1024});  // 4 KiB: two banks of 512 fp32
+  const int j = b.loop("j", 0, 3, 1, frontend::LoopKind::kSequential);
+  b.op("nc_matmul", {X(p, {D(0, 128), D(A(j, 200), 128)}), W(a), W(m)}, 66);  // j = 2: [400, 528)
+  b.end();
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kPsumBankOverflow, 66);
+  CHECK_NOTHROW(verify_kernel(b.k, params("trn3")));
+  b.k.loops[0].stop = 2;  // j = 0, 1: [0, 128), [200, 328) stay in bank 0
+  CHECK_NOTHROW(verify_kernel(b.k, params("trn2")));
+}
+
+TEST_CASE("verify: E310 matmul contraction sizes differ", "[verify][matmul]") {
+  KB b;
+  const int a = b.tile("a", {128, 128}, DType::kBFloat16);
+  const int m = b.tile("m", {64, 512}, DType::kBFloat16);
+  const int p = b.psum("p", {128, 512});
+  b.op("nc_matmul", {W(p), W(a), W(m)}, 49);
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kShapeMismatch, 49);
+}
+
+TEST_CASE("verify: E306 an engine the op cannot use", "[verify]") {
+  KB b;
+  const int a = b.tile("a", {128, 64});
+  const int op = b.op("tensor_copy", {W(a), W(a)}, 50);
+  b.o(op).engine = isa::Engine::kTensor;
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kBadEngine, 50);
+}
+
+TEST_CASE("verify: E305 / E307 missing and extra operands", "[verify]") {
+  KB b;
+  const int a = b.tile("a", {128, 64});
+  b.op("nc_matmul", {W(a), W(a)}, 51);
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kMissingOperand, 51);
+  KB c;
+  const int t = c.tile("t", {128, 64});
+  c.op("memset", {W(t), W(t)}, 52);
+  CHECK_VERIFY_ERROR(c.k, "trn2", ErrorCode::kBadImmediate, 52);
+  KB q;
+  const int x = q.input("x", {128, 64});
+  const int u = q.tile("u", {128, 64});
+  const int ld = q.op("dma_copy", {W(u), W(x)}, 53);
+  q.o(ld).dma_queue = 16;
+  CHECK_VERIFY_ERROR(q.k, "trn2", ErrorCode::kBadImmediate, 53);
+}
+
+TEST_CASE("verify: E405 unknown op", "[verify]") {
+  KB b;
+  const int a = b.tile("a", {128, 64});
+  b.op("tensor_frobnicate", {W(a)}, 54);
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kUnknownOp, 54);
+}
+
+TEST_CASE("verify: E406 a bad tensor id, an unknown loop variable, a tile out of scope", "[verify]") {
+  SECTION("tensor id") {
+    KB b;
+    const int a = b.tile("a", {128, 64});
+    b.op("tensor_copy", {W(a), W(99)}, 55);
+    CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kUnknownName, 55);
+  }
+  SECTION("loop variable of a loop that does not enclose the op") {
+    KB b;
+    const int x = b.input("x", {512, 64});
+    const int a = b.tile("a", {128, 64}, DType::kFloat32, 1);
+    const int i = b.loop("i", 0, 4);
+    b.end();
+    b.op("dma_copy", {W(a), X(x, {D(A(i, 128), 128), D(0, 64)})}, 56);
+    CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kUnknownName, 56);
+  }
+  SECTION("tile used after the loop that allocates it") {
+    KB b;
+    b.loop("i", 0, 4);
+    const int a = b.tile("a", {128, 64});
+    b.end();
+    b.op("memset", {W(a)}, 57);
+    CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kUnknownName, 57);
+  }
+}
+
+TEST_CASE("verify: E407 malformed indexing", "[verify]") {
+  KB b;
+  const int a = b.tile("a", {128, 64});
+  b.op("memset", {X(a, {D(0, 128)})}, 58);  // 1 index for a 2-d tile
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kBadIndex, 58);
+  KB c;
+  const int t = c.tile("t", {128, 64});
+  c.op("memset", {X(t, {D(0, 64, 2), D(0, 64)})}, 59);  // partition step 2
+  CHECK_VERIFY_ERROR(c.k, "trn2", ErrorCode::kBadIndex, 59);
+  KB d;
+  const int v = d.tile("v", {128, 1});
+  d.op("memset", {X(v, {D(0, 128), B(0, 8)})}, 65);  // a broadcast destination
+  CHECK_VERIFY_ERROR(d.k, "trn2", ErrorCode::kBadIndex, 65);
+}
+
+TEST_CASE("verify: E408 an index out of bounds only on the last iteration", "[verify][bounds]") {
+  auto build = [](int64_t stop) {
+    KB b;
+    const int x = b.input("x", {512, 64});
+    const int y = b.output("y", {512, 64});
+    const int i = b.loop("i", 0, stop);
+    const int t = b.tile("t", {128, 64});
+    b.op("dma_copy", {W(t), X(x, {D(A(i, 128, 32), 128), D(0, 64)})}, 60);  // rows 128 i + 32 ...
+    b.op("dma_copy", {X(y, {D(A(i, 128), 128), D(0, 64)}), W(t)}, 61);
+    b.end();
+    return b.k;
+  };
+  CHECK_NOTHROW(verify_kernel(build(3), params("trn2")));  // i = 0..2: rows up to 415
+  const Kernel k = build(4);                                // i = 3: rows 416..543 > 511
+  CHECK_VERIFY_ERROR(k, "trn2", ErrorCode::kIndexOutOfBounds, 60);
+  try {
+    verify_kernel(k, params("trn2"));
+  } catch (const Error& e) {
+    CHECK_THAT(e.message(), Catch::Contains("i = 3"));
+    CHECK_THAT(e.message(), Catch::Contains("'src'"));
+  }
+
+  SECTION("free dims and strides: the last element of a stepped slice") {
+    KB b;
+    const int t = b.tile("t", {128, 64});
+    const int u = b.tile("u", {128, 32});
+    const int j = b.loop("j", 0, 2, 1, frontend::LoopKind::kSequential);
+    b.op("tensor_copy", {W(u), X(t, {D(0, 128), D(A(j, 1), 32, 2)})}, 62);  // j = 1: 1 + 31*2 = 63 ok
+    b.end();
+    CHECK_NOTHROW(verify_kernel(b.k, params("trn2")));
+    b.k.loops[0].stop = 3;  // j = 2: 2 + 62 = 64 out of bounds
+    CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kIndexOutOfBounds, 62);
+  }
+  SECTION("negative coefficient") {
+    KB b;
+    const int t = b.tile("t", {128, 64});
+    const int j = b.loop("j", 0, 4, 1, frontend::LoopKind::kSequential);
+    b.op("memset", {X(t, {D(0, 128), D(A(j, -16, 40), 16)})}, 63);  // j = 3: start -8
+    b.end();
+    CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kIndexOutOfBounds, 63);
+  }
+}
+
+TEST_CASE("verify: E409 an output that is never written", "[verify]") {
+  KB b;
+  const int x = b.input("x", {128, 64});
+  b.output("y", {128, 64}, DType::kFloat32, 64);
+  const int t = b.tile("t", {128, 64});
+  b.op("dma_copy", {W(t), W(x)});
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kOutputNotWritten, 64);
+}
+
+TEST_CASE("verify: E410 affine_range iterations writing one location", "[verify][affine]") {
+  auto build = [](frontend::LoopKind kind, bool accumulate, bool tile_inside) {
+    KB b;
+    const int x = b.input("x", {512, 64});
+    const int y = b.output("y", {128, 64});
+    const int acc = b.tile("acc", {128, 64}, DType::kFloat32, 1);
+    b.op("memset", {W(acc)});
+    const int i = b.loop("i", 0, 4, 1, kind);
+    const int t = b.tile("t", {128, 64});
+    b.op("dma_copy", {W(t), X(x, {D(A(i, 128), 128), D(0, 64)})});
+    if (tile_inside) {
+      const int u = b.tile("u", {128, 64});
+      b.ts(W(u), W(t), AluOp::kAdd, 1.0f, 70);  // u is fresh each iteration: fine
+    }
+    const int add = b.op("tensor_tensor", {W(acc), W(acc), W(t)}, 71);  // acc is outside the loop
+    b.o(add).alu0 = AluOp::kAdd;
+    if (accumulate) b.o(add).flags = isa::kAccumulate;
+    b.end();
+    b.op("dma_copy", {W(y), W(acc)});
+    return b.k;
+  };
+  CHECK_VERIFY_ERROR(build(frontend::LoopKind::kAffine, false, true), "trn2", ErrorCode::kAffineWriteConflict, 71);
+  CHECK_NOTHROW(verify_kernel(build(frontend::LoopKind::kSequential, false, true), params("trn2")));
+  CHECK_NOTHROW(verify_kernel(build(frontend::LoopKind::kAffine, true, true), params("trn2")));
+
+  SECTION("an HBM store that ignores the loop variable") {
+    KB b;
+    const int x = b.input("x", {512, 64});
+    const int y = b.output("y", {128, 64});
+    const int i = b.loop("i", 0, 4);
+    const int t = b.tile("t", {128, 64});
+    b.op("dma_copy", {W(t), X(x, {D(A(i, 128), 128), D(0, 64)})});
+    b.op("dma_copy", {W(y), W(t)}, 72);
+    b.end();
+    CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kAffineWriteConflict, 72);
+  }
+}
+
+TEST_CASE("verify: E411 loop sanity", "[verify]") {
+  SECTION("step 0") {
+    KB b;
+    b.loop("i", 0, 4, 0, frontend::LoopKind::kAffine, 80);
+    b.end();
+    CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kBadLoop, 80);
+  }
+  SECTION("absurd trip count") {
+    KB b;
+    b.loop("i", 0, int64_t{1} << 50, 1, frontend::LoopKind::kSequential, 81);
+    b.end();
+    CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kBadLoop, 81);
+  }
+  SECTION("a loop referenced twice") {
+    KB b;
+    const int i = b.loop("i", 0, 4, 1, frontend::LoopKind::kSequential, 82);
+    b.end();
+    b.k.body.push_back(frontend::Stmt{frontend::Stmt::Kind::kLoop, i});
+    CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kBadLoop, 82);
+  }
+}
+
+TEST_CASE("verify: E412 duplicate tensor names", "[verify]") {
+  KB b;
+  b.input("x", {128, 64}, DType::kFloat32, 1);
+  b.input("x", {128, 64}, DType::kFloat32, 90);
+  CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kDuplicateName, 90);
+}
+
+TEST_CASE("verify: ops in a loop that never runs are not bounds-checked", "[verify]") {
+  KB b;
+  const int x = b.input("x", {128, 64});
+  const int t = b.tile("t", {128, 64});
+  const int i = b.loop("i", 0, 0);
+  b.op("dma_copy", {W(t), X(x, {D(A(i, 128, 1000), 128), D(0, 64)})});
+  b.end();
+  CHECK_NOTHROW(verify_kernel(b.k, params("trn2")));
+}
