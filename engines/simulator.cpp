@@ -77,6 +77,7 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
       dma_(p_) {
   st_.generation = p_.generation;
   sources_.push_back(SourceLoc{});
+  per_loc_.resize(1);
   queue_track_declared_.assign(static_cast<size_t>(p_.dma_queues), false);
   if (!opts_.trace_path.empty()) {
     trace_ = std::make_unique<sim::ChromeTraceWriter>(opts_.trace_path, fmt::format("NeuronCore ({})", p_.name));
@@ -154,6 +155,7 @@ void Simulator::free_tile(const Operand& tile) { mem_.free_onchip(tile.space, ti
 
 uint32_t Simulator::add_source(const SourceLoc& loc) {
   sources_.push_back(loc);
+  per_loc_.emplace_back(0, 0);
   return static_cast<uint32_t>(sources_.size() - 1);
 }
 
@@ -198,6 +200,10 @@ InstrTiming Simulator::schedule(const Instr& in) {
   const auto oi = static_cast<size_t>(in.op);
   ++c_.opcode_count[oi];
   c_.opcode_time[oi] += t.end - t.start;
+  if (in.loc < per_loc_.size()) {
+    ++per_loc_[in.loc].first;
+    per_loc_[in.loc].second += t.end - t.start;
+  }
   c_.end = std::max(c_.end, t.end);
   if (isa::is_dma(in.op)) dma_.prune(watermark());
   if (trace_) trace_->watermark(watermark());
@@ -402,6 +408,14 @@ void Simulator::finish() {
   for (auto& t : c_.engine) t.close();
   for (auto& t : c_.dma) t.close();
   if (trace_) trace_->finish();
+}
+
+std::vector<Simulator::LineStats> Simulator::line_stats() const {
+  std::vector<LineStats> v;
+  for (size_t i = 1; i < per_loc_.size(); ++i)
+    if (per_loc_[i].first) v.push_back({sources_[i], per_loc_[i].first, per_loc_[i].second});
+  std::stable_sort(v.begin(), v.end(), [](const LineStats& a, const LineStats& b) { return a.instr_time > b.instr_time; });
+  return v;
 }
 
 sim::StatsRegistry Simulator::stats() const {

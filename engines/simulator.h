@@ -98,6 +98,14 @@ class Simulator {
   void finish();
 
   // ---- results
+  /// Work attributed to one kernel source location.
+  struct LineStats {
+    SourceLoc loc;
+    uint64_t instructions = 0;
+    sim::Ps instr_time = 0;  ///< summed durations of its instructions
+  };
+  /// Per registered source location with at least one instruction, most time first.
+  std::vector<LineStats> line_stats() const;
   sim::Ps total_time() const { return c_.end; }
   const RunCounters& counters() const { return c_; }
   /// Stats with names, units and descriptions (call after finish()).
@@ -130,6 +138,7 @@ class Simulator {
   int64_t stationary_m_ = 0;
   RunCounters c_;
   std::vector<SourceLoc> sources_;
+  std::vector<std::pair<uint64_t, sim::Ps>> per_loc_;  ///< (instructions, time) by source id
   std::unique_ptr<sim::TraceSink> trace_;
   std::vector<bool> queue_track_declared_;
   bool finished_ = false;

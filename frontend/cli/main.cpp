@@ -204,6 +204,22 @@ void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::S
              st.get("flops.mfu_estimated_percent"),
              st.get("engine.vector.flops") + st.get("engine.scalar.flops") + st.get("engine.gpsimd.flops"));
   fmt::print("bound           {} ({:.1f}% of the time busy)\n", bound, total > 0 ? 100.0 * best / total : 0.0);
+  const auto lines = sim.line_stats();
+  if (!lines.empty()) fmt::print("busiest source lines (summed instruction time):\n");
+  for (size_t i = 0; i < lines.size() && i < 5; ++i)
+    fmt::print("  {:>12.1f} ns  {:>8} instr  {}\n", sim::ps_to_ns(lines[i].instr_time), lines[i].instructions,
+               lines[i].loc.str());
+}
+
+std::string lines_json(const Simulator& sim) {
+  std::string out = "[";
+  bool first = true;
+  for (const auto& l : sim.line_stats()) {
+    out += fmt::format("{}\n  {{\"src\": \"{}\", \"instructions\": {}, \"instruction_time_ns\": {:.3f}}}", first ? "" : ",",
+                       sim::json_escape(l.loc.str()), l.instructions, sim::ps_to_ns(l.instr_time));
+    first = false;
+  }
+  return out + "]";
 }
 
 int cmd_run(const Args& a) {
@@ -231,9 +247,10 @@ int cmd_run(const Args& a) {
   if (!a.stats.empty()) {
     std::ofstream f(a.stats);
     if (!f) throw Error(ErrorCode::kBadInput, fmt::format("cannot write '{}'", a.stats));
-    f << fmt::format("{{\"kernel\": \"{}\", \"config\": \"{}\", \"timing_only\": {}, \"instructions\": {},\n\"stats\": {}}}\n",
-                     sim::json_escape(k.name), sim::json_escape(cfg.name()), a.timing_only ? "true" : "false",
-                     low.instructions(), st.to_json());
+    f << fmt::format(
+        "{{\"kernel\": \"{}\", \"config\": \"{}\", \"timing_only\": {}, \"instructions\": {},\n\"lines\": {},\n\"stats\": {}}}\n",
+        sim::json_escape(k.name), sim::json_escape(cfg.name()), a.timing_only ? "true" : "false", low.instructions(),
+        lines_json(sim), st.to_json());
     std::ofstream c(a.stats + ".config.yaml");
     c << cfg.to_yaml();
   }

@@ -95,6 +95,9 @@ def test_run_with_npz_inputs_matches_numpy(tmp_path, kernel):
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats["kernel"] == "add_one" and stats["config"] == "trn2"
     assert stats["stats"]["total_time"]["value"] > 0
+    srcs = {l["src"]: l["instructions"] for l in stats["lines"]}
+    assert srcs == {"add_one.py:3": 2, "add_one.py:4": 2, "add_one.py:5": 2}
+    assert "busiest source lines" in r.stdout
     assert (tmp_path / "stats.json.config.yaml").read_text().startswith("clock:")
     trace = json.loads((tmp_path / "trace.json").read_text())
     slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
