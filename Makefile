@@ -28,7 +28,7 @@ build: deps $(BUILD)/build.ninja
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
-	@if ls tests/python/test_*.py >/dev/null 2>&1; then python3 -m pytest -q tests/python; fi
+	@if ls tests/python/test_*.py >/dev/null 2>&1; then PYTHONPATH=python:$(BUILD)/python$${PYTHONPATH:+:$$PYTHONPATH} python3 -m pytest -q tests/python; fi
 
 demo: build
 	$(BUILD)/nsim_demo --config trn2

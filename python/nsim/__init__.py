@@ -1,0 +1,52 @@
+"""nsim — cycle-approximate AWS NeuronCore simulator (Python API).
+
+    import nsim
+    outputs, profile = nsim.simulate_json("examples/softmax_2x128x512.json", inputs={"x": x})
+    print(profile.total_time_ns, outputs["y"].dtype)
+
+The simulator core is the `_nsim` extension (see python/README.md). When it is not built, importing
+nsim still works (e.g. for tracing kernels to kernel.json); the simulator entry points then raise
+ImportError.
+"""
+__version__ = "0.1.0"
+
+try:
+    from nsim._core import (  # noqa: F401
+        AccessError,
+        ConfigError,
+        InternalError,
+        KernelError,
+        NsimError,
+        OperandError,
+        Profile,
+        act_funcs,
+        alu_ops,
+        check_json,
+        disasm_json,
+        dtypes,
+        effective_config,
+        error_class,
+        op_table,
+        simulate_json,
+        version,
+    )
+
+    core_available = True
+    _core_import_error = None
+except ImportError as _e:  # the extension is not built
+    core_available = False
+    _core_import_error = _e
+
+    def __getattr__(name):
+        if name in ("NsimError", "ConfigError", "AccessError", "OperandError", "KernelError", "InternalError",
+                    "Profile", "simulate_json", "check_json", "disasm_json", "effective_config", "op_table",
+                    "alu_ops", "act_funcs", "dtypes", "version", "error_class"):
+            raise ImportError("nsim.{} needs the _nsim extension: {}".format(name, _core_import_error))
+        raise AttributeError("module 'nsim' has no attribute '{}'".format(name))
+
+
+def trace_kernel(kernel, *args, **kwargs):
+    """Trace an NKI kernel (nsim.nki.jit) with these arguments and return its kernel.json dict."""
+    from nsim.nki import trace_kernel as _trace
+
+    return _trace(kernel, *args, **kwargs)

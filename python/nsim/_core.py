@@ -1,0 +1,284 @@
+"""Thin Python layer over the `_nsim` extension: exceptions, kernel loading, `simulate_json`, `Profile`.
+
+The extension is found as `nsim._nsim` (installed wheel: scikit-build-core puts it into this package)
+or as a top-level `_nsim` (CMake build tree: `PYTHONPATH=python:build/python`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+try:  # installed package
+    from nsim import _nsim  # type: ignore[attr-defined]
+except ImportError:  # build tree: build/python/_nsim*.so on sys.path
+    try:
+        import _nsim  # type: ignore[no-redef]
+    except ImportError as e:  # pragma: no cover - depends on the build
+        raise ImportError(
+            "nsim: the _nsim extension module is not built. Build it with "
+            "`cmake -S . -B build -G Ninja && cmake --build build` and put build/python on PYTHONPATH, "
+            "or `pip install .`") from e
+
+# An installed wheel carries the presets in nsim/configs; the C++ side reads NSIM_CONFIGS_DIR (the
+# build tree falls back to the source tree's configs/, compiled in). An explicit setting wins.
+_PKG_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+if not os.environ.get("NSIM_CONFIGS_DIR") and os.path.isdir(_PKG_CONFIGS):
+    os.environ["NSIM_CONFIGS_DIR"] = _PKG_CONFIGS
+
+__all__ = [
+    "NsimError", "ConfigError", "AccessError", "OperandError", "KernelError", "InternalError",
+    "Profile", "simulate_json", "check_json", "disasm_json", "effective_config",
+    "op_table", "alu_ops", "act_funcs", "dtypes", "version",
+]
+
+
+# ------------------------------------------------------------------------------------------------
+# Exceptions
+# ------------------------------------------------------------------------------------------------
+
+
+class NsimError(Exception):
+    """An nsim error with a stable code ("NSIM-E201") and, where known, the kernel source location."""
+
+    def __init__(self, message: str, code: str = "NSIM-E901", file: str = "", line: int = 0, function: str = ""):
+        self.code = code
+        self.message = message
+        self.file = file
+        self.line = line
+        self.function = function
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        s = "{}: {}".format(self.code, self.message)
+        if self.file and self.line and "{}:{}".format(self.file, self.line) not in self.message:
+            s += " [at {}:{}]".format(self.file, self.line)
+        return s
+
+    def __str__(self) -> str:
+        return self._text()
+
+    @property
+    def number(self) -> int:
+        """The numeric part of the code (201 for NSIM-E201)."""
+        try:
+            return int(self.code.rsplit("E", 1)[-1])
+        except ValueError:
+            return 0
+
+
+class ConfigError(NsimError):
+    """E1xx: configuration presets, keys, values and overrides."""
+
+
+class AccessError(NsimError):
+    """E2xx: memory capacity and access patterns."""
+
+
+class OperandError(NsimError):
+    """E3xx: ISA operands (buffers, dtypes, partitions, engines, immediates)."""
+
+
+class KernelError(NsimError):
+    """E4xx: the kernel IR (kernel.json syntax, names, indices, loops, inputs)."""
+
+
+class InternalError(NsimError):
+    """E9xx: internal errors of nsim."""
+
+
+_BY_HUNDRED = {1: ConfigError, 2: AccessError, 3: OperandError, 4: KernelError, 9: InternalError}
+
+
+def error_class(code: str) -> type:
+    """The NsimError subclass of a code such as "NSIM-E408"."""
+    try:
+        num = int(str(code).rsplit("E", 1)[-1])
+    except ValueError:
+        return NsimError
+    return _BY_HUNDRED.get(num // 100, NsimError)
+
+
+def _translate(raw: BaseException) -> NsimError:
+    code = getattr(raw, "code", "NSIM-E901")
+    return error_class(code)(getattr(raw, "message", str(raw)), code=code, file=getattr(raw, "file", ""),
+                             line=getattr(raw, "line", 0), function=getattr(raw, "function", ""))
+
+
+def _call(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except _nsim.NsimError as raw:
+        err = _translate(raw)
+    raise err from None
+
+
+# ------------------------------------------------------------------------------------------------
+# Arguments
+# ------------------------------------------------------------------------------------------------
+
+KernelLike = Union[Mapping[str, Any], str, bytes, "os.PathLike[str]"]
+
+
+def _kernel_text(kernel: KernelLike) -> Tuple[str, str]:
+    """(kernel.json text, file name for messages) of a dict, JSON text or path."""
+    if isinstance(kernel, Mapping):
+        return json.dumps(kernel, indent=1), "<dict>"
+    if isinstance(kernel, bytes):
+        kernel = kernel.decode("utf-8")
+    if isinstance(kernel, os.PathLike):
+        kernel = os.fspath(kernel)
+    if not isinstance(kernel, str):
+        raise TypeError("kernel must be a dict, a JSON string or a path, not {}".format(type(kernel).__name__))
+    if kernel.lstrip()[:1] in ("{", "["):
+        return kernel, "<string>"
+    with open(kernel, "r", encoding="utf-8") as f:  # FileNotFoundError for a bad path
+        return f.read(), kernel
+
+
+def _overrides(overrides: Union[None, Mapping[str, Any], Sequence[str]]) -> List[str]:
+    if overrides is None:
+        return []
+    if isinstance(overrides, str):
+        return [overrides]
+    if isinstance(overrides, Mapping):
+        out = []
+        for k, v in overrides.items():
+            if isinstance(v, bool):
+                v = "true" if v else "false"
+            out.append("{}={}".format(k, v))
+        return out
+    return [str(o) for o in overrides]
+
+
+# ------------------------------------------------------------------------------------------------
+# Results
+# ------------------------------------------------------------------------------------------------
+
+
+class Profile:
+    """Timing results of one simulation.
+
+    stats        nested dict of the stats JSON; leaves are {"value", "unit", "description"}
+    total_time_ns
+    lines        per source line: {src, file, line, function, instructions, instruction_time_ns},
+                 most time first
+    config_yaml  the effective configuration
+    kernel       the kernel.json structure (dict)
+    """
+
+    def __init__(self, kernel_text: str, stats_json: str, lines: list, config_yaml: str, config: str = "",
+                 timing_only: bool = False):
+        self._kernel_text = kernel_text
+        self._kernel: Optional[dict] = None
+        self.stats: Dict[str, Any] = json.loads(stats_json)
+        self.lines: List[dict] = list(lines)
+        self.config_yaml = config_yaml
+        self.config = config
+        self.timing_only = timing_only
+
+    @property
+    def kernel(self) -> dict:
+        if self._kernel is None:
+            self._kernel = json.loads(self._kernel_text)
+        return self._kernel
+
+    def to_json(self) -> str:
+        """The kernel.json text that was simulated."""
+        return self._kernel_text
+
+    def stat(self, name: str) -> Any:
+        """Value of a stat by dotted name, e.g. "engine.vector.active_time" (KeyError if absent)."""
+        node: Any = self.stats
+        for part in name.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise KeyError(name)
+            node = node[part]
+        if isinstance(node, dict) and "value" in node:
+            return node["value"]
+        raise KeyError("{} is a group of stats, not a stat".format(name))
+
+    @property
+    def total_time_ns(self) -> float:
+        return float(self.stat("total_time"))
+
+    @property
+    def name(self) -> str:
+        try:
+            return str(self.kernel.get("name", ""))
+        except ValueError:
+            return ""
+
+    def __repr__(self) -> str:
+        busiest = ""
+        if self.lines:
+            l0 = self.lines[0]
+            busiest = ", busiest line {} ({:.1f} ns)".format(l0.get("src", ""), l0.get("instruction_time_ns", 0.0))
+        return "<nsim.Profile {}{}: {:.1f} ns{}>".format(self.name or "kernel",
+                                                        " on " + self.config if self.config else "",
+                                                        self.total_time_ns, busiest)
+
+
+# ------------------------------------------------------------------------------------------------
+# Entry points
+# ------------------------------------------------------------------------------------------------
+
+
+def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = None, config: str = "trn2",
+                  overrides: Union[None, Mapping[str, Any], Sequence[str]] = None, timing_only: bool = False,
+                  trace: Union[None, str, "os.PathLike[str]"] = None, seed: int = 0) -> Tuple[dict, Profile]:
+    """Simulate a kernel.json (dict, JSON text or path) on one NeuronCore.
+
+    inputs: {tensor name: array}; arrays are converted to the tensor dtype (ml_dtypes arrays of the
+    same dtype are taken bit-exactly); inputs not given are seeded random (`seed`), as in `nsim run`.
+    Returns (outputs {name: numpy array of the tensor dtype; bf16/fp8 as ml_dtypes}, Profile).
+    With timing_only the numerics are skipped and outputs is empty.
+    """
+    import numpy as np
+
+    text, fname = _kernel_text(kernel)
+    arrays = {str(k): np.asarray(v) for k, v in (inputs or {}).items()}
+    outputs, stats_json, lines, config_yaml = _call(
+        _nsim.run_kernel, text, arrays, config=config, overrides=_overrides(overrides), timing_only=bool(timing_only),
+        trace_path=os.fspath(trace) if trace is not None else "", seed=int(seed), filename=fname)
+    return dict(outputs), Profile(text, stats_json, lines, config_yaml, config=config, timing_only=timing_only)
+
+
+def check_json(kernel: KernelLike, *, config: str = "trn2",
+               overrides: Union[None, Mapping[str, Any], Sequence[str]] = None) -> None:
+    """Parse and verify a kernel.json for a configuration; raises an NsimError subclass."""
+    text, fname = _kernel_text(kernel)
+    _call(_nsim.check_kernel, text, config=config, overrides=_overrides(overrides), filename=fname)
+
+
+def disasm_json(kernel: KernelLike, *, config: str = "trn2",
+                overrides: Union[None, Mapping[str, Any], Sequence[str]] = None, limit: int = -1) -> List[str]:
+    """The lowered instruction stream, one line per instruction with its source location."""
+    text, fname = _kernel_text(kernel)
+    return _call(_nsim.disasm, text, config=config, overrides=_overrides(overrides), limit=int(limit), filename=fname)
+
+
+def effective_config(config: str = "trn2", overrides: Union[None, Mapping[str, Any], Sequence[str]] = None) -> str:
+    """The effective configuration (preset inheritance + overrides) as YAML."""
+    return _call(_nsim.effective_config, config, _overrides(overrides))
+
+
+def op_table() -> List[dict]:
+    """The ISA: one dict per opcode {name, engines, default_engine, cost_class, slots: [...]}."""
+    return _nsim.op_table()
+
+
+def alu_ops() -> List[str]:
+    return _nsim.alu_ops()
+
+
+def act_funcs() -> List[str]:
+    return _nsim.act_funcs()
+
+
+def dtypes() -> List[str]:
+    return _nsim.dtypes()
+
+
+def version() -> str:
+    return _nsim.version()

@@ -1,0 +1,715 @@
+"""Eager tracer: turns a running NKI kernel (Python function) into nsim's kernel IR (kernel.json).
+
+Every instruction goes through ONE seam, :func:`emit`. The tracer owns the statement list, the tensor
+table, unique tensor names, source locations (the first stack frame outside the nsim package) and the
+nc_matmul ``accumulate=None`` bookkeeping. Loops are unrolled eagerly (the Python body runs every
+iteration and emits constant indices), which gives exactly the semantics of sequential execution.
+Keeping loops symbolic in the IR is a later optimisation.
+
+This module is dialect-neutral: ``nsim.nki`` (new dialect) builds on it; a Beta-1 tree can too.
+"""
+from __future__ import annotations
+
+import inspect
+import itertools
+import json
+import os
+import sys
+import threading
+import weakref
+
+import numpy as np
+
+try:  # ml_dtypes is a hard dependency of the dtype model (bf16, fp8)
+    import ml_dtypes  # noqa: F401
+except ImportError:  # pragma: no cover
+    ml_dtypes = None
+
+# --------------------------------------------------------------------------------------------------
+# Errors: the classes of nsim._core when available, else stand-ins with the same attributes.
+# --------------------------------------------------------------------------------------------------
+
+try:
+    from nsim import _core  # type: ignore
+except Exception:  # pragma: no cover - the extension may not be built yet
+    _core = None
+
+
+class _FallbackNsimError(RuntimeError):
+    """Stand-in for nsim._core.NsimError when the extension is not built (same attributes)."""
+
+    def __init__(self, message, code="NSIM-E901", file="", line=0, function=""):
+        self.code, self.message, self.file, self.line, self.function = code, message, file, line, function
+        where = " [at {}:{}]".format(file, line) if file and line else ""
+        super().__init__("{}: {}{}".format(code, message, where))
+
+
+def _core_cls(name, base):
+    c = getattr(_core, name, None) if _core is not None else None
+    if isinstance(c, type) and issubclass(c, BaseException):
+        return c
+    return type(name, (base,), {"__module__": __name__})
+
+
+NsimError = _core_cls("NsimError", _FallbackNsimError) if _core is not None else _FallbackNsimError
+ConfigError = _core_cls("ConfigError", NsimError)
+AccessError = _core_cls("AccessError", NsimError)
+OperandError = _core_cls("OperandError", NsimError)
+KernelError = _core_cls("KernelError", NsimError)
+InternalError = _core_cls("InternalError", NsimError)
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))  # .../python/nsim
+
+
+def user_frame():
+    """The innermost stack frame outside the nsim package (the user's kernel line)."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename)
+        if not fn.startswith(_PKG_DIR + os.sep):
+            return f
+        f = f.f_back
+    return None
+
+
+def user_loc():
+    f = user_frame()
+    if f is None:
+        return {"file": "", "line": 0, "function": ""}
+    return {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
+
+
+def make_error(cls, code, message, loc=None):
+    """An nsim error (cls) with .code/.message/.file/.line pointing at the user's line."""
+    loc = loc if loc is not None else user_loc()
+    try:
+        return cls(message, code=code, file=loc.get("file", ""), line=loc.get("line", 0),
+                   function=loc.get("function", ""))
+    except TypeError:  # pragma: no cover - a class with another constructor
+        e = cls("{}: {}".format(code, message))
+        for k, v in (("code", code), ("message", message), ("file", loc.get("file", "")),
+                     ("line", loc.get("line", 0)), ("function", loc.get("function", ""))):
+            try:
+                setattr(e, k, v)
+            except Exception:
+                pass
+        return e
+
+
+# --------------------------------------------------------------------------------------------------
+# dtypes
+# --------------------------------------------------------------------------------------------------
+
+_IR_DTYPES = ("float32", "bfloat16", "float16", "tfloat32", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
+              "int8", "int16", "int32", "uint8", "uint16", "uint32", "bool")
+
+
+def dtype_name(dtype):
+    """IR dtype name of a numpy / ml_dtypes dtype (or of a name)."""
+    if isinstance(dtype, str) and dtype in _IR_DTYPES:
+        return dtype
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        raise make_error(OperandError, "NSIM-E302", "unsupported dtype {!r}".format(dtype))
+    if name not in _IR_DTYPES:
+        raise make_error(OperandError, "NSIM-E302", "dtype {} is not supported by nsim".format(name))
+    return name
+
+
+def np_dtype(name):
+    if name == "tfloat32":
+        return np.dtype(np.float32)
+    if name == "bool":
+        return np.dtype(np.bool_)
+    return np.dtype(name)  # ml_dtypes registers bfloat16 / float8_* with numpy
+
+
+# --------------------------------------------------------------------------------------------------
+# Shapes and tensors
+# --------------------------------------------------------------------------------------------------
+
+
+class Shape(tuple):
+    """A tuple that also compares equal to a list (Beta-1 code writes ``x.shape == [2, 2]``)."""
+
+    def __eq__(self, other):
+        if isinstance(other, list):
+            other = tuple(other)
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = tuple.__hash__
+
+
+class DynSlice:
+    """``nl.ds(start, size)``: the slice start .. start+size."""
+
+    __slots__ = ("start", "size", "step")
+
+    def __init__(self, start, size, step=1):
+        self.start, self.size, self.step = int(start), int(size), int(step)
+
+    def __repr__(self):
+        return "ds({}, {})".format(self.start, self.size)
+
+
+ON_CHIP = ("sbuf", "psum")
+
+
+class _Storage:
+    """One IR tensor (an HBM tensor or an alloc'ed tile)."""
+
+    __slots__ = ("name", "buffer", "dtype", "shape", "__weakref__")
+
+    def __init__(self, name, buffer, dtype, shape):
+        self.name, self.buffer, self.dtype, self.shape = name, buffer, dtype, tuple(shape)
+
+
+class NkiTensor:
+    """A tensor or a view of one. ``dims`` holds one entry per storage dim: [start, size, step, kept]."""
+
+    __slots__ = ("_st", "_dims", "_tracer", "__weakref__")
+
+    def __init__(self, storage, dims=None, tracer=None):
+        self._st = storage
+        self._dims = dims if dims is not None else [[0, n, 1, True] for n in storage.shape]
+        self._tracer = tracer
+
+    # --- properties ---------------------------------------------------------------------------
+    @property
+    def name(self):
+        return self._st.name
+
+    @property
+    def buffer(self):
+        return self._st.buffer
+
+    @property
+    def dtype(self):
+        return np_dtype(self._st.dtype)
+
+    @property
+    def shape(self):
+        return Shape(d[1] for d in self._dims if d[3])
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def itemsize(self):
+        return self.dtype.itemsize
+
+    def is_full(self):
+        return all(d[0] == 0 and d[1] == n and d[3] for d, n in zip(self._dims, self._st.shape))
+
+    def __repr__(self):
+        return "NkiTensor({}, shape={}, dtype={}, buffer={})".format(self.name, tuple(self.shape), self._st.dtype,
+                                                                    self.buffer)
+
+    def __bool__(self):
+        raise make_error(KernelError, "NSIM-E404", "the truth value of a tensor is ambiguous (tensor values are "
+                         "not known while tracing)")
+
+    # --- views --------------------------------------------------------------------------------
+    def __getitem__(self, key):
+        if not isinstance(key, tuple):
+            key = (key,)
+        kept = [i for i, d in enumerate(self._dims) if d[3]]
+        n_ell = sum(1 for k in key if k is Ellipsis)
+        if n_ell > 1:
+            raise make_error(KernelError, "NSIM-E404", "an index can only have a single ellipsis ('...')")
+        if n_ell:
+            i = next(j for j, k in enumerate(key) if k is Ellipsis)
+            fill = len(kept) - (len(key) - 1)
+            key = key[:i] + (slice(None),) * max(fill, 0) + key[i + 1:]
+        if len(key) > len(kept):
+            raise make_error(KernelError, "NSIM-E404", "too many indices for tensor '{}' of shape {}: {}".format(
+                self.name, tuple(self.shape), len(key)))
+        key = key + (slice(None),) * (len(kept) - len(key))
+        dims = [list(d) for d in self._dims]
+        chip = self._st.buffer in ON_CHIP
+        int_dims = []
+        for vd, (bi, k) in enumerate(zip(kept, key)):
+            start, size, step, _ = dims[bi]
+            if isinstance(k, (bool, np.bool_)):
+                raise make_error(KernelError, "NSIM-E404", "boolean index not supported")
+            if isinstance(k, (int, np.integer)):
+                i = int(k)
+                if i < 0:
+                    i += size
+                if not 0 <= i < size:
+                    raise make_error(KernelError, "NSIM-E408", "index {} is out of bounds for dim {} of size {} "
+                                     "of tensor '{}'".format(int(k), vd, size, self.name))
+                dims[bi] = [start + i * step, 1, step, False]
+                int_dims.append(bi)
+                continue
+            if isinstance(k, DynSlice):
+                a, n, s = k.start, k.size, k.step
+                if a < 0 or n < 1 or s < 1 or a + (n - 1) * s >= size:
+                    raise make_error(KernelError, "NSIM-E408", "nl.ds({}, {}) is out of bounds for dim {} of size {} "
+                                     "of tensor '{}'".format(a, n, vd, size, self.name))
+            elif isinstance(k, slice):
+                s = 1 if k.step is None else int(k.step)
+                if s < 1:
+                    raise make_error(KernelError, "NSIM-E404", "slice step must be >= 1, got {}".format(s))
+                a = 0 if k.start is None else int(k.start)
+                b = size if k.stop is None else int(k.stop)
+                if a < 0:
+                    a += size
+                if b < 0:
+                    b += size
+                if a < 0 or b > size or a >= b:
+                    raise make_error(KernelError, "NSIM-E408", "slice {}:{} is out of bounds (or empty) for dim {} "
+                                     "of size {} of tensor '{}'".format(k.start, k.stop, vd, size, self.name))
+                n = (b - a + s - 1) // s
+            else:
+                raise make_error(KernelError, "NSIM-E404", "unsupported index {!r} (use ints, slices, nl.ds or "
+                                 "...)".format(k))
+            dims[bi] = [start + a * step, n, step * s, True]
+        if chip:
+            # on-chip views keep the partition dim and stay >= 2-D
+            if int_dims and int_dims[0] == 0 and kept and kept[0] == 0:
+                dims[0][3] = True
+            if sum(1 for d in dims if d[3]) < 2:
+                free_ints = [b for b in int_dims if b != 0]
+                if free_ints:
+                    dims[free_ints[-1]][3] = True
+        return NkiTensor(self._st, dims, self._tracer)
+
+    def __setitem__(self, key, value):
+        raise make_error(KernelError, "NSIM-E404", "item assignment on tensors is not part of the new NKI dialect; "
+                         "write through an nisa instruction (e.g. nisa.tensor_copy(dst=t[...], src=x))")
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __iter__(self):
+        raise make_error(KernelError, "NSIM-E404", "tensors are not iterable while tracing")
+
+    def reshape(self, shape):
+        """Reshape of a whole HBM tensor (a kernel argument or an HBM tensor of the kernel): a new IR
+        tensor would alias the storage, which the IR cannot express yet."""
+        raise make_error(KernelError, "NSIM-E404", "reshape is not supported yet by the nsim tracer")
+
+    # --- IR access ----------------------------------------------------------------------------
+    def access(self):
+        """The operand of this view in kernel.json (a name, or {"tensor", "index"})."""
+        if self.is_full():
+            return self._st.name
+        idx = []
+        for start, size, step, kept in self._dims:
+            if not kept:
+                idx.append(start)
+            else:
+                d = {"start": start, "size": size}
+                if step != 1:
+                    d["step"] = step
+                idx.append(d)
+        return {"tensor": self._st.name, "index": idx}
+
+    def region(self):
+        """Per storage dim (first, last, step) for overlap tests."""
+        return tuple((d[0], d[0] + (d[1] - 1) * d[2], d[2]) for d in self._dims)
+
+
+# --------------------------------------------------------------------------------------------------
+# The tracer
+# --------------------------------------------------------------------------------------------------
+
+_local = threading.local()
+
+
+def _stack():
+    s = getattr(_local, "stack", None)
+    if s is None:
+        s = _local.stack = []
+    return s
+
+
+def active():
+    """The innermost running tracer, or None."""
+    s = _stack()
+    return s[-1] if s else None
+
+
+def current(what="this function"):
+    t = active()
+    if t is None:
+        raise make_error(KernelError, "NSIM-E404", "{} can only be called inside an NKI kernel (a function "
+                         "decorated with @nki.jit and called with arrays, or run by nki.simulate)".format(what))
+    return t
+
+
+def emit(stmt):
+    """THE seam: every IR statement (alloc, op) of the running kernel goes through here."""
+    return current().emit(stmt)
+
+
+_SLOT_KEYS = ("dst", "src", "data", "data1", "data2", "operand0", "operand1", "bias", "scale", "reduce_res",
+              "stationary", "moving", "on_true", "predicate", "initial", "data0", "bound0", "bound1",
+              "reduce_init")
+
+
+class Tracer:
+    def __init__(self, name="kernel"):
+        self.name = name
+        self.tensors = []  # kernel-level HBM tensor dicts
+        self.body = []
+        self.names = set()
+        self.storage = {}  # name -> _Storage (strong, for HBM) / meta
+        self.buffers = {}  # name -> buffer
+        self.shapes = {}  # name -> shape
+        self.counter = itertools.count()
+        self.open_groups = {}  # psum tensor name -> set of regions with an open accumulation group
+        self.written = set()
+        self.read = set()
+        self.pool = {}  # (buffer, dtype, shape) -> list of weakrefs of dead-able tile storages
+        self._pool_free = {}  # (buffer, dtype, shape) -> list of names whose python objects died
+        self.reuse_tiles = True
+
+    # context
+    def __enter__(self):
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _stack().remove(self)
+        return False
+
+    # names
+    def unique_name(self, base, numbered=False):
+        base = "".join(c if (c.isalnum() or c == "_") else "_" for c in (base or "t")) or "t"
+        if numbered:
+            while True:
+                n = "{}{}".format(base, next(self.counter))
+                if n not in self.names:
+                    self.names.add(n)
+                    return n
+        if base not in self.names:
+            self.names.add(base)
+            return base
+        while True:
+            n = "{}_{}".format(base, next(self.counter))
+            if n not in self.names:
+                self.names.add(n)
+                return n
+
+    # tensors
+    def hbm_tensor(self, name, dtype, shape, kind="internal", loc=None):
+        dt = dtype_name(dtype)
+        shape = tuple(int(s) for s in shape)
+        if not shape or any(s < 1 for s in shape):
+            raise make_error(KernelError, "NSIM-E404", "bad HBM tensor shape {}".format(shape))
+        name = self.unique_name(name or "hbm", numbered=not name)
+        st = _Storage(name, "hbm", dt, shape)
+        d = {"name": name, "buffer": "hbm", "kind": kind, "dtype": dt, "shape": list(shape)}
+        self.tensors.append(d)
+        self.storage[name] = st
+        self.buffers[name] = "hbm"
+        self.shapes[name] = shape
+        return NkiTensor(st, None, self)
+
+    def tile(self, buffer, dtype, shape, name=None):
+        dt = dtype_name(dtype)
+        shape = tuple(int(s) for s in shape)
+        if buffer not in ON_CHIP:
+            raise make_error(KernelError, "NSIM-E404", "bad on-chip buffer {!r}".format(buffer))
+        if len(shape) < 2 or len(shape) > 5 or any(s < 1 for s in shape):
+            raise make_error(KernelError, "NSIM-E404", "an on-chip tensor needs 2..5 positive dims (partition "
+                             "dim first), got shape {}".format(shape))
+        key = (buffer, dt, shape)
+        if self.reuse_tiles and not name:
+            # Reuse the storage of a tile of the same kind whose Python object is gone: the kernel can no
+            # longer reach it, so this is the compiler's buffer reuse; it keeps SBUF bounded when loops
+            # are unrolled. Least recently freed first (gives double buffering in loops).
+            free = self._pool_free.get(key)
+            if free:
+                nm = free.pop(0)
+                st = _Storage(nm, buffer, dt, shape)
+                self._track(st, key)
+                self.open_groups.pop(nm, None)
+                return NkiTensor(st, None, self)
+        nm = self.unique_name(name or "t", numbered=not name)
+        st = _Storage(nm, buffer, dt, shape)
+        self.buffers[nm] = buffer
+        self.shapes[nm] = shape
+        self.emit({"alloc": {"name": nm, "buffer": buffer, "dtype": dt, "shape": list(shape)}})
+        if not name:
+            self._track(st, key)
+        return NkiTensor(st, None, self)
+
+    def _track(self, st, key):
+        nm = st.name
+        free = self._pool_free
+
+        def died(_ref, nm=nm, key=key):
+            free.setdefault(key, []).append(nm)
+
+        self.pool.setdefault(key, []).append(weakref.ref(st, died))
+
+    # statements
+    def emit(self, stmt):
+        if "op" in stmt:
+            if "loc" not in stmt:
+                stmt["loc"] = user_loc()
+            self._track_accesses(stmt)
+        elif "alloc" in stmt:
+            stmt["alloc"].setdefault("loc", user_loc())
+        self.body.append(stmt)
+        return stmt
+
+    def _operands(self, stmt):
+        for k in _SLOT_KEYS:
+            v = stmt.get(k)
+            if v is None:
+                continue
+            yield k, v
+
+    @staticmethod
+    def _region_of(v, tracer):
+        if isinstance(v, str):  # the whole tensor: the same key as an explicit full slice
+            shape = tracer.shapes.get(v)
+            return v, (tuple((0, n - 1) for n in shape) if shape else None)
+        idx = v.get("index", [])
+        reg = []
+        for e in idx:
+            if isinstance(e, int):
+                reg.append((e, e))
+            elif "broadcast" in e:
+                s = e.get("start", 0)
+                reg.append((s, s))
+            else:
+                s, n, st = e.get("start", 0), e.get("size", 1), e.get("step", 1)
+                reg.append((s, s + (n - 1) * st))
+        return v["tensor"], tuple(reg)
+
+    @staticmethod
+    def _overlap(a, b):
+        if a is None or b is None:
+            return True
+        return all(x0 <= y1 and y0 <= x1 for (x0, x1), (y0, y1) in zip(a, b))
+
+    def _track_accesses(self, stmt):
+        is_mm = stmt["op"] == "nc_matmul"
+        for slot, v in self._operands(stmt):
+            name, reg = self._region_of(v, self)
+            if slot == "dst":
+                self.written.add(name)
+            else:
+                self.read.add(name)
+            if self.buffers.get(name) != "psum":
+                continue
+            if is_mm and slot == "dst":
+                self.open_groups.setdefault(name, set()).add(reg)
+            else:  # any non-matmul access ends the accumulation groups it touches
+                groups = self.open_groups.get(name)
+                if groups:
+                    for g in [g for g in groups if self._overlap(g, reg)]:
+                        groups.discard(g)
+
+    def matmul_accumulates(self, dst, accumulate):
+        """nc_matmul(accumulate=None): overwrite unless a matmul already opened a group on exactly this
+        PSUM region (and no other instruction touched it since)."""
+        if accumulate is not None:
+            return bool(accumulate)
+        acc = dst.access()
+        name, reg = self._region_of(acc, self)
+        return reg in self.open_groups.get(name, ())
+
+    def to_json(self):
+        return {"nsim_kernel": 1, "name": self.name, "tensors": [dict(t) for t in self.tensors], "body": self.body}
+
+
+# --------------------------------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------------------------------
+
+
+def _is_array(x):
+    return isinstance(x, np.ndarray) or (type(x).__module__.startswith("torch") and hasattr(x, "numpy"))
+
+
+class TraceResult:
+    """What one traced call produced: the kernel dict and how to map results back."""
+
+    def __init__(self, kernel, inputs, ret_spec, writeback):
+        self.kernel = kernel
+        self.inputs = inputs  # IR name -> numpy array
+        self.ret_spec = ret_spec  # nested structure of output names / None / passthrough
+        self.writeback = writeback  # list of (caller array, IR output name)
+
+
+def trace(fn, args, kwargs, name=None):
+    """Run ``fn`` under a fresh tracer; return a TraceResult."""
+    sig = inspect.signature(fn)
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as e:
+        raise make_error(KernelError, "NSIM-E404", "bad kernel arguments: {}".format(e))
+    tr = Tracer(name or getattr(fn, "__name__", "kernel"))
+    arrays = {}  # IR name -> (caller array, tensor)
+    call_args = {}
+    with tr:
+        for pname, val in bound.arguments.items():
+            kind = sig.parameters[pname].kind
+            if kind == inspect.Parameter.VAR_POSITIONAL:
+                out = []
+                for i, v in enumerate(val):
+                    out.append(_arg(tr, "{}{}".format(pname, i), v, arrays))
+                call_args[pname] = tuple(out)
+            elif kind == inspect.Parameter.VAR_KEYWORD:
+                call_args[pname] = {k: _arg(tr, k, v, arrays) for k, v in val.items()}
+            else:
+                call_args[pname] = _arg(tr, pname, val, arrays)
+        b2 = sig.bind_partial()
+        b2.arguments.update(call_args)
+        ret = fn(*b2.args, **b2.kwargs)
+
+        # outputs: returned HBM tensors, plus arguments the kernel wrote (copied back to the caller)
+        by_name = {t["name"]: t for t in tr.tensors}
+        rename = {}
+        prologue = []
+        writeback = []
+        inputs = {}
+        for ir_name, (arr, _t) in arrays.items():
+            if ir_name in tr.written:
+                out_name = tr.unique_name(ir_name + "__out")
+                rename[ir_name] = out_name
+                writeback.append((arr, out_name))
+            inputs[ir_name] = _to_numpy(arr)
+
+        def spec(r):
+            if r is None:
+                return None
+            if isinstance(r, NkiTensor):
+                if r._st.buffer != "hbm" or not r.is_full():
+                    raise make_error(KernelError, "NSIM-E404", "a kernel can only return whole HBM tensors "
+                                     "(nl.ndarray(..., buffer=nl.shared_hbm)); got {!r}".format(r))
+                nm = r._st.name
+                nm = rename.get(nm, nm)
+                if nm in by_name and by_name[nm]["kind"] != "input":
+                    by_name[nm]["kind"] = "output"
+                return ("tensor", nm)
+            if isinstance(r, (tuple, list)):
+                return (type(r), [spec(x) for x in r])
+            if isinstance(r, dict):
+                return (dict, {k: spec(v) for k, v in r.items()})
+            return ("value", r)
+
+        # written arguments: input `a` + output `a__out`, prologue DMA a -> a__out, ops retargeted
+        if rename:
+            for old, new in rename.items():
+                src = by_name[old]
+                d = dict(src, name=new, kind="output")
+                tr.tensors.append(d)
+                by_name[new] = d
+                prologue.append({"op": "dma_copy", "dst": new, "src": old,
+                                 "loc": {"file": "", "line": 0, "function": "nsim: copy of written argument"}})
+            _retarget(tr.body, rename)
+        ret_spec = spec(ret)
+        tr.body[:0] = prologue
+    return TraceResult(tr.to_json(), inputs, ret_spec, writeback)
+
+
+def _arg(tr, name, val, arrays):
+    if isinstance(val, NkiTensor):
+        return val  # sub-kernel call with tensors
+    if _is_array(val):
+        a = _to_numpy(val)
+        t = tr.hbm_tensor(name, a.dtype, a.shape if a.ndim else (1,), kind="input")
+        arrays[t.name] = (val, t)
+        return t
+    return val
+
+
+def _to_numpy(a):
+    if isinstance(a, np.ndarray):
+        return a
+    try:  # torch
+        import torch  # noqa: F401
+        if a.dtype == torch.bfloat16:
+            return a.float().numpy().astype(np_dtype("bfloat16"))
+        return a.detach().cpu().numpy()
+    except Exception:
+        return np.asarray(a)
+
+
+def _retarget(body, rename):
+    for s in body:
+        if "op" in s:
+            for k in _SLOT_KEYS:
+                v = s.get(k)
+                if isinstance(v, str) and v in rename:
+                    s[k] = rename[v]
+                elif isinstance(v, dict) and v.get("tensor") in rename:
+                    v["tensor"] = rename[v["tensor"]]
+        elif "loop" in s:
+            _retarget(s["loop"].get("body", []), rename)
+
+
+def _simulate_fn():
+    core = _core
+    if core is None:
+        try:
+            from nsim import _core as core  # noqa: F811
+        except Exception as e:
+            raise ImportError("nsim._core is not available (build the _nsim extension): {}".format(e))
+    return core.simulate_json
+
+
+def run(tres, config="trn2", **sim_kwargs):
+    """Simulate a traced kernel; return (return value, outputs dict, profile)."""
+    simulate_json = _simulate_fn()
+    k = tres.kernel
+    dts = {t["name"]: t["dtype"] for t in k["tensors"]}
+    inputs = {}
+    for n, a in tres.inputs.items():
+        want = np_dtype(dts[n])
+        a = np.asarray(a)
+        inputs[n] = a.reshape(-1) if a.ndim == 0 else a
+        if inputs[n].dtype != want:
+            inputs[n] = inputs[n].astype(want)
+    outputs, profile = simulate_json(k, inputs=inputs, config=config, **sim_kwargs)
+
+    def conv(name):
+        a = np.asarray(outputs[name])
+        want = np_dtype(dts[name])
+        return a.astype(want) if a.dtype != want else a.copy()
+
+    def build(s):
+        if s is None:
+            return None
+        tag, v = s
+        if tag == "tensor":
+            return conv(v)
+        if tag == "value":
+            return v
+        if tag is dict:
+            return {kk: build(x) for kk, x in v.items()}
+        return tag(build(x) for x in v)
+
+    for arr, name in tres.writeback:
+        if name in outputs:
+            res = conv(name)
+            if isinstance(arr, np.ndarray):
+                arr[...] = res.astype(arr.dtype).reshape(arr.shape)
+            else:  # torch
+                try:
+                    import torch
+                    arr.copy_(torch.from_numpy(res.astype(np.float32)).to(arr.dtype).reshape(arr.shape))
+                except Exception:
+                    pass
+    return build(tres.ret_spec), outputs, profile
+
+
+def dumps(kernel):
+    """kernel.json text (deterministic)."""
+    return json.dumps(kernel, indent=1)

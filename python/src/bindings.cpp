@@ -1,0 +1,375 @@
+// _nsim: the private pybind11 module behind the `nsim` Python package (python/nsim/_core.py).
+// It runs kernel.json files exactly as `nsim run|check|disasm|config` do (frontend/cli/main.cpp),
+// with numpy arrays instead of .npy files. Every nsim::Error becomes _nsim.NsimError with the
+// attributes code ("NSIM-E201"), message, file, line, function.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <map>
+#include <new>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engines/params.h"
+#include "engines/simulator.h"
+#include "frontend/ir.h"
+#include "frontend/lower.h"
+#include "isa/isa.h"
+
+#ifndef NSIM_VERSION
+#define NSIM_VERSION "dev"
+#endif
+
+namespace py = pybind11;
+using namespace nsim;
+
+namespace {
+
+PyObject* g_nsim_error = nullptr;  // _nsim.NsimError (owned by the module; one extra reference kept)
+
+std::string config_name(const std::string& c) { return c == "inf2" ? "trn1" : c; }
+
+sim::Config load_cfg(const std::string& config, const std::vector<std::string>& overrides) {
+  return engines::load_config(config_name(config), overrides);
+}
+
+// Run `f`; non-nsim C++ exceptions (other than pybind11's own) become NSIM-E901 like in the CLI.
+template <class F>
+auto guarded(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const py::error_already_set&) {
+    throw;
+  } catch (const py::builtin_exception&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::kInternal, "out of memory");
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kInternal, fmt::format("internal error: {}", e.what()));
+  }
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  return fmt::format("({}{})", fmt::join(s, ", "), s.size() == 1 ? "," : "");
+}
+
+// Bytes of a Python bytes object.
+std::vector<uint8_t> to_vec(const py::bytes& b) {
+  char* buf = nullptr;
+  py::ssize_t len = 0;
+  if (PyBytes_AsStringAndSize(b.ptr(), &buf, &len) != 0) throw py::error_already_set();
+  return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(buf), reinterpret_cast<const uint8_t*>(buf) + len);
+}
+
+// Convert a numpy array (any numeric/bool dtype, or an ml_dtypes dtype) to the bytes of tensor `t`.
+// Arrays are handled through numpy's Python API only (no pybind11 numpy internals), so the module
+// works with any numpy (1.x or 2.x) whatever pybind11 version it was built with.
+std::vector<uint8_t> input_bytes(const frontend::Tensor& t, const py::handle& obj) {
+  py::module_ np = py::module_::import("numpy");
+  py::object arr = np.attr("ascontiguousarray")(obj);
+  const auto shape = arr.attr("shape").cast<std::vector<int64_t>>();
+  if (shape != t.shape)
+    throw Error(ErrorCode::kBadInput, fmt::format("input '{}': shape {} does not match the tensor shape {}", t.name,
+                                                  shape_str(shape), shape_str(t.shape)));
+  py::object dt = arr.attr("dtype");
+  const auto dname = py::str(dt.attr("name")).cast<std::string>();
+  const auto kind = py::str(dt.attr("kind")).cast<std::string>();
+  const auto itemsize = dt.attr("itemsize").cast<int>();
+  const int eb = dtype_bytes(t.dtype);
+  const auto n = arr.attr("size").cast<int64_t>();
+  if (dname == dtype_name(t.dtype) && itemsize == eb) return to_vec(arr.attr("tobytes")());  // same dtype: raw bytes
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * static_cast<size_t>(eb));
+  if (dtype_is_int(t.dtype) && (kind == "i" || kind == "u" || kind == "b")) {  // integer -> integer: exact
+    const std::vector<uint8_t> v = to_vec(arr.attr("astype")(np.attr("int64")).attr("tobytes")());
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t x = 0;
+      std::memcpy(&x, &v[static_cast<size_t>(i) * 8], 8);
+      store_int(t.dtype, &bytes[static_cast<size_t>(i * eb)], x);
+    }
+    return bytes;
+  }
+  if (kind != "f" && kind != "i" && kind != "u" && kind != "b" && kind != "V")
+    throw Error(ErrorCode::kBadInput,
+                fmt::format("input '{}': numpy dtype '{}' cannot be converted to {}", t.name, dname, dtype_name(t.dtype)));
+  const std::vector<uint8_t> f = to_vec(arr.attr("astype")(np.attr("float32")).attr("tobytes")());
+  store_f32_n(t.dtype, bytes.data(), reinterpret_cast<const float*>(f.data()), n);
+  return bytes;
+}
+
+// Fill the HBM inputs: given arrays, else seeded random values (same generator and order as the CLI).
+void write_inputs(const frontend::Kernel& k, Simulator& sim, const std::map<std::string, std::vector<uint8_t>>& given,
+                  uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (const auto& t : k.tensors) {
+    if (t.space != isa::Space::kHbm || t.kind != frontend::TensorKind::kInput) continue;
+    const memory::HbmTensor& h = sim.memory().hbm_tensor(t.name);
+    if (auto it = given.find(t.name); it != given.end()) {
+      sim.write_hbm(t.name, it->second.data(), it->second.size());
+      continue;
+    }
+    std::vector<uint8_t> bytes(static_cast<size_t>(h.bytes));
+    const int eb = dtype_bytes(t.dtype);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::uniform_int_distribution<int> ud(dtype_is_signed(t.dtype) ? -8 : 0, 8);
+    for (size_t i = 0; i < bytes.size(); i += static_cast<size_t>(eb)) {
+      if (t.dtype == DType::kBool) store_int(t.dtype, &bytes[i], ud(rng) & 1);
+      else if (dtype_is_float(t.dtype)) store_f32(t.dtype, &bytes[i], nd(rng));
+      else store_int(t.dtype, &bytes[i], ud(rng));
+    }
+    sim.write_hbm(t.name, bytes.data(), bytes.size());
+  }
+}
+
+// numpy dtype of an nsim dtype: native where numpy has it, ml_dtypes for bf16/fp8, float32 for tf32.
+py::object numpy_dtype(DType dt) {
+  py::module_ np = py::module_::import("numpy");
+  switch (dt) {
+    case DType::kBFloat16:
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E5M2:
+      return np.attr("dtype")(py::module_::import("ml_dtypes").attr(std::string(dtype_name(dt)).c_str()));
+    case DType::kTFloat32: return np.attr("dtype")("float32");
+    default: return np.attr("dtype")(std::string(dtype_name(dt)));
+  }
+}
+
+py::object output_array(const frontend::Tensor& t, const std::vector<uint8_t>& data) {
+  py::module_ np = py::module_::import("numpy");
+  py::object dt = numpy_dtype(t.dtype);
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  const auto want = static_cast<size_t>(n) * dt.attr("itemsize").cast<size_t>();
+  if (want != data.size())
+    throw Error(ErrorCode::kInternal,
+                fmt::format("output '{}': {} bytes read from HBM, {} expected", t.name, data.size(), want));
+  py::bytes raw(reinterpret_cast<const char*>(data.data()), data.size());
+  py::tuple shape = py::cast(t.shape);
+  return np.attr("frombuffer")(raw, py::arg("dtype") = dt).attr("reshape")(shape).attr("copy")();
+}
+
+py::list lines_list(const Simulator& sim) {
+  py::list out;
+  for (const auto& l : sim.line_stats()) {
+    py::dict d;
+    d["src"] = l.loc.str();
+    d["file"] = l.loc.file;
+    d["line"] = l.loc.line;
+    d["function"] = l.loc.function;
+    d["instructions"] = l.instructions;
+    d["instruction_time_ns"] = sim::ps_to_ns(l.instr_time);
+    out.append(std::move(d));
+  }
+  return out;
+}
+
+py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, const std::string& config,
+                     const std::vector<std::string>& overrides, bool timing_only, const std::string& trace_path,
+                     uint64_t seed, const std::string& filename) {
+  return guarded([&]() -> py::tuple {
+    const frontend::Kernel k = frontend::parse_kernel_json(kernel_json, filename);
+    const sim::Config cfg = load_cfg(config, overrides);
+    // Inputs are converted up front (needs the GIL); names and shapes are checked before running.
+    std::map<std::string, std::vector<uint8_t>> given;
+    for (const auto& [key, value] : inputs) {
+      const std::string name = py::str(key);
+      const int id = k.find_tensor(name);
+      if (id < 0 || k.tensors[static_cast<size_t>(id)].kind != frontend::TensorKind::kInput ||
+          k.tensors[static_cast<size_t>(id)].space != isa::Space::kHbm)
+        throw Error(ErrorCode::kBadInput, fmt::format("input '{}' is not an input tensor of kernel '{}'", name, k.name));
+      if (!timing_only) given[name] = input_bytes(k.tensors[static_cast<size_t>(id)], value);
+    }
+    SimOptions opts;
+    opts.numerics = !timing_only;
+    opts.trace_path = trace_path;
+    std::optional<Simulator> sim;
+    std::map<std::string, std::vector<uint8_t>> raw_outputs;
+    std::string stats_json;
+    {
+      py::gil_scoped_release nogil;
+      sim.emplace(cfg, opts);
+      frontend::verify_kernel(k, sim->params());
+      frontend::Lowering::allocate_hbm(k, *sim);
+      if (!timing_only) write_inputs(k, *sim, given, seed);
+      frontend::Lowering low(k, *sim);
+      low.run();
+      sim->finish();
+      stats_json = sim->stats().to_json();
+      if (!timing_only)
+        for (const auto& t : k.tensors)
+          if (t.space == isa::Space::kHbm && t.kind == frontend::TensorKind::kOutput)
+            raw_outputs[t.name] = sim->read_hbm(t.name);
+    }
+    py::dict outputs;
+    for (const auto& t : k.tensors)
+      if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
+    return py::make_tuple(outputs, stats_json, lines_list(*sim), cfg.to_yaml());
+  });
+}
+
+void check_kernel(const std::string& kernel_json, const std::string& config, const std::vector<std::string>& overrides,
+                  const std::string& filename) {
+  guarded([&] {
+    const frontend::Kernel k = frontend::parse_kernel_json(kernel_json, filename);
+    const sim::Config cfg = load_cfg(config, overrides);
+    frontend::verify_kernel(k, engines::CoreParams::from_config(cfg));
+    return 0;
+  });
+}
+
+std::vector<std::string> disasm(const std::string& kernel_json, const std::string& config,
+                                const std::vector<std::string>& overrides, int64_t limit, const std::string& filename) {
+  return guarded([&] {
+    const frontend::Kernel k = frontend::parse_kernel_json(kernel_json, filename);
+    SimOptions opts;
+    opts.numerics = false;
+    Simulator sim(load_cfg(config, overrides), opts);
+    frontend::verify_kernel(k, sim.params());
+    frontend::Lowering::allocate_hbm(k, sim);
+    frontend::Lowering low(k, sim);
+    std::vector<std::string> out;
+    isa::Instr in;
+    int64_t n = 0;
+    while ((limit < 0 || n < limit) && low.next(in)) {
+      const std::string loc = sim.source(in.loc).str();
+      out.push_back(isa::disassemble(in) + (loc.empty() ? "" : "   ; " + loc));
+      ++n;
+    }
+    return out;
+  });
+}
+
+std::string effective_config(const std::string& config, const std::vector<std::string>& overrides) {
+  return guarded([&] { return load_cfg(config, overrides).to_yaml(); });
+}
+
+const char* cost_class_name(isa::CostClass c) {
+  using C = isa::CostClass;
+  switch (c) {
+    case C::kDma: return "dma";
+    case C::kDmaTranspose: return "dma_transpose";
+    case C::kStream: return "stream";
+    case C::kStreamReduce: return "stream_reduce";
+    case C::kTensorTensor: return "tensor_tensor";
+    case C::kMemset: return "memset";
+    case C::kLoadStationary: return "load_stationary";
+    case C::kMultiplyMoving: return "multiply_moving";
+    case C::kActivation: return "activation";
+    case C::kActivationReduce: return "activation_reduce";
+    case C::kTranspose: return "transpose";
+    case C::kTensorReduce: return "tensor_reduce";
+    case C::kGpsimdStream: return "gpsimd_stream";
+    case C::kScalarTensorTensor: return "scalar_tensor_tensor";
+    case C::kReciprocal: return "reciprocal";
+    case C::kScan: return "scan";
+    case C::kBnAggr: return "bn_aggr";
+    case C::kCopyPredicated: return "copy_predicated";
+  }
+  return "unknown";
+}
+
+py::list op_table_py() {
+  py::list out;
+  for (const isa::OpInfo& info : isa::op_table()) {
+    py::dict d;
+    d["name"] = info.mnemonic;
+    py::list engines;
+    for (int e = 0; e < isa::kNumEngines; ++e)
+      if (info.engines & isa::engine_bit(static_cast<isa::Engine>(e)))
+        engines.append(std::string(isa::engine_name(static_cast<isa::Engine>(e))));
+    d["engines"] = engines;
+    d["default_engine"] = std::string(isa::engine_name(info.default_engine));
+    d["cost_class"] = cost_class_name(info.cost);
+    py::list slots;
+    for (int i = 0; i < info.num_slots; ++i) {
+      const isa::SlotInfo& s = info.slots[static_cast<size_t>(i)];
+      py::dict sd;
+      sd["name"] = s.name;
+      py::list bufs;
+      for (isa::Space sp : {isa::Space::kHbm, isa::Space::kSbuf, isa::Space::kPsum})
+        if (s.buffers & isa::space_bit(sp)) bufs.append(std::string(isa::space_name(sp)));
+      sd["buffers"] = bufs;
+      sd["dtypes"] = std::string(isa::dtype_class_name(s.dtypes));
+      sd["required"] = s.required;
+      sd["written"] = s.written;
+      sd["vector"] = s.vector;
+      slots.append(std::move(sd));
+    }
+    d["slots"] = slots;
+    out.append(std::move(d));
+  }
+  return out;
+}
+
+std::vector<std::string> alu_ops() {
+  return {
+#define ALU(e, name, cls, red) name,
+#include "isa/alu_ops.def"
+#undef ALU
+  };
+}
+
+std::vector<std::string> act_funcs() {
+  return {
+#define ACT(e, name) name,
+#include "isa/act_funcs.def"
+#undef ACT
+  };
+}
+
+std::vector<std::string> dtypes() {
+  return {
+#define DTYPE(e, name, bytes, is_float, is_signed) name,
+#include "isa/dtypes.def"
+#undef DTYPE
+  };
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_nsim, m) {
+  m.doc() = "nsim simulator core (private; use the `nsim` package)";
+
+  g_nsim_error = PyErr_NewException("_nsim.NsimError", PyExc_Exception, nullptr);
+  if (g_nsim_error == nullptr) throw py::error_already_set();
+  m.add_object("NsimError", py::reinterpret_borrow<py::object>(g_nsim_error));
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      py::object exc = py::reinterpret_borrow<py::object>(g_nsim_error)(py::str(e.what()));
+      exc.attr("code") = e.code_str();
+      exc.attr("message") = e.message();
+      exc.attr("file") = e.loc().file;
+      exc.attr("line") = e.loc().line;
+      exc.attr("function") = e.loc().function;
+      PyErr_SetObject(g_nsim_error, exc.ptr());
+    }
+  });
+
+  m.def("run_kernel", &run_kernel, py::arg("kernel_json"), py::arg("inputs") = py::dict(), py::arg("config") = "trn2",
+        py::arg("overrides") = std::vector<std::string>{}, py::arg("timing_only") = false, py::arg("trace_path") = "",
+        py::arg("seed") = 0, py::arg("filename") = "kernel.json",
+        "Parse, verify and simulate a kernel.json text. Returns (outputs, stats_json, lines, config_yaml).");
+  m.def("check_kernel", &check_kernel, py::arg("kernel_json"), py::arg("config") = "trn2",
+        py::arg("overrides") = std::vector<std::string>{}, py::arg("filename") = "kernel.json",
+        "Parse and verify a kernel.json text for a configuration; raises NsimError.");
+  m.def("disasm", &disasm, py::arg("kernel_json"), py::arg("config") = "trn2",
+        py::arg("overrides") = std::vector<std::string>{}, py::arg("limit") = -1, py::arg("filename") = "kernel.json",
+        "Lowered instruction stream, one string per instruction ('...   ; file:line (function)').");
+  m.def("effective_config", &effective_config, py::arg("config") = "trn2",
+        py::arg("overrides") = std::vector<std::string>{}, "Effective configuration as YAML.");
+  m.def("op_table", &op_table_py, "The ISA opcode table: one dict per opcode.");
+  m.def("alu_ops", &alu_ops, "ALU op names.");
+  m.def("act_funcs", &act_funcs, "Activation function names.");
+  m.def("dtypes", &dtypes, "Dtype names (numpy / ml_dtypes spelling).");
+  m.def("version", [] { return std::string(NSIM_VERSION); }, "nsim version.");
+}
