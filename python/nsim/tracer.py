@@ -208,7 +208,7 @@ class NkiTensor:
         return self.dtype.itemsize
 
     def is_full(self):
-        return all(d[0] == 0 and d[1] == n and d[3] for d, n in zip(self._dims, self._st.shape))
+        return all(d[0] == 0 and d[1] == n and d[2] == 1 and d[3] for d, n in zip(self._dims, self._st.shape))
 
     def __repr__(self):
         return "NkiTensor({}, shape={}, dtype={}, buffer={})".format(self.name, tuple(self.shape), self._st.dtype,
@@ -284,6 +284,25 @@ class NkiTensor:
                     dims[free_ints[-1]][3] = True
         return NkiTensor(self._st, dims, self._tracer)
 
+    def broadcast(self, dim, size):
+        """A view where the size-1 view dim ``dim`` is repeated ``size`` times (stride 0)."""
+        kept = [i for i, d in enumerate(self._dims) if d[3]]
+        nd = len(kept)
+        dim = int(dim) + nd if int(dim) < 0 else int(dim)
+        if not 0 <= dim < nd or self._dims[kept[dim]][1] != 1:
+            raise make_error(KernelError, "NSIM-E404", "broadcast: dim {} of shape {} must exist and have size "
+                             "1".format(dim, tuple(self.shape)))
+        if dim == 0 and self._st.buffer in ON_CHIP:
+            raise make_error(KernelError, "NSIM-E404", "broadcast: the partition dim of an on-chip tensor cannot "
+                             "be broadcast by a view (use nc_stream_shuffle, a matmul or nl.broadcast_to)")
+        dims = [list(d) for d in self._dims]
+        dims[kept[dim]][1] = int(size)
+        dims[kept[dim]][2] = 0 if int(size) > 1 else 1
+        return NkiTensor(self._st, dims, self._tracer)
+
+    def _view(self, dims):
+        return NkiTensor(self._st, dims, self._tracer)
+
     def __setitem__(self, key, value):
         raise make_error(KernelError, "NSIM-E404", "item assignment on tensors is not part of the new NKI dialect; "
                          "write through an nisa instruction (e.g. nisa.tensor_copy(dst=t[...], src=x))")
@@ -308,6 +327,8 @@ class NkiTensor:
         for start, size, step, kept in self._dims:
             if not kept:
                 idx.append(start)
+            elif step == 0:  # stride-0 (broadcast) dim
+                idx.append({"start": start, "broadcast": size})
             else:
                 d = {"start": start, "size": size}
                 if step != 1:

@@ -331,3 +331,281 @@ def reciprocal(dst, data, name=None, **kwargs):
     _t(dst, "dst", "reciprocal")
     _t(data, "data", "reciprocal")
     return _op("reciprocal", dst=dst, data=data)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tier 2 (§2.2)
+# --------------------------------------------------------------------------------------------------
+
+FP32_MIN = float(np.float32(-3.4028235e38))
+
+
+def _immlist(vals):
+    """imm list (fp32 immediates) up to the last given index; unset entries 0 (imm[2] = 1: the activation
+    scale default, harmless for other ops)."""
+    if not vals:
+        return None
+    d = [0.0, 0.0, 1.0, 0.0][:max(vals) + 1]
+    for i, v in vals.items():
+        d[i] = _fimm(v)
+    return d
+
+
+def _fimm(v):
+    v = float(v)
+    if v != v:
+        return "nan"
+    if v == float("inf"):
+        return "inf"
+    if v == float("-inf"):
+        return "-inf"
+    return v
+
+
+def _scalar_or_vector(x, slot, what, imm_index, fields, imm, flags=None, flag=None):
+    """A per-partition operand: a compile-time scalar -> imm[imm_index] (+ flag), a (P,1) tensor -> slot."""
+    if x is None:
+        return
+    if _is_scalar(x):
+        imm[imm_index] = x
+        if flag:
+            flags.append(flag)
+    elif isinstance(x, NkiTensor):
+        fields[slot] = x
+    else:
+        raise make_error(OperandError, "NSIM-E305", "{}: {} must be a scalar or a (P, 1) tensor, got {!r}".format(
+            what, slot, x))
+
+
+def _pattern_iimm(pattern, offset, channel_multiplier, what):
+    """iimm of iota / affine_select: offset, channel_multiplier, then 4 x (step, num), outermost first;
+    missing (outer) dims are (0, 1)."""
+    try:
+        pat = [[int(s), int(n)] for s, n in pattern]
+    except (TypeError, ValueError):
+        raise make_error(OperandError, "NSIM-E305", "{}: pattern must be a list of [step, num] pairs, got "
+                         "{!r}".format(what, pattern))
+    if len(pat) > 4:
+        raise make_error(OperandError, "NSIM-E305", "{}: at most 4 [step, num] pairs, got {}".format(what, len(pat)))
+    pat = [[0, 1]] * (4 - len(pat)) + pat
+    iimm = [int(offset), int(channel_multiplier)]
+    for s, n in pat:
+        iimm += [s, n]
+    return iimm
+
+
+def _npat(pattern):
+    n = 1
+    for _s, k in pattern:
+        n *= int(k)
+    return n
+
+
+def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown, oob_mode=oob_mode.error,
+                  name=None, **kwargs):
+    _t(dst, "dst", "dma_transpose")
+    _t(src, "src", "dma_transpose")
+    if src.ndim != 2 or dst.ndim != 2:
+        raise make_error(KernelError, "NSIM-E404", "dma_transpose: only the 2-D form is supported by nsim yet "
+                         "(src shape {}, dst shape {})".format(tuple(src.shape), tuple(dst.shape)))
+    if axes is not None and tuple(int(a) for a in axes) != (1, 0):
+        raise make_error(OperandError, "NSIM-E305", "dma_transpose: a 2-D transpose needs axes=(1, 0), got "
+                         "{!r}".format(axes))
+    if tuple(dst.shape) != (src.shape[1], src.shape[0]):
+        raise make_error(OperandError, "NSIM-E304", "dma_transpose: src is {} so dst must be {}, got {}".format(
+            tuple(src.shape), (src.shape[1], src.shape[0]), tuple(dst.shape)))
+    if dst.dtype != src.dtype:
+        raise make_error(OperandError, "NSIM-E302", "dma_transpose: src and dst dtypes differ ({} vs {})".format(
+            src.dtype, dst.dtype))
+    return _op("dma_transpose", dst=dst, src=src)
+
+
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **kwargs):
+    _t(dst, "dst", "iota")
+    iimm = _pattern_iimm(pattern, offset, channel_multiplier, "iota")
+    p = dst.shape[0]
+    if _npat(pattern) != dst.size // p:
+        raise make_error(OperandError, "NSIM-E304", "iota: pattern {} covers {} elements but dst has {} per "
+                         "partition".format(pattern, _npat(pattern), dst.size // p))
+    return _op("iota", dst=dst, iimm=iimm)
+
+
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None,
+                         **kwargs):
+    _t(dst, "dst", "scalar_tensor_tensor")
+    _t(data, "data", "scalar_tensor_tensor")
+    _t(operand1, "operand1", "scalar_tensor_tensor")
+    fields, imm, flags = {}, {}, []
+    _scalar_or_vector(operand0, "operand0", "scalar_tensor_tensor", 0, fields, imm, flags, "has_imm0")
+    if reverse0:
+        flags.append("reverse0")
+    if reverse1:
+        flags.append("reverse1")
+    return _op("scalar_tensor_tensor", dst=dst, data=data, operand0=fields.get("operand0"), operand1=operand1,
+               alu0=_nl.alu_name(op0, "op0"), alu1=_nl.alu_name(op1, "op1"), flags=flags, imm=_immlist(imm))
+
+
+def activation_reduce(dst, op, data, reduce_op, reduce_res=None, bias=None, scale=1.0, name=None, **kwargs):
+    _t(dst, "dst", "activation_reduce")
+    _t(data, "data", "activation_reduce")
+    imm, fields = {}, {}
+    if bias is not None:
+        if _is_scalar(bias):
+            imm[3] = bias
+        else:
+            fields["bias"] = _t(bias, "bias", "activation_reduce")
+    if _is_scalar(scale):
+        if float(scale) != 1.0:
+            imm[2] = scale
+    else:
+        fields["scale"] = _t(scale, "scale", "activation_reduce")
+    rop = _nl.alu_name(reduce_op, "reduce_op")
+    if rop not in ("add", "maximum", "minimum"):
+        raise make_error(OperandError, "NSIM-E307", "activation_reduce: reduce_op must be nl.add (or "
+                         "nl.maximum / nl.minimum), got nl.{}".format(rop))
+    if reduce_res is not None:
+        fields["reduce_res"] = _t(reduce_res, "reduce_res", "activation_reduce")
+    return _op("activation_reduce", dst=dst, data=data, act=_nl.act_name(op), alu1=rop,
+               imm=_immlist(imm), **fields)
+
+
+_CMP = ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")
+
+
+def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=None, offset=0,
+                  name=None, **kwargs):
+    _t(dst, "dst", "affine_select")
+    if not isinstance(on_true_tile, NkiTensor) and isinstance(on_false_value, NkiTensor):
+        # the 0.2 order: (dst, pattern, offset, channel_multiplier, on_true, on_false)
+        offset, channel_multiplier, on_true_tile, on_false_value, cmp_op = (
+            channel_multiplier, on_true_tile, on_false_value, cmp_op, None)
+    _t(on_true_tile, "on_true_tile", "affine_select")
+    if not _is_scalar(on_false_value):
+        raise make_error(OperandError, "NSIM-E305", "affine_select: on_false_value must be a scalar, got "
+                         "{!r}".format(on_false_value))
+    cmp = _nl.alu_name(cmp_op if cmp_op is not None else "equal", "cmp_op")
+    if cmp not in _CMP:
+        raise make_error(OperandError, "NSIM-E307", "affine_select: cmp_op must be a comparison ({}), got "
+                         "nl.{}".format(", ".join(_CMP), cmp))
+    iimm = _pattern_iimm(pattern, offset, channel_multiplier, "affine_select")
+    p = dst.shape[0]
+    if _npat(pattern) != dst.size // p:
+        raise make_error(OperandError, "NSIM-E304", "affine_select: pattern {} covers {} elements but dst has "
+                         "{} per partition".format(pattern, _npat(pattern), dst.size // p))
+    return _op("affine_select", dst=dst, on_true=on_true_tile, alu0=cmp, iimm=iimm,
+               imm=[_fimm(on_false_value)])
+
+
+def nc_stream_shuffle(dst, src, shuffle_mask, name=None, **kwargs):
+    _t(dst, "dst", "nc_stream_shuffle")
+    _t(src, "src", "nc_stream_shuffle")
+    mask = [int(m) for m in shuffle_mask]
+    if len(mask) > 32 or any(m < 0 or m > 255 or (31 < m < 255) for m in mask):
+        raise make_error(OperandError, "NSIM-E305", "nc_stream_shuffle: shuffle_mask must be up to 32 values in "
+                         "0..31 or 255 (keep), got {!r}".format(shuffle_mask))
+    mask += [255] * (32 - len(mask))
+    return _op("nc_stream_shuffle", dst=dst, src=src, shuffle=mask)
+
+
+def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None,
+                       **kwargs):
+    _t(dst, "dst", "tensor_tensor_scan")
+    _t(data0, "data0", "tensor_tensor_scan")
+    _t(data1, "data1", "tensor_tensor_scan")
+    fields, imm, flags = {}, {}, []
+    _scalar_or_vector(initial, "initial", "tensor_tensor_scan", 0, fields, imm)
+    if reverse0:
+        flags.append("reverse0")
+    if reverse1:
+        flags.append("reverse1")
+    return _op("tensor_tensor_scan", dst=dst, data0=data0, data1=data1, initial=fields.get("initial"),
+               alu0=_nl.alu_name(op0, "op0"), alu1=_nl.alu_name(op1, "op1"), flags=flags, imm=_immlist(imm))
+
+
+_REDUCE_OPS = ("add", "multiply", "maximum", "minimum", "subtract")
+
+
+def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
+                         reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, name=None,
+                         **kwargs):
+    _t(dst, "dst", "tensor_scalar_reduce")
+    _t(data, "data", "tensor_scalar_reduce")
+    fields, imm, flags = {}, {}, []
+    _scalar_or_vector(operand0, "operand0", "tensor_scalar_reduce", 0, fields, imm, flags, "has_imm0")
+    rop = _nl.alu_name(reduce_op, "reduce_op")
+    if rop not in _REDUCE_OPS:
+        raise make_error(OperandError, "NSIM-E307", "tensor_scalar_reduce: reduce_op must be add, multiply, "
+                         "maximum or minimum, got nl.{}".format(rop))
+    cmd = _rcmd(reduce_cmd)
+    if cmd == "load_reduce" and reduce_init is None:
+        raise make_error(OperandError, "NSIM-E305", "tensor_scalar_reduce: reduce_cmd=load_reduce needs "
+                         "reduce_init")
+    _scalar_or_vector(reduce_init, "reduce_init", "tensor_scalar_reduce", 1, fields, imm)
+    if reduce_res is not None:
+        fields["reduce_res"] = _t(reduce_res, "reduce_res", "tensor_scalar_reduce")
+    if reverse0:
+        flags.append("reverse0")
+    if reduce_res_negate:
+        flags.append("negate")
+    return _op("tensor_scalar_reduce", dst=dst, data=data, operand0=fields.get("operand0"),
+               reduce_res=fields.get("reduce_res"), reduce_init=fields.get("reduce_init"),
+               alu0=_nl.alu_name(op0, "op0"), alu1=rop, reduce_cmd=cmd, flags=flags, imm=_immlist(imm))
+
+
+def bn_stats(dst, data, name=None, **kwargs):
+    _t(dst, "dst", "bn_stats")
+    _t(data, "data", "bn_stats")
+    return _op("bn_stats", dst=dst, data=data)
+
+
+def bn_aggr(dst, data, name=None, **kwargs):
+    _t(dst, "dst", "bn_aggr")
+    _t(data, "data", "bn_aggr")
+    return _op("bn_aggr", dst=dst, data=data)
+
+
+def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None, **kwargs):
+    _t(dst, "dst", "tensor_copy_predicated")
+    _t(predicate, "predicate", "tensor_copy_predicated")
+    fields, imm, flags = {}, {}, []
+    if _is_scalar(src):
+        imm[0] = src
+        flags.append("has_imm0")
+    else:
+        fields["src"] = _t(src, "src", "tensor_copy_predicated")
+    if reverse_pred:
+        flags.append("reverse_pred")
+    return _op("tensor_copy_predicated", dst=dst, src=fields.get("src"), predicate=predicate, flags=flags,
+               imm=_immlist(imm))
+
+
+def _vector_operand(x, like, what, slot):
+    """A (P,1) fp32 operand: tensors pass through; a scalar is materialised with memset."""
+    if isinstance(x, NkiTensor):
+        return x
+    if not _is_scalar(x):
+        raise make_error(OperandError, "NSIM-E305", "{}: {} must be a (P, 1) tensor or a scalar, got {!r}".format(
+            what, slot, x))
+    t = _tr.current("nisa." + what).tile("sbuf", np.float32, (like.shape[0], 1))
+    memset(t, float(x))
+    return t
+
+
+def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.reset_reduce,
+                 reduce_res=None, reduce_op=None, range_start=0, on_false_value=FP32_MIN, name=None, **kwargs):
+    _t(dst, "dst", "range_select")
+    _t(on_true_tile, "on_true_tile", "range_select")
+    if reduce_op is not None and _nl.alu_name(reduce_op, "reduce_op") != "maximum":
+        raise make_error(OperandError, "NSIM-E307", "range_select: reduce_op must be nl.maximum")
+    c0, c1 = _nl.alu_name(comp_op0, "comp_op0"), _nl.alu_name(comp_op1, "comp_op1")
+    for c in (c0, c1):
+        if c not in _CMP:
+            raise make_error(OperandError, "NSIM-E307", "range_select: comp_op must be a comparison, got "
+                             "nl.{}".format(c))
+    b0 = _vector_operand(bound0, dst, "range_select", "bound0")
+    b1 = _vector_operand(bound1, dst, "range_select", "bound1")
+    if reduce_res is not None:
+        _t(reduce_res, "reduce_res", "range_select")
+    return _op("range_select", dst=dst, on_true=on_true_tile, bound0=b0, bound1=b1, reduce_res=reduce_res,
+               alu0=c0, alu1=c1, reduce_cmd=_rcmd(reduce_cmd),
+               imm=[_fimm(range_start), _fimm(on_false_value)])

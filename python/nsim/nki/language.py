@@ -166,8 +166,9 @@ class OpCode:
         return "nl.{}".format(self.name)
 
     def __call__(self, *args, **kwargs):
-        raise make_error(KernelError, "NSIM-E404", "value-returning nl.{}(...) is not supported yet by nsim's new "
-                         "dialect; pass nl.{} as op= to an nisa instruction".format(self.name, self.name))
+        """The value-returning form (``nl.add(x, y)``, ``nl.exp(x)``, ``nl.sum(x, axis=1)``): emits the
+        instruction(s) of §3.6 into a fresh tile and returns it."""
+        return _call_opcode(self, args, kwargs)
 
 
 _OPS = {}
@@ -178,6 +179,7 @@ for _n in list(dict.fromkeys(list(ALU_OPS) + list(ACT_FUNCS))):
 sum = OpCode("sum", "add")  # noqa: A001
 max = OpCode("max", "maximum")  # noqa: A001
 min = OpCode("min", "minimum")  # noqa: A001
+prod = OpCode("prod", "multiply")
 identity = _OPS.get("copy")
 
 _NP_ALIASES = {
@@ -341,3 +343,348 @@ class _NoReorder:
 
 def no_reorder():
     return _NoReorder()
+
+
+# --------------------------------------------------------------------------------------------------
+# Value-returning functions (§3.6; the new dialect's experimental nl.* value API)
+# --------------------------------------------------------------------------------------------------
+
+import builtins as _b  # noqa: E402  (this module shadows sum/max/min/abs/copy with op codes)
+
+_BINARY = frozenset(("add subtract multiply divide maximum minimum power fmod mod equal not_equal less less_equal "
+                     "greater greater_equal logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
+                     "left_shift right_shift abs_max abs_min").split())
+_ALU_UNARY = frozenset(("negative", "invert", "logical_not"))
+_REDUCE = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply"}
+_NO_VALUE = frozenset(("bypass", "average", "prelu"))
+
+
+def _call_opcode(op, args, kwargs):
+    n = op.name
+    if n in _REDUCE:
+        return _reduce_call(_REDUCE[n], n, *args, **kwargs)
+    if n == "copy":
+        return copy_(*args, **kwargs)
+    if n in _BINARY:
+        return _binary_call(op, *args, **kwargs)
+    if n in _NO_VALUE:
+        raise make_error(KernelError, "NSIM-E404", "nl.{} has no value-returning form; pass it as op= to an "
+                         "nisa instruction".format(n))
+    if op.act is not None:
+        return _unary_act(op, *args, **kwargs)
+    if n in _ALU_UNARY:
+        return _unary_alu(op, *args, **kwargs)
+    raise make_error(KernelError, "NSIM-E404", "value-returning nl.{}(...) is not supported by nsim; pass nl.{} "
+                     "as op= to an nisa instruction".format(n, n))
+
+
+def _isa():
+    from . import isa
+    return isa
+
+
+def _is_scalar(x):
+    return isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating))
+
+
+def _tensor_arg(x, what, slot="x"):
+    _tr.current("nl." + what)
+    if not isinstance(x, NkiTensor):
+        raise make_error(KernelError, "NSIM-E305", "nl.{}: {} must be a tensor, got {!r}".format(what, slot, x))
+    if x.buffer == "hbm":
+        raise make_error(KernelError, "NSIM-E301", "nl.{}: {} must be an on-chip tile (SBUF/PSUM), got an HBM "
+                         "tensor {!r} (load it first with nl.load or nisa.dma_copy)".format(what, slot, x))
+    return x
+
+
+def _hide(t, dims):
+    """A view of the fresh tile ``t`` with the storage dims ``dims`` (size 1) removed from the shape."""
+    d = [list(x) for x in t._dims]
+    for i in dims:
+        d[i][3] = False
+    return t._view(d)
+
+
+def _new_tile(shape, dtype, buffer="sbuf"):
+    """A fresh on-chip tile of ``shape``; a 1-D shape (P,) is a (P, 1) tile viewed as (P,)."""
+    shape = tuple(int(s) for s in shape)
+    tr = _tr.current("nl")
+    if len(shape) == 1:
+        return _hide(tr.tile(buffer, dtype, shape + (1,)), [1])
+    return tr.tile(buffer, dtype, shape)
+
+
+# --- result dtypes (§3.3) --------------------------------------------------------------------------
+
+_FLOAT_WIDE = {"float32": 4, "tfloat32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _dt_of(x):
+    if isinstance(x, NkiTensor):
+        return x.dtype
+    if isinstance(x, (np.generic,)):
+        return np.dtype(x.dtype)
+    if isinstance(x, (bool, np.bool_)):
+        return np.dtype(np.uint8)
+    if isinstance(x, int):
+        return np.dtype(np.int32)
+    return np.dtype(np.float32)
+
+
+def _kind(dt):
+    if dt == np.bool_:
+        return "b"
+    if np.issubdtype(dt, np.integer):
+        return "i"
+    return "f"
+
+
+def promote(a, b):
+    """Result dtype of a two-input value-returning op (§3.3)."""
+    a, b = np.dtype(a), np.dtype(b)
+    if a == b:
+        return a
+    ka, kb = _kind(a), _kind(b)
+    if ka == "f" and kb != "f":
+        return a
+    if kb == "f" and ka != "f":
+        return b
+    if ka == "f":
+        na, nb = a.name, b.name
+        if "float32" in (na, nb) or "tfloat32" in (na, nb):
+            return np.dtype(np.float32)
+        pair = {na, nb}
+        if pair == {"float16", "bfloat16"}:
+            return np.dtype(np.float32)
+        if "bfloat16" in pair:
+            return a if na == "bfloat16" else b
+        if "float16" in pair:
+            return a if na == "float16" else b
+        return np.dtype(_mld.bfloat16) if _mld is not None else np.dtype(np.float32)  # two fp8 kinds
+    if ka == "b":
+        return b
+    if kb == "b":
+        return a
+    if {a.name, b.name} == {"int32", "uint32"}:
+        return np.dtype(np.float32)
+    r = np.promote_types(a, b)
+    return np.dtype(np.float32) if r.itemsize > 4 else r
+
+
+# --- element-wise ---------------------------------------------------------------------------------
+
+
+def _free_elems(t):
+    return int(np.prod(t.shape[1:], dtype=np.int64)) if t.ndim > 1 else 1
+
+
+def _binary_call(op, x, y, dtype=None, name=None, **kwargs):
+    n = op.name
+    _tr.current("nl." + n)
+    isa = _isa()
+    xt, yt = isinstance(x, NkiTensor), isinstance(y, NkiTensor)
+    if not xt and not yt:
+        raise make_error(KernelError, "NSIM-E305", "nl.{}: at least one operand must be a tile".format(n))
+    if xt:
+        _tensor_arg(x, n, "x")
+    if yt:
+        _tensor_arg(y, n, "y")
+    out_dt = np.dtype(dtype) if dtype is not None else promote(_dt_of(x), _dt_of(y))
+    if not (xt and yt):
+        t, s, rev = (x, y, False) if xt else (y, x, True)
+        if not _is_scalar(s):
+            raise make_error(KernelError, "NSIM-E305", "nl.{}: operands must be tiles or scalars, got {!r}".format(
+                n, s))
+        out = _new_tile(t.shape, out_dt)
+        isa.tensor_scalar(dst=out, data=t, op0=op, operand0=s, reverse0=rev)
+        return out
+    if x.shape[0] != y.shape[0] and 1 not in (x.shape[0], y.shape[0]):
+        raise make_error(KernelError, "NSIM-E304", "nl.{}: shapes {} and {} do not broadcast".format(
+            n, tuple(x.shape), tuple(y.shape)))
+    if tuple(x.shape) == tuple(y.shape):
+        out = _new_tile(x.shape, out_dt)
+        isa.tensor_tensor(dst=out, data1=x, data2=y, op=op)
+        return out
+    if x.shape[0] == y.shape[0]:
+        # a (P, 1)-like operand (one element per partition): tensor_scalar with a vector operand
+        if _free_elems(y) == 1 and x.ndim >= y.ndim:
+            out = _new_tile(x.shape, out_dt)
+            isa.tensor_scalar(dst=out, data=x, op0=op, operand0=y)
+            return out
+        if _free_elems(x) == 1 and y.ndim >= x.ndim:
+            out = _new_tile(y.shape, out_dt)
+            isa.tensor_scalar(dst=out, data=y, op0=op, operand0=x, reverse0=True)
+            return out
+        if x.ndim == y.ndim:  # free-dim broadcast of size-1 dims: stride-0 views
+            shape = [x.shape[0]]
+            xv, yv = x, y
+            for d in range(1, x.ndim):
+                a, b = x.shape[d], y.shape[d]
+                if a == b:
+                    shape.append(a)
+                elif a == 1:
+                    xv = xv.broadcast(d, b)
+                    shape.append(b)
+                elif b == 1:
+                    yv = yv.broadcast(d, a)
+                    shape.append(a)
+                else:
+                    break
+            else:
+                out = _new_tile(shape, out_dt)
+                isa.tensor_tensor(dst=out, data1=xv, data2=yv, op=op)
+                return out
+    raise make_error(KernelError, "NSIM-E404", "nl.{}: broadcasting shapes {} and {} is not supported by nsim "
+                     "yet (partition-dim broadcasts need nl.broadcast_to)".format(n, tuple(x.shape),
+                                                                                  tuple(y.shape)))
+
+
+def _unary_act(op, x, dtype=None, name=None, **kwargs):
+    _tensor_arg(x, op.name)
+    out = _new_tile(x.shape, dtype if dtype is not None else x.dtype)
+    _isa().activation(dst=out, op=op, data=x)
+    return out
+
+
+def _unary_alu(op, x, dtype=None, name=None, **kwargs):
+    _tensor_arg(x, op.name)
+    out = _new_tile(x.shape, dtype if dtype is not None else x.dtype)
+    _isa().tensor_scalar(dst=out, data=x, op0=op, operand0=None)
+    return out
+
+
+def copy_(x, dtype=None, name=None, **kwargs):
+    """``nl.copy(x, dtype=None)``: tensor_copy into a fresh SBUF tile (e.g. PSUM eviction)."""
+    _tensor_arg(x, "copy")
+    out = _new_tile(x.shape, dtype if dtype is not None else x.dtype)
+    _isa().tensor_copy(dst=out, src=x)
+    return out
+
+
+# --- reductions -----------------------------------------------------------------------------------
+
+
+def _axes(x, axis, what):
+    nd = x.ndim
+    axes = [axis] if isinstance(axis, (int, np.integer)) else list(axis)
+    axes = sorted(_b.set(int(a) + nd if int(a) < 0 else int(a) for a in axes))
+    if not axes or axes[0] < 1 or axes[-1] >= nd:
+        raise make_error(KernelError, "NSIM-E307", "nl.{}: axis {} must name free dims (1..{}) of shape {}".format(
+            what, axis, nd - 1, tuple(x.shape)))
+    if axes != list(range(axes[0], nd)):
+        raise make_error(KernelError, "NSIM-E404", "nl.{}: axis {} must be the trailing free dims of shape {} "
+                         "(nsim does not permute yet)".format(what, axis, tuple(x.shape)))
+    return axes
+
+
+def _reduce_into(alu, x, axes, dt):
+    kshape = [1 if i in axes else s for i, s in enumerate(x.shape)]
+    out = _new_tile(kshape, dt)
+    _isa().tensor_reduce(dst=out, op=alu, data=x, axis=axes)
+    return out
+
+
+def _drop(out, axes):
+    """keepdims=False: hide the reduced dims (a (P,) result stays a (P, 1) tile viewed as (P,))."""
+    kept = [i for i, d in enumerate(out._dims) if d[3]]
+    return _hide(out, [kept[a] for a in axes])
+
+
+def _reduce_call(alu, what, x, axis, dtype=None, keepdims=False, name=None, **kwargs):
+    _tensor_arg(x, what)
+    axes = _axes(x, axis, what)
+    out = _reduce_into(alu, x, axes, dtype if dtype is not None else x.dtype)
+    return out if keepdims else _drop(out, axes)
+
+
+def mean(x, axis, dtype=None, keepdims=False, name=None, **kwargs):
+    """``nl.mean``: tensor_reduce(add) in fp32, then x 1/n (tensor_scalar)."""
+    _tensor_arg(x, "mean")
+    axes = _axes(x, axis, "mean")
+    n = 1
+    for a in axes:
+        n *= int(x.shape[a])
+    s = _reduce_into("add", x, axes, np.float32)
+    out = _new_tile(s.shape, dtype if dtype is not None else x.dtype)
+    _isa().tensor_scalar(dst=out, data=s, op0="multiply", operand0=float(np.float32(1.0) / np.float32(n)))
+    return out if keepdims else _drop(out, axes)
+
+
+# --- Tensor engine ---------------------------------------------------------------------------------
+
+
+def _to_sbuf(x):
+    return x if x.buffer == "sbuf" else copy_(x)
+
+
+def transpose(x, dtype=None, name=None, **kwargs):
+    """``nl.transpose(x)``: nc_transpose of a 2-D tile (≤128 x 128) into a fresh PSUM tile."""
+    _tensor_arg(x, "transpose")
+    if x.ndim != 2:
+        raise make_error(KernelError, "NSIM-E404", "nl.transpose: a 2-D tile is needed, got shape {}".format(
+            tuple(x.shape)))
+    src = _to_sbuf(x)
+    out = _new_tile((x.shape[1], x.shape[0]), x.dtype, "psum")
+    _isa().nc_transpose(dst=out, data=src)
+    if dtype is not None and np.dtype(dtype) != out.dtype:
+        return copy_(out, dtype=dtype)
+    return out
+
+
+def matmul(x, y, transpose_x=False, name=None, **kwargs):
+    """``nl.matmul``: nc_matmul into a fresh fp32 PSUM tile. transpose_x=True: x is [K, M] and the result is
+    x.T @ y; False: x is [M, K] (an extra nc_transpose is inserted) and the result is x @ y."""
+    _tensor_arg(x, "matmul", "x")
+    _tensor_arg(y, "matmul", "y")
+    if x.ndim != 2 or y.ndim != 2:
+        raise make_error(KernelError, "NSIM-E404", "nl.matmul: 2-D tiles are needed, got {} and {}".format(
+            tuple(x.shape), tuple(y.shape)))
+    stat = _to_sbuf(x) if transpose_x else copy_(transpose(x))
+    if stat.shape[0] != y.shape[0]:
+        raise make_error(KernelError, "NSIM-E304", "nl.matmul: contraction dims differ: x {} (transpose_x={}) and "
+                         "y {}".format(tuple(x.shape), bool(transpose_x), tuple(y.shape)))
+    mov = _to_sbuf(y)
+    out = _new_tile((stat.shape[1], y.shape[1]), np.float32, "psum")
+    _isa().nc_matmul(dst=out, stationary=stat, moving=mov, accumulate=False)
+    return out
+
+
+# --- DMA conveniences (0.3+) -------------------------------------------------------------------------
+
+
+def load(src, dtype=None, name=None, **kwargs):
+    """``nl.load(src)``: DMA an HBM view into a fresh SBUF tile of the same shape (first dim ≤ 128)."""
+    _tr.current("nl.load")
+    if not isinstance(src, NkiTensor):
+        raise make_error(KernelError, "NSIM-E305", "nl.load: src must be a tensor, got {!r}".format(src))
+    if src.shape[0] > 128:
+        raise make_error(KernelError, "NSIM-E304", "nl.load: the first dim ({}) becomes the partition dim and "
+                         "must be <= 128".format(src.shape[0]))
+    out = _new_tile(src.shape, dtype if dtype is not None else src.dtype)
+    _isa().dma_copy(dst=out, src=src)
+    return out
+
+
+def store(dst, value, name=None, **kwargs):
+    """``nl.store(dst, value)``: DMA a tile (PSUM: via an SBUF copy; scalar: a memset tile) into dst."""
+    _tr.current("nl.store")
+    if not isinstance(dst, NkiTensor):
+        raise make_error(KernelError, "NSIM-E305", "nl.store: dst must be a tensor, got {!r}".format(dst))
+    isa = _isa()
+    if _is_scalar(value):
+        if dst.shape[0] > 128:
+            raise make_error(KernelError, "NSIM-E304", "nl.store: scalar store to dst with more than 128 rows")
+        t = _new_tile(dst.shape, dst.dtype)
+        isa.memset(t, value)
+        value = t
+    if not isinstance(value, NkiTensor):
+        raise make_error(KernelError, "NSIM-E305", "nl.store: value must be a tile or a scalar, got {!r}".format(
+            value))
+    if value.buffer == "psum":
+        value = copy_(value)
+    if value.size != dst.size and value.ndim == dst.ndim:
+        for d in range(1, value.ndim):
+            if value.shape[d] == 1 and dst.shape[d] != 1:
+                value = value.broadcast(d, dst.shape[d])
+    isa.dma_copy(dst=dst, src=value)
+    return None
