@@ -26,15 +26,14 @@ The wrapper modules are those of the ``nki_cpu_simulator`` package (the layout t
 expects); they forward every name to nsim's modules on access, so the functions, enums and dtypes are
 nsim's own objects.
 
-**Beta-1 (``neuronxcc.nki``) is NOT implemented yet.** ``neuronxcc``, ``neuronxcc.nki``,
-``neuronxcc.nki.language``, ``neuronxcc.nki.isa``, ``neuronxcc.nki.typing`` and
-``neuronxcc.nki.compiler`` are mapped to the *same new-dialect modules* as a stop-gap. What therefore
-works in Beta-1 code is only what coincides with the new dialect, e.g. the keyword form
-``nisa.dma_copy(dst=..., src=...)`` (CS149 style), ``nl.ndarray`` with a partition-first shape,
-``nl.affine_range``. The value-returning forms (``t = nl.load(...)``, ``x = nisa.activation(op=, data=)``,
-``nl.exp(t)``, tile operators, ``psum += nisa.nc_matmul(...)``), ``nl.par_dim`` block dims,
-``nl.arange``/``mgrid``/``mask`` indexing, SPMD grids ``kernel[g0, g1]``, ``baremetal`` and ``benchmark``
-do not work.
+**Beta 1 (``neuronxcc.nki``)** maps to nsim's Beta-1 tree ``nsim.nki.beta1``: ``neuronxcc.nki`` ->
+``nsim.nki.beta1`` (``jit``, ``trace``, ``simulate_kernel``, ``baremetal``, ``benchmark``, launch grids
+``kernel[g0, g1]``), ``neuronxcc.nki.language`` -> ``nsim.nki.beta1.language`` (value semantics, tile
+operators, ``nl.arange``/``nl.mgrid`` indexing, ``nl.par_dim`` block dims, PSUM ``+=``),
+``neuronxcc.nki.isa`` -> ``nsim.nki.beta1.isa`` (value-returning instructions), ``neuronxcc.nki.typing``
+and ``neuronxcc.nki.compiler`` -> ``nsim.nki.beta1.typing`` / ``.compiler``; ``neuronxcc.nki.isa.constants``
+is the new dialect's enum module. Not implemented yet: ``mask=`` (raises NotImplementedError), indirect
+(tile) indices, transposed arange accesses.
 
 ``NKI_SIMULATOR=1`` needs nothing: nsim always simulates. ``python -m nsim run script.py`` installs
 these aliases and then runs the script as ``__main__``.
@@ -63,14 +62,15 @@ ALIASES = {
     "nki.builtin": _W + ".builtin",
 }
 
-#: Beta-1 names: mapped to the same new-dialect modules until nsim implements Beta 1 (see above).
+#: Beta-1 names: nsim's Beta-1 tree (value-returning dialect).
+_B1 = "nsim.nki.beta1"
 BETA1_ALIASES = {
-    "neuronxcc.nki": _W,
-    "neuronxcc.nki.language": _W + ".language",
-    "neuronxcc.nki.isa": _W + ".isa",
+    "neuronxcc.nki": _B1,
+    "neuronxcc.nki.language": _B1 + ".language",
+    "neuronxcc.nki.isa": _B1 + ".isa",
     "neuronxcc.nki.isa.constants": _W + ".isa.constants",
-    "neuronxcc.nki.typing": _W + ".typing",
-    "neuronxcc.nki.compiler": _W + ".compiler",
+    "neuronxcc.nki.typing": _B1 + ".typing",
+    "neuronxcc.nki.compiler": _B1 + ".compiler",
 }
 
 _lock = threading.RLock()
@@ -82,8 +82,8 @@ _MISSING = object()
 def _neuronxcc_package():
     import types
 
-    mod = types.ModuleType("neuronxcc", "nsim stand-in for the neuronxcc package (only .nki, mapped to the "
-                           "new dialect; see nsim.compat).")
+    mod = types.ModuleType("neuronxcc", "nsim stand-in for the neuronxcc package (only .nki, mapped to "
+                           "nsim.nki.beta1; see nsim.compat).")
     mod.__path__ = []  # a package, but nothing is found inside it besides the aliases
     mod.__nsim_compat__ = True
     return mod

@@ -282,7 +282,7 @@ class NkiTensor:
                 free_ints = [b for b in int_dims if b != 0]
                 if free_ints:
                     dims[free_ints[-1]][3] = True
-        return NkiTensor(self._st, dims, self._tracer)
+        return type(self)(self._st, dims, self._tracer)
 
     def broadcast(self, dim, size):
         """A view where the size-1 view dim ``dim`` is repeated ``size`` times (stride 0)."""
@@ -298,10 +298,10 @@ class NkiTensor:
         dims = [list(d) for d in self._dims]
         dims[kept[dim]][1] = int(size)
         dims[kept[dim]][2] = 0 if int(size) > 1 else 1
-        return NkiTensor(self._st, dims, self._tracer)
+        return type(self)(self._st, dims, self._tracer)
 
     def _view(self, dims):
-        return NkiTensor(self._st, dims, self._tracer)
+        return type(self)(self._st, dims, self._tracer)
 
     def __setitem__(self, key, value):
         raise make_error(KernelError, "NSIM-E404", "item assignment on tensors is not part of the new NKI dialect; "
@@ -380,8 +380,10 @@ _SLOT_KEYS = ("dst", "src", "data", "data1", "data2", "operand0", "operand1", "b
 
 
 class Tracer:
-    def __init__(self, name="kernel"):
+    def __init__(self, name="kernel", tensor_cls=None):
         self.name = name
+        self.tensor_cls = tensor_cls or NkiTensor  # the view class of this dialect (Beta 1: a subclass)
+        self.dialect_state = {}  # free space for a dialect frontend (Beta-1 launch grid, ...)
         self.tensors = []  # kernel-level HBM tensor dicts
         self.body = []
         self.names = set()
@@ -436,7 +438,7 @@ class Tracer:
         self.storage[name] = st
         self.buffers[name] = "hbm"
         self.shapes[name] = shape
-        return NkiTensor(st, None, self)
+        return self.tensor_cls(st, None, self)
 
     def tile(self, buffer, dtype, shape, name=None):
         dt = dtype_name(dtype)
@@ -457,7 +459,7 @@ class Tracer:
                 st = _Storage(nm, buffer, dt, shape)
                 self._track(st, key)
                 self.open_groups.pop(nm, None)
-                return NkiTensor(st, None, self)
+                return self.tensor_cls(st, None, self)
         nm = self.unique_name(name or "t", numbered=not name)
         st = _Storage(nm, buffer, dt, shape)
         self.buffers[nm] = buffer
@@ -465,7 +467,7 @@ class Tracer:
         self.emit({"alloc": {"name": nm, "buffer": buffer, "dtype": dt, "shape": list(shape)}})
         if not name:
             self._track(st, key)
-        return NkiTensor(st, None, self)
+        return self.tensor_cls(st, None, self)
 
     def _track(self, st, key):
         nm = st.name
@@ -568,14 +570,15 @@ class TraceResult:
         self.writeback = writeback  # list of (caller array, IR output name)
 
 
-def trace(fn, args, kwargs, name=None):
-    """Run ``fn`` under a fresh tracer; return a TraceResult."""
+def trace(fn, args, kwargs, name=None, tensor_cls=None):
+    """Run ``fn`` under a fresh tracer; return a TraceResult. ``tensor_cls``: the NkiTensor subclass the
+    tensors of this kernel are made of (a dialect frontend's view class)."""
     sig = inspect.signature(fn)
     try:
         bound = sig.bind(*args, **kwargs)
     except TypeError as e:
         raise make_error(KernelError, "NSIM-E404", "bad kernel arguments: {}".format(e))
-    tr = Tracer(name or getattr(fn, "__name__", "kernel"))
+    tr = Tracer(name or getattr(fn, "__name__", "kernel"), tensor_cls=tensor_cls)
     arrays = {}  # IR name -> (caller array, tensor)
     call_args = {}
     with tr:

@@ -111,14 +111,15 @@ def test_install_aliases(clean_modules):
         pass
     assert ncc.sbuf.alloc(lambda *a: 0) == "sbuf" and ncc.psum.mod_alloc(base_bank=0) == "psum"
 
-    # Beta-1 names: mapped to the same (new-dialect) modules for now
+    # Beta-1 names resolve to nsim's Beta-1 dialect modules
+    import nsim.nki.beta1 as B1
     import neuronxcc.nki as bnki
     import neuronxcc.nki.isa as bnisa
     import neuronxcc.nki.language as bnl
     from neuronxcc.nki import typing as bnt  # noqa: F401
     import neuronxcc.nki.compiler as bncc
 
-    assert bnki is nki and bnl is nl and bnisa is nisa and bncc is ncc
+    assert bnki is B1 and bnl is B1.language and bnisa is B1.isa and bncc is B1.compiler
 
 
 def test_kernel_file_after_install(clean_modules):

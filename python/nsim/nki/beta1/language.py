@@ -1,0 +1,1206 @@
+"""``neuronxcc.nki.language`` (Beta 1, NKI 0.1): value semantics on top of the new-dialect implementation.
+
+What differs from ``nsim.nki.language`` (spec §1.2, §3.6, §3.8):
+
+- every tensor of a Beta-1 kernel is a :class:`Tensor` (an ``NkiTensor`` subclass) with tile operators
+  (``a + b``, ``a * 2.0``, ``-a``, comparisons, ...), ``t[idx] = value`` (copy with cast / free-dim
+  broadcast) and PSUM accumulation ``psum[idx] += nisa.nc_matmul(...)`` / ``+= nl.matmul(...)``;
+- ``nl.arange`` / ``nl.mgrid`` affine index expressions in subscripts (mapped to start/size/step views);
+- ``nl.par_dim`` block dims: ``nl.ndarray((n, nl.par_dim(128), F))`` is a :class:`BlockTensor` whose
+  ``t[i]`` is a ``(128, F)`` tile (storage: one ``(128, n, F)`` tile);
+- value-returning functions accept ``mask=`` (only ``None``/``True``; masks are not implemented yet);
+- launch-grid queries ``program_id`` / ``num_programs`` / ``program_ndim``.
+"""
+from __future__ import annotations
+
+import builtins as _b
+import copy as _copy
+import sys as _sys
+
+import numpy as np
+
+from ... import tracer as _tr
+from ...tracer import NkiTensor, DynSlice, make_error, KernelError
+from .. import language as _nl
+from .. import isa as _nisa
+
+# re-export the new-dialect names (buffers, dtypes, tile_size, op tables, loops, ...)
+from ..language import (  # noqa: F401
+    MemoryRegion, sbuf, psum, private_hbm, shared_hbm, hbm, is_sbuf, is_psum, is_hbm, is_on_chip,
+    bool_, int8, int16, int32, uint8, uint16, uint32, float16, float32, tfloat32, fp32, bfp16, finfo,
+    tile_size, ALU_OPS, ACT_FUNCS, OpCode, opcode, alu_name, act_name, par_dim, ds, affine_range,
+    sequential_range, static_range, NKIObject, no_reorder, promote)
+
+for _n in ("bfloat16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"):
+    if hasattr(_nl, _n):
+        globals()[_n] = getattr(_nl, _n)
+
+_MASK_MSG = ("nsim: mask= is not implemented yet for Beta-1 kernels (affine predicates on nl.arange are "
+             "planned); restrict the index ranges instead")
+
+
+def _eval_expr(e, shape):
+    """Values of an index expression (or int) broadcast to ``shape`` (left-aligned padding)."""
+    if isinstance(e, (bool, np.bool_)):
+        return np.full(shape, bool(e))
+    x = IndexExpr._lift(e)
+    if x is None:
+        raise make_error(KernelError, "NSIM-E404", "err_unsupported_expression_in_mask: {!r}".format(e))
+    nd = len(shape)
+    if x.ndim > nd:
+        raise make_error(KernelError, "NSIM-E404", "mask has more dims ({}) than the instruction ({})".format(
+            x.ndim, nd))
+    v = np.full(shape, x.offset, dtype=np.int64)
+    for a, c in x.coefs.items():
+        if x.shape[a] != shape[a]:
+            raise make_error(KernelError, "NSIM-E404", "mask axis {} has size {} but the instruction has {}".format(
+                a, x.shape[a], shape[a]))
+        idx = [1] * nd
+        idx[a] = shape[a]
+        v = v + c * np.arange(shape[a], dtype=np.int64).reshape(idx)
+    return v
+
+
+_CMPF = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal, "==": np.equal,
+         "!=": np.not_equal, "&": np.logical_and, "|": np.logical_or}
+
+
+def _eval_mask(m, shape):
+    if isinstance(m, (bool, np.bool_)):
+        return np.full(shape, bool(m))
+    if not isinstance(m, _Mask):
+        raise make_error(KernelError, "NSIM-E404", "err_unsupported_expression_in_mask: {!r}".format(m))
+    if m.op in ("&", "|"):
+        return _CMPF[m.op](_eval_mask(m.a, shape), _eval_mask(m.b, shape))
+    return _CMPF[m.op](_eval_expr(m.a, shape), _eval_expr(m.b, shape))
+
+
+def mask_box(mask, shape):
+    """The rectangle [(lo, hi), ...] of ``shape`` where ``mask`` holds; None when it holds nowhere.
+    Non-rectangular masks are not supported yet."""
+    shape = tuple(int(n) for n in shape)
+    m = np.broadcast_to(_eval_mask(mask, shape), shape)
+    if not m.any():
+        return None
+    box = []
+    for a in range(len(shape)):
+        proj = m.any(axis=tuple(i for i in range(len(shape)) if i != a))
+        idx = np.nonzero(proj)[0]
+        lo, hi = int(idx[0]), int(idx[-1]) + 1
+        if not proj[lo:hi].all():
+            raise NotImplementedError("nsim: non-rectangular masks are not supported yet")
+        box.append((lo, hi))
+    if not m[tuple(slice(lo, hi) for lo, hi in box)].all():
+        raise NotImplementedError("nsim: non-rectangular masks are not supported yet")
+    return box
+
+
+def _is_mask(mask):
+    return mask is not None and mask is not True
+
+
+def _restrict(view, box):
+    """The part of the (arange or tile) view inside ``box`` (coordinates of the view's shape)."""
+    if tuple(n for n in (hi - lo for lo, hi in box)) == tuple(view.shape):
+        if not (isinstance(view, Tensor) and view._adv is not None and view._adv[3]):
+            return view
+    if isinstance(view, Tensor) and view._adv is not None:
+        base, items, rshape, _ = view._adv
+        if tuple(rshape) != tuple(view.shape) or len(box) != len(rshape):
+            raise NotImplementedError("nsim: this masked access is not supported yet (shape {} vs index space "
+                                      "{})".format(tuple(view.shape), rshape))
+        new = []
+        for e in items:
+            if not e.coefs:
+                new.append(e)
+                continue
+            (a, c), = e.coefs.items()
+            lo, hi = box[a]
+            shp = list(e.shape)
+            shp[a] = hi - lo
+            new.append(IndexExpr(e.offset + c * lo, {a: c}, shp))
+        return base._adv_index(tuple(new), defer_oob=False)
+    if len(box) != view.ndim:
+        raise NotImplementedError("nsim: mask of {} dims on a view of shape {}".format(len(box), tuple(view.shape)))
+    return NkiTensor.__getitem__(view, tuple(slice(lo, hi) for lo, hi in box))
+
+
+def _check_mask(mask, what=""):
+    """Masks: ``None`` / ``True`` accepted; anything else is not implemented yet."""
+    if mask is None or mask is True:
+        return
+    if mask is False:
+        raise NotImplementedError("nsim: mask=False (skip the instruction) is not supported yet" +
+                                  (" ({})".format(what) if what else ""))
+    raise NotImplementedError(_MASK_MSG + (" ({})".format(what) if what else ""))
+
+
+# --------------------------------------------------------------------------------------------------
+# Index expressions: nl.arange / nl.mgrid (§3.8)
+# --------------------------------------------------------------------------------------------------
+
+
+def _idx_err(msg):
+    return make_error(KernelError, "NSIM-E404", msg)
+
+
+class IndexExpr:
+    """An affine integer array ``offset + sum_a coef[a] * i_a`` where ``i_a`` runs over ``0..shape[a]-1``
+    (numpy-broadcastable ``shape``)."""
+
+    __slots__ = ("offset", "coefs", "shape")
+
+    def __init__(self, offset, coefs, shape):
+        self.offset = int(offset)
+        self.coefs = {int(a): int(c) for a, c in coefs.items() if c != 0 and shape[a] > 1}
+        # terms on size-1 axes are constants: fold them into the offset (i_a == 0 there)
+        self.shape = tuple(int(s) for s in shape)
+
+    def __repr__(self):
+        return "IndexExpr({} + {}, shape={})".format(self.offset, self.coefs, self.shape)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def _pad(self, nd):
+        k = nd - len(self.shape)
+        return IndexExpr(self.offset, {a + k: c for a, c in self.coefs.items()}, (1,) * k + self.shape)
+
+    @staticmethod
+    def _lift(x):
+        if isinstance(x, IndexExpr):
+            return x
+        if isinstance(x, _Arange1D):
+            return x._expr()
+        if isinstance(x, (bool, np.bool_)):
+            return None
+        if isinstance(x, (int, np.integer)):
+            return IndexExpr(int(x), {}, ())
+        return None
+
+    def _combine(self, other, sign):
+        o = IndexExpr._lift(other)
+        if o is None:
+            return NotImplemented
+        nd = _b.max(self.ndim, o.ndim)
+        a, b = self._pad(nd), o._pad(nd)
+        shape = []
+        for x, y in zip(a.shape, b.shape):
+            if x != y and 1 not in (x, y):
+                raise _idx_err("index expressions of shapes {} and {} do not broadcast".format(a.shape, b.shape))
+            shape.append(_b.max(x, y))
+        coefs = dict(a.coefs)
+        for ax, c in b.coefs.items():
+            coefs[ax] = coefs.get(ax, 0) + sign * c
+        return IndexExpr(a.offset + sign * b.offset, coefs, shape)
+
+    def __add__(self, other):
+        return self._combine(other, 1)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return self._combine(other, -1)
+
+    def __rsub__(self, other):
+        r = (-self)._combine(other, 1)
+        return r
+
+    def __neg__(self):
+        return IndexExpr(-self.offset, {a: -c for a, c in self.coefs.items()}, self.shape)
+
+    def __mul__(self, other):
+        if isinstance(other, (int, np.integer)) and not isinstance(other, (bool, np.bool_)):
+            k = int(other)
+            return IndexExpr(self.offset * k, {a: c * k for a, c in self.coefs.items()}, self.shape)
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other):
+        raise _idx_err("non-affine index expression (//) is not supported by nsim")
+
+    def _cmp(self, other, op):
+        return _Mask(self, other, op)
+
+    def __lt__(self, other):
+        return _Mask(self, other, "<")
+
+    def __le__(self, other):
+        return _Mask(self, other, "<=")
+
+    def __gt__(self, other):
+        return _Mask(self, other, ">")
+
+    def __ge__(self, other):
+        return _Mask(self, other, ">=")
+
+    def __eq__(self, other):
+        return _Mask(self, other, "==")
+
+    def __ne__(self, other):
+        return _Mask(self, other, "!=")
+
+    __hash__ = object.__hash__
+
+    def __bool__(self):
+        raise make_error(KernelError, "NSIM-E404", "err_control_flow_condition_depending_on_arange: an "
+                         "nl.arange/nl.mgrid expression cannot drive Python control flow")
+
+    def __getitem__(self, key):
+        raise _idx_err("index expressions cannot be subscripted (apply [:, None] to nl.arange directly)")
+
+
+class _Mask:
+    """A comparison of index expressions (a Beta-1 mask predicate); evaluated only by nsim's mask
+    support, which is not implemented yet."""
+
+    def __init__(self, a, b, op):
+        self.a, self.b, self.op = a, b, op
+
+    def __and__(self, other):
+        return _Mask(self, other, "&")
+
+    __rand__ = __and__
+
+    def __or__(self, other):
+        return _Mask(self, other, "|")
+
+    def __bool__(self):
+        raise make_error(KernelError, "NSIM-E404", "err_control_flow_condition_depending_on_arange: a mask "
+                         "expression cannot drive Python control flow")
+
+
+class _Arange1D:
+    """``nl.arange(start, stop)`` before it gets a shape with ``[:, None]`` / ``[None, :]``."""
+
+    __slots__ = ("start", "n")
+
+    def __init__(self, start, n):
+        self.start, self.n = int(start), int(n)
+
+    def _expr(self):
+        return IndexExpr(self.start, {0: 1}, (self.n,))
+
+    def __getitem__(self, key):
+        if not isinstance(key, tuple):
+            key = (key,)
+        shape, axis = [], None
+        for i, k in enumerate(key):
+            if k is None:
+                shape.append(1)
+            elif isinstance(k, slice) and k == slice(None):
+                if axis is not None:
+                    raise _idx_err("nl.arange(...)[...] takes exactly one ':'")
+                axis = i
+                shape.append(self.n)
+            elif k is Ellipsis:
+                raise _idx_err("nl.arange(...)[...]: use ':' and None only")
+            else:
+                raise _idx_err("nl.arange(...)[{!r}]: use ':' and None only".format(k))
+        if axis is None:
+            raise _idx_err("nl.arange(...)[...] needs one ':'")
+        return IndexExpr(self.start, {axis: 1}, shape)
+
+    def __getattr__(self, name):
+        raise AttributeError(name)
+
+    # 1-D arithmetic (lenient: used directly as a 1-D index)
+    def __add__(self, o):
+        return self._expr() + o
+
+    __radd__ = __add__
+
+    def __sub__(self, o):
+        return self._expr() - o
+
+    def __rsub__(self, o):
+        return o - self._expr()
+
+    def __mul__(self, o):
+        return self._expr() * o
+
+    __rmul__ = __mul__
+
+    def __lt__(self, o):
+        return self._expr() < o
+
+    def __le__(self, o):
+        return self._expr() <= o
+
+    def __gt__(self, o):
+        return self._expr() > o
+
+    def __ge__(self, o):
+        return self._expr() >= o
+
+
+def arange(*args):
+    """``nl.arange(stop)`` / ``nl.arange(start, stop)``: a 1-D index expression (give it a 2-D shape with
+    ``[:, None]`` / ``[None, :]``)."""
+    if len(args) == 1:
+        start, stop = 0, args[0]
+    elif len(args) == 2:
+        start, stop = args
+    else:
+        raise _idx_err("nl.arange takes (stop) or (start, stop)")
+    if int(stop) <= int(start):
+        raise _idx_err("nl.arange({}, {}) is empty".format(start, stop))
+    return _Arange1D(int(start), int(stop) - int(start))
+
+
+class _MGridResult(tuple):
+    _NAMES = ("p", "x", "y", "z", "w")
+
+    def __getattr__(self, name):
+        if name in self._NAMES and self._NAMES.index(name) < len(self):
+            return self[self._NAMES.index(name)]
+        raise AttributeError(name)
+
+
+class _MGrid:
+    def __getitem__(self, key):
+        if not isinstance(key, tuple):
+            key = (key,)
+        nd = len(key)
+        out = []
+        for i, k in enumerate(key):
+            if not isinstance(k, slice) or k.stop is None or k.step not in (None, 1):
+                raise _idx_err("nl.mgrid[a:b, ...] needs start:stop slices (step 1)")
+            a = 0 if k.start is None else int(k.start)
+            n = int(k.stop) - a
+            if n < 1:
+                raise _idx_err("nl.mgrid: empty range {}:{}".format(a, k.stop))
+            shape = [1] * nd
+            shape[i] = n
+            out.append(IndexExpr(a, {i: 1}, shape))
+        return _MGridResult(out)
+
+
+mgrid = _MGrid()
+
+
+def _is_expr(k):
+    return isinstance(k, (IndexExpr, _Arange1D))
+
+
+# --------------------------------------------------------------------------------------------------
+# Tensors with value semantics
+# --------------------------------------------------------------------------------------------------
+
+
+def _isscalar(x):
+    return isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating))
+
+
+class Tensor(NkiTensor):
+    """A Beta-1 tensor / view: NkiTensor + tile operators, item assignment, PSUM ``+=`` and arange
+    indexing."""
+
+    __slots__ = ("_mm", "_iadd", "_adv", "_t2d")
+
+    def __init__(self, storage, dims=None, tracer=None):
+        NkiTensor.__init__(self, storage, dims, tracer)
+        self._mm = None  # the nc_matmul statement that produced this fresh PSUM tile (for `+=`)
+        self._iadd = False  # set by __iadd__; recognised (and cleared) by __setitem__
+        self._adv = None  # arange views: (base view, index items, result shape, out-of-bounds message)
+        self._t2d = False  # a transposed 2-D arange view (storage order dims; only nl.load / nl.store)
+
+    @property
+    def shape(self):
+        s = NkiTensor.shape.fget(self)
+        return _tr.Shape(tuple(reversed(s))) if self._t2d else s
+
+    def _storage_order(self):
+        """This transposed view as a plain view in storage order (shape reversed)."""
+        return NkiTensor(self._st, self._dims, self._tracer)
+
+    def access(self):
+        if self._t2d:
+            raise NotImplementedError("nsim: a transposed arange access (partition index on a later dim) is "
+                                      "supported only as the HBM operand of nl.load / nl.store")
+        if self._adv is not None and self._adv[3]:
+            # an out-of-bounds arange view is only usable under a mask that clips it
+            raise make_error(KernelError, "NSIM-E408", self._adv[3])
+        return NkiTensor.access(self)
+
+    # --- indexing -----------------------------------------------------------------------------
+    def __getitem__(self, key):
+        k = key if isinstance(key, tuple) else (key,)
+        if any(isinstance(x, NkiTensor) for x in k):
+            raise NotImplementedError("nsim: indirect (tile) indices are not supported yet for Beta-1 kernels")
+        if any(_is_expr(x) for x in k):
+            return self._adv_index(k)
+        if any(x is None for x in k):
+            raise NotImplementedError("nsim: None (new axis) in a Beta-1 subscript is not supported yet")
+        return NkiTensor.__getitem__(self, key)
+
+    def _adv_index(self, key, defer_oob=True):
+        if any(isinstance(x, (slice, DynSlice)) or x is Ellipsis or x is None for x in key):
+            raise make_error(KernelError, "NSIM-E404", "err_unsupported_mixing_basic_advanced_tensor_indexing: "
+                             "index expressions (nl.arange/nl.mgrid) cannot be mixed with slices in one "
+                             "subscript")
+        kept = [i for i, d in enumerate(self._dims) if d[3]]
+        if len(key) != len(kept):
+            raise make_error(KernelError, "NSIM-E404", "an arange subscript of tensor '{}' of shape {} needs one "
+                             "item per dim, got {}".format(self.name, tuple(self.shape), len(key)))
+        items = []
+        for x in key:
+            e = IndexExpr._lift(x)
+            if e is None:
+                raise make_error(KernelError, "NSIM-E404", "unsupported index {!r}".format(x))
+            items.append(e)
+        nd = _b.max(e.ndim for e in items)
+        items = [e._pad(nd) for e in items]
+        rshape = [1] * nd
+        for e in items:
+            for a, s in enumerate(e.shape):
+                if s != 1:
+                    if rshape[a] not in (1, s):
+                        raise make_error(KernelError, "NSIM-E404", "index expressions do not broadcast")
+                    rshape[a] = s
+        dims = [list(d) for d in self._dims]
+        axis_of = {}  # storage dim -> result axis
+        consts = []
+        oob = None
+        for vd, (bi, e) in enumerate(zip(kept, items)):
+            start, size, step, _ = dims[bi]
+            if len(e.coefs) > 1:
+                raise NotImplementedError("nsim: an index item that depends on several arange axes ({}) is "
+                                          "not supported yet".format(e))
+            if not e.coefs:
+                i = e.offset
+                if not 0 <= i < size:
+                    raise make_error(KernelError, "NSIM-E408", "err_tensor_access_out_of_bound: index {} is out "
+                                     "of bounds for dim {} of size {} of tensor '{}'".format(i, vd, size, self.name))
+                dims[bi] = [start + i * step, 1, step, False]
+                consts.append(bi)
+                continue
+            (a, c), = e.coefs.items()
+            n = rshape[a]
+            if c < 0:
+                raise NotImplementedError("nsim: negative arange strides are not supported yet")
+            first, last = e.offset, e.offset + (n - 1) * c
+            if first < 0 or last >= size:
+                oob = oob or ("err_tensor_access_out_of_bound: index range {}..{} is out of bounds for dim {} of "
+                              "size {} of tensor '{}' (use a mask= that excludes the out-of-bounds "
+                              "positions)".format(first, last, vd, size, self.name))
+                if not defer_oob:
+                    raise make_error(KernelError, "NSIM-E408", oob)
+            if a in axis_of.values():
+                raise NotImplementedError("nsim: two index items on the same arange axis (a diagonal access) "
+                                          "are not supported")
+            axis_of[bi] = a
+            dims[bi] = [start + first * step, n, step * c, True]
+        order = [axis_of[bi] for bi in sorted(axis_of)]
+        if order == [1, 0] and nd == 2 and self._st.buffer == "hbm" and not oob:
+            v = type(self)(self._st, dims, self._tracer)
+            v._t2d = True
+            return v
+        if order != sorted(order):
+            raise NotImplementedError("nsim: transposed arange accesses (the partition index on a later dim) "
+                                      "are not supported yet; use nisa.nc_transpose / dma_transpose")
+        # result axes not driven by any item: size-1 (else a broadcast read, not supported)
+        used = set(axis_of.values())
+        for a in range(nd):
+            if a in used:
+                continue
+            if rshape[a] != 1:
+                raise NotImplementedError("nsim: arange axis {} of size {} does not index any dim".format(
+                    a, rshape[a]))
+            lo = _b.max([bi for bi, ax in axis_of.items() if ax < a], default=-1)
+            hi = _b.min([bi for bi, ax in axis_of.items() if ax > a], default=len(dims))
+            for bi in consts:
+                if lo < bi < hi and not dims[bi][3]:
+                    dims[bi][3] = True
+                    axis_of[bi] = a
+                    break
+        if self._st.buffer in _tr.ON_CHIP and not dims[0][3] and kept and kept[0] == 0:
+            dims[0][3] = True  # on-chip views keep the partition dim
+        v = type(self)(self._st, dims, self._tracer)
+        v._adv = (self, items, tuple(rshape), oob)
+        return v
+
+    def __setitem__(self, key, value):
+        view = self[key]
+        if isinstance(value, Tensor) and value._iadd:
+            value._iadd = False
+            if value._st is view._st and value._dims == view._dims:
+                return  # `t[idx] += x`: __iadd__ did the work
+        fresh = isinstance(value, Tensor) and hasattr(_sys, "getrefcount") and _sys.getrefcount(value) <= 3 \
+            and _sys.getrefcount(value._st) <= 2
+        if not (fresh and _retarget_fresh(view, value)):
+            assign(view, value)
+
+    # --- PSUM accumulation ----------------------------------------------------------------------
+    def __iadd__(self, other):
+        tr = _tr.current("+=")
+        mm = getattr(other, "_mm", None) if isinstance(other, Tensor) else None
+        if mm is not None and self.buffer == "psum" and tr.body and tr.body[-1] is mm:
+            if self.shape[0] != other.shape[0] or self.size != other.size:
+                raise make_error(KernelError, "NSIM-E304", "psum += matmul: destination {} and matmul result {} "
+                                 "differ".format(tuple(self.shape), tuple(other.shape)))
+            flags = [f for f in mm.get("flags", []) if f != "accumulate"] + ["accumulate"]
+            # `psum += nisa.nc_matmul(...)`: the result tile is a temporary (referenced only by the
+            # evaluation stack, this frame and getrefcount's argument) -> retarget the just-emitted matmul to
+            # accumulate into this view. A result the kernel also keeps (`r = nc_matmul(..); p += r`) keeps
+            # its own matmul; an accumulating copy of the instruction is emitted.
+            if hasattr(_sys, "getrefcount") and _sys.getrefcount(other) <= 3 and _sys.getrefcount(other._st) <= 2:
+                mm["dst"] = self.access()
+                mm["flags"] = flags
+                tr.written.add(self.name)
+                other._mm = None
+            else:
+                dup = _copy.deepcopy({k: v for k, v in mm.items() if k != "loc"})
+                dup["dst"] = self.access()
+                dup["flags"] = flags
+                tr.emit(dup)
+        else:
+            if self.buffer == "hbm":
+                raise make_error(KernelError, "NSIM-E301", "+= on an HBM tensor is not supported (load, add, store)")
+            if isinstance(other, Tensor) and other.buffer == "hbm":
+                raise make_error(KernelError, "NSIM-E301", "+=: the right operand is an HBM tensor; load it first")
+            if _isscalar(other):
+                _nisa.tensor_scalar(dst=self, data=self, op0=_nl.add, operand0=other)
+            else:
+                src = other
+                if self.buffer == "psum" and src.buffer == "psum":
+                    src = _nl.copy_(src)  # at most one PSUM operand per vector instruction
+                if tuple(src.shape) != tuple(self.shape) and src.ndim == self.ndim:
+                    for d in range(1, src.ndim):
+                        if src.shape[d] == 1 and self.shape[d] != 1:
+                            src = src.broadcast(d, self.shape[d])
+                if _nl._free_elems(src) == 1 and _nl._free_elems(self) > 1:
+                    _nisa.tensor_scalar(dst=self, data=self, op0=_nl.add, operand0=src)
+                else:
+                    _nisa.tensor_tensor(dst=self, data1=self, data2=src, op=_nl.add)
+        self._iadd = True
+        return self
+
+    # --- tile operators -------------------------------------------------------------------------
+    def _binop(self, other, name, rev=False, **kw):
+        if _is_expr(other) or not (isinstance(other, NkiTensor) or _isscalar(other)):
+            return NotImplemented
+        f = _B1OPS[name]
+        return f(other, self, **kw) if rev else f(self, other, **kw)
+
+    def __add__(self, o):
+        return self._binop(o, "add")
+
+    def __radd__(self, o):
+        return self._binop(o, "add", True)
+
+    def __sub__(self, o):
+        return self._binop(o, "subtract")
+
+    def __rsub__(self, o):
+        return self._binop(o, "subtract", True)
+
+    def __mul__(self, o):
+        return self._binop(o, "multiply")
+
+    def __rmul__(self, o):
+        return self._binop(o, "multiply", True)
+
+    def __truediv__(self, o):
+        return self._binop(o, "divide")
+
+    def __rtruediv__(self, o):
+        return self._binop(o, "divide", True)
+
+    def __pow__(self, o):
+        return self._binop(o, "power")
+
+    def __rpow__(self, o):
+        return self._binop(o, "power", True)
+
+    def __mod__(self, o):
+        return self._binop(o, "mod")
+
+    def __neg__(self):
+        return _B1OPS["negative"](self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return _B1OPS["abs"](self)
+
+    def __lt__(self, o):
+        return self._binop(o, "less")
+
+    def __le__(self, o):
+        return self._binop(o, "less_equal")
+
+    def __gt__(self, o):
+        return self._binop(o, "greater")
+
+    def __ge__(self, o):
+        return self._binop(o, "greater_equal")
+
+    def __eq__(self, o):
+        if self.buffer == "hbm" or not (isinstance(o, NkiTensor) or _isscalar(o)):
+            return self is o
+        return self._binop(o, "equal")
+
+    def __ne__(self, o):
+        if self.buffer == "hbm" or not (isinstance(o, NkiTensor) or _isscalar(o)):
+            return self is not o
+        return self._binop(o, "not_equal")
+
+    __hash__ = NkiTensor.__hash__
+
+    def _logic(self, o, name_int, name_bool, rev=False):
+        integer = np.issubdtype(self.dtype, np.integer)
+        return self._binop(o, name_int if integer else name_bool, rev)
+
+    def __and__(self, o):
+        return self._logic(o, "bitwise_and", "logical_and")
+
+    def __rand__(self, o):
+        return self._logic(o, "bitwise_and", "logical_and", True)
+
+    def __or__(self, o):
+        return self._logic(o, "bitwise_or", "logical_or")
+
+    def __ror__(self, o):
+        return self._logic(o, "bitwise_or", "logical_or", True)
+
+    def __xor__(self, o):
+        return self._logic(o, "bitwise_xor", "logical_xor")
+
+    def __rxor__(self, o):
+        return self._logic(o, "bitwise_xor", "logical_xor", True)
+
+    def __invert__(self):
+        if np.issubdtype(self.dtype, np.integer):
+            return _B1OPS["invert"](self)
+        return _B1OPS["logical_not"](self)
+
+    # --- methods ------------------------------------------------------------------------------
+    def astype(self, dtype):
+        return copy(self, dtype=dtype)
+
+    def broadcast_to(self, shape):
+        return broadcast_to(self, shape=shape)
+
+    def assert_shape(self, shape):
+        if tuple(self.shape) != tuple(shape):
+            raise make_error(KernelError, "NSIM-E304", "assert_shape: expected {}, got {}".format(
+                tuple(shape), tuple(self.shape)))
+        return self
+
+
+class BlockTensor:
+    """An on-chip tensor with block dims before the partition dim: ``(b0, .., par_dim(P), F..)``.
+    Storage: one ``(P, b0, .., F..)`` tile; ``t[i0, ..]`` (all block dims indexed) is a tile."""
+
+    def __init__(self, tile, nblock):
+        self._t = tile
+        self._nb = nblock
+
+    @property
+    def shape(self):
+        s = tuple(self._t.shape)
+        return _tr.Shape(s[1:1 + self._nb] + s[:1] + s[1 + self._nb:])
+
+    @property
+    def dtype(self):
+        return self._t.dtype
+
+    @property
+    def buffer(self):
+        return self._t.buffer
+
+    @property
+    def name(self):
+        return self._t.name
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __repr__(self):
+        return "BlockTensor({}, shape={}, dtype={}, buffer={})".format(self.name, tuple(self.shape),
+                                                                       self._t._st.dtype, self.buffer)
+
+    def _tile(self, key):
+        k = key if isinstance(key, tuple) else (key,)
+        if len(k) < self._nb or any(x is Ellipsis for x in k[:self._nb]):
+            raise make_error(KernelError, "NSIM-E404", "err_failed_to_infer_tile_from_local_tensor: a tensor with "
+                             "block dims {} must be indexed on all block dims to give a tile".format(
+                                 tuple(self.shape)))
+        blk = []
+        for x in k[:self._nb]:
+            e = IndexExpr._lift(x)
+            if e is None or e.coefs:
+                raise NotImplementedError("nsim: block dims must be indexed with ints or loop indices (got "
+                                          "{!r})".format(x))
+            blk.append(e.offset)
+        t = self._t[(slice(None),) + tuple(blk)]
+        rest = k[self._nb:]
+        return t[rest] if rest else t
+
+    def __getitem__(self, key):
+        return self._tile(key)
+
+    def __setitem__(self, key, value):
+        view = self._tile(key)
+        if isinstance(value, Tensor) and value._iadd:
+            value._iadd = False
+            if value._st is view._st and value._dims == view._dims:
+                return
+        fresh = isinstance(value, Tensor) and hasattr(_sys, "getrefcount") and _sys.getrefcount(value) <= 3 \
+            and _sys.getrefcount(value._st) <= 2
+        if not (fresh and _retarget_fresh(view, value)):
+            assign(view, value)
+
+    def __bool__(self):
+        raise make_error(KernelError, "NSIM-E404", "the truth value of a tensor is ambiguous")
+
+
+_RETARGET_OPS = frozenset(("dma_copy", "activation", "tensor_tensor", "tensor_scalar", "tensor_copy", "tensor_reduce",
+                           "memset", "iota", "reciprocal", "nc_matmul", "nc_transpose"))
+
+
+def _retarget_fresh(view, value):
+    """``t[idx] = <fresh temporary>``: when the instruction that just produced the temporary (the last one
+    emitted) wrote exactly it, let that instruction write ``t[idx]`` instead (no extra copy; the
+    conversion to t.dtype happens in the instruction's output cast). Returns True when done."""
+    tr = _tr.active()
+    if tr is None or not tr.body or not value.is_full() or value.buffer != view.buffer:
+        return False
+    if tuple(value.shape) != tuple(view.shape) or view.buffer == "hbm":
+        return False
+    stmt = tr.body[-1]
+    if stmt.get("op") not in _RETARGET_OPS or stmt.get("dst") != value.name:
+        return False
+    if stmt["op"] in ("nc_matmul", "nc_transpose") and view.dtype != value.dtype:
+        return False
+    if stmt["op"] == "dma_copy" and isinstance(stmt.get("src"), (str, dict)):
+        src = stmt["src"]
+        if (src if isinstance(src, str) else src.get("tensor")) == view.name:
+            return False  # an on-chip copy of the same tensor: keep the two steps
+    stmt["dst"] = view.access()
+    tr.written.add(view.name)
+    if stmt["op"] == "nc_matmul":
+        value._mm = None
+    return True
+
+
+def assign(dst, value):
+    """``dst = value`` (Beta-1 item assignment): copy with cast to dst.dtype and broadcast of value."""
+    if isinstance(value, BlockTensor):
+        raise make_error(KernelError, "NSIM-E404", "err_failed_to_infer_tile_from_local_tensor: index the block "
+                         "dims of the value")
+    if _is_expr(value):
+        value = _iota_value(IndexExpr._lift(value), np.int32)
+    if _isscalar(value):
+        if dst.buffer == "hbm":
+            _nl.store(dst, value)
+        else:
+            v = value
+            if np.issubdtype(dst.dtype, np.integer) or dst.dtype == np.bool_:
+                v = int(value)
+            _nisa.memset(dst, v)
+        return
+    if not isinstance(value, NkiTensor):
+        raise make_error(KernelError, "NSIM-E305", "cannot assign {!r} to a tensor".format(value))
+    if dst.buffer == "hbm":
+        _nl.store(dst, value)
+        return
+    if value.buffer == "hbm":
+        if value.size != dst.size:
+            raise make_error(KernelError, "NSIM-E304", "assignment: shapes {} and {} differ".format(
+                tuple(dst.shape), tuple(value.shape)))
+        _nisa.dma_copy(dst=dst, src=value)
+        return
+    src = value
+    if src.size != dst.size:
+        if src.shape[0] != dst.shape[0]:
+            if src.shape[0] == 1:
+                raise NotImplementedError("nsim: partition-dim broadcast in an assignment is not supported yet")
+            raise make_error(KernelError, "NSIM-E304", "err_store_dst_shape_smaller_than_other_shape: cannot "
+                             "assign shape {} to {}".format(tuple(src.shape), tuple(dst.shape)))
+        if _nl._free_elems(src) == 1 and _nl._free_elems(dst) > 1:
+            # (P, 1) value broadcast along the free dims: dst = 0 * x + v is unsafe (NaN); use the view
+            if src.ndim == 2 and dst.ndim == 2:
+                src = src.broadcast(1, dst.shape[1])
+            else:
+                raise NotImplementedError("nsim: this broadcast assignment is not supported yet")
+        elif src.ndim == dst.ndim:
+            for d in range(1, src.ndim):
+                if src.shape[d] == 1 and dst.shape[d] != 1:
+                    src = src.broadcast(d, dst.shape[d])
+        if src.size != dst.size:
+            raise make_error(KernelError, "NSIM-E304", "err_store_dst_shape_smaller_than_other_shape: cannot "
+                             "assign shape {} to {}".format(tuple(value.shape), tuple(dst.shape)))
+    _nisa.tensor_copy(dst=dst, src=src)
+
+
+# --------------------------------------------------------------------------------------------------
+# Creation (§3.4) with par_dim
+# --------------------------------------------------------------------------------------------------
+
+
+def _grid_state():
+    tr = _tr.active()
+    return tr.dialect_state if tr is not None else {}
+
+
+def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
+    tr = _tr.current("nl.ndarray")
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    shape = tuple(shape)
+    pidx = [i for i, s in enumerate(shape) if isinstance(s, par_dim)]
+    if len(pidx) > 1:
+        raise make_error(KernelError, "NSIM-E404", "more than one nl.par_dim in shape {}".format(shape))
+    dims = tuple(int(s) for s in shape)
+    b = _nl._ir_buffer(buffer)
+    if b == "hbm":
+        st = tr.dialect_state
+        if str(buffer) == "shared_hbm" and "grid" in st:
+            # one tensor per launch: the k-th shared_hbm allocation of every instance binds to the same one
+            k = st["shared_k"]
+            st["shared_k"] = k + 1
+            lst = st["shared"]
+            if k < len(lst):
+                t = lst[k]
+                if tuple(t.shape) != dims or t.dtype != np.dtype(dtype):
+                    raise make_error(KernelError, "NSIM-E404", "shared_hbm allocation #{} differs between launch "
+                                     "instances ({} {} vs {} {})".format(k, tuple(t.shape), t.dtype, dims,
+                                                                         np.dtype(dtype)))
+                return t
+            t = tr.hbm_tensor(name or None, dtype, dims)
+            lst.append(t)
+            return t
+        return tr.hbm_tensor(name or None, dtype, dims)
+    if pidx and pidx[0] > 0:
+        p = pidx[0]
+        storage = (dims[p],) + dims[:p] + dims[p + 1:]
+        if len(storage) == 2:
+            storage = storage + (1,)
+        return BlockTensor(tr.tile(b, dtype, storage, name=name or None), p)
+    if len(dims) == 1:
+        return _nl._new_tile(dims, dtype, b)
+    return tr.tile(b, dtype, dims, name=name or None)
+
+
+def _fill(t, value):
+    st = t._t if isinstance(t, BlockTensor) else t
+    if st.buffer == "hbm":
+        raise make_error(KernelError, "NSIM-E404", "err_hbm_tensor_with_init_value_not_supported: HBM tensors "
+                         "with an initial value are not supported")
+    if np.issubdtype(st.dtype, np.integer) or st.dtype == np.bool_:
+        value = int(value)
+    _nisa.memset(st, value)
+    return t
+
+
+def zeros(shape, dtype, *, buffer=None, name="", **kwargs):
+    return _fill(ndarray(shape, dtype, buffer=buffer, name=name), 0)
+
+
+def ones(shape, dtype, *, buffer=None, name="", **kwargs):
+    return _fill(ndarray(shape, dtype, buffer=buffer, name=name), 1)
+
+
+def full(shape, fill_value, dtype, *, buffer=None, name="", **kwargs):
+    return _fill(ndarray(shape, dtype, buffer=buffer, name=name), fill_value)
+
+
+def zeros_like(a, dtype=None, *, buffer=None, name="", **kwargs):
+    return zeros(a.shape, dtype or a.dtype, buffer=buffer, name=name)
+
+
+def empty_like(a, dtype=None, *, buffer=None, name="", **kwargs):
+    b = buffer if buffer is not None else (a.buffer if a.buffer != "hbm" else shared_hbm)
+    return ndarray(a.shape, dtype or a.dtype, buffer=b, name=name)
+
+
+def ones_like(a, dtype=None, *, buffer=None, name="", **kwargs):
+    return ones(a.shape, dtype or a.dtype, buffer=buffer, name=name)
+
+
+def full_like(a, fill_value, dtype=None, *, buffer=None, name="", **kwargs):
+    return full(a.shape, fill_value, dtype or a.dtype, buffer=buffer, name=name)
+
+
+# --------------------------------------------------------------------------------------------------
+# Value-returning functions (§3.6)
+# --------------------------------------------------------------------------------------------------
+
+_CMP = frozenset(("equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
+                  "logical_or", "logical_xor", "logical_not"))
+
+
+class B1OpCode(OpCode):
+    """A Beta-1 op code: the same op code as the new dialect, callable with ``mask=`` (and comparisons
+    default to ``dtype=nl.bool_`` ... kept as the input dtype by nsim, values 1/0)."""
+
+    __slots__ = ()
+
+    def __call__(self, *args, mask=None, **kwargs):
+        for a in args:
+            if isinstance(a, BlockTensor):
+                raise make_error(KernelError, "NSIM-E404", "err_failed_to_infer_tile_from_local_tensor")
+        if _is_mask(mask):
+            if self.name in ("sum", "max", "min", "prod") or "axis" in kwargs:
+                raise NotImplementedError("nsim: mask= on reductions is not supported yet")
+            return masked_elementwise(lambda *a: _nl._call_opcode(self, a, kwargs), args, mask, "nl." + self.name)
+        return _nl._call_opcode(self, args, kwargs)
+
+
+def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
+    """Run the element-wise value function ``fn`` only inside the mask's rectangle: the tile arguments of the
+    full shape are restricted to it, the result is copied into that part of a fresh full-size tile (the
+    rest stays unwritten)."""
+    tiles = [a for a in args if isinstance(a, NkiTensor)]
+    if not tiles:
+        raise make_error(KernelError, "NSIM-E305", "{}: no tile operand".format(what))
+    shape = tuple(_b.max((t.shape for t in tiles), key=lambda s: int(np.prod(s))))
+    box = mask_box(mask, shape)
+    res_full = None
+    if box is None:
+        if out is None:
+            raise NotImplementedError("nsim: an all-false mask on a value-returning function")
+        return out
+    sub = []
+    for a in args:
+        if isinstance(a, NkiTensor) and tuple(a.shape) == shape:
+            sub.append(_restrict(a, box))
+        elif isinstance(a, NkiTensor) and a.shape[0] == shape[0] and _nl._free_elems(a) == 1:
+            sub.append(NkiTensor.__getitem__(a, (slice(box[0][0], box[0][1]),) + (slice(None),) * (a.ndim - 1)))
+        else:
+            sub.append(a)
+    r = fn(*sub)
+    if out is None:
+        out = _nl._new_tile(shape, dtype if dtype is not None else r.dtype)
+    res_full = _restrict(out, box)
+    _nisa.tensor_copy(dst=res_full, src=r)
+    return out
+
+
+_B1OPS = {}
+for _name, _op in list(_nl._OPS.items()):
+    _B1OPS[_name] = B1OpCode(_op.name, _op.alu, _op.act)
+    globals()[_name] = _B1OPS[_name]
+for _name, _alu in (("sum", "add"), ("max", "maximum"), ("min", "minimum"), ("prod", "multiply")):
+    _B1OPS[_name] = B1OpCode(_name, _alu)
+    globals()[_name] = _B1OPS[_name]
+identity = _B1OPS.get("copy")
+_nl_copy = _B1OPS.get("copy")
+
+
+def mean(x, axis, *, dtype=None, keepdims=False, mask=None, **kwargs):
+    _check_mask(mask, "nl.mean")
+    return _nl.mean(x, axis, dtype=dtype, keepdims=keepdims)
+
+
+def transpose(x, *, dtype=None, mask=None, **kwargs):
+    _check_mask(mask, "nl.transpose")
+    return _nl.transpose(x, dtype=dtype)
+
+
+def matmul(x, y, *, transpose_x=False, mask=None, **kwargs):
+    """``nl.matmul``: a fresh fp32 PSUM tile; ``psum[...] += nl.matmul(...)`` accumulates."""
+    _check_mask(mask, "nl.matmul")
+    out = _nl.matmul(x, y, transpose_x=transpose_x)
+    tr = _tr.current("nl.matmul")
+    if tr.body and tr.body[-1].get("op") == "nc_matmul":
+        out._mm = tr.body[-1]
+    return out
+
+
+def load(src, *, mask=None, dtype=None, **kwargs):
+    """``nl.load(src, mask=, dtype=)``; a mask (rectangular) loads only the positions where it holds
+    (the rest of the tile stays unwritten)."""
+    if isinstance(src, Tensor) and src._t2d:
+        if _is_mask(mask):
+            raise NotImplementedError("nsim: masks on transposed arange accesses are not supported yet")
+        s = src._storage_order()
+        out = _tr.current("nl.load").tile("sbuf", src.dtype, (s.shape[1], s.shape[0]))
+        _nisa.dma_transpose(dst=out, src=s)
+        return out if dtype is None or np.dtype(dtype) == out.dtype else _nl.copy_(out, dtype=dtype)
+    if not _is_mask(mask):
+        return _nl.load(src, dtype=dtype)
+    if not isinstance(src, NkiTensor):
+        raise make_error(KernelError, "NSIM-E305", "nl.load: src must be a tensor, got {!r}".format(src))
+    out = _nl._new_tile(src.shape, dtype if dtype is not None else src.dtype)
+    box = mask_box(mask, src.shape)
+    if box is not None:
+        _nisa.dma_copy(dst=_restrict(out, box), src=_restrict(src, box))
+    return out
+
+
+def store(dst, value, *, mask=None, **kwargs):
+    """``nl.store(dst, value, mask=)``; a mask (rectangular) stores only the positions where it holds."""
+    if isinstance(value, BlockTensor):
+        raise make_error(KernelError, "NSIM-E404", "err_failed_to_infer_tile_from_local_tensor")
+    if isinstance(dst, Tensor) and dst._t2d:
+        if _is_mask(mask):
+            raise NotImplementedError("nsim: masks on transposed arange accesses are not supported yet")
+        d = dst._storage_order()
+        if not isinstance(value, NkiTensor) or tuple(value.shape) != (d.shape[1], d.shape[0]):
+            raise make_error(KernelError, "NSIM-E304", "nl.store: a transposed window of shape {} needs a value "
+                             "of that shape".format((d.shape[1], d.shape[0])))
+        if value.buffer == "psum" or value.dtype != d.dtype:
+            value = _nl.copy_(value, dtype=d.dtype)
+        _nisa.dma_transpose(dst=d, src=value)
+        return
+    if not _is_mask(mask):
+        _nl.store(dst, value)
+        return
+    box = mask_box(mask, dst.shape)
+    if box is None:
+        return
+    if isinstance(value, NkiTensor) and tuple(value.shape) == tuple(dst.shape):
+        value = _restrict(value, box)
+    _nl.store(_restrict(dst, box), value)
+
+
+def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
+    _check_mask(mask, "nl.load_transpose2d")
+    tr = _tr.current("nl.load_transpose2d")
+    if src.ndim != 2:
+        raise make_error(KernelError, "NSIM-E404", "nl.load_transpose2d needs a 2-D source")
+    out = tr.tile("sbuf", src.dtype, (src.shape[1], src.shape[0]))
+    _nisa.dma_transpose(dst=out, src=src)
+    if dtype is not None and np.dtype(dtype) != out.dtype:
+        return _nl.copy_(out, dtype=dtype)
+    return out
+
+
+def broadcast_to(src, *, shape, **kwargs):
+    shape = tuple(int(s) for s in shape)
+    if tuple(src.shape) == shape:
+        return src
+    if src.ndim == 2 and len(shape) == 2 and src.shape[0] == 1 and shape[0] > 1 and src.buffer != "hbm":
+        return _partition_broadcast(src, shape)
+    if src.ndim != len(shape) or src.shape[0] != shape[0]:
+        raise NotImplementedError("nsim: nl.broadcast_to broadcasts free dims of size 1, or the partition dim "
+                                  "of a (1, F) tile")
+    v = src
+    for d in range(1, len(shape)):
+        if v.shape[d] == 1 and shape[d] != 1:
+            v = v.broadcast(d, shape[d])
+    out = _nl._new_tile(shape, src.dtype)
+    _nisa.tensor_copy(dst=out, src=v)
+    return out
+
+
+def _partition_broadcast(src, shape):
+    """(1, F) -> (P, F): a K=1 matmul with a ones row on TensorE (ones.T @ src), in chunks of 512 columns."""
+    p, f = int(shape[0]), int(shape[1])
+    if src.shape[1] != f and src.shape[1] != 1:
+        raise make_error(KernelError, "NSIM-E304", "broadcast_to: cannot broadcast {} to {}".format(
+            tuple(src.shape), shape))
+    if src.shape[1] == 1 and f > 1:
+        src = broadcast_to(src, shape=(1, f))
+    mdt = src.dtype if src.dtype in (np.dtype(np.float32), np.dtype(np.float16)) or src.dtype.name == "bfloat16" \
+        else np.dtype(np.float32)
+    mov = src if src.buffer == "sbuf" and mdt == src.dtype else _nl.copy_(src, dtype=mdt)
+    ones_ = _nl._new_tile((1, p), mdt)
+    _nisa.memset(ones_, 1.0)
+    out = _nl._new_tile((p, f), src.dtype)
+    for c in range(0, f, 512):
+        n = _b.min(512, f - c)
+        ps = _nl._new_tile((p, n), np.float32, "psum")
+        _nisa.nc_matmul(dst=ps, stationary=ones_, moving=NkiTensor.__getitem__(mov, (slice(None), slice(c, c + n))),
+                        accumulate=False)
+        _nisa.tensor_copy(dst=NkiTensor.__getitem__(out, (slice(None), slice(c, c + n))), src=ps)
+    return out
+
+
+def softmax(x, axis=-1, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
+    """``nl.softmax`` over the last free dim: max (V), exp(x - max) with sum (S), reciprocal * (V)."""
+    _check_mask(mask, "nl.softmax")
+    _nl._tensor_arg(x, "softmax")
+    if x.ndim != 2 or int(axis) not in (1, -1):
+        raise NotImplementedError("nsim: nl.softmax supports 2-D tiles over axis 1 only")
+    mx = _nl._new_tile((x.shape[0], 1), np.float32)
+    _nisa.tensor_reduce(dst=mx, op=_nl.maximum, data=x, axis=1, negate=True)
+    e = _nl._new_tile(x.shape, np.float32)
+    s = _nl._new_tile((x.shape[0], 1), np.float32)
+    _nisa.activation(dst=e, op=_nl.exp, data=x, bias=mx, reduce_res=s, reduce_cmd=_nisa.reduce_cmd.reset_reduce)
+    r = _nl._new_tile((x.shape[0], 1), np.float32)
+    _nisa.reciprocal(dst=r, data=s)
+    out = _nl._new_tile(x.shape, dtype if dtype is not None else x.dtype)
+    _nisa.tensor_scalar(dst=out, data=e, op0=_nl.multiply, operand0=r)
+    return out
+
+
+def static_cast(x, dtype):
+    return copy(x, dtype=dtype)
+
+
+def device_print(prefix, x, *, mask=None, **kwargs):
+    """Accepted; nsim does not print tensor values while tracing."""
+    return None
+
+
+def expand_dims(x, axis):
+    raise NotImplementedError("nsim: nl.expand_dims is not supported yet for Beta-1 kernels")
+
+
+def _iota_value(e, dtype):
+    from . import isa as _b1isa
+    return _b1isa.iota(e, dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Launch grid (§1.5)
+# --------------------------------------------------------------------------------------------------
+
+
+class spmd_dim(int):  # noqa: N801
+    """``nl.spmd_dim(a, b, ...)``: a grid dim of size prod(args) (nc annotations are timing only)."""
+
+    def __new__(cls, *args):
+        n = 1
+        for a in args:
+            n *= int(a)
+        return int.__new__(cls, n)
+
+
+class nc(int):  # noqa: N801
+    """``nl.nc(k)``: k physical cores (a grid dim of size k); ``nl.nc(k) * n`` is size k*n."""
+
+    def __new__(cls, k):
+        return int.__new__(cls, int(k))
+
+
+def program_id(axis):
+    st = _grid_state()
+    ids = st.get("ids", ())
+    axis = int(axis)
+    if not ids:
+        if axis == 0:
+            return 0
+        raise make_error(KernelError, "NSIM-E404", "nl.program_id({}): the kernel has no launch grid".format(axis))
+    if not 0 <= axis < len(ids):
+        raise make_error(KernelError, "NSIM-E404", "nl.program_id({}): the grid has {} dims".format(axis, len(ids)))
+    return ids[axis]
+
+
+def num_programs(axes=None):
+    st = _grid_state()
+    grid = st.get("grid", ())
+    if axes is None:
+        n = 1
+        for g in grid:
+            n *= g
+        return n
+    if not grid:
+        return 1
+    axs = [axes] if isinstance(axes, (int, np.integer)) else list(axes)
+    n = 1
+    for a in axs:
+        n *= grid[int(a)]
+    return n
+
+
+def program_ndim():
+    return len(_grid_state().get("grid", ()))

@@ -1,0 +1,500 @@
+"""The Beta-1 NKI dialect (``neuronxcc.nki`` -> nsim.nki.beta1): tutorial-style kernels run through
+``nsim.compat.install()``, ``nki.simulate_kernel`` and the jit call, checked against numpy."""
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pytest
+
+_core = pytest.importorskip("nsim._core", exc_type=ImportError)
+ml_dtypes = pytest.importorskip("ml_dtypes")
+try:
+    _core.version()
+except Exception as e:  # the extension is not built
+    pytest.skip("nsim._core not usable: {}".format(e), allow_module_level=True)
+
+from nsim import compat  # noqa: E402
+
+BF16 = ml_dtypes.bfloat16
+KDIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+_PREFIXES = ("nki", "neuronxcc")
+
+
+@pytest.fixture(scope="module")
+def b1():
+    """compat installed; yields (nki, nl, nisa, kernel modules); restores sys.modules afterwards."""
+    was = compat.installed()
+    before = {n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES}
+    compat.install()
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.isa as nisa
+    import neuronxcc.nki.language as nl
+
+    mods = {}
+    for name in ("beta1_tensor_add", "beta1_softmax", "beta1_matmul", "beta1_rmsnorm"):
+        spec = importlib.util.spec_from_file_location("nsim_test_" + name, os.path.join(KDIR, name + ".py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        mods[name] = mod
+    yield nki, nl, nisa, mods
+    for name in mods:
+        sys.modules.pop("nsim_test_" + name, None)
+    if not was:
+        compat.uninstall()
+        for n in [n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES and n not in before]:
+            sys.modules.pop(n, None)
+
+
+def _rand(shape, dtype=np.float32, seed=0, lo=-1.0, hi=1.0):
+    return np.random.default_rng(seed).uniform(lo, hi, shape).astype(np.float32).astype(dtype)
+
+
+def _close(got, want, dtype=np.float32):
+    tol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-2
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
+
+
+# --------------------------------------------------------------------------------------------------
+# compat
+# --------------------------------------------------------------------------------------------------
+
+
+def test_compat_aliases(b1):
+    nki, nl, nisa, _ = b1
+    import nsim.nki.beta1 as B
+    import neuronxcc.nki.compiler as ncc
+    import neuronxcc.nki.typing as nt
+
+    assert nki is B and nl is B.language and nisa is B.isa and ncc is B.compiler and nt is B.typing
+    assert sys.modules["neuronxcc"].nki is B
+    import nki as new_nki
+
+    assert new_nki is not nki  # the new dialect stays separate
+    assert ncc.sbuf.alloc(lambda *a: 0) == "sbuf"
+
+
+# --------------------------------------------------------------------------------------------------
+# tensor add
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_tensor_add_simple(b1, dtype):
+    nki, _, _, m = b1
+    k = m["beta1_tensor_add"]
+    a, b = _rand((128, 512), dtype, 1), _rand((128, 512), dtype, 2)
+    want = k.reference_add(a, b)
+    for got in (nki.simulate_kernel(k.nki_tensor_add_kernel, a, b), k.nki_tensor_add_kernel(a, b)):
+        assert got.dtype == np.dtype(dtype) and got.shape == a.shape
+        _close(got, want, dtype)
+
+
+def test_tensor_add_grid_writes_argument(b1):
+    nki, _, _, m = b1
+    k = m["beta1_tensor_add"]
+    a, b = _rand((256, 1024), seed=3), _rand((256, 1024), seed=4)
+    _close(k.nki_tensor_add(a, b), a + b)  # kernel[2, 2](a, b, c) inside
+    c = np.zeros_like(a)
+    assert nki.simulate_kernel(k.nki_tensor_add_kernel_[2, 2], a, b, c) is None
+    _close(c, a + b)
+    c2 = np.zeros_like(a)
+    nki.baremetal(k.nki_tensor_add_kernel_)[2, 2](a, b, c2)
+    _close(c2, a + b)
+    # the four instances run in one traced kernel: 4 x (2 loads + add + store)
+    ops = [s["op"] for s in k.nki_tensor_add_kernel_.last_json["body"] if "op" in s]
+    assert ops.count("tensor_tensor") == 4
+
+
+def test_tensor_add_grid_shared_output(b1):
+    _, _, _, m = b1
+    k = m["beta1_tensor_add"]
+    a, b = _rand((256, 1024), seed=5), _rand((256, 1024), seed=6)
+    got = k.nki_tensor_add_grid_out[2, 2](a, b)
+    _close(got, 2 * a - b)
+    hbm = [t for t in k.nki_tensor_add_grid_out.last_json["tensors"] if t["kind"] == "output"]
+    assert len(hbm) == 1  # one shared_hbm tensor for the whole launch
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_tensor_add_loop(b1, dtype):
+    nki, _, _, m = b1
+    k = m["beta1_tensor_add"]
+    a, b = _rand((384, 256), dtype, 7), _rand((384, 256), dtype, 8)
+    c = np.zeros_like(a)
+    nki.simulate_kernel(k.nki_tensor_add_loop, a, b, c)
+    _close(c, k.reference_add(a, b), dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# exp / softmax
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_exp(b1, dtype):
+    nki, _, _, m = b1
+    k = m["beta1_softmax"]
+    x = _rand((256, 384), dtype, 9)
+    _close(nki.simulate_kernel(k.exp_kernel, x), k.reference_exp(x), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_softmax_nl(b1, dtype):
+    nki, _, _, m = b1
+    k = m["beta1_softmax"]
+    x = _rand((256, 512), dtype, 10, -4, 4)
+    got = k.softmax_nl_kernel(x)
+    assert got.dtype == np.dtype(dtype)
+    _close(got, k.reference_softmax(x), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_softmax_isa(b1, dtype):
+    nki, _, _, m = b1
+    k = m["beta1_softmax"]
+    x = _rand((256, 512), dtype, 11, -4, 4)
+    out = np.zeros_like(x)
+    nki.simulate_kernel(k.softmax_isa_kernel, x, out)
+    _close(out, k.reference_softmax(x), dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# matmul with K accumulation in PSUM
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_matmul_tiled(b1, dtype):
+    nki, _, _, m = b1
+    k = m["beta1_matmul"]
+    lhsT, rhs = _rand((384, 256), dtype, 12), _rand((384, 1024), dtype, 13)
+    res = np.zeros((256, 1024), dtype)
+    nki.simulate_kernel(k.nki_matmul_tiled_, lhsT, rhs, res)
+    want = k.reference_matmul(lhsT, rhs)
+    if dtype == np.float32:
+        np.testing.assert_allclose(res, want, rtol=1e-5, atol=1e-4)
+    else:
+        _close(res, want, dtype)
+    mm = [s for s in k.nki_matmul_tiled_.last_json["body"] if s.get("op") == "nc_matmul"]
+    assert len(mm) == 2 * 2 * 3 and all("accumulate" in s.get("flags", []) for s in mm)
+    ops = [s["op"] for s in k.nki_matmul_tiled_.last_json["body"] if "op" in s]
+    assert "tensor_tensor" not in ops  # += accumulates on TensorE; loads write the tiles directly
+    assert ops.count("tensor_copy") == 4  # only the PSUM evictions
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_matmul_hoist_load_block_dims(b1, dtype):
+    _, _, _, m = b1
+    k = m["beta1_matmul"]
+    lhsT, rhs = _rand((256, 256), dtype, 14), _rand((256, 1024), dtype, 15)
+    got = k.nki_matmul_hoist_load_(lhsT, rhs)
+    want = k.reference_matmul(lhsT, rhs)
+    tol = 1e-4 if dtype == np.float32 else 2e-2
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=tol, atol=tol)
+
+
+def test_matmul_spmd_grid(b1):
+    nki, _, _, m = b1
+    k = m["beta1_matmul"]
+    lhsT, rhs = _rand((256, 256), seed=16), _rand((256, 1024), seed=17)
+    res = np.zeros((256, 1024), np.float32)
+    nki.simulate_kernel(k.nki_matmul_spmd_[2, 2], lhsT, rhs, res)
+    np.testing.assert_allclose(res, lhsT.T @ rhs, rtol=1e-5, atol=1e-4)
+
+
+# --------------------------------------------------------------------------------------------------
+# language details
+# --------------------------------------------------------------------------------------------------
+
+
+def test_program_queries(b1):
+    nki, nl, _, _ = b1
+
+    @nki.jit
+    def k(out):
+        i, j = nl.program_id(0), nl.program_id(1)
+        v = i * 100 + j * 10 + nl.num_programs() + nl.num_programs(1) * 1000 + nl.program_ndim() * 10000
+        t = nl.full((1, 1), v, nl.float32)
+        nl.store(out[i:i + 1, j:j + 1], t)
+
+    out = np.zeros((2, 3), np.float32)
+    k[2, 3](out)
+    want = np.array([[i * 100 + j * 10 + 6 + 3000 + 20000 for j in range(3)] for i in range(2)], np.float32)
+    np.testing.assert_array_equal(out, want)
+
+    @nki.jit
+    def k0(out):
+        nl.store(out, nl.full((1, 1), nl.program_id(0) + nl.num_programs() + 10 * nl.program_ndim(), nl.float32))
+
+    o = np.zeros((1, 1), np.float32)
+    k0(o)
+    assert o[0, 0] == 1.0
+
+
+def test_tile_operators_and_assignment(b1):
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((6, 128, 64), nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        y = nl.load(b)
+        nl.store(out[0], -x + 1.0)
+        nl.store(out[1], 2.0 * x - y / 4.0)
+        nl.store(out[2], (x > y))
+        nl.store(out[3], 1.0 - x * x)
+        t = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        t[...] = 3.0
+        t[:, 0:32] = x[:, 32:64]
+        nl.store(out[4], t)
+        s = nl.ndarray((128, 64), nl.bfloat16, buffer=nl.sbuf)
+        col = nl.sum(x, axis=1, keepdims=True)  # (128, 1) broadcast on assignment
+        s[...] = col
+        s[...] += y
+        nl.store(out[5], s)
+        return out
+
+    a, b = _rand((128, 64), seed=18), _rand((128, 64), seed=19)
+    got = k(a, b)
+    _close(got[0], 1.0 - a)
+    _close(got[1], 2 * a - b / 4)
+    np.testing.assert_array_equal(got[2], (a > b).astype(np.float32))
+    _close(got[3], 1 - a * a)
+    t = np.full((128, 64), 3.0, np.float32)
+    t[:, :32] = a[:, 32:]
+    _close(got[4], t)
+    s = (a.sum(axis=1, keepdims=True).astype(BF16).astype(np.float32) + b).astype(BF16)
+    _close(got[5], s, BF16)
+
+
+def test_isa_value_functions(b1):
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((7, 128, 128), nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        y = nl.load(b)
+        nl.store(out[0], nisa.tensor_tensor(x, y, nl.multiply))
+        nl.store(out[1], nisa.tensor_scalar(x, nl.multiply, 2.0, op1=nl.add, operand1=1.0))
+        nl.store(out[2], nisa.nc_transpose(x))
+        nl.store(out[3], nl.transpose(x))
+        nl.store(out[4], nl.matmul(x, y))  # x @ y (transpose inserted)
+        nl.store(out[5], nisa.iota(nl.arange(128)[:, None] * 1000 + nl.arange(128)[None, :], nl.int32))
+        m = nisa.memset((128, 128), 7.0, nl.float32)
+        nl.store(out[6], nisa.tensor_copy(m, dtype=nl.bfloat16))
+        return out
+
+    a, b = _rand((128, 128), seed=20), _rand((128, 128), seed=21)
+    got = k(a, b)
+    _close(got[0], a * b)
+    _close(got[1], 2 * a + 1)
+    _close(got[2], a.T)
+    _close(got[3], a.T)
+    np.testing.assert_allclose(got[4], a @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(got[5], np.add.outer(np.arange(128) * 1000, np.arange(128)).astype(np.float32))
+    np.testing.assert_array_equal(got[6], np.full((128, 128), 7.0, np.float32))
+
+
+def test_dma_copy_keyword_only_and_reduce(b1):
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 1), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 256), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        r = nisa.tensor_reduce(nl.add, t, axis=1, keepdims=True)
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    a = _rand((128, 256), seed=22)
+    np.testing.assert_allclose(k(a), a.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-4)
+
+    @nki.jit
+    def bad(a):
+        t = nl.ndarray((128, 256), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(t, a)
+
+    with pytest.raises(TypeError):
+        bad(a)
+
+
+def test_block_dims_need_indexing(b1):
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(a):
+        t = nl.zeros((2, nl.par_dim(128), 64), nl.float32, buffer=nl.sbuf)
+        assert t.shape == [2, 128, 64]
+        return nl.exp(t)
+
+    with pytest.raises(nki.KernelError):
+        k(_rand((128, 64)))
+
+
+def test_masks_not_implemented(b1):
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(a):
+        i_p = nl.arange(128)[:, None]
+        t = nl.load(a[i_p, nl.arange(64)[None, :]])
+        return nl.sum(t, axis=1, mask=(i_p < 100))
+
+    with pytest.raises(NotImplementedError, match="mask"):
+        k(_rand((128, 64)))
+
+
+def test_benchmark_baremetal_trace(b1):
+    nki, nl, nisa, m = b1
+
+    @nki.trace
+    def add_one(t):
+        return t + 1.0
+
+    @nki.benchmark(warmup=2, iters=3)
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, add_one(nl.load(a)))
+        return out
+
+    a = _rand((128, 64), seed=23)
+    _close(k(a), a + 1)
+    lat = k.benchmark_result.nc_latency
+    assert lat.get_latency_percentile(50) > 0 and lat.get_latency_percentile(99) == lat.get_latency_percentile(1)
+
+    bk = nki.baremetal(save_neff_name="x.neff")(k.fn)
+    _close(bk(a), a + 1)
+    jk = nki.jit(k.fn, mode="simulation", platform_target="trn1")
+    assert jk.config == "trn1"
+    _close(jk(a), a + 1)
+
+
+def test_arange_views(b1):
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((64, 32), nl.float32, buffer=nl.shared_hbm)
+        i_p = nl.arange(64)[:, None]
+        i_f = nl.arange(32)[None, :]
+        x = nl.load(a[2 * i_p + 1, i_f * 2 + 8])  # strided rows and columns
+        nl.store(out[i_p, i_f], x)
+        return out
+
+    a = _rand((200, 100), seed=24)
+    np.testing.assert_array_equal(k(a), a[1:129:2, 8:72:2])
+
+    @nki.jit
+    def oob(a):
+        i_p = nl.arange(128)[:, None]
+        return nl.load(a[i_p + 100, nl.arange(4)[None, :]])
+
+    with pytest.raises(nki.KernelError):
+        oob(a)
+
+
+def test_masks_tail_tiles(b1):
+    """Beta-1 tail handling: loads/stores/ops under affine masks (rectangular)."""
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(a, b):
+        n, f = a.shape
+        out = nl.ndarray((n, f), nl.float32, buffer=nl.shared_hbm)
+        out2 = nl.ndarray((n, f), nl.float32, buffer=nl.shared_hbm)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(f)[None, :]
+        for i in nl.affine_range((n + 127) // 128):
+            m = (i * 128 + i_p < n)
+            x = nl.load(a[i * 128 + i_p, i_f], mask=m)
+            y = nl.load(b[i * 128 + i_p, i_f], mask=m)
+            z = nl.add(x, y, mask=m)
+            e = nisa.activation(op=nl.exp, data=z, mask=m)
+            nl.store(out[i * 128 + i_p, i_f], value=e, mask=m)
+            w = nisa.tensor_scalar(x, nl.multiply, 3.0, mask=m & (i_f < 16))
+            nl.store(out2[i * 128 + i_p, i_f], value=w, mask=(i * 128 + i_p < n) & (i_f < 16))
+        return out, out2
+
+    a, b = _rand((300, 64), seed=25), _rand((300, 64), seed=26)
+    o1, o2 = k(a, b)
+    np.testing.assert_allclose(o1, np.exp(a + b), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(o2[:, :16], 3 * a[:, :16], rtol=1e-5, atol=1e-6)
+
+    @nki.jit
+    def nonrect(a):
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(64)[None, :]
+        return nl.load(a[i_p, i_f], mask=(i_p < i_f))
+
+    with pytest.raises(NotImplementedError, match="non-rectangular"):
+        nonrect(_rand((128, 64)))
+
+
+def test_assignment_keeps_aliased_values(b1):
+    """`t[...] = y[...]` / `p += r[...]` where the value's storage is still referenced: no retargeting."""
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((4, 128, 128), nl.float32, buffer=nl.shared_hbm)
+        y = nl.load(a)
+        t = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+        t[...] = y[...]
+        r = nisa.nc_matmul(y, y)
+        p = nl.zeros((128, 128), nl.float32, buffer=nl.psum)
+        p += r[...]
+        p[...] += r
+        nl.store(out[0], y)
+        nl.store(out[1], r)
+        nl.store(out[2], p)
+        nl.store(out[3], t)
+        return out
+
+    a = _rand((128, 128), seed=27)
+    o = k(a)
+    np.testing.assert_array_equal(o[0], a)
+    np.testing.assert_allclose(o[1], a.T @ a, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(o[2], 2 * (a.T @ a), rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(o[3], a)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_rmsnorm_masked_tail(b1, dtype):
+    """RMSNorm tutorial: row-tail masks, (1, F) -> (128, F) partition broadcast of the weight."""
+    nki, _, _, m = b1
+    k = m["beta1_rmsnorm"]
+    a = _rand((300, 512), dtype, 28, 0.5, 1.5)
+    g = _rand((1, 512), dtype, 29, 0.5, 1.5)
+    got = nki.simulate_kernel(k.nki_rmsnorm_kernel, a, g)
+    _close(got, k.reference_rmsnorm(a, g), dtype)
+
+
+def test_transposed_arange_windows(b1):
+    """`out[i_f, i_p]` / `a[i_f, i_p]` (partition index on the second dim): DMA transposes."""
+    nki, nl, _, _ = b1
+
+    @nki.jit
+    def store_t(a):
+        out = nl.ndarray((64, 128), nl.float32, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(64)[None, :]
+        x = nl.load(a[ip, jf])
+        assert out[jf, ip].shape == (128, 64)
+        nl.store(out[jf, ip], x)
+        return out
+
+    @nki.jit
+    def load_t(a):
+        out = nl.ndarray((64, 128), nl.float32, buffer=nl.shared_hbm)
+        ip = nl.arange(64)[:, None]
+        jf = nl.arange(128)[None, :]
+        nl.store(out[ip, jf], nl.load(a[jf, ip]))
+        return out
+
+    a = _rand((128, 64), seed=30)
+    np.testing.assert_array_equal(store_t(a), a.T)
+    np.testing.assert_array_equal(load_t(a), a.T)
