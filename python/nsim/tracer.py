@@ -61,12 +61,21 @@ InternalError = _core_cls("InternalError", NsimError)
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))  # .../python/nsim
 
 
+_INTERNAL_FILE = {}  # co_filename -> True when it lies inside the nsim package (cached: hot in tracing)
+
+
+def _is_internal(co_filename):
+    v = _INTERNAL_FILE.get(co_filename)
+    if v is None:
+        v = _INTERNAL_FILE[co_filename] = os.path.abspath(co_filename).startswith(_PKG_DIR + os.sep)
+    return v
+
+
 def user_frame():
     """The innermost stack frame outside the nsim package (the user's kernel line)."""
     f = sys._getframe(1)
     while f is not None:
-        fn = os.path.abspath(f.f_code.co_filename)
-        if not fn.startswith(_PKG_DIR + os.sep):
+        if not _is_internal(f.f_code.co_filename):
             return f
         f = f.f_back
     return None
@@ -523,13 +532,14 @@ class Tracer:
     def _track_accesses(self, stmt):
         is_mm = stmt["op"] == "nc_matmul"
         for slot, v in self._operands(stmt):
-            name, reg = self._region_of(v, self)
+            name = v if isinstance(v, str) else v["tensor"]
             if slot == "dst":
                 self.written.add(name)
             else:
                 self.read.add(name)
-            if self.buffers.get(name) != "psum":
+            if self.buffers.get(name) != "psum":  # only PSUM regions carry accumulation groups
                 continue
+            reg = self._region_of(v, self)[1]
             if is_mm and slot == "dst":
                 self.open_groups.setdefault(name, set()).add(reg)
             else:  # any non-matmul access ends the accumulation groups it touches
