@@ -135,3 +135,42 @@ def test_layernorm_tier1_fallback(monkeypatch):
     out = _run(K.layernorm, args, "trn1")
     assert not any(s.get("op") == "bn_stats" for s in K.layernorm.to_json()["body"])
     _check(out, K.layernorm_ref(*args), BF16)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_flash_attention_gqa(config, causal):
+    args = K.flash_attention_gqa_inputs(seed=15, hq=4, hkv=2, s=256, d=64, causal=causal)
+    out = _run(K.flash_attention_gqa, args, config)
+    assert out.dtype == BF16 and out.shape == (4, 256, 64)
+    _check(out, K.flash_attention_gqa_ref(*args), BF16)
+
+
+def test_flash_attention_gqa_matches_single_head_and_mqa():
+    """Each query head equals single-head flash_attention with its kv head; Hkv = 1 (MQA) works too."""
+    q, k, v, _ = K.flash_attention_gqa_inputs(seed=16, hq=3, hkv=1, s=128, d=32, causal=True)
+    out = _run(K.flash_attention_gqa, (q, k, v, True), "trn2")
+    _check(out, K.flash_attention_gqa_ref(q, k, v, True), BF16)
+    for h in range(3):
+        single = _run(K.flash_attention, (q[h], k[0], v[0], True), "trn2")
+        np.testing.assert_array_equal(out[h], single)
+
+
+def test_flash_attention_gqa_loads_kv_once_per_kv_head():
+    hq, hkv, s, d = 4, 2, 256, 64
+    args = K.flash_attention_gqa_inputs(seed=17, hq=hq, hkv=hkv, s=s, d=d)
+    body = K.flash_attention_gqa.to_json(*args)["body"]
+
+    def src_of(st):
+        src = st.get("src")
+        return src.get("tensor") if isinstance(src, dict) else src
+    loads = [src_of(st) for st in body if st.get("op") == "dma_copy"]
+    nb = s // 128
+    assert loads.count("k") == hkv * nb and loads.count("v") == hkv * nb
+    assert loads.count("q") == hq * nb
+
+
+def test_flash_attention_gqa_rejects_bad_grouping():
+    q, k, v, _ = K.flash_attention_gqa_inputs(seed=18, hq=3, hkv=2, s=128, d=32)
+    with pytest.raises(AssertionError):
+        K.flash_attention_gqa.to_json(q, k, v, True)

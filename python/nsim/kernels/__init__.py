@@ -16,8 +16,9 @@ from .norm import (softmax, softmax_ref, softmax_inputs, rmsnorm, rmsnorm_ref, r
 from .matmul import (matmul_naive, matmul_naive_ref, matmul_blocked, matmul_blocked_ref, matmul_ref,
                      matmul_inputs, transpose, transpose_ref, transpose_inputs)
 from .mlp import swiglu, swiglu_ref, swiglu_inputs
-from .attention import (flash_attention, flash_attention_ref, flash_attention_inputs, attention_naive,
-                        attention_naive_ref, attention_naive_inputs, attention_ref)
+from .attention import (flash_attention, flash_attention_ref, flash_attention_inputs, flash_attention_gqa,
+                        flash_attention_gqa_ref, flash_attention_gqa_inputs, attention_naive, attention_naive_ref,
+                        attention_naive_inputs, attention_ref)
 
 KERNELS = {
     "tensor_add": (tensor_add, tensor_add_ref, tensor_add_inputs),
@@ -29,9 +30,11 @@ KERNELS = {
     "transpose": (transpose, transpose_ref, transpose_inputs),
     "swiglu": (swiglu, swiglu_ref, swiglu_inputs),
     "flash_attention": (flash_attention, flash_attention_ref, flash_attention_inputs),
+    "flash_attention_gqa": (flash_attention_gqa, flash_attention_gqa_ref, flash_attention_gqa_inputs),
     "attention_naive": (attention_naive, attention_naive_ref, attention_naive_inputs),
 }
 
 __all__ = ["KERNELS"] + sorted({n for k in KERNELS for n in (k, k + "_ref")} | {
     "tensor_add_inputs", "softmax_inputs", "rmsnorm_inputs", "layernorm_inputs", "matmul_inputs", "matmul_ref",
-    "transpose_inputs", "swiglu_inputs", "flash_attention_inputs", "attention_naive_inputs", "attention_ref"})
+    "transpose_inputs", "swiglu_inputs", "flash_attention_inputs", "flash_attention_gqa_inputs",
+    "attention_naive_inputs", "attention_ref"})

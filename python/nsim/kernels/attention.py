@@ -1,5 +1,5 @@
-"""Single-head attention: flash attention (online softmax, causal) and a naive version whose score
-matrix is materialised in HBM.
+"""Attention: single-head flash attention (online softmax, causal), its grouped-query (GQA) multi-head
+version, and a naive single-head version whose score matrix is materialised in HBM.
 
 Layout (port of examples/gen_examples.py:flash_attention): Q^T and K^T [d, S] (d <= 128 on the
 partitions) so scores S_ij = Q_i K_j^T come from nc_matmul(stationary=Q_i^T [d, q], moving=K_j^T [d, k]);
@@ -38,22 +38,21 @@ def _causal_mask(s_sb):
     return s_m
 
 
-@nki.jit
-def flash_attention(q, k, v, causal=True):
-    """out = softmax(Q K^T / sqrt(d) [+ causal mask]) V for q, k, v [S, d]; S multiple of 128, d <= 128."""
-    s, d = q.shape
-    assert s % P == 0 and d <= P, "flash_attention: S must be a multiple of 128 and d <= 128, got {}".format(q.shape)
-    nb = s // P
-    scale = 1.0 / math.sqrt(d)
-    out = nl.ndarray((s, d), q.dtype, buffer=nl.shared_hbm)
-
-    # resident K^T [d, S] and V [128, nb, d]
+def _load_kv(k, v, d, nb):
+    """Resident K^T [d, S] and V [128, nb, d] in SBUF from one head's HBM views k, v [S, d]."""
+    s = nb * P
     k_t = nl.ndarray((d, s), k.dtype, buffer=nl.sbuf)
     v_sb = nl.ndarray((P, nb, d), v.dtype, buffer=nl.sbuf)
     for j in nl.affine_range(nb):
         _load_transposed(k_t[:, j * P:(j + 1) * P], k[j * P:(j + 1) * P, :], k.dtype, d)
         nisa.dma_copy(dst=v_sb[:, j, :], src=v[j * P:(j + 1) * P, :])
+    return k_t, v_sb
 
+
+def _flash_head(out, q, k_t, v_sb, causal, d, nb):
+    """One head of flash attention: out [S, d] (HBM view) = softmax(q K^T / sqrt(d) [+ mask]) V for the HBM
+    view q [S, d] and the resident k_t [d, S], v_sb [128, nb, d] of _load_kv."""
+    scale = 1.0 / math.sqrt(d)
     for i in nl.affine_range(nb):
         q_t = nl.ndarray((d, P), q.dtype, buffer=nl.sbuf)
         _load_transposed(q_t, q[i * P:(i + 1) * P, :], q.dtype, d)
@@ -108,6 +107,40 @@ def flash_attention(q, k, v, causal=True):
         o_t = nl.ndarray((P, d), q.dtype, buffer=nl.sbuf)
         nisa.tensor_scalar(dst=o_t, data=o, op0=nl.multiply, operand0=rl)
         nisa.dma_copy(dst=out[i * P:(i + 1) * P, :], src=o_t)
+
+
+@nki.jit
+def flash_attention(q, k, v, causal=True):
+    """out = softmax(Q K^T / sqrt(d) [+ causal mask]) V for q, k, v [S, d]; S multiple of 128, d <= 128."""
+    s, d = q.shape
+    assert s % P == 0 and d <= P, "flash_attention: S must be a multiple of 128 and d <= 128, got {}".format(q.shape)
+    nb = s // P
+    out = nl.ndarray((s, d), q.dtype, buffer=nl.shared_hbm)
+    k_t, v_sb = _load_kv(k, v, d, nb)  # resident K^T [d, S] and V [128, nb, d]
+    _flash_head(out, q, k_t, v_sb, causal, d, nb)
+    return out
+
+
+@nki.jit
+def flash_attention_gqa(q, k, v, causal=True):
+    """Grouped-query flash attention: q [Hq, S, d], k, v [Hkv, S, d], Hq a multiple of Hkv; query head h
+    attends with kv head h // (Hq // Hkv). out [Hq, S, d]. Each kv head's K^T / V is loaded into SBUF once
+    and reused by its Hq // Hkv query heads. S multiple of 128, d <= 128."""
+    hq, s, d = q.shape
+    hkv = k.shape[0]
+    assert tuple(k.shape) == (hkv, s, d) and tuple(v.shape) == (hkv, s, d), \
+        "flash_attention_gqa: k, v must be [Hkv, S, d] = [{}, {}, {}], got {}, {}".format(hkv, s, d, k.shape, v.shape)
+    assert hkv >= 1 and hq % hkv == 0, "flash_attention_gqa: Hq={} is not a multiple of Hkv={}".format(hq, hkv)
+    assert s % P == 0 and d <= P, "flash_attention_gqa: S must be a multiple of 128 and d <= 128, got {}".format(
+        q.shape)
+    nb = s // P
+    group = hq // hkv
+    out = nl.ndarray((hq, s, d), q.dtype, buffer=nl.shared_hbm)
+    for g in nl.affine_range(hkv):
+        k_t, v_sb = _load_kv(k[g], v[g], d, nb)
+        for r in nl.affine_range(group):
+            h = g * group + r
+            _flash_head(out[h], q[h], k_t, v_sb, causal, d, nb)
     return out
 
 
@@ -134,6 +167,20 @@ def attention_inputs(seed=0, s=512, d=128, causal=None):
 
 def flash_attention_inputs(seed=0, s=512, d=128, causal=True):
     return attention_inputs(seed, s, d, causal)
+
+
+def flash_attention_gqa_ref(q, k, v, causal=True):
+    """fp32 reference of flash_attention_gqa: query head h uses kv head h // (Hq // Hkv)."""
+    group = q.shape[0] // k.shape[0]
+    return np.stack([attention_ref(q[h], k[h // group], v[h // group], causal=causal) for h in range(q.shape[0])])
+
+
+def flash_attention_gqa_inputs(seed=0, hq=4, hkv=2, s=256, d=64, causal=True):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((hq, s, d)).astype(BF16)
+    k = rng.standard_normal((hkv, s, d)).astype(BF16)
+    v = rng.standard_normal((hkv, s, d)).astype(BF16)
+    return q, k, v, causal
 
 
 # --------------------------------------------------------------------------------------------------
