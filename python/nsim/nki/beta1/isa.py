@@ -15,12 +15,11 @@ from .. import language as _nnl
 from . import language as _nl
 from .language import _check_mask, _is_mask, IndexExpr, BlockTensor, masked_elementwise, mask_box, _restrict
 
-# enums, constants and the (dst-passing) Tier-2 instructions of the new dialect
+# enums and constants of the new dialect (the Tier-2 instructions are wrapped below, spec §2.2 "Beta 1")
 from ..isa import (  # noqa: F401
     engine, tensor_engine, vector_engine, scalar_engine, gpsimd_engine, unknown_engine, reduce_cmd, dge_mode,
     oob_mode, matmul_perf_mode, nc_version, dma_engine, get_nc_version, get_nc_sub_version, NkiValidationError,
-    FP32_MIN, dma_transpose, scalar_tensor_tensor, activation_reduce, affine_select, nc_stream_shuffle,
-    tensor_tensor_scan, tensor_scalar_reduce, bn_stats, bn_aggr, tensor_copy_predicated, range_select)
+    FP32_MIN)
 
 
 def _tile(x, what):
@@ -202,3 +201,235 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
     _n.dma_copy(dst=_tile(dst, "dma_copy"), src=_tile(src, "dma_copy"), oob_mode=oob_mode, dge_mode=dge_mode,
                 engine=kwargs.get("engine", engine.unknown))
     return None
+
+
+
+# --------------------------------------------------------------------------------------------------
+# Tier 2 (spec §2.2 "Beta 1" signatures): value-returning wrappers of the dst-passing new-dialect
+# instructions. As for Tier 1, an explicit ``dst=`` keyword writes into ``dst`` and returns ``None``.
+# --------------------------------------------------------------------------------------------------
+
+
+def _dtype_of(x):
+    return x.dtype if isinstance(x, NkiTensor) else None
+
+
+def _promote(*xs):
+    dts = [d for d in (_dtype_of(x) for x in xs) if d is not None]
+    r = dts[0]
+    for d in dts[1:]:
+        r = _nnl.promote(r, d)
+    return r
+
+
+def _cast(out, dtype):
+    if dtype is None or np.dtype(dtype) == out.dtype:
+        return out
+    return _nnl.copy_(out, dtype=dtype)
+
+
+def dma_transpose(src, *, axes=None, mask=None, dtype=None, dst=None, **kwargs):
+    """A fresh SBUF tile ``src.transpose(axes)`` (2-D only in nsim); ``dtype`` != src adds a cast."""
+    _check_mask(mask, "nisa.dma_transpose")
+    _tile(src, "dma_transpose")
+    extra = {k: kwargs[k] for k in ("dge_mode", "oob_mode") if k in kwargs}
+    if dst is not None:
+        _n.dma_transpose(dst=dst, src=src, axes=axes, **extra)
+        return None
+    shape = tuple(src.shape)[::-1] if axes is None else tuple(src.shape[int(a)] for a in axes)
+    out = _new(shape, src.dtype)
+    _n.dma_transpose(dst=out, src=src, axes=axes, **extra)
+    return _cast(out, dtype)
+
+
+def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, dtype=None,
+                         mask=None, dst=None, **kwargs):
+    """``op1(op0(data, operand0), operand1)``; default dtype: data and operand1 promoted (§3.3)."""
+    _tile(data, "scalar_tensor_tensor")
+    _tile(operand1, "scalar_tensor_tensor")
+    if _is_mask(mask):
+        return _masked(lambda d, o0, o1: scalar_tensor_tensor(data=d, op0=op0, operand0=o0, op1=op1, operand1=o1,
+                                                              reverse0=reverse0, reverse1=reverse1, dtype=dtype),
+                       (data, operand0, operand1), mask, "nisa.scalar_tensor_tensor", dtype, dst)
+    out = dst if dst is not None else _new(data.shape, _dt(dtype, _promote(data, operand1)))
+    _n.scalar_tensor_tensor(dst=out, data=data, op0=op0, operand0=operand0, op1=op1, operand1=operand1,
+                            reverse0=reverse0, reverse1=reverse1)
+    return None if dst is not None else out
+
+
+def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, dst=None,
+                      **kwargs):
+    """``f(data*scale + bias)`` as a fresh tile; ``reduce_res[:, 0]`` = its reduction over the free dims."""
+    _tile(data, "activation_reduce")
+    if _is_mask(mask):
+        return _masked(lambda d, b, sc, rr: activation_reduce(op, d, reduce_op=reduce_op, reduce_res=rr, bias=b,
+                                                              scale=sc, dtype=dtype),
+                       (data, bias, scale, reduce_res), mask, "nisa.activation_reduce", dtype, dst)
+    out = dst if dst is not None else _new(data.shape, _dt(dtype, data.dtype))
+    _n.activation_reduce(dst=out, op=op, data=data, reduce_op=reduce_op, reduce_res=reduce_res, bias=bias,
+                         scale=scale)
+    return None if dst is not None else out
+
+
+_PRED_CMP = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal", "==": "equal",
+             "!=": "not_equal"}
+
+
+def _pred_expr(pred, shape):
+    """``pred`` = ``a <cmp> b`` of affine index expressions -> (cmp, d = a - b as an IndexExpr aligned with
+    ``shape``: axis a of d is axis a of the tile, as for masks)."""
+    if not isinstance(pred, _nl._Mask):
+        raise make_error(OperandError, "NSIM-E305", "nisa.affine_select: pred must be a comparison of nl.arange / "
+                         "nl.mgrid expressions (e.g. i_p >= i_f), got {!r}".format(pred))
+    if pred.op not in _PRED_CMP or isinstance(pred.a, _nl._Mask) or isinstance(pred.b, _nl._Mask):
+        raise make_error(KernelError, "NSIM-E404", "nisa.affine_select: pred must be a single comparison (no & / "
+                         "|); combine conditions with nl.where")
+    a, b = IndexExpr._lift(pred.a), IndexExpr._lift(pred.b)
+    if a is None or b is None:
+        raise make_error(OperandError, "NSIM-E305", "nisa.affine_select: pred compares {!r} and {!r}; both sides "
+                         "must be affine index expressions or ints".format(pred.a, pred.b))
+    # left-aligned like _eval_expr: pad each side on the right to the tile rank
+    nd = len(shape)
+    sides = []
+    for e in (a, b):
+        if e.ndim > nd:
+            raise make_error(KernelError, "NSIM-E404", "nisa.affine_select: pred has more dims ({}) than the tile "
+                             "({})".format(e.ndim, nd))
+        sides.append(IndexExpr(e.offset, e.coefs, tuple(e.shape) + (1,) * (nd - e.ndim)))
+    d = sides[0] - sides[1]
+    for ax, c in d.coefs.items():
+        if d.shape[ax] != shape[ax]:
+            raise make_error(KernelError, "NSIM-E404", "nisa.affine_select: pred axis {} has size {} but the tile "
+                             "has {}".format(ax, d.shape[ax], shape[ax]))
+    return _PRED_CMP[pred.op], d
+
+
+def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, dst=None, **kwargs):
+    """``out = on_true_tile where pred else on_false_value``; ``pred`` (one comparison of affine index
+    expressions) is lowered to the new-dialect pattern ``cmp(offset + p*cm + sum step*i, 0)``."""
+    _tile(on_true_tile, "affine_select")
+    shape = tuple(on_true_tile.shape)
+    if len(shape) > 5:
+        raise make_error(KernelError, "NSIM-E404", "nisa.affine_select: at most 4 free dims")
+    cmp, d = _pred_expr(pred, shape)
+    out = dst if dst is not None else _new(shape, _dt(dtype, on_true_tile.dtype))
+    src, res = on_true_tile, out
+    lo, sizes = [0] * len(shape), list(shape)
+    if _is_mask(mask):
+        box = mask_box(mask, shape)
+        if box is None:
+            return None if dst is not None else out
+        lo, sizes = [l for l, _ in box], [h - l for l, h in box]
+        src, res = _restrict(on_true_tile, box), _restrict(out, box)
+    offset = d.offset + sum(c * lo[ax] for ax, c in d.coefs.items())
+    pattern = [[d.coefs.get(ax, 0), sizes[ax]] for ax in range(1, len(shape))] or [[0, 1]]
+    _n.affine_select(dst=res, pattern=pattern, channel_multiplier=d.coefs.get(0, 0), on_true_tile=src,
+                     on_false_value=on_false_value, cmp_op=cmp, offset=offset)
+    return None if dst is not None else out
+
+
+def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs):
+    """Writes ``dst`` (partition shuffle within each 32-partition quadrant); returns ``None``."""
+    _check_mask(mask, "nisa.nc_stream_shuffle")
+    _tile(src, "nc_stream_shuffle")
+    _tile(dst, "nc_stream_shuffle")
+    sm = []
+    for m in shuffle_mask:
+        e = IndexExpr._lift(m)
+        if e is not None and e.coefs:
+            raise make_error(OperandError, "NSIM-E305", "nisa.nc_stream_shuffle: shuffle_mask entries must be "
+                             "compile-time ints, got {!r}".format(m))
+        sm.append(e.offset if e is not None else m)
+    _n.nc_stream_shuffle(dst=dst, src=src, shuffle_mask=sm)
+    return None
+
+
+def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, dtype=None, mask=None,
+                       dst=None, **kwargs):
+    """Per-partition scan ``s = op1(op0(data0[i], s), data1[i])`` from ``initial``; default dtype: data0 and
+    data1 promoted."""
+    _tile(data0, "tensor_tensor_scan")
+    _tile(data1, "tensor_tensor_scan")
+    if _is_mask(mask):
+        return _masked(lambda a, b, i: tensor_tensor_scan(a, b, i, op0, op1, reverse0, reverse1, dtype=dtype),
+                       (data0, data1, initial), mask, "nisa.tensor_tensor_scan", dtype, dst)
+    out = dst if dst is not None else _new(data0.shape, _dt(dtype, _promote(data0, data1)))
+    _n.tensor_tensor_scan(dst=out, data0=data0, data1=data1, initial=initial, op0=op0, op1=op1, reverse0=reverse0,
+                          reverse1=reverse1)
+    return None if dst is not None else out
+
+
+def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None, mask=None,
+                         dst=None, **kwargs):
+    """``op0(data, operand0)`` as a fresh tile; ``reduce_res[:, 0]`` = its ``reduce_op`` reduction."""
+    _tile(data, "tensor_scalar_reduce")
+    if _is_mask(mask):
+        return _masked(lambda d, o0, rr: tensor_scalar_reduce(data=d, op0=op0, operand0=o0, reduce_op=reduce_op,
+                                                              reduce_res=rr, reverse0=reverse0, dtype=dtype),
+                       (data, operand0, reduce_res), mask, "nisa.tensor_scalar_reduce", dtype, dst)
+    out = dst if dst is not None else _new(data.shape, _dt(dtype, data.dtype))
+    extra = {k: kwargs[k] for k in ("reduce_cmd", "reduce_init", "reduce_res_negate") if k in kwargs}
+    _n.tensor_scalar_reduce(dst=out, data=data, op0=op0, operand0=operand0, reduce_op=reduce_op,
+                            reduce_res=reduce_res, reverse0=reverse0, **extra)
+    return None if dst is not None else out
+
+
+def bn_stats(data, *, mask=None, dtype=None, dst=None, **kwargs):
+    """A fresh ``(P, 6)`` tile of (count, mean, M2) for the even and the odd free positions."""
+    _check_mask(mask, "nisa.bn_stats")
+    _tile(data, "bn_stats")
+    out = dst if dst is not None else _new((data.shape[0], 6), _dt(dtype, data.dtype))
+    _n.bn_stats(dst=out, data=data)
+    return None if dst is not None else out
+
+
+def bn_aggr(data, *, mask=None, dtype=None, dst=None, **kwargs):
+    """A fresh ``(P, 2)`` tile ``[mean, var]`` aggregated from bn_stats (count, mean, M2) triples."""
+    _check_mask(mask, "nisa.bn_aggr")
+    _tile(data, "bn_aggr")
+    out = dst if dst is not None else _new((data.shape[0], 2), _dt(dtype, data.dtype))
+    _n.bn_aggr(dst=out, data=data)
+    return None if dst is not None else out
+
+
+def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None, dtype=None, **kwargs):
+    """``dst = src`` where ``(predicate != 0) != reverse_pred`` (src: a tile or a scalar); returns ``None``."""
+    _tile(dst, "tensor_copy_predicated")
+    _tile(predicate, "tensor_copy_predicated")
+    if _is_mask(mask):
+        box = mask_box(mask, dst.shape)
+        if box is None:
+            return None
+        full = tuple(dst.shape)
+        dst = _restrict(dst, box)
+        predicate = _restrict(predicate, box) if tuple(predicate.shape) == full else predicate
+        if isinstance(src, NkiTensor) and tuple(src.shape) == full:
+            src = _restrict(src, box)
+    _n.tensor_copy_predicated(dst=dst, src=src, predicate=predicate, reverse_pred=reverse_pred)
+    return None
+
+
+def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.idle, reduce_res=None,
+                 reduce_op=np.amax, range_start=0, on_false_value=FP32_MIN, mask=None, dtype=None, dst=None,
+                 **kwargs):
+    """``out[p, j] = on_true_tile[p, j] if comp_op0(range_start + j, bound0[p]) and comp_op1(.., bound1[p])
+    else on_false_value``; optional max-reduction into ``reduce_res``."""
+    _tile(on_true_tile, "range_select")
+    if _is_mask(mask):
+        shape = tuple(on_true_tile.shape)
+        box = mask_box(mask, shape)
+        start = range_start
+        if box is not None:
+            if len(shape) != 2 and any(b != (0, n) for b, n in zip(box[1:], shape[1:])):
+                raise NotImplementedError("nsim: range_select with a free-dim mask needs a 2-D tile")
+            start = range_start + (box[1][0] if len(shape) == 2 else 0)
+        return _masked(lambda t, b0, b1, rr: range_select(on_true_tile=t, comp_op0=comp_op0, comp_op1=comp_op1,
+                                                          bound0=b0, bound1=b1, reduce_cmd=reduce_cmd,
+                                                          reduce_res=rr, reduce_op=reduce_op, range_start=start,
+                                                          on_false_value=on_false_value, dtype=dtype),
+                       (on_true_tile, bound0, bound1, reduce_res), mask, "nisa.range_select", dtype, dst)
+    out = dst if dst is not None else _new(on_true_tile.shape, _dt(dtype, on_true_tile.dtype))
+    _n.range_select(dst=out, on_true_tile=on_true_tile, comp_op0=comp_op0, comp_op1=comp_op1, bound0=bound0,
+                    bound1=bound1, reduce_cmd=reduce_cmd, reduce_res=reduce_res, reduce_op=reduce_op,
+                    range_start=range_start, on_false_value=on_false_value)
+    return None if dst is not None else out
