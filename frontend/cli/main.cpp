@@ -7,12 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "engines/params.h"
 #include "engines/simulator.h"
+#include "frontend/inputs.h"
 #include "frontend/ir.h"
 #include "frontend/lower.h"
 #include "frontend/npy.h"
@@ -158,26 +158,12 @@ void load_inputs(const Args& a, const frontend::Kernel& k, Simulator& sim) {
         throw Error(ErrorCode::kBadInput, fmt::format("input '{}' is not an input tensor of kernel '{}'", name, k.name));
     }
   }
-  std::mt19937_64 rng(a.seed);
-  for (const auto& t : k.tensors) {
-    if (t.space != isa::Space::kHbm || t.kind != frontend::TensorKind::kInput) continue;
-    const memory::HbmTensor& h = sim.memory().hbm_tensor(t.name);
-    std::vector<uint8_t> bytes;
-    if (auto it = given.find(t.name); it != given.end()) {
-      bytes = frontend::to_dtype(it->second, t.dtype, t.shape, fmt::format("input '{}'", t.name));
-    } else {
-      bytes.resize(static_cast<size_t>(h.bytes));
-      const int eb = dtype_bytes(t.dtype);
-      std::normal_distribution<float> nd(0.0f, 1.0f);
-      std::uniform_int_distribution<int> ud(dtype_is_signed(t.dtype) ? -8 : 0, 8);
-      for (size_t i = 0; i < bytes.size(); i += static_cast<size_t>(eb)) {
-        if (t.dtype == DType::kBool) store_int(t.dtype, &bytes[i], ud(rng) & 1);
-        else if (dtype_is_float(t.dtype)) store_f32(t.dtype, &bytes[i], nd(rng));
-        else store_int(t.dtype, &bytes[i], ud(rng));
-      }
-    }
-    sim.write_hbm(t.name, bytes.data(), bytes.size());
+  std::map<std::string, std::vector<uint8_t>> bytes;
+  for (const auto& [name, arr] : given) {
+    const auto& t = k.tensors[static_cast<size_t>(k.find_tensor(name))];
+    bytes[name] = frontend::to_dtype(arr, t.dtype, t.shape, fmt::format("input '{}'", t.name));
   }
+  frontend::write_inputs(k, sim, bytes, a.seed);
 }
 
 void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::StatsRegistry& st, uint64_t instrs) {

@@ -10,13 +10,13 @@
 #include <cstring>
 #include <map>
 #include <new>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "engines/params.h"
 #include "engines/simulator.h"
+#include "frontend/inputs.h"
 #include "frontend/ir.h"
 #include "frontend/lower.h"
 #include "isa/isa.h"
@@ -103,30 +103,6 @@ std::vector<uint8_t> input_bytes(const frontend::Tensor& t, const py::handle& ob
   return bytes;
 }
 
-// Fill the HBM inputs: given arrays, else seeded random values (same generator and order as the CLI).
-void write_inputs(const frontend::Kernel& k, Simulator& sim, const std::map<std::string, std::vector<uint8_t>>& given,
-                  uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  for (const auto& t : k.tensors) {
-    if (t.space != isa::Space::kHbm || t.kind != frontend::TensorKind::kInput) continue;
-    const memory::HbmTensor& h = sim.memory().hbm_tensor(t.name);
-    if (auto it = given.find(t.name); it != given.end()) {
-      sim.write_hbm(t.name, it->second.data(), it->second.size());
-      continue;
-    }
-    std::vector<uint8_t> bytes(static_cast<size_t>(h.bytes));
-    const int eb = dtype_bytes(t.dtype);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::uniform_int_distribution<int> ud(dtype_is_signed(t.dtype) ? -8 : 0, 8);
-    for (size_t i = 0; i < bytes.size(); i += static_cast<size_t>(eb)) {
-      if (t.dtype == DType::kBool) store_int(t.dtype, &bytes[i], ud(rng) & 1);
-      else if (dtype_is_float(t.dtype)) store_f32(t.dtype, &bytes[i], nd(rng));
-      else store_int(t.dtype, &bytes[i], ud(rng));
-    }
-    sim.write_hbm(t.name, bytes.data(), bytes.size());
-  }
-}
-
 // numpy dtype of an nsim dtype: native where numpy has it, ml_dtypes for bf16/fp8, float32 for tf32.
 py::object numpy_dtype(DType dt) {
   py::module_ np = py::module_::import("numpy");
@@ -197,7 +173,7 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
       sim.emplace(cfg, opts);
       frontend::verify_kernel(k, sim->params());
       frontend::Lowering::allocate_hbm(k, *sim);
-      if (!timing_only) write_inputs(k, *sim, given, seed);
+      if (!timing_only) frontend::write_inputs(k, *sim, given, seed);
       frontend::Lowering low(k, *sim);
       low.run();
       sim->finish();
