@@ -10,12 +10,14 @@ This module is dialect-neutral: ``nsim.nki`` (new dialect) builds on it; a Beta-
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import json
 import os
 import sys
 import threading
+import types
 import weakref
 
 import numpy as np
@@ -69,6 +71,33 @@ def _is_internal(co_filename):
     if v is None:
         v = _INTERNAL_FILE[co_filename] = os.path.abspath(co_filename).startswith(_PKG_DIR + os.sep)
     return v
+
+
+def _user_traceback(tb):
+    """The traceback without the frames inside the nsim package (None if nothing remains)."""
+    keep = []
+    while tb is not None:
+        if not _is_internal(tb.tb_frame.f_code.co_filename):
+            keep.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(keep):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def user_facing(fn):
+    """Decorator for public entry points: an exception (a bug in the user's kernel, or an nsim
+    error pointing at the user's line) propagates with nsim's internal frames removed."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise e.with_traceback(_user_traceback(e.__traceback__))
+
+    return wrapper
 
 
 def user_frame():

@@ -72,6 +72,7 @@ class Kernel:
             raise _tracer.make_error(KernelError, "NSIM-E404", "to_json(): the kernel has not been traced yet; pass its arguments")
         return self.last_json
 
+    @_tracer.user_facing
     def simulate(self, *args, config=None, overrides=None, timing_only=False, trace=None, seed=0, **kwargs):
         """Run and return (return value, profile)."""
         if _tracer.active() is not None:  # a kernel called from another kernel runs inline
@@ -87,6 +88,7 @@ class Kernel:
         self.last_outputs = outputs
         return ret, profile
 
+    @_tracer.user_facing
     def __call__(self, *args, **kwargs):
         if _tracer.active() is not None:  # sub-kernel: inline
             return self.fn(*args, **kwargs)
@@ -121,6 +123,7 @@ def simulate(kernel):
     return run
 
 
+@_tracer.user_facing
 def simulate_kernel(kernel, *args, **kwargs):
     """``nki.simulate_kernel(kernel, *args)``."""
     return _as_kernel(kernel)(*args, **kwargs)

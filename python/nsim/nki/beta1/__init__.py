@@ -126,6 +126,7 @@ class Kernel:
             raise _tracer.make_error(KernelError, "NSIM-E404", "to_json(): the kernel has not been traced yet")
         return self.last_json
 
+    @_tracer.user_facing
     def simulate(self, *args, config=None, overrides=None, timing_only=False, seed=0, **kwargs):
         """Run and return (return value, profile)."""
         if _tracer.active() is not None:
@@ -141,6 +142,7 @@ class Kernel:
         self._record(last_profile=prof, last_outputs=outputs)
         return ret, prof
 
+    @_tracer.user_facing
     def __call__(self, *args, **kwargs):
         if _tracer.active() is not None:
             if self.grid:
@@ -218,6 +220,7 @@ def profile(kernel=None, working_directory=None, **kwargs):
     return _deco(Kernel, kernel, kwargs)
 
 
+@_tracer.user_facing
 def simulate_kernel(kernel, *args, **kwargs):
     """``nki.simulate_kernel(kernel, *args)``: run on nsim, return numpy, update written numpy args."""
     k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
