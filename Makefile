@@ -4,7 +4,7 @@ BUILD      ?= build
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 APT_PKGS   := build-essential cmake ninja-build libeigen3-dev libfmt-dev libyaml-cpp-dev catch2 libbenchmark-dev pybind11-dev
-PIP_PKGS   := numpy ml-dtypes pytest
+PIP_PKGS   := numpy ml-dtypes pytest matplotlib
 
 .PHONY: all deps build test demo bench clean
 
@@ -18,7 +18,7 @@ deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
-	@python3 -c "import numpy, ml_dtypes, pytest" 2>/dev/null || python3 -m pip install -q $(PIP_PKGS)
+	@python3 -c "import numpy, ml_dtypes, pytest, matplotlib" 2>/dev/null || python3 -m pip install -q $(PIP_PKGS)
 
 $(BUILD)/build.ninja: CMakeLists.txt
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
