@@ -207,6 +207,7 @@ InstrTiming Simulator::schedule(const Instr& in) {
   c_.end = std::max(c_.end, t.end);
   if (isa::is_dma(in.op)) dma_.prune(watermark());
   if (trace_) trace_->watermark(watermark());
+  if (listener_) listener_(in, t);
   return t;
 }
 

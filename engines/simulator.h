@@ -96,6 +96,9 @@ class Simulator {
   void run(const std::function<bool(isa::Instr&)>& next);
   /// Close the trace and the counters. Safe to call more than once.
   void finish();
+  /// Called after each instruction is scheduled (for instruction tables); unset = no cost.
+  using InstrListener = std::function<void(const isa::Instr&, const InstrTiming&)>;
+  void set_instr_listener(InstrListener fn) { listener_ = std::move(fn); }
 
   // ---- results
   /// Work attributed to one kernel source location.
@@ -142,6 +145,7 @@ class Simulator {
   std::unique_ptr<sim::TraceSink> trace_;
   std::vector<bool> queue_track_declared_;
   bool finished_ = false;
+  InstrListener listener_;
 };
 
 }  // namespace nsim

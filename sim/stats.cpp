@@ -30,7 +30,7 @@ namespace {
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   if (v == std::floor(v) && std::fabs(v) < 9e15) return fmt::format("{}", static_cast<int64_t>(v));
-  return fmt::format("{:.6g}", v);
+  return fmt::format("{:.12g}", v);  // enough digits for ps-resolution times in ns
 }
 struct Node {
   std::map<std::string, std::unique_ptr<Node>> kids;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,7 @@ options:
   --trace FILE         write a Chrome/Perfetto trace (open in ui.perfetto.dev)
   --stats FILE         write stats as JSON; the effective config goes to FILE.config.yaml
   --timing-only        skip numerics (same timing, no outputs)
+  --instructions FILE  write one CSV row per instruction (queryable, e.g. with DuckDB; docs/profiling.md)
 )";
 
 constexpr const char* kCheckHelp = R"(usage: nsim check kernel.json [--config NAME|FILE] [-p KEY=VALUE ...]
@@ -74,7 +76,7 @@ Print the effective configuration (after preset inheritance and overrides) as YA
 )";
 
 struct Args {
-  std::string command, kernel, config = "trn2", inputs, outputs, trace, stats;
+  std::string command, kernel, config = "trn2", inputs, outputs, trace, stats, instructions;
   std::vector<std::string> overrides;
   uint64_t seed = 0;
   bool timing_only = false, raw_outputs = false, help = false;
@@ -100,6 +102,7 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--outputs") a.outputs = value(i, s);
     else if (s == "--trace") a.trace = value(i, s);
     else if (s == "--stats") a.stats = value(i, s);
+    else if (s == "--instructions") a.instructions = value(i, s);
     else if (s == "--timing-only") a.timing_only = true;
     else if (s == "--raw-outputs") a.raw_outputs = true;
     else if (s == "--seed" || s == "--limit") {
@@ -218,9 +221,29 @@ int cmd_run(const Args& a) {
   frontend::verify_kernel(k, sim.params());
   frontend::Lowering::allocate_hbm(k, sim);
   if (!a.timing_only) load_inputs(a, k, sim);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> csv(nullptr, &std::fclose);
+  if (!a.instructions.empty()) {
+    csv.reset(std::fopen(a.instructions.c_str(), "w"));
+    if (!csv) throw Error(ErrorCode::kBadInput, fmt::format("cannot write '{}'", a.instructions));
+    fmt::print(csv.get(), "index,opcode,engine,start_ns,end_ns,duration_ns,dma_queue,bytes,src_file,src_line\n");
+    uint64_t index = 0;
+    sim.set_instr_listener([&](const isa::Instr& in, const InstrTiming& t) {
+      uint64_t bytes = 0;
+      if (isa::is_dma(in.op)) bytes = static_cast<uint64_t>(in.slot(0).total_elems() * dtype_bytes(in.slot(0).dtype));
+      const SourceLoc& loc = sim.source(in.loc);
+      std::string file = loc.file;
+      for (char& c : file)
+        if (c == ',' || c == '"' || c == '\n') c = '_';
+      fmt::print(csv.get(), "{},{},{},{:.3f},{:.3f},{:.3f},{},{},{},{}\n", index++, isa::op_info(in.op).mnemonic,
+                 isa::engine_name(in.engine), sim::ps_to_ns(t.start), sim::ps_to_ns(t.end),
+                 sim::ps_to_ns(t.end - t.start), isa::is_dma(in.op) ? std::to_string(in.dma_queue) : "", bytes, file,
+                 loc.line);
+    });
+  }
   frontend::Lowering low(k, sim);
   low.run();
   sim.finish();
+  csv.reset();
   const sim::StatsRegistry st = sim.stats();
   print_summary(k, sim, st, low.instructions());
   if (!a.outputs.empty() && !a.timing_only) {

@@ -140,3 +140,18 @@ def test_check_and_disasm(kernel):
     assert len(lines) == 6  # 2 iterations x (load, add, store)
     assert "dma_copy.sync" in lines[0] and "add_one.py:3" in lines[0]
     assert "# tile t" in r.stdout and "bufs 2" in r.stdout
+
+
+def test_instruction_table_csv(tmp_path, kernel):
+    r = nsim("run", kernel, "--timing-only", "--instructions", tmp_path / "instrs.csv", "--stats", tmp_path / "s.json")
+    assert r.returncode == 0, r.stderr
+    rows = (tmp_path / "instrs.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert header[:6] == ["index", "opcode", "engine", "start_ns", "end_ns", "duration_ns"]
+    body = [dict(zip(header, line.split(","))) for line in rows[1:]]
+    assert len(body) == 6  # 2 iterations x (load, add, store)
+    assert [b["opcode"] for b in body[:3]] == ["dma_copy", "tensor_scalar", "dma_copy"]
+    assert body[1]["src_file"] == "add_one.py" and body[1]["src_line"] == "4"
+    assert body[0]["bytes"] == str(128 * 64 * 4)
+    total = json.loads((tmp_path / "s.json").read_text())["stats"]["total_time"]["value"]
+    assert max(float(b["end_ns"]) for b in body) == pytest.approx(total, abs=1e-2)
