@@ -32,6 +32,7 @@ test: build
 
 demo: build
 	$(BUILD)/nsim_demo --config trn2
+	$(BUILD)/nsim run examples/flash_attention.json --config trn2
 
 bench: build
 	$(BUILD)/bench_simulator --benchmark_min_time=0.5
