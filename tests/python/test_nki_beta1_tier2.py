@@ -35,13 +35,7 @@ def b1():
             sys.modules.pop(n, None)
 
 
-def _rand(shape, dtype=np.float32, seed=0, lo=-1.0, hi=1.0):
-    return np.random.default_rng(seed).uniform(lo, hi, shape).astype(np.float32).astype(dtype)
-
-
-def _close(got, want, dtype=np.float32):
-    tol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-2
-    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
+from numeric_helpers import close as _close, rand as _rand  # noqa: E402
 
 
 def test_dma_transpose(b1):

@@ -265,23 +265,27 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     return _op("nc_matmul", dst=dst, stationary=stationary, moving=moving, flags=flags)
 
 
-def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
-               name=None, **kwargs):
-    _t(dst, "dst", "activation")
-    _t(data, "data", "activation")
-    imm = {}
-    fields = {}
-    if bias is None:
-        pass
-    elif _is_scalar(bias):
-        imm[3] = bias
-    else:
-        fields["bias"] = _t(bias, "bias", "activation")
+def _bias_scale(bias, scale, opname):
+    """Activation bias and scale: a Python scalar goes to imm[3] / imm[2], a (P, 1) tile to its slot."""
+    imm, fields = {}, {}
+    if bias is not None:
+        if _is_scalar(bias):
+            imm[3] = bias
+        else:
+            fields["bias"] = _t(bias, "bias", opname)
     if _is_scalar(scale):
         if float(scale) != 1.0:
             imm[2] = scale
     else:
-        fields["scale"] = _t(scale, "scale", "activation")
+        fields["scale"] = _t(scale, "scale", opname)
+    return imm, fields
+
+
+def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+               name=None, **kwargs):
+    _t(dst, "dst", "activation")
+    _t(data, "data", "activation")
+    imm, fields = _bias_scale(bias, scale, "activation")
     alu1 = None
     if reduce_op is not None:
         alu1 = _nl.alu_name(reduce_op, "reduce_op")
@@ -448,17 +452,7 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
 def activation_reduce(dst, op, data, reduce_op, reduce_res=None, bias=None, scale=1.0, name=None, **kwargs):
     _t(dst, "dst", "activation_reduce")
     _t(data, "data", "activation_reduce")
-    imm, fields = {}, {}
-    if bias is not None:
-        if _is_scalar(bias):
-            imm[3] = bias
-        else:
-            fields["bias"] = _t(bias, "bias", "activation_reduce")
-    if _is_scalar(scale):
-        if float(scale) != 1.0:
-            imm[2] = scale
-    else:
-        fields["scale"] = _t(scale, "scale", "activation_reduce")
+    imm, fields = _bias_scale(bias, scale, "activation_reduce")
     rop = _nl.alu_name(reduce_op, "reduce_op")
     if rop not in ("add", "maximum", "minimum"):
         raise make_error(OperandError, "NSIM-E307", "activation_reduce: reduce_op must be nl.add (or "

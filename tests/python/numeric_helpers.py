@@ -1,0 +1,13 @@
+"""Numeric helpers shared by the Python tests."""
+import numpy as np
+
+
+def rand(shape, dtype=np.float32, seed=0, lo=-1.0, hi=1.0):
+    """Seeded uniform values in [lo, hi), rounded to `dtype` through float32."""
+    return np.random.default_rng(seed).uniform(lo, hi, shape).astype(np.float32).astype(dtype)
+
+
+def close(got, want, dtype=np.float32):
+    """fp32 tolerance 1e-5, anything narrower (bf16) 1e-2."""
+    tol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-2
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
