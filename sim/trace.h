@@ -1,6 +1,7 @@
 #pragma once
 /// Trace sinks. A sink receives tracks and slices; ChromeTraceWriter streams Chrome/Perfetto JSON
-/// ("traceEvents", one thread per track) sorted by start time through a bounded reorder buffer.
+/// ("traceEvents", one thread per track) sorted by start time through a bounded reorder buffer,
+/// optionally keeping only the earliest N slices and/or the slices overlapping a time window.
 /// With no sink attached the simulator formats nothing.
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +19,11 @@ struct TraceSlice {
   Ps dur = 0;
   std::string name;
   std::string args_json;  ///< body of the args object without braces, e.g. "\"src\": \"a.py:3\""
+  /// A flow arrow into this slice from the slice that starts at (flow_track, flow_ts) — the
+  /// instruction it waited for. flow_id < 0: none. Ids must be unique per trace.
+  int64_t flow_id = -1;
+  int flow_track = 0;
+  Ps flow_ts = 0;
 };
 
 class TraceSink {
@@ -30,24 +36,49 @@ class TraceSink {
   virtual void finish() = 0;
 };
 
+/// Which slices a ChromeTraceWriter keeps (default: all). Dropped slices are still counted, and the
+/// trace then ends with a global instant event that reports the counts, so a partial trace says so.
+struct TraceFilter {
+  uint64_t max_slices = 0;  ///< keep the earliest N slices in start-time order; 0 = unlimited
+  Ps window_start = 0;      ///< keep slices overlapping [window_start, window_end) ...
+  Ps window_end = 0;        ///< ... (kept whole, not clipped); 0 = no end
+  /// From nanoseconds (as in SimOptions / the CLI); end_ns <= 0 = no end.
+  static TraceFilter from_ns(uint64_t max_slices, double start_ns, double end_ns);
+  bool has_window() const { return window_start > 0 || window_end > 0; }
+  bool active() const { return max_slices > 0 || has_window(); }
+  /// [start, start + dur) overlaps the window; a zero-length slice overlaps when it lies inside.
+  bool in_window(Ps start, Ps dur) const;
+};
+
 /// Streams Chrome trace-event JSON (loads in ui.perfetto.dev and chrome://tracing).
 class ChromeTraceWriter : public TraceSink {
  public:
   /// Throws nsim::Error(kInternal) if the file cannot be opened.
-  explicit ChromeTraceWriter(const std::string& path, std::string process_name = "NeuronCore");
+  explicit ChromeTraceWriter(const std::string& path, std::string process_name = "NeuronCore",
+                             TraceFilter filter = {});
   ~ChromeTraceWriter() override;
   void declare_track(int track, const std::string& name) override;
   void slice(TraceSlice s) override;
   void watermark(Ps t) override;
   void finish() override;
   uint64_t slices_written() const { return written_; }
+  /// Slices not written: beyond max_slices, or outside the window (final after finish()).
+  uint64_t slices_dropped() const { return dropped_limit_ + dropped_window_; }
+  uint64_t slices_dropped_by_limit() const { return dropped_limit_; }
+  uint64_t slices_dropped_by_window() const { return dropped_window_; }
+  const TraceFilter& filter() const { return filter_; }
 
  private:
   void write(const TraceSlice& s);
+  bool limit_reached() const { return filter_.max_slices > 0 && written_ >= filter_.max_slices; }
+  void drop_by_limit(Ps start);
   std::FILE* f_ = nullptr;
   bool first_ = true;
   bool finished_ = false;
+  TraceFilter filter_;
   uint64_t written_ = 0;
+  uint64_t dropped_limit_ = 0, dropped_window_ = 0;
+  Ps first_dropped_ = -1;  ///< earliest start of a slice dropped by the limit (-1 = none)
   EventQueue<uint32_t> order_;            // (start, track) -> index into pending_
   std::vector<TraceSlice> pending_;
   std::vector<uint32_t> free_;

@@ -444,3 +444,242 @@ TEST_CASE("ChromeTraceWriter on an unwritable path throws nsim::Error", "[sim][t
     CHECK(std::string(e.what()).find(bad) != std::string::npos);
   }
 }
+
+// ------------------------------------------------------------------------------------------------
+// ChromeTraceWriter with a TraceFilter (max_slices, time window)
+
+namespace {
+
+using nsim::sim::TraceFilter;
+
+/// The text of the (single) instant event line, or "" when there is none.
+std::string instant_line(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, found;
+  int n = 0;
+  while (std::getline(in, line))
+    if (line.find("\"ph\": \"i\"") != std::string::npos) {
+      found = line;
+      ++n;
+    }
+  return n == 1 ? found : (n ? "<several>" : "");
+}
+
+/// "s<k>" (built with append: GCC 12 warns falsely (-Wrestrict) on "s" + std::to_string(k)).
+std::string sname(int k) {
+  std::string s = "s";
+  s.append(std::to_string(k));
+  return s;
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("TraceFilter::from_ns and the overlap rule", "[sim][trace]") {
+  const TraceFilter none = TraceFilter::from_ns(0, 0, 0);
+  CHECK_FALSE(none.active());
+  CHECK_FALSE(none.has_window());
+  CHECK(none.in_window(0, 0));
+  CHECK(none.in_window(INT64_MAX / 2, 5));
+
+  const TraceFilter f = TraceFilter::from_ns(7, 10.5, 30);
+  CHECK(f.max_slices == 7);
+  CHECK(f.window_start == 10'500);
+  CHECK(f.window_end == 30'000);
+  CHECK(f.active());
+  CHECK_FALSE(f.in_window(0, 10'500));     // ends exactly at the window start
+  CHECK(f.in_window(0, 10'501));           // overlaps by 1 ps
+  CHECK(f.in_window(10'500, 0));           // zero-length at the start: inside
+  CHECK_FALSE(f.in_window(10'499, 0));     // zero-length just before
+  CHECK(f.in_window(29'999, 100'000));     // starts inside, ends after
+  CHECK_FALSE(f.in_window(30'000, 1));     // starts at the (exclusive) end
+  CHECK(f.in_window(0, 100'000));          // covers the whole window
+
+  const TraceFilter open_end = TraceFilter::from_ns(0, 5, 0);
+  CHECK(open_end.window_end == 0);
+  CHECK(open_end.has_window());
+  CHECK(open_end.in_window(INT64_MAX / 2, 1));
+  CHECK_FALSE(open_end.in_window(0, 5'000));
+  const TraceFilter open_start = TraceFilter::from_ns(0, 0, 5);
+  CHECK(open_start.in_window(0, 0));
+  CHECK_FALSE(open_start.in_window(5'000, 1));
+  CHECK(TraceFilter::from_ns(0, -3, 1e30).window_start == 0);  // negative = 0, huge clamps
+  CHECK(TraceFilter::from_ns(0, -3, 1e30).window_end > 0);
+}
+
+TEST_CASE("ChromeTraceWriter max_slices keeps the earliest slices in time order", "[sim][trace]") {
+  TempFile tf("trace_limit");
+  {
+    TraceFilter f;
+    f.max_slices = 4;
+    ChromeTraceWriter w(tf.path.string(), "NeuronCore", f);
+    w.declare_track(0, "vector");
+    w.declare_track(1, "scalar");
+    // Out of order within the reorder buffer: the limit applies after sorting.
+    w.slice(TraceSlice{1, 3'000, 10, "s3", ""});
+    w.slice(TraceSlice{0, 5'000, 10, "s5", ""});
+    w.slice(TraceSlice{0, 1'000, 10, "s1", ""});
+    w.slice(TraceSlice{1, 2'000, 10, "s2", ""});
+    w.watermark(2'500);  // writes s1, s2
+    CHECK(w.slices_written() == 2);
+    w.slice(TraceSlice{0, 2'600, 10, "s2b", ""});  // later than the watermark but before s3
+    w.slice(TraceSlice{1, 9'000, 10, "s9", ""});
+    w.watermark(4'000);  // writes s2b, s3: the limit is reached
+    CHECK(w.slices_written() == 4);
+    CHECK(w.slices_dropped() == 0);
+    for (int k = 0; k < 5; ++k) w.slice(TraceSlice{k % 2, 10'000 + k, 10, "late", ""});  // dropped at once
+    CHECK(w.slices_dropped_by_limit() == 5);
+    w.finish();
+    CHECK(w.slices_written() == 4);
+    CHECK(w.slices_dropped_by_limit() == 7);  // + s5, s9 from the buffer
+    CHECK(w.slices_dropped_by_window() == 0);
+    CHECK(w.slices_dropped() == 7);
+  }
+  const std::string text = read_file(tf.path);
+  INFO(text);
+  CHECK(valid_json(text));
+  CHECK(x_field(text, "name") == std::vector<std::string>{"s1", "s2", "s2b", "s3"});
+  CHECK(x_field(text, "ts") == std::vector<std::string>{"0.001000", "0.002000", "0.002600", "0.003000"});
+  const std::string inst = instant_line(text);
+  REQUIRE_FALSE(inst.empty());
+  CHECK(inst.find("\"s\": \"g\"") != std::string::npos);
+  CHECK(inst.find("\"name\": \"partial trace: 7 slices dropped (7 by limit, 0 by window)\"") != std::string::npos);
+  CHECK(inst.find("\"slices_written\": 4") != std::string::npos);
+  CHECK(inst.find("\"slices_dropped\": 7") != std::string::npos);
+  CHECK(inst.find("\"dropped_by_limit\": 7") != std::string::npos);
+  CHECK(inst.find("\"dropped_by_window\": 0") != std::string::npos);
+  CHECK(inst.find("\"max_slices\": 4") != std::string::npos);
+  CHECK(inst.find("\"window_end_ns\": null") != std::string::npos);
+  CHECK(inst.find("\"ts\": 0.005000") != std::string::npos);  // the first slice missing (s5)
+  CHECK(text.rfind("\"ph\": \"i\"") > text.rfind("\"ph\": \"X\""));  // reported at the end
+}
+
+TEST_CASE("ChromeTraceWriter max_slices without watermarks, and equal to the slice count", "[sim][trace]") {
+  for (uint64_t limit : {1u, 3u, 10u, 11u}) {
+    TempFile tf("trace_limit_nowm");
+    TraceFilter f;
+    f.max_slices = limit;
+    {
+      ChromeTraceWriter w(tf.path.string(), "NeuronCore", f);
+      w.declare_track(0, "t");
+      for (int k = 9; k >= 0; --k) w.slice(TraceSlice{0, k * 1'000'000LL, 5, sname(k), ""});
+      w.finish();
+      CHECK(w.slices_written() == std::min<uint64_t>(limit, 10));
+      CHECK(w.slices_dropped() == 10 - std::min<uint64_t>(limit, 10));
+    }
+    const std::string text = read_file(tf.path);
+    INFO(text);
+    CHECK(valid_json(text));
+    const auto names = x_field(text, "name");
+    REQUIRE(names.size() == std::min<uint64_t>(limit, 10));
+    for (size_t i = 0; i < names.size(); ++i) CHECK(names[i] == sname(static_cast<int>(i)));
+    // The filter is reported even when it dropped nothing.
+    const std::string inst = instant_line(text);
+    REQUIRE_FALSE(inst.empty());
+    if (limit >= 10) CHECK(inst.find("\"name\": \"trace filter: no slices dropped\"") != std::string::npos);
+    else CHECK(inst.find("\"name\": \"partial trace: ") != std::string::npos);
+  }
+}
+
+TEST_CASE("ChromeTraceWriter time window keeps overlapping slices whole", "[sim][trace]") {
+  TempFile tf("trace_window");
+  {
+    ChromeTraceWriter w(tf.path.string(), "NeuronCore", TraceFilter::from_ns(0, 10, 30));
+    w.declare_track(0, "a");
+    w.declare_track(1, "b");
+    w.slice(TraceSlice{0, 0, 10'000, "before_touching", ""});  // [0, 10) ns ends at the start: dropped
+    w.slice(TraceSlice{1, 5'000, 10'000, "straddles_start", ""});  // [5, 15): kept whole
+    w.slice(TraceSlice{0, 10'000, 10'000, "inside", ""});
+    w.slice(TraceSlice{1, 10'000, 0, "zero_at_start", ""});
+    w.watermark(12'000);
+    w.slice(TraceSlice{0, 25'000, 50'000, "straddles_end", ""});  // [25, 75): kept whole
+    w.slice(TraceSlice{1, 30'000, 1'000, "at_end", ""});         // starts at the exclusive end: dropped
+    w.slice(TraceSlice{1, 30'000, 0, "zero_at_end", ""});        // dropped
+    w.slice(TraceSlice{0, 40'000, 1'000, "after", ""});          // dropped
+    w.finish();
+    CHECK(w.slices_written() == 4);
+    CHECK(w.slices_dropped_by_window() == 4);
+    CHECK(w.slices_dropped_by_limit() == 0);
+    CHECK(w.slices_dropped() == 4);
+  }
+  const std::string text = read_file(tf.path);
+  INFO(text);
+  CHECK(valid_json(text));
+  CHECK(x_field(text, "name") == std::vector<std::string>{"straddles_start", "inside", "zero_at_start", "straddles_end"});
+  CHECK(x_field(text, "ts") == std::vector<std::string>{"0.005000", "0.010000", "0.010000", "0.025000"});
+  CHECK(x_field(text, "dur") == std::vector<std::string>{"0.010000", "0.010000", "0.000000", "0.050000"});
+  const std::string inst = instant_line(text);
+  REQUIRE_FALSE(inst.empty());
+  CHECK(inst.find("\"name\": \"partial trace: 4 slices dropped (0 by limit, 4 by window)\"") != std::string::npos);
+  CHECK(inst.find("\"window_start_ns\": 10.000") != std::string::npos);
+  CHECK(inst.find("\"window_end_ns\": 30.000") != std::string::npos);
+  CHECK(inst.find("\"ts\": 0.010000") != std::string::npos);  // at the window start
+}
+
+TEST_CASE("ChromeTraceWriter window and limit together count separately", "[sim][trace]") {
+  TempFile tf("trace_window_limit");
+  {
+    TraceFilter f = TraceFilter::from_ns(3, 100, 0);  // from 100 ns on, at most 3 slices
+    ChromeTraceWriter w(tf.path.string(), "NeuronCore", f);
+    w.declare_track(0, "t");
+    for (int k = 0; k < 20; ++k) w.slice(TraceSlice{0, k * 10'000LL, 10'000, sname(k), ""});
+    w.finish();
+    CHECK(w.slices_written() == 3);
+    CHECK(w.slices_dropped_by_window() == 10);  // s0..s9 end at or before 100 ns
+    CHECK(w.slices_dropped_by_limit() == 7);    // s13..s19
+  }
+  const std::string text = read_file(tf.path);
+  INFO(text);
+  CHECK(valid_json(text));
+  CHECK(x_field(text, "name") == std::vector<std::string>{"s10", "s11", "s12"});
+  CHECK(instant_line(text).find("(7 by limit, 10 by window)") != std::string::npos);
+}
+
+TEST_CASE("ChromeTraceWriter with zero slices writes valid JSON", "[sim][trace]") {
+  SECTION("no filter, no slices") {
+    TempFile tf("trace_empty");
+    {
+      ChromeTraceWriter w(tf.path.string());
+      w.declare_track(0, "t");
+      w.finish();
+      CHECK(w.slices_written() == 0);
+      CHECK(w.slices_dropped() == 0);
+    }
+    const std::string text = read_file(tf.path);
+    INFO(text);
+    CHECK(valid_json(text));
+    CHECK(x_field(text, "name").empty());
+    CHECK(instant_line(text).empty());  // unfiltered traces carry no filter report
+  }
+  SECTION("no tracks, destructor only") {
+    TempFile tf("trace_empty_dtor");
+    { ChromeTraceWriter w(tf.path.string(), "x", TraceFilter::from_ns(5, 0, 0)); }
+    const std::string text = read_file(tf.path);
+    INFO(text);
+    CHECK(valid_json(text));
+    CHECK(instant_line(text).find("\"slices_written\": 0, \"slices_dropped\": 0") != std::string::npos);
+  }
+  SECTION("every slice outside the window") {
+    TempFile tf("trace_all_dropped");
+    {
+      ChromeTraceWriter w(tf.path.string(), "NeuronCore", TraceFilter::from_ns(0, 1e6, 2e6));
+      w.declare_track(0, "t");
+      for (int k = 0; k < 50; ++k) w.slice(TraceSlice{0, k * 1'000LL, 1'000, "s", "\"src\": \"k.py:1\""});
+      w.finish();
+      CHECK(w.slices_written() == 0);
+      CHECK(w.slices_dropped_by_window() == 50);
+    }
+    const std::string text = read_file(tf.path);
+    INFO(text);
+    CHECK(valid_json(text));
+    CHECK(count_of(text, "\"ph\": \"X\"") == 0);
+    CHECK(count_of(text, "\"ph\": \"M\"") == 3);  // process_name, thread_name, thread_sort_index
+    CHECK(instant_line(text).find("\"name\": \"partial trace: 50 slices dropped (0 by limit, 50 by window)\"") !=
+          std::string::npos);
+  }
+}
