@@ -44,34 +44,38 @@ DepTracker::Range DepTracker::range_of(const Operand& o) const {
   return {base, q0, q1, c0, c1, row};
 }
 
-sim::Ps DepTracker::ready(uint8_t cls, const Regions& rg) const {
-  sim::Ps t = 0;
+DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const {
+  Ready t;
   const auto& lat = lat_;
+  auto consider = [&t](sim::Ps at, uint32_t tag) {
+    if (at > t.time) t = {at, tag};
+  };
   for (int i = 0; i < rg.nr; ++i) {
     const Range& r = rg.reads[static_cast<size_t>(i)];
     for (int64_t q = r.q0; q <= r.q1; ++q)
       for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
-        if (e->w_end) t = std::max(t, e->w_end + lat[e->w_cls][cls]);
+        if (e->w_end) consider(e->w_end + lat[tag_class(e->w_tag)][cls], e->w_tag);
   }
   for (int i = 0; i < rg.nw; ++i) {
     const Range& r = rg.writes[static_cast<size_t>(i)];
     for (int64_t q = r.q0; q <= r.q1; ++q)
       for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e) {
-        if (e->w_end && e->w_cls != cls) t = std::max(t, e->w_end + lat[e->w_cls][cls]);
-        if (e->r_end && e->r_cls != cls) t = std::max(t, e->r_end + lat[e->r_cls][cls]);
+        if (e->w_end && tag_class(e->w_tag) != cls) consider(e->w_end + lat[tag_class(e->w_tag)][cls], e->w_tag);
+        if (e->r_end && tag_class(e->r_tag) != cls) consider(e->r_end + lat[tag_class(e->r_tag)][cls], e->r_tag);
       }
   }
   return t;
 }
 
-void DepTracker::record(uint8_t cls, const Regions& rg, sim::Ps read_end, sim::Ps write_end) {
+void DepTracker::record(uint8_t cls, uint64_t id, const Regions& rg, sim::Ps read_end, sim::Ps write_end) {
+  const uint32_t t = tag(cls, id);
   for (int i = 0; i < rg.nr; ++i) {
     const Range& r = rg.reads[static_cast<size_t>(i)];
     for (int64_t q = r.q0; q <= r.q1; ++q)
       for (Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
         if (read_end >= e->r_end) {
           e->r_end = read_end;
-          e->r_cls = cls;
+          e->r_tag = t;
         }
   }
   for (int i = 0; i < rg.nw; ++i) {
@@ -80,7 +84,7 @@ void DepTracker::record(uint8_t cls, const Regions& rg, sim::Ps read_end, sim::P
       for (Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
         if (write_end >= e->w_end) {
           e->w_end = write_end;
-          e->w_cls = cls;
+          e->w_tag = t;
         }
   }
 }

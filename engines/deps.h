@@ -35,12 +35,23 @@ class DepTracker {
   /// Make HBM bytes [0, bytes) trackable (called when HBM tensors are allocated; not in the hot loop).
   void reserve_hbm(int64_t bytes);
 
+  /// Who last wrote / read a chunk: class in the low 3 bits, the instruction's program-order index
+  /// (modulo 2^29) above them, so an Entry stays 24 bytes. The index is only used to attribute waits.
+  static constexpr uint32_t kClassBits = 3;
+  static uint32_t tag(uint8_t cls, uint64_t id) { return static_cast<uint32_t>(id << kClassBits) | cls; }
+  static uint8_t tag_class(uint32_t t) { return static_cast<uint8_t>(t & ((1u << kClassBits) - 1)); }
+  /// The full index of the producer tagged `t`, seen from instruction `now` (> producer).
+  static uint64_t tag_index(uint32_t t, uint64_t now) {
+    constexpr uint64_t kMod = uint64_t{1} << (32 - kClassBits);
+    return now - ((now - (t >> kClassBits)) & (kMod - 1));
+  }
   struct Entry {
     sim::Ps w_end = 0;
     sim::Ps r_end = 0;
-    uint8_t w_cls = 0;
-    uint8_t r_cls = 0;
+    uint32_t w_tag = 0;
+    uint32_t r_tag = 0;
   };
+  static_assert(kNumClasses <= (1 << kClassBits));
   /// The chunks one operand covers: quadrants [q0,q1] x chunks [c0,c1]; computed once per operand.
   /// Trivially constructible on purpose: Regions are built per instruction without zeroing.
   struct Range {
@@ -54,12 +65,17 @@ class DepTracker {
   };
   Range range_of(const isa::Operand& o) const;
 
-  /// Earliest start for an instruction of class `cls` with these regions.
+  /// Earliest start for an instruction of class `cls` with these regions, and the tag of the access
+  /// that sets it (0 with time 0 when nothing constrains it).
   /// Same-class WAR and WAW need no wait (engines write in order); RAW always waits.
-  sim::Ps ready(uint8_t cls, const Regions& r) const;
-  /// Record that the instruction reads its read regions until `read_end` and writes its write
-  /// regions, done at `write_end`.
-  void record(uint8_t cls, const Regions& r, sim::Ps read_end, sim::Ps write_end);
+  struct Ready {
+    sim::Ps time = 0;
+    uint32_t tag = 0;
+  };
+  Ready ready(uint8_t cls, const Regions& r) const;
+  /// Record that instruction `id` of class `cls` reads its read regions until `read_end` and writes
+  /// its write regions, done at `write_end`.
+  void record(uint8_t cls, uint64_t id, const Regions& r, sim::Ps read_end, sim::Ps write_end);
 
  private:
 

@@ -79,8 +79,11 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
   sources_.push_back(SourceLoc{});
   per_loc_.resize(1);
   queue_track_declared_.assign(static_cast<size_t>(p_.dma_queues), false);
+  if (opts_.dependency_bound) asap_ = std::make_unique<engines::DepTracker>(dep_config(p_, cfg), latency_table(p_));
   if (!opts_.trace_path.empty()) {
-    trace_ = std::make_unique<sim::ChromeTraceWriter>(opts_.trace_path, fmt::format("NeuronCore ({})", p_.name));
+    trace_ = std::make_unique<sim::ChromeTraceWriter>(
+        opts_.trace_path, fmt::format("NeuronCore ({})", p_.name),
+        sim::TraceFilter::from_ns(opts_.trace_limit, opts_.trace_window_start_ns, opts_.trace_window_end_ns));
     for (int e = 0; e < isa::kNumEngines; ++e) trace_->declare_track(e, std::string(isa::engine_name(static_cast<Engine>(e))));
     for (int e = 0; e < p_.dma_engines; ++e) trace_->declare_track(kFirstDmaTrack + e, fmt::format("dma.e{}", e));
   }
@@ -101,6 +104,7 @@ Simulator::~Simulator() {
 const memory::HbmTensor& Simulator::alloc_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt) {
   const memory::HbmTensor& t = mem_.alloc_hbm(name, shape, dt);
   deps_.reserve_hbm(t.addr + t.bytes);
+  if (asap_) asap_->reserve_hbm(t.addr + t.bytes);
   return t;
 }
 
@@ -196,6 +200,7 @@ InstrTiming Simulator::schedule(const Instr& in) {
   if (isa::is_dma(in.op)) t = schedule_dma(in);
   else if (in.engine == Engine::kTensor) t = schedule_tensor(in);
   else t = schedule_stream(in);
+  t.index = seq_;
   account_bytes(in);
   const auto oi = static_cast<size_t>(in.op);
   ++c_.opcode_count[oi];
@@ -207,22 +212,42 @@ InstrTiming Simulator::schedule(const Instr& in) {
   c_.end = std::max(c_.end, t.end);
   if (isa::is_dma(in.op)) dma_.prune(watermark());
   if (trace_) trace_->watermark(watermark());
-  if (listener_) listener_(in, t);
+  for (const auto& fn : listeners_) fn(in, t);
+  ++seq_;
   return t;
 }
 
-engines::DepTracker::Regions Simulator::regions(const Instr& in) const {
+engines::DepTracker::Regions Simulator::regions(const Instr& in, const engines::DepTracker& on) const {
   // Split an instruction's operands into the regions it reads and writes (table-derived roles).
   engines::DepTracker::Regions r;
   const isa::OpInfo& info = isa::op_info(in.op);
   for (int i = 0; i < info.num_slots; ++i) {
     const Operand& o = in.slot(i);
     if (!o.present()) continue;
-    if (info.slots[static_cast<size_t>(i)].written) r.writes[static_cast<size_t>(r.nw++)] = deps_.range_of(o);
-    else r.reads[static_cast<size_t>(r.nr++)] = deps_.range_of(o);
+    if (info.slots[static_cast<size_t>(i)].written) r.writes[static_cast<size_t>(r.nw++)] = on.range_of(o);
+    else r.reads[static_cast<size_t>(r.nr++)] = on.range_of(o);
   }
   return r;
 }
+
+void Simulator::schedule_asap(const Instr& in, uint8_t cls, Ps dur) {
+  const auto rg = regions(in, *asap_);
+  const Ps end = asap_->ready(cls, rg).time + dur;
+  asap_->record(cls, seq_, rg, end, end);
+  asap_end_ = std::max(asap_end_, end);
+}
+
+namespace {
+// The ready time and producer of an instruction, as reported in InstrTiming.
+void set_wait(InstrTiming& t, const engines::DepTracker::Ready& r, Ps free, uint64_t now) {
+  t.free = free;
+  t.ready = r.time;
+  if (r.time > 0) {
+    t.waited_for = static_cast<int64_t>(engines::DepTracker::tag_index(r.tag, now));
+    t.waited_class = engines::DepTracker::tag_class(r.tag);
+  }
+}
+}  // namespace
 
 InstrTiming Simulator::schedule_stream(const Instr& in) {
   const auto e = static_cast<size_t>(in.engine);
@@ -249,8 +274,9 @@ InstrTiming Simulator::schedule_stream(const Instr& in) {
   const Ps lat = clk.cycles_to_ps(cost.latency);
   const auto rg = regions(in);
   const auto cls = static_cast<uint8_t>(in.engine);
-  const Ps ready = deps_.ready(cls, rg);
-  Ps start = std::max(next_issue_[e], ready);
+  const engines::DepTracker::Ready rd = deps_.ready(cls, rg);
+  const Ps ready = rd.time, free = next_issue_[e];
+  Ps start = std::max(free, ready);
   // Gen2 port conflicts: VectorE/GpSimd share SBUF access, VectorE/ScalarE share PSUM access.
   bool sbuf = false, psum = false;
   for (int i = 0; i < isa::kMaxSlots; ++i) {
@@ -267,21 +293,25 @@ InstrTiming Simulator::schedule_stream(const Instr& in) {
   if (use_psum_port) excl_psum_free_ = start + busy;
   const Ps end = start + busy + lat;
   next_issue_[e] = start + busy;
-  deps_.record(cls, rg, end, end);
+  deps_.record(cls, seq_, rg, end, end);
+  if (asap_) schedule_asap(in, cls, end - start);
   TrackCounters& tc = c_.engine[e];
   ++tc.instructions;
   tc.busy += busy;
   tc.instr_time += end - start;
   tc.add_interval(start, end);
   tc.flops += engines::instr_flops(in, 0);
-  if (trace_) trace_instr(in, static_cast<int>(e), start, end, ready, cost.perf_mode);
-  return {start, end, start + busy};
+  InstrTiming t{start, end, start + busy};
+  set_wait(t, rd, free, seq_);
+  if (trace_) trace_instr(in, static_cast<int>(e), t, cost.perf_mode);
+  return t;
 }
 
 InstrTiming Simulator::schedule_tensor(const Instr& in) {
   const auto rg = regions(in);
   const auto cls = static_cast<uint8_t>(Engine::kTensor);
-  const Ps ready = deps_.ready(cls, rg);
+  const engines::DepTracker::Ready rd = deps_.ready(cls, rg);
+  const Ps ready = rd.time, free = next_issue_[static_cast<size_t>(Engine::kTensor)];
   engines::TensorPipes::Slot s;
   double flops = 0;
   if (in.op == Opcode::kLoadStationary) {
@@ -298,7 +328,8 @@ InstrTiming Simulator::schedule_tensor(const Instr& in) {
     flops = engines::instr_flops(in, 0);
     c_.transpose_flops += flops;
   }
-  deps_.record(cls, rg, s.end, s.end);
+  deps_.record(cls, seq_, rg, s.end, s.end);
+  if (asap_) schedule_asap(in, cls, s.end - s.start);
   TrackCounters& tc = c_.engine[static_cast<size_t>(Engine::kTensor)];
   ++tc.instructions;
   tc.busy += s.ii;
@@ -306,8 +337,10 @@ InstrTiming Simulator::schedule_tensor(const Instr& in) {
   tc.add_interval(s.start, s.end);
   tc.flops += flops;
   next_issue_[static_cast<size_t>(Engine::kTensor)] = tensor_.next_issue();
-  if (trace_) trace_instr(in, static_cast<int>(Engine::kTensor), s.start, s.end, ready, 1);
-  return {s.start, s.end, s.start + s.ii};
+  InstrTiming t{s.start, s.end, s.start + s.ii};
+  set_wait(t, rd, free, seq_);
+  if (trace_) trace_instr(in, static_cast<int>(Engine::kTensor), t, 1);
+  return t;
 }
 
 InstrTiming Simulator::schedule_dma(const Instr& in) {
@@ -316,8 +349,9 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
   const Operand& src = in.slot(1);
   const auto rg = regions(in);
   // The trigger engine waits on the semaphores of the data's producers, then issues the trigger.
-  const Ps ready = deps_.ready(static_cast<uint8_t>(in.engine), rg);
-  const Ps trig_start = std::max(next_issue_[e], ready);
+  const engines::DepTracker::Ready rd = deps_.ready(static_cast<uint8_t>(in.engine), rg);
+  const Ps ready = rd.time, free = next_issue_[e];
+  const Ps trig_start = std::max(free, ready);
   Ps trig = p_.trigger_instr;
   if (in.engine == Engine::kScalar) trig = p_.hwdge_instr;
   if (in.engine == Engine::kGpsimd) trig = p_.swdge_instr;
@@ -327,7 +361,14 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
   if (in.op == Opcode::kDmaTranspose)
     eff = src.space == Space::kHbm ? p_.dma_transpose_eff_hbm2sbuf : p_.dma_transpose_eff_sbuf2sbuf;
   const engines::DmaEngines::Transfer tr = dma_.transfer(in.dma_queue, trig_start, split, eff);
-  deps_.record(kClassDma, rg, tr.done, tr.done);
+  deps_.record(kClassDma, seq_, rg, tr.done, tr.done);
+  if (asap_) {  // its own time, without queueing behind other transfers: setup (from the trigger), longest piece
+    Ps piece = 0;
+    for (int k = 0; k < split.engines; ++k)
+      piece = std::max(piece, tr.piece_end[static_cast<size_t>(k)] - tr.piece_start[static_cast<size_t>(k)]);
+    schedule_asap(in, kClassDma, p_.dma_setup + piece);
+  }
+  if (!listeners_.empty()) last_split_ = split, last_transfer_ = tr;
 
   TrackCounters& tc = c_.engine[e];
   ++tc.instructions;
@@ -346,8 +387,14 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
     d.bytes += static_cast<uint64_t>(split.piece[ki].bytes);
     c_.dma_descriptors += static_cast<uint64_t>(split.piece[ki].descriptors);
   }
+  InstrTiming t{trig_start, tr.done, trig_start + trig};
+  set_wait(t, rd, free, seq_);
+  t.setup_start = tr.setup_start;
+  t.data_start = tr.data_start;
   if (trace_) {
-    trace_instr(in, static_cast<int>(e), trig_start, trig_start + trig, ready, 1);
+    InstrTiming trig_slice = t;
+    trig_slice.end = trig_start + trig;
+    trace_instr(in, static_cast<int>(e), trig_slice, 1);
     const std::string name = isa::op_info(in.op).mnemonic;
     const SourceLoc& loc = source(in.loc);
     for (int k = 0; k < split.engines; ++k) {
@@ -363,12 +410,13 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
       queue_track_declared_[in.dma_queue % queue_track_declared_.size()] = true;
       trace_->declare_track(qt, fmt::format("dma.queue{}", in.dma_queue));
     }
+    slice_at_.back() = {qt, tr.setup_start};  // waiters of a DMA wait for its data: arrows start at the queue slice
     trace_->slice({qt, tr.setup_start, tr.done - tr.setup_start, name,
                    fmt::format("\"bytes\": {}, \"setup_start_ns\": {:.3f}, \"data_start_ns\": {:.3f}, \"src\": \"{}\"",
                                split.total_bytes, sim::ps_to_ns(tr.setup_start), sim::ps_to_ns(tr.data_start),
                                sim::json_escape(loc.str()))});
   }
-  return {trig_start, tr.done, trig_start + trig};
+  return t;
 }
 
 void Simulator::account_bytes(const Instr& in) {
@@ -387,13 +435,26 @@ void Simulator::account_bytes(const Instr& in) {
   }
 }
 
-void Simulator::trace_instr(const Instr& in, int track, Ps start, Ps end, Ps ready, int perf_mode) {
+void Simulator::trace_instr(const Instr& in, int track, const InstrTiming& t, int perf_mode) {
   const SourceLoc& loc = source(in.loc);
-  std::string args = fmt::format("\"opcode\": \"{}\", \"instr\": \"{}\", \"src\": \"{}\", \"ready_ns\": {:.3f}",
+  std::string args = fmt::format("\"opcode\": \"{}\", \"instr\": \"{}\", \"src\": \"{}\", \"index\": {}, \"ready_ns\": {:.3f}",
                                  isa::op_info(in.op).mnemonic, sim::json_escape(isa::disassemble(in)),
-                                 sim::json_escape(loc.str()), sim::ps_to_ns(ready));
+                                 sim::json_escape(loc.str()), seq_, sim::ps_to_ns(t.ready));
+  // Semaphore wait: the engine was free before the operands were ready; name the producer.
+  if (t.ready > t.free && t.waited_for >= 0)
+    args += fmt::format(", \"wait_ns\": {:.3f}, \"waited_for\": {}, \"waited_on\": \"{}\"",
+                        sim::ps_to_ns(std::min(t.ready, t.start) - t.free), t.waited_for,
+                        t.waited_class == kClassDma ? std::string("dma")
+                                                    : std::string(isa::engine_name(static_cast<Engine>(t.waited_class))));
   if (perf_mode > 1) args += fmt::format(", \"performance_mode\": \"{}x\"", perf_mode);
-  trace_->slice({track, start, end - start, std::string(isa::op_info(in.op).mnemonic), std::move(args)});
+  sim::TraceSlice sl{track, t.start, t.end - t.start, std::string(isa::op_info(in.op).mnemonic), std::move(args)};
+  if (t.ready > t.free && t.waited_for >= 0 && static_cast<size_t>(t.waited_for) < slice_at_.size()) {
+    sl.flow_id = static_cast<int64_t>(seq_);
+    sl.flow_track = slice_at_[static_cast<size_t>(t.waited_for)].first;
+    sl.flow_ts = slice_at_[static_cast<size_t>(t.waited_for)].second;
+  }
+  if (slice_at_.size() == seq_) slice_at_.emplace_back(track, t.start);  // a DMA's queue slice replaces it below
+  trace_->slice(std::move(sl));
 }
 
 Ps Simulator::watermark() const {

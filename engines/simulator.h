@@ -30,13 +30,29 @@ namespace nsim {
 struct SimOptions {
   bool numerics = true;    ///< false = timing-only: no storage, no semantics
   std::string trace_path;  ///< Chrome/Perfetto JSON trace; empty = no tracing (costs nothing)
+  /// Also schedule every instruction as soon as its operands allow, with unlimited engines, to give
+  /// the dependency bound (critical path length) of the kernel. Costs a second dependency tracker.
+  bool dependency_bound = false;
+  /// Write at most this many trace slices, the earliest by start time (0 = unlimited); the rest
+  /// are counted and reported by an instant event at the end of the trace.
+  uint64_t trace_limit = 0;
+  /// Write only slices overlapping [trace_window_start_ns, trace_window_end_ns) (kept whole, not
+  /// clipped); end 0 = no end. Both 0 = the whole run.
+  double trace_window_start_ns = 0, trace_window_end_ns = 0;
 };
 
-/// When one instruction ran.
+/// When one instruction ran, and what it waited for.
 struct InstrTiming {
   sim::Ps start = 0;
   sim::Ps end = 0;     ///< when dependants may consume its results (before hand-off latency)
   sim::Ps issue = 0;   ///< when its engine may issue the next independent instruction
+  uint64_t index = 0;  ///< program-order index of the instruction (0, 1, 2, ...)
+  sim::Ps free = 0;    ///< when its engine could have issued it (the previous instruction's issue)
+  sim::Ps ready = 0;   ///< when its operands were ready: producers' end + semaphore hand-off
+  int64_t waited_for = -1;  ///< index of the producer (or earlier reader, for WAR) that set `ready`; -1: none
+  uint8_t waited_class = 0; ///< that producer's class: an engine, or engines::kClassDma
+  // DMA only: the queue's setup start and the first packet's start (done = end).
+  sim::Ps setup_start = 0, data_start = 0;
 };
 
 /// Plain counters kept by the hot loop (no strings, no maps).
@@ -96,9 +112,12 @@ class Simulator {
   void run(const std::function<bool(isa::Instr&)>& next);
   /// Close the trace and the counters. Safe to call more than once.
   void finish();
-  /// Called after each instruction is scheduled (for instruction tables); unset = no cost.
+  /// Called after each instruction is scheduled (instruction tables, analysis); none = no cost.
+  /// During the call of a DMA instruction, last_dma_split() / last_dma_transfer() describe it.
   using InstrListener = std::function<void(const isa::Instr&, const InstrTiming&)>;
-  void set_instr_listener(InstrListener fn) { listener_ = std::move(fn); }
+  void add_instr_listener(InstrListener fn) { listeners_.push_back(std::move(fn)); }
+  const memory::DmaSplit& last_dma_split() const { return last_split_; }
+  const engines::DmaEngines::Transfer& last_dma_transfer() const { return last_transfer_; }
 
   // ---- results
   /// Work attributed to one kernel source location.
@@ -110,6 +129,10 @@ class Simulator {
   /// Per registered source location with at least one instruction, most time first.
   std::vector<LineStats> line_stats() const;
   sim::Ps total_time() const { return c_.end; }
+  /// Length of the longest dependency chain with unlimited engines (SimOptions::dependency_bound;
+  /// -1 when not computed). Each instruction keeps the duration it had in the real schedule.
+  sim::Ps dependency_bound() const { return asap_ ? asap_end_ : -1; }
+  const SimOptions& options() const { return opts_; }
   const RunCounters& counters() const { return c_; }
   /// Stats with names, units and descriptions (call after finish()).
   sim::StatsRegistry stats() const;
@@ -121,9 +144,12 @@ class Simulator {
   InstrTiming schedule_tensor(const isa::Instr& in);
   InstrTiming schedule_stream(const isa::Instr& in);
   void account_bytes(const isa::Instr& in);
-  void trace_instr(const isa::Instr& in, int track, sim::Ps start, sim::Ps end, sim::Ps ready, int perf_mode);
+  void trace_instr(const isa::Instr& in, int track, const InstrTiming& t, int perf_mode);
   sim::Ps watermark() const;
-  engines::DepTracker::Regions regions(const isa::Instr& in) const;
+  engines::DepTracker::Regions regions(const isa::Instr& in, const engines::DepTracker& on) const;
+  engines::DepTracker::Regions regions(const isa::Instr& in) const { return regions(in, deps_); }
+  /// Dependency-bound schedule of one instruction of class `cls` that took `dur` (SimOptions::dependency_bound).
+  void schedule_asap(const isa::Instr& in, uint8_t cls, sim::Ps dur);
 
   sim::Config cfg_;
   engines::CoreParams p_;
@@ -145,7 +171,14 @@ class Simulator {
   std::unique_ptr<sim::TraceSink> trace_;
   std::vector<bool> queue_track_declared_;
   bool finished_ = false;
-  InstrListener listener_;
+  std::vector<InstrListener> listeners_;
+  uint64_t seq_ = 0;  ///< program-order index of the next instruction
+  std::unique_ptr<engines::DepTracker> asap_;
+  /// With a trace: where each instruction's slice starts (track, time), for flow arrows to its waiters.
+  std::vector<std::pair<int, sim::Ps>> slice_at_;
+  sim::Ps asap_end_ = 0;
+  memory::DmaSplit last_split_{};
+  engines::DmaEngines::Transfer last_transfer_{};
 };
 
 }  // namespace nsim

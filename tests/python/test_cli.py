@@ -98,7 +98,8 @@ def test_run_with_npz_inputs_matches_numpy(tmp_path, kernel):
     srcs = {l["src"]: l["instructions"] for l in stats["lines"]}
     assert srcs == {"add_one.py:3": 2, "add_one.py:4": 2, "add_one.py:5": 2}
     assert "busiest source lines" in r.stdout
-    assert (tmp_path / "stats.json.config.yaml").read_text().startswith("clock:")
+    cfg_yaml = (tmp_path / "stats.json.config.yaml").read_text()  # the effective config, every section
+    assert cfg_yaml.startswith("analysis:") and "\nclock:\n" in cfg_yaml and "\nhbm:\n" in cfg_yaml
     trace = json.loads((tmp_path / "trace.json").read_text())
     slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert slices and all({"ts", "dur", "tid", "name", "args"} <= e.keys() for e in slices)

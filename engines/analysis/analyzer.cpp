@@ -1,0 +1,689 @@
+#include "engines/analysis/analyzer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "sim/trace.h"
+
+namespace nsim::engines {
+
+using isa::Engine;
+using isa::Instr;
+using isa::Opcode;
+using isa::Operand;
+using isa::Space;
+using sim::Ps;
+
+namespace {
+
+constexpr int kQueueTrack0 = isa::kNumEngines;  // record tracks: engines, then DMA queues
+constexpr double kPsPerNs = 1000.0;
+
+double ns(Ps t) { return sim::ps_to_ns(t); }
+
+std::string track_name(int track) {
+  if (track < kQueueTrack0) return std::string(isa::engine_name(static_cast<Engine>(track)));
+  return fmt::format("dma.queue{}", track - kQueueTrack0);
+}
+
+/// Per source line: what the findings need.
+struct LineAgg {
+  // DMA
+  uint64_t dma_count = 0, dma_small = 0;
+  double dma_bytes = 0, dma_small_bytes = 0;
+  Ps dma_engine_time = 0, dma_small_engine_time = 0;  ///< summed piece durations
+  double dma_small_ideal_ps = 0;                      ///< the small transfers' bytes at full engine bandwidth
+  int64_t dma_min_bpp = INT64_MAX;
+  double hbm_read = 0, hbm_reload = 0;
+  int max_loads = 0;
+  // TensorE
+  uint64_t mm_count = 0, underfill = 0, fp32 = 0, transposes = 0;
+  Ps underfill_busy = 0, fp32_busy = 0, transpose_busy = 0;
+  double underfill_lost_ps = 0, fp32_lost_ps = 0;
+  int64_t min_k = INT64_MAX, min_m = INT64_MAX, min_n = INT64_MAX;
+  // every engine
+  std::array<Ps, isa::kNumEngines> busy{};
+  std::array<uint64_t, isa::kNumEngines> count{};
+  Ps critical = 0;  ///< time of this line's instructions on the critical path
+};
+
+/// One instruction, for the critical-path walk.
+struct Rec {
+  Ps start, end;
+  int64_t pred;  ///< the instruction that bound its start (-1: none)
+  uint32_t loc;
+  uint16_t track;
+};
+
+}  // namespace
+
+struct Analyzer::State {
+  Simulator* sim = nullptr;
+  const CoreParams* p = nullptr;
+  int64_t dma_eff_bpp = 2048, mm_eff_n = 512, chunk = 64, max_records = 0;
+  double transpose_share = 10, min_saving = 1;
+
+  uint64_t n = 0;
+  std::vector<LineAgg> lines;  ///< by source id
+  std::vector<Rec> recs;
+  bool recs_complete = true;
+  std::array<int64_t, isa::kNumEngines> last_on_engine{-1, -1, -1, -1, -1};
+  std::array<Ps, isa::kNumEngines> last_issue{};
+  // idle attribution: waiter engine -> producer track -> ps; (waiter, producer line) -> ps
+  std::array<std::map<std::string, Ps>, isa::kNumEngines> waited_on;
+  std::array<Ps, isa::kNumEngines> wait{}, other_wait{};
+  std::map<std::pair<int, uint32_t>, Ps> wait_by_line;  ///< (waiter engine, producer's source id)
+  // HBM load counters, one per `chunk` bytes of HBM
+  std::vector<uint8_t> loads;
+  double hbm_read = 0, hbm_reload = 0, hbm_write = 0;
+  // stationary of the next matmuls
+  int64_t stat_k = 0, stat_m = 0;
+  bool stat_fp32 = false;
+
+  // Several source ids may name the same kernel line (one per op): findings are per line.
+  std::vector<uint32_t> canon_ids;  ///< source id -> first source id with the same location, + 1
+  std::map<std::string, uint32_t> by_loc;
+  uint32_t canon(uint32_t id) {
+    if (id >= canon_ids.size()) canon_ids.resize(id + 1, 0);
+    if (!canon_ids[id]) {
+      const SourceLoc& l = sim->source(id);
+      canon_ids[id] = by_loc.emplace(fmt::format("{}:{}:{}", l.file, l.line, l.function), id).first->second + 1;
+    }
+    return canon_ids[id] - 1;
+  }
+  LineAgg& line(uint32_t loc) {
+    if (loc >= lines.size()) lines.resize(loc + 1);
+    return lines[loc];
+  }
+  void on_instr(const Instr& in, const InstrTiming& t);
+  void on_dma(const Instr& in, const InstrTiming& t, LineAgg& la);
+  void on_tensor(const Instr& in, const InstrTiming& t, LineAgg& la);
+  void count_hbm(const Operand& o, bool write, LineAgg& la);
+  int producer_track(const InstrTiming& t) const;
+  uint32_t producer_loc(const InstrTiming& t) const;
+};
+
+Analyzer::Analyzer(Simulator& sim) : s_(std::make_shared<State>()) {
+  State& s = *s_;
+  s.sim = &sim;
+  s.p = &sim.params();
+  const sim::Config& c = sim.config();
+  s.dma_eff_bpp = c.bytes("analysis.dma_efficient_bytes_per_partition");
+  s.mm_eff_n = c.get_int("analysis.mm_efficient_moving_free");
+  s.chunk = std::max<int64_t>(1, c.bytes("analysis.reload_chunk_bytes"));
+  s.transpose_share = c.get_real("analysis.transpose_share_percent");
+  s.min_saving = c.get_real("analysis.min_saving_percent");
+  s.max_records = std::max<int64_t>(0, c.get_int("analysis.max_recorded_instructions"));
+  std::shared_ptr<State> keep = s_;
+  sim.add_instr_listener([keep](const Instr& in, const InstrTiming& t) { keep->on_instr(in, t); });
+}
+
+int Analyzer::State::producer_track(const InstrTiming& t) const {
+  if (t.waited_for >= 0 && static_cast<uint64_t>(t.waited_for) < recs.size())
+    return recs[static_cast<size_t>(t.waited_for)].track;
+  return t.waited_class == kClassDma ? kQueueTrack0 : t.waited_class;  // beyond the records: the class only
+}
+
+uint32_t Analyzer::State::producer_loc(const InstrTiming& t) const {
+  if (t.waited_for >= 0 && static_cast<uint64_t>(t.waited_for) < recs.size())
+    return recs[static_cast<size_t>(t.waited_for)].loc;
+  return 0;
+}
+
+void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
+  ++n;
+  const auto e = static_cast<size_t>(in.engine);
+  const uint32_t loc = canon(in.loc);
+  LineAgg& la = line(loc);
+  const Ps busy = t.issue - t.start;
+  la.busy[e] += busy;
+  ++la.count[e];
+
+  // Idle attribution. The engine was free at t.free: until the operands were ready it waited on the
+  // producer (a semaphore); after that, anything else (a pipe, a shared port, throttling).
+  const Ps data_wait = std::max<Ps>(0, std::min(t.ready, t.start) - t.free);
+  const Ps other = std::max<Ps>(0, t.start - std::max(t.free, t.ready));
+  if (data_wait > 0) {
+    wait[e] += data_wait;
+    waited_on[e][track_name(producer_track(t))] += data_wait;
+    wait_by_line[{static_cast<int>(e), producer_loc(t)}] += data_wait;
+  }
+  other_wait[e] += other;
+  last_issue[e] = std::max(last_issue[e], t.issue);
+
+  if (isa::is_dma(in.op)) on_dma(in, t, la);
+  else if (in.engine == Engine::kTensor) on_tensor(in, t, la);
+
+  // Critical-path record: what bound the start, the operands or the engine's previous instruction.
+  const int64_t prev = last_on_engine[e];
+  last_on_engine[e] = static_cast<int64_t>(t.index);
+  if (recs_complete && static_cast<int64_t>(recs.size()) < max_records && recs.size() == t.index) {
+    const bool data_bound = t.waited_for >= 0 && t.ready > t.free;
+    const int track = isa::is_dma(in.op) ? kQueueTrack0 + in.dma_queue : static_cast<int>(e);
+    recs.push_back({t.start, t.end, data_bound ? t.waited_for : prev, loc, static_cast<uint16_t>(track)});
+  } else {
+    recs_complete = false;
+  }
+}
+
+void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
+  // Walk the contiguous byte runs of an HBM access pattern: rows, then the free dims outside the
+  // innermost contiguous run.
+  const int64_t eb = dtype_bytes(o.dtype);
+  int64_t run = 1;
+  int inner = o.nfree;
+  for (int d = o.nfree - 1; d >= 0; --d) {
+    const auto i = static_cast<size_t>(d);
+    if (o.size[i] != 1 && o.stride[i] != run) break;
+    run *= o.size[i];
+    inner = d;
+  }
+  const int64_t run_bytes = run * eb;
+  auto touch = [&](int64_t lo) {
+    const int64_t hi = lo + run_bytes;
+    if (lo < 0 || hi <= lo) return;
+    const auto c1 = static_cast<size_t>((hi - 1) / chunk);
+    if (c1 >= loads.size()) loads.resize(c1 + 1, 0);
+    for (auto c = static_cast<size_t>(lo / chunk); c <= c1; ++c) {
+      if (write) {
+        loads[c] = 0;  // new data: reading it later is not a reload
+        continue;
+      }
+      const int64_t overlap = std::min<int64_t>(hi, static_cast<int64_t>(c + 1) * chunk) -
+                              std::max<int64_t>(lo, static_cast<int64_t>(c) * chunk);
+      if (loads[c] > 0) {
+        la.hbm_reload += static_cast<double>(overlap);
+        hbm_reload += static_cast<double>(overlap);
+      }
+      if (loads[c] < UINT8_MAX) ++loads[c];
+      la.max_loads = std::max<int>(la.max_loads, loads[c]);
+    }
+  };
+  std::array<int64_t, isa::kMaxFreeDims> idx{};
+  for (uint32_t r = 0; r < std::max<uint32_t>(o.num_partitions, 1); ++r) {
+    const int64_t row = o.offset + static_cast<int64_t>(r) * o.partition_step * eb;
+    idx.fill(0);
+    while (true) {
+      int64_t off = row;
+      for (int d = 0; d < inner; ++d) off += idx[static_cast<size_t>(d)] * o.stride[static_cast<size_t>(d)] * eb;
+      touch(off);
+      int d = inner - 1;
+      for (; d >= 0; --d) {
+        const auto i = static_cast<size_t>(d);
+        if (++idx[i] < o.size[i]) break;
+        idx[i] = 0;
+      }
+      if (d < 0) break;
+    }
+  }
+}
+
+void Analyzer::State::on_dma(const Instr& in, const InstrTiming&, LineAgg& la) {
+  const Operand& dst = in.slot(0);
+  const Operand& src = in.slot(1);
+  const memory::DmaSplit& split = sim->last_dma_split();
+  const DmaEngines::Transfer& tr = sim->last_dma_transfer();
+  Ps engine_time = 0;
+  for (int k = 0; k < split.engines; ++k)
+    if (split.piece[static_cast<size_t>(k)].bytes > 0)
+      engine_time += tr.piece_end[static_cast<size_t>(k)] - tr.piece_start[static_cast<size_t>(k)];
+  const auto bytes = static_cast<double>(split.total_bytes);
+  ++la.dma_count;
+  la.dma_bytes += bytes;
+  la.dma_engine_time += engine_time;
+  const Operand* chip = dst.space != Space::kHbm ? &dst : (src.space != Space::kHbm ? &src : nullptr);
+  if (chip && chip->num_partitions > 0) {
+    const int64_t bpp = split.total_bytes / chip->num_partitions;
+    if (bpp < dma_eff_bpp) {
+      ++la.dma_small;
+      la.dma_small_bytes += bytes;
+      la.dma_small_engine_time += engine_time;
+      la.dma_small_ideal_ps += bytes / p->dma_engine_bw * kPsPerNs;
+      la.dma_min_bpp = std::min(la.dma_min_bpp, bpp);
+    }
+  }
+  if (src.space == Space::kHbm) {
+    const double b = static_cast<double>(src.total_elems() * dtype_bytes(src.dtype));
+    la.hbm_read += b;
+    hbm_read += b;
+    count_hbm(src, false, la);
+  }
+  if (dst.space == Space::kHbm) {
+    hbm_write += static_cast<double>(dst.total_elems() * dtype_bytes(dst.dtype));
+    count_hbm(dst, true, la);
+  }
+}
+
+void Analyzer::State::on_tensor(const Instr& in, const InstrTiming& t, LineAgg& la) {
+  const Ps busy = t.issue - t.start;
+  if (in.op == Opcode::kLoadStationary) {
+    const Operand& st = in.slot(0);
+    stat_k = st.num_partitions;
+    stat_m = st.elems_per_partition() / ((in.flags & isa::kDoubleRow) ? 2 : 1);
+    stat_fp32 = st.dtype == DType::kFloat32;
+    return;
+  }
+  if (in.op != Opcode::kMultiplyMoving || (in.flags & isa::kIsTranspose)) {  // a transpose on the PE array
+    ++la.transposes;
+    la.transpose_busy += busy;
+    return;
+  }
+  const Operand& mv = in.slot(1);
+  const int64_t k = mv.num_partitions, m = stat_m, nfree = mv.elems_per_partition();
+  ++la.mm_count;
+  la.min_k = std::min(la.min_k, k);
+  la.min_m = std::min(la.min_m, m);
+  la.min_n = std::min(la.min_n, nfree);
+  // Ideal: the same FLOPs on the full array at one column per cycle.
+  const double peak_per_ps = 2.0 * p->pe_rows * p->pe_cols * p->clk(Engine::kTensor).ghz() / kPsPerNs;
+  const double ideal = 2.0 * static_cast<double>(k * m * nfree) / peak_per_ps;
+  const double lost = std::max(0.0, static_cast<double>(busy) - ideal);
+  if (stat_fp32 || mv.dtype == DType::kFloat32) {
+    ++la.fp32;
+    la.fp32_busy += busy;
+    la.fp32_lost_ps += static_cast<double>(busy) * (1.0 - 1.0 / p->fp32_factor);
+  } else if (k < p->pe_rows || m < p->pe_cols || nfree < mm_eff_n) {
+    ++la.underfill;
+    la.underfill_busy += busy;
+    la.underfill_lost_ps += lost;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Report
+// ------------------------------------------------------------------------------------------------
+
+AnalysisReport Analyzer::report(const std::string& kernel_name) const {
+  const State& s = *s_;
+  const Simulator& sim = *s.sim;
+  const CoreParams& p = *s.p;
+  const RunCounters& c = sim.counters();
+  AnalysisReport r;
+  r.kernel = kernel_name;
+  r.config = p.name;
+  r.total_ns = ns(sim.total_time());
+  r.instructions = s.n;
+  const double total = r.total_ns;
+  auto loc_of = [&](uint32_t id) { return sim.source(id); };
+
+  // ---- bounds
+  for (int e = 0; e < isa::kNumEngines; ++e)
+    r.bounds.push_back({std::string(isa::engine_name(static_cast<Engine>(e))), ns(c.engine[static_cast<size_t>(e)].busy),
+                        "busy time of this engine (sum of its instructions' issue intervals)"});
+  Ps dma_busy = 0;
+  for (int k = 0; k < p.dma_engines; ++k) dma_busy = std::max(dma_busy, c.dma[static_cast<size_t>(k)].busy);
+  r.bounds.push_back({"dma", ns(dma_busy), "busy time of the busiest DMA engine"});
+  const double roof = std::min(p.hbm_bw, p.dma_engine_bw * p.dma_engines);  // bytes per ns
+  const double unique_bytes = s.hbm_read - s.hbm_reload + s.hbm_write;
+  r.bounds.push_back({"hbm", unique_bytes / roof,
+                      fmt::format("HBM bytes without reloads ({:.0f} B) at {:.1f} B/ns", unique_bytes, roof)});
+  if (sim.dependency_bound() >= 0)
+    r.bounds.push_back({"dependencies", ns(sim.dependency_bound()),
+                        "longest dependency chain with unlimited engines (each instruction keeps its duration)"});
+  std::stable_sort(r.bounds.begin(), r.bounds.end(), [](const Bound& a, const Bound& b) { return a.ns > b.ns; });
+  r.bottleneck = r.bounds.front().name;
+  const double max_bound = r.bounds.front().ns;
+
+  // ---- idle attribution
+  for (int e = 0; e < isa::kNumEngines; ++e) {
+    const auto ei = static_cast<size_t>(e);
+    if (!c.engine[ei].instructions) continue;
+    EngineIdle id;
+    id.engine = std::string(isa::engine_name(static_cast<Engine>(e)));
+    id.busy_ns = ns(c.engine[ei].busy);
+    id.wait_ns = ns(s.wait[ei]);
+    id.other_wait_ns = ns(s.other_wait[ei]);
+    id.tail_ns = std::max(0.0, total - ns(s.last_issue[ei]));
+    for (const auto& [who, t] : s.waited_on[ei]) id.waited_on.emplace_back(who, ns(t));
+    std::stable_sort(id.waited_on.begin(), id.waited_on.end(), [](auto& a, auto& b) { return a.second > b.second; });
+    r.idle.push_back(std::move(id));
+  }
+
+  // ---- critical path: walk back from the instruction that ends last
+  std::vector<Ps> crit_by_line(s.lines.size(), 0);
+  r.critical_path = s.recs_complete && !s.recs.empty();
+  if (r.critical_path) {
+    std::map<std::string, Ps> by_track;
+    int64_t cur = 0;
+    for (size_t i = 1; i < s.recs.size(); ++i)
+      if (s.recs[i].end > s.recs[static_cast<size_t>(cur)].end) cur = static_cast<int64_t>(i);
+    Ps bound_at = s.recs[static_cast<size_t>(cur)].end;  // when the successor needed this one
+    while (cur >= 0) {
+      const Rec& rc = s.recs[static_cast<size_t>(cur)];
+      const Ps own = std::max<Ps>(0, std::min(bound_at, rc.end) - rc.start);
+      const Ps gap = std::max<Ps>(0, bound_at - std::max(rc.start, std::min(bound_at, rc.end)));
+      by_track[track_name(rc.track)] += own;
+      if (gap) by_track["waits (hand-off, pipes, ports)"] += gap;
+      if (rc.loc < crit_by_line.size()) crit_by_line[rc.loc] += own;
+      bound_at = rc.start;
+      if (rc.pred >= cur) break;  // never loops (producers precede their consumers)
+      cur = rc.pred;
+    }
+    if (bound_at > 0) by_track["start (nothing to run)"] += bound_at;
+    for (const auto& [k, v] : by_track) r.critical_path_by_track.emplace_back(k, ns(v));
+    std::stable_sort(r.critical_path_by_track.begin(), r.critical_path_by_track.end(),
+                     [](auto& a, auto& b) { return a.second > b.second; });
+    for (size_t i = 1; i < crit_by_line.size(); ++i)
+      if (crit_by_line[i] > 0) r.critical_path_lines.push_back({loc_of(static_cast<uint32_t>(i)), 0, ns(crit_by_line[i]), ""});
+    std::stable_sort(r.critical_path_lines.begin(), r.critical_path_lines.end(),
+                     [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
+  }
+  // Time a line could save: its loss, but no more than its time on the critical path (a line off the
+  // critical path saves nothing until it becomes critical). Without the path, the loss spread over
+  // `parallel` units is used.
+  auto saving_of = [&](size_t line, double lost_ns, double line_time_ns, double parallel) {
+    if (lost_ns <= 0) return 0.0;
+    if (r.critical_path) {
+      const double frac = line_time_ns > 0 ? std::min(1.0, lost_ns / line_time_ns) : 0.0;
+      return frac * ns(line < crit_by_line.size() ? crit_by_line[line] : 0);
+    }
+    return lost_ns / std::max(1.0, parallel);
+  };
+  const double min_saving_ns = total * s.min_saving / 100.0;
+  // DMA transfers also wait for each other inside the queues and engines, which the critical path
+  // (data dependencies and in-order engines) does not see: for DMA losses take at least the lost
+  // DMA-engine time spread over the engines, weighted by how busy the busiest DMA engine was.
+  const double dma_pressure = total > 0 ? std::min(1.0, ns(dma_busy) / total) : 0.0;
+  auto dma_saving_of = [&](size_t line, double lost_engine_ns, double line_engine_ns) {
+    return std::max(saving_of(line, lost_engine_ns, line_engine_ns, p.dma_engines),
+                    lost_engine_ns / p.dma_engines * dma_pressure);
+  };
+
+  // ---- DMA efficiency
+  {
+    Finding f;
+    f.kind = "dma_efficiency";
+    uint64_t small = 0;
+    double small_bytes = 0;
+    for (size_t i = 1; i < s.lines.size(); ++i) {
+      const LineAgg& la = s.lines[i];
+      if (!la.dma_small) continue;
+      const double lost = std::max(0.0, static_cast<double>(la.dma_small_engine_time) - la.dma_small_ideal_ps) / kPsPerNs;
+      const double save = dma_saving_of(i, lost, ns(la.dma_engine_time));
+      f.saving_ns += save;
+      small += la.dma_small;
+      small_bytes += la.dma_small_bytes;
+      f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.dma_small, save,
+                         fmt::format("{} transfers of {} B/partition or less, {:.0f} ns of DMA-engine time, {:.0f}% above "
+                                     "the time at full bandwidth",
+                                     la.dma_small, la.dma_min_bpp, ns(la.dma_small_engine_time),
+                                     la.dma_small_ideal_ps > 0
+                                         ? 100.0 * (static_cast<double>(la.dma_small_engine_time) / la.dma_small_ideal_ps - 1)
+                                         : 0.0)});
+    }
+    if (small) {
+      f.title = fmt::format("{} DMA transfers move less than {} B per partition", small, s.dma_eff_bpp);
+      f.detail = fmt::format(
+          "Each DMA descriptor costs at least dma.desc_min and each transfer a fixed setup, so small rows waste "
+          "DMA-engine time ({:.0f} bytes in small transfers). Load bigger tiles: make the free size of each "
+          "partition's row at least {} B (e.g. 512 fp32 / 1024 bf16 elements), or merge several small loads into one.",
+          small_bytes, s.dma_eff_bpp);
+      f.metrics = {{"transfers", static_cast<double>(small)}, {"bytes", small_bytes},
+                   {"efficient_bytes_per_partition", static_cast<double>(s.dma_eff_bpp)}};
+      r.findings.push_back(std::move(f));
+    }
+  }
+  // ---- redundant DMA
+  {
+    Finding f;
+    f.kind = "redundant_dma";
+    int times = 0;
+    for (size_t i = 1; i < s.lines.size(); ++i) {
+      const LineAgg& la = s.lines[i];
+      if (la.hbm_reload <= 0) continue;
+      const double frac = la.hbm_reload / std::max(1.0, la.dma_bytes);
+      const double lost = frac * ns(la.dma_engine_time);
+      const double save = dma_saving_of(i, lost, ns(la.dma_engine_time));
+      f.saving_ns += save;
+      times = std::max(times, la.max_loads);
+      f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.dma_count, save,
+                         fmt::format("{:.0f} of its {:.0f} HBM bytes were already loaded; the same bytes are loaded up to "
+                                     "{} times",
+                                     la.hbm_reload, la.hbm_read, la.max_loads)});
+    }
+    if (!f.lines.empty()) {
+      f.title = fmt::format("the same HBM bytes are loaded up to {} times ({:.0f} redundant bytes, {:.0f}% of HBM reads)",
+                            times, s.hbm_reload, 100.0 * s.hbm_reload / std::max(1.0, s.hbm_read));
+      f.detail =
+          "These lines load HBM data that an earlier load already brought on chip (and nothing wrote in between). "
+          "Hoist the load out of the loop, or keep the tile in SBUF (a larger pool / buffer) and reuse it.";
+      f.metrics = {{"times_loaded", static_cast<double>(times)}, {"reload_bytes", s.hbm_reload},
+                   {"hbm_read_bytes", s.hbm_read}};
+      r.findings.push_back(std::move(f));
+    }
+  }
+  // ---- matmul efficiency
+  const double tensor_busy = ns(c.engine[static_cast<size_t>(Engine::kTensor)].busy);
+  {
+    Finding under, f32, tr;
+    under.kind = "pe_underfill";
+    f32.kind = "fp32_matmul";
+    tr.kind = "pe_transpose";
+    uint64_t nu = 0, nf = 0, nt = 0;
+    double tbusy = 0;
+    for (size_t i = 1; i < s.lines.size(); ++i) {
+      const LineAgg& la = s.lines[i];
+      const double lbusy = ns(la.busy[static_cast<size_t>(Engine::kTensor)]);
+      const LineRef base{loc_of(static_cast<uint32_t>(i)), 0, 0, ""};
+      if (la.underfill) {
+        const double save = saving_of(i, la.underfill_lost_ps / kPsPerNs, lbusy, 1);
+        under.saving_ns += save;
+        nu += la.underfill;
+        LineRef l = base;
+        l.count = la.underfill;
+        l.ns = save;
+        l.note = fmt::format("{} matmuls, smallest K={} (rows), M={} (stationary cols), N={} (moving free); "
+                             "{:.0f} ns busy, {:.0f} ns above the full-array time",
+                             la.underfill, la.min_k, la.min_m, la.min_n, ns(la.underfill_busy), la.underfill_lost_ps / kPsPerNs);
+        under.lines.push_back(std::move(l));
+      }
+      if (la.fp32) {
+        const double save = saving_of(i, la.fp32_lost_ps / kPsPerNs, lbusy, 1);
+        f32.saving_ns += save;
+        nf += la.fp32;
+        LineRef l = base;
+        l.count = la.fp32;
+        l.ns = save;
+        l.note = fmt::format("{} fp32 matmuls, {:.0f} ns busy", la.fp32, ns(la.fp32_busy));
+        f32.lines.push_back(std::move(l));
+      }
+      if (la.transposes) {
+        const double save = saving_of(i, ns(la.transpose_busy), lbusy, 1);
+        tr.saving_ns += save;
+        nt += la.transposes;
+        tbusy += ns(la.transpose_busy);
+        LineRef l = base;
+        l.count = la.transposes;
+        l.ns = save;
+        l.note = fmt::format("{} transposes, {:.0f} ns of TensorE time", la.transposes, ns(la.transpose_busy));
+        tr.lines.push_back(std::move(l));
+      }
+    }
+    if (nu) {
+      under.title = fmt::format("{} matmuls under-fill the {}x{} PE array or use a moving tile narrower than {}", nu,
+                                p.pe_rows, p.pe_cols, s.mm_eff_n);
+      under.detail = fmt::format(
+          "A matmul costs at least tensor.mm_min_ii cycles and one cycle per moving column whatever its size: "
+          "contract over all {} partitions (K), use {} stationary columns (M) and a moving free size (N) of {} "
+          "(one PSUM bank of fp32) so each instruction does the most work.",
+          p.pe_rows, p.pe_cols, s.mm_eff_n);
+      under.metrics = {{"matmuls", static_cast<double>(nu)}};
+      r.findings.push_back(std::move(under));
+    }
+    if (nf) {
+      f32.title = fmt::format("{} matmuls take fp32 inputs ({}x slower than bf16)", nf, p.fp32_factor);
+      f32.detail = "fp32 matmul inputs take tensor.fp32_factor passes through the PE array. Cast the operands to "
+                   "bf16 (accumulation in PSUM stays fp32) where the precision allows.";
+      f32.metrics = {{"matmuls", static_cast<double>(nf)}};
+      r.findings.push_back(std::move(f32));
+    }
+    const double share = tensor_busy > 0 ? 100.0 * tbusy / tensor_busy : 0.0;
+    if (nt && share > s.transpose_share) {
+      tr.title = fmt::format("PE-array transposes take {:.0f}% of TensorE time ({} transposes)", share, nt);
+      tr.detail = "Transposes on the PE array use TensorE time that matmuls could use. Load the data already "
+                  "transposed (dma_transpose, or a transposed access pattern), or lay the data out so the "
+                  "contraction dimension is the partition dimension.";
+      tr.metrics = {{"transposes", static_cast<double>(nt)}, {"share_percent", share}};
+      r.findings.push_back(std::move(tr));
+    }
+  }
+  // ---- engine bottleneck
+  {
+    const Bound& top = r.bounds.front();
+    const double next = r.bounds.size() > 1 ? r.bounds[1].ns : 0.0;
+    int engine = -1;
+    for (int e = 0; e < isa::kNumEngines; ++e)
+      if (top.name == isa::engine_name(static_cast<Engine>(e))) engine = e;
+    if (engine >= 0 && top.ns > 0) {
+      Finding f;
+      f.kind = "engine_bound";
+      const auto ei = static_cast<size_t>(engine);
+      f.title = fmt::format("{} engine is the bottleneck: busy {:.0f} ns = {:.0f}% of the kernel time", top.name, top.ns,
+                            total > 0 ? 100.0 * top.ns / total : 0.0);
+      f.saving_ns = std::max(0.0, top.ns - next);
+      f.detail = fmt::format(
+          "No other resource needs more than {:.0f} ns ({}). Move work to an idle engine (e.g. exp/scale/bias "
+          "into one ScalarE activation with accumulate, copies to GpSimd), fuse passes over the same data, or use "
+          "16-bit data for the VectorE 2x/4x modes. Its busiest lines:",
+          next, r.bounds.size() > 1 ? r.bounds[1].name : "-");
+      for (size_t i = 1; i < s.lines.size(); ++i)
+        if (s.lines[i].busy[ei] > 0)
+          f.lines.push_back({loc_of(static_cast<uint32_t>(i)), s.lines[i].count[ei], ns(s.lines[i].busy[ei]),
+                             fmt::format("{} instructions, {:.0f} ns busy", s.lines[i].count[ei], ns(s.lines[i].busy[ei]))});
+      std::stable_sort(f.lines.begin(), f.lines.end(), [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
+      f.metrics = {{"busy_ns", top.ns}, {"next_bound_ns", next}};
+      r.findings.push_back(std::move(f));
+    }
+  }
+  // ---- serialisation: the kernel takes longer than every bound
+  if (total - max_bound > 0) {
+    Finding f;
+    f.kind = "serialization";
+    f.saving_ns = total - max_bound;
+    std::vector<std::pair<Ps, std::pair<int, uint32_t>>> waits;
+    for (const auto& [key, t] : s.wait_by_line) waits.emplace_back(t, key);
+    std::stable_sort(waits.begin(), waits.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    for (const auto& [t, key] : waits)
+      f.lines.push_back({loc_of(key.second), 0, ns(t),
+                         fmt::format("{} waited {:.0f} ns for the results of this line",
+                                     isa::engine_name(static_cast<Engine>(key.first)), ns(t))});
+    f.title = fmt::format("engines wait on each other: the kernel takes {:.0f} ns more than its largest bound ({}, {:.0f} ns)",
+                          f.saving_ns, r.bottleneck, max_bound);
+    f.detail = "Instructions wait for their operands (semaphores) while their engines are idle. Give tile pools "
+               "more buffers so the next tile's loads overlap this tile's compute, spread DMAs over several "
+               "queues/engines, and order independent work between a producer and its consumer. Producers waited on most:";
+    f.metrics = {{"largest_bound_ns", max_bound}};
+    r.findings.push_back(std::move(f));
+  }
+  // Rank, drop the negligible ones, order each finding's lines by time.
+  for (auto& f : r.findings) {
+    if (f.kind != "engine_bound" && f.kind != "serialization")
+      std::stable_sort(f.lines.begin(), f.lines.end(), [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
+  }
+  std::erase_if(r.findings, [&](const Finding& f) { return f.saving_ns < min_saving_ns || f.saving_ns <= 0; });
+  std::stable_sort(r.findings.begin(), r.findings.end(),
+                   [](const Finding& a, const Finding& b) { return a.saving_ns > b.saving_ns; });
+  return r;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Output
+// ------------------------------------------------------------------------------------------------
+
+namespace {
+
+std::string pct(double part, double whole) { return whole > 0 ? fmt::format("{:.1f}%", 100.0 * part / whole) : "-"; }
+
+std::string line_json(const LineRef& l) {
+  return fmt::format("{{\"src\": \"{}\", \"file\": \"{}\", \"line\": {}, \"function\": \"{}\", \"count\": {}, \"ns\": {:.3f}, "
+                     "\"note\": \"{}\"}}",
+                     sim::json_escape(l.loc.str()), sim::json_escape(l.loc.file), l.loc.line, sim::json_escape(l.loc.function),
+                     l.count, l.ns, sim::json_escape(l.note));
+}
+
+template <class T, class F>
+std::string json_list(const std::vector<T>& v, F f, const char* sep = ", ") {
+  std::string o = "[";
+  for (size_t i = 0; i < v.size(); ++i) o += (i ? sep : "") + f(v[i]);
+  return o + "]";
+}
+
+std::string pairs_json(const std::vector<std::pair<std::string, double>>& v) {
+  std::string o = "{";
+  for (size_t i = 0; i < v.size(); ++i) o += fmt::format("{}\"{}\": {:.12g}", i ? ", " : "", sim::json_escape(v[i].first), v[i].second);
+  return o + "}";
+}
+
+std::string where(const SourceLoc& l) { return l.file.empty() && !l.line ? std::string("(no source line)") : l.str(); }
+
+}  // namespace
+
+std::string AnalysisReport::to_text(size_t max_lines) const {
+  std::string o = fmt::format("nsim analysis: {} on {} — {:.1f} ns, {} instructions\n", kernel.empty() ? "kernel" : kernel,
+                              config, total_ns, instructions);
+  o += "\nBounds (the kernel time if only this counted):\n";
+  for (const auto& b : bounds)
+    o += fmt::format("  {:<13} {:>12.1f} ns  {:>6} of total{}  {}\n", b.name, b.ns, pct(b.ns, total_ns),
+                     b.name == bottleneck ? "  <- bottleneck" : "               ", b.what);
+  if (!bounds.empty() && bounds.front().ns > 0)
+    o += fmt::format("  the kernel takes {:.2f}x its largest bound\n", total_ns / bounds.front().ns);
+  if (critical_path) {
+    o += "\nCritical path (what the kernel time is made of):\n";
+    for (const auto& [k, v] : critical_path_by_track) o += fmt::format("  {:<32} {:>12.1f} ns  {:>6}\n", k, v, pct(v, total_ns));
+    for (size_t i = 0; i < critical_path_lines.size() && i < max_lines; ++i)
+      o += fmt::format("    {:>12.1f} ns  {}\n", critical_path_lines[i].ns, where(critical_path_lines[i].loc));
+  } else {
+    o += "\nCritical path: not computed (more instructions than analysis.max_recorded_instructions)\n";
+  }
+  o += "\nIdle time per engine:\n";
+  for (const auto& e : idle) {
+    std::string on;
+    for (size_t i = 0; i < e.waited_on.size() && i < 4; ++i)
+      on += fmt::format("{}{} {:.0f} ns", i ? ", " : " (on ", e.waited_on[i].first, e.waited_on[i].second);
+    if (!on.empty()) on += ")";
+    o += fmt::format("  {:<7} busy {:>10.1f} ns, waited {:>10.1f} ns{}, blocked {:.1f} ns, idle at the end {:.1f} ns\n",
+                     e.engine, e.busy_ns, e.wait_ns, on, e.other_wait_ns, e.tail_ns);
+  }
+  o += fmt::format("\nFindings ({}, largest estimated saving first):\n", findings.size());
+  if (findings.empty()) o += "  none above analysis.min_saving_percent\n";
+  for (size_t i = 0; i < findings.size(); ++i) {
+    const Finding& f = findings[i];
+    o += fmt::format("{:>3}. [{}] {}\n     saves ~{:.0f} ns ({})\n     {}\n", i + 1, f.kind, f.title, f.saving_ns,
+                     pct(f.saving_ns, total_ns), f.detail);
+    for (size_t j = 0; j < f.lines.size() && j < max_lines; ++j)
+      o += fmt::format("       {}: {}\n", where(f.lines[j].loc), f.lines[j].note);
+    if (f.lines.size() > max_lines) o += fmt::format("       ... {} more lines\n", f.lines.size() - max_lines);
+  }
+  return o;
+}
+
+std::string AnalysisReport::to_json() const {
+  std::string o = fmt::format("{{\"kernel\": \"{}\", \"config\": \"{}\", \"total_time_ns\": {:.3f}, \"instructions\": {},\n",
+                              sim::json_escape(kernel), sim::json_escape(config), total_ns, instructions);
+  o += fmt::format("\"bottleneck\": \"{}\",\n\"bounds\": {},\n", bottleneck, json_list(bounds, [](const Bound& b) {
+    return fmt::format("{{\"name\": \"{}\", \"ns\": {:.3f}, \"what\": \"{}\"}}", b.name, b.ns, sim::json_escape(b.what));
+  }));
+  o += fmt::format("\"idle\": {},\n", json_list(idle, [](const EngineIdle& e) {
+    return fmt::format("{{\"engine\": \"{}\", \"busy_ns\": {:.3f}, \"wait_ns\": {:.3f}, \"other_wait_ns\": {:.3f}, "
+                       "\"tail_ns\": {:.3f}, \"waited_on\": {}}}",
+                       e.engine, e.busy_ns, e.wait_ns, e.other_wait_ns, e.tail_ns, pairs_json(e.waited_on));
+  }));
+  o += fmt::format("\"critical_path\": {{\"available\": {}, \"by_track\": {}, \"lines\": {}}},\n", critical_path ? "true" : "false",
+                   pairs_json(critical_path_by_track), json_list(critical_path_lines, line_json));
+  o += fmt::format("\"findings\": {}}}\n", json_list(
+                                               findings,
+                                               [](const Finding& f) {
+                                                 return fmt::format(
+                                                     "{{\"kind\": \"{}\", \"title\": \"{}\", \"detail\": \"{}\", "
+                                                     "\"saving_ns\": {:.3f}, \"metrics\": {}, \"lines\": {}}}",
+                                                     f.kind, sim::json_escape(f.title), sim::json_escape(f.detail), f.saving_ns,
+                                                     pairs_json(f.metrics), json_list(f.lines, line_json));
+                                               },
+                                               ",\n "));
+  return o;
+}
+
+}  // namespace nsim::engines

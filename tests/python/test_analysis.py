@@ -1,0 +1,265 @@
+"""`nsim analyze` / Profile.analyze(): kernels with known defects, the findings at the right lines,
+and the fixed kernels without the finding and faster."""
+import inspect
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+_core = pytest.importorskip("nsim._core", exc_type=ImportError)
+ml_dtypes = pytest.importorskip("ml_dtypes")
+try:
+    _core.version()
+except Exception as e:  # the extension is not built
+    pytest.skip("nsim._core not usable: {}".format(e), allow_module_level=True)
+
+import nsim  # noqa: E402
+from nsim import nki  # noqa: E402
+import nsim.nki.language as nl  # noqa: E402
+import nsim.nki.isa as nisa  # noqa: E402
+
+BF16 = ml_dtypes.bfloat16
+HERE = os.path.abspath(__file__)
+
+
+def line_of(fn, marker):
+    """Line number (in this file) of the line of `fn` that carries the comment `marker`."""
+    src, first = inspect.getsourcelines(fn.fn if hasattr(fn, "fn") else fn)
+    hits = [first + i for i, text in enumerate(src) if marker in text]
+    assert len(hits) == 1, (marker, hits)
+    return hits[0]
+
+
+def analyse(kernel, *args, **kw):
+    """(Analysis, Profile) of a traced kernel, timing-only on trn2."""
+    _, prof = kernel.simulate(*args, timing_only=True, **kw)
+    return prof.analyze(), prof
+
+
+def lines(finding):
+    return [(os.path.basename(l["file"]), l["line"]) for l in finding["lines"]]
+
+
+def here(line):
+    return (os.path.basename(HERE), line)
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. DMA efficiency: rows of 128 bytes per partition
+# --------------------------------------------------------------------------------------------------
+
+
+def make_scale_kernel(cols):
+    @nki.jit
+    def scale(x):
+        n, f = x.shape
+        out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
+        for j in nl.affine_range(f // cols):
+            t = nl.ndarray((128, cols), x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[:, j * cols:(j + 1) * cols])  # LOAD
+            y = nl.ndarray((128, cols), x.dtype, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=y, data=t, op0=nl.multiply, operand0=2.0)
+            nisa.dma_copy(dst=out[:, j * cols:(j + 1) * cols], src=y)  # STORE
+        return out
+    return scale
+
+
+def test_small_dma_rows_are_found_at_their_lines_and_fixing_them_helps():
+    x = np.zeros((128, 8192), BF16)
+    bad = make_scale_kernel(64)     # 64 bf16 = 128 B per partition per transfer
+    good = make_scale_kernel(2048)  # 4 KiB per partition
+    a_bad, p_bad = analyse(bad, x)
+    f = a_bad.finding("dma_efficiency")
+    assert f is not None, a_bad.text
+    assert f["metrics"]["transfers"] == 2 * 128  # 128 loads + 128 stores, all of 128 B/partition
+    found = lines(f)
+    assert here(line_of(bad, "# LOAD")) in found and here(line_of(bad, "# STORE")) in found
+    assert "128 B/partition" in " ".join(l["note"] for l in f["lines"])
+    assert f["saving_ns"] > 0
+    a_good, p_good = analyse(good, x)
+    assert a_good.finding("dma_efficiency") is None, a_good.text
+    assert p_good.total_time_ns < p_bad.total_time_ns
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. Redundant DMA: the same weights loaded in every iteration of an outer loop
+# --------------------------------------------------------------------------------------------------
+
+OUTER = 4
+
+
+@nki.jit
+def add_bias_reloading(x, w):
+    n, f = x.shape
+    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n // 128):
+        wt = nl.ndarray((128, f), w.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=wt, src=w)  # WEIGHTS
+        xt = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xt, src=x[i * 128:(i + 1) * 128, :])  # INPUT
+        y = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=y, data1=xt, data2=wt, op=nl.add)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=y)
+    return out
+
+
+@nki.jit
+def add_bias_hoisted(x, w):
+    n, f = x.shape
+    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
+    wt = nl.ndarray((128, f), w.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=wt, src=w)
+    for i in nl.affine_range(n // 128):
+        xt = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xt, src=x[i * 128:(i + 1) * 128, :])
+        y = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=y, data1=xt, data2=wt, op=nl.add)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=y)
+    return out
+
+
+def test_redundant_loads_are_counted_at_their_line_and_hoisting_helps():
+    x = np.zeros((128 * OUTER, 2048), BF16)
+    w = np.zeros((128, 2048), BF16)
+    a_bad, p_bad = analyse(add_bias_reloading, x, w)
+    f = a_bad.finding("redundant_dma")
+    assert f is not None, a_bad.text
+    assert f["metrics"]["times_loaded"] == OUTER
+    # (OUTER - 1) reloads of the whole weight tensor, nothing else
+    assert f["metrics"]["reload_bytes"] == (OUTER - 1) * w.nbytes
+    assert lines(f) == [here(line_of(add_bias_reloading, "# WEIGHTS"))]
+    assert "loaded up to 4 times" in f["lines"][0]["note"]
+    a_good, p_good = analyse(add_bias_hoisted, x, w)
+    assert a_good.finding("redundant_dma") is None, a_good.text
+    assert p_good.total_time_ns < p_bad.total_time_ns
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. PE under-fill: matmuls with a 32-column moving tile
+# --------------------------------------------------------------------------------------------------
+
+
+def make_matmul(ncols):
+    @nki.jit
+    def mm(a_t, b):
+        k, m = a_t.shape
+        _, n = b.shape
+        out = nl.ndarray((m, n), nl.float32, buffer=nl.shared_hbm)
+        st = nl.ndarray((128, 128), a_t.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=st, src=a_t)
+        mv = nl.ndarray((128, n), b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=mv, src=b)
+        res = nl.ndarray((128, n), nl.float32, buffer=nl.sbuf)
+        for j in nl.affine_range(n // 512):
+            ps = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+            for c in nl.affine_range(512 // ncols):
+                lo = j * 512 + c * ncols
+                nisa.nc_matmul(dst=ps[:, c * ncols:(c + 1) * ncols], stationary=st, moving=mv[:, lo:lo + ncols])  # MM
+            nisa.tensor_copy(dst=res[:, j * 512:(j + 1) * 512], src=ps)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+    return mm
+
+
+def test_narrow_moving_tiles_are_found_and_512_columns_are_faster():
+    a_t = np.zeros((128, 128), BF16)
+    b = np.zeros((128, 4096), BF16)
+    bad, good = make_matmul(32), make_matmul(512)
+    a_bad, p_bad = analyse(bad, a_t, b)
+    f = a_bad.finding("pe_underfill")
+    assert f is not None, a_bad.text
+    assert f["metrics"]["matmuls"] == 4096 // 32
+    assert lines(f) == [here(line_of(bad, "# MM"))]
+    assert "N=32" in f["lines"][0]["note"]
+    a_good, p_good = analyse(good, a_t, b)
+    assert a_good.finding("pe_underfill") is None, a_good.text
+    assert p_good.total_time_ns < p_bad.total_time_ns
+    # the fix removes about what the finding estimated (within a factor of 2)
+    saved = p_bad.total_time_ns - p_good.total_time_ns
+    assert 0.5 * f["saving_ns"] <= saved <= 2.0 * f["saving_ns"], (saved, f["saving_ns"])
+
+
+def test_fp32_matmuls_are_reported():
+    a_t = np.zeros((128, 128), np.float32)
+    b = np.zeros((128, 2048), np.float32)
+    a, _ = analyse(make_matmul(512), a_t, b)
+    f = a.finding("fp32_matmul")
+    assert f is not None, a.text
+    assert f["metrics"]["matmuls"] == 4
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. A softmax whose Vector engine is the bottleneck
+# --------------------------------------------------------------------------------------------------
+
+
+@nki.jit
+def softmax_on_vector(x):
+    n, f = x.shape
+    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n // 128):
+        xt = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xt, src=x[i * 128:(i + 1) * 128, :])
+        x32 = nl.ndarray((128, f), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=x32, src=xt)  # VEC-CAST
+        mx = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=mx, op=nl.maximum, data=x32, axis=1)  # VEC-MAX
+        d = nl.ndarray((128, f), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=d, data=x32, op0=nl.subtract, operand0=mx)  # VEC-SUB
+        e = nl.ndarray((128, f), nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=e, op=nl.exp, data=d)
+        s = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=s, op=nl.add, data=e, axis=1)  # VEC-SUM
+        r = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.reciprocal(dst=r, data=s)
+        y = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=y, data=e, op0=nl.multiply, operand0=r)  # VEC-MUL
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=y)
+    return out
+
+
+@nki.jit
+def softmax_balanced(x):
+    """The same softmax without the fp32 copy, with exp(x - max) and its sum in one ScalarE activation,
+    and the final scaling on ScalarE too: VectorE keeps only the max and the reciprocal."""
+    n, f = x.shape
+    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n // 128):
+        xt = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xt, src=x[i * 128:(i + 1) * 128, :])
+        mx = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=mx, op=nl.maximum, data=xt, axis=1, negate=True)
+        e = nl.ndarray((128, f), nl.float32, buffer=nl.sbuf)
+        s = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=e, op=nl.exp, data=xt, bias=mx, reduce_op=nl.add, reduce_res=s,
+                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        r = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.reciprocal(dst=r, data=s)
+        y = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.activation(dst=y, op=nl.copy, data=e, scale=r)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=y)
+    return out
+
+
+def test_vector_bound_softmax_is_found_and_balancing_engines_helps():
+    x = np.zeros((512, 2048), BF16)
+    a_bad, p_bad = analyse(softmax_on_vector, x)
+    assert a_bad.bottleneck == "vector", a_bad.text
+    f = a_bad.finding("engine_bound")
+    assert f is not None and f["title"].startswith("vector engine is the bottleneck"), a_bad.text
+    markers = ("# VEC-CAST", "# VEC-MAX", "# VEC-SUB", "# VEC-SUM", "# VEC-MUL")
+    vec_lines = {here(line_of(softmax_on_vector, m)) for m in markers}
+    assert set(lines(f)[:5]) == vec_lines  # the five full passes over the tile, before the reciprocal
+    # saving = vector busy - the next bound
+    second = sorted(a_bad.bounds.values())[-2]
+    np.testing.assert_allclose(f["saving_ns"], a_bad.bounds["vector"] - second, rtol=1e-6)
+    a_good, p_good = analyse(softmax_balanced, x)
+    eb = a_good.finding("engine_bound")
+    assert eb is None or not eb["title"].startswith("vector"), a_good.text
+    assert a_good.bottleneck != "vector"
+    assert p_good.total_time_ns < p_bad.total_time_ns
+    # the numbers agree with the two runs
+    np.testing.assert_allclose(a_bad.total_time_ns, p_bad.total_time_ns, rtol=1e-9)
+    np.testing.assert_allclose(a_bad.bounds["vector"], p_bad.stat("engine.vector.busy_time"), rtol=1e-9)

@@ -1,0 +1,162 @@
+// The analyzer's accounting: wait attribution in InstrTiming, the dependency bound, the identities
+// of the idle-time decomposition and of the critical path, and redundant-load counting.
+#include <catch2/catch.hpp>
+
+#include <numeric>
+
+#include "engines/analysis/analyzer.h"
+#include "engines/deps.h"
+#include "kernel_builder.h"
+
+using namespace nsim;
+using namespace nsim::test;
+
+namespace {
+
+std::unique_ptr<Simulator> analysed_sim() {
+  SimOptions o;
+  o.numerics = false;
+  o.dependency_bound = true;
+  return Simulator::from_preset("trn2", {}, o);
+}
+
+Instr vec_scale(const Operand& dst, const Operand& src) {
+  Instr v = instr(Opcode::kTensorScalar, Engine::kVector, {dst, src});
+  v.alu0 = AluOp::kMultiply;
+  v.flags = isa::kHasImm0;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("dependency tags carry the producer's class and index", "[analysis][deps]") {
+  using engines::DepTracker;
+  for (uint64_t id : {uint64_t{0}, uint64_t{7}, uint64_t{1} << 28, (uint64_t{1} << 29) - 1}) {
+    const uint32_t t = DepTracker::tag(engines::kClassDma, id);
+    CHECK(DepTracker::tag_class(t) == engines::kClassDma);
+    CHECK(DepTracker::tag_index(t, id + 5) == id);
+  }
+  // Beyond 2^29 instructions the index wraps in the tag, and is recovered relative to `now`.
+  const uint64_t far = (uint64_t{1} << 29) * 3 + 12;
+  CHECK(DepTracker::tag_index(DepTracker::tag(2, far), far + 100) == far);
+}
+
+TEST_CASE("InstrTiming names the producer an instruction waited for", "[analysis]") {
+  auto s = analysed_sim();
+  const auto& h = s->alloc_hbm("x", {128, 512}, DType::kFloat32);
+  Operand t0 = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  Operand t1 = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  Operand t2 = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  const InstrTiming d = s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {t0, hbm_rows(h, 0, 128)}));
+  const InstrTiming v = s->submit(vec_scale(t1, t0));
+  Instr a = instr(Opcode::kActivation, Engine::kScalar, {t2, t1});
+  a.act = isa::ActFunc::kCopy;
+  const InstrTiming sc = s->submit(a);
+  CHECK(d.index == 0);
+  CHECK(d.waited_for == -1);
+  CHECK(v.index == 1);
+  CHECK(v.waited_for == 0);
+  CHECK(v.waited_class == engines::kClassDma);
+  CHECK(v.free == 0);
+  CHECK(v.ready == v.start);  // VectorE was idle: it started when the data arrived
+  CHECK(sc.waited_for == 1);
+  CHECK(sc.waited_class == static_cast<uint8_t>(Engine::kVector));
+  // A chain: the dependency bound is the whole kernel, since nothing could overlap.
+  s->finish();
+  CHECK(s->dependency_bound() == s->total_time());
+}
+
+TEST_CASE("idle time and the critical path add up to the kernel time", "[analysis]") {
+  // Two tiles, each loaded, scaled on VectorE, activated on ScalarE and stored.
+  auto s = analysed_sim();
+  engines::Analyzer an(*s);
+  const auto& x = s->alloc_hbm("x", {256, 1024}, DType::kFloat32);
+  const auto& y = s->alloc_hbm("y", {256, 1024}, DType::kFloat32);
+  for (int i = 0; i < 2; ++i) {
+    Operand a = s->alloc_tile(Space::kSbuf, 128, {1024}, DType::kFloat32);
+    Operand b = s->alloc_tile(Space::kSbuf, 128, {1024}, DType::kFloat32);
+    Operand c = s->alloc_tile(Space::kSbuf, 128, {1024}, DType::kFloat32);
+    s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {a, hbm_rows(x, 128 * i, 128)}));
+    s->submit(vec_scale(b, a));
+    Instr act = instr(Opcode::kActivation, Engine::kScalar, {c, b});
+    act.act = isa::ActFunc::kExp;
+    s->submit(act);
+    s->submit(instr(Opcode::kDmaCopy, Engine::kGpsimd, {hbm_rows(y, 128 * i, 128), c}));
+  }
+  s->finish();
+  const engines::AnalysisReport r = an.report("two_tiles");
+  const double total = ns(s->total_time());
+  REQUIRE(r.total_ns == Approx(total));
+  CHECK(r.instructions == 8);
+  // Per engine: busy + waits + blocked + idle at the end = total (in-order issue).
+  for (const auto& e : r.idle) {
+    INFO(e.engine);
+    CHECK(e.busy_ns + e.wait_ns + e.other_wait_ns + e.tail_ns == Approx(total).epsilon(1e-9));
+    double on = 0;
+    for (const auto& [who, t] : e.waited_on) on += t;
+    CHECK(on == Approx(e.wait_ns));
+  }
+  // VectorE waited only for the loads (DMA queue of the sync engine), ScalarE only for VectorE.
+  for (const auto& e : r.idle) {
+    if (e.engine == "vector") {
+      REQUIRE(e.waited_on.size() == 1);
+      CHECK(e.waited_on[0].first.rfind("dma.queue", 0) == 0);
+    }
+    if (e.engine == "scalar") {
+      REQUIRE(e.waited_on.size() == 1);
+      CHECK(e.waited_on[0].first == "vector");
+    }
+  }
+  // The critical path's pieces sum to the kernel time.
+  REQUIRE(r.critical_path);
+  double cp = 0;
+  for (const auto& [k, v] : r.critical_path_by_track) cp += v;
+  CHECK(cp == Approx(total).epsilon(1e-9));
+  // Bounds are lower bounds, largest first, and the report names the largest.
+  for (const auto& b : r.bounds) CHECK(b.ns <= total * (1 + 1e-9));
+  CHECK(std::is_sorted(r.bounds.begin(), r.bounds.end(), [](const auto& a, const auto& b) { return a.ns > b.ns; }));
+  CHECK(r.bottleneck == r.bounds.front().name);
+  // Nothing is loaded twice.
+  for (const auto& f : r.findings) CHECK(f.kind != "redundant_dma");
+}
+
+TEST_CASE("loading the same HBM rows three times is one redundant-DMA finding", "[analysis]") {
+  auto s = analysed_sim();
+  engines::Analyzer an(*s);
+  const auto& w = s->alloc_hbm("w", {128, 2048}, DType::kFloat32);
+  const uint32_t line = s->add_source(SourceLoc{"k.py", 42, "kernel"});
+  const uint32_t other = s->add_source(SourceLoc{"k.py", 50, "kernel"});
+  Operand acc = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+  for (int i = 0; i < 3; ++i) {
+    Operand t = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+    Instr ld = instr(Opcode::kDmaCopy, Engine::kSync, {t, hbm_rows(w, 0, 128)});
+    ld.loc = line;
+    s->submit(ld);
+    Instr add = instr(Opcode::kTensorTensor, Engine::kVector, {acc, acc, t});
+    add.alu0 = AluOp::kAdd;
+    add.loc = other;
+    s->submit(add);
+  }
+  s->finish();
+  const engines::AnalysisReport r = an.report();
+  const engines::Finding* f = nullptr;
+  for (const auto& x : r.findings)
+    if (x.kind == "redundant_dma") f = &x;
+  INFO(r.to_text());
+  REQUIRE(f != nullptr);
+  REQUIRE(f->lines.size() == 1);
+  CHECK(f->lines[0].loc.line == 42);
+  CHECK(f->lines[0].count == 3);
+  bool times = false, bytes = false;
+  for (const auto& [k, v] : f->metrics) {
+    if (k == "times_loaded") times = v == 3;
+    if (k == "reload_bytes") bytes = v == 2.0 * 128 * 2048 * 4;  // two of the three loads
+  }
+  CHECK(times);
+  CHECK(bytes);
+  // The HBM bound counts the weights once.
+  for (const auto& b : r.bounds)
+    if (b.name == "hbm") CHECK(b.ns == Approx(128.0 * 2048 * 4 / s->params().hbm_bw));
+  // The JSON form carries the same finding.
+  CHECK(r.to_json().find("\"kind\": \"redundant_dma\"") != std::string::npos);
+}
