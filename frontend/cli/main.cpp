@@ -7,14 +7,18 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engines/params.h"
 #include "engines/simulator.h"
+#include "frontend/analyze.h"
+#include "frontend/diff.h"
 #include "frontend/inputs.h"
 #include "frontend/ir.h"
+#include "frontend/json.h"
 #include "frontend/lower.h"
 #include "frontend/npy.h"
 
@@ -35,6 +39,8 @@ commands:
   run      simulate a kernel.json: outputs, timing summary, stats, trace
   check    verify a kernel.json without running it
   disasm   print the lowered instruction stream with source lines
+  analyze  bottleneck report: bounds, idle time, critical path, findings tied to source lines
+  diff     compare two runs (kernel versions or configs): engines and source lines faster/slower
   config   print the effective configuration of a preset
 
 Run 'nsim <command> --help' for the options of a command. 'nsim --version' prints the version.
@@ -54,6 +60,11 @@ options:
   --outputs DIR        write every output tensor as DIR/<tensor>.npy (bf16/fp8 widened to float32)
   --raw-outputs        write bf16/fp8 outputs as raw bits (|V2, |V1) instead
   --trace FILE         write a Chrome/Perfetto trace (open in ui.perfetto.dev)
+  --trace-limit N      with --trace: write only the N earliest slices (by start time) [default: 0 = all]
+  --trace-window START_NS:END_NS
+                       with --trace: write only slices overlapping [START_NS, END_NS) (kept whole);
+                       either side may be empty, e.g. 5000: or :20000. A trace cut by either
+                       option ends with an instant event giving the number of slices dropped
   --stats FILE         write stats as JSON; the effective config goes to FILE.config.yaml
   --timing-only        skip numerics (same timing, no outputs)
   --instructions FILE  write one CSV row per instruction (queryable, e.g. with DuckDB; docs/profiling.md)
@@ -70,6 +81,32 @@ Print the lowered instruction stream, one instruction per line with its source l
 --limit N stops after N instructions [default: all].
 )";
 
+constexpr const char* kAnalyzeHelp = R"(usage: nsim analyze kernel.json [--config NAME|FILE] [-p KEY=VALUE ...] [--json FILE] [--lines N]
+
+Simulate the kernel timing-only and print the report a performance engineer would write: the bounds
+(each engine's busy time, the busiest DMA engine, HBM traffic without reloads, the dependency chain),
+the critical path, each engine's idle time and what it waited on, and findings (small DMA transfers,
+redundant HBM loads, PE under-fill, fp32 matmuls, PE transposes, engine bottleneck, serialisation)
+ranked by estimated time saved, with the kernel source lines to change (docs/profiling.md).
+  --json FILE   also write the report as JSON ('-' = stdout instead of the text)
+  --lines N     source lines shown per finding [default: 5]
+)";
+
+constexpr const char* kDiffHelp = R"(usage: nsim diff A B [--config NAME|FILE] [-p KEY=VALUE ...]
+                 [--config-b NAME|FILE] [-P KEY=VALUE ...] [--lines N] [--json FILE]
+
+Compare two runs: total time, each engine's active time and instructions, HBM bytes, DMA transfers,
+FLOPs and MFU, and every kernel source line (matched by file:line) that got faster or slower. A and B
+are each a stats JSON ('nsim run --stats') or a kernel.json, which is simulated timing-only.
+  --config NAME|FILE  configuration of both kernel.json sides [default: trn2]
+  -p KEY=VALUE        override for both sides (repeatable)
+  --config-b NAME     configuration of side B instead (e.g. --config trn1 --config-b trn2)
+  -P KEY=VALUE        override for side B only, after -p (a what-if: -P hbm.bw=725GB/s)
+  --lines N           source lines shown, largest change first [default: 20]
+  --json FILE         also write the comparison as JSON ('-' = stdout instead of the text)
+Deltas are B - A; "slower" means B takes longer. Example: nsim diff k.json k.json --config-b trn3
+)";
+
 constexpr const char* kConfigHelp = R"(usage: nsim config [NAME|FILE] [-p KEY=VALUE ...]
 
 Print the effective configuration (after preset inheritance and overrides) as YAML.
@@ -81,6 +118,12 @@ struct Args {
   uint64_t seed = 0;
   bool timing_only = false, raw_outputs = false, help = false;
   int64_t limit = -1;
+  uint64_t trace_limit = 0;                                 ///< --trace-limit (0 = all)
+  std::string json;                                         ///< analyze, diff --json
+  int64_t lines = -1;                                       ///< analyze, diff --lines
+  double trace_window_start_ns = 0, trace_window_end_ns = 0;  ///< --trace-window (end 0 = no end)
+  std::string kernel_b, config_b;        ///< diff: second file, --config-b (empty = --config)
+  std::vector<std::string> overrides_b;  ///< diff: -P, overrides of side B only (after -p)
 };
 
 [[noreturn]] void usage_error(const std::string& msg) { throw Error(ErrorCode::kUsage, msg + " (see 'nsim --help')"); }
@@ -105,13 +148,42 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--instructions") a.instructions = value(i, s);
     else if (s == "--timing-only") a.timing_only = true;
     else if (s == "--raw-outputs") a.raw_outputs = true;
-    else if (s == "--seed" || s == "--limit") {
+    else if (s == "--json" && a.command == "analyze") a.json = value(i, s);
+    else if (s == "--json" && a.command == "diff") a.json = value(i, s);
+    else if (s == "--config-b" && a.command == "diff") a.config_b = value(i, s);
+    else if ((s == "-P" || s == "--param-b") && a.command == "diff") a.overrides_b.push_back(value(i, s));
+    else if (s == "--trace-window") {
+      const std::string v = value(i, s);
+      // "START:END" in ns, either side may be empty (not both); numbers in [0, 1e15], START < END.
+      auto bad = [&]() {
+        usage_error(fmt::format("--trace-window expects START_NS:END_NS (e.g. 5000:20000, 5000: or :20000), found '{}'", v));
+      };
+      auto number = [&](const std::string& t) -> double {
+        if (t.empty()) return 0;
+        double x = 0;
+        size_t used = 0;
+        try {
+          x = std::stod(t, &used);
+        } catch (const std::exception&) {
+          bad();
+        }
+        if (used != t.size() || !(x >= 0) || x > 1e15) bad();  // also rejects nan, inf (and overflow in ps)
+        return x;
+      };
+      const size_t colon = v.find(':');
+      if (colon == std::string::npos || v.find(':', colon + 1) != std::string::npos || v.size() == 1) bad();
+      a.trace_window_start_ns = number(v.substr(0, colon));
+      a.trace_window_end_ns = number(v.substr(colon + 1));
+      if (colon + 1 < v.size() && a.trace_window_end_ns <= a.trace_window_start_ns) bad();
+    } else if (s == "--seed" || s == "--limit" || s == "--trace-limit" || s == "--lines") {
       const std::string v = value(i, s);
       try {
         size_t used = 0;
         const long long n = std::stoll(v, &used);
         if (used != v.size() || n < 0) throw std::invalid_argument(v);
         if (s == "--seed") a.seed = static_cast<uint64_t>(n);
+        else if (s == "--trace-limit") a.trace_limit = static_cast<uint64_t>(n);
+        else if (s == "--lines") a.lines = n;
         else a.limit = n;
       } catch (const std::exception&) {
         usage_error(fmt::format("{} expects a non-negative integer, found '{}'", s, v));
@@ -120,6 +192,8 @@ Args parse_args(int argc, char** argv) {
       usage_error(fmt::format("unknown option '{}'", s));
     } else if (a.kernel.empty()) {
       a.kernel = s;
+    } else if (a.command == "diff" && a.kernel_b.empty()) {
+      a.kernel_b = s;
     } else {
       usage_error(fmt::format("unexpected argument '{}'", s));
     }
@@ -211,12 +285,23 @@ std::string lines_json(const Simulator& sim) {
   return out + "]";
 }
 
+// The stats JSON of `run --stats`, read back by `nsim diff` (frontend/diff.h documents the format).
+std::string stats_json(const frontend::Kernel& k, const sim::Config& cfg, bool timing_only, uint64_t instructions,
+                       const Simulator& sim, const sim::StatsRegistry& st) {
+  return fmt::format(
+      "{{\"kernel\": \"{}\", \"config\": \"{}\", \"timing_only\": {}, \"instructions\": {},\n\"lines\": {},\n\"stats\": {}}}\n",
+      sim::json_escape(k.name), sim::json_escape(cfg.name()), timing_only ? "true" : "false", instructions,
+      lines_json(sim), st.to_json());
+}
+
 int cmd_run(const Args& a) {
   const frontend::Kernel k = load_kernel(a);
   const sim::Config cfg = engines::load_config(config_name(a.config), a.overrides);
   SimOptions opts;
   opts.numerics = !a.timing_only;
   opts.trace_path = a.trace;
+  opts.trace_limit = a.trace_limit;
+  opts.trace_window_start_ns = a.trace_window_start_ns, opts.trace_window_end_ns = a.trace_window_end_ns;
   Simulator sim(cfg, opts);
   frontend::verify_kernel(k, sim.params());
   frontend::Lowering::allocate_hbm(k, sim);
@@ -227,7 +312,7 @@ int cmd_run(const Args& a) {
     if (!csv) throw Error(ErrorCode::kBadInput, fmt::format("cannot write '{}'", a.instructions));
     fmt::print(csv.get(), "index,opcode,engine,start_ns,end_ns,duration_ns,dma_queue,bytes,src_file,src_line\n");
     uint64_t index = 0;
-    sim.set_instr_listener([&](const isa::Instr& in, const InstrTiming& t) {
+    sim.add_instr_listener([&](const isa::Instr& in, const InstrTiming& t) {
       uint64_t bytes = 0;
       if (isa::is_dma(in.op)) bytes = static_cast<uint64_t>(in.slot(0).total_elems() * dtype_bytes(in.slot(0).dtype));
       const SourceLoc& loc = sim.source(in.loc);
@@ -256,10 +341,7 @@ int cmd_run(const Args& a) {
   if (!a.stats.empty()) {
     std::ofstream f(a.stats);
     if (!f) throw Error(ErrorCode::kBadInput, fmt::format("cannot write '{}'", a.stats));
-    f << fmt::format(
-        "{{\"kernel\": \"{}\", \"config\": \"{}\", \"timing_only\": {}, \"instructions\": {},\n\"lines\": {},\n\"stats\": {}}}\n",
-        sim::json_escape(k.name), sim::json_escape(cfg.name()), a.timing_only ? "true" : "false", low.instructions(),
-        lines_json(sim), st.to_json());
+    f << stats_json(k, cfg, a.timing_only, low.instructions(), sim, st);
     std::ofstream c(a.stats + ".config.yaml");
     c << cfg.to_yaml();
   }
@@ -296,6 +378,83 @@ int cmd_disasm(const Args& a) {
   return 0;
 }
 
+int cmd_analyze(const Args& a) {
+  const frontend::Kernel k = load_kernel(a);
+  const sim::Config cfg = engines::load_config(config_name(a.config), a.overrides);
+  const engines::AnalysisReport r = frontend::analyze_kernel(k, cfg);
+  if (a.json == "-") {
+    fmt::print("{}", r.to_json());
+    return 0;
+  }
+  fmt::print("{}", r.to_text(a.lines >= 0 ? static_cast<size_t>(a.lines) : 5));
+  if (!a.json.empty()) {
+    std::ofstream f(a.json);
+    if (!f) throw Error(ErrorCode::kBadInput, fmt::format("cannot write '{}'", a.json));
+    f << r.to_json();
+  }
+  return 0;
+}
+
+// Stats JSON text of one side of `nsim diff`: a stats file as is, or a kernel.json simulated timing-only
+// (then `simulated` is set).
+std::string diff_side(const std::string& path, const std::string& config, const std::vector<std::string>& overrides,
+                      bool& simulated) {
+  const std::string text = read_text(path);
+  const frontend::json::Value v = frontend::json::parse(text, path);
+  simulated = false;
+  if (v.find("stats")) return text;  // diff_profiles checks the rest
+  if (!v.find("nsim_kernel"))
+    throw Error(ErrorCode::kMissingField,
+                fmt::format("{}: neither a stats JSON (no \"stats\" member; see 'nsim run --stats') nor a kernel.json "
+                            "(no \"nsim_kernel\" member)",
+                            path));
+  const frontend::Kernel k = frontend::parse_kernel_json(text, path);
+  const sim::Config cfg = engines::load_config(config_name(config), overrides);
+  SimOptions opts;
+  opts.numerics = false;  // timing does not depend on the data
+  Simulator sim(cfg, opts);
+  frontend::verify_kernel(k, sim.params());
+  frontend::Lowering::allocate_hbm(k, sim);
+  frontend::Lowering low(k, sim);
+  low.run();
+  sim.finish();
+  simulated = true;
+  return stats_json(k, cfg, true, low.instructions(), sim, sim.stats());
+}
+
+int cmd_diff(const Args& a) {
+  if (a.kernel.empty() || a.kernel_b.empty()) usage_error("'nsim diff' needs two files: A and B");
+  constexpr int64_t kDefaultLines = 20;
+  const std::string config_b = a.config_b.empty() ? a.config : a.config_b;
+  std::vector<std::string> overrides_b = a.overrides;
+  overrides_b.insert(overrides_b.end(), a.overrides_b.begin(), a.overrides_b.end());
+  bool sim_a = false, sim_b = false;
+  const std::string text_a = diff_side(a.kernel, a.config, a.overrides, sim_a);
+  const std::string text_b = diff_side(a.kernel_b, config_b, overrides_b, sim_b);
+  // The labels are the paths; when the two sides were simulated with different settings they also
+  // say which is which (needed when one kernel.json is compared with itself under two configurations).
+  auto settings = [](const std::string& cfg, const std::vector<std::string>& ov) {
+    return fmt::format("{}{}{}", cfg, ov.empty() ? "" : " ", fmt::join(ov, " "));
+  };
+  const std::string set_a = settings(a.config, a.overrides), set_b = settings(config_b, overrides_b);
+  const bool tag = set_a != set_b;
+  const frontend::ProfileDiff d =
+      frontend::diff_profiles(text_a, text_b, tag && sim_a ? fmt::format("{} [{}]", a.kernel, set_a) : a.kernel,
+                              tag && sim_b ? fmt::format("{} [{}]", a.kernel_b, set_b) : a.kernel_b);
+  if (a.json == "-") {
+    fmt::print("{}", frontend::to_json(d));
+    return 0;
+  }
+  const int64_t lines = a.lines >= 0 ? std::min<int64_t>(a.lines, std::numeric_limits<int>::max()) : kDefaultLines;
+  fmt::print("{}", frontend::to_text(d, static_cast<int>(lines)));
+  if (!a.json.empty()) {
+    std::ofstream f(a.json);
+    if (!f) throw Error(ErrorCode::kBadInput, fmt::format("cannot write '{}'", a.json));
+    f << frontend::to_json(d);
+  }
+  return 0;
+}
+
 int cmd_config(const Args& a) {
   const std::string preset = a.kernel.empty() ? a.config : a.kernel;
   fmt::print("{}", engines::load_config(config_name(preset), a.overrides).to_yaml());
@@ -318,6 +477,8 @@ int main(int argc, char** argv) {
     if (a.command == "run") return a.help ? (fmt::print("{}", kRunHelp), 0) : cmd_run(a);
     if (a.command == "check") return a.help ? (fmt::print("{}", kCheckHelp), 0) : cmd_check(a);
     if (a.command == "disasm") return a.help ? (fmt::print("{}", kDisasmHelp), 0) : cmd_disasm(a);
+    if (a.command == "analyze") return a.help ? (fmt::print("{}", kAnalyzeHelp), 0) : cmd_analyze(a);
+    if (a.command == "diff") return a.help ? (fmt::print("{}", kDiffHelp), 0) : cmd_diff(a);
     if (a.command == "config") return a.help ? (fmt::print("{}", kConfigHelp), 0) : cmd_config(a);
     usage_error(fmt::format("unknown command '{}'", a.command));
   } catch (const Error& e) {

@@ -19,6 +19,7 @@ try:
         NsimError,
         OperandError,
         Profile,
+        ProfileComparison,
         act_funcs,
         alu_ops,
         check_json,
@@ -31,6 +32,8 @@ try:
         version,
     )
 
+    from nsim.analysis import Analysis, analyze  # noqa: F401
+
     core_available = True
     _core_import_error = None
 except ImportError as _e:  # the extension is not built
@@ -39,8 +42,8 @@ except ImportError as _e:  # the extension is not built
 
     def __getattr__(name):
         if name in ("NsimError", "ConfigError", "AccessError", "OperandError", "KernelError", "InternalError",
-                    "Profile", "simulate_json", "check_json", "disasm_json", "effective_config", "op_table",
-                    "alu_ops", "act_funcs", "dtypes", "version", "error_class"):
+                    "Profile", "ProfileComparison", "simulate_json", "check_json", "disasm_json", "effective_config",
+                    "op_table", "alu_ops", "act_funcs", "dtypes", "version", "error_class", "analyze", "Analysis"):
             raise ImportError("nsim.{} needs the _nsim extension: {}".format(name, _core_import_error))
         raise AttributeError("module 'nsim' has no attribute '{}'".format(name))
 

@@ -28,7 +28,7 @@ if not os.environ.get("NSIM_CONFIGS_DIR") and os.path.isdir(_PKG_CONFIGS):
 
 __all__ = [
     "NsimError", "ConfigError", "AccessError", "OperandError", "KernelError", "InternalError",
-    "Profile", "simulate_json", "check_json", "disasm_json", "effective_config",
+    "Profile", "ProfileComparison", "simulate_json", "check_json", "disasm_json", "effective_config",
     "op_table", "alu_ops", "act_funcs", "dtypes", "version",
 ]
 
@@ -168,7 +168,8 @@ class Profile:
     """
 
     def __init__(self, kernel_text: str, stats_json: str, lines: list, config_yaml: str, config: str = "",
-                 timing_only: bool = False):
+                 timing_only: bool = False, overrides: Optional[List[str]] = None):
+        self.overrides: List[str] = list(overrides or [])
         self._kernel_text = kernel_text
         self._kernel: Optional[dict] = None
         self.stats: Dict[str, Any] = json.loads(stats_json)
@@ -209,6 +210,13 @@ class Profile:
         except ValueError:
             return ""
 
+    def analyze(self, max_lines: int = 5) -> "Any":
+        """The bottleneck analysis (nsim.Analysis) of this kernel on this configuration: the kernel is
+        simulated again, timing-only, with the analyzer attached (docs/profiling.md)."""
+        from nsim.analysis import analyze
+
+        return analyze(self._kernel_text, config=self.config or "trn2", overrides=self.overrides, max_lines=max_lines)
+
     def __repr__(self) -> str:
         busiest = ""
         if self.lines:
@@ -218,6 +226,91 @@ class Profile:
                                                         " on " + self.config if self.config else "",
                                                         self.total_time_ns, busiest)
 
+    def _config_name(self) -> str:
+        """The configuration's `name` (what `nsim run --stats` records), else the requested config."""
+        for line in self.config_yaml.splitlines():
+            if line.startswith("name:"):
+                return line.split(":", 1)[1].strip().strip("'\"")
+        return self.config
+
+    def to_stats_json(self) -> str:
+        """The stats JSON `nsim run --stats FILE` writes: kernel, config, timing_only, instructions,
+        lines [{src, instructions, instruction_time_ns}] and the nested stats (input of `nsim diff`)."""
+        engines = self.stats.get("engine", {})
+        # Every instruction runs on exactly one engine, so the engine counts add up to the total.
+        instructions = sum(int(e.get("instruction_count", {}).get("value", 0)) for e in engines.values())
+        doc = {
+            "kernel": self.name,
+            "config": self._config_name(),
+            "timing_only": bool(self.timing_only),
+            "instructions": instructions,
+            "lines": [{"src": l.get("src", ""), "instructions": l.get("instructions", 0),
+                       "instruction_time_ns": l.get("instruction_time_ns", 0.0)} for l in self.lines],
+            "stats": self.stats,
+        }
+        return json.dumps(doc, indent=1) + "\n"
+
+    def compare(self, other: "Profile", max_lines: int = 20,
+                labels: Tuple[str, str] = ("a", "b")) -> "ProfileComparison":
+        """Compare this profile (A) with `other` (B), as `nsim diff` does: total time, engines, headline
+        stats and source lines (matched by "file:line (function)"), deltas B - A. `max_lines` limits
+        the lines of the text report (-1: all); `.data` always has every line."""
+        return ProfileComparison.from_stats_json(self.to_stats_json(), other.to_stats_json(), max_lines=max_lines,
+                                                 labels=labels)
+
+
+class ProfileComparison:
+    """Result of `Profile.compare` (and of `nsim diff`, whose --json output is `.data`).
+
+    text    the aligned report (also str(comparison))
+    data    {"a": {label, kernel, config, instructions}, "b": {...}, "total_time_ns": {a, b, delta, ratio,
+            percent}, "engines": {name: {"active_time_ns": {...}, "instructions": {a, b, delta}}},
+            "stats": {dotted name: {a, b, delta, ratio, percent, unit}}, "lines": [{src, status,
+            "instruction_time_ns": {...}, "instructions": {...}}, ...]}; missing values are None.
+    """
+
+    def __init__(self, text: str, data: Dict[str, Any]):
+        self.text = text
+        self.data = data
+
+    @classmethod
+    def from_stats_json(cls, stats_a: str, stats_b: str, max_lines: int = 20,
+                        labels: Tuple[str, str] = ("a", "b")) -> "ProfileComparison":
+        """Compare two stats-JSON texts (`nsim run --stats` files, `Profile.to_stats_json()`)."""
+        text, data = _call(_nsim.diff_stats, stats_a, stats_b, str(labels[0]), str(labels[1]), int(max_lines))
+        return cls(text, json.loads(data))
+
+    @property
+    def total_time_delta_ns(self) -> float:
+        """B - A of total_time (negative: B is faster)."""
+        return float(self.data["total_time_ns"]["delta"])
+
+    @property
+    def lines(self) -> List[dict]:
+        """Every source line, largest |time delta| first; `status` is same/changed/added/removed."""
+        return list(self.data["lines"])
+
+    @property
+    def engines(self) -> Dict[str, dict]:
+        """{tensor, vector, scalar, gpsimd, sync, dma: {"active_time_ns": {a, b, delta, ...}, "instructions": ...}}."""
+        return dict(self.data["engines"])
+
+    @property
+    def stats(self) -> Dict[str, dict]:
+        """Headline stats by dotted name: {a, b, delta, ratio, percent, unit}."""
+        return dict(self.data["stats"])
+
+    def to_json(self) -> str:
+        return json.dumps(self.data, indent=2)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        t = self.data["total_time_ns"]
+        return "<nsim.ProfileComparison {} -> {}: {:.1f} ns -> {:.1f} ns ({:+.1f} ns)>".format(
+            self.data["a"]["label"], self.data["b"]["label"], t["a"], t["b"], t["delta"])
+
 
 # ------------------------------------------------------------------------------------------------
 # Entry points
@@ -226,22 +319,42 @@ class Profile:
 
 def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = None, config: str = "trn2",
                   overrides: Union[None, Mapping[str, Any], Sequence[str]] = None, timing_only: bool = False,
-                  trace: Union[None, str, "os.PathLike[str]"] = None, seed: int = 0) -> Tuple[dict, Profile]:
+                  trace: Union[None, str, "os.PathLike[str]"] = None, seed: int = 0,
+                  trace_limit: Optional[int] = None,
+                  trace_window: Optional[Tuple[Optional[float], Optional[float]]] = None) -> Tuple[dict, Profile]:
     """Simulate a kernel.json (dict, JSON text or path) on one NeuronCore.
 
     inputs: {tensor name: array}; arrays are converted to the tensor dtype (ml_dtypes arrays of the
     same dtype are taken bit-exactly); inputs not given are seeded random (`seed`), as in `nsim run`.
     Returns (outputs {name: numpy array of the tensor dtype; bf16/fp8 as ml_dtypes}, Profile).
     With timing_only the numerics are skipped and outputs is empty.
+    trace: path of a Chrome/Perfetto JSON trace to write. trace_limit: write only the N earliest slices
+    (None or 0 = all). trace_window: (start_ns, end_ns), write only slices overlapping [start, end),
+    kept whole; either side may be None (open). A trace cut by either ends with an instant event that
+    gives the number of slices dropped (docs/profiling.md).
     """
     import numpy as np
 
+    limit = 0 if trace_limit is None else int(trace_limit)
+    if limit < 0:
+        raise ValueError("trace_limit must be >= 0, not {}".format(trace_limit))
+    window = (0.0, 0.0)
+    if trace_window is not None:
+        try:
+            lo, hi = trace_window
+        except (TypeError, ValueError):
+            raise ValueError("trace_window must be (start_ns, end_ns), not {!r}".format(trace_window)) from None
+        window = (0.0 if lo is None else float(lo), 0.0 if hi is None else float(hi))
+        if not all(0.0 <= w < float("inf") for w in window) or (hi is not None and window[1] <= window[0]):
+            raise ValueError("trace_window must be (start_ns, end_ns) with 0 <= start < end, not {!r}".format(trace_window))
     text, fname = _kernel_text(kernel)
     arrays = {str(k): np.asarray(v) for k, v in (inputs or {}).items()}
     outputs, stats_json, lines, config_yaml = _call(
         _nsim.run_kernel, text, arrays, config=config, overrides=_overrides(overrides), timing_only=bool(timing_only),
-        trace_path=os.fspath(trace) if trace is not None else "", seed=int(seed), filename=fname)
-    return dict(outputs), Profile(text, stats_json, lines, config_yaml, config=config, timing_only=timing_only)
+        trace_path=os.fspath(trace) if trace is not None else "", seed=int(seed), filename=fname,
+        trace_limit=limit, trace_window=window)
+    return dict(outputs), Profile(text, stats_json, lines, config_yaml, config=config, timing_only=timing_only,
+                                  overrides=_overrides(overrides))
 
 
 def check_json(kernel: KernelLike, *, config: str = "trn2",

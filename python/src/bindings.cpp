@@ -16,6 +16,8 @@
 
 #include "engines/params.h"
 #include "engines/simulator.h"
+#include "frontend/analyze.h"
+#include "frontend/diff.h"
 #include "frontend/inputs.h"
 #include "frontend/ir.h"
 #include "frontend/lower.h"
@@ -148,7 +150,8 @@ py::list lines_list(const Simulator& sim) {
 
 py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, const std::string& config,
                      const std::vector<std::string>& overrides, bool timing_only, const std::string& trace_path,
-                     uint64_t seed, const std::string& filename) {
+                     uint64_t seed, const std::string& filename, uint64_t trace_limit,
+                     std::pair<double, double> trace_window) {
   return guarded([&]() -> py::tuple {
     const frontend::Kernel k = frontend::parse_kernel_json(kernel_json, filename);
     const sim::Config cfg = load_cfg(config, overrides);
@@ -165,6 +168,8 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
     SimOptions opts;
     opts.numerics = !timing_only;
     opts.trace_path = trace_path;
+    opts.trace_limit = trace_limit;
+    opts.trace_window_start_ns = trace_window.first, opts.trace_window_end_ns = trace_window.second;
     std::optional<Simulator> sim;
     std::map<std::string, std::vector<uint8_t>> raw_outputs;
     std::string stats_json;
@@ -219,6 +224,31 @@ std::vector<std::string> disasm(const std::string& kernel_json, const std::strin
       ++n;
     }
     return out;
+  });
+}
+
+// (report text, report JSON) of `nsim analyze`.
+std::pair<std::string, std::string> analyze_kernel(const std::string& kernel_json, const std::string& config,
+                                                   const std::vector<std::string>& overrides, const std::string& filename,
+                                                   size_t max_lines) {
+  return guarded([&] {
+    const frontend::Kernel k = frontend::parse_kernel_json(kernel_json, filename);
+    const sim::Config cfg = load_cfg(config, overrides);
+    engines::AnalysisReport r;
+    {
+      py::gil_scoped_release nogil;
+      r = frontend::analyze_kernel(k, cfg);
+    }
+    return std::make_pair(r.to_text(max_lines), r.to_json());
+  });
+}
+
+// (text, JSON) comparison of two stats JSONs, as `nsim diff` prints and writes it.
+std::pair<std::string, std::string> diff_stats(const std::string& json_a, const std::string& json_b,
+                                               const std::string& label_a, const std::string& label_b, int max_lines) {
+  return guarded([&] {
+    const frontend::ProfileDiff d = frontend::diff_profiles(json_a, json_b, label_a, label_b);
+    return std::make_pair(frontend::to_text(d, max_lines), frontend::to_json(d));
   });
 }
 
@@ -333,14 +363,23 @@ PYBIND11_MODULE(_nsim, m) {
 
   m.def("run_kernel", &run_kernel, py::arg("kernel_json"), py::arg("inputs") = py::dict(), py::arg("config") = "trn2",
         py::arg("overrides") = std::vector<std::string>{}, py::arg("timing_only") = false, py::arg("trace_path") = "",
-        py::arg("seed") = 0, py::arg("filename") = "kernel.json",
-        "Parse, verify and simulate a kernel.json text. Returns (outputs, stats_json, lines, config_yaml).");
+        py::arg("seed") = 0, py::arg("filename") = "kernel.json", py::arg("trace_limit") = 0,
+        py::arg("trace_window") = std::pair<double, double>{0.0, 0.0},
+        "Parse, verify and simulate a kernel.json text. Returns (outputs, stats_json, lines, config_yaml).\n"
+        "trace_limit: keep the N earliest trace slices (0 = all); trace_window: (start_ns, end_ns), keep slices\n"
+        "overlapping [start, end) (end 0 = no end).");
   m.def("check_kernel", &check_kernel, py::arg("kernel_json"), py::arg("config") = "trn2",
         py::arg("overrides") = std::vector<std::string>{}, py::arg("filename") = "kernel.json",
         "Parse and verify a kernel.json text for a configuration; raises NsimError.");
   m.def("disasm", &disasm, py::arg("kernel_json"), py::arg("config") = "trn2",
         py::arg("overrides") = std::vector<std::string>{}, py::arg("limit") = -1, py::arg("filename") = "kernel.json",
         "Lowered instruction stream, one string per instruction ('...   ; file:line (function)').");
+  m.def("analyze_kernel", &analyze_kernel, py::arg("kernel_json"), py::arg("config") = "trn2",
+        py::arg("overrides") = std::vector<std::string>{}, py::arg("filename") = "<string>", py::arg("max_lines") = 5,
+        "Simulate timing-only with the analyzer: (report text, report JSON).");
+  m.def("diff_stats", &diff_stats, py::arg("json_a"), py::arg("json_b"), py::arg("label_a") = "a",
+        py::arg("label_b") = "b", py::arg("max_lines") = 20,
+        "Compare two stats JSONs (nsim run --stats format): (report text, comparison JSON); max_lines < 0 = all.");
   m.def("effective_config", &effective_config, py::arg("config") = "trn2",
         py::arg("overrides") = std::vector<std::string>{}, "Effective configuration as YAML.");
   m.def("op_table", &op_table_py, "The ISA opcode table: one dict per opcode.");
