@@ -6,7 +6,8 @@ import pytest
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLES_DIR = os.path.join(REPO_ROOT, "examples")
-NSIM_BIN = os.path.join(REPO_ROOT, "build", "nsim")
+# The CLI under test: $NSIM_BIN (another build directory), else build/nsim.
+NSIM_BIN = os.environ.get("NSIM_BIN") or os.path.join(REPO_ROOT, "build", "nsim")
 PRESETS = ("trn1", "trn2", "trn3")
 
 # examples/gen_examples.py and examples/reference.py are plain scripts, not a package.
@@ -28,5 +29,5 @@ def examples_dir():
 def nsim_bin():
     """Path of the built CLI; skips the test when it has not been built."""
     if not (os.path.isfile(NSIM_BIN) and os.access(NSIM_BIN, os.X_OK)):
-        pytest.skip("build/nsim not built (cmake --build build --target nsim)")
+        pytest.skip("{} not built (cmake --build build --target nsim)".format(NSIM_BIN))
     return NSIM_BIN

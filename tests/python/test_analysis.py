@@ -263,3 +263,65 @@ def test_vector_bound_softmax_is_found_and_balancing_engines_helps():
     # the numbers agree with the two runs
     np.testing.assert_allclose(a_bad.total_time_ns, p_bad.total_time_ns, rtol=1e-9)
     np.testing.assert_allclose(a_bad.bounds["vector"], p_bad.stat("engine.vector.busy_time"), rtol=1e-9)
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI and JSON
+# --------------------------------------------------------------------------------------------------
+
+
+def test_cli_analyze_prints_the_report_and_writes_json(nsim_bin, examples_dir, tmp_path):
+    kernel = os.path.join(examples_dir, "flash_attention.json")
+    out = tmp_path / "report.json"
+    r = subprocess.run([nsim_bin, "analyze", kernel, "--json", str(out), "--lines", "2"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for section in ("Bounds", "Critical path", "Idle time per engine", "Findings"):
+        assert section in r.stdout
+    data = json.loads(out.read_text())
+    assert data["kernel"] == "flash_attention" and data["config"] == "trn2"
+    assert data["bottleneck"] == data["bounds"][0]["name"]
+    savings = [f["saving_ns"] for f in data["findings"]]
+    assert savings == sorted(savings, reverse=True) and savings
+    for f in data["findings"]:
+        assert f["kind"] in {"dma_efficiency", "redundant_dma", "pe_underfill", "fp32_matmul", "pe_transpose",
+                             "engine_bound", "serialization"}
+        assert f["lines"] and all(l["file"].endswith("gen_examples.py") and l["line"] > 0 for l in f["lines"])
+    # the same report as the Python API
+    a = nsim.analyze(kernel)
+    assert a.data["findings"] == data["findings"] and a.data["bounds"] == data["bounds"]
+    # --json - prints only the JSON
+    r = subprocess.run([nsim_bin, "analyze", kernel, "--json", "-"], capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads(r.stdout)["total_time_ns"] == data["total_time_ns"]
+    # the critical path accounts for the whole kernel time
+    assert sum(data["critical_path"]["by_track"].values()) == pytest.approx(data["total_time_ns"], rel=1e-9)
+
+
+@pytest.mark.parametrize("args, code", [
+    (["analyze"], "NSIM-E414"),                                   # no kernel
+    (["analyze", "/nonexistent/k.json"], "NSIM-E4"),              # cannot open
+    (["analyze", "{kernel}", "--config", "trn9"], "NSIM-E1"),     # unknown preset
+    (["analyze", "{kernel}", "-p", "analysis.min_saving_percent=abc"], "NSIM-E1"),  # bad config value
+    (["analyze", "{kernel}", "--lines", "-3"], "NSIM-E414"),
+])
+def test_cli_analyze_bad_input_exits_2(nsim_bin, examples_dir, args, code):
+    kernel = os.path.join(examples_dir, "softmax_2x128x512.json")
+    r = subprocess.run([nsim_bin] + [a.format(kernel=kernel) for a in args], capture_output=True, text=True)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith(code), r.stderr
+
+
+def test_malformed_kernel_raises_nsim_error():
+    with pytest.raises(nsim.NsimError) as e:
+        nsim.analyze('{"nsim_kernel": 1, "name": "k", "tensors": [], "body": [{"op": "frobnicate"}]}')
+    assert e.value.code.startswith("NSIM-E4")
+
+
+def test_thresholds_come_from_the_config():
+    """Raising the efficient DMA size makes 4 KiB-per-partition transfers 'small'."""
+    x = np.zeros((128, 8192), BF16)
+    k = make_scale_kernel(2048).to_json(x)
+    assert nsim.analyze(k).finding("dma_efficiency") is None
+    a = nsim.analyze(k, overrides={"analysis.dma_efficient_bytes_per_partition": "8KiB",
+                                   "analysis.min_saving_percent": 0})
+    f = a.finding("dma_efficiency")
+    assert f is not None and f["metrics"]["efficient_bytes_per_partition"] == 8192
