@@ -447,6 +447,11 @@ void Simulator::trace_instr(const Instr& in, int track, const InstrTiming& t, in
                         t.waited_class == kClassDma ? std::string("dma")
                                                     : std::string(isa::engine_name(static_cast<Engine>(t.waited_class))));
   if (perf_mode > 1) args += fmt::format(", \"performance_mode\": \"{}x\"", perf_mode);
+  int64_t bytes = 0;  // operand bytes read and written
+  for (int i = 0; i < isa::op_info(in.op).num_slots; ++i)
+    if (in.slot(i).present()) bytes += in.slot(i).total_elems() * dtype_bytes(in.slot(i).dtype);
+  args += fmt::format(", \"bytes\": {}", bytes);
+  if (!isa::is_dma(in.op)) args += fmt::format(", \"flops\": {:.0f}", engines::instr_flops(in, stationary_m_));
   sim::TraceSlice sl{track, t.start, t.end - t.start, std::string(isa::op_info(in.op).mnemonic), std::move(args)};
   if (t.ready > t.free && t.waited_for >= 0 && static_cast<size_t>(t.waited_for) < slice_at_.size()) {
     sl.flow_id = static_cast<int64_t>(seq_);

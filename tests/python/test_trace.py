@@ -109,8 +109,11 @@ def test_every_event_passes_the_schema(flash):
         assert isinstance(args, dict) and "src" in args, e
         track = names[e["tid"]]
         if e["tid"] < len(ENGINES):
-            assert {"src", "opcode", "instr", "ready_ns"} <= args.keys(), e
+            assert {"src", "opcode", "instr", "ready_ns", "index", "bytes"} <= args.keys(), e
             assert args["opcode"] == e["name"], e
+            assert isinstance(args["bytes"], int) and args["bytes"] > 0, e
+            if not args["opcode"].startswith("dma"):
+                assert is_num(args["flops"]) and args["flops"] >= 0, e
         else:
             assert track.startswith(("dma.e", "dma.queue")), e
             assert "bytes" in args and isinstance(args["bytes"], int) and args["bytes"] > 0, e
