@@ -8,6 +8,7 @@
 #include <new>
 #include <vector>
 
+#include "engines/analysis/analyzer.h"
 #include "engines/simulator.h"
 
 // Count every heap allocation so the benchmark can report allocations per instruction.
@@ -76,6 +77,26 @@ void BM_TimingOnlySmallInstructions(benchmark::State& state) {
   state.counters["simulated_us"] = sim::ps_to_ns(sim->total_time()) / 1000.0;
 }
 BENCHMARK(BM_TimingOnlySmallInstructions)->Unit(benchmark::kMillisecond);
+
+void BM_AnalyzedSmallInstructions(benchmark::State& state) {
+  // The same mix with `nsim analyze`'s machinery on: the dependency-bound tracker and the Analyzer
+  // (per-line aggregates, HBM reload counters, one critical-path record per instruction).
+  SimOptions o;
+  o.numerics = false;
+  o.dependency_bound = true;
+  auto sim = Simulator::from_preset("trn2", {}, o);
+  engines::Analyzer an(*sim);
+  const std::vector<Instr> mix = small_mix(*sim);
+  uint64_t n = 0;
+  for (auto _ : state) {
+    for (const Instr& in : mix) benchmark::DoNotOptimize(sim->submit(in));
+    n += mix.size();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(n));
+  sim->finish();
+  benchmark::DoNotOptimize(an.report().findings.size());
+}
+BENCHMARK(BM_AnalyzedSmallInstructions)->Unit(benchmark::kMillisecond);
 
 void BM_TimingOnlyElementwiseStream(benchmark::State& state) {
   // The smallest useful instructions: [128, 4] fp32 tensor_scalar ops over 8 rotating tiles, on
