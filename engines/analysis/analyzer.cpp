@@ -74,7 +74,7 @@ struct Analyzer::State {
   std::vector<Rec> recs;
   bool recs_complete = true;
   std::array<int64_t, isa::kNumEngines> last_on_engine{-1, -1, -1, -1, -1};
-  std::array<Ps, isa::kNumEngines> last_issue{};
+  std::array<Ps, isa::kNumEngines> cursor{}, busy_union{};  ///< per engine: end of the last issue interval, union of them
   // idle attribution: waiter engine -> producer track -> ps; (waiter, producer line) -> ps
   std::array<std::map<std::string, Ps>, isa::kNumEngines> waited_on;
   std::array<Ps, isa::kNumEngines> wait{}, other_wait{};
@@ -145,17 +145,25 @@ void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
   la.busy[e] += busy;
   ++la.count[e];
 
-  // Idle attribution. The engine was free at t.free: until the operands were ready it waited on the
-  // producer (a semaphore); after that, anything else (a pipe, a shared port, throttling).
-  const Ps data_wait = std::max<Ps>(0, std::min(t.ready, t.start) - t.free);
-  const Ps other = std::max<Ps>(0, t.start - std::max(t.free, t.ready));
-  if (data_wait > 0) {
-    wait[e] += data_wait;
-    waited_on[e][track_name(producer_track(t))] += data_wait;
-    wait_by_line[{static_cast<int>(e), producer_loc(t)}] += data_wait;
+  // Idle attribution along the engine's timeline: `cursor` is when its issue slots were last busy.
+  // A gap before this instruction's start is a semaphore wait (on the producer) up to the time its
+  // operands were ready, and time blocked by something else after that (a pipe, a shared port,
+  // throttling). TensorE's LoadStationary pipe may issue under a matmul: only the part of an issue
+  // interval after the cursor counts as busy, so busy + waits + blocked + tail = total exactly.
+  Ps& cur = cursor[e];
+  if (t.start > cur) {
+    const Ps data_wait = std::max<Ps>(0, std::min(t.ready, t.start) - cur);
+    if (data_wait > 0 && t.waited_for >= 0) {
+      wait[e] += data_wait;
+      waited_on[e][track_name(producer_track(t))] += data_wait;
+      wait_by_line[{static_cast<int>(e), producer_loc(t)}] += data_wait;
+      other_wait[e] += t.start - cur - data_wait;
+    } else {
+      other_wait[e] += t.start - cur;
+    }
   }
-  other_wait[e] += other;
-  last_issue[e] = std::max(last_issue[e], t.issue);
+  busy_union[e] += std::max<Ps>(0, t.issue - std::max(t.start, cur));
+  cur = std::max(cur, t.issue);
 
   if (isa::is_dma(in.op)) on_dma(in, t, la);
   else if (in.engine == Engine::kTensor) on_tensor(in, t, la);
@@ -317,8 +325,8 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
 
   // ---- bounds
   for (int e = 0; e < isa::kNumEngines; ++e)
-    r.bounds.push_back({std::string(isa::engine_name(static_cast<Engine>(e))), ns(c.engine[static_cast<size_t>(e)].busy),
-                        "busy time of this engine (sum of its instructions' issue intervals)"});
+    r.bounds.push_back({std::string(isa::engine_name(static_cast<Engine>(e))), ns(s.busy_union[static_cast<size_t>(e)]),
+                        "busy time of this engine (its instructions' issue intervals)"});
   Ps dma_busy = 0;
   for (int k = 0; k < p.dma_engines; ++k) dma_busy = std::max(dma_busy, c.dma[static_cast<size_t>(k)].busy);
   r.bounds.push_back({"dma", ns(dma_busy), "busy time of the busiest DMA engine"});
@@ -340,10 +348,10 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     if (!c.engine[ei].instructions) continue;
     EngineIdle id;
     id.engine = std::string(isa::engine_name(static_cast<Engine>(e)));
-    id.busy_ns = ns(c.engine[ei].busy);
+    id.busy_ns = ns(s.busy_union[ei]);
     id.wait_ns = ns(s.wait[ei]);
     id.other_wait_ns = ns(s.other_wait[ei]);
-    id.tail_ns = std::max(0.0, total - ns(s.last_issue[ei]));
+    id.tail_ns = std::max(0.0, total - ns(s.cursor[ei]));
     for (const auto& [who, t] : s.waited_on[ei]) id.waited_on.emplace_back(who, ns(t));
     std::stable_sort(id.waited_on.begin(), id.waited_on.end(), [](auto& a, auto& b) { return a.second > b.second; });
     r.idle.push_back(std::move(id));

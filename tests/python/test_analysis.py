@@ -292,6 +292,11 @@ def test_cli_analyze_prints_the_report_and_writes_json(nsim_bin, examples_dir, t
     # --json - prints only the JSON
     r = subprocess.run([nsim_bin, "analyze", kernel, "--json", "-"], capture_output=True, text=True)
     assert r.returncode == 0 and json.loads(r.stdout)["total_time_ns"] == data["total_time_ns"]
+    # every engine's time is busy + waited + blocked + idle at the end (TensorE included, whose
+    # LoadStationary pipe issues under matmuls), and the waits are attributed in full
+    for e in data["idle"]:
+        assert e["busy_ns"] + e["wait_ns"] + e["other_wait_ns"] + e["tail_ns"] == pytest.approx(data["total_time_ns"])
+        assert sum(e["waited_on"].values()) == pytest.approx(e["wait_ns"])
     # the critical path accounts for the whole kernel time
     assert sum(data["critical_path"]["by_track"].values()) == pytest.approx(data["total_time_ns"], rel=1e-9)
 
