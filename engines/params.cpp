@@ -46,6 +46,13 @@ CoreParams CoreParams::from_config(const sim::Config& c) {
     throw Error(ErrorCode::kConfigBadValue,
                 fmt::format("tensor.cost_formula: expected 'arch' or 'isa', found '{}'", formula));
   p.cost_formula_isa = formula == "isa";
+  const double adj_fp32 = c.get_real("tensor.adjusted_flops_fp32"), adj_fp8 = c.get_real("tensor.adjusted_flops_fp8");
+  if (!(adj_fp32 > 0) || !(adj_fp8 > 0))
+    throw Error(ErrorCode::kConfigBadValue, "tensor.adjusted_flops_fp32 / _fp8: expected a positive multiplier");
+  p.adjusted_flops.fill(1.0);
+  p.adjusted_flops[static_cast<size_t>(DType::kFloat32)] = adj_fp32;
+  for (DType t : {DType::kFloat8E4M3, DType::kFloat8E4M3FN, DType::kFloat8E5M2})
+    p.adjusted_flops[static_cast<size_t>(t)] = adj_fp8;
   p.throttle.enabled = c.get_bool("tensor.throttle.enabled");
   p.throttle.start_util = c.get_real("tensor.throttle.start_util");
   p.throttle.ramp = c.time_ps("tensor.throttle.ramp");

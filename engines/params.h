@@ -43,6 +43,9 @@ struct CoreParams {
   double mm_latency = 350;
   bool cost_formula_isa = false;
   ThrottleParams throttle;
+  /// bf16-equivalent FLOPs multiplier per input dtype (tensor.adjusted_flops_fp32 / _fp8, else 1);
+  /// a matmul takes the largest of its two inputs' (fp8 x bf16 counts 1).
+  std::array<double, kNumDTypes> adjusted_flops{};
 
   // Vector / Scalar / GpSimd
   double vector_min_ii = 64, vector_fixed_latency = 100;

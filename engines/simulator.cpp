@@ -76,6 +76,7 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
       tensor_(p_),
       dma_(p_) {
   st_.generation = p_.generation;
+  c_.dma_active.forward_to(&c_.any_active);
   sources_.push_back(SourceLoc{});
   per_loc_.resize(1);
   queue_track_declared_.assign(static_cast<size_t>(p_.dma_queues), false);
@@ -203,15 +204,29 @@ InstrTiming Simulator::schedule(const Instr& in) {
   t.index = seq_;
   account_bytes(in);
   const auto oi = static_cast<size_t>(in.op);
+  const auto ei = static_cast<size_t>(in.engine);
   ++c_.opcode_count[oi];
   c_.opcode_time[oi] += t.end - t.start;
+  ++c_.engine_opcode_count[ei][oi];
+  c_.engine_opcode_time[ei][oi] += t.end - t.start;
   if (in.loc < per_loc_.size()) {
     ++per_loc_[in.loc].first;
     per_loc_[in.loc].second += t.end - t.start;
   }
+  c_.start = std::min(c_.start, t.start);
   c_.end = std::max(c_.end, t.end);
-  if (isa::is_dma(in.op)) dma_.prune(watermark());
-  if (trace_) trace_->watermark(watermark());
+  // No later instruction or DMA packet starts before the watermark: prune and fold up to it (the
+  // active-time unions every kFoldEvery instructions: they only grow a little meanwhile).
+  const bool dma = isa::is_dma(in.op);
+  if (dma || trace_ || (seq_ % kFoldEvery) == 0) {
+    const Ps w = watermark();
+    if (dma) {
+      dma_.prune(w);
+      for (auto& u : c_.dma_class_active) u.fold(w);
+    }
+    if ((seq_ % kFoldEvery) == 0) fold_active(w);
+    if (trace_) trace_->watermark(w);
+  }
   for (const auto& fn : listeners_) fn(in, t);
   ++seq_;
   return t;
@@ -228,6 +243,31 @@ engines::DepTracker::Regions Simulator::regions(const Instr& in, const engines::
     else r.reads[static_cast<size_t>(r.nr++)] = on.range_of(o);
   }
   return r;
+}
+
+void Simulator::note_active(Ps s, Ps e) {
+  // Engine activity: grow the staged interval while intervals overlap or touch it (the engines
+  // mostly run back to back), hand it to any_active when a disjoint one comes.
+  if (s <= stage_hi_ && e >= stage_lo_) {
+    stage_lo_ = std::min(stage_lo_, s);
+    stage_hi_ = std::max(stage_hi_, e);
+    return;
+  }
+  if (stage_hi_ >= 0) c_.any_active.add(stage_lo_, stage_hi_);
+  stage_lo_ = s;
+  stage_hi_ = e;
+}
+
+void Simulator::fold_active(Ps w) {
+  // The DMA union forwards its time before w into any_active: fold it first. The staged interval
+  // goes in too if it starts before w (whatever is added later starts at or after w).
+  c_.dma_active.fold(w);
+  if (stage_hi_ >= 0 && stage_lo_ < w) {
+    c_.any_active.add(stage_lo_, stage_hi_);
+    stage_lo_ = 0;
+    stage_hi_ = -1;
+  }
+  c_.any_active.fold(w);
 }
 
 void Simulator::schedule_asap(const Instr& in, uint8_t cls, Ps dur) {
@@ -300,6 +340,7 @@ InstrTiming Simulator::schedule_stream(const Instr& in) {
   tc.busy += busy;
   tc.instr_time += end - start;
   tc.add_interval(start, end);
+  note_active(start, end);
   tc.flops += engines::instr_flops(in, 0);
   InstrTiming t{start, end, start + busy};
   set_wait(t, rd, free, seq_);
@@ -321,12 +362,22 @@ InstrTiming Simulator::schedule_tensor(const Instr& in) {
   } else if (in.op == Opcode::kMultiplyMoving) {
     s = tensor_.multiply(ready, engines::multiply_moving_ii(p_, in, stationary_dtype_, stationary_m_), false);
     flops = engines::instr_flops(in, stationary_m_);
-    if (in.flags & isa::kIsTranspose) c_.transpose_flops += flops;
-    else c_.matmul_flops += flops;
-  } else {  // PE transpose
+    // bf16-equivalent: the larger multiplier of the two inputs (fp32 x bf16 = fp32, fp8 x bf16 = 1).
+    const double adj = flops * std::max(p_.adjusted_flops[static_cast<size_t>(in.slot(1).dtype)],
+                                        p_.adjusted_flops[static_cast<size_t>(stationary_dtype_)]);
+    if (in.flags & isa::kIsTranspose) {
+      c_.transpose_flops += flops;
+      c_.adjusted_transpose_flops += adj;
+    } else {
+      c_.matmul_flops += flops;
+      c_.adjusted_matmul_flops += adj;
+      ++c_.matmul_instructions;
+    }
+  } else {  // PE transpose: the data goes in as the weights, against an identity of its dtype
     s = tensor_.multiply(ready, engines::pe_transpose_ii(p_, in), true);
     flops = engines::instr_flops(in, 0);
     c_.transpose_flops += flops;
+    c_.adjusted_transpose_flops += flops * p_.adjusted_flops[static_cast<size_t>(in.slot(1).dtype)];
   }
   deps_.record(cls, seq_, rg, s.end, s.end);
   if (asap_) schedule_asap(in, cls, s.end - s.start);
@@ -335,6 +386,7 @@ InstrTiming Simulator::schedule_tensor(const Instr& in) {
   tc.busy += s.ii;
   tc.instr_time += s.end - s.start;
   tc.add_interval(s.start, s.end);
+  note_active(s.start, s.end);
   tc.flops += flops;
   next_issue_[static_cast<size_t>(Engine::kTensor)] = tensor_.next_issue();
   InstrTiming t{s.start, s.end, s.start + s.ii};
@@ -375,7 +427,20 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
   tc.busy += trig;
   tc.instr_time += trig;
   tc.add_interval(trig_start, trig_start + trig);
+  note_active(trig_start, trig_start + trig);
   ++c_.dma_transfers;
+  const size_t q = static_cast<size_t>(in.dma_queue % p_.dma_queues);
+  if (!c_.dma_queue_used[q]) {
+    c_.dma_queue_used[q] = true;
+    ++c_.dma_queues_used;
+  }
+  sim::IntervalUnion& by_class = c_.dma_class_active[static_cast<size_t>(
+      in.engine == Engine::kScalar ? DmaClass::kHardwareDynamic
+                                   : in.engine == Engine::kGpsimd ? DmaClass::kSoftwareDynamic : DmaClass::kStatic)];
+  // The transfer's packets merged where they overlap or touch (the engines of one transfer usually
+  // move at the same time): one add to each union per merged interval instead of one per engine.
+  std::array<std::pair<Ps, Ps>, memory::kMaxDmaEngines> merged;
+  size_t nm = 0;
   for (int k = 0; k < split.engines; ++k) {
     const auto ki = static_cast<size_t>(k);
     if (split.piece[ki].bytes <= 0) continue;
@@ -383,9 +448,22 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
     ++d.instructions;
     d.busy += tr.piece_end[ki] - tr.piece_start[ki];
     d.instr_time += tr.piece_end[ki] - tr.piece_start[ki];
-    d.add_interval(tr.piece_start[ki], tr.piece_end[ki]);
+    // A packet may fill an idle gap before the engine's latest one (a later transfer that was ready
+    // earlier, on another queue): packets never overlap on one DMA engine, so it adds its duration.
+    if (tr.piece_start[ki] < d.cur_lo) d.active += tr.piece_end[ki] - tr.piece_start[ki];
+    else d.add_interval(tr.piece_start[ki], tr.piece_end[ki]);
+    if (nm && tr.piece_start[ki] <= merged[nm - 1].second && tr.piece_end[ki] >= merged[nm - 1].first) {
+      merged[nm - 1].first = std::min(merged[nm - 1].first, tr.piece_start[ki]);
+      merged[nm - 1].second = std::max(merged[nm - 1].second, tr.piece_end[ki]);
+    } else {
+      merged[nm++] = {tr.piece_start[ki], tr.piece_end[ki]};
+    }
     d.bytes += static_cast<uint64_t>(split.piece[ki].bytes);
     c_.dma_descriptors += static_cast<uint64_t>(split.piece[ki].descriptors);
+  }
+  for (size_t i = 0; i < nm; ++i) {  // any_active gets them from dma_active as the watermark passes
+    c_.dma_active.add(merged[i].first, merged[i].second);
+    by_class.add(merged[i].first, merged[i].second);
   }
   InstrTiming t{trig_start, tr.done, trig_start + trig};
   set_wait(t, rd, free, seq_);
@@ -474,6 +552,10 @@ void Simulator::finish() {
   finished_ = true;
   for (auto& t : c_.engine) t.close();
   for (auto& t : c_.dma) t.close();
+  fold_active(INT64_MAX);  // DMA time, then the staged engine interval, into any_active
+  c_.dma_active.close();
+  for (auto& u : c_.dma_class_active) u.close();
+  c_.any_active.close();
   if (trace_) trace_->finish();
 }
 
@@ -491,6 +573,14 @@ sim::StatsRegistry Simulator::stats() const {
   const sim::ClockDomain& base = p_.clk(Engine::kSync);
   r.add("total_time", total_ns, "ns", "kernel start to the end of its last instruction or DMA");
   r.add("neuroncore_cycle_count", base.ps_to_cycles(c_.end), "cycles", "total_time at the profiler base clock (clock.sync)");
+  // Share of total_time; 0 for an empty run.
+  auto pct = [&](Ps t) { return c_.end ? 100.0 * static_cast<double>(t) / static_cast<double>(c_.end) : 0.0; };
+  r.add("total_exec_time", c_.end > c_.start ? sim::ps_to_ns(c_.end - c_.start) : 0.0, "ns",
+        "first instruction start to the end of the last instruction or DMA packet");
+  const Ps any_active = c_.any_active.total();
+  r.add("total_active_time", sim::ps_to_ns(any_active), "ns",
+        "union over time of every engine's instructions and every DMA packet");
+  r.add("total_active_time_percent", pct(any_active), "%", "total_active_time / total_time");
   for (int e = 0; e < isa::kNumEngines; ++e) {
     const TrackCounters& t = c_.engine[static_cast<size_t>(e)];
     const std::string pre = fmt::format("engine.{}.", isa::engine_name(static_cast<Engine>(e)));
@@ -503,7 +593,27 @@ sim::StatsRegistry Simulator::stats() const {
     r.add(pre + "active_time_percent", c_.end ? 100.0 * static_cast<double>(t.active) / static_cast<double>(c_.end) : 0,
           "%", "active_time / total_time");
     r.add(pre + "flops", t.flops, "flops", "floating-point operations (MAC = 2 on TensorE)");
+    if (static_cast<Engine>(e) == Engine::kScalar) {
+      const auto act = static_cast<size_t>(Opcode::kActivation), act_r = static_cast<size_t>(Opcode::kActivationReduce);
+      const auto& cnt = c_.engine_opcode_count[static_cast<size_t>(e)];
+      const auto& tm = c_.engine_opcode_time[static_cast<size_t>(e)];
+      r.add(pre + "activate_instruction_count", static_cast<double>(cnt[act] + cnt[act_r]), "count",
+            "activation and activation_reduce instructions (ACTIVATE, ACTIVATE_QUANTIZE)");
+      r.add(pre + "activate_instruction_time", sim::ps_to_ns(tm[act] + tm[act_r]), "ns",
+            "summed durations of the activation instructions");
+    }
+    for (int o = 0; o < isa::kNumOpcodes; ++o) {
+      const auto oi = static_cast<size_t>(o);
+      const uint64_t n = c_.engine_opcode_count[static_cast<size_t>(e)][oi];
+      if (!n) continue;
+      const std::string op = fmt::format("{}opcode.{}.", pre, isa::op_info(static_cast<Opcode>(o)).mnemonic);
+      r.add(op + "count", static_cast<double>(n), "count", "instructions of this opcode on this engine");
+      r.add(op + "time", sim::ps_to_ns(c_.engine_opcode_time[static_cast<size_t>(e)][oi]), "ns",
+            "summed durations on this engine (a DMA: trigger to completion)");
+    }
   }
+  r.add("engine.matmul_instruction_count", static_cast<double>(c_.matmul_instructions), "count",
+        "TensorE matmuls (multiply_moving that is not a transpose)");
   Ps dma_active = 0;
   uint64_t dma_bytes = 0;
   for (int e = 0; e < p_.dma_engines; ++e) {
@@ -522,6 +632,21 @@ sim::StatsRegistry Simulator::stats() const {
         c_.dma_transfers ? static_cast<double>(dma_bytes) / static_cast<double>(c_.dma_transfers) : 0, "bytes",
         "bytes per DMA transfer");
   r.add("dma.max_engine_active_time", sim::ps_to_ns(dma_active), "ns", "active time of the busiest DMA engine");
+  const Ps dma_union = c_.dma_active.total();
+  r.add("dma.active_time", sim::ps_to_ns(dma_union), "ns", "time with at least one DMA packet moving (union over DMA engines)");
+  r.add("dma.active_time_percent", pct(dma_union), "%", "dma.active_time / total_time");
+  static constexpr std::array<std::pair<const char*, const char*>, kNumDmaClasses> kDmaClass = {{
+      {"static", "triggered on Sync (static descriptors, dge none)"},
+      {"hardware_dynamic", "triggered on Scalar (hardware DGE)"},
+      {"software_dynamic", "triggered on GpSimd (software DGE)"},
+  }};
+  for (size_t k = 0; k < kDmaClass.size(); ++k) {
+    const Ps u = c_.dma_class_active[k].total();
+    const std::string pre = fmt::format("dma.{}_", kDmaClass[k].first);
+    r.add(pre + "active_time", sim::ps_to_ns(u), "ns", fmt::format("dma.active_time of transfers {}", kDmaClass[k].second));
+    r.add(pre + "active_time_percent", pct(u), "%", fmt::format("{}active_time / total_time", pre));
+  }
+  r.add("dma.dma_queue_count", static_cast<double>(c_.dma_queues_used), "count", "DMA queues used");
   r.add("memory.hbm_read_bytes", static_cast<double>(c_.hbm_read), "bytes", "HBM bytes read by DMA");
   r.add("memory.hbm_write_bytes", static_cast<double>(c_.hbm_write), "bytes", "HBM bytes written by DMA");
   r.add("memory.sbuf_read_bytes", static_cast<double>(c_.sbuf_read), "bytes", "SBUF bytes read (DMA and engines)");
@@ -540,6 +665,26 @@ sim::StatsRegistry Simulator::stats() const {
   r.add("flops.tensor_peak_per_s", max_ops, "flops/s", "2 x pe_rows x pe_cols x tensor clock");
   r.add("flops.mfu_estimated_percent", c_.end ? 100.0 * c_.matmul_flops / (max_ops * static_cast<double>(c_.end) * 1e-12) : 0,
         "%", "model_flops / (peak x total_time)");
+  const double hbm_bytes = static_cast<double>(c_.hbm_read + c_.hbm_write);
+  const double hbm_bw = p_.hbm_bw * 1e9;  // bytes/s (hbm.bw is bytes/ns)
+  r.add("flops.hfu_estimated_percent", c_.end ? 100.0 * hw / (max_ops * static_cast<double>(c_.end) * 1e-12) : 0, "%",
+        "hardware_flops / (peak x total_time)");
+  r.add("flops.adjusted_hardware", c_.adjusted_matmul_flops + c_.adjusted_transpose_flops, "flops",
+        "hardware FLOPs in bf16 equivalents (x tensor.adjusted_flops_fp32 / _fp8 by input dtype)");
+  r.add("flops.adjusted_transpose", c_.adjusted_transpose_flops, "flops", "transpose FLOPs in bf16 equivalents");
+  // Roofline: FLOP per HBM byte of the kernel vs the ridge point of the core.
+  const double ridge = max_ops / hbm_bw;
+  r.add("flops.peak_flops_bandwidth_ratio", ridge, "flops/byte",
+        "tensor_peak_per_s / hbm.bw: below it a kernel is memory bound");
+  r.add("flops.mm_arithmetic_intensity", hbm_bytes > 0 ? (hw - c_.transpose_flops) / hbm_bytes : 0, "flops/byte",
+        "(hardware - transpose) / (HBM read + write bytes); 0 without HBM traffic");
+  double mfu_max = 0;
+  if (c_.matmul_flops > 0) mfu_max = hbm_bytes > 0 ? std::min(100.0, 100.0 * (c_.matmul_flops / hbm_bytes) / ridge) : 100.0;
+  r.add("flops.mfu_max_achievable_estimated_percent", mfu_max, "%",
+        "(model_flops / HBM bytes) / peak_flops_bandwidth_ratio, at most 100: MFU the HBM traffic allows");
+  r.add("memory.mbu_estimated_percent",
+        c_.end ? 100.0 * hbm_bytes / (static_cast<double>(c_.end) * 1e-12) / hbm_bw : 0, "%",
+        "(HBM read + write bytes) / total_time / hbm.bw (hbm.bw stands for the profiler's one HBM stack)");
   r.add("tensor.throttled_time", sim::ps_to_ns(tensor_.throttled_time()), "ns", "TensorE time lost to power throttling");
   for (int o = 0; o < isa::kNumOpcodes; ++o) {
     const auto oi = static_cast<size_t>(o);

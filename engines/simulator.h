@@ -21,6 +21,7 @@
 #include "isa/semantics/semantics.h"
 #include "memory/memory.h"
 #include "sim/config.h"
+#include "sim/interval_union.h"
 #include "sim/stats.h"
 #include "sim/trace.h"
 
@@ -69,15 +70,37 @@ struct TrackCounters {
   void close();
 };
 
+/// DMA trigger classes (which engine generated the descriptors): Sync = static (dge none),
+/// Scalar = hardware DGE, GpSimd = software DGE (the profiler's static_ / hardware_dynamic_ /
+/// software_dynamic_ DMA stats).
+enum class DmaClass : uint8_t { kStatic, kHardwareDynamic, kSoftwareDynamic };
+inline constexpr int kNumDmaClasses = 3;
+
 struct RunCounters {
   std::array<TrackCounters, isa::kNumEngines> engine;
   std::array<TrackCounters, memory::kMaxDmaEngines> dma;
   std::array<uint64_t, isa::kNumOpcodes> opcode_count{};
   std::array<sim::Ps, isa::kNumOpcodes> opcode_time{};
+  /// Per (executing engine, opcode): count and summed durations (a DMA counts on its trigger engine).
+  std::array<std::array<uint64_t, isa::kNumOpcodes>, isa::kNumEngines> engine_opcode_count{};
+  std::array<std::array<sim::Ps, isa::kNumOpcodes>, isa::kNumEngines> engine_opcode_time{};
   uint64_t dma_transfers = 0, dma_descriptors = 0;
   uint64_t hbm_read = 0, hbm_write = 0, sbuf_read = 0, sbuf_write = 0, psum_read = 0, psum_write = 0;
   double matmul_flops = 0, transpose_flops = 0;
+  /// bf16-equivalent FLOPs (CoreParams::adjusted_flops of the matmul's input dtypes).
+  double adjusted_matmul_flops = 0, adjusted_transpose_flops = 0;
+  uint64_t matmul_instructions = 0;  ///< multiply_moving that is not a transpose
+  sim::Ps start = INT64_MAX;         ///< earliest instruction start (total_exec_time)
   sim::Ps end = 0;
+  /// Unions over time: >= 1 DMA packet moving (all engines; per trigger class), and any engine or
+  /// DMA packet active. Folded at the simulator's watermark, closed by finish(). Engine intervals go
+  /// to any_active (merged while they overlap); DMA packets (mostly in the future) to dma_active,
+  /// which forwards them into any_active as the watermark passes (the Simulator sets this link: do
+  /// not copy these two).
+  sim::IntervalUnion dma_active, any_active;
+  std::array<sim::IntervalUnion, kNumDmaClasses> dma_class_active;
+  std::array<bool, 256> dma_queue_used{};  ///< by queue id (modulo dma.queues_per_engine)
+  uint64_t dma_queues_used = 0;
 };
 
 class Simulator {
@@ -144,6 +167,11 @@ class Simulator {
   InstrTiming schedule_tensor(const isa::Instr& in);
   InstrTiming schedule_stream(const isa::Instr& in);
   void account_bytes(const isa::Instr& in);
+  /// Engine activity [s, e) for total_active_time (staged, then added to RunCounters::any_active).
+  void note_active(sim::Ps s, sim::Ps e);
+  /// Fold the active-time unions at watermark w (every kFoldEvery instructions, and in finish()).
+  void fold_active(sim::Ps w);
+  static constexpr uint64_t kFoldEvery = 8;
   void trace_instr(const isa::Instr& in, int track, const InstrTiming& t, int perf_mode);
   sim::Ps watermark() const;
   engines::DepTracker::Regions regions(const isa::Instr& in, const engines::DepTracker& on) const;
@@ -166,6 +194,7 @@ class Simulator {
   DType stationary_dtype_ = DType::kBFloat16;
   int64_t stationary_m_ = 0;
   RunCounters c_;
+  sim::Ps stage_lo_ = 0, stage_hi_ = -1;  ///< staged engine activity, not yet in c_.any_active (empty: hi < 0)
   std::vector<SourceLoc> sources_;
   std::vector<std::pair<uint64_t, sim::Ps>> per_loc_;  ///< (instructions, time) by source id
   std::unique_ptr<sim::TraceSink> trace_;

@@ -24,6 +24,14 @@ class StatsRegistry {
   std::string to_json(bool with_descriptions = true) const;
   /// Flat, aligned "name  value unit" table.
   std::string to_text() const;
+  /// Readable table grouped by name prefix (the leaf-less names under "summary", "engine.<e>" per
+  /// engine, otherwise the first component: dma, memory, flops, ...), groups in order of first
+  /// appearance: one row per stat with its full name, the value formatted for its unit (ns with 3
+  /// decimals, % with 2, counts and bytes as integers with thousands separators, FLOPs in 4
+  /// significant digits), the unit and the description. Non-finite values show as "-".
+  std::string to_table() const;
+  /// The value as to_table() prints it.
+  static std::string format_value(double value, const std::string& unit);
 
  private:
   std::vector<StatEntry> entries_;
