@@ -2,8 +2,14 @@
 // Exit status: 0 success, 2 user error (coded message on stderr), 1 internal error.
 #include <fmt/format.h>
 
+#include <spawn.h>
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -21,10 +27,13 @@
 #include "frontend/json.h"
 #include "frontend/lower.h"
 #include "frontend/npy.h"
+#include "frontend/tables.h"
 
 #ifndef NSIM_VERSION
 #define NSIM_VERSION "dev"
 #endif
+
+extern char** environ;
 
 namespace fs = std::filesystem;
 using namespace nsim;
@@ -42,6 +51,7 @@ commands:
   analyze  bottleneck report: bounds, idle time, critical path, findings tied to source lines
   diff     compare two runs (kernel versions or configs): engines and source lines faster/slower
   config   print the effective configuration of a preset
+  plot     roofline and engine-utilisation PNGs of a kernel.json (runs python3 -m nsim.plot)
 
 Run 'nsim <command> --help' for the options of a command. 'nsim --version' prints the version.
 Exit status: 0 on success, 2 on a user error (the message starts with its code, NSIM-Exxx).
@@ -66,8 +76,13 @@ options:
                        either side may be empty, e.g. 5000: or :20000. A trace cut by either
                        option ends with an instant event giving the number of slices dropped
   --stats FILE         write stats as JSON; the effective config goes to FILE.config.yaml
+  --stats-table        after the summary, print every stat as a table grouped by engine / dma /
+                       memory / flops: value, unit, description (docs/profiling.md, "Stats")
   --timing-only        skip numerics (same timing, no outputs)
-  --instructions FILE  write one CSV row per instruction (queryable, e.g. with DuckDB; docs/profiling.md)
+  --instructions FILE  write one CSV row per instruction: times, bytes, source line, semaphore wait
+                       (queryable with SQL, e.g. DuckDB; docs/profiling.md)
+  --dma FILE           write one CSV row per DMA packet (a transfer's piece on one DMA engine): times,
+                       bytes, descriptors, throughput, queue, memory spaces, source line
 )";
 
 constexpr const char* kCheckHelp = R"(usage: nsim check kernel.json [--config NAME|FILE] [-p KEY=VALUE ...]
@@ -107,16 +122,31 @@ are each a stats JSON ('nsim run --stats') or a kernel.json, which is simulated 
 Deltas are B - A; "slower" means B takes longer. Example: nsim diff k.json k.json --config-b trn3
 )";
 
+constexpr const char* kPlotHelp = R"(usage: nsim plot kernel.json [kernel.json ...] [--config NAME|FILE] [--out DIR] [--bins N]
+
+Simulate each kernel timing-only and write <name>_roofline.png and <name>_utilisation.png, with a
+one-line roofline and utilisation summary per kernel (docs/profiling.md, "Plots").
+  --config NAME|FILE  preset or YAML file [default: trn2]
+  --out DIR           output directory, created if missing [default: .]
+  --bins N            time bins of the utilisation plot [default: 200]
+This runs 'python3 -m nsim.plot' with the same arguments and exits with its status. It needs python3
+with numpy and matplotlib, and the nsim Python package with its _nsim module: in a build tree they
+are found next to this program (<source>/python and <build>/python are put first on PYTHONPATH),
+otherwise on PYTHONPATH or installed by 'pip install .'. NSIM_PYTHON=/path/to/python picks another
+interpreter.
+)";
+
 constexpr const char* kConfigHelp = R"(usage: nsim config [NAME|FILE] [-p KEY=VALUE ...]
 
 Print the effective configuration (after preset inheritance and overrides) as YAML.
 )";
 
 struct Args {
-  std::string command, kernel, config = "trn2", inputs, outputs, trace, stats, instructions;
+  std::string command, kernel, config = "trn2", inputs, outputs, trace, stats, instructions, dma;
   std::vector<std::string> overrides;
   uint64_t seed = 0;
   bool timing_only = false, raw_outputs = false, help = false;
+  bool stats_table = false;  ///< run --stats-table
   int64_t limit = -1;
   uint64_t trace_limit = 0;                                 ///< --trace-limit (0 = all)
   std::string json;                                         ///< analyze, diff --json
@@ -146,7 +176,9 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--trace") a.trace = value(i, s);
     else if (s == "--stats") a.stats = value(i, s);
     else if (s == "--instructions") a.instructions = value(i, s);
+    else if (s == "--dma" && a.command == "run") a.dma = value(i, s);
     else if (s == "--timing-only") a.timing_only = true;
+    else if (s == "--stats-table" && a.command == "run") a.stats_table = true;
     else if (s == "--raw-outputs") a.raw_outputs = true;
     else if (s == "--json" && a.command == "analyze") a.json = value(i, s);
     else if (s == "--json" && a.command == "diff") a.json = value(i, s);
@@ -306,31 +338,15 @@ int cmd_run(const Args& a) {
   frontend::verify_kernel(k, sim.params());
   frontend::Lowering::allocate_hbm(k, sim);
   if (!a.timing_only) load_inputs(a, k, sim);
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> csv(nullptr, &std::fclose);
-  if (!a.instructions.empty()) {
-    csv.reset(std::fopen(a.instructions.c_str(), "w"));
-    if (!csv) throw Error(ErrorCode::kBadInput, fmt::format("cannot write '{}'", a.instructions));
-    fmt::print(csv.get(), "index,opcode,engine,start_ns,end_ns,duration_ns,dma_queue,bytes,src_file,src_line\n");
-    uint64_t index = 0;
-    sim.add_instr_listener([&](const isa::Instr& in, const InstrTiming& t) {
-      uint64_t bytes = 0;
-      if (isa::is_dma(in.op)) bytes = static_cast<uint64_t>(in.slot(0).total_elems() * dtype_bytes(in.slot(0).dtype));
-      const SourceLoc& loc = sim.source(in.loc);
-      std::string file = loc.file;
-      for (char& c : file)
-        if (c == ',' || c == '"' || c == '\n') c = '_';
-      fmt::print(csv.get(), "{},{},{},{:.3f},{:.3f},{:.3f},{},{},{},{}\n", index++, isa::op_info(in.op).mnemonic,
-                 isa::engine_name(in.engine), sim::ps_to_ns(t.start), sim::ps_to_ns(t.end),
-                 sim::ps_to_ns(t.end - t.start), isa::is_dma(in.op) ? std::to_string(in.dma_queue) : "", bytes, file,
-                 loc.line);
-    });
-  }
+  // --instructions / --dma: CSV tables written while the simulation runs (frontend/tables.h).
+  frontend::TableWriter tables(sim, a.instructions, a.dma);
   frontend::Lowering low(k, sim);
   low.run();
   sim.finish();
-  csv.reset();
+  tables.close();
   const sim::StatsRegistry st = sim.stats();
   print_summary(k, sim, st, low.instructions());
+  if (a.stats_table) fmt::print("\n{}", st.to_table());
   if (!a.outputs.empty() && !a.timing_only) {
     fs::create_directories(a.outputs);
     for (const auto& t : k.tensors)
@@ -455,6 +471,96 @@ int cmd_diff(const Args& a) {
   return 0;
 }
 
+// ---- nsim plot: python3 -m nsim.plot, with clear messages when Python or a package is missing.
+
+// Run by the interpreter as `python3 -c kPlotBootstrap ARGS...`: nsim.plot.main(ARGS) after checking
+// that nsim, its _nsim module and matplotlib import (exit 2 with a coded message if not).
+constexpr const char* kPlotBootstrap = R"(import sys
+def _missing(what, err):
+    sys.stderr.write("NSIM-E414: 'nsim plot' needs %s (%s)\n" % (what, err))
+    sys.exit(2)
+try:
+    import nsim, nsim.plot
+except ImportError as e:
+    _missing("the nsim Python package: put <source>/python on PYTHONPATH or 'pip install .'", e)
+if not getattr(nsim, "core_available", False):
+    _missing("the _nsim module: build it (cmake --build build) and put build/python on PYTHONPATH",
+             getattr(nsim, "_core_import_error", "not built"))
+try:
+    import matplotlib
+except ImportError as e:
+    _missing("matplotlib: pip install matplotlib", e)
+sys.exit(nsim.plot.main(sys.argv[1:]))
+)";
+
+// Directories to put on the child's PYTHONPATH so that the nsim package and the _nsim module that
+// belong to this executable are imported: in a build tree <build>/python holds _nsim*.so and the
+// source tree's python/ holds the package (found via <build>/CMakeCache.txt, else <build>/..).
+std::vector<std::string> plot_python_dirs(const char* argv0) {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec || exe.empty()) {
+    ec.clear();
+    exe = fs::weakly_canonical(fs::path(argv0), ec);
+    if (ec) return {};
+  }
+  const fs::path dir = exe.parent_path();
+  std::vector<fs::path> pkg_roots;
+  if (std::ifstream cache(dir / "CMakeCache.txt"); cache) {
+    const std::string key = "CMAKE_HOME_DIRECTORY:INTERNAL=";
+    for (std::string line; std::getline(cache, line);)
+      if (line.rfind(key, 0) == 0) pkg_roots.push_back(fs::path(line.substr(key.size())) / "python");
+  }
+  pkg_roots.push_back(dir.parent_path() / "python");
+  std::vector<std::string> out;
+  for (const fs::path& p : pkg_roots)
+    if (fs::exists(p / "nsim" / "plot.py", ec)) {
+      out.push_back(p.string());
+      break;
+    }
+  if (fs::is_directory(dir / "python", ec))
+    for (const auto& e : fs::directory_iterator(dir / "python", ec))
+      if (e.path().filename().string().rfind("_nsim", 0) == 0) {
+        out.push_back((dir / "python").string());
+        break;
+      }
+  return out;
+}
+
+int cmd_plot(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return fmt::print("{}", kPlotHelp), 0;
+  const char* py_env = std::getenv("NSIM_PYTHON");
+  const std::string python = py_env && *py_env ? py_env : "python3";
+  std::vector<std::string> args = {python, "-c", kPlotBootstrap};
+  for (int i = 2; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e)
+    if (std::strncmp(*e, "PYTHONPATH=", 11) != 0) env.emplace_back(*e);
+  std::vector<std::string> path = plot_python_dirs(argv[0]);
+  if (const char* old = std::getenv("PYTHONPATH"); old && *old) path.emplace_back(old);  // kept, after ours
+  if (!path.empty()) env.push_back(fmt::format("PYTHONPATH={}", fmt::join(path, ":")));
+  auto c_array = [](std::vector<std::string>& v) {
+    std::vector<char*> p;
+    for (auto& s : v) p.push_back(s.data());
+    p.push_back(nullptr);
+    return p;
+  };
+  std::vector<char*> cargs = c_array(args), cenv = c_array(env);
+  std::fflush(stdout);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, python.c_str(), nullptr, nullptr, cargs.data(), cenv.data());
+  if (rc != 0)
+    throw Error(ErrorCode::kUsage,
+                fmt::format("'nsim plot' runs '{} -m nsim.plot', but '{}' cannot be started: {}{}", python, python,
+                            std::strerror(rc), py_env && *py_env ? "" : " (install python3 or set NSIM_PYTHON)"));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw Error(ErrorCode::kInternal, fmt::format("waitpid: {}", std::strerror(errno)));
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+}
+
 int cmd_config(const Args& a) {
   const std::string preset = a.kernel.empty() ? a.config : a.kernel;
   fmt::print("{}", engines::load_config(config_name(preset), a.overrides).to_yaml());
@@ -473,6 +579,7 @@ int main(int argc, char** argv) {
       fmt::print("{}", kMainHelp);
       return argc < 2 ? 2 : 0;
     }
+    if (std::string(argv[1]) == "plot") return cmd_plot(argc, argv);  // its options are nsim.plot's
     const Args a = parse_args(argc, argv);
     if (a.command == "run") return a.help ? (fmt::print("{}", kRunHelp), 0) : cmd_run(a);
     if (a.command == "check") return a.help ? (fmt::print("{}", kCheckHelp), 0) : cmd_check(a);

@@ -203,6 +203,12 @@ class Profile:
     def total_time_ns(self) -> float:
         return float(self.stat("total_time"))
 
+    def stats_table(self) -> str:
+        """Every stat as a readable table grouped by engine, dma, memory, flops, ...: full dotted name,
+        value formatted for its unit, unit, description; the text `nsim run --stats-table` prints
+        (docs/profiling.md, "Stats")."""
+        return _call(_nsim.stats_table, json.dumps(self.stats))
+
     @property
     def name(self) -> str:
         try:

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <limits>
 #include <map>
 #include <new>
 #include <string>
@@ -19,8 +20,10 @@
 #include "frontend/analyze.h"
 #include "frontend/diff.h"
 #include "frontend/inputs.h"
+#include "frontend/json.h"
 #include "frontend/ir.h"
 #include "frontend/lower.h"
+#include "frontend/tables.h"
 #include "isa/isa.h"
 
 #ifndef NSIM_VERSION
@@ -252,6 +255,54 @@ std::pair<std::string, std::string> diff_stats(const std::string& json_a, const 
   });
 }
 
+// The readable stats table of `nsim run --stats-table` (sim::StatsRegistry::to_table) from a stats JSON:
+// the nested stats (Profile.stats) or a whole `nsim run --stats` document. Leaves are {"value", "unit",
+// "description"}; a null value (non-finite) shows as "-".
+void add_stat_leaves(sim::StatsRegistry& r, const frontend::json::Value& n, const std::string& name) {
+  const frontend::json::Value* v = n.find("value");
+  if (v && (v->is_number() || v->is_null())) {
+    const frontend::json::Value *u = n.find("unit"), *d = n.find("description");
+    r.add(name, v->is_number() ? v->as_double() : std::numeric_limits<double>::quiet_NaN(), u ? u->as_string() : "",
+          d ? d->as_string() : "");
+    return;
+  }
+  for (size_t i = 0; i < n.size(); ++i)
+    if (n[i].is_object()) add_stat_leaves(r, n[i], name.empty() ? n.key(i) : name + "." + n.key(i));
+}
+std::string stats_table(const std::string& stats_json) {
+  return guarded([&] {
+    const frontend::json::Value root = frontend::json::parse(stats_json, "stats");
+    const frontend::json::Value* st = root.find("stats");
+    sim::StatsRegistry r;
+    add_stat_leaves(r, st && st->is_object() ? *st : root, "");
+    return r.to_table();
+  });
+}
+
+// Simulate timing-only and write the instruction and/or DMA tables as CSV (`nsim run --instructions
+// --dma`; an empty path skips that table). Returns (instruction rows, DMA rows).
+std::pair<uint64_t, uint64_t> write_tables(const std::string& kernel_json, const std::string& config,
+                                           const std::vector<std::string>& overrides,
+                                           const std::string& instructions_path, const std::string& dma_path,
+                                           const std::string& filename) {
+  return guarded([&] {
+    const frontend::Kernel k = frontend::parse_kernel_json(kernel_json, filename);
+    const sim::Config cfg = load_cfg(config, overrides);
+    py::gil_scoped_release nogil;
+    SimOptions opts;
+    opts.numerics = false;  // the timing does not depend on the data
+    Simulator sim(cfg, opts);
+    frontend::verify_kernel(k, sim.params());
+    frontend::Lowering::allocate_hbm(k, sim);
+    frontend::TableWriter tables(sim, instructions_path, dma_path);
+    frontend::Lowering low(k, sim);
+    low.run();
+    sim.finish();
+    tables.close();
+    return std::make_pair(tables.instruction_rows(), tables.dma_rows());
+  });
+}
+
 std::string effective_config(const std::string& config, const std::vector<std::string>& overrides) {
   return guarded([&] { return load_cfg(config, overrides).to_yaml(); });
 }
@@ -380,6 +431,13 @@ PYBIND11_MODULE(_nsim, m) {
   m.def("diff_stats", &diff_stats, py::arg("json_a"), py::arg("json_b"), py::arg("label_a") = "a",
         py::arg("label_b") = "b", py::arg("max_lines") = 20,
         "Compare two stats JSONs (nsim run --stats format): (report text, comparison JSON); max_lines < 0 = all.");
+  m.def("write_tables", &write_tables, py::arg("kernel_json"), py::arg("config") = "trn2",
+        py::arg("overrides") = std::vector<std::string>{}, py::arg("instructions_path") = "",
+        py::arg("dma_path") = "", py::arg("filename") = "kernel.json",
+        "Simulate timing-only and write the instruction / DMA-packet CSV tables of `nsim run --instructions\n"
+        "--dma` (empty path = not written). Returns (instruction rows, DMA rows).");
+  m.def("stats_table", &stats_table, py::arg("stats_json"),
+        "Readable stats table (as `nsim run --stats-table`) of a stats JSON (nested stats or a --stats file).");
   m.def("effective_config", &effective_config, py::arg("config") = "trn2",
         py::arg("overrides") = std::vector<std::string>{}, "Effective configuration as YAML.");
   m.def("op_table", &op_table_py, "The ISA opcode table: one dict per opcode.");
