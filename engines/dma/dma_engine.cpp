@@ -10,7 +10,7 @@ using sim::Ps;
 Ps Calendar::earliest(Ps t, Ps dur) const {
   Ps s = std::max(t, floor_);
   for (int i = 0; i < n_; ++i) {
-    const auto [b, e] = iv_[static_cast<size_t>(i)];
+    const auto [b, e] = at(i);
     if (s + dur <= b) return s;  // fits in the gap before interval i
     s = std::max(s, e);
   }
@@ -19,22 +19,22 @@ Ps Calendar::earliest(Ps t, Ps dur) const {
 
 void Calendar::reserve(Ps start, Ps end) {
   if (n_ == kCapacity) {  // full: forget the oldest, and never book before its end again
-    floor_ = std::max(floor_, iv_[0].second);
-    std::move(iv_.begin() + 1, iv_.begin() + n_, iv_.begin());
+    floor_ = std::max(floor_, at(0).second);
+    head_ = (head_ + 1) & (kCapacity - 1);
     --n_;
   }
   int i = n_;
-  while (i > 0 && iv_[static_cast<size_t>(i - 1)].first > start) {
-    iv_[static_cast<size_t>(i)] = iv_[static_cast<size_t>(i - 1)];
+  while (i > 0 && at(i - 1).first > start) {
+    at(i) = at(i - 1);
     --i;
   }
-  iv_[static_cast<size_t>(i)] = {start, end};
+  at(i) = {start, end};
   ++n_;
 }
 
 bool Calendar::busy_at(Ps t) const {
   for (int i = 0; i < n_; ++i) {
-    const auto [b, e] = iv_[static_cast<size_t>(i)];
+    const auto [b, e] = at(i);
     if (b <= t && t < e) return true;
     if (b > t) break;
   }
@@ -42,11 +42,10 @@ bool Calendar::busy_at(Ps t) const {
 }
 
 void Calendar::prune(Ps t) {
-  int k = 0;
-  while (k < n_ && iv_[static_cast<size_t>(k)].second <= t) ++k;
-  if (!k) return;
-  std::move(iv_.begin() + k, iv_.begin() + n_, iv_.begin());
-  n_ -= k;
+  while (n_ > 0 && at(0).second <= t) {
+    head_ = (head_ + 1) & (kCapacity - 1);
+    --n_;
+  }
 }
 
 DmaEngines::DmaEngines(const CoreParams& p) : p_(p), setup_free_(static_cast<size_t>(p.dma_queues), 0) {}

@@ -14,20 +14,25 @@
 
 namespace nsim::engines {
 
-/// Busy intervals of one resource, sorted, bounded (no allocation after construction).
+/// Busy intervals of one resource, sorted, bounded (no allocation after construction). A ring
+/// buffer: bookings mostly arrive in time order, so appending and forgetting the oldest are O(1).
 class Calendar {
  public:
-  static constexpr int kCapacity = 64;
+  static constexpr int kCapacity = 64;  ///< a power of two (ring index mask)
+  static_assert((kCapacity & (kCapacity - 1)) == 0);
   /// Earliest start >= t at which [start, start + dur) is free.
   sim::Ps earliest(sim::Ps t, sim::Ps dur) const;
   void reserve(sim::Ps start, sim::Ps end);
   bool busy_at(sim::Ps t) const;
   /// Forget intervals that end at or before t (no future request starts before t).
   void prune(sim::Ps t);
-  sim::Ps last_end() const { return n_ ? iv_[static_cast<size_t>(n_ - 1)].second : floor_; }
+  sim::Ps last_end() const { return n_ ? at(n_ - 1).second : floor_; }
 
  private:
+  std::pair<sim::Ps, sim::Ps>& at(int i) { return iv_[static_cast<size_t>((head_ + i) & (kCapacity - 1))]; }
+  const std::pair<sim::Ps, sim::Ps>& at(int i) const { return iv_[static_cast<size_t>((head_ + i) & (kCapacity - 1))]; }
   std::array<std::pair<sim::Ps, sim::Ps>, kCapacity> iv_{};
+  int head_ = 0;  ///< ring index of the oldest interval
   int n_ = 0;
   sim::Ps floor_ = 0;  ///< nothing may be booked before this (end of intervals dropped when full)
 };
