@@ -330,3 +330,13 @@ def test_thresholds_come_from_the_config():
                                    "analysis.min_saving_percent": 0})
     f = a.finding("dma_efficiency")
     assert f is not None and f["metrics"]["efficient_bytes_per_partition"] == 8192
+
+
+def test_beyond_the_record_limit_the_critical_path_is_skipped_but_the_rest_reported(examples_dir):
+    kernel = os.path.join(examples_dir, "flash_attention.json")
+    full = nsim.analyze(kernel)
+    cut = nsim.analyze(kernel, overrides={"analysis.max_recorded_instructions": 10})
+    assert full.data["critical_path"]["available"] and not cut.data["critical_path"]["available"]
+    assert "Critical path: not computed" in cut.text
+    assert cut.bounds == full.bounds
+    assert {f["kind"] for f in cut.findings} >= {"serialization", "pe_transpose"}
