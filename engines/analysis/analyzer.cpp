@@ -497,39 +497,28 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     for (size_t i = 1; i < s.lines.size(); ++i) {
       const LineAgg& la = s.lines[i];
       const double lbusy = ns(la.busy[static_cast<size_t>(Engine::kTensor)]);
-      const LineRef base{loc_of(static_cast<uint32_t>(i)), 0, 0, ""};
+      // Each matmul finding: the line, its instruction count, its saving, a note.
+      auto add = [&](Finding& f, uint64_t count, double lost_ns, std::string note) {
+        const double save = saving_of(i, lost_ns, lbusy, 1);
+        f.saving_ns += save;
+        f.lines.push_back({loc_of(static_cast<uint32_t>(i)), count, save, std::move(note)});
+      };
       if (la.underfill) {
-        const double save = saving_of(i, la.underfill_lost_ps / kPsPerNs, lbusy, 1);
-        under.saving_ns += save;
         nu += la.underfill;
-        LineRef l = base;
-        l.count = la.underfill;
-        l.ns = save;
-        l.note = fmt::format("{} matmuls, smallest K={} (rows), M={} (stationary cols), N={} (moving free); "
-                             "{:.0f} ns busy, {:.0f} ns above the full-array time",
-                             la.underfill, la.min_k, la.min_m, la.min_n, ns(la.underfill_busy), la.underfill_lost_ps / kPsPerNs);
-        under.lines.push_back(std::move(l));
+        add(under, la.underfill, la.underfill_lost_ps / kPsPerNs,
+            fmt::format("{} matmuls, smallest K={} (rows), M={} (stationary cols), N={} (moving free); "
+                        "{:.0f} ns busy, {:.0f} ns above the full-array time",
+                        la.underfill, la.min_k, la.min_m, la.min_n, ns(la.underfill_busy), la.underfill_lost_ps / kPsPerNs));
       }
       if (la.fp32) {
-        const double save = saving_of(i, la.fp32_lost_ps / kPsPerNs, lbusy, 1);
-        f32.saving_ns += save;
         nf += la.fp32;
-        LineRef l = base;
-        l.count = la.fp32;
-        l.ns = save;
-        l.note = fmt::format("{} fp32 matmuls, {:.0f} ns busy", la.fp32, ns(la.fp32_busy));
-        f32.lines.push_back(std::move(l));
+        add(f32, la.fp32, la.fp32_lost_ps / kPsPerNs, fmt::format("{} fp32 matmuls, {:.0f} ns busy", la.fp32, ns(la.fp32_busy)));
       }
       if (la.transposes) {
-        const double save = saving_of(i, ns(la.transpose_busy), lbusy, 1);
-        tr.saving_ns += save;
         nt += la.transposes;
         tbusy += ns(la.transpose_busy);
-        LineRef l = base;
-        l.count = la.transposes;
-        l.ns = save;
-        l.note = fmt::format("{} transposes, {:.0f} ns of TensorE time", la.transposes, ns(la.transpose_busy));
-        tr.lines.push_back(std::move(l));
+        add(tr, la.transposes, ns(la.transpose_busy),
+            fmt::format("{} transposes, {:.0f} ns of TensorE time", la.transposes, ns(la.transpose_busy)));
       }
     }
     if (nu) {

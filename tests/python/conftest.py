@@ -10,6 +10,28 @@ EXAMPLES_DIR = os.path.join(REPO_ROOT, "examples")
 NSIM_BIN = os.environ.get("NSIM_BIN") or os.path.join(REPO_ROOT, "build", "nsim")
 PRESETS = ("trn1", "trn2", "trn3")
 
+# A minimal kernel.json shared by the CLI tests: y = x + 1 over two [128, 64] fp32 tiles; its load,
+# add and store are lines 3, 4 and 5 of add_one.py.
+ADD_ONE = {
+    "nsim_kernel": 1,
+    "name": "add_one",
+    "tensors": [
+        {"name": "x", "buffer": "hbm", "kind": "input", "dtype": "float32", "shape": [256, 64]},
+        {"name": "y", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [256, 64]},
+    ],
+    "body": [
+        {"loop": {"var": "i", "stop": 2, "body": [
+            {"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 64]}},
+            {"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "index": [{"start": "128*i", "size": 128}]},
+             "loc": {"file": "add_one.py", "line": 3}},
+            {"op": "tensor_scalar", "dst": "t", "data": "t", "alu0": "add", "flags": ["has_imm0"], "imm": [1.0],
+             "loc": {"file": "add_one.py", "line": 4}},
+            {"op": "dma_copy", "dst": {"tensor": "y", "index": [{"start": "128*i", "size": 128}]}, "src": "t",
+             "loc": {"file": "add_one.py", "line": 5}},
+        ]}},
+    ],
+}
+
 # examples/gen_examples.py and examples/reference.py are plain scripts, not a package.
 if EXAMPLES_DIR not in sys.path:
     sys.path.insert(0, EXAMPLES_DIR)

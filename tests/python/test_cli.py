@@ -7,31 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import ADD_ONE, NSIM_BIN
+
 ROOT = Path(__file__).resolve().parents[2]
-NSIM = ROOT / "build" / "nsim"
+NSIM = Path(NSIM_BIN)  # $NSIM_BIN or build/nsim (conftest)
 
-pytestmark = pytest.mark.skipif(not NSIM.exists(), reason="build/nsim not built (run `make build`)")
-
-# y = x + 1 over two [128, 64] fp32 tiles.
-ADD_ONE = {
-    "nsim_kernel": 1,
-    "name": "add_one",
-    "tensors": [
-        {"name": "x", "buffer": "hbm", "kind": "input", "dtype": "float32", "shape": [256, 64]},
-        {"name": "y", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [256, 64]},
-    ],
-    "body": [
-        {"loop": {"var": "i", "stop": 2, "body": [
-            {"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 64]}},
-            {"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "index": [{"start": "128*i", "size": 128}]},
-             "loc": {"file": "add_one.py", "line": 3}},
-            {"op": "tensor_scalar", "dst": "t", "data": "t", "alu0": "add", "flags": ["has_imm0"], "imm": [1.0],
-             "loc": {"file": "add_one.py", "line": 4}},
-            {"op": "dma_copy", "dst": {"tensor": "y", "index": [{"start": "128*i", "size": 128}]}, "src": "t",
-             "loc": {"file": "add_one.py", "line": 5}},
-        ]}},
-    ],
-}
+pytestmark = pytest.mark.skipif(not NSIM.exists(), reason="{} not built (run `make build`)".format(NSIM))
 
 
 def nsim(*args, cwd=None):

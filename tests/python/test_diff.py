@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import NSIM_BIN, REPO_ROOT
+from conftest import ADD_ONE, NSIM_BIN, REPO_ROOT
 
 # The build-tree extension is appended, so a PYTHONPATH pointing at another build directory wins.
 for _p in (os.path.join(REPO_ROOT, "python"), os.path.join(REPO_ROOT, "build", "python")):
@@ -21,28 +21,10 @@ nsim = pytest.importorskip("nsim")
 if not getattr(nsim, "core_available", False):
     pytest.skip("the _nsim extension is not built (cmake --build build --target _nsim)", allow_module_level=True)
 
-NSIM = os.environ.get("NSIM_BIN") or NSIM_BIN
+NSIM = NSIM_BIN
 
-# Version A: y = x + 1 over two [128, 64] fp32 tiles (line 4 is the add).
-V1 = {
-    "nsim_kernel": 1,
-    "name": "add_one",
-    "tensors": [
-        {"name": "x", "buffer": "hbm", "kind": "input", "dtype": "float32", "shape": [256, 64]},
-        {"name": "y", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [256, 64]},
-    ],
-    "body": [
-        {"loop": {"var": "i", "stop": 2, "body": [
-            {"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 64]}},
-            {"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "index": [{"start": "128*i", "size": 128}]},
-             "loc": {"file": "add_one.py", "line": 3}},
-            {"op": "tensor_scalar", "dst": "t", "data": "t", "alu0": "add", "flags": ["has_imm0"], "imm": [1.0],
-             "loc": {"file": "add_one.py", "line": 4}},
-            {"op": "dma_copy", "dst": {"tensor": "y", "index": [{"start": "128*i", "size": 128}]}, "src": "t",
-             "loc": {"file": "add_one.py", "line": 5}},
-        ]}},
-    ],
-}
+# Version A: y = x + 1 over two [128, 64] fp32 tiles (line 4 is the add): conftest.ADD_ONE.
+V1 = ADD_ONE
 
 
 def _v2():
