@@ -84,15 +84,22 @@ void ChromeTraceWriter::slice(TraceSlice s) {
     pending_.push_back(std::move(s));
   }
   order_.schedule(pending_[idx].start, pending_[idx].track, idx);
+  if (order_.size() > kMaxPending) write_earliest(kMaxPending / 2);
 }
 
-void ChromeTraceWriter::watermark(Ps t) {
-  while (!order_.empty() && order_.top().time < t) {
+void ChromeTraceWriter::write_earliest(size_t n) {
+  for (; n > 0 && !order_.empty(); --n) {
     uint32_t idx = order_.pop().payload;
+    if (pending_[idx].start < last_written_start_) ++out_of_order_;
+    last_written_start_ = std::max(last_written_start_, pending_[idx].start);
     write(pending_[idx]);
     pending_[idx] = TraceSlice{};
     free_.push_back(idx);
   }
+}
+
+void ChromeTraceWriter::watermark(Ps t) {
+  while (!order_.empty() && order_.top().time < t) write_earliest(1);
 }
 
 void ChromeTraceWriter::drop_by_limit(Ps start) {

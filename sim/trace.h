@@ -61,7 +61,14 @@ class ChromeTraceWriter : public TraceSink {
   void slice(TraceSlice s) override;
   void watermark(Ps t) override;
   void finish() override;
+  /// The reorder buffer's bound: when more slices wait than this (the simulator's watermark stays
+  /// low while an engine has issued nothing), the earliest half is written anyway, so memory stays
+  /// bounded; a slice that later arrives earlier than written ones is written out of order (Perfetto
+  /// and chrome://tracing sort on load).
+  static constexpr size_t kMaxPending = size_t{1} << 16;
   uint64_t slices_written() const { return written_; }
+  /// Slices written after a slice that starts later (only when the reorder buffer overflowed).
+  uint64_t slices_out_of_order() const { return out_of_order_; }
   /// Slices not written: beyond max_slices, or outside the window (final after finish()).
   uint64_t slices_dropped() const { return dropped_limit_ + dropped_window_; }
   uint64_t slices_dropped_by_limit() const { return dropped_limit_; }
@@ -79,6 +86,9 @@ class ChromeTraceWriter : public TraceSink {
   uint64_t written_ = 0;
   uint64_t dropped_limit_ = 0, dropped_window_ = 0;
   Ps first_dropped_ = -1;  ///< earliest start of a slice dropped by the limit (-1 = none)
+  void write_earliest(size_t n);
+  Ps last_written_start_ = 0;
+  uint64_t out_of_order_ = 0;
   EventQueue<uint32_t> order_;            // (start, track) -> index into pending_
   std::vector<TraceSlice> pending_;
   std::vector<uint32_t> free_;
