@@ -50,6 +50,7 @@ struct LineAgg {
   // every engine
   std::array<Ps, isa::kNumEngines> busy{};
   std::array<uint64_t, isa::kNumEngines> count{};
+  std::array<Ps, isa::kNumEngines> waited_by{};  ///< how long each engine waited for this line's results
   Ps critical = 0;  ///< time of this line's instructions on the critical path
 };
 
@@ -76,9 +77,8 @@ struct Analyzer::State {
   std::array<int64_t, isa::kNumEngines> last_on_engine{-1, -1, -1, -1, -1};
   std::array<Ps, isa::kNumEngines> cursor{}, busy_union{};  ///< per engine: end of the last issue interval, union of them
   // idle attribution: waiter engine -> producer track -> ps; (waiter, producer line) -> ps
-  std::array<std::map<std::string, Ps>, isa::kNumEngines> waited_on;
+  std::array<std::vector<Ps>, isa::kNumEngines> waited_on;  ///< [waiter engine][producer track]
   std::array<Ps, isa::kNumEngines> wait{}, other_wait{};
-  std::map<std::pair<int, uint32_t>, Ps> wait_by_line;  ///< (waiter engine, producer's source id)
   // HBM load counters, one per `chunk` bytes of HBM
   std::vector<uint8_t> loads;
   double hbm_read = 0, hbm_reload = 0, hbm_write = 0;
@@ -155,8 +155,11 @@ void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
     const Ps data_wait = std::max<Ps>(0, std::min(t.ready, t.start) - cur);
     if (data_wait > 0 && t.waited_for >= 0) {
       wait[e] += data_wait;
-      waited_on[e][track_name(producer_track(t))] += data_wait;
-      wait_by_line[{static_cast<int>(e), producer_loc(t)}] += data_wait;
+      const auto track = static_cast<size_t>(producer_track(t));
+      if (track >= waited_on[e].size()) waited_on[e].resize(track + 1, 0);
+      waited_on[e][track] += data_wait;
+      // The producer's line was seen before (no resize here: `la` stays valid).
+      if (const uint32_t pl = producer_loc(t); pl < lines.size()) lines[pl].waited_by[e] += data_wait;
       other_wait[e] += t.start - cur - data_wait;
     } else {
       other_wait[e] += t.start - cur;
@@ -352,7 +355,8 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     id.wait_ns = ns(s.wait[ei]);
     id.other_wait_ns = ns(s.other_wait[ei]);
     id.tail_ns = std::max(0.0, total - ns(s.cursor[ei]));
-    for (const auto& [who, t] : s.waited_on[ei]) id.waited_on.emplace_back(who, ns(t));
+    for (size_t k = 0; k < s.waited_on[ei].size(); ++k)
+      if (s.waited_on[ei][k] > 0) id.waited_on.emplace_back(track_name(static_cast<int>(k)), ns(s.waited_on[ei][k]));
     std::stable_sort(id.waited_on.begin(), id.waited_on.end(), [](auto& a, auto& b) { return a.second > b.second; });
     r.idle.push_back(std::move(id));
   }
@@ -582,8 +586,10 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     Finding f;
     f.kind = "serialization";
     f.saving_ns = total - max_bound;
-    std::vector<std::pair<Ps, std::pair<int, uint32_t>>> waits;
-    for (const auto& [key, t] : s.wait_by_line) waits.emplace_back(t, key);
+    std::vector<std::pair<Ps, std::pair<int, uint32_t>>> waits;  // (time, (waiter engine, producer line))
+    for (size_t i = 0; i < s.lines.size(); ++i)
+      for (int e = 0; e < isa::kNumEngines; ++e)
+        if (const Ps t = s.lines[i].waited_by[static_cast<size_t>(e)]; t > 0) waits.push_back({t, {e, static_cast<uint32_t>(i)}});
     std::stable_sort(waits.begin(), waits.end(), [](auto& a, auto& b) { return a.first > b.first; });
     for (const auto& [t, key] : waits)
       f.lines.push_back({loc_of(key.second), 0, ns(t),
