@@ -37,6 +37,18 @@ if EXAMPLES_DIR not in sys.path:
     sys.path.insert(0, EXAMPLES_DIR)
 
 
+def require_core():
+    """For test modules that need the built simulator: skip the whole module unless nsim._core
+    imports and its _nsim extension works, and ml_dtypes is installed. Returns (_core, ml_dtypes)."""
+    core = pytest.importorskip("nsim._core", exc_type=ImportError)
+    mld = pytest.importorskip("ml_dtypes")
+    try:
+        core.version()
+    except Exception as e:  # the extension is not built
+        pytest.skip("nsim._core not usable: {}".format(e), allow_module_level=True)
+    return core, mld
+
+
 @pytest.fixture(scope="session")
 def repo_root():
     return REPO_ROOT

@@ -5,12 +5,9 @@ import sys
 import numpy as np
 import pytest
 
-_core = pytest.importorskip("nsim._core", exc_type=ImportError)
-ml_dtypes = pytest.importorskip("ml_dtypes")
-try:
-    _core.version()
-except Exception as e:  # the extension is not built
-    pytest.skip("nsim._core not usable: {}".format(e), allow_module_level=True)
+from conftest import require_core  # noqa: E402
+
+_core, ml_dtypes = require_core()
 
 from nsim import compat  # noqa: E402
 
