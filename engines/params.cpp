@@ -127,6 +127,36 @@ CoreParams CoreParams::from_config(const sim::Config& c) {
   if (p.dep_chunk_bytes < 1)
     throw Error(ErrorCode::kConfigBadValue, "sim.dep_chunk_bytes: expected at least 1 byte");
 
+  {
+    const std::string sched = c.get_string("compiler.schedule");
+    if (sched != "list" && sched != "program_order")
+      throw Error(ErrorCode::kConfigBadValue,
+                  fmt::format("compiler.schedule: expected 'list' or 'program_order', found '{}'", sched));
+    p.list_schedule = sched == "list";
+    const std::string place = c.get_string("compiler.engine_placement");
+    if (place != "auto" && place != "default")
+      throw Error(ErrorCode::kConfigBadValue,
+                  fmt::format("compiler.engine_placement: expected 'auto' or 'default', found '{}'", place));
+    p.auto_placement = place == "auto";
+    const int64_t w = c.get_int("compiler.window");
+    if (w < 1 || w > (int64_t{1} << 20))
+      throw Error(ErrorCode::kConfigBadValue, fmt::format("compiler.window: expected 1..1048576, found {}", w));
+    p.schedule_window = static_cast<int>(w);
+    const int64_t q = c.get_int("compiler.dma_queues_per_trigger");
+    if (q < 1 || q > p.dma_queues)
+      throw Error(ErrorCode::kConfigBadValue,
+                  fmt::format("compiler.dma_queues_per_trigger: expected 1..{} (dma.queues_per_engine), found {}",
+                              p.dma_queues, q));
+    p.dma_queues_per_trigger = static_cast<int>(q);
+  }
+  {
+    const std::string alloc = c.get_string("compiler.allocation");
+    if (alloc != "liveness" && alloc != "static")
+      throw Error(ErrorCode::kConfigBadValue,
+                  fmt::format("compiler.allocation: expected 'liveness' or 'static', found '{}'", alloc));
+    p.static_allocation = alloc == "static";
+  }
+
   p.mem.partitions = static_cast<int>(c.get_int("sbuf.partitions"));
   p.mem.sbuf_bytes_per_partition = c.bytes("sbuf.bytes_per_partition");
   p.mem.psum_partitions = static_cast<int>(c.get_int("psum.partitions"));

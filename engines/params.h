@@ -70,6 +70,13 @@ struct CoreParams {
   bool vector_gpsimd_sbuf_exclusive = false, vector_scalar_psum_exclusive = false;
   int64_t dep_chunk_bytes = 64;
 
+  // The compiler model (frontend/compiler, docs/timing-model.md)
+  bool list_schedule = true;     ///< compiler.schedule: list; false = program_order
+  int schedule_window = 1024;    ///< compiler.window
+  bool auto_placement = true;    ///< compiler.engine_placement: auto
+  int dma_queues_per_trigger = 4;
+  bool static_allocation = false;  ///< compiler.allocation: static (every tile its own region); false = liveness
+
   memory::MemoryConfig mem;
 
   /// Build from a validated config.

@@ -156,6 +156,11 @@ Operand Simulator::alloc_tile(Space space, uint32_t partitions, const std::vecto
   return o;
 }
 
+void Simulator::set_onchip_peak(int64_t sbuf, int64_t psum) {
+  onchip_peak_[0] = std::max(onchip_peak_[0], sbuf);
+  onchip_peak_[1] = std::max(onchip_peak_[1], psum);
+}
+
 void Simulator::free_tile(const Operand& tile) { mem_.free_onchip(tile.space, tile.offset); }
 
 uint32_t Simulator::add_source(const SourceLoc& loc) {
@@ -164,7 +169,7 @@ uint32_t Simulator::add_source(const SourceLoc& loc) {
   return static_cast<uint32_t>(sources_.size() - 1);
 }
 
-InstrTiming Simulator::submit(const Instr& in) {
+InstrTiming Simulator::submit(const Instr& in, Ps not_before) {
   if (finished_) throw Error(ErrorCode::kInternal, "submit() after finish()");
   const SourceLoc& where = source(in.loc);
   isa::verify(in, limits_, where);
@@ -188,7 +193,75 @@ InstrTiming Simulator::submit(const Instr& in) {
       throw Error(e.code(), e.message(), where);
     }
   }
-  return schedule(in);
+  not_before_ = not_before;
+  InstrTiming t = schedule(in);
+  not_before_ = 0;
+  return t;
+}
+
+// ------------------------------------------------------------------ compiler hooks
+
+Ps Simulator::operands_ready(const Instr& in, Engine e) const {
+  return std::max(not_before_, deps_.ready(static_cast<uint8_t>(e), regions(in)).time);
+}
+
+Ps Simulator::engine_free(const Instr& in, Engine e) const {
+  Ps t = next_issue_[static_cast<size_t>(e)];
+  if (isa::is_dma(in.op) || e == Engine::kTensor) return t;
+  bool sbuf = false, psum = false;
+  for (int i = 0; i < isa::kMaxSlots; ++i) {
+    sbuf |= in.slot(i).space == Space::kSbuf;
+    psum |= in.slot(i).space == Space::kPsum;
+  }
+  if (p_.vector_gpsimd_sbuf_exclusive && sbuf && (e == Engine::kVector || e == Engine::kGpsimd))
+    t = std::max(t, excl_sbuf_free_);
+  if (p_.vector_scalar_psum_exclusive && psum && (e == Engine::kVector || e == Engine::kScalar))
+    t = std::max(t, excl_psum_free_);
+  return t;
+}
+
+Ps Simulator::busy_estimate(const Instr& in, Engine e) const {
+  if (isa::is_dma(in.op)) return e == Engine::kScalar ? p_.hwdge_instr : e == Engine::kGpsimd ? p_.swdge_instr : p_.trigger_instr;
+  Instr on = in;
+  on.engine = e;
+  const sim::ClockDomain& clk = p_.clk(e);
+  switch (e) {
+    case Engine::kTensor:
+      if (in.op == Opcode::kLoadStationary) return clk.cycles_to_ps(engines::load_stationary_ii(p_, on));
+      if (in.op == Opcode::kMultiplyMoving)
+        return clk.cycles_to_ps(engines::multiply_moving_ii(p_, on, stationary_dtype_, stationary_m_));
+      return clk.cycles_to_ps(engines::pe_transpose_ii(p_, on));
+    case Engine::kScalar: return clk.cycles_to_ps(engines::scalar_cost(p_, on).busy);
+    case Engine::kGpsimd: return clk.cycles_to_ps(engines::gpsimd_cost(p_, on).busy);
+    default: return clk.cycles_to_ps(engines::vector_cost(p_, on).busy);
+  }
+}
+
+Ps Simulator::duration_estimate(const Instr& in, Engine e) const {
+  if (isa::is_dma(in.op)) {
+    const Operand& o = in.slot(0);
+    const double bytes = static_cast<double>(o.total_elems() * dtype_bytes(o.dtype));
+    const double bw = p_.dma_engine_bw * std::max(1, std::min<int>(p_.dma_engines, static_cast<int>(o.num_partitions)));
+    return busy_estimate(in, e) + p_.dma_setup + sim::ns_to_ps(bytes / std::min(bw, p_.hbm_bw));
+  }
+  Instr on = in;
+  on.engine = e;
+  const sim::ClockDomain& clk = p_.clk(e);
+  switch (e) {
+    case Engine::kTensor: return busy_estimate(in, e) + clk.cycles_to_ps(p_.mm_latency);
+    case Engine::kScalar: {
+      const engines::StreamCost c = engines::scalar_cost(p_, on);
+      return clk.cycles_to_ps(c.busy + c.latency);
+    }
+    case Engine::kGpsimd: {
+      const engines::StreamCost c = engines::gpsimd_cost(p_, on);
+      return clk.cycles_to_ps(c.busy + c.latency);
+    }
+    default: {
+      const engines::StreamCost c = engines::vector_cost(p_, on);
+      return clk.cycles_to_ps(c.busy + c.latency);
+    }
+  }
 }
 
 void Simulator::run(const std::function<bool(Instr&)>& next) {
@@ -315,7 +388,7 @@ InstrTiming Simulator::schedule_stream(const Instr& in) {
   const auto rg = regions(in);
   const auto cls = static_cast<uint8_t>(in.engine);
   const engines::DepTracker::Ready rd = deps_.ready(cls, rg);
-  const Ps ready = rd.time, free = next_issue_[e];
+  const Ps ready = std::max(rd.time, not_before_), free = next_issue_[e];
   Ps start = std::max(free, ready);
   // Gen2 port conflicts: VectorE/GpSimd share SBUF access, VectorE/ScalarE share PSUM access.
   bool sbuf = false, psum = false;
@@ -352,7 +425,7 @@ InstrTiming Simulator::schedule_tensor(const Instr& in) {
   const auto rg = regions(in);
   const auto cls = static_cast<uint8_t>(Engine::kTensor);
   const engines::DepTracker::Ready rd = deps_.ready(cls, rg);
-  const Ps ready = rd.time, free = next_issue_[static_cast<size_t>(Engine::kTensor)];
+  const Ps ready = std::max(rd.time, not_before_), free = next_issue_[static_cast<size_t>(Engine::kTensor)];
   engines::TensorPipes::Slot s;
   double flops = 0;
   if (in.op == Opcode::kLoadStationary) {
@@ -402,7 +475,7 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
   const auto rg = regions(in);
   // The trigger engine waits on the semaphores of the data's producers, then issues the trigger.
   const engines::DepTracker::Ready rd = deps_.ready(static_cast<uint8_t>(in.engine), rg);
-  const Ps ready = rd.time, free = next_issue_[e];
+  const Ps ready = std::max(rd.time, not_before_), free = next_issue_[e];
   const Ps trig_start = std::max(free, ready);
   Ps trig = p_.trigger_instr;
   if (in.engine == Engine::kScalar) trig = p_.hwdge_instr;
@@ -486,7 +559,7 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
     const int qt = kFirstDmaTrack + p_.dma_engines + in.dma_queue;
     if (!queue_track_declared_[in.dma_queue % queue_track_declared_.size()]) {
       queue_track_declared_[in.dma_queue % queue_track_declared_.size()] = true;
-      trace_->declare_track(qt, fmt::format("dma.queue{}", in.dma_queue));
+      trace_->declare_track(qt, engines::queue_name(p_, in.dma_queue));
     }
     slice_at_.back() = {qt, tr.setup_start};  // waiters of a DMA wait for its data: arrows start at the queue slice
     trace_->slice({qt, tr.setup_start, tr.done - tr.setup_start, name,
@@ -653,10 +726,12 @@ sim::StatsRegistry Simulator::stats() const {
   r.add("memory.sbuf_write_bytes", static_cast<double>(c_.sbuf_write), "bytes", "SBUF bytes written (DMA and engines)");
   r.add("memory.psum_read_bytes", static_cast<double>(c_.psum_read), "bytes", "PSUM bytes read");
   r.add("memory.psum_write_bytes", static_cast<double>(c_.psum_write), "bytes", "PSUM bytes written");
-  r.add("memory.sbuf_peak_bytes_per_partition", static_cast<double>(mem_.allocator(Space::kSbuf).peak()), "bytes",
-        "peak SBUF allocation per partition");
-  r.add("memory.psum_peak_bytes_per_partition", static_cast<double>(mem_.allocator(Space::kPsum).peak()), "bytes",
-        "peak PSUM allocation per partition");
+  r.add("memory.sbuf_peak_bytes_per_partition",
+        static_cast<double>(onchip_peak_[0] >= 0 ? onchip_peak_[0] : mem_.allocator(Space::kSbuf).peak()), "bytes",
+        "peak SBUF bytes per partition in use at once (tiles live at the same time)");
+  r.add("memory.psum_peak_bytes_per_partition",
+        static_cast<double>(onchip_peak_[1] >= 0 ? onchip_peak_[1] : mem_.allocator(Space::kPsum).peak()), "bytes",
+        "peak PSUM bytes per partition in use at once (tiles live at the same time)");
   const double hw = c_.matmul_flops + c_.transpose_flops;
   const double max_ops = 2.0 * p_.pe_rows * p_.pe_cols * p_.clk(Engine::kTensor).ghz() * 1e9;
   r.add("flops.hardware", hw, "flops", "all TensorE FLOPs (MAC = 2)");

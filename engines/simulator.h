@@ -124,13 +124,32 @@ class Simulator {
   /// A contiguous tile [partitions, free...] in SBUF or PSUM (E204/E206 when full, E202 over 128).
   isa::Operand alloc_tile(isa::Space space, uint32_t partitions, const std::vector<int64_t>& free_shape, DType dt);
   void free_tile(const isa::Operand& tile);
+  /// Peak SBUF / PSUM bytes per partition live at once, as the tile allocator planned them
+  /// (frontend/compiler/allocate.h): stats() reports these (the largest set) instead of the
+  /// allocator's peak, which counts a kernel's shared region as one block.
+  void set_onchip_peak(int64_t sbuf, int64_t psum);
 
   // ---- instructions
   /// Register a source location; the returned id goes into Instr::loc.
   uint32_t add_source(const SourceLoc& loc);
   const SourceLoc& source(uint32_t id) const { return sources_.at(id < sources_.size() ? id : 0); }
   /// Verify, execute (unless timing-only) and schedule one instruction. Errors carry its source line.
-  InstrTiming submit(const isa::Instr& in);
+  /// `not_before`: an extra ordering constraint (a with_schedule edge): the instruction starts no
+  /// earlier than this, on top of its operands and its engine.
+  InstrTiming submit(const isa::Instr& in, sim::Ps not_before = 0);
+
+  // ---- compiler hooks (frontend/compiler): the schedule an instruction would get now, nothing committed
+  /// When the operands of `in` are ready for engine `e` (every overlapping earlier access finished,
+  /// plus the hand-off latency to `e`).
+  sim::Ps operands_ready(const isa::Instr& in, isa::Engine e) const;
+  /// When engine `e` may issue `in`, ignoring its operands (its previous issue, shared ports).
+  sim::Ps engine_free(const isa::Instr& in, isa::Engine e) const;
+  /// Time `in` keeps engine `e` busy (its II; for a DMA, the trigger instruction).
+  sim::Ps busy_estimate(const isa::Instr& in, isa::Engine e) const;
+  /// Start to end of `in` on `e`, for priorities (a DMA: trigger, setup and its data at full rate).
+  sim::Ps duration_estimate(const isa::Instr& in, isa::Engine e) const;
+  /// When DMA queue `q` may start its next transfer's setup.
+  sim::Ps dma_queue_free(int q) const { return dma_.queue_free(q); }
   /// Pull instructions from `next` until it returns false (a generator: nothing is materialised).
   void run(const std::function<bool(isa::Instr&)>& next);
   /// Close the trace and the counters. Safe to call more than once.
@@ -202,7 +221,9 @@ class Simulator {
   bool finished_ = false;
   std::vector<InstrListener> listeners_;
   uint64_t seq_ = 0;  ///< program-order index of the next instruction
+  std::array<int64_t, 2> onchip_peak_{-1, -1};  ///< set_onchip_peak (SBUF, PSUM); -1 = not set
   std::unique_ptr<engines::DepTracker> asap_;
+  sim::Ps not_before_ = 0;  ///< submit()'s extra constraint for the instruction being scheduled
   /// With a trace: where each instruction's slice starts (track, time), for flow arrows to its waiters.
   std::vector<std::pair<int, sim::Ps>> slice_at_;
   sim::Ps asap_end_ = 0;

@@ -82,6 +82,11 @@ struct Op {
   std::array<uint8_t, 32> shuffle{};
   uint8_t axis_count = 0;
   std::optional<int> dma_queue;
+  /// The instruction's name (nisa `name=`), referenced by Kernel::schedule edges; empty = none.
+  std::string label;
+  /// Ops of one `no_reorder` block share a group id (> 0): the scheduler keeps them in program
+  /// order. 0 = free to reorder.
+  int order_group = 0;
   SourceLoc loc;
   bool operator==(const Op&) const = default;
 };
@@ -116,8 +121,17 @@ inline bool Loop::operator==(const Loop& o) const {
          loc == o.loc;
 }
 
+/// A `with_schedule` edge: every instruction of the op labelled `after` runs after the nearest
+/// earlier instruction of each op labelled in `before` (docs/timing-model.md).
+struct ScheduleEdge {
+  std::string after;
+  std::vector<std::string> before;
+  bool operator==(const ScheduleEdge&) const = default;
+};
+
 struct Kernel {
   std::string name;
+  std::vector<ScheduleEdge> schedule;  ///< kernel.with_schedule([...]) edges
   std::vector<Tensor> tensors;
   std::vector<Op> ops;
   std::vector<Loop> loops;  ///< loop id = index; nested loops are referenced from their parent body

@@ -41,7 +41,8 @@ constexpr int kMaxBufs = 1024;
 
 // Names of the non-slot fields of an op, in the order the writer emits them.
 constexpr std::string_view kOpFields[] = {"op",      "engine", "alu0",    "alu1",       "act",       "reduce_cmd", "flags",
-                                          "imm",     "iimm",   "shuffle", "axis_count", "dma_queue", "loc"};
+                                          "imm",     "iimm",   "shuffle", "axis_count", "dma_queue", "label",
+                                          "order_group", "loc"};
 constexpr const char* kMatmulSlots[] = {"dst", "stationary", "moving"};
 constexpr std::string_view kMatmulName = "nc_matmul";
 
@@ -190,8 +191,9 @@ class Reader {
     if (!ver->is_int() || ver->as_int() != kKernelSchemaVersion)
       fail(ErrorCode::kSchemaVersion, *ver, "nsim_kernel",
            fmt::format("unsupported schema version {}, this nsim reads version {}", describe(*ver), kKernelSchemaVersion));
-    check_keys(root, "(top level)", {"nsim_kernel", "name", "tensors", "body"});
+    check_keys(root, "(top level)", {"nsim_kernel", "name", "tensors", "body", "schedule"});
     if (const Value* n = root.find("name")) k_.name = get_string(*n, "name");
+    if (const Value* sc = root.find("schedule")) read_schedule(*sc);
     if (const Value* ts = root.find("tensors")) {
       expect_array(*ts, "tensors");
       for (size_t i = 0; i < ts->size(); ++i) read_hbm_tensor((*ts)[i], fmt::format("tensors[{}]", i));
@@ -691,6 +693,27 @@ class Reader {
     return a;
   }
 
+  // ---- schedule edges: [["after", "before" | ["before", ...]], ...]
+
+  void read_schedule(const Value& v) {
+    expect_array(v, "schedule");
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string p = fmt::format("schedule[{}]", i);
+      const Value& e = v[i];
+      expect_array(e, p);
+      if (e.size() != 2) fail(ErrorCode::kWrongType, e, p, fmt::format("expected [after, before], found {} items", e.size()));
+      ScheduleEdge edge;
+      edge.after = get_string(e[0], p + "[0]");
+      if (e[1].is_string()) {
+        edge.before.push_back(e[1].as_string());
+      } else {
+        expect_array(e[1], p + "[1]");
+        for (size_t j = 0; j < e[1].size(); ++j) edge.before.push_back(get_string(e[1][j], fmt::format("{}[1][{}]", p, j)));
+      }
+      k_.schedule.push_back(std::move(edge));
+    }
+  }
+
   // ---- ops
 
   int read_op(const Value& v, const std::string& base) {
@@ -774,6 +797,10 @@ class Reader {
         op.axis_count = static_cast<uint8_t>(get_int(f, fp, 0, 255, op.loc));
       } else if (key == "dma_queue") {
         op.dma_queue = static_cast<int>(get_int(f, fp, 0, 255, op.loc));
+      } else if (key == "label") {
+        op.label = get_string(f, fp, op.loc);
+      } else if (key == "order_group") {
+        op.order_group = static_cast<int>(get_int(f, fp, 0, std::numeric_limits<int32_t>::max(), op.loc));
       }
     }
     const int id = static_cast<int>(k_.ops.size());
@@ -823,6 +850,17 @@ class Writer {
     if (tensors.size()) root.set("tensors", std::move(tensors));
     std::fill(loop_seen_.begin(), loop_seen_.end(), false);
     root.set("body", body(k_.body, 0));
+    if (!k_.schedule.empty()) {
+      Value sc = Value::array();
+      for (const ScheduleEdge& e : k_.schedule) {
+        Value pair = Value::array(), before = Value::array();
+        pair.push(Value::string(e.after));
+        for (const auto& b : e.before) before.push(Value::string(b));
+        pair.push(std::move(before));
+        sc.push(std::move(pair));
+      }
+      root.set("schedule", std::move(sc));
+    }
     return json::write(root);
   }
 
@@ -1034,6 +1072,8 @@ class Writer {
     }
     if (o.axis_count != 0) v.set("axis_count", Value::integer(o.axis_count));
     if (o.dma_queue) v.set("dma_queue", Value::integer(*o.dma_queue));
+    if (!o.label.empty()) v.set("label", Value::string(o.label));
+    if (o.order_group) v.set("order_group", Value::integer(o.order_group));
     if (o.loc != SourceLoc{}) v.set("loc", loc(o.loc));
     return v;
   }

@@ -6,10 +6,14 @@
 //    waits for the compute that produced its data; were it on Sync, every later load would queue
 //    behind it in Sync's in-order stream and the prefetch of tile i+1 could not overlap the compute
 //    of tile i. With stores on GpSimd, Sync only ever waits for buffer reuse (write-after-read).
-//  * Queue, unless the op names one: loads on queue (rotating buffer index) % 4, stores on queue
-//    4 + (buffer index) % 4, so consecutive tiles use different queues and loads never share a
-//    queue with stores (each queue is serial in the DMA model).
+//  * Queue, unless the op names one: the trigger engine's queue (rotating buffer index) % 4 in the
+//    compiler's layout (engines::trigger_queue: qSyncIO0-3 for loads, qGpSimdIO0-3 for stores), so
+//    consecutive tiles use different queues and loads never share a queue with stores.
+//  These are the program-order choices (compiler.schedule: program_order); the list scheduler
+//  (frontend/compiler/scheduler.h) re-places engine-free ops and spreads automatic DMAs itself.
 #include "frontend/lower.h"
+
+#include "frontend/compiler/scheduler.h"
 
 #include <fmt/format.h>
 
@@ -360,6 +364,7 @@ Operand Lowering::operand(const Access& a) const {
 
 bool Lowering::lower_op(const Op& op, Instr& out) {
   const auto oi = static_cast<size_t>(&op - k_.ops.data());
+  last_op_ = static_cast<int>(oi);
   const int opc = opcode_[oi];
   const Instr* t = &tmpl_[2 * oi];
   if (opc == kNcMatmul) {  // (dst, stationary, moving) -> load_stationary, multiply_moving
@@ -384,7 +389,7 @@ bool Lowering::lower_op(const Op& op, Instr& out) {
     int buf = 0;
     if (on_chip(out.opnd[0].space)) buf = buffer_of(op.operands[0]->tensor);
     else if (on_chip(out.opnd[1].space)) buf = buffer_of(op.operands[1]->tensor);
-    out.dma_queue = static_cast<uint8_t>(queue_base_[oi] + buf % 4);
+    out.dma_queue = static_cast<uint8_t>(engines::trigger_queue(sim_.params(), out.engine, buf));
   }
   return true;
 }
@@ -435,6 +440,11 @@ bool Lowering::next(Instr& out) {
 }
 
 void Lowering::run() {
+  if (sim_.params().list_schedule) {  // as neuronxcc orders it (frontend/compiler/scheduler.h)
+    Scheduler sch(k_, *this, sim_);
+    sch.run();
+    return;
+  }
   Instr in;
   while (next(in)) sim_.submit(in);
 }

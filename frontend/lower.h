@@ -3,10 +3,11 @@
 ///
 /// Lowering walks the statement tree with an explicit stack, one instruction at a time (a
 /// generator: kernels of millions of instructions never sit in memory). Tiles get SBUF/PSUM
-/// addresses from the Simulator's allocator when lowering starts; a tile allocated inside a loop gets
-/// `bufs` rotating copies (automatic: 2 inside loops, 1 outside, fewer if capacity is short), so the
-/// DMA of iteration i+1 can overlap the compute of iteration i while reuse of a buffer creates the
-/// write-after-read dependency it would on hardware. nc_matmul becomes load_stationary +
+/// addresses when lowering starts, by liveness (frontend/compiler/allocate.h: tiles with disjoint
+/// lifetimes share storage) within one region per space taken from the Simulator's allocator; a tile
+/// allocated inside a loop gets `bufs` rotating copies (automatic: 2 inside loops, 1 outside, fewer
+/// if capacity is short), so the DMA of iteration i+1 can overlap the compute of iteration i while
+/// reuse of a buffer creates the write-after-read dependency it would on hardware. nc_matmul becomes load_stationary +
 /// multiply_moving. DMA transfers are split into descriptors by the DMA model (memory/dma.h).
 #include <array>
 #include <cstdint>
@@ -49,6 +50,8 @@ class Lowering {
   void run();
 
   const std::vector<TilePlacement>& placements() const { return placements_; }
+  /// Index (into Kernel::ops) of the op the last instruction from next() belongs to.
+  int last_op() const { return last_op_; }
   uint64_t instructions() const { return emitted_; }
 
   // ---- Building blocks shared with verify_kernel(), which must agree exactly with the lowering on
@@ -63,11 +66,13 @@ class Lowering {
   /// Buffer depth and placement of every tile (by tensor id; tensor -1 for tensors without an alloc
   /// statement). Depth: Tensor::bufs if > 0, else 2 when the alloc sits inside a loop with a trip
   /// count > 1, 1 otherwise; when the tiles do not fit, automatic depths fall back to 1 (largest
-  /// tiles first) before E204/E206 is thrown naming the largest tiles. Buffer strides are rounded
-  /// to the dependency-chunk alignment (SBUF) or to whole 2 KiB PSUM banks (PSUM), so that rotating
-  /// buffers never share a dependency chunk and a bank-sized PSUM tile never straddles two banks.
-  /// Offsets are those a fresh allocator assigns in tensor-id order. `sbuf_avail` / `psum_avail`:
-  /// bytes per partition available (-1 = the whole memory).
+  /// tiles live at the peak first) before E204/E206 is thrown naming the tiles live at the point of
+  /// peak use. Buffer strides are rounded to the dependency-chunk alignment (SBUF) or to whole 2 KiB
+  /// PSUM banks (PSUM), so that rotating buffers never share a dependency chunk and a bank-sized PSUM
+  /// tile never straddles two banks.
+  /// Offsets (from 0) come from the liveness allocator, allocate_tiles() (frontend/compiler/allocate.h),
+  /// or with `compiler.allocation: static` follow one another in tensor-id order. `sbuf_avail` /
+  /// `psum_avail`: bytes per partition available (-1 = the whole memory).
   static std::vector<TilePlacement> plan_tiles(const Kernel& k, const engines::CoreParams& p,
                                                int64_t sbuf_avail = -1, int64_t psum_avail = -1);
 
@@ -108,6 +113,7 @@ class Lowering {
   isa::Instr pending_{};                   ///< second half of an nc_matmul
   bool has_pending_ = false;
   uint64_t emitted_ = 0;
+  int last_op_ = -1;
 };
 
 }  // namespace nsim::frontend

@@ -25,5 +25,7 @@ class ClockDomain {
 };
 
 inline double ps_to_ns(Ps t) { return static_cast<double>(t) / 1000.0; }
+/// Nanoseconds (non-negative) to picoseconds, rounded to nearest.
+inline Ps ns_to_ps(double ns) { return static_cast<Ps>(ns * 1000.0 + 0.5); }
 
 }  // namespace nsim::sim

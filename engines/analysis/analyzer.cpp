@@ -24,9 +24,9 @@ constexpr double kPsPerNs = 1000.0;
 
 double ns(Ps t) { return sim::ps_to_ns(t); }
 
-std::string track_name(int track) {
+std::string track_name(const engines::CoreParams& p, int track) {
   if (track < kQueueTrack0) return std::string(isa::engine_name(static_cast<Engine>(track)));
-  return fmt::format("dma.queue{}", track - kQueueTrack0);
+  return engines::queue_name(p, track - kQueueTrack0);
 }
 
 /// Per source line: what the findings need.
@@ -356,7 +356,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     id.other_wait_ns = ns(s.other_wait[ei]);
     id.tail_ns = std::max(0.0, total - ns(s.cursor[ei]));
     for (size_t k = 0; k < s.waited_on[ei].size(); ++k)
-      if (s.waited_on[ei][k] > 0) id.waited_on.emplace_back(track_name(static_cast<int>(k)), ns(s.waited_on[ei][k]));
+      if (s.waited_on[ei][k] > 0) id.waited_on.emplace_back(track_name(*s.p, static_cast<int>(k)), ns(s.waited_on[ei][k]));
     std::stable_sort(id.waited_on.begin(), id.waited_on.end(), [](auto& a, auto& b) { return a.second > b.second; });
     r.idle.push_back(std::move(id));
   }
@@ -374,7 +374,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       const Rec& rc = s.recs[static_cast<size_t>(cur)];
       const Ps own = std::max<Ps>(0, std::min(bound_at, rc.end) - rc.start);
       const Ps gap = std::max<Ps>(0, bound_at - std::max(rc.start, std::min(bound_at, rc.end)));
-      by_track[track_name(rc.track)] += own;
+      by_track[track_name(*s.p, rc.track)] += own;
       if (gap) by_track["waits (hand-off, pipes, ports)"] += gap;
       if (rc.loc < crit_by_line.size()) crit_by_line[rc.loc] += own;
       bound_at = rc.start;

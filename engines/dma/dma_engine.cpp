@@ -1,5 +1,7 @@
 #include "engines/dma/dma_engine.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -46,6 +48,24 @@ void Calendar::prune(Ps t) {
     head_ = (head_ + 1) & (kCapacity - 1);
     --n_;
   }
+}
+
+namespace {
+constexpr isa::Engine kTriggerOrder[] = {isa::Engine::kSync, isa::Engine::kScalar, isa::Engine::kGpsimd, isa::Engine::kVector};
+constexpr const char* kTriggerNames[] = {"Sync", "Scalar", "GpSimd", "Vector"};
+}  // namespace
+
+int trigger_queue(const CoreParams& p, isa::Engine e, int k) {
+  int slot = 0;
+  for (int i = 0; i < 4; ++i)
+    if (kTriggerOrder[i] == e) slot = i;
+  const int per = std::max(1, p.dma_queues_per_trigger);
+  return (slot * per + k % per) % std::max(1, p.dma_queues);
+}
+
+std::string queue_name(const CoreParams& p, int queue) {
+  const int per = std::max(1, p.dma_queues_per_trigger);
+  return fmt::format("q{}IO{}", kTriggerNames[(queue / per) % 4], queue % per);
 }
 
 DmaEngines::DmaEngines(const CoreParams& p) : p_(p), setup_free_(static_cast<size_t>(p.dma_queues), 0) {}

@@ -6,6 +6,7 @@
 /// program order but ready earlier (another queue) takes an earlier idle gap, as the engines'
 /// round-robin over queues would.
 #include <array>
+#include <string>
 #include <vector>
 
 #include "engines/params.h"
@@ -37,6 +38,13 @@ class Calendar {
   sim::Ps floor_ = 0;  ///< nothing may be booked before this (end of intervals dropped when full)
 };
 
+/// The compiler's DMA queue layout (compiler.md 3): each trigger engine owns
+/// compiler.dma_queues_per_trigger consecutive queue ids (Sync first, then Scalar, GpSimd, Vector),
+/// wrapping around dma.queues_per_engine. Queue id of trigger engine `e`'s k-th queue:
+int trigger_queue(const CoreParams& p, isa::Engine e, int k);
+/// Profiler-style name of a queue id: "qSyncIO0", "qScalarIO1", "qGpSimdIO0", ...
+std::string queue_name(const CoreParams& p, int queue);
+
 class DmaEngines {
  public:
   explicit DmaEngines(const CoreParams& p);
@@ -53,6 +61,8 @@ class DmaEngines {
   Transfer transfer(int queue, sim::Ps trigger_start, const memory::DmaSplit& split, double efficiency);
   /// No future transfer is triggered before t.
   void prune(sim::Ps t);
+  /// When `queue` may start the next setup.
+  sim::Ps queue_free(int queue) const { return setup_free_[static_cast<size_t>(queue % p_.dma_queues)]; }
 
  private:
   const CoreParams& p_;

@@ -30,8 +30,8 @@ def line_of(fn, marker):
 
 
 def analyse(kernel, *args, **kw):
-    """(Analysis, Profile) of a traced kernel, timing-only on trn2."""
-    _, prof = kernel.simulate(*args, timing_only=True, **kw)
+    """(Analysis, Profile) of a traced kernel, timing-only on trn2 (kw: the kernel's keyword arguments)."""
+    _, prof = kernel.options(timing_only=True).simulate(*args, **kw)
     return prof.analyze(), prof
 
 
@@ -188,7 +188,8 @@ def test_fp32_matmuls_are_reported():
 
 
 # --------------------------------------------------------------------------------------------------
-# 4. A softmax whose Vector engine is the bottleneck
+# 4. A softmax whose Vector engine is the bottleneck (its element-wise ops pinned to VectorE with
+#    engine=: without it the compiler model spreads them over the engines)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -200,11 +201,11 @@ def softmax_on_vector(x):
         xt = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=xt, src=x[i * 128:(i + 1) * 128, :])
         x32 = nl.ndarray((128, f), nl.float32, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=x32, src=xt)  # VEC-CAST
+        nisa.tensor_copy(dst=x32, src=xt, engine=nisa.vector_engine)  # VEC-CAST
         mx = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
         nisa.tensor_reduce(dst=mx, op=nl.maximum, data=x32, axis=1)  # VEC-MAX
         d = nl.ndarray((128, f), nl.float32, buffer=nl.sbuf)
-        nisa.tensor_scalar(dst=d, data=x32, op0=nl.subtract, operand0=mx)  # VEC-SUB
+        nisa.tensor_scalar(dst=d, data=x32, op0=nl.subtract, operand0=mx, engine=nisa.vector_engine)  # VEC-SUB
         e = nl.ndarray((128, f), nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=e, op=nl.exp, data=d)
         s = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
@@ -212,7 +213,7 @@ def softmax_on_vector(x):
         r = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
         nisa.reciprocal(dst=r, data=s)
         y = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
-        nisa.tensor_scalar(dst=y, data=e, op0=nl.multiply, operand0=r)  # VEC-MUL
+        nisa.tensor_scalar(dst=y, data=e, op0=nl.multiply, operand0=r, engine=nisa.vector_engine)  # VEC-MUL
         nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=y)
     return out
 

@@ -85,11 +85,17 @@ def test_compare_finds_the_slower_and_the_added_line(profiles):
     assert deltas == sorted(deltas, reverse=True)
 
     assert list(c.engines) == ["tensor", "vector", "scalar", "gpsimd", "sync", "dma"]
-    v = c.engines["vector"]
-    assert v["instructions"]["a"] == a.stat("engine.vector.instruction_count")
-    assert v["instructions"]["b"] == b.stat("engine.vector.instruction_count") == v["instructions"]["a"] + 2
-    assert v["active_time_ns"]["delta"] == pytest.approx(
-        b.stat("engine.vector.active_time") - a.stat("engine.vector.active_time"))
+    for e in ("vector", "scalar", "gpsimd"):
+        v = c.engines[e]
+        assert v["instructions"]["a"] == a.stat("engine.{}.instruction_count".format(e))
+        assert v["instructions"]["b"] == b.stat("engine.{}.instruction_count".format(e))
+        assert v["active_time_ns"]["delta"] == pytest.approx(
+            b.stat("engine.{}.active_time".format(e)) - a.stat("engine.{}.active_time".format(e)))
+    # The two added element-wise instructions land on whichever engine the compiler model places them
+    # (DMA triggers count on their trigger engine, which the compiler model chooses too).
+    compute = ("tensor", "vector", "scalar", "gpsimd", "sync")
+    assert sum(c.engines[e]["instructions"]["b"] for e in compute) == sum(
+        c.engines[e]["instructions"]["a"] for e in compute) + l4["instructions"]["delta"] + l6["instructions"]["b"]
     assert c.stats["memory.hbm_read_bytes"]["delta"] == 0
     assert "nsim.ProfileComparison v1 -> v2" in repr(c)
 

@@ -325,7 +325,7 @@ TEST_CASE("the trace has one track per engine and DMA queue; slice durations sum
   std::remove(path.c_str());
   CHECK(text.rfind("{\"displayTimeUnit\"", 0) == 0);
   for (const char* track : {"\"tensor\"", "\"vector\"", "\"scalar\"", "\"gpsimd\"", "\"sync\"", "\"dma.e0\"", "\"dma.e15\"",
-                            "\"dma.queue3\""})
+                            "\"qSyncIO3\""})
     CHECK(text.find(track) != std::string::npos);
   CHECK(text.find("\"src\": \"k.py:7 (k)\"") != std::string::npos);
   // Sum "dur" of X events per tid (tid 1 = vector, 2 = scalar) and compare with the stats.

@@ -83,7 +83,7 @@ TEST_CASE("lowering: loads, compute and stores become the expected instructions"
 
   CHECK(v[2].op == Opcode::kDmaCopy);
   CHECK(v[2].engine == Engine::kGpsimd);  // stores triggered from GpSimd (swdge)
-  CHECK(v[2].dma_queue == 4);
+  CHECK(v[2].dma_queue == engines::trigger_queue(s->params(), Engine::kGpsimd, 0));  // qGpSimdIO0
   CHECK(v[2].slot(0).offset == hy.addr);
   CHECK(v[2].slot(0).partition_step == 64);
   // Every instruction carries its op's source line.
@@ -192,8 +192,8 @@ TEST_CASE("lowering: a tile allocated in a loop rotates between 2 buffers", "[lo
       const int64_t expect = pl.offset + static_cast<int64_t>(it % 2) * pl.stride;
       CHECK(v[2 * it].slot(0).offset == expect);      // load into buffer it % 2
       CHECK(v[2 * it + 1].slot(1).offset == expect);  // store from the same buffer
-      CHECK(v[2 * it].dma_queue == it % 2);
-      CHECK(v[2 * it + 1].dma_queue == 4 + it % 2);
+      CHECK(v[2 * it].dma_queue == engines::trigger_queue(s->params(), Engine::kSync, static_cast<int>(it % 2)));
+      CHECK(v[2 * it + 1].dma_queue == engines::trigger_queue(s->params(), Engine::kGpsimd, static_cast<int>(it % 2)));
       CHECK(v[2 * it].slot(1).offset == s->memory().hbm_tensor("x").addr + static_cast<int64_t>(it) * 128 * 64 * 4);
     }
   }

@@ -1,0 +1,462 @@
+// The compiler's list scheduler, engine placement and DMA queue assignment (see scheduler.h).
+#include "frontend/compiler/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <unordered_map>
+
+namespace nsim::frontend {
+
+using isa::Engine;
+using isa::Instr;
+using isa::Opcode;
+using isa::Operand;
+using isa::Space;
+using sim::Ps;
+
+namespace {
+
+/// Window-local conflict tracking on storage. Coarser than the simulator's (partitions ignored,
+/// bigger chunks): a false edge only keeps two instructions in program order, while the times come
+/// from the simulator's exact tracking, so coarseness costs schedule quality, never correctness.
+struct Chunk {
+  static constexpr int kReaders = 6;
+  uint64_t writer = 0;  ///< seq + 1 of the last writer admitted; 0 = none
+  std::array<uint64_t, kReaders> readers{};  ///< seqs of the readers admitted since
+  uint8_t nr = 0;
+};
+
+constexpr int64_t kOnChipChunk = 512;  // bytes per partition
+constexpr int64_t kHbmChunk = 4096;
+
+int popcount8(uint8_t m) { return __builtin_popcount(m); }
+
+bool is_float(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+    case DType::kBFloat16:
+    case DType::kFloat16:
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2: return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+struct Scheduler::Impl {
+  struct Node {
+    std::array<Instr, 2> in;  ///< an nc_matmul's LoadStationary + MultiplyMoving issue as one unit
+    int n = 1;
+    uint64_t seq = 0;
+    int op = -1;
+    uint8_t engines = 0;      ///< candidate engines (one bit when fixed)
+    bool auto_queue = false;
+    bool done = false;
+    int npred = 0;
+    std::vector<uint64_t> succ, tsucc;  ///< order edges; with_schedule edges (also time edges)
+    Ps height = 0;
+    std::array<Ps, isa::kNumEngines> cost{};      ///< duration estimate per candidate engine
+    std::array<Ps, isa::kNumEngines> ready_at{};  ///< operands ready per candidate engine (once ready)
+    Ps not_before = 0;
+  };
+
+  const Kernel& k;
+  Lowering& low;
+  Simulator& sim;
+  const engines::CoreParams& p;
+  ScheduleStats& st;
+  uint64_t cap;  ///< ring capacity (power of two >= window)
+  std::vector<Node> ring;
+  uint64_t base = 0, next = 0;  ///< window = seqs [base, next); every seq < base is issued
+  std::vector<uint64_t> ready;
+  bool lowering_done = false;
+  bool has_held = false;
+  Instr held{};
+  int held_op = -1;
+  uint64_t since_heights = 0;
+  std::vector<uint64_t> preds_scratch;
+
+  // Conflict tables: SBUF, PSUM (per-partition byte chunks), HBM (written tensors only).
+  std::vector<Chunk> sbuf, psum;
+  std::unordered_map<int64_t, Chunk> hbm;
+  struct HbmRange {
+    int64_t lo, hi;
+    bool written;
+  };
+  std::vector<HbmRange> hbm_ranges;  ///< sorted by lo
+
+  // Per op: candidate engines (computed at its first instruction), accumulator use, order group.
+  std::vector<int16_t> op_engines;
+  std::vector<char> op_uses_acc;
+  std::array<uint64_t, isa::kNumEngines> last_acc{};  ///< seq + 1 of the last accumulator user per engine
+  uint64_t last_stationary = 0;                        ///< seq + 1 of the last raw load_stationary/multiply_moving
+  std::unordered_map<int, uint64_t> last_in_group;     ///< order group -> seq + 1 of its last instruction
+  // with_schedule: op -> the ops it runs after; op -> seq + 1 of its latest instruction.
+  std::vector<std::vector<int>> runs_after;
+  std::vector<uint64_t> last_of_op;
+
+  Impl(const Kernel& kk, Lowering& l, Simulator& s, ScheduleStats& stats)
+      : k(kk), low(l), sim(s), p(s.params()), st(stats) {
+    cap = 1;
+    while (cap < static_cast<uint64_t>(std::max(2, p.schedule_window))) cap <<= 1;
+    ring.resize(cap);
+    sbuf.resize(static_cast<size_t>(p.mem.sbuf_bytes_per_partition / kOnChipChunk + 1));
+    psum.resize(static_cast<size_t>(p.mem.psum_bytes_per_partition() / kOnChipChunk + 1));
+    // HBM tensors the kernel writes; reads of the others never conflict.
+    std::vector<char> written(k.tensors.size(), 0);
+    for (const Op& op : k.ops) {
+      const int opc = Lowering::opcode_of(op.name);
+      if (opc == Lowering::kUnknownOp) continue;
+      for (size_t s2 = 0; s2 < isa::kMaxSlots; ++s2) {
+        if (!op.operands[s2]) continue;
+        const int t = op.operands[s2]->tensor;
+        if (t < 0 || static_cast<size_t>(t) >= k.tensors.size()) continue;
+        const bool w = opc == Lowering::kNcMatmul ? s2 == 0
+                                                  : s2 < static_cast<size_t>(isa::op_info(static_cast<Opcode>(opc)).num_slots) &&
+                                                        isa::op_info(static_cast<Opcode>(opc)).slots[s2].written;
+        if (w) written[static_cast<size_t>(t)] = 1;
+      }
+    }
+    for (size_t t = 0; t < k.tensors.size(); ++t) {
+      if (k.tensors[t].space != Space::kHbm || !sim.memory().has_hbm_tensor(k.tensors[t].name)) continue;
+      const memory::HbmTensor& h = sim.memory().hbm_tensor(k.tensors[t].name);
+      hbm_ranges.push_back({h.addr, h.addr + h.bytes, written[t] != 0});
+    }
+    std::sort(hbm_ranges.begin(), hbm_ranges.end(), [](const HbmRange& a, const HbmRange& b) { return a.lo < b.lo; });
+    op_engines.assign(k.ops.size(), -1);
+    op_uses_acc.assign(k.ops.size(), 0);
+    last_of_op.assign(k.ops.size(), 0);
+    runs_after.resize(k.ops.size());
+    if (!k.schedule.empty()) {
+      std::unordered_map<std::string, std::vector<int>> by_label;
+      for (size_t i = 0; i < k.ops.size(); ++i)
+        if (!k.ops[i].label.empty()) by_label[k.ops[i].label].push_back(static_cast<int>(i));
+      for (const ScheduleEdge& e : k.schedule) {
+        auto a = by_label.find(e.after);
+        if (a == by_label.end())
+          throw Error(ErrorCode::kUnknownName, fmt::format("with_schedule: no instruction is named '{}'", e.after));
+        for (const std::string& b : e.before) {
+          auto bb = by_label.find(b);
+          if (bb == by_label.end())
+            throw Error(ErrorCode::kUnknownName, fmt::format("with_schedule: no instruction is named '{}'", b));
+          for (int ai : a->second)
+            for (int bi : bb->second) runs_after[static_cast<size_t>(ai)].push_back(bi);
+        }
+      }
+    }
+    preds_scratch.reserve(64);
+  }
+
+  Node& node(uint64_t seq) { return ring[seq & (cap - 1)]; }
+  bool live(uint64_t seq) { return seq >= base && seq < next && !node(seq).done; }
+
+  void add_edge(uint64_t from, Node& x) {
+    if (from == x.seq || !live(from)) return;
+    for (uint64_t q : preds_scratch)
+      if (q == from) return;
+    preds_scratch.push_back(from);
+    node(from).succ.push_back(x.seq);
+    ++x.npred;
+  }
+
+  void touch(Chunk& c, Node& x, bool write) {
+    if (c.writer) add_edge(c.writer - 1, x);
+    if (write) {
+      for (int i = 0; i < c.nr; ++i) add_edge(c.readers[static_cast<size_t>(i)], x);
+      c.nr = 0;
+      c.writer = x.seq + 1;
+      return;
+    }
+    if (c.nr == Chunk::kReaders) {  // drop issued readers; if all still wait, order x after them
+      int m = 0;
+      for (int i = 0; i < c.nr; ++i)
+        if (live(c.readers[static_cast<size_t>(i)])) c.readers[static_cast<size_t>(m++)] = c.readers[static_cast<size_t>(i)];
+      c.nr = static_cast<uint8_t>(m);
+      if (m == Chunk::kReaders) {
+        for (int i = 0; i < m; ++i) add_edge(c.readers[static_cast<size_t>(i)], x);
+        c.nr = 0;
+      }
+    }
+    c.readers[c.nr++] = x.seq;
+  }
+
+  void access(const Operand& o, Node& x, bool write) {
+    if (!o.present()) return;
+    const auto [lo, hi] = o.byte_extent();
+    if (hi <= lo) return;
+    if (o.space == Space::kHbm) {
+      auto it = std::upper_bound(hbm_ranges.begin(), hbm_ranges.end(), lo,
+                                 [](int64_t v, const HbmRange& r) { return v < r.lo; });
+      if (it != hbm_ranges.begin() && !std::prev(it)->written && hi <= std::prev(it)->hi) return;  // read-only tensor
+      for (int64_t c = lo / kHbmChunk; c <= (hi - 1) / kHbmChunk; ++c) touch(hbm[c], x, write);
+      return;
+    }
+    std::vector<Chunk>& tab = o.space == Space::kPsum ? psum : sbuf;
+    const int64_t last = std::min<int64_t>((hi - 1) / kOnChipChunk, static_cast<int64_t>(tab.size()) - 1);
+    for (int64_t c = lo / kOnChipChunk; c <= last; ++c) touch(tab[static_cast<size_t>(c)], x, write);
+  }
+
+  /// Engines an instruction of op `oi` may be placed on (bitmask), checked once per op.
+  uint8_t candidates(int oi, const Instr& in) {
+    const uint8_t fixed = isa::engine_bit(in.engine);
+    if (oi < 0 || !p.auto_placement || k.ops[static_cast<size_t>(oi)].engine) return fixed;
+    if (op_engines[static_cast<size_t>(oi)] >= 0) return static_cast<uint8_t>(op_engines[static_cast<size_t>(oi)]);
+    uint8_t m = fixed;
+    const isa::OpInfo& info = isa::op_info(in.op);
+    if (isa::is_dma(in.op)) {
+      // Automatic transfers are triggered from Sync (static descriptors) or, with hardware DGE (gen3+), Scalar.
+      m = isa::engine_bit(Engine::kSync);
+      if (p.generation >= 3 && (info.engines & isa::engine_bit(Engine::kScalar))) m |= isa::engine_bit(Engine::kScalar);
+    } else if (in.engine != Engine::kTensor && in.reduce_cmd == isa::ReduceCmd::kIdle) {
+      bool psum_opnd = false, floats = true;
+      for (int i = 0; i < info.num_slots; ++i) {
+        const Operand& o = in.slot(i);
+        if (!o.present()) continue;
+        psum_opnd |= o.space == Space::kPsum;
+        floats &= is_float(o.dtype);
+      }
+      // Only where every allowed engine computes the same values: float operands (integer copies and
+      // int32 tensor_tensor differ between engines); GpSimd has no PSUM access; ScalarE runs
+      // tensor_copy/tensor_scalar only where scalar.tensor_ops says so.
+      if (floats) {
+        for (Engine e : {Engine::kVector, Engine::kScalar, Engine::kGpsimd}) {
+          if (!(info.engines & isa::engine_bit(e))) continue;
+          if (e == Engine::kGpsimd && psum_opnd) continue;
+          if (e == Engine::kScalar && !p.scalar_tensor_ops) continue;
+          Instr t = in;
+          t.engine = e;
+          try {
+            isa::verify(t, sim.params().limits());
+          } catch (const Error&) {
+            continue;
+          }
+          m |= isa::engine_bit(e);
+        }
+      }
+    }
+    op_engines[static_cast<size_t>(oi)] = m;
+    return m;
+  }
+
+  bool uses_acc(int oi, const Instr& in) {
+    if (oi >= 0 && op_uses_acc[static_cast<size_t>(oi)]) return op_uses_acc[static_cast<size_t>(oi)] == 2;
+    bool r = in.reduce_cmd != isa::ReduceCmd::kIdle;
+    const isa::OpInfo& info = isa::op_info(in.op);
+    for (int i = 0; i < info.num_slots; ++i)
+      if (in.slot(i).present() && std::string_view(info.slots[static_cast<size_t>(i)].name) == "reduce_res") r = true;
+    if (oi >= 0) op_uses_acc[static_cast<size_t>(oi)] = r ? 2 : 1;
+    return r;
+  }
+
+  bool pull(Instr& in, int& oi) {
+    if (has_held) {
+      in = held;
+      oi = held_op;
+      has_held = false;
+      return true;
+    }
+    if (lowering_done) return false;
+    if (!low.next(in)) {
+      lowering_done = true;
+      return false;
+    }
+    oi = low.last_op();
+    return true;
+  }
+
+  /// Bring the next instruction (or LoadStationary + MultiplyMoving pair) into the window.
+  bool admit() {
+    Instr a;
+    int oi = -1;
+    if (!pull(a, oi)) return false;
+    Node& x = node(next);
+    x.in[0] = a;
+    x.n = 1;
+    x.seq = next;
+    x.op = oi;
+    x.done = false;
+    x.npred = 0;
+    x.succ.clear();
+    x.tsucc.clear();
+    x.height = 0;
+    x.not_before = 0;
+    bool raw_stationary = a.op == Opcode::kLoadStationary || a.op == Opcode::kMultiplyMoving;
+    if (a.op == Opcode::kLoadStationary) {
+      Instr b;
+      int ob = -1;
+      if (pull(b, ob)) {
+        if (b.op == Opcode::kMultiplyMoving && ob == oi) {
+          x.in[1] = b;
+          x.n = 2;
+          raw_stationary = false;  // an nc_matmul: the pair issues together
+        } else {
+          held = b;
+          held_op = ob;
+          has_held = true;
+        }
+      }
+    }
+    ++next;
+    st.window_peak = std::max(st.window_peak, next - base);
+    preds_scratch.clear();
+    for (int j = 0; j < x.n; ++j) {
+      const Instr& in = x.in[static_cast<size_t>(j)];
+      const isa::OpInfo& info = isa::op_info(in.op);
+      for (int i = 0; i < info.num_slots; ++i)
+        if (!info.slots[static_cast<size_t>(i)].written) access(in.slot(i), x, false);
+      for (int i = 0; i < info.num_slots; ++i)
+        if (info.slots[static_cast<size_t>(i)].written) access(in.slot(i), x, true);
+    }
+    if (raw_stationary) {  // LoadStationary/MultiplyMoving written as separate ops share the PE weights
+      if (last_stationary) add_edge(last_stationary - 1, x);
+      last_stationary = x.seq + 1;
+    }
+    const Instr& head = x.in[static_cast<size_t>(x.n - 1)];
+    if (uses_acc(oi, head)) {  // accumulator registers: keep their users' order on each engine
+      uint64_t& l = last_acc[static_cast<size_t>(head.engine)];
+      if (l) add_edge(l - 1, x);
+      l = x.seq + 1;
+    }
+    if (oi >= 0) {
+      const Op& op = k.ops[static_cast<size_t>(oi)];
+      if (op.order_group > 0) {  // no_reorder: program order within the block
+        uint64_t& l = last_in_group[op.order_group];
+        if (l) add_edge(l - 1, x);
+        l = x.seq + 1;
+      }
+      for (int b : runs_after[static_cast<size_t>(oi)]) {  // with_schedule: after the latest instance
+        const uint64_t l = last_of_op[static_cast<size_t>(b)];
+        if (!l) continue;
+        if (live(l - 1)) {
+          add_edge(l - 1, x);
+          node(l - 1).tsucc.push_back(x.seq);
+        }
+      }
+      last_of_op[static_cast<size_t>(oi)] = x.seq + 1;
+      x.auto_queue = isa::is_dma(a.op) && !op.dma_queue && p.dma_queues_per_trigger > 1;
+    }
+    x.engines = x.n == 2 ? isa::engine_bit(Engine::kTensor) : candidates(oi, a);
+    for (int e = 0; e < isa::kNumEngines; ++e) {
+      if (!(x.engines & (1u << e))) continue;
+      Ps c = 0;
+      for (int j = 0; j < x.n; ++j) c += sim.duration_estimate(x.in[static_cast<size_t>(j)], static_cast<Engine>(e));
+      x.cost[static_cast<size_t>(e)] = c;
+    }
+    if (x.npred == 0) make_ready(x);
+    return true;
+  }
+
+  void make_ready(Node& x) {
+    for (int e = 0; e < isa::kNumEngines; ++e)
+      if (x.engines & (1u << e)) {
+        Ps r = 0;
+        for (int j = 0; j < x.n; ++j) {
+          Instr t = x.in[static_cast<size_t>(j)];
+          t.engine = static_cast<Engine>(e);
+          r = std::max(r, sim.operands_ready(t, static_cast<Engine>(e)));
+        }
+        x.ready_at[static_cast<size_t>(e)] = std::max(r, x.not_before);
+      }
+    ready.push_back(x.seq);
+  }
+
+  void compute_heights() {
+    for (uint64_t s = next; s-- > base;) {
+      Node& x = node(s);
+      if (x.done) continue;
+      Ps h = 0;
+      for (uint64_t q : x.succ)
+        if (live(q)) h = std::max(h, node(q).height);
+      Ps c = INT64_MAX;
+      for (int e = 0; e < isa::kNumEngines; ++e)
+        if (x.engines & (1u << e)) c = std::min(c, x.cost[static_cast<size_t>(e)]);
+      x.height = h + (c == INT64_MAX ? 0 : c);
+    }
+    since_heights = 0;
+  }
+
+  /// Issue the ready instruction that can start first (critical path, then program order on ties).
+  void issue_one() {
+    size_t best = 0;
+    Ps best_start = INT64_MAX, best_height = -1;
+    uint64_t best_seq = UINT64_MAX;
+    Engine best_engine = Engine::kVector;
+    for (size_t i = 0; i < ready.size(); ++i) {
+      Node& x = node(ready[i]);
+      Ps s_x = INT64_MAX, f_x = INT64_MAX;
+      Engine e_x = x.in[0].engine;
+      for (int e = 0; e < isa::kNumEngines; ++e) {
+        if (!(x.engines & (1u << e))) continue;
+        const auto ee = static_cast<Engine>(e);
+        const Ps s = std::max(x.ready_at[static_cast<size_t>(e)], sim.engine_free(x.in[0], ee));
+        const Ps f = s + x.cost[static_cast<size_t>(e)];
+        if (f < f_x || (f == f_x && ee == x.in[0].engine)) {
+          f_x = f;
+          s_x = s;
+          e_x = ee;
+        }
+      }
+      if (s_x < best_start || (s_x == best_start && (x.height > best_height || (x.height == best_height && x.seq < best_seq)))) {
+        best = i;
+        best_start = s_x;
+        best_height = x.height;
+        best_seq = x.seq;
+        best_engine = e_x;
+      }
+    }
+    const uint64_t seq = ready[best];
+    ready[best] = ready.back();
+    ready.pop_back();
+    Node& x = node(seq);
+    if (seq != base) ++st.reordered;
+    const isa::Engine default_engine = x.in[0].engine;
+    Ps end = 0;
+    for (int j = 0; j < x.n; ++j) {
+      Instr& in = x.in[static_cast<size_t>(j)];
+      in.engine = best_engine;
+      if (x.auto_queue) {  // the trigger engine's queue that frees up first
+        int q_best = engines::trigger_queue(p, best_engine, 0);
+        for (int q = 1; q < p.dma_queues_per_trigger; ++q) {
+          const int id = engines::trigger_queue(p, best_engine, q);
+          if (sim.dma_queue_free(id) < sim.dma_queue_free(q_best)) q_best = id;
+        }
+        in.dma_queue = static_cast<uint8_t>(q_best);
+      }
+      end = std::max(end, sim.submit(in, x.not_before).end);
+    }
+    if (best_engine != default_engine && popcount8(x.engines) > 1) ++st.placed;
+    st.instructions += static_cast<uint64_t>(x.n);
+    x.done = true;
+    for (uint64_t q : x.tsucc)
+      if (live(q)) node(q).not_before = std::max(node(q).not_before, end);
+    for (uint64_t q : x.succ) {
+      if (!live(q)) continue;
+      Node& y = node(q);
+      if (--y.npred == 0) make_ready(y);
+    }
+    while (base < next && node(base).done) ++base;
+  }
+
+  void run() {
+    const uint64_t window = static_cast<uint64_t>(p.schedule_window);
+    const uint64_t refresh = std::max<uint64_t>(16, window / 4);
+    for (;;) {
+      while (next - base < window && admit())
+        if (++since_heights >= refresh) compute_heights();
+      if (ready.empty()) {
+        if (base == next) break;  // window drained and nothing left to lower
+        throw Error(ErrorCode::kInternal, "scheduler: no instruction is ready but the window is not empty");
+      }
+      issue_one();
+    }
+  }
+};
+
+Scheduler::Scheduler(const Kernel& k, Lowering& low, Simulator& sim) : impl_(new Impl(k, low, sim, stats_)) {}
+Scheduler::~Scheduler() { delete impl_; }
+void Scheduler::run() { impl_->run(); }
+
+}  // namespace nsim::frontend
