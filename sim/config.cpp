@@ -16,6 +16,10 @@
 
 #include "sim/error.h"
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <dlfcn.h>
+#endif
+
 namespace nsim::sim {
 namespace {
 
@@ -649,8 +653,64 @@ Config Config::from_yaml(std::string_view yaml_text, std::span<const ParamDecl> 
   return c;
 }
 
+namespace {
+
+// Where the running code lives: the shared object holding this code (the _nsim Python module,
+// found via dladdr), then the executable (/proc/self/exe). For the CLI both are the same file.
+std::vector<fs::path> binary_dirs() {
+  std::vector<fs::path> dirs;
+  const auto add = [&dirs](const fs::path& file) {
+    std::error_code ec;
+    const fs::path dir = fs::weakly_canonical(file, ec).parent_path();
+    if (ec || dir.empty() || std::find(dirs.begin(), dirs.end(), dir) != dirs.end()) return;
+    dirs.push_back(dir);
+  };
+#if defined(__unix__) || defined(__APPLE__)
+  static const char anchor = 0;  // any address inside this object
+  Dl_info info{};
+  // dli_fname is the path the object was loaded from; for the main program glibc reports argv[0],
+  // which may be relative or a bare name: only absolute paths are trusted, /proc/self/exe covers the rest.
+  if (::dladdr(&anchor, &info) != 0 && info.dli_fname != nullptr &&
+      info.dli_fname[0] == '/') {
+    add(info.dli_fname);
+  }
+#endif
+  std::error_code ec;
+  if (const fs::path exe = fs::read_symlink("/proc/self/exe", ec); !ec && exe.is_absolute()) add(exe);
+  return dirs;
+}
+
+bool has_presets(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() == ".yaml" && it->is_regular_file(ec)) return true;
+  }
+  return false;
+}
+
+// The first of <dir>/configs, <dir>/../configs, <dir>/../share/nsim/configs (dir: binary_dirs()) that
+// holds presets; "" if none does. Cached: the binary does not move while it runs.
+const std::string& configs_dir_near_binary() {
+  static const std::string dir = [] {
+    for (const fs::path& base : binary_dirs()) {
+      for (const fs::path& candidate :
+           {base / "configs", base.parent_path() / "configs", base.parent_path() / "share" / "nsim" / "configs"}) {
+        if (has_presets(candidate)) return candidate.lexically_normal().string();
+      }
+    }
+    return std::string();
+  }();
+  return dir;
+}
+
+}  // namespace
+
+// $NSIM_CONFIGS_DIR, else presets next to the binary (a build dir carries a copy of configs/, see
+// CMakeLists.txt; a moved build dir or an installed binary still finds them), else the source tree's
+// configs/ compiled in as NSIM_CONFIGS_DIR.
 std::string Config::default_configs_dir() {
   if (const char* env = std::getenv("NSIM_CONFIGS_DIR"); env != nullptr && *env != '\0') return env;
+  if (const std::string& near = configs_dir_near_binary(); !near.empty()) return near;
 #ifdef NSIM_CONFIGS_DIR
   return NSIM_CONFIGS_DIR;
 #else

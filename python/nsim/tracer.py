@@ -60,16 +60,34 @@ OperandError = _core_cls("OperandError", NsimError)
 KernelError = _core_cls("KernelError", NsimError)
 InternalError = _core_cls("InternalError", NsimError)
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))  # .../python/nsim
+def _real_dir(path):
+    """``path`` resolved (symlinks, ``..``, case on case-insensitive systems) for prefix comparisons."""
+    return os.path.normcase(os.path.realpath(path))
 
 
-_INTERNAL_FILE = {}  # co_filename -> True when it lies inside the nsim package (cached: hot in tracing)
+# Where the package really lives (.../python/nsim, or site-packages/nsim): "internal" is decided by this
+# directory, never by a folder name (a checkout named "nsim" holds user code too), and works with spaces.
+_PKG_DIR = _real_dir(os.path.dirname(os.path.abspath(__file__)))
+# The kernel library is user-level code: its instructions are attributed to its own lines.
+_USER_SUBDIRS = tuple(os.path.join(_PKG_DIR, d) + os.sep for d in ("kernels",))
+
+_INTERNAL_FILE = {}  # co_filename -> True for nsim's own machinery (cached: hot in tracing)
+
+
+def _classify(co_filename):
+    """True when ``co_filename`` is a file of the nsim package outside ``nsim/kernels``."""
+    if not co_filename or co_filename.startswith("<"):  # "<string>", "<frozen ...>", "<stdin>"
+        return False
+    path = _real_dir(co_filename)
+    if not path.startswith(_PKG_DIR + os.sep):
+        return False
+    return not path.startswith(_USER_SUBDIRS)
 
 
 def _is_internal(co_filename):
     v = _INTERNAL_FILE.get(co_filename)
     if v is None:
-        v = _INTERNAL_FILE[co_filename] = os.path.abspath(co_filename).startswith(_PKG_DIR + os.sep)
+        v = _INTERNAL_FILE[co_filename] = _classify(co_filename)
     return v
 
 
@@ -435,6 +453,13 @@ class Tracer:
         self.pool = {}  # (buffer, dtype, shape) -> list of weakrefs of dead-able tile storages
         self._pool_free = {}  # (buffer, dtype, shape) -> list of names whose python objects died
         self.reuse_tiles = True
+        # scheduling directives (spec compiler.md §1): the op label of the running nisa call (name=), the
+        # order group of the open `no_reorder` block (0: none) and the kernel's with_schedule edges
+        self.label = None
+        self.order_group = 0
+        self._reorder_depth = 0
+        self._order_groups = itertools.count(1)
+        self.schedule = None
 
     # context
     def __enter__(self):
@@ -519,6 +544,10 @@ class Tracer:
     # statements
     def emit(self, stmt):
         if "op" in stmt:
+            if self.label is not None:
+                stmt["label"] = self.label
+            if self.order_group:
+                stmt["order_group"] = self.order_group
             if "loc" not in stmt:
                 stmt["loc"] = user_loc()
             self._track_accesses(stmt)
@@ -587,7 +616,117 @@ class Tracer:
         return reg in self.open_groups.get(name, ())
 
     def to_json(self):
-        return {"nsim_kernel": 1, "name": self.name, "tensors": [dict(t) for t in self.tensors], "body": self.body}
+        k = {"nsim_kernel": 1, "name": self.name, "tensors": [dict(t) for t in self.tensors], "body": self.body}
+        if self.schedule:
+            k["schedule"] = [[a, list(b)] for a, b in self.schedule]
+        return k
+
+    def labels(self):
+        """The op labels (nisa ``name=``) of the kernel body."""
+        out = set()
+        stack = [self.body]
+        while stack:
+            for s in stack.pop():
+                if "op" in s:
+                    if "label" in s:
+                        out.add(s["label"])
+                elif "loop" in s:
+                    stack.append(s["loop"].get("body", []))
+        return out
+
+    def set_schedule(self, edges):
+        """Attach ``with_schedule`` edges [(after, [before, ...]), ...] after tracing; every name must be the
+        ``name=`` of an instruction of this kernel (NSIM-E406 otherwise)."""
+        if not edges:
+            return
+        known = self.labels()
+        for after, before in edges:
+            for nm in [after] + list(before):
+                if nm not in known:
+                    raise make_error(KernelError, "NSIM-E406", "with_schedule: no instruction of kernel '{}' is "
+                                     "named '{}' (name= of an nisa call); names in this kernel: {}".format(
+                                         self.name, nm, ", ".join(sorted(known)) or "none"))
+        self.schedule = [(after, list(before)) for after, before in edges]
+
+
+# --------------------------------------------------------------------------------------------------
+# Scheduling directives: nisa name= labels and no_reorder blocks
+# --------------------------------------------------------------------------------------------------
+
+
+class labelled:
+    """``with labelled(name):`` every op emitted inside (by one nisa call) carries ``"label": name``. An
+    enclosing label wins (a Beta-1 or nl wrapper that calls another nisa function keeps its own name)."""
+
+    __slots__ = ("name", "_tr")
+
+    def __init__(self, name):
+        if not isinstance(name, str) or not name:
+            raise make_error(KernelError, "NSIM-E404", "name= of an instruction must be a non-empty string, got "
+                             "{!r}".format(name))
+        self.name = name
+        self._tr = None
+
+    def __enter__(self):
+        tr = active()
+        if tr is not None and tr.label is None:
+            tr.label = self.name
+            self._tr = tr
+        return self
+
+    def __exit__(self, *exc):
+        if self._tr is not None:
+            self._tr.label = None
+            self._tr = None
+        return False
+
+
+class NoReorder:
+    """``with nl.no_reorder():`` (also ``nki.compiler.no_reorder()``): every op emitted inside carries the
+    same ``order_group`` id, fresh for each outermost block (nested blocks share the outer id); the
+    scheduler keeps such ops in program order. Dynamic loops are not allowed inside (see
+    :func:`check_dynamic_loop`). Outside a kernel it does nothing. Also usable as a decorator."""
+
+    __slots__ = ("_tr",)
+
+    def __init__(self):
+        self._tr = None
+
+    def __enter__(self):
+        tr = active()
+        if tr is not None:
+            if tr._reorder_depth == 0:
+                tr.order_group = next(tr._order_groups)
+            tr._reorder_depth += 1
+            self._tr = tr
+        return self
+
+    def __exit__(self, *exc):
+        tr, self._tr = self._tr, None
+        if tr is not None:
+            tr._reorder_depth -= 1
+            if tr._reorder_depth == 0:
+                tr.order_group = 0
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapped(*a, **k):
+            with NoReorder():
+                return fn(*a, **k)
+
+        return wrapped
+
+    def __repr__(self):
+        return "no_reorder()"
+
+
+def check_dynamic_loop(what):
+    """Dynamic (runtime) loops cannot be used inside ``no_reorder`` (spec compiler.md §1)."""
+    tr = active()
+    if tr is not None and tr._reorder_depth:
+        raise make_error(KernelError, "NSIM-E404", "{} is a dynamic loop and cannot be used inside a no_reorder "
+                         "block (only static loops, which are unrolled, are allowed there)".format(what))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -609,9 +748,10 @@ class TraceResult:
         self.writeback = writeback  # list of (caller array, IR output name)
 
 
-def trace(fn, args, kwargs, name=None, tensor_cls=None):
+def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None):
     """Run ``fn`` under a fresh tracer; return a TraceResult. ``tensor_cls``: the NkiTensor subclass the
-    tensors of this kernel are made of (a dialect frontend's view class)."""
+    tensors of this kernel are made of (a dialect frontend's view class). ``schedule``: with_schedule
+    edges [(after, [before, ...]), ...], checked against the op labels once the kernel has run."""
     sig = inspect.signature(fn)
     try:
         bound = sig.bind(*args, **kwargs)
@@ -679,6 +819,7 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None):
             _retarget(tr.body, rename)
         ret_spec = spec(ret)
         tr.body[:0] = prologue
+        tr.set_schedule(schedule)
     return TraceResult(tr.to_json(), inputs, ret_spec, writeback)
 
 

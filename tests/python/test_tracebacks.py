@@ -1,4 +1,5 @@
 """Errors inside a kernel show the user's traceback, not nsim's internals."""
+import os
 import traceback
 
 import numpy as np
@@ -12,10 +13,18 @@ from nsim import nki  # noqa: E402
 import nsim.nki.isa as nisa  # noqa: E402
 import nsim.nki.language as nl  # noqa: E402
 
+# nsim's machinery is what lies in the installed package's real directory (not any path containing
+# "/nsim/": a checkout is usually named nsim, and this test file lives in it).
+NSIM_PKG_DIR = os.path.realpath(os.path.dirname(nsim.__file__))
+
+
+def is_nsim_file(filename):
+    return os.path.realpath(filename).startswith(NSIM_PKG_DIR + os.sep)
+
 
 def nsim_frames(exc):
     frames = traceback.extract_tb(exc.__traceback__)
-    return [f for f in frames if "/nsim/" in f.filename.replace("\\", "/")]
+    return [f for f in frames if is_nsim_file(f.filename)]
 
 
 @nki.jit
@@ -46,3 +55,8 @@ def test_nsim_error_points_at_user_line_with_short_traceback():
     assert e.value.code.startswith("NSIM-E")
     assert e.value.file.endswith("test_tracebacks.py")
     assert len(nsim_frames(e.value)) <= 1
+
+
+def test_this_file_is_not_an_nsim_file():
+    assert not is_nsim_file(__file__)
+    assert is_nsim_file(nki.__file__)
