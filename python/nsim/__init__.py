@@ -4,6 +4,10 @@
     outputs, profile = nsim.simulate_json("examples/softmax_2x128x512.json", inputs={"x": x})
     print(profile.total_time_ns, outputs["y"].dtype)
 
+    y, profile = nsim.simulate(my_nki_kernel, x)             # every argument goes to the kernel
+    y, profile = my_nki_kernel.options(config="trn1").simulate(x)
+    with nsim.options(config="trn3", timing_only=True): ...   # defaults for the kernels run inside
+
 The simulator core is the `_nsim` extension (see python/README.md). When it is not built, importing
 nsim still works (e.g. for tracing kernels to kernel.json); the simulator entry points then raise
 ImportError.
@@ -46,6 +50,9 @@ except ImportError as _e:  # the extension is not built
                     "op_table", "alu_ops", "act_funcs", "dtypes", "version", "error_class", "analyze", "Analysis"):
             raise ImportError("nsim.{} needs the _nsim extension: {}".format(name, _core_import_error))
         raise AttributeError("module 'nsim' has no attribute '{}'".format(name))
+
+
+from nsim._kernel import options, simulate  # noqa: E402,F401  (the kernel API of both NKI dialects)
 
 
 def trace_kernel(kernel, *args, **kwargs):

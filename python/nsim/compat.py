@@ -15,9 +15,10 @@
 ``nki.isa``                 ``nki_cpu_simulator.nki.isa`` -> ``nsim.nki.isa``
 ``nki.isa.constants``       the ISA enums (``engine``, ``reduce_cmd``, ``dge_mode``, ...)
 ``nki.typing``              -> ``nsim.nki.typing``
-``nki.compiler``            no-op decorators/context managers (``skip_middle_end_transformations``,
-                            ``enable_stack_allocator``, ``force_auto_alloc``, ``no_reorder()``,
-                            ``allocation_scope()``, ``multi_buffer(factor)``, ``sbuf/psum.alloc``)
+``nki.compiler``            decorators/context managers (``skip_middle_end_transformations``,
+                            ``enable_stack_allocator``, ``force_auto_alloc``, ``allocation_scope()``,
+                            ``multi_buffer(factor)``, ``sbuf/psum.alloc``: no-ops; ``no_reorder()``:
+                            ``nl.no_reorder``, the ops inside get one ``order_group``)
 ``nki.tensor``              ``NkiTensor``
 ``nki.dtype``               the dtypes (``nki_cpu_simulator.nki.language.dtypes``)
 ==========================  =====================================================================

@@ -50,14 +50,15 @@ def compare_arrays(name, got, want, rtol, atol):
 
 
 def assert_kernel_matches(kernel, reference_fn, *inputs, rtol=1e-5, atol=1e-5, config="trn2", **kwargs):
-    """Run `kernel(*inputs)` on nsim (preset `config`) and `reference_fn(*inputs)`, compare every output.
+    """Run `kernel(*inputs, **kwargs)` on nsim (preset `config`) and `reference_fn(*inputs)`, compare every
+    output. `kwargs` are the kernel's keyword arguments.
 
     Works with nsim.nki kernels (jit objects) and plain callables returning arrays. Returns the
     kernel's outputs. Raises AssertionError with a diagnostic on any mismatch.
     """
     copies = [np.array(x, copy=True) if isinstance(x, np.ndarray) else x for x in inputs]
-    if hasattr(kernel, "simulate"):
-        got, _profile = kernel.simulate(*inputs, config=config, **kwargs)
+    if hasattr(kernel, "options") and hasattr(kernel, "simulate"):  # an nsim kernel: kwargs are the kernel's
+        got, _profile = kernel.options(config=config).simulate(*inputs, **kwargs)
     else:
         got = kernel(*inputs, **kwargs)
     want = reference_fn(*copies)

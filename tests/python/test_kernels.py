@@ -13,7 +13,7 @@ CONFIGS = ["trn1", "trn2", "trn3"]
 
 
 def _run(kernel, args, config):
-    out, prof = kernel.simulate(*args, config=config)
+    out, prof = kernel.options(config=config).simulate(*args)
     assert prof.total_time_ns > 0
     return out
 
@@ -90,8 +90,8 @@ def test_matmul_fp32_and_ragged_n(config):
 
 def test_matmul_blocked_is_faster_and_loads_less():
     args = K.matmul_inputs(seed=9)
-    _, p_naive = K.matmul_naive.simulate(*args, config="trn2")
-    _, p_blocked = K.matmul_blocked.simulate(*args, config="trn2")
+    _, p_naive = K.matmul_naive.options(config="trn2").simulate(*args)
+    _, p_blocked = K.matmul_blocked.options(config="trn2").simulate(*args)
     assert p_blocked.total_time_ns < p_naive.total_time_ns
 
     def n_dma(kernel):

@@ -22,7 +22,6 @@ from .language import dtypes as dtype  # noqa: F401
 _delegate(globals(), "nsim.nki")
 
 # Kernel.simulate() keywords that would shadow kernel parameters of the same name.
-_SIM_KEYWORDS = frozenset(("config", "overrides", "timing_only", "trace", "seed"))
 
 
 def _env_config():
@@ -52,17 +51,8 @@ class _Launcher:
         config = None
         if k.kwargs.get("platform_target") is None:
             config = _env_config()
-        if not (_SIM_KEYWORDS & set(kwargs)):
-            return k.simulate(*args, config=config, **kwargs)[0]
-        # A kernel parameter is named like a Kernel.simulate() keyword: trace and run directly.
-        from nsim import tracer as _tracer
-
-        if _tracer.active() is not None:
-            return k.fn(*args, **kwargs)
-        tres = k.trace(*args, **kwargs)
-        ret, outputs, profile = _tracer.run(tres, config=config or k.config)
-        k.last_profile, k.last_outputs = profile, outputs
-        return ret
+        # Every argument is the kernel's; the preset from NKI_NC_VERSION goes through options().
+        return (k.options(config=config) if config else k).simulate(*args, **kwargs)[0]
 
     def __repr__(self):
         return "<nsim launcher for {}>".format(getattr(self.kernel, "__name__", self.kernel))

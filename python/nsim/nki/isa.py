@@ -603,3 +603,13 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
     return _op("range_select", dst=dst, on_true=on_true_tile, bound0=b0, bound1=b1, reduce_res=reduce_res,
                alu0=c0, alu1=c1, reduce_cmd=_rcmd(reduce_cmd),
                imm=[_fimm(range_start), _fimm(on_false_value)])
+
+
+# --------------------------------------------------------------------------------------------------
+# Keyword checking and name= labels of every instruction (one place: nsim.nki._api)
+# --------------------------------------------------------------------------------------------------
+
+from ._api import publish as _publish  # noqa: E402
+
+_publish(globals(), "nki.isa", isa=True, extra={"dma_copy": ("dst_rmw_op",)},
+         exclude=("get_nc_version", "get_nc_sub_version"))

@@ -294,22 +294,56 @@ def ds(start, size):
 # --------------------------------------------------------------------------------------------------
 
 
-def _range(start, stop=None, step=1, **kwargs):
+def _range(start, stop=None, step=1):
     if stop is None:
         start, stop = 0, start
     return range(int(start), int(stop), int(step))
 
 
-def affine_range(start, stop=None, step=1, **kwargs):
+def affine_range(start, stop=None, step=1):
     return _range(start, stop, step)
 
 
-def sequential_range(start, stop=None, step=1, **kwargs):
+def sequential_range(start, stop=None, step=1):
     return _range(start, stop, step)
 
 
-def static_range(start, stop=None, step=1, **kwargs):
+def static_range(start, stop=None, step=1):
     return _range(start, stop, step)
+
+
+def _static_bound(v, what):
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise make_error(KernelError, "NSIM-E404", "{}: nsim supports compile-time int bounds only (register "
+                         "bounds need VirtualRegister support), got {!r}".format(what, v))
+    return int(v)
+
+
+def dynamic_range(start, stop=None, step=1):
+    """``nl.dynamic_range``: a runtime loop on the sequencers. nsim runs it from its (int) bounds like
+    the static loops; not allowed inside ``no_reorder``."""
+    _tr.check_dynamic_loop("nl.dynamic_range")
+    if stop is None:
+        start, stop = 0, start
+    return range(_static_bound(start, "nl.dynamic_range"), _static_bound(stop, "nl.dynamic_range"),
+                 _static_bound(step, "nl.dynamic_range"))
+
+
+def fori_loop(lower, upper, body_fun, step=1):
+    """``nl.fori_loop(lower, upper, body_fun, step=1)``: ``body_fun(i)`` for i in range(lower, upper, step);
+    the body must return None. Not allowed inside ``no_reorder``."""
+    _tr.check_dynamic_loop("nl.fori_loop")
+    for i in range(_static_bound(lower, "nl.fori_loop"), _static_bound(upper, "nl.fori_loop"),
+                   _static_bound(step, "nl.fori_loop")):
+        if body_fun(i) is not None:
+            raise make_error(KernelError, "NSIM-E404", "nl.fori_loop: body_fun must return None")
+
+
+def while_loop(init, body_fun):
+    """``nl.while_loop(init, body_fun)``: needs runtime registers (not in nsim yet); not allowed inside
+    ``no_reorder``."""
+    _tr.check_dynamic_loop("nl.while_loop")
+    raise NotImplementedError("nsim: nl.while_loop needs VirtualRegister support, which is not implemented yet")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -333,16 +367,11 @@ class NKIObject:
     """Base class for kernel config dataclasses (no behaviour)."""
 
 
-class _NoReorder:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
-
-
 def no_reorder():
-    return _NoReorder()
+    """``with nl.no_reorder():``: the instructions inside keep their program order in the schedule (every
+    op of the block carries the block's ``order_group`` in kernel.json); dynamic loops are not allowed
+    inside. Functionally a no-op."""
+    return _tr.NoReorder()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -359,8 +388,17 @@ _REDUCE = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply"}
 _NO_VALUE = frozenset(("bypass", "average", "prelu"))
 
 
-def _call_opcode(op, args, kwargs):
+_OPCODE_KW = {"reduce": frozenset(("x", "axis", "dtype", "keepdims", "name")),
+              "other": frozenset(("x", "dtype", "name")), "binary": frozenset(("x", "y", "dtype", "name"))}
+
+
+def _call_opcode(op, args, kwargs, prefix="nki.language"):
     n = op.name
+    if kwargs:
+        kind = "reduce" if n in _REDUCE else ("binary" if n in _BINARY else "other")
+        for k in kwargs:
+            if k not in _OPCODE_KW[kind]:
+                raise TypeError("{}.{}() got an unexpected keyword argument {!r}".format(prefix, n, k))
     if n in _REDUCE:
         return _reduce_call(_REDUCE[n], n, *args, **kwargs)
     if n == "copy":
@@ -688,3 +726,12 @@ def store(dst, value, name=None, **kwargs):
                 value = value.broadcast(d, dst.shape[d])
     isa.dma_copy(dst=dst, src=value)
     return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Keyword checking of the public functions (one place: nsim.nki._api)
+# --------------------------------------------------------------------------------------------------
+
+from ._api import publish as _publish  # noqa: E402
+
+_publish(globals(), "nki.language")

@@ -22,20 +22,15 @@ from __future__ import annotations
 import functools
 import itertools
 
-import numpy as np
-
+from ... import _kernel
 from ... import tracer as _tracer
 from ...tracer import (NsimError, ConfigError, AccessError, OperandError, KernelError,  # noqa: F401
                        InternalError)
-from .. import _PLATFORM
 from . import language, isa, typing, compiler  # noqa: F401
 from .language import Tensor as _Tensor
 
 __all__ = ["jit", "trace", "Kernel", "simulate_kernel", "baremetal", "benchmark", "profile", "language", "isa",
            "typing", "compiler", "NsimError", "KernelError"]
-
-_SIM_KW = ("config", "overrides", "timing_only", "seed")
-
 
 def _grid_dims(grid):
     if not isinstance(grid, tuple):
@@ -50,53 +45,30 @@ def _grid_dims(grid):
     return tuple(dims)
 
 
-class Kernel:
-    """A Beta-1 kernel (``@nki.jit``, ``nki.baremetal``, ``nki.benchmark``, ``nki.trace``).
+class Kernel(_kernel.Kernel):
+    """A Beta-1 kernel (``@nki.jit``, ``nki.baremetal``, ``nki.benchmark``, ``nki.trace``): the shared
+    :class:`nsim._kernel.Kernel` (``.simulate``, ``.options``, ``.with_schedule``) plus launch grids:
+    ``kernel[g0, g1](*arrays)`` runs ``g0 * g1`` instances one after the other."""
 
-    ``kernel(*arrays)`` traces and simulates; ``kernel[g0, g1](*arrays)`` launches a grid; called from
-    inside another kernel it runs inline (a sub-kernel)."""
+    _tensor_cls = _Tensor
 
     def __init__(self, fn, grid=(), **kwargs):
-        if isinstance(fn, Kernel):
-            kwargs = dict(fn.kwargs, **kwargs)
-            grid = grid or fn.grid
-            fn = fn.fn
-        elif hasattr(fn, "fn") and callable(getattr(fn, "fn")) and not hasattr(fn, "__code__"):
-            fn = fn.fn  # a new-dialect nsim.nki.Kernel
-        self.fn = fn
+        grid = grid or getattr(fn, "grid", ())
+        super().__init__(fn, **kwargs)
         self.grid = grid
-        self.kwargs = kwargs
-        pt = kwargs.get("platform_target")
-        self.config = kwargs.get("config") or (_PLATFORM.get(str(pt)) if pt is not None else None) or "trn2"
-        self.last_json = None
-        self.last_profile = None
-        self.last_outputs = None
         self.benchmark_result = None
-        self._root = None
-        functools.update_wrapper(self, fn)
 
     def __getitem__(self, grid):
-        k = type(self).__new__(type(self))
-        k.__dict__.update(self.__dict__)
-        k.grid = _grid_dims(grid)
-        k._root = self._root if self._root is not None else self  # last_json/last_profile also land there
-        return k
+        return self._derive(grid=_grid_dims(grid))
 
-    def _record(self, **kw):
-        for obj in (self, self._root):
-            if obj is not None:
-                obj.__dict__.update(kw)
-
-    # --- tracing ------------------------------------------------------------------------------
-    def _launcher(self):
+    def _launch_fn(self):
         fn, grid = self.fn, self.grid
+        if not grid:
+            return fn
 
         @functools.wraps(fn)
         def launch(*args, **kwargs):
-            tr = _tracer.current()
-            st = tr.dialect_state
-            if not grid:
-                return fn(*args, **kwargs)
+            st = _tracer.current().dialect_state
             st["grid"], st["shared"] = grid, []
             ret = None
             try:
@@ -110,46 +82,10 @@ class Kernel:
 
         return launch
 
-    def trace(self, *args, **kwargs):
-        """Trace only: the TraceResult (kernel dict in ``.kernel``)."""
-        if _tracer.active() is not None:
-            raise _tracer.make_error(KernelError, "NSIM-E404", "nested kernel tracing")
-        tres = _tracer.trace(self._launcher(), args, kwargs, name=getattr(self.fn, "__name__", "kernel"),
-                             tensor_cls=_Tensor)
-        self._record(last_json=tres.kernel)
-        return tres
-
-    def to_json(self, *args, **kwargs):
-        if args or kwargs:
-            return self.trace(*args, **kwargs).kernel
-        if self.last_json is None:
-            raise _tracer.make_error(KernelError, "NSIM-E404", "to_json(): the kernel has not been traced yet")
-        return self.last_json
-
-    @_tracer.user_facing
-    def simulate(self, *args, config=None, overrides=None, timing_only=False, seed=0, **kwargs):
-        """Run and return (return value, profile)."""
-        if _tracer.active() is not None:
-            if self.grid:
-                raise _tracer.make_error(KernelError, "NSIM-E404", "err_nested_kernel_with_spmd_grid: a kernel "
-                                         "with a launch grid cannot be called from inside another kernel")
-            return self.fn(*args, **kwargs), None
-        tres = self.trace(*args, **kwargs)
-        sim_kw = {"timing_only": timing_only, "seed": seed}
-        if overrides is not None:
-            sim_kw["overrides"] = overrides
-        ret, outputs, prof = _tracer.run(tres, config=config or self.config, **sim_kw)
-        self._record(last_profile=prof, last_outputs=outputs)
-        return ret, prof
-
-    @_tracer.user_facing
-    def __call__(self, *args, **kwargs):
-        if _tracer.active() is not None:
-            if self.grid:
-                raise _tracer.make_error(KernelError, "NSIM-E404", "err_nested_kernel_with_spmd_grid: a kernel "
-                                         "with a launch grid cannot be called from inside another kernel")
-            return self.fn(*args, **kwargs)
-        return self.simulate(*args, **kwargs)[0]
+    def _check_inline(self):
+        if self.grid:
+            raise _tracer.make_error(KernelError, "NSIM-E404", "err_nested_kernel_with_spmd_grid: a kernel "
+                                     "with a launch grid cannot be called from inside another kernel")
 
 
 class _Latency:
@@ -174,14 +110,12 @@ class BenchmarkResult:
 class BenchmarkKernel(Kernel):
     """``nki.benchmark(...)``: runs once on nsim and records the simulated latency."""
 
-    def simulate(self, *args, **kwargs):
-        ret, prof = Kernel.simulate(self, *args, **kwargs)
+    def _after_run(self, prof):
         if prof is not None:
             ns = getattr(prof, "total_time_ns", None)
             if ns is None and isinstance(prof, dict):
                 ns = prof.get("total_time_ns")
             self._record(benchmark_result=BenchmarkResult(float(ns or 0.0) / 1000.0))
-        return ret, prof
 
 
 def _deco(cls, kernel, kwargs):
@@ -223,10 +157,12 @@ def profile(kernel=None, working_directory=None, **kwargs):
 @_tracer.user_facing
 def simulate_kernel(kernel, *args, **kwargs):
     """``nki.simulate_kernel(kernel, *args)``: run on nsim, return numpy, update written numpy args."""
-    k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
-    return k(*args, **kwargs)
+    return _as_kernel(kernel)(*args, **kwargs)
+
+
+def _as_kernel(kernel):
+    return kernel if isinstance(kernel, _kernel.Kernel) else Kernel(kernel)
 
 
 def simulate(kernel):
-    k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
-    return k
+    return _as_kernel(kernel)

@@ -433,3 +433,19 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
                     bound1=bound1, reduce_cmd=reduce_cmd, reduce_res=reduce_res, reduce_op=reduce_op,
                     range_start=range_start, on_false_value=on_false_value)
     return None if dst is not None else out
+
+
+
+# --------------------------------------------------------------------------------------------------
+# Keyword checking and name= labels (one place: nsim.nki._api). Keywords these functions read from
+# **kwargs (spec §2.1/§2.2 Beta-1 signatures and the new-dialect names they forward) are listed here.
+# --------------------------------------------------------------------------------------------------
+
+from .._api import publish as _publish  # noqa: E402
+
+_publish(globals(), "neuronxcc.nki.isa", isa=True, extra={
+    "nc_matmul": ("perf_mode", "accumulate"),
+    "dma_copy": ("engine",),
+    "dma_transpose": ("dge_mode", "oob_mode"),
+    "tensor_scalar_reduce": ("reduce_cmd", "reduce_init", "reduce_res_negate"),
+})

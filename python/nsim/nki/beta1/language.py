@@ -28,8 +28,8 @@ from .. import isa as _nisa
 from ..language import (  # noqa: F401
     MemoryRegion, sbuf, psum, private_hbm, shared_hbm, hbm, is_sbuf, is_psum, is_hbm, is_on_chip,
     bool_, int8, int16, int32, uint8, uint16, uint32, float16, float32, tfloat32, fp32, bfp16, finfo,
-    tile_size, ALU_OPS, ACT_FUNCS, OpCode, opcode, alu_name, act_name, par_dim, ds, affine_range,
-    sequential_range, static_range, NKIObject, no_reorder, promote)
+    tile_size, ALU_OPS, ACT_FUNCS, OpCode, opcode, alu_name, act_name, par_dim, ds, dynamic_range, fori_loop,
+    while_loop, NKIObject, no_reorder, promote)
 
 for _n in ("bfloat16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"):
     if hasattr(_nl, _n):
@@ -844,6 +844,37 @@ def assign(dst, value):
 # --------------------------------------------------------------------------------------------------
 
 
+def _under(r, directive):
+    with directive:
+        yield from r
+
+
+def _directed(r, directives):
+    """A loop with ``directives=`` (e.g. ``nki.compiler.no_reorder()``): the iterations run inside it."""
+    if directives is None:
+        return r
+    if isinstance(directives, (list, tuple)):
+        for d in reversed(directives):
+            r = _directed(r, d)
+        return r
+    if not (hasattr(directives, "__enter__") and hasattr(directives, "__exit__")):
+        raise make_error(KernelError, "NSIM-E404", "directives= must be a compiler directive such as "
+                         "nki.compiler.no_reorder(), got {!r}".format(directives))
+    return _under(r, directives)
+
+
+def affine_range(start, stop=None, step=1, *, directives=None):
+    return _directed(_nl.affine_range(start, stop, step), directives)
+
+
+def sequential_range(start, stop=None, step=1, *, directives=None):
+    return _directed(_nl.sequential_range(start, stop, step), directives)
+
+
+def static_range(start, stop=None, step=1, *, directives=None):
+    return _directed(_nl.static_range(start, stop, step), directives)
+
+
 def _grid_state():
     tr = _tr.active()
     return tr.dialect_state if tr is not None else {}
@@ -936,6 +967,9 @@ _CMP = frozenset(("equal", "not_equal", "less", "less_equal", "greater", "greate
                   "logical_or", "logical_xor", "logical_not"))
 
 
+_PREFIX = "neuronxcc.nki.language"
+
+
 class B1OpCode(OpCode):
     """A Beta-1 op code: the same op code as the new dialect, callable with ``mask=`` (and comparisons
     default to ``dtype=nl.bool_`` ... kept as the input dtype by nsim, values 1/0)."""
@@ -949,8 +983,9 @@ class B1OpCode(OpCode):
         if _is_mask(mask):
             if self.name in ("sum", "max", "min", "prod") or "axis" in kwargs:
                 raise NotImplementedError("nsim: mask= on reductions is not supported yet")
-            return masked_elementwise(lambda *a: _nl._call_opcode(self, a, kwargs), args, mask, "nl." + self.name)
-        return _nl._call_opcode(self, args, kwargs)
+            return masked_elementwise(lambda *a: _nl._call_opcode(self, a, kwargs, _PREFIX), args, mask,
+                                      "nl." + self.name)
+        return _nl._call_opcode(self, args, kwargs, _PREFIX)
 
 
 def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
@@ -1204,3 +1239,9 @@ def num_programs(axes=None):
 
 def program_ndim():
     return len(_grid_state().get("grid", ()))
+
+
+# Keyword checking of the public functions (one place: nsim.nki._api)
+from .._api import publish as _publish  # noqa: E402
+
+_publish(globals(), _PREFIX)
