@@ -61,6 +61,7 @@ enum class ErrorCode : uint16_t {
   kDuplicateName = 412,       ///< two tensors or nested loop variables with one name
   kBadInput = 413,            ///< an input file (.npy/.npz) that does not fit the kernel
   kUsage = 414,               ///< bad command-line usage
+  kScheduleCycle = 415,       ///< with_schedule edges that contradict the kernel's data dependencies
 
   kInternal = 901,
 };

@@ -97,6 +97,8 @@ struct Scheduler::Impl {
   // with_schedule: op -> the ops it runs after; op -> seq + 1 of its latest instruction.
   std::vector<std::vector<int>> runs_after;
   std::vector<uint64_t> last_of_op;
+  std::vector<std::vector<uint64_t>> waiting_for;  ///< op -> instructions waiting for its next instance
+  uint64_t n_waiting = 0;
 
   Impl(const Kernel& kk, Lowering& l, Simulator& s, ScheduleStats& stats)
       : k(kk), low(l), sim(s), p(s.params()), st(stats) {
@@ -130,6 +132,7 @@ struct Scheduler::Impl {
     op_uses_acc.assign(k.ops.size(), 0);
     last_of_op.assign(k.ops.size(), 0);
     runs_after.resize(k.ops.size());
+    waiting_for.resize(k.ops.size());
     if (!k.schedule.empty()) {
       std::unordered_map<std::string, std::vector<int>> by_label;
       for (size_t i = 0; i < k.ops.size(); ++i)
@@ -327,14 +330,28 @@ struct Scheduler::Impl {
         if (l) add_edge(l - 1, x);
         l = x.seq + 1;
       }
-      for (int b : runs_after[static_cast<size_t>(oi)]) {  // with_schedule: after the latest instance
+      // with_schedule "x after b": after b's latest instance when b comes earlier in the kernel, else
+      // after b's next instance (x waits in the window for it; released if the window stalls).
+      for (int b : runs_after[static_cast<size_t>(oi)]) {
+        if (b > oi) {
+          ++x.npred;
+          waiting_for[static_cast<size_t>(b)].push_back(x.seq);
+          ++n_waiting;
+          continue;
+        }
         const uint64_t l = last_of_op[static_cast<size_t>(b)];
-        if (!l) continue;
-        if (live(l - 1)) {
+        if (l && live(l - 1)) {
           add_edge(l - 1, x);
           node(l - 1).tsucc.push_back(x.seq);
         }
       }
+      for (uint64_t w : waiting_for[static_cast<size_t>(oi)]) {  // earlier instructions waiting for this op
+        --n_waiting;
+        if (!live(w)) continue;
+        x.succ.push_back(w);  // takes over the placeholder count added when w was admitted
+        x.tsucc.push_back(w);
+      }
+      waiting_for[static_cast<size_t>(oi)].clear();
       last_of_op[static_cast<size_t>(oi)] = x.seq + 1;
       x.auto_queue = isa::is_dma(a.op) && !op.dma_queue && p.dma_queues_per_trigger > 1;
     }
@@ -361,6 +378,15 @@ struct Scheduler::Impl {
         x.ready_at[static_cast<size_t>(e)] = std::max(r, x.not_before);
       }
     ready.push_back(x.seq);
+  }
+
+  void release_waits() {
+    for (auto& v : waiting_for) {
+      for (uint64_t w : v)
+        if (live(w) && --node(w).npred == 0) make_ready(node(w));
+      v.clear();
+    }
+    n_waiting = 0;
   }
 
   void compute_heights() {
@@ -446,9 +472,18 @@ struct Scheduler::Impl {
     for (;;) {
       while (next - base < window && admit())
         if (++since_heights >= refresh) compute_heights();
+      if (ready.empty() && n_waiting) release_waits();  // a with_schedule target never came in reach
       if (ready.empty()) {
         if (base == next) break;  // window drained and nothing left to lower
-        throw Error(ErrorCode::kInternal, "scheduler: no instruction is ready but the window is not empty");
+        // Edges only point forward in program order, but for with_schedule waits: a cycle is theirs.
+        const Node& x = node(base);
+        const SourceLoc where = x.op >= 0 ? k.ops[static_cast<size_t>(x.op)].loc : SourceLoc{};
+        throw Error(ErrorCode::kScheduleCycle,
+                    fmt::format("with_schedule: the edges make a cycle with the kernel's data dependencies at '{}' "
+                                "({}): it cannot run after the instruction it waits for, which needs its result or "
+                                "its storage first",
+                                x.op >= 0 ? k.ops[static_cast<size_t>(x.op)].label : std::string("?"), where.str()),
+                    where);
       }
       issue_one();
     }

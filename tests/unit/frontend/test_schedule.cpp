@@ -1,0 +1,214 @@
+// The compiler model's scheduler (frontend/compiler/scheduler.h): list scheduling vs program order,
+// no_reorder groups, with_schedule edges, engine placement and DMA queue spreading.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+
+#include "engines/simulator.h"
+#include "frontend/compiler/scheduler.h"
+#include "frontend/kernel_builder.h"
+#include "frontend/lower.h"
+
+using namespace nsim;
+using namespace nsim::frontend;
+using nsim::isa::Engine;
+using nsim::isa::Space;
+
+namespace {
+
+struct Run {
+  double total_ns = 0;
+  sim::StatsRegistry stats;
+  std::map<int, std::vector<InstrTiming>> by_line;  ///< timings of each source line's instructions
+  std::map<int, std::vector<Engine>> engines;       ///< engine of each source line's instructions
+  std::map<int, std::vector<int>> queues;           ///< DMA queue of each source line's instructions
+};
+
+Run simulate(const Kernel& k, std::vector<std::string> overrides, const std::string& preset = "trn2") {
+  SimOptions o;
+  o.numerics = false;
+  auto sim = Simulator::from_preset(preset, overrides, o);
+  verify_kernel(k, sim->params());
+  Lowering low(k, *sim);
+  Run r;
+  sim->add_instr_listener([&](const isa::Instr& in, const InstrTiming& t) {
+    const int line = sim->source(in.loc).line;
+    r.by_line[line].push_back(t);
+    r.engines[line].push_back(in.engine);
+    if (isa::is_dma(in.op)) r.queues[line].push_back(in.dma_queue);
+  });
+  low.run();
+  sim->finish();
+  r.total_ns = sim::ps_to_ns(sim->total_time());
+  r.stats = sim->stats();
+  return r;
+}
+
+/// Double-buffered loop: iteration i loads a [128, F] bf16 tile, exponentiates it on ScalarE and
+/// stores it. `compute`: include the activation; `dma`: include the load and store.
+Kernel stream_kernel(int iters, int64_t f, bool compute = true, bool dma = true, int bufs = 0) {
+  KB b;
+  const int x = dma ? b.input("x", {128 * iters, f}, DType::kBFloat16) : -1;
+  const int y = dma ? b.output("y", {128 * iters, f}, DType::kBFloat16) : -1;
+  const int i = b.loop("i", 0, iters);
+  const int t = b.tile("t", {128, f}, DType::kBFloat16, bufs, 20);
+  if (dma) b.op("dma_copy", {W(t), X(x, {D(A(i, 128), 128), D(0, f)})}, 21);
+  if (compute) {
+    const int a = b.op("activation", {W(t), W(t)}, 22);
+    b.o(a).act = isa::ActFunc::kExp;
+  }
+  if (dma) b.op("dma_copy", {X(y, {D(A(i, 128), 128), D(0, f)}), W(t)}, 23);
+  b.end();
+  return b.k;
+}
+
+}  // namespace
+
+TEST_CASE("schedule: a double-buffered loop runs at about max(DMA, compute); under no_reorder at about their sum") {
+  // 8 iterations of [128, 4096] bf16 (1 MiB in, 1 MiB out per iteration). trn2: the 16 DMA engines
+  // move 23 B/ns each, so one iteration's 2 MiB take ~2 MiB / 368 B/ns = 5.7 us of DMA time, 46 us in
+  // all (measured below with the compute removed, setup and gaps included); exp on ScalarE is
+  // ~4096 / 0.96 GHz ~ 3.5-4.3 us per iteration (C10), 28-34 us in all (measured with the DMAs removed).
+  // List scheduling lets the load of tile i+1 start while tile i is exponentiated and stored, so
+  // the kernel takes about the DMA time plus one iteration's compute. With the automatic 2 rotating
+  // buffers the load of tile i+2 still waits for the store of tile i (write-after-read on the
+  // buffer): load + exp + store + 3 hand-offs ~ 2.9 + 0.8 + 3.6 + 0.8 + 2.9 + 0.9 ~ 12 us per 2
+  // iterations, about the DMA period, so the pipeline runs within 25% of max(DMA, compute); with 3
+  // buffers (load, compute, store in flight) it runs at the DMA time plus one iteration's compute.
+  // `no_reorder` keeps program order, so with stores and loads on the same trigger engine each
+  // iteration waits for the last: about DMA + compute.
+  constexpr int kIters = 8;
+  constexpr int64_t kF = 4096;
+  const double dma_only = simulate(stream_kernel(kIters, kF, false, true), {}).total_ns;
+  const double compute_only = simulate(stream_kernel(kIters, kF, true, false), {}).total_ns;
+  const double per_iter_compute = compute_only / kIters;
+  REQUIRE(dma_only > 30000);
+  REQUIRE(compute_only > 20000);
+
+  const Kernel k = stream_kernel(kIters, kF);
+  const double listed = simulate(k, {}).total_ns;
+  INFO("dma only " << dma_only << " ns, compute only " << compute_only << " ns, list " << listed << " ns");
+  CHECK(listed <= 1.25 * std::max(dma_only, compute_only));
+  CHECK(listed >= std::max(dma_only, compute_only));
+  const double three = simulate(stream_kernel(kIters, kF, true, true, 3), {}).total_ns;
+  CHECK(three <= std::max(dma_only, compute_only) + 1.5 * per_iter_compute);
+
+  Kernel ordered = k;
+  for (Op& op : ordered.ops) op.order_group = 1;  // the whole loop inside one no_reorder block
+  const double in_order = simulate(ordered, {}).total_ns;
+  INFO("no_reorder " << in_order << " ns");
+  CHECK(in_order >= 0.9 * (dma_only + compute_only));
+  CHECK(in_order > 1.3 * listed);
+}
+
+TEST_CASE("schedule: program_order keeps the kernel's order, the list scheduler reorders it") {
+  const Kernel k = stream_kernel(8, 2048);
+  const Run po = simulate(k, {"compiler.schedule=program_order"});
+  const Run ls = simulate(k, {});
+  CHECK(po.total_ns > 0);
+  CHECK(ls.total_ns <= po.total_ns);
+  // In program order every load (line 21) is issued before the next iteration's; instructions of
+  // each line keep their relative order in both modes.
+  for (const Run* r : {&po, &ls}) {
+    const auto& loads = r->by_line.at(21);
+    for (size_t i = 1; i < loads.size(); ++i) CHECK(loads[i].index > loads[i - 1].index);
+  }
+}
+
+TEST_CASE("schedule: with_schedule edges order named instructions") {
+  // Two independent VectorE ops, a (line 30) then b (line 31). with_schedule [("a", "b")]: a runs
+  // after b, so b's instruction issues first and a starts no earlier than b's end.
+  KB b;
+  const int t1 = b.tile("t1", {128, 512}, DType::kFloat32, 0, 5);
+  const int t2 = b.tile("t2", {128, 512}, DType::kFloat32, 0, 6);
+  const int oa = b.op("memset", {W(t1)}, 30);
+  const int ob = b.op("memset", {W(t2)}, 31);
+  b.o(oa).engine = Engine::kVector;
+  b.o(ob).engine = Engine::kVector;
+  b.o(oa).label = "a";
+  b.o(ob).label = "b";
+  const int sum = b.op("tensor_tensor", {W(t1), W(t1), W(t2)}, 32);  // both live until here
+  b.o(sum).alu0 = isa::AluOp::kAdd;
+  const Run plain = simulate(b.k, {});
+  CHECK(plain.by_line.at(30)[0].index < plain.by_line.at(31)[0].index);
+  b.k.schedule.push_back(ScheduleEdge{"a", {"b"}});
+  const Run edged = simulate(b.k, {});
+  const InstrTiming& ta = edged.by_line.at(30)[0];
+  const InstrTiming& tb = edged.by_line.at(31)[0];
+  CHECK(tb.index < ta.index);
+  CHECK(ta.start >= tb.end);
+  // An edge against a data dependency (the sum reads a's result: a cannot run after it) is a cycle.
+  b.o(sum).label = "s";
+  b.k.schedule.push_back(ScheduleEdge{"a", {"s"}});
+  try {
+    simulate(b.k, {});
+    FAIL("expected a cycle error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kScheduleCycle);
+  }
+  b.k.schedule.pop_back();
+  // An edge naming an instruction that does not exist is the user's error.
+  b.k.schedule.push_back(ScheduleEdge{"a", {"nope"}});
+  try {
+    simulate(b.k, {});
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kUnknownName);
+    CHECK(std::string(e.what()).find("nope") != std::string::npos);
+  }
+}
+
+TEST_CASE("schedule: engine-free element-wise ops are spread over VectorE and GpSimd") {
+  // 1,000 independent tensor_tensor ops on [128, 32] fp32 SBUF tiles, no engine=: each costs about
+  // the engines' minimum II, so VectorE alone is busy for all of them; placed by earliest finish
+  // both engines take a share and the kernel is about twice as fast.
+  KB b;
+  constexpr int kN = 1000;
+  const int a = b.tile("a", {128, 32}, DType::kFloat32, 0, 5);
+  const int c = b.tile("c", {128, 32}, DType::kFloat32, 0, 6);
+  const int out = b.tile("out", {128, kN * 32}, DType::kFloat32, 0, 7);
+  b.op("memset", {W(a)}, 8);
+  b.op("memset", {W(c)}, 9);
+  const int i = b.loop("i", 0, kN);
+  const int tt = b.op("tensor_tensor", {X(out, {D(0, 128), D(A(i, 32), 32)}), W(a), W(c)}, 40);
+  b.o(tt).alu0 = isa::AluOp::kAdd;
+  b.end();
+  const Run placed = simulate(b.k, {});
+  const Run fixed = simulate(b.k, {"compiler.engine_placement=default"});
+  const double vec = placed.stats.get("engine.vector.instruction_count");
+  const double gps = placed.stats.get("engine.gpsimd.instruction_count");
+  CHECK(vec >= 300);
+  CHECK(gps >= 300);
+  CHECK(fixed.stats.get("engine.gpsimd.instruction_count") == 0);
+  CHECK(placed.total_ns < 0.75 * fixed.total_ns);
+  // An explicit engine= is honoured.
+  b.o(tt).engine = Engine::kVector;
+  const Run pinned = simulate(b.k, {});
+  for (Engine e : pinned.engines.at(40)) CHECK(e == Engine::kVector);
+}
+
+TEST_CASE("schedule: automatic DMAs are spread over their trigger engine's queues") {
+  const Kernel k = stream_kernel(8, 1024, false, true);
+  const Run r = simulate(k, {});
+  std::set<int> used;
+  for (int q : r.queues.at(21)) used.insert(q);
+  CHECK(used.size() >= 2);
+  const Run one = simulate(k, {"compiler.dma_queues_per_trigger=1"});
+  std::set<int> used1;
+  for (int q : one.queues.at(21)) used1.insert(q);
+  CHECK(used1.size() == 1);
+  CHECK(r.total_ns <= one.total_ns);
+}
+
+TEST_CASE("schedule: bad compiler keys are config errors") {
+  for (const char* bad : {"compiler.schedule=fast", "compiler.engine_placement=random", "compiler.window=0",
+                          "compiler.dma_queues_per_trigger=0"}) {
+    try {
+      Simulator::from_preset("trn2", {bad});
+      FAIL(bad);
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kConfigBadValue);
+    }
+  }
+}
