@@ -109,13 +109,16 @@ Kernel make_kernel(int64_t outer, int64_t inner) {
   return k;
 }
 
+/// Lower, verify and simulate; range(1): 1 = the compiler model's list scheduler (default), 0 =
+/// program order (compiler.schedule=program_order, the path before the scheduler existed).
 void BM_LowerAndSimulate(benchmark::State& state) {
   const int64_t outer = state.range(0), inner = 1024;
   const Kernel k = make_kernel(outer, inner);
   uint64_t instrs = 0;
   double sim_ns = 0;
+  const std::vector<std::string> mode = {state.range(1) ? "compiler.schedule=list" : "compiler.schedule=program_order"};
   for (auto _ : state) {
-    auto sim = Simulator::from_preset("trn2", {}, SimOptions{false, ""});
+    auto sim = Simulator::from_preset("trn2", mode, SimOptions{false, ""});
     verify_kernel(k, sim->params());
     Lowering low(k, *sim);
     low.run();
@@ -149,7 +152,7 @@ void BM_LowerOnly(benchmark::State& state) {
 }  // namespace
 
 // 1700 x 1024 x 6 + 1 = 10,444,801 instructions per run.
-BENCHMARK(BM_LowerAndSimulate)->Arg(1700)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK(BM_LowerAndSimulate)->Args({1700, 0})->Args({1700, 1})->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 
 BENCHMARK(BM_LowerOnly)->Arg(1700)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 

@@ -67,6 +67,40 @@ DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const {
   return t;
 }
 
+void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Ready, kNumClasses>& out) const {
+  int cls[kNumClasses];
+  int n = 0;
+  for (int c = 0; c < kNumClasses; ++c) {
+    out[static_cast<size_t>(c)] = Ready{};
+    if (classes & (1u << c)) cls[n++] = c;
+  }
+  if (n == 1) {
+    out[static_cast<size_t>(cls[0])] = ready(static_cast<uint8_t>(cls[0]), rg);
+    return;
+  }
+  auto consider = [&](int c, sim::Ps at, uint32_t tag) {
+    Ready& t = out[static_cast<size_t>(c)];
+    if (at > t.time) t = {at, tag};
+  };
+  for (int i = 0; i < rg.nr; ++i) {
+    const Range& r = rg.reads[static_cast<size_t>(i)];
+    for (int64_t q = r.q0; q <= r.q1; ++q)
+      for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
+        if (e->w_end)
+          for (int k = 0; k < n; ++k) consider(cls[k], e->w_end + lat_[tag_class(e->w_tag)][static_cast<size_t>(cls[k])], e->w_tag);
+  }
+  for (int i = 0; i < rg.nw; ++i) {
+    const Range& r = rg.writes[static_cast<size_t>(i)];
+    for (int64_t q = r.q0; q <= r.q1; ++q)
+      for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
+        for (int k = 0; k < n; ++k) {
+          const int c = cls[k];
+          if (e->w_end && tag_class(e->w_tag) != c) consider(c, e->w_end + lat_[tag_class(e->w_tag)][static_cast<size_t>(c)], e->w_tag);
+          if (e->r_end && tag_class(e->r_tag) != c) consider(c, e->r_end + lat_[tag_class(e->r_tag)][static_cast<size_t>(c)], e->r_tag);
+        }
+  }
+}
+
 void DepTracker::record(uint8_t cls, uint64_t id, const Regions& rg, sim::Ps read_end, sim::Ps write_end) {
   const uint32_t t = tag(cls, id);
   for (int i = 0; i < rg.nr; ++i) {

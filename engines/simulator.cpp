@@ -169,7 +169,7 @@ uint32_t Simulator::add_source(const SourceLoc& loc) {
   return static_cast<uint32_t>(sources_.size() - 1);
 }
 
-InstrTiming Simulator::submit(const Instr& in, Ps not_before) {
+InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::DepTracker::Ready* known_ready) {
   if (finished_) throw Error(ErrorCode::kInternal, "submit() after finish()");
   const SourceLoc& where = source(in.loc);
   isa::verify(in, limits_, where);
@@ -194,15 +194,17 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before) {
     }
   }
   not_before_ = not_before;
+  known_ready_ = known_ready;
   InstrTiming t = schedule(in);
   not_before_ = 0;
+  known_ready_ = nullptr;
   return t;
 }
 
 // ------------------------------------------------------------------ compiler hooks
 
-Ps Simulator::operands_ready(const Instr& in, Engine e) const {
-  return std::max(not_before_, deps_.ready(static_cast<uint8_t>(e), regions(in)).time);
+engines::DepTracker::Ready Simulator::operands_ready_tag(const Instr& in, Engine e) const {
+  return deps_.ready(static_cast<uint8_t>(e), regions(in));
 }
 
 Ps Simulator::engine_free(const Instr& in, Engine e) const {
@@ -387,7 +389,7 @@ InstrTiming Simulator::schedule_stream(const Instr& in) {
   const Ps lat = clk.cycles_to_ps(cost.latency);
   const auto rg = regions(in);
   const auto cls = static_cast<uint8_t>(in.engine);
-  const engines::DepTracker::Ready rd = deps_.ready(cls, rg);
+  const engines::DepTracker::Ready rd = known_ready_ ? *known_ready_ : deps_.ready(cls, rg);
   const Ps ready = std::max(rd.time, not_before_), free = next_issue_[e];
   Ps start = std::max(free, ready);
   // Gen2 port conflicts: VectorE/GpSimd share SBUF access, VectorE/ScalarE share PSUM access.
@@ -424,7 +426,7 @@ InstrTiming Simulator::schedule_stream(const Instr& in) {
 InstrTiming Simulator::schedule_tensor(const Instr& in) {
   const auto rg = regions(in);
   const auto cls = static_cast<uint8_t>(Engine::kTensor);
-  const engines::DepTracker::Ready rd = deps_.ready(cls, rg);
+  const engines::DepTracker::Ready rd = known_ready_ ? *known_ready_ : deps_.ready(cls, rg);
   const Ps ready = std::max(rd.time, not_before_), free = next_issue_[static_cast<size_t>(Engine::kTensor)];
   engines::TensorPipes::Slot s;
   double flops = 0;
@@ -474,7 +476,8 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
   const Operand& src = in.slot(1);
   const auto rg = regions(in);
   // The trigger engine waits on the semaphores of the data's producers, then issues the trigger.
-  const engines::DepTracker::Ready rd = deps_.ready(static_cast<uint8_t>(in.engine), rg);
+  const engines::DepTracker::Ready rd =
+      known_ready_ ? *known_ready_ : deps_.ready(static_cast<uint8_t>(in.engine), rg);
   const Ps ready = std::max(rd.time, not_before_), free = next_issue_[e];
   const Ps trig_start = std::max(free, ready);
   Ps trig = p_.trigger_instr;

@@ -136,12 +136,22 @@ class Simulator {
   /// Verify, execute (unless timing-only) and schedule one instruction. Errors carry its source line.
   /// `not_before`: an extra ordering constraint (a with_schedule edge): the instruction starts no
   /// earlier than this, on top of its operands and its engine.
-  InstrTiming submit(const isa::Instr& in, sim::Ps not_before = 0);
+  /// `known_ready`: operands_ready_tag(in, in.engine) computed earlier by the caller (the compiler's
+  /// scheduler, which knows nothing it depends on ran since), so it is not looked up twice.
+  InstrTiming submit(const isa::Instr& in, sim::Ps not_before = 0,
+                     const engines::DepTracker::Ready* known_ready = nullptr);
 
   // ---- compiler hooks (frontend/compiler): the schedule an instruction would get now, nothing committed
   /// When the operands of `in` are ready for engine `e` (every overlapping earlier access finished,
   /// plus the hand-off latency to `e`).
-  sim::Ps operands_ready(const isa::Instr& in, isa::Engine e) const;
+  sim::Ps operands_ready(const isa::Instr& in, isa::Engine e) const { return operands_ready_tag(in, e).time; }
+  /// The same with the tag of the access that sets it (pass to submit() as known_ready).
+  engines::DepTracker::Ready operands_ready_tag(const isa::Instr& in, isa::Engine e) const;
+  /// operands_ready_tag() for every engine in the bitmask `engines`, in one pass (out by engine).
+  void operands_ready_multi(const isa::Instr& in, uint8_t engines,
+                            std::array<engines::DepTracker::Ready, engines::kNumClasses>& out) const {
+    deps_.ready_multi(engines, regions(in), out);
+  }
   /// When engine `e` may issue `in`, ignoring its operands (its previous issue, shared ports).
   sim::Ps engine_free(const isa::Instr& in, isa::Engine e) const;
   /// Time `in` keeps engine `e` busy (its II; for a DMA, the trigger instruction).
@@ -224,6 +234,7 @@ class Simulator {
   std::array<int64_t, 2> onchip_peak_{-1, -1};  ///< set_onchip_peak (SBUF, PSUM); -1 = not set
   std::unique_ptr<engines::DepTracker> asap_;
   sim::Ps not_before_ = 0;  ///< submit()'s extra constraint for the instruction being scheduled
+  const engines::DepTracker::Ready* known_ready_ = nullptr;  ///< submit()'s known_ready, during schedule()
   /// With a trace: where each instruction's slice starts (track, time), for flow arrows to its waiters.
   std::vector<std::pair<int, sim::Ps>> slice_at_;
   sim::Ps asap_end_ = 0;

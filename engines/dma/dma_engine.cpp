@@ -11,7 +11,15 @@ using sim::Ps;
 
 Ps Calendar::earliest(Ps t, Ps dur) const {
   Ps s = std::max(t, floor_);
-  for (int i = 0; i < n_; ++i) {
+  // Intervals are disjoint and sorted, so their ends are sorted too: skip (binary search) those that
+  // end by s; they cannot hold [s, s + dur). Bookings mostly land near the end.
+  int lo = 0, hi = n_;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (at(mid).second <= s) lo = mid + 1;
+    else hi = mid;
+  }
+  for (int i = lo; i < n_; ++i) {
     const auto [b, e] = at(i);
     if (s + dur <= b) return s;  // fits in the gap before interval i
     s = std::max(s, e);

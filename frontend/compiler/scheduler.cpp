@@ -29,7 +29,7 @@ struct Chunk {
 };
 
 constexpr int64_t kOnChipChunk = 512;  // bytes per partition
-constexpr int64_t kHbmChunk = 4096;
+constexpr int64_t kHbmChunk = 65536;
 
 int popcount8(uint8_t m) { return __builtin_popcount(m); }
 
@@ -60,6 +60,8 @@ struct Scheduler::Impl {
     Ps height = 0;
     std::array<Ps, isa::kNumEngines> cost{};      ///< duration estimate per candidate engine
     std::array<Ps, isa::kNumEngines> ready_at{};  ///< operands ready per candidate engine (once ready)
+    std::array<engines::DepTracker::Ready, isa::kNumEngines> rd0{};  ///< in[0]'s, per candidate engine
+    engines::DepTracker::Ready rd1{};                                 ///< in[1]'s (a pair runs on TensorE)
     Ps not_before = 0;
   };
 
@@ -81,10 +83,12 @@ struct Scheduler::Impl {
 
   // Conflict tables: SBUF, PSUM (per-partition byte chunks), HBM (written tensors only).
   std::vector<Chunk> sbuf, psum;
-  std::unordered_map<int64_t, Chunk> hbm;
+  std::vector<Chunk> hbm;  ///< chunks of the written HBM tensors, each range from its `first`
   struct HbmRange {
     int64_t lo, hi;
     bool written;
+    int64_t chunk = kHbmChunk;  ///< bytes per chunk (grows for huge tensors: at most ~1M chunks each)
+    size_t first = 0;           ///< index of its first chunk in `hbm`
   };
   std::vector<HbmRange> hbm_ranges;  ///< sorted by lo
 
@@ -128,6 +132,14 @@ struct Scheduler::Impl {
       hbm_ranges.push_back({h.addr, h.addr + h.bytes, written[t] != 0});
     }
     std::sort(hbm_ranges.begin(), hbm_ranges.end(), [](const HbmRange& a, const HbmRange& b) { return a.lo < b.lo; });
+    size_t nchunks = 0;
+    for (HbmRange& r : hbm_ranges) {
+      if (!r.written) continue;
+      while ((r.hi - r.lo) / r.chunk > (int64_t{1} << 20)) r.chunk *= 2;
+      r.first = nchunks;
+      nchunks += static_cast<size_t>((r.hi - r.lo + r.chunk - 1) / r.chunk);
+    }
+    hbm.resize(nchunks);
     op_engines.assign(k.ops.size(), -1);
     op_uses_acc.assign(k.ops.size(), 0);
     last_of_op.assign(k.ops.size(), 0);
@@ -190,11 +202,14 @@ struct Scheduler::Impl {
     if (!o.present()) return;
     const auto [lo, hi] = o.byte_extent();
     if (hi <= lo) return;
-    if (o.space == Space::kHbm) {
+    if (o.space == Space::kHbm) {  // operands stay inside one tensor (bounds are checked first)
       auto it = std::upper_bound(hbm_ranges.begin(), hbm_ranges.end(), lo,
                                  [](int64_t v, const HbmRange& r) { return v < r.lo; });
-      if (it != hbm_ranges.begin() && !std::prev(it)->written && hi <= std::prev(it)->hi) return;  // read-only tensor
-      for (int64_t c = lo / kHbmChunk; c <= (hi - 1) / kHbmChunk; ++c) touch(hbm[c], x, write);
+      if (it == hbm_ranges.begin()) return;
+      const HbmRange& r = *std::prev(it);
+      if (!r.written || hi > r.hi) return;  // a read-only tensor never conflicts
+      for (int64_t c = (lo - r.lo) / r.chunk; c <= (hi - 1 - r.lo) / r.chunk; ++c)
+        touch(hbm[r.first + static_cast<size_t>(c)], x, write);
       return;
     }
     std::vector<Chunk>& tab = o.space == Space::kPsum ? psum : sbuf;
@@ -366,15 +381,17 @@ struct Scheduler::Impl {
     return true;
   }
 
+  // Nothing x depends on can issue after this (its predecessors have, its successors wait for it),
+  // so the operands' ready times are final: kept for issue_one() and handed to the simulator.
   void make_ready(Node& x) {
+    std::array<engines::DepTracker::Ready, engines::kNumClasses> rd;
+    sim.operands_ready_multi(x.in[0], x.engines, rd);
+    if (x.n == 2) x.rd1 = sim.operands_ready_tag(x.in[1], Engine::kTensor);
     for (int e = 0; e < isa::kNumEngines; ++e)
       if (x.engines & (1u << e)) {
-        Ps r = 0;
-        for (int j = 0; j < x.n; ++j) {
-          Instr t = x.in[static_cast<size_t>(j)];
-          t.engine = static_cast<Engine>(e);
-          r = std::max(r, sim.operands_ready(t, static_cast<Engine>(e)));
-        }
+        x.rd0[static_cast<size_t>(e)] = rd[static_cast<size_t>(e)];
+        Ps r = rd[static_cast<size_t>(e)].time;
+        if (x.n == 2) r = std::max(r, x.rd1.time);
         x.ready_at[static_cast<size_t>(e)] = std::max(r, x.not_before);
       }
     ready.push_back(x.seq);
@@ -451,7 +468,7 @@ struct Scheduler::Impl {
         }
         in.dma_queue = static_cast<uint8_t>(q_best);
       }
-      end = std::max(end, sim.submit(in, x.not_before).end);
+      end = std::max(end, sim.submit(in, x.not_before, j == 0 ? &x.rd0[static_cast<size_t>(best_engine)] : &x.rd1).end);
     }
     if (best_engine != default_engine && popcount8(x.engines) > 1) ++st.placed;
     st.instructions += static_cast<uint64_t>(x.n);
