@@ -15,6 +15,8 @@
 
 #include "frontend/compiler/scheduler.h"
 
+#include "frontend/compiler/allocate.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -36,42 +38,10 @@ int64_t round_up(int64_t v, int64_t a) { return a <= 1 ? v : (v + a - 1) / a * a
 
 bool on_chip(Space s) { return s == Space::kSbuf || s == Space::kPsum; }
 
-/// Bytes per partition of one buffer of an on-chip tensor (saturates far beyond any memory).
-int64_t tile_bytes(const Tensor& t) {
-  int64_t n = std::max(1, dtype_bytes(t.dtype));
-  for (size_t i = 1; i < t.shape.size(); ++i) {
-    const int64_t d = std::max<int64_t>(1, t.shape[i]);
-    if (n > (int64_t{1} << 50) / d) return int64_t{1} << 50;
-    n *= d;
-  }
-  return n;
-}
-
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
   for (size_t i = 0; i < s.size(); ++i) r += fmt::format("{}{}", i ? ", " : "", s[i]);
   return r + "]";
-}
-
-/// Marks tiles with an alloc statement and whether it sits inside a loop with more than one trip.
-void find_allocs(const Kernel& k, const std::vector<Stmt>& body, bool looped, int depth, std::vector<char>& seen,
-                 std::vector<char>& in_loop, std::vector<char>& loop_seen) {
-  if (depth > kMaxLoopDepth) return;
-  for (const Stmt& s : body) {
-    if (s.kind == Stmt::Kind::kAlloc) {
-      if (s.index < 0 || static_cast<size_t>(s.index) >= k.tensors.size()) continue;
-      const auto t = static_cast<size_t>(s.index);
-      if (!on_chip(k.tensors[t].space)) continue;
-      seen[t] = 1;
-      in_loop[t] = static_cast<char>(in_loop[t] | looped);
-    } else if (s.kind == Stmt::Kind::kLoop) {
-      if (s.index < 0 || static_cast<size_t>(s.index) >= k.loops.size()) continue;
-      if (loop_seen[static_cast<size_t>(s.index)]) continue;  // malformed (shared) loop: walk once
-      loop_seen[static_cast<size_t>(s.index)] = 1;
-      const Loop& l = k.loops[static_cast<size_t>(s.index)];
-      find_allocs(k, l.body, looped || l.trip_count() > 1, depth + 1, seen, in_loop, loop_seen);
-    }
-  }
 }
 
 }  // namespace
@@ -86,80 +56,7 @@ int Lowering::opcode_of(const std::string& name) {
 
 std::vector<TilePlacement> Lowering::plan_tiles(const Kernel& k, const engines::CoreParams& p, int64_t sbuf_avail,
                                                 int64_t psum_avail) {
-  const size_t nt = k.tensors.size();
-  std::vector<char> seen(nt, 0), in_loop(nt, 0), loop_seen(k.loops.size(), 0);
-  find_allocs(k, k.body, false, 0, seen, in_loop, loop_seen);
-
-  // The Simulator aligns on-chip allocations to the dependency chunk (at least 4 bytes).
-  const int64_t align = std::max<int64_t>(4, p.dep_chunk_bytes);
-  const int64_t bank = std::max<int64_t>(align, p.mem.psum_bank_bytes);
-  std::vector<TilePlacement> pl(nt);
-  std::vector<char> automatic(nt, 0);
-  for (size_t t = 0; t < nt; ++t) {
-    if (!seen[t]) continue;
-    const Tensor& ten = k.tensors[t];
-    const bool psum = ten.space == Space::kPsum;
-    pl[t].tensor = static_cast<int>(t);
-    pl[t].stride = round_up(tile_bytes(ten), psum ? bank : align);
-    automatic[t] = ten.bufs <= 0;
-    pl[t].bufs = ten.bufs > 0 ? ten.bufs : (in_loop[t] ? 2 : 1);
-  }
-
-  for (Space sp : {Space::kSbuf, Space::kPsum}) {
-    const bool psum = sp == Space::kPsum;
-    int64_t avail = psum ? psum_avail : sbuf_avail;
-    if (avail < 0) avail = psum ? p.mem.psum_bytes_per_partition() : p.mem.sbuf_bytes_per_partition;
-    auto total = [&] {
-      int64_t sum = 0;
-      for (size_t t = 0; t < nt; ++t)
-        if (pl[t].tensor >= 0 && k.tensors[t].space == sp) {
-          const int64_t b = pl[t].bufs > 0 && pl[t].stride > (int64_t{1} << 50) / pl[t].bufs
-                                ? int64_t{1} << 50
-                                : pl[t].stride * pl[t].bufs;
-          sum = std::min<int64_t>(sum + b, int64_t{1} << 52);
-        }
-      return sum;
-    };
-    // Fall back from automatic double buffering to one buffer, largest tiles first.
-    while (total() > avail) {
-      int pick = -1;
-      for (size_t t = 0; t < nt; ++t)
-        if (pl[t].tensor >= 0 && k.tensors[t].space == sp && automatic[t] && pl[t].bufs > 1 &&
-            (pick < 0 || pl[t].stride > pl[static_cast<size_t>(pick)].stride))
-          pick = static_cast<int>(t);
-      if (pick < 0) break;
-      pl[static_cast<size_t>(pick)].bufs = 1;
-    }
-    const int64_t need = total();
-    if (need > avail) {
-      std::vector<size_t> ids;
-      for (size_t t = 0; t < nt; ++t)
-        if (pl[t].tensor >= 0 && k.tensors[t].space == sp) ids.push_back(t);
-      std::stable_sort(ids.begin(), ids.end(), [&](size_t a, size_t b) {
-        return pl[a].stride * pl[a].bufs > pl[b].stride * pl[b].bufs;
-      });
-      std::string largest;
-      for (size_t i = 0; i < ids.size() && i < 3; ++i) {
-        const Tensor& t = k.tensors[ids[i]];
-        largest += fmt::format("{}'{}' {} {} x {} buffer{} = {} bytes", i ? ", " : "", t.name, shape_str(t.shape),
-                               dtype_name(t.dtype), pl[ids[i]].bufs, pl[ids[i]].bufs == 1 ? "" : "s",
-                               pl[ids[i]].stride * pl[ids[i]].bufs);
-      }
-      throw Error(psum ? ErrorCode::kPsumOverflow : ErrorCode::kSbufOverflow,
-                  fmt::format("{} overflow: the kernel's tiles need {} bytes per partition with their rotating "
-                              "buffers{}, but {} are available; largest tiles: {}",
-                              psum ? "PSUM" : "SBUF", need, psum ? " (whole 2 KiB banks)" : "", avail, largest),
-                  ids.empty() ? SourceLoc{} : k.tensors[ids[0]].loc);
-    }
-    // Offsets as a fresh first-fit allocator assigns them in tensor-id order.
-    int64_t cursor = 0;
-    for (size_t t = 0; t < nt; ++t)
-      if (pl[t].tensor >= 0 && k.tensors[t].space == sp) {
-        pl[t].offset = round_up(cursor, psum ? bank : align);
-        cursor = pl[t].offset + pl[t].stride * pl[t].bufs;
-      }
-  }
-  return pl;
+  return allocate_tiles(k, p, sbuf_avail, psum_avail).tiles;
 }
 
 Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::vector<int64_t>& vars, int64_t base,
@@ -302,15 +199,31 @@ Lowering::Lowering(const Kernel& k, Simulator& sim) : k_(k), sim_(sim) {
 
   const memory::RangeAllocator& sa = sim.memory().allocator(Space::kSbuf);
   const memory::RangeAllocator& pa = sim.memory().allocator(Space::kPsum);
-  placements_ = plan_tiles(k, sim.params(), sa.capacity() - sa.used(), pa.capacity() - pa.used());
-  for (size_t t = 0; t < nt; ++t) {
-    TilePlacement& pl = placements_[t];
-    if (pl.tensor < 0) continue;
-    const Tensor& ten = k.tensors[t];
-    // One allocation holds all rotating buffers (bytes, so the stride is exact).
-    const Operand o = sim.alloc_tile(ten.space, static_cast<uint32_t>(ten.shape.empty() ? 1 : ten.shape[0]),
-                                     {pl.stride * pl.bufs}, DType::kUInt8);
-    pl.offset = o.offset;
+  {
+    // The plan places tiles (tiles with disjoint lifetimes may share bytes) within one region per
+    // space, allocated here; placements are offsets into it. PSUM regions start on a bank boundary.
+    const int64_t sbuf_used = sa.used(), psum_used = pa.used();
+    const AllocationPlan plan = allocate_tiles(k, sim.params(), sa.capacity() - sbuf_used, pa.capacity() - psum_used);
+    placements_ = plan.tiles;
+    const int64_t bank = std::max<int64_t>(std::max<int64_t>(4, sim.params().dep_chunk_bytes),
+                                           sim.params().mem.psum_bank_bytes);
+    for (Space sp : {Space::kSbuf, Space::kPsum}) {
+      const bool psum = sp == Space::kPsum;
+      const int64_t extent = psum ? plan.psum_extent : plan.sbuf_extent;
+      if (extent <= 0) continue;
+      int64_t parts = 1;
+      for (const TilePlacement& pl : placements_)
+        if (pl.tensor >= 0 && k.tensors[static_cast<size_t>(pl.tensor)].space == sp)
+          parts = std::max(parts, k.tensors[static_cast<size_t>(pl.tensor)].shape.empty()
+                                      ? int64_t{1}
+                                      : k.tensors[static_cast<size_t>(pl.tensor)].shape[0]);
+      const int64_t slack = psum && psum_used > 0 ? bank : 0;  // fresh PSUM: the region starts at 0
+      const Operand o = sim.alloc_tile(sp, static_cast<uint32_t>(parts), {extent + slack}, DType::kUInt8);
+      const int64_t base = psum ? round_up(o.offset, bank) : o.offset;
+      for (TilePlacement& pl : placements_)
+        if (pl.tensor >= 0 && k.tensors[static_cast<size_t>(pl.tensor)].space == sp) pl.offset += base;
+    }
+    sim.set_onchip_peak(sbuf_used + plan.sbuf_peak, psum_used + plan.psum_peak);
   }
 
   // Per op, everything but the operands is fixed: assemble it once (operands with only their space

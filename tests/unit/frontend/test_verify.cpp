@@ -117,17 +117,41 @@ TEST_CASE("verify: E204 SBUF capacity names the largest tiles", "[verify][capaci
     CHECK_NOTHROW(verify_kernel(b.k, params("trn3")));
   }
   SECTION("automatic depth falls back to 1 before failing") {
+    // Tiles count while live (liveness allocation): a and b are live together in the loop body, c
+    // (when present) across the whole loop.
+    auto build = [](bool with_c) {
+      KB b;
+      const int x = b.input("x", {1024, 25000});
+      const int c = with_c ? b.tile("c", {128, 30000}, DType::kFloat32, 1, 35) : -1;  // 120000 B
+      const int i = b.loop("i", 0, 8, 1, LoopKind::kSequential);
+      const int a = b.tile("a", {128, 25000}, DType::kFloat32, 0, 33);  // 100000 B
+      const int t = b.tile("b", {128, 5000}, DType::kFloat32, 0, 34);   // 20000 B; both x2 = 240000 B do not fit
+      b.op("dma_copy", {W(a), X(x, {D(A(i, 128), 128), D(0, 25000)})});
+      b.op("tensor_copy", {W(t), X(a, {D(0, 128), D(0, 5000)})});
+      if (with_c) b.op("tensor_copy", {X(c, {D(0, 128), D(0, 5000)}), W(t)});
+      b.end();
+      return b.k;
+    };
+    const Kernel k = build(false);
+    CHECK_NOTHROW(verify_kernel(k, params("trn2")));
+    const auto pl = frontend::Lowering::plan_tiles(k, params("trn2"));
+    CHECK(pl[static_cast<size_t>(k.find_tensor("a"))].bufs == 1);  // the largest falls back to one buffer
+    CHECK(pl[static_cast<size_t>(k.find_tensor("b"))].bufs == 2);
+    CHECK_VERIFY_ERROR(build(true), "trn2", ErrorCode::kSbufOverflow, 35);  // 120000 B more: no longer fits
+  }
+  SECTION("tiles with disjoint lifetimes do not add up; with compiler.allocation=static they do") {
     KB b;
-    b.loop("i", 0, 8);
-    b.tile("a", {128, 25000}, DType::kFloat32, 0, 33);  // 100000 B
-    b.tile("b", {128, 5000}, DType::kFloat32, 0, 34);   // 20000 B; both x2 = 240000 B do not fit
-    b.end();
+    b.tile("a", {128, 40000}, DType::kFloat32, 0, 36);  // 160000 B each, never used: live at their alloc only
+    b.tile("b", {128, 40000}, DType::kFloat32, 0, 37);
     CHECK_NOTHROW(verify_kernel(b.k, params("trn2")));
-    const auto pl = frontend::Lowering::plan_tiles(b.k, params("trn2"));
-    CHECK(pl[0].bufs == 1);  // the largest falls back to one buffer
-    CHECK(pl[1].bufs == 2);
-    b.tile("c", {128, 30000}, DType::kFloat32, 1, 35);  // 120000 B: no longer fits at all
-    CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kSbufOverflow, 35);
+    const auto stat = engines::CoreParams::from_config(engines::load_config("trn2", {"compiler.allocation=static"}));
+    try {
+      verify_kernel(b.k, stat);
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kSbufOverflow);
+      CHECK(e.loc().line == 36);
+    }
   }
 }
 

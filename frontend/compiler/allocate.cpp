@@ -1,0 +1,554 @@
+// Liveness-based SBUF/PSUM allocation of a kernel's tiles (see allocate.h).
+//
+// A tile with more than one rotating buffer holds them across the whole loop it rotates over (see
+// below); with one buffer its lifetime is first access .. last access. Placement packs
+// (offset range x lifetime) rectangles: each tile, in turn, goes to a gap below,
+// between or above the tiles already placed whose lifetimes overlap its own. Two orders are tried —
+// largest first into the smallest gap that fits (best fit), and earliest lifetime first into the
+// lowest gap (first fit) — and the one spanning fewer bytes wins (ties: the first). Before packing,
+// the peak live bytes (a sweep over lifetimes) is a lower bound: while it exceeds the memory,
+// automatic buffer depths of the tiles live at the peak fall back to 1, largest tiles first; when
+// the packing itself overflows (fragmentation), the largest remaining automatic depth falls back.
+// When that still overflows, everything is retried with value-level live ranges (value_ranges()).
+#include "frontend/compiler/allocate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+namespace nsim::frontend {
+
+using isa::Space;
+
+namespace {
+
+constexpr int kMaxLoopDepth = 64;                // as Lowering (deeper nesting is E411 in verify_kernel)
+constexpr int64_t kHuge = int64_t{1} << 50;      // saturation of one tile's bytes
+constexpr int64_t kSumCap = int64_t{1} << 52;    // saturation of sums of tile bytes
+constexpr size_t kListedTiles = 8;               // tiles named in an overflow message
+
+int64_t round_up(int64_t v, int64_t a) { return a <= 1 ? v : (v + a - 1) / a * a; }
+
+bool on_chip(Space s) { return s == Space::kSbuf || s == Space::kPsum; }
+
+/// Bytes per partition of one buffer of an on-chip tensor (saturates far beyond any memory).
+int64_t tile_bytes(const Tensor& t) {
+  int64_t n = std::max(1, dtype_bytes(t.dtype));
+  for (size_t i = 1; i < t.shape.size(); ++i) {
+    const int64_t d = std::max<int64_t>(1, t.shape[i]);
+    if (n > kHuge / d) return kHuge;
+    n *= d;
+  }
+  return n;
+}
+
+/// stride * bufs, saturated.
+int64_t region_bytes(const TilePlacement& pl) {
+  if (pl.bufs > 0 && pl.stride > kHuge / pl.bufs) return kHuge;
+  return pl.stride * std::max(1, pl.bufs);
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += fmt::format("{}{}", i ? ", " : "", s[i]);
+  return r + "]";
+}
+
+std::string loc_str(const SourceLoc& l) {
+  if (l.file.empty() && l.line <= 0) return "unknown line";
+  return fmt::format("{}:{}", l.file.empty() ? "?" : l.file, l.line);
+}
+
+/// One preorder walk: numbers statements; records loop spans and nesting, the first alloc of every
+/// tile and every on-chip operand access.
+struct Walk {
+  struct Use {
+    int tensor;
+    int loop;  ///< innermost loop around the op, -1 at top level
+    int64_t pos;
+    int op;    ///< index into Kernel::ops
+    int slot;  ///< operand slot
+  };
+
+  const Kernel& k;
+  int64_t pos = 0;
+  std::vector<int> parent, depth;  ///< per loop (depth: 1 at top level)
+  std::vector<int64_t> lo, hi;     ///< per loop: its statement number .. the last number in its body
+  std::vector<char> seen;          ///< per loop: walked (a malformed kernel may reference a loop twice)
+  std::vector<int64_t> alloc_pos;  ///< per tensor: position of its (first) alloc, -1 none
+  std::vector<int> alloc_loop;     ///< per tensor: innermost loop around the alloc
+  std::vector<char> in_loop;       ///< per tensor: alloc inside a loop with trip count > 1
+  std::vector<Use> uses;
+  std::vector<const SourceLoc*> where;  ///< per position: the statement's source location, if any
+
+  explicit Walk(const Kernel& kernel) : k(kernel) {
+    const size_t nl = k.loops.size(), nt = k.tensors.size();
+    parent.assign(nl, -1);
+    depth.assign(nl, 0);
+    lo.assign(nl, 0);
+    hi.assign(nl, -1);
+    seen.assign(nl, 0);
+    alloc_pos.assign(nt, -1);
+    alloc_loop.assign(nt, -1);
+    in_loop.assign(nt, 0);
+    body(k.body, -1, false, 0);
+  }
+
+  void body(const std::vector<Stmt>& b, int loop, bool looped, int d) {
+    if (d > kMaxLoopDepth) return;
+    for (const Stmt& s : b) {
+      const int64_t here = pos++;
+      where.push_back(nullptr);
+      const auto i = static_cast<size_t>(s.index);
+      switch (s.kind) {
+        case Stmt::Kind::kAlloc: {
+          if (s.index < 0 || i >= k.tensors.size()) break;
+          const Tensor& t = k.tensors[i];
+          where.back() = &t.loc;
+          if (!on_chip(t.space)) break;
+          if (alloc_pos[i] < 0) {
+            alloc_pos[i] = here;
+            alloc_loop[i] = loop;
+          }
+          in_loop[i] = static_cast<char>(in_loop[i] | looped);
+          break;
+        }
+        case Stmt::Kind::kLoop: {
+          if (s.index < 0 || i >= k.loops.size() || seen[i]) break;
+          seen[i] = 1;
+          const Loop& l = k.loops[i];
+          where.back() = &l.loc;
+          parent[i] = loop;
+          depth[i] = loop < 0 ? 1 : depth[static_cast<size_t>(loop)] + 1;
+          lo[i] = here;
+          body(l.body, s.index, looped || l.trip_count() > 1, d + 1);
+          hi[i] = pos - 1;
+          break;
+        }
+        case Stmt::Kind::kOp: {
+          if (s.index < 0 || i >= k.ops.size()) break;
+          const Op& op = k.ops[i];
+          where.back() = &op.loc;
+          for (size_t sl = 0; sl < op.operands.size(); ++sl) {
+            const auto& a = op.operands[sl];
+            if (a && a->tensor >= 0 && static_cast<size_t>(a->tensor) < k.tensors.size() &&
+                on_chip(k.tensors[static_cast<size_t>(a->tensor)].space))
+              uses.push_back(Use{a->tensor, loop, here, s.index, static_cast<int>(sl)});
+          }
+          break;
+        }
+      }
+    }
+  }
+
+  int depth_of(int l) const { return l < 0 ? 0 : depth[static_cast<size_t>(l)]; }
+  int up(int l) const { return l < 0 ? -1 : parent[static_cast<size_t>(l)]; }
+  /// Innermost loop containing both (-1: top level).
+  int common(int a, int b) const {
+    while (depth_of(a) > depth_of(b)) a = up(a);
+    while (depth_of(b) > depth_of(a)) b = up(b);
+    while (a != b) {
+      a = up(a);
+      b = up(b);
+    }
+    return a;
+  }
+  /// The loop directly inside `anc` on the way to `l` (l must be nested inside anc).
+  int child_of(int l, int anc) const {
+    while (up(l) != anc) l = up(l);
+    return l;
+  }
+
+  std::vector<TileLifetime> lifetimes() const {
+    std::vector<TileLifetime> lt(k.tensors.size());
+    for (size_t t = 0; t < lt.size(); ++t)
+      if (alloc_pos[t] >= 0) lt[t] = TileLifetime{alloc_pos[t], alloc_pos[t], in_loop[t] != 0};
+    std::vector<char> used(k.tensors.size(), 0);
+    for (const Use& u : uses) {
+      const auto t = static_cast<size_t>(u.tensor);
+      if (alloc_pos[t] < 0) continue;
+      int64_t a = u.pos, b = u.pos;
+      const int c = common(u.loop, alloc_loop[t]);
+      for (int l : {u.loop, alloc_loop[t]}) {
+        // A loop around the use but not the alloc: the tile is live across all its iterations. A loop
+        // around the alloc but not the use (the use reads the last iteration's tile): the same.
+        if (l == c) continue;
+        const auto x = static_cast<size_t>(child_of(l, c));
+        a = std::min(a, lo[x]);
+        b = std::max(b, hi[x]);
+      }
+      if (!used[t]) {
+        lt[t].first = a;
+        lt[t].last = b;
+        used[t] = 1;
+      } else {
+        lt[t].first = std::min(lt[t].first, a);
+        lt[t].last = std::max(lt[t].last, b);
+      }
+    }
+    return lt;
+  }
+};
+
+using Ivs = std::vector<std::pair<int64_t, int64_t>>;  // sorted, disjoint [lo, hi] statement intervals
+
+bool meets(const Ivs& a, const Ivs& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i].first <= b[j].second && b[j].first <= a[i].second) return true;
+    if (a[i].second < b[j].second) ++i;
+    else ++j;
+  }
+  return false;
+}
+
+bool contains(const Ivs& a, int64_t x) {
+  for (auto [l, h] : a)
+    if (l <= x && x <= h) return true;
+  return false;
+}
+
+/// Greedy packing of (bytes x lifetime) rectangles in `order`; returns the extent.
+int64_t pack(const std::vector<size_t>& order, const std::vector<int64_t>& size, const std::vector<Ivs>& iv,
+             int64_t unit, bool best_fit, std::vector<int64_t>& off) {
+  std::vector<size_t> placed;
+  std::vector<std::pair<int64_t, int64_t>> busy;
+  int64_t extent = 0;
+  for (size_t i : order) {
+    busy.clear();
+    for (size_t j : placed)
+      if (meets(iv[i], iv[j])) busy.emplace_back(off[j], std::min(kSumCap, off[j] + size[j]));
+    std::sort(busy.begin(), busy.end());
+    int64_t cursor = 0, best = -1, best_gap = std::numeric_limits<int64_t>::max();
+    for (auto [o, e] : busy) {
+      if (o >= cursor && o - cursor >= size[i]) {
+        const int64_t gap = o - cursor;
+        if (!best_fit) {
+          best = cursor;
+          break;
+        }
+        if (gap < best_gap) {
+          best_gap = gap;
+          best = cursor;
+        }
+      }
+      cursor = std::max(cursor, round_up(e, unit));
+    }
+    if (best < 0) best = cursor;
+    off[i] = best;
+    extent = std::max(extent, std::min(kSumCap, best + size[i]));
+    placed.push_back(i);
+  }
+  return extent;
+}
+
+/// Most bytes live at one position, and that position (the first such).
+std::pair<int64_t, int64_t> peak_of(const std::vector<size_t>& ids, const std::vector<int64_t>& size,
+                                    const std::vector<Ivs>& iv) {
+  std::vector<std::pair<int64_t, int64_t>> ev;  // (position, +-bytes)
+  for (size_t i : ids)
+    for (auto [l, h] : iv[i]) {
+      ev.emplace_back(l, size[i]);
+      ev.emplace_back(h + 1, -size[i]);
+    }
+  std::sort(ev.begin(), ev.end());
+  int64_t live = 0, peak = 0, at = ev.empty() ? 0 : ev.front().first;
+  for (size_t e = 0; e < ev.size(); ++e) {
+    live = std::min(kSumCap, live + ev[e].second);
+    if ((e + 1 == ev.size() || ev[e + 1].first != ev[e].first) && live > peak) {
+      peak = live;
+      at = ev[e].first;
+    }
+  }
+  return {std::min(peak, kSumCap), at};
+}
+
+/// Value-level live ranges of tile `t` (the fallback when whole-tile lifetimes do not fit). Kernels
+/// traced with loops unrolled reuse one tile for many values (the tracer hands a dead tile's storage
+/// to the next tile of the same shape), so a tile's first..last access spans values that are never
+/// live together. A backward liveness pass over the tile's elements finds the points where nothing
+/// it holds is read again before being overwritten; the tile is dead across them. Only for tiles
+/// whose accesses all sit at their alloc's loop level with constant indices; a write kills elements
+/// only when it covers all the tile's partitions (slot 0, without accumulate). Empty = not split.
+Ivs value_ranges(const Kernel& k, const Walk& w, size_t t, const std::vector<size_t>& uses, int64_t& budget) {
+  const Tensor& ten = k.tensors[t];
+  if (uses.size() < 2 || ten.shape.size() < 2) return {};
+  const size_t rank = ten.shape.size();
+  std::vector<int64_t> st(rank, 1);
+  for (size_t d = rank - 1; d >= 1; --d) st[d - 1] = st[d] * ten.shape[d];
+  const int64_t elems = st[0];  // free elements per partition
+  if (elems > (int64_t{1} << 24) || elems > budget) return {};
+  for (size_t ui : uses) {
+    const auto& u = w.uses[ui];
+    if (u.loop != w.alloc_loop[t]) return {};
+    const Access& a = *k.ops[static_cast<size_t>(u.op)].operands[static_cast<size_t>(u.slot)];
+    if (!a.dims.empty() && a.dims.size() != rank) return {};
+    for (size_t d = 0; d < a.dims.size(); ++d) {
+      const DimAccess& da = a.dims[d];
+      if (!da.start.is_const() || da.size < 1) return {};
+      const int64_t last = da.broadcast ? da.start.c : da.start.c + (da.size - 1) * da.step;
+      if (da.start.c < 0 || da.start.c >= ten.shape[d] || last < 0 || last >= ten.shape[d]) return {};
+    }
+  }
+  // Visit the free elements of an access; false when over budget.
+  auto visit = [&](const Access& a, auto&& f) {
+    if (a.dims.empty()) {
+      budget -= elems;
+      if (budget < 0) return false;
+      for (int64_t e = 0; e < elems; ++e) f(e);
+      return true;
+    }
+    int64_t n = 1;
+    for (size_t d = 1; d < rank; ++d) n *= a.dims[d].broadcast ? 1 : a.dims[d].size;
+    budget -= n;
+    if (budget < 0) return false;
+    std::vector<int64_t> idx(rank, 0);
+    for (;;) {
+      int64_t e = 0;
+      for (size_t d = 1; d < rank; ++d) {
+        const DimAccess& da = a.dims[d];
+        e += (da.broadcast ? da.start.c : da.start.c + idx[d] * da.step) * st[d];
+      }
+      f(e);
+      size_t d = rank - 1;
+      for (; d >= 1; --d) {
+        const int64_t sz = a.dims[d].broadcast ? 1 : a.dims[d].size;
+        if (++idx[d] < sz) break;
+        idx[d] = 0;
+      }
+      if (d == 0) break;
+    }
+    return true;
+  };
+  std::vector<char> live(static_cast<size_t>(elems), 0);
+  int64_t nlive = 0;
+  // Positions (ascending) and whether nothing is live just before each.
+  std::vector<int64_t> pos;
+  std::vector<char> dead_before;
+  for (size_t end = uses.size(); end > 0;) {
+    const int64_t here = w.uses[uses[end - 1]].pos;
+    size_t first = end - 1;  // the uses of one op (one position): [first, end)
+    while (first > 0 && w.uses[uses[first - 1]].pos == here) --first;
+    for (int pass = 0; pass < 2; ++pass)  // writes, then reads (an op reads its sources before writing)
+      for (size_t i = first; i < end; ++i) {
+        const auto& u = w.uses[uses[i]];
+        const Op& op = k.ops[static_cast<size_t>(u.op)];
+        const Access& a = *op.operands[static_cast<size_t>(u.slot)];
+        const bool full_parts = a.dims.empty() || (a.dims[0].start.c == 0 && a.dims[0].size >= ten.shape[0] &&
+                                                   a.dims[0].step == 1 && !a.dims[0].broadcast);
+        const bool kill = u.slot == 0 && !(op.flags & isa::kAccumulate) && full_parts;
+        if (pass == 0 && kill) {
+          if (!visit(a, [&](int64_t e) {
+                if (live[static_cast<size_t>(e)]) {
+                  live[static_cast<size_t>(e)] = 0;
+                  --nlive;
+                }
+              }))
+            return {};
+        } else if (pass == 1 && !kill) {
+          if (!visit(a, [&](int64_t e) {
+                if (!live[static_cast<size_t>(e)]) {
+                  live[static_cast<size_t>(e)] = 1;
+                  ++nlive;
+                }
+              }))
+            return {};
+        }
+      }
+    pos.push_back(here);
+    dead_before.push_back(nlive == 0);
+    end = first;
+  }
+  std::reverse(pos.begin(), pos.end());
+  std::reverse(dead_before.begin(), dead_before.end());
+  Ivs r;
+  int64_t start = pos[0];
+  for (size_t i = 1; i < pos.size(); ++i)
+    if (dead_before[i]) {
+      r.emplace_back(start, pos[i - 1]);
+      start = pos[i];
+    }
+  r.emplace_back(start, pos.back());
+  if (r.size() < 2) return {};
+  return r;
+}
+
+}  // namespace
+
+std::vector<TileLifetime> tile_lifetimes(const Kernel& k) { return Walk(k).lifetimes(); }
+
+AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int64_t sbuf_avail, int64_t psum_avail) {
+  const Walk w(k);
+  AllocationPlan plan;
+  plan.lifetimes = w.lifetimes();
+  plan.statements = w.pos;
+  const size_t nt = k.tensors.size();
+  const bool stat = p.static_allocation;
+
+  // The Simulator aligns on-chip allocations to the dependency chunk (at least 4 bytes); PSUM tiles
+  // take whole banks so that a bank-sized tile never straddles two.
+  const int64_t align = std::max<int64_t>(4, p.dep_chunk_bytes);
+  const int64_t bank = std::max<int64_t>(align, p.mem.psum_bank_bytes);
+  plan.tiles.assign(nt, TilePlacement{});
+  std::vector<char> automatic(nt, 0);
+  std::vector<int> init_bufs(nt, 1);
+  for (size_t t = 0; t < nt; ++t) {
+    if (plan.lifetimes[t].first < 0) continue;
+    const Tensor& ten = k.tensors[t];
+    TilePlacement& pl = plan.tiles[t];
+    pl.tensor = static_cast<int>(t);
+    pl.stride = round_up(tile_bytes(ten), ten.space == Space::kPsum ? bank : align);
+    automatic[t] = ten.bufs <= 0;
+    pl.bufs = init_bufs[t] = ten.bufs > 0 ? ten.bufs : (plan.lifetimes[t].in_loop ? 2 : 1);
+  }
+
+  // A tile with rotating buffers overlaps consecutive iterations of the loop it rotates over (the
+  // innermost loop around its alloc with more than one trip): the buffers of iterations i and i+1
+  // are live at the same time, so while it has more than one buffer it holds them across that
+  // loop's whole span, and no other tile of the loop body shares them (sharing would serialise the
+  // iterations). With one buffer it is live from its first access to its last.
+  std::vector<int64_t> rot_lo(nt, -1), rot_hi(nt, -1);
+  for (size_t t = 0; t < nt; ++t) {
+    if (plan.tiles[t].tensor < 0) continue;
+    int l = w.alloc_loop[t];
+    while (l >= 0 && k.loops[static_cast<size_t>(l)].trip_count() <= 1) l = w.up(l);
+    if (l < 0) continue;
+    rot_lo[t] = std::min(plan.lifetimes[t].first, w.lo[static_cast<size_t>(l)]);
+    rot_hi[t] = std::max(plan.lifetimes[t].last, w.hi[static_cast<size_t>(l)]);
+  }
+
+  // Value-level live ranges, computed on demand (the fallback when whole-tile lifetimes do not fit).
+  std::vector<Ivs> values(nt);
+  bool values_done = false;
+  auto compute_values = [&] {
+    if (values_done) return;
+    values_done = true;
+    std::vector<std::vector<size_t>> by_tensor(nt);
+    for (size_t i = 0; i < w.uses.size(); ++i) by_tensor[static_cast<size_t>(w.uses[i].tensor)].push_back(i);
+    int64_t budget = int64_t{1} << 27;  // element visits
+    for (size_t t = 0; t < nt; ++t)
+      if (plan.tiles[t].tensor >= 0 && w.alloc_pos[t] >= 0) values[t] = value_ranges(k, w, t, by_tensor[t], budget);
+  };
+
+  // Per tile (by tensor id): bytes, lifetime used for packing, offset.
+  std::vector<int64_t> size(nt, 0), off(nt, 0), off2(nt, 0);
+  std::vector<Ivs> iv(nt);
+
+  for (Space sp : {Space::kSbuf, Space::kPsum}) {
+    const bool psum = sp == Space::kPsum;
+    const int64_t unit = psum ? bank : align;
+    int64_t avail = psum ? psum_avail : sbuf_avail;
+    if (avail < 0) avail = psum ? p.mem.psum_bytes_per_partition() : p.mem.sbuf_bytes_per_partition;
+    std::vector<size_t> ids;
+    for (size_t t = 0; t < nt; ++t)
+      if (plan.tiles[t].tensor >= 0 && k.tensors[t].space == sp) ids.push_back(t);
+    if (ids.empty()) continue;
+
+    int64_t extent = 0, peak = 0, peak_at = 0;
+    // One attempt: whole-tile lifetimes, or value-level ones (`split`). Returns the overflow error.
+    auto attempt = [&](bool split) -> std::optional<Error> {
+      for (size_t t : ids) plan.tiles[t].bufs = init_bufs[t];
+      for (;;) {
+        for (size_t t : ids) {
+          size[t] = region_bytes(plan.tiles[t]);
+          const bool rotating = plan.tiles[t].bufs > 1 && rot_lo[t] >= 0;
+          if (stat) iv[t] = {{0, std::max<int64_t>(0, plan.statements - 1)}};
+          else if (rotating) iv[t] = {{rot_lo[t], rot_hi[t]}};
+          else if (split && !values[t].empty()) iv[t] = values[t];
+          else iv[t] = {{plan.lifetimes[t].first, plan.lifetimes[t].last}};
+        }
+        std::tie(peak, peak_at) = peak_of(ids, size, iv);
+        bool packed = false;
+        if (peak <= avail) {
+          if (stat) {  // every tile its own region, in tensor-id order
+            extent = pack(ids, size, iv, unit, false, off);
+          } else {
+            std::vector<size_t> by_size = ids, by_start = ids;
+            std::stable_sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) {
+              return size[a] != size[b] ? size[a] > size[b] : iv[a].front().first < iv[b].front().first;
+            });
+            std::stable_sort(by_start.begin(), by_start.end(), [&](size_t a, size_t b) {
+              return iv[a].front().first != iv[b].front().first ? iv[a].front().first < iv[b].front().first
+                                                                : size[a] > size[b];
+            });
+            extent = pack(by_size, size, iv, unit, true, off);
+            const int64_t e2 = pack(by_start, size, iv, unit, false, off2);
+            if (e2 < extent) {
+              extent = e2;
+              for (size_t t : ids) off[t] = off2[t];
+            }
+          }
+          if (extent <= avail) return std::nullopt;
+          packed = true;
+        }
+        // Fall back from automatic multi-buffering to one buffer, largest tiles first: those live at
+        // the peak while the peak does not fit, any while only the packing does not.
+        int pick = -1;
+        for (size_t t : ids) {
+          const TilePlacement& pl = plan.tiles[t];
+          if (!automatic[t] || pl.bufs <= 1 || (!packed && !contains(iv[t], peak_at))) continue;
+          if (pick < 0 || pl.stride > plan.tiles[static_cast<size_t>(pick)].stride) pick = static_cast<int>(t);
+        }
+        if (pick >= 0) {
+          plan.tiles[static_cast<size_t>(pick)].bufs = 1;
+          continue;
+        }
+
+        // Overflow: name the tiles live at the point of peak use, largest first.
+        std::vector<size_t> live;
+        for (size_t t : ids)
+          if (contains(iv[t], peak_at)) live.push_back(t);
+        std::stable_sort(live.begin(), live.end(), [&](size_t a, size_t b) { return size[a] > size[b]; });
+        std::string list;
+        for (size_t i = 0; i < live.size() && i < kListedTiles; ++i) {
+          const Tensor& t = k.tensors[live[i]];
+          const int bufs = plan.tiles[live[i]].bufs;
+          list += fmt::format("{}'{}' {} {} x {} buffer{} = {} bytes ({})", i ? ", " : "", t.name,
+                              shape_str(t.shape), dtype_name(t.dtype), bufs, bufs == 1 ? "" : "s", size[live[i]],
+                              loc_str(t.loc));
+        }
+        if (live.size() > kListedTiles) list += fmt::format(", and {} more", live.size() - kListedTiles);
+        const SourceLoc* at =
+            peak_at >= 0 && static_cast<size_t>(peak_at) < w.where.size() ? w.where[static_cast<size_t>(peak_at)]
+                                                                           : nullptr;
+        const std::string point =
+            stat ? std::string(" (compiler.allocation: static, every tile keeps its storage for the whole kernel)")
+            : at && (at->line > 0 || !at->file.empty()) ? fmt::format(" (at {})", loc_str(*at))
+                                                        : std::string();
+        const char* mem = psum ? "PSUM" : "SBUF";
+        const char* banks = psum ? " (whole 2 KiB banks)" : "";
+        std::string msg =
+            packed ? fmt::format("{} overflow: the tiles do not pack into the {} bytes per partition available: "
+                                 "their placement needs {} bytes per partition with their rotating buffers{}, at "
+                                 "most {} of them live at once; tiles live at the point of peak use{}, largest "
+                                 "first: {}",
+                                 mem, avail, extent, banks, peak, point, list)
+                   : fmt::format("{} overflow: the tiles live at the point of peak use{} need {} bytes per "
+                                 "partition with their rotating buffers{}, but {} are available; live tiles, "
+                                 "largest first: {}",
+                                 mem, point, peak, banks, avail, list);
+        return Error(psum ? ErrorCode::kPsumOverflow : ErrorCode::kSbufOverflow, std::move(msg),
+                     live.empty() ? SourceLoc{} : k.tensors[live[0]].loc);
+      }
+    };
+
+    std::optional<Error> err = attempt(false);
+    if (err && !stat) {
+      compute_values();
+      bool any = false;
+      for (size_t t : ids) any |= !values[t].empty();
+      if (any) err = attempt(true);
+    }
+    if (err) throw *err;
+    for (size_t t : ids) plan.tiles[t].offset = off[t];
+    (psum ? plan.psum_extent : plan.sbuf_extent) = extent;
+    (psum ? plan.psum_peak : plan.sbuf_peak) = peak;
+  }
+  return plan;
+}
+
+}  // namespace nsim::frontend

@@ -1,0 +1,62 @@
+#pragma once
+/// SBUF/PSUM storage of a kernel's tiles, as the Neuron compiler allocates it (spec compiler.md §4):
+/// a tile's storage is needed only from its first access to its last; tiles whose lifetimes do not
+/// overlap share storage; a tile allocated inside a loop body gets rotating buffers (2 by default
+/// when capacity allows, down to 1 when it does not; Tensor::bufs > 0 is a manual count).
+///
+/// Lifetimes are positions in a preorder walk of the statement tree (every statement — alloc, loop,
+/// op — gets the next number; a loop's span is its own number through the last number in its body).
+/// A use inside a loop nested deeper than the tile's alloc statement covers that whole loop (the
+/// tile is live across all its iterations); a use outside the loop that allocates the tile (Python
+/// scoping: reading the last iteration's tile) covers that whole loop too. A tile without accesses
+/// lives at its alloc statement only. Static lifetimes then overlap exactly when the tiles can be
+/// live at the same time at run time, so tiles with disjoint lifetimes may share bytes. A tile with
+/// more than one rotating buffer keeps them across the whole loop it rotates over (consecutive
+/// iterations overlap: that is what the buffers are for), so tiles of the same loop body do not
+/// share its bytes; with one buffer it shares from its last access on.
+///
+/// When the tiles do not fit even with one buffer each, a fallback splits tiles of straight-line code
+/// (accesses at the alloc's loop level, constant indices) into value-level live ranges by a backward
+/// liveness pass over their elements: kernels traced with loops unrolled reuse one tile for many
+/// values, so whole-tile lifetimes overlap where the values never do (see allocate.cpp).
+///
+/// `compiler.allocation: static` (CoreParams::static_allocation) gives every tile its own region
+/// for the whole kernel, in tensor-id order (nsim's behaviour before liveness allocation).
+#include <cstdint>
+#include <vector>
+
+#include "engines/params.h"
+#include "frontend/ir.h"
+#include "frontend/lower.h"
+
+namespace nsim::frontend {
+
+/// Statement positions (preorder, inclusive) over which a tile's storage is live.
+struct TileLifetime {
+  int64_t first = -1, last = -1;  ///< -1: the tensor has no alloc statement (not a tile)
+  bool in_loop = false;           ///< its alloc sits inside a loop with a trip count > 1
+};
+
+/// The result of allocate_tiles().
+struct AllocationPlan {
+  std::vector<TilePlacement> tiles;     ///< by tensor id (tensor -1 for non-tiles); offsets from 0
+  std::vector<TileLifetime> lifetimes;  ///< by tensor id
+  /// Bytes per partition the placements of each space span (max over tiles of offset + stride * bufs):
+  /// the region the kernel needs.
+  int64_t sbuf_extent = 0, psum_extent = 0;
+  /// Most bytes per partition (stride * bufs of each tile) live at one statement.
+  int64_t sbuf_peak = 0, psum_peak = 0;
+  int64_t statements = 0;  ///< statements numbered by the preorder walk
+};
+
+/// Lifetime of every tile (by tensor id). Robust to malformed kernels (bad ids, shared loops).
+std::vector<TileLifetime> tile_lifetimes(const Kernel& k);
+
+/// Buffer depth and placement of every tile (see Lowering::plan_tiles for the rules they keep).
+/// `sbuf_avail` / `psum_avail`: bytes per partition available (-1 = the whole memory). Throws E204 /
+/// E206 naming the tiles live at the point of peak use when the tiles cannot fit even with one
+/// buffer each for the automatic ones.
+AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int64_t sbuf_avail = -1,
+                              int64_t psum_avail = -1);
+
+}  // namespace nsim::frontend

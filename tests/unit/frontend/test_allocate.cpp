@@ -1,0 +1,508 @@
+// Liveness-based SBUF/PSUM allocation (frontend/compiler/allocate.h): lifetimes, storage shared by
+// tiles with disjoint lifetimes, rotating-buffer fallback, manual bufs, PSUM banks, the overflow
+// error naming the live tiles, the static switch, and numerics unchanged by reuse.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engines/params.h"
+#include "engines/simulator.h"
+#include "frontend/compiler/allocate.h"
+#include "frontend/ir.h"
+#include "frontend/lower.h"
+
+#include "kernel_builder.h"
+
+using namespace nsim;
+using frontend::allocate_tiles;
+using frontend::Lowering;
+using frontend::TilePlacement;
+using frontend::verify_kernel;
+using isa::AluOp;
+using isa::Space;
+
+namespace {
+
+engines::CoreParams params(const std::string& preset, const std::vector<std::string>& overrides = {}) {
+  return engines::CoreParams::from_config(engines::load_config(preset, overrides));
+}
+engines::CoreParams static_params(const std::string& preset) { return params(preset, {"compiler.allocation=static"}); }
+
+std::unique_ptr<Simulator> make_sim(bool numerics, const std::vector<std::string>& overrides = {}) {
+  return Simulator::from_preset("trn2", overrides, SimOptions{numerics, ""});
+}
+
+/// "t" + n (spelled out: GCC 12 warns falsely about operator+ on a literal and a temporary).
+std::string nm(const char* base, int n) {
+  std::string s = base;
+  s += std::to_string(n);
+  return s;
+}
+
+/// Byte ranges [offset, offset + stride * bufs) of two placements intersect.
+bool overlap(const TilePlacement& a, const TilePlacement& b) {
+  return a.offset < b.offset + b.stride * b.bufs && b.offset < a.offset + a.stride * a.bufs;
+}
+
+/// load x[i-th 128 rows] into a tile of `cols` fp32 columns, add 1, store to y: one loop, 2 tiles.
+void add_one_loop(KB& b, int x, int y, int64_t cols, int trips, int tag, int line) {
+  const int i = b.loop(nm("i", tag), 0, trips, 1, LoopKind::kAffine, line);
+  const int a = b.tile(nm("a", tag), {128, cols}, DType::kFloat32, 0, line + 1);
+  const int u = b.tile(nm("u", tag), {128, cols}, DType::kFloat32, 0, line + 2);
+  b.op("dma_copy", {W(a), X(x, {D(A(i, 128), 128), D(0, cols)})}, line + 3);
+  b.ts(W(u), W(a), AluOp::kAdd, 1.0f, line + 4);
+  b.op("dma_copy", {X(y, {D(A(i, 128), 128), D(0, cols)}), W(u)}, line + 5);
+  b.end();
+}
+
+}  // namespace
+
+TEST_CASE("allocate: lifetimes follow accesses, loops and scoping", "[allocate]") {
+  KB b;
+  const int x = b.input("x", {256, 64});
+  const int y = b.output("y", {256, 64});
+  const int top = b.tile("top", {128, 64});        // statement 0; used inside loop i -> covers it
+  const int idle = b.tile("idle", {128, 64});      // 1, never used
+  const int i = b.loop("i", 0, 2);                 // 2 .. 7
+  const int t = b.tile("t", {128, 64});            // 3
+  b.op("dma_copy", {W(t), X(x, {D(A(i, 128), 128), D(0, 64)})});  // 4
+  const int j = b.loop("j", 0, 3);                 // 5 .. 6
+  b.ts(W(top), X(t, {D(0, 128), B(0, 64)}), AluOp::kAdd, 1.0f);  // 6: t used in a deeper loop -> covers j
+  b.end();
+  b.op("dma_copy", {X(y, {D(A(i, 128), 128), D(0, 64)}), W(top)});  // 7
+  b.end();
+  (void)j;
+  const auto lt = frontend::tile_lifetimes(b.k);
+  REQUIRE(lt.size() == 5);
+  CHECK(lt[static_cast<size_t>(x)].first == -1);  // HBM: no alloc statement
+  CHECK(lt[static_cast<size_t>(top)].first == 2);
+  CHECK(lt[static_cast<size_t>(top)].last == 7);
+  CHECK_FALSE(lt[static_cast<size_t>(top)].in_loop);
+  CHECK(lt[static_cast<size_t>(idle)].first == 1);
+  CHECK(lt[static_cast<size_t>(idle)].last == 1);
+  CHECK(lt[static_cast<size_t>(t)].first == 4);
+  CHECK(lt[static_cast<size_t>(t)].last == 6);
+  CHECK(lt[static_cast<size_t>(t)].in_loop);
+
+  SECTION("a use after the allocating loop (the last iteration's tile) covers the loop") {
+    KB c;
+    const int in = c.input("x", {128, 8});
+    const int out = c.output("y", {128, 8});
+    c.loop("k", 0, 4);                 // 0 .. 2
+    const int v = c.tile("v", {128, 8});  // 1
+    c.op("dma_copy", {W(v), W(in)});   // 2
+    c.end();
+    c.op("dma_copy", {W(out), W(v)});  // 3
+    const auto l2 = frontend::tile_lifetimes(c.k);
+    CHECK(l2[static_cast<size_t>(v)].first == 0);
+    CHECK(l2[static_cast<size_t>(v)].last == 3);
+  }
+}
+
+TEST_CASE("allocate: tiles of two sequential loops share storage", "[allocate]") {
+  // Each loop's body tile needs 60% of trn2's SBUF (137600 of 229376 B): together they would not fit.
+  KB b;
+  const int x = b.input("x", {256, 34400});
+  const int y = b.output("y", {256, 34400});
+  const int z = b.output("z", {256, 34400});
+  int tiles[2];
+  for (int r = 0; r < 2; ++r) {
+    const int i = b.loop(nm("i", r), 0, 2, 1, LoopKind::kAffine, 10 * r + 10);
+    const int t = tiles[r] = b.tile(nm("t", r), {128, 34400}, DType::kFloat32, 0, 10 * r + 11);
+    b.op("dma_copy", {W(t), X(x, {D(A(i, 128), 128), D(0, 34400)})}, 10 * r + 12);
+    b.ts(W(t), W(t), AluOp::kAdd, 1.0f, 10 * r + 13);
+    b.op("dma_copy", {X(r ? z : y, {D(A(i, 128), 128), D(0, 34400)}), W(t)}, 10 * r + 14);
+    b.end();
+  }
+  const auto p = params("trn2");
+  REQUIRE_NOTHROW(verify_kernel(b.k, p));
+  const auto plan = allocate_tiles(b.k, p);
+  const TilePlacement& p0 = plan.tiles[static_cast<size_t>(tiles[0])];
+  const TilePlacement& p1 = plan.tiles[static_cast<size_t>(tiles[1])];
+  for (const TilePlacement* q : {&p0, &p1}) {
+    CHECK(q->bufs == 1);  // two buffers of 60% do not fit
+    CHECK(q->stride == 137600);
+  }
+  CHECK(overlap(p0, p1));  // the second loop reuses the first's bytes
+  CHECK(plan.sbuf_peak == 137600);
+  CHECK(plan.sbuf_extent == 137600);
+
+  // Static allocation: every tile its own region, which does not fit.
+  try {
+    allocate_tiles(b.k, static_params("trn2"));
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kSbufOverflow);
+    CHECK_THAT(e.message(), Catch::Contains("compiler.allocation: static"));
+    CHECK_THAT(e.message(), Catch::Contains("need 275200 bytes"));
+  }
+
+  // Lowering places both in one region and runs.
+  auto s = make_sim(false);
+  Lowering l(b.k, *s);
+  CHECK(overlap(l.placements()[static_cast<size_t>(tiles[0])], l.placements()[static_cast<size_t>(tiles[1])]));
+  l.run();
+  s->finish();
+  CHECK(l.instructions() == 12);
+  CHECK(s->stats().get("memory.sbuf_peak_bytes_per_partition") == 137600);
+}
+
+TEST_CASE("allocate: loop-body tiles totalling 4x SBUF, never more than half live, simulate", "[allocate]") {
+  // 8 sequential loops, each with two double-buffered [128, 7168] fp32 tiles: 4 x 57344 = 229376 B
+  // (all of trn2's SBUF / 2 ... x 8 loops = 4x SBUF over the run), at most 114688 B live at once.
+  KB b;
+  const int x = b.input("x", {256, 7168});
+  const int y = b.output("y", {256, 7168});
+  for (int r = 0; r < 8; ++r) add_one_loop(b, x, y, 7168, 2, r, 10 * (r + 1));
+  auto s = make_sim(false);
+  verify_kernel(b.k, s->params());
+  Lowering l(b.k, *s);
+  int64_t total = 0;
+  for (const TilePlacement& pl : l.placements())
+    if (pl.tensor >= 0) {
+      CHECK(pl.bufs == 2);
+      total += pl.stride * pl.bufs;
+    }
+  CHECK(total == 4 * s->params().mem.sbuf_bytes_per_partition);
+  l.run();
+  s->finish();
+  CHECK(l.instructions() == 8 * 2 * 3);
+  const auto st = s->stats();
+  CHECK(st.get("memory.sbuf_peak_bytes_per_partition") == 2 * 2 * 7168 * 4);
+  CHECK(st.get("memory.sbuf_peak_bytes_per_partition") <= s->params().mem.sbuf_bytes_per_partition / 2);
+
+  // With compiler.allocation=static the same kernel overflows.
+  auto s2 = make_sim(false, {"compiler.allocation=static"});
+  try {
+    Lowering l2(b.k, *s2);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kSbufOverflow);
+  }
+}
+
+TEST_CASE("allocate: E204 names the tiles live at the point of peak use", "[allocate][capacity]") {
+  KB b;
+  const int x = b.input("x", {128, 21000});
+  const int ya = b.output("ya", {128, 21000});
+  const int yb = b.output("yb", {128, 21000});
+  const int yc = b.output("yc", {128, 21000});
+  const int dead = b.tile("dead", {128, 20000}, DType::kFloat32, 0, 50);  // live before the others only
+  const int ta = b.tile("ta", {128, 20000}, DType::kFloat32, 0, 51);      // 80000 B
+  const int tb = b.tile("tb", {128, 20000}, DType::kFloat32, 0, 52);      // 80000 B
+  const int tc = b.tile("tc", {128, 21000}, DType::kFloat32, 0, 53);      // 84032 B: 244032 B live together
+  b.op("dma_copy", {W(dead), X(x, {D(0, 128), D(0, 20000)})}, 60);
+  b.op("dma_copy", {X(ya, {D(0, 128), D(0, 20000)}), W(dead)}, 61);
+  b.op("dma_copy", {W(ta), X(x, {D(0, 128), D(0, 20000)})}, 62);
+  b.op("dma_copy", {W(tb), X(x, {D(0, 128), D(0, 20000)})}, 63);
+  b.op("dma_copy", {W(tc), W(x)}, 64);
+  b.op("dma_copy", {X(ya, {D(0, 128), D(0, 20000)}), W(ta)}, 65);
+  b.op("dma_copy", {X(yb, {D(0, 128), D(0, 20000)}), W(tb)}, 66);
+  b.op("dma_copy", {W(yc), W(tc)}, 67);
+  try {
+    verify_kernel(b.k, params("trn2"));
+    FAIL("no error");
+  } catch (const Error& e) {
+    INFO(e.message());
+    CHECK(e.code() == ErrorCode::kSbufOverflow);
+    CHECK(e.loc().line == 53);  // the largest live tile
+    CHECK_THAT(e.message(), Catch::Contains("need 244032 bytes per partition"));
+    CHECK_THAT(e.message(), Catch::Contains("but 229376 are available"));
+    CHECK_THAT(e.message(), Catch::Contains("'tc' [128, 21000] float32 x 1 buffer = 84032 bytes (kernel.py:53)"));
+    CHECK_THAT(e.message(), Catch::Contains("'ta' [128, 20000] float32 x 1 buffer = 80000 bytes (kernel.py:51)"));
+    CHECK_THAT(e.message(), Catch::Contains("'tb' [128, 20000] float32 x 1 buffer = 80000 bytes (kernel.py:52)"));
+    CHECK_THAT(e.message(), Catch::Contains("(at kernel.py:64)"));  // the point of peak use
+    CHECK_THAT(e.message(), !Catch::Contains("'dead'"));
+    // Largest first.
+    CHECK(e.message().find("'tc'") < e.message().find("'ta'"));
+  }
+  // The same tiles fit on trn3 (256 KiB).
+  CHECK_NOTHROW(verify_kernel(b.k, params("trn3")));
+
+  SECTION("long lists are cut at 8 tiles") {
+    KB c;
+    const int in = c.input("x", {128, 6000});
+    const int out = c.output("y", {128, 6000});
+    std::vector<int> ts;
+    for (int n = 0; n < 10; ++n) ts.push_back(c.tile(nm("t", n), {128, 6000}, DType::kFloat32, 0, 70 + n));
+    for (int t : ts) c.op("dma_copy", {W(t), W(in)});
+    for (int t : ts) c.op("dma_copy", {W(out), W(t)});
+    try {
+      allocate_tiles(c.k, params("trn2"));
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kSbufOverflow);
+      CHECK_THAT(e.message(), Catch::Contains("need 240000 bytes"));
+      CHECK_THAT(e.message(), Catch::Contains(", and 2 more"));
+      CHECK(e.loc().line == 70);
+    }
+  }
+}
+
+TEST_CASE("allocate: manual bufs are honoured, automatic ones fall back first", "[allocate][bufs]") {
+  KB b;
+  const int x = b.input("x", {512, 12500});
+  const int y = b.output("y", {512, 12500});
+  const int once = b.tile("once", {128, 16}, DType::kFloat32, 2, 5);  // top level, manual 2
+  const int i = b.loop("i", 0, 4, 1, LoopKind::kSequential);  // 'once' is written every iteration
+  const int m = b.tile("m", {128, 12500}, DType::kFloat32, 3, 6);     // 50000 B x 3 (manual)
+  const int a = b.tile("a", {128, 12500}, DType::kFloat32, 0, 7);     // 50000 B x 2 (automatic)
+  b.op("dma_copy", {W(m), X(x, {D(A(i, 128), 128), D(0, 12500)})});
+  b.ts(W(a), W(m), AluOp::kAdd, 1.0f);
+  b.ts(W(once), X(a, {D(0, 128), D(0, 16)}), AluOp::kAdd, 1.0f);
+  b.op("dma_copy", {X(y, {D(A(i, 128), 128), D(0, 12500)}), W(a)});
+  b.end();
+  const auto p = params("trn2");
+  REQUIRE_NOTHROW(verify_kernel(b.k, p));
+  const auto plan = allocate_tiles(b.k, p);
+  const auto& pl = plan.tiles;
+  CHECK(pl[static_cast<size_t>(once)].bufs == 2);
+  CHECK(pl[static_cast<size_t>(m)].bufs == 3);
+  CHECK(pl[static_cast<size_t>(a)].bufs == 1);  // 3 x 50048 + 2 x 50048 > 229376: the automatic one yields
+  CHECK_FALSE(overlap(pl[static_cast<size_t>(m)], pl[static_cast<size_t>(a)]));
+  CHECK_FALSE(overlap(pl[static_cast<size_t>(once)], pl[static_cast<size_t>(a)]));
+  // With room, the automatic tile keeps 2 buffers (trn3: 256 KiB).
+  CHECK(allocate_tiles(b.k, params("trn3")).tiles[static_cast<size_t>(a)].bufs == 2);
+
+  // The lowering rotates m over its 3 buffers.
+  auto s = make_sim(false);
+  Lowering l(b.k, *s);
+  const TilePlacement mp = l.placements()[static_cast<size_t>(m)];
+  std::vector<isa::Instr> v;
+  isa::Instr in;
+  while (l.next(in)) v.push_back(in);
+  REQUIRE(v.size() == 16);
+  for (size_t it = 0; it < 4; ++it) CHECK(v[4 * it].slot(0).offset == mp.offset + static_cast<int64_t>(it % 3) * mp.stride);
+}
+
+TEST_CASE("allocate: PSUM tiles take whole banks and never straddle them", "[allocate][psum]") {
+  KB b;
+  const int a = b.input("a", {128, 128}, DType::kBFloat16);
+  const int bm = b.input("b", {128, 512}, DType::kBFloat16);
+  const int c = b.output("c", {128, 1536});
+  const int at = b.tile("at", {128, 128}, DType::kBFloat16);
+  const int bt = b.tile("bt", {128, 512}, DType::kBFloat16);
+  b.op("dma_copy", {W(at), W(a)});
+  b.op("dma_copy", {W(bt), W(bm)});
+  // Loop 1: a 400 B PSUM tile (one bank) per iteration; loop 2: a 4 KiB one (two banks).
+  const int i = b.loop("i", 0, 3);
+  const int p1 = b.psum("p1", {128, 100});
+  const int s1 = b.tile("s1", {128, 100});
+  b.op("nc_matmul", {W(p1), W(at), X(bt, {D(0, 128), D(0, 100)})});
+  b.op("tensor_copy", {W(s1), W(p1)});
+  b.op("dma_copy", {X(c, {D(0, 128), D(A(i, 100), 100)}), W(s1)});
+  b.end();
+  const int j = b.loop("j", 0, 2);
+  const int p2 = b.psum("p2", {128, 1024});
+  const int s2 = b.tile("s2", {128, 512});
+  b.op("nc_matmul", {X(p2, {D(0, 128), D(0, 512)}), W(at), W(bt)});
+  b.op("tensor_copy", {W(s2), X(p2, {D(0, 128), D(0, 512)})});
+  b.op("dma_copy", {X(c, {D(0, 128), D(A(j, 512, 512), 512)}), W(s2)});
+  b.end();
+  const auto p = params("trn2");
+  REQUIRE_NOTHROW(verify_kernel(b.k, p));
+  const auto plan = allocate_tiles(b.k, p);
+  const TilePlacement& q1 = plan.tiles[static_cast<size_t>(p1)];
+  const TilePlacement& q2 = plan.tiles[static_cast<size_t>(p2)];
+  CHECK(q1.stride == 2048);
+  CHECK(q1.bufs == 2);
+  CHECK(q2.stride == 4096);
+  CHECK(q2.bufs == 2);
+  for (const TilePlacement* q : {&q1, &q2}) CHECK(q->offset % 2048 == 0);
+  CHECK(overlap(q1, q2));  // disjoint lifetimes share banks
+  CHECK(plan.psum_peak == 8192);
+
+  // On a simulator whose PSUM already holds 100 bytes, the region still starts on a bank.
+  auto s = make_sim(false);
+  s->alloc_tile(Space::kPsum, 128, {25}, DType::kFloat32);
+  const int64_t used = s->memory().allocator(Space::kPsum).used();
+  Lowering l(b.k, *s);
+  for (int t : {p1, p2}) {
+    const TilePlacement& q = l.placements()[static_cast<size_t>(t)];
+    CHECK(q.offset % 2048 == 0);
+    CHECK(q.offset >= 2048);
+  }
+  l.run();
+  s->finish();
+  CHECK(s->stats().get("memory.psum_peak_bytes_per_partition") == static_cast<double>(used + 8192));
+}
+
+TEST_CASE("allocate: E206 when simultaneously live PSUM tiles exceed 8 banks", "[allocate][psum][capacity]") {
+  auto build = [](int n) {
+    KB b;
+    const int a = b.input("a", {128, 128}, DType::kBFloat16);
+    const int c = b.output("c", {128, 128});
+    const int at = b.tile("at", {128, 128}, DType::kBFloat16);
+    b.op("dma_copy", {W(at), W(a)});
+    std::vector<int> ps;
+    for (int j = 0; j < n; ++j) ps.push_back(b.psum(nm("p", j), {128, 128}, 0, 80 + j));
+    for (int t : ps) b.op("nc_matmul", {W(t), W(at), W(at)});  // all live until read below
+    const int ct = b.tile("ct", {128, 128});
+    for (int t : ps) b.op("tensor_copy", {W(ct), W(t)});
+    b.op("dma_copy", {W(c), W(ct)});
+    return b.k;
+  };
+  try {
+    allocate_tiles(build(9), params("trn2"));
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kPsumOverflow);
+    CHECK(e.loc().line == 80);
+    CHECK_THAT(e.message(), Catch::Contains("need 18432 bytes per partition"));
+    CHECK_THAT(e.message(), Catch::Contains("whole 2 KiB banks"));
+    CHECK_THAT(e.message(), Catch::Contains("x 1 buffer = 2048 bytes (kernel.py:80)"));
+    CHECK_THAT(e.message(), Catch::Contains(", and 1 more"));
+  }
+  // Eight fit, one bank each.
+  const auto plan = allocate_tiles(build(8), params("trn2"));
+  CHECK(plan.psum_peak == 16384);
+  CHECK(plan.psum_extent == 16384);
+}
+
+TEST_CASE("allocate numerics: tiles reusing other tiles' storage compute what static allocation does",
+          "[allocate][numerics]") {
+  // Loop i: a = x[i]; u = a + 1 -> y[i] (double-buffered). Loop j (one buffer each): b = x2[j];
+  // v = b * 3; w = v + 2 -> z[j]. Loop j's tiles may take loop i's bytes, and w may take b's (b is
+  // dead once v is computed).
+  KB b;
+  const int x = b.input("x", {256, 512});
+  const int x2 = b.input("x2", {256, 512});
+  const int y = b.output("y", {256, 512});
+  const int z = b.output("z", {256, 512});
+  const int i = b.loop("i", 0, 2);
+  const int ta = b.tile("a", {128, 512});
+  const int tu = b.tile("u", {128, 512});
+  b.op("dma_copy", {W(ta), X(x, {D(A(i, 128), 128), D(0, 512)})});
+  b.ts(W(tu), W(ta), AluOp::kAdd, 1.0f);
+  b.op("dma_copy", {X(y, {D(A(i, 128), 128), D(0, 512)}), W(tu)});
+  b.end();
+  const int j = b.loop("j", 0, 2);
+  const int tb = b.tile("b", {128, 512}, DType::kFloat32, 1);
+  const int tv = b.tile("v", {128, 512}, DType::kFloat32, 1);
+  const int tw = b.tile("w", {128, 512}, DType::kFloat32, 1);
+  b.op("dma_copy", {W(tb), X(x2, {D(A(j, 128), 128), D(0, 512)})});
+  b.ts(W(tv), W(tb), AluOp::kMultiply, 3.0f);
+  b.ts(W(tw), W(tv), AluOp::kAdd, 2.0f);
+  b.op("dma_copy", {X(z, {D(A(j, 128), 128), D(0, 512)}), W(tw)});
+  b.end();
+
+  std::vector<float> xv(256 * 512), x2v(256 * 512);
+  for (size_t n = 0; n < xv.size(); ++n) {
+    xv[n] = static_cast<float>(n % 977) * 0.25f - 100.0f;
+    x2v[n] = static_cast<float>((n * 31) % 1013) * 0.5f - 200.0f;
+  }
+  auto run = [&](const std::vector<std::string>& overrides, std::vector<TilePlacement>& pl) {
+    auto s = make_sim(true, overrides);
+    verify_kernel(b.k, s->params());
+    Lowering::allocate_hbm(b.k, *s);
+    s->write_hbm("x", xv.data(), xv.size() * 4);
+    s->write_hbm("x2", x2v.data(), x2v.size() * 4);
+    Lowering l(b.k, *s);
+    pl = l.placements();
+    l.run();
+    s->finish();
+    return std::make_pair(s->read_hbm("y"), s->read_hbm("z"));
+  };
+  std::vector<TilePlacement> live_pl, static_pl;
+  const auto live = run({}, live_pl);
+  const auto stat = run({"compiler.allocation=static"}, static_pl);
+  const auto pl = [](const std::vector<TilePlacement>& p, int t) { return p[static_cast<size_t>(t)]; };
+  // Reuse happened with liveness allocation, not with static.
+  CHECK(overlap(pl(live_pl, tw), pl(live_pl, tb)));
+  CHECK((overlap(pl(live_pl, tb), pl(live_pl, ta)) || overlap(pl(live_pl, tb), pl(live_pl, tu))));
+  CHECK_FALSE(overlap(pl(live_pl, ta), pl(live_pl, tu)));
+  CHECK_FALSE(overlap(pl(live_pl, tb), pl(live_pl, tv)));
+  CHECK_FALSE(overlap(pl(live_pl, tv), pl(live_pl, tw)));
+  const int all[] = {ta, tu, tb, tv, tw};
+  for (int p : all)
+    for (int q : all)
+      if (p < q) CHECK_FALSE(overlap(pl(static_pl, p), pl(static_pl, q)));
+  CHECK(live.first == stat.first);
+  CHECK(live.second == stat.second);
+  std::vector<float> yv(xv.size()), zv(xv.size());
+  REQUIRE(live.first.size() == yv.size() * 4);
+  REQUIRE(live.second.size() == zv.size() * 4);
+  std::memcpy(yv.data(), live.first.data(), live.first.size());
+  std::memcpy(zv.data(), live.second.data(), live.second.size());
+  size_t bad = 0;
+  for (size_t n = 0; n < xv.size(); ++n) bad += (yv[n] != xv[n] + 1.0f) + (zv[n] != x2v[n] * 3.0f + 2.0f);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("allocate: unrolled code reusing one tile for many values splits its lifetime when short",
+          "[allocate][values]") {
+  // What the tracer emits for an unrolled loop: tiles A and B alternate (A holds the values of even
+  // iterations, B of odd ones), each written whole, then read. Whole-tile lifetimes overlap (A and B
+  // both span the kernel); value-level ranges do not, so when A + B do not fit, they share storage.
+  auto build = [](int64_t cols, bool half_write) {
+    KB b;
+    const int x = b.input("x", {128, 4 * cols});
+    const int y = b.output("y", {128, 4 * cols});
+    const int ta = b.tile("A", {128, cols}, DType::kFloat32, 0, 90);
+    const int tb = b.tile("B", {128, cols}, DType::kFloat32, 0, 91);
+    for (int it = 0; it < 4; ++it) {
+      const int t = it % 2 ? tb : ta;
+      if (half_write && it == 2) {  // a write of half the partitions does not end the previous value
+        b.op("dma_copy", {X(t, {D(0, 64), D(0, cols)}), X(x, {D(0, 64), D(it * cols, cols)})}, 100 + it);
+        b.op("dma_copy", {X(t, {D(64, 64), D(0, cols)}), X(x, {D(64, 64), D(it * cols, cols)})}, 100 + it);
+      } else {
+        b.op("dma_copy", {W(t), X(x, {D(0, 128), D(it * cols, cols)})}, 100 + it);
+      }
+      b.ts(W(t), W(t), AluOp::kAdd, static_cast<float>(it + 1), 110 + it);
+      b.op("dma_copy", {X(y, {D(0, 128), D(it * cols, cols)}), W(t)}, 120 + it);
+    }
+    return b.k;
+  };
+  const Kernel k = build(34400, false);  // 137600 B each: 60% of trn2's SBUF
+  const auto plan = allocate_tiles(k, params("trn2"));
+  CHECK(overlap(plan.tiles[2], plan.tiles[3]));
+  CHECK(plan.sbuf_peak == 137600);
+  // With room, the tiles keep their own storage (the tracer's double buffering).
+  const auto roomy = allocate_tiles(build(1024, false), params("trn2"));
+  CHECK_FALSE(overlap(roomy.tiles[2], roomy.tiles[3]));
+  // A value not ended by a whole write keeps the tiles live together.
+  try {
+    allocate_tiles(build(34400, true), params("trn2"));
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kSbufOverflow);
+    CHECK_THAT(e.message(), Catch::Contains("'A'"));
+    CHECK_THAT(e.message(), Catch::Contains("'B'"));
+  }
+
+  // Numerics: on a 12 KiB SBUF two 8 KiB tiles must share; results match a roomy static allocation.
+  const Kernel small = build(2048, false);
+  std::vector<float> xv(128 * 4 * 2048);
+  for (size_t n = 0; n < xv.size(); ++n) xv[n] = static_cast<float>(n % 1531) * 0.125f - 50.0f;
+  auto run = [&](const std::vector<std::string>& overrides, std::vector<TilePlacement>& pl) {
+    auto s = make_sim(true, overrides);
+    verify_kernel(small, s->params());
+    Lowering::allocate_hbm(small, *s);
+    s->write_hbm("x", xv.data(), xv.size() * 4);
+    Lowering l(small, *s);
+    pl = l.placements();
+    l.run();
+    s->finish();
+    return s->read_hbm("y");
+  };
+  std::vector<TilePlacement> tight_pl, static_pl;
+  const auto tight = run({"sbuf.bytes_per_partition=12KiB"}, tight_pl);
+  const auto roomy_static = run({"compiler.allocation=static"}, static_pl);
+  CHECK(overlap(tight_pl[2], tight_pl[3]));
+  CHECK_FALSE(overlap(static_pl[2], static_pl[3]));
+  CHECK(tight == roomy_static);
+  std::vector<float> yv(xv.size());
+  REQUIRE(tight.size() == yv.size() * 4);
+  std::memcpy(yv.data(), tight.data(), tight.size());
+  size_t bad = 0;
+  for (size_t n = 0; n < yv.size(); ++n) {
+    const size_t it = (n % (4 * 2048)) / 2048;
+    bad += yv[n] != xv[n] + static_cast<float>(it + 1);
+  }
+  CHECK(bad == 0);
+}
