@@ -46,7 +46,8 @@ class Config {
   static Config from_yaml(std::string_view yaml_text, std::span<const ParamDecl> schema,
                           const std::vector<std::string>& overrides = {},
                           const std::string& configs_dir = default_configs_dir());
-  /// $NSIM_CONFIGS_DIR if set, else the source tree's configs/ (compile definition NSIM_CONFIGS_DIR).
+  /// $NSIM_CONFIGS_DIR if set, else configs/ next to (or one level above, or in ../share/nsim/ of) the
+  /// running binary or the _nsim module, else the source tree's configs/ (compile definition NSIM_CONFIGS_DIR).
   static std::string default_configs_dir();
 
   bool has(std::string_view key) const;
