@@ -33,17 +33,6 @@ constexpr int64_t kHbmChunk = 65536;
 
 int popcount8(uint8_t m) { return __builtin_popcount(m); }
 
-bool is_float(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-    case DType::kBFloat16:
-    case DType::kFloat16:
-    case DType::kFloat8E4M3:
-    case DType::kFloat8E5M2: return true;
-    default: return false;
-  }
-}
-
 }  // namespace
 
 struct Scheduler::Impl {
@@ -234,7 +223,7 @@ struct Scheduler::Impl {
         const Operand& o = in.slot(i);
         if (!o.present()) continue;
         psum_opnd |= o.space == Space::kPsum;
-        floats &= is_float(o.dtype);
+        floats &= dtype_is_float(o.dtype);
       }
       // Only where every allowed engine computes the same values: float operands (integer copies and
       // int32 tensor_tensor differ between engines); GpSimd has no PSUM access; ScalarE runs
