@@ -224,6 +224,114 @@ class _Storage:
         self.name, self.buffer, self.dtype, self.shape = name, buffer, dtype, tuple(shape)
 
 
+class _ViewStorage(_Storage):
+    """A re-dimensioned window of a real storage (a reshape, a multi-axis arange index, ...): virtual dim k
+    of ``shape`` steps ``strides[k]`` elements of the real storage ``base`` (row-major flat element
+    offsets), starting at ``offset``. Views of it index the virtual dims like a storage; their kernel-IR
+    access is computed by :func:`ir_index` (one entry per dim of the real tensor)."""
+
+    __slots__ = ("base", "offset", "strides")
+
+    def __init__(self, base, offset, strides, shape):
+        _Storage.__init__(self, base.name, base.buffer, base.dtype, shape)
+        self.base, self.offset, self.strides = base, int(offset), tuple(int(s) for s in strides)
+
+
+def _rowmajor(shape):
+    st, acc = [1] * len(shape), 1
+    for i in reversed(range(len(shape))):
+        st[i] = acc
+        acc *= int(shape[i])
+    return st
+
+
+class _NotExpressible(Exception):
+    pass
+
+
+def _merge(pat):
+    """Pattern [(stride, count), ...] (outer -> inner) with count-1 dims dropped and contiguous dims merged;
+    each item is [stride, count, [pattern dim, ...]]."""
+    items = []
+    for vd, (s, c) in enumerate(pat):
+        if c == 1:
+            continue
+        if items and items[-1][0] == s * c:
+            items[-1][0] = s
+            items[-1][1] *= c
+            items[-1][2].append(vd)
+            continue
+        items.append([s, c, [vd]])
+    return items
+
+
+def ir_index(shape, offset, pat, chip):
+    """The kernel-IR index (one entry per dim of a real tensor of ``shape``) of the elements
+    ``offset + sum_k stride_k * i_k`` (``pat`` = [(stride, count), ...], outer -> inner) in row-major order.
+    Raises _NotExpressible when the IR (one start/size/step or broadcast per real dim, dims in order) cannot
+    express it."""
+    n = len(shape)
+    R = _rowmajor(shape)
+    total = int(np.prod(shape, dtype=np.int64))
+    if not 0 <= offset < total:
+        raise _NotExpressible("offset {} outside the tensor".format(offset))
+    start = [(offset // R[k]) % shape[k] for k in range(n)]
+
+    def place(s, c):
+        if s < 0:
+            raise _NotExpressible("negative stride")
+        k = None
+        for kk in reversed(range(n)):
+            if s % R[kk] == 0 and (s // R[kk] < shape[kk] or kk == 0):
+                k = kk
+                break
+        if k is None:
+            raise _NotExpressible("stride {} does not step along one dim".format(s))
+        m = s // R[k]
+        if start[k] + (c - 1) * m < shape[k]:
+            return [(k, c, m)]
+        if k == 0 or start[k] >= m or shape[k] % m:
+            raise _NotExpressible("a run of {} elements with step {} leaves dim {} of size {}".format(c, m, k,
+                                                                                                  shape[k]))
+        c_in = shape[k] // m
+        if c % c_in:
+            raise _NotExpressible("a run of {} elements does not fill whole rows of dim {}".format(c, k))
+        return place(R[k] * shape[k], c // c_in) + [(k, c_in, m)]
+
+    items = _merge(pat)
+    placed = []  # per item: list of (real dim, count, step) or None (broadcast)
+    for s, c, _vds in items:
+        placed.append(None if s == 0 else place(s, c))
+    used = [k for p in placed if p for k, _, _ in p]
+    if used != sorted(used) or len(set(used)) != len(used):
+        raise _NotExpressible("the view does not visit the tensor in row-major order (a transposed or "
+                              "overlapping view)")
+    idx = list(start)
+    for k, c, m in (e for p in placed if p for e in p):
+        idx[k] = {"start": start[k], "size": c} if m == 1 else {"start": start[k], "size": c, "step": m}
+    taken = set(used)
+    for i, p in enumerate(placed):
+        if p is not None:
+            continue
+        lo = max([k for q in placed[:i] if q for k, _, _ in q], default=-1)
+        hi = min([k for q in placed[i + 1:] if q for k, _, _ in q], default=n)
+        host = [k for k in range(lo + 1, hi) if k not in taken and not (chip and k == 0)]
+        if not host:
+            raise _NotExpressible("a broadcast (stride-0) dim has no free dim of the tensor to sit on")
+        k = host[-1]
+        taken.add(k)
+        idx[k] = {"start": start[k], "broadcast": items[i][1]}
+    if chip:
+        p_count = pat[0][1] if pat else 1
+        if p_count > 1:
+            first = placed[0] if placed else None
+            if first is None or first[0] != (0, p_count, 1):
+                raise _NotExpressible("the partition dim of an on-chip view must stay dim 0 of the tile")
+        elif 0 in used:
+            raise _NotExpressible("a free dim of the view would step along the partitions")
+    return idx
+
+
 class NkiTensor:
     """A tensor or a view of one. ``dims`` holds one entry per storage dim: [start, size, step, kept]."""
 
@@ -264,6 +372,8 @@ class NkiTensor:
         return self.dtype.itemsize
 
     def is_full(self):
+        if isinstance(self._st, _ViewStorage):
+            return False
         return all(d[0] == 0 and d[1] == n and d[2] == 1 and d[3] for d, n in zip(self._dims, self._st.shape))
 
     def __repr__(self):
@@ -369,14 +479,146 @@ class NkiTensor:
     def __iter__(self):
         raise make_error(KernelError, "NSIM-E404", "tensors are not iterable while tracing")
 
-    def reshape(self, shape):
-        """Reshape of a whole HBM tensor (a kernel argument or an HBM tensor of the kernel): a new IR
-        tensor would alias the storage, which the IR cannot express yet."""
-        raise make_error(KernelError, "NSIM-E404", "reshape is not supported yet by the nsim tracer")
+    # --- re-dimensioning views (reshape, view(dtype), broadcast_to, ...) -----------------------------
+    def _flat(self):
+        """(real storage, offset, [(stride, count)] per view dim) of this view, strides in elements of the
+        real storage's row-major layout."""
+        st = self._st
+        if isinstance(st, _ViewStorage):
+            base, off, R = st.base, st.offset, st.strides
+        else:
+            base, off, R = st, 0, _rowmajor(st.shape)
+        pat = []
+        for k, (start, size, step, kept) in enumerate(self._dims):
+            off += start * R[k]
+            if kept:
+                pat.append((step * R[k], size))
+        return base, off, pat
+
+    def _pattern_view(self, offset, pat):
+        """A view of the elements ``offset + sum stride_k * i_k`` of this view's real storage."""
+        base = self._st.base if isinstance(self._st, _ViewStorage) else self._st
+        vs = _ViewStorage(base, offset, [s for s, _ in pat], [c for _, c in pat])
+        return type(self)(vs, None, self._tracer)
+
+    def reshape(self, *shape):
+        """A view of the same elements (row-major order) with another shape (one ``-1`` allowed). Works on
+        HBM tensors and on-chip tiles (the partition dim must stay dim 0 with the same size) wherever the
+        view's layout allows it without a copy."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list, Shape)):
+            shape = tuple(shape[0])
+        shape = [int(x) for x in shape]
+        n = self.size
+        if shape.count(-1) > 1:
+            raise make_error(KernelError, "NSIM-E404", "reshape: only one dim can be -1, got {}".format(shape))
+        if -1 in shape:
+            rest = int(np.prod([x for x in shape if x != -1], dtype=np.int64))
+            if rest <= 0 or n % rest:
+                raise make_error(KernelError, "NSIM-E404", "reshape: cannot reshape {} elements into {}".format(
+                    n, tuple(shape)))
+            shape[shape.index(-1)] = n // rest
+        if any(x < 1 for x in shape) or int(np.prod(shape, dtype=np.int64)) != n:
+            raise make_error(KernelError, "NSIM-E404", "reshape: cannot reshape shape {} ({} elements) into {} "
+                             "(the element count must not change)".format(tuple(self.shape), n, tuple(shape)))
+        chip = self._st.buffer in ON_CHIP
+        if chip and (len(shape) < 2 or shape[0] != self.shape[0]):
+            raise make_error(KernelError, "NSIM-E404", "reshape of the on-chip tensor '{}' from {} to {}: the "
+                             "partition dim (dim 0, size {}) must stay dim 0 with the same size, with at least "
+                             "one free dim".format(self.name, tuple(self.shape), tuple(shape), self.shape[0]))
+        if tuple(shape) == tuple(self.shape):
+            return self
+        _base, off, pat = self._flat()
+        items = [[s, c] for s, c, _ in _merge(pat)]
+        new = []
+        i = 0
+        for d in shape:
+            if d == 1:
+                new.append((0, 1))
+                continue
+            while i < len(items) and items[i][1] == 1:
+                i += 1
+            if i >= len(items) or items[i][1] % d:
+                raise make_error(KernelError, "NSIM-E404", "reshape of '{}' from {} to {}: the view's layout is not "
+                                 "contiguous where the new shape needs it (copy it into a fresh tile first)".format(
+                                     self.name, tuple(self.shape), tuple(shape)))
+            items[i][1] //= d
+            new.append((items[i][0] * items[i][1], d))
+        if chip and self.shape[0] > 1:
+            v0 = self._flat()[2][0]
+            if new[0] != v0:
+                raise make_error(KernelError, "NSIM-E404", "reshape of the on-chip tensor '{}' from {} to {} would "
+                                 "move elements across partitions".format(self.name, tuple(self.shape),
+                                                                          tuple(shape)))
+        return self._pattern_view(off, new)
+
+    def reshape_dim(self, dim, shape):
+        """Split view dim ``dim`` into ``shape`` (one -1 allowed)."""
+        s = list(self.shape)
+        dim = int(dim) + len(s) if int(dim) < 0 else int(dim)
+        return self.reshape(s[:dim] + list(shape) + s[dim + 1:])
+
+    def flatten_dims(self, start_dim, end_dim):
+        s = list(self.shape)
+        a = int(start_dim) + len(s) if int(start_dim) < 0 else int(start_dim)
+        b = int(end_dim) + len(s) if int(end_dim) < 0 else int(end_dim)
+        return self.reshape(s[:a] + [int(np.prod(s[a:b + 1], dtype=np.int64))] + s[b + 1:])
+
+    def expand_dim(self, dim):
+        s = list(self.shape)
+        dim = int(dim) + len(s) + 1 if int(dim) < 0 else int(dim)
+        return self.reshape(s[:dim] + [1] + s[dim:])
+
+    def squeeze_dim(self, dim):
+        s = list(self.shape)
+        dim = int(dim) + len(s) if int(dim) < 0 else int(dim)
+        if s[dim] != 1:
+            raise make_error(KernelError, "NSIM-E404", "squeeze_dim: dim {} of shape {} is not 1".format(
+                dim, tuple(s)))
+        return self.reshape(s[:dim] + s[dim + 1:])
+
+    def view(self, dtype):
+        """``t.view(dtype)``: the same dtype is the view itself; a reinterpretation to another dtype needs
+        a dtype-reinterpreting access in the kernel IR, which nsim does not have yet."""
+        if np_dtype(dtype_name(dtype)) == self.dtype:
+            return self
+        raise make_error(OperandError, "NSIM-E302", "{}.view({}): reinterpreting the bytes of a {} tensor as "
+                         "another dtype is not supported yet by nsim (the kernel IR has no dtype-reinterpreting "
+                         "access)".format(self.name, np.dtype(dtype) if not isinstance(dtype, str) else dtype,
+                                          self.dtype))
+
+    def broadcast_to(self, shape):
+        """A stride-0 view of this tensor broadcast to ``shape`` (numpy rules, but a lower-rank tensor is
+        padded with trailing size-1 dims, spec §3.10). The partition dim of an on-chip tile cannot be
+        broadcast by a view (``nl.broadcast_to`` copies it)."""
+        shape = tuple(int(x) for x in shape)
+        cur = tuple(self.shape)
+        v = self
+        if len(cur) < len(shape):
+            v = v.reshape(cur + (1,) * (len(shape) - len(cur)))
+            cur = tuple(v.shape)
+        if len(cur) != len(shape) or any(a != b and a != 1 for a, b in zip(cur, shape)):
+            raise make_error(KernelError, "NSIM-E304", "broadcast_to: shape {} does not broadcast to {}".format(
+                tuple(self.shape), shape))
+        for d, (a, b) in enumerate(zip(cur, shape)):
+            if a != b:
+                v = v.broadcast(d, b)
+        return v
 
     # --- IR access ----------------------------------------------------------------------------
     def access(self):
         """The operand of this view in kernel.json (a name, or {"tensor", "index"})."""
+        if isinstance(self._st, _ViewStorage):
+            base, off, pat = self._flat()
+            try:
+                idx = ir_index(base.shape, off, pat, base.buffer in ON_CHIP)
+            except _NotExpressible as e:
+                raise make_error(KernelError, "NSIM-E404", "the view {} of tensor '{}' (shape {}) cannot be expressed "
+                                 "as a kernel-IR access: {} (copy it into a fresh tile first)".format(
+                                     tuple(self.shape), self.name, base.shape, e))
+            if all(isinstance(e, dict) and "broadcast" not in e and e["start"] == 0 and e["size"] == n and
+                   e.get("step", 1) == 1 for e, n in zip(idx, base.shape)):
+                return base.name
+            return {"tensor": base.name, "index": idx}
         if self.is_full():
             return self._st.name
         idx = []
@@ -792,6 +1034,11 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None):
         def spec(r):
             if r is None:
                 return None
+            if isinstance(r, NkiTensor) and isinstance(r._st, _ViewStorage) and r._st.buffer == "hbm":
+                base, off, pat = r._flat()
+                if off == 0 and [it[:2] for it in _merge(pat)] == [[1, int(np.prod(base.shape))]]:
+                    inner = spec(type(r)(base, None, r._tracer))  # a reshape of a whole HBM tensor
+                    return ("reshaped", (inner, tuple(r.shape)))
             if isinstance(r, NkiTensor):
                 if r._st.buffer != "hbm" or not r.is_full():
                     raise make_error(KernelError, "NSIM-E404", "a kernel can only return whole HBM tensors "
@@ -898,6 +1145,9 @@ def run(tres, config="trn2", **sim_kwargs):
             return conv(v)
         if tag == "value":
             return v
+        if tag == "reshaped":
+            a = build(v[0])
+            return None if a is None else a.reshape(v[1])
         if tag is dict:
             return {kk: build(x) for kk, x in v.items()}
         return tag(build(x) for x in v)

@@ -322,6 +322,27 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, 
                              axis, tuple(data.shape), nd - 1))
     if axes[0] == 1:
         axis_count = 0  # all free dims
+    elif isinstance(data._st, _tr._ViewStorage):
+        # a re-dimensioned view: the trailing IR dims of its access that hold exactly the reduced elements
+        e = int(np.prod(data.shape[axes[0]:], dtype=np.int64))
+        acc = data.access()
+        sizes = [1] * len(data._st.base.shape) if isinstance(acc, str) else [
+            (x if isinstance(x, int) else x.get("size", x.get("broadcast", 1))) if isinstance(x, dict) else 1
+            for x in acc["index"]]
+        if isinstance(acc, str):
+            sizes = list(data._st.base.shape)
+        axis_count = None
+        prod = 1
+        for r in range(len(sizes) - 1, 0, -1):
+            prod *= sizes[r]
+            if prod == e:
+                axis_count = len(sizes) - r
+                break
+        if axis_count is None:  # the reduced dims are not IR dims of the access: reduce a copy
+            tmp = _tr.current("tensor_reduce").tile("sbuf", np.float32 if data.buffer == "psum" else data.dtype,
+                                                    tuple(data.shape))
+            tensor_copy(dst=tmp, src=data)
+            return tensor_reduce(dst, op, tmp, axis, negate=negate, keepdims=keepdims)
     else:
         # count in storage dims of the access: from the storage dim of view dim axes[0] to the end
         kept = [i for i, d in enumerate(data._dims) if d[3]]

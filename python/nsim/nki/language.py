@@ -12,7 +12,7 @@ except ImportError:  # pragma: no cover
     _mld = None
 
 from .. import tracer as _tr
-from ..tracer import DynSlice, NkiTensor, make_error, KernelError
+from ..tracer import DynSlice, NkiTensor, NsimError, make_error, KernelError
 
 # --------------------------------------------------------------------------------------------------
 # Buffers (§3.1)
@@ -516,6 +516,88 @@ def _free_elems(t):
     return int(np.prod(t.shape[1:], dtype=np.int64)) if t.ndim > 1 else 1
 
 
+def _pad_rank(t, nd):
+    """``t`` viewed with trailing size-1 dims up to rank ``nd`` (spec §3.10: a (P,) tile is (P, 1))."""
+    if t.ndim >= nd:
+        return t
+    return t.reshape(tuple(t.shape) + (1,) * (nd - t.ndim))
+
+
+def _bshape(a, b, what):
+    """The broadcast shape of two shapes aligned from the partition dim (§3.10)."""
+    nd = _b.max(len(a), len(b))
+    a = tuple(a) + (1,) * (nd - len(a))
+    b = tuple(b) + (1,) * (nd - len(b))
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            raise make_error(KernelError, "NSIM-E304", "{}: shapes {} and {} do not broadcast".format(what, a, b))
+        out.append(_b.max(x, y))
+    return tuple(out)
+
+
+def partition_broadcast(src, p):
+    """A fresh SBUF tile ``(p, F...)`` holding the single partition of the on-chip ``(1, F...)`` tile ``src``
+    on every partition: ``ones(1, p).T @ src`` on TensorE into fp32 PSUM (chunks of 512 columns), copied to
+    SBUF. The ISA has nothing cheaper from SBUF: an on-chip access cannot have a stride-0 partition dim
+    (DMA included) and nc_stream_shuffle moves data only within 32 partitions. (From HBM, nl.load of a
+    stride-0 view is one DMA.) Integer tiles go through fp32 (exact up to 2^24)."""
+    p = int(p)
+    free = tuple(src.shape[1:]) or (1,)
+    f = int(np.prod(free, dtype=np.int64))
+    isa = _isa()
+    mdt = src.dtype if src.dtype.name in ("float32", "float16", "bfloat16") else np.dtype(np.float32)
+    try:
+        flat = src.reshape((1, f)) if src.ndim != 2 else src
+        flat.access()
+    except NsimError:
+        flat = None
+    if flat is None or flat.buffer != "sbuf" or mdt != src.dtype:
+        flat = _new_tile((1, f), mdt)
+        isa.tensor_copy(dst=flat, src=_pad_rank(src, 2).reshape((1, f)) if src.ndim != 2 else src)
+    ones_ = _new_tile((1, p), mdt)
+    isa.memset(ones_, 1.0)
+    out = _new_tile((p,) + free, src.dtype)
+    o2 = out.reshape((p, f)) if len(free) != 1 else out
+    for c in range(0, f, 512):
+        n = _b.min(512, f - c)
+        ps = _new_tile((p, n), np.float32, "psum")
+        isa.nc_matmul(dst=ps, stationary=ones_, moving=NkiTensor.__getitem__(flat, (slice(None), slice(c, c + n))),
+                      accumulate=False)
+        isa.tensor_copy(dst=NkiTensor.__getitem__(o2, (slice(None), slice(c, c + n))), src=ps)
+    return out
+
+
+def broadcast_to(x, shape, dtype=None, name=None, **kwargs):
+    """``nl.broadcast_to(x, shape)`` (§3.6, §3.10): free dims of size 1 become stride-0 views; an HBM
+    tensor's size-1 first dim too (``nl.load`` of it is a stride-0 partition DMA); the size-1 partition
+    dim of an on-chip tile is copied onto every partition (:func:`partition_broadcast`). A lower-rank
+    tensor gets trailing size-1 dims."""
+    _tr.current("nl.broadcast_to")
+    if not isinstance(x, NkiTensor):
+        raise make_error(KernelError, "NSIM-E305", "nl.broadcast_to: x must be a tensor, got {!r}".format(x))
+    shape = tuple(int(s) for s in shape)
+    if len(shape) < x.ndim:
+        raise make_error(KernelError, "NSIM-E304", "nl.broadcast_to: cannot broadcast {} to the lower-rank "
+                         "shape {}".format(tuple(x.shape), shape))
+    v = _pad_rank(x, len(shape))
+    _bshape(v.shape, shape, "nl.broadcast_to")
+    if any(a != b and a != 1 for a, b in zip(v.shape, shape)):
+        raise make_error(KernelError, "NSIM-E304", "nl.broadcast_to: cannot broadcast {} to {}".format(
+            tuple(x.shape), shape))
+    if v.buffer in _tr.ON_CHIP and v.shape[0] == 1 and shape[0] > 1:
+        v = partition_broadcast(v, shape[0])
+    v = NkiTensor.broadcast_to(v, shape)
+    if dtype is not None and np.dtype(dtype) != v.dtype:
+        if v.buffer == "hbm":
+            raise make_error(KernelError, "NSIM-E302", "nl.broadcast_to: dtype= on an HBM tensor (load it with "
+                             "nl.load(..., dtype=) instead)")
+        out = _new_tile(shape, dtype)
+        _isa().tensor_copy(dst=out, src=v)
+        return out
+    return v
+
+
 def _binary_call(op, x, y, dtype=None, name=None, **kwargs):
     n = op.name
     _tr.current("nl." + n)
@@ -536,45 +618,29 @@ def _binary_call(op, x, y, dtype=None, name=None, **kwargs):
         out = _new_tile(t.shape, out_dt)
         isa.tensor_scalar(dst=out, data=t, op0=op, operand0=s, reverse0=rev)
         return out
-    if x.shape[0] != y.shape[0] and 1 not in (x.shape[0], y.shape[0]):
-        raise make_error(KernelError, "NSIM-E304", "nl.{}: shapes {} and {} do not broadcast".format(
-            n, tuple(x.shape), tuple(y.shape)))
     if tuple(x.shape) == tuple(y.shape):
         out = _new_tile(x.shape, out_dt)
         isa.tensor_tensor(dst=out, data1=x, data2=y, op=op)
         return out
-    if x.shape[0] == y.shape[0]:
-        # a (P, 1)-like operand (one element per partition): tensor_scalar with a vector operand
-        if _free_elems(y) == 1 and x.ndim >= y.ndim:
-            out = _new_tile(x.shape, out_dt)
-            isa.tensor_scalar(dst=out, data=x, op0=op, operand0=y)
-            return out
-        if _free_elems(x) == 1 and y.ndim >= x.ndim:
-            out = _new_tile(y.shape, out_dt)
-            isa.tensor_scalar(dst=out, data=y, op0=op, operand0=x, reverse0=True)
-            return out
-        if x.ndim == y.ndim:  # free-dim broadcast of size-1 dims: stride-0 views
-            shape = [x.shape[0]]
-            xv, yv = x, y
-            for d in range(1, x.ndim):
-                a, b = x.shape[d], y.shape[d]
-                if a == b:
-                    shape.append(a)
-                elif a == 1:
-                    xv = xv.broadcast(d, b)
-                    shape.append(b)
-                elif b == 1:
-                    yv = yv.broadcast(d, a)
-                    shape.append(a)
-                else:
-                    break
-            else:
-                out = _new_tile(shape, out_dt)
-                isa.tensor_tensor(dst=out, data1=xv, data2=yv, op=op)
-                return out
-    raise make_error(KernelError, "NSIM-E404", "nl.{}: broadcasting shapes {} and {} is not supported by nsim "
-                     "yet (partition-dim broadcasts need nl.broadcast_to)".format(n, tuple(x.shape),
-                                                                                  tuple(y.shape)))
+    # numpy broadcasting aligned from the partition dim (§3.10)
+    shape = _bshape(x.shape, y.shape, "nl." + n)
+    oshape = shape
+    xv, yv = _pad_rank(x, len(shape)), _pad_rank(y, len(shape))
+    if xv.shape[0] == 1 and shape[0] > 1:
+        xv = partition_broadcast(xv, shape[0])
+    if yv.shape[0] == 1 and shape[0] > 1:
+        yv = partition_broadcast(yv, shape[0])
+    fx, fy = _free_elems(xv), _free_elems(yv)
+    fo = int(np.prod(shape[1:], dtype=np.int64))
+    out = _new_tile(oshape, out_dt)
+    ov = _pad_rank(out, len(shape)) if len(oshape) < len(shape) else out
+    if fy == 1 and fo > 1:  # one element per partition: tensor_scalar with a vector operand
+        isa.tensor_scalar(dst=ov, data=NkiTensor.broadcast_to(xv, shape), op0=op, operand0=yv)
+    elif fx == 1 and fo > 1:
+        isa.tensor_scalar(dst=ov, data=NkiTensor.broadcast_to(yv, shape), op0=op, operand0=xv, reverse0=True)
+    else:
+        isa.tensor_tensor(dst=ov, data1=NkiTensor.broadcast_to(xv, shape), data2=NkiTensor.broadcast_to(yv, shape), op=op)
+    return out
 
 
 def _unary_act(op, x, dtype=None, name=None, **kwargs):

@@ -91,8 +91,15 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, dst=None, 
 
 
 def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, dst=None, **kwargs):
-    _check_mask(mask, "nisa.tensor_reduce")
     _tile(data, "tensor_reduce")
+    if _is_mask(mask):
+        from .language import masked_reduce
+        r = masked_reduce(lambda t: tensor_reduce(op, t, axis, dtype=dtype, negate=negate, keepdims=True), data,
+                          axis, keepdims if dst is None else True, mask, "nisa.tensor_reduce")
+        if dst is None:
+            return r
+        _n.tensor_copy(dst=dst, src=r)
+        return None
     if dst is not None:
         _n.tensor_reduce(dst=dst, op=op, data=data, axis=axis, negate=negate, keepdims=keepdims)
         return None
@@ -147,7 +154,13 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, dst=None
 
 
 def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, dst=None, **kwargs):
-    _check_mask(mask, "nisa.memset")
+    if _is_mask(mask):
+        shp = tuple(dst.shape) if dst is not None else tuple(int(s) for s in shape)
+        out = dst if dst is not None else _new(shp, dtype)
+        box = mask_box(mask, shp)
+        if box is not None:
+            memset(shp, value, out.dtype, engine=engine, dst=_restrict(out, box))
+        return None if dst is not None else out
     if dst is not None:
         _n.memset(dst=dst, value=value, engine=engine)
         return None

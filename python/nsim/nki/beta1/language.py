@@ -818,21 +818,13 @@ def assign(dst, value):
         return
     src = value
     if src.size != dst.size:
-        if src.shape[0] != dst.shape[0]:
-            if src.shape[0] == 1:
-                raise NotImplementedError("nsim: partition-dim broadcast in an assignment is not supported yet")
+        if src.shape[0] != dst.shape[0] and src.shape[0] != 1:
             raise make_error(KernelError, "NSIM-E304", "err_store_dst_shape_smaller_than_other_shape: cannot "
                              "assign shape {} to {}".format(tuple(src.shape), tuple(dst.shape)))
-        if _nl._free_elems(src) == 1 and _nl._free_elems(dst) > 1:
-            # (P, 1) value broadcast along the free dims: dst = 0 * x + v is unsafe (NaN); use the view
-            if src.ndim == 2 and dst.ndim == 2:
-                src = src.broadcast(1, dst.shape[1])
-            else:
-                raise NotImplementedError("nsim: this broadcast assignment is not supported yet")
-        elif src.ndim == dst.ndim:
-            for d in range(1, src.ndim):
-                if src.shape[d] == 1 and dst.shape[d] != 1:
-                    src = src.broadcast(d, dst.shape[d])
+        if src.ndim <= dst.ndim and _b.all(a in (1, b) for a, b in zip(src.shape, dst.shape)):
+            if src.shape[0] == 1 and dst.shape[0] > 1:
+                src = _nl.partition_broadcast(src, dst.shape[0])
+            src = NkiTensor.broadcast_to(src, tuple(dst.shape))
         if src.size != dst.size:
             raise make_error(KernelError, "NSIM-E304", "err_store_dst_shape_smaller_than_other_shape: cannot "
                              "assign shape {} to {}".format(tuple(value.shape), tuple(dst.shape)))
@@ -982,7 +974,16 @@ class B1OpCode(OpCode):
                 raise make_error(KernelError, "NSIM-E404", "err_failed_to_infer_tile_from_local_tensor")
         if _is_mask(mask):
             if self.name in ("sum", "max", "min", "prod") or "axis" in kwargs:
-                raise NotImplementedError("nsim: mask= on reductions is not supported yet")
+                args, kw = list(args), dict(kwargs)
+                x = args.pop(0) if args else kw.pop("x")
+                axis = args.pop(0) if args else kw.pop("axis")
+                if args:
+                    kw["dtype"] = args.pop(0)
+                if args:
+                    kw["keepdims"] = args.pop(0)
+                keepdims = bool(kw.pop("keepdims", False))
+                return masked_reduce(lambda t: _nl._call_opcode(self, (t, axis), dict(kw, keepdims=True), _PREFIX),
+                                     x, axis, keepdims, mask, "nl." + self.name)
             return masked_elementwise(lambda *a: _nl._call_opcode(self, a, kwargs, _PREFIX), args, mask,
                                       "nl." + self.name)
         return _nl._call_opcode(self, args, kwargs, _PREFIX)
@@ -1018,6 +1019,25 @@ def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
     return out
 
 
+def masked_reduce(fn, x, axis, keepdims, mask, what):
+    """A reduction under ``mask=`` (evaluated over the input space, §3.8): ``fn`` (a keepdims reduction) runs
+    on the part of ``x`` inside the mask's rectangle; its result fills that part of a fresh result tile
+    (result positions outside the mask stay unwritten)."""
+    if not isinstance(x, NkiTensor):
+        raise make_error(KernelError, "NSIM-E305", "{}: x must be a tile, got {!r}".format(what, x))
+    axes = _nl._axes(x, axis, what.split(".")[-1])
+    box = mask_box(mask, x.shape)
+    kshape = [1 if a in axes else n for a, n in enumerate(x.shape)]
+    if box is None:
+        out = _nl._new_tile(kshape, x.dtype)
+    else:
+        r = fn(_restrict(x, box))
+        out = _nl._new_tile(kshape, r.dtype)
+        obox = [(0, 1) if a in axes else lh for a, lh in enumerate(box)]
+        _nisa.tensor_copy(dst=_restrict(out, obox), src=r)
+    return out if keepdims else _nl._drop(out, axes)
+
+
 _B1OPS = {}
 for _name, _op in list(_nl._OPS.items()):
     _B1OPS[_name] = B1OpCode(_op.name, _op.alu, _op.act)
@@ -1030,7 +1050,10 @@ _nl_copy = _B1OPS.get("copy")
 
 
 def mean(x, axis, *, dtype=None, keepdims=False, mask=None, **kwargs):
-    _check_mask(mask, "nl.mean")
+    """``nl.mean``; under ``mask=`` the mean of the masked elements (the count is the mask's)."""
+    if _is_mask(mask):
+        return masked_reduce(lambda t: _nl.mean(t, axis, dtype=dtype, keepdims=True), x, axis, keepdims, mask,
+                             "nl.mean")
     return _nl.mean(x, axis, dtype=dtype, keepdims=keepdims)
 
 
@@ -1109,43 +1132,17 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
 
 
 def broadcast_to(src, *, shape, **kwargs):
+    """``nl.broadcast_to(src, shape=)`` / ``t.broadcast_to(shape)`` (§3.10): an HBM tensor gives a stride-0
+    view (``nl.load`` of it is one DMA); a tile gives a fresh tile (a (1, F) partition dim is copied onto
+    every partition by :func:`nsim.nki.language.partition_broadcast`)."""
     shape = tuple(int(s) for s in shape)
     if tuple(src.shape) == shape:
         return src
-    if src.ndim == 2 and len(shape) == 2 and src.shape[0] == 1 and shape[0] > 1 and src.buffer != "hbm":
-        return _partition_broadcast(src, shape)
-    if src.ndim != len(shape) or src.shape[0] != shape[0]:
-        raise NotImplementedError("nsim: nl.broadcast_to broadcasts free dims of size 1, or the partition dim "
-                                  "of a (1, F) tile")
-    v = src
-    for d in range(1, len(shape)):
-        if v.shape[d] == 1 and shape[d] != 1:
-            v = v.broadcast(d, shape[d])
+    v = _nl.broadcast_to(src, shape)
+    if v.buffer == "hbm" or v.is_full():
+        return v
     out = _nl._new_tile(shape, src.dtype)
     _nisa.tensor_copy(dst=out, src=v)
-    return out
-
-
-def _partition_broadcast(src, shape):
-    """(1, F) -> (P, F): a K=1 matmul with a ones row on TensorE (ones.T @ src), in chunks of 512 columns."""
-    p, f = int(shape[0]), int(shape[1])
-    if src.shape[1] != f and src.shape[1] != 1:
-        raise make_error(KernelError, "NSIM-E304", "broadcast_to: cannot broadcast {} to {}".format(
-            tuple(src.shape), shape))
-    if src.shape[1] == 1 and f > 1:
-        src = broadcast_to(src, shape=(1, f))
-    mdt = src.dtype if src.dtype in (np.dtype(np.float32), np.dtype(np.float16)) or src.dtype.name == "bfloat16" \
-        else np.dtype(np.float32)
-    mov = src if src.buffer == "sbuf" and mdt == src.dtype else _nl.copy_(src, dtype=mdt)
-    ones_ = _nl._new_tile((1, p), mdt)
-    _nisa.memset(ones_, 1.0)
-    out = _nl._new_tile((p, f), src.dtype)
-    for c in range(0, f, 512):
-        n = _b.min(512, f - c)
-        ps = _nl._new_tile((p, n), np.float32, "psum")
-        _nisa.nc_matmul(dst=ps, stationary=ones_, moving=NkiTensor.__getitem__(mov, (slice(None), slice(c, c + n))),
-                        accumulate=False)
-        _nisa.tensor_copy(dst=NkiTensor.__getitem__(out, (slice(None), slice(c, c + n))), src=ps)
     return out
 
 

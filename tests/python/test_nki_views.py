@@ -1,0 +1,344 @@
+"""Views and indexing idioms of public NKI kernels (issue 10, item 2), both dialects, checked against numpy:
+``reshape`` of HBM tensors and tiles, ``broadcast_to`` / numpy broadcasting in ``nl`` binary ops, ``mask=`` on
+reductions, index expressions combining several arange/mgrid axes."""
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import require_core  # noqa: E402
+
+_core, ml_dtypes = require_core()
+
+from nsim import compat  # noqa: E402
+from nsim import nki  # noqa: E402
+import nsim.nki.isa as nisa  # noqa: E402
+import nsim.nki.language as nl  # noqa: E402
+from nsim.tracer import NsimError  # noqa: E402
+
+BF16 = ml_dtypes.bfloat16
+_PREFIXES = ("nki", "neuronxcc")
+
+
+def _rand(shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def _close(got, want, dtype=np.float32):
+    tol = 1e-2 if np.dtype(dtype) == np.dtype(BF16) else 1e-5
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
+
+
+@pytest.fixture(scope="module")
+def b1():
+    """compat installed: (nki, nl, nisa) of ``neuronxcc.nki``; restores sys.modules afterwards."""
+    was = compat.installed()
+    before = {n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES}
+    compat.install()
+    import neuronxcc.nki as bnki
+    import neuronxcc.nki.isa as bnisa
+    import neuronxcc.nki.language as bnl
+    yield bnki, bnl, bnisa
+    if not was:
+        compat.uninstall()
+        for n in [n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES and n not in before]:
+            sys.modules.pop(n, None)
+
+
+def _ops(kernel, *args):
+    return [s["op"] for s in kernel.to_json(*args)["body"] if "op" in s]
+
+
+# --------------------------------------------------------------------------------------------------
+# reshape (new dialect)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_new_reshape_hbm_blocks(dtype):
+    @nki.jit
+    def scale(a):
+        n, m = a.shape[0] // 128, a.shape[1]
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        av = a.reshape((n, 128, m))
+        ov = out.reshape((n, 128, m))
+        for i in nl.affine_range(n):
+            t = nl.ndarray((128, m), a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=av[i])
+            u = nl.ndarray((128, m), a.dtype, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=u, data=t, op0=nl.multiply, operand0=3.0)
+            nisa.dma_copy(dst=ov[i], src=u)
+        return out
+
+    a = _rand((512, 96), dtype)
+    _close(scale(a), a.astype(np.float32) * 3, dtype)
+
+
+def test_new_reshape_1d_hbm_and_return_reshaped():
+    @nki.jit
+    def k(x):  # x: (128 * 64,) flat
+        out = nl.ndarray((128 * 64,), x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x.reshape((128, 64)))
+        nl.store(out.reshape((128, -1)), nl.exp(t))
+        return out.reshape((128, 64))
+
+    x = _rand((128 * 64,))
+    r = k(x)
+    assert r.shape == (128, 64)
+    _close(r, np.exp(x.reshape(128, 64)))
+
+
+def test_new_reshape_tile_split_and_reduce():
+    """A (128, 64) tile viewed as (128, 4, 16): reduce the last axis, subtract it back (stride-0 view)."""
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 64), a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        tv = t.reshape((128, 4, 16))
+        s = nl.ndarray((128, 4, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=s, op=nl.add, data=tv, axis=2)
+        o = nl.ndarray((128, 4, 16), a.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=o, data1=tv, data2=s.broadcast(2, 16), op=nl.subtract)
+        nl.store(out, o.reshape((128, 64)))
+        return out
+
+    a = _rand((128, 64))
+    x = a.reshape(128, 4, 16)
+    _close(k(a), (x - x.sum(2, keepdims=True)).reshape(128, 64))
+
+
+def test_new_reshape_merge_tile_dims_keeps_ir_dims():
+    """(128, 4, 16) -> (128, 64): a view of the same tile, no copy; the reduce uses the IR dims directly."""
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 1), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 4, 16), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a.reshape((128, 4, 16)))
+        s = nl.sum(t.reshape((128, 64)), axis=1, keepdims=True)
+        nl.store(out, s)
+        return out
+
+    a = _rand((128, 64))
+    _close(k(a), a.sum(1, keepdims=True), np.float32)
+    assert _ops(k, a) == ["dma_copy", "tensor_reduce", "dma_copy"]
+
+
+def test_new_reshape_errors():
+    @nki.jit
+    def moves_partitions(a):
+        t = nl.load(a)
+        t.reshape((64, 256))
+
+    with pytest.raises(NsimError, match="partition dim"):
+        moves_partitions(_rand((128, 128)))
+
+    @nki.jit
+    def count(a):
+        a.reshape((3, 5))
+
+    with pytest.raises(NsimError, match="element count"):
+        count(_rand((4, 4)))
+
+    @nki.jit
+    def strided(a):
+        t = nl.load(a)
+        t[:, 0:64:2].reshape((128, 4, 9))
+
+    with pytest.raises(NsimError):
+        strided(_rand((128, 64)))
+
+
+def test_new_view_dtype():
+    @nki.jit
+    def same(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a.view(nl.float32)))
+        return out
+
+    a = _rand((128, 8))
+    _close(same(a), a)
+
+    @nki.jit
+    def other(a):
+        a.view(nl.int32)
+
+    with pytest.raises(NsimError, match="not supported yet"):
+        other(a)
+
+
+# --------------------------------------------------------------------------------------------------
+# broadcasting (new dialect)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_new_binary_ops_broadcast_11_p1_1f():
+    @nki.jit
+    def k(a, b, c, d):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        r = nl.add(t, nl.load(c))                # (1, 1)
+        r = nl.multiply(r, nl.load(b))           # (1, F)
+        r = nl.subtract(nl.load(d), r)           # (P, 1) on the left
+        r = nl.maximum(r, nl.load(c))            # (1, 1) again
+        nl.store(out, r)
+        return out
+
+    P, F = 128, 512
+    a, b, c, d = _rand((P, F), seed=1), _rand((1, F), seed=2), _rand((1, 1), seed=3), _rand((P, 1), seed=4)
+    _close(k(a, b, c, d), np.maximum(d - (a + c) * b, c))
+
+
+def test_new_broadcast_to_hbm_is_one_stride0_dma():
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        bb = nl.load(nl.broadcast_to(b, a.shape))
+        nl.store(out, nl.add(nl.load(a), bb))
+        return out
+
+    a, b = _rand((128, 256), seed=1), _rand((1, 256), seed=2)
+    _close(k(a, b), a + b)
+    body = k.to_json(a, b)["body"]
+    dmas = [s for s in body if s.get("op") == "dma_copy" and isinstance(s.get("src"), dict)
+            and s["src"]["tensor"] == "b"]
+    assert len(dmas) == 1 and dmas[0]["src"]["index"][0] == {"start": 0, "broadcast": 128}
+    assert "nc_matmul" not in _ops(k, a, b)
+
+
+def test_new_broadcast_to_sbuf_partition_and_free():
+    @nki.jit
+    def k(b, c):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        bt = nl.load(b)                                   # (1, 64)
+        ct = nl.load(c)                                   # (128, 1)
+        x = nl.broadcast_to(bt, (128, 64))                # partition broadcast: TensorE
+        y = nl.broadcast_to(ct, (128, 64))                # free broadcast: stride-0 view
+        nl.store(out, nl.add(x, y))
+        return out
+
+    b, c = _rand((1, 64), seed=5), _rand((128, 1), seed=6)
+    _close(k(b, c), b + c)
+
+
+def test_new_broadcast_to_1d_operand_and_bf16():
+    @nki.jit
+    def k(a, m):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        s = nl.sum(t, axis=1)                            # (P,)
+        r = nl.divide(t, s)                              # (P, F) / (P,)
+        r2 = nl.multiply(r, nl.load(m))                  # * (1, F) in bf16
+        nl.store(out, r2)
+        return out
+
+    a = (np.abs(_rand((128, 32), seed=7)) + 0.5).astype(BF16)
+    m = _rand((1, 32), BF16, seed=8)
+    af = a.astype(np.float32)
+    _close(k(a, m), af / af.sum(1, keepdims=True) * m.astype(np.float32), BF16)
+
+
+# --------------------------------------------------------------------------------------------------
+# Beta 1
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_b1_vector_add_reshape_blocks(b1, dtype):
+    bnki, bnl, _ = b1
+
+    @bnki.jit
+    def vector_add(a, b):
+        c = bnl.ndarray(a.shape, dtype=a.dtype, buffer=bnl.shared_hbm)
+        n = a.shape[0] // 128
+        av = a.reshape((n, 128, a.shape[1]))
+        bv = b.reshape((n, 128, b.shape[1]))
+        cv = c.reshape((n, 128, c.shape[1]))
+        for i in bnl.affine_range(n):
+            x = bnl.load(av[i])
+            y = bnl.load(bv[i])
+            bnl.store(cv[i], value=x + y)
+        return c
+
+    a, b = _rand((384, 64), dtype, 1), _rand((384, 64), dtype, 2)
+    _close(vector_add(a, b), a.astype(np.float32) + b.astype(np.float32), dtype)
+
+
+def test_b1_layernorm_tutorial(b1):
+    """The shape of the SDK layer-norm tutorial (v1): gamma/beta via reshape((1, n)) and broadcast to 128
+    partitions, masked loads/stores of a ragged last tile, mean/var with masks."""
+    bnki, bnl, _ = b1
+
+    @bnki.jit
+    def layernorm(input_tensor, epsilon, gamma_vector, beta_vector):
+        output_tensor = bnl.ndarray(input_tensor.shape, dtype=input_tensor.dtype, buffer=bnl.shared_hbm)
+        i_p_io = bnl.arange(bnl.tile_size.pmax)[:, None]
+        i_f_io = bnl.arange(input_tensor.shape[1])[None, :]
+        i_p_param = bnl.arange(1)[:, None]
+        num_rows = input_tensor.shape[0]
+        shift_scale = bnl.load(gamma_vector.reshape((1, gamma_vector.shape[0]))[i_p_param, i_f_io])
+        shift_scale = shift_scale.broadcast_to((bnl.tile_size.pmax, gamma_vector.shape[0]))
+        beta = bnl.load(beta_vector.reshape((1, beta_vector.shape[0]))[i_p_param, i_f_io])
+        for i in bnl.affine_range(math.ceil(num_rows / bnl.tile_size.pmax)):
+            rows = i * bnl.tile_size.pmax + i_p_io < num_rows
+            x = bnl.load(input_tensor[i * bnl.tile_size.pmax + i_p_io, i_f_io], mask=rows)
+            mean = bnl.mean(x, axis=[1], mask=rows)
+            shifted = bnl.subtract(x, mean, mask=rows)
+            var = bnl.mean(bnl.square(shifted, mask=rows), axis=[1], mask=rows)
+            rstd = bnl.rsqrt(var + epsilon)
+            y = bnl.multiply(shifted, rstd, mask=rows)
+            y = bnl.multiply(y, shift_scale, mask=rows)
+            y = bnl.add(y, beta, mask=rows)
+            bnl.store(output_tensor[i * bnl.tile_size.pmax + i_p_io, i_f_io], value=y, mask=rows)
+        return output_tensor
+
+    x = _rand((300, 64), seed=3)
+    g, bt = _rand((64,), seed=4), _rand((64,), seed=5)
+    mu = x.mean(1, keepdims=True)
+    ref = (x - mu) / np.sqrt(((x - mu) ** 2).mean(1, keepdims=True) + 1e-5) * g + bt
+    np.testing.assert_allclose(layernorm(x, 1e-5, g, bt), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_b1_masked_reductions(b1):
+    bnki, bnl, bnisa = b1
+
+    @bnki.jit
+    def k(a, rows):
+        out = bnl.ndarray((128, 4), dtype=bnl.float32, buffer=bnl.shared_hbm)
+        i_p = bnl.arange(128)[:, None]
+        i_f = bnl.arange(64)[None, :]
+        x = bnl.load(a[i_p, i_f])
+        res = bnl.zeros((128, 4), dtype=bnl.float32)
+        res[:, 0] = bnl.sum(x, axis=1, mask=(i_p < rows))
+        res[:, 1] = bnl.max(x, axis=1, mask=(i_p < rows) & (i_f < 32))
+        res[:, 2] = bnl.mean(x, axis=1, mask=(i_f >= 16))
+        res[:, 3] = bnisa.tensor_reduce(bnl.minimum, x, axis=1, mask=(i_p < rows))
+        bnl.store(out, res)
+        return out
+
+    a = _rand((128, 64), seed=9)
+    r = k(a, 100)
+    _close(r[:100, 0], a[:100].sum(1))
+    _close(r[:100, 1], a[:100, :32].max(1))
+    _close(r[:, 2], a[:, 16:].mean(1))
+    _close(r[:100, 3], a[:100].min(1))
+
+
+def test_b1_broadcast_to_tile_and_hbm(b1):
+    bnki, bnl, _ = b1
+
+    @bnki.jit
+    def k(a, b, c):
+        out = bnl.ndarray(a.shape, dtype=a.dtype, buffer=bnl.shared_hbm)
+        x = bnl.load(a)
+        b_tile = bnl.load(b)                                       # (1, 512)
+        y = x * b_tile.broadcast_to((128, 512))
+        z = y + bnl.load(c.broadcast_to((128, 512)))               # HBM (1, 512): stride-0 DMA
+        w = z - bnl.broadcast_to(bnl.load(c), shape=(128, 512))
+        t = bnl.ndarray((128, 512), dtype=bnl.float32)
+        t[...] = b_tile                                            # assignment broadcasts the partition dim
+        bnl.store(out, value=w + t + bnl.load(c)[0:1, 0:1])        # + a (1, 1) tile
+        return out
+
+    a, b, c = _rand((128, 512), seed=1), _rand((1, 512), seed=2), _rand((1, 512), seed=3)
+    _close(k(a, b, c), a * b + b + c[0, 0])
