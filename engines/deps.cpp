@@ -45,59 +45,45 @@ DepTracker::Range DepTracker::range_of(const Operand& o) const {
 }
 
 DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const {
-  Ready t;
-  const auto& lat = lat_;
-  auto consider = [&t](sim::Ps at, uint32_t tag) {
-    if (at > t.time) t = {at, tag};
+  std::array<Ready, kNumClasses> out;
+  ready_multi(static_cast<uint8_t>(1u << cls), rg, out);
+  return out[cls];
+}
+
+void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Ready, kNumClasses>& out) const {
+  // One pass keeping, per producer class, the latest end (and its tag) of: writers of what is read,
+  // writers of what is written, readers of what is written. Then each consumer class takes the max
+  // over producer classes with its hand-off latency (same-class WAR/WAW need no wait).
+  std::array<Ready, kNumClasses> raw{}, waw{}, war{};
+  auto keep = [](Ready& m, sim::Ps at, uint32_t tag) {
+    if (at > m.time) m = {at, tag};
   };
   for (int i = 0; i < rg.nr; ++i) {
     const Range& r = rg.reads[static_cast<size_t>(i)];
     for (int64_t q = r.q0; q <= r.q1; ++q)
       for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
-        if (e->w_end) consider(e->w_end + lat[tag_class(e->w_tag)][cls], e->w_tag);
+        if (e->w_end) keep(raw[tag_class(e->w_tag)], e->w_end, e->w_tag);
   }
   for (int i = 0; i < rg.nw; ++i) {
     const Range& r = rg.writes[static_cast<size_t>(i)];
     for (int64_t q = r.q0; q <= r.q1; ++q)
       for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e) {
-        if (e->w_end && tag_class(e->w_tag) != cls) consider(e->w_end + lat[tag_class(e->w_tag)][cls], e->w_tag);
-        if (e->r_end && tag_class(e->r_tag) != cls) consider(e->r_end + lat[tag_class(e->r_tag)][cls], e->r_tag);
+        if (e->w_end) keep(waw[tag_class(e->w_tag)], e->w_end, e->w_tag);
+        if (e->r_end) keep(war[tag_class(e->r_tag)], e->r_end, e->r_tag);
       }
   }
-  return t;
-}
-
-void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Ready, kNumClasses>& out) const {
-  int cls[kNumClasses];
-  int n = 0;
   for (int c = 0; c < kNumClasses; ++c) {
-    out[static_cast<size_t>(c)] = Ready{};
-    if (classes & (1u << c)) cls[n++] = c;
-  }
-  if (n == 1) {
-    out[static_cast<size_t>(cls[0])] = ready(static_cast<uint8_t>(cls[0]), rg);
-    return;
-  }
-  auto consider = [&](int c, sim::Ps at, uint32_t tag) {
     Ready& t = out[static_cast<size_t>(c)];
-    if (at > t.time) t = {at, tag};
-  };
-  for (int i = 0; i < rg.nr; ++i) {
-    const Range& r = rg.reads[static_cast<size_t>(i)];
-    for (int64_t q = r.q0; q <= r.q1; ++q)
-      for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
-        if (e->w_end)
-          for (int k = 0; k < n; ++k) consider(cls[k], e->w_end + lat_[tag_class(e->w_tag)][static_cast<size_t>(cls[k])], e->w_tag);
-  }
-  for (int i = 0; i < rg.nw; ++i) {
-    const Range& r = rg.writes[static_cast<size_t>(i)];
-    for (int64_t q = r.q0; q <= r.q1; ++q)
-      for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
-        for (int k = 0; k < n; ++k) {
-          const int c = cls[k];
-          if (e->w_end && tag_class(e->w_tag) != c) consider(c, e->w_end + lat_[tag_class(e->w_tag)][static_cast<size_t>(c)], e->w_tag);
-          if (e->r_end && tag_class(e->r_tag) != c) consider(c, e->r_end + lat_[tag_class(e->r_tag)][static_cast<size_t>(c)], e->r_tag);
-        }
+    t = Ready{};
+    if (!(classes & (1u << c))) continue;
+    for (int p = 0; p < kNumClasses; ++p) {
+      const sim::Ps l = lat_[static_cast<size_t>(p)][static_cast<size_t>(c)];
+      const auto pi = static_cast<size_t>(p);
+      if (raw[pi].time) keep(t, raw[pi].time + l, raw[pi].tag);
+      if (p == c) continue;
+      if (waw[pi].time) keep(t, waw[pi].time + l, waw[pi].tag);
+      if (war[pi].time) keep(t, war[pi].time + l, war[pi].tag);
+    }
   }
 }
 

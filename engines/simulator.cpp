@@ -617,10 +617,11 @@ void Simulator::trace_instr(const Instr& in, int track, const InstrTiming& t, in
 }
 
 Ps Simulator::watermark() const {
-  // Every later instruction starts no earlier than the earliest next issue of any engine.
+  // Every later instruction starts no earlier than the earliest next issue of any engine, nor than
+  // the floor the caller promised (an engine that never issues keeps the first at 0).
   Ps w = INT64_MAX;
   for (Ps t : next_issue_) w = std::min(w, t);
-  return w;
+  return std::max(w, start_floor_);
 }
 
 void Simulator::finish() {

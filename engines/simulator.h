@@ -158,6 +158,10 @@ class Simulator {
   sim::Ps busy_estimate(const isa::Instr& in, isa::Engine e) const;
   /// Start to end of `in` on `e`, for priorities (a DMA: trigger, setup and its data at full rate).
   sim::Ps duration_estimate(const isa::Instr& in, isa::Engine e) const;
+  /// Promise that no instruction submitted from now on starts before `t` (the compiler's scheduler
+  /// issues in time order): lets the watermark (DMA calendars, active-time unions, the trace's
+  /// reorder buffer) advance past engines that sit idle. Never lowered.
+  void set_start_floor(sim::Ps t) { start_floor_ = std::max(start_floor_, t); }
   /// When DMA queue `q` may start its next transfer's setup.
   sim::Ps dma_queue_free(int q) const { return dma_.queue_free(q); }
   /// Pull instructions from `next` until it returns false (a generator: nothing is materialised).
@@ -233,6 +237,7 @@ class Simulator {
   uint64_t seq_ = 0;  ///< program-order index of the next instruction
   std::array<int64_t, 2> onchip_peak_{-1, -1};  ///< set_onchip_peak (SBUF, PSUM); -1 = not set
   std::unique_ptr<engines::DepTracker> asap_;
+  sim::Ps start_floor_ = 0;  ///< set_start_floor()
   sim::Ps not_before_ = 0;  ///< submit()'s extra constraint for the instruction being scheduled
   const engines::DepTracker::Ready* known_ready_ = nullptr;  ///< submit()'s known_ready, during schedule()
   /// With a trace: where each instruction's slice starts (track, time), for flow arrows to its waiters.

@@ -18,9 +18,10 @@ using sim::Ps;
 
 namespace {
 
-/// Window-local conflict tracking on storage. Coarser than the simulator's (partitions ignored,
-/// bigger chunks): a false edge only keeps two instructions in program order, while the times come
-/// from the simulator's exact tracking, so coarseness costs schedule quality, never correctness.
+/// Window-local conflict tracking on storage. Coarser than the simulator's (partitions ignored; on
+/// chip the simulator's chunk, sim.dep_chunk_bytes, which is also the tile alignment; 64 KiB in HBM):
+/// a false edge only keeps two instructions in order, while the times come from the simulator's
+/// exact tracking, so coarseness costs schedule quality, never correctness.
 struct Chunk {
   static constexpr int kReaders = 6;
   uint64_t writer = 0;  ///< seq + 1 of the last writer admitted; 0 = none
@@ -28,7 +29,6 @@ struct Chunk {
   uint8_t nr = 0;
 };
 
-constexpr int64_t kOnChipChunk = 512;  // bytes per partition
 constexpr int64_t kHbmChunk = 65536;
 
 int popcount8(uint8_t m) { return __builtin_popcount(m); }
@@ -68,9 +68,14 @@ struct Scheduler::Impl {
   Instr held{};
   int held_op = -1;
   uint64_t since_heights = 0;
+  /// The scheduling front: the earliest start of any ready instruction at the last issue. Every
+  /// instruction issued later starts at or after it (see issue_one), so the simulator may use it as
+  /// its watermark.
+  Ps floor = 0;
   std::vector<uint64_t> preds_scratch;
 
   // Conflict tables: SBUF, PSUM (per-partition byte chunks), HBM (written tensors only).
+  int64_t chip_chunk = 64;
   std::vector<Chunk> sbuf, psum;
   std::vector<Chunk> hbm;  ///< chunks of the written HBM tensors, each range from its `first`
   struct HbmRange {
@@ -83,6 +88,7 @@ struct Scheduler::Impl {
 
   // Per op: candidate engines (computed at its first instruction), accumulator use, order group.
   std::vector<int16_t> op_engines;
+  std::vector<std::array<Ps, isa::kNumEngines>> op_cost;  ///< per op and engine; -1 = not estimated yet
   std::vector<char> op_uses_acc;
   std::array<uint64_t, isa::kNumEngines> last_acc{};  ///< seq + 1 of the last accumulator user per engine
   uint64_t last_stationary = 0;                        ///< seq + 1 of the last raw load_stationary/multiply_moving
@@ -98,8 +104,9 @@ struct Scheduler::Impl {
     cap = 1;
     while (cap < static_cast<uint64_t>(std::max(2, p.schedule_window))) cap <<= 1;
     ring.resize(cap);
-    sbuf.resize(static_cast<size_t>(p.mem.sbuf_bytes_per_partition / kOnChipChunk + 1));
-    psum.resize(static_cast<size_t>(p.mem.psum_bytes_per_partition() / kOnChipChunk + 1));
+    chip_chunk = std::max<int64_t>(4, p.dep_chunk_bytes);
+    sbuf.resize(static_cast<size_t>(p.mem.sbuf_bytes_per_partition / chip_chunk + 1));
+    psum.resize(static_cast<size_t>(p.mem.psum_bytes_per_partition() / chip_chunk + 1));
     // HBM tensors the kernel writes; reads of the others never conflict.
     std::vector<char> written(k.tensors.size(), 0);
     for (const Op& op : k.ops) {
@@ -130,6 +137,9 @@ struct Scheduler::Impl {
     }
     hbm.resize(nchunks);
     op_engines.assign(k.ops.size(), -1);
+    std::array<Ps, isa::kNumEngines> unknown;
+    unknown.fill(-1);
+    op_cost.assign(k.ops.size(), unknown);
     op_uses_acc.assign(k.ops.size(), 0);
     last_of_op.assign(k.ops.size(), 0);
     runs_after.resize(k.ops.size());
@@ -202,8 +212,8 @@ struct Scheduler::Impl {
       return;
     }
     std::vector<Chunk>& tab = o.space == Space::kPsum ? psum : sbuf;
-    const int64_t last = std::min<int64_t>((hi - 1) / kOnChipChunk, static_cast<int64_t>(tab.size()) - 1);
-    for (int64_t c = lo / kOnChipChunk; c <= last; ++c) touch(tab[static_cast<size_t>(c)], x, write);
+    const int64_t last = std::min<int64_t>((hi - 1) / chip_chunk, static_cast<int64_t>(tab.size()) - 1);
+    for (int64_t c = lo / chip_chunk; c <= last; ++c) touch(tab[static_cast<size_t>(c)], x, write);
   }
 
   /// Engines an instruction of op `oi` may be placed on (bitmask), checked once per op.
@@ -289,7 +299,7 @@ struct Scheduler::Impl {
     x.succ.clear();
     x.tsucc.clear();
     x.height = 0;
-    x.not_before = 0;
+    x.not_before = floor;  // enters the window at the current scheduling front, never before it
     bool raw_stationary = a.op == Opcode::kLoadStationary || a.op == Opcode::kMultiplyMoving;
     if (a.op == Opcode::kLoadStationary) {
       Instr b;
@@ -360,10 +370,16 @@ struct Scheduler::Impl {
       x.auto_queue = isa::is_dma(a.op) && !op.dma_queue && p.dma_queues_per_trigger > 1;
     }
     x.engines = x.n == 2 ? isa::engine_bit(Engine::kTensor) : candidates(oi, a);
+    // Durations depend on the op's shapes and dtypes, the same for each of its instructions: once per op.
+    std::array<Ps, isa::kNumEngines>* cached = oi >= 0 ? &op_cost[static_cast<size_t>(oi)] : nullptr;
     for (int e = 0; e < isa::kNumEngines; ++e) {
       if (!(x.engines & (1u << e))) continue;
-      Ps c = 0;
-      for (int j = 0; j < x.n; ++j) c += sim.duration_estimate(x.in[static_cast<size_t>(j)], static_cast<Engine>(e));
+      Ps c = cached ? (*cached)[static_cast<size_t>(e)] : -1;
+      if (c < 0) {
+        c = 0;
+        for (int j = 0; j < x.n; ++j) c += sim.duration_estimate(x.in[static_cast<size_t>(j)], static_cast<Engine>(e));
+        if (cached) (*cached)[static_cast<size_t>(e)] = c;
+      }
       x.cost[static_cast<size_t>(e)] = c;
     }
     if (x.npred == 0) make_ready(x);
@@ -414,6 +430,7 @@ struct Scheduler::Impl {
   void issue_one() {
     size_t best = 0;
     Ps best_start = INT64_MAX, best_height = -1;
+    Ps front = INT64_MAX;  // the earliest any ready instruction could still start, on any of its engines
     uint64_t best_seq = UINT64_MAX;
     Engine best_engine = Engine::kVector;
     for (size_t i = 0; i < ready.size(); ++i) {
@@ -423,8 +440,11 @@ struct Scheduler::Impl {
       for (int e = 0; e < isa::kNumEngines; ++e) {
         if (!(x.engines & (1u << e))) continue;
         const auto ee = static_cast<Engine>(e);
-        const Ps s = std::max(x.ready_at[static_cast<size_t>(e)], sim.engine_free(x.in[0], ee));
+        const Ps free = sim.engine_free(x.in[0], ee);
+        const Ps s = std::max(x.ready_at[static_cast<size_t>(e)], free);
         const Ps f = s + x.cost[static_cast<size_t>(e)];
+        // A pair's LoadStationary may start before its matmul's operands are ready: bound by its own.
+        front = std::min(front, std::max({x.rd0[static_cast<size_t>(e)].time, x.not_before, free}));
         if (f < f_x || (f == f_x && ee == x.in[0].engine)) {
           f_x = f;
           s_x = s;
@@ -442,10 +462,15 @@ struct Scheduler::Impl {
     const uint64_t seq = ready[best];
     ready[best] = ready.back();
     ready.pop_back();
+    // No ready instruction starts before `front`; the others in the window start no earlier than a
+    // ready one they are ordered after (every edge also orders starts, below); new ones enter at the
+    // front: a valid watermark.
+    floor = std::max(floor, front);
+    sim.set_start_floor(floor);
     Node& x = node(seq);
     if (seq != base) ++st.reordered;
     const isa::Engine default_engine = x.in[0].engine;
-    Ps end = 0;
+    Ps end = 0, start = INT64_MAX;
     for (int j = 0; j < x.n; ++j) {
       Instr& in = x.in[static_cast<size_t>(j)];
       in.engine = best_engine;
@@ -457,16 +482,19 @@ struct Scheduler::Impl {
         }
         in.dma_queue = static_cast<uint8_t>(q_best);
       }
-      end = std::max(end, sim.submit(in, x.not_before, j == 0 ? &x.rd0[static_cast<size_t>(best_engine)] : &x.rd1).end);
+      const InstrTiming t = sim.submit(in, x.not_before, j == 0 ? &x.rd0[static_cast<size_t>(best_engine)] : &x.rd1);
+      end = std::max(end, t.end);
+      start = std::min(start, t.start);
     }
     if (best_engine != default_engine && popcount8(x.engines) > 1) ++st.placed;
     st.instructions += static_cast<uint64_t>(x.n);
     x.done = true;
     for (uint64_t q : x.tsucc)
       if (live(q)) node(q).not_before = std::max(node(q).not_before, end);
-    for (uint64_t q : x.succ) {
+    for (uint64_t q : x.succ) {  // an instruction ordered after x starts no earlier than x
       if (!live(q)) continue;
       Node& y = node(q);
+      y.not_before = std::max(y.not_before, start);
       if (--y.npred == 0) make_ready(y);
     }
     while (base < next && node(base).done) ++base;
@@ -474,7 +502,7 @@ struct Scheduler::Impl {
 
   void run() {
     const uint64_t window = static_cast<uint64_t>(p.schedule_window);
-    const uint64_t refresh = std::max<uint64_t>(16, window / 4);
+    const uint64_t refresh = std::max<uint64_t>(16, window / 2);
     for (;;) {
       while (next - base < window && admit())
         if (++since_heights >= refresh) compute_heights();

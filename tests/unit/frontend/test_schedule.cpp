@@ -178,6 +178,9 @@ TEST_CASE("schedule: engine-free element-wise ops are spread over VectorE and Gp
   const Run fixed = simulate(b.k, {"compiler.engine_placement=default"});
   const double vec = placed.stats.get("engine.vector.instruction_count");
   const double gps = placed.stats.get("engine.gpsimd.instruction_count");
+  INFO("vector " << vec << ", gpsimd " << gps << ", placed " << placed.total_ns << " ns, vector only " << fixed.total_ns
+                 << " ns, vector busy " << fixed.stats.get("engine.vector.busy_time") / kN << " ns/op, gpsimd busy "
+                 << placed.stats.get("engine.gpsimd.busy_time") / gps << " ns/op");
   CHECK(vec >= 300);
   CHECK(gps >= 300);
   CHECK(fixed.stats.get("engine.gpsimd.instruction_count") == 0);
