@@ -604,6 +604,81 @@ class NkiTensor:
                 v = v.broadcast(d, b)
         return v
 
+    def slice(self, dim, start, end, step=1):
+        """``t.slice(dim, start, end, step=1)``: the view with dim ``dim`` restricted to start:end:step."""
+        key = [slice(None)] * self.ndim
+        dim = int(dim) + self.ndim if int(dim) < 0 else int(dim)
+        key[dim] = slice(int(start), int(end), int(step))
+        return self[tuple(key)]
+
+    def select(self, dim, index):
+        """``t.select(dim, index)`` with an int index: the view without dim ``dim`` (at ``index``)."""
+        if not isinstance(index, (int, np.integer)):
+            from .nki._unsupported import NotSupportedError
+            raise make_error(NotSupportedError, "NSIM-E405", "select() with a runtime (tensor) index is not "
+                             "supported yet by nsim: runtime offsets are not in the kernel IR yet")
+        key = [slice(None)] * self.ndim
+        dim = int(dim) + self.ndim if int(dim) < 0 else int(dim)
+        key[dim] = int(index)
+        v = self[tuple(key)]
+        if v.ndim == self.ndim and self.ndim > 1:  # an on-chip view kept the dim: drop it as a reshape
+            shp = list(v.shape)
+            del shp[dim]
+            if len(shp) >= (2 if self.buffer in ON_CHIP else 1):
+                v = v.reshape(shp)
+        return v
+
+    def permute(self, dims):
+        """``t.permute(dims)``: a view with the dims reordered (on-chip: ``dims[0] == 0``). Its kernel-IR access
+        exists when the result still visits the storage in row-major order (e.g. moving size-1 dims)."""
+        dims = [int(d) + self.ndim if int(d) < 0 else int(d) for d in dims]
+        if sorted(dims) != list(range(self.ndim)):
+            raise make_error(KernelError, "NSIM-E404", "permute: {} is not a permutation of {} dims".format(
+                dims, self.ndim))
+        if self.buffer in ON_CHIP and dims[0] != 0:
+            raise make_error(KernelError, "NSIM-E404", "permute: the partition dim of an on-chip tensor must stay "
+                             "first (dims[0] == 0)")
+        _base, off, pat = self._flat()
+        return self._pattern_view(off, [pat[d] for d in dims])
+
+    @property
+    def T(self):  # noqa: N802 - NKI name
+        if self.ndim != 2:
+            raise make_error(KernelError, "NSIM-E404", ".T needs a 2-D tensor, got shape {}".format(tuple(self.shape)))
+        return self.permute((1, 0))
+
+    def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
+        """``t.ap([[step, num], ...], offset=None)``: an explicit access pattern over the storage (spec §3.9):
+        element ``(i0, ...)`` is ``storage_flat[view offset + offset + sum step_j * i_j]``."""
+        if scalar_offset is not None or vector_offset is not None:
+            from .nki._unsupported import NotSupportedError
+            raise make_error(NotSupportedError, "NSIM-E405", ".ap(scalar_offset=/vector_offset=) is not supported "
+                             "yet by nsim: runtime offsets are not in the kernel IR yet")
+        base = self.view(dtype) if dtype is not None else self
+        _b, off, _pat = base._flat()
+        pat = [(int(p[0]), int(p[1])) for p in pattern]
+        if not pat or any(n < 1 for _, n in pat):
+            raise make_error(KernelError, "NSIM-E404", ".ap: bad pattern {}".format(pattern))
+        return base._pattern_view(off + int(offset or 0), pat)
+
+    def get_pattern(self):
+        """The view as ``[[stride, count], ...]`` (elements of the storage)."""
+        return [[s if c > 1 else 0, c] for s, c in self._flat()[2]]
+
+    def is_contiguous(self):
+        """Row-major dense (the partition dim of an on-chip view ignored)."""
+        pat = self._flat()[2]
+        if self.buffer in ON_CHIP:
+            pat = pat[1:]
+        items = _merge(pat)
+        return not items or (len(items) == 1 and items[0][0] == 1)
+
+    def is_indirect(self):
+        return False
+
+    def reinterpret_cast(self, dtype):
+        return self.view(dtype)
+
     # --- IR access ----------------------------------------------------------------------------
     def access(self):
         """The operand of this view in kernel.json (a name, or {"tensor", "index"})."""
@@ -702,6 +777,14 @@ class Tracer:
         self._reorder_depth = 0
         self._order_groups = itertools.count(1)
         self.schedule = None
+        self.constants = {}  # IR name -> numpy array (nl.shared_constant): extra inputs of the kernel
+
+    def constant(self, array, name=None):
+        """An HBM input tensor holding ``array`` (``nl.shared_constant``)."""
+        a = np.ascontiguousarray(array)
+        t = self.hbm_tensor(name or "const", a.dtype, a.shape if a.ndim else (1,), kind="input")
+        self.constants[t.name] = a.reshape(-1) if a.ndim == 0 else a
+        return t
 
     # context
     def __enter__(self):
@@ -1030,6 +1113,7 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None):
                 rename[ir_name] = out_name
                 writeback.append((arr, out_name))
             inputs[ir_name] = _to_numpy(arr)
+        inputs.update(tr.constants)
 
         def spec(r):
             if r is None:
@@ -1169,3 +1253,4 @@ def run(tres, config="trn2", **sim_kwargs):
 def dumps(kernel):
     """kernel.json text (deterministic)."""
     return json.dumps(kernel, indent=1)
+

@@ -342,3 +342,178 @@ def test_b1_broadcast_to_tile_and_hbm(b1):
 
     a, b, c = _rand((128, 512), seed=1), _rand((1, 512), seed=2), _rand((1, 512), seed=3)
     _close(k(a, b, c), a * b + b + c[0, 0])
+
+
+# --------------------------------------------------------------------------------------------------
+# index expressions combining several arange / mgrid axes (Beta 1)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_b1_avgpool_tutorial(b1, dtype):
+    """The SDK average-pooling example: ``in_tile[i0, sz_pool*i1+i2, sz_pool*i3+i4]`` summed over
+    axis=[2, 4] (a non-trailing reduction axis)."""
+    bnki, bnl, _ = b1
+
+    @bnki.jit
+    def avgpool(in_tensor, pool_size):
+        sz_cin, sz_hin, sz_win = in_tensor.shape
+        sz_hout, sz_wout = sz_hin // pool_size, sz_win // pool_size
+        out_tensor = bnl.ndarray((sz_cin, sz_hout, sz_wout), dtype=in_tensor.dtype, buffer=bnl.shared_hbm)
+        sz_p, sz_pool = sz_cin, pool_size
+        i0, i1, i2, i3, i4 = bnl.mgrid[0:sz_p, 0:sz_hin // sz_pool, 0:sz_pool, 0:sz_win // sz_pool, 0:sz_pool]
+        in_tile = bnl.load(in_tensor)
+        out_tile = bnl.sum(in_tile[i0, sz_pool * i1 + i2, sz_pool * i3 + i4], axis=[2, 4]) / (pool_size * pool_size)
+        bnl.store(out_tensor, value=out_tile)
+        return out_tensor
+
+    x = _rand((64, 8, 12), dtype, 11)
+    ref = x.astype(np.float32).reshape(64, 4, 2, 6, 2).mean(axis=(2, 4))
+    _close(avgpool(x, 2), ref, dtype)
+
+
+def test_b1_two_axis_index_load_store(b1):
+    """``x[i_p, 2 * i_f + i_k]`` (mgrid) as the HBM operand of nl.load / nl.store, and on a tile."""
+    bnki, bnl, _ = b1
+
+    @bnki.jit
+    def k(a):
+        out = bnl.ndarray((128, 32, 2), dtype=a.dtype, buffer=bnl.shared_hbm)
+        out2 = bnl.ndarray((128, 32), dtype=a.dtype, buffer=bnl.shared_hbm)
+        i_p, i_f, i_k = bnl.mgrid[0:128, 0:32, 0:2]
+        t = bnl.load(a[i_p, 2 * i_f + i_k])             # (128, 32, 2)
+        bnl.store(out, value=t * 2.0)
+        full = bnl.load(a)
+        m = bnl.max(full[i_p, 2 * i_f + i_k], axis=2)   # pairwise max over a tile view
+        bnl.store(out2, value=m)
+        return out, out2
+
+    a = _rand((128, 64), seed=12)
+    o, o2 = k(a)
+    _close(o, a.reshape(128, 32, 2) * 2)
+    _close(o2, a.reshape(128, 32, 2).max(2))
+
+
+def test_b1_overlapping_windows_error(b1):
+    bnki, bnl, _ = b1
+
+    @bnki.jit
+    def k(a):
+        i_p, i_f, i_k = bnl.mgrid[0:128, 0:31, 0:3]
+        t = bnl.load(a)
+        bnl.sum(t[i_p, 2 * i_f + i_k], axis=2)
+
+    with pytest.raises(NsimError, match="cannot be expressed"):
+        k(_rand((128, 64)))
+
+
+# --------------------------------------------------------------------------------------------------
+# names composed from existing ops, and names that are not supported yet
+# --------------------------------------------------------------------------------------------------
+
+
+def test_new_shared_constant_and_identity():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        c = nl.shared_constant(np.arange(a.shape[1], dtype=np.float32).reshape(1, -1))
+        ident = nl.shared_identity_matrix(128, dtype=nl.float32)
+        assert isinstance(c, nki.tensor) and ident.shape == (128, 128)
+        t = nl.load(a)
+        r = nl.matmul(ident, t, transpose_x=True)     # I.T @ a = a
+        nl.store(out, nl.add(nl.copy(r), nl.load(c)))
+        return out
+
+    a = _rand((128, 64), seed=13)
+    _close(k(a), a + np.arange(64, dtype=np.float32))
+
+
+def test_b1_shared_constant_and_identity(b1):
+    bnki, bnl, bnisa = b1
+
+    @bnki.jit
+    def k(a):
+        out = bnl.ndarray(a.shape, dtype=a.dtype, buffer=bnl.shared_hbm)
+        ident = bnl.load(bnl.shared_identity_matrix(128, dtype=bnl.bfloat16))
+        c = bnl.load(bnl.shared_constant(np.full((128, 1), 2.0), dtype=bnl.float32))
+        x = bnl.load(a)
+        r = bnisa.nc_matmul(ident, x)                 # ident.T @ x
+        bnl.store(out, value=bnl.copy(r) * c)
+        return out
+
+    a = _rand((128, 32), BF16, 14)
+    _close(k(a), a.astype(np.float32) * 2, BF16)
+
+
+@pytest.mark.parametrize("dialect", ["new", "beta1"])
+def test_unsupported_names_raise_nsim_errors(b1, dialect):
+    from nsim.nki._unsupported import NotSupportedError
+    if dialect == "new":
+        jit, L, I = nki.jit, nl, nisa
+        calls = [lambda a: I.max8(a, a), lambda a: I.nc_find_index8(a, a, a), lambda a: I.local_gather(a, a, a),
+                 lambda a: I.dropout(a, a, 0.5), lambda a: L.rand((128, 8), L.float32)]
+    else:
+        jit, L, I = b1[0].jit, b1[1], b1[2]
+        calls = [lambda a: I.max8(src=a), lambda a: I.nc_find_index8(data=a, vals=a), lambda a: I.local_gather(a, a),
+                 lambda a: I.dropout(a, 0.5), lambda a: L.rand((128, 8))]
+    for fn in calls:
+        @jit
+        def k(a):
+            fn(a)
+
+        with pytest.raises(NotSupportedError, match="not supported yet by nsim: .+") as e:
+            k(_rand((128, 8)))
+        assert isinstance(e.value, NsimError) and e.value.code == "NSIM-E405"
+
+
+@pytest.mark.parametrize("dialect", ["new", "beta1"])
+def test_composed_value_functions(b1, dialect):
+    jit, L = (nki.jit, nl) if dialect == "new" else (b1[0].jit, b1[1])
+
+    @jit
+    def k(a, w):
+        outs = [L.ndarray((128, 64), dtype=L.float32, buffer=L.shared_hbm) for _ in range(5)]
+        o_all = L.ndarray((128, 1), dtype=L.float32, buffer=L.shared_hbm)
+        o_var = L.ndarray((128, 1), dtype=L.float32, buffer=L.shared_hbm)
+        x = L.load(a)
+        L.store(outs[0], L.floor(x))
+        L.store(outs[1], L.ceil(x))
+        L.store(outs[2], L.trunc(x))
+        L.store(outs[3], L.where(L.greater(x, 0.0), x, 0.5))
+        L.store(outs[4], L.rms_norm(x, L.load(w), 1, 64))
+        L.store(o_all, L.expand_dims(L.all(L.greater(x, -2.5), 1), 1))
+        L.store(o_var, L.var(x, 1))
+        return tuple(outs) + (o_all, o_var)
+
+    a = _rand((128, 64), seed=21) * 3
+    w = _rand((1, 64), seed=22)
+    r = k(a, w)
+    _close(r[0], np.floor(a))
+    _close(r[1], np.ceil(a))
+    _close(r[2], np.trunc(a))
+    _close(r[3], np.where(a > 0, a, 0.5))
+    _close(r[4], a / np.sqrt((a * a).sum(1, keepdims=True) / 64 + 1e-6) * w)
+    _close(r[5][:, 0], np.all(a > -2.5, axis=1).astype(np.float32))
+    np.testing.assert_allclose(r[6][:, 0], a.var(1), rtol=1e-4, atol=1e-4)
+
+
+def test_new_view_methods():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 16), a.dtype, buffer=nl.shared_hbm)
+        out2 = nl.ndarray((128, 32), a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)                                       # (128, 64)
+        assert t.get_pattern() == [[64, 128], [1, 64]] and t.is_contiguous()
+        s = t.slice(1, 0, 64, 4)                             # columns 0, 4, ..., 60
+        assert not s.is_contiguous() and not s.is_indirect()
+        nl.store(out, nl.copy(s))
+        v = t.ap([[64, 128], [2, 32]], offset=1)             # odd columns via an access pattern
+        nl.store(out2, nl.copy(v))
+        assert t.reshape((128, 64, 1)).permute((0, 2, 1)).shape == (128, 1, 64)
+        assert t.select(1, 3).shape == (128, 1)
+        return out, out2
+
+    a = _rand((128, 64), seed=23)
+    o, o2 = k(a)
+    _close(o, a[:, 0:64:4])
+    _close(o2, a[:, 1::2])

@@ -31,6 +31,9 @@ __all__ = ["jit", "Kernel", "simulate", "simulate_kernel", "trace_kernel", "lang
 
 _PLATFORM = _kernel.PLATFORM_CONFIG
 
+#: ``nki.tensor``: the type of kernel tensors and views (spec §3.4, §3.9)
+tensor = NkiTensor
+
 
 class Kernel(_kernel.Kernel):
     """A new-dialect kernel (``@nki.jit``). Calling it with arrays traces and simulates it (spec §1.4,

@@ -630,6 +630,42 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
 # Keyword checking and name= labels of every instruction (one place: nsim.nki._api)
 # --------------------------------------------------------------------------------------------------
 
+from ._unsupported import install as _install_unsupported  # noqa: E402
+
+from ._unsupported import stub_class as _stub_class  # noqa: E402
+
+VirtualRegister = _stub_class('nki.isa', 'VirtualRegister')
+_install_unsupported(globals(), 'nki.isa', {
+    'max8': 'dst, src, name=None',
+    'nc_find_index8': 'dst, data, vals, name=None',
+    'nc_match_replace8': 'dst, data, vals, imm, dst_idx=None, name=None',
+    'local_gather': 'dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None',
+    'nc_n_gather': 'dst, data, indices, name=None',
+    'tensor_partition_reduce': 'dst, op, data, name=None',
+    'select_reduce': 'dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=None, reduce_op=None, reverse_pred=False, name=None',
+    'sequence_bounds': 'dst, segment_ids, name=None',
+    'tensor_scalar_cumulative': 'dst, src, op0, op1, imm0, imm1=None, reduce_cmd=None, name=None',
+    'exponential': 'dst, src, max_value=0.0, reduce_res=None, reduce_cmd=None, reduce_init=0.0, name=None',
+    'activate2': 'dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None, reduce_res=None, reduce_cmd=None, name=None',
+    'topk': 'val_dst, idx_dst, src, n, name=None',
+    'nonzero_with_count': 'dst, src, index_offset=0, padding_val=-1, name=None',
+    'quantize_mx': 'dst, src, dst_scale, name=None',
+    'nc_matmul_mx': 'dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, tile_size=None, accumulate=None, name=None',
+    'sendrecv': 'src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, name=None',
+    'core_barrier': 'data, cores, engine=None, name=None',
+    'dma_compute': 'dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=None, name=None',
+    'register_alloc': 'x=None',
+    'register_move': 'dst, src',
+    'register_load': 'dst, src',
+    'register_store': 'dst, src',
+    'dropout': 'dst, data, prob, name=None',
+    'rng': 'dst, engine=None, name=None',
+    'rand2': 'dst, min, max, name=None',
+    'set_rng_seed': 'src_seeds, name=None',
+    'rand_set_state': 'src_seeds, engine=None, name=None',
+    'rand_get_state': 'dst, engine=None, name=None',
+})
+
 from ._api import publish as _publish  # noqa: E402
 
 _publish(globals(), "nki.isa", isa=True, extra={"dma_copy": ("dst_rmw_op",)},

@@ -675,17 +675,45 @@ def _axes(x, axis, what):
     if not axes or axes[0] < 1 or axes[-1] >= nd:
         raise make_error(KernelError, "NSIM-E307", "nl.{}: axis {} must name free dims (1..{}) of shape {}".format(
             what, axis, nd - 1, tuple(x.shape)))
-    if axes != list(range(axes[0], nd)):
-        raise make_error(KernelError, "NSIM-E404", "nl.{}: axis {} must be the trailing free dims of shape {} "
-                         "(nsim does not permute yet)".format(what, axis, tuple(x.shape)))
     return axes
 
 
 def _reduce_into(alu, x, axes, dt):
-    kshape = [1 if i in axes else s for i, s in enumerate(x.shape)]
-    out = _new_tile(kshape, dt)
-    _isa().tensor_reduce(dst=out, op=alu, data=x, axis=axes)
-    return out
+    """Reduce the free ``axes`` of ``x`` (kept as size 1). Trailing axes: one tensor_reduce; other axes
+    (e.g. ``axis=[2, 4]`` of average pooling) are folded afterwards with element-wise ops over their
+    slices (n - 1 tensor_tensor per axis)."""
+    nd = x.ndim
+    trail = []
+    for a in reversed(range(1, nd)):
+        if a in axes:
+            trail.insert(0, a)
+        else:
+            break
+    rest = [a for a in axes if a not in trail]
+    isa = _isa()
+    r = x
+    if trail:
+        kshape = [1 if i in trail else s for i, s in enumerate(x.shape)]
+        r = _new_tile(kshape, dt if not rest else np.float32)
+        isa.tensor_reduce(dst=r, op=alu, data=x, axis=trail)
+    for j, a in enumerate(rest):
+        n = int(r.shape[a])
+        kshape = [1 if i == a else s for i, s in enumerate(r.shape)]
+        last = j == len(rest) - 1
+        if n == 1:
+            acc = _new_tile(kshape, dt if last else np.float32)
+            isa.tensor_copy(dst=acc, src=r)
+            r = acc
+            continue
+        sl = lambda t, k: NkiTensor.__getitem__(t, tuple(slice(k, k + 1) if i == a else slice(None)  # noqa: E731
+                                                         for i in range(t.ndim)))
+        acc = None
+        for k in range(1, n):
+            nxt = _new_tile(kshape, dt if (last and k == n - 1) else np.float32)
+            isa.tensor_tensor(dst=nxt, data1=sl(r, 0) if acc is None else acc, data2=sl(r, k), op=alu)
+            acc = nxt
+        r = acc
+    return r
 
 
 def _drop(out, axes):
@@ -792,6 +820,173 @@ def store(dst, value, name=None, **kwargs):
                 value = value.broadcast(d, dst.shape[d])
     isa.dma_copy(dst=dst, src=value)
     return None
+
+
+# --- composed value functions (§3.6) ---------------------------------------------------------------
+
+
+def _rounding(x, kind, dtype):
+    """floor / ceil / trunc from the ALU's mod/fmod: floor(x) = x - mod(x, 1), trunc(x) = x - fmod(x, 1),
+    ceil(x) = x + mod(-x, 1)."""
+    _tensor_arg(x, kind)
+    isa = _isa()
+    r = _new_tile(x.shape, np.float32)
+    if kind == "ceil":
+        isa.tensor_scalar(dst=r, data=x, op0="multiply", operand0=-1.0, op1="mod", operand1=1.0)
+    else:
+        isa.tensor_scalar(dst=r, data=x, op0="mod" if kind == "floor" else "fmod", operand0=1.0)
+    out = _new_tile(x.shape, dtype if dtype is not None else x.dtype)
+    isa.tensor_tensor(dst=out, data1=x, data2=r, op="add" if kind == "ceil" else "subtract")
+    return out
+
+
+def floor(x, dtype=None, name=None, **kwargs):
+    """``nl.floor(x)``: x - mod(x, 1) (two Vector ops)."""
+    return _rounding(x, "floor", dtype)
+
+
+def ceil(x, dtype=None, name=None, **kwargs):
+    """``nl.ceil(x)``: x + mod(-x, 1) (two Vector ops)."""
+    return _rounding(x, "ceil", dtype)
+
+
+def trunc(x, dtype=None, name=None, **kwargs):
+    """``nl.trunc(x)``: x - fmod(x, 1) (two Vector ops)."""
+    return _rounding(x, "trunc", dtype)
+
+
+def all(x, axis, dtype=None, name=None, **kwargs):  # noqa: A001 - NKI name
+    """``nl.all(x, axis)``: 1 where every element along ``axis`` is nonzero (logical_and reduction)."""
+    _tensor_arg(x, "all")
+    axes = _axes(x, axis, "all")
+    nz = _new_tile(x.shape, np.float32)
+    _isa().tensor_scalar(dst=nz, data=x, op0="not_equal", operand0=0.0)
+    out = _reduce_into("logical_and", nz, axes, dtype if dtype is not None else x.dtype)
+    return _drop(out, axes)
+
+
+def var(x, axis, dtype=None, name=None, **kwargs):
+    """``nl.var(x, axis)``: mean((x - mean(x))^2) over ``axis`` (population variance), reduced dims kept."""
+    _tensor_arg(x, "var")
+    m = mean(x, axis, dtype=np.float32, keepdims=True)
+    d = _binary_call(_OPS["subtract"], x, m, dtype=np.float32)
+    sq = _new_tile(d.shape, np.float32)
+    _isa().tensor_tensor(dst=sq, data1=d, data2=d, op="multiply")
+    return mean(sq, axis, dtype=dtype if dtype is not None else x.dtype, keepdims=True)
+
+
+def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None, name=None, **kwargs):
+    """``nl.rms_norm``: x / sqrt(sum(x^2, axis) / n + epsilon) * w."""
+    _tensor_arg(x, "rms_norm")
+    axes = _axes(x, axis, "rms_norm")
+    isa = _isa()
+    sq = _new_tile(x.shape, np.float32)
+    isa.tensor_tensor(dst=sq, data1=x, data2=x, op="multiply")
+    ss = _reduce_into("add", sq, axes, np.float32)
+    r = _new_tile(ss.shape, np.float32)
+    isa.tensor_scalar(dst=r, data=ss, op0="multiply", operand0=1.0 / float(n), op1="add", operand1=float(epsilon))
+    rs = _new_tile(ss.shape, np.float32)
+    isa.activation(dst=rs, op=_OPS["rsqrt"], data=r)
+    y = _binary_call(_OPS["multiply"], x, rs, dtype=np.float32)
+    return _binary_call(_OPS["multiply"], y, w, dtype=dtype if dtype is not None else x.dtype)
+
+
+def where(condition, x, y, dtype=None, name=None, **kwargs):
+    """``nl.where(condition, x, y)``: x where condition is nonzero, else y (y or x may be scalars):
+    a copy of y, then a predicated copy of x (Vector)."""
+    _tensor_arg(condition, "where", "condition")
+    isa = _isa()
+    shape = tuple(condition.shape)
+    dt = np.dtype(dtype) if dtype is not None else promote(_dt_of(x), _dt_of(y))
+    out = _new_tile(shape, dt)
+    if _is_scalar(y):
+        isa.memset(out, y)
+    else:
+        isa.tensor_copy(dst=out, src=broadcast_to(y, shape))
+    pred = condition
+    if pred.dtype.name not in ("uint8", "int8", "uint16", "int16", "int32", "uint32", "bool"):
+        pred = _new_tile(shape, np.uint8)
+        isa.tensor_scalar(dst=pred, data=condition, op0="not_equal", operand0=0.0)
+    isa.tensor_copy_predicated(dst=out, src=x if _is_scalar(x) else broadcast_to(x, shape), predicate=pred)
+    return out
+
+
+def expand_dims(x, axis, name=None, **kwargs):
+    """``nl.expand_dims(x, axis)``: a view with a size-1 dim inserted at ``axis``."""
+    return x.expand_dim(axis)
+
+
+def static_cast(x, dtype):
+    """``nl.static_cast(x, dtype)``: a numpy cast (ml_dtypes RNE) of an array, a converting copy of a tile."""
+    if isinstance(x, NkiTensor):
+        return copy_(x, dtype=dtype)
+    return np.asarray(x).astype(dtype)
+
+
+def softmax(x, axis=-1, dtype=None, name=None, **kwargs):
+    """``nl.softmax(x, axis=-1)`` over the last free dim of a 2-D tile."""
+    from .beta1 import language as _b1
+    return _b1.softmax(x, axis, dtype=dtype)
+
+
+def load_transpose2d(src, dtype=None, name=None, **kwargs):
+    """``nl.load_transpose2d(src)``: DMA transpose HBM [a, b] -> SBUF [b, a]."""
+    tr = _tr.current("nl.load_transpose2d")
+    if src.ndim != 2:
+        raise make_error(KernelError, "NSIM-E404", "nl.load_transpose2d needs a 2-D source")
+    out = tr.tile("sbuf", src.dtype, (src.shape[1], src.shape[0]))
+    _isa().dma_transpose(dst=out, src=src)
+    return out if dtype is None or np.dtype(dtype) == out.dtype else copy_(out, dtype=dtype)
+
+
+def device_print(print_prefix, tensor, name=None, **kwargs):
+    """Accepted; nsim does not print tensor values while tracing."""
+    return None
+
+
+# --- constants (§3.4) ------------------------------------------------------------------------------
+
+
+def shared_constant(constant, dtype=None, name=None, **kwargs):
+    """``nl.shared_constant(constant)``: a ``shared_hbm`` tensor holding the numpy array (or ``.npy`` file)
+    ``constant`` (an extra input of the simulated kernel)."""
+    tr = _tr.current("nl.shared_constant")
+    if isinstance(constant, (str, os.PathLike)):
+        constant = np.load(constant)
+    a = np.asarray(constant)
+    if dtype is not None:
+        a = a.astype(dtype)
+    elif a.dtype == np.float64:
+        a = a.astype(np.float32)
+    elif a.dtype == np.int64:
+        a = a.astype(np.int32)
+    elif a.dtype == np.bool_:
+        a = a.astype(np.uint8)
+    return tr.constant(a, name or "shared_constant")
+
+
+def shared_identity_matrix(n, dtype=np.uint8, dst=None, name=None, **kwargs):
+    """``nl.shared_identity_matrix(n, dtype=uint8, dst=None)`` (new dialect): the n x n identity in SBUF
+    (n <= 128), loaded by one DMA from a constant; written into ``dst`` when given."""
+    n = int(n)
+    c = shared_constant(np.eye(n, dtype=np.float32).astype(dtype), name="identity")
+    if n > 128 and dst is None:
+        raise make_error(KernelError, "NSIM-E304", "nl.shared_identity_matrix: n={} does not fit 128 partitions "
+                         "(give dst= an HBM tensor)".format(n))
+    out = dst if dst is not None else _new_tile((n, n), dtype)
+    _isa().dma_copy(dst=out, src=c)
+    return out
+
+
+from ._unsupported import install as _install_unsupported  # noqa: E402
+
+_install_unsupported(globals(), "nki.language", {
+    'rand': "shape, dtype, buffer=None, name=''",
+    'random_seed': 'seed',
+    'dropout': 'x, rate, dtype=None',
+    'atomic_rmw': 'dst, value, op',
+    'gather_flattened': 'data, indices, axis=0, dtype=None',
+})
 
 
 # --------------------------------------------------------------------------------------------------

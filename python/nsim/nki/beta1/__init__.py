@@ -166,3 +166,13 @@ def _as_kernel(kernel):
 
 def simulate(kernel):
     return _as_kernel(kernel)
+
+
+def _tensor_type():
+    from .language import Tensor
+    return Tensor
+
+
+#: ``nki.tensor``: the type of Beta-1 kernel tensors and views
+tensor = _tensor_type()
+

@@ -454,6 +454,22 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
 # **kwargs (spec §2.1/§2.2 Beta-1 signatures and the new-dialect names they forward) are listed here.
 # --------------------------------------------------------------------------------------------------
 
+from .._unsupported import install as _install_unsupported  # noqa: E402
+
+_install_unsupported(globals(), 'neuronxcc.nki.isa', {
+    'max8': '*, src, mask=None, dtype=None',
+    'nc_find_index8': '*, data, vals, mask=None, dtype=None',
+    'nc_match_replace8': '*, data, vals, imm, dst_idx=None, mask=None, dtype=None',
+    'local_gather': 'src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None',
+    'tensor_partition_reduce': 'op, data, *, mask=None, dtype=None',
+    'select_reduce': '*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=None, reduce_op=None, reverse_pred=False, mask=None, dtype=None',
+    'sequence_bounds': '*, segment_ids, dtype=None',
+    'dropout': 'data, prob, *, mask=None, dtype=None',
+    'tensor_copy_dynamic_src': 'src, *, mask=None, dtype=None, engine=None',
+    'tensor_copy_dynamic_dst': '*, dst, src, mask=None, dtype=None, engine=None',
+    'builtin_custom_op': '*args',
+})
+
 from .._api import publish as _publish  # noqa: E402
 
 _publish(globals(), "neuronxcc.nki.isa", isa=True, extra={

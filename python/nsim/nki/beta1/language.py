@@ -114,11 +114,11 @@ def _restrict(view, box):
             if not e.coefs:
                 new.append(e)
                 continue
-            (a, c), = e.coefs.items()
-            lo, hi = box[a]
             shp = list(e.shape)
-            shp[a] = hi - lo
-            new.append(IndexExpr(e.offset + c * lo, {a: c}, shp))
+            for a in e.coefs:
+                shp[a] = box[a][1] - box[a][0]
+            new.append(IndexExpr(e.offset + _b.sum(c * box[a][0] for a, c in e.coefs.items()), dict(e.coefs),
+                                 shp))
         return base._adv_index(tuple(new), defer_oob=False)
     if len(box) != view.ndim:
         raise NotImplementedError("nsim: mask of {} dims on a view of shape {}".format(len(box), tuple(view.shape)))
@@ -460,6 +460,8 @@ class Tensor(NkiTensor):
                     if rshape[a] not in (1, s):
                         raise make_error(KernelError, "NSIM-E404", "index expressions do not broadcast")
                     rshape[a] = s
+        if _b.any(len(e.coefs) > 1 for e in items):
+            return self._affine_view(items, rshape, defer_oob)
         dims = [list(d) for d in self._dims]
         axis_of = {}  # storage dim -> result axis
         consts = []
@@ -519,6 +521,30 @@ class Tensor(NkiTensor):
         if self._st.buffer in _tr.ON_CHIP and not dims[0][3] and kept and kept[0] == 0:
             dims[0][3] = True  # on-chip views keep the partition dim
         v = type(self)(self._st, dims, self._tracer)
+        v._adv = (self, items, tuple(rshape), oob)
+        return v
+
+    def _affine_view(self, items, rshape, defer_oob):
+        """Index items combining several arange axes (``x[i_p, 2 * i_f + i_k]``): result element ``[a...]`` is
+        at ``offset + sum_a stride_a * a`` of the storage (a re-dimensioned view; its kernel-IR access exists
+        when the result visits the storage in row-major order, e.g. non-overlapping pooling windows)."""
+        _base, off, pat = self._flat()
+        strides = [0] * len(rshape)
+        oob = None
+        for vd, e in enumerate(items):
+            s_vd, size = pat[vd]
+            lo = e.offset + _b.sum(_b.min(0, c * (rshape[a] - 1)) for a, c in e.coefs.items())
+            hi = e.offset + _b.sum(_b.max(0, c * (rshape[a] - 1)) for a, c in e.coefs.items())
+            if lo < 0 or hi >= size:
+                oob = oob or ("err_tensor_access_out_of_bound: index range {}..{} is out of bounds for dim {} of "
+                              "size {} of tensor '{}' (use a mask= that excludes the out-of-bounds "
+                              "positions)".format(lo, hi, vd, size, self.name))
+                if not defer_oob:
+                    raise make_error(KernelError, "NSIM-E408", oob)
+            off += e.offset * s_vd
+            for a, c in e.coefs.items():
+                strides[a] += c * s_vd
+        v = self._pattern_view(off, list(zip(strides, rshape)))
         v._adv = (self, items, tuple(rshape), oob)
         return v
 
@@ -684,6 +710,9 @@ class Tensor(NkiTensor):
 
     def broadcast_to(self, shape):
         return broadcast_to(self, shape=shape)
+
+    def expand_dims(self, axis):
+        return self.expand_dim(axis)
 
     def assert_shape(self, shape):
         if tuple(self.shape) != tuple(shape):
@@ -1174,7 +1203,53 @@ def device_print(prefix, x, *, mask=None, **kwargs):
 
 
 def expand_dims(x, axis):
-    raise NotImplementedError("nsim: nl.expand_dims is not supported yet for Beta-1 kernels")
+    """``nl.expand_dims(x, axis)``: a view with a size-1 dim inserted at ``axis``."""
+    return x.expand_dim(axis)
+
+
+def _elementwise(fn, what):
+    def f(x, *, dtype=None, mask=None, **kwargs):
+        if _is_mask(mask):
+            return masked_elementwise(lambda t: fn(t, dtype=dtype), (x,), mask, what)
+        return fn(x, dtype=dtype)
+    return f
+
+
+floor = _elementwise(_nl.floor, "nl.floor")
+ceil = _elementwise(_nl.ceil, "nl.ceil")
+trunc = _elementwise(_nl.trunc, "nl.trunc")
+for _f, _n in ((floor, "floor"), (ceil, "ceil"), (trunc, "trunc")):
+    _f.__name__ = _f.__qualname__ = _n
+    _f.__module__ = __name__
+    _f.__doc__ = "``nl.{}(x, dtype=None, mask=None)`` (see nsim.nki.language.{}).".format(_n, _n)
+
+
+def all(x, axis, *, dtype=None, mask=None, **kwargs):  # noqa: A001 - NKI name
+    """``nl.all(x, axis)`` (Beta 1 has no keepdims)."""
+    if _is_mask(mask):
+        return masked_reduce(lambda t: _nl._reduce_into("logical_and", _nl.not_equal(t, 0.0, dtype=np.float32),
+                                                        _nl._axes(t, axis, "all"), dtype or x.dtype),
+                             x, axis, False, mask, "nl.all")
+    return _nl.all(x, axis, dtype=dtype)
+
+
+def var(x, axis, *, dtype=None, mask=None, **kwargs):
+    """``nl.var(x, axis)``: population variance over ``axis`` (reduced dims kept)."""
+    _check_mask(mask, "nl.var")
+    return _nl.var(x, axis, dtype=dtype)
+
+
+def rms_norm(x, w, axis, n, epsilon=1e-06, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
+    _check_mask(mask, "nl.rms_norm")
+    return _nl.rms_norm(x, w, axis, n, epsilon=epsilon, dtype=dtype)
+
+
+def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
+    """``nl.where(condition, x, y)``: x where condition is nonzero, else y."""
+    if _is_mask(mask):
+        return masked_elementwise(lambda c, a, b: _nl.where(c, a, b, dtype=dtype), (condition, x, y), mask,
+                                  "nl.where")
+    return _nl.where(condition, x, y, dtype=dtype)
 
 
 def _iota_value(e, dtype):
@@ -1239,6 +1314,28 @@ def program_ndim():
 
 
 # Keyword checking of the public functions (one place: nsim.nki._api)
+def shared_constant(constant, dtype=None, **kwargs):
+    """``nl.shared_constant(constant, dtype=None)``: an HBM tensor holding the array (or ``.npy`` file)."""
+    return _nl.shared_constant(constant, dtype=dtype)
+
+
+def shared_identity_matrix(n, dtype=np.uint8, **kwargs):
+    """``nl.shared_identity_matrix(n, dtype=uint8)`` (Beta 1): an HBM n x n identity (like shared_constant)."""
+    return _nl.shared_constant(np.eye(int(n), dtype=np.float32).astype(dtype))
+
+
+from .._unsupported import install as _install_unsupported  # noqa: E402
+
+_install_unsupported(globals(), _PREFIX, {
+    'rand': "shape, dtype=None, *, buffer=None, name=''",
+    'random_seed': 'seed, *, mask=None',
+    'dropout': 'x, rate, *, dtype=None, mask=None',
+    'atomic_rmw': 'dst, value, op, *, mask=None',
+    'all_reduce': 'x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=True, asynchronous=False',
+    'gather_flattened': 'data, indices, axis=0, *, dtype=None, mask=None',
+    'loop_reduce': 'x, op, loop_indices, *, dtype=None, mask=None',
+})
+
 from .._api import publish as _publish  # noqa: E402
 
 _publish(globals(), _PREFIX)

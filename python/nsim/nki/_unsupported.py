@@ -1,0 +1,133 @@
+"""Names of the NKI API that nsim does not implement yet: each one is a function that raises
+:class:`NotSupportedError` (an ``NsimError``/``KernelError`` with code ``NSIM-E405``) saying why. The reason
+is also its ``__nsim_unsupported__`` attribute, which ``python -m nsim.nki._coverage`` lists in
+``docs/nki-coverage.md``."""
+from __future__ import annotations
+
+from ..tracer import KernelError, make_error
+
+NotSupportedError = type("NotSupportedError", (KernelError,), {
+    "__module__": __name__,
+    "__doc__": "An NKI function or feature that nsim does not support yet (code NSIM-E405)."})
+
+_ISA = "the nsim ISA (isa/opcodes.def) has no such instruction, and adding one is a simulator (C++) change"
+_RNG = "needs a random-number generator instruction; " + _ISA
+
+REASONS = {
+    # nki.isa, Tier 3 and 0.6-only
+    "max8": "needs the Vector top-8 (max8) instruction; " + _ISA,
+    "nc_find_index8": "needs the Vector find-index-8 instruction; " + _ISA,
+    "nc_match_replace8": "needs the Vector match-and-replace-8 instruction; " + _ISA,
+    "local_gather": "needs the GpSimd local-gather (per-partition indexed read) instruction; " + _ISA,
+    "nc_n_gather": "needs the GpSimd gather instruction; " + _ISA,
+    "tensor_partition_reduce": "a reduction across partitions; composable from nc_transpose + tensor_reduce but "
+                               "not written yet",
+    "select_reduce": "needs the Vector select-with-reduce instruction (predicated select feeding the VectorE "
+                     "accumulator registers); " + _ISA,
+    "sequence_bounds": "needs the GpSimd segment-bounds instruction; " + _ISA,
+    "tensor_scalar_cumulative": "needs the Vector cumulative tensor_scalar mode (scan through the accumulator "
+                                "registers); " + _ISA,
+    "exponential": "the gen4 Vector exponential instruction is not modelled (nsim models gen2/gen3 engines)",
+    "activate2": "the gen4 Scalar activate2 instruction is not modelled (nsim models gen2/gen3 engines)",
+    "topk": "needs the GpSimd top-k instruction; " + _ISA,
+    "nonzero_with_count": "needs the GpSimd nonzero-with-count instruction; " + _ISA,
+    "quantize_mx": "MX (microscaling) x4-packed fp8/fp4 dtypes and their instructions are not in the nsim ISA",
+    "nc_matmul_mx": "MX (microscaling) x4-packed fp8/fp4 dtypes and their instructions are not in the nsim ISA",
+    "sendrecv": "LNC=2 launches (two cooperating cores) are not simulated yet",
+    "core_barrier": "LNC=2 launches (two cooperating cores) are not simulated yet",
+    "dma_compute": "the DMA compute path (accumulating / scaled-sum DMA, indirect RMW) is not modelled yet",
+    "register_alloc": "sequencer registers (VirtualRegister) and runtime loop bounds are not in the kernel IR yet",
+    "register_move": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
+    "register_load": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
+    "register_store": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
+    "dropout": _RNG,
+    "rng": _RNG,
+    "rand2": _RNG,
+    "set_rng_seed": _RNG,
+    "rand_set_state": _RNG,
+    "rand_get_state": _RNG,
+    "tensor_copy_dynamic_src": "runtime (SBUF-valued) offsets inside an access are not in the kernel IR yet",
+    "tensor_copy_dynamic_dst": "runtime (SBUF-valued) offsets inside an access are not in the kernel IR yet",
+    "builtin_custom_op": "custom operators are not supported (spec §2.4)",
+    # nki.language
+    "rand": _RNG,
+    "random_seed": _RNG,
+    "atomic_rmw": "needs indirect (tile-valued) indices on HBM accesses, which the kernel IR does not have yet",
+    "all_reduce": "collectives across SPMD programs are out of nsim's scope (spec §3.6)",
+    "gather_flattened": "needs the GpSimd gather instruction; " + _ISA,
+    "loop_reduce": "not written yet (the reduction happens inside the item assignment); write "
+                   "T[idx] = op(T[idx], x) instead",
+    "VirtualRegister": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
+    "vector_select": "needs indirect (tile-valued) row offsets on HBM accesses, not in the kernel IR yet",
+    "indirect": "gen4 tensor-indirection views are not modelled (nsim models gen2/gen3)",
+    "rearrange": "einops-style rearrange is not written yet (use reshape / permute)",
+}
+
+#: names the spec lists that nsim does not define at all, with the reason (shown by the coverage doc)
+MISSING = {
+    "float8_e5m2_x4": "MX x4-packed dtypes are not in the nsim dtype table (isa/dtypes.def)",
+    "float8_e4m3fn_x4": "MX x4-packed dtypes are not in the nsim dtype table (isa/dtypes.def)",
+    "float4_e2m1fn_x4": "MX x4-packed dtypes are not in the nsim dtype table (isa/dtypes.def)",
+}
+
+
+def stub(prefix, name, params="*args, **kwargs", reason=None):
+    """A public function ``prefix.name(<params>)`` that raises NotSupportedError with the reason. With its
+    real parameter list, Python itself rejects unknown keywords (TypeError naming the function)."""
+    reason = reason or REASONS[name]
+    qual = "{}.{}".format(prefix, name)
+    ns = {"_raise": lambda: _raise(qual, reason)}
+    exec("def {}({}):\n    _raise()\n".format(name, params), ns)  # noqa: S102 - a fixed parameter list
+    fn = ns[name]
+    fn.__qualname__ = name
+    fn.__doc__ = "Not supported yet by nsim: {}.".format(reason)
+    fn.__nsim_unsupported__ = reason
+    return fn
+
+
+def _raise(qual, reason):
+    raise make_error(NotSupportedError, "NSIM-E405", "{} is not supported yet by nsim: {}".format(qual, reason))
+
+
+def install(namespace, prefix, sigs):
+    """Define a stub for each ``{name: parameter list}`` of ``sigs`` missing from the module globals."""
+    for n, params in sigs.items():
+        if n not in namespace:
+            fn = stub(prefix, n, params)
+            fn.__module__ = namespace["__name__"] + "._unsupported"
+            namespace[n] = fn
+
+
+def stub_method(name, reason=None):
+    """A tensor method that raises NotSupportedError."""
+    reason = reason or REASONS[name]
+
+    def m(self, *args, **kwargs):
+        raise make_error(NotSupportedError, "NSIM-E405", "tensor.{}() is not supported yet by nsim: {}".format(
+            name, reason))
+
+    m.__name__ = m.__qualname__ = name
+    m.__nsim_unsupported__ = reason
+    return m
+
+
+def stub_class(prefix, name, reason=None):
+    """A class whose construction raises NotSupportedError."""
+    reason = reason or REASONS[name]
+
+    def __init__(self, *args, **kwargs):
+        raise make_error(NotSupportedError, "NSIM-E405", "{}.{} is not supported yet by nsim: {}".format(
+            prefix, name, reason))
+
+    return type(name, (), {"__init__": __init__, "__nsim_unsupported__": reason, "__doc__": reason})
+
+
+def _install_view_stubs():
+    from ..tracer import NkiTensor
+    for n in ("vector_select", "indirect", "rearrange"):
+        if not hasattr(NkiTensor, n):
+            setattr(NkiTensor, n, stub_method(n))
+
+
+_install_view_stubs()
+
