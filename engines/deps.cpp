@@ -45,9 +45,26 @@ DepTracker::Range DepTracker::range_of(const Operand& o) const {
 }
 
 DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const {
-  std::array<Ready, kNumClasses> out;
-  ready_multi(static_cast<uint8_t>(1u << cls), rg, out);
-  return out[cls];
+  Ready t;
+  const auto& lat = lat_;
+  auto consider = [&t](sim::Ps at, uint32_t tag) {
+    if (at > t.time) t = {at, tag};
+  };
+  for (int i = 0; i < rg.nr; ++i) {
+    const Range& r = rg.reads[static_cast<size_t>(i)];
+    for (int64_t q = r.q0; q <= r.q1; ++q)
+      for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
+        if (e->w_end) consider(e->w_end + lat[tag_class(e->w_tag)][cls], e->w_tag);
+  }
+  for (int i = 0; i < rg.nw; ++i) {
+    const Range& r = rg.writes[static_cast<size_t>(i)];
+    for (int64_t q = r.q0; q <= r.q1; ++q)
+      for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e) {
+        if (e->w_end && tag_class(e->w_tag) != cls) consider(e->w_end + lat[tag_class(e->w_tag)][cls], e->w_tag);
+        if (e->r_end && tag_class(e->r_tag) != cls) consider(e->r_end + lat[tag_class(e->r_tag)][cls], e->r_tag);
+      }
+  }
+  return t;
 }
 
 void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Ready, kNumClasses>& out) const {
