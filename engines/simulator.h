@@ -189,6 +189,8 @@ class Simulator {
   /// -1 when not computed). Each instruction keeps the duration it had in the real schedule.
   sim::Ps dependency_bound() const { return asap_ ? asap_end_ : -1; }
   const SimOptions& options() const { return opts_; }
+  /// The trace being written (nullptr without --trace): for callers adding their own tracks.
+  sim::TraceSink* trace_sink() { return trace_.get(); }
   const RunCounters& counters() const { return c_; }
   /// Stats with names, units and descriptions (call after finish()).
   sim::StatsRegistry stats() const;

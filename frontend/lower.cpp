@@ -353,13 +353,88 @@ bool Lowering::next(Instr& out) {
 }
 
 void Lowering::run() {
+  record_ = sim_.trace_sink() != nullptr;
   if (sim_.params().list_schedule) {  // as neuronxcc orders it (frontend/compiler/scheduler.h)
     Scheduler sch(k_, *this, sim_);
     sch.run();
-    return;
+  } else {
+    Instr in;
+    TileUses u;
+    while (next(in)) {
+      const InstrTiming t = sim_.submit(in);
+      if (record_) {
+        tile_uses(last_op_, u);
+        note_tile_uses(u, t.start, t.end);
+      }
+    }
   }
-  Instr in;
-  while (next(in)) sim_.submit(in);
+  if (record_) write_occupancy();
+}
+
+void Lowering::tile_uses(int op, TileUses& out) const {
+  out.fill(TileUse{});
+  if (op < 0) return;
+  const Op& o = k_.ops[static_cast<size_t>(op)];
+  for (size_t i = 0; i < isa::kMaxSlots; ++i) {
+    if (!o.operands[i]) continue;
+    const int t = o.operands[i]->tensor;
+    if (t < 0 || placements_[static_cast<size_t>(t)].tensor < 0) continue;  // HBM
+    out[i] = TileUse{t, alloc_count_[static_cast<size_t>(t)], base_of(t)};
+  }
+}
+
+void Lowering::note_tile_uses(const TileUses& u, sim::Ps start, sim::Ps end) {
+  for (const TileUse& x : u) {
+    if (x.tensor < 0) continue;
+    const uint64_t key = (static_cast<uint64_t>(x.tensor) << 40) | static_cast<uint64_t>(x.instance);
+    auto [it, fresh] = live_.try_emplace(key, LiveRange{start, end, x.offset});
+    if (!fresh) {
+      it->second.first = std::min(it->second.first, start);
+      it->second.last = std::max(it->second.last, end);
+    }
+  }
+}
+
+void Lowering::write_occupancy() {
+  // Bytes per partition covered by the storage of live tile allocations (each from its first use to
+  // its last); storage shared by tiles is counted once, so the track never exceeds the memory.
+  sim::TraceSink* tr = sim_.trace_sink();
+  if (!tr) return;
+  const int64_t chunk = std::max<int64_t>(4, sim_.params().dep_chunk_bytes);
+  for (Space sp : {Space::kSbuf, Space::kPsum}) {
+    struct Ev {
+      sim::Ps at;
+      int delta;
+      int64_t lo, hi;  // chunk range
+      bool operator<(const Ev& o) const { return at < o.at || (at == o.at && delta < o.delta); }
+    };
+    std::vector<Ev> ev;
+    int64_t top = 0;
+    for (const auto& [key, r] : live_) {
+      const auto t = static_cast<size_t>(key >> 40);
+      if (k_.tensors[t].space != sp) continue;
+      const int64_t lo = r.offset / chunk, hi = (r.offset + placements_[t].stride + chunk - 1) / chunk;
+      ev.push_back({r.first, +1, lo, hi});
+      ev.push_back({r.last, -1, lo, hi});
+      top = std::max(top, hi);
+    }
+    std::sort(ev.begin(), ev.end());  // at one time, releases before acquisitions
+    std::vector<int32_t> users(static_cast<size_t>(top), 0);
+    const std::string name = sp == Space::kSbuf ? "sbuf bytes/partition in use" : "psum bytes/partition in use";
+    tr->counter(name, 0, 0);
+    int64_t covered = 0;  // chunks with at least one live user
+    for (size_t i = 0; i < ev.size();) {
+      const sim::Ps at = ev[i].at;
+      for (; i < ev.size() && ev[i].at == at; ++i)
+        for (int64_t c = ev[i].lo; c < ev[i].hi; ++c) {
+          int32_t& u = users[static_cast<size_t>(c)];
+          if (ev[i].delta > 0 && u++ == 0) ++covered;
+          if (ev[i].delta < 0 && --u == 0) --covered;
+        }
+      tr->counter(name, at, static_cast<double>(covered * chunk));
+    }
+  }
+  live_.clear();
 }
 
 }  // namespace nsim::frontend

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engines/simulator.h"
@@ -52,6 +53,24 @@ class Lowering {
   const std::vector<TilePlacement>& placements() const { return placements_; }
   /// Index (into Kernel::ops) of the op the last instruction from next() belongs to.
   int last_op() const { return last_op_; }
+
+  // ---- occupancy (a trace counter track of SBUF/PSUM bytes per partition held by live tiles)
+  /// An on-chip tile an instruction touches: tensor id and which allocation of it (its alloc
+  /// statement's execution count), taken when the instruction is lowered.
+  struct TileUse {
+    int tensor = -1;
+    int64_t instance = 0;
+    int64_t offset = 0;  ///< byte offset of the buffer in use (tiles may share storage)
+  };
+  using TileUses = std::array<TileUse, isa::kMaxSlots>;
+  /// True when the simulator writes a trace: only then are tile uses recorded.
+  bool recording_occupancy() const { return record_; }
+  /// The tiles op `op`'s instruction touches, at this point of the lowering.
+  void tile_uses(int op, TileUses& out) const;
+  /// They were used over [start, end): a tile holds its storage from its first use to its last.
+  void note_tile_uses(const TileUses& u, sim::Ps start, sim::Ps end);
+  /// Write the counter tracks "sbuf bytes/partition in use" and "psum bytes/partition in use".
+  void write_occupancy();
   uint64_t instructions() const { return emitted_; }
 
   // ---- Building blocks shared with verify_kernel(), which must agree exactly with the lowering on
@@ -114,6 +133,12 @@ class Lowering {
   bool has_pending_ = false;
   uint64_t emitted_ = 0;
   int last_op_ = -1;
+  bool record_ = false;
+  struct LiveRange {
+    sim::Ps first, last;
+    int64_t offset;
+  };
+  std::unordered_map<uint64_t, LiveRange> live_;  ///< (tensor, instance) -> first start, last end, storage
 };
 
 }  // namespace nsim::frontend

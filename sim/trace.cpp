@@ -102,6 +102,12 @@ void ChromeTraceWriter::watermark(Ps t) {
   while (!order_.empty() && order_.top().time < t) write_earliest(1);
 }
 
+void ChromeTraceWriter::counter(const std::string& name, Ps t, double value) {
+  if (filter_.has_window() && !filter_.in_window(t, 0)) return;
+  fmt::print(f_, ",\n{{\"ph\": \"C\", \"pid\": 1, \"ts\": {:.6f}, \"name\": \"{}\", \"args\": {{\"bytes\": {:.0f}}}}}",
+             static_cast<double>(t) / 1e6, json_escape(name), value);
+}
+
 void ChromeTraceWriter::drop_by_limit(Ps start) {
   ++dropped_limit_;
   if (first_dropped_ < 0 || start < first_dropped_) first_dropped_ = start;

@@ -33,6 +33,9 @@ class TraceSink {
   virtual void slice(TraceSlice s) = 0;
   /// Every future slice starts at or after `t`: earlier buffered slices may be written out.
   virtual void watermark(Ps t) = 0;
+  /// A counter track `name` (e.g. SBUF bytes in use) takes `value` from time `t` on. Counter
+  /// samples are not slices: not ordered with them, not limited, kept if `t` lies in the window.
+  virtual void counter(const std::string& name, Ps t, double value) = 0;
   virtual void finish() = 0;
 };
 
@@ -60,6 +63,7 @@ class ChromeTraceWriter : public TraceSink {
   void declare_track(int track, const std::string& name) override;
   void slice(TraceSlice s) override;
   void watermark(Ps t) override;
+  void counter(const std::string& name, Ps t, double value) override;
   void finish() override;
   /// The reorder buffer's bound: when more slices wait than this (the simulator's watermark stays
   /// low while an engine has issued nothing), the earliest half is written anyway, so memory stays

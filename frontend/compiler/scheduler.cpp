@@ -52,6 +52,7 @@ struct Scheduler::Impl {
     std::array<engines::DepTracker::Ready, isa::kNumEngines> rd0{};  ///< in[0]'s, per candidate engine
     engines::DepTracker::Ready rd1{};                                 ///< in[1]'s (a pair runs on TensorE)
     Ps not_before = 0;
+    Lowering::TileUses uses{};  ///< with a trace: the tiles it touches (occupancy track)
   };
 
   const Kernel& k;
@@ -369,6 +370,7 @@ struct Scheduler::Impl {
       last_of_op[static_cast<size_t>(oi)] = x.seq + 1;
       x.auto_queue = isa::is_dma(a.op) && !op.dma_queue && p.dma_queues_per_trigger > 1;
     }
+    if (low.recording_occupancy()) low.tile_uses(oi, x.uses);
     x.engines = x.n == 2 ? isa::engine_bit(Engine::kTensor) : candidates(oi, a);
     // Durations depend on the op's shapes and dtypes, the same for each of its instructions: once per op.
     std::array<Ps, isa::kNumEngines>* cached = oi >= 0 ? &op_cost[static_cast<size_t>(oi)] : nullptr;
@@ -486,6 +488,7 @@ struct Scheduler::Impl {
       end = std::max(end, t.end);
       start = std::min(start, t.start);
     }
+    if (low.recording_occupancy()) low.note_tile_uses(x.uses, start, end);
     if (best_engine != default_engine && popcount8(x.engines) > 1) ++st.placed;
     st.instructions += static_cast<uint64_t>(x.n);
     x.done = true;

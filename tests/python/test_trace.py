@@ -91,7 +91,7 @@ def is_num(v):
 
 def test_every_event_passes_the_schema(flash):
     events, prof = flash
-    assert {e.get("ph") for e in events} == {"M", "X", "s", "f"}  # no filter -> no instant event
+    assert {e.get("ph") for e in events} == {"M", "X", "s", "f", "C"}  # no filter -> no instant event
     names = thread_names(events)
     for e in events:
         if e["ph"] == "M":
@@ -159,6 +159,23 @@ def test_tracks(flash):
     assert queues and all(re.fullmatch(r"q(Sync|Scalar|GpSimd|Vector)IO[0-3]", n) for n in queues.values()), queues
     used = {e["tid"] for e in x_events(events)}
     assert set(queues) <= used  # queue tracks are declared when first used
+
+
+def test_occupancy_counter_tracks(flash):
+    """SBUF and PSUM bytes per partition held by live tiles (first use to last use of each tile
+    allocation, shared storage counted once): a counter track each, starting and ending at 0,
+    never above the memory."""
+    events, prof = flash
+    for mem in ("sbuf", "psum"):
+        c = sorted((e for e in events if e.get("ph") == "C" and e["name"] == mem + " bytes/partition in use"),
+                   key=lambda e: e["ts"])
+        assert c, mem
+        values = [e["args"]["bytes"] for e in c]
+        assert values[0] == 0 and values[-1] == 0
+        cap = 16384 if mem == "psum" else 229376  # trn2: psum.banks x psum.bank_bytes, sbuf.bytes_per_partition
+        assert 0 < max(values) <= cap
+        assert all(v >= 0 for v in values)
+        assert max(e["ts"] for e in c) <= prof.total_time_ns / 1e3 + 1e-9
 
 
 def test_slices_are_sorted_by_start(flash):
