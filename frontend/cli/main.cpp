@@ -21,6 +21,7 @@
 #include "engines/params.h"
 #include "engines/simulator.h"
 #include "frontend/analyze.h"
+#include "frontend/disasm.h"
 #include "frontend/diff.h"
 #include "frontend/inputs.h"
 #include "frontend/ir.h"
@@ -47,7 +48,7 @@ usage: nsim <command> [options]
 commands:
   run      simulate a kernel.json: outputs, timing summary, stats, trace
   check    verify a kernel.json without running it
-  disasm   print the lowered instruction stream with source lines
+  disasm   print the compiled instruction stream (issue order, engines, queues) with source lines
   analyze  bottleneck report: bounds, idle time, critical path, findings tied to source lines
   diff     compare two runs (kernel versions or configs): engines and source lines faster/slower
   config   print the effective configuration of a preset
@@ -92,7 +93,9 @@ Parse and verify the kernel for the given generation without running it.
 
 constexpr const char* kDisasmHelp = R"(usage: nsim disasm kernel.json [--config NAME|FILE] [-p KEY=VALUE ...] [--limit N]
 
-Print the lowered instruction stream, one instruction per line with its source location.
+Print the compiled instruction stream: the tiles' SBUF/PSUM placements, then one instruction per line
+in the order the compiler model issues them (-p compiler.schedule=program_order: the kernel's order),
+with the engine and DMA queue it chose, its start time and its source location.
 --limit N stops after N instructions [default: all].
 )";
 
@@ -375,22 +378,10 @@ int cmd_check(const Args& a) {
 
 int cmd_disasm(const Args& a) {
   const frontend::Kernel k = load_kernel(a);
-  SimOptions opts;
-  opts.numerics = false;
-  Simulator sim(engines::load_config(config_name(a.config), a.overrides), opts);
-  frontend::verify_kernel(k, sim.params());
-  frontend::Lowering::allocate_hbm(k, sim);
-  frontend::Lowering low(k, sim);
-  for (const auto& pl : low.placements())
-    if (pl.tensor >= 0)
-      fmt::print("# tile {:<16} offset {:>7} bufs {} (stride {})\n", k.tensors[static_cast<size_t>(pl.tensor)].name,
-                 pl.offset, pl.bufs, pl.stride);
-  isa::Instr in;
-  int64_t n = 0;
-  while ((a.limit < 0 || n < a.limit) && low.next(in)) {
-    const std::string loc = sim.source(in.loc).str();
-    fmt::print("{:>8}  {}{}\n", n++, isa::disassemble(in), loc.empty() ? "" : "   ; " + loc);
-  }
+  const frontend::Disassembly d =
+      frontend::disassemble_kernel(k, engines::load_config(config_name(a.config), a.overrides), a.limit);
+  for (const std::string& t : d.tiles) fmt::print("# {}\n", t);
+  for (size_t i = 0; i < d.instructions.size(); ++i) fmt::print("{:>8}  {}\n", i, d.instructions[i]);
   return 0;
 }
 

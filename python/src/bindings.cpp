@@ -18,6 +18,7 @@
 #include "engines/params.h"
 #include "engines/simulator.h"
 #include "frontend/analyze.h"
+#include "frontend/disasm.h"
 #include "frontend/diff.h"
 #include "frontend/inputs.h"
 #include "frontend/json.h"
@@ -212,21 +213,7 @@ std::vector<std::string> disasm(const std::string& kernel_json, const std::strin
                                 const std::vector<std::string>& overrides, int64_t limit, const std::string& filename) {
   return guarded([&] {
     const frontend::Kernel k = frontend::parse_kernel_json(kernel_json, filename);
-    SimOptions opts;
-    opts.numerics = false;
-    Simulator sim(load_cfg(config, overrides), opts);
-    frontend::verify_kernel(k, sim.params());
-    frontend::Lowering::allocate_hbm(k, sim);
-    frontend::Lowering low(k, sim);
-    std::vector<std::string> out;
-    isa::Instr in;
-    int64_t n = 0;
-    while ((limit < 0 || n < limit) && low.next(in)) {
-      const std::string loc = sim.source(in.loc).str();
-      out.push_back(isa::disassemble(in) + (loc.empty() ? "" : "   ; " + loc));
-      ++n;
-    }
-    return out;
+    return frontend::disassemble_kernel(k, load_cfg(config, overrides), limit).instructions;
   });
 }
 

@@ -1,5 +1,6 @@
 """The `nsim` command line: exit codes, help, config, inputs/outputs, stats and trace files."""
 import json
+import re
 import os
 import subprocess
 from pathlib import Path
@@ -122,6 +123,16 @@ def test_check_and_disasm(kernel):
     assert len(lines) == 6  # 2 iterations x (load, add, store)
     assert "dma_copy.sync" in lines[0] and "add_one.py:3" in lines[0]
     assert "# tile t" in r.stdout and "bufs 2" in r.stdout
+    # The compiled stream: issue order with each instruction's start time, not decreasing per engine.
+    starts = [float(re.search(r"@ ([0-9.]+) ns", l).group(1)) for l in lines]
+    assert starts[0] == 0.0
+    po = nsim("disasm", kernel, "-p", "compiler.schedule=program_order")
+    po_lines = [l for l in po.stdout.splitlines() if not l.startswith("#")]
+    ops = [l.split()[1].split(".")[0] for l in po_lines]
+    assert ops == ["dma_copy", "tensor_scalar", "dma_copy"] * 2  # the kernel's order
+    assert sorted(l.split()[1].split(".")[0] for l in lines) == sorted(ops)
+    r = nsim("disasm", kernel, "--limit", "2")
+    assert len([l for l in r.stdout.splitlines() if not l.startswith("#")]) == 2
 
 
 def test_instruction_table_csv(tmp_path, kernel):
