@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "engines/cost.h"
+#include "engines/trace_recorder.h"
 
 namespace nsim {
 
@@ -79,14 +80,13 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
   c_.dma_active.forward_to(&c_.any_active);
   sources_.push_back(SourceLoc{});
   per_loc_.resize(1);
-  queue_track_declared_.assign(static_cast<size_t>(p_.dma_queues), false);
   if (opts_.dependency_bound) asap_ = std::make_unique<engines::DepTracker>(dep_config(p_, cfg), latency_table(p_));
   if (!opts_.trace_path.empty()) {
     trace_ = std::make_unique<sim::ChromeTraceWriter>(
         opts_.trace_path, fmt::format("NeuronCore ({})", p_.name),
         sim::TraceFilter::from_ns(opts_.trace_limit, opts_.trace_window_start_ns, opts_.trace_window_end_ns));
-    for (int e = 0; e < isa::kNumEngines; ++e) trace_->declare_track(e, std::string(isa::engine_name(static_cast<Engine>(e))));
-    for (int e = 0; e < p_.dma_engines; ++e) trace_->declare_track(kFirstDmaTrack + e, fmt::format("dma.e{}", e));
+    recorder_ = std::make_unique<engines::TraceRecorder>(*this, *trace_);
+    add_instr_listener([r = recorder_.get()](const Instr& in, const InstrTiming& t) { r->on_instr(in, t); });
   }
 }
 
@@ -419,7 +419,8 @@ InstrTiming Simulator::schedule_stream(const Instr& in) {
   tc.flops += engines::instr_flops(in, 0);
   InstrTiming t{start, end, start + busy};
   set_wait(t, rd, free, seq_);
-  if (trace_) trace_instr(in, static_cast<int>(e), t, cost.perf_mode);
+  t.flops = engines::instr_flops(in, 0);
+  t.perf_mode = static_cast<uint8_t>(cost.perf_mode);
   return t;
 }
 
@@ -466,7 +467,7 @@ InstrTiming Simulator::schedule_tensor(const Instr& in) {
   next_issue_[static_cast<size_t>(Engine::kTensor)] = tensor_.next_issue();
   InstrTiming t{s.start, s.end, s.start + s.ii};
   set_wait(t, rd, free, seq_);
-  if (trace_) trace_instr(in, static_cast<int>(Engine::kTensor), t, 1);
+  t.flops = flops;
   return t;
 }
 
@@ -545,31 +546,6 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
   set_wait(t, rd, free, seq_);
   t.setup_start = tr.setup_start;
   t.data_start = tr.data_start;
-  if (trace_) {
-    InstrTiming trig_slice = t;
-    trig_slice.end = trig_start + trig;
-    trace_instr(in, static_cast<int>(e), trig_slice, 1);
-    const std::string name = isa::op_info(in.op).mnemonic;
-    const SourceLoc& loc = source(in.loc);
-    for (int k = 0; k < split.engines; ++k) {
-      const auto ki = static_cast<size_t>(k);
-      if (split.piece[ki].bytes <= 0) continue;
-      trace_->slice({kFirstDmaTrack + k, tr.piece_start[ki], tr.piece_end[ki] - tr.piece_start[ki], name,
-                     fmt::format("\"bytes\": {}, \"descriptors\": {}, \"queue\": {}, \"src\": \"{}\"",
-                                 split.piece[ki].bytes, split.piece[ki].descriptors, in.dma_queue,
-                                 sim::json_escape(loc.str()))});
-    }
-    const int qt = kFirstDmaTrack + p_.dma_engines + in.dma_queue;
-    if (!queue_track_declared_[in.dma_queue % queue_track_declared_.size()]) {
-      queue_track_declared_[in.dma_queue % queue_track_declared_.size()] = true;
-      trace_->declare_track(qt, engines::queue_name(p_, in.dma_queue));
-    }
-    slice_at_.back() = {qt, tr.setup_start};  // waiters of a DMA wait for its data: arrows start at the queue slice
-    trace_->slice({qt, tr.setup_start, tr.done - tr.setup_start, name,
-                   fmt::format("\"bytes\": {}, \"setup_start_ns\": {:.3f}, \"data_start_ns\": {:.3f}, \"src\": \"{}\"",
-                               split.total_bytes, sim::ps_to_ns(tr.setup_start), sim::ps_to_ns(tr.data_start),
-                               sim::json_escape(loc.str()))});
-  }
   return t;
 }
 
@@ -587,33 +563,6 @@ void Simulator::account_bytes(const Instr& in) {
       case Space::kNone: break;
     }
   }
-}
-
-void Simulator::trace_instr(const Instr& in, int track, const InstrTiming& t, int perf_mode) {
-  const SourceLoc& loc = source(in.loc);
-  std::string args = fmt::format("\"opcode\": \"{}\", \"instr\": \"{}\", \"src\": \"{}\", \"index\": {}, \"ready_ns\": {:.3f}",
-                                 isa::op_info(in.op).mnemonic, sim::json_escape(isa::disassemble(in)),
-                                 sim::json_escape(loc.str()), seq_, sim::ps_to_ns(t.ready));
-  // Semaphore wait: the engine was free before the operands were ready; name the producer.
-  if (t.ready > t.free && t.waited_for >= 0)
-    args += fmt::format(", \"wait_ns\": {:.3f}, \"waited_for\": {}, \"waited_on\": \"{}\"",
-                        sim::ps_to_ns(std::min(t.ready, t.start) - t.free), t.waited_for,
-                        t.waited_class == kClassDma ? std::string("dma")
-                                                    : std::string(isa::engine_name(static_cast<Engine>(t.waited_class))));
-  if (perf_mode > 1) args += fmt::format(", \"performance_mode\": \"{}x\"", perf_mode);
-  int64_t bytes = 0;  // operand bytes read and written
-  for (int i = 0; i < isa::op_info(in.op).num_slots; ++i)
-    if (in.slot(i).present()) bytes += in.slot(i).total_elems() * dtype_bytes(in.slot(i).dtype);
-  args += fmt::format(", \"bytes\": {}", bytes);
-  if (!isa::is_dma(in.op)) args += fmt::format(", \"flops\": {:.0f}", engines::instr_flops(in, stationary_m_));
-  sim::TraceSlice sl{track, t.start, t.end - t.start, std::string(isa::op_info(in.op).mnemonic), std::move(args)};
-  if (t.ready > t.free && t.waited_for >= 0 && static_cast<size_t>(t.waited_for) < slice_at_.size()) {
-    sl.flow_id = static_cast<int64_t>(seq_);
-    sl.flow_track = slice_at_[static_cast<size_t>(t.waited_for)].first;
-    sl.flow_ts = slice_at_[static_cast<size_t>(t.waited_for)].second;
-  }
-  if (slice_at_.size() == seq_) slice_at_.emplace_back(track, t.start);  // a DMA's queue slice replaces it below
-  trace_->slice(std::move(sl));
 }
 
 Ps Simulator::watermark() const {

@@ -26,6 +26,9 @@
 #include "sim/trace.h"
 
 namespace nsim {
+namespace engines {
+class TraceRecorder;
+}
 
 /// Options of one run.
 struct SimOptions {
@@ -54,6 +57,8 @@ struct InstrTiming {
   uint8_t waited_class = 0; ///< that producer's class: an engine, or engines::kClassDma
   // DMA only: the queue's setup start and the first packet's start (done = end).
   sim::Ps setup_start = 0, data_start = 0;
+  double flops = 0;       ///< floating-point operations (MAC = 2 on TensorE)
+  uint8_t perf_mode = 1;  ///< VectorE/ScalarE performance mode (1, 2 or 4)
 };
 
 /// Plain counters kept by the hot loop (no strings, no maps).
@@ -207,7 +212,6 @@ class Simulator {
   /// Fold the active-time unions at watermark w (every kFoldEvery instructions, and in finish()).
   void fold_active(sim::Ps w);
   static constexpr uint64_t kFoldEvery = 8;
-  void trace_instr(const isa::Instr& in, int track, const InstrTiming& t, int perf_mode);
   sim::Ps watermark() const;
   engines::DepTracker::Regions regions(const isa::Instr& in, const engines::DepTracker& on) const;
   engines::DepTracker::Regions regions(const isa::Instr& in) const { return regions(in, deps_); }
@@ -233,7 +237,7 @@ class Simulator {
   std::vector<SourceLoc> sources_;
   std::vector<std::pair<uint64_t, sim::Ps>> per_loc_;  ///< (instructions, time) by source id
   std::unique_ptr<sim::TraceSink> trace_;
-  std::vector<bool> queue_track_declared_;
+  std::unique_ptr<engines::TraceRecorder> recorder_;  ///< formats the trace: a listener of the schedule
   bool finished_ = false;
   std::vector<InstrListener> listeners_;
   uint64_t seq_ = 0;  ///< program-order index of the next instruction
@@ -242,8 +246,6 @@ class Simulator {
   sim::Ps start_floor_ = 0;  ///< set_start_floor()
   sim::Ps not_before_ = 0;  ///< submit()'s extra constraint for the instruction being scheduled
   const engines::DepTracker::Ready* known_ready_ = nullptr;  ///< submit()'s known_ready, during schedule()
-  /// With a trace: where each instruction's slice starts (track, time), for flow arrows to its waiters.
-  std::vector<std::pair<int, sim::Ps>> slice_at_;
   sim::Ps asap_end_ = 0;
   memory::DmaSplit last_split_{};
   engines::DmaEngines::Transfer last_transfer_{};

@@ -25,7 +25,7 @@ Affine A(int loop, int64_t coef, int64_t c = 0) { return Affine{c, {{loop, coef}
 /// One dim of an access.
 DimAccess D(Affine start, int64_t size, int64_t step = 1) { return DimAccess{std::move(start), size, step, false}; }
 DimAccess D(int64_t start, int64_t size, int64_t step = 1) { return D(A(start), size, step); }
-DimAccess B(int64_t start, int64_t size) { return DimAccess{A(start), size, 1, true}; }
+[[maybe_unused]] DimAccess B(int64_t start, int64_t size) { return DimAccess{A(start), size, 1, true}; }
 
 struct KB {
   Kernel k;

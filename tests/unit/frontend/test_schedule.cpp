@@ -126,8 +126,8 @@ TEST_CASE("schedule: with_schedule edges order named instructions") {
   const int ob = b.op("memset", {W(t2)}, 31);
   b.o(oa).engine = Engine::kVector;
   b.o(ob).engine = Engine::kVector;
-  b.o(oa).label = "a";
-  b.o(ob).label = "b";
+  b.o(oa).label = std::string("a");  // (a move: GCC 12 reports a false -Wrestrict on assigning a literal)
+  b.o(ob).label = std::string("b");
   const int sum = b.op("tensor_tensor", {W(t1), W(t1), W(t2)}, 32);  // both live until here
   b.o(sum).alu0 = isa::AluOp::kAdd;
   const Run plain = simulate(b.k, {});
@@ -139,7 +139,7 @@ TEST_CASE("schedule: with_schedule edges order named instructions") {
   CHECK(tb.index < ta.index);
   CHECK(ta.start >= tb.end);
   // An edge against a data dependency (the sum reads a's result: a cannot run after it) is a cycle.
-  b.o(sum).label = "s";
+  b.o(sum).label = std::string("s");
   b.k.schedule.push_back(ScheduleEdge{"a", {"s"}});
   try {
     simulate(b.k, {});

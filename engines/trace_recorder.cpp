@@ -1,0 +1,83 @@
+#include "engines/trace_recorder.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace nsim::engines {
+
+using isa::Engine;
+using sim::Ps;
+
+namespace {
+constexpr int kFirstDmaTrack = isa::kNumEngines;  // tracks: engines, DMA engines, then DMA queues
+}  // namespace
+
+TraceRecorder::TraceRecorder(const Simulator& sim, sim::TraceSink& sink)
+    : sim_(sim), sink_(sink), queue_declared_(static_cast<size_t>(sim.params().dma_queues), false) {
+  for (int e = 0; e < isa::kNumEngines; ++e) sink_.declare_track(e, std::string(isa::engine_name(static_cast<Engine>(e))));
+  for (int e = 0; e < sim.params().dma_engines; ++e) sink_.declare_track(kFirstDmaTrack + e, fmt::format("dma.e{}", e));
+}
+
+void TraceRecorder::on_instr(const isa::Instr& in, const InstrTiming& t) {
+  if (isa::is_dma(in.op)) {
+    instr_slice(in, static_cast<int>(in.engine), t, t.issue);  // the trigger on its engine
+    dma_slices(in, t);
+  } else {
+    instr_slice(in, static_cast<int>(in.engine), t, t.end);
+  }
+}
+
+void TraceRecorder::instr_slice(const isa::Instr& in, int track, const InstrTiming& t, Ps end) {
+  const SourceLoc& loc = sim_.source(in.loc);
+  std::string args = fmt::format("\"opcode\": \"{}\", \"instr\": \"{}\", \"src\": \"{}\", \"index\": {}, \"ready_ns\": {:.3f}",
+                                 isa::op_info(in.op).mnemonic, sim::json_escape(isa::disassemble(in)),
+                                 sim::json_escape(loc.str()), t.index, sim::ps_to_ns(t.ready));
+  // Semaphore wait: the engine was free before the operands were ready; name the producer.
+  const bool waited = t.ready > t.free && t.waited_for >= 0;
+  if (waited)
+    args += fmt::format(", \"wait_ns\": {:.3f}, \"waited_for\": {}, \"waited_on\": \"{}\"",
+                        sim::ps_to_ns(std::min(t.ready, t.start) - t.free), t.waited_for,
+                        t.waited_class == kClassDma ? std::string("dma")
+                                                    : std::string(isa::engine_name(static_cast<Engine>(t.waited_class))));
+  if (t.perf_mode > 1) args += fmt::format(", \"performance_mode\": \"{}x\"", t.perf_mode);
+  int64_t bytes = 0;  // operand bytes read and written
+  for (int i = 0; i < isa::op_info(in.op).num_slots; ++i)
+    if (in.slot(i).present()) bytes += in.slot(i).total_elems() * dtype_bytes(in.slot(i).dtype);
+  args += fmt::format(", \"bytes\": {}", bytes);
+  if (!isa::is_dma(in.op)) args += fmt::format(", \"flops\": {:.0f}", t.flops);
+  sim::TraceSlice sl{track, t.start, end - t.start, std::string(isa::op_info(in.op).mnemonic), std::move(args)};
+  if (waited && static_cast<size_t>(t.waited_for) < slice_at_.size()) {
+    sl.flow_id = static_cast<int64_t>(t.index);
+    sl.flow_track = slice_at_[static_cast<size_t>(t.waited_for)].first;
+    sl.flow_ts = slice_at_[static_cast<size_t>(t.waited_for)].second;
+  }
+  if (slice_at_.size() == t.index) slice_at_.emplace_back(track, t.start);  // a DMA's queue slice replaces it
+  sink_.slice(std::move(sl));
+}
+
+void TraceRecorder::dma_slices(const isa::Instr& in, const InstrTiming& t) {
+  const memory::DmaSplit& split = sim_.last_dma_split();
+  const DmaEngines::Transfer& tr = sim_.last_dma_transfer();
+  const CoreParams& p = sim_.params();
+  const std::string name = isa::op_info(in.op).mnemonic;
+  const std::string src = sim::json_escape(sim_.source(in.loc).str());
+  for (int k = 0; k < split.engines; ++k) {
+    const auto ki = static_cast<size_t>(k);
+    if (split.piece[ki].bytes <= 0) continue;
+    sink_.slice({kFirstDmaTrack + k, tr.piece_start[ki], tr.piece_end[ki] - tr.piece_start[ki], name,
+                 fmt::format("\"bytes\": {}, \"descriptors\": {}, \"queue\": {}, \"src\": \"{}\"", split.piece[ki].bytes,
+                             split.piece[ki].descriptors, in.dma_queue, src)});
+  }
+  const int qt = kFirstDmaTrack + p.dma_engines + in.dma_queue;
+  if (!queue_declared_[in.dma_queue % queue_declared_.size()]) {
+    queue_declared_[in.dma_queue % queue_declared_.size()] = true;
+    sink_.declare_track(qt, queue_name(p, in.dma_queue));
+  }
+  slice_at_.back() = {qt, t.setup_start};  // waiters of a DMA wait for its data: arrows start at the queue slice
+  sink_.slice({qt, t.setup_start, t.end - t.setup_start, name,
+               fmt::format("\"bytes\": {}, \"setup_start_ns\": {:.3f}, \"data_start_ns\": {:.3f}, \"src\": \"{}\"",
+                           split.total_bytes, sim::ps_to_ns(t.setup_start), sim::ps_to_ns(t.data_start), src)});
+}
+
+}  // namespace nsim::engines

@@ -1,0 +1,33 @@
+#pragma once
+/// The Perfetto/Chrome trace of a run, written by a listener of the Simulator's schedule (as the
+/// analyzer is): one slice per instruction on its engine's track (a DMA: its trigger), one per piece
+/// of a transfer on its DMA engine's track, one per transfer on its queue's track, and a flow arrow
+/// from each producer an instruction waited for. The Simulator owns the sink and its watermark; this
+/// class only formats.
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "engines/simulator.h"
+
+namespace nsim::engines {
+
+class TraceRecorder {
+ public:
+  /// Declares the engine and DMA-engine tracks on `sink`.
+  TraceRecorder(const Simulator& sim, sim::TraceSink& sink);
+  /// The listener: called after each instruction is scheduled.
+  void on_instr(const isa::Instr& in, const InstrTiming& t);
+
+ private:
+  void instr_slice(const isa::Instr& in, int track, const InstrTiming& t, sim::Ps end);
+  void dma_slices(const isa::Instr& in, const InstrTiming& t);
+
+  const Simulator& sim_;
+  sim::TraceSink& sink_;
+  std::vector<bool> queue_declared_;
+  /// Where each instruction's slice starts (track, time), by index: arrows from producers to waiters.
+  std::vector<std::pair<int, sim::Ps>> slice_at_;
+};
+
+}  // namespace nsim::engines
