@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "engines/cost.h"
 #include "engines/trace_recorder.h"
@@ -586,9 +587,20 @@ void Simulator::finish() {
 }
 
 std::vector<Simulator::LineStats> Simulator::line_stats() const {
+  // One entry per source line: several ops on one line (and each op registers its location) add up.
   std::vector<LineStats> v;
-  for (size_t i = 1; i < per_loc_.size(); ++i)
-    if (per_loc_[i].first) v.push_back({sources_[i], per_loc_[i].first, per_loc_[i].second});
+  std::unordered_map<std::string, size_t> at;
+  for (size_t i = 1; i < per_loc_.size(); ++i) {
+    if (!per_loc_[i].first) continue;
+    const SourceLoc& l = sources_[i];
+    auto [it, fresh] = at.try_emplace(fmt::format("{}\n{}\n{}", l.file, l.line, l.function), v.size());
+    if (fresh) {
+      v.push_back({l, per_loc_[i].first, per_loc_[i].second});
+    } else {
+      v[it->second].instructions += per_loc_[i].first;
+      v[it->second].instr_time += per_loc_[i].second;
+    }
+  }
   std::stable_sort(v.begin(), v.end(), [](const LineStats& a, const LineStats& b) { return a.instr_time > b.instr_time; });
   return v;
 }

@@ -187,7 +187,8 @@ class Simulator {
     uint64_t instructions = 0;
     sim::Ps instr_time = 0;  ///< summed durations of its instructions
   };
-  /// Per registered source location with at least one instruction, most time first.
+  /// Per source line (file, line, function) with at least one instruction, most time first; ops
+  /// that share a line are added up.
   std::vector<LineStats> line_stats() const;
   sim::Ps total_time() const { return c_.end; }
   /// Length of the longest dependency chain with unlimited engines (SimOptions::dependency_bound;

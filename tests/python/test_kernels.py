@@ -171,3 +171,31 @@ def test_flash_attention_gqa_rejects_bad_grouping():
     q, k, v, _ = K.flash_attention_gqa_inputs(seed=18, hq=3, hkv=2, s=128, d=32)
     with pytest.raises(AssertionError):
         K.flash_attention_gqa.to_json(q, k, v, True)
+
+
+def test_profile_lines_are_grouped_by_source_line():
+    """Two ops written on one line are one entry of Profile.lines, with both instructions."""
+    from nsim import nki
+    import nsim.nki.language as nl
+    import nsim.nki.isa as nisa
+
+    @nki.jit
+    def add(a, b):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        ta = nl.ndarray((128, 64), a.dtype, buffer=nl.sbuf)
+        tb = nl.ndarray((128, 64), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ta, src=a); nisa.dma_copy(dst=tb, src=b)  # noqa: E702  TWO-LOADS
+        nisa.tensor_tensor(dst=ta, data1=ta, data2=tb, op=nl.add)
+        nisa.dma_copy(dst=out, src=ta)
+        return out
+
+    a = np.ones((128, 64), np.float32)
+    out, prof = add.simulate(a, a)
+    np.testing.assert_allclose(out, 2 * a)
+    srcs = [(l["file"], l["line"]) for l in prof.lines]
+    assert len(srcs) == len(set(srcs)) == 3
+    import inspect
+    src_lines, first = inspect.getsourcelines(add.fn if hasattr(add, "fn") else add)
+    two = first + next(i for i, l in enumerate(src_lines) if "TWO-LOADS" in l)
+    entry = [l for l in prof.lines if l["line"] == two]
+    assert len(entry) == 1 and entry[0]["instructions"] == 2
