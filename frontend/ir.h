@@ -62,6 +62,10 @@ struct Tensor {
   TensorKind kind = TensorKind::kInternal;
   int bufs = 0;                ///< rotating buffers for tiles allocated in loops; 0 = automatic
   SourceLoc loc;
+  /// Manual placement (`address=` on nl.ndarray): byte offset of buffer 0 within each partition of
+  /// the kernel's on-chip region; -1 = placed by the allocator. (After `loc`: aggregate initialisers
+  /// written before it keep their meaning.)
+  int64_t address = -1;
   bool operator==(const Tensor&) const = default;
 };
 

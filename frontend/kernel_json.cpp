@@ -365,7 +365,7 @@ class Reader {
 
   int read_alloc(const Value& v, const std::string& base) {
     expect_object(v, base);
-    check_keys(v, base, {"name", "buffer", "dtype", "shape", "bufs", "loc"});
+    check_keys(v, base, {"name", "buffer", "dtype", "shape", "bufs", "address", "loc"});
     Tensor t;
     if (const Value* l = v.find("loc")) t.loc = read_loc(*l, base + ".loc");
     t.name = read_tensor_name(v, base, t.loc);
@@ -385,6 +385,7 @@ class Reader {
     t.dtype = read_dtype(require(v, "dtype", path, t.loc), path + ".dtype", t.loc);
     t.shape = read_shape(require(v, "shape", path, t.loc), path + ".shape", kMaxOnChipDims, t.dtype, t.loc);
     if (const Value* bf = v.find("bufs")) t.bufs = static_cast<int>(get_int(*bf, path + ".bufs", 0, kMaxBufs, t.loc));
+    if (const Value* ad = v.find("address")) t.address = get_int(*ad, path + ".address", 0, int64_t{1} << 40, t.loc);
     return add_tensor(std::move(t), v, path);
   }
 
@@ -915,6 +916,7 @@ class Writer {
     v.set("dtype", Value::string(std::string(dtype_name(t.dtype))));
     v.set("shape", shape(t.shape));
     if (alloc && t.bufs != 0) v.set("bufs", Value::integer(t.bufs));
+    if (alloc && t.address >= 0) v.set("address", Value::integer(t.address));
     if (t.loc != SourceLoc{}) v.set("loc", loc(t.loc));
     return v;
   }

@@ -205,6 +205,8 @@ Lowering::Lowering(const Kernel& k, Simulator& sim) : k_(k), sim_(sim) {
     const int64_t sbuf_used = sa.used(), psum_used = pa.used();
     const AllocationPlan plan = allocate_tiles(k, sim.params(), sa.capacity() - sbuf_used, pa.capacity() - psum_used);
     placements_ = plan.tiles;
+    warnings_ = plan.warnings;
+    for (const std::string& w : warnings_) fmt::print(stderr, "nsim: warning: {}\n", w);
     const int64_t bank = std::max<int64_t>(std::max<int64_t>(4, sim.params().dep_chunk_bytes),
                                            sim.params().mem.psum_bank_bytes);
     for (Space sp : {Space::kSbuf, Space::kPsum}) {

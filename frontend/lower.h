@@ -51,6 +51,8 @@ class Lowering {
   void run();
 
   const std::vector<TilePlacement>& placements() const { return placements_; }
+  /// Allocation warnings (manual address= placements overlapping while live), also printed to stderr.
+  const std::vector<std::string>& warnings() const { return warnings_; }
   /// Index (into Kernel::ops) of the op the last instruction from next() belongs to.
   int last_op() const { return last_op_; }
 
@@ -134,6 +136,7 @@ class Lowering {
   uint64_t emitted_ = 0;
   int last_op_ = -1;
   bool record_ = false;
+  std::vector<std::string> warnings_;
   struct LiveRange {
     sim::Ps first, last;
     int64_t offset;

@@ -212,13 +212,21 @@ bool contains(const Ivs& a, int64_t x) {
   return false;
 }
 
-/// Greedy packing of (bytes x lifetime) rectangles in `order`; returns the extent.
+/// Greedy packing of (bytes x lifetime) rectangles in `order`; returns the extent. Tiles with a
+/// manual address (`fixed` >= 0) keep it and are placed first; the others go around them.
 int64_t pack(const std::vector<size_t>& order, const std::vector<int64_t>& size, const std::vector<Ivs>& iv,
-             int64_t unit, bool best_fit, std::vector<int64_t>& off) {
+             int64_t unit, bool best_fit, const std::vector<int64_t>& fixed, std::vector<int64_t>& off) {
   std::vector<size_t> placed;
   std::vector<std::pair<int64_t, int64_t>> busy;
   int64_t extent = 0;
+  for (size_t i : order)
+    if (fixed[i] >= 0) {
+      off[i] = fixed[i];
+      extent = std::max(extent, std::min(kSumCap, fixed[i] + size[i]));
+      placed.push_back(i);
+    }
   for (size_t i : order) {
+    if (fixed[i] >= 0) continue;
     busy.clear();
     for (size_t j : placed)
       if (meets(iv[i], iv[j])) busy.emplace_back(off[j], std::min(kSumCap, off[j] + size[j]));
@@ -434,8 +442,34 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
       if (plan.tiles[t].tensor >= 0 && w.alloc_pos[t] >= 0) values[t] = value_ranges(k, w, t, by_tensor[t], budget);
   };
 
-  // Per tile (by tensor id): bytes, lifetime used for packing, offset.
-  std::vector<int64_t> size(nt, 0), off(nt, 0), off2(nt, 0);
+  // Per tile (by tensor id): bytes, lifetime used for packing, offset, manual address (-1: none).
+  std::vector<int64_t> size(nt, 0), off(nt, 0), off2(nt, 0), fixed(nt, -1);
+  // Manual placements (address=) are kept, but a tile whose bytes overlap an earlier manual tile's
+  // while both are live is placed by the allocator instead (as AWS's simulator, every tensor keeps its
+  // own storage; nki-api.md 3.1), with a warning (compiler.md 4: overlapping live tiles are an error
+  // on hardware).
+  for (size_t t = 0; t < nt; ++t) {
+    if (plan.tiles[t].tensor < 0 || k.tensors[t].address < 0) continue;
+    const int64_t lo = k.tensors[t].address, hi = lo + region_bytes(plan.tiles[t]);
+    const int64_t first = rot_lo[t] >= 0 && init_bufs[t] > 1 ? rot_lo[t] : plan.lifetimes[t].first;
+    const int64_t last = rot_lo[t] >= 0 && init_bufs[t] > 1 ? rot_hi[t] : plan.lifetimes[t].last;
+    bool clash = false;
+    for (size_t u = 0; u < t && !clash; ++u) {
+      if (fixed[u] < 0 || k.tensors[u].space != k.tensors[t].space) continue;
+      const int64_t ufirst = rot_lo[u] >= 0 && init_bufs[u] > 1 ? rot_lo[u] : plan.lifetimes[u].first;
+      const int64_t ulast = rot_lo[u] >= 0 && init_bufs[u] > 1 ? rot_hi[u] : plan.lifetimes[u].last;
+      const bool live = first <= ulast && ufirst <= last;
+      const bool bytes = lo < fixed[u] + region_bytes(plan.tiles[u]) && fixed[u] < hi;
+      if (!live || !bytes) continue;
+      clash = true;
+      plan.warnings.push_back(fmt::format(
+          "tile '{}' ({}) is placed by address= at {} bytes [{}, {}), over tile '{}' ({}) which is live at the same "
+          "time: on hardware they would overwrite each other; nsim places '{}' elsewhere",
+          k.tensors[t].name, loc_str(k.tensors[t].loc), isa::space_name(k.tensors[t].space), lo, hi, k.tensors[u].name,
+          loc_str(k.tensors[u].loc), k.tensors[t].name));
+    }
+    if (!clash) fixed[t] = lo;
+  }
   std::vector<Ivs> iv(nt);
 
   for (Space sp : {Space::kSbuf, Space::kPsum}) {
@@ -465,7 +499,7 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
         bool packed = false;
         if (peak <= avail) {
           if (stat) {  // every tile its own region, in tensor-id order
-            extent = pack(ids, size, iv, unit, false, off);
+            extent = pack(ids, size, iv, unit, false, fixed, off);
           } else {
             std::vector<size_t> by_size = ids, by_start = ids;
             std::stable_sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) {
@@ -475,8 +509,8 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
               return iv[a].front().first != iv[b].front().first ? iv[a].front().first < iv[b].front().first
                                                                 : size[a] > size[b];
             });
-            extent = pack(by_size, size, iv, unit, true, off);
-            const int64_t e2 = pack(by_start, size, iv, unit, false, off2);
+            extent = pack(by_size, size, iv, unit, true, fixed, off);
+            const int64_t e2 = pack(by_start, size, iv, unit, false, fixed, off2);
             if (e2 < extent) {
               extent = e2;
               for (size_t t : ids) off[t] = off2[t];

@@ -23,6 +23,7 @@
 /// `compiler.allocation: static` (CoreParams::static_allocation) gives every tile its own region
 /// for the whole kernel, in tensor-id order (nsim's behaviour before liveness allocation).
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engines/params.h"
@@ -47,6 +48,8 @@ struct AllocationPlan {
   /// Most bytes per partition (stride * bufs of each tile) live at one statement.
   int64_t sbuf_peak = 0, psum_peak = 0;
   int64_t statements = 0;  ///< statements numbered by the preorder walk
+  /// Manual placements (`address=`) that overlap while both tiles are live, one message each.
+  std::vector<std::string> warnings;
 };
 
 /// Lifetime of every tile (by tensor id). Robust to malformed kernels (bad ids, shared loops).

@@ -828,7 +828,7 @@ class Tracer:
         self.shapes[name] = shape
         return self.tensor_cls(st, None, self)
 
-    def tile(self, buffer, dtype, shape, name=None):
+    def tile(self, buffer, dtype, shape, name=None, address=None):
         dt = dtype_name(dtype)
         shape = tuple(int(s) for s in shape)
         if buffer not in ON_CHIP:
@@ -837,7 +837,7 @@ class Tracer:
             raise make_error(KernelError, "NSIM-E404", "an on-chip tensor needs 2..5 positive dims (partition "
                              "dim first), got shape {}".format(shape))
         key = (buffer, dt, shape)
-        if self.reuse_tiles and not name:
+        if self.reuse_tiles and not name and address is None:
             # Reuse the storage of a tile of the same kind whose Python object is gone: the kernel can no
             # longer reach it, so this is the compiler's buffer reuse; it keeps SBUF bounded when loops
             # are unrolled. Least recently freed first (gives double buffering in loops).
@@ -852,7 +852,10 @@ class Tracer:
         st = _Storage(nm, buffer, dt, shape)
         self.buffers[nm] = buffer
         self.shapes[nm] = shape
-        self.emit({"alloc": {"name": nm, "buffer": buffer, "dtype": dt, "shape": list(shape)}})
+        alloc = {"name": nm, "buffer": buffer, "dtype": dt, "shape": list(shape)}
+        if address is not None:
+            alloc["address"] = int(address)
+        self.emit({"alloc": alloc})
         if not name:
             self._track(st, key)
         return self.tensor_cls(st, None, self)

@@ -281,3 +281,32 @@ def test_documented_but_ignored_keywords_are_accepted():
         params = inspect.signature(fn).parameters
         assert all(k in params for k in kws), fn
     assert all(p.kind is not p.VAR_KEYWORD for p in inspect.signature(nisa1.activation).parameters.values())
+
+
+def test_ndarray_address_places_the_tile():
+    """nl.ndarray(address=(partition_offset, free_offset_bytes)) reaches the allocator as the tile's
+    byte offset (docs/timing-model.md "Memory allocation"); values stay right."""
+    import numpy as np
+    from nsim import nki
+    import nsim.nki.language as nl
+    import nsim.nki.isa as nisa
+
+    @nki.jit
+    def placed(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 64), x.dtype, buffer=nl.sbuf, address=(0, 4096))
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    allocs = [s["alloc"] for s in placed.to_json(x)["body"] if "alloc" in s]
+    assert [a.get("address") for a in allocs] == [4096]
+    np.testing.assert_allclose(placed(x), x + 1)
+    with pytest.raises(ValueError):
+        @nki.jit
+        def bad(x):
+            nl.ndarray((128, 64), x.dtype, buffer=nl.sbuf, address=(0, -8))
+            return x
+        bad.to_json(x)

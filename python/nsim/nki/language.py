@@ -245,7 +245,22 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None, **kwargs):
     b = _ir_buffer(buffer)
     if b == "hbm":
         return tr.hbm_tensor(name or None, dtype, _shape(shape))
-    return tr.tile(b, dtype, _shape(shape), name=name or None)
+    return tr.tile(b, dtype, _shape(shape), name=name or None, address=_free_offset(address))
+
+
+def _free_offset(address):
+    """The byte offset within each partition of ``address=(partition_offset, free_offset_bytes)`` (or a
+    bare offset); None = placed by the compiler model. The partition offset does not change placement
+    (tiles are placed across all partitions; docs/timing-model.md)."""
+    if address is None:
+        return None
+    off = address[1] if isinstance(address, (tuple, list)) else address
+    if isinstance(address, (tuple, list)) and len(address) != 2:
+        raise TypeError("nl.ndarray: address must be (partition_offset, free_offset_bytes), got {!r}".format(address))
+    off = int(off)
+    if off < 0:
+        raise ValueError("nl.ndarray: address offset must be >= 0, got {}".format(off))
+    return off
 
 
 def _fill(t, value):

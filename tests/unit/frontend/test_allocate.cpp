@@ -506,3 +506,57 @@ TEST_CASE("allocate: unrolled code reusing one tile for many values splits its l
   }
   CHECK(bad == 0);
 }
+
+TEST_CASE("allocate: manual address= placements are kept; a live overlap is placed elsewhere with a warning",
+          "[allocate][manual]") {
+  // x -> a (manual at 8192) -> u (automatic) -> y, one iteration: a and u live together.
+  KB b;
+  const int x = b.input("x", {128, 64});
+  const int y = b.output("y", {128, 64});
+  const int a = b.tile("a", {128, 64}, DType::kFloat32, 0, 5);
+  const int u = b.tile("u", {128, 64}, DType::kFloat32, 0, 6);
+  b.k.tensors[static_cast<size_t>(a)].address = 8192;
+  b.op("dma_copy", {W(a), W(x)}, 7);
+  b.ts(W(u), W(a), AluOp::kAdd, 1.0f, 8);
+  b.op("dma_copy", {W(y), W(u)}, 9);
+  {
+    const auto plan = allocate_tiles(b.k, params("trn2"));
+    CHECK(plan.tiles[static_cast<size_t>(a)].offset == 8192);
+    CHECK(!overlap(plan.tiles[static_cast<size_t>(a)], plan.tiles[static_cast<size_t>(u)]));
+    CHECK(plan.warnings.empty());
+  }
+  // u asks for a's bytes while a is live: u keeps its own storage (values stay right), with a warning
+  // naming both tiles and lines.
+  b.k.tensors[static_cast<size_t>(u)].address = 8192 + 128;
+  {
+    const auto plan = allocate_tiles(b.k, params("trn2"));
+    CHECK(plan.tiles[static_cast<size_t>(a)].offset == 8192);
+    CHECK(!overlap(plan.tiles[static_cast<size_t>(a)], plan.tiles[static_cast<size_t>(u)]));
+    REQUIRE(plan.warnings.size() == 1);
+    CHECK(plan.warnings[0].find("'u' (kernel.py:6)") != std::string::npos);
+    CHECK(plan.warnings[0].find("'a' (kernel.py:5)") != std::string::npos);
+  }
+  // Numerics: y = x + 1 with the manual placement.
+  b.k.tensors[static_cast<size_t>(u)].address = 0;
+  auto sim = make_sim(true);
+  verify_kernel(b.k, sim->params());
+  Lowering low(b.k, *sim);
+  std::vector<float> in(128 * 64);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 97);
+  sim->write_hbm("x", in.data(), in.size() * sizeof(float));
+  low.run();
+  sim->finish();
+  const auto out = sim->read_hbm("y");
+  std::vector<float> got(in.size());
+  std::memcpy(got.data(), out.data(), out.size());
+  for (size_t i = 0; i < in.size(); ++i) CHECK(got[i] == in[i] + 1.0f);
+  // An address beyond the memory is a capacity error naming the tile.
+  b.k.tensors[static_cast<size_t>(a)].address = 229376;
+  try {
+    allocate_tiles(b.k, params("trn2"));
+    FAIL("expected E204");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kSbufOverflow);
+    CHECK(std::string(e.what()).find("'a'") != std::string::npos);
+  }
+}
