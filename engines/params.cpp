@@ -6,7 +6,7 @@ namespace nsim::engines {
 
 namespace {
 constexpr sim::ParamDecl kSchema[] = {
-#define PARAM(k, kind, d) {k, sim::ParamKind::kind, d},
+#define PARAM(k, kind, lo, hi, d) {k, sim::ParamKind::kind, d, lo, hi},
 #include "engines/params.def"
 #undef PARAM
 };

@@ -242,6 +242,25 @@ void check_scalar(ParamKind kind, std::string_view text, std::string_view key) {
   }
 }
 
+// Checks a valid value of `d`'s kind against its declared range (throws E102 naming the range).
+void check_range(const ParamDecl& d, std::string_view text) {
+  double v = 0;
+  const char* unit = "";
+  switch (d.kind) {
+    case ParamKind::kInt: v = static_cast<double>(parse_int(text, d.key)); break;
+    case ParamKind::kReal: v = parse_real(text, d.key); break;
+    case ParamKind::kFrequency: v = parse_frequency_ghz(text, d.key); unit = " GHz"; break;
+    case ParamKind::kBytes: v = static_cast<double>(parse_bytes(text, d.key)); unit = " bytes"; break;
+    case ParamKind::kBandwidth: v = parse_bandwidth_bytes_per_ns(text, d.key); unit = " B/ns"; break;
+    case ParamKind::kTime: v = static_cast<double>(parse_time_ps(text, d.key)); unit = " ps"; break;
+    case ParamKind::kCycles: v = static_cast<double>(parse_cycles(text, d.key)); unit = " cycles"; break;
+    default: return;
+  }
+  if (!(v >= d.min && v <= d.max))
+    throw Error(ErrorCode::kConfigBadValue, fmt::format("config key '{}': '{}' is outside its valid range [{:g}, {:g}]{}",
+                                                        d.key, text, d.min, d.max, unit));
+}
+
 // ------------------------------------------------------------------------------------------------
 // Loading YAML files with `preset:` inheritance
 
@@ -487,6 +506,8 @@ Validated validate(RawMap values, std::span<const ParamDecl> schema, const std::
     }
     try {
       check_scalar(kind, value.text, key);
+      for (const ParamDecl& d : schema)
+        if (d.key == key) check_range(d, value.text);
     } catch (const Error& e) {
       throw Error(e.code(), fmt::format("{} (at {})", e.message(), value.origin));
     }

@@ -25,11 +25,14 @@ enum class ParamKind : uint8_t {
   kStringList, ///< YAML sequence of strings, or a comma-separated string in overrides
 };
 
-/// One declared parameter: its dotted key, kind and meaning.
+/// One declared parameter: its dotted key, kind, meaning and valid range.
 struct ParamDecl {
   std::string_view key;
   ParamKind kind;
   std::string_view description;
+  /// Valid range in the kind's unit (GHz, bytes, B/ns, ps, cycles, or the number itself); a value
+  /// outside it is E102. Ignored for strings, lists and booleans.
+  double min = -1e300, max = 1e300;
 };
 
 /// The effective, validated configuration of one run.

@@ -26,7 +26,7 @@ using nsim::sim::ParamKind;
 namespace fs = std::filesystem;
 
 static const nsim::sim::ParamDecl kSchema[] = {
-#define PARAM(k, kind, d) {k, nsim::sim::ParamKind::kind, d},
+#define PARAM(k, kind, lo, hi, d) {k, nsim::sim::ParamKind::kind, d, lo, hi},
 #include "engines/params.def"
 #undef PARAM
 };
@@ -626,4 +626,31 @@ TEST_CASE("README key table matches the schema and the presets", "[config][docs]
       CHECK(unquote(r[2 + g]) == presets[g].raw().at(key));
     }
   }
+}
+
+TEST_CASE("config: every key has a range and out-of-range values are E102 naming it", "[config][range]") {
+  for (const ParamDecl& d : kSchema) {
+    INFO(d.key);
+    CHECK(d.min <= d.max);
+  }
+  // Values that used to be accepted and overflowed or inverted the integer-picosecond times
+  // (reliability issue): tiny rates and clocks, zero or negative factors, absurd sizes.
+  for (const char* bad : {"hbm.bw=1e-12GB/s", "dma.engine_bw=1e-300B/ns", "clock.vector=1e-300GHz",
+                          "clock.tensor=1e-300GHz", "tensor.ls_speedup=0", "tensor.ls_speedup=-1",
+                          "tensor.fp32_factor=0", "tensor.fp32_factor=-4", "tensor.pe_rows=0", "tensor.pe_rows=-128",
+                          "generation=99", "dma.partitions_per_engine=0", "vector.bn_aggr_factor=-1",
+                          "tensor.throttle.window=0ns", "analysis.max_recorded_instructions=-1", "psum.banks=-1",
+                          "psum.banks=100000", "psum.banks=4294967296"}) {
+    INFO(bad);
+    try {
+      (void)Config::load("trn2", kSchema, {bad});
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kConfigBadValue);
+      const std::string key(std::string_view(bad).substr(0, std::string_view(bad).find('=')));
+      CHECK(std::string(e.what()).find("'" + key + "'") != std::string::npos);
+    }
+  }
+  // The presets themselves are inside every range.
+  for (const char* preset : {"trn1", "trn2", "trn3"}) CHECK_NOTHROW(Config::load(preset, kSchema));
 }
