@@ -123,6 +123,7 @@ are each a stats JSON ('nsim run --stats') or a kernel.json, which is simulated 
   --lines N           source lines shown, largest change first [default: 20]
   --json FILE         also write the comparison as JSON ('-' = stdout instead of the text)
 Deltas are B - A; "slower" means B takes longer. Example: nsim diff k.json k.json --config-b trn3
+When the two sides ran with different configurations, the keys whose values differ are listed after it.
 )";
 
 constexpr const char* kPlotHelp = R"(usage: nsim plot kernel.json [kernel.json ...] [--config NAME|FILE] [--out DIR] [--bins N]
@@ -302,6 +303,13 @@ void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::S
              st.get("flops.mfu_estimated_percent"),
              st.get("engine.vector.flops") + st.get("engine.scalar.flops") + st.get("engine.gpsimd.flops"));
   fmt::print("bound           {} ({:.1f}% of the time busy)\n", bound, total > 0 ? 100.0 * best / total : 0.0);
+  // A resource capped by another: what-if runs that raise it change nothing.
+  const engines::CoreParams& p = sim.params();
+  const double dma_bw = p.dma_engines * p.dma_engine_bw;
+  if (p.hbm_bw > dma_bw)
+    fmt::print("note            hbm.bw ({:.1f} B/ns) is above what the {} DMA engines move ({} x dma.engine_bw {:.1f} = {:.1f} "
+               "B/ns): HBM traffic is capped by the DMA engines, raising hbm.bw further changes nothing\n",
+               p.hbm_bw, p.dma_engines, p.dma_engines, p.dma_engine_bw, dma_bw);
   const auto lines = sim.line_stats();
   if (!lines.empty()) fmt::print("busiest source lines (summed instruction time):\n");
   for (size_t i = 0; i < lines.size() && i < 5; ++i)
@@ -454,6 +462,20 @@ int cmd_diff(const Args& a) {
   }
   const int64_t lines = a.lines >= 0 ? std::min<int64_t>(a.lines, std::numeric_limits<int>::max()) : kDefaultLines;
   fmt::print("{}", frontend::to_text(d, static_cast<int>(lines)));
+  if (tag && (sim_a || sim_b)) {  // what differs between the two configurations, key by key
+    const sim::Config ca = engines::load_config(config_name(a.config), a.overrides);
+    const sim::Config cb = engines::load_config(config_name(config_b), overrides_b);
+    std::string rows;
+    int n = 0;
+    for (const auto& [key, va] : ca.raw()) {
+      auto it = cb.raw().find(key);
+      if (it == cb.raw().end() || it->second == va) continue;
+      rows += fmt::format("  {:<40} {:>14} -> {}\n", key, va, it->second);
+      ++n;
+    }
+    fmt::print("\nConfiguration differences (A -> B), {} key{}:\n{}", n, n == 1 ? "" : "s",
+               n ? rows : std::string("  none (the same effective configuration)\n"));
+  }
   if (!a.json.empty()) {
     std::ofstream f(a.json);
     if (!f) throw Error(ErrorCode::kBadInput, fmt::format("cannot write '{}'", a.json));

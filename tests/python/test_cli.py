@@ -151,3 +151,12 @@ def test_instruction_table_csv(tmp_path, kernel):
     assert body[0]["bytes"] == str(128 * 64 * 4)
     total = json.loads((tmp_path / "s.json").read_text())["stats"]["total_time"]["value"]
     assert max(float(b["end_ns"]) for b in body) == pytest.approx(total, abs=1e-2)
+
+
+def test_run_notes_hbm_bandwidth_capped_by_the_dma_engines(kernel):
+    # trn2: 16 DMA engines x 23 B/ns = 368 B/ns; hbm.bw 362.5 B/ns is below it, 725 B/ns above it.
+    r = nsim("run", kernel, "--timing-only")
+    assert r.returncode == 0 and "note" not in r.stdout
+    r = nsim("run", kernel, "--timing-only", "-p", "hbm.bw=725GB/s")
+    assert r.returncode == 0
+    assert "capped by the DMA engines" in r.stdout and "368.0 B/ns" in r.stdout

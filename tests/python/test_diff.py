@@ -210,6 +210,16 @@ def test_cli_diff_two_generations_and_a_what_if(cli_files):
     assert data["b"]["label"].endswith("[trn2 hbm.bw=725GB/s]")
     _, pw = nsim.simulate_json(V1, timing_only=True, overrides=["hbm.bw=725GB/s"])
     assert data["total_time_ns"]["b"] == pw.total_time_ns
+    # The text report lists the configuration keys that differ between the two sides.
+    r = _nsim_cli("diff", k1, k1, "-P", "hbm.bw=725GB/s")
+    assert r.returncode == 0, r.stderr
+    tail = r.stdout[r.stdout.index("Configuration differences (A -> B), 1 key:"):]
+    assert "hbm.bw" in tail and "362.5GB/s -> 725GB/s" in " ".join(tail.split())
+    r = _nsim_cli("diff", k1, k1, "--config", "trn1", "--config-b", "trn2")
+    diffs = r.stdout[r.stdout.index("Configuration differences"):].splitlines()[1:]
+    assert {l.split()[0] for l in diffs} >= {"generation", "clock.tensor", "hbm.bw", "sbuf.bytes_per_partition"}
+    r = _nsim_cli("diff", k1, k1)
+    assert "Configuration differences" not in r.stdout
 
 
 def test_cli_diff_help_and_bad_input(cli_files):
