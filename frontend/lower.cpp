@@ -310,6 +310,7 @@ bool Lowering::lower_op(const Op& op, Instr& out) {
 }
 
 bool Lowering::next(Instr& out) {
+  if (progress_ && (emitted_ & 0xFFFF) == 0xFFFF) progress_(emitted_ + 1, sim_.total_time());
   if (has_pending_) {
     out = pending_;
     has_pending_ = false;

@@ -11,6 +11,7 @@
 /// multiply_moving. DMA transfers are split into descriptors by the DMA model (memory/dma.h).
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -53,6 +54,10 @@ class Lowering {
   const std::vector<TilePlacement>& placements() const { return placements_; }
   /// Allocation warnings (manual address= placements overlapping while live), also printed to stderr.
   const std::vector<std::string>& warnings() const { return warnings_; }
+  /// Called every 65,536 instructions lowered with the count so far and the simulated time reached
+  /// (the CLI's progress line); none = no cost.
+  using Progress = std::function<void(uint64_t instructions, sim::Ps simulated)>;
+  void set_progress(Progress fn) { progress_ = std::move(fn); }
   /// Index (into Kernel::ops) of the op the last instruction from next() belongs to.
   int last_op() const { return last_op_; }
 
@@ -136,6 +141,7 @@ class Lowering {
   uint64_t emitted_ = 0;
   int last_op_ = -1;
   bool record_ = false;
+  Progress progress_;
   std::vector<std::string> warnings_;
   struct LiveRange {
     sim::Ps first, last;

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -80,6 +81,7 @@ options:
   --stats-table        after the summary, print every stat as a table grouped by engine / dma /
                        memory / flops: value, unit, description (docs/profiling.md, "Stats")
   --timing-only        skip numerics (same timing, no outputs)
+  --quiet, -q          no progress line on stderr (shown once a run takes over 2 s)
   --instructions FILE  write one CSV row per instruction: times, bytes, source line, semaphore wait
                        (queryable with SQL, e.g. DuckDB; docs/profiling.md)
   --dma FILE           write one CSV row per DMA packet (a transfer's piece on one DMA engine): times,
@@ -151,6 +153,7 @@ struct Args {
   uint64_t seed = 0;
   bool timing_only = false, raw_outputs = false, help = false;
   bool stats_table = false;  ///< run --stats-table
+  bool quiet = false;        ///< run --quiet: no progress line
   int64_t limit = -1;
   uint64_t trace_limit = 0;                                 ///< --trace-limit (0 = all)
   std::string json;                                         ///< analyze, diff --json
@@ -183,6 +186,7 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--dma" && a.command == "run") a.dma = value(i, s);
     else if (s == "--timing-only") a.timing_only = true;
     else if (s == "--stats-table" && a.command == "run") a.stats_table = true;
+    else if ((s == "--quiet" || s == "-q") && a.command == "run") a.quiet = true;
     else if (s == "--raw-outputs") a.raw_outputs = true;
     else if (s == "--json" && a.command == "analyze") a.json = value(i, s);
     else if (s == "--json" && a.command == "diff") a.json = value(i, s);
@@ -352,7 +356,22 @@ int cmd_run(const Args& a) {
   // --instructions / --dma: CSV tables written while the simulation runs (frontend/tables.h).
   frontend::TableWriter tables(sim, a.instructions, a.dma);
   frontend::Lowering low(k, sim);
+  // Progress on stderr once the run takes over 2 s: instructions, simulated time, rate (about once a second).
+  const auto t0 = std::chrono::steady_clock::now();
+  double last_shown = 0;
+  bool shown = false;
+  if (!a.quiet)
+    low.set_progress([&](uint64_t n, sim::Ps simulated) {
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (el < 2.0 || el - last_shown < 1.0) return;
+      last_shown = el;
+      shown = true;
+      fmt::print(stderr, "\rnsim: {:.2f} M instructions, {:.1f} us simulated, {:.2f} M instructions/s   ",
+                 static_cast<double>(n) * 1e-6, sim::ps_to_ns(simulated) * 1e-3, static_cast<double>(n) * 1e-6 / el);
+      std::fflush(stderr);
+    });
   low.run();
+  if (shown) fmt::print(stderr, "\n");
   sim.finish();
   tables.close();
   const sim::StatsRegistry st = sim.stats();

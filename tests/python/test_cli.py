@@ -160,3 +160,21 @@ def test_run_notes_hbm_bandwidth_capped_by_the_dma_engines(kernel):
     r = nsim("run", kernel, "--timing-only", "-p", "hbm.bw=725GB/s")
     assert r.returncode == 0
     assert "capped by the DMA engines" in r.stdout and "368.0 B/ns" in r.stdout
+
+
+def test_long_runs_show_progress_on_stderr_unless_quiet(tmp_path):
+    # 7 M timing-only memsets take ~3 s (~2.4 M instructions/s on the 2-core machine): past the 2 s
+    # threshold the CLI prints a progress line on stderr; --quiet turns it off; stdout is unchanged.
+    k = {"nsim_kernel": 1, "name": "long", "tensors": [], "body": [
+        {"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 4]}},
+        {"loop": {"var": "i", "start": 0, "stop": 7000000, "kind": "sequential", "body": [
+            {"op": "memset", "engine": "vector", "dst": {"tensor": "t"}, "imm": [1.0]}]}}]}
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(k))
+    r = nsim("run", path, "--timing-only")
+    assert r.returncode == 0, r.stderr
+    if "M instructions/s" not in r.stderr:
+        pytest.skip("the run finished in under 2 s on this machine: no progress line to check")
+    assert re.search(r"nsim: [0-9.]+ M instructions, [0-9.]+ us simulated", r.stderr)
+    q = nsim("run", path, "--timing-only", "--quiet")
+    assert q.returncode == 0 and q.stderr == "" and q.stdout == r.stdout
