@@ -291,6 +291,126 @@ void verify_operand(const Instr& in, const SlotInfo& slot, const Operand& o, con
                      o.space == Space::kHbm ? "of HBM" : "per partition", cap, space_name(o.space)));
 }
 
+/// Ops that take one input (unary arithmetic, invert, bypass) ignore their scalar operand, so it
+/// may be absent (the semantics' ignores_operand).
+bool ignores_operand(AluOp op) {
+  return alu_class(op) == AluClass::kUnary || op == AluOp::kInvert || op == AluOp::kBypass;
+}
+
+/// Operand rules that depend on the op's flags and immediates (which operands it reads, the shape a
+/// reduction or pattern implies): the rules the semantics (isa/semantics) need, stated here so that
+/// timing-only runs and `nsim check` reject exactly what a numerics run rejects, with the same code.
+void verify_operand_rules(const Instr& in, const SourceLoc& where) {
+  const Operand& d = in.slot(0);
+  auto need_operand = [&](int slot, bool needed, uint16_t imm_flag, const char* flag_name, AluOp op) {
+    if (!needed || (in.flags & imm_flag) || in.slot(slot).present()) return;
+    const char* nm = op_info(in.op).slots[static_cast<size_t>(slot)].name;
+    fail(ErrorCode::kMissingOperand, in, where,
+         op == AluOp::kBypass
+             ? fmt::format("operand '{}' is required unless the {} flag gives an immediate", nm, flag_name)
+             : fmt::format("operand '{}' is required by op '{}' unless the {} flag gives an immediate", nm,
+                           alu_name(op), flag_name));
+  };
+  auto double_row_even = [&](const Operand& o, const char* what) {
+    if ((in.flags & kDoubleRow) && o.elems_per_partition() % 2 != 0)
+      fail(ErrorCode::kShapeMismatch, in, where,
+           fmt::format("double_row {} needs [K, 2, {}], got {} elements per partition", what,
+                       in.op == Opcode::kLoadStationary ? "M" : "N", o.elems_per_partition()));
+  };
+  // iota / affine_select: the pattern (iimm[2..9] = 4 x [step, num]) covers dst's elements.
+  auto pattern_covers_dst = [&] {
+    for (size_t k = 0; k < 4; ++k)
+      if (in.iimm[3 + 2 * k] < 0)
+        fail(ErrorCode::kShapeMismatch, in, where,
+             fmt::format("pattern dim {} has negative num {}", k, in.iimm[3 + 2 * k]));
+    int64_t total = 1;
+    bool over = false;  // product beyond dst's elements (kept from overflowing)
+    for (size_t k = 0; k < 4; ++k) {
+      const int64_t num = in.iimm[3 + 2 * k];
+      if (num == 0) { total = 0; over = false; break; }
+      if (!over && total > d.elems_per_partition() / num) over = true;
+      if (!over) total *= num;
+    }
+    if (over || total != d.elems_per_partition())
+      fail(ErrorCode::kShapeMismatch, in, where,
+           over ? fmt::format("pattern covers more than the {} elements per partition of dst", d.elems_per_partition())
+                : fmt::format("pattern covers {} elements but dst has {} per partition", total,
+                              d.elems_per_partition()));
+  };
+  // The ScalarE/VectorE accumulator registers: one per partition, 128 of them.
+  auto fits_registers = [&] {
+    if (d.num_partitions > 128)
+      fail(ErrorCode::kTooManyPartitions, in, where,
+           fmt::format("{} partitions exceed the 128 registers", d.num_partitions));
+  };
+
+  switch (in.op) {
+    case Opcode::kTensorScalar: {
+      const bool has_op1 = in.alu1 != AluOp::kBypass;
+      need_operand(2, !ignores_operand(in.alu0), kHasImm0, "has_imm0", in.alu0);
+      need_operand(3, has_op1 && !ignores_operand(in.alu1), kHasImm1, "has_imm1", in.alu1);
+      break;
+    }
+    case Opcode::kScalarTensorTensor:
+    case Opcode::kTensorScalarReduce:
+      need_operand(2, !ignores_operand(in.alu0), kHasImm0, "has_imm0", in.alu0);
+      if (in.op == Opcode::kTensorScalarReduce) fits_registers();
+      break;
+    case Opcode::kTensorCopyPredicated:
+      need_operand(1, true, kHasImm0, "has_imm0", AluOp::kBypass);
+      break;
+    case Opcode::kActivation:
+    case Opcode::kActivationReduce:
+    case Opcode::kRangeSelect: fits_registers(); break;
+    case Opcode::kTensorReduce: {
+      const Operand& data = in.slot(1);
+      const int nf = data.nfree;
+      const int k = in.axis_count == 0 ? nf : in.axis_count;
+      if (k > nf)
+        fail(ErrorCode::kShapeMismatch, in, where, fmt::format("cannot reduce {} free dims of a view with {}", k, nf));
+      int64_t groups = 1;
+      for (int i = 0; i < nf - k; ++i) groups *= data.size[static_cast<size_t>(i)];
+      if (d.elems_per_partition() != groups)
+        fail(ErrorCode::kElementCountMismatch, in, where,
+             fmt::format("dst has {} elements per partition, the reduction leaves {}", d.elems_per_partition(), groups));
+      break;
+    }
+    case Opcode::kBnStats:
+      if (d.elems_per_partition() != 6)
+        fail(ErrorCode::kElementCountMismatch, in, where,
+             fmt::format("dst needs 6 elements per partition, got {}", d.elems_per_partition()));
+      break;
+    case Opcode::kBnAggr:
+      if (d.elems_per_partition() != 2)
+        fail(ErrorCode::kElementCountMismatch, in, where,
+             fmt::format("dst needs 2 elements per partition, got {}", d.elems_per_partition()));
+      if (in.slot(1).elems_per_partition() % 3 != 0)
+        fail(ErrorCode::kElementCountMismatch, in, where,
+             fmt::format("data needs (count, mean, M2) triples, got {} elements per partition",
+                         in.slot(1).elems_per_partition()));
+      break;
+    case Opcode::kIota:
+    case Opcode::kAffineSelect: pattern_covers_dst(); break;
+    case Opcode::kLoadStationary: double_row_even(d, "stationary"); break;
+    case Opcode::kMultiplyMoving: double_row_even(in.slot(1), "moving"); break;
+    case Opcode::kNcStreamShuffle: {
+      const int64_t ps = in.slot(1).num_partitions, pd = d.num_partitions;
+      const int64_t quads = (std::max(ps, pd) + 31) / 32;
+      for (int64_t q = 0; q < quads; ++q)
+        for (int64_t i = 0; i < 32; ++i) {
+          const int m = in.shuffle[static_cast<size_t>(i)];
+          if (m == 255 || q * 32 + i >= pd) continue;
+          if (q * 32 + m >= ps)
+            fail(ErrorCode::kShapeMismatch, in, where,
+                 fmt::format("shuffle_mask[{}] = {} reads source row {} but src has {} partitions", i, m, q * 32 + m,
+                             ps));
+        }
+      break;
+    }
+    default: break;
+  }
+}
+
 }  // namespace
 
 void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
@@ -469,6 +589,7 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
     if (a.space == Space::kPsum && b.space == Space::kPsum)
       fail(ErrorCode::kBadBuffer, in, where, "at most one of data1/data2 may be in psum");
   }
+  verify_operand_rules(in, where);
 }
 
 }  // namespace nsim::isa

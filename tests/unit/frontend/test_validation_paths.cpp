@@ -1,0 +1,239 @@
+// One validation path (issue 16, item 2): `nsim check` (verify_kernel), `nsim run --timing-only`
+// (lowering into a Simulator without numerics) and a full `nsim run` (numerics on) accept exactly the
+// same kernels and reject a bad one with the same error code, located at the op's source line and
+// naming the op. Each case is an operand rule the semantics need (isa/semantics) that isa::verify
+// states too, so it also holds when no numerics run.
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engines/simulator.h"
+#include "frontend/ir.h"
+#include "frontend/lower.h"
+
+#include "kernel_builder.h"
+
+using namespace nsim;
+using frontend::Lowering;
+using frontend::verify_kernel;
+using isa::AluOp;
+
+namespace {
+
+constexpr int kOpLine = 20;  // the line of the op under test
+
+struct Outcome {
+  std::optional<ErrorCode> code;  ///< empty: accepted
+  int line = 0;
+  std::string what;
+};
+
+Outcome outcome_of(const std::function<void()>& f) {
+  Outcome o;
+  try {
+    f();
+  } catch (const Error& e) {
+    o.code = e.code();
+    o.line = e.loc().line;
+    o.what = e.what();
+  }
+  return o;
+}
+
+struct Paths {
+  Outcome check, timing, full;
+};
+
+/// The three commands on one kernel.
+Paths run_paths(const Kernel& k) {
+  Paths p;
+  p.check = outcome_of([&] {
+    auto s = Simulator::from_preset("trn2", {}, SimOptions{false, ""});
+    verify_kernel(k, s->params());
+  });
+  // The run paths without verify_kernel first: the instructions themselves must be refused.
+  p.timing = outcome_of([&] {
+    auto s = Simulator::from_preset("trn2", {}, SimOptions{false, ""});
+    Lowering l(k, *s);
+    l.run();
+    s->finish();
+  });
+  p.full = outcome_of([&] {
+    auto s = Simulator::from_preset("trn2", {}, SimOptions{true, ""});
+    Lowering l(k, *s);
+    l.run();
+    s->finish();
+  });
+  return p;
+}
+
+/// In a one-trip loop: x [128, 64] -> tile t; the op under test (line 20) writes tile `u` (shape
+/// `ushape`) from t; u goes to output y.
+Kernel kernel_with(const std::function<void(KB&, int t, int u)>& add_op, std::vector<int64_t> ushape = {128, 64}) {
+  KB b;
+  const int x = b.input("x", {128, 64});
+  const int y = b.output("y", ushape);
+  const int i = b.loop("i", 0, 1, 1, frontend::LoopKind::kSequential, 5);
+  const int t = b.tile("t", {128, 64});
+  const int u = b.tile("u", ushape);
+  b.op("dma_copy", {W(t), X(x, {D(A(i, 128), 128), D(0, 64)})}, 10);
+  add_op(b, t, u);
+  b.op("dma_copy", {W(y), W(u)}, 30);
+  b.end();
+  return b.k;
+}
+
+void check_rejected_alike(const Kernel& k, ErrorCode code, const std::string& mnemonic) {
+  const Paths p = run_paths(k);
+  INFO("check: " << p.check.what);
+  INFO("timing-only: " << p.timing.what);
+  INFO("full run: " << p.full.what);
+  REQUIRE(p.full.code.has_value());
+  CHECK(*p.full.code == code);
+  CHECK(p.check.code == p.full.code);
+  CHECK(p.timing.code == p.full.code);
+  CHECK(p.check.line == kOpLine);
+  CHECK(p.timing.line == kOpLine);
+  CHECK(p.full.line == kOpLine);
+  for (const Outcome* o : {&p.check, &p.timing, &p.full}) CHECK(o->what.find(mnemonic) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("validation paths: a good kernel passes check, timing-only and the full run", "[verify][paths]") {
+  const Kernel k = kernel_with([](KB& b, int t, int u) {
+    b.ts(W(u), W(t), AluOp::kMultiply, 2.0f, kOpLine);
+    const int r = b.tile("r", {128, 1});
+    const int tr = b.op("tensor_reduce", {W(r), W(t)}, 21);
+    b.o(tr).alu0 = AluOp::kAdd;
+    const int st = b.tile("st", {128, 6});
+    b.op("bn_stats", {W(st), W(t)}, 22);
+    const int ag = b.tile("ag", {128, 2});
+    b.op("bn_aggr", {W(ag), W(st)}, 23);
+    const int sel = b.tile("sel", {128, 64});
+    const int as = b.op("affine_select", {W(sel), W(t)}, 24);
+    b.o(as).alu0 = AluOp::kGreaterEqual;
+    b.o(as).iimm = {0, 1, 1, 64, 0, 1, 0, 1, 0, 1};
+    const int io = b.tile("io", {128, 64});
+    const int it = b.op("iota", {W(io)}, 25);
+    b.o(it).iimm = {0, 64, 1, 64, 0, 1, 0, 1, 0, 1};
+    const int un = b.op("tensor_scalar", {W(sel), W(sel)}, 26);  // a unary op needs no operand
+    b.o(un).alu0 = AluOp::kAbs;
+  });
+  const Paths p = run_paths(k);
+  INFO(p.check.what << " | " << p.timing.what << " | " << p.full.what);
+  CHECK_FALSE(p.check.code.has_value());
+  CHECK_FALSE(p.timing.code.has_value());
+  CHECK_FALSE(p.full.code.has_value());
+}
+
+TEST_CASE("validation paths: a missing scalar operand is E305 on every path", "[verify][paths]") {
+  SECTION("tensor_scalar without has_imm0 and without operand0 (issue 16)") {
+    check_rejected_alike(kernel_with([](KB& b, int t, int u) {
+                           const int i = b.op("tensor_scalar", {W(u), W(t)}, kOpLine);
+                           b.o(i).alu0 = AluOp::kAdd;
+                         }),
+                         ErrorCode::kMissingOperand, "tensor_scalar");
+  }
+  SECTION("tensor_scalar with op1 but without has_imm1 and operand1") {
+    check_rejected_alike(kernel_with([](KB& b, int t, int u) {
+                           const int i = b.ts(W(u), W(t), AluOp::kAdd, 1.0f, kOpLine);
+                           b.o(i).alu1 = AluOp::kMultiply;
+                         }),
+                         ErrorCode::kMissingOperand, "tensor_scalar");
+  }
+  SECTION("scalar_tensor_tensor without has_imm0 and operand0") {
+    check_rejected_alike(kernel_with([](KB& b, int t, int u) {
+                           const int i = b.op("scalar_tensor_tensor", {W(u), W(t), std::nullopt, W(t)}, kOpLine);
+                           b.o(i).alu0 = AluOp::kAdd;
+                           b.o(i).alu1 = AluOp::kAdd;
+                         }),
+                         ErrorCode::kMissingOperand, "scalar_tensor_tensor");
+  }
+  SECTION("tensor_scalar_reduce without has_imm0 and operand0") {
+    check_rejected_alike(kernel_with([](KB& b, int t, int u) {
+                           const int i = b.op("tensor_scalar_reduce", {W(u), W(t)}, kOpLine);
+                           b.o(i).alu0 = AluOp::kMultiply;
+                         }),
+                         ErrorCode::kMissingOperand, "tensor_scalar_reduce");
+  }
+  SECTION("tensor_copy_predicated without src and without has_imm0") {
+    check_rejected_alike(kernel_with([](KB& b, int t, int u) {
+                           b.op("tensor_copy_predicated", {W(u), std::nullopt, W(t)}, kOpLine);
+                         }),
+                         ErrorCode::kMissingOperand, "tensor_copy_predicated");
+  }
+}
+
+TEST_CASE("validation paths: reduction and statistics shapes are E304 on every path", "[verify][paths]") {
+  SECTION("tensor_reduce changed to bn_aggr (issue 16)") {
+    check_rejected_alike(kernel_with(
+                             [](KB& b, int t, int u) {
+                               const int i = b.op("bn_aggr", {W(u), W(t)}, kOpLine);
+                               b.o(i).alu0 = AluOp::kAdd;
+                             },
+                             {128, 1}),
+                         ErrorCode::kElementCountMismatch, "bn_aggr");
+  }
+  SECTION("bn_aggr data that is not (count, mean, M2) triples") {
+    check_rejected_alike(kernel_with([](KB& b, int t, int u) { b.op("bn_aggr", {W(u), W(t)}, kOpLine); }, {128, 2}),
+                         ErrorCode::kElementCountMismatch, "bn_aggr");
+  }
+  SECTION("bn_stats with a dst of 4 elements") {
+    check_rejected_alike(kernel_with([](KB& b, int t, int u) { b.op("bn_stats", {W(u), W(t)}, kOpLine); }, {128, 4}),
+                         ErrorCode::kElementCountMismatch, "bn_stats");
+  }
+  SECTION("tensor_reduce of everything into 2 elements") {
+    check_rejected_alike(kernel_with(
+                             [](KB& b, int t, int u) {
+                               const int i = b.op("tensor_reduce", {W(u), W(t)}, kOpLine);
+                               b.o(i).alu0 = AluOp::kAdd;
+                             },
+                             {128, 2}),
+                         ErrorCode::kElementCountMismatch, "tensor_reduce");
+  }
+}
+
+TEST_CASE("validation paths: patterns and masks are E310 on every path", "[verify][paths]") {
+  SECTION("affine_select with a negative pattern (issue 16)") {
+    check_rejected_alike(kernel_with([](KB& b, int t, int u) {
+                           const int i = b.op("affine_select", {W(u), W(t)}, kOpLine);
+                           b.o(i).alu0 = AluOp::kGreaterEqual;
+                           b.o(i).iimm = {0, 1, 1, -64, 0, 1, 0, 1, 0, 1};
+                         }),
+                         ErrorCode::kShapeMismatch, "affine_select");
+  }
+  SECTION("affine_select whose pattern covers fewer elements than dst") {
+    check_rejected_alike(kernel_with([](KB& b, int t, int u) {
+                           const int i = b.op("affine_select", {W(u), W(t)}, kOpLine);
+                           b.o(i).iimm = {0, 1, 1, 32, 0, 1, 0, 1, 0, 1};
+                         }),
+                         ErrorCode::kShapeMismatch, "affine_select");
+  }
+  SECTION("iota whose pattern covers more elements than dst (a huge product does not overflow)") {
+    check_rejected_alike(kernel_with([](KB& b, int, int u) {
+                           const int i = b.op("iota", {W(u)}, kOpLine);
+                           b.o(i).iimm = {0, 1, 1, 1 << 30, 1, 1 << 30, 1, 1 << 30, 1, 1 << 30};
+                         }),
+                         ErrorCode::kShapeMismatch, "iota");
+  }
+  SECTION("tensor_reduce of more free dims than the data has") {
+    check_rejected_alike(kernel_with(
+                             [](KB& b, int t, int u) {
+                               const int i = b.op("tensor_reduce", {W(u), W(t)}, kOpLine);
+                               b.o(i).alu0 = AluOp::kAdd;
+                               b.o(i).axis_count = 3;
+                             },
+                             {128, 1}),
+                         ErrorCode::kShapeMismatch, "tensor_reduce");
+  }
+  SECTION("nc_stream_shuffle whose mask reads a source row beyond src") {
+    check_rejected_alike(kernel_with([](KB& b, int t, int u) {
+                           b.op("nc_stream_shuffle", {W(u), X(t, {D(0, 32), D(0, 64)})}, kOpLine);
+                         }),
+                         ErrorCode::kShapeMismatch, "nc_stream_shuffle");
+  }
+}
