@@ -287,7 +287,7 @@ TEST_CASE("unknown config keys and bad units are errors", "[errors][config]") {
   }
 }
 
-TEST_CASE("the trace has one track per engine and DMA queue; slice durations sum to instruction time",
+TEST_CASE("the trace has one track per engine and DMA queue and slice durations sum to instruction time",
           "[trace]") {
   const std::string path = "nsim_test_trace.json";
   SimOptions o;
@@ -331,7 +331,8 @@ TEST_CASE("the trace has one track per engine and DMA queue; slice durations sum
   // Sum "dur" of X events per tid (tid 1 = vector, 2 = scalar) and compare with the stats.
   auto sum_dur = [&](int tid) {
     double sum = 0;
-    const std::string key = "\"tid\": " + std::to_string(tid) + ", \"ts\": ";
+    // Slices only ("ph": "X"): flow-arrow events carry a tid and a ts but no duration.
+    const std::string key = "\"ph\": \"X\", \"pid\": 1, \"tid\": " + std::to_string(tid) + ", \"ts\": ";
     for (size_t p = text.find(key); p != std::string::npos; p = text.find(key, p + 1)) {
       const size_t d = text.find("\"dur\": ", p);
       sum += std::stod(text.substr(d + 7));

@@ -507,7 +507,7 @@ TEST_CASE("allocate: unrolled code reusing one tile for many values splits its l
   CHECK(bad == 0);
 }
 
-TEST_CASE("allocate: manual address= placements are kept; a live overlap is placed elsewhere with a warning",
+TEST_CASE("allocate: manual address= placements are kept and a live overlap is placed elsewhere with a warning",
           "[allocate][manual]") {
   // x -> a (manual at 8192) -> u (automatic) -> y, one iteration: a and u live together.
   KB b;

@@ -400,7 +400,7 @@ TEST_CASE("lowering: loops with negative steps and empty loops", "[lower]") {
   for (size_t it = 0; it < 4; ++it) CHECK(v[it].slot(1).offset == addr + static_cast<int64_t>(3 - it) * 128 * 8 * 4);
 }
 
-TEST_CASE("lowering: explicit engines and queues are kept; HBM tensors are reused", "[lower]") {
+TEST_CASE("lowering: explicit engines and queues are kept and HBM tensors are reused", "[lower]") {
   KB b;
   const int x = b.input("x", {128, 8});
   const int y = b.output("y", {128, 8});

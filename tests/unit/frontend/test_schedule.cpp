@@ -65,7 +65,7 @@ Kernel stream_kernel(int iters, int64_t f, bool compute = true, bool dma = true,
 
 }  // namespace
 
-TEST_CASE("schedule: a double-buffered loop runs at about max(DMA, compute); under no_reorder at about their sum") {
+TEST_CASE("schedule: a double-buffered loop runs at about the larger of DMA and compute and under no_reorder at about their sum") {
   // 8 iterations of [128, 4096] bf16 (1 MiB in, 1 MiB out per iteration). trn2: the 16 DMA engines
   // move 23 B/ns each, so one iteration's 2 MiB take ~2 MiB / 368 B/ns = 5.7 us of DMA time, 46 us in
   // all (measured below with the compute removed, setup and gaps included); exp on ScalarE is

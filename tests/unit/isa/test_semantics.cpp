@@ -528,7 +528,7 @@ TEST_CASE("load_stationary + multiply_moving: fp32 matmul, accumulate, bf16 dst"
   }
 }
 
-TEST_CASE("multiply_moving transpose mode is bit-exact; double_row", "[semantics]") {
+TEST_CASE("multiply_moving transpose mode is bit-exact and double_row", "[semantics]") {
   ArchState st;
   const uint32_t K = 4, M = 3;
   Tile s = tile(DType::kBFloat16, K, {M});

@@ -109,7 +109,7 @@ TEST_CASE("RangeAllocator: free and reuse of the first gap", "[memory][alloc]") 
   CHECK(a.used() == 448);
 }
 
-TEST_CASE("RangeAllocator: nullopt when full or fragmented; peak", "[memory][alloc]") {
+TEST_CASE("RangeAllocator: nullopt when full or fragmented and the peak", "[memory][alloc]") {
   RangeAllocator a(256, 64);
   CHECK(a.alloc(64) == std::optional<int64_t>(0));
   CHECK(a.alloc(64) == std::optional<int64_t>(64));
