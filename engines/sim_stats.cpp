@@ -15,6 +15,7 @@ using sim::Ps;
 
 sim::StatsRegistry Simulator::stats() const {
   sim::StatsRegistry r;
+  const RunCounters& c_ = stats_.counters();
   const double total_ns = sim::ps_to_ns(c_.end);
   const sim::ClockDomain& base = p_.clk(Engine::kSync);
   r.add("total_time", total_ns, "ns", "kernel start to the end of its last instruction or DMA");

@@ -7,6 +7,12 @@
 /// instruction it depends on (RAW/WAR/WAW on overlapping memory) has finished, plus the semaphore
 /// hand-off latency when the producer ran elsewhere. Because each instruction depends only on
 /// earlier ones, its start and end are final when it is scheduled (docs/timing-model.md).
+///
+/// Structure: each engine is a component with its own issue state (engines::StreamEngines for
+/// VectorE, ScalarE, GpSimd and Sync; engines::TensorEngine; engines::DmaEngines); the façade
+/// computes an instruction's operand readiness (engines::DepTracker), asks the engine for its slot,
+/// records the result and hands it to the listeners of the schedule: the run's counters
+/// (engines::RunStats), the trace recorder and any added with add_instr_listener (the analyzer).
 #include <array>
 #include <functional>
 #include <memory>
@@ -17,6 +23,8 @@
 #include "engines/deps.h"
 #include "engines/dma/dma_engine.h"
 #include "engines/params.h"
+#include "engines/run_stats.h"
+#include "engines/stream_engines.h"
 #include "engines/tensor/tensor_engine.h"
 #include "isa/semantics/semantics.h"
 #include "memory/memory.h"
@@ -43,69 +51,6 @@ struct SimOptions {
   /// Write only slices overlapping [trace_window_start_ns, trace_window_end_ns) (kept whole, not
   /// clipped); end 0 = no end. Both 0 = the whole run.
   double trace_window_start_ns = 0, trace_window_end_ns = 0;
-};
-
-/// When one instruction ran, and what it waited for.
-struct InstrTiming {
-  sim::Ps start = 0;
-  sim::Ps end = 0;     ///< when dependants may consume its results (before hand-off latency)
-  sim::Ps issue = 0;   ///< when its engine may issue the next independent instruction
-  uint64_t index = 0;  ///< program-order index of the instruction (0, 1, 2, ...)
-  sim::Ps free = 0;    ///< when its engine could have issued it (the previous instruction's issue)
-  sim::Ps ready = 0;   ///< when its operands were ready: producers' end + semaphore hand-off
-  int64_t waited_for = -1;  ///< index of the producer (or earlier reader, for WAR) that set `ready`; -1: none
-  uint8_t waited_class = 0; ///< that producer's class: an engine, or engines::kClassDma
-  // DMA only: the queue's setup start and the first packet's start (done = end).
-  sim::Ps setup_start = 0, data_start = 0;
-  double flops = 0;       ///< floating-point operations (MAC = 2 on TensorE)
-  uint8_t perf_mode = 1;  ///< VectorE/ScalarE performance mode (1, 2 or 4)
-};
-
-/// Plain counters kept by the hot loop (no strings, no maps).
-struct TrackCounters {
-  uint64_t instructions = 0;
-  sim::Ps busy = 0;         ///< sum of issue intervals (II)
-  sim::Ps instr_time = 0;   ///< sum of durations (overlaps counted twice)
-  sim::Ps active = 0;       ///< union of [start, end) intervals
-  sim::Ps cur_lo = -1, cur_hi = -1;
-  sim::Ps last_end = 0;
-  double flops = 0;
-  uint64_t bytes = 0;
-  void add_interval(sim::Ps s, sim::Ps e);
-  void close();
-};
-
-/// DMA trigger classes (which engine generated the descriptors): Sync = static (dge none),
-/// Scalar = hardware DGE, GpSimd = software DGE (the profiler's static_ / hardware_dynamic_ /
-/// software_dynamic_ DMA stats).
-enum class DmaClass : uint8_t { kStatic, kHardwareDynamic, kSoftwareDynamic };
-inline constexpr int kNumDmaClasses = 3;
-
-struct RunCounters {
-  std::array<TrackCounters, isa::kNumEngines> engine;
-  std::array<TrackCounters, memory::kMaxDmaEngines> dma;
-  std::array<uint64_t, isa::kNumOpcodes> opcode_count{};
-  std::array<sim::Ps, isa::kNumOpcodes> opcode_time{};
-  /// Per (executing engine, opcode): count and summed durations (a DMA counts on its trigger engine).
-  std::array<std::array<uint64_t, isa::kNumOpcodes>, isa::kNumEngines> engine_opcode_count{};
-  std::array<std::array<sim::Ps, isa::kNumOpcodes>, isa::kNumEngines> engine_opcode_time{};
-  uint64_t dma_transfers = 0, dma_descriptors = 0;
-  uint64_t hbm_read = 0, hbm_write = 0, sbuf_read = 0, sbuf_write = 0, psum_read = 0, psum_write = 0;
-  double matmul_flops = 0, transpose_flops = 0;
-  /// bf16-equivalent FLOPs (CoreParams::adjusted_flops of the matmul's input dtypes).
-  double adjusted_matmul_flops = 0, adjusted_transpose_flops = 0;
-  uint64_t matmul_instructions = 0;  ///< multiply_moving that is not a transpose
-  sim::Ps start = INT64_MAX;         ///< earliest instruction start (total_exec_time)
-  sim::Ps end = 0;
-  /// Unions over time: >= 1 DMA packet moving (all engines; per trigger class), and any engine or
-  /// DMA packet active. Folded at the simulator's watermark, closed by finish(). Engine intervals go
-  /// to any_active (merged while they overlap); DMA packets (mostly in the future) to dma_active,
-  /// which forwards them into any_active as the watermark passes (the Simulator sets this link: do
-  /// not copy these two).
-  sim::IntervalUnion dma_active, any_active;
-  std::array<sim::IntervalUnion, kNumDmaClasses> dma_class_active;
-  std::array<bool, 256> dma_queue_used{};  ///< by queue id (modulo dma.queues_per_engine)
-  uint64_t dma_queues_used = 0;
 };
 
 class Simulator {
@@ -190,14 +135,14 @@ class Simulator {
   /// Per source line (file, line, function) with at least one instruction, most time first; ops
   /// that share a line are added up.
   std::vector<LineStats> line_stats() const;
-  sim::Ps total_time() const { return c_.end; }
+  sim::Ps total_time() const { return stats_.counters().end; }
   /// Length of the longest dependency chain with unlimited engines (SimOptions::dependency_bound;
   /// -1 when not computed). Each instruction keeps the duration it had in the real schedule.
   sim::Ps dependency_bound() const { return asap_ ? asap_end_ : -1; }
   const SimOptions& options() const { return opts_; }
   /// The trace being written (nullptr without --trace): for callers adding their own tracks.
   sim::TraceSink* trace_sink() { return trace_.get(); }
-  const RunCounters& counters() const { return c_; }
+  const RunCounters& counters() const { return stats_.counters(); }
   /// Stats with names, units and descriptions (call after finish()).
   sim::StatsRegistry stats() const;
   isa::ArchState& arch_state() { return st_; }
@@ -207,15 +152,11 @@ class Simulator {
   InstrTiming schedule_dma(const isa::Instr& in);
   InstrTiming schedule_tensor(const isa::Instr& in);
   InstrTiming schedule_stream(const isa::Instr& in);
-  void account_bytes(const isa::Instr& in);
-  /// Engine activity [s, e) for total_active_time (staged, then added to RunCounters::any_active).
-  void note_active(sim::Ps s, sim::Ps e);
-  /// Fold the active-time unions at watermark w (every kFoldEvery instructions, and in finish()).
-  void fold_active(sim::Ps w);
-  static constexpr uint64_t kFoldEvery = 8;
   sim::Ps watermark() const;
   engines::DepTracker::Regions regions(const isa::Instr& in, const engines::DepTracker& on) const;
   engines::DepTracker::Regions regions(const isa::Instr& in) const { return regions(in, deps_); }
+  /// The operands' ready time for `in` on its engine (submit()'s known_ready when given).
+  engines::DepTracker::Ready ready_for(const isa::Instr& in, const engines::DepTracker::Regions& rg) const;
   /// Dependency-bound schedule of one instruction of class `cls` that took `dur` (SimOptions::dependency_bound).
   void schedule_asap(const isa::Instr& in, uint8_t cls, sim::Ps dur);
 
@@ -225,18 +166,14 @@ class Simulator {
   isa::Limits limits_;
   memory::Memory mem_;
   engines::DepTracker deps_;
-  engines::TensorPipes tensor_;
+  // The engines, each its own component holding its issue state; the Simulator asks them for slots,
+  // records dependencies and hands the result to the listeners (stats_, the trace, the analyzer).
+  engines::StreamEngines stream_;  ///< VectorE, ScalarE, GpSimd, Sync (and DMA triggers on them)
+  engines::TensorEngine tensor_;
   engines::DmaEngines dma_;
   isa::ArchState st_;
-  std::array<sim::Ps, isa::kNumEngines> next_issue_{};
-  sim::Ps excl_sbuf_free_ = 0, excl_psum_free_ = 0;
-  int scalar_table_set_ = -1;
-  DType stationary_dtype_ = DType::kBFloat16;
-  int64_t stationary_m_ = 0;
-  RunCounters c_;
-  sim::Ps stage_lo_ = 0, stage_hi_ = -1;  ///< staged engine activity, not yet in c_.any_active (empty: hi < 0)
+  engines::RunStats stats_;
   std::vector<SourceLoc> sources_;
-  std::vector<std::pair<uint64_t, sim::Ps>> per_loc_;  ///< (instructions, time) by source id
   std::unique_ptr<sim::TraceSink> trace_;
   std::unique_ptr<engines::TraceRecorder> recorder_;  ///< formats the trace: a listener of the schedule
   bool finished_ = false;

@@ -72,4 +72,38 @@ double TensorPipes::throttle_limit(Ps t) {
   return th.start_util + (1.0 - th.start_util) * frac;
 }
 
+TensorEngine::Issue TensorEngine::issue(const isa::Instr& in, Ps ready) {
+  using isa::Opcode;
+  Issue r;
+  if (in.op == Opcode::kLoadStationary) {
+    r.slot = pipes_.load_stationary(ready, load_stationary_ii(p_, in));
+    stationary_dtype_ = in.slot(0).dtype;
+    stationary_m_ = in.slot(0).elems_per_partition() / ((in.flags & isa::kDoubleRow) ? 2 : 1);
+  } else if (in.op == Opcode::kMultiplyMoving) {
+    r.slot = pipes_.multiply(ready, multiply_moving_ii(p_, in, stationary_dtype_, stationary_m_), false);
+    r.flops = instr_flops(in, stationary_m_);
+    // bf16-equivalent: the larger multiplier of the two inputs (fp32 x bf16 = fp32, fp8 x bf16 = 1).
+    r.adjusted_flops = r.flops * std::max(p_.adjusted_flops[static_cast<size_t>(in.slot(1).dtype)],
+                                          p_.adjusted_flops[static_cast<size_t>(stationary_dtype_)]);
+  } else {  // PE transpose: the data goes in as the weights, against an identity of its dtype
+    r.slot = pipes_.multiply(ready, pe_transpose_ii(p_, in), true);
+    r.flops = instr_flops(in, 0);
+    r.adjusted_flops = r.flops * p_.adjusted_flops[static_cast<size_t>(in.slot(1).dtype)];
+  }
+  return r;
+}
+
+Ps TensorEngine::busy_estimate(const isa::Instr& in) const {
+  using isa::Opcode;
+  const sim::ClockDomain& clk = p_.clk(isa::Engine::kTensor);
+  if (in.op == Opcode::kLoadStationary) return clk.cycles_to_ps(load_stationary_ii(p_, in));
+  if (in.op == Opcode::kMultiplyMoving)
+    return clk.cycles_to_ps(multiply_moving_ii(p_, in, stationary_dtype_, stationary_m_));
+  return clk.cycles_to_ps(pe_transpose_ii(p_, in));
+}
+
+Ps TensorEngine::duration_estimate(const isa::Instr& in) const {
+  return busy_estimate(in) + p_.clk(isa::Engine::kTensor).cycles_to_ps(p_.mm_latency);
+}
+
 }  // namespace nsim::engines

@@ -3,6 +3,7 @@
 /// MultiplyMoving pipe, and power throttling (neuroncore.md 3.1, 3.4).
 #include <array>
 
+#include "engines/cost.h"
 #include "engines/params.h"
 #include "sim/time.h"
 
@@ -42,6 +43,32 @@ class TensorPipes {
   int head_ = 0, count_ = 0;
   sim::Ps ring_sum_ = 0;
   sim::Ps throttled_ = 0;
+};
+
+/// TensorE as one in-order engine: its pipes and the weights it holds (their dtype and rows, which
+/// the next MultiplyMoving's cost and FLOPs depend on).
+class TensorEngine {
+ public:
+  explicit TensorEngine(const CoreParams& p) : p_(p), pipes_(p) {}
+
+  struct Issue {
+    TensorPipes::Slot slot;
+    double flops = 0;           ///< MAC = 2
+    double adjusted_flops = 0;  ///< bf16-equivalent (CoreParams::adjusted_flops of the input dtypes)
+  };
+  /// Issue LoadStationary, MultiplyMoving or a PE transpose whose operands are ready at `ready`.
+  Issue issue(const isa::Instr& in, sim::Ps ready);
+  /// Its II (before throttling) and start-to-end duration if `in` were issued now.
+  sim::Ps busy_estimate(const isa::Instr& in) const;
+  sim::Ps duration_estimate(const isa::Instr& in) const;
+  sim::Ps next_issue() const { return pipes_.next_issue(); }
+  sim::Ps throttled_time() const { return pipes_.throttled_time(); }
+
+ private:
+  const CoreParams& p_;
+  TensorPipes pipes_;
+  DType stationary_dtype_ = DType::kBFloat16;
+  int64_t stationary_m_ = 0;
 };
 
 }  // namespace nsim::engines

@@ -1,0 +1,185 @@
+#include "engines/run_stats.h"
+
+#include <algorithm>
+
+namespace nsim {
+
+using isa::Engine;
+using isa::Instr;
+using isa::Opcode;
+using isa::Operand;
+using isa::Space;
+using sim::Ps;
+
+void TrackCounters::add_interval(Ps s, Ps e) {
+  if (e < s) e = s;
+  if (cur_hi < 0) {
+    cur_lo = s;
+    cur_hi = e;
+  } else if (s > cur_hi) {  // starts on a track are monotone, so the union closes here
+    active += cur_hi - cur_lo;
+    cur_lo = s;
+    cur_hi = e;
+  } else {
+    cur_hi = std::max(cur_hi, e);
+  }
+  last_end = std::max(last_end, e);
+}
+
+void TrackCounters::close() {
+  if (cur_hi >= 0) active += cur_hi - cur_lo;
+  cur_lo = cur_hi = -1;
+}
+
+namespace engines {
+
+RunStats::RunStats(const CoreParams& p) : p_(p) {
+  c_.dma_active.forward_to(&c_.any_active);
+  per_loc_.resize(1);  // source id 0: no location
+}
+
+void RunStats::on_instr(const Instr& in, const InstrTiming& t, const Detail& d) {
+  const bool is_dma = isa::is_dma(in.op);
+  if (is_dma) {
+    dma(in, t, d);
+  } else {
+    engine_slot(in.engine, t.start, t.end, d.busy, t.flops);
+    if (in.engine == Engine::kTensor && in.op != Opcode::kLoadStationary) {
+      if (in.op == Opcode::kMultiplyMoving && !(in.flags & isa::kIsTranspose)) {
+        c_.matmul_flops += t.flops;
+        c_.adjusted_matmul_flops += d.adjusted_flops;
+        ++c_.matmul_instructions;
+      } else {  // a transpose through the PE array (MultiplyMoving with is_transpose, or nc_transpose)
+        c_.transpose_flops += t.flops;
+        c_.adjusted_transpose_flops += d.adjusted_flops;
+      }
+    }
+  }
+  account_bytes(in);
+  const auto oi = static_cast<size_t>(in.op);
+  const auto ei = static_cast<size_t>(in.engine);
+  ++c_.opcode_count[oi];
+  c_.opcode_time[oi] += t.end - t.start;
+  ++c_.engine_opcode_count[ei][oi];
+  c_.engine_opcode_time[ei][oi] += t.end - t.start;
+  if (in.loc < per_loc_.size()) {
+    ++per_loc_[in.loc].first;
+    per_loc_[in.loc].second += t.end - t.start;
+  }
+  c_.start = std::min(c_.start, t.start);
+  c_.end = std::max(c_.end, t.end);
+}
+
+void RunStats::engine_slot(Engine e, Ps start, Ps end, Ps busy, double flops) {
+  TrackCounters& tc = c_.engine[static_cast<size_t>(e)];
+  ++tc.instructions;
+  tc.busy += busy;
+  tc.instr_time += end - start;
+  tc.add_interval(start, end);
+  note_active(start, end);
+  tc.flops += flops;
+}
+
+void RunStats::dma(const Instr& in, const InstrTiming& t, const Detail& d) {
+  // The trigger occupies its engine; the data moves on the DMA engines.
+  engine_slot(in.engine, t.start, t.start + d.busy, d.busy, 0);
+  ++c_.dma_transfers;
+  const size_t q = static_cast<size_t>(in.dma_queue % p_.dma_queues);
+  if (!c_.dma_queue_used[q]) {
+    c_.dma_queue_used[q] = true;
+    ++c_.dma_queues_used;
+  }
+  if (!d.split || !d.transfer) return;
+  const memory::DmaSplit& split = *d.split;
+  const DmaEngines::Transfer& tr = *d.transfer;
+  sim::IntervalUnion& by_class = c_.dma_class_active[static_cast<size_t>(
+      in.engine == Engine::kScalar ? DmaClass::kHardwareDynamic
+                                   : in.engine == Engine::kGpsimd ? DmaClass::kSoftwareDynamic : DmaClass::kStatic)];
+  // The transfer's packets merged where they overlap or touch (the engines of one transfer usually
+  // move at the same time): one add to each union per merged interval instead of one per engine.
+  std::array<std::pair<Ps, Ps>, memory::kMaxDmaEngines> merged;
+  size_t nm = 0;
+  for (int k = 0; k < split.engines; ++k) {
+    const auto ki = static_cast<size_t>(k);
+    if (split.piece[ki].bytes <= 0) continue;
+    TrackCounters& tc = c_.dma[ki];
+    ++tc.instructions;
+    tc.busy += tr.piece_end[ki] - tr.piece_start[ki];
+    tc.instr_time += tr.piece_end[ki] - tr.piece_start[ki];
+    // A packet may fill an idle gap before the engine's latest one (a later transfer that was ready
+    // earlier, on another queue): packets never overlap on one DMA engine, so it adds its duration.
+    if (tr.piece_start[ki] < tc.cur_lo) tc.active += tr.piece_end[ki] - tr.piece_start[ki];
+    else tc.add_interval(tr.piece_start[ki], tr.piece_end[ki]);
+    if (nm && tr.piece_start[ki] <= merged[nm - 1].second && tr.piece_end[ki] >= merged[nm - 1].first) {
+      merged[nm - 1].first = std::min(merged[nm - 1].first, tr.piece_start[ki]);
+      merged[nm - 1].second = std::max(merged[nm - 1].second, tr.piece_end[ki]);
+    } else {
+      merged[nm++] = {tr.piece_start[ki], tr.piece_end[ki]};
+    }
+    tc.bytes += static_cast<uint64_t>(split.piece[ki].bytes);
+    c_.dma_descriptors += static_cast<uint64_t>(split.piece[ki].descriptors);
+  }
+  for (size_t i = 0; i < nm; ++i) {  // any_active gets them from dma_active as the watermark passes
+    c_.dma_active.add(merged[i].first, merged[i].second);
+    by_class.add(merged[i].first, merged[i].second);
+  }
+}
+
+void RunStats::account_bytes(const Instr& in) {
+  const isa::OpInfo& info = isa::op_info(in.op);
+  for (int i = 0; i < info.num_slots; ++i) {
+    const Operand& o = in.slot(i);
+    if (!o.present()) continue;
+    const bool written = info.slots[static_cast<size_t>(i)].written;
+    const auto bytes = static_cast<uint64_t>(o.total_elems() * dtype_bytes(o.dtype));
+    switch (o.space) {
+      case Space::kHbm: (written ? c_.hbm_write : c_.hbm_read) += bytes; break;
+      case Space::kSbuf: (written ? c_.sbuf_write : c_.sbuf_read) += bytes; break;
+      case Space::kPsum: (written ? c_.psum_write : c_.psum_read) += bytes; break;
+      case Space::kNone: break;
+    }
+  }
+}
+
+void RunStats::note_active(Ps s, Ps e) {
+  // Engine activity: grow the staged interval while intervals overlap or touch it (the engines
+  // mostly run back to back), hand it to any_active when a disjoint one comes.
+  if (s <= stage_hi_ && e >= stage_lo_) {
+    stage_lo_ = std::min(stage_lo_, s);
+    stage_hi_ = std::max(stage_hi_, e);
+    return;
+  }
+  if (stage_hi_ >= 0) c_.any_active.add(stage_lo_, stage_hi_);
+  stage_lo_ = s;
+  stage_hi_ = e;
+}
+
+void RunStats::fold_active(Ps w) {
+  // The DMA union forwards its time before w into any_active: fold it first. The staged interval
+  // goes in too if it starts before w (whatever is added later starts at or after w).
+  c_.dma_active.fold(w);
+  if (stage_hi_ >= 0 && stage_lo_ < w) {
+    c_.any_active.add(stage_lo_, stage_hi_);
+    stage_lo_ = 0;
+    stage_hi_ = -1;
+  }
+  c_.any_active.fold(w);
+}
+
+void RunStats::fold(Ps w, bool is_dma, uint64_t seq) {
+  if (is_dma)
+    for (auto& u : c_.dma_class_active) u.fold(w);
+  if ((seq % kFoldEvery) == 0) fold_active(w);
+}
+
+void RunStats::finish() {
+  for (auto& t : c_.engine) t.close();
+  for (auto& t : c_.dma) t.close();
+  fold_active(INT64_MAX);  // DMA time, then the staged engine interval, into any_active
+  c_.dma_active.close();
+  for (auto& u : c_.dma_class_active) u.close();
+  c_.any_active.close();
+}
+
+}  // namespace engines
+}  // namespace nsim

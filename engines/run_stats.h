@@ -1,0 +1,132 @@
+#pragma once
+/// What a run counts, kept by a listener of the schedule: the Simulator hands RunStats each
+/// scheduled instruction with its timing (and, for a DMA, how it was split and when each piece
+/// ran); Simulator::stats() (engines/sim_stats.cpp) names the counters in the profiler's vocabulary.
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "engines/dma/dma_engine.h"
+#include "engines/params.h"
+#include "isa/isa.h"
+#include "memory/dma.h"
+#include "sim/interval_union.h"
+#include "sim/time.h"
+
+namespace nsim {
+
+/// When one instruction ran, and what it waited for.
+struct InstrTiming {
+  sim::Ps start = 0;
+  sim::Ps end = 0;     ///< when dependants may consume its results (before hand-off latency)
+  sim::Ps issue = 0;   ///< when its engine may issue the next independent instruction
+  uint64_t index = 0;  ///< program-order index of the instruction (0, 1, 2, ...)
+  sim::Ps free = 0;    ///< when its engine could have issued it (the previous instruction's issue)
+  sim::Ps ready = 0;   ///< when its operands were ready: producers' end + semaphore hand-off
+  int64_t waited_for = -1;  ///< index of the producer (or earlier reader, for WAR) that set `ready`; -1: none
+  uint8_t waited_class = 0; ///< that producer's class: an engine, or engines::kClassDma
+  // DMA only: the queue's setup start and the first packet's start (done = end).
+  sim::Ps setup_start = 0, data_start = 0;
+  double flops = 0;       ///< floating-point operations (MAC = 2 on TensorE)
+  uint8_t perf_mode = 1;  ///< VectorE/ScalarE performance mode (1, 2 or 4)
+};
+
+/// Plain counters kept by the hot loop (no strings, no maps).
+struct TrackCounters {
+  uint64_t instructions = 0;
+  sim::Ps busy = 0;         ///< sum of issue intervals (II)
+  sim::Ps instr_time = 0;   ///< sum of durations (overlaps counted twice)
+  sim::Ps active = 0;       ///< union of [start, end) intervals
+  sim::Ps cur_lo = -1, cur_hi = -1;
+  sim::Ps last_end = 0;
+  double flops = 0;
+  uint64_t bytes = 0;
+  void add_interval(sim::Ps s, sim::Ps e);
+  void close();
+};
+
+/// DMA trigger classes (which engine generated the descriptors): Sync = static (dge none),
+/// Scalar = hardware DGE, GpSimd = software DGE (the profiler's static_ / hardware_dynamic_ /
+/// software_dynamic_ DMA stats).
+enum class DmaClass : uint8_t { kStatic, kHardwareDynamic, kSoftwareDynamic };
+inline constexpr int kNumDmaClasses = 3;
+
+struct RunCounters {
+  std::array<TrackCounters, isa::kNumEngines> engine;
+  std::array<TrackCounters, memory::kMaxDmaEngines> dma;
+  std::array<uint64_t, isa::kNumOpcodes> opcode_count{};
+  std::array<sim::Ps, isa::kNumOpcodes> opcode_time{};
+  /// Per (executing engine, opcode): count and summed durations (a DMA counts on its trigger engine).
+  std::array<std::array<uint64_t, isa::kNumOpcodes>, isa::kNumEngines> engine_opcode_count{};
+  std::array<std::array<sim::Ps, isa::kNumOpcodes>, isa::kNumEngines> engine_opcode_time{};
+  uint64_t dma_transfers = 0, dma_descriptors = 0;
+  uint64_t hbm_read = 0, hbm_write = 0, sbuf_read = 0, sbuf_write = 0, psum_read = 0, psum_write = 0;
+  double matmul_flops = 0, transpose_flops = 0;
+  /// bf16-equivalent FLOPs (CoreParams::adjusted_flops of the matmul's input dtypes).
+  double adjusted_matmul_flops = 0, adjusted_transpose_flops = 0;
+  uint64_t matmul_instructions = 0;  ///< multiply_moving that is not a transpose
+  sim::Ps start = INT64_MAX;         ///< earliest instruction start (total_exec_time)
+  sim::Ps end = 0;
+  /// Unions over time: >= 1 DMA packet moving (all engines; per trigger class), and any engine or
+  /// DMA packet active. Folded at the simulator's watermark, closed by finish(). Engine intervals go
+  /// to any_active (merged while they overlap); DMA packets (mostly in the future) to dma_active,
+  /// which forwards them into any_active as the watermark passes (the Simulator sets this link: do
+  /// not copy these two).
+  sim::IntervalUnion dma_active, any_active;
+  std::array<sim::IntervalUnion, kNumDmaClasses> dma_class_active;
+  std::array<bool, 256> dma_queue_used{};  ///< by queue id (modulo dma.queues_per_engine)
+  uint64_t dma_queues_used = 0;
+};
+
+namespace engines {
+
+/// The counters of one run, fed one scheduled instruction at a time (no allocation per instruction).
+class RunStats {
+ public:
+  explicit RunStats(const CoreParams& p);
+  RunStats(const RunStats&) = delete;  // dma_active forwards into any_active of this object
+  RunStats& operator=(const RunStats&) = delete;
+
+  /// Extra facts about a scheduled instruction the timing does not carry.
+  struct Detail {
+    sim::Ps busy = 0;                 ///< time its engine was busy (II; a DMA: its trigger)
+    double adjusted_flops = 0;        ///< TensorE: bf16-equivalent FLOPs
+    const memory::DmaSplit* split = nullptr;               ///< DMA: the pieces per DMA engine
+    const DmaEngines::Transfer* transfer = nullptr;        ///< DMA: when each piece ran
+  };
+  /// One instruction, scheduled at `t` (t.index is its program-order index).
+  void on_instr(const isa::Instr& in, const InstrTiming& t, const Detail& d);
+  /// No later instruction or DMA packet starts before w: fold the unions up to it. `dma`: the
+  /// instruction just recorded was a DMA (the DMA unions fold after every one).
+  void fold(sim::Ps w, bool dma, uint64_t seq);
+  /// Whether fold() has work after instruction `seq` (a DMA, or every kFoldEvery instructions).
+  static bool fold_due(bool dma, uint64_t seq) { return dma || (seq % kFoldEvery) == 0; }
+  /// Close every counter (idempotent use is the caller's: call once).
+  void finish();
+
+  /// A new source location id (ids index the per-line counters).
+  void add_source() { per_loc_.emplace_back(0, 0); }
+  /// (instructions, summed durations) by source id.
+  const std::vector<std::pair<uint64_t, sim::Ps>>& per_loc() const { return per_loc_; }
+  const RunCounters& counters() const { return c_; }
+
+ private:
+  void account_bytes(const isa::Instr& in);
+  void engine_slot(isa::Engine e, sim::Ps start, sim::Ps end, sim::Ps busy, double flops);
+  void dma(const isa::Instr& in, const InstrTiming& t, const Detail& d);
+  /// Engine activity [s, e) for total_active_time (staged, then added to RunCounters::any_active).
+  void note_active(sim::Ps s, sim::Ps e);
+  /// Fold the active-time unions at watermark w (every kFoldEvery instructions, and in finish()).
+  void fold_active(sim::Ps w);
+  static constexpr uint64_t kFoldEvery = 8;
+
+  const CoreParams& p_;
+  RunCounters c_;
+  sim::Ps stage_lo_ = 0, stage_hi_ = -1;  ///< staged engine activity, not yet in c_.any_active (empty: hi < 0)
+  std::vector<std::pair<uint64_t, sim::Ps>> per_loc_;
+};
+
+}  // namespace engines
+}  // namespace nsim

@@ -1,0 +1,94 @@
+#include "engines/stream_engines.h"
+
+#include <algorithm>
+
+namespace nsim::engines {
+
+using isa::Engine;
+using isa::Instr;
+using isa::Opcode;
+using isa::Space;
+using sim::Ps;
+
+StreamCost StreamEngines::cost(const Instr& in, Engine e) const {
+  switch (e) {
+    case Engine::kScalar: return scalar_cost(p_, in);
+    case Engine::kGpsimd: return gpsimd_cost(p_, in);
+    default: return vector_cost(p_, in);
+  }
+}
+
+Ps StreamEngines::trigger_cost(Engine e) const {
+  if (e == Engine::kScalar) return p_.hwdge_instr;
+  if (e == Engine::kGpsimd) return p_.swdge_instr;
+  return p_.trigger_instr;
+}
+
+std::pair<bool, bool> StreamEngines::ports(const Instr& in, Engine e) const {
+  bool sbuf = false, psum = false;
+  for (int i = 0; i < isa::kMaxSlots; ++i) {
+    sbuf |= in.slot(i).space == Space::kSbuf;
+    psum |= in.slot(i).space == Space::kPsum;
+  }
+  return {p_.vector_gpsimd_sbuf_exclusive && sbuf && (e == Engine::kVector || e == Engine::kGpsimd),
+          p_.vector_scalar_psum_exclusive && psum && (e == Engine::kVector || e == Engine::kScalar)};
+}
+
+StreamEngines::Issue StreamEngines::issue(const Instr& in, Ps ready) {
+  const Engine e = in.engine;
+  const sim::ClockDomain& clk = p_.clk(e);
+  const StreamCost c = cost(in, e);
+  Ps extra = 0;
+  if (e == Engine::kScalar && (in.op == Opcode::kActivation || in.op == Opcode::kActivationReduce)) {
+    const int set = p_.act_table_set[static_cast<size_t>(in.act)];
+    if (set >= 0 && set != scalar_table_set_) {  // a different function table set must be loaded
+      extra = p_.scalar_act_table_load;
+      scalar_table_set_ = set;
+    }
+  }
+  Issue r;
+  r.busy = clk.cycles_to_ps(c.busy) + extra;
+  r.latency = clk.cycles_to_ps(c.latency);
+  r.perf_mode = static_cast<uint8_t>(c.perf_mode);
+  r.start = std::max(next_issue_[static_cast<size_t>(e)], ready);
+  const auto [sbuf_port, psum_port] = ports(in, e);
+  if (sbuf_port) r.start = std::max(r.start, excl_sbuf_free_);
+  if (psum_port) r.start = std::max(r.start, excl_psum_free_);
+  if (sbuf_port) excl_sbuf_free_ = r.start + r.busy;
+  if (psum_port) excl_psum_free_ = r.start + r.busy;
+  next_issue_[static_cast<size_t>(e)] = r.start + r.busy;
+  return r;
+}
+
+StreamEngines::Issue StreamEngines::trigger(const Instr& in, Ps ready) {
+  Issue r;
+  r.start = std::max(next_issue_[static_cast<size_t>(in.engine)], ready);
+  r.busy = trigger_cost(in.engine);
+  next_issue_[static_cast<size_t>(in.engine)] = r.start + r.busy;
+  return r;
+}
+
+Ps StreamEngines::free(const Instr& in, Engine e) const {
+  Ps t = next_issue_[static_cast<size_t>(e)];
+  if (isa::is_dma(in.op)) return t;
+  const auto [sbuf_port, psum_port] = ports(in, e);
+  if (sbuf_port) t = std::max(t, excl_sbuf_free_);
+  if (psum_port) t = std::max(t, excl_psum_free_);
+  return t;
+}
+
+Ps StreamEngines::busy_estimate(const Instr& in, Engine e) const {
+  if (isa::is_dma(in.op)) return trigger_cost(e);
+  Instr on = in;
+  on.engine = e;
+  return p_.clk(e).cycles_to_ps(cost(on, e).busy);
+}
+
+Ps StreamEngines::duration_estimate(const Instr& in, Engine e) const {
+  Instr on = in;
+  on.engine = e;
+  const StreamCost c = cost(on, e);
+  return p_.clk(e).cycles_to_ps(c.busy + c.latency);
+}
+
+}  // namespace nsim::engines

@@ -1,0 +1,51 @@
+#pragma once
+/// The in-order instruction queues of VectorE, ScalarE, GpSimd and Sync (neuroncore.md 3.2, 3.3): when
+/// each may issue, the SBUF/PSUM ports two of them share on some generations, and ScalarE's loaded
+/// activation table. DMA triggers issue on these queues too (Sync, or Scalar/GpSimd with DGE). TensorE
+/// (engines/tensor/tensor_engine.h) and the DMA engines (engines/dma/dma_engine.h) are components of
+/// their own; the Simulator asks each for an instruction's slot and records the dependencies.
+#include <array>
+
+#include "engines/cost.h"
+#include "engines/params.h"
+#include "sim/time.h"
+
+namespace nsim::engines {
+
+class StreamEngines {
+ public:
+  explicit StreamEngines(const CoreParams& p) : p_(p) {}
+
+  /// Where an instruction went: start, issue interval and fixed latency (end = start + busy + latency).
+  struct Issue {
+    sim::Ps start = 0;
+    sim::Ps busy = 0;
+    sim::Ps latency = 0;
+    uint8_t perf_mode = 1;
+  };
+  /// Issue compute instruction `in` on in.engine once its operands are ready at `ready`.
+  Issue issue(const isa::Instr& in, sim::Ps ready);
+  /// Issue the trigger of DMA `in` on in.engine (Sync, Scalar with hardware DGE, GpSimd with software DGE).
+  Issue trigger(const isa::Instr& in, sim::Ps ready);
+
+  /// When engine `e` may issue `in`, ignoring its operands (its previous issue, shared ports).
+  sim::Ps free(const isa::Instr& in, isa::Engine e) const;
+  /// Time `in` would keep engine `e` busy (its II; for a DMA, the trigger), and its start-to-end duration.
+  sim::Ps busy_estimate(const isa::Instr& in, isa::Engine e) const;
+  sim::Ps duration_estimate(const isa::Instr& in, isa::Engine e) const;
+  /// When engine `e` may issue its next instruction.
+  sim::Ps next_issue(isa::Engine e) const { return next_issue_[static_cast<size_t>(e)]; }
+
+ private:
+  StreamCost cost(const isa::Instr& in, isa::Engine e) const;
+  sim::Ps trigger_cost(isa::Engine e) const;
+  /// Which shared ports `in` needs on `e` (gen2: VectorE/GpSimd share SBUF access, VectorE/ScalarE PSUM access).
+  std::pair<bool, bool> ports(const isa::Instr& in, isa::Engine e) const;
+
+  const CoreParams& p_;
+  std::array<sim::Ps, isa::kNumEngines> next_issue_{};
+  sim::Ps excl_sbuf_free_ = 0, excl_psum_free_ = 0;
+  int scalar_table_set_ = -1;  ///< the activation function table set ScalarE holds (-1: none)
+};
+
+}  // namespace nsim::engines
