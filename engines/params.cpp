@@ -156,6 +156,7 @@ CoreParams CoreParams::from_config(const sim::Config& c) {
                   fmt::format("compiler.allocation: expected 'liveness' or 'static', found '{}'", alloc));
     p.static_allocation = alloc == "static";
   }
+  p.strict_allocation = c.get_bool("compiler.strict");
 
   p.mem.partitions = static_cast<int>(c.get_int("sbuf.partitions"));
   p.mem.sbuf_bytes_per_partition = c.bytes("sbuf.bytes_per_partition");

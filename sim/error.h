@@ -35,6 +35,7 @@ enum class ErrorCode : uint16_t {
   kPsumOverflow = 206,
   kBadAccessPattern = 207,
   kUnknownTensor = 208,
+  kManualOverlap = 209,  ///< compiler.strict: a manual placement overlaps a tile live at the same time
 
   kBadBuffer = 301,
   kBadDtype = 302,

@@ -462,6 +462,14 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
       const bool bytes = lo < fixed[u] + region_bytes(plan.tiles[u]) && fixed[u] < hi;
       if (!live || !bytes) continue;
       clash = true;
+      if (p.strict_allocation)
+        throw Error(ErrorCode::kManualOverlap,
+                    fmt::format("tile '{}' ({}) is placed by address= at {} bytes [{}, {}), over tile '{}' ({}) which is "
+                                "live at the same time: on hardware they would overwrite each other (compiler.strict; "
+                                "move one of them or shorten a lifetime)",
+                                k.tensors[t].name, loc_str(k.tensors[t].loc), isa::space_name(k.tensors[t].space), lo,
+                                hi, k.tensors[u].name, loc_str(k.tensors[u].loc)),
+                    k.tensors[t].loc);
       plan.warnings.push_back(fmt::format(
           "tile '{}' ({}) is placed by address= at {} bytes [{}, {}), over tile '{}' ({}) which is live at the same "
           "time: on hardware they would overwrite each other; nsim places '{}' elsewhere",

@@ -245,6 +245,11 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None, **kwargs):
     b = _ir_buffer(buffer)
     if b == "hbm":
         return tr.hbm_tensor(name or None, dtype, _shape(shape))
+    if address is None and callable(getattr(buffer, "layout", None)):  # ncc.sbuf/psum allocators
+        shp = _shape(shape)
+        tile_bytes = int(np.prod(shp[1:])) * np.dtype(dtype).itemsize
+        got = buffer.layout((), tile_bytes, int(tile_size.psum_bank_fmax_bytes))
+        return tr.tile(b, dtype, shp, name=name or None, address=got[0] if got else None)
     return tr.tile(b, dtype, _shape(shape), name=name or None, address=_free_offset(address))
 
 

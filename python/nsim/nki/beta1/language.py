@@ -725,13 +725,22 @@ class BlockTensor:
     """An on-chip tensor with block dims before the partition dim: ``(b0, .., par_dim(P), F..)``.
     Storage: one ``(P, b0, .., F..)`` tile; ``t[i0, ..]`` (all block dims indexed) is a tile."""
 
-    def __init__(self, tile, nblock):
+    def __init__(self, tile, nblock, placed=None):
         self._t = tile
         self._nb = nblock
+        # Manual placement (an ncc allocator): (logical block dims, slot_of, logical first free dim or
+        # None); the storage is then (P, slots, F0 padded to the slot stride, F1..).
+        self._placed = placed
 
     @property
     def shape(self):
         s = tuple(self._t.shape)
+        if self._placed is not None:
+            blocks, _, f0 = self._placed
+            free = s[2:]
+            if f0 is not None:
+                free = (f0,) + free[1:]
+            return _tr.Shape(tuple(blocks) + s[:1] + tuple(free))
         return _tr.Shape(s[1:1 + self._nb] + s[:1] + s[1 + self._nb:])
 
     @property
@@ -767,7 +776,17 @@ class BlockTensor:
                 raise NotImplementedError("nsim: block dims must be indexed with ints or loop indices (got "
                                           "{!r})".format(x))
             blk.append(e.offset)
-        t = self._t[(slice(None),) + tuple(blk)]
+        if self._placed is not None:
+            blocks, slot_of, f0 = self._placed
+            for b, n in zip(blk, blocks):
+                if not 0 <= b < n:
+                    raise make_error(KernelError, "NSIM-E408", "block index {} is outside the tensor's block dims "
+                                     "{}".format(tuple(blk), tuple(blocks)))
+            t = self._t[(slice(None), slot_of(tuple(blk)))]
+            if f0 is not None:
+                t = t[(slice(None), slice(0, f0))]
+        else:
+            t = self._t[(slice(None),) + tuple(blk)]
         rest = k[self._nb:]
         return t[rest] if rest else t
 
@@ -929,6 +948,9 @@ def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
             lst.append(t)
             return t
         return tr.hbm_tensor(name or None, dtype, dims)
+    layout = getattr(buffer, "layout", None) if isinstance(buffer, str) else None
+    if callable(layout):  # a manual allocation (ncc.sbuf/psum.alloc, mod_alloc, auto_alloc): compiler.py
+        return _placed_ndarray(tr, buffer, layout, dims, pidx[0] if pidx else 0, dtype, b, name)
     if pidx and pidx[0] > 0:
         p = pidx[0]
         storage = (dims[p],) + dims[:p] + dims[p + 1:]
@@ -938,6 +960,31 @@ def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
     if len(dims) == 1:
         return _nl._new_tile(dims, dtype, b)
     return tr.tile(b, dtype, dims, name=name or None)
+
+
+def _placed_ndarray(tr, buffer, layout, dims, p, dtype, b, name):
+    """``nl.ndarray(..., buffer=ncc.sbuf.mod_alloc(...))``: the tensor's storage at the placement's address;
+    blocks that the placement maps to one physical tile share its storage (as on hardware)."""
+    blocks, free = dims[:p], dims[p + 1:]
+    if not free:
+        free = (1,)
+    tile_bytes = int(np.prod(free)) * np.dtype(dtype).itemsize
+    got = layout(blocks, tile_bytes, int(_nl.tile_size.psum_bank_fmax_bytes))
+    if got is None:  # auto_alloc(): the compiler model places it
+        return ndarray(blocks + (par_dim(dims[p]),) + dims[p + 1:] if blocks else dims, dtype, buffer=str(buffer),
+                       name=name)
+    address, slots, stride, slot_of = got
+    if not blocks:
+        return tr.tile(b, dtype, (dims[p],) + free, name=name or None, address=address)
+    f0 = None
+    if stride != tile_bytes:  # slots further apart than a tile: pad the first free dim to the stride
+        row = int(np.prod(free[1:])) * np.dtype(dtype).itemsize
+        if stride % row:
+            raise make_error(KernelError, "NSIM-E404", "{!r}: tiles {} bytes apart cannot hold a ({}) {} tile "
+                             "evenly".format(buffer, stride, ", ".join(map(str, free)), np.dtype(dtype).name))
+        f0, free = free[0], (stride // row,) + free[1:]
+    t = tr.tile(b, dtype, (dims[p], slots) + free, name=name or None, address=address)
+    return BlockTensor(t, p, placed=(blocks, slot_of, f0))
 
 
 def _fill(t, value):
