@@ -17,7 +17,8 @@
 ``nki.typing``              -> ``nsim.nki.typing``
 ``nki.compiler``            decorators/context managers (``skip_middle_end_transformations``,
                             ``enable_stack_allocator``, ``force_auto_alloc``, ``allocation_scope()``,
-                            ``multi_buffer(factor)``, ``sbuf/psum.alloc``: no-ops; ``no_reorder()``:
+                            ``multi_buffer(factor)``: no-ops; ``sbuf/psum.alloc/mod_alloc/auto_alloc``:
+                            honoured placements (docs/timing-model.md); ``no_reorder()``:
                             ``nl.no_reorder``, the ops inside get one ``order_group``)
 ``nki.tensor``              ``NkiTensor``
 ``nki.dtype``               the dtypes (``nki_cpu_simulator.nki.language.dtypes``)
