@@ -157,6 +157,7 @@ CoreParams CoreParams::from_config(const sim::Config& c) {
     p.static_allocation = alloc == "static";
   }
   p.strict_allocation = c.get_bool("compiler.strict");
+  p.latency_bound_percent = c.get_real("analysis.latency_bound_percent");
 
   p.mem.partitions = static_cast<int>(c.get_int("sbuf.partitions"));
   p.mem.sbuf_bytes_per_partition = c.bytes("sbuf.bytes_per_partition");

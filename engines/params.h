@@ -75,6 +75,7 @@ struct CoreParams {
   int schedule_window = 1024;    ///< compiler.window
   bool auto_placement = true;    ///< compiler.engine_placement: auto
   int dma_queues_per_trigger = 4;
+  double latency_bound_percent = 50;  ///< analysis.latency_bound_percent (engines/bounds.h)
   bool strict_allocation = false;  ///< compiler.strict: a manual placement over a live tile is an error
   bool static_allocation = false;  ///< compiler.allocation: static (every tile its own region); false = liveness
 

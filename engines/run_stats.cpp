@@ -74,6 +74,8 @@ void RunStats::engine_slot(Engine e, Ps start, Ps end, Ps busy, double flops) {
   TrackCounters& tc = c_.engine[static_cast<size_t>(e)];
   ++tc.instructions;
   tc.busy += busy;
+  tc.busy_union += std::max<Ps>(0, start + busy - std::max(start, tc.busy_cursor));  // starts are monotone
+  tc.busy_cursor = std::max(tc.busy_cursor, start + busy);
   tc.instr_time += end - start;
   tc.add_interval(start, end);
   note_active(start, end);

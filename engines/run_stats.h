@@ -37,6 +37,8 @@ struct InstrTiming {
 struct TrackCounters {
   uint64_t instructions = 0;
   sim::Ps busy = 0;         ///< sum of issue intervals (II)
+  sim::Ps busy_union = 0;   ///< union of issue intervals [start, start + II) (TensorE's pipes overlap)
+  sim::Ps busy_cursor = 0;  ///< end of the latest issue interval
   sim::Ps instr_time = 0;   ///< sum of durations (overlaps counted twice)
   sim::Ps active = 0;       ///< union of [start, end) intervals
   sim::Ps cur_lo = -1, cur_hi = -1;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "engines/bounds.h"
 #include "engines/simulator.h"
 
 namespace nsim {
@@ -134,6 +135,23 @@ sim::StatsRegistry Simulator::stats() const {
   r.add("memory.mbu_estimated_percent",
         c_.end ? 100.0 * hbm_bytes / (static_cast<double>(c_.end) * 1e-12) / hbm_bw : 0, "%",
         "(HBM read + write bytes) / total_time / hbm.bw (hbm.bw stands for the profiler's one HBM stack)");
+  // Resource bounds (engines/bounds.h): the inputs of the one bound verdict every tool reports.
+  for (const auto& [name, what] : engines::bound_resources()) {
+    double ns = 0;
+    if (name == "dma") {
+      Ps b = 0;
+      for (int e = 0; e < p_.dma_engines; ++e) b = std::max(b, c_.dma[static_cast<size_t>(e)].busy);
+      ns = sim::ps_to_ns(b);
+    } else if (name == "hbm") {
+      ns = hbm_bytes / std::min(p_.hbm_bw, p_.dma_engine_bw * p_.dma_engines);  // bytes / (bytes per ns)
+    } else {
+      for (int e = 0; e < isa::kNumEngines; ++e)
+        if (name == isa::engine_name(static_cast<Engine>(e))) ns = sim::ps_to_ns(c_.engine[static_cast<size_t>(e)].busy_union);
+    }
+    r.add("bound." + name + ".time", ns, "ns", "bound: " + what);
+  }
+  r.add("bound.latency_threshold_percent", p_.latency_bound_percent, "%",
+        "analysis.latency_bound_percent: below this share of the time busy, the kernel is latency-bound");
   r.add("tensor.throttled_time", sim::ps_to_ns(tensor_.throttled_time()), "ns", "TensorE time lost to power throttling");
   for (int o = 0; o < isa::kNumOpcodes; ++o) {
     const auto oi = static_cast<size_t>(o);

@@ -1,5 +1,7 @@
 #include "engines/analysis/analyzer.h"
 
+#include "engines/bounds.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -326,23 +328,21 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
   const double total = r.total_ns;
   auto loc_of = [&](uint32_t id) { return sim.source(id); };
 
-  // ---- bounds
-  for (int e = 0; e < isa::kNumEngines; ++e)
-    r.bounds.push_back({std::string(isa::engine_name(static_cast<Engine>(e))), ns(s.busy_union[static_cast<size_t>(e)]),
-                        "busy time of this engine (its instructions' issue intervals)"});
-  Ps dma_busy = 0;
-  for (int k = 0; k < p.dma_engines; ++k) dma_busy = std::max(dma_busy, c.dma[static_cast<size_t>(k)].busy);
-  r.bounds.push_back({"dma", ns(dma_busy), "busy time of the busiest DMA engine"});
+  // ---- bounds: the resource bounds and verdict every tool shares (engines/bounds.h), then the
+  // dependency chain, which explains a latency verdict
+  const BoundVerdict verdict = bound_verdict(sim.stats());
+  for (const ResourceBound& b : verdict.bounds) r.bounds.push_back({b.name, b.ns, b.what});
   const double roof = std::min(p.hbm_bw, p.dma_engine_bw * p.dma_engines);  // bytes per ns
   const double unique_bytes = s.hbm_read - s.hbm_reload + s.hbm_write;
-  const double hbm_bound = unique_bytes / roof;
-  r.bounds.push_back({"hbm", hbm_bound,
-                      fmt::format("HBM bytes without reloads ({:.0f} B) at {:.1f} B/ns", unique_bytes, roof)});
+  const double hbm_bound = unique_bytes / roof;  // HBM traffic if nothing were loaded twice
+  Ps dma_busy = 0;  // the busiest DMA engine
+  for (int k = 0; k < p.dma_engines; ++k) dma_busy = std::max(dma_busy, c.dma[static_cast<size_t>(k)].busy);
   if (sim.dependency_bound() >= 0)
     r.bounds.push_back({"dependencies", ns(sim.dependency_bound()),
                         "longest dependency chain with unlimited engines (each instruction keeps its duration)"});
   std::stable_sort(r.bounds.begin(), r.bounds.end(), [](const Bound& a, const Bound& b) { return a.ns > b.ns; });
-  r.bottleneck = r.bounds.front().name;
+  r.bottleneck = verdict.verdict;
+  r.top_share_percent = verdict.top_share_percent;
   const double max_bound = r.bounds.front().ns;
 
   // ---- idle attribution
@@ -555,8 +555,8 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
   }
   // ---- engine bottleneck
   {
-    const Bound& top = r.bounds.front();
-    const double next = r.bounds.size() > 1 ? r.bounds[1].ns : 0.0;
+    const ResourceBound& top = verdict.bounds.front();
+    const double next = verdict.bounds.size() > 1 ? verdict.bounds[1].ns : 0.0;
     int engine = -1;
     for (int e = 0; e < isa::kNumEngines; ++e)
       if (top.name == isa::engine_name(static_cast<Engine>(e))) engine = e;
@@ -571,7 +571,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
           "No other resource needs more than {:.0f} ns ({}). Move work to an idle engine (e.g. exp/scale/bias "
           "into one ScalarE activation with accumulate, copies to GpSimd), fuse passes over the same data, or use "
           "16-bit data for the VectorE 2x/4x modes. Its busiest lines:",
-          next, r.bounds.size() > 1 ? r.bounds[1].name : "-");
+          next, verdict.bounds.size() > 1 ? verdict.bounds[1].name : "-");
       for (size_t i = 1; i < s.lines.size(); ++i)
         if (s.lines[i].busy[ei] > 0)
           f.lines.push_back({loc_of(static_cast<uint32_t>(i)), s.lines[i].count[ei], ns(s.lines[i].busy[ei]),
@@ -596,7 +596,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
                          fmt::format("{} waited {:.0f} ns for the results of this line",
                                      isa::engine_name(static_cast<Engine>(key.first)), ns(t))});
     f.title = fmt::format("engines wait on each other: the kernel takes {:.0f} ns more than its largest bound ({}, {:.0f} ns)",
-                          f.saving_ns, r.bottleneck, max_bound);
+                          f.saving_ns, r.bounds.front().name, max_bound);
     f.detail = "Instructions wait for their operands (semaphores) while their engines are idle. Give tile pools "
                "more buffers so the next tile's loads overlap this tile's compute, spread DMAs over several "
                "queues/engines, and order independent work between a producer and its consumer. Producers waited on most:";
@@ -652,7 +652,16 @@ std::string AnalysisReport::to_text(size_t max_lines) const {
   o += "\nBounds (the kernel time if only this counted):\n";
   for (const auto& b : bounds)
     o += fmt::format("  {:<13} {:>12.1f} ns  {:>6} of total{}  {}\n", b.name, b.ns, pct(b.ns, total_ns),
-                     b.name == bottleneck ? "  <- bottleneck" : "               ", b.what);
+                     b.name == bottleneck || (bottleneck == "latency" && b.name == "dependencies")
+                         ? "  <- bottleneck"
+                         : "               ",
+                     b.what);
+  if (bottleneck == "latency")
+    o += fmt::format("  verdict: latency-bound — the busiest resource is busy {:.1f}% of the time "
+                     "(analysis.latency_bound_percent); the engines mostly wait on each other\n",
+                     top_share_percent);
+  else
+    o += fmt::format("  verdict: {}-bound (busy {:.1f}% of the time)\n", bottleneck, top_share_percent);
   if (!bounds.empty() && bounds.front().ns > 0)
     o += fmt::format("  the kernel takes {:.2f}x its largest bound\n", total_ns / bounds.front().ns);
   if (critical_path) {
@@ -688,7 +697,8 @@ std::string AnalysisReport::to_text(size_t max_lines) const {
 std::string AnalysisReport::to_json() const {
   std::string o = fmt::format("{{\"kernel\": \"{}\", \"config\": \"{}\", \"total_time_ns\": {:.3f}, \"instructions\": {},\n",
                               sim::json_escape(kernel), sim::json_escape(config), total_ns, instructions);
-  o += fmt::format("\"bottleneck\": \"{}\",\n\"bounds\": {},\n", bottleneck, json_list(bounds, [](const Bound& b) {
+  o += fmt::format("\"bottleneck\": \"{}\",\n\"top_share_percent\": {},\n\"bounds\": {},\n", bottleneck,
+                   top_share_percent, json_list(bounds, [](const Bound& b) {
     return fmt::format("{{\"name\": \"{}\", \"ns\": {:.3f}, \"what\": \"{}\"}}", b.name, b.ns, sim::json_escape(b.what));
   }));
   o += fmt::format("\"idle\": {},\n", json_list(idle, [](const EngineIdle& e) {

@@ -60,7 +60,8 @@ struct AnalysisReport {
   double total_ns = 0;
   uint64_t instructions = 0;
   std::vector<Bound> bounds;  ///< largest first
-  std::string bottleneck;     ///< name of the largest bound
+  std::string bottleneck;     ///< the bound verdict (engines/bounds.h): a resource or "latency"
+  double top_share_percent = 0;  ///< the largest resource bound as a share of the kernel time
   std::vector<EngineIdle> idle;
   bool critical_path = false;  ///< false when the kernel had more instructions than recorded
   std::vector<std::pair<std::string, double>> critical_path_by_track;  ///< largest first; sums to total_ns

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engines/params.h"
+#include "engines/bounds.h"
 #include "engines/simulator.h"
 #include "frontend/analyze.h"
 #include "frontend/disasm.h"
@@ -104,7 +105,8 @@ with the engine and DMA queue it chose, its start time and its source location.
 constexpr const char* kAnalyzeHelp = R"(usage: nsim analyze kernel.json [--config NAME|FILE] [-p KEY=VALUE ...] [--json FILE] [--lines N]
 
 Simulate the kernel timing-only and print the report a performance engineer would write: the bounds
-(each engine's busy time, the busiest DMA engine, HBM traffic without reloads, the dependency chain),
+(each engine's busy time, the busiest DMA engine, HBM traffic, the dependency chain) and the bound verdict
+that `nsim run` prints too (a resource, or latency when none is busy analysis.latency_bound_percent of the time),
 the critical path, each engine's idle time and what it waited on, and findings (small DMA transfers,
 redundant HBM loads, PE under-fill, fp32 matmuls, PE transposes, engine bottleneck, serialisation)
 ranked by estimated time saved, with the kernel source lines to change (docs/profiling.md).
@@ -288,15 +290,11 @@ void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::S
   fmt::print("kernel {} on {}: {} instructions\n", k.name, sim.params().name, instrs);
   fmt::print("total time      {:.1f} ns  ({:.0f} cycles at {:.2f} GHz)\n", total, st.get("neuroncore_cycle_count"),
              sim.params().clk(isa::Engine::kSync).ghz());
-  std::string bound = "dma";
-  double best = st.get("dma.max_engine_active_time");
   fmt::print("engine          active %   instructions\n");
   for (int e = 0; e < isa::kNumEngines; ++e) {
     const std::string n(isa::engine_name(static_cast<isa::Engine>(e)));
-    const double act = st.get("engine." + n + ".active_time");
     fmt::print("  {:<12} {:>8.1f}   {:>12.0f}\n", n, st.get("engine." + n + ".active_time_percent"),
                st.get("engine." + n + ".instruction_count"));
-    if (act > best && n != "sync") best = act, bound = n;
   }
   fmt::print("  {:<12} {:>8.1f}   {:>12.0f} transfers\n", "dma (busiest)", total > 0 ? 100.0 * st.get("dma.max_engine_active_time") / total : 0.0,
              st.get("dma.transfer_count"));
@@ -306,7 +304,13 @@ void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::S
   fmt::print("flops           {:.4g} on TensorE (MFU {:.1f}%), {:.4g} on other engines\n", st.get("flops.hardware"),
              st.get("flops.mfu_estimated_percent"),
              st.get("engine.vector.flops") + st.get("engine.scalar.flops") + st.get("engine.gpsimd.flops"));
-  fmt::print("bound           {} ({:.1f}% of the time busy)\n", bound, total > 0 ? 100.0 * best / total : 0.0);
+  const engines::BoundVerdict v = engines::bound_verdict(st);
+  if (v.verdict == "latency")
+    fmt::print("bound           latency (the busiest resource, {}, is busy {:.1f}% of the time, under "
+               "analysis.latency_bound_percent = {:.0f}%: engines wait on each other)\n",
+               v.bounds.front().name, v.top_share_percent, v.latency_threshold_percent);
+  else
+    fmt::print("bound           {} (busy {:.1f}% of the time)\n", v.verdict, v.top_share_percent);
   // A resource capped by another: what-if runs that raise it change nothing.
   const engines::CoreParams& p = sim.params();
   const double dma_bw = p.dma_engines * p.dma_engine_bw;

@@ -200,6 +200,17 @@ class Profile:
         raise KeyError("{} is a group of stats, not a stat".format(name))
 
     @property
+    def bound(self) -> str:
+        """The kernel's bound — a resource ("tensor", "vector", "scalar", "gpsimd", "sync", "dma", "hbm")
+        or "latency" — the one verdict `nsim run`, `nsim analyze` and the roofline report."""
+        return self.bounds()["verdict"]
+
+    def bounds(self) -> Dict[str, Any]:
+        """The resource bounds behind `bound`: {verdict, top_share_percent, latency_threshold_percent,
+        bounds: [{name, ns, what}, ...] largest first} (engines/bounds.h)."""
+        return _nsim.bound_verdict(self.stat)
+
+    @property
     def total_time_ns(self) -> float:
         return float(self.stat("total_time"))
 

@@ -21,7 +21,6 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
-LATENCY_THRESHOLD = 0.10  # achieved < 10% of the applicable roof -> "latency/overhead"
 
 # ------------------------------------------------------------------------------------------------
 # Helpers
@@ -140,11 +139,10 @@ def roofline_numbers(profile) -> Dict[str, Any]:
     achieved = flops / time_s if time_s > 0 else 0.0
     ridge = compute_roof / mem_roof if mem_roof > 0 else float("inf")
     attainable = min(compute_roof, mem_roof * intensity) if hbm_bytes > 0 else compute_roof
-    bound = "compute" if intensity > ridge else "memory"
-    applicable_roof = compute_roof if bound == "compute" else mem_roof * intensity
+    regime = "compute" if intensity > ridge else "memory"  # which roof applies at this intensity
+    applicable_roof = compute_roof if regime == "compute" else mem_roof * intensity
     achieved_fraction = achieved / applicable_roof if applicable_roof > 0 else 0.0
-    if achieved_fraction < LATENCY_THRESHOLD:
-        bound = "latency/overhead"
+    bound = profile.bound  # the verdict nsim run and nsim analyze report (engines/bounds.h)
     return {
         "name": _profile_name(profile),
         "config": getattr(profile, "config", ""),
@@ -163,6 +161,7 @@ def roofline_numbers(profile) -> Dict[str, Any]:
         "ridge": ridge,                    # FLOP/byte
         "attainable_flops_per_s": attainable,
         "achieved_percent": 100.0 * achieved_fraction,
+        "regime": regime,
         "bound": bound,
     }
 

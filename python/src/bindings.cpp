@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engines/bounds.h"
 #include "engines/params.h"
 #include "engines/simulator.h"
 #include "frontend/analyze.h"
@@ -427,6 +428,29 @@ PYBIND11_MODULE(_nsim, m) {
         "Readable stats table (as `nsim run --stats-table`) of a stats JSON (nested stats or a --stats file).");
   m.def("effective_config", &effective_config, py::arg("config") = "trn2",
         py::arg("overrides") = std::vector<std::string>{}, "Effective configuration as YAML.");
+  m.def(
+      "bound_verdict",
+      [](const py::function& stat) {
+        const engines::BoundVerdict v =
+            engines::bound_verdict([&](const std::string& n) { return stat(n).cast<double>(); });
+        py::list bounds;
+        for (const auto& b : v.bounds) {
+          py::dict d;
+          d["name"] = b.name;
+          d["ns"] = b.ns;
+          d["what"] = b.what;
+          bounds.append(d);
+        }
+        py::dict r;
+        r["verdict"] = v.verdict;
+        r["top_share_percent"] = v.top_share_percent;
+        r["latency_threshold_percent"] = v.latency_threshold_percent;
+        r["bounds"] = bounds;
+        return r;
+      },
+      py::arg("stat"),
+      "The bound verdict (engines/bounds.h) from stat(name) -> value: {verdict, top_share_percent, "
+      "latency_threshold_percent, bounds: [{name, ns, what}], largest first}.");
   m.def("op_table", &op_table_py, "The ISA opcode table: one dict per opcode.");
   m.def("alu_ops", &alu_ops, "ALU op names.");
   m.def("act_funcs", &act_funcs, "Activation function names.");

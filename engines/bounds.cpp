@@ -1,0 +1,35 @@
+#include "engines/bounds.h"
+
+#include <algorithm>
+
+#include "isa/isa.h"
+
+namespace nsim::engines {
+
+const std::vector<std::pair<std::string, std::string>>& bound_resources() {
+  static const std::vector<std::pair<std::string, std::string>> r = [] {
+    std::vector<std::pair<std::string, std::string>> v;
+    for (int e = 0; e < isa::kNumEngines; ++e)
+      v.emplace_back(std::string(isa::engine_name(static_cast<isa::Engine>(e))),
+                     "busy time of this engine (union of its instructions' issue intervals)");
+    v.emplace_back("dma", "busy time of the busiest DMA engine");
+    v.emplace_back("hbm", "HBM bytes read and written at min(hbm.bw, dma.engines x dma.engine_bw)");
+    return v;
+  }();
+  return r;
+}
+
+BoundVerdict bound_verdict(const std::function<double(const std::string&)>& stat) {
+  BoundVerdict v;
+  for (const auto& [name, what] : bound_resources()) v.bounds.push_back({name, stat("bound." + name + ".time"), what});
+  std::stable_sort(v.bounds.begin(), v.bounds.end(),
+                   [](const ResourceBound& a, const ResourceBound& b) { return a.ns > b.ns; });
+  const double total = stat("total_time");
+  v.latency_threshold_percent = stat("bound.latency_threshold_percent");
+  v.top_share_percent = total > 0 ? 100.0 * v.bounds.front().ns / total : 0.0;
+  v.verdict = total > 0 && v.top_share_percent < v.latency_threshold_percent ? std::string("latency")
+                                                                              : v.bounds.front().name;
+  return v;
+}
+
+}  // namespace nsim::engines
