@@ -55,6 +55,7 @@ commands:
   diff     compare two runs (kernel versions or configs): engines and source lines faster/slower
   config   print the effective configuration of a preset
   plot     roofline and engine-utilisation PNGs of a kernel.json (runs python3 -m nsim.plot)
+  sweep    what-if grid of config values x kernels, in parallel: CSV/Parquet table and plot (nsim.sweep)
 
 Run 'nsim <command> --help' for the options of a command. 'nsim --version' prints the version.
 Exit status: 0 on success, 2 on a user error (the message starts with its code, NSIM-Exxx).
@@ -142,6 +143,25 @@ with numpy and matplotlib, and the nsim Python package with its _nsim module: in
 are found next to this program (<source>/python and <build>/python are put first on PYTHONPATH),
 otherwise on PYTHONPATH or installed by 'pip install .'. NSIM_PYTHON=/path/to/python picks another
 interpreter.
+)";
+
+constexpr const char* kSweepHelp = R"(usage: nsim sweep kernel.json [kernel.json ...] -g KEY=V1,V2,... [-g ...] [--config NAME|FILE]
+                  [--out FILE.csv|FILE.parquet] [--plot FILE.png] [-j N] [--ray] [-q]
+
+Simulate each kernel timing-only at every point of the grid (the product of the -g keys' values: any
+configuration keys, e.g. -g hbm.bw=181.25GB/s,362.5GB/s,725GB/s -g sbuf.bytes_per_partition=96KiB,192KiB),
+in parallel worker processes, and write one row per (kernel, point): the values, status (ok, or the
+error code of a kernel that does not fit), the bound verdict, the time and the bound stats
+(docs/profiling.md, "What-if sweeps").
+  -g, --grid KEY=V1,V2,...  a configuration key and its values (repeat for more keys)
+  --config NAME|FILE        preset or YAML file [default: trn2]
+  --out FILE                .csv, or .parquet (needs pyarrow) [default: sweep.csv]
+  --plot FILE.png           also plot kernel time against the first grid key
+  -j, --jobs N              worker processes [default: the CPU count]
+  --ray                     run the points on Ray (pip install ray; a running cluster is used)
+  -q, --quiet               no progress bar
+This runs 'python3 -m nsim.sweep' with the same arguments (as 'nsim plot' runs nsim.plot: the same
+PYTHONPATH and NSIM_PYTHON rules). Kernel parameters can be swept from Python: nsim.sweep.sweep().
 )";
 
 constexpr const char* kConfigHelp = R"(usage: nsim config [NAME|FILE] [-p KEY=VALUE ...]
@@ -507,16 +527,19 @@ int cmd_diff(const Args& a) {
   return 0;
 }
 
-// ---- nsim plot: python3 -m nsim.plot, with clear messages when Python or a package is missing.
+// ---- nsim plot / nsim sweep: python3 -m nsim.plot / nsim.sweep, with clear messages when Python or a
+// package is missing.
 
-// Run by the interpreter as `python3 -c kPlotBootstrap ARGS...`: nsim.plot.main(ARGS) after checking
-// that nsim, its _nsim module and matplotlib import (exit 2 with a coded message if not).
-constexpr const char* kPlotBootstrap = R"(import sys
+// Run by the interpreter as `python3 -c kPythonBootstrap COMMAND ARGS...`: nsim.COMMAND.main(ARGS) after
+// checking that nsim, its _nsim module and matplotlib import (exit 2 with a coded message if not).
+constexpr const char* kPythonBootstrap = R"(import sys, importlib
+cmd = sys.argv[1]
 def _missing(what, err):
-    sys.stderr.write("NSIM-E414: 'nsim plot' needs %s (%s)\n" % (what, err))
+    sys.stderr.write("NSIM-E414: 'nsim %s' needs %s (%s)\n" % (cmd, what, err))
     sys.exit(2)
 try:
-    import nsim, nsim.plot
+    import nsim
+    mod = importlib.import_module("nsim." + cmd)
 except ImportError as e:
     _missing("the nsim Python package: put <source>/python on PYTHONPATH or 'pip install .'", e)
 if not getattr(nsim, "core_available", False):
@@ -526,7 +549,7 @@ try:
     import matplotlib
 except ImportError as e:
     _missing("matplotlib: pip install matplotlib", e)
-sys.exit(nsim.plot.main(sys.argv[1:]))
+sys.exit(mod.main(sys.argv[2:]))
 )";
 
 // Directories to put on the child's PYTHONPATH so that the nsim package and the _nsim module that
@@ -563,12 +586,14 @@ std::vector<std::string> plot_python_dirs(const char* argv0) {
   return out;
 }
 
-int cmd_plot(int argc, char** argv) {
+/// `nsim plot|sweep ARGS...`: `python3 -m nsim.<command> ARGS...` with this build's package and module.
+int cmd_python(int argc, char** argv, const char* help) {
+  const std::string command = argv[1];
   for (int i = 2; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return fmt::print("{}", kPlotHelp), 0;
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return fmt::print("{}", help), 0;
   const char* py_env = std::getenv("NSIM_PYTHON");
   const std::string python = py_env && *py_env ? py_env : "python3";
-  std::vector<std::string> args = {python, "-c", kPlotBootstrap};
+  std::vector<std::string> args = {python, "-c", kPythonBootstrap, command};
   for (int i = 2; i < argc; ++i) args.emplace_back(argv[i]);
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e)
@@ -588,8 +613,9 @@ int cmd_plot(int argc, char** argv) {
   const int rc = posix_spawnp(&pid, python.c_str(), nullptr, nullptr, cargs.data(), cenv.data());
   if (rc != 0)
     throw Error(ErrorCode::kUsage,
-                fmt::format("'nsim plot' runs '{} -m nsim.plot', but '{}' cannot be started: {}{}", python, python,
-                            std::strerror(rc), py_env && *py_env ? "" : " (install python3 or set NSIM_PYTHON)"));
+                fmt::format("'nsim {}' runs '{} -m nsim.{}', but '{}' cannot be started: {}{}", command, python,
+                            command, python, std::strerror(rc),
+                            py_env && *py_env ? "" : " (install python3 or set NSIM_PYTHON)"));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) throw Error(ErrorCode::kInternal, fmt::format("waitpid: {}", std::strerror(errno)));
@@ -615,7 +641,8 @@ int main(int argc, char** argv) {
       fmt::print("{}", kMainHelp);
       return argc < 2 ? 2 : 0;
     }
-    if (std::string(argv[1]) == "plot") return cmd_plot(argc, argv);  // its options are nsim.plot's
+    if (std::string(argv[1]) == "plot") return cmd_python(argc, argv, kPlotHelp);  // its options are nsim.plot's
+    if (std::string(argv[1]) == "sweep") return cmd_python(argc, argv, kSweepHelp);  // nsim.sweep's
     const Args a = parse_args(argc, argv);
     if (a.command == "run") return a.help ? (fmt::print("{}", kRunHelp), 0) : cmd_run(a);
     if (a.command == "check") return a.help ? (fmt::print("{}", kCheckHelp), 0) : cmd_check(a);
