@@ -273,6 +273,12 @@ std::string config_name(const std::string& c) { return c == "inf2" ? "trn1" : c;
 
 frontend::Kernel load_kernel(const Args& a) {
   if (a.kernel.empty()) usage_error(fmt::format("'nsim {}' needs a kernel.json path", a.command));
+  if (fs::path(a.kernel).extension() == ".py")
+    usage_error(fmt::format(
+        "'nsim {}' takes a kernel.json, not a Python script ('{}'): run an NKI script unchanged with "
+        "'python -m nsim run {}', or write its kernel.json with kernel.to_json(*args) (docs/kernel-json.md) "
+        "and pass that; from Python, kernel.simulate(*args) and Profile.analyze() do the same as this command",
+        a.command, a.kernel, a.kernel));
   return frontend::parse_kernel_json(read_text(a.kernel), a.kernel);
 }
 
@@ -532,7 +538,7 @@ int cmd_diff(const Args& a) {
 
 // Run by the interpreter as `python3 -c kPythonBootstrap COMMAND ARGS...`: nsim.COMMAND.main(ARGS) after
 // checking that nsim, its _nsim module and matplotlib import (exit 2 with a coded message if not).
-constexpr const char* kPythonBootstrap = R"(import sys, importlib
+constexpr const char* kPythonBootstrap = R"PY(import sys, importlib
 cmd = sys.argv[1]
 def _missing(what, err):
     sys.stderr.write("NSIM-E414: 'nsim %s' needs %s (%s)\n" % (cmd, what, err))
@@ -548,9 +554,9 @@ if not getattr(nsim, "core_available", False):
 try:
     import matplotlib
 except ImportError as e:
-    _missing("matplotlib: pip install matplotlib", e)
+    _missing("matplotlib: pip install 'nsim[plot]' (or pip install '.[plot]' in the source tree)", e)
 sys.exit(mod.main(sys.argv[2:]))
-)";
+)PY";
 
 // Directories to put on the child's PYTHONPATH so that the nsim package and the _nsim module that
 // belong to this executable are imported: in a build tree <build>/python holds _nsim*.so and the

@@ -17,9 +17,9 @@ USAGE = """usage: python -m nsim run SCRIPT.py [ARGS...]
 commands:
   run SCRIPT.py [ARGS...]  Run an NKI kernel script written for the real toolchain, unchanged, on nsim:
                            `import nki`, `nki.language`, `nki.isa`, `nki.isa.constants`, `nki.typing`,
-                           `nki.compiler`, `nki.tensor`, `nki.dtype` resolve to nsim (see nsim.compat).
-                           `neuronxcc.nki` is mapped to the same new-dialect modules: the Beta-1
-                           value-returning API is NOT implemented yet. sys.argv of the script is
+                           `nki.compiler`, `nki.tensor`, `nki.dtype` resolve to nsim's new dialect, and
+                           `neuronxcc.nki` (Beta 1: `nl.load`, value-returning ops, launch grids) to
+                           nsim.nki.beta1 (see nsim.compat). sys.argv of the script is
                            [SCRIPT.py, ARGS...]; its directory is put first on sys.path.
   cli [ARGS...]            Execute the C++ `nsim` CLI (next to the package, in build/, or on PATH),
                            e.g. `python -m nsim cli kernel.json --config trn2`.
@@ -27,9 +27,14 @@ commands:
 
 
 def _find_cli():
+    import sysconfig
+
     here = os.path.dirname(os.path.abspath(__file__))
     cands = [os.path.join(here, "bin", "nsim"), os.path.join(here, "nsim"),
-             os.path.join(here, "..", "..", "build", "nsim"), os.path.join(os.getcwd(), "build", "nsim")]
+             os.path.join(here, "..", "..", "build", "nsim"), os.path.join(os.getcwd(), "build", "nsim"),
+             # an installed wheel's scripts: found without an activated venv (PATH need not name them)
+             os.path.join(sysconfig.get_path("scripts"), "nsim"),
+             os.path.join(os.path.dirname(sys.executable), "nsim")]
     for c in cands:
         c = os.path.normpath(c)
         if os.path.isfile(c) and os.access(c, os.X_OK):

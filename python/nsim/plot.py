@@ -86,7 +86,11 @@ def _stat(stats: dict, dotted: str, default: float = 0.0) -> float:
 
 
 def _plt():
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ImportError("nsim's plots need matplotlib: pip install 'nsim[plot]' (or pip install '.[plot]' in the "
+                          "source tree, or pip install matplotlib)") from e
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt

@@ -178,3 +178,38 @@ def test_long_runs_show_progress_on_stderr_unless_quiet(tmp_path):
     assert re.search(r"nsim: [0-9.]+ M instructions, [0-9.]+ us simulated", r.stderr)
     q = nsim("run", path, "--timing-only", "--quiet")
     assert q.returncode == 0 and q.stderr == "" and q.stdout == r.stdout
+
+
+def test_a_python_script_is_explained_not_parsed_as_json(tmp_path):
+    """`nsim analyze foo.py` says the CLI takes kernel.json and how to run a script, instead of a JSON
+    syntax error at 1:1."""
+    script = tmp_path / "foo.py"
+    script.write_text("import nki\n")
+    for cmd in ("run", "analyze", "check", "disasm"):
+        r = nsim(cmd, script)
+        assert r.returncode == 2 and "NSIM-E414" in r.stderr, (cmd, r.stderr)
+        assert "python -m nsim run" in r.stderr and "to_json" in r.stderr and "JSON syntax" not in r.stderr
+
+
+def test_python_m_nsim_help_and_finding_the_cli_outside_a_venv(tmp_path, monkeypatch):
+    """`python -m nsim --help` describes the Beta-1 dialect as it is (no stale "not implemented"), and
+    `python -m nsim cli` finds the binary in the interpreter's scripts directory even when PATH does not
+    name it (an installed wheel used without activating its venv)."""
+    import sys
+    import sysconfig
+    import nsim.__main__ as m
+
+    r = subprocess.run([sys.executable, "-m", "nsim", "--help"], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert r.returncode == 0 and "neuronxcc.nki" in r.stdout and "NOT implemented" not in r.stdout
+    scripts = tmp_path / "venv" / "bin"
+    scripts.mkdir(parents=True)
+    exe = scripts / "nsim"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.setattr(m, "__file__", str(tmp_path / "site" / "nsim" / "__main__.py"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "")
+    real = sysconfig.get_path
+    monkeypatch.setattr(sysconfig, "get_path", lambda name, *a, **k: str(scripts) if name == "scripts" else real(name, *a, **k))
+    assert m._find_cli() == str(exe)
