@@ -14,8 +14,15 @@ DmaSplit split_transfer(const Operand& dst, const Operand& src, int engines, int
   const int64_t elems = dst.total_elems();
   const int64_t eb = std::max(dtype_bytes(dst.dtype), dtype_bytes(src.dtype));
   s.total_bytes = elems * eb;
-  // Runs in the HBM side, counted over the whole view (a row of the HBM view is one "partition").
-  auto runs_total = [](const Operand& o) { return o.contiguous_runs_per_partition() * o.num_partitions; };
+  // Runs in the HBM side, counted over the whole view (a row of the HBM view is one "partition"): rows
+  // that are each one run and follow each other in memory are one run (a 1-D tensor seen as N rows of
+  // one element, or consecutive rows filling one partition, is one contiguous buffer, not N).
+  auto runs_total = [](const Operand& o) -> int64_t {
+    const int64_t rpp = o.contiguous_runs_per_partition();
+    if (o.space == Space::kHbm && rpp == 1 && (o.num_partitions == 1 || o.partition_step == o.elems_per_partition()))
+      return 1;
+    return rpp * o.num_partitions;
+  };
 
   const Operand* chip = dst.space != Space::kHbm ? &dst : (src.space != Space::kHbm ? &src : nullptr);
   if (!chip) {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <map>
 
@@ -81,8 +82,16 @@ struct Analyzer::State {
   // idle attribution: waiter engine -> producer track -> ps; (waiter, producer line) -> ps
   std::array<std::vector<Ps>, isa::kNumEngines> waited_on;  ///< [waiter engine][producer track]
   std::array<Ps, isa::kNumEngines> wait{}, other_wait{};
-  // HBM load counters, one per `chunk` bytes of HBM
+  // HBM loads, per `chunk` bytes of HBM: how many transfers loaded the chunk since it was last written,
+  // which of its bytes they loaded (bit i: bytes [i*g, (i+1)*g), g = ceil(chunk / 64)), and the last
+  // transfer that touched it. A transfer's reloads are the bytes an *earlier* transfer loaded: two
+  // transfers loading the two halves of a chunk, or one transfer reading a chunk in several runs (a
+  // 1-D tensor read as one-element rows, a partition broadcast), reload nothing.
   std::vector<uint8_t> loads;
+  std::vector<uint64_t> loaded_bits;
+  std::vector<uint32_t> stamp;
+  uint32_t transfer = 0;
+  std::vector<std::pair<size_t, uint64_t>> pending;  ///< this transfer's bits, committed at its end
   double hbm_read = 0, hbm_reload = 0, hbm_write = 0;
   // stationary of the next matmuls
   int64_t stat_k = 0, stat_m = 0;
@@ -198,24 +207,46 @@ void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
     inner = d;
   }
   const int64_t run_bytes = run * eb;
+  const int64_t g = (chunk + 63) / 64;  // bytes per mask bit
+  if (!write) {
+    ++transfer;
+    pending.clear();
+  }
+  auto bits_of = [&](int64_t lo, int64_t hi, size_t c) {  // mask of [lo, hi) within chunk c
+    const int64_t base = static_cast<int64_t>(c) * chunk;
+    const int64_t b0 = (lo - base) / g, b1 = (hi - 1 - base) / g;
+    return (b1 - b0 >= 63 ? ~uint64_t{0} : ((uint64_t{1} << (b1 - b0 + 1)) - 1)) << b0;
+  };
   auto touch = [&](int64_t lo) {
     const int64_t hi = lo + run_bytes;
     if (lo < 0 || hi <= lo) return;
     const auto c1 = static_cast<size_t>((hi - 1) / chunk);
-    if (c1 >= loads.size()) loads.resize(c1 + 1, 0);
+    if (c1 >= loads.size()) {
+      loads.resize(c1 + 1, 0);
+      loaded_bits.resize(c1 + 1, 0);
+      stamp.resize(c1 + 1, 0);
+    }
     for (auto c = static_cast<size_t>(lo / chunk); c <= c1; ++c) {
       if (write) {
         loads[c] = 0;  // new data: reading it later is not a reload
+        loaded_bits[c] = 0;
         continue;
       }
-      const int64_t overlap = std::min<int64_t>(hi, static_cast<int64_t>(c + 1) * chunk) -
-                              std::max<int64_t>(lo, static_cast<int64_t>(c) * chunk);
-      if (loads[c] > 0) {
-        la.hbm_reload += static_cast<double>(overlap);
-        hbm_reload += static_cast<double>(overlap);
+      const int64_t clo = std::max<int64_t>(lo, static_cast<int64_t>(c) * chunk);
+      const int64_t chi = std::min<int64_t>(hi, static_cast<int64_t>(c + 1) * chunk);
+      const uint64_t bits = bits_of(clo, chi, c);
+      if (const uint64_t again = loaded_bits[c] & bits) {  // bytes an earlier transfer loaded
+        const double rb = std::min<double>(static_cast<double>(chi - clo),
+                                           static_cast<double>(std::popcount(again) * g));
+        la.hbm_reload += rb;
+        hbm_reload += rb;
       }
-      if (loads[c] < UINT8_MAX) ++loads[c];
-      la.max_loads = std::max<int>(la.max_loads, loads[c]);
+      pending.emplace_back(c, bits);
+      if (stamp[c] != transfer) {  // counted once per transfer
+        stamp[c] = transfer;
+        if (loads[c] < UINT8_MAX) ++loads[c];
+        la.max_loads = std::max<int>(la.max_loads, loads[c]);
+      }
     }
   };
   std::array<int64_t, isa::kMaxFreeDims> idx{};
@@ -235,6 +266,8 @@ void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
       if (d < 0) break;
     }
   }
+  for (const auto& [c, b] : pending) loaded_bits[c] |= b;  // this transfer's bytes are now "loaded before"
+  pending.clear();
 }
 
 void Analyzer::State::on_dma(const Instr& in, const InstrTiming& t, LineAgg& la) {
