@@ -438,3 +438,33 @@ def kernel_with_engine(a):
         return out
 
     return analyse(many_adds_on_vector, a, a)
+
+
+@nki.jit
+def tensor_heavy(lhsT, rhs):
+    out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+    lt = nl.ndarray((128, 128), lhsT.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=lt, src=lhsT)
+    rt = nl.ndarray((128, 512), rhs.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=rt, src=rhs)
+    ps = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+    for i in nl.sequential_range(256):
+        nisa.nc_matmul(dst=ps, stationary=lt, moving=rt, accumulate=True)
+    res = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=ps)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+def test_engine_advice_fits_the_engine():
+    """The engine-bound advice names that engine's knobs: TensorE gets PE-array advice (dtypes, tile
+    shapes, transposes), not ScalarE activations or VectorE modes; VectorE gets engine placement."""
+    a, _ = analyse(tensor_heavy, np.zeros((128, 128), np.float32), np.zeros((128, 512), np.float32))
+    assert a.bottleneck == "tensor", a.text
+    f = a.finding("engine_bound")
+    assert f is not None and f["title"].startswith("tensor engine"), a.text
+    assert "PE array" in f["detail"] and "fp32" in f["detail"]
+    assert "VectorE's 2x/4x" not in f["detail"] and "activation" not in f["detail"]
+    v, _ = analyse(softmax_on_vector, np.zeros((512, 2048), BF16))
+    fv = v.finding("engine_bound")
+    assert "engine=" in fv["detail"] and "GpSimd" in fv["detail"] and "PE array" not in fv["detail"]
