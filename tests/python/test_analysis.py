@@ -20,6 +20,11 @@ import nsim.nki.isa as nisa  # noqa: E402
 BF16 = ml_dtypes.bfloat16
 HERE = os.path.abspath(__file__)
 
+import sys  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "..", "..", "examples", "defects"))
+import pairs as P  # noqa: E402
+from pairs import add_bias_reloading, add_bias_hoisted  # noqa: E402
+
 
 def line_of(fn, marker):
     """Line number (in this file) of the line of `fn` that carries the comment `marker`."""
@@ -87,34 +92,7 @@ def test_small_dma_rows_are_found_at_their_lines_and_fixing_them_helps():
 OUTER = 4
 
 
-@nki.jit
-def add_bias_reloading(x, w):
-    n, f = x.shape
-    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
-    for i in nl.affine_range(n // 128):
-        wt = nl.ndarray((128, f), w.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=wt, src=w)  # WEIGHTS
-        xt = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=xt, src=x[i * 128:(i + 1) * 128, :])  # INPUT
-        y = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
-        nisa.tensor_tensor(dst=y, data1=xt, data2=wt, op=nl.add)
-        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=y)
-    return out
-
-
-@nki.jit
-def add_bias_hoisted(x, w):
-    n, f = x.shape
-    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
-    wt = nl.ndarray((128, f), w.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=wt, src=w)
-    for i in nl.affine_range(n // 128):
-        xt = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=xt, src=x[i * 128:(i + 1) * 128, :])
-        y = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
-        nisa.tensor_tensor(dst=y, data1=xt, data2=wt, op=nl.add)
-        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=y)
-    return out
+# add_bias_reloading / add_bias_hoisted: the redundant-load pair of examples/defects/pairs.py
 
 
 def test_redundant_loads_are_counted_at_their_line_and_hoisting_helps():
@@ -126,7 +104,7 @@ def test_redundant_loads_are_counted_at_their_line_and_hoisting_helps():
     assert f["metrics"]["times_loaded"] == OUTER
     # (OUTER - 1) reloads of the whole weight tensor, nothing else
     assert f["metrics"]["reload_bytes"] == (OUTER - 1) * w.nbytes
-    assert lines(f) == [here(line_of(add_bias_reloading, "# WEIGHTS"))]
+    assert lines(f) == [(os.path.basename(P.__file__), line_of(add_bias_reloading, "# DEFECT"))]
     assert "loaded up to 4 times" in f["lines"][0]["note"]
     a_good, p_good = analyse(add_bias_hoisted, x, w)
     assert a_good.finding("redundant_dma") is None, a_good.text
