@@ -234,27 +234,7 @@ def softmax_on_vector(x):
     return out
 
 
-@nki.jit
-def softmax_balanced(x):
-    """The same softmax without the fp32 copy, with exp(x - max) and its sum in one ScalarE activation,
-    and the final scaling on ScalarE too: VectorE keeps only the max and the reciprocal."""
-    n, f = x.shape
-    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
-    for i in nl.affine_range(n // 128):
-        xt = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=xt, src=x[i * 128:(i + 1) * 128, :])
-        mx = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
-        nisa.tensor_reduce(dst=mx, op=nl.maximum, data=xt, axis=1, negate=True)
-        e = nl.ndarray((128, f), nl.float32, buffer=nl.sbuf)
-        s = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
-        nisa.activation(dst=e, op=nl.exp, data=xt, bias=mx, reduce_op=nl.add, reduce_res=s,
-                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
-        r = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
-        nisa.reciprocal(dst=r, data=s)
-        y = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
-        nisa.activation(dst=y, op=nl.copy, data=e, scale=r)
-        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=y)
-    return out
+softmax_balanced = P.softmax_fused  # exp+sum and the scale in ScalarE activations (examples/defects)
 
 
 def test_vector_bound_softmax_is_found_and_balancing_engines_helps():
