@@ -59,6 +59,7 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
       stats_(p_) {
   st_.generation = p_.generation;
   sources_.push_back(SourceLoc{});
+  if (opts_.check && opts_.numerics) checker_ = std::make_unique<engines::Checker>(p_.mem);
   if (opts_.dependency_bound) asap_ = std::make_unique<engines::DepTracker>(dep_config(p_, cfg), latency_table(p_));
   if (!opts_.trace_path.empty()) {
     trace_ = std::make_unique<sim::ChromeTraceWriter>(
@@ -166,11 +167,13 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::Dep
   if (opts_.numerics) {
     isa::Views v{};
     for (int i = 0; i < info.num_slots; ++i) v[static_cast<size_t>(i)] = mem_.resolve(in.slot(i));
+    if (checker_) checker_->before(in, v, seq_, where);
     try {
       isa::execute(in, v, st_);
     } catch (const Error& e) {
       throw Error(e.code(), e.message(), where);
     }
+    if (checker_) checker_->after(in, v, seq_, where);
   }
   not_before_ = not_before;
   known_ready_ = known_ready;
@@ -204,6 +207,11 @@ Ps Simulator::duration_estimate(const Instr& in, Engine e) const {
   }
   if (e == Engine::kTensor) return tensor_.duration_estimate(in);
   return stream_.duration_estimate(in, e);
+}
+
+const std::vector<engines::CheckReport>& Simulator::check_reports() const {
+  static const std::vector<engines::CheckReport> kNone;
+  return checker_ ? checker_->reports() : kNone;
 }
 
 void Simulator::run(const std::function<bool(Instr&)>& next) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "engines/check/checker.h"
 #include "engines/deps.h"
 #include "engines/dma/dma_engine.h"
 #include "engines/params.h"
@@ -41,6 +42,9 @@ class TraceRecorder;
 /// Options of one run.
 struct SimOptions {
   bool numerics = true;    ///< false = timing-only: no storage, no semantics
+  /// The sanitizer (engines/check/checker.h): reads of never-written SBUF/PSUM, accumulation into
+  /// never-written PSUM, the first NaN/Inf from finite inputs. Needs numerics; reports, never throws.
+  bool check = false;
   std::string trace_path;  ///< Chrome/Perfetto JSON trace; empty = no tracing (costs nothing)
   /// Also schedule every instruction as soon as its operands allow, with unlimited engines, to give
   /// the dependency bound (critical path length) of the kernel. Costs a second dependency tracker.
@@ -146,6 +150,10 @@ class Simulator {
   /// Stats with names, units and descriptions (call after finish()).
   sim::StatsRegistry stats() const;
   isa::ArchState& arch_state() { return st_; }
+  /// The sanitizer's reports (empty without SimOptions::check).
+  const std::vector<engines::CheckReport>& check_reports() const;
+  /// The same, to annotate (names of the tensors): nullptr without the sanitizer.
+  std::vector<engines::CheckReport>* mutable_check_reports() { return checker_ ? &checker_->reports() : nullptr; }
 
  private:
   InstrTiming schedule(const isa::Instr& in);
@@ -181,6 +189,7 @@ class Simulator {
   uint64_t seq_ = 0;  ///< program-order index of the next instruction
   std::array<int64_t, 2> onchip_peak_{-1, -1};  ///< set_onchip_peak (SBUF, PSUM); -1 = not set
   std::unique_ptr<engines::DepTracker> asap_;
+  std::unique_ptr<engines::Checker> checker_;  ///< SimOptions::check with numerics
   sim::Ps start_floor_ = 0;  ///< set_start_floor()
   sim::Ps not_before_ = 0;  ///< submit()'s extra constraint for the instruction being scheduled
   const engines::DepTracker::Ready* known_ready_ = nullptr;  ///< submit()'s known_ready, during schedule()

@@ -27,8 +27,9 @@ Disassembly disassemble_kernel(const Kernel& k, const sim::Config& cfg, int64_t 
   if (limit == 0) return d;
   sim.add_instr_listener([&](const isa::Instr& in, const InstrTiming& t) {
     const std::string loc = sim.source(in.loc).str();
-    d.instructions.push_back(fmt::format("{}   @ {:.1f} ns{}", isa::disassemble(in), sim::ps_to_ns(t.start),
-                                         loc.empty() ? "" : "   ; " + loc));
+    const std::string names = low.operand_names(low.op_of_source(in.loc));  // the kernel's tensor names
+    d.instructions.push_back(fmt::format("{}   @ {:.1f} ns{}{}", isa::disassemble(in), sim::ps_to_ns(t.start),
+                                         loc.empty() ? "" : "   ; " + loc, names.empty() ? "" : "   [" + names + "]"));
     if (limit > 0 && static_cast<int64_t>(d.instructions.size()) >= limit) throw Enough{};
   });
   try {

@@ -372,6 +372,46 @@ void Lowering::run() {
     }
   }
   if (record_) write_occupancy();
+  name_check_reports();
+}
+
+int Lowering::op_of_source(uint32_t loc) const {
+  const auto it = std::lower_bound(op_loc_.begin(), op_loc_.end(), loc);  // ids increase with the op index
+  return it != op_loc_.end() && *it == loc ? static_cast<int>(it - op_loc_.begin()) : -1;
+}
+
+std::string Lowering::operand_names(int op) const {
+  if (op < 0 || static_cast<size_t>(op) >= k_.ops.size()) return "";
+  const Op& o = k_.ops[static_cast<size_t>(op)];
+  static constexpr const char* kMatmulSlots[] = {"dst", "stationary", "moving"};
+  const int opc = opcode_[static_cast<size_t>(op)];
+  std::string out;
+  for (size_t i = 0; i < o.operands.size(); ++i) {
+    if (!o.operands[i] || o.operands[i]->tensor < 0) continue;
+    const char* slot = opc == kNcMatmul ? (i < 3 ? kMatmulSlots[i] : "?")
+                                        : isa::op_info(static_cast<Opcode>(opc)).slots[i].name;
+    out += fmt::format("{}{}={}", out.empty() ? "" : " ", slot, k_.tensors[static_cast<size_t>(o.operands[i]->tensor)].name);
+  }
+  return out;
+}
+
+void Lowering::name_check_reports() {
+  std::vector<engines::CheckReport>* reps = sim_.mutable_check_reports();
+  if (!reps) return;
+  for (engines::CheckReport& r : *reps) {
+    if (r.slot < 0 || !r.tensor.empty()) continue;
+    const int oi = op_of_source(r.loc_id);
+    if (oi < 0) continue;
+    const Op& op = k_.ops[static_cast<size_t>(oi)];
+    int slot = r.slot;
+    if (opcode_of(op.name) == kNcMatmul) {  // load_stationary(stationary), multiply_moving(dst, moving)
+      slot = r.op == "load_stationary" ? 1 : r.slot == 0 ? 0 : 2;
+      r.op = op.name;  // the kernel's op, as the kernel wrote it
+    }
+    if (slot < 0 || static_cast<size_t>(slot) >= op.operands.size() || !op.operands[static_cast<size_t>(slot)]) continue;
+    const int t = op.operands[static_cast<size_t>(slot)]->tensor;
+    if (t >= 0 && static_cast<size_t>(t) < k_.tensors.size()) r.tensor = k_.tensors[static_cast<size_t>(t)].name;
+  }
 }
 
 void Lowering::tile_uses(int op, TileUses& out) const {

@@ -60,6 +60,10 @@ class Lowering {
   void set_progress(Progress fn) { progress_ = std::move(fn); }
   /// Index (into Kernel::ops) of the op the last instruction from next() belongs to.
   int last_op() const { return last_op_; }
+  /// Index (into Kernel::ops) of the op whose instructions carry source id `loc` (Instr::loc); -1 if none.
+  int op_of_source(uint32_t loc) const;
+  /// "dst=ct data1=at data2=bt": the tensors of op `op` by slot, in the kernel's names.
+  std::string operand_names(int op) const;
 
   // ---- occupancy (a trace counter track of SBUF/PSUM bytes per partition held by live tiles)
   /// An on-chip tile an instruction touches: tensor id and which allocation of it (its alloc
@@ -121,6 +125,8 @@ class Lowering {
     int loop;  ///< loop id whose body this is, -1 at top level
   };
   bool lower_op(const Op& op, isa::Instr& out);
+  /// Name the tensors of the sanitizer's reports (by the op each instruction came from).
+  void name_check_reports();
   isa::Operand operand(const Access& a) const;
   int64_t base_of(int tensor) const;   ///< HBM address, or byte offset of the tile buffer in use
   int buffer_of(int tensor) const;     ///< rotating-buffer index in use (0 for HBM tensors)

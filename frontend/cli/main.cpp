@@ -83,6 +83,9 @@ options:
   --stats-table        after the summary, print every stat as a table grouped by engine / dma /
                        memory / flops: value, unit, description (docs/profiling.md, "Stats")
   --timing-only        skip numerics (same timing, no outputs)
+  --check              the sanitizer: report reads of never-written SBUF/PSUM, accumulation into
+                       never-written PSUM and the first NaN/Inf made from finite inputs, with the
+                       instruction, tensor and source line, as warnings on stderr (docs/debugging.md)
   --quiet, -q          no progress line on stderr (shown once a run takes over 2 s)
   --instructions FILE  write one CSV row per instruction: times, bytes, source line, semaphore wait
                        (queryable with SQL, e.g. DuckDB; docs/profiling.md)
@@ -176,6 +179,7 @@ struct Args {
   bool timing_only = false, raw_outputs = false, help = false;
   bool stats_table = false;  ///< run --stats-table
   bool quiet = false;        ///< run --quiet: no progress line
+  bool check = false;        ///< run --check: the sanitizer
   int64_t limit = -1;
   uint64_t trace_limit = 0;                                 ///< --trace-limit (0 = all)
   std::string json;                                         ///< analyze, diff --json
@@ -209,6 +213,7 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--timing-only") a.timing_only = true;
     else if (s == "--stats-table" && a.command == "run") a.stats_table = true;
     else if ((s == "--quiet" || s == "-q") && a.command == "run") a.quiet = true;
+    else if (s == "--check" && a.command == "run") a.check = true;
     else if (s == "--raw-outputs") a.raw_outputs = true;
     else if (s == "--json" && a.command == "analyze") a.json = value(i, s);
     else if (s == "--json" && a.command == "diff") a.json = value(i, s);
@@ -376,6 +381,7 @@ int cmd_run(const Args& a) {
   const sim::Config cfg = engines::load_config(config_name(a.config), a.overrides);
   SimOptions opts;
   opts.numerics = !a.timing_only;
+  opts.check = a.check && !a.timing_only;
   opts.trace_path = a.trace;
   opts.trace_limit = a.trace_limit;
   opts.trace_window_start_ns = a.trace_window_start_ns, opts.trace_window_end_ns = a.trace_window_end_ns;
@@ -404,6 +410,7 @@ int cmd_run(const Args& a) {
   if (shown) fmt::print(stderr, "\n");
   sim.finish();
   tables.close();
+  for (const engines::CheckReport& r : sim.check_reports()) fmt::print(stderr, "nsim: warning: {}\n", r.str());
   const sim::StatsRegistry st = sim.stats();
   print_summary(k, sim, st, low.instructions());
   if (a.stats_table) fmt::print("\n{}", st.to_table());

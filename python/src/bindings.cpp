@@ -20,6 +20,7 @@
 #include "engines/simulator.h"
 #include "frontend/analyze.h"
 #include "frontend/disasm.h"
+#include "frontend/eager.h"
 #include "frontend/diff.h"
 #include "frontend/inputs.h"
 #include "frontend/json.h"
@@ -153,10 +154,70 @@ py::list lines_list(const Simulator& sim) {
   return out;
 }
 
+// The sanitizer's reports as dicts {code, check, op, tensor, slot, detail, file, line, function,
+// instruction, count, fix, message}.
+py::list check_list(const Simulator& sim) {
+  py::list out;
+  for (const engines::CheckReport& r : sim.check_reports()) {
+    py::dict d;
+    d["code"] = r.info().code;
+    d["check"] = r.info().name;
+    d["fix"] = r.info().fix;
+    d["op"] = r.op;
+    d["tensor"] = r.tensor;
+    d["slot"] = r.slot;
+    d["detail"] = r.detail;
+    d["file"] = r.loc.file;
+    d["line"] = r.loc.line;
+    d["function"] = r.loc.function;
+    d["instruction"] = r.instruction;
+    d["count"] = r.count;
+    d["message"] = r.str();
+    out.append(std::move(d));
+  }
+  return out;
+}
+
+// _nsim.EagerSession: numerics instruction by instruction while a kernel is traced (frontend/eager.h).
+class PyEagerSession {
+ public:
+  PyEagerSession(const std::string& config, const std::vector<std::string>& overrides)
+      : s_(guarded([&] { return frontend::EagerSession(load_cfg(config, overrides)); })) {}
+  void add_input(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape,
+                 const py::object& array) {
+    guarded([&] {
+      const auto dt = dtype_from_name(dtype);
+      if (!dt) throw Error(ErrorCode::kBadDtype, fmt::format("eager: unknown dtype '{}'", dtype));
+      frontend::Tensor t;
+      t.name = name;
+      t.space = isa::Space::kHbm;
+      t.dtype = *dt;
+      t.shape = shape;
+      s_.add_hbm(name, shape, *dt, array.is_none() ? std::vector<uint8_t>{} : input_bytes(t, array));
+      return 0;
+    });
+  }
+  bool has_tensor(const std::string& name) const { return s_.has_tensor(name); }
+  uint64_t run(const std::string& fragment) {
+    return guarded([&] {
+      py::gil_scoped_release nogil;
+      return s_.run(fragment);
+    });
+  }
+  py::bytes read(const std::string& name) const {
+    const std::vector<uint8_t> b = guarded([&] { return s_.read(name); });
+    return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+  uint64_t instructions() const { return s_.instructions(); }
+
+ private:
+  frontend::EagerSession s_;
+};
+
 py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, const std::string& config,
                      const std::vector<std::string>& overrides, bool timing_only, const std::string& trace_path,
                      uint64_t seed, const std::string& filename, uint64_t trace_limit,
-                     std::pair<double, double> trace_window) {
+                     std::pair<double, double> trace_window, bool check) {
   return guarded([&]() -> py::tuple {
     const frontend::Kernel k = frontend::parse_kernel_json(kernel_json, filename);
     const sim::Config cfg = load_cfg(config, overrides);
@@ -172,6 +233,7 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
     }
     SimOptions opts;
     opts.numerics = !timing_only;
+    opts.check = check && !timing_only;
     opts.trace_path = trace_path;
     opts.trace_limit = trace_limit;
     opts.trace_window_start_ns = trace_window.first, opts.trace_window_end_ns = trace_window.second;
@@ -196,7 +258,7 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
     py::dict outputs;
     for (const auto& t : k.tensors)
       if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
-    return py::make_tuple(outputs, stats_json, lines_list(*sim), cfg.to_yaml());
+    return py::make_tuple(outputs, stats_json, lines_list(*sim), cfg.to_yaml(), check_list(*sim));
   });
 }
 
@@ -403,10 +465,36 @@ PYBIND11_MODULE(_nsim, m) {
   m.def("run_kernel", &run_kernel, py::arg("kernel_json"), py::arg("inputs") = py::dict(), py::arg("config") = "trn2",
         py::arg("overrides") = std::vector<std::string>{}, py::arg("timing_only") = false, py::arg("trace_path") = "",
         py::arg("seed") = 0, py::arg("filename") = "kernel.json", py::arg("trace_limit") = 0,
-        py::arg("trace_window") = std::pair<double, double>{0.0, 0.0},
-        "Parse, verify and simulate a kernel.json text. Returns (outputs, stats_json, lines, config_yaml).\n"
+        py::arg("trace_window") = std::pair<double, double>{0.0, 0.0}, py::arg("check") = false,
+        "Parse, verify and simulate a kernel.json text. Returns (outputs, stats_json, lines, config_yaml,\n"
+        "check_reports); check: run the sanitizer (numerics only), whose reports are dicts.\n"
         "trace_limit: keep the N earliest trace slices (0 = all); trace_window: (start_ns, end_ns), keep slices\n"
         "overlapping [start, end) (end 0 = no end).");
+  py::class_<PyEagerSession>(m, "EagerSession",
+                             "Numerics of a kernel executed op by op while it is traced (eager values).")
+      .def(py::init<const std::string&, const std::vector<std::string>&>(), py::arg("config") = "trn2",
+           py::arg("overrides") = std::vector<std::string>{})
+      .def("add_input", &PyEagerSession::add_input, py::arg("name"), py::arg("dtype"), py::arg("shape"),
+           py::arg("array") = py::none(), "Declare an HBM tensor with its contents (None: unwritten).")
+      .def("has_tensor", &PyEagerSession::has_tensor, py::arg("name"))
+      .def("run", &PyEagerSession::run, py::arg("fragment"),
+           "Execute the ops of a kernel.json fragment; returns the instructions executed.")
+      .def("read", &PyEagerSession::read, py::arg("name"), "Bytes of a whole tensor (row-major).")
+      .def_property_readonly("instructions", &PyEagerSession::instructions);
+  m.def(
+      "check_table",
+      [] {
+        py::list out;
+        for (const engines::CheckInfo& c : engines::kChecks) {
+          py::dict d;
+          d["code"] = c.code;
+          d["check"] = c.name;
+          d["fix"] = c.fix;
+          out.append(std::move(d));
+        }
+        return out;
+      },
+      "The sanitizer's checks: [{code, check, fix}] (engines/check/checker.h).");
   m.def("check_kernel", &check_kernel, py::arg("kernel_json"), py::arg("config") = "trn2",
         py::arg("overrides") = std::vector<std::string>{}, py::arg("filename") = "kernel.json",
         "Parse and verify a kernel.json text for a configuration; raises NsimError.");

@@ -1,0 +1,190 @@
+// The sanitizer: see checker.h.
+#include "engines/check/checker.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace nsim::engines {
+
+using isa::Instr;
+using isa::Operand;
+using isa::Space;
+
+namespace {
+
+bool on_chip(Space s) { return s == Space::kSbuf || s == Space::kPsum; }
+
+/// Calls fn(partition, first element (row-major over the free dims), byte offset within the partition,
+/// elements, element step in bytes) for every run of the operand along its innermost free dim.
+template <class F>
+void for_each_run(const Operand& o, F&& fn) {
+  const int64_t eb = dtype_bytes(o.dtype);
+  const int nf = std::max<int>(1, o.nfree);
+  std::array<int64_t, isa::kMaxFreeDims> sz{}, st{};
+  for (int d = 0; d < nf; ++d) {
+    sz[static_cast<size_t>(d)] = o.nfree ? o.size[static_cast<size_t>(d)] : 1;
+    st[static_cast<size_t>(d)] = o.nfree ? o.stride[static_cast<size_t>(d)] : 1;
+  }
+  const int64_t inner = sz[static_cast<size_t>(nf - 1)];
+  const int64_t inner_step = st[static_cast<size_t>(nf - 1)] * eb;
+  int64_t outer = 1;
+  for (int d = 0; d + 1 < nf; ++d) outer *= sz[static_cast<size_t>(d)];
+  for (uint32_t p = 0; p < o.num_partitions; ++p) {
+    const uint32_t part = o.start_partition + p;
+    for (int64_t r = 0; r < outer; ++r) {
+      int64_t rem = r, off = 0;
+      for (int d = nf - 2; d >= 0; --d) {
+        const int64_t i = rem % sz[static_cast<size_t>(d)];
+        rem /= sz[static_cast<size_t>(d)];
+        off += i * st[static_cast<size_t>(d)];
+      }
+      if (!fn(part, r * inner, o.offset + off * eb, inner, inner_step)) return;
+    }
+  }
+}
+
+const char* slot_name(const Instr& in, int slot) {
+  const isa::OpInfo& info = isa::op_info(in.op);
+  return slot >= 0 && slot < info.num_slots ? info.slots[static_cast<size_t>(slot)].name : "?";
+}
+
+bool finite_row(const isa::TileView& v, std::vector<float>& row, uint32_t* bad_p, int64_t* bad_i, float* bad_v) {
+  const int64_t n = v.elems();
+  row.resize(static_cast<size_t>(n));
+  for (uint32_t p = 0; p < v.partitions; ++p) {
+    isa::read_row(v, p, row.data());
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(row[static_cast<size_t>(i)])) {
+        if (bad_p) *bad_p = p, *bad_i = i, *bad_v = row[static_cast<size_t>(i)];
+        return false;
+      }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string CheckReport::str() const {
+  const CheckInfo& ci = info();
+  std::string what = fmt::format("{} {}: {}", ci.code, ci.name, op);
+  if (slot >= 0) what += tensor.empty() ? fmt::format(" ({})", detail) : fmt::format(" on '{}' ({})", tensor, detail);
+  else what += fmt::format(" ({})", detail);
+  if (!loc.str().empty()) what += fmt::format(" [at {}]", loc.str());
+  if (count > 1) what += fmt::format(" ({} more like it)", count - 1);
+  return what + fmt::format(". Fix: {}", ci.fix);
+}
+
+Checker::Checker(const memory::MemoryConfig& m)
+    : sbuf_pitch_(m.sbuf_bytes_per_partition), psum_pitch_(m.psum_bytes_per_partition()) {
+  sbuf_.assign(static_cast<size_t>(m.partitions) * static_cast<size_t>(sbuf_pitch_), 0);
+  psum_.assign(static_cast<size_t>(m.psum_partitions) * static_cast<size_t>(psum_pitch_), 0);
+}
+
+void Checker::report(CheckKind k, const Instr& in, int slot, uint64_t index, const SourceLoc& where,
+                     std::string detail) {
+  int64_t& first = first_[static_cast<size_t>(k)];
+  if (first > 0) {
+    ++reports_[static_cast<size_t>(first - 1)].count;
+    return;
+  }
+  CheckReport r;
+  r.kind = k;
+  r.instruction = index;
+  r.slot = slot;
+  r.op = isa::op_info(in.op).mnemonic;
+  r.detail = std::move(detail);
+  r.loc = where;
+  r.loc_id = in.loc;
+  reports_.push_back(std::move(r));
+  first = static_cast<int64_t>(reports_.size());
+}
+
+void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where) {
+  (void)views;
+  const isa::OpInfo& info = isa::op_info(in.op);
+  const bool acc = (in.flags & isa::kAccumulate) != 0;
+  for (int s = 0; s < info.num_slots; ++s) {
+    const Operand& o = in.slot(s);
+    if (!o.present() || !on_chip(o.space)) continue;
+    const bool written = info.slots[static_cast<size_t>(s)].written;
+    if (written && !(acc && s == 0)) continue;
+    const std::vector<uint8_t>& sh = shadow(o.space);
+    const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
+    int64_t bad = 0, first_el = -1, last_el = -1;
+    uint32_t first_p = 0, last_p = 0;
+    for_each_run(o, [&](uint32_t p, int64_t el0, int64_t off, int64_t n, int64_t step) {
+      const uint8_t* base = sh.data() + static_cast<int64_t>(p) * pp + off;
+      for (int64_t i = 0; i < n; ++i) {
+        const uint8_t* b = base + i * step;
+        bool ok = true;
+        for (int64_t j = 0; j < eb; ++j) ok &= b[j] != 0;
+        if (ok) continue;
+        if (bad++ == 0) first_p = p, first_el = el0 + i;
+        last_p = p, last_el = el0 + i;
+      }
+      return true;
+    });
+    if (bad == 0) continue;
+    const CheckKind k = written ? CheckKind::kPsumAccumulateUninitialized : CheckKind::kUninitializedRead;
+    report(k, in, s, index, where,
+           fmt::format("{} {} {} never-written element{} of {} (of {}), first at partition {} element {}, last at "
+                       "partition {} element {}",
+                       written ? "accumulates into" : "reads", bad, isa::space_name(o.space), bad == 1 ? "" : "s",
+                       slot_name(in, s), o.total_elems(), first_p, first_el, last_p, last_el));
+  }
+}
+
+void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where) {
+  const isa::OpInfo& info = isa::op_info(in.op);
+  // 1. mark the written bytes
+  for (int s = 0; s < info.num_slots; ++s) {
+    const Operand& o = in.slot(s);
+    if (!o.present() || !on_chip(o.space) || !info.slots[static_cast<size_t>(s)].written) continue;
+    std::vector<uint8_t>& sh = shadow(o.space);
+    const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
+    for_each_run(o, [&](uint32_t p, int64_t, int64_t off, int64_t n, int64_t step) {
+      uint8_t* base = sh.data() + static_cast<int64_t>(p) * pp + off;
+      if (step == eb) {
+        std::memset(base, 1, static_cast<size_t>(n * eb));
+      } else {
+        for (int64_t i = 0; i < n; ++i) std::memset(base + i * step, 1, static_cast<size_t>(eb));
+      }
+      return true;
+    });
+  }
+  // 2. the first NaN/Inf produced from finite inputs
+  std::vector<float>& row = row_;
+  if (in.op == isa::Opcode::kLoadStationary) {
+    stationary_finite_ = !views[0].valid() || finite_row(views[0], row, nullptr, nullptr, nullptr);
+    return;
+  }
+  if (first_[static_cast<size_t>(CheckKind::kNanProduced)] > 0) return;  // only the first one matters
+  for (float x : in.imm)
+    if (!std::isfinite(x)) return;  // an infinite immediate (a -inf mask or initial value) is intended
+  for (int s = 0; s < info.num_slots; ++s) {
+    const isa::TileView& v = views[static_cast<size_t>(s)];
+    if (!v.valid() || !info.slots[static_cast<size_t>(s)].written || !dtype_is_float(v.dtype)) continue;
+    uint32_t bp = 0;
+    int64_t bi = 0;
+    float bv = 0;
+    if (finite_row(v, row, &bp, &bi, &bv)) continue;
+    // Non-finite output: were the inputs finite? (the matmul's stationary operand was loaded earlier)
+    bool inputs_finite = true;
+    for (int r = 0; r < info.num_slots && inputs_finite; ++r) {
+      const isa::TileView& u = views[static_cast<size_t>(r)];
+      const bool reads = !info.slots[static_cast<size_t>(r)].written || (r == 0 && (in.flags & isa::kAccumulate));
+      if (!u.valid() || !reads || !dtype_is_float(u.dtype)) continue;
+      if (r == s && !(in.flags & isa::kAccumulate)) continue;
+      inputs_finite = finite_row(u, row, nullptr, nullptr, nullptr);
+    }
+    if (!inputs_finite) return;
+    report(CheckKind::kNanProduced, in, s, index, where,
+           fmt::format("writes {} into {} (partition {} element {}) from finite inputs", bv, slot_name(in, s), bp, bi));
+    return;
+  }
+}
+
+}  // namespace nsim::engines

@@ -1,0 +1,98 @@
+#pragma once
+/// The sanitizer (`nsim run --check`, Python `options(check=True)`): cheap checks on the numerics of a
+/// run that report bugs hardware would hide. It watches every instruction executed with numerics:
+///  * uninitialized-read: an instruction reads SBUF/PSUM bytes that nothing has written (they read as
+///    the NaN / 4 sentinel: silent garbage on hardware);
+///  * psum-accumulate-uninitialized: an accumulating matmul (or accumulating DMA) adds into PSUM/SBUF
+///    bytes that nothing has written (an accumulation group that was never opened);
+///  * nan-produced: the first instruction whose result holds NaN/Inf although all its inputs are finite.
+/// Reports are diagnostics, not errors: the first one of each check is kept with its instruction, the
+/// operand slot and the element range; later ones are counted. The check codes are in one table
+/// (kChecks below) so they can move into the error-code table unchanged.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "isa/isa.h"
+#include "isa/semantics/semantics.h"
+#include "memory/memory.h"
+#include "sim/error.h"
+
+namespace nsim::engines {
+
+/// One kind of check.
+/// kAffineWriteConflict is checked by the Python tracer (affine_range loops are unrolled while traced);
+/// its code and fix live here with the others (_nsim.check_table()).
+enum class CheckKind : uint8_t {
+  kUninitializedRead,
+  kPsumAccumulateUninitialized,
+  kNanProduced,
+  kAffineWriteConflict,
+  kCount
+};
+
+struct CheckInfo {
+  const char* code;  ///< stable diagnostic code
+  const char* name;  ///< the check's name, as options and reports spell it
+  const char* fix;   ///< what usually fixes it
+};
+
+/// The table of checks, by CheckKind.
+inline constexpr std::array<CheckInfo, static_cast<size_t>(CheckKind::kCount)> kChecks{{
+    {"NSIM-W501", "uninitialized-read",
+     "write the tile before reading it (nisa.memset / a load), or read only the part that was written"},
+    {"NSIM-W502", "psum-accumulate-uninitialized",
+     "start the accumulation group with accumulate=False (or None), or zero the PSUM tile first with nisa.memset"},
+    {"NSIM-W503", "nan-produced",
+     "check the op's inputs for values out of the function's domain (log/rsqrt of <= 0, division by 0, overflow)"},
+    {"NSIM-W504", "affine-write-conflict",
+     "give each iteration its own tile or slice (allocate the tile inside the loop), or use nl.sequential_range "
+     "when iterations depend on each other (the compiler's err_unexpected_output_dependencies)"},
+}};
+
+/// One report of the sanitizer.
+struct CheckReport {
+  CheckKind kind = CheckKind::kUninitializedRead;
+  uint64_t instruction = 0;  ///< program-order index of the instruction
+  int slot = -1;             ///< operand slot of the instruction it concerns (-1: none)
+  std::string op;            ///< the instruction's mnemonic
+  std::string detail;        ///< what was found (element range, values)
+  std::string tensor;        ///< the tensor (tile) of that slot, when the caller knows it
+  SourceLoc loc;
+  uint32_t loc_id = 0;       ///< the instruction's source id (Instr::loc): which op of the kernel it came from
+  uint64_t count = 1;        ///< occurrences of this check in the run (the first one is described)
+
+  const CheckInfo& info() const { return kChecks[static_cast<size_t>(kind)]; }
+  /// "NSIM-W501 uninitialized-read: tensor_tensor reads ... [at file:line (fn)]. Fix: ..."
+  std::string str() const;
+};
+
+class Checker {
+ public:
+  explicit Checker(const memory::MemoryConfig& m);
+  /// Before `in` executes over `views`: reads of never-written on-chip bytes. `index`: its program-order
+  /// index. Returns the number of new reports.
+  void before(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where);
+  /// After it executed: marks its written on-chip bytes and looks for the first NaN/Inf produced.
+  void after(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where);
+  /// Reports so far, first of each kind, in the order found.
+  const std::vector<CheckReport>& reports() const { return reports_; }
+  std::vector<CheckReport>& reports() { return reports_; }
+  /// Index into reports() of the reports the last before()/after() added, from this position.
+  size_t size() const { return reports_.size(); }
+
+ private:
+  std::vector<uint8_t>& shadow(isa::Space s) { return s == isa::Space::kPsum ? psum_ : sbuf_; }
+  int64_t pitch(isa::Space s) const { return s == isa::Space::kPsum ? psum_pitch_ : sbuf_pitch_; }
+  void report(CheckKind k, const isa::Instr& in, int slot, uint64_t index, const SourceLoc& where, std::string detail);
+
+  std::vector<uint8_t> sbuf_, psum_;  ///< one byte per byte of storage: 1 = written
+  int64_t sbuf_pitch_ = 0, psum_pitch_ = 0;
+  std::vector<float> row_;           ///< scratch row (fp32) of the NaN scan
+  bool stationary_finite_ = true;    ///< the last load_stationary loaded finite values
+  std::array<int64_t, static_cast<size_t>(CheckKind::kCount)> first_{};  ///< index+1 in reports_, 0 = none yet
+  std::vector<CheckReport> reports_;
+};
+
+}  // namespace nsim::engines
