@@ -164,6 +164,15 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
   if (first_[static_cast<size_t>(CheckKind::kNanProduced)] > 0) return;  // only the first one matters
   for (float x : in.imm)
     if (!std::isfinite(x)) return;  // an infinite immediate (a -inf mask or initial value) is intended
+  // ... as is an immediate beyond the destination dtype's range (fp32.min as a bf16 mask value: -inf)
+  const Operand& d0 = in.slot(0);
+  if (d0.present() && dtype_is_float(d0.dtype) && d0.dtype != DType::kFloat32) {
+    std::array<uint8_t, 8> b{};
+    for (float x : in.imm) {
+      store_f32(d0.dtype, b.data(), x);
+      if (!std::isfinite(load_f32(d0.dtype, b.data()))) return;
+    }
+  }
   for (int s = 0; s < info.num_slots; ++s) {
     const isa::TileView& v = views[static_cast<size_t>(s)];
     if (!v.valid() || !info.slots[static_cast<size_t>(s)].written || !dtype_is_float(v.dtype)) continue;

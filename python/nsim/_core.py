@@ -177,6 +177,8 @@ class Profile:
         self.config_yaml = config_yaml
         self.config = config
         self.timing_only = timing_only
+        #: the sanitizer's reports (simulate_json(check=True)): dicts {code, check, op, tensor, detail, ...}
+        self.check_reports: List[dict] = []
 
     @property
     def kernel(self) -> dict:
@@ -338,7 +340,8 @@ def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = N
                   overrides: Union[None, Mapping[str, Any], Sequence[str]] = None, timing_only: bool = False,
                   trace: Union[None, str, "os.PathLike[str]"] = None, seed: int = 0,
                   trace_limit: Optional[int] = None,
-                  trace_window: Optional[Tuple[Optional[float], Optional[float]]] = None) -> Tuple[dict, Profile]:
+                  trace_window: Optional[Tuple[Optional[float], Optional[float]]] = None,
+                  check: bool = False) -> Tuple[dict, Profile]:
     """Simulate a kernel.json (dict, JSON text or path) on one NeuronCore.
 
     inputs: {tensor name: array}; arrays are converted to the tensor dtype (ml_dtypes arrays of the
@@ -349,6 +352,7 @@ def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = N
     (None or 0 = all). trace_window: (start_ns, end_ns), write only slices overlapping [start, end),
     kept whole; either side may be None (open). A trace cut by either ends with an instant event that
     gives the number of slices dropped (docs/profiling.md).
+    check: run the sanitizer (docs/debugging.md); its reports are in ``Profile.check_reports`` (dicts).
     """
     import numpy as np
 
@@ -366,12 +370,14 @@ def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = N
             raise ValueError("trace_window must be (start_ns, end_ns) with 0 <= start < end, not {!r}".format(trace_window))
     text, fname = _kernel_text(kernel)
     arrays = {str(k): np.asarray(v) for k, v in (inputs or {}).items()}
-    outputs, stats_json, lines, config_yaml = _call(
+    outputs, stats_json, lines, config_yaml, reports = _call(
         _nsim.run_kernel, text, arrays, config=config, overrides=_overrides(overrides), timing_only=bool(timing_only),
         trace_path=os.fspath(trace) if trace is not None else "", seed=int(seed), filename=fname,
-        trace_limit=limit, trace_window=window)
-    return dict(outputs), Profile(text, stats_json, lines, config_yaml, config=config, timing_only=timing_only,
-                                  overrides=_overrides(overrides))
+        trace_limit=limit, trace_window=window, check=bool(check))
+    prof = Profile(text, stats_json, lines, config_yaml, config=config, timing_only=timing_only,
+                   overrides=_overrides(overrides))
+    prof.check_reports = list(reports)
+    return dict(outputs), prof
 
 
 def check_json(kernel: KernelLike, *, config: str = "trn2",

@@ -27,7 +27,7 @@ __all__ = ["Kernel", "options", "simulate", "OPTION_DEFAULTS", "PLATFORM_CONFIG"
 
 #: Every nsim run option and its default (the keyword arguments of ``nsim.simulate_json``).
 OPTION_DEFAULTS = {"config": "trn2", "overrides": None, "timing_only": False, "trace": None, "seed": 0,
-                   "trace_limit": None, "trace_window": None}
+                   "trace_limit": None, "trace_window": None, "check": True}
 
 #: Options the old ``Kernel.simulate(..., config=, overrides=, timing_only=, trace=, seed=)`` took.
 _LEGACY = ("config", "overrides", "timing_only", "trace", "seed")
@@ -46,12 +46,12 @@ def _given(**opts):
 
 @contextlib.contextmanager
 def options(*, config=_UNSET, overrides=_UNSET, timing_only=_UNSET, trace=_UNSET, seed=_UNSET,
-            trace_limit=_UNSET, trace_window=_UNSET):
+            trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET):
     """``with nsim.options(config="trn1", timing_only=True): ...`` — defaults for every kernel run in the
     block (options not given keep the enclosing defaults; blocks nest; restored on exit). An option
     given by ``kernel.options(...)`` wins over these defaults."""
     new = _given(config=config, overrides=overrides, timing_only=timing_only, trace=trace, seed=seed,
-                 trace_limit=trace_limit, trace_window=trace_window)
+                 trace_limit=trace_limit, trace_window=trace_window, check=check)
     cur = _CONTEXT.get() or {}
     token = _CONTEXT.set(dict(cur, **new))
     try:
@@ -136,13 +136,14 @@ class Kernel:
                 obj.__dict__.update(kw)
 
     def options(self, *, config=_UNSET, overrides=_UNSET, timing_only=_UNSET, trace=_UNSET, seed=_UNSET,
-                trace_limit=_UNSET, trace_window=_UNSET):
+                trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET):
         """This kernel with nsim options set: ``config`` (preset name, default "trn2"), ``overrides`` (dict
         or ["key=value"]), ``timing_only`` (skip numerics; returned tensors are None), ``trace`` (path of a
-        Perfetto trace to write), ``seed``, ``trace_limit``, ``trace_window`` (as ``nsim.simulate_json``).
-        Options not given keep their current values."""
+        Perfetto trace to write), ``seed``, ``trace_limit``, ``trace_window`` (as ``nsim.simulate_json``),
+        ``check`` (the sanitizer, docs/debugging.md: True (default) warns with CheckWarning, "strict" raises,
+        False skips it). Options not given keep their current values."""
         new = _given(config=config, overrides=overrides, timing_only=timing_only, trace=trace, seed=seed,
-                     trace_limit=trace_limit, trace_window=trace_window)
+                     trace_limit=trace_limit, trace_window=trace_window, check=check)
         return self._derive(_opts=dict(self._opts, **new))
 
     def with_schedule(self, schedule):
@@ -219,8 +220,11 @@ class Kernel:
         """Trace only: the TraceResult (kernel dict in ``.kernel``)."""
         if _tracer.active() is not None:
             raise _tracer.make_error(_tracer.KernelError, "NSIM-E404", "nested kernel tracing")
+        eff = self._effective()
         tres = _tracer.trace(self._launch_fn(), args, kwargs, name=getattr(self.fn, "__name__", "kernel"),
-                             tensor_cls=self._tensor_cls, schedule=self._schedule)
+                             tensor_cls=self._tensor_cls, schedule=self._schedule, config=eff["config"],
+                             overrides=eff.get("overrides"), check=bool(eff.get("check")) and
+                             not eff.get("timing_only"))
         self._record(last_json=tres.kernel)
         return tres
 

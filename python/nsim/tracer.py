@@ -14,7 +14,9 @@ import functools
 import inspect
 import itertools
 import json
+import linecache
 import os
+import re
 import sys
 import threading
 import types
@@ -133,6 +135,24 @@ def user_loc():
     if f is None:
         return {"file": "", "line": 0, "function": ""}
     return {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
+
+
+_ASSIGN_RE = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
+_ASSIGNED = {}  # (file, line) -> the variable a statement assigns to, or None
+
+
+def assigned_name():
+    """The variable the user's current statement assigns to (``x = nl.load(...)`` -> "x"), or None: the
+    kernel's names for tiles and tensors (errors, disasm, traces and analysis use them)."""
+    f = user_frame()
+    if f is None:
+        return None
+    key = (f.f_code.co_filename, f.f_lineno)
+    v = _ASSIGNED.get(key, False)
+    if v is False:
+        m = _ASSIGN_RE.match(linecache.getline(key[0], key[1]) or "")
+        v = _ASSIGNED[key] = m.group(1) if m and m.group(1) not in ("_", "__") else None
+    return v
 
 
 def make_error(cls, code, message, loc=None):
@@ -381,8 +401,47 @@ class NkiTensor:
                                                                     self.buffer)
 
     def __bool__(self):
-        raise make_error(KernelError, "NSIM-E404", "the truth value of a tensor is ambiguous (tensor values are "
-                         "not known while tracing)")
+        if self.size == 1:  # eager mode: a one-element tensor has a truth value, like numpy's
+            return bool(self.numpy().reshape(-1)[0])
+        raise make_error(KernelError, "NSIM-E404", "the truth value of a tensor of {} elements is ambiguous (use "
+                         "np.asarray(t).any() / .all() on its values)".format(self.size))
+
+    # --- values (eager mode: the ops traced so far run in the C++ core when a value is first asked for)
+    def numpy(self):
+        """The current values of this tensor (view) as a numpy array: the numerics of every instruction
+        traced so far, computed by the simulator core (debugging: print, pdb, branching on values)."""
+        tr = self._tracer if self._tracer is not None else active()
+        if tr is None:
+            raise make_error(KernelError, "NSIM-E404", "the values of '{}' are only known while its kernel "
+                             "runs".format(self.name))
+        return tr.eager().values(self)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def item(self):
+        a = self.numpy()
+        if a.size != 1:
+            raise make_error(KernelError, "NSIM-E404", "item(): '{}' has {} elements, not 1".format(self.name, a.size))
+        return a.reshape(-1)[0].item()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __str__(self):
+        try:
+            vals = self.numpy()
+        except NsimError:
+            raise
+        except Exception:  # pragma: no cover - values unavailable: the plain description
+            return repr(self)
+        if vals.dtype.kind not in "biuf":  # bf16 / fp8 (ml_dtypes) print as float32
+            vals = vals.astype(np.float32)
+        return "{} {} {} ({}):\n{}".format(self.name, tuple(self.shape), self._st.dtype, self.buffer, vals)
 
     # --- views --------------------------------------------------------------------------------
     def __getitem__(self, key):
@@ -477,7 +536,8 @@ class NkiTensor:
         return self.shape[0]
 
     def __iter__(self):
-        raise make_error(KernelError, "NSIM-E404", "tensors are not iterable while tracing")
+        raise make_error(KernelError, "NSIM-E404", "tensors are not iterable while tracing (their values are: "
+                         "iterate over np.asarray(t) or t.numpy())")
 
     # --- re-dimensioning views (reshape, view(dtype), broadcast_to, ...) -----------------------------
     def _flat(self):
@@ -752,6 +812,180 @@ _SLOT_KEYS = ("dst", "src", "data", "data1", "data2", "operand0", "operand1", "b
               "reduce_init")
 
 
+def device_print(prefix, tensor):
+    """``nl.device_print``: ``prefix`` and the current values of ``tensor`` on stdout (flushed)."""
+    vals = tensor.numpy() if isinstance(tensor, NkiTensor) else np.asarray(tensor)
+    if vals.dtype.kind not in "biuf":
+        vals = vals.astype(np.float32)
+    print("{} {}".format(prefix, vals), flush=True)
+
+
+class _Eager:
+    """Eager values of one kernel being traced. The instructions traced so far are replayed through a C++
+    ``_nsim.EagerSession`` (the simulator's own semantics, no timing) when a value is first asked for;
+    later requests run only the instructions traced since. The kernel's inputs are its array arguments."""
+
+    def __init__(self, tr):
+        self.tr = tr
+        self.session = None
+        self.synced = 0  # statements of tr.body already executed
+        self.allocs = {}  # tile name -> alloc dict (every tile the session knows)
+        self.declared = set()  # HBM tensor names declared in the session
+
+    def _start(self):
+        core = _core
+        if core is None:
+            from nsim import _core as core  # noqa: F811
+        self.session = core._nsim.EagerSession(self.tr.config, core._overrides(self.tr.overrides))
+
+    def sync(self):
+        tr = self.tr
+        if self.session is None:
+            self._start()
+        ses = self.session
+        for t in tr.tensors:
+            nm = t["name"]
+            if nm in self.declared:
+                continue
+            arr = tr.arguments.get(nm)
+            a = arr[0] if arr is not None else tr.constants.get(nm)
+            if a is not None:
+                a = np.asarray(_to_numpy(a))
+                a = a.reshape(t["shape"]) if a.ndim == 0 else a
+                if a.dtype != np_dtype(t["dtype"]):
+                    a = a.astype(np_dtype(t["dtype"]))
+            ses.add_input(nm, t["dtype"], [int(x) for x in t["shape"]], a)
+            self.declared.add(nm)
+        new = tr.body[self.synced:]
+        if not new:
+            return
+        ops = []
+        for st in new:
+            if "alloc" in st:
+                a = {k: v for k, v in st["alloc"].items() if k != "address"}
+                self.allocs[a["name"]] = a
+            elif "op" in st:
+                ops.append(st)
+        frag = {"nsim_kernel": 1, "name": tr.name + "__eager",
+                "tensors": [dict(t, kind="input") for t in tr.tensors],
+                "body": [{"alloc": a} for a in self.allocs.values()] + ops}
+        ses.run(json.dumps(frag))
+        self.synced += len(new)
+
+    def values(self, t):
+        """numpy array of the current values of view ``t``."""
+        if getattr(t, "_adv", None) is not None:
+            raise make_error(KernelError, "NSIM-E404", "the values of an nl.arange-indexed view of '{}' are not "
+                             "available: look at the whole tensor, or copy the view into a tile first".format(t.name))
+        self.sync()
+        base, off, pat = t._flat() if not getattr(t, "_t2d", False) else t._storage_order()._flat()
+        dt = np_dtype(base.dtype)
+        raw = self.session.read(base.name)
+        flat = np.frombuffer(raw, dtype=dt)
+        shape = [c for _, c in pat]
+        strides = [s * dt.itemsize for s, _ in pat]
+        out = np.lib.stride_tricks.as_strided(flat[off:], shape=shape, strides=strides).copy()
+        out = out.reshape(tuple(t._storage_order().shape if getattr(t, "_t2d", False) else t.shape))
+        return out.T.copy() if getattr(t, "_t2d", False) else out
+
+
+_AFFINE_MAX_WRITES = 4096  # writes remembered per (affine loop, tensor): bounds the check's cost
+
+_CHECK_TABLE = None
+
+
+def check_info(check):
+    """{code, check, fix} of a sanitizer check (the table is engines/check/checker.h, via _nsim)."""
+    global _CHECK_TABLE
+    if _CHECK_TABLE is None:
+        core = _core
+        if core is None:
+            from nsim import _core as core  # noqa: F811
+        _CHECK_TABLE = {c["check"]: dict(c) for c in core._nsim.check_table()}
+    return _CHECK_TABLE[check]
+
+
+def _exact_region(v, tracer):
+    """Per dim of the tensor (start, count, step) of an IR access (a name: the whole tensor)."""
+    if isinstance(v, str):
+        return tuple((0, n, 1) for n in tracer.shapes.get(v, ()))
+    out = []
+    for e in v.get("index", []):
+        if isinstance(e, int):
+            out.append((e, 1, 1))
+        elif "broadcast" in e:
+            out.append((e.get("start", 0), 1, 1))
+        else:
+            out.append((e.get("start", 0), e.get("size", 1), e.get("step", 1)))
+    return tuple(out)
+
+
+def _dims_overlap(a, b):
+    (s0, n0, k0), (s1, n1, k1) = a, b
+    if s0 + (n0 - 1) * k0 < s1 or s1 + (n1 - 1) * k1 < s0:
+        return False
+    if k0 == k1:
+        return (s0 - s1) % k0 == 0
+    if n0 * n1 <= 1 << 16:
+        return bool(set(range(s0, s0 + n0 * k0, k0)) & set(range(s1, s1 + n1 * k1, k1)))
+    return True
+
+
+def _regions_overlap(a, b):
+    if len(a) != len(b):
+        return True
+    return all(_dims_overlap(x, y) for x, y in zip(a, b))
+
+
+class AffineRange:
+    """``nl.affine_range(...)``: a range whose iterations the kernel promises are independent. Iterating
+    it (inside a kernel) tells the tracer which iteration runs, for the sanitizer's check of two
+    iterations writing the same bytes."""
+
+    __slots__ = ("_r",)
+
+    def __init__(self, r):
+        self._r = r
+
+    def __len__(self):
+        return len(self._r)
+
+    def __getitem__(self, i):
+        return self._r[i]
+
+    def __contains__(self, x):
+        return x in self._r
+
+    def __reversed__(self):
+        return reversed(self._r)
+
+    def __repr__(self):
+        return "affine_range({}, {}, {})".format(self._r.start, self._r.stop, self._r.step)
+
+    def __iter__(self):
+        tr = active()
+        if tr is None or not tr.check or len(self._r) < 2:
+            yield from self._r
+            return
+        f = _AffineFrame(user_loc())
+        tr._affine.append(f)
+        try:
+            for k, i in enumerate(self._r):
+                f.iteration = k
+                f.stamp = next(tr._stamps)
+                yield i
+        finally:
+            if f in tr._affine:
+                tr._affine.remove(f)
+
+
+class _AffineFrame:
+    __slots__ = ("loc", "iteration", "stamp", "writes", "reported")
+
+    def __init__(self, loc):
+        self.loc, self.iteration, self.stamp, self.writes, self.reported = loc, 0, 0, {}, False
+
+
 class Tracer:
     def __init__(self, name="kernel", tensor_cls=None):
         self.name = name
@@ -778,6 +1012,25 @@ class Tracer:
         self._order_groups = itertools.count(1)
         self.schedule = None
         self.constants = {}  # IR name -> numpy array (nl.shared_constant): extra inputs of the kernel
+        self.arguments = {}  # IR name -> (caller array, tensor): the kernel's array arguments (eager inputs)
+        self.config, self.overrides = "trn2", []  # where eager values are computed (the run's config)
+        self._eager = None  # _Eager: created when a value is first asked for
+        # the sanitizer's affine_range check (AffineRange): the open affine loops, innermost last, and per
+        # tile the iteration stamps of the loops open when it was made (a tile made inside an iteration
+        # is that iteration's own)
+        self._affine = []
+        self._birth = {}
+        self._stamps = itertools.count(1)
+        self.check_reports = []  # reports found while tracing (dicts, as Profile.check_reports)
+        self.check = False  # run the tracer's checks (options(check=...))
+        self._vars = {}  # tile name -> the variables its storage was assigned to (reuse: several)
+
+    def eager(self):
+        """The eager-values state of this kernel (created on first use: kernels that never look at a
+        value pay nothing)."""
+        if self._eager is None:
+            self._eager = _Eager(self)
+        return self._eager
 
     def constant(self, array, name=None):
         """An HBM input tensor holding ``array`` (``nl.shared_constant``)."""
@@ -819,7 +1072,10 @@ class Tracer:
         shape = tuple(int(s) for s in shape)
         if not shape or any(s < 1 for s in shape):
             raise make_error(KernelError, "NSIM-E404", "bad HBM tensor shape {}".format(shape))
+        name = name or (assigned_name() if kind == "internal" else None)
         name = self.unique_name(name or "hbm", numbered=not name)
+        if self._affine:
+            self._birth[name] = frozenset(f.stamp for f in self._affine)
         st = _Storage(name, "hbm", dt, shape)
         d = {"name": name, "buffer": "hbm", "kind": kind, "dtype": dt, "shape": list(shape)}
         self.tensors.append(d)
@@ -836,6 +1092,9 @@ class Tracer:
         if len(shape) < 2 or len(shape) > 5 or any(s < 1 for s in shape):
             raise make_error(KernelError, "NSIM-E404", "an on-chip tensor needs 2..5 positive dims (partition "
                              "dim first), got shape {}".format(shape))
+        hint = None if name else assigned_name()
+        # the pool of reusable storage is by kind only (not by name): reusing storage exactly as before keeps
+        # the compiler model's placement and so the timing; a reused storage keeps its first name
         key = (buffer, dt, shape)
         if self.reuse_tiles and not name and address is None:
             # Reuse the storage of a tile of the same kind whose Python object is gone: the kernel can no
@@ -844,11 +1103,19 @@ class Tracer:
             free = self._pool_free.get(key)
             if free:
                 nm = free.pop(0)
+                if hint:
+                    self._vars.setdefault(nm, []).append(hint)
+                if self._affine:
+                    self._birth[nm] = frozenset(f.stamp for f in self._affine)
                 st = _Storage(nm, buffer, dt, shape)
                 self._track(st, key)
                 self.open_groups.pop(nm, None)
                 return self.tensor_cls(st, None, self)
-        nm = self.unique_name(name or "t", numbered=not name)
+        nm = self.unique_name(name or hint or "t", numbered=not (name or hint))
+        if hint:
+            self._vars.setdefault(nm, []).append(hint)
+        if self._affine:
+            self._birth[nm] = frozenset(f.stamp for f in self._affine)
         st = _Storage(nm, buffer, dt, shape)
         self.buffers[nm] = buffer
         self.shapes[nm] = shape
@@ -916,6 +1183,8 @@ class Tracer:
         return all(x0 <= y1 and y0 <= x1 for (x0, x1), (y0, y1) in zip(a, b))
 
     def _track_accesses(self, stmt):
+        if self._affine:
+            self._affine_writes(stmt)
         is_mm = stmt["op"] == "nc_matmul"
         for slot, v in self._operands(stmt):
             name = v if isinstance(v, str) else v["tensor"]
@@ -934,6 +1203,46 @@ class Tracer:
                     for g in [g for g in groups if self._overlap(g, reg)]:
                         groups.discard(g)
 
+    def _affine_writes(self, stmt):
+        """The sanitizer's affine_range check: a write (not an accumulation) to bytes an earlier iteration
+        of an enclosing affine_range wrote, to a tensor that is not the iteration's own."""
+        if "accumulate" in (stmt.get("flags") or ()):
+            return  # accumulation (PSUM matmul groups, dma_copy +=) is a legal reduction across iterations
+        for slot in ("dst", "reduce_res"):
+            v = stmt.get(slot)
+            if v is None:
+                continue
+            name = v if isinstance(v, str) else v["tensor"]
+            reg = _exact_region(v, self)
+            born = self._birth.get(name, ())
+            for f in self._affine:
+                if f.stamp in born:
+                    continue
+                seen = f.writes.setdefault(name, [])
+                if not f.reported:
+                    for it, r, loc in seen:
+                        if it != f.iteration and _regions_overlap(r, reg):
+                            f.reported = True
+                            self._report_affine(stmt, slot, name, f, it, loc)
+                            break
+                if len(seen) < _AFFINE_MAX_WRITES:
+                    seen.append((f.iteration, reg, stmt.get("loc")))
+
+    def _report_affine(self, stmt, slot, name, f, it, loc):
+        info = check_info("affine-write-conflict")
+        where = stmt.get("loc") or {}
+        first = "{}:{}".format(os.path.basename(loc.get("file", "")), loc.get("line", 0)) if loc else "?"
+        detail = ("iteration {} of the affine_range at {}:{} writes {} bytes that iteration {} wrote (at {}); "
+                  "affine_range iterations may run in any order").format(
+                      f.iteration, os.path.basename(f.loc.get("file", "")), f.loc.get("line", 0), slot, it, first)
+        r = {"code": info["code"], "check": info["check"], "fix": info["fix"], "op": stmt["op"], "tensor": name,
+             "slot": -1, "detail": detail, "file": where.get("file", ""), "line": where.get("line", 0),
+             "function": where.get("function", ""), "instruction": -1, "count": 1}
+        r["message"] = "{} {}: {} on '{}' ({}){}. Fix: {}".format(
+            r["code"], r["check"], r["op"], name, detail,
+            " [at {}:{} ({})]".format(r["file"], r["line"], r["function"]) if r["file"] else "", r["fix"])
+        self.check_reports.append(r)
+
     def matmul_accumulates(self, dst, accumulate):
         """nc_matmul(accumulate=None): overwrite unless a matmul already opened a group on exactly this
         PSUM region (and no other instruction touched it since)."""
@@ -942,6 +1251,25 @@ class Tracer:
         acc = dst.access()
         name, reg = self._region_of(acc, self)
         return reg in self.open_groups.get(name, ())
+
+    def name_shared_tiles(self):
+        """A tile storage reused for several variables (the compiler's buffer reuse of dead tiles) is named
+        after all of them ("at_or_bt"), so no message names one variable for another's data."""
+        rename = {}
+        for nm, hints in self._vars.items():
+            distinct = list(dict.fromkeys(hints))
+            if len(distinct) > 1:
+                rename[nm] = self.unique_name("_or_".join(distinct[:3]) + ("_etc" if len(distinct) > 3 else ""))
+        if not rename:
+            return
+        for st in self.body:
+            a = st.get("alloc")
+            if a is not None and a.get("name") in rename:
+                a["name"] = rename[a["name"]]
+        _retarget(self.body, rename)
+        for r in self.check_reports:
+            r["tensor"] = rename.get(r["tensor"], r["tensor"])
+        self._vars = {}
 
     def to_json(self):
         k = {"nsim_kernel": 1, "name": self.name, "tensors": [dict(t) for t in self.tensors], "body": self.body}
@@ -1069,14 +1397,15 @@ def _is_array(x):
 class TraceResult:
     """What one traced call produced: the kernel dict and how to map results back."""
 
-    def __init__(self, kernel, inputs, ret_spec, writeback):
+    def __init__(self, kernel, inputs, ret_spec, writeback, check_reports=()):
+        self.check_reports = list(check_reports)  # the sanitizer's reports found while tracing
         self.kernel = kernel
         self.inputs = inputs  # IR name -> numpy array
         self.ret_spec = ret_spec  # nested structure of output names / None / passthrough
         self.writeback = writeback  # list of (caller array, IR output name)
 
 
-def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None):
+def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=None, overrides=None, check=False):
     """Run ``fn`` under a fresh tracer; return a TraceResult. ``tensor_cls``: the NkiTensor subclass the
     tensors of this kernel are made of (a dialect frontend's view class). ``schedule``: with_schedule
     edges [(after, [before, ...]), ...], checked against the op labels once the kernel has run."""
@@ -1086,7 +1415,12 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None):
     except TypeError as e:
         raise make_error(KernelError, "NSIM-E404", "bad kernel arguments: {}".format(e))
     tr = Tracer(name or getattr(fn, "__name__", "kernel"), tensor_cls=tensor_cls)
-    arrays = {}  # IR name -> (caller array, tensor)
+    if config is not None:
+        tr.config = config
+    if overrides:
+        tr.overrides = overrides
+    tr.check = bool(check)
+    arrays = tr.arguments  # IR name -> (caller array, tensor)
     call_args = {}
     with tr:
         for pname, val in bound.arguments.items():
@@ -1152,9 +1486,10 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None):
                                  "loc": {"file": "", "line": 0, "function": "nsim: copy of written argument"}})
             _retarget(tr.body, rename)
         ret_spec = spec(ret)
+        tr.name_shared_tiles()
         tr.body[:0] = prologue
         tr.set_schedule(schedule)
-    return TraceResult(tr.to_json(), inputs, ret_spec, writeback)
+    return TraceResult(tr.to_json(), inputs, ret_spec, writeback, tr.check_reports)
 
 
 def _arg(tr, name, val, arrays):
@@ -1215,7 +1550,12 @@ def run(tres, config="trn2", **sim_kwargs):
         inputs[n] = a.reshape(-1) if a.ndim == 0 else a
         if inputs[n].dtype != want:
             inputs[n] = inputs[n].astype(want)
-    outputs, profile = simulate_json(k, inputs=inputs, config=config, **sim_kwargs)
+    check = sim_kwargs.pop("check", False)
+    outputs, profile = simulate_json(k, inputs=inputs, config=config, check=bool(check), **sim_kwargs)
+    if check:
+        profile.check_reports = list(getattr(tres, "check_reports", ())) + profile.check_reports
+        if profile.check_reports:
+            report_checks(profile.check_reports, strict=(check == "strict"))
 
     def conv(name):
         if name not in outputs:  # timing_only: no numerics, no output arrays
@@ -1251,6 +1591,30 @@ def run(tres, config="trn2", **sim_kwargs):
                 except Exception:
                     pass
     return build(tres.ret_spec), outputs, profile
+
+
+class CheckWarning(UserWarning):
+    """A report of the sanitizer (``options(check=True)``): ``.report`` is the dict of the report (code,
+    check, op, tensor, detail, file, line, function, instruction, count, fix, message)."""
+
+    def __init__(self, report):
+        self.report = dict(report)
+        super().__init__(self.report["message"])
+
+
+def report_checks(reports, strict=False):
+    """Issue the sanitizer's reports as CheckWarning warnings attributed to the kernel's line (or, with
+    ``strict``, raise the first as a KernelError)."""
+    import warnings
+
+    for r in reports:
+        if strict:
+            raise make_error(KernelError, r["code"], r["message"], {"file": r["file"], "line": r["line"],
+                                                                   "function": r["function"]})
+        if r.get("file") and r.get("line"):
+            warnings.warn_explicit(CheckWarning(r), CheckWarning, r["file"], int(r["line"]))
+        else:
+            warnings.warn(CheckWarning(r), stacklevel=3)
 
 
 def dumps(kernel):

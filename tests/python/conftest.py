@@ -65,3 +65,9 @@ def nsim_bin():
     if not (os.path.isfile(NSIM_BIN) and os.access(NSIM_BIN, os.X_OK)):
         pytest.skip("{} not built (cmake --build build --target nsim)".format(NSIM_BIN))
     return NSIM_BIN
+
+
+def pytest_configure(config):
+    """A sanitizer report (nsim's options(check=True), on by default) from any kernel run by the tests is
+    an error: no example or library kernel may trigger one (tests expecting one catch it explicitly)."""
+    config.addinivalue_line("filterwarnings", "error::nsim.tracer.CheckWarning")

@@ -119,8 +119,9 @@ def test_example_matches_reference(nsim_bin, example_inputs, tmp_path, name, pre
     in_dir, _, ref = example_inputs(name)
     out_dir = tmp_path / "out"
     stats = tmp_path / "stats.json"
-    _run(nsim_bin, [_example_file(name), "--config", preset, "--inputs", str(in_dir), "--outputs", str(out_dir),
-                    "--stats", str(stats)], REPO_ROOT)
+    r = _run(nsim_bin, [_example_file(name), "--config", preset, "--inputs", str(in_dir), "--outputs", str(out_dir),
+                        "--stats", str(stats), "--check"], REPO_ROOT)
+    assert "NSIM-W" not in r.stderr, r.stderr  # the sanitizer (docs/debugging.md) finds nothing in an example
     for out_name, expected in ref.items():
         got = _load_npy(out_dir / (out_name + ".npy"))
         assert got.shape == expected.shape

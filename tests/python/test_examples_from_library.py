@@ -102,8 +102,10 @@ def test_library_file_runs_and_matches_reference(nsim_bin, generated, tmp_path, 
     np.savez(npz, **inputs)
     out_dir = tmp_path / "out"
     r = subprocess.run([nsim_bin, "run", str(generated / (name + ".json")), "--config", preset, "--inputs", str(npz),
-                        "--outputs", str(out_dir)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
+                        "--outputs", str(out_dir), "--check"], capture_output=True, text=True, cwd=REPO_ROOT,
+                       timeout=600)
     assert r.returncode == 0, "nsim run failed (exit {}):\n{}\n{}".format(r.returncode, r.stdout, r.stderr)
+    assert "NSIM-W" not in r.stderr, r.stderr  # the sanitizer (docs/debugging.md) finds nothing
     names, refs = _outputs(tres.ret_spec), _refs(reference(*args))
     assert names and len(names) == len(refs)
     tol = 2e-2 if np.dtype(args[0].dtype) == BF16 else 1e-5

@@ -317,7 +317,14 @@ def test_b1_masked_reductions(b1):
         return out
 
     a = _rand((128, 64), seed=9)
-    r = k(a, 100)
+    # Known imprecision of nsim's Beta-1 masked assignment (docs/debugging.md): the masked reduction fills
+    # rows < 100 of a temporary, then `res[:, 0] = ...` copies all 128 rows of it into res, so rows >= 100
+    # read never-written memory (on hardware the instruction writes res directly and leaves them alone).
+    # The sanitizer finds exactly that.
+    import nsim
+
+    with pytest.warns(nsim.tracer.CheckWarning, match=r"NSIM-W501 uninitialized-read: tensor_copy .*partition 100"):
+        r = k(a, 100)
     _close(r[:100, 0], a[:100].sum(1))
     _close(r[:100, 1], a[:100, :32].max(1))
     _close(r[:, 2], a[:, 16:].mean(1))

@@ -321,7 +321,7 @@ def _range(start, stop=None, step=1):
 
 
 def affine_range(start, stop=None, step=1):
-    return _range(start, stop, step)
+    return _tr.AffineRange(_range(start, stop, step))
 
 
 def sequential_range(start, stop=None, step=1):
@@ -960,7 +960,9 @@ def load_transpose2d(src, dtype=None, name=None, **kwargs):
 
 
 def device_print(print_prefix, tensor, name=None, **kwargs):
-    """Accepted; nsim does not print tensor values while tracing."""
+    """``nl.device_print(prefix, tensor)``: prints ``prefix`` and the tensor's current values right away
+    (eager mode: the instructions traced so far run in the simulator core)."""
+    _tr.device_print(print_prefix, tensor)
     return None
 
 

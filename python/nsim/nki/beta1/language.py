@@ -1245,7 +1245,9 @@ def static_cast(x, dtype):
 
 
 def device_print(prefix, x, *, mask=None, **kwargs):
-    """Accepted; nsim does not print tensor values while tracing."""
+    """``nl.device_print(prefix, x)``: prints ``prefix`` and the current values of ``x`` right away (eager
+    mode: the instructions traced so far run in the simulator core)."""
+    _tr.device_print(prefix, x)
     return None
 
 

@@ -1,0 +1,434 @@
+"""Debugging kernels (docs/debugging.md): eager values while tracing (print, np.asarray, .numpy(),
+nl.device_print, pdb), the sanitizer (options(check=...)) and the kernel's variable names in messages."""
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from conftest import NSIM_BIN, REPO_ROOT, require_core  # noqa: E402
+
+_core, ml_dtypes = require_core()
+
+import nsim  # noqa: E402
+from nsim import nki, tracer  # noqa: E402
+import nsim.nki.language as nl  # noqa: E402
+import nsim.nki.isa as nisa  # noqa: E402
+
+HERE = os.path.abspath(__file__)
+
+
+def _line_of(text):
+    """Line number in this file of the first line containing ``text``."""
+    with open(HERE) as f:
+        for i, line in enumerate(f, 1):
+            if text in line and "_line_of" not in line:
+                return i
+    raise AssertionError(text)
+
+
+# --------------------------------------------------------------------------------------------------
+# eager values: new dialect
+# --------------------------------------------------------------------------------------------------
+
+SEEN = {}
+
+
+@nki.jit
+def add_and_look(a, b):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    at = nl.ndarray((128, 64), a.dtype, buffer=nl.sbuf)
+    bt = nl.ndarray((128, 64), a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=at, src=a)
+    nisa.dma_copy(dst=bt, src=b)
+    ct = nl.ndarray((128, 64), a.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=ct, data1=at, data2=bt, op=nl.add)
+    print(ct)
+    SEEN["asarray"] = np.asarray(ct)
+    SEEN["numpy_view"] = ct[0:4, 8:16].numpy()
+    nl.device_print("ct row 0:", ct[0:1, 0:8])
+    # Python may branch on values: scale by 2 only when the sum is positive
+    if np.asarray(ct).sum() > 0:
+        nisa.tensor_scalar(dst=ct, data=ct, op0=nl.multiply, operand0=2.0)
+    SEEN["after"] = ct.numpy()
+    if ct[0:1, 0:1]:  # a one-element tensor has a truth value (its value is not 0)
+        SEEN["branched"] = True
+    nisa.dma_copy(dst=out, src=ct)
+    return out
+
+
+def test_eager_values_new_dialect(capsys):
+    SEEN.clear()
+    a = np.random.RandomState(0).rand(128, 64).astype(np.float32)
+    b = np.random.RandomState(1).rand(128, 64).astype(np.float32)
+    out = add_and_look(a, b)
+    np.testing.assert_allclose(out, 2 * (a + b), rtol=1e-6)
+    np.testing.assert_allclose(SEEN["asarray"], a + b, rtol=1e-6)
+    np.testing.assert_allclose(SEEN["numpy_view"], (a + b)[0:4, 8:16], rtol=1e-6)
+    np.testing.assert_allclose(SEEN["after"], out, rtol=1e-6)
+    assert SEEN["branched"]
+    text = capsys.readouterr().out
+    assert "ct (128, 64) float32 (sbuf)" in text
+    assert "ct row 0:" in text
+    first = text.split("ct row 0:")[1].split("]]")[0]
+    vals = np.array([float(x) for x in first.replace("[", " ").split()])
+    np.testing.assert_allclose(vals, (a + b)[0, 0:8], rtol=1e-5)
+
+
+def test_eager_values_negative_branch_takes_the_other_path():
+    SEEN.clear()
+    a = -np.ones((128, 64), np.float32)
+    out = add_and_look(a, a)
+    np.testing.assert_allclose(out, a + a)  # sum <= 0: not scaled
+
+
+@nki.jit
+def matmul_look(x, w):
+    xt = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+    wt = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=xt, src=x)
+    nisa.dma_copy(dst=wt, src=w)
+    ps = nl.ndarray((128, 64), nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=ps, stationary=xt, moving=wt)
+    SEEN["psum"] = ps.numpy()
+    res = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=ps)
+    out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+def test_eager_values_of_psum_match_the_output():
+    SEEN.clear()
+    rs = np.random.RandomState(2)
+    x = rs.rand(128, 128).astype(np.float32)
+    w = rs.rand(128, 64).astype(np.float32)
+    out = matmul_look(x, w)
+    np.testing.assert_array_equal(SEEN["psum"], out)  # the same C++ semantics, bit for bit
+    np.testing.assert_allclose(out, x.T @ w, rtol=1e-2)
+
+
+def test_kernels_that_never_read_values_create_no_session():
+    a = np.ones((128, 64), np.float32)
+    tres = tracer.trace(nki.jit(lambda a: a).fn, (a,), {})
+    assert tres is not None
+    seen = {}
+
+    @nki.jit
+    def k(a):
+        t = nl.ndarray((128, 64), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        seen["eager"] = tracer.active()._eager
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    np.testing.assert_array_equal(k(a), a)
+    assert seen["eager"] is None
+
+
+# --------------------------------------------------------------------------------------------------
+# eager values: Beta-1 dialect
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def b1():
+    from nsim import compat
+
+    was = compat.installed()
+    before = {n for n in sys.modules if n.split(".", 1)[0] in ("nki", "neuronxcc")}
+    compat.install()
+    import neuronxcc.nki as bnki
+    import neuronxcc.nki.language as bnl
+    yield bnki, bnl
+    if not was:
+        compat.uninstall()
+        for n in [n for n in sys.modules if n.split(".", 1)[0] in ("nki", "neuronxcc") and n not in before]:
+            sys.modules.pop(n, None)
+
+
+def test_eager_values_beta1(b1, capsys):
+    bnki, bnl = b1
+    seen = {}
+
+    @bnki.jit
+    def k(a, b):
+        out = bnl.ndarray(a.shape, dtype=a.dtype, buffer=bnl.shared_hbm)
+        at = bnl.load(a)
+        bt = bnl.load(b)
+        s = bnl.add(at, bt)
+        print(s)
+        seen["asarray"] = np.asarray(s)
+        seen["numpy"] = s.numpy()
+        bnl.device_print("sum=", s)
+        if s[0:1, 0:1] > 0.5:  # a tile comparison, then the truth value of its one element
+            seen["branched"] = True
+        bnl.store(out, value=s)
+        return out
+
+    a = np.arange(128 * 32, dtype=np.float32).reshape(128, 32)
+    b = np.ones((128, 32), np.float32)
+    out = k(a, b)
+    np.testing.assert_allclose(out, a + b)
+    np.testing.assert_allclose(seen["asarray"], out)
+    np.testing.assert_allclose(seen["numpy"], out)
+    assert seen["branched"]
+    text = capsys.readouterr().out
+    assert "sum= [[" in text and "s (128, 32) float32 (sbuf)" in text
+
+
+# --------------------------------------------------------------------------------------------------
+# pdb inside a kernel, driven through stdin
+# --------------------------------------------------------------------------------------------------
+
+_PDB_SCRIPT = """
+import numpy as np
+from nsim import nki
+import nsim.nki.language as nl
+import nsim.nki.isa as nisa
+
+@nki.jit
+def k(a):
+    tile = nl.ndarray((128, 8), a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=a)
+    nisa.tensor_scalar(dst=tile, data=tile, op0=nl.add, operand0=0.5)
+    breakpoint()
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tile)
+    return out
+
+a = np.full((128, 8), 41.0, np.float32)
+print("result", float(k(a)[3, 4]))
+"""
+
+
+def test_breakpoint_inside_a_kernel_with_pdb_on_stdin(tmp_path):
+    script = tmp_path / "kern.py"
+    script.write_text(_PDB_SCRIPT)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO_ROOT, "python"), os.path.join(REPO_ROOT, "build", "python"),
+                                         env.get("PYTHONPATH", "")])
+    env.pop("PYTHONBREAKPOINT", None)
+    p = subprocess.run([sys.executable, str(script)], input="p tile.numpy()[3, 4] * 2\np tile.shape\nc\n",
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "(Pdb)" in p.stdout
+    assert "83.0" in p.stdout  # (41 + 0.5) * 2, computed by the simulator core at the breakpoint
+    assert "(128, 8)" in p.stdout
+    assert "result 41.5" in p.stdout
+
+
+# --------------------------------------------------------------------------------------------------
+# the sanitizer
+# --------------------------------------------------------------------------------------------------
+
+
+def _reports(kernel, *args, check=True):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        _, prof = kernel.options(check=check).simulate(*args)
+    got = [x.message.report for x in w if issubclass(x.category, tracer.CheckWarning)]
+    assert got == prof.check_reports
+    return got
+
+
+def _fresh_read(fixed):
+    @nki.jit
+    def k(a):
+        at = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=at, src=a)
+        acc = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        if fixed:
+            nisa.memset(dst=acc, value=0.0)
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=at, op=nl.add)  # BUG-READ
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=acc)
+        return out
+    return k
+
+
+def test_check_uninitialized_read():
+    a = np.ones((128, 64), np.float32)
+    reps = _reports(_fresh_read(False), a)
+    assert len(reps) == 1
+    r = reps[0]
+    assert r["check"] == "uninitialized-read" and r["code"] == "NSIM-W501"
+    assert r["op"] == "tensor_tensor" and r["tensor"] == "acc"
+    assert r["line"] == _line_of("# BUG-READ") and r["file"] == HERE
+    assert "8192 sbuf never-written elements of data1" in r["detail"]
+    assert "uninitialized-read" in r["message"] and "'acc'" in r["message"] and "Fix:" in r["message"]
+    assert _reports(_fresh_read(True), a) == []
+
+
+def test_check_from_the_command_line(tmp_path):
+    if not os.path.exists(NSIM_BIN):
+        pytest.skip("no nsim binary")
+    a = np.ones((128, 64), np.float32)
+    for fixed in (False, True):
+        path = tmp_path / "k{}.json".format(int(fixed))
+        path.write_text(tracer.dumps(_fresh_read(fixed).to_json(a)))
+        r = subprocess.run([NSIM_BIN, "run", str(path), "--check", "-q"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        if fixed:
+            assert "NSIM-W" not in r.stderr
+        else:
+            assert "nsim: warning: NSIM-W501 uninitialized-read: tensor_tensor on 'acc'" in r.stderr
+            assert "test_debugging.py:{}".format(_line_of("# BUG-READ")) in r.stderr
+        r = subprocess.run([NSIM_BIN, "run", str(path), "-q"], capture_output=True, text=True, timeout=120)
+        assert "NSIM-W" not in r.stderr  # off unless asked for
+
+
+def test_check_strict_raises_and_off_is_silent():
+    a = np.ones((128, 64), np.float32)
+    with pytest.raises(nsim.NsimError) as e:
+        _fresh_read(False).options(check="strict").simulate(a)
+    assert e.value.code == "NSIM-W501" and "acc" in str(e.value)
+    assert _reports(_fresh_read(False), a, check=False) == []
+
+
+def _accumulate(fixed):
+    @nki.jit
+    def k(x, w):
+        xt = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+        wt = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xt, src=x)
+        nisa.dma_copy(dst=wt, src=w)
+        ps = nl.ndarray((128, 64), nl.float32, buffer=nl.psum)
+        for i in range(2):
+            nisa.nc_matmul(dst=ps, stationary=xt, moving=wt, accumulate=(i > 0) if fixed else True)  # BUG-ACC
+        res = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=ps)
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+    return k
+
+
+def test_check_psum_accumulate_uninitialized():
+    rs = np.random.RandomState(3)
+    x = rs.rand(128, 128).astype(np.float32)
+    w = rs.rand(128, 64).astype(np.float32)
+    reps = _reports(_accumulate(False), x, w)
+    assert [r["check"] for r in reps] == ["psum-accumulate-uninitialized"]
+    r = reps[0]
+    assert r["code"] == "NSIM-W502" and r["op"] == "nc_matmul" and r["tensor"] == "ps"
+    assert r["line"] == _line_of("# BUG-ACC")
+    assert _reports(_accumulate(True), x, w) == []
+
+
+def _log(fixed):
+    @nki.jit
+    def k(a):
+        xt = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xt, src=a)
+        if fixed:
+            nisa.tensor_scalar(dst=xt, data=xt, op0=nl.add, operand0=1.0)
+        lg = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=lg, op=nl.log, data=xt)  # BUG-NAN
+        out = nl.ndarray((128, 16), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=lg)
+        return out
+    return k
+
+
+def test_check_first_nan_from_finite_inputs():
+    a = np.zeros((128, 16), np.float32)
+    reps = _reports(_log(False), a)
+    assert [r["check"] for r in reps] == ["nan-produced"]
+    r = reps[0]
+    assert r["code"] == "NSIM-W503" and r["op"] == "activation" and r["tensor"] == "lg"
+    assert r["line"] == _line_of("# BUG-NAN") and "-inf" in r["detail"]
+    assert _reports(_log(True), a) == []
+
+
+def test_check_nan_from_nan_input_is_not_reported():
+    a = np.full((128, 16), np.nan, np.float32)
+    assert _reports(_log(True), a) == []
+
+
+def _affine(fixed):
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        scratch = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(4):
+            if fixed:  # each iteration its own tile
+                scratch = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=scratch, src=a[:, i * 16:(i + 1) * 16])  # BUG-AFFINE
+            nisa.tensor_scalar(dst=scratch, data=scratch, op0=nl.add, operand0=1.0)
+            nisa.dma_copy(dst=out[:, i * 16:(i + 1) * 16], src=scratch)
+        return out
+    return k
+
+
+def test_check_affine_range_write_conflict():
+    a = np.random.RandomState(5).rand(128, 64).astype(np.float32)
+    reps = _reports(_affine(False), a)
+    assert [r["check"] for r in reps] == ["affine-write-conflict"]
+    r = reps[0]
+    assert r["code"] == "NSIM-W504" and r["op"] == "dma_copy" and r["tensor"] == "scratch"
+    assert r["line"] == _line_of("# BUG-AFFINE") and r["file"] == HERE
+    assert "iteration 1 of the affine_range" in r["detail"] and "iteration 0" in r["detail"]
+    assert _reports(_affine(True), a) == []
+    # the same loop as sequential_range is legal
+    assert not tracer.active()
+
+
+def test_check_affine_range_accumulation_is_legal():
+    rs = np.random.RandomState(6)
+    x = rs.rand(128, 128).astype(np.float32)
+    w = rs.rand(128, 64).astype(np.float32)
+
+    @nki.jit
+    def k(x, w):
+        xt = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+        wt = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xt, src=x)
+        nisa.dma_copy(dst=wt, src=w)
+        ps = nl.ndarray((128, 64), nl.float32, buffer=nl.psum)
+        for i in nl.affine_range(3):
+            nisa.nc_matmul(dst=ps, stationary=xt, moving=wt)
+        res = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=ps)
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    assert _reports(k, x, w) == []
+
+
+@pytest.mark.parametrize("name", sorted(__import__("nsim.kernels", fromlist=["KERNELS"]).KERNELS))
+def test_library_kernels_report_nothing(name):
+    from nsim import kernels as K
+    kernel, _ref, make_inputs = K.KERNELS[name]
+    assert _reports(kernel, *make_inputs(1)) == []
+
+
+# --------------------------------------------------------------------------------------------------
+# names: tiles and tensors carry the kernel's variable names
+# --------------------------------------------------------------------------------------------------
+
+
+def test_tiles_are_named_after_their_variables():
+    a = np.ones((128, 64), np.float32)
+    kern = add_and_look.to_json(a, a)
+    allocs = [s["alloc"]["name"] for s in kern["body"] if "alloc" in s]
+    assert {"at", "bt", "ct"} <= set(allocs)
+    assert "out" in [t["name"] for t in kern["tensors"]]
+    lines = nsim.disasm_json(kern)
+    assert any(l.startswith("tensor_tensor") and l.endswith("[dst=ct data1=at data2=bt]") for l in lines), lines
+
+
+def test_errors_name_the_variable():
+    @nki.jit
+    def k(a):
+        my_tile = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=my_tile, src=a)
+        return my_tile[:, 70:80]
+
+    with pytest.raises(nsim.NsimError) as e:
+        k(np.ones((128, 64), np.float32))
+    assert "my_tile" in str(e.value)
