@@ -33,6 +33,28 @@ void EagerSession::add_hbm(const std::string& name, const std::vector<int64_t>& 
   std::memcpy(mem_.hbm_data(name), bytes.data(), bytes.size());
 }
 
+int64_t EagerSession::place(const Tensor& t, int64_t bytes) {
+  // Bump allocation, never freed (the tracer reuses tile names, so the names stay few). PSUM: a tile of at
+  // most one bank never straddles two (the PSUM bank rule), a larger one starts on a bank.
+  const bool psum = t.space == Space::kPsum;
+  const int64_t align = std::max<int64_t>(4, p_.dep_chunk_bytes);
+  int64_t& next = psum ? psum_next_ : sbuf_next_;
+  int64_t off = (next + align - 1) / align * align;
+  if (psum) {
+    const int64_t bank = p_.mem.psum_bank_bytes;
+    if (bytes > bank || off % bank + bytes > bank) off = (off + bank - 1) / bank * bank;
+  }
+  const int64_t cap = psum ? p_.mem.psum_bytes_per_partition() : p_.mem.sbuf_bytes_per_partition;
+  if (off + bytes > cap)
+    throw Error(psum ? ErrorCode::kPsumOverflow : ErrorCode::kSbufOverflow,
+                fmt::format("eager values: tile '{}' ({} bytes per partition) does not fit in {}: the eager session "
+                            "keeps every tile name of the kernel in its own storage ({} of {} bytes in use)",
+                            t.name, bytes, isa::space_name(t.space), off, cap),
+                t.loc);
+  next = off + bytes;
+  return off;
+}
+
 uint64_t EagerSession::run(const std::string& fragment) {
   const Kernel k = parse_kernel_json(fragment, "eager");
   std::vector<int64_t> base(k.tensors.size(), 0);
@@ -47,7 +69,7 @@ uint64_t EagerSession::run(const std::string& fragment) {
     if (it == tiles_.end()) {  // a new tile: its own storage for the rest of the session
       int64_t bytes = dtype_bytes(t.dtype);
       for (size_t d = 1; d < t.shape.size(); ++d) bytes *= t.shape[d];
-      Tile tl{t.space, t.dtype, t.shape, mem_.alloc_onchip(t.space, bytes)};
+      Tile tl{t.space, t.dtype, t.shape, place(t, bytes)};
       it = tiles_.emplace(t.name, std::move(tl)).first;
     }
     base[i] = it->second.offset;

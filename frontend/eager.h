@@ -16,6 +16,8 @@
 
 namespace nsim::frontend {
 
+struct Tensor;
+
 class EagerSession {
  public:
   explicit EagerSession(const sim::Config& cfg);
@@ -38,12 +40,15 @@ class EagerSession {
     std::vector<int64_t> shape;
     int64_t offset = 0;
   };
+  int64_t place(const Tensor& t, int64_t bytes);  ///< byte offset of a new tile in its space
+
   engines::CoreParams p_;
   isa::Limits limits_;
   memory::Memory mem_;
   isa::ArchState st_;
   std::map<std::string, Tile> tiles_;
   uint64_t executed_ = 0;
+  int64_t sbuf_next_ = 0, psum_next_ = 0;  ///< bump pointers of place()
 };
 
 }  // namespace nsim::frontend
