@@ -141,10 +141,11 @@ _ASSIGN_RE = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
 _ASSIGNED = {}  # (file, line) -> the variable a statement assigns to, or None
 
 
-def assigned_name():
-    """The variable the user's current statement assigns to (``x = nl.load(...)`` -> "x"), or None: the
-    kernel's names for tiles and tensors (errors, disasm, traces and analysis use them)."""
-    f = user_frame()
+def assigned_name(f=None):
+    """The variable the user's current statement (in frame ``f``, default the user's frame) assigns to
+    (``x = nl.load(...)`` -> "x"), or None: the kernel's names for tiles and tensors (errors, disasm, traces
+    and analysis use them)."""
+    f = f if f is not None else user_frame()
     if f is None:
         return None
     key = (f.f_code.co_filename, f.f_lineno)
@@ -1092,7 +1093,8 @@ class Tracer:
         if len(shape) < 2 or len(shape) > 5 or any(s < 1 for s in shape):
             raise make_error(KernelError, "NSIM-E404", "an on-chip tensor needs 2..5 positive dims (partition "
                              "dim first), got shape {}".format(shape))
-        hint = None if name else assigned_name()
+        frame = user_frame()
+        hint = None if name else assigned_name(frame)
         # the pool of reusable storage is by kind only (not by name): reusing storage exactly as before keeps
         # the compiler model's placement and so the timing; a reused storage keeps its first name
         key = (buffer, dt, shape)
@@ -1146,8 +1148,8 @@ class Tracer:
             if "loc" not in stmt:
                 stmt["loc"] = user_loc()
             self._track_accesses(stmt)
-        elif "alloc" in stmt:
-            stmt["alloc"].setdefault("loc", user_loc())
+        elif "alloc" in stmt and "loc" not in stmt["alloc"]:
+            stmt["alloc"]["loc"] = user_loc()
         self.body.append(stmt)
         return stmt
 
@@ -1262,11 +1264,20 @@ class Tracer:
                 rename[nm] = self.unique_name("_or_".join(distinct[:3]) + ("_etc" if len(distinct) > 3 else ""))
         if not rename:
             return
-        for st in self.body:
+        slots = frozenset(_SLOT_KEYS)
+        for st in self.body:  # the tracer's body is flat (loops are unrolled)
             a = st.get("alloc")
-            if a is not None and a.get("name") in rename:
-                a["name"] = rename[a["name"]]
-        _retarget(self.body, rename)
+            if a is not None:
+                if a["name"] in rename:
+                    a["name"] = rename[a["name"]]
+                continue
+            for k, v in st.items():
+                if k in slots:
+                    if isinstance(v, str):
+                        if v in rename:
+                            st[k] = rename[v]
+                    elif v.get("tensor") in rename:
+                        v["tensor"] = rename[v["tensor"]]
         for r in self.check_reports:
             r["tensor"] = rename.get(r["tensor"], r["tensor"])
         self._vars = {}
