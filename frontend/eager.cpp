@@ -34,24 +34,34 @@ void EagerSession::add_hbm(const std::string& name, const std::vector<int64_t>& 
 }
 
 int64_t EagerSession::place(const Tensor& t, int64_t bytes) {
-  // Bump allocation, never freed (the tracer reuses tile names, so the names stay few). PSUM: a tile of at
-  // most one bank never straddles two (the PSUM bank rule), a larger one starts on a bank.
+  // Never freed (the tracer reuses tile names, so the names stay few). A tile placed by the kernel
+  // (address=, ncc allocators) sits at its address, so tiles the kernel makes share bytes share them here
+  // too; the others are stacked from the top of the memory down. PSUM: a tile of at most one bank never
+  // straddles two (the PSUM bank rule), a larger one starts on a bank.
   const bool psum = t.space == Space::kPsum;
   const int64_t align = std::max<int64_t>(4, p_.dep_chunk_bytes);
-  int64_t& next = psum ? psum_next_ : sbuf_next_;
-  int64_t off = (next + align - 1) / align * align;
-  if (psum) {
-    const int64_t bank = p_.mem.psum_bank_bytes;
-    if (bytes > bank || off % bank + bytes > bank) off = (off + bank - 1) / bank * bank;
-  }
+  const int64_t bank = p_.mem.psum_bank_bytes;
   const int64_t cap = psum ? p_.mem.psum_bytes_per_partition() : p_.mem.sbuf_bytes_per_partition;
-  if (off + bytes > cap)
+  int64_t& manual_hi = psum ? psum_manual_hi_ : sbuf_manual_hi_;
+  int64_t& low = psum ? psum_low_ : sbuf_low_;
+  if (low < 0) low = cap;
+  int64_t off = 0;
+  if (t.address >= 0) {
+    off = t.address;
+    manual_hi = std::max(manual_hi, off + bytes);
+  } else {
+    int64_t end = low;
+    if (psum && bytes <= bank && end - bytes >= 0 && (end - bytes) / bank != (end - 1) / bank) end = (end - 1) / bank * bank;
+    off = (end - bytes) / align * align;
+    if (psum && bytes > bank) off = off / bank * bank;
+    low = off;
+  }
+  if (off < 0 || off + bytes > cap || (t.address < 0 && off < manual_hi) || (t.address >= 0 && off + bytes > low))
     throw Error(psum ? ErrorCode::kPsumOverflow : ErrorCode::kSbufOverflow,
                 fmt::format("eager values: tile '{}' ({} bytes per partition) does not fit in {}: the eager session "
-                            "keeps every tile name of the kernel in its own storage ({} of {} bytes in use)",
-                            t.name, bytes, isa::space_name(t.space), off, cap),
+                            "keeps every tile name of the kernel in its own storage ({} bytes per partition)",
+                            t.name, bytes, isa::space_name(t.space), cap),
                 t.loc);
-  next = off + bytes;
   return off;
 }
 

@@ -48,7 +48,8 @@ class EagerSession {
   isa::ArchState st_;
   std::map<std::string, Tile> tiles_;
   uint64_t executed_ = 0;
-  int64_t sbuf_next_ = 0, psum_next_ = 0;  ///< bump pointers of place()
+  int64_t sbuf_low_ = -1, psum_low_ = -1;            ///< place(): automatic tiles stack down from here (-1: top)
+  int64_t sbuf_manual_hi_ = 0, psum_manual_hi_ = 0;  ///< place(): end of the highest manual (address=) tile
 };
 
 }  // namespace nsim::frontend

@@ -436,10 +436,8 @@ class NkiTensor:
     def __str__(self):
         try:
             vals = self.numpy()
-        except NsimError:
-            raise
-        except Exception:  # pragma: no cover - values unavailable: the plain description
-            return repr(self)
+        except Exception as e:  # values unavailable (outside a kernel, a view without values): say why
+            return "{} (values unavailable: {})".format(repr(self), getattr(e, "message", e))
         if vals.dtype.kind not in "biuf":  # bf16 / fp8 (ml_dtypes) print as float32
             vals = vals.astype(np.float32)
         return "{} {} {} ({}):\n{}".format(self.name, tuple(self.shape), self._st.dtype, self.buffer, vals)
@@ -863,7 +861,7 @@ class _Eager:
         ops = []
         for st in new:
             if "alloc" in st:
-                a = {k: v for k, v in st["alloc"].items() if k != "address"}
+                a = st["alloc"]
                 self.allocs[a["name"]] = a
             elif "op" in st:
                 ops.append(st)
@@ -890,6 +888,8 @@ class _Eager:
         return out.T.copy() if getattr(t, "_t2d", False) else out
 
 
+_READ_SLOTS = frozenset(("src", "data", "data1", "data2", "operand0", "operand1", "bias", "scale", "stationary",
+                         "moving", "on_true", "predicate", "initial", "data0", "bound0", "bound1", "reduce_init"))
 _AFFINE_MAX_WRITES = 4096  # writes remembered per (affine loop, tensor): bounds the check's cost
 
 _CHECK_TABLE = None
@@ -1210,6 +1210,21 @@ class Tracer:
         of an enclosing affine_range wrote, to a tensor that is not the iteration's own."""
         if "accumulate" in (stmt.get("flags") or ()):
             return  # accumulation (PSUM matmul groups, dma_copy +=) is a legal reduction across iterations
+        for slot, v in stmt.items():  # loop-carried reads: bytes another iteration wrote
+            if slot not in _READ_SLOTS:
+                continue
+            name = v if isinstance(v, str) else v["tensor"]
+            reg = None
+            for f in self._affine:
+                seen = f.writes.get(name)
+                if not seen or f.reported:
+                    continue
+                reg = reg or _exact_region(v, self)
+                for it, r, loc in seen:
+                    if it != f.iteration and _regions_overlap(r, reg):
+                        f.reported = True
+                        self._report_affine(stmt, slot, name, f, it, loc, read=True)
+                        break
         for slot in ("dst", "reduce_res"):
             v = stmt.get(slot)
             if v is None:
@@ -1230,13 +1245,15 @@ class Tracer:
                 if len(seen) < _AFFINE_MAX_WRITES:
                     seen.append((f.iteration, reg, stmt.get("loc")))
 
-    def _report_affine(self, stmt, slot, name, f, it, loc):
+    def _report_affine(self, stmt, slot, name, f, it, loc, read=False):
         info = check_info("affine-write-conflict")
         where = stmt.get("loc") or {}
         first = "{}:{}".format(os.path.basename(loc.get("file", "")), loc.get("line", 0)) if loc else "?"
-        detail = ("iteration {} of the affine_range at {}:{} writes {} bytes that iteration {} wrote (at {}); "
+        detail = ("iteration {} of the affine_range at {}:{} {} {} bytes that iteration {} wrote (at {}){}; "
                   "affine_range iterations may run in any order").format(
-                      f.iteration, os.path.basename(f.loc.get("file", "")), f.loc.get("line", 0), slot, it, first)
+                      f.iteration, os.path.basename(f.loc.get("file", "")), f.loc.get("line", 0),
+                      "reads" if read else "writes", slot, it, first,
+                      " (a loop-carried dependency)" if read else "")
         r = {"code": info["code"], "check": info["check"], "fix": info["fix"], "op": stmt["op"], "tensor": name,
              "slot": -1, "detail": detail, "file": where.get("file", ""), "line": where.get("line", 0),
              "function": where.get("function", ""), "instruction": -1, "count": 1}

@@ -157,6 +157,27 @@ def test_eager_replay_of_flash_attention_matches_the_simulation(monkeypatch):
     np.testing.assert_array_equal(next(iter(got.values())), out)
 
 
+def test_eager_values_of_manually_placed_tiles_share_bytes_as_in_the_simulation():
+    seen = {}
+
+    @nki.jit
+    def k(a):
+        x = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf, address=(0, 0))
+        y = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf, address=(0, 0))  # the same bytes as x
+        nisa.dma_copy(dst=x, src=a)
+        seen["y"] = y.numpy()  # y reads what was written through x
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=y)
+        return out
+
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the overlap warning of the allocator
+        out = k.options(check=False)(a)
+    np.testing.assert_array_equal(out, a)
+    np.testing.assert_array_equal(seen["y"], a)
+
+
 def test_kernels_that_never_read_values_create_no_session():
     a = np.ones((128, 64), np.float32)
     tres = tracer.trace(nki.jit(lambda a: a).fn, (a,), {})
@@ -422,6 +443,29 @@ def test_check_affine_range_write_conflict():
     assert _reports(_affine(True), a) == []
     # the same loop as sequential_range is legal
     assert not tracer.active()
+
+
+def test_check_affine_range_loop_carried_read():
+    a = np.random.RandomState(8).rand(128, 64).astype(np.float32)
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        run = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=run, value=0.0)
+        for i in nl.affine_range(4):
+            x = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a[:, i * 16:(i + 1) * 16])
+            nisa.tensor_tensor(dst=x, data1=x, data2=run, op=nl.add)  # BUG-CARRIED
+            nisa.tensor_copy(dst=run, src=x)
+            nisa.dma_copy(dst=out[:, i * 16:(i + 1) * 16], src=x)
+        return out
+
+    reps = _reports(k, a)
+    assert [r["check"] for r in reps] == ["affine-write-conflict"]
+    r = reps[0]
+    assert r["tensor"] == "run" and r["op"] == "tensor_tensor" and r["line"] == _line_of("# BUG-CARRIED")
+    assert "reads data2 bytes that iteration 0 wrote" in r["detail"] and "loop-carried" in r["detail"]
 
 
 def test_check_affine_range_accumulation_is_legal():
