@@ -42,9 +42,6 @@ class TraceRecorder;
 /// Options of one run.
 struct SimOptions {
   bool numerics = true;    ///< false = timing-only: no storage, no semantics
-  /// The sanitizer (engines/check/checker.h): reads of never-written SBUF/PSUM, accumulation into
-  /// never-written PSUM, the first NaN/Inf from finite inputs. Needs numerics; reports, never throws.
-  bool check = false;
   std::string trace_path;  ///< Chrome/Perfetto JSON trace; empty = no tracing (costs nothing)
   /// Also schedule every instruction as soon as its operands allow, with unlimited engines, to give
   /// the dependency bound (critical path length) of the kernel. Costs a second dependency tracker.
@@ -55,6 +52,10 @@ struct SimOptions {
   /// Write only slices overlapping [trace_window_start_ns, trace_window_end_ns) (kept whole, not
   /// clipped); end 0 = no end. Both 0 = the whole run.
   double trace_window_start_ns = 0, trace_window_end_ns = 0;
+  /// The sanitizer (engines/check/checker.h): reads of never-written SBUF/PSUM, accumulation into
+  /// never-written PSUM, the first NaN/Inf from finite inputs. Needs numerics; reports, never throws.
+  /// (Last, so aggregate initialisers written before it keep their meaning.)
+  bool check = false;
 };
 
 class Simulator {
