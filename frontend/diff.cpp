@@ -33,8 +33,9 @@ constexpr int kNumWidth = 14;
 constexpr int kChangeWidth = 16;
 constexpr int kCountWidth = 10;
 
-[[noreturn]] void fail(ErrorCode code, const std::string& label, const Value& at, const std::string& msg) {
-  throw Error(code, fmt::format("{}:{}:{}: {}", label, at.line(), at.column(), msg));
+// A stats file that is not what 'nsim run --stats' writes (E416).
+[[noreturn]] void fail(const std::string& label, const Value& at, const std::string& msg) {
+  throw Error(ErrorCode::kBadStatsFile, fmt::format("{}:{}:{}: {}", label, at.line(), at.column(), msg));
 }
 
 // The parsed stats JSON of one side plus its label, for lookups with good messages.
@@ -56,7 +57,7 @@ struct Side {
     if (!n) return kNaN;
     const Value* v = n->find("value");
     if (!n->is_object() || !v || !v->is_number())
-      fail(ErrorCode::kWrongType, label, *n,
+      fail(label, *n,
            fmt::format("stats.{}: expected a stat {{\"value\": number, \"unit\": ..., \"description\": ...}}, found {}",
                        name, v ? fmt::format("\"value\" as {}", v->type_name()) : n->type_name()));
     const Value* u = n->find("unit");
@@ -69,24 +70,24 @@ Side load_side(std::string_view text, const std::string& label, ProfileSide& out
   Side s{label, json::parse(text, label)};
   const Value& r = s.root;
   if (!r.is_object())
-    fail(ErrorCode::kWrongType, label, r,
+    fail(label, r,
          fmt::format("expected a stats JSON object (written by 'nsim run --stats'), found {}", r.type_name()));
   const Value* stats = r.find("stats");
   if (!stats)
-    fail(ErrorCode::kMissingField, label, r,
+    fail(label, r,
          "missing member 'stats': not a stats JSON (write one with 'nsim run kernel.json --stats FILE')");
   if (!stats->is_object())
-    fail(ErrorCode::kWrongType, label, *stats, fmt::format("'stats' must be an object, found {}", stats->type_name()));
+    fail(label, *stats, fmt::format("'stats' must be an object, found {}", stats->type_name()));
   if (std::isnan(s.stat("total_time")))
-    fail(ErrorCode::kMissingField, label, *stats, "missing stat 'total_time' in 'stats'");
+    fail(label, *stats, "missing stat 'total_time' in 'stats'");
   out.label = label;
   for (auto [key, dst] : {std::pair{"kernel", &out.kernel}, std::pair{"config", &out.config}})
     if (const Value* v = r.find(key)) {
-      if (!v->is_string()) fail(ErrorCode::kWrongType, label, *v, fmt::format("'{}' must be a string", key));
+      if (!v->is_string()) fail(label, *v, fmt::format("'{}' must be a string", key));
       *dst = v->as_string();
     }
   if (const Value* v = r.find("instructions")) {
-    if (!v->is_number()) fail(ErrorCode::kWrongType, label, *v, "'instructions' must be a number");
+    if (!v->is_number()) fail(label, *v, "'instructions' must be a number");
     out.instructions = v->as_double();
     out.has_instructions = true;
   }
@@ -103,18 +104,18 @@ std::map<std::string, LineTotals> load_lines(const Side& s) {
   const Value* lines = s.root.find("lines");
   if (!lines) return out;
   if (!lines->is_array())
-    fail(ErrorCode::kWrongType, s.label, *lines, fmt::format("'lines' must be an array, found {}", lines->type_name()));
+    fail(s.label, *lines, fmt::format("'lines' must be an array, found {}", lines->type_name()));
   for (size_t i = 0; i < lines->size(); ++i) {
     const Value& l = (*lines)[i];
-    if (!l.is_object()) fail(ErrorCode::kWrongType, s.label, l, fmt::format("lines[{}] must be an object", i));
+    if (!l.is_object()) fail(s.label, l, fmt::format("lines[{}] must be an object", i));
     const Value* src = l.find("src");
     const Value* t = l.find("instruction_time_ns");
     const Value* n = l.find("instructions");
     for (auto [key, v] : {std::pair{"src", src}, std::pair{"instruction_time_ns", t}, std::pair{"instructions", n}})
-      if (!v) fail(ErrorCode::kMissingField, s.label, l, fmt::format("lines[{}]: missing member '{}'", i, key));
-    if (!src->is_string()) fail(ErrorCode::kWrongType, s.label, *src, fmt::format("lines[{}].src must be a string", i));
+      if (!v) fail(s.label, l, fmt::format("lines[{}]: missing member '{}'", i, key));
+    if (!src->is_string()) fail(s.label, *src, fmt::format("lines[{}].src must be a string", i));
     if (!t->is_number() || !n->is_number())
-      fail(ErrorCode::kWrongType, s.label, t->is_number() ? *n : *t,
+      fail(s.label, t->is_number() ? *n : *t,
            fmt::format("lines[{}]: 'instruction_time_ns' and 'instructions' must be numbers", i));
     LineTotals& acc = out[src->as_string()];
     acc.time_ns += t->as_double();

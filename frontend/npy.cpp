@@ -255,7 +255,7 @@ void write_npy(const std::string& path, const std::vector<uint8_t>& data, DType 
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
   std::ofstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorCode::kBadInput, fmt::format("{}: cannot open for writing", path));
+  if (!f) throw Error(ErrorCode::kCannotWrite, fmt::format("{}: cannot open for writing", path));
   const uint16_t hl = static_cast<uint16_t>(header.size());
   f.write("\x93NUMPY\x01\x00", 8);
   const char hlb[2] = {static_cast<char>(hl & 0xff), static_cast<char>(hl >> 8)};

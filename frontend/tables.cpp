@@ -27,7 +27,7 @@ File open_csv(const std::string& path, const char* header) {
   File f(nullptr, &std::fclose);
   if (path.empty()) return f;
   f.reset(std::fopen(path.c_str(), "w"));
-  if (!f) throw Error(ErrorCode::kBadInput, fmt::format("cannot write '{}'", path));
+  if (!f) throw Error(ErrorCode::kCannotWrite, fmt::format("cannot write '{}'", path));
   std::setvbuf(f.get(), nullptr, _IOFBF, 1 << 20);
   fmt::print(f.get(), "{}\n", header);
   return f;
@@ -111,7 +111,7 @@ struct TableWriter::State {
       const int rc = std::fclose(f->release());
       if ((bad || rc != 0) && failed.empty()) failed = f == &instr ? instr_path : dma_path;
     }
-    if (!failed.empty()) throw Error(ErrorCode::kBadInput, fmt::format("cannot write '{}'", failed));
+    if (!failed.empty()) throw Error(ErrorCode::kCannotWrite, fmt::format("cannot write '{}'", failed));
   }
 };
 

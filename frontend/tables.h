@@ -32,14 +32,14 @@ extern const char* const kDmaTableHeader;
 class TableWriter {
  public:
   /// Open the files (an empty path = that table is not written) and attach to `sim` as an
-  /// instruction listener. Throws NSIM-E413 when a file cannot be written. The listener stays
+  /// instruction listener. Throws kCannotWrite when a file cannot be written. The listener stays
   /// registered with the simulator but does nothing once this writer is closed or destroyed.
   TableWriter(Simulator& sim, const std::string& instructions_path, const std::string& dma_path);
   ~TableWriter();
   TableWriter(const TableWriter&) = delete;
   TableWriter& operator=(const TableWriter&) = delete;
 
-  /// Flush and close both files (idempotent). Throws NSIM-E413 when a write failed (disk full, ...).
+  /// Flush and close both files (idempotent). Throws kCannotWrite when a write failed (disk full, ...).
   void close();
   uint64_t instruction_rows() const;
   uint64_t dma_rows() const;

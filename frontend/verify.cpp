@@ -338,7 +338,7 @@ class Verifier {
       check_access(i, *a, reachable);
     }
     if (op.dma_queue && (*op.dma_queue < 0 || *op.dma_queue >= p_.dma_queues))
-      fail(ErrorCode::kBadImmediate, fmt::format("dma_queue {}, expected 0..{}", *op.dma_queue, p_.dma_queues - 1));
+      fail(ErrorCode::kBadArgument, fmt::format("dma_queue {}, expected 0..{}", *op.dma_queue, p_.dma_queues - 1));
 
     // Destination bookkeeping: outputs written, affine_range write conflicts.
     const bool dst_written = mm || isa::op_info(static_cast<Opcode>(opcode_)).slots[0].written;

@@ -1,6 +1,7 @@
 #pragma once
-/// Errors: every user-facing failure is an nsim::Error with a stable code (NSIM-E...).
+/// Errors: every user-facing failure is an nsim::Error with a stable code (NSIM-Exxx, sim/errors.def).
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -16,58 +17,40 @@ struct SourceLoc {
   bool operator==(const SourceLoc&) const = default;
 };
 
-/// Stable error codes. Ranges: E1xx config, E2xx memory/access, E3xx ISA operands, E4xx kernel IR,
-/// E9xx internal. Codes never change meaning once published (docs/errors.md lists them all).
+/// Stable error codes, one per distinct failure, generated from sim/errors.def (the one table of
+/// codes, families, meanings and fix hints; docs/errors.md is generated from it too).
 enum class ErrorCode : uint16_t {
-  kConfigUnknownKey = 101,
-  kConfigBadValue = 102,
-  kConfigMissingKey = 103,
-  kConfigPresetNotFound = 104,
-  kConfigParse = 105,
-  kConfigBadOverride = 106,
-  kConfigPresetCycle = 107,
-
-  kOutOfBounds = 201,
-  kTooManyPartitions = 202,
-  kPsumBankOverflow = 203,
-  kSbufOverflow = 204,
-  kHbmOverflow = 205,
-  kPsumOverflow = 206,
-  kBadAccessPattern = 207,
-  kUnknownTensor = 208,
-  kManualOverlap = 209,  ///< compiler.strict: a manual placement overlaps a tile live at the same time
-
-  kBadBuffer = 301,
-  kBadDtype = 302,
-  kPartitionMismatch = 303,
-  kElementCountMismatch = 304,
-  kMissingOperand = 305,
-  kBadEngine = 306,
-  kBadImmediate = 307,
-  kMatmulLimit = 308,
-  kUnknownOpcode = 309,
-  kShapeMismatch = 310,
-
-  kJsonSyntax = 401,          ///< kernel.json is not valid JSON
-  kSchemaVersion = 402,       ///< missing or unsupported "nsim_kernel" version
-  kMissingField = 403,        ///< a required field is absent
-  kWrongType = 404,           ///< a field has the wrong JSON type or an invalid value
-  kUnknownOp = 405,           ///< an op name that is not in the ISA table (or nc_matmul)
-  kUnknownName = 406,         ///< a tensor, loop variable or enum name that does not exist
-  kBadIndex = 407,            ///< an index expression that does not parse or is not affine
-  kIndexOutOfBounds = 408,    ///< an index range leaves its tensor for some loop iteration
-  kOutputNotWritten = 409,    ///< an output tensor that no op writes
-  kAffineWriteConflict = 410, ///< affine_range iterations write the same location
-  kBadLoop = 411,             ///< step 0, negative or absurd trip counts, nesting too deep
-  kDuplicateName = 412,       ///< two tensors or nested loop variables with one name
-  kBadInput = 413,            ///< an input file (.npy/.npz) that does not fit the kernel
-  kUsage = 414,               ///< bad command-line usage
-  kScheduleCycle = 415,       ///< with_schedule edges that contradict the kernel's data dependencies
-
-  kInternal = 901,
+#define NSIM_ERROR(number, name, family, meaning, hint) k##name = number,
+#include "sim/errors.def"
+#undef NSIM_ERROR
 };
 
-/// "NSIM-E201" for kOutOfBounds.
+/// Which exception family a code belongs to (the family column of sim/errors.def; the Python
+/// exception class). Enumerators carry the table's spelling so that the table names them directly.
+#define NSIM_ERROR_FAMILIES(X) X(config) X(access) X(operand) X(kernel) X(not_supported) X(internal)
+enum class ErrorFamily : uint8_t {
+#define NSIM_ERROR_FAMILY(f) f,
+  NSIM_ERROR_FAMILIES(NSIM_ERROR_FAMILY)
+#undef NSIM_ERROR_FAMILY
+};
+
+/// One row of sim/errors.def.
+struct ErrorInfo {
+  ErrorCode code;
+  std::string_view name;     ///< "SbufOverflow" (C++ ErrorCode::kSbufOverflow; the Python name)
+  ErrorFamily family;
+  std::string_view meaning;  ///< one line: when the error is raised
+  std::string_view hint;     ///< one line: what usually fixes it
+};
+
+/// Every row of sim/errors.def, in table order.
+std::span<const ErrorInfo> error_table();
+/// The row of a code.
+const ErrorInfo& error_info(ErrorCode code);
+/// "config", "access", "operand", "kernel", "not_supported", "internal".
+std::string_view error_family_name(ErrorFamily family);
+
+/// The code string ("NSIM-" + "E" + number) of a code.
 std::string error_code_str(ErrorCode code);
 
 /// The one exception type of nsim. what() = "NSIM-Exxx: message [at file:line]".

@@ -45,7 +45,7 @@ bool TraceFilter::in_window(Ps start, Ps dur) const {
 ChromeTraceWriter::ChromeTraceWriter(const std::string& path, std::string process_name, TraceFilter filter)
     : filter_(filter) {
   f_ = std::fopen(path.c_str(), "w");
-  if (!f_) throw Error(ErrorCode::kInternal, fmt::format("cannot open trace file '{}' for writing", path));
+  if (!f_) throw Error(ErrorCode::kCannotWrite, fmt::format("cannot open trace file '{}' for writing", path));
   fmt::print(f_, "{{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n");
   fmt::print(f_, "{{\"ph\": \"M\", \"pid\": 1, \"tid\": 0, \"name\": \"process_name\", \"args\": {{\"name\": \"{}\"}}}}",
              json_escape(process_name));

@@ -423,7 +423,7 @@ int cmd_run(const Args& a) {
   }
   if (!a.stats.empty()) {
     std::ofstream f(a.stats);
-    if (!f) throw Error(ErrorCode::kBadInput, fmt::format("cannot write '{}'", a.stats));
+    if (!f) throw Error(ErrorCode::kCannotWrite, fmt::format("cannot write '{}'", a.stats));
     f << stats_json(k, cfg, a.timing_only, low.instructions(), sim, st);
     std::ofstream c(a.stats + ".config.yaml");
     c << cfg.to_yaml();
@@ -460,7 +460,7 @@ int cmd_analyze(const Args& a) {
   fmt::print("{}", r.to_text(a.lines >= 0 ? static_cast<size_t>(a.lines) : 5));
   if (!a.json.empty()) {
     std::ofstream f(a.json);
-    if (!f) throw Error(ErrorCode::kBadInput, fmt::format("cannot write '{}'", a.json));
+    if (!f) throw Error(ErrorCode::kCannotWrite, fmt::format("cannot write '{}'", a.json));
     f << r.to_json();
   }
   return 0;
@@ -475,7 +475,7 @@ std::string diff_side(const std::string& path, const std::string& config, const 
   simulated = false;
   if (v.find("stats")) return text;  // diff_profiles checks the rest
   if (!v.find("nsim_kernel"))
-    throw Error(ErrorCode::kMissingField,
+    throw Error(ErrorCode::kBadStatsFile,
                 fmt::format("{}: neither a stats JSON (no \"stats\" member; see 'nsim run --stats') nor a kernel.json "
                             "(no \"nsim_kernel\" member)",
                             path));
@@ -534,7 +534,7 @@ int cmd_diff(const Args& a) {
   }
   if (!a.json.empty()) {
     std::ofstream f(a.json);
-    if (!f) throw Error(ErrorCode::kBadInput, fmt::format("cannot write '{}'", a.json));
+    if (!f) throw Error(ErrorCode::kCannotWrite, fmt::format("cannot write '{}'", a.json));
     f << frontend::to_json(d);
   }
   return 0;
@@ -544,11 +544,12 @@ int cmd_diff(const Args& a) {
 // package is missing.
 
 // Run by the interpreter as `python3 -c kPythonBootstrap COMMAND ARGS...`: nsim.COMMAND.main(ARGS) after
-// checking that nsim, its _nsim module and matplotlib import (exit 2 with a coded message if not).
+// checking that nsim, its _nsim module and matplotlib import (exit 2 with a coded message if not). A fmt
+// format string: {} is the code of E414 (usage).
 constexpr const char* kPythonBootstrap = R"PY(import sys, importlib
 cmd = sys.argv[1]
 def _missing(what, err):
-    sys.stderr.write("NSIM-E414: 'nsim %s' needs %s (%s)\n" % (cmd, what, err))
+    sys.stderr.write("{}: 'nsim %s' needs %s (%s)\n" % (cmd, what, err))
     sys.exit(2)
 try:
     import nsim
@@ -606,7 +607,8 @@ int cmd_python(int argc, char** argv, const char* help) {
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return fmt::print("{}", help), 0;
   const char* py_env = std::getenv("NSIM_PYTHON");
   const std::string python = py_env && *py_env ? py_env : "python3";
-  std::vector<std::string> args = {python, "-c", kPythonBootstrap, command};
+  std::vector<std::string> args = {python, "-c",
+                                   fmt::format(fmt::runtime(kPythonBootstrap), error_code_str(ErrorCode::kUsage)), command};
   for (int i = 2; i < argc; ++i) args.emplace_back(argv[i]);
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e)
@@ -668,10 +670,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "{}\n", e.what());
     return 2;
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "NSIM-E901: out of memory\n");
+    fmt::print(stderr, "{}: out of memory\n", error_code_str(ErrorCode::kInternal));
     return 1;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "NSIM-E901: internal error: {}\n", e.what());
+    fmt::print(stderr, "{}: internal error: {}\n", error_code_str(ErrorCode::kInternal), e.what());
     return 1;
   }
 }

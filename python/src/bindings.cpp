@@ -1,7 +1,7 @@
 // _nsim: the private pybind11 module behind the `nsim` Python package (python/nsim/_core.py).
 // It runs kernel.json files exactly as `nsim run|check|disasm|config` do (frontend/cli/main.cpp),
 // with numpy arrays instead of .npy files. Every nsim::Error becomes _nsim.NsimError with the
-// attributes code ("NSIM-E201"), message, file, line, function.
+// attributes code (the NSIM-Exxx string), message, file, line, function.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -46,7 +46,7 @@ sim::Config load_cfg(const std::string& config, const std::vector<std::string>& 
   return engines::load_config(config_name(config), overrides);
 }
 
-// Run `f`; non-nsim C++ exceptions (other than pybind11's own) become NSIM-E901 like in the CLI.
+// Run `f`; non-nsim C++ exceptions (other than pybind11's own) become kInternal like in the CLI.
 template <class F>
 auto guarded(F&& f) -> decltype(f()) {
   try {
@@ -439,6 +439,20 @@ std::vector<std::string> dtypes() {
   };
 }
 
+py::list error_codes_py() {
+  py::list out;
+  for (const ErrorInfo& e : error_table()) {
+    py::dict d;
+    d["code"] = error_code_str(e.code);
+    d["name"] = std::string(e.name);
+    d["family"] = std::string(error_family_name(e.family));
+    d["meaning"] = std::string(e.meaning);
+    d["hint"] = std::string(e.hint);
+    out.append(d);
+  }
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_nsim, m) {
@@ -543,5 +557,8 @@ PYBIND11_MODULE(_nsim, m) {
   m.def("alu_ops", &alu_ops, "ALU op names.");
   m.def("act_funcs", &act_funcs, "Activation function names.");
   m.def("dtypes", &dtypes, "Dtype names (numpy / ml_dtypes spelling).");
+  m.def("error_codes", &error_codes_py,
+        "The error-code table (sim/errors.def): one dict per code with code (NSIM-Exxx), name, family, meaning\n"
+        "and hint.");
   m.def("version", [] { return std::string(NSIM_VERSION); }, "nsim version.");
 }

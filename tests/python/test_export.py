@@ -218,7 +218,7 @@ def test_cli_dma_option(nsim_bin, tmp_path):
     r = _run("run", "--help")
     assert "--dma FILE" in r.stdout and "--instructions FILE" in r.stdout
     r = _run("run", SOFTMAX, "--timing-only", "--dma", tmp_path / "no" / "such" / "dir" / "dma.csv")
-    assert r.returncode == 2 and "NSIM-E413" in r.stderr
+    assert r.returncode == 2 and "NSIM-E441" in r.stderr
     r = _run("run", SOFTMAX, "--timing-only", "--dma")
     assert r.returncode == 2 and "NSIM-E414" in r.stderr
     r = _run("check", SOFTMAX, "--dma", tmp_path / "x.csv")  # a run option only

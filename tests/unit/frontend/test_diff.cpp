@@ -191,23 +191,23 @@ TEST_CASE("diff: malformed input raises coded errors naming the side", "[diff]")
   const std::string ok = stats_json(1000, 0, 0, 0, 0, {});
   CHECK(diff_error("{", ok) == ErrorCode::kJsonSyntax);
   CHECK(diff_error(ok, "not json") == ErrorCode::kJsonSyntax);
-  CHECK(diff_error("[1, 2]", ok) == ErrorCode::kWrongType);
-  CHECK(diff_error(R"({"nsim_kernel": 1, "tensors": []})", ok) == ErrorCode::kMissingField);  // a kernel, not stats
-  CHECK(diff_error(R"({"stats": 3})", ok) == ErrorCode::kWrongType);
-  CHECK(diff_error(R"({"stats": {}})", ok) == ErrorCode::kMissingField);  // no total_time
-  CHECK(diff_error(R"({"stats": {"total_time": {"value": "fast"}}})", ok) == ErrorCode::kWrongType);
-  CHECK(diff_error(R"({"stats": {"total_time": 5}})", ok) == ErrorCode::kWrongType);
+  CHECK(diff_error("[1, 2]", ok) == ErrorCode::kBadStatsFile);
+  CHECK(diff_error(R"({"nsim_kernel": 1, "tensors": []})", ok) == ErrorCode::kBadStatsFile);  // a kernel, not stats
+  CHECK(diff_error(R"({"stats": 3})", ok) == ErrorCode::kBadStatsFile);
+  CHECK(diff_error(R"({"stats": {}})", ok) == ErrorCode::kBadStatsFile);  // no total_time
+  CHECK(diff_error(R"({"stats": {"total_time": {"value": "fast"}}})", ok) == ErrorCode::kBadStatsFile);
+  CHECK(diff_error(R"({"stats": {"total_time": 5}})", ok) == ErrorCode::kBadStatsFile);
   const std::string t = R"("stats": {"total_time": {"value": 5}})";
-  CHECK(diff_error("{" + t + R"(, "lines": {}})", ok) == ErrorCode::kWrongType);
-  CHECK(diff_error("{" + t + R"(, "lines": [{"src": "k.py:1", "instructions": 1}]})", ok) == ErrorCode::kMissingField);
+  CHECK(diff_error("{" + t + R"(, "lines": {}})", ok) == ErrorCode::kBadStatsFile);
+  CHECK(diff_error("{" + t + R"(, "lines": [{"src": "k.py:1", "instructions": 1}]})", ok) == ErrorCode::kBadStatsFile);
   CHECK(diff_error("{" + t + R"(, "lines": [{"src": 1, "instructions": 1, "instruction_time_ns": 2}]})", ok) ==
-        ErrorCode::kWrongType);
-  CHECK(diff_error("{" + t + R"(, "kernel": 7})", ok) == ErrorCode::kWrongType);
+        ErrorCode::kBadStatsFile);
+  CHECK(diff_error("{" + t + R"(, "kernel": 7})", ok) == ErrorCode::kBadStatsFile);
   try {
     diff_profiles(ok, R"({"stats": {}})", "old.json", "new.json");
     FAIL("expected an error");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("NSIM-E403: new.json:1:") == 0);
+    CHECK(std::string(e.what()).find(error_code_str(ErrorCode::kBadStatsFile) + ": new.json:1:") == 0);
     CHECK(e.message().find("total_time") != std::string::npos);
   }
 }

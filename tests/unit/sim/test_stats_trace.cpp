@@ -460,7 +460,7 @@ TEST_CASE("ChromeTraceWriter on an unwritable path throws nsim::Error", "[sim][t
     ChromeTraceWriter w(bad);
     FAIL("expected nsim::Error");
   } catch (const Error& e) {
-    CHECK(e.code() == ErrorCode::kInternal);
+    CHECK(e.code() == ErrorCode::kCannotWrite);
     CHECK(std::string(e.what()).find(bad) != std::string::npos);
   }
 }
