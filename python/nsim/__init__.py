@@ -20,6 +20,7 @@ try:
         ConfigError,
         InternalError,
         KernelError,
+        NotSupportedError,
         NsimError,
         OperandError,
         Profile,
@@ -45,7 +46,8 @@ except ImportError as _e:  # the extension is not built
     _core_import_error = _e
 
     def __getattr__(name):
-        if name in ("NsimError", "ConfigError", "AccessError", "OperandError", "KernelError", "InternalError",
+        if name in ("NsimError", "ConfigError", "AccessError", "OperandError", "KernelError", "NotSupportedError",
+                    "InternalError",
                     "Profile", "ProfileComparison", "simulate_json", "check_json", "disasm_json", "effective_config",
                     "op_table", "alu_ops", "act_funcs", "dtypes", "version", "error_class", "analyze", "Analysis"):
             raise ImportError("nsim.{} needs the _nsim extension: {}".format(name, _core_import_error))

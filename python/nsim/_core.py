@@ -20,6 +20,8 @@ except ImportError:  # build tree: build/python/_nsim*.so on sys.path
             "`cmake -S . -B build -G Ninja && cmake --build build` and put build/python on PYTHONPATH, "
             "or `pip install .`") from e
 
+from nsim import _errors  # noqa: E402  (after the extension: the table comes from it)
+
 # An installed wheel carries the presets in nsim/configs; the C++ side reads NSIM_CONFIGS_DIR (the
 # build tree falls back to the source tree's configs/, compiled in). An explicit setting wins.
 _PKG_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
@@ -27,7 +29,7 @@ if not os.environ.get("NSIM_CONFIGS_DIR") and os.path.isdir(_PKG_CONFIGS):
     os.environ["NSIM_CONFIGS_DIR"] = _PKG_CONFIGS
 
 __all__ = [
-    "NsimError", "ConfigError", "AccessError", "OperandError", "KernelError", "InternalError",
+    "NsimError", "ConfigError", "AccessError", "OperandError", "KernelError", "NotSupportedError", "InternalError",
     "Profile", "ProfileComparison", "simulate_json", "check_json", "disasm_json", "effective_config",
     "op_table", "alu_ops", "act_funcs", "dtypes", "version",
 ]
@@ -39,10 +41,11 @@ __all__ = [
 
 
 class NsimError(Exception):
-    """An nsim error with a stable code ("NSIM-E201") and, where known, the kernel source location."""
+    """An nsim error with a stable code (NSIM-Exxx, sim/errors.def) and, where known, the kernel source
+    location. The default code is that of an internal error."""
 
-    def __init__(self, message: str, code: str = "NSIM-E901", file: str = "", line: int = 0, function: str = ""):
-        self.code = code
+    def __init__(self, message: str, code: Optional[str] = None, file: str = "", line: int = 0, function: str = ""):
+        self.code = code if code is not None else _errors.code("Internal")
         self.message = message
         self.file = file
         self.line = line
@@ -60,7 +63,7 @@ class NsimError(Exception):
 
     @property
     def number(self) -> int:
-        """The numeric part of the code (201 for NSIM-E201)."""
+        """The numeric part of the code (201 for the code of OutOfBounds)."""
         try:
             return int(self.code.rsplit("E", 1)[-1])
         except ValueError:
@@ -68,39 +71,41 @@ class NsimError(Exception):
 
 
 class ConfigError(NsimError):
-    """E1xx: configuration presets, keys, values and overrides."""
+    """Family config (E1xx): configuration presets, keys, values and overrides."""
 
 
 class AccessError(NsimError):
-    """E2xx: memory capacity and access patterns."""
+    """Family access (E2xx): memory capacity and access patterns."""
 
 
 class OperandError(NsimError):
-    """E3xx: ISA operands (buffers, dtypes, partitions, engines, immediates)."""
+    """Family operand (E3xx): ISA operands (buffers, dtypes, partitions, engines, arguments)."""
 
 
 class KernelError(NsimError):
-    """E4xx: the kernel IR (kernel.json syntax, names, indices, loops, inputs)."""
+    """Family kernel (E4xx): the kernel IR and the NKI frontends (syntax, names, indices, loops, inputs)."""
+
+
+class NotSupportedError(KernelError):
+    """Family not_supported (E4xx): an NKI function or feature that nsim does not support yet."""
 
 
 class InternalError(NsimError):
-    """E9xx: internal errors of nsim."""
+    """Family internal (E9xx): internal errors of nsim."""
 
 
-_BY_HUNDRED = {1: ConfigError, 2: AccessError, 3: OperandError, 4: KernelError, 9: InternalError}
+# The exception class of each family of sim/errors.def (a test checks that the families agree).
+FAMILY_CLASSES = {"config": ConfigError, "access": AccessError, "operand": OperandError, "kernel": KernelError,
+                  "not_supported": NotSupportedError, "internal": InternalError}
 
 
 def error_class(code: str) -> type:
-    """The NsimError subclass of a code such as "NSIM-E408"."""
-    try:
-        num = int(str(code).rsplit("E", 1)[-1])
-    except ValueError:
-        return NsimError
-    return _BY_HUNDRED.get(num // 100, NsimError)
+    """The NsimError subclass of a code such as the one of IndexOutOfBounds (from the table's family)."""
+    return FAMILY_CLASSES.get(_errors.family(str(code)), NsimError)
 
 
 def _translate(raw: BaseException) -> NsimError:
-    code = getattr(raw, "code", "NSIM-E901")
+    code = getattr(raw, "code", None) or _errors.code("Internal")
     return error_class(code)(getattr(raw, "message", str(raw)), code=code, file=getattr(raw, "file", ""),
                              line=getattr(raw, "line", 0), function=getattr(raw, "function", ""))
 

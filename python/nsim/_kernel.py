@@ -219,7 +219,7 @@ class Kernel:
     def trace(self, *args, **kwargs):
         """Trace only: the TraceResult (kernel dict in ``.kernel``)."""
         if _tracer.active() is not None:
-            raise _tracer.make_error(_tracer.KernelError, "NSIM-E404", "nested kernel tracing")
+            raise _tracer.make_error("NestedKernel", "nested kernel tracing")
         eff = self._effective()
         tres = _tracer.trace(self._launch_fn(), args, kwargs, name=getattr(self.fn, "__name__", "kernel"),
                              tensor_cls=self._tensor_cls, schedule=self._schedule, config=eff["config"],
@@ -233,7 +233,7 @@ class Kernel:
         if args or kwargs:
             return self.trace(*args, **kwargs).kernel
         if self.last_json is None:
-            raise _tracer.make_error(_tracer.KernelError, "NSIM-E404", "to_json(): the kernel has not been "
+            raise _tracer.make_error("NotTraced", "to_json(): the kernel has not been "
                                      "traced yet; pass its arguments")
         return self.last_json
 

@@ -33,6 +33,8 @@ except ImportError:  # pragma: no cover
 # Errors: the classes of nsim._core when available, else stand-ins with the same attributes.
 # --------------------------------------------------------------------------------------------------
 
+from nsim import _errors
+
 try:
     from nsim import _core  # type: ignore
 except Exception:  # pragma: no cover - the extension may not be built yet
@@ -42,7 +44,8 @@ except Exception:  # pragma: no cover - the extension may not be built yet
 class _FallbackNsimError(RuntimeError):
     """Stand-in for nsim._core.NsimError when the extension is not built (same attributes)."""
 
-    def __init__(self, message, code="NSIM-E901", file="", line=0, function=""):
+    def __init__(self, message, code=None, file="", line=0, function=""):
+        code = code if code is not None else _errors.code("Internal")
         self.code, self.message, self.file, self.line, self.function = code, message, file, line, function
         where = " [at {}:{}]".format(file, line) if file and line else ""
         super().__init__("{}: {}{}".format(code, message, where))
@@ -60,6 +63,7 @@ ConfigError = _core_cls("ConfigError", NsimError)
 AccessError = _core_cls("AccessError", NsimError)
 OperandError = _core_cls("OperandError", NsimError)
 KernelError = _core_cls("KernelError", NsimError)
+NotSupportedError = _core_cls("NotSupportedError", KernelError)
 InternalError = _core_cls("InternalError", NsimError)
 
 def _real_dir(path):
@@ -156,21 +160,14 @@ def assigned_name(f=None):
     return v
 
 
-def make_error(cls, code, message, loc=None):
-    """An nsim error (cls) with .code/.message/.file/.line pointing at the user's line."""
+def make_error(name, message, loc=None):
+    """The nsim error ``name`` (a row of sim/errors.def, e.g. "BadReshape") with .code/.message/.file/.line
+    pointing at the user's line; its class comes from the row's family."""
     loc = loc if loc is not None else user_loc()
-    try:
-        return cls(message, code=code, file=loc.get("file", ""), line=loc.get("line", 0),
-                   function=loc.get("function", ""))
-    except TypeError:  # pragma: no cover - a class with another constructor
-        e = cls("{}: {}".format(code, message))
-        for k, v in (("code", code), ("message", message), ("file", loc.get("file", "")),
-                     ("line", loc.get("line", 0)), ("function", loc.get("function", ""))):
-            try:
-                setattr(e, k, v)
-            except Exception:
-                pass
-        return e
+    code = _errors.code(name)
+    cls = _core.error_class(code) if _core is not None else NsimError
+    return cls(message, code=code, file=loc.get("file", ""), line=loc.get("line", 0),
+               function=loc.get("function", ""))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -188,9 +185,9 @@ def dtype_name(dtype):
     try:
         name = np.dtype(dtype).name
     except TypeError:
-        raise make_error(OperandError, "NSIM-E302", "unsupported dtype {!r}".format(dtype))
+        raise make_error("BadDtype", "unsupported dtype {!r}".format(dtype))
     if name not in _IR_DTYPES:
-        raise make_error(OperandError, "NSIM-E302", "dtype {} is not supported by nsim".format(name))
+        raise make_error("BadDtype", "dtype {} is not supported by nsim".format(name))
     return name
 
 
@@ -404,7 +401,7 @@ class NkiTensor:
     def __bool__(self):
         if self.size == 1:  # eager mode: a one-element tensor has a truth value, like numpy's
             return bool(self.numpy().reshape(-1)[0])
-        raise make_error(KernelError, "NSIM-E404", "the truth value of a tensor of {} elements is ambiguous (use "
+        raise make_error("TensorTruthValue", "the truth value of a tensor of {} elements is ambiguous (use "
                          "np.asarray(t).any() / .all() on its values)".format(self.size))
 
     # --- values (eager mode: the ops traced so far run in the C++ core when a value is first asked for)
@@ -413,7 +410,7 @@ class NkiTensor:
         traced so far, computed by the simulator core (debugging: print, pdb, branching on values)."""
         tr = self._tracer if self._tracer is not None else active()
         if tr is None:
-            raise make_error(KernelError, "NSIM-E404", "the values of '{}' are only known while its kernel "
+            raise make_error("ValuesUnavailable", "the values of '{}' are only known while its kernel "
                              "runs".format(self.name))
         return tr.eager().values(self)
 
@@ -424,7 +421,7 @@ class NkiTensor:
     def item(self):
         a = self.numpy()
         if a.size != 1:
-            raise make_error(KernelError, "NSIM-E404", "item(): '{}' has {} elements, not 1".format(self.name, a.size))
+            raise make_error("ItemNotScalar", "item(): '{}' has {} elements, not 1".format(self.name, a.size))
         return a.reshape(-1)[0].item()
 
     def __float__(self):
@@ -449,13 +446,13 @@ class NkiTensor:
         kept = [i for i, d in enumerate(self._dims) if d[3]]
         n_ell = sum(1 for k in key if k is Ellipsis)
         if n_ell > 1:
-            raise make_error(KernelError, "NSIM-E404", "an index can only have a single ellipsis ('...')")
+            raise make_error("BadSubscript", "an index can only have a single ellipsis ('...')")
         if n_ell:
             i = next(j for j, k in enumerate(key) if k is Ellipsis)
             fill = len(kept) - (len(key) - 1)
             key = key[:i] + (slice(None),) * max(fill, 0) + key[i + 1:]
         if len(key) > len(kept):
-            raise make_error(KernelError, "NSIM-E404", "too many indices for tensor '{}' of shape {}: {}".format(
+            raise make_error("BadSubscript", "too many indices for tensor '{}' of shape {}: {}".format(
                 self.name, tuple(self.shape), len(key)))
         key = key + (slice(None),) * (len(kept) - len(key))
         dims = [list(d) for d in self._dims]
@@ -464,13 +461,13 @@ class NkiTensor:
         for vd, (bi, k) in enumerate(zip(kept, key)):
             start, size, step, _ = dims[bi]
             if isinstance(k, (bool, np.bool_)):
-                raise make_error(KernelError, "NSIM-E404", "boolean index not supported")
+                raise make_error("BadSubscript", "boolean index not supported")
             if isinstance(k, (int, np.integer)):
                 i = int(k)
                 if i < 0:
                     i += size
                 if not 0 <= i < size:
-                    raise make_error(KernelError, "NSIM-E408", "index {} is out of bounds for dim {} of size {} "
+                    raise make_error("IndexOutOfBounds", "index {} is out of bounds for dim {} of size {} "
                                      "of tensor '{}'".format(int(k), vd, size, self.name))
                 dims[bi] = [start + i * step, 1, step, False]
                 int_dims.append(bi)
@@ -478,12 +475,12 @@ class NkiTensor:
             if isinstance(k, DynSlice):
                 a, n, s = k.start, k.size, k.step
                 if a < 0 or n < 1 or s < 1 or a + (n - 1) * s >= size:
-                    raise make_error(KernelError, "NSIM-E408", "nl.ds({}, {}) is out of bounds for dim {} of size {} "
+                    raise make_error("IndexOutOfBounds", "nl.ds({}, {}) is out of bounds for dim {} of size {} "
                                      "of tensor '{}'".format(a, n, vd, size, self.name))
             elif isinstance(k, slice):
                 s = 1 if k.step is None else int(k.step)
                 if s < 1:
-                    raise make_error(KernelError, "NSIM-E404", "slice step must be >= 1, got {}".format(s))
+                    raise make_error("BadSubscript", "slice step must be >= 1, got {}".format(s))
                 a = 0 if k.start is None else int(k.start)
                 b = size if k.stop is None else int(k.stop)
                 if a < 0:
@@ -491,11 +488,11 @@ class NkiTensor:
                 if b < 0:
                     b += size
                 if a < 0 or b > size or a >= b:
-                    raise make_error(KernelError, "NSIM-E408", "slice {}:{} is out of bounds (or empty) for dim {} "
+                    raise make_error("IndexOutOfBounds", "slice {}:{} is out of bounds (or empty) for dim {} "
                                      "of size {} of tensor '{}'".format(k.start, k.stop, vd, size, self.name))
                 n = (b - a + s - 1) // s
             else:
-                raise make_error(KernelError, "NSIM-E404", "unsupported index {!r} (use ints, slices, nl.ds or "
+                raise make_error("BadSubscript", "unsupported index {!r} (use ints, slices, nl.ds or "
                                  "...)".format(k))
             dims[bi] = [start + a * step, n, step * s, True]
         if chip:
@@ -514,10 +511,10 @@ class NkiTensor:
         nd = len(kept)
         dim = int(dim) + nd if int(dim) < 0 else int(dim)
         if not 0 <= dim < nd or self._dims[kept[dim]][1] != 1:
-            raise make_error(KernelError, "NSIM-E404", "broadcast: dim {} of shape {} must exist and have size "
+            raise make_error("BadBroadcast", "broadcast: dim {} of shape {} must exist and have size "
                              "1".format(dim, tuple(self.shape)))
         if dim == 0 and self._st.buffer in ON_CHIP:
-            raise make_error(KernelError, "NSIM-E404", "broadcast: the partition dim of an on-chip tensor cannot "
+            raise make_error("BadBroadcast", "broadcast: the partition dim of an on-chip tensor cannot "
                              "be broadcast by a view (use nc_stream_shuffle, a matmul or nl.broadcast_to)")
         dims = [list(d) for d in self._dims]
         dims[kept[dim]][1] = int(size)
@@ -528,14 +525,14 @@ class NkiTensor:
         return type(self)(self._st, dims, self._tracer)
 
     def __setitem__(self, key, value):
-        raise make_error(KernelError, "NSIM-E404", "item assignment on tensors is not part of the new NKI dialect; "
+        raise make_error("ItemAssignment", "item assignment on tensors is not part of the new NKI dialect; "
                          "write through an nisa instruction (e.g. nisa.tensor_copy(dst=t[...], src=x))")
 
     def __len__(self):
         return self.shape[0]
 
     def __iter__(self):
-        raise make_error(KernelError, "NSIM-E404", "tensors are not iterable while tracing (their values are: "
+        raise make_error("TensorNotIterable", "tensors are not iterable while tracing (their values are: "
                          "iterate over np.asarray(t) or t.numpy())")
 
     # --- re-dimensioning views (reshape, view(dtype), broadcast_to, ...) -----------------------------
@@ -569,19 +566,19 @@ class NkiTensor:
         shape = [int(x) for x in shape]
         n = self.size
         if shape.count(-1) > 1:
-            raise make_error(KernelError, "NSIM-E404", "reshape: only one dim can be -1, got {}".format(shape))
+            raise make_error("BadReshape", "reshape: only one dim can be -1, got {}".format(shape))
         if -1 in shape:
             rest = int(np.prod([x for x in shape if x != -1], dtype=np.int64))
             if rest <= 0 or n % rest:
-                raise make_error(KernelError, "NSIM-E404", "reshape: cannot reshape {} elements into {}".format(
+                raise make_error("BadReshape", "reshape: cannot reshape {} elements into {}".format(
                     n, tuple(shape)))
             shape[shape.index(-1)] = n // rest
         if any(x < 1 for x in shape) or int(np.prod(shape, dtype=np.int64)) != n:
-            raise make_error(KernelError, "NSIM-E404", "reshape: cannot reshape shape {} ({} elements) into {} "
+            raise make_error("BadReshape", "reshape: cannot reshape shape {} ({} elements) into {} "
                              "(the element count must not change)".format(tuple(self.shape), n, tuple(shape)))
         chip = self._st.buffer in ON_CHIP
         if chip and (len(shape) < 2 or shape[0] != self.shape[0]):
-            raise make_error(KernelError, "NSIM-E404", "reshape of the on-chip tensor '{}' from {} to {}: the "
+            raise make_error("BadReshape", "reshape of the on-chip tensor '{}' from {} to {}: the "
                              "partition dim (dim 0, size {}) must stay dim 0 with the same size, with at least "
                              "one free dim".format(self.name, tuple(self.shape), tuple(shape), self.shape[0]))
         if tuple(shape) == tuple(self.shape):
@@ -597,7 +594,7 @@ class NkiTensor:
             while i < len(items) and items[i][1] == 1:
                 i += 1
             if i >= len(items) or items[i][1] % d:
-                raise make_error(KernelError, "NSIM-E404", "reshape of '{}' from {} to {}: the view's layout is not "
+                raise make_error("BadReshape", "reshape of '{}' from {} to {}: the view's layout is not "
                                  "contiguous where the new shape needs it (copy it into a fresh tile first)".format(
                                      self.name, tuple(self.shape), tuple(shape)))
             items[i][1] //= d
@@ -605,7 +602,7 @@ class NkiTensor:
         if chip and self.shape[0] > 1:
             v0 = self._flat()[2][0]
             if new[0] != v0:
-                raise make_error(KernelError, "NSIM-E404", "reshape of the on-chip tensor '{}' from {} to {} would "
+                raise make_error("BadReshape", "reshape of the on-chip tensor '{}' from {} to {} would "
                                  "move elements across partitions".format(self.name, tuple(self.shape),
                                                                           tuple(shape)))
         return self._pattern_view(off, new)
@@ -631,7 +628,7 @@ class NkiTensor:
         s = list(self.shape)
         dim = int(dim) + len(s) if int(dim) < 0 else int(dim)
         if s[dim] != 1:
-            raise make_error(KernelError, "NSIM-E404", "squeeze_dim: dim {} of shape {} is not 1".format(
+            raise make_error("BadView", "squeeze_dim: dim {} of shape {} is not 1".format(
                 dim, tuple(s)))
         return self.reshape(s[:dim] + s[dim + 1:])
 
@@ -640,7 +637,7 @@ class NkiTensor:
         a dtype-reinterpreting access in the kernel IR, which nsim does not have yet."""
         if np_dtype(dtype_name(dtype)) == self.dtype:
             return self
-        raise make_error(OperandError, "NSIM-E302", "{}.view({}): reinterpreting the bytes of a {} tensor as "
+        raise make_error("BadDtype", "{}.view({}): reinterpreting the bytes of a {} tensor as "
                          "another dtype is not supported yet by nsim (the kernel IR has no dtype-reinterpreting "
                          "access)".format(self.name, np.dtype(dtype) if not isinstance(dtype, str) else dtype,
                                           self.dtype))
@@ -656,7 +653,7 @@ class NkiTensor:
             v = v.reshape(cur + (1,) * (len(shape) - len(cur)))
             cur = tuple(v.shape)
         if len(cur) != len(shape) or any(a != b and a != 1 for a, b in zip(cur, shape)):
-            raise make_error(KernelError, "NSIM-E304", "broadcast_to: shape {} does not broadcast to {}".format(
+            raise make_error("BadBroadcast", "broadcast_to: shape {} does not broadcast to {}".format(
                 tuple(self.shape), shape))
         for d, (a, b) in enumerate(zip(cur, shape)):
             if a != b:
@@ -673,8 +670,7 @@ class NkiTensor:
     def select(self, dim, index):
         """``t.select(dim, index)`` with an int index: the view without dim ``dim`` (at ``index``)."""
         if not isinstance(index, (int, np.integer)):
-            from .nki._unsupported import NotSupportedError
-            raise make_error(NotSupportedError, "NSIM-E405", "select() with a runtime (tensor) index is not "
+            raise make_error("NotSupported", "select() with a runtime (tensor) index is not "
                              "supported yet by nsim: runtime offsets are not in the kernel IR yet")
         key = [slice(None)] * self.ndim
         dim = int(dim) + self.ndim if int(dim) < 0 else int(dim)
@@ -692,10 +688,10 @@ class NkiTensor:
         exists when the result still visits the storage in row-major order (e.g. moving size-1 dims)."""
         dims = [int(d) + self.ndim if int(d) < 0 else int(d) for d in dims]
         if sorted(dims) != list(range(self.ndim)):
-            raise make_error(KernelError, "NSIM-E404", "permute: {} is not a permutation of {} dims".format(
+            raise make_error("BadView", "permute: {} is not a permutation of {} dims".format(
                 dims, self.ndim))
         if self.buffer in ON_CHIP and dims[0] != 0:
-            raise make_error(KernelError, "NSIM-E404", "permute: the partition dim of an on-chip tensor must stay "
+            raise make_error("BadView", "permute: the partition dim of an on-chip tensor must stay "
                              "first (dims[0] == 0)")
         _base, off, pat = self._flat()
         return self._pattern_view(off, [pat[d] for d in dims])
@@ -703,21 +699,20 @@ class NkiTensor:
     @property
     def T(self):  # noqa: N802 - NKI name
         if self.ndim != 2:
-            raise make_error(KernelError, "NSIM-E404", ".T needs a 2-D tensor, got shape {}".format(tuple(self.shape)))
+            raise make_error("BadView", ".T needs a 2-D tensor, got shape {}".format(tuple(self.shape)))
         return self.permute((1, 0))
 
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
         """``t.ap([[step, num], ...], offset=None)``: an explicit access pattern over the storage (spec §3.9):
         element ``(i0, ...)`` is ``storage_flat[view offset + offset + sum step_j * i_j]``."""
         if scalar_offset is not None or vector_offset is not None:
-            from .nki._unsupported import NotSupportedError
-            raise make_error(NotSupportedError, "NSIM-E405", ".ap(scalar_offset=/vector_offset=) is not supported "
+            raise make_error("NotSupported", ".ap(scalar_offset=/vector_offset=) is not supported "
                              "yet by nsim: runtime offsets are not in the kernel IR yet")
         base = self.view(dtype) if dtype is not None else self
         _b, off, _pat = base._flat()
         pat = [(int(p[0]), int(p[1])) for p in pattern]
         if not pat or any(n < 1 for _, n in pat):
-            raise make_error(KernelError, "NSIM-E404", ".ap: bad pattern {}".format(pattern))
+            raise make_error("BadView", ".ap: bad pattern {}".format(pattern))
         return base._pattern_view(off + int(offset or 0), pat)
 
     def get_pattern(self):
@@ -746,7 +741,7 @@ class NkiTensor:
             try:
                 idx = ir_index(base.shape, off, pat, base.buffer in ON_CHIP)
             except _NotExpressible as e:
-                raise make_error(KernelError, "NSIM-E404", "the view {} of tensor '{}' (shape {}) cannot be expressed "
+                raise make_error("BadView", "the view {} of tensor '{}' (shape {}) cannot be expressed "
                                  "as a kernel-IR access: {} (copy it into a fresh tile first)".format(
                                      tuple(self.shape), self.name, base.shape, e))
             if all(isinstance(e, dict) and "broadcast" not in e and e["start"] == 0 and e["size"] == n and
@@ -796,7 +791,7 @@ def active():
 def current(what="this function"):
     t = active()
     if t is None:
-        raise make_error(KernelError, "NSIM-E404", "{} can only be called inside an NKI kernel (a function "
+        raise make_error("OutsideKernel", "{} can only be called inside an NKI kernel (a function "
                          "decorated with @nki.jit and called with arrays, or run by nki.simulate)".format(what))
     return t
 
@@ -874,7 +869,7 @@ class _Eager:
     def values(self, t):
         """numpy array of the current values of view ``t``."""
         if getattr(t, "_adv", None) is not None:
-            raise make_error(KernelError, "NSIM-E404", "the values of an nl.arange-indexed view of '{}' are not "
+            raise make_error("ValuesUnavailable", "the values of an nl.arange-indexed view of '{}' are not "
                              "available: look at the whole tensor, or copy the view into a tile first".format(t.name))
         self.sync()
         base, off, pat = t._flat() if not getattr(t, "_t2d", False) else t._storage_order()._flat()
@@ -1072,7 +1067,7 @@ class Tracer:
         dt = dtype_name(dtype)
         shape = tuple(int(s) for s in shape)
         if not shape or any(s < 1 for s in shape):
-            raise make_error(KernelError, "NSIM-E404", "bad HBM tensor shape {}".format(shape))
+            raise make_error("BadTensorShape", "bad HBM tensor shape {}".format(shape))
         name = name or (assigned_name() if kind == "internal" else None)
         name = self.unique_name(name or "hbm", numbered=not name)
         if self._affine:
@@ -1089,9 +1084,9 @@ class Tracer:
         dt = dtype_name(dtype)
         shape = tuple(int(s) for s in shape)
         if buffer not in ON_CHIP:
-            raise make_error(KernelError, "NSIM-E404", "bad on-chip buffer {!r}".format(buffer))
+            raise make_error("UnknownBuffer", "bad on-chip buffer {!r}".format(buffer))
         if len(shape) < 2 or len(shape) > 5 or any(s < 1 for s in shape):
-            raise make_error(KernelError, "NSIM-E404", "an on-chip tensor needs 2..5 positive dims (partition "
+            raise make_error("BadTensorShape", "an on-chip tensor needs 2..5 positive dims (partition "
                              "dim first), got shape {}".format(shape))
         frame = user_frame()
         hint = None if name else assigned_name(frame)
@@ -1320,14 +1315,14 @@ class Tracer:
 
     def set_schedule(self, edges):
         """Attach ``with_schedule`` edges [(after, [before, ...]), ...] after tracing; every name must be the
-        ``name=`` of an instruction of this kernel (NSIM-E406 otherwise)."""
+        ``name=`` of an instruction of this kernel (UnknownName otherwise)."""
         if not edges:
             return
         known = self.labels()
         for after, before in edges:
             for nm in [after] + list(before):
                 if nm not in known:
-                    raise make_error(KernelError, "NSIM-E406", "with_schedule: no instruction of kernel '{}' is "
+                    raise make_error("UnknownName", "with_schedule: no instruction of kernel '{}' is "
                                      "named '{}' (name= of an nisa call); names in this kernel: {}".format(
                                          self.name, nm, ", ".join(sorted(known)) or "none"))
         self.schedule = [(after, list(before)) for after, before in edges]
@@ -1346,7 +1341,7 @@ class labelled:
 
     def __init__(self, name):
         if not isinstance(name, str) or not name:
-            raise make_error(KernelError, "NSIM-E404", "name= of an instruction must be a non-empty string, got "
+            raise make_error("BadInstructionName", "name= of an instruction must be a non-empty string, got "
                              "{!r}".format(name))
         self.name = name
         self._tr = None
@@ -1409,7 +1404,7 @@ def check_dynamic_loop(what):
     """Dynamic (runtime) loops cannot be used inside ``no_reorder`` (spec compiler.md §1)."""
     tr = active()
     if tr is not None and tr._reorder_depth:
-        raise make_error(KernelError, "NSIM-E404", "{} is a dynamic loop and cannot be used inside a no_reorder "
+        raise make_error("DynamicLoopInNoReorder", "{} is a dynamic loop and cannot be used inside a no_reorder "
                          "block (only static loops, which are unrolled, are allowed there)".format(what))
 
 
@@ -1441,7 +1436,7 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=No
     try:
         bound = sig.bind(*args, **kwargs)
     except TypeError as e:
-        raise make_error(KernelError, "NSIM-E404", "bad kernel arguments: {}".format(e))
+        raise make_error("BadKernelArgs", "bad kernel arguments: {}".format(e))
     tr = Tracer(name or getattr(fn, "__name__", "kernel"), tensor_cls=tensor_cls)
     if config is not None:
         tr.config = config
@@ -1490,7 +1485,7 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=No
                     return ("reshaped", (inner, tuple(r.shape)))
             if isinstance(r, NkiTensor):
                 if r._st.buffer != "hbm" or not r.is_full():
-                    raise make_error(KernelError, "NSIM-E404", "a kernel can only return whole HBM tensors "
+                    raise make_error("BadKernelReturn", "a kernel can only return whole HBM tensors "
                                      "(nl.ndarray(..., buffer=nl.shared_hbm)); got {!r}".format(r))
                 nm = r._st.name
                 nm = rename.get(nm, nm)
@@ -1637,8 +1632,8 @@ def report_checks(reports, strict=False):
 
     for r in reports:
         if strict:
-            raise make_error(KernelError, r["code"], r["message"], {"file": r["file"], "line": r["line"],
-                                                                   "function": r["function"]})
+            # a sanitizer code (NSIM-Wxxx, engines/check/checker.h), not a row of the error table
+            raise KernelError(r["message"], code=r["code"], file=r["file"], line=r["line"], function=r["function"])
         if r.get("file") and r.get("line"):
             warnings.warn_explicit(CheckWarning(r), CheckWarning, r["file"], int(r["line"]))
         else:

@@ -159,7 +159,7 @@ def test_dynamic_loops_not_allowed_in_no_reorder():
     for which in ("dynamic_range", "fori_loop", "while_loop"):
         with pytest.raises(nsim.tracer.KernelError, match="no_reorder") as ei:
             k.to_json(_x(), which)
-        assert ei.value.code == "NSIM-E404"
+        assert ei.value.code == "NSIM-E432"
 
 
 def test_dynamic_loops_outside_no_reorder():

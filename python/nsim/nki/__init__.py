@@ -43,9 +43,9 @@ class Kernel(_kernel.Kernel):
 
     def __getitem__(self, lnc):
         if isinstance(lnc, tuple):
-            raise _tracer.make_error(KernelError, "NSIM-E404", "new-dialect kernels take a single LNC degree: kernel[1] or kernel[2]")
+            raise _tracer.make_error("BadLaunchGrid", "new-dialect kernels take a single LNC degree: kernel[1] or kernel[2]")
         if int(lnc) not in (1, 2):
-            raise _tracer.make_error(KernelError, "NSIM-E404", "LNC degree must be 1 or 2, got {}".format(lnc))
+            raise _tracer.make_error("BadLaunchGrid", "LNC degree must be 1 or 2, got {}".format(lnc))
         if int(lnc) == 2:
             raise NotImplementedError("nsim: LNC=2 launches are not supported yet")
         return self

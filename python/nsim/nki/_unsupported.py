@@ -1,14 +1,10 @@
 """Names of the NKI API that nsim does not implement yet: each one is a function that raises
-:class:`NotSupportedError` (an ``NsimError``/``KernelError`` with code ``NSIM-E405``) saying why. The reason
+:class:`NotSupportedError` (an ``NsimError``/``KernelError``, error NotSupported of sim/errors.def) saying why. The reason
 is also its ``__nsim_unsupported__`` attribute, which ``python -m nsim.nki._coverage`` lists in
 ``docs/nki-coverage.md``."""
 from __future__ import annotations
 
-from ..tracer import KernelError, make_error
-
-NotSupportedError = type("NotSupportedError", (KernelError,), {
-    "__module__": __name__,
-    "__doc__": "An NKI function or feature that nsim does not support yet (code NSIM-E405)."})
+from ..tracer import NotSupportedError, make_error  # noqa: F401  (NotSupportedError is re-exported)
 
 _ISA = "the nsim ISA (isa/opcodes.def) has no such instruction, and adding one is a simulator (C++) change"
 _RNG = "needs a random-number generator instruction; " + _ISA
@@ -86,7 +82,7 @@ def stub(prefix, name, params="*args, **kwargs", reason=None):
 
 
 def _raise(qual, reason):
-    raise make_error(NotSupportedError, "NSIM-E405", "{} is not supported yet by nsim: {}".format(qual, reason))
+    raise make_error("NotSupported", "{} is not supported yet by nsim: {}".format(qual, reason))
 
 
 def install(namespace, prefix, sigs):
@@ -103,7 +99,7 @@ def stub_method(name, reason=None):
     reason = reason or REASONS[name]
 
     def m(self, *args, **kwargs):
-        raise make_error(NotSupportedError, "NSIM-E405", "tensor.{}() is not supported yet by nsim: {}".format(
+        raise make_error("NotSupported", "tensor.{}() is not supported yet by nsim: {}".format(
             name, reason))
 
     m.__name__ = m.__qualname__ = name
@@ -116,7 +112,7 @@ def stub_class(prefix, name, reason=None):
     reason = reason or REASONS[name]
 
     def __init__(self, *args, **kwargs):
-        raise make_error(NotSupportedError, "NSIM-E405", "{}.{} is not supported yet by nsim: {}".format(
+        raise make_error("NotSupported", "{}.{} is not supported yet by nsim: {}".format(
             prefix, name, reason))
 
     return type(name, (), {"__init__": __init__, "__nsim_unsupported__": reason, "__doc__": reason})

@@ -117,12 +117,12 @@ def _engine(e, allowed=None, what="instruction"):
         try:
             e = engine(int(e))
         except ValueError:
-            raise make_error(OperandError, "NSIM-E306", "bad engine {!r}".format(e))
+            raise make_error("BadEngine", "bad engine {!r}".format(e))
         if e == engine.unknown:
             return None
         name = _ENGINE_NAMES.get(e)
     if name is None or (allowed is not None and name not in allowed):
-        raise make_error(OperandError, "NSIM-E306", "engine {} is not allowed for {} (allowed: {})".format(
+        raise make_error("BadEngine", "engine {} is not allowed for {} (allowed: {})".format(
             getattr(e, "name", e), what, ", ".join(allowed or ())))
     return name
 
@@ -130,7 +130,7 @@ def _engine(e, allowed=None, what="instruction"):
 def _t(x, slot, what):
     _tr.current("nisa." + what)  # outside a kernel: a clear error first
     if not isinstance(x, NkiTensor):
-        raise make_error(OperandError, "NSIM-E305", "{}: operand '{}' must be a tensor (view), got {!r}".format(
+        raise make_error("BadOperandKind", "{}: operand '{}' must be a tensor (view), got {!r}".format(
             what, slot, x))
     return x
 
@@ -178,9 +178,9 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     _t(dst, "dst", "dma_copy")
     _t(src, "src", "dma_copy")
     if kwargs.get("dst_rmw_op") is not None:
-        raise make_error(KernelError, "NSIM-E404", "dma_copy(dst_rmw_op=) is not supported yet")
+        raise make_error("NotSupported", "dma_copy(dst_rmw_op=) is not supported yet")
     if dst.size != src.size:
-        raise make_error(OperandError, "NSIM-E304", "dma_copy: dst has {} elements, src has {}".format(
+        raise make_error("ElementCountMismatch", "dma_copy: dst has {} elements, src has {}".format(
             dst.size, src.size))
     eng = _engine(engine, ("sync", "scalar", "gpsimd"), "dma_copy")
     return _op("dma_copy", engine=eng, dst=dst, src=src)
@@ -218,7 +218,7 @@ def _operand(x, i, fields, flags, what):
     elif isinstance(x, NkiTensor):
         fields["operand{}".format(i)] = x
     else:
-        raise make_error(OperandError, "NSIM-E305", "{}: operand{} must be a scalar or a (P, 1) tensor, got "
+        raise make_error("BadOperandKind", "{}: operand{} must be a scalar or a (P, 1) tensor, got "
                          "{!r}".format(what, i, x))
 
 
@@ -229,7 +229,7 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     fields, flags = {}, []
     _operand(operand0, 0, fields, flags, "tensor_scalar")
     if (op1 is None) != (operand1 is None) and not (op1 is not None and _nl.opcode(op1).alu in _UNARY):
-        raise make_error(OperandError, "NSIM-E305", "tensor_scalar: op1 and operand1 must both be given or both "
+        raise make_error("MissingOperand", "tensor_scalar: op1 and operand1 must both be given or both "
                          "be None")
     _operand(operand1, 1, fields, flags, "tensor_scalar")
     if reverse0:
@@ -290,7 +290,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     if reduce_op is not None:
         alu1 = _nl.alu_name(reduce_op, "reduce_op")
         if alu1 != "add":
-            raise make_error(OperandError, "NSIM-E307", "activation: reduce_op must be nl.add")
+            raise make_error("BadArgument", "activation: reduce_op must be nl.add")
     elif reduce_res is not None or _rcmd(reduce_cmd) is not None:
         alu1 = "add"
     if reduce_res is not None:
@@ -317,7 +317,7 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, 
     axes = [axis] if isinstance(axis, (int, np.integer)) else list(axis)
     axes = sorted(int(a) + nd if int(a) < 0 else int(a) for a in axes)
     if not axes or axes[0] < 1 or axes != list(range(axes[0], nd)):
-        raise make_error(OperandError, "NSIM-E307", "tensor_reduce: axis {} must be the last free dims of the "
+        raise make_error("BadArgument", "tensor_reduce: axis {} must be the last free dims of the "
                          "data view of shape {} (ending at dim {}; dim 0 cannot be reduced)".format(
                              axis, tuple(data.shape), nd - 1))
     if axes[0] == 1:
@@ -398,7 +398,7 @@ def _scalar_or_vector(x, slot, what, imm_index, fields, imm, flags=None, flag=No
     elif isinstance(x, NkiTensor):
         fields[slot] = x
     else:
-        raise make_error(OperandError, "NSIM-E305", "{}: {} must be a scalar or a (P, 1) tensor, got {!r}".format(
+        raise make_error("BadOperandKind", "{}: {} must be a scalar or a (P, 1) tensor, got {!r}".format(
             what, slot, x))
 
 
@@ -408,10 +408,10 @@ def _pattern_iimm(pattern, offset, channel_multiplier, what):
     try:
         pat = [[int(s), int(n)] for s, n in pattern]
     except (TypeError, ValueError):
-        raise make_error(OperandError, "NSIM-E305", "{}: pattern must be a list of [step, num] pairs, got "
+        raise make_error("BadOperandKind", "{}: pattern must be a list of [step, num] pairs, got "
                          "{!r}".format(what, pattern))
     if len(pat) > 4:
-        raise make_error(OperandError, "NSIM-E305", "{}: at most 4 [step, num] pairs, got {}".format(what, len(pat)))
+        raise make_error("BadOperandKind", "{}: at most 4 [step, num] pairs, got {}".format(what, len(pat)))
     pat = [[0, 1]] * (4 - len(pat)) + pat
     iimm = [int(offset), int(channel_multiplier)]
     for s, n in pat:
@@ -431,16 +431,16 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
     _t(dst, "dst", "dma_transpose")
     _t(src, "src", "dma_transpose")
     if src.ndim != 2 or dst.ndim != 2:
-        raise make_error(KernelError, "NSIM-E404", "dma_transpose: only the 2-D form is supported by nsim yet "
+        raise make_error("NotSupported", "dma_transpose: only the 2-D form is supported by nsim yet "
                          "(src shape {}, dst shape {})".format(tuple(src.shape), tuple(dst.shape)))
     if axes is not None and tuple(int(a) for a in axes) != (1, 0):
-        raise make_error(OperandError, "NSIM-E305", "dma_transpose: a 2-D transpose needs axes=(1, 0), got "
+        raise make_error("BadArgument", "dma_transpose: a 2-D transpose needs axes=(1, 0), got "
                          "{!r}".format(axes))
     if tuple(dst.shape) != (src.shape[1], src.shape[0]):
-        raise make_error(OperandError, "NSIM-E304", "dma_transpose: src is {} so dst must be {}, got {}".format(
+        raise make_error("ShapeMismatch", "dma_transpose: src is {} so dst must be {}, got {}".format(
             tuple(src.shape), (src.shape[1], src.shape[0]), tuple(dst.shape)))
     if dst.dtype != src.dtype:
-        raise make_error(OperandError, "NSIM-E302", "dma_transpose: src and dst dtypes differ ({} vs {})".format(
+        raise make_error("BadDtype", "dma_transpose: src and dst dtypes differ ({} vs {})".format(
             src.dtype, dst.dtype))
     return _op("dma_transpose", dst=dst, src=src)
 
@@ -450,7 +450,7 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **kwargs):
     iimm = _pattern_iimm(pattern, offset, channel_multiplier, "iota")
     p = dst.shape[0]
     if _npat(pattern) != dst.size // p:
-        raise make_error(OperandError, "NSIM-E304", "iota: pattern {} covers {} elements but dst has {} per "
+        raise make_error("ElementCountMismatch", "iota: pattern {} covers {} elements but dst has {} per "
                          "partition".format(pattern, _npat(pattern), dst.size // p))
     return _op("iota", dst=dst, iimm=iimm)
 
@@ -476,7 +476,7 @@ def activation_reduce(dst, op, data, reduce_op, reduce_res=None, bias=None, scal
     imm, fields = _bias_scale(bias, scale, "activation_reduce")
     rop = _nl.alu_name(reduce_op, "reduce_op")
     if rop not in ("add", "maximum", "minimum"):
-        raise make_error(OperandError, "NSIM-E307", "activation_reduce: reduce_op must be nl.add (or "
+        raise make_error("BadArgument", "activation_reduce: reduce_op must be nl.add (or "
                          "nl.maximum / nl.minimum), got nl.{}".format(rop))
     if reduce_res is not None:
         fields["reduce_res"] = _t(reduce_res, "reduce_res", "activation_reduce")
@@ -496,16 +496,16 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
             channel_multiplier, on_true_tile, on_false_value, cmp_op, None)
     _t(on_true_tile, "on_true_tile", "affine_select")
     if not _is_scalar(on_false_value):
-        raise make_error(OperandError, "NSIM-E305", "affine_select: on_false_value must be a scalar, got "
+        raise make_error("BadOperandKind", "affine_select: on_false_value must be a scalar, got "
                          "{!r}".format(on_false_value))
     cmp = _nl.alu_name(cmp_op if cmp_op is not None else "equal", "cmp_op")
     if cmp not in _CMP:
-        raise make_error(OperandError, "NSIM-E307", "affine_select: cmp_op must be a comparison ({}), got "
+        raise make_error("BadArgument", "affine_select: cmp_op must be a comparison ({}), got "
                          "nl.{}".format(", ".join(_CMP), cmp))
     iimm = _pattern_iimm(pattern, offset, channel_multiplier, "affine_select")
     p = dst.shape[0]
     if _npat(pattern) != dst.size // p:
-        raise make_error(OperandError, "NSIM-E304", "affine_select: pattern {} covers {} elements but dst has "
+        raise make_error("ElementCountMismatch", "affine_select: pattern {} covers {} elements but dst has "
                          "{} per partition".format(pattern, _npat(pattern), dst.size // p))
     return _op("affine_select", dst=dst, on_true=on_true_tile, alu0=cmp, iimm=iimm,
                imm=[_fimm(on_false_value)])
@@ -516,7 +516,7 @@ def nc_stream_shuffle(dst, src, shuffle_mask, name=None, **kwargs):
     _t(src, "src", "nc_stream_shuffle")
     mask = [int(m) for m in shuffle_mask]
     if len(mask) > 32 or any(m < 0 or m > 255 or (31 < m < 255) for m in mask):
-        raise make_error(OperandError, "NSIM-E305", "nc_stream_shuffle: shuffle_mask must be up to 32 values in "
+        raise make_error("BadOperandKind", "nc_stream_shuffle: shuffle_mask must be up to 32 values in "
                          "0..31 or 255 (keep), got {!r}".format(shuffle_mask))
     mask += [255] * (32 - len(mask))
     return _op("nc_stream_shuffle", dst=dst, src=src, shuffle=mask)
@@ -549,11 +549,11 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
     _scalar_or_vector(operand0, "operand0", "tensor_scalar_reduce", 0, fields, imm, flags, "has_imm0")
     rop = _nl.alu_name(reduce_op, "reduce_op")
     if rop not in _REDUCE_OPS:
-        raise make_error(OperandError, "NSIM-E307", "tensor_scalar_reduce: reduce_op must be add, multiply, "
+        raise make_error("BadArgument", "tensor_scalar_reduce: reduce_op must be add, multiply, "
                          "maximum or minimum, got nl.{}".format(rop))
     cmd = _rcmd(reduce_cmd)
     if cmd == "load_reduce" and reduce_init is None:
-        raise make_error(OperandError, "NSIM-E305", "tensor_scalar_reduce: reduce_cmd=load_reduce needs "
+        raise make_error("MissingOperand", "tensor_scalar_reduce: reduce_cmd=load_reduce needs "
                          "reduce_init")
     _scalar_or_vector(reduce_init, "reduce_init", "tensor_scalar_reduce", 1, fields, imm)
     if reduce_res is not None:
@@ -599,7 +599,7 @@ def _vector_operand(x, like, what, slot):
     if isinstance(x, NkiTensor):
         return x
     if not _is_scalar(x):
-        raise make_error(OperandError, "NSIM-E305", "{}: {} must be a (P, 1) tensor or a scalar, got {!r}".format(
+        raise make_error("BadOperandKind", "{}: {} must be a (P, 1) tensor or a scalar, got {!r}".format(
             what, slot, x))
     t = _tr.current("nisa." + what).tile("sbuf", np.float32, (like.shape[0], 1))
     memset(t, float(x))
@@ -611,11 +611,11 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
     _t(dst, "dst", "range_select")
     _t(on_true_tile, "on_true_tile", "range_select")
     if reduce_op is not None and _nl.alu_name(reduce_op, "reduce_op") != "maximum":
-        raise make_error(OperandError, "NSIM-E307", "range_select: reduce_op must be nl.maximum")
+        raise make_error("BadArgument", "range_select: reduce_op must be nl.maximum")
     c0, c1 = _nl.alu_name(comp_op0, "comp_op0"), _nl.alu_name(comp_op1, "comp_op1")
     for c in (c0, c1):
         if c not in _CMP:
-            raise make_error(OperandError, "NSIM-E307", "range_select: comp_op must be a comparison, got "
+            raise make_error("BadArgument", "range_select: comp_op must be a comparison, got "
                              "nl.{}".format(c))
     b0 = _vector_operand(bound0, dst, "range_select", "bound0")
     b1 = _vector_operand(bound1, dst, "range_select", "bound1")

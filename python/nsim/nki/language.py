@@ -60,7 +60,7 @@ def _ir_buffer(b):
         return s
     if s in ("hbm", "private_hbm", "shared_hbm"):
         return "hbm"
-    raise make_error(KernelError, "NSIM-E404", "unknown buffer {!r} (use nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm, "
+    raise make_error("UnknownBuffer", "unknown buffer {!r} (use nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm, "
                      "nl.private_hbm)".format(b))
 
 
@@ -207,21 +207,21 @@ def opcode(op, what="op"):
     if n is None and isinstance(op, str) and op in _OPS:  # nsim convenience
         n = op
     if n is None or n not in _OPS:
-        raise make_error(KernelError, "NSIM-E406", "{}={!r} is not an NKI op code".format(what, op))
+        raise make_error("UnknownName", "{}={!r} is not an NKI op code".format(what, op))
     return _OPS[n]
 
 
 def alu_name(op, what="op"):
     o = opcode(op, what)
     if o.alu is None:
-        raise make_error(KernelError, "NSIM-E406", "{}=nl.{} is not an ALU operator".format(what, o.name))
+        raise make_error("UnknownName", "{}=nl.{} is not an ALU operator".format(what, o.name))
     return o.alu
 
 
 def act_name(op, what="op"):
     o = opcode(op, what)
     if o.act is None:
-        raise make_error(KernelError, "NSIM-E406", "{}=nl.{} is not an activation function".format(what, o.name))
+        raise make_error("UnknownName", "{}=nl.{} is not an activation function".format(what, o.name))
     return o.act
 
 
@@ -289,7 +289,7 @@ def full(shape, fill_value, dtype, buffer=sbuf, name="", **kwargs):
 def _fill_new(shape, value, dtype, buffer, name):
     t = ndarray(shape, dtype, buffer=buffer, name=name)
     if t.buffer == "hbm":
-        raise make_error(KernelError, "NSIM-E404", "HBM tensors with an initial value are not supported (create an "
+        raise make_error("NotSupported", "HBM tensors with an initial value are not supported (create an "
                          "SBUF tensor and dma_copy it)")
     if np.issubdtype(t.dtype, np.integer) or t.dtype == np.bool_:
         value = int(value)
@@ -334,7 +334,7 @@ def static_range(start, stop=None, step=1):
 
 def _static_bound(v, what):
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise make_error(KernelError, "NSIM-E404", "{}: nsim supports compile-time int bounds only (register "
+        raise make_error("NotSupported", "{}: nsim supports compile-time int bounds only (register "
                          "bounds need VirtualRegister support), got {!r}".format(what, v))
     return int(v)
 
@@ -356,7 +356,7 @@ def fori_loop(lower, upper, body_fun, step=1):
     for i in range(_static_bound(lower, "nl.fori_loop"), _static_bound(upper, "nl.fori_loop"),
                    _static_bound(step, "nl.fori_loop")):
         if body_fun(i) is not None:
-            raise make_error(KernelError, "NSIM-E404", "nl.fori_loop: body_fun must return None")
+            raise make_error("NotSupported", "nl.fori_loop: body_fun must return None")
 
 
 def while_loop(init, body_fun):
@@ -426,13 +426,13 @@ def _call_opcode(op, args, kwargs, prefix="nki.language"):
     if n in _BINARY:
         return _binary_call(op, *args, **kwargs)
     if n in _NO_VALUE:
-        raise make_error(KernelError, "NSIM-E404", "nl.{} has no value-returning form; pass it as op= to an "
+        raise make_error("NotSupported", "nl.{} has no value-returning form; pass it as op= to an "
                          "nisa instruction".format(n))
     if op.act is not None:
         return _unary_act(op, *args, **kwargs)
     if n in _ALU_UNARY:
         return _unary_alu(op, *args, **kwargs)
-    raise make_error(KernelError, "NSIM-E404", "value-returning nl.{}(...) is not supported by nsim; pass nl.{} "
+    raise make_error("NotSupported", "value-returning nl.{}(...) is not supported by nsim; pass nl.{} "
                      "as op= to an nisa instruction".format(n, n))
 
 
@@ -448,9 +448,9 @@ def _is_scalar(x):
 def _tensor_arg(x, what, slot="x"):
     _tr.current("nl." + what)
     if not isinstance(x, NkiTensor):
-        raise make_error(KernelError, "NSIM-E305", "nl.{}: {} must be a tensor, got {!r}".format(what, slot, x))
+        raise make_error("BadOperandKind", "nl.{}: {} must be a tensor, got {!r}".format(what, slot, x))
     if x.buffer == "hbm":
-        raise make_error(KernelError, "NSIM-E301", "nl.{}: {} must be an on-chip tile (SBUF/PSUM), got an HBM "
+        raise make_error("BadBuffer", "nl.{}: {} must be an on-chip tile (SBUF/PSUM), got an HBM "
                          "tensor {!r} (load it first with nl.load or nisa.dma_copy)".format(what, slot, x))
     return x
 
@@ -551,7 +551,7 @@ def _bshape(a, b, what):
     out = []
     for x, y in zip(a, b):
         if x != y and 1 not in (x, y):
-            raise make_error(KernelError, "NSIM-E304", "{}: shapes {} and {} do not broadcast".format(what, a, b))
+            raise make_error("BadBroadcast", "{}: shapes {} and {} do not broadcast".format(what, a, b))
         out.append(_b.max(x, y))
     return tuple(out)
 
@@ -595,22 +595,22 @@ def broadcast_to(x, shape, dtype=None, name=None, **kwargs):
     tensor gets trailing size-1 dims."""
     _tr.current("nl.broadcast_to")
     if not isinstance(x, NkiTensor):
-        raise make_error(KernelError, "NSIM-E305", "nl.broadcast_to: x must be a tensor, got {!r}".format(x))
+        raise make_error("BadOperandKind", "nl.broadcast_to: x must be a tensor, got {!r}".format(x))
     shape = tuple(int(s) for s in shape)
     if len(shape) < x.ndim:
-        raise make_error(KernelError, "NSIM-E304", "nl.broadcast_to: cannot broadcast {} to the lower-rank "
+        raise make_error("BadBroadcast", "nl.broadcast_to: cannot broadcast {} to the lower-rank "
                          "shape {}".format(tuple(x.shape), shape))
     v = _pad_rank(x, len(shape))
     _bshape(v.shape, shape, "nl.broadcast_to")
     if any(a != b and a != 1 for a, b in zip(v.shape, shape)):
-        raise make_error(KernelError, "NSIM-E304", "nl.broadcast_to: cannot broadcast {} to {}".format(
+        raise make_error("BadBroadcast", "nl.broadcast_to: cannot broadcast {} to {}".format(
             tuple(x.shape), shape))
     if v.buffer in _tr.ON_CHIP and v.shape[0] == 1 and shape[0] > 1:
         v = partition_broadcast(v, shape[0])
     v = NkiTensor.broadcast_to(v, shape)
     if dtype is not None and np.dtype(dtype) != v.dtype:
         if v.buffer == "hbm":
-            raise make_error(KernelError, "NSIM-E302", "nl.broadcast_to: dtype= on an HBM tensor (load it with "
+            raise make_error("BadDtype", "nl.broadcast_to: dtype= on an HBM tensor (load it with "
                              "nl.load(..., dtype=) instead)")
         out = _new_tile(shape, dtype)
         _isa().tensor_copy(dst=out, src=v)
@@ -624,7 +624,7 @@ def _binary_call(op, x, y, dtype=None, name=None, **kwargs):
     isa = _isa()
     xt, yt = isinstance(x, NkiTensor), isinstance(y, NkiTensor)
     if not xt and not yt:
-        raise make_error(KernelError, "NSIM-E305", "nl.{}: at least one operand must be a tile".format(n))
+        raise make_error("BadOperandKind", "nl.{}: at least one operand must be a tile".format(n))
     if xt:
         _tensor_arg(x, n, "x")
     if yt:
@@ -633,7 +633,7 @@ def _binary_call(op, x, y, dtype=None, name=None, **kwargs):
     if not (xt and yt):
         t, s, rev = (x, y, False) if xt else (y, x, True)
         if not _is_scalar(s):
-            raise make_error(KernelError, "NSIM-E305", "nl.{}: operands must be tiles or scalars, got {!r}".format(
+            raise make_error("BadOperandKind", "nl.{}: operands must be tiles or scalars, got {!r}".format(
                 n, s))
         out = _new_tile(t.shape, out_dt)
         isa.tensor_scalar(dst=out, data=t, op0=op, operand0=s, reverse0=rev)
@@ -693,7 +693,7 @@ def _axes(x, axis, what):
     axes = [axis] if isinstance(axis, (int, np.integer)) else list(axis)
     axes = sorted(_b.set(int(a) + nd if int(a) < 0 else int(a) for a in axes))
     if not axes or axes[0] < 1 or axes[-1] >= nd:
-        raise make_error(KernelError, "NSIM-E307", "nl.{}: axis {} must name free dims (1..{}) of shape {}".format(
+        raise make_error("BadArgument", "nl.{}: axis {} must name free dims (1..{}) of shape {}".format(
             what, axis, nd - 1, tuple(x.shape)))
     return axes
 
@@ -773,7 +773,7 @@ def transpose(x, dtype=None, name=None, **kwargs):
     """``nl.transpose(x)``: nc_transpose of a 2-D tile (≤128 x 128) into a fresh PSUM tile."""
     _tensor_arg(x, "transpose")
     if x.ndim != 2:
-        raise make_error(KernelError, "NSIM-E404", "nl.transpose: a 2-D tile is needed, got shape {}".format(
+        raise make_error("BadRank", "nl.transpose: a 2-D tile is needed, got shape {}".format(
             tuple(x.shape)))
     src = _to_sbuf(x)
     out = _new_tile((x.shape[1], x.shape[0]), x.dtype, "psum")
@@ -789,11 +789,11 @@ def matmul(x, y, transpose_x=False, name=None, **kwargs):
     _tensor_arg(x, "matmul", "x")
     _tensor_arg(y, "matmul", "y")
     if x.ndim != 2 or y.ndim != 2:
-        raise make_error(KernelError, "NSIM-E404", "nl.matmul: 2-D tiles are needed, got {} and {}".format(
+        raise make_error("BadRank", "nl.matmul: 2-D tiles are needed, got {} and {}".format(
             tuple(x.shape), tuple(y.shape)))
     stat = _to_sbuf(x) if transpose_x else copy_(transpose(x))
     if stat.shape[0] != y.shape[0]:
-        raise make_error(KernelError, "NSIM-E304", "nl.matmul: contraction dims differ: x {} (transpose_x={}) and "
+        raise make_error("ShapeMismatch", "nl.matmul: contraction dims differ: x {} (transpose_x={}) and "
                          "y {}".format(tuple(x.shape), bool(transpose_x), tuple(y.shape)))
     mov = _to_sbuf(y)
     out = _new_tile((stat.shape[1], y.shape[1]), np.float32, "psum")
@@ -808,9 +808,9 @@ def load(src, dtype=None, name=None, **kwargs):
     """``nl.load(src)``: DMA an HBM view into a fresh SBUF tile of the same shape (first dim ≤ 128)."""
     _tr.current("nl.load")
     if not isinstance(src, NkiTensor):
-        raise make_error(KernelError, "NSIM-E305", "nl.load: src must be a tensor, got {!r}".format(src))
+        raise make_error("BadOperandKind", "nl.load: src must be a tensor, got {!r}".format(src))
     if src.shape[0] > 128:
-        raise make_error(KernelError, "NSIM-E304", "nl.load: the first dim ({}) becomes the partition dim and "
+        raise make_error("TooManyPartitions", "nl.load: the first dim ({}) becomes the partition dim and "
                          "must be <= 128".format(src.shape[0]))
     out = _new_tile(src.shape, dtype if dtype is not None else src.dtype)
     _isa().dma_copy(dst=out, src=src)
@@ -821,16 +821,16 @@ def store(dst, value, name=None, **kwargs):
     """``nl.store(dst, value)``: DMA a tile (PSUM: via an SBUF copy; scalar: a memset tile) into dst."""
     _tr.current("nl.store")
     if not isinstance(dst, NkiTensor):
-        raise make_error(KernelError, "NSIM-E305", "nl.store: dst must be a tensor, got {!r}".format(dst))
+        raise make_error("BadOperandKind", "nl.store: dst must be a tensor, got {!r}".format(dst))
     isa = _isa()
     if _is_scalar(value):
         if dst.shape[0] > 128:
-            raise make_error(KernelError, "NSIM-E304", "nl.store: scalar store to dst with more than 128 rows")
+            raise make_error("TooManyPartitions", "nl.store: scalar store to dst with more than 128 rows")
         t = _new_tile(dst.shape, dst.dtype)
         isa.memset(t, value)
         value = t
     if not isinstance(value, NkiTensor):
-        raise make_error(KernelError, "NSIM-E305", "nl.store: value must be a tile or a scalar, got {!r}".format(
+        raise make_error("BadOperandKind", "nl.store: value must be a tile or a scalar, got {!r}".format(
             value))
     if value.buffer == "psum":
         value = copy_(value)
@@ -953,7 +953,7 @@ def load_transpose2d(src, dtype=None, name=None, **kwargs):
     """``nl.load_transpose2d(src)``: DMA transpose HBM [a, b] -> SBUF [b, a]."""
     tr = _tr.current("nl.load_transpose2d")
     if src.ndim != 2:
-        raise make_error(KernelError, "NSIM-E404", "nl.load_transpose2d needs a 2-D source")
+        raise make_error("BadRank", "nl.load_transpose2d needs a 2-D source")
     out = tr.tile("sbuf", src.dtype, (src.shape[1], src.shape[0]))
     _isa().dma_transpose(dst=out, src=src)
     return out if dtype is None or np.dtype(dtype) == out.dtype else copy_(out, dtype=dtype)
@@ -993,7 +993,7 @@ def shared_identity_matrix(n, dtype=np.uint8, dst=None, name=None, **kwargs):
     n = int(n)
     c = shared_constant(np.eye(n, dtype=np.float32).astype(dtype), name="identity")
     if n > 128 and dst is None:
-        raise make_error(KernelError, "NSIM-E304", "nl.shared_identity_matrix: n={} does not fit 128 partitions "
+        raise make_error("TooManyPartitions", "nl.shared_identity_matrix: n={} does not fit 128 partitions "
                          "(give dst= an HBM tensor)".format(n))
     out = dst if dst is not None else _new_tile((n, n), dtype)
     _isa().dma_copy(dst=out, src=c)

@@ -39,7 +39,7 @@ def _grid_dims(grid):
     for g in grid:
         n = int(g)
         if n < 1:
-            raise _tracer.make_error(KernelError, "NSIM-E404", "launch grid sizes must be >= 1, got {}".format(
+            raise _tracer.make_error("BadLaunchGrid", "launch grid sizes must be >= 1, got {}".format(
                 grid))
         dims.append(n)
     return tuple(dims)
@@ -84,7 +84,7 @@ class Kernel(_kernel.Kernel):
 
     def _check_inline(self):
         if self.grid:
-            raise _tracer.make_error(KernelError, "NSIM-E404", "err_nested_kernel_with_spmd_grid: a kernel "
+            raise _tracer.make_error("NestedKernel", "err_nested_kernel_with_spmd_grid: a kernel "
                                      "with a launch grid cannot be called from inside another kernel")
 
 

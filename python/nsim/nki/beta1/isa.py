@@ -24,7 +24,7 @@ from ..isa import (  # noqa: F401
 
 def _tile(x, what):
     if isinstance(x, BlockTensor):
-        raise make_error(KernelError, "NSIM-E404", "err_failed_to_infer_tile_from_local_tensor: nisa.{} needs a "
+        raise make_error("TileInference", "err_failed_to_infer_tile_from_local_tensor: nisa.{} needs a "
                          "tile; index the block dims first".format(what))
     return x
 
@@ -186,7 +186,7 @@ def iota(expr, dtype, *, mask=None, dst=None, **kwargs):
     _check_mask(mask, "nisa.iota")
     e = IndexExpr._lift(expr)
     if e is None:
-        raise make_error(OperandError, "NSIM-E305", "nisa.iota: expr must be an nl.arange / nl.mgrid expression "
+        raise make_error("BadOperandKind", "nisa.iota: expr must be an nl.arange / nl.mgrid expression "
                          "or an int, got {!r}".format(expr))
     if e.ndim == 1:
         e = e._pad(2) if e.shape[0] == 1 else IndexExpr(e.offset, {0: e.coefs.get(0, 0)}, (e.shape[0], 1))
@@ -292,27 +292,27 @@ def _pred_expr(pred, shape):
     """``pred`` = ``a <cmp> b`` of affine index expressions -> (cmp, d = a - b as an IndexExpr aligned with
     ``shape``: axis a of d is axis a of the tile, as for masks)."""
     if not isinstance(pred, _nl._Mask):
-        raise make_error(OperandError, "NSIM-E305", "nisa.affine_select: pred must be a comparison of nl.arange / "
+        raise make_error("BadMask", "nisa.affine_select: pred must be a comparison of nl.arange / "
                          "nl.mgrid expressions (e.g. i_p >= i_f), got {!r}".format(pred))
     if pred.op not in _PRED_CMP or isinstance(pred.a, _nl._Mask) or isinstance(pred.b, _nl._Mask):
-        raise make_error(KernelError, "NSIM-E404", "nisa.affine_select: pred must be a single comparison (no & / "
+        raise make_error("BadMask", "nisa.affine_select: pred must be a single comparison (no & / "
                          "|); combine conditions with nl.where")
     a, b = IndexExpr._lift(pred.a), IndexExpr._lift(pred.b)
     if a is None or b is None:
-        raise make_error(OperandError, "NSIM-E305", "nisa.affine_select: pred compares {!r} and {!r}; both sides "
+        raise make_error("BadMask", "nisa.affine_select: pred compares {!r} and {!r}; both sides "
                          "must be affine index expressions or ints".format(pred.a, pred.b))
     # left-aligned like _eval_expr: pad each side on the right to the tile rank
     nd = len(shape)
     sides = []
     for e in (a, b):
         if e.ndim > nd:
-            raise make_error(KernelError, "NSIM-E404", "nisa.affine_select: pred has more dims ({}) than the tile "
+            raise make_error("BadMask", "nisa.affine_select: pred has more dims ({}) than the tile "
                              "({})".format(e.ndim, nd))
         sides.append(IndexExpr(e.offset, e.coefs, tuple(e.shape) + (1,) * (nd - e.ndim)))
     d = sides[0] - sides[1]
     for ax, c in d.coefs.items():
         if d.shape[ax] != shape[ax]:
-            raise make_error(KernelError, "NSIM-E404", "nisa.affine_select: pred axis {} has size {} but the tile "
+            raise make_error("BadMask", "nisa.affine_select: pred axis {} has size {} but the tile "
                              "has {}".format(ax, d.shape[ax], shape[ax]))
     return _PRED_CMP[pred.op], d
 
@@ -323,7 +323,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     _tile(on_true_tile, "affine_select")
     shape = tuple(on_true_tile.shape)
     if len(shape) > 5:
-        raise make_error(KernelError, "NSIM-E404", "nisa.affine_select: at most 4 free dims")
+        raise make_error("BadMask", "nisa.affine_select: at most 4 free dims")
     cmp, d = _pred_expr(pred, shape)
     out = dst if dst is not None else _new(shape, _dt(dtype, on_true_tile.dtype))
     src, res = on_true_tile, out
@@ -350,7 +350,7 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs
     for m in shuffle_mask:
         e = IndexExpr._lift(m)
         if e is not None and e.coefs:
-            raise make_error(OperandError, "NSIM-E305", "nisa.nc_stream_shuffle: shuffle_mask entries must be "
+            raise make_error("BadOperandKind", "nisa.nc_stream_shuffle: shuffle_mask entries must be "
                              "compile-time ints, got {!r}".format(m))
         sm.append(e.offset if e is not None else m)
     _n.nc_stream_shuffle(dst=dst, src=src, shuffle_mask=sm)

@@ -45,15 +45,15 @@ def _eval_expr(e, shape):
         return np.full(shape, bool(e))
     x = IndexExpr._lift(e)
     if x is None:
-        raise make_error(KernelError, "NSIM-E404", "err_unsupported_expression_in_mask: {!r}".format(e))
+        raise make_error("BadMask", "err_unsupported_expression_in_mask: {!r}".format(e))
     nd = len(shape)
     if x.ndim > nd:
-        raise make_error(KernelError, "NSIM-E404", "mask has more dims ({}) than the instruction ({})".format(
+        raise make_error("BadMask", "mask has more dims ({}) than the instruction ({})".format(
             x.ndim, nd))
     v = np.full(shape, x.offset, dtype=np.int64)
     for a, c in x.coefs.items():
         if x.shape[a] != shape[a]:
-            raise make_error(KernelError, "NSIM-E404", "mask axis {} has size {} but the instruction has {}".format(
+            raise make_error("BadMask", "mask axis {} has size {} but the instruction has {}".format(
                 a, x.shape[a], shape[a]))
         idx = [1] * nd
         idx[a] = shape[a]
@@ -69,7 +69,7 @@ def _eval_mask(m, shape):
     if isinstance(m, (bool, np.bool_)):
         return np.full(shape, bool(m))
     if not isinstance(m, _Mask):
-        raise make_error(KernelError, "NSIM-E404", "err_unsupported_expression_in_mask: {!r}".format(m))
+        raise make_error("BadMask", "err_unsupported_expression_in_mask: {!r}".format(m))
     if m.op in ("&", "|"):
         return _CMPF[m.op](_eval_mask(m.a, shape), _eval_mask(m.b, shape))
     return _CMPF[m.op](_eval_expr(m.a, shape), _eval_expr(m.b, shape))
@@ -141,7 +141,7 @@ def _check_mask(mask, what=""):
 
 
 def _idx_err(msg):
-    return make_error(KernelError, "NSIM-E404", msg)
+    return make_error("BadIndex", msg)
 
 
 class IndexExpr:
@@ -245,7 +245,7 @@ class IndexExpr:
     __hash__ = object.__hash__
 
     def __bool__(self):
-        raise make_error(KernelError, "NSIM-E404", "err_control_flow_condition_depending_on_arange: an "
+        raise make_error("ControlFlowOnArange", "err_control_flow_condition_depending_on_arange: an "
                          "nl.arange/nl.mgrid expression cannot drive Python control flow")
 
     def __getitem__(self, key):
@@ -268,7 +268,7 @@ class _Mask:
         return _Mask(self, other, "|")
 
     def __bool__(self):
-        raise make_error(KernelError, "NSIM-E404", "err_control_flow_condition_depending_on_arange: a mask "
+        raise make_error("ControlFlowOnArange", "err_control_flow_condition_depending_on_arange: a mask "
                          "expression cannot drive Python control flow")
 
 
@@ -422,7 +422,7 @@ class Tensor(NkiTensor):
                                       "supported only as the HBM operand of nl.load / nl.store")
         if self._adv is not None and self._adv[3]:
             # an out-of-bounds arange view is only usable under a mask that clips it
-            raise make_error(KernelError, "NSIM-E408", self._adv[3])
+            raise make_error("IndexOutOfBounds", self._adv[3])
         return NkiTensor.access(self)
 
     # --- indexing -----------------------------------------------------------------------------
@@ -438,18 +438,18 @@ class Tensor(NkiTensor):
 
     def _adv_index(self, key, defer_oob=True):
         if any(isinstance(x, (slice, DynSlice)) or x is Ellipsis or x is None for x in key):
-            raise make_error(KernelError, "NSIM-E404", "err_unsupported_mixing_basic_advanced_tensor_indexing: "
+            raise make_error("BadSubscript", "err_unsupported_mixing_basic_advanced_tensor_indexing: "
                              "index expressions (nl.arange/nl.mgrid) cannot be mixed with slices in one "
                              "subscript")
         kept = [i for i, d in enumerate(self._dims) if d[3]]
         if len(key) != len(kept):
-            raise make_error(KernelError, "NSIM-E404", "an arange subscript of tensor '{}' of shape {} needs one "
+            raise make_error("BadSubscript", "an arange subscript of tensor '{}' of shape {} needs one "
                              "item per dim, got {}".format(self.name, tuple(self.shape), len(key)))
         items = []
         for x in key:
             e = IndexExpr._lift(x)
             if e is None:
-                raise make_error(KernelError, "NSIM-E404", "unsupported index {!r}".format(x))
+                raise make_error("BadSubscript", "unsupported index {!r}".format(x))
             items.append(e)
         nd = _b.max(e.ndim for e in items)
         items = [e._pad(nd) for e in items]
@@ -458,7 +458,7 @@ class Tensor(NkiTensor):
             for a, s in enumerate(e.shape):
                 if s != 1:
                     if rshape[a] not in (1, s):
-                        raise make_error(KernelError, "NSIM-E404", "index expressions do not broadcast")
+                        raise make_error("BadSubscript", "index expressions do not broadcast")
                     rshape[a] = s
         if _b.any(len(e.coefs) > 1 for e in items):
             return self._affine_view(items, rshape, defer_oob)
@@ -474,7 +474,7 @@ class Tensor(NkiTensor):
             if not e.coefs:
                 i = e.offset
                 if not 0 <= i < size:
-                    raise make_error(KernelError, "NSIM-E408", "err_tensor_access_out_of_bound: index {} is out "
+                    raise make_error("IndexOutOfBounds", "err_tensor_access_out_of_bound: index {} is out "
                                      "of bounds for dim {} of size {} of tensor '{}'".format(i, vd, size, self.name))
                 dims[bi] = [start + i * step, 1, step, False]
                 consts.append(bi)
@@ -489,7 +489,7 @@ class Tensor(NkiTensor):
                               "size {} of tensor '{}' (use a mask= that excludes the out-of-bounds "
                               "positions)".format(first, last, vd, size, self.name))
                 if not defer_oob:
-                    raise make_error(KernelError, "NSIM-E408", oob)
+                    raise make_error("IndexOutOfBounds", oob)
             if a in axis_of.values():
                 raise NotImplementedError("nsim: two index items on the same arange axis (a diagonal access) "
                                           "are not supported")
@@ -540,7 +540,7 @@ class Tensor(NkiTensor):
                               "size {} of tensor '{}' (use a mask= that excludes the out-of-bounds "
                               "positions)".format(lo, hi, vd, size, self.name))
                 if not defer_oob:
-                    raise make_error(KernelError, "NSIM-E408", oob)
+                    raise make_error("IndexOutOfBounds", oob)
             off += e.offset * s_vd
             for a, c in e.coefs.items():
                 strides[a] += c * s_vd
@@ -565,7 +565,7 @@ class Tensor(NkiTensor):
         mm = getattr(other, "_mm", None) if isinstance(other, Tensor) else None
         if mm is not None and self.buffer == "psum" and tr.body and tr.body[-1] is mm:
             if self.shape[0] != other.shape[0] or self.size != other.size:
-                raise make_error(KernelError, "NSIM-E304", "psum += matmul: destination {} and matmul result {} "
+                raise make_error("ShapeMismatch", "psum += matmul: destination {} and matmul result {} "
                                  "differ".format(tuple(self.shape), tuple(other.shape)))
             flags = [f for f in mm.get("flags", []) if f != "accumulate"] + ["accumulate"]
             # `psum += nisa.nc_matmul(...)`: the result tile is a temporary (referenced only by the
@@ -584,9 +584,9 @@ class Tensor(NkiTensor):
                 tr.emit(dup)
         else:
             if self.buffer == "hbm":
-                raise make_error(KernelError, "NSIM-E301", "+= on an HBM tensor is not supported (load, add, store)")
+                raise make_error("BadBuffer", "+= on an HBM tensor is not supported (load, add, store)")
             if isinstance(other, Tensor) and other.buffer == "hbm":
-                raise make_error(KernelError, "NSIM-E301", "+=: the right operand is an HBM tensor; load it first")
+                raise make_error("BadBuffer", "+=: the right operand is an HBM tensor; load it first")
             if _isscalar(other):
                 _nisa.tensor_scalar(dst=self, data=self, op0=_nl.add, operand0=other)
             else:
@@ -716,7 +716,7 @@ class Tensor(NkiTensor):
 
     def assert_shape(self, shape):
         if tuple(self.shape) != tuple(shape):
-            raise make_error(KernelError, "NSIM-E304", "assert_shape: expected {}, got {}".format(
+            raise make_error("ShapeMismatch", "assert_shape: expected {}, got {}".format(
                 tuple(shape), tuple(self.shape)))
         return self
 
@@ -766,7 +766,7 @@ class BlockTensor:
     def _tile(self, key):
         k = key if isinstance(key, tuple) else (key,)
         if len(k) < self._nb or any(x is Ellipsis for x in k[:self._nb]):
-            raise make_error(KernelError, "NSIM-E404", "err_failed_to_infer_tile_from_local_tensor: a tensor with "
+            raise make_error("TileInference", "err_failed_to_infer_tile_from_local_tensor: a tensor with "
                              "block dims {} must be indexed on all block dims to give a tile".format(
                                  tuple(self.shape)))
         blk = []
@@ -805,7 +805,7 @@ class BlockTensor:
             assign(view, value)
 
     def __bool__(self):
-        raise make_error(KernelError, "NSIM-E404", "the truth value of a tensor is ambiguous")
+        raise make_error("TensorTruthValue", "the truth value of a tensor is ambiguous")
 
 
 _RETARGET_OPS = frozenset(("dma_copy", "activation", "tensor_tensor", "tensor_scalar", "tensor_copy", "tensor_reduce",
@@ -840,7 +840,7 @@ def _retarget_fresh(view, value):
 def assign(dst, value):
     """``dst = value`` (Beta-1 item assignment): copy with cast to dst.dtype and broadcast of value."""
     if isinstance(value, BlockTensor):
-        raise make_error(KernelError, "NSIM-E404", "err_failed_to_infer_tile_from_local_tensor: index the block "
+        raise make_error("TileInference", "err_failed_to_infer_tile_from_local_tensor: index the block "
                          "dims of the value")
     if _is_expr(value):
         value = _iota_value(IndexExpr._lift(value), np.int32)
@@ -854,27 +854,27 @@ def assign(dst, value):
             _nisa.memset(dst, v)
         return
     if not isinstance(value, NkiTensor):
-        raise make_error(KernelError, "NSIM-E305", "cannot assign {!r} to a tensor".format(value))
+        raise make_error("BadOperandKind", "cannot assign {!r} to a tensor".format(value))
     if dst.buffer == "hbm":
         _nl.store(dst, value)
         return
     if value.buffer == "hbm":
         if value.size != dst.size:
-            raise make_error(KernelError, "NSIM-E304", "assignment: shapes {} and {} differ".format(
+            raise make_error("ShapeMismatch", "assignment: shapes {} and {} differ".format(
                 tuple(dst.shape), tuple(value.shape)))
         _nisa.dma_copy(dst=dst, src=value)
         return
     src = value
     if src.size != dst.size:
         if src.shape[0] != dst.shape[0] and src.shape[0] != 1:
-            raise make_error(KernelError, "NSIM-E304", "err_store_dst_shape_smaller_than_other_shape: cannot "
+            raise make_error("ShapeMismatch", "err_store_dst_shape_smaller_than_other_shape: cannot "
                              "assign shape {} to {}".format(tuple(src.shape), tuple(dst.shape)))
         if src.ndim <= dst.ndim and _b.all(a in (1, b) for a, b in zip(src.shape, dst.shape)):
             if src.shape[0] == 1 and dst.shape[0] > 1:
                 src = _nl.partition_broadcast(src, dst.shape[0])
             src = NkiTensor.broadcast_to(src, tuple(dst.shape))
         if src.size != dst.size:
-            raise make_error(KernelError, "NSIM-E304", "err_store_dst_shape_smaller_than_other_shape: cannot "
+            raise make_error("ShapeMismatch", "err_store_dst_shape_smaller_than_other_shape: cannot "
                              "assign shape {} to {}".format(tuple(value.shape), tuple(dst.shape)))
     _nisa.tensor_copy(dst=dst, src=src)
 
@@ -898,7 +898,7 @@ def _directed(r, directives):
             r = _directed(r, d)
         return r
     if not (hasattr(directives, "__enter__") and hasattr(directives, "__exit__")):
-        raise make_error(KernelError, "NSIM-E404", "directives= must be a compiler directive such as "
+        raise make_error("BadDirective", "directives= must be a compiler directive such as "
                          "nki.compiler.no_reorder(), got {!r}".format(directives))
     return _under(r, directives)
 
@@ -927,7 +927,7 @@ def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
     shape = tuple(shape)
     pidx = [i for i, s in enumerate(shape) if isinstance(s, par_dim)]
     if len(pidx) > 1:
-        raise make_error(KernelError, "NSIM-E404", "more than one nl.par_dim in shape {}".format(shape))
+        raise make_error("BadTensorShape", "more than one nl.par_dim in shape {}".format(shape))
     dims = tuple(int(s) for s in shape)
     b = _nl._ir_buffer(buffer)
     if b == "hbm":
@@ -940,7 +940,7 @@ def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
             if k < len(lst):
                 t = lst[k]
                 if tuple(t.shape) != dims or t.dtype != np.dtype(dtype):
-                    raise make_error(KernelError, "NSIM-E404", "shared_hbm allocation #{} differs between launch "
+                    raise make_error("SpmdDivergence", "shared_hbm allocation #{} differs between launch "
                                      "instances ({} {} vs {} {})".format(k, tuple(t.shape), t.dtype, dims,
                                                                          np.dtype(dtype)))
                 return t
@@ -990,7 +990,7 @@ def _placed_ndarray(tr, buffer, layout, dims, p, dtype, b, name):
 def _fill(t, value):
     st = t._t if isinstance(t, BlockTensor) else t
     if st.buffer == "hbm":
-        raise make_error(KernelError, "NSIM-E404", "err_hbm_tensor_with_init_value_not_supported: HBM tensors "
+        raise make_error("NotSupported", "err_hbm_tensor_with_init_value_not_supported: HBM tensors "
                          "with an initial value are not supported")
     if np.issubdtype(st.dtype, np.integer) or st.dtype == np.bool_:
         value = int(value)
@@ -1047,7 +1047,7 @@ class B1OpCode(OpCode):
     def __call__(self, *args, mask=None, **kwargs):
         for a in args:
             if isinstance(a, BlockTensor):
-                raise make_error(KernelError, "NSIM-E404", "err_failed_to_infer_tile_from_local_tensor")
+                raise make_error("TileInference", "err_failed_to_infer_tile_from_local_tensor")
         if _is_mask(mask):
             if self.name in ("sum", "max", "min", "prod") or "axis" in kwargs:
                 args, kw = list(args), dict(kwargs)
@@ -1071,7 +1071,7 @@ def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
     rest stays unwritten)."""
     tiles = [a for a in args if isinstance(a, NkiTensor)]
     if not tiles:
-        raise make_error(KernelError, "NSIM-E305", "{}: no tile operand".format(what))
+        raise make_error("BadOperandKind", "{}: no tile operand".format(what))
     shape = tuple(_b.max((t.shape for t in tiles), key=lambda s: int(np.prod(s))))
     box = mask_box(mask, shape)
     res_full = None
@@ -1100,7 +1100,7 @@ def masked_reduce(fn, x, axis, keepdims, mask, what):
     on the part of ``x`` inside the mask's rectangle; its result fills that part of a fresh result tile
     (result positions outside the mask stay unwritten)."""
     if not isinstance(x, NkiTensor):
-        raise make_error(KernelError, "NSIM-E305", "{}: x must be a tile, got {!r}".format(what, x))
+        raise make_error("BadOperandKind", "{}: x must be a tile, got {!r}".format(what, x))
     axes = _nl._axes(x, axis, what.split(".")[-1])
     box = mask_box(mask, x.shape)
     kshape = [1 if a in axes else n for a, n in enumerate(x.shape)]
@@ -1161,7 +1161,7 @@ def load(src, *, mask=None, dtype=None, **kwargs):
     if not _is_mask(mask):
         return _nl.load(src, dtype=dtype)
     if not isinstance(src, NkiTensor):
-        raise make_error(KernelError, "NSIM-E305", "nl.load: src must be a tensor, got {!r}".format(src))
+        raise make_error("BadOperandKind", "nl.load: src must be a tensor, got {!r}".format(src))
     out = _nl._new_tile(src.shape, dtype if dtype is not None else src.dtype)
     box = mask_box(mask, src.shape)
     if box is not None:
@@ -1172,13 +1172,13 @@ def load(src, *, mask=None, dtype=None, **kwargs):
 def store(dst, value, *, mask=None, **kwargs):
     """``nl.store(dst, value, mask=)``; a mask (rectangular) stores only the positions where it holds."""
     if isinstance(value, BlockTensor):
-        raise make_error(KernelError, "NSIM-E404", "err_failed_to_infer_tile_from_local_tensor")
+        raise make_error("TileInference", "err_failed_to_infer_tile_from_local_tensor")
     if isinstance(dst, Tensor) and dst._t2d:
         if _is_mask(mask):
             raise NotImplementedError("nsim: masks on transposed arange accesses are not supported yet")
         d = dst._storage_order()
         if not isinstance(value, NkiTensor) or tuple(value.shape) != (d.shape[1], d.shape[0]):
-            raise make_error(KernelError, "NSIM-E304", "nl.store: a transposed window of shape {} needs a value "
+            raise make_error("ShapeMismatch", "nl.store: a transposed window of shape {} needs a value "
                              "of that shape".format((d.shape[1], d.shape[0])))
         if value.buffer == "psum" or value.dtype != d.dtype:
             value = _nl.copy_(value, dtype=d.dtype)
@@ -1199,7 +1199,7 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
     _check_mask(mask, "nl.load_transpose2d")
     tr = _tr.current("nl.load_transpose2d")
     if src.ndim != 2:
-        raise make_error(KernelError, "NSIM-E404", "nl.load_transpose2d needs a 2-D source")
+        raise make_error("BadRank", "nl.load_transpose2d needs a 2-D source")
     out = tr.tile("sbuf", src.dtype, (src.shape[1], src.shape[0]))
     _nisa.dma_transpose(dst=out, src=src)
     if dtype is not None and np.dtype(dtype) != out.dtype:
@@ -1335,9 +1335,9 @@ def program_id(axis):
     if not ids:
         if axis == 0:
             return 0
-        raise make_error(KernelError, "NSIM-E404", "nl.program_id({}): the kernel has no launch grid".format(axis))
+        raise make_error("BadLaunchGrid", "nl.program_id({}): the kernel has no launch grid".format(axis))
     if not 0 <= axis < len(ids):
-        raise make_error(KernelError, "NSIM-E404", "nl.program_id({}): the grid has {} dims".format(axis, len(ids)))
+        raise make_error("BadLaunchGrid", "nl.program_id({}): the grid has {} dims".format(axis, len(ids)))
     return ids[axis]
 
 

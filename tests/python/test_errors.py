@@ -1,0 +1,113 @@
+"""The error-code table (sim/errors.def through _nsim.error_codes()): the Python view, the exception
+class of each family, the generated docs/errors.md, and that no source outside the table types a code."""
+import ast
+import os
+import re
+
+import pytest
+
+import nsim
+from nsim import _core, _errors, _errors_doc, tracer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PKG = os.path.join(ROOT, "python", "nsim")
+# Source folders of the C++ core, the bindings and the Python package (tests/ may name codes in assertions).
+SOURCE_DIRS = ("sim", "isa", "memory", "engines", "frontend", os.path.join("python", "src"), os.path.join("python", "nsim"),
+               "benchmarks")
+SOURCE_EXTS = (".h", ".cpp", ".def", ".py")
+TABLE_FILE = os.path.join("sim", "errors.def")
+
+
+def test_table_rows_are_unique_and_complete():
+    assert len(_errors.TABLE) > 0
+    codes = [r["code"] for r in _errors.TABLE]
+    names = [r["name"] for r in _errors.TABLE]
+    assert len(set(codes)) == len(codes)
+    assert len(set(names)) == len(names)
+    for r in _errors.TABLE:
+        assert re.fullmatch(r"NSIM-E\d{3}", r["code"]), r
+        assert r["meaning"] and r["hint"], r
+
+
+def test_every_family_has_an_exception_class():
+    assert set(_core.FAMILY_CLASSES) == {r["family"] for r in _errors.TABLE}
+    for cls in _core.FAMILY_CLASSES.values():
+        assert issubclass(cls, nsim.NsimError)
+    assert issubclass(_core.NotSupportedError, nsim.KernelError)
+
+
+@pytest.mark.parametrize("name,cls", [("BadReshape", nsim.KernelError), ("NotSupported", _core.NotSupportedError),
+                                      ("BadOperandKind", nsim.OperandError), ("ConfigBadValue", nsim.ConfigError),
+                                      ("Internal", nsim.InternalError)])
+def test_make_error_takes_code_and_class_from_the_table(name, cls):
+    e = tracer.make_error(name, "msg", loc={})
+    assert type(e) is cls
+    assert e.code == _errors.BY_NAME[name]["code"]
+    assert str(e) == "{}: msg".format(e.code)
+
+
+def test_unknown_error_name_is_rejected():
+    with pytest.raises(LookupError):
+        _errors.code("NoSuchError")
+
+
+def test_default_code_is_internal():
+    assert nsim.NsimError("x").code == _errors.code("Internal")
+
+
+def _py_files():
+    for d, _, files in os.walk(PKG):
+        for f in files:
+            if f.endswith(".py"):
+                yield os.path.join(d, f)
+
+
+def _error_names_used(path):
+    """(line, first argument) of every make_error(...) / _errors.code(...) call in a Python file."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func
+        fname = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+        owner = fn.value.id if isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name) else ""
+        if fname == "make_error" or (fname == "code" and owner == "_errors"):
+            arg = node.args[0] if node.args else None
+            yield node.lineno, arg.value if isinstance(arg, ast.Constant) else None
+
+
+def test_every_error_name_in_the_package_is_in_the_table():
+    bad, count = [], 0
+    for path in _py_files():
+        for line, name in _error_names_used(path):
+            if path.endswith(os.path.join("nsim", "tracer.py")) and name is None:
+                continue  # make_error's own definition forwards its argument
+            count += 1
+            if name not in _errors.BY_NAME:
+                bad.append("{}:{}: {!r}".format(os.path.relpath(path, ROOT), line, name))
+    assert count > 100  # the scan sees the package's raises
+    assert not bad, "error names that are not rows of sim/errors.def:\n" + "\n".join(bad)
+
+
+def test_no_source_outside_the_table_types_an_error_code():
+    found = []
+    for d in SOURCE_DIRS:
+        for dirpath, _, files in os.walk(os.path.join(ROOT, d)):
+            for f in files:
+                path = os.path.join(dirpath, f)
+                rel = os.path.relpath(path, ROOT)
+                if not f.endswith(SOURCE_EXTS) or rel == TABLE_FILE:
+                    continue
+                for i, line in enumerate(open(path, encoding="utf-8"), 1):
+                    if re.search(r"NSIM-E\d", line):
+                        found.append("{}:{}: {}".format(rel, i, line.strip()))
+    assert not found, "error codes typed outside sim/errors.def:\n" + "\n".join(found)
+
+
+def test_docs_errors_md_is_generated_from_the_table():
+    with open(_errors_doc.DOC, encoding="utf-8") as f:
+        current = f.read()
+    assert _errors_doc.MARKER in current
+    assert _errors_doc.render(current) == current, "docs/errors.md is out of date: run python -m nsim._errors_doc"
+    for r in _errors.TABLE:
+        assert "| {} | {} |".format(r["code"], r["name"]) in current
