@@ -273,7 +273,7 @@ TEST_CASE("verify: E306 an engine the op cannot use", "[verify]") {
   CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kBadEngine, 50);
 }
 
-TEST_CASE("verify: E305 / E307 missing and extra operands", "[verify]") {
+TEST_CASE("verify: E305 / E307 / E312 missing and extra operands, bad DMA queue", "[verify]") {
   KB b;
   const int a = b.tile("a", {128, 64});
   b.op("nc_matmul", {W(a), W(a)}, 51);
@@ -287,7 +287,7 @@ TEST_CASE("verify: E305 / E307 missing and extra operands", "[verify]") {
   const int u = q.tile("u", {128, 64});
   const int ld = q.op("dma_copy", {W(u), W(x)}, 53);
   q.o(ld).dma_queue = 16;
-  CHECK_VERIFY_ERROR(q.k, "trn2", ErrorCode::kBadImmediate, 53);
+  CHECK_VERIFY_ERROR(q.k, "trn2", ErrorCode::kBadArgument, 53);  // E312: a DMA queue out of range
 }
 
 TEST_CASE("verify: E405 unknown op", "[verify]") {

@@ -780,7 +780,7 @@ class BlockTensor:
             blocks, slot_of, f0 = self._placed
             for b, n in zip(blk, blocks):
                 if not 0 <= b < n:
-                    raise make_error(KernelError, "NSIM-E408", "block index {} is outside the tensor's block dims "
+                    raise make_error("IndexOutOfBounds", "block index {} is outside the tensor's block dims "
                                      "{}".format(tuple(blk), tuple(blocks)))
             t = self._t[(slice(None), slot_of(tuple(blk)))]
             if f0 is not None:
@@ -980,7 +980,7 @@ def _placed_ndarray(tr, buffer, layout, dims, p, dtype, b, name):
     if stride != tile_bytes:  # slots further apart than a tile: pad the first free dim to the stride
         row = int(np.prod(free[1:])) * np.dtype(dtype).itemsize
         if stride % row:
-            raise make_error(KernelError, "NSIM-E404", "{!r}: tiles {} bytes apart cannot hold a ({}) {} tile "
+            raise make_error("BadPlacement", "{!r}: tiles {} bytes apart cannot hold a ({}) {} tile "
                              "evenly".format(buffer, stride, ", ".join(map(str, free)), np.dtype(dtype).name))
         f0, free = free[0], (stride // row,) + free[1:]
     t = tr.tile(b, dtype, (dims[p], slots) + free, name=name or None, address=address)
