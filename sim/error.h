@@ -53,7 +53,7 @@ std::string_view error_family_name(ErrorFamily family);
 /// The code string ("NSIM-" + "E" + number) of a code.
 std::string error_code_str(ErrorCode code);
 
-/// The one exception type of nsim. what() = "NSIM-Exxx: message [at file:line]".
+/// The one exception type of nsim. what() = the code string, ": ", the message and " [at file:line]".
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, std::string message, SourceLoc loc = {});
