@@ -36,6 +36,7 @@ enum class ErrorCode : uint16_t {
   kBadAccessPattern = 207,
   kUnknownTensor = 208,
   kManualOverlap = 209,  ///< compiler.strict: a manual placement overlaps a tile live at the same time
+  kHostMemory = 210,          ///< the host cannot hold what the simulation needs (HBM tensor storage)
 
   kBadBuffer = 301,
   kBadDtype = 302,
@@ -63,6 +64,8 @@ enum class ErrorCode : uint16_t {
   kBadInput = 413,            ///< an input file (.npy/.npz) that does not fit the kernel
   kUsage = 414,               ///< bad command-line usage
   kScheduleCycle = 415,       ///< with_schedule edges that contradict the kernel's data dependencies
+  kResourceLimit = 416,       ///< --max-instructions, --max-sim-time, a tracing loop-trip cap exceeded
+  kInterrupted = 417,         ///< SIGINT/SIGTERM stopped a run (partial results were written)
 
   kInternal = 901,
 };
