@@ -61,7 +61,8 @@ commands:
   sweep    what-if grid of config values x kernels, in parallel: CSV/Parquet table and plot (nsim.sweep)
 
 Run 'nsim <command> --help' for the options of a command. 'nsim --version' prints the version.
-Exit status: 0 on success, 2 on a user error (the message starts with its code, NSIM-Exxx).
+Exit status: 0 on success, 2 on a user error (the message starts with its code, NSIM-Exxx),
+128 + N when signal N (SIGINT, SIGTERM) stopped 'nsim run' (NSIM-E417; trace and stats are completed).
 )";
 
 constexpr const char* kRunHelp = R"(usage: nsim run kernel.json [options]
