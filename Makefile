@@ -1,12 +1,22 @@
 # nsim — the two commands:  `make demo`  (set up, build, simulate an example kernel on trn2)
-#                           `make test`  (set up, build, run every test)
+#                           `make test`  (set up, build, run every test: ctest, pytest, the unit tests
+#                                         under ASan + UBSan, and a 2-minute fuzz; docs/reliability.md)
 BUILD      ?= build
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
+ASAN_BUILD ?= build-asan
+# The sanitizer tree: Debug (assertions on) at -O1, no Python module, no benchmarks; not -Werror
+# (sanitizer instrumentation changes what GCC warns about).
+ASAN_CMAKE_ARGS ?= -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DNSIM_SANITIZE=ON -DNSIM_BUILD_PYTHON=OFF -DNSIM_BUILD_BENCHMARKS=OFF
+FUZZ_TIME  ?= 600
+FUZZ_SMOKE_TIME ?= 120
+FUZZ_JOBS  ?= 1
+FUZZ_ARGS  ?=
+PYENV       = PYTHONPATH=python:$(BUILD)/python$${PYTHONPATH:+:$$PYTHONPATH}
 APT_PKGS   := build-essential cmake ninja-build libeigen3-dev libfmt-dev libyaml-cpp-dev catch2 libbenchmark-dev pybind11-dev
 PIP_PKGS   := numpy ml-dtypes pytest matplotlib
 
-.PHONY: all deps build test demo bench clean
+.PHONY: all deps build test unit-test demo bench clean sanitize fuzz fuzz-smoke
 
 all: build
 
@@ -26,9 +36,33 @@ $(BUILD)/build.ninja: CMakeLists.txt
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+# Every test: the unit tests (Catch2, pytest, with the fuzz regression corpus), the unit tests again
+# under ASan + UBSan, then a short fuzz campaign (its CLI inputs go through the sanitizer binary).
+test: unit-test sanitize fuzz-smoke
+
+unit-test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
-	@if ls tests/python/test_*.py >/dev/null 2>&1; then PYTHONPATH=python:$(BUILD)/python$${PYTHONPATH:+:$$PYTHONPATH} python3 -m pytest -q tests/python; fi
+	@if ls tests/python/test_*.py >/dev/null 2>&1; then $(PYENV) python3 -m pytest -q tests/python; fi
+
+$(ASAN_BUILD)/build.ninja: CMakeLists.txt
+	cmake -S . -B $(ASAN_BUILD) -G Ninja $(ASAN_CMAKE_ARGS)
+
+# ASan + UBSan build of the C++ tree (build-asan/) and its ctest; any report fails the test.
+sanitize: deps $(ASAN_BUILD)/build.ninja
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
+
+# A fuzz campaign of FUZZ_TIME seconds (kernel.json, config and CLI mutations; tests/fuzz/fuzz.py).
+# Findings (crash, hang, E901, uncoded error, sanitizer report) go to fuzz-findings/; exit 1 if any.
+fuzz: build
+	$(PYENV) nice python3 tests/fuzz/fuzz.py run --time $(FUZZ_TIME) -j $(FUZZ_JOBS) --nsim $(BUILD)/nsim $(FUZZ_ARGS)
+
+# The short campaign of `make test`: in-process inputs through the release module, CLI inputs
+# through the sanitizer binary when it is built.
+fuzz-smoke: build
+	$(PYENV) python3 tests/fuzz/fuzz.py run --time $(FUZZ_SMOKE_TIME) -j 1 --report-every 30 \
+	  --nsim $$( [ -x $(ASAN_BUILD)/nsim ] && echo $(ASAN_BUILD)/nsim || echo $(BUILD)/nsim ) $(FUZZ_ARGS)
 
 demo: build
 	$(BUILD)/nsim_demo --config trn2
@@ -38,4 +72,4 @@ bench: build
 	$(BUILD)/bench_simulator --benchmark_min_time=0.5
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -23,6 +23,12 @@ void DepTracker::reserve_hbm(int64_t bytes) {
   if (n > hbm_.size()) hbm_.resize(n);
 }
 
+int64_t DepTracker::reserve_hbm_cost(int64_t bytes) const {
+  const int64_t n = bytes / cfg_.hbm_chunk_bytes + 1;
+  const auto have = static_cast<int64_t>(hbm_.size());
+  return n > have ? (n - have) * static_cast<int64_t>(sizeof(Entry)) : 0;
+}
+
 DepTracker::Range DepTracker::range_of(const Operand& o) const {
   auto [lo, hi] = o.byte_extent();
   if (hi <= lo) hi = lo + 1;

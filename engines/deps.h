@@ -34,6 +34,8 @@ class DepTracker {
 
   /// Make HBM bytes [0, bytes) trackable (called when HBM tensors are allocated; not in the hot loop).
   void reserve_hbm(int64_t bytes);
+  /// Host bytes reserve_hbm(bytes) would add (0 when [0, bytes) is already trackable).
+  int64_t reserve_hbm_cost(int64_t bytes) const;
 
   /// Who last wrote / read a chunk: class in the low 3 bits, the instruction's program-order index
   /// (modulo 2^29) above them, so an Entry stays 24 bytes. The index is only used to attribute waits.

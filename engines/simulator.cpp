@@ -2,12 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <unordered_map>
 
 #include "engines/cost.h"
 #include "engines/trace_recorder.h"
+#include "sim/host_memory.h"
 
 namespace nsim {
 
@@ -83,6 +87,35 @@ Simulator::~Simulator() {
 }
 
 const memory::HbmTensor& Simulator::alloc_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt) {
+  // Host memory this tensor costs: its storage (numerics only) and the dependency tracker's chunks up
+  // to its end (twice with the dependency bound). Refused up front, naming the tensor, rather than
+  // failing inside the allocator (std::bad_alloc) or being killed by the OOM killer.
+  int64_t elems = 1;
+  bool sized = true;
+  for (int64_t d : shape) {
+    if (d <= 0 || elems > std::numeric_limits<int64_t>::max() / d / 16) {
+      sized = false;  // mem_ reports these (E207, E205)
+      break;
+    }
+    elems *= d;
+  }
+  if (sized && !mem_.has_hbm_tensor(name)) {
+    const int64_t bytes = elems * dtype_bytes(dt);
+    const int64_t end = mem_.hbm_end() + bytes + 64;
+    if (end <= p_.mem.hbm_bytes) {  // else E205 from mem_
+      const int64_t deps = deps_.reserve_hbm_cost(end) * (asap_ ? 2 : 1);
+      const int64_t need = (opts_.numerics ? bytes : 0) + deps;
+      const int64_t avail = sim::host_memory_available();
+      if (avail >= 0 && need > avail)
+        throw Error(ErrorCode::kHostMemory,
+                    fmt::format("HBM tensor '{}' {} {} needs {} bytes ({:.2f} GiB) of host memory to simulate ({} of "
+                                "data, {} of dependency tracking), but only {} bytes ({:.2f} GiB) are available; use a "
+                                "smaller shape{}",
+                                name, fmt::format("[{}]", fmt::join(shape, ", ")), dtype_name(dt), need, static_cast<double>(need) / (1 << 30),
+                                opts_.numerics ? bytes : 0, deps, avail, static_cast<double>(avail) / (1 << 30),
+                                opts_.numerics ? ", or run timing-only (no data storage)" : ""));
+    }
+  }
   const memory::HbmTensor& t = mem_.alloc_hbm(name, shape, dt);
   deps_.reserve_hbm(t.addr + t.bytes);
   if (asap_) asap_->reserve_hbm(t.addr + t.bytes);
@@ -149,8 +182,28 @@ uint32_t Simulator::add_source(const SourceLoc& loc) {
   return static_cast<uint32_t>(sources_.size() - 1);
 }
 
+void Simulator::throw_interrupted() const {
+  throw Error(ErrorCode::kInterrupted, fmt::format("interrupted after {} instructions ({:.1f} ns simulated)", seq_,
+                                                   sim::ps_to_ns(total_time())));
+}
+
+void Simulator::check_limits() const {
+  check_stop();
+  if (opts_.max_instructions > 0 && seq_ >= opts_.max_instructions)
+    throw Error(ErrorCode::kResourceLimit,
+                fmt::format("instruction limit reached: the kernel runs more than {} instructions (max_instructions, "
+                            "'nsim run --max-instructions'); raise the limit, or set it to 0 for none",
+                            opts_.max_instructions));
+  if (opts_.max_sim_time_ns > 0 && sim::ps_to_ns(total_time()) > opts_.max_sim_time_ns)
+    throw Error(ErrorCode::kResourceLimit,
+                fmt::format("simulated-time limit reached: {:.1f} ns simulated after {} instructions, more than {} ns "
+                            "(max_sim_time_ns, 'nsim run --max-sim-time'); raise the limit, or set it to 0 for none",
+                            sim::ps_to_ns(total_time()), seq_, opts_.max_sim_time_ns));
+}
+
 InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::DepTracker::Ready* known_ready) {
   if (finished_) throw Error(ErrorCode::kInternal, "submit() after finish()");
+  check_limits();
   const SourceLoc& where = source(in.loc);
   isa::verify(in, limits_, where);
   const isa::OpInfo& info = isa::op_info(in.op);

@@ -14,6 +14,7 @@
 /// records the result and hands it to the listeners of the schedule: the run's counters
 /// (engines::RunStats), the trace recorder and any added with add_instr_listener (the analyzer).
 #include <array>
+#include <csignal>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -52,6 +53,13 @@ struct SimOptions {
   /// Write only slices overlapping [trace_window_start_ns, trace_window_end_ns) (kept whole, not
   /// clipped); end 0 = no end. Both 0 = the whole run.
   double trace_window_start_ns = 0, trace_window_end_ns = 0;
+  /// Resource limits (0 = none): submit() refuses the next instruction with E416 once this many
+  /// instructions ran, or once the simulated time passed max_sim_time_ns.
+  uint64_t max_instructions = 0;
+  double max_sim_time_ns = 0;
+  /// Set asynchronously (a signal handler) to stop the run: the next submit() or check_stop() throws
+  /// E417; the simulator stays consistent, so finish() and stats() give the partial run.
+  const volatile std::sig_atomic_t* stop = nullptr;
   /// The sanitizer (engines/check/checker.h): reads of never-written SBUF/PSUM, accumulation into
   /// never-written PSUM, the first NaN/Inf from finite inputs. Needs numerics; reports, never throws.
   /// (Last, so aggregate initialisers written before it keep their meaning.)
@@ -121,6 +129,11 @@ class Simulator {
   sim::Ps dma_queue_free(int q) const { return dma_.queue_free(q); }
   /// Pull instructions from `next` until it returns false (a generator: nothing is materialised).
   void run(const std::function<bool(isa::Instr&)>& next);
+  /// E417 if SimOptions::stop is set (also called by the lowering while it iterates loops that emit
+  /// nothing, so that an interrupt is seen there too).
+  void check_stop() const {
+    if (opts_.stop && *opts_.stop) throw_interrupted();
+  }
   /// Close the trace and the counters. Safe to call more than once.
   void finish();
   /// Called after each instruction is scheduled (instruction tables, analysis); none = no cost.
@@ -141,6 +154,8 @@ class Simulator {
   /// that share a line are added up.
   std::vector<LineStats> line_stats() const;
   sim::Ps total_time() const { return stats_.counters().end; }
+  /// Instructions accepted by submit() so far.
+  uint64_t instructions() const { return seq_; }
   /// Length of the longest dependency chain with unlimited engines (SimOptions::dependency_bound;
   /// -1 when not computed). Each instruction keeps the duration it had in the real schedule.
   sim::Ps dependency_bound() const { return asap_ ? asap_end_ : -1; }
@@ -158,6 +173,8 @@ class Simulator {
 
  private:
   InstrTiming schedule(const isa::Instr& in);
+  [[noreturn]] void throw_interrupted() const;
+  void check_limits() const;  ///< E416/E417 before an instruction is accepted
   InstrTiming schedule_dma(const isa::Instr& in);
   InstrTiming schedule_tensor(const isa::Instr& in);
   InstrTiming schedule_stream(const isa::Instr& in);

@@ -14,9 +14,23 @@ constexpr int kFirstDmaTrack = isa::kNumEngines;  // tracks: engines, DMA engine
 }  // namespace
 
 TraceRecorder::TraceRecorder(const Simulator& sim, sim::TraceSink& sink)
-    : sim_(sim), sink_(sink), queue_declared_(static_cast<size_t>(sim.params().dma_queues), false) {
+    : sim_(sim), sink_(sink), queue_declared_(static_cast<size_t>(sim.params().dma_queues), false),
+      ring_(sink.bounded()) {
+  if (ring_) slice_at_.resize(kFlowWindow);
   for (int e = 0; e < isa::kNumEngines; ++e) sink_.declare_track(e, std::string(isa::engine_name(static_cast<Engine>(e))));
   for (int e = 0; e < sim.params().dma_engines; ++e) sink_.declare_track(kFirstDmaTrack + e, fmt::format("dma.e{}", e));
+}
+
+TraceRecorder::SliceAt& TraceRecorder::slot(uint64_t index) {
+  if (ring_) return slice_at_[index % kFlowWindow];
+  if (slice_at_.size() <= index) slice_at_.resize(index + 1);
+  return slice_at_[index];
+}
+
+const TraceRecorder::SliceAt* TraceRecorder::find(uint64_t index) const {
+  const size_t i = ring_ ? index % kFlowWindow : index;
+  if (i >= slice_at_.size() || slice_at_[i].index != index) return nullptr;
+  return &slice_at_[i];
 }
 
 void TraceRecorder::on_instr(const isa::Instr& in, const InstrTiming& t) {
@@ -29,6 +43,8 @@ void TraceRecorder::on_instr(const isa::Instr& in, const InstrTiming& t) {
 }
 
 void TraceRecorder::instr_slice(const isa::Instr& in, int track, const InstrTiming& t, Ps end) {
+  slot(t.index) = {t.index, track, t.start};  // a DMA's queue slice replaces it
+  if (sink_.drops(t.start, end - t.start)) return;  // not formatted
   const SourceLoc& loc = sim_.source(in.loc);
   std::string args = fmt::format("\"opcode\": \"{}\", \"instr\": \"{}\", \"src\": \"{}\", \"index\": {}, \"ready_ns\": {:.3f}",
                                  isa::op_info(in.op).mnemonic, sim::json_escape(isa::disassemble(in)),
@@ -47,12 +63,11 @@ void TraceRecorder::instr_slice(const isa::Instr& in, int track, const InstrTimi
   args += fmt::format(", \"bytes\": {}", bytes);
   if (!isa::is_dma(in.op)) args += fmt::format(", \"flops\": {:.0f}", t.flops);
   sim::TraceSlice sl{track, t.start, end - t.start, std::string(isa::op_info(in.op).mnemonic), std::move(args)};
-  if (waited && static_cast<size_t>(t.waited_for) < slice_at_.size()) {
+  if (const SliceAt* from = waited ? find(static_cast<uint64_t>(t.waited_for)) : nullptr) {
     sl.flow_id = static_cast<int64_t>(t.index);
-    sl.flow_track = slice_at_[static_cast<size_t>(t.waited_for)].first;
-    sl.flow_ts = slice_at_[static_cast<size_t>(t.waited_for)].second;
+    sl.flow_track = from->track;
+    sl.flow_ts = from->start;
   }
-  if (slice_at_.size() == t.index) slice_at_.emplace_back(track, t.start);  // a DMA's queue slice replaces it
   sink_.slice(std::move(sl));
 }
 
@@ -65,6 +80,7 @@ void TraceRecorder::dma_slices(const isa::Instr& in, const InstrTiming& t) {
   for (int k = 0; k < split.engines; ++k) {
     const auto ki = static_cast<size_t>(k);
     if (split.piece[ki].bytes <= 0) continue;
+    if (sink_.drops(tr.piece_start[ki], tr.piece_end[ki] - tr.piece_start[ki])) continue;
     sink_.slice({kFirstDmaTrack + k, tr.piece_start[ki], tr.piece_end[ki] - tr.piece_start[ki], name,
                  fmt::format("\"bytes\": {}, \"descriptors\": {}, \"queue\": {}, \"src\": \"{}\"", split.piece[ki].bytes,
                              split.piece[ki].descriptors, in.dma_queue, src)});
@@ -74,7 +90,8 @@ void TraceRecorder::dma_slices(const isa::Instr& in, const InstrTiming& t) {
     queue_declared_[in.dma_queue % queue_declared_.size()] = true;
     sink_.declare_track(qt, queue_name(p, in.dma_queue));
   }
-  slice_at_.back() = {qt, t.setup_start};  // waiters of a DMA wait for its data: arrows start at the queue slice
+  slot(t.index) = {t.index, qt, t.setup_start};  // waiters of a DMA wait for its data: arrows start at the queue slice
+  if (sink_.drops(t.setup_start, t.end - t.setup_start)) return;
   sink_.slice({qt, t.setup_start, t.end - t.setup_start, name,
                fmt::format("\"bytes\": {}, \"setup_start_ns\": {:.3f}, \"data_start_ns\": {:.3f}, \"src\": \"{}\"",
                            split.total_bytes, sim::ps_to_ns(t.setup_start), sim::ps_to_ns(t.data_start), src)});

@@ -5,6 +5,7 @@
 /// from each producer an instruction waited for. The Simulator owns the sink and its watermark; this
 /// class only formats.
 #include <cstdint>
+#include <cstddef>
 #include <utility>
 #include <vector>
 
@@ -26,8 +27,20 @@ class TraceRecorder {
   const Simulator& sim_;
   sim::TraceSink& sink_;
   std::vector<bool> queue_declared_;
-  /// Where each instruction's slice starts (track, time), by index: arrows from producers to waiters.
-  std::vector<std::pair<int, sim::Ps>> slice_at_;
+  /// Where an instruction's slice starts (track, time): arrows from producers to waiters.
+  struct SliceAt {
+    uint64_t index = UINT64_MAX;  ///< the instruction it belongs to (UINT64_MAX: empty)
+    int track = 0;
+    sim::Ps start = 0;
+  };
+  /// By instruction index; with a bounded sink (--trace-limit, --trace-window) a ring of the last
+  /// kFlowWindow instructions, so memory does not grow with the run (an arrow from an older producer
+  /// is left out).
+  std::vector<SliceAt> slice_at_;
+  bool ring_ = false;
+  static constexpr size_t kFlowWindow = size_t{1} << 16;
+  SliceAt& slot(uint64_t index);
+  const SliceAt* find(uint64_t index) const;
 };
 
 }  // namespace nsim::engines

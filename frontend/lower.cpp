@@ -325,6 +325,17 @@ bool Lowering::next(Instr& out) {
         int64_t& v = vars_[static_cast<size_t>(f.loop)];
         v += l.step;
         if (l.step > 0 ? v < l.stop : v > l.stop) {
+          sim_.check_stop();  // a loop that emits nothing still sees an interrupt
+          if (emitted_ != idle_since_) {
+            idle_since_ = emitted_, idle_iterations_ = 0;
+          } else if (const uint64_t lim = sim_.options().max_instructions; lim > 0 && ++idle_iterations_ > lim) {
+            throw Error(ErrorCode::kResourceLimit,
+                        fmt::format("instruction limit reached: loop '{}' ran more than {} iterations in a row without "
+                                    "an instruction (max_instructions, 'nsim run --max-instructions'); raise the "
+                                    "limit, or set it to 0 for none",
+                                    l.var, lim),
+                        l.loc);
+          }
           f.pc = 0;
           continue;
         }
@@ -427,6 +438,9 @@ void Lowering::tile_uses(int op, TileUses& out) const {
 }
 
 void Lowering::note_tile_uses(const TileUses& u, sim::Ps start, sim::Ps end) {
+  // With a trace limit or window, only instructions the trace keeps are recorded: the table then stays
+  // bounded by the slices kept, not by the kernel's instruction count.
+  if (const sim::TraceSink* tr = sim_.trace_sink(); tr && !tr->keeps(start, end - start)) return;
   for (const TileUse& x : u) {
     if (x.tensor < 0) continue;
     const uint64_t key = (static_cast<uint64_t>(x.tensor) << 40) | static_cast<uint64_t>(x.instance);

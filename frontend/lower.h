@@ -145,6 +145,8 @@ class Lowering {
   isa::Instr pending_{};                   ///< second half of an nc_matmul
   bool has_pending_ = false;
   uint64_t emitted_ = 0;
+  uint64_t idle_since_ = 0;       ///< emitted_ when the current run of loop iterations without instructions began
+  uint64_t idle_iterations_ = 0;  ///< loop iterations since then (bounded by SimOptions::max_instructions)
   int last_op_ = -1;
   bool record_ = false;
   Progress progress_;

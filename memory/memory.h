@@ -68,6 +68,8 @@ class Memory {
   const HbmTensor& hbm_tensor(const std::string& name) const;  ///< E208 if unknown
   bool has_hbm_tensor(const std::string& name) const { return hbm_by_name_.count(name) != 0; }
   std::vector<std::string> hbm_tensor_names() const;
+  /// End of the HBM tensors allocated so far (bytes; the next one starts at or after it).
+  int64_t hbm_end() const { return hbm_next_; }
   uint8_t* hbm_data(const std::string& name);
   const uint8_t* hbm_data(const std::string& name) const;
 

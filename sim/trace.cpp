@@ -63,17 +63,22 @@ void ChromeTraceWriter::declare_track(int track, const std::string& name) {
              track, track);
 }
 
-void ChromeTraceWriter::slice(TraceSlice s) {
-  if (!filter_.in_window(s.start, s.dur)) {
+bool ChromeTraceWriter::drops(Ps start, Ps dur) {
+  if (!filter_.in_window(start, dur)) {
     ++dropped_window_;
-    return;
+    return true;
   }
   // Written slices all start before the last watermark and this one starts after it, so once the
   // limit is reached every new slice is later in the output order: drop it without buffering.
   if (limit_reached()) {
-    drop_by_limit(s.start);
-    return;
+    drop_by_limit(start);
+    return true;
   }
+  return false;
+}
+
+void ChromeTraceWriter::slice(TraceSlice s) {
+  if (drops(s.start, s.dur)) return;
   uint32_t idx;
   if (!free_.empty()) {
     idx = free_.back();

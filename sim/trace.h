@@ -31,6 +31,14 @@ class TraceSink {
   virtual ~TraceSink() = default;
   virtual void declare_track(int track, const std::string& name) = 0;
   virtual void slice(TraceSlice s) = 0;
+  /// True when a slice [start, start + dur) would not be written (outside the window, past the
+  /// limit): it is then counted as dropped, and the caller skips formatting it and calling slice().
+  virtual bool drops(Ps /*start*/, Ps /*dur*/) { return false; }
+  /// True when the sink keeps only some slices (a limit or a window): callers then keep bounded state.
+  virtual bool bounded() const { return false; }
+  /// Whether a slice [start, start + dur) would be kept now (nothing counted): callers that keep
+  /// per-slice state (the occupancy counter tracks) skip what the trace will not show.
+  virtual bool keeps(Ps /*start*/, Ps /*dur*/) const { return true; }
   /// Every future slice starts at or after `t`: earlier buffered slices may be written out.
   virtual void watermark(Ps t) = 0;
   /// A counter track `name` (e.g. SBUF bytes in use) takes `value` from time `t` on. Counter
@@ -62,6 +70,9 @@ class ChromeTraceWriter : public TraceSink {
   ~ChromeTraceWriter() override;
   void declare_track(int track, const std::string& name) override;
   void slice(TraceSlice s) override;
+  bool drops(Ps start, Ps dur) override;
+  bool bounded() const override { return filter_.active(); }
+  bool keeps(Ps start, Ps dur) const override { return filter_.in_window(start, dur) && !limit_reached(); }
   void watermark(Ps t) override;
   void counter(const std::string& name, Ps t, double value) override;
   void finish() override;

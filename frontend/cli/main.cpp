@@ -2,12 +2,14 @@
 // Exit status: 0 success, 2 user error (coded message on stderr), 1 internal error.
 #include <fmt/format.h>
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +18,7 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,7 +61,8 @@ commands:
   sweep    what-if grid of config values x kernels, in parallel: CSV/Parquet table and plot (nsim.sweep)
 
 Run 'nsim <command> --help' for the options of a command. 'nsim --version' prints the version.
-Exit status: 0 on success, 2 on a user error (the message starts with its code, NSIM-Exxx).
+Exit status: 0 on success, 2 on a user error (the message starts with its code, NSIM-Exxx),
+128 + N when signal N (SIGINT, SIGTERM) stopped 'nsim run' (error E417, Interrupted; trace and stats are completed).
 )";
 
 constexpr const char* kRunHelp = R"(usage: nsim run kernel.json [options]
@@ -74,7 +78,9 @@ options:
   --outputs DIR        write every output tensor as DIR/<tensor>.npy (bf16/fp8 widened to float32)
   --raw-outputs        write bf16/fp8 outputs as raw bits (|V2, |V1) instead
   --trace FILE         write a Chrome/Perfetto trace (open in ui.perfetto.dev)
-  --trace-limit N      with --trace: write only the N earliest slices (by start time) [default: 0 = all]
+  --trace-limit N      with --trace: write only the N earliest slices (by start time); 0 = all
+                       [default: 1000000, about 150 MB of JSON; the run says so when it cut the trace].
+                       Memory use does not grow with the kernel's instruction count when N > 0
   --trace-window START_NS:END_NS
                        with --trace: write only slices overlapping [START_NS, END_NS) (kept whole);
                        either side may be empty, e.g. 5000: or :20000. A trace cut by either
@@ -86,6 +92,11 @@ options:
   --check              the sanitizer: report reads of never-written SBUF/PSUM, accumulation into
                        never-written PSUM and the first NaN/Inf made from finite inputs, with the
                        instruction, tensor and source line, as warnings on stderr (docs/debugging.md)
+  --max-instructions N stop with error E416 (ResourceLimit) after N instructions [default: 0 = no limit]
+  --max-sim-time T     stop with error E416 once the simulated time passes T (a number of ns, or with a
+                       unit: 500ns, 20us, 3ms, 1s) [default: 0 = no limit]. A run stopped by a limit,
+                       SIGINT or SIGTERM still finishes its trace (valid JSON), --stats and tables and
+                       prints the partial summary; exit status 2 (a limit) or 128 + signal number
   --quiet, -q          no progress line on stderr (shown once a run takes over 2 s)
   --instructions FILE  write one CSV row per instruction: times, bytes, source line, semaphore wait
                        (queryable with SQL, e.g. DuckDB; docs/profiling.md)
@@ -172,6 +183,37 @@ constexpr const char* kConfigHelp = R"(usage: nsim config [NAME|FILE] [-p KEY=VA
 Print the effective configuration (after preset inheritance and overrides) as YAML.
 )";
 
+/// Trace slices written by default (--trace-limit): bounds the file (~150 B per slice) and the memory.
+constexpr uint64_t kDefaultTraceLimit = 1000000;
+
+// "--max-sim-time" value: a number of ns, or a number with one of the units ns, us, ms, s.
+double parse_duration_ns(const std::string& opt, const std::string& v) {
+  static const std::pair<const char*, double> kUnits[] = {{"ns", 1.0}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
+  double scale = 1.0;
+  std::string num = v;
+  for (const auto& [u, f] : kUnits) {
+    const std::string unit(u);
+    if (num.size() > unit.size() && num.compare(num.size() - unit.size(), unit.size(), unit) == 0) {
+      num = num.substr(0, num.size() - unit.size());
+      scale = f;
+      break;
+    }
+  }
+  double x = -1;
+  size_t used = 0;
+  try {
+    x = std::stod(num, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const double ns = x * scale;
+  if (used == 0 || used != num.size() || !(ns >= 0) || ns > 1e15)  // also nan, inf; 1e15 ns keeps ps in int64
+    throw Error(ErrorCode::kUsage, fmt::format("{} expects a duration such as 5000 (ns), 20us, 3ms or 1s, at most 1e15 "
+                                               "ns, found '{}' (see 'nsim --help')",
+                                               opt, v));
+  return ns;
+}
+
 struct Args {
   std::string command, kernel, config = "trn2", inputs, outputs, trace, stats, instructions, dma;
   std::vector<std::string> overrides;
@@ -181,7 +223,10 @@ struct Args {
   bool quiet = false;        ///< run --quiet: no progress line
   bool check = false;        ///< run --check: the sanitizer
   int64_t limit = -1;
-  uint64_t trace_limit = 0;                                 ///< --trace-limit (0 = all)
+  uint64_t trace_limit = kDefaultTraceLimit;                ///< --trace-limit (0 = all)
+  bool trace_limit_given = false;
+  uint64_t max_instructions = 0;                            ///< --max-instructions (0 = none)
+  double max_sim_time_ns = 0;                               ///< --max-sim-time (0 = none)
   std::string json;                                         ///< analyze, diff --json
   int64_t lines = -1;                                       ///< analyze, diff --lines
   double trace_window_start_ns = 0, trace_window_end_ns = 0;  ///< --trace-window (end 0 = no end)
@@ -211,6 +256,7 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--instructions") a.instructions = value(i, s);
     else if (s == "--dma" && a.command == "run") a.dma = value(i, s);
     else if (s == "--timing-only") a.timing_only = true;
+    else if (s == "--max-sim-time" && a.command == "run") a.max_sim_time_ns = parse_duration_ns(s, value(i, s));
     else if (s == "--stats-table" && a.command == "run") a.stats_table = true;
     else if ((s == "--quiet" || s == "-q") && a.command == "run") a.quiet = true;
     else if (s == "--check" && a.command == "run") a.check = true;
@@ -242,14 +288,16 @@ Args parse_args(int argc, char** argv) {
       a.trace_window_start_ns = number(v.substr(0, colon));
       a.trace_window_end_ns = number(v.substr(colon + 1));
       if (colon + 1 < v.size() && a.trace_window_end_ns <= a.trace_window_start_ns) bad();
-    } else if (s == "--seed" || s == "--limit" || s == "--trace-limit" || s == "--lines") {
+    } else if (s == "--seed" || s == "--limit" || s == "--trace-limit" || s == "--lines" ||
+               (s == "--max-instructions" && a.command == "run")) {
       const std::string v = value(i, s);
       try {
         size_t used = 0;
         const long long n = std::stoll(v, &used);
         if (used != v.size() || n < 0) throw std::invalid_argument(v);
         if (s == "--seed") a.seed = static_cast<uint64_t>(n);
-        else if (s == "--trace-limit") a.trace_limit = static_cast<uint64_t>(n);
+        else if (s == "--trace-limit") a.trace_limit = static_cast<uint64_t>(n), a.trace_limit_given = true;
+        else if (s == "--max-instructions") a.max_instructions = static_cast<uint64_t>(n);
         else if (s == "--lines") a.lines = n;
         else a.limit = n;
       } catch (const std::exception&) {
@@ -376,6 +424,22 @@ std::string stats_json(const frontend::Kernel& k, const sim::Config& cfg, bool t
       lines_json(sim), st.to_json());
 }
 
+// SIGINT / SIGTERM during `nsim run`: the handler only records the signal; the simulator sees it at its
+// next instruction (SimOptions::stop) and the run ends like one stopped by a limit. A second signal
+// kills the process (SA_RESETHAND).
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
 int cmd_run(const Args& a) {
   const frontend::Kernel k = load_kernel(a);
   const sim::Config cfg = engines::load_config(config_name(a.config), a.overrides);
@@ -385,6 +449,10 @@ int cmd_run(const Args& a) {
   opts.trace_path = a.trace;
   opts.trace_limit = a.trace_limit;
   opts.trace_window_start_ns = a.trace_window_start_ns, opts.trace_window_end_ns = a.trace_window_end_ns;
+  opts.max_instructions = a.max_instructions;
+  opts.max_sim_time_ns = a.max_sim_time_ns;
+  opts.stop = &g_stop_signal;
+  install_stop_handlers();
   Simulator sim(cfg, opts);
   frontend::verify_kernel(k, sim.params());
   frontend::Lowering::allocate_hbm(k, sim);
@@ -406,14 +474,46 @@ int cmd_run(const Args& a) {
                  static_cast<double>(n) * 1e-6, sim::ps_to_ns(simulated) * 1e-3, static_cast<double>(n) * 1e-6 / el);
       std::fflush(stderr);
     });
-  low.run();
+  // A limit (E416) or a signal (E417) stops the run between two instructions: the trace, the tables and
+  // --stats are still finished (valid files) and the summary of the partial run printed, then the error.
+  std::optional<Error> stopped;
+  try {
+    low.run();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kResourceLimit && e.code() != ErrorCode::kInterrupted) throw;
+    stopped = e;
+    if (low.recording_occupancy()) low.write_occupancy();  // the counter tracks of the partial run
+  }
   if (shown) fmt::print(stderr, "\n");
   sim.finish();
   tables.close();
   for (const engines::CheckReport& r : sim.check_reports()) fmt::print(stderr, "nsim: warning: {}\n", r.str());
   const sim::StatsRegistry st = sim.stats();
-  print_summary(k, sim, st, low.instructions());
+  if (stopped) fmt::print("partial run (stopped by {}): the numbers below cover the instructions simulated\n",
+                          stopped->code() == ErrorCode::kInterrupted ? "a signal" : "a limit");
+  print_summary(k, sim, st, stopped ? sim.instructions() : low.instructions());
   if (a.stats_table) fmt::print("\n{}", st.to_table());
+  if (const auto* w = dynamic_cast<const sim::ChromeTraceWriter*>(sim.trace_sink());
+      w && !a.trace_limit_given && w->slices_dropped_by_limit() > 0)
+    fmt::print("note: the trace holds the earliest {} slices ({} more were dropped); --trace-limit N changes the "
+               "cap, --trace-limit 0 writes them all\n",
+               w->slices_written(), w->slices_dropped_by_limit());
+  if (stopped) {
+    if (!a.stats.empty()) {
+      std::ofstream f(a.stats);
+      if (f) f << stats_json(k, cfg, a.timing_only, sim.instructions(), sim, st);
+    }
+    if (stopped->code() == ErrorCode::kInterrupted) {
+      const int sig = g_stop_signal;
+      fmt::print(stderr, "{}: interrupted by {} after {} instructions ({:.1f} ns simulated); the trace, tables and "
+                         "stats cover the partial run\n",
+                 stopped->code_str(), sig == SIGTERM ? "SIGTERM" : "SIGINT", sim.instructions(),
+                 sim::ps_to_ns(sim.total_time()));
+      return 128 + (sig ? sig : SIGINT);
+    }
+    fmt::print(stderr, "{}\n", stopped->what());
+    return 2;
+  }
   if (!a.outputs.empty() && !a.timing_only) {
     fs::create_directories(a.outputs);
     for (const auto& t : k.tensors)

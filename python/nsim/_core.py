@@ -99,6 +99,14 @@ FAMILY_CLASSES = {"config": ConfigError, "access": AccessError, "operand": Opera
                   "not_supported": NotSupportedError, "internal": InternalError}
 
 
+class KernelFileNotFoundError(KernelError, FileNotFoundError):
+    """BadInput: the kernel argument is neither JSON text nor an existing file (also a FileNotFoundError)."""
+
+    def __init__(self, message: str, code: str = "", file: str = "", line: int = 0, function: str = ""):
+        KernelError.__init__(self, message, code=code or _errors.code("BadInput"), file=file, line=line,
+                             function=function)
+
+
 def error_class(code: str) -> type:
     """The NsimError subclass of a code such as the one of IndexOutOfBounds (from the table's family)."""
     return FAMILY_CLASSES.get(_errors.family(str(code)), NsimError)
@@ -125,20 +133,90 @@ def _call(fn, *args, **kwargs):
 KernelLike = Union[Mapping[str, Any], str, bytes, "os.PathLike[str]"]
 
 
-def _kernel_text(kernel: KernelLike) -> Tuple[str, str]:
+def _json_default(x: Any) -> Any:
+    """json.dumps fallback of a kernel dict: numpy scalars and arrays become Python numbers and lists."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        np = None
+    if np is not None:
+        if isinstance(x, np.bool_):
+            return bool(x)
+        if isinstance(x, np.integer):
+            return int(x)
+        if isinstance(x, np.floating):
+            return float(x)
+        if isinstance(x, np.ndarray):
+            return x.tolist()
+    if isinstance(x, (tuple, set, frozenset)):
+        return list(x)
+    raise KernelError("kernel dict: a value of type {} is not a JSON value (numbers, strings, lists, dicts, "
+                      "bools, None): {!r}".format(type(x).__name__, x)[:300], code=_errors.code("WrongType"))
+
+
+def _kernel_text(kernel: KernelLike, arg: str = "kernel") -> Tuple[str, str]:
     """(kernel.json text, file name for messages) of a dict, JSON text or path."""
     if isinstance(kernel, Mapping):
-        return json.dumps(kernel, indent=1), "<dict>"
-    if isinstance(kernel, bytes):
-        kernel = kernel.decode("utf-8")
+        try:
+            return json.dumps(kernel, indent=1, default=_json_default, allow_nan=True), "<dict>"
+        except ValueError as e:  # circular references
+            raise KernelError("{}: the dict is not JSON-serialisable: {}".format(arg, e), code=_errors.code("WrongType")) from None
+    if isinstance(kernel, (bytes, bytearray)):
+        try:
+            kernel = bytes(kernel).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise KernelError("{}: the bytes are not UTF-8 text: {}".format(arg, e), code=_errors.code("JsonSyntax")) from None
     if isinstance(kernel, os.PathLike):
         kernel = os.fspath(kernel)
     if not isinstance(kernel, str):
-        raise TypeError("kernel must be a dict, a JSON string or a path, not {}".format(type(kernel).__name__))
+        raise TypeError("{} must be a dict, a JSON string or a path, not {}".format(arg, type(kernel).__name__))
     if kernel.lstrip()[:1] in ("{", "["):
         return kernel, "<string>"
-    with open(kernel, "r", encoding="utf-8") as f:  # FileNotFoundError for a bad path
-        return f.read(), kernel
+    # Not JSON at its start: a path, unless it cannot be one (then it is JSON text with a syntax error).
+    looks_like_path = kernel.strip() != "" and "\n" not in kernel and not any(c in kernel for c in '{}[]":')
+    if not looks_like_path and not os.path.exists(kernel):
+        return kernel, "<string>"  # the parser reports JsonSyntax with line:column
+    try:
+        with open(kernel, "r", encoding="utf-8") as f:
+            return f.read(), kernel
+    except FileNotFoundError:
+        raise KernelFileNotFoundError("{}: no such file '{}' (pass a kernel.json path, its JSON text or a dict)".format(
+            arg, kernel)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise KernelError("{}: cannot read '{}': {}".format(arg, kernel, e), code=_errors.code("BadInput")) from None
+
+
+def _check_str(value: Any, arg: str) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError("{} must be a string (a preset name such as 'trn2' or a YAML path), not {!r}".format(
+            arg, value))
+    return value
+
+
+def _check_int(value: Any, arg: str, lo: int, hi: int) -> int:
+    """An int in [lo, hi] (bools and floats refused), else TypeError / ValueError naming the argument."""
+    try:
+        import numpy as np
+        ints: tuple = (int, np.integer)
+    except ImportError:  # pragma: no cover
+        ints = (int,)
+    if isinstance(value, bool) or not isinstance(value, ints):
+        raise TypeError("{} must be an int, not {!r}".format(arg, value))
+    v = int(value)
+    if not lo <= v <= hi:
+        raise ValueError("{} must be in [{}, {}], not {}".format(arg, lo, hi, v))
+    return v
+
+
+def _check_number(value: Any, arg: str, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        raise TypeError("{} must be a number, not {!r}".format(arg, value))
+    v = float(value)
+    if not lo <= v <= hi:  # also NaN
+        raise ValueError("{} must be in [{}, {}], not {}".format(arg, lo, hi, value))
+    return v
 
 
 def _overrides(overrides: Union[None, Mapping[str, Any], Sequence[str]]) -> List[str]:
@@ -153,6 +231,9 @@ def _overrides(overrides: Union[None, Mapping[str, Any], Sequence[str]]) -> List
                 v = "true" if v else "false"
             out.append("{}={}".format(k, v))
         return out
+    if not isinstance(overrides, (list, tuple)):
+        raise TypeError("overrides must be a dict {{key: value}}, a list of 'key=value' strings or one string, not "
+                        "{!r}".format(overrides))
     return [str(o) for o in overrides]
 
 
@@ -346,7 +427,9 @@ def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = N
                   trace: Union[None, str, "os.PathLike[str]"] = None, seed: int = 0,
                   trace_limit: Optional[int] = None,
                   trace_window: Optional[Tuple[Optional[float], Optional[float]]] = None,
-                  check: bool = False) -> Tuple[dict, Profile]:
+                  check: bool = False,
+                  max_instructions: Optional[int] = None,
+                  max_sim_time_ns: Optional[float] = None) -> Tuple[dict, Profile]:
     """Simulate a kernel.json (dict, JSON text or path) on one NeuronCore.
 
     inputs: {tensor name: array}; arrays are converted to the tensor dtype (ml_dtypes arrays of the
@@ -358,12 +441,19 @@ def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = N
     kept whole; either side may be None (open). A trace cut by either ends with an instant event that
     gives the number of slices dropped (docs/profiling.md).
     check: run the sanitizer (docs/debugging.md); its reports are in ``Profile.check_reports`` (dicts).
+    max_instructions / max_sim_time_ns: stop with ResourceLimit (E416, a KernelError) when the run exceeds this many
+    instructions / this simulated time (None or 0 = no limit).
+    Bad arguments raise TypeError / ValueError naming the argument; everything else is an NsimError.
     """
     import numpy as np
 
-    limit = 0 if trace_limit is None else int(trace_limit)
-    if limit < 0:
-        raise ValueError("trace_limit must be >= 0, not {}".format(trace_limit))
+    config = _check_str(config, "config")
+    seed = _check_int(seed, "seed", 0, 2 ** 63 - 1)
+    limit = 0 if trace_limit is None else _check_int(trace_limit, "trace_limit", 0, 2 ** 63 - 1)
+    max_instr = 0 if max_instructions is None else _check_int(max_instructions, "max_instructions", 0, 2 ** 63 - 1)
+    max_time = 0.0 if max_sim_time_ns is None else _check_number(max_sim_time_ns, "max_sim_time_ns", 0.0, 1e15)
+    if inputs is not None and not isinstance(inputs, Mapping):
+        raise TypeError("inputs must be a dict {{tensor name: array}}, not {}".format(type(inputs).__name__))
     window = (0.0, 0.0)
     if trace_window is not None:
         try:
@@ -374,11 +464,19 @@ def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = N
         if not all(0.0 <= w < float("inf") for w in window) or (hi is not None and window[1] <= window[0]):
             raise ValueError("trace_window must be (start_ns, end_ns) with 0 <= start < end, not {!r}".format(trace_window))
     text, fname = _kernel_text(kernel)
-    arrays = {str(k): np.asarray(v) for k, v in (inputs or {}).items()}
+    arrays = {}
+    for k, v in (inputs or {}).items():
+        try:
+            arrays[str(k)] = np.asarray(v)
+        except (TypeError, ValueError) as e:
+            raise TypeError("inputs[{!r}] must be an array, not {}: {}".format(k, type(v).__name__, e)) from None
+        if arrays[str(k)].dtype == object:
+            raise TypeError("inputs[{!r}] must be a numeric array, not {!r}".format(k, v))
     outputs, stats_json, lines, config_yaml, reports = _call(
         _nsim.run_kernel, text, arrays, config=config, overrides=_overrides(overrides), timing_only=bool(timing_only),
         trace_path=os.fspath(trace) if trace is not None else "", seed=int(seed), filename=fname,
-        trace_limit=limit, trace_window=window, check=bool(check))
+        trace_limit=limit, trace_window=window, check=bool(check), max_instructions=max_instr,
+        max_sim_time_ns=max_time)
     prof = Profile(text, stats_json, lines, config_yaml, config=config, timing_only=timing_only,
                    overrides=_overrides(overrides))
     prof.check_reports = list(reports)
@@ -388,6 +486,7 @@ def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = N
 def check_json(kernel: KernelLike, *, config: str = "trn2",
                overrides: Union[None, Mapping[str, Any], Sequence[str]] = None) -> None:
     """Parse and verify a kernel.json for a configuration; raises an NsimError subclass."""
+    config = _check_str(config, "config")
     text, fname = _kernel_text(kernel)
     _call(_nsim.check_kernel, text, config=config, overrides=_overrides(overrides), filename=fname)
 
@@ -395,12 +494,15 @@ def check_json(kernel: KernelLike, *, config: str = "trn2",
 def disasm_json(kernel: KernelLike, *, config: str = "trn2",
                 overrides: Union[None, Mapping[str, Any], Sequence[str]] = None, limit: int = -1) -> List[str]:
     """The lowered instruction stream, one line per instruction with its source location."""
+    config = _check_str(config, "config")
+    limit = _check_int(limit, "limit", -1, 2 ** 63 - 1)
     text, fname = _kernel_text(kernel)
     return _call(_nsim.disasm, text, config=config, overrides=_overrides(overrides), limit=int(limit), filename=fname)
 
 
 def effective_config(config: str = "trn2", overrides: Union[None, Mapping[str, Any], Sequence[str]] = None) -> str:
     """The effective configuration (preset inheritance + overrides) as YAML."""
+    config = _check_str(config, "config")
     return _call(_nsim.effective_config, config, _overrides(overrides))
 
 

@@ -160,6 +160,39 @@ def assigned_name(f=None):
     return v
 
 
+# Resource limits of tracing (ResourceLimit, E416). Loops are unrolled while tracing, so a huge trip count would
+# run and store statements until memory runs out: a single loop may not have more than MAX_LOOP_TRIPS
+# iterations, a kernel not more than MAX_TRACED_STATEMENTS statements. Raise them by assignment
+# (nsim.tracer.MAX_LOOP_TRIPS = ...) or with the environment variables of the same name prefixed NSIM_.
+MAX_LOOP_TRIPS = int(os.environ.get("NSIM_MAX_LOOP_TRIPS", 1 << 20))
+MAX_TRACED_STATEMENTS = int(os.environ.get("NSIM_MAX_TRACED_STATEMENTS", 1 << 22))
+
+
+def check_loop_trips(r, what):
+    """`r` (a range) if its trip count is within MAX_LOOP_TRIPS, else ResourceLimit naming the loop."""
+    if len(r) > MAX_LOOP_TRIPS:
+        raise make_error("ResourceLimit", "resource limit: {}({}, {}, {}) has {} iterations, more than "
+                         "nsim.tracer.MAX_LOOP_TRIPS = {} (loops are unrolled while tracing); raise it, or the "
+                         "environment variable NSIM_MAX_LOOP_TRIPS".format(what, r.start, r.stop, r.step, len(r),
+                                                                          MAX_LOOP_TRIPS))
+    return r
+
+
+def int_immediate(value, what):
+    """`value` as an int for an integer tile (a fill value, a memset immediate), or BadArgument naming `what`
+    for NaN, an infinity or a non-integral number."""
+    if isinstance(value, (bool, int, np.integer, np.bool_)):
+        return int(value)
+    try:
+        f = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise make_error("BadArgument", "{}: expected a number, got {!r}".format(what, value)) from None
+    if not np.isfinite(f) or f != int(f):
+        raise make_error("BadArgument", "{}: {!r} cannot be stored in an integer tile (use a finite "
+                         "integral value)".format(what, value))
+    return int(value)
+
+
 def make_error(name, message, loc=None):
     """The nsim error ``name`` (a row of sim/errors.def, e.g. "BadReshape") with .code/.message/.file/.line
     pointing at the user's line; its class comes from the row's family."""
@@ -1135,6 +1168,10 @@ class Tracer:
 
     # statements
     def emit(self, stmt):
+        if len(self.body) >= MAX_TRACED_STATEMENTS:
+            raise make_error("ResourceLimit", "resource limit: the kernel traced more than {} statements "
+                             "(loops are unrolled while tracing); raise nsim.tracer.MAX_TRACED_STATEMENTS or the "
+                             "environment variable NSIM_MAX_TRACED_STATEMENTS".format(MAX_TRACED_STATEMENTS))
         if "op" in stmt:
             if self.label is not None:
                 stmt["label"] = self.label
@@ -1581,8 +1618,10 @@ def run(tres, config="trn2", **sim_kwargs):
             report_checks(profile.check_reports, strict=(check == "strict"))
 
     def conv(name):
-        if name not in outputs:  # timing_only: no numerics, no output arrays
-            return None
+        if name not in outputs:
+            if name in tres.inputs and not profile.timing_only:  # an input returned as it is (never written)
+                return np.array(inputs[name], copy=True)
+            return None  # timing_only: no numerics, no output arrays
         a = np.asarray(outputs[name])
         want = np_dtype(dts[name])
         return a.astype(want) if a.dtype != want else a.copy()

@@ -217,7 +217,8 @@ class PyEagerSession {
 py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, const std::string& config,
                      const std::vector<std::string>& overrides, bool timing_only, const std::string& trace_path,
                      uint64_t seed, const std::string& filename, uint64_t trace_limit,
-                     std::pair<double, double> trace_window, bool check) {
+                     std::pair<double, double> trace_window, bool check, uint64_t max_instructions,
+                     double max_sim_time_ns) {
   return guarded([&]() -> py::tuple {
     const frontend::Kernel k = frontend::parse_kernel_json(kernel_json, filename);
     const sim::Config cfg = load_cfg(config, overrides);
@@ -237,6 +238,8 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
     opts.trace_path = trace_path;
     opts.trace_limit = trace_limit;
     opts.trace_window_start_ns = trace_window.first, opts.trace_window_end_ns = trace_window.second;
+    opts.max_instructions = max_instructions;
+    opts.max_sim_time_ns = max_sim_time_ns;
     std::optional<Simulator> sim;
     std::map<std::string, std::vector<uint8_t>> raw_outputs;
     std::string stats_json;
@@ -480,10 +483,11 @@ PYBIND11_MODULE(_nsim, m) {
         py::arg("overrides") = std::vector<std::string>{}, py::arg("timing_only") = false, py::arg("trace_path") = "",
         py::arg("seed") = 0, py::arg("filename") = "kernel.json", py::arg("trace_limit") = 0,
         py::arg("trace_window") = std::pair<double, double>{0.0, 0.0}, py::arg("check") = false,
+        py::arg("max_instructions") = 0, py::arg("max_sim_time_ns") = 0.0,
         "Parse, verify and simulate a kernel.json text. Returns (outputs, stats_json, lines, config_yaml,\n"
         "check_reports); check: run the sanitizer (numerics only), whose reports are dicts.\n"
         "trace_limit: keep the N earliest trace slices (0 = all); trace_window: (start_ns, end_ns), keep slices\n"
-        "overlapping [start, end) (end 0 = no end).");
+        "overlapping [start, end) (end 0 = no end). max_instructions / max_sim_time_ns: E416 when exceeded (0 = none).");
   py::class_<PyEagerSession>(m, "EagerSession",
                              "Numerics of a kernel executed op by op while it is traced (eager values).")
       .def(py::init<const std::string&, const std::vector<std::string>&>(), py::arg("config") = "trn2",

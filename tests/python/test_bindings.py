@@ -143,7 +143,7 @@ def test_error_class_mapping():
     assert nsim.error_class("NSIM-E302") is nsim.OperandError
     assert nsim.error_class("NSIM-E414") is nsim.KernelError
     assert nsim.error_class("NSIM-E901") is nsim.InternalError
-    assert nsim.error_class("NSIM-E417") is nsim.NotSupportedError and nsim.NotSupportedError.__mro__[1] is nsim.KernelError
+    assert nsim.error_class("NSIM-E446") is nsim.NotSupportedError and nsim.NotSupportedError.__mro__[1] is nsim.KernelError
 
 
 def test_op_table_lists_every_opcode_with_slots():

@@ -146,7 +146,7 @@ def test_malformed_stats_raise_coded_errors(profiles):
     assert e.value.code == "NSIM-E401"
     with pytest.raises(nsim.KernelError) as e:
         nsim.ProfileComparison.from_stats_json(a.to_stats_json(), json.dumps({"stats": {}}), labels=("x", "y"))
-    assert e.value.code == "NSIM-E416" and "y" in str(e.value) and "total_time" in str(e.value)
+    assert e.value.code == "NSIM-E445" and "y" in str(e.value) and "total_time" in str(e.value)
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -234,7 +234,7 @@ def test_cli_diff_help_and_bad_input(cli_files):
     cases = [
         ((d / "missing.json", k1), "NSIM-E413"),
         ((k1, bad), "NSIM-E401"),
-        ((neither, k1), "NSIM-E416"),
+        ((neither, k1), "NSIM-E445"),
         ((k1,), "NSIM-E414"),
         ((k1, k1, "--lines", "x"), "NSIM-E414"),
         ((k1, k1, "--config-b", "trn9"), "NSIM-E104"),

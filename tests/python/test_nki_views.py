@@ -470,7 +470,7 @@ def test_unsupported_names_raise_nsim_errors(b1, dialect):
 
         with pytest.raises(NotSupportedError, match="not supported yet by nsim: .+") as e:
             k(_rand((128, 8)))
-        assert isinstance(e.value, NsimError) and e.value.code == "NSIM-E417"
+        assert isinstance(e.value, NsimError) and e.value.code == "NSIM-E446"
 
 
 @pytest.mark.parametrize("dialect", ["new", "beta1"])

@@ -204,7 +204,7 @@ def memset(dst, value, engine=engine.unknown, name=None, **kwargs):
     _t(dst, "dst", "memset")
     eng = _engine(engine, ("vector", "gpsimd"), "memset")
     if np.issubdtype(dst.dtype, np.integer) or dst.dtype == np.bool_:
-        return _op("memset", engine=eng, dst=dst, iimm=[int(value)])
+        return _op("memset", engine=eng, dst=dst, iimm=[_tr.int_immediate(value, "memset: value")])
     return _op("memset", engine=eng, dst=dst, imm=[float(value)])
 
 

@@ -292,7 +292,7 @@ def _fill_new(shape, value, dtype, buffer, name):
         raise make_error("NotSupported", "HBM tensors with an initial value are not supported (create an "
                          "SBUF tensor and dma_copy it)")
     if np.issubdtype(t.dtype, np.integer) or t.dtype == np.bool_:
-        value = int(value)
+        value = _tr.int_immediate(value, "fill value")
     return _fill(t, value)
 
 
@@ -321,15 +321,15 @@ def _range(start, stop=None, step=1):
 
 
 def affine_range(start, stop=None, step=1):
-    return _tr.AffineRange(_range(start, stop, step))
+    return _tr.AffineRange(_tr.check_loop_trips(_range(start, stop, step), "nl.affine_range"))
 
 
 def sequential_range(start, stop=None, step=1):
-    return _range(start, stop, step)
+    return _tr.check_loop_trips(_range(start, stop, step), "nl.sequential_range")
 
 
 def static_range(start, stop=None, step=1):
-    return _range(start, stop, step)
+    return _tr.check_loop_trips(_range(start, stop, step), "nl.static_range")
 
 
 def _static_bound(v, what):
@@ -345,8 +345,8 @@ def dynamic_range(start, stop=None, step=1):
     _tr.check_dynamic_loop("nl.dynamic_range")
     if stop is None:
         start, stop = 0, start
-    return range(_static_bound(start, "nl.dynamic_range"), _static_bound(stop, "nl.dynamic_range"),
-                 _static_bound(step, "nl.dynamic_range"))
+    return _tr.check_loop_trips(range(_static_bound(start, "nl.dynamic_range"), _static_bound(stop, "nl.dynamic_range"),
+                                      _static_bound(step, "nl.dynamic_range")), "nl.dynamic_range")
 
 
 def fori_loop(lower, upper, body_fun, step=1):

@@ -166,7 +166,8 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, dst=None, *
         return None
     shape = tuple(int(s) for s in shape)  # par_dim ignored: first dim = partitions
     out = _new(shape, dtype)
-    v = int(value) if (np.issubdtype(out.dtype, np.integer) or out.dtype == np.bool_) else value
+    v = (_tr.int_immediate(value, "memset: value") if (np.issubdtype(out.dtype, np.integer) or out.dtype == np.bool_)
+         else value)
     _n.memset(dst=out, value=v, engine=engine)
     return out
 

@@ -850,7 +850,7 @@ def assign(dst, value):
         else:
             v = value
             if np.issubdtype(dst.dtype, np.integer) or dst.dtype == np.bool_:
-                v = int(value)
+                v = _tr.int_immediate(value, "assigned value")
             _nisa.memset(dst, v)
         return
     if not isinstance(value, NkiTensor):
@@ -993,7 +993,7 @@ def _fill(t, value):
         raise make_error("NotSupported", "err_hbm_tensor_with_init_value_not_supported: HBM tensors "
                          "with an initial value are not supported")
     if np.issubdtype(st.dtype, np.integer) or st.dtype == np.bool_:
-        value = int(value)
+        value = _tr.int_immediate(value, "fill value")
     _nisa.memset(st, value)
     return t
 

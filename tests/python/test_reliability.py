@@ -1,0 +1,271 @@
+"""Issue 16, reliability: bad arguments to the Python API are nsim errors (or TypeError/ValueError naming
+the argument), resource limits (instructions, simulated time, tracing loop trips, host memory),
+SIGINT/SIGTERM during `nsim run`. One test per defect of the issue."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import ADD_ONE, NSIM_BIN, require_core
+
+_core, ml_dtypes = require_core()
+
+import nsim  # noqa: E402
+from nsim import nki, tracer  # noqa: E402
+from nsim._core import KernelFileNotFoundError  # noqa: E402
+import nsim.nki.language as nl  # noqa: E402
+import nsim.nki.isa as nisa  # noqa: E402
+
+
+def _code(excinfo):
+    return excinfo.value.code
+
+
+# ------------------------------------------------------------------------------------------------
+# simulate_json arguments
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config", [None, 5, ["trn2"]])
+def test_config_of_the_wrong_type_is_a_type_error_naming_it(config):
+    with pytest.raises(TypeError, match="config"):
+        nsim.simulate_json(ADD_ONE, config=config)
+    with pytest.raises(TypeError, match="config"):
+        nsim.check_json(ADD_ONE, config=config)
+
+
+@pytest.mark.parametrize("seed", [-1, 2 ** 70])
+def test_seed_out_of_range_is_a_value_error_naming_it(seed):
+    with pytest.raises(ValueError, match="seed"):
+        nsim.simulate_json(ADD_ONE, seed=seed)
+
+
+@pytest.mark.parametrize("seed", ["1", 1.5, None, True])
+def test_seed_of_the_wrong_type_is_a_type_error_naming_it(seed):
+    with pytest.raises(TypeError, match="seed"):
+        nsim.simulate_json(ADD_ONE, seed=seed)
+
+
+def test_numpy_integer_seed_is_accepted():
+    out_a, _ = nsim.simulate_json(ADD_ONE, seed=np.int64(3))
+    out_b, _ = nsim.simulate_json(ADD_ONE, seed=3)
+    np.testing.assert_array_equal(out_a["y"], out_b["y"])
+
+
+def test_inputs_not_a_dict_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="inputs"):
+        nsim.simulate_json(ADD_ONE, inputs=[np.zeros((256, 64), np.float32)])
+    with pytest.raises(TypeError, match=r"inputs\['x'\]"):
+        nsim.simulate_json(ADD_ONE, inputs={"x": object()})
+
+
+def test_invalid_json_text_is_a_coded_syntax_error():
+    with pytest.raises(nsim.KernelError) as e:
+        nsim.simulate_json('{"nsim_kernel": 1, "name": ')
+    assert _code(e) == "NSIM-E401"
+    with pytest.raises(nsim.KernelError) as e:
+        nsim.check_json('nsim_kernel: 1\nname: "x"')
+    assert _code(e) == "NSIM-E401"
+
+
+def test_missing_kernel_file_is_a_coded_error_and_a_file_not_found_error(tmp_path):
+    path = str(tmp_path / "missing.json")
+    with pytest.raises(KernelFileNotFoundError) as e:
+        nsim.simulate_json(path)
+    assert _code(e) == "NSIM-E413" and "missing.json" in str(e.value)
+    assert isinstance(e.value, nsim.KernelError) and isinstance(e.value, FileNotFoundError)
+
+
+def test_kernel_dict_with_numpy_scalars_is_serialised():
+    k = json.loads(json.dumps(ADD_ONE))
+    k["tensors"][0]["shape"] = [np.int64(256), np.int32(64)]
+    k["body"][0]["loop"]["stop"] = np.int64(2)
+    k["body"][0]["loop"]["body"][1]["imm"] = [np.float32(1.0)]
+    x = np.arange(256 * 64, dtype=np.float32).reshape(256, 64)
+    out, _ = nsim.simulate_json(k, inputs={"x": x})
+    np.testing.assert_array_equal(out["y"], x + 1)
+
+
+def test_kernel_dict_with_an_object_is_a_coded_error():
+    k = json.loads(json.dumps(ADD_ONE))
+    k["name"] = object()
+    with pytest.raises(nsim.KernelError) as e:
+        nsim.simulate_json(k)
+    assert _code(e) == "NSIM-E404"
+
+
+def test_overrides_of_the_wrong_type_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="overrides"):
+        nsim.simulate_json(ADD_ONE, overrides=5)
+
+
+# ------------------------------------------------------------------------------------------------
+# limits
+# ------------------------------------------------------------------------------------------------
+
+
+def test_max_instructions_is_a_coded_limit_error():
+    with pytest.raises(nsim.KernelError) as e:
+        nsim.simulate_json(ADD_ONE, max_instructions=3)
+    assert _code(e) == "NSIM-E416" and "max_instructions" in str(e.value)
+    nsim.simulate_json(ADD_ONE, max_instructions=6)  # exactly the kernel's 6 instructions
+
+
+def test_max_sim_time_is_a_coded_limit_error():
+    with pytest.raises(nsim.KernelError) as e:
+        nsim.simulate_json(ADD_ONE, timing_only=True, max_sim_time_ns=1.0)
+    assert _code(e) == "NSIM-E416" and "max_sim_time_ns" in str(e.value)
+    with pytest.raises(ValueError, match="max_sim_time_ns"):
+        nsim.simulate_json(ADD_ONE, max_sim_time_ns=float("nan"))
+
+
+def test_huge_hbm_tensor_is_a_coded_error_naming_the_tensor():
+    k = json.loads(json.dumps(ADD_ONE))
+    k["tensors"][0]["shape"] = [1 << 32, 64]  # 1 TiB of fp32
+    k["tensors"][0]["name"] = "big"
+    k["body"][0]["loop"]["body"][1]["src"]["tensor"] = "big"
+    with pytest.raises(nsim.AccessError) as e:
+        nsim.simulate_json(k, overrides=["hbm.capacity=1e15"])
+    assert _code(e) == "NSIM-E210" and "'big'" in str(e.value) and "1099511627776" in str(e.value)
+
+
+def test_python_loop_trip_cap_is_a_coded_error():
+    @nki.jit
+    def endless(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        for _ in nl.affine_range(2 ** 41):
+            pass
+        return out
+
+    with pytest.raises(nsim.KernelError) as e:
+        endless(np.zeros((128, 4), np.float32))
+    assert _code(e) == "NSIM-E416" and "2199023255552 iterations" in str(e.value)
+
+
+def test_python_traced_statement_cap_is_a_coded_error(monkeypatch):
+    monkeypatch.setattr(tracer, "MAX_TRACED_STATEMENTS", 50)
+
+    @nki.jit
+    def many(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 4), a.dtype, buffer=nl.sbuf)
+        for _ in nl.sequential_range(100):
+            nisa.dma_copy(dst=t, src=a)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with pytest.raises(nsim.KernelError) as e:
+        many(np.zeros((128, 4), np.float32))
+    assert _code(e) == "NSIM-E416" and "MAX_TRACED_STATEMENTS" in str(e.value)
+
+
+# ------------------------------------------------------------------------------------------------
+# kernels
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 2.5])
+def test_memset_of_an_int_tile_with_a_non_integer_is_a_coded_error(value):
+    @nki.jit
+    def fill(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 4), nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=value)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with pytest.raises(nsim.OperandError) as e:
+        fill(np.zeros((128, 4), np.int32))
+    assert _code(e) == "NSIM-E312" and "memset" in str(e.value)
+
+
+def test_memset_of_an_int_tile_with_an_integral_float_works():
+    @nki.jit
+    def fill(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 4), nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=7.0)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    np.testing.assert_array_equal(fill(np.zeros((128, 4), np.int32)), np.full((128, 4), 7, np.int32))
+
+
+def test_a_kernel_returning_its_input_returns_the_input():
+    @nki.jit
+    def ident(a, b):
+        out = nl.ndarray(b.shape, b.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 4), b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=b)
+        nisa.dma_copy(dst=out, src=t)
+        return a, out
+
+    a = np.arange(512, dtype=np.float32).reshape(128, 4)
+    b = -a
+    ra, rb = ident(a, b)
+    assert ra is not None and ra is not a
+    np.testing.assert_array_equal(ra, a)
+    np.testing.assert_array_equal(rb, b)
+
+
+# ------------------------------------------------------------------------------------------------
+# CLI: limits and signals
+# ------------------------------------------------------------------------------------------------
+
+NSIM = NSIM_BIN
+needs_cli = pytest.mark.skipif(not os.path.exists(NSIM), reason="nsim binary not built")
+
+# A kernel that runs (practically) forever: 2^30 iterations of a memset.
+ENDLESS = {
+    "nsim_kernel": 1, "name": "endless",
+    "tensors": [{"name": "y", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [128, 4]}],
+    "body": [
+        {"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 4]}},
+        {"loop": {"var": "i", "stop": 1 << 30, "kind": "sequential", "body": [
+            {"op": "memset", "dst": "t", "imm": [0.0], "engine": "vector"}]}},
+        {"op": "dma_copy", "dst": "y", "src": "t"},
+    ],
+}
+
+
+@needs_cli
+def test_cli_max_instructions_and_max_sim_time(tmp_path):
+    k = tmp_path / "k.json"
+    k.write_text(json.dumps(ENDLESS))
+    trace = tmp_path / "t.json"
+    r = subprocess.run([NSIM, "run", str(k), "--timing-only", "--max-instructions", "1000", "--trace", str(trace)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "NSIM-E416" in r.stderr and "--max-instructions" in r.stderr
+    assert "partial run" in r.stdout and "1000 instructions" in r.stdout
+    json.loads(trace.read_text())
+    r = subprocess.run([NSIM, "run", str(k), "--timing-only", "--max-sim-time", "2us"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "NSIM-E416" in r.stderr and "--max-sim-time" in r.stderr
+    for bad in ("-1", "x", "1e300", "5parsecs"):
+        r = subprocess.run([NSIM, "run", str(k), "--max-sim-time", bad], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "NSIM-E414" in r.stderr, bad
+
+
+@needs_cli
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_cli_signal_finishes_the_trace_and_prints_partial_stats(tmp_path, sig):
+    k = tmp_path / "k.json"
+    k.write_text(json.dumps(ENDLESS))
+    trace, stats = tmp_path / "t.json", tmp_path / "s.json"
+    p = subprocess.Popen([NSIM, "run", str(k), "--timing-only", "--quiet", "--trace", str(trace), "--trace-limit",
+                          "100", "--stats", str(stats)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The trace file is created after the handlers are installed: from then on a signal is handled.
+    while not (trace.exists() and trace.stat().st_size > 0) and p.poll() is None:
+        time.sleep(0.05)
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 128 + sig, (p.returncode, err)
+    assert "NSIM-E417" in err and "interrupted by {}".format(signal.Signals(sig).name) in err
+    assert "partial run" in out and "total time" in out
+    doc = json.loads(trace.read_text())
+    assert any(e.get("ph") == "X" for e in doc["traceEvents"])
+    assert json.loads(stats.read_text())["stats"]
