@@ -19,7 +19,7 @@ constexpr OpInfo make_op(Opcode op, const char* mnemonic, uint8_t engines, Engin
   size_t i = 0;
   for (SlotInfo s : slots) {
     const std::string_view n = s.name;
-    s.written = (i == 0 && op != Opcode::kLoadStationary) || n == "reduce_res";
+    s.written = (i == 0 && n == "dst") || n == "reduce_res" || n == "dst_idx";
     s.vector = is_vector_slot(n) || (op == Opcode::kTensorScalar && n == "operand1");
     info.slots[i++] = s;
   }
@@ -291,6 +291,11 @@ void verify_operand(const Instr& in, const SlotInfo& slot, const Operand& o, con
                      o.space == Space::kHbm ? "of HBM" : "per partition", cap, space_name(o.space)));
 }
 
+// max8 / nc_find_index8 / nc_match_replace8 input sizes and the local_gather index count (spec 2.0, 2.3).
+constexpr int64_t kTop8MinElems = 8;
+constexpr int64_t kTop8MaxElems = 16384;
+constexpr int64_t kLocalGatherMaxIndices = 4096;
+
 /// Ops that take one input (unary arithmetic, invert, bypass) ignore their scalar operand, so it
 /// may be absent (the semantics' ignores_operand).
 bool ignores_operand(AluOp op) {
@@ -337,6 +342,18 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
                 : fmt::format("pattern covers {} elements but dst has {} per partition", total,
                               d.elems_per_partition()));
   };
+  // Element count of slot i must be n / in [lo, hi].
+  auto elems_is = [&](int i, const char* nm, int64_t n) {
+    if (in.slot(i).elems_per_partition() != n)
+      fail(ErrorCode::kElementCountMismatch, in, where,
+           fmt::format("{} needs {} elements per partition, got {}", nm, n, in.slot(i).elems_per_partition()));
+  };
+  auto elems_in = [&](int i, const char* nm, int64_t lo, int64_t hi) {
+    const int64_t n = in.slot(i).elems_per_partition();
+    if (n < lo || n > hi)
+      fail(ErrorCode::kElementCountMismatch, in, where,
+           fmt::format("{} needs {} to {} elements per partition, got {}", nm, lo, hi, n));
+  };
   // The ScalarE/VectorE accumulator registers: one per partition, 128 of them.
   auto fits_registers = [&] {
     if (d.num_partitions > 128)
@@ -362,6 +379,22 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
     case Opcode::kActivation:
     case Opcode::kActivationReduce:
     case Opcode::kRangeSelect: fits_registers(); break;
+    // ---- Tier 3 / section 2.4 ops (spec nki-api.md 2.3, 2.4)
+    case Opcode::kMax8:
+      elems_is(0, "dst", 8);
+      elems_in(1, "src", kTop8MinElems, kTop8MaxElems);
+      break;
+    case Opcode::kNcFindIndex8:
+      elems_is(0, "dst", 8);
+      elems_in(1, "data", kTop8MinElems, kTop8MaxElems);
+      elems_is(2, "vals", 8);
+      break;
+    case Opcode::kNcMatchReplace8:
+      elems_in(1, "data", 1, kTop8MaxElems);
+      elems_is(0, "dst", in.slot(1).elems_per_partition());
+      elems_is(2, "vals", 8);
+      if (in.slot(3).present()) elems_is(3, "dst_idx", 8);
+      break;
     case Opcode::kTensorReduce: {
       const Operand& data = in.slot(1);
       const int nf = data.nfree;

@@ -841,7 +841,7 @@ def emit(stmt):
 
 _SLOT_KEYS = ("dst", "src", "data", "data1", "data2", "operand0", "operand1", "bias", "scale", "reduce_res",
               "stationary", "moving", "on_true", "predicate", "initial", "data0", "bound0", "bound1",
-              "reduce_init")
+              "reduce_init", "vals", "dst_idx", "on_false", "segment_ids", "indices", "src_buffer", "index", "src_seeds")
 
 
 def device_print(prefix, tensor):
@@ -1227,7 +1227,7 @@ class Tracer:
         is_mm = stmt["op"] == "nc_matmul"
         for slot, v in self._operands(stmt):
             name = v if isinstance(v, str) else v["tensor"]
-            if slot == "dst":
+            if slot in ("dst", "dst_idx"):
                 self.written.add(name)
             else:
                 self.read.add(name)

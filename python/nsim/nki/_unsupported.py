@@ -15,9 +15,6 @@ _RNG = "needs a random-number generator instruction; " + _ISA
 
 REASONS = {
     # nki.isa, Tier 3 and 0.6-only
-    "max8": "needs the Vector top-8 (max8) instruction; " + _ISA,
-    "nc_find_index8": "needs the Vector find-index-8 instruction; " + _ISA,
-    "nc_match_replace8": "needs the Vector match-and-replace-8 instruction; " + _ISA,
     "local_gather": "needs the GpSimd local-gather (per-partition indexed read) instruction; " + _ISA,
     "nc_n_gather": "needs the GpSimd gather instruction; " + _ISA,
     "tensor_partition_reduce": "a reduction across partitions; composable from nc_transpose + tensor_reduce but "

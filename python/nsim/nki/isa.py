@@ -627,6 +627,70 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
 
 
 # --------------------------------------------------------------------------------------------------
+# Tier 3 (§2.3) and §2.4
+# --------------------------------------------------------------------------------------------------
+
+_TOP8_MIN, _TOP8_MAX = 8, 16384
+
+
+def _pe(x):
+    """Elements per partition of a view."""
+    return int(x.size // x.shape[0]) if x.shape[0] else 0
+
+
+def _top8_src(x, slot, what, lo=_TOP8_MIN):
+    n = _pe(x)
+    if not lo <= n <= _TOP8_MAX:
+        raise make_error(OperandError, "NSIM-E304", "{}: {} needs {} to {} elements per partition, got {}".format(
+            what, slot, lo, _TOP8_MAX, n))
+
+
+def _eight(x, slot, what):
+    if _pe(x) != 8:
+        raise make_error(OperandError, "NSIM-E304", "{}: {} needs 8 elements per partition, got shape {}".format(
+            what, slot, tuple(x.shape)))
+
+
+def max8(dst, src, name=None, **kwargs):
+    """``dst[p, :8]`` = the 8 largest values of the flattened ``src[p]``, descending (duplicates kept)."""
+    _t(dst, "dst", "max8")
+    _t(src, "src", "max8")
+    _top8_src(src, "src", "max8")
+    _eight(dst, "dst", "max8")
+    return _op("max8", dst=dst, src=src)
+
+
+def nc_find_index8(dst, data, vals, name=None, **kwargs):
+    """``dst[p, i]`` = index of the first not yet taken ``vals[p, i]`` in the flattened ``data[p]``
+    (not found: all ones)."""
+    _t(dst, "dst", "nc_find_index8")
+    _t(data, "data", "nc_find_index8")
+    _t(vals, "vals", "nc_find_index8")
+    _top8_src(data, "data", "nc_find_index8")
+    _eight(vals, "vals", "nc_find_index8")
+    _eight(dst, "dst", "nc_find_index8")
+    if np.dtype(dst.dtype) not in (np.dtype(np.uint32), np.dtype(np.uint16)):
+        raise make_error(OperandError, "NSIM-E302", "nc_find_index8: dst must be uint32 or uint16, got {}".format(
+            np.dtype(dst.dtype)))
+    return _op("nc_find_index8", dst=dst, data=data, vals=vals)
+
+
+def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None, **kwargs):
+    """``dst = data`` with, for i = 7 down to 0, the first element equal to ``vals[p, i]`` replaced by
+    ``imm`` (its index into ``dst_idx[p, i]``)."""
+    _t(dst, "dst", "nc_match_replace8")
+    _t(data, "data", "nc_match_replace8")
+    _t(vals, "vals", "nc_match_replace8")
+    _top8_src(data, "data", "nc_match_replace8", lo=1)
+    _eight(vals, "vals", "nc_match_replace8")
+    if not _is_scalar(imm):
+        raise make_error(OperandError, "NSIM-E305", "nc_match_replace8: imm must be a scalar, got {!r}".format(imm))
+    if dst_idx is not None:
+        _t(dst_idx, "dst_idx", "nc_match_replace8")
+        _eight(dst_idx, "dst_idx", "nc_match_replace8")
+    return _op("nc_match_replace8", dst=dst, data=data, vals=vals, dst_idx=dst_idx, imm=[_fimm(imm)])
+
+
 # Keyword checking and name= labels of every instruction (one place: nsim.nki._api)
 # --------------------------------------------------------------------------------------------------
 
@@ -636,9 +700,6 @@ from ._unsupported import stub_class as _stub_class  # noqa: E402
 
 VirtualRegister = _stub_class('nki.isa', 'VirtualRegister')
 _install_unsupported(globals(), 'nki.isa', {
-    'max8': 'dst, src, name=None',
-    'nc_find_index8': 'dst, data, vals, name=None',
-    'nc_match_replace8': 'dst, data, vals, imm, dst_idx=None, name=None',
     'local_gather': 'dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None',
     'nc_n_gather': 'dst, data, indices, name=None',
     'tensor_partition_reduce': 'dst, op, data, name=None',

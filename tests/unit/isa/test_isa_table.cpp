@@ -446,6 +446,61 @@ bool smoke(Opcode op) {
       }
       return true;
     }
+    case Opcode::kMax8: {
+      const Operand src = m.sbuf_tile(P, {2, F});
+      const Operand d = m.sbuf_tile(P, {8});
+      m.set(src, 1, 3, 1000.0f);
+      m.set(src, 1, 4, 1000.0f);  // duplicates kept
+      m.run(make(op, {d, src}));
+      CHECK(m.get(d, 1, 0) == 1000.0f);
+      CHECK(m.get(d, 1, 1) == 1000.0f);
+      CHECK(m.get(d, 1, 2) == val(1, 15));
+      CHECK(m.get(d, 1, 7) == val(1, 10));
+      CHECK(m.get(d, 0, 0) == val(0, 15));
+      CHECK(m.get(d, 0, 7) == val(0, 8));
+      return true;
+    }
+    case Opcode::kNcFindIndex8: {
+      const Operand data = m.sbuf_tile(P, {F});
+      const Operand vals = m.sbuf_tile(P, {8});
+      const Operand d = m.sbuf_tile(P, {8}, DType::kUInt32);
+      m.set(data, 2, 6, 7.5f);
+      m.set(data, 2, 1, 7.5f);
+      m.set(vals, 2, 0, 7.5f);
+      m.set(vals, 2, 1, 7.5f);   // second 7.5 pairs with the next match
+      m.set(vals, 2, 2, 7.5f);   // a third: not found
+      m.set(vals, 2, 3, val(2, 0));
+      m.run(make(op, {d, data, vals}));
+      const auto u = [&](uint32_t p, int64_t j) { return load_int(DType::kUInt32, m.view(d).at(p, j)); };
+      CHECK(u(2, 0) == 1);
+      CHECK(u(2, 1) == 6);
+      CHECK(u(2, 2) == 0xFFFFFFFFll);
+      CHECK(u(2, 3) == 0);
+      CHECK(u(3, 5) == 5);  // vals == data row: identity
+      return true;
+    }
+    case Opcode::kNcMatchReplace8: {
+      const Operand data = m.sbuf_tile(P, {F});
+      const Operand vals = m.sbuf_tile(P, {8});
+      const Operand d = m.sbuf_tile(P, {F});
+      const Operand idx = m.sbuf_tile(P, {8}, DType::kUInt32);
+      m.set(data, 1, 2, 5.0f);
+      m.set(data, 1, 5, 5.0f);
+      m.set(vals, 1, 0, 5.0f);
+      m.set(vals, 1, 7, 5.0f);
+      m.set(vals, 1, 3, -1.0f);  // absent
+      Instr in = make(op, {d, data, vals, idx});
+      in.imm[0] = -100.0f;
+      m.run(in);
+      const auto u = [&](uint32_t p, int64_t j) { return load_int(DType::kUInt32, m.view(idx).at(p, j)); };
+      CHECK(u(1, 7) == 2);  // i = 7 first takes the first match
+      CHECK(u(1, 0) == 5);
+      CHECK(u(1, 3) == 0xFFFFFFFFll);
+      CHECK(m.get(d, 1, 2) == -100.0f);
+      CHECK(m.get(d, 1, 5) == -100.0f);
+      CHECK(m.get(d, 1, 0) == val(1, 0));
+      return true;
+    }
   }
   return false;
 }
@@ -498,6 +553,7 @@ TEST_CASE("ISA table: slots", "[isa][table]") {
       CHECK(slot0 == "stationary");
     else
       CHECK(slot0 == "dst");
+    CHECK(info.slots[0].written == (slot0 == "dst"));
     CHECK(info.slots[0].required);  // the written (or loaded) operand is never optional
     std::set<std::string> seen;
     for (int i = 0; i < info.num_slots; ++i) {
@@ -888,3 +944,19 @@ TEST_CASE("verify attaches the source location", "[isa][verify]") {
     CHECK(contains(e.what(), "NSIM-E306"));
   }
 }
+
+TEST_CASE("verify: operand rules of the Tier-3 ops", "[isa][verify][tier3]") {
+  // max8: dst exactly 8 per partition, src 8..16384
+  CHECK(verify_code(make(Opcode::kMax8, {sb(128, {8}), sb(128, {64}, DType::kFloat32, 64)})) == std::nullopt);
+  CHECK(verify_code(make(Opcode::kMax8, {sb(128, {7}), sb(128, {64}, DType::kFloat32, 64)})) ==
+        ErrorCode::kElementCountMismatch);
+  CHECK(verify_code(make(Opcode::kMax8, {sb(128, {8}), sb(128, {7}, DType::kFloat32, 64)})) ==
+        ErrorCode::kElementCountMismatch);
+  CHECK(verify_code(make(Opcode::kMax8, {sb(128, {8}), sb(128, {16385}, DType::kBFloat16, 64)})) ==
+        ErrorCode::kElementCountMismatch);
+  // nc_find_index8: integer dst, vals of 8
+  CHECK(verify_code(make(Opcode::kNcFindIndex8, {sb(64, {8}), sb(64, {32}, DType::kFloat32, 64),
+                                                 sb(64, {8}, DType::kFloat32, 256)})) == ErrorCode::kBadDtype);
+  CHECK(verify_code(make(Opcode::kNcFindIndex8, {sb(64, {8}, DType::kUInt32), sb(64, {32}, DType::kFloat32, 64),
+                                                 sb(64, {4}, DType::kFloat32, 256)})) ==
+        ErrorCode::kElementCountMismatch);

@@ -451,6 +451,39 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
 
 
 # --------------------------------------------------------------------------------------------------
+# Tier 3 (§2.3) and §2.4, Beta-1 forms: keyword-only, returning a fresh tile (or writing dst=)
+# --------------------------------------------------------------------------------------------------
+
+
+def max8(*, src, mask=None, dtype=None, dst=None, **kwargs):
+    """A fresh ``(P, 8)`` tile: the 8 largest values of each partition of ``src``, descending."""
+    _check_mask(mask, "nisa.max8")
+    _tile(src, "max8")
+    out = dst if dst is not None else _new((src.shape[0], 8), _dt(dtype, src.dtype))
+    _n.max8(dst=out, src=src)
+    return None if dst is not None else out
+
+
+def nc_find_index8(*, data, vals, mask=None, dtype=None, dst=None, **kwargs):
+    """A fresh ``(P, 8)`` uint32 tile: the index in ``data[p]`` of each ``vals[p, i]`` (all ones if absent)."""
+    _check_mask(mask, "nisa.nc_find_index8")
+    _tile(data, "nc_find_index8")
+    _tile(vals, "nc_find_index8")
+    out = dst if dst is not None else _new((data.shape[0], 8), _dt(dtype, np.uint32))
+    _n.nc_find_index8(dst=out, data=data, vals=vals)
+    return None if dst is not None else out
+
+
+def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, dst=None, **kwargs):
+    """A fresh tile like ``data`` with the first match of each ``vals[p, i]`` replaced by ``imm``."""
+    _check_mask(mask, "nisa.nc_match_replace8")
+    _tile(data, "nc_match_replace8")
+    _tile(vals, "nc_match_replace8")
+    out = dst if dst is not None else _new(data.shape, _dt(dtype, data.dtype))
+    _n.nc_match_replace8(dst=out, data=data, vals=vals, imm=imm, dst_idx=dst_idx)
+    return None if dst is not None else out
+
+
 # Keyword checking and name= labels (one place: nsim.nki._api). Keywords these functions read from
 # **kwargs (spec §2.1/§2.2 Beta-1 signatures and the new-dialect names they forward) are listed here.
 # --------------------------------------------------------------------------------------------------
@@ -458,9 +491,6 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
 from .._unsupported import install as _install_unsupported  # noqa: E402
 
 _install_unsupported(globals(), 'neuronxcc.nki.isa', {
-    'max8': '*, src, mask=None, dtype=None',
-    'nc_find_index8': '*, data, vals, mask=None, dtype=None',
-    'nc_match_replace8': '*, data, vals, imm, dst_idx=None, mask=None, dtype=None',
     'local_gather': 'src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None',
     'tensor_partition_reduce': 'op, data, *, mask=None, dtype=None',
     'select_reduce': '*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=None, reduce_op=None, reverse_pred=False, mask=None, dtype=None',

@@ -1,0 +1,289 @@
+"""Tier-3 (spec §2.3) and §2.4 ``nki.isa`` instructions in both dialects, each traced, simulated and
+checked against a numpy reference (fp32 1e-5, bf16 1e-2), with the edge cases the spec states."""
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import require_core  # noqa: E402
+
+_core, ml_dtypes = require_core()
+
+from nsim import compat, nki  # noqa: E402
+import nsim.nki.language as nl  # noqa: E402
+import nsim.nki.isa as nisa  # noqa: E402
+from nsim.nki._unsupported import NotSupportedError  # noqa: E402
+
+from numeric_helpers import close as _close, rand as _rand  # noqa: E402
+
+BF16 = ml_dtypes.bfloat16
+_PREFIXES = ("nki", "neuronxcc")
+
+
+@pytest.fixture(scope="module")
+def b1():
+    """compat installed; yields (nki, nl, nisa) of the Beta-1 dialect; restores sys.modules afterwards."""
+    was = compat.installed()
+    before = {n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES}
+    compat.install()
+    import neuronxcc.nki as bnki
+    import neuronxcc.nki.isa as bisa
+    import neuronxcc.nki.language as bnl
+
+    yield bnki, bnl, bisa
+    if not was:
+        compat.uninstall()
+        for n in [n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES and n not in before]:
+            sys.modules.pop(n, None)
+
+
+def _load(src, dtype=None):
+    t = nl.ndarray(src.shape, dtype or src.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=src)
+    return t
+
+
+def _store(t):
+    out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def _ops(kernel):
+    return [s["op"] for s in kernel.last_json["body"] if "op" in s]
+
+
+# ---- numpy references ------------------------------------------------------------------------------
+
+
+def ref_max8(x):
+    f = np.asarray(x, np.float32).reshape(x.shape[0], -1)
+    return -np.sort(-f, axis=1, kind="stable")[:, :8]
+
+
+def ref_find_index8(data, vals, bits=32):
+    d = np.asarray(data, np.float32).reshape(data.shape[0], -1)
+    v = np.asarray(vals, np.float32).reshape(vals.shape[0], -1)
+    out = np.full((d.shape[0], 8), (1 << bits) - 1, np.uint64)
+    for p in range(d.shape[0]):
+        taken = set()
+        for i in range(8):
+            for j in range(d.shape[1]):
+                if j not in taken and d[p, j] == v[p, i]:
+                    taken.add(j)
+                    out[p, i] = j
+                    break
+    return out
+
+
+def ref_match_replace8(data, vals, imm):
+    d = np.asarray(data, np.float32).reshape(data.shape[0], -1).copy()
+    v = np.asarray(vals, np.float32).reshape(vals.shape[0], -1)
+    idx = np.full((d.shape[0], 8), 0xFFFFFFFF, np.uint64)
+    for p in range(d.shape[0]):
+        for i in range(7, -1, -1):
+            hit = np.nonzero(d[p] == v[p, i])[0]
+            if hit.size:
+                d[p, hit[0]] = imm
+                idx[p, i] = hit[0]
+    return d.reshape(data.shape), idx
+
+
+def ref_sequence_bounds(ids):
+    ids = np.asarray(ids).reshape(-1)
+    n = ids.size
+    start, end = np.zeros(n), np.zeros(n)
+    i = 0
+    while i < n:
+        e = i + 1
+        while e < n and ids[e] == ids[i]:
+            e += 1
+        start[i:e], end[i:e] = (n, -1) if ids[i] == 0 else (i, e)
+        i = e
+    return np.stack([start, end])[None]
+
+
+def ref_local_gather(src, index, e, nv=None):
+    p, _ = src.shape
+    out = []
+    for g in range(p // 16):
+        ids = index[16 * g:16 * g + 16].reshape(16, -1).flatten(order="F")
+        ids = ids[:nv] if nv is not None else ids
+        for r in range(16):
+            row = src[16 * g + r]
+            out.append(np.concatenate([row[i:i + e] for i in ids]))
+    return np.stack(out)
+
+
+def ref_cumulative(x, op0, imm0, op1, init):
+    f0 = {"add": np.add, "multiply": np.multiply, "subtract": np.subtract}[op0]
+    f1 = {"add": lambda a, r: a + r, "multiply": lambda a, r: a * r, "maximum": np.maximum,
+          "minimum": np.minimum, "subtract": lambda a, r: a - r}[op1]
+    x = np.asarray(x, np.float32).reshape(x.shape[0], -1)
+    out = np.zeros_like(x)
+    for p in range(x.shape[0]):
+        reg = np.float32(init[p] if np.ndim(init) else init)
+        for i in range(x.shape[1]):
+            reg = np.float32(f1(np.float32(f0(x[p, i], np.float32(imm0))), reg))
+            out[p, i] = reg
+    return out
+
+
+# ---- max8 ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_max8_new(dtype):
+    @nki.jit
+    def k(x):
+        t = _load(x)
+        d = nl.ndarray((x.shape[0], 8), x.dtype, buffer=nl.sbuf)
+        nisa.max8(dst=d, src=t)
+        return _store(d)
+
+    x = _rand((64, 4, 50), dtype, seed=3)
+    x[5, 1, 7] = x[5, 2, 9] = x[5, 3, 3] = 7.0  # duplicates kept
+    y = k(x)
+    want = ref_max8(x)
+    _close(y, want, dtype)
+    np.testing.assert_array_equal(np.asarray(y, np.float32)[5, :3], [7.0, 7.0, 7.0])
+    assert "max8" in _ops(k)
+
+
+def test_max8_psum_src_and_sizes():
+    @nki.jit
+    def k(x):
+        t = _load(x)
+        ps = nl.ndarray(x.shape, nl.float32, buffer=nl.psum)
+        nisa.tensor_copy(dst=ps, src=t)
+        d = nl.ndarray((x.shape[0], 8), nl.float32, buffer=nl.sbuf)
+        nisa.max8(d, ps)
+        return _store(d)
+
+    x = _rand((32, 8), np.float32, seed=4)  # exactly 8: a sort of each row
+    _close(k(x), ref_max8(x))
+
+
+def test_max8_rejects_bad_sizes():
+    @nki.jit
+    def k(x):
+        t = _load(x)
+        d = nl.ndarray((x.shape[0], 8), x.dtype, buffer=nl.sbuf)
+        nisa.max8(dst=d, src=t)
+        return _store(d)
+
+    with pytest.raises(Exception, match="8 to 16384"):
+        k(_rand((4, 7), np.float32))
+
+
+def test_max8_beta1(b1):
+    bnki, bnl, bisa = b1
+
+    @bnki.jit
+    def k(a):
+        out = bnl.ndarray((a.shape[0], 8), a.dtype, buffer=bnl.shared_hbm)
+        x = bnl.load(a)
+        m = bisa.max8(src=x)
+        assert tuple(m.shape) == (a.shape[0], 8)
+        bnl.store(out, m)
+        return out
+
+    for dt in (np.float32, BF16):
+        a = _rand((128, 300), dt, seed=5)
+        _close(k(a), ref_max8(a), dt)
+
+
+# ---- nc_find_index8 ----------------------------------------------------------------------------------
+
+
+def _find_data(p=16, n=40, seed=6):
+    vals = np.sort(data, axis=1)[:, ::-1][:, :8].copy()
+    vals[0, 7] = 99.0   # not found -> all ones
+    vals[1, :] = data[1, 3]  # 8 copies of one value: successive matches, then all ones
+    return data, vals
+
+
+@pytest.mark.parametrize("idx_dtype,bits", [(np.uint32, 32), (np.uint16, 16)])
+def test_find_index8_new(idx_dtype, bits):
+    @nki.jit
+    def k(data, vals):
+        d = nl.ndarray((data.shape[0], 8), idx_dtype, buffer=nl.sbuf)
+        nisa.nc_find_index8(dst=d, data=_load(data), vals=_load(vals))
+        return _store(d)
+
+    data, vals = _find_data()
+    got = k(data, vals)
+    assert got.dtype == np.dtype(idx_dtype)
+    np.testing.assert_array_equal(got.astype(np.uint64), ref_find_index8(data, vals, bits))
+    assert got[0, 7] == (1 << bits) - 1
+
+
+def test_find_index8_with_max8_and_beta1(b1):
+    bnki, bnl, bisa = b1
+
+    @bnki.jit
+    def k(a):
+        out = bnl.ndarray((a.shape[0], 8), bnl.uint32, buffer=bnl.shared_hbm)
+        x = bnl.load(a)
+        m = bisa.max8(src=x)
+        i = bisa.nc_find_index8(data=x, vals=m)
+        assert i.dtype == np.uint32
+        bnl.store(out, i)
+        return out
+
+    a = _rand((64, 100), np.float32, seed=7)
+    a[3, 10] = a[3, 20] = 5.0
+    got = k(a)
+    np.testing.assert_array_equal(got.astype(np.uint64), ref_find_index8(a, ref_max8(a)))
+    assert list(got[3, :2]) == [10, 20]
+    np.testing.assert_array_equal(np.argsort(-a, axis=1, kind="stable")[:, :8], got.astype(np.int64))
+
+
+# ---- nc_match_replace8 -------------------------------------------------------------------------------
+
+
+def test_match_replace8_new():
+    @nki.jit
+    def k(data, vals):
+        d = nl.ndarray(data.shape, data.dtype, buffer=nl.sbuf)
+        ix = nl.ndarray((data.shape[0], 8), nl.uint32, buffer=nl.sbuf)
+        nisa.nc_match_replace8(dst=d, data=_load(data), vals=_load(vals), imm=-1e9, dst_idx=ix)
+        return _store(d), _store(ix)
+
+    data, vals = _find_data(p=32, n=24, seed=8)
+    data[1, [9, 17]] = vals[1, 0]  # at least three copies of the repeated value
+    data = data.reshape(32, 4, 6)
+    got, idx = k(data, vals)
+    want, widx = ref_match_replace8(data, vals, -1e9)
+    _close(got, want)
+    np.testing.assert_array_equal(idx.astype(np.uint64), widx)
+    # duplicates pair in the reverse order of find_index8: vals[i=7] takes the first match
+    row = data.reshape(32, -1)[1]
+    hits = np.nonzero(row == vals[1, 0])[0]
+    assert idx[1, 7] == hits[0] and idx[1, 6] == hits[1]
+
+
+def test_match_replace8_beta1_topk_loop(b1):
+    """The public top-k pattern: max8 + match_replace8 repeated gives the 16 largest values."""
+    bnki, bnl, bisa = b1
+
+    @bnki.jit
+    def k(a):
+        out = bnl.ndarray((a.shape[0], 16), a.dtype, buffer=bnl.shared_hbm)
+        x = bnl.load(a)
+        top = bnl.ndarray((a.shape[0], 16), a.dtype, buffer=bnl.sbuf)
+        m1 = bisa.max8(src=x)
+        top[:, 0:8] = m1
+        x2 = bisa.nc_match_replace8(data=x, vals=m1, imm=-3.0e38)
+        top[:, 8:16] = bisa.max8(src=x2)
+        bnl.store(out, top)
+        return out
+
+    for dt in (np.float32, BF16):
+        a = _rand((128, 64), dt, seed=9)
+        want = -np.sort(-np.asarray(a, np.float32), axis=1)[:, :16]
+        _close(k(a), want, dt)
+
+
+@pytest.mark.parametrize("fn", ["max8", "nc_find_index8", "nc_match_replace8", "tensor_partition_reduce",
+@pytest.mark.parametrize("fn", ["max8", "nc_find_index8", "nc_match_replace8", "tensor_partition_reduce",
