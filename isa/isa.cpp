@@ -10,7 +10,7 @@ namespace {
 
 constexpr bool is_vector_slot(std::string_view n) {
   return n == "operand0" || n == "bias" || n == "scale" || n == "reduce_res" ||
-         n == "reduce_init" || n == "initial" || n == "bound0" || n == "bound1";
+         n == "reduce_init" || n == "initial" || n == "bound0" || n == "bound1" || n == "on_false";
 }
 
 constexpr OpInfo make_op(Opcode op, const char* mnemonic, uint8_t engines, Engine dflt, CostClass cost,
@@ -395,6 +395,47 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
       elems_is(2, "vals", 8);
       if (in.slot(3).present()) elems_is(3, "dst_idx", 8);
       break;
+    case Opcode::kTensorPartitionReduce: {
+      const AluOp op = in.alu0;
+      if (op != AluOp::kAdd && op != AluOp::kAverage && op != AluOp::kMaximum && op != AluOp::kMinimum &&
+          op != AluOp::kBitwiseOr && op != AluOp::kBitwiseAnd)
+        fail(ErrorCode::kBadImmediate, in, where,
+             fmt::format("op must be add, average, maximum, minimum, bitwise_or or bitwise_and, got {}", alu_name(op)));
+      if (alu_class(op) == AluClass::kBitVec && (!dtype_is_int(d.dtype) || !dtype_is_int(in.slot(1).dtype)))
+        fail(ErrorCode::kBadDtype, in, where, fmt::format("op {} needs integer dtypes", alu_name(op)));
+      break;
+    }
+    case Opcode::kSelectReduce: {
+      fits_registers();
+      need_operand(3, true, kHasImm0, "has_imm0", AluOp::kBypass);
+      if (in.slot(1).space == Space::kPsum && in.slot(2).space == Space::kPsum)
+        fail(ErrorCode::kBadBuffer, in, where, "predicate and on_true may not both be in psum");
+      const AluOp rop = in.alu1;
+      if (rop != AluOp::kBypass && rop != AluOp::kMaximum && rop != AluOp::kMinimum && rop != AluOp::kAdd)
+        fail(ErrorCode::kBadImmediate, in, where,
+             fmt::format("reduce_op must be maximum, minimum or add, got {}", alu_name(rop)));
+      const DType t = in.slot(2).dtype;
+      if (t == DType::kTFloat32 || t == DType::kInt32 || t == DType::kUInt32)
+        fail(ErrorCode::kBadDtype, in, where, fmt::format("on_true may not be {}", dtype_name(t)));
+      break;
+    }
+    case Opcode::kTensorScalarCumulative: {
+      fits_registers();
+      need_operand(2, !ignores_operand(in.alu0), kHasImm0, "has_imm0", in.alu0);
+      const AluOp op1 = in.alu1;
+      if (op1 != AluOp::kAdd && op1 != AluOp::kSubtract && op1 != AluOp::kMultiply && op1 != AluOp::kMaximum &&
+          op1 != AluOp::kMinimum)
+        fail(ErrorCode::kBadImmediate, in, where,
+             fmt::format("op1 must be add, subtract, multiply, maximum or minimum, got {}", alu_name(op1)));
+      for (int i = 0; i < 2; ++i) {
+        const DType t = in.slot(i).dtype;
+        if (t == DType::kInt32 || t == DType::kUInt32)
+          fail(ErrorCode::kBadDtype, in, where,
+               fmt::format("operand '{}' may not be {}", op_info(in.op).slots[static_cast<size_t>(i)].name,
+                           dtype_name(t)));
+      }
+      break;
+    }
     case Opcode::kTensorReduce: {
       const Operand& data = in.slot(1);
       const int nf = data.nfree;
@@ -578,6 +619,12 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
       }
       if (in.op == Opcode::kNcStreamShuffle) require_same_elems(1);
       break;
+    case Opcode::kTensorPartitionReduce:  // a reduction across partitions: dst is one row
+      if (d.num_partitions != 1)
+        fail(ErrorCode::kPartitionMismatch, in, where,
+             fmt::format("dst must have 1 partition (the reduction across partitions), got {}", d.num_partitions));
+      require_same_elems(1);
+      break;
     default:
       for (int i = 1; i < info.num_slots; ++i) require_same_partitions(i);
       break;
@@ -593,6 +640,8 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
     case Opcode::kTensorCopyPredicated:
     case Opcode::kRangeSelect:
     case Opcode::kAffineSelect:
+    case Opcode::kSelectReduce:
+    case Opcode::kTensorScalarCumulative:
       for (int i = 1; i < info.num_slots; ++i) {
         if (info.slots[static_cast<size_t>(i)].vector) require_vector(i);
         else require_same_elems(i);

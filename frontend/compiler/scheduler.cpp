@@ -261,7 +261,8 @@ struct Scheduler::Impl {
 
   bool uses_acc(int oi, const Instr& in) {
     if (oi >= 0 && op_uses_acc[static_cast<size_t>(oi)]) return op_uses_acc[static_cast<size_t>(oi)] == 2;
-    bool r = in.reduce_cmd != isa::ReduceCmd::kIdle;
+    // tensor_scalar_cumulative scans through the registers whatever its reduce_cmd
+    bool r = in.reduce_cmd != isa::ReduceCmd::kIdle || in.op == Opcode::kTensorScalarCumulative;
     const isa::OpInfo& info = isa::op_info(in.op);
     for (int i = 0; i < info.num_slots; ++i)
       if (in.slot(i).present() && std::string_view(info.slots[static_cast<size_t>(i)].name) == "reduce_res") r = true;

@@ -285,5 +285,145 @@ def test_match_replace8_beta1_topk_loop(b1):
         _close(k(a), want, dt)
 
 
+# ---- tensor_partition_reduce -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op,ref", [("add", np.sum), ("maximum", np.max), ("average", np.mean),
+                                    ("minimum", np.min)])
+def test_partition_reduce_new(op, ref):
+    @nki.jit
+    def k(x):
+        d = nl.ndarray((1,) + x.shape[1:], x.dtype, buffer=nl.sbuf)
+        nisa.tensor_partition_reduce(dst=d, op=getattr(nl, op), data=_load(x))
+        return _store(d)
+
+    x = _rand((96, 3, 20), np.float32, seed=10)
+    _close(k(x), ref(x, axis=0, keepdims=True))
+    assert "tensor_partition_reduce" in _ops(k)
+
+
+def test_partition_reduce_bitwise_and_beta1(b1):
+    bnki, bnl, bisa = b1
+
+    @bnki.jit
+    def k(a):
+        out = bnl.ndarray((1, a.shape[1]), a.dtype, buffer=bnl.shared_hbm)
+        out2 = bnl.ndarray((1, a.shape[1]), a.dtype, buffer=bnl.shared_hbm)
+        x = bnl.load(a)
+        bnl.store(out, bisa.tensor_partition_reduce(bnl.bitwise_or, x))
+        bnl.store(out2, bisa.tensor_partition_reduce(np.bitwise_and, x))
+        return out, out2
+
+    a = np.random.default_rng(11).integers(0, 1 << 30, (64, 33)).astype(np.int32)
+    o, o2 = k(a)
+    np.testing.assert_array_equal(o, np.bitwise_or.reduce(a, axis=0, keepdims=True))
+    np.testing.assert_array_equal(o2, np.bitwise_and.reduce(a, axis=0, keepdims=True))
+
+    @bnki.jit
+    def kb(a):
+        out = bnl.ndarray((1, a.shape[1]), bnl.float32, buffer=bnl.shared_hbm)
+        bnl.store(out, bisa.tensor_partition_reduce(np.add, bnl.load(a), dtype=bnl.float32))
+        return out
+
+    b = _rand((128, 40), BF16, seed=12)
+    _close(kb(b), np.asarray(b, np.float32).sum(axis=0, keepdims=True), BF16)
+
+
+# ---- select_reduce -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_select_reduce_new(reverse):
+    @nki.jit
+    def k(pred, x, f):
+        d = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        rr = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
+        d2 = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        rr2 = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
+        pt, xt = _load(pred), _load(x)
+        nisa.select_reduce(dst=d, predicate=pt, on_true=xt, on_false=-5.0, reduce_res=rr,
+                           reduce_cmd=nisa.reduce_cmd.reset_reduce, reverse_pred=reverse)
+        # on_false as a (P, 1) vector; the register continues (reduce) from the first call
+        nisa.select_reduce(dst=d2, predicate=pt, on_true=xt, on_false=_load(f), reduce_res=rr2,
+                           reduce_cmd=nisa.reduce_cmd.reduce, reduce_op=nl.maximum, reverse_pred=reverse)
+        return _store(d), _store(rr), _store(d2), _store(rr2)
+
+        r = bisa.select_reduce(dst=d, predicate=bnl.load(pred), on_true=bnl.load(x), on_false=0.0,
+                               reduce_res=rr, reduce_cmd=bisa.reduce_cmd.reset_reduce)
+        assert r is None
+        bnl.store(out, d)
+        bnl.store(rout, rr)
+        return out, rout
+
+    pred = (np.arange(128 * 32).reshape(128, 32) % 3 == 0).astype(np.int8)
+    x = _rand((128, 32), BF16, seed=16)
+    d, rr = k(pred, x)
+    w = np.where(pred != 0, np.asarray(x, np.float32), 0.0)
+    _close(d, w, BF16)
+    _close(rr, w.max(axis=1, keepdims=True), BF16)
+
+
+# ---- tensor_scalar_cumulative ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op0,imm0,op1", [("multiply", 2.0, "add"), ("add", 0.5, "maximum"),
+                                          ("add", 0.0, "minimum"), ("multiply", 1.0, "multiply")])
+def test_tensor_scalar_cumulative(op0, imm0, op1):
+    @nki.jit
+    def k(x):
+        d = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(dst=d, src=_load(x), op0=getattr(nl, op0), op1=getattr(nl, op1),
+                                      imm0=imm0)
+        return _store(d)
+
+    x = _rand((32, 40), np.float32, seed=17, lo=0.5, hi=1.5)
+    init = {"add": 0.0, "maximum": -np.inf, "minimum": np.inf, "multiply": 1.0}[op1]
+    _close(k(x), ref_cumulative(x, op0, imm0, op1, init))
+
+
+def test_tensor_scalar_cumulative_load_reduce_and_vector_imm():
+    @nki.jit
+    def k(x, s, init):
+        d = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        d2 = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        xt = _load(x)
+        nisa.tensor_scalar_cumulative(dst=d, src=xt, op0=nl.multiply, op1=nl.add, imm0=_load(s),
+                                      imm1=_load(init), reduce_cmd=nisa.reduce_cmd.load_reduce)
+        nisa.tensor_scalar_cumulative(dst=d2, src=xt, op0=nl.add, op1=nl.add, imm0=1.0,
+                                      reduce_cmd=nisa.reduce_cmd.reduce)  # continues from the register
+        return _store(d), _store(d2)
+
+    x = _rand((16, 12), np.float32, seed=18)
+    s = _rand((16, 1), np.float32, seed=19)
+    init = _rand((16, 1), np.float32, seed=20)
+    d, d2 = k(x, s, init)
+    want = np.cumsum(x * s, axis=1) + init
+    _close(d, want)
+    _close(d2, want[:, -1:] + np.cumsum(x + 1.0, axis=1))
+
+
+def test_tensor_scalar_cumulative_rejects_int32():
+    @nki.jit
+    def k(x):
+        d = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(dst=d, src=_load(x), op0=nl.add, op1=nl.add, imm0=1)
+        return _store(d)
+
+    with pytest.raises(Exception, match="int32"):
+        k(np.zeros((4, 4), np.int32))
+
+
 @pytest.mark.parametrize("fn", ["max8", "nc_find_index8", "nc_match_replace8", "tensor_partition_reduce",
+                                "select_reduce", "tensor_scalar_cumulative", "sequence_bounds", "nc_n_gather",
 @pytest.mark.parametrize("fn", ["max8", "nc_find_index8", "nc_match_replace8", "tensor_partition_reduce",
+                                "select_reduce", "sequence_bounds", "local_gather", "dropout"])
+def test_unknown_keyword_is_a_type_error_beta1(b1, fn):
+    f = getattr(b1[2], fn)
+    assert not hasattr(f, "__nsim_unsupported__")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        f(bogus=1)
+
+
+def test_lnc2_ops_still_not_supported():
+    with pytest.raises(NotSupportedError):
+        nisa.sendrecv(None, None, 0, 1, 0)

@@ -17,13 +17,7 @@ REASONS = {
     # nki.isa, Tier 3 and 0.6-only
     "local_gather": "needs the GpSimd local-gather (per-partition indexed read) instruction; " + _ISA,
     "nc_n_gather": "needs the GpSimd gather instruction; " + _ISA,
-    "tensor_partition_reduce": "a reduction across partitions; composable from nc_transpose + tensor_reduce but "
-                               "not written yet",
-    "select_reduce": "needs the Vector select-with-reduce instruction (predicated select feeding the VectorE "
-                     "accumulator registers); " + _ISA,
     "sequence_bounds": "needs the GpSimd segment-bounds instruction; " + _ISA,
-    "tensor_scalar_cumulative": "needs the Vector cumulative tensor_scalar mode (scan through the accumulator "
-                                "registers); " + _ISA,
     "exponential": "the gen4 Vector exponential instruction is not modelled (nsim models gen2/gen3 engines)",
     "activate2": "the gen4 Scalar activate2 instruction is not modelled (nsim models gen2/gen3 engines)",
     "topk": "needs the GpSimd top-k instruction; " + _ISA,

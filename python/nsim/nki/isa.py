@@ -691,6 +691,69 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None, **kwargs):
     return _op("nc_match_replace8", dst=dst, data=data, vals=vals, dst_idx=dst_idx, imm=[_fimm(imm)])
 
 
+_PART_REDUCE = ("add", "average", "maximum", "minimum", "bitwise_or", "bitwise_and")
+
+
+def tensor_partition_reduce(dst, op, data, name=None, **kwargs):
+    """``dst[0, f...] = op`` over the partitions of ``data[:, f...]`` (GpSimd)."""
+    _t(dst, "dst", "tensor_partition_reduce")
+    _t(data, "data", "tensor_partition_reduce")
+    o = _nl.alu_name(op)
+    if o not in _PART_REDUCE:
+        raise make_error(OperandError, "NSIM-E307", "tensor_partition_reduce: op must be one of {}, got nl.{}".format(
+            ", ".join(_PART_REDUCE), o))
+    return _op("tensor_partition_reduce", dst=dst, data=data, alu0=o)
+
+
+def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                  reduce_op=None, reverse_pred=False, name=None, **kwargs):
+    """``dst = where((predicate != 0) != reverse_pred, on_true, on_false)``; optional max-reduction of the
+    row through the VectorE registers into ``reduce_res``."""
+    _t(dst, "dst", "select_reduce")
+    _t(predicate, "predicate", "select_reduce")
+    _t(on_true, "on_true", "select_reduce")
+    fields, imm, flags = {}, {}, []
+    _scalar_or_vector(on_false, "on_false", "select_reduce", 0, fields, imm, flags, "has_imm0")
+    rop = _nl.alu_name(reduce_op if reduce_op is not None else "maximum", "reduce_op")
+    if rop not in ("maximum", "minimum", "add"):
+        raise make_error(OperandError, "NSIM-E307", "select_reduce: reduce_op must be nl.maximum, got nl.{}".format(
+            rop))
+    if reduce_res is not None:
+        _t(reduce_res, "reduce_res", "select_reduce")
+    if reverse_pred:
+        flags.append("reverse_pred")
+    return _op("select_reduce", dst=dst, predicate=predicate, on_true=on_true, on_false=fields.get("on_false"),
+               reduce_res=reduce_res, alu1=rop if rop != "maximum" else None, reduce_cmd=_rcmd(reduce_cmd),
+               flags=flags, imm=_immlist(imm))
+
+
+_CUMUL_OPS = ("add", "subtract", "multiply", "maximum", "minimum")
+
+
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce, name=None,
+                             **kwargs):
+    """Scan through the VectorE registers: ``reg = op1(op0(src[i], imm0), reg); dst[i] = reg``."""
+    _t(dst, "dst", "tensor_scalar_cumulative")
+    _t(src, "src", "tensor_scalar_cumulative")
+    fields, imm, flags = {}, {}, []
+    _scalar_or_vector(imm0, "operand0", "tensor_scalar_cumulative", 0, fields, imm, flags, "has_imm0")
+    o1 = _nl.alu_name(op1, "op1")
+    if o1 not in _CUMUL_OPS:
+        raise make_error(OperandError, "NSIM-E307", "tensor_scalar_cumulative: op1 must be one of {}, got "
+                         "nl.{}".format(", ".join(_CUMUL_OPS), o1))
+    cmd = _rcmd(reduce_cmd)
+    if cmd == "load_reduce" and imm1 is None:
+        raise make_error(OperandError, "NSIM-E305", "tensor_scalar_cumulative: reduce_cmd=load_reduce needs imm1")
+    _scalar_or_vector(imm1, "reduce_init", "tensor_scalar_cumulative", 1, fields, imm)
+    for x, slot in ((dst, "dst"), (src, "src")):
+        if np.dtype(x.dtype) in (np.dtype(np.int32), np.dtype(np.uint32)):
+            raise make_error(OperandError, "NSIM-E302", "tensor_scalar_cumulative: {} may not be {}".format(
+                slot, np.dtype(x.dtype)))
+    return _op("tensor_scalar_cumulative", dst=dst, src=src, operand0=fields.get("operand0"),
+               reduce_init=fields.get("reduce_init"), alu0=_nl.alu_name(op0, "op0"), alu1=o1, reduce_cmd=cmd,
+               flags=flags, imm=_immlist(imm))
+
+
 # Keyword checking and name= labels of every instruction (one place: nsim.nki._api)
 # --------------------------------------------------------------------------------------------------
 
@@ -702,10 +765,7 @@ VirtualRegister = _stub_class('nki.isa', 'VirtualRegister')
 _install_unsupported(globals(), 'nki.isa', {
     'local_gather': 'dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None',
     'nc_n_gather': 'dst, data, indices, name=None',
-    'tensor_partition_reduce': 'dst, op, data, name=None',
-    'select_reduce': 'dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=None, reduce_op=None, reverse_pred=False, name=None',
     'sequence_bounds': 'dst, segment_ids, name=None',
-    'tensor_scalar_cumulative': 'dst, src, op0, op1, imm0, imm1=None, reduce_cmd=None, name=None',
     'exponential': 'dst, src, max_value=0.0, reduce_res=None, reduce_cmd=None, reduce_init=0.0, name=None',
     'activate2': 'dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None, reduce_res=None, reduce_cmd=None, name=None',
     'topk': 'val_dst, idx_dst, src, n, name=None',

@@ -501,6 +501,61 @@ bool smoke(Opcode op) {
       CHECK(m.get(d, 1, 0) == val(1, 0));
       return true;
     }
+    case Opcode::kTensorPartitionReduce: {
+      const Operand data = m.sbuf_tile(P, {F});
+      const Operand d = m.sbuf_tile(1, {F});
+      Instr in = make(op, {d, data});
+      in.alu0 = AluOp::kAdd;
+      m.run(in);
+      CHECK(m.get(d, 0, 2) == val(0, 2) + val(1, 2) + val(2, 2) + val(3, 2));
+      in.alu0 = AluOp::kAverage;
+      m.run(in);
+      CHECK(m.get(d, 0, 3) == Approx((val(0, 3) + val(1, 3) + val(2, 3) + val(3, 3)) / 4));
+      in.alu0 = AluOp::kMaximum;
+      m.run(in);
+      CHECK(m.get(d, 0, 1) == val(3, 1));
+      return true;
+    }
+    case Opcode::kSelectReduce: {
+      const Operand pred = m.sbuf_tile(P, {F}, DType::kUInt8);
+      const Operand on_true = m.sbuf_tile(P, {F});
+      const Operand rr = m.sbuf_tile(P, {1});
+      const Operand d = m.sbuf_tile(P, {F});
+      for (uint32_t p = 0; p < P; ++p)
+        for (int64_t j = 0; j < F; ++j) m.set(pred, p, j, static_cast<float>(j < 3));
+      Instr in = make(op, {d, pred, on_true, Operand{}, rr});
+      in.flags = kHasImm0;
+      in.imm[0] = -5.0f;
+      in.reduce_cmd = ReduceCmd::kResetReduce;
+      m.run(in);
+      CHECK(m.get(d, 2, 1) == val(2, 1));
+      CHECK(m.get(d, 2, 4) == -5.0f);
+      CHECK(m.get(rr, 2, 0) == val(2, 2));
+      in.flags = kHasImm0 | kReversePred;
+      m.run(in);
+      CHECK(m.get(d, 2, 1) == -5.0f);
+      CHECK(m.get(rr, 2, 0) == val(2, 7));
+      return true;
+    }
+    case Opcode::kTensorScalarCumulative: {
+      const Operand src = m.sbuf_tile(P, {F});
+      const Operand d = m.sbuf_tile(P, {F});
+      Instr in = make(op, {d, src});
+      in.alu0 = AluOp::kMultiply;
+      in.alu1 = AluOp::kAdd;
+      in.flags = kHasImm0;
+      in.imm[0] = 2.0f;
+      in.reduce_cmd = ReduceCmd::kResetReduce;
+      m.run(in);
+      CHECK(m.get(d, 1, 0) == 2.0f * val(1, 0));
+      CHECK(m.get(d, 1, 2) == 2.0f * (val(1, 0) + val(1, 1) + val(1, 2)));
+      in.reduce_cmd = ReduceCmd::kReduce;  // continues from the register
+      m.run(in);
+      float s = 0;
+      for (int64_t j = 0; j < F; ++j) s += 2.0f * val(1, j);
+      CHECK(m.get(d, 1, 0) == s + 2.0f * val(1, 0));
+      return true;
+    }
   }
   return false;
 }
@@ -960,3 +1015,32 @@ TEST_CASE("verify: operand rules of the Tier-3 ops", "[isa][verify][tier3]") {
   CHECK(verify_code(make(Opcode::kNcFindIndex8, {sb(64, {8}, DType::kUInt32), sb(64, {32}, DType::kFloat32, 64),
                                                  sb(64, {4}, DType::kFloat32, 256)})) ==
         ErrorCode::kElementCountMismatch);
+  // tensor_partition_reduce: one dst partition, a legal op
+  Instr tpr = make(Opcode::kTensorPartitionReduce, {sb(1, {16}), sb(64, {16}, DType::kFloat32, 64)});
+  tpr.alu0 = AluOp::kAdd;
+  CHECK(verify_code(tpr) == std::nullopt);
+  tpr.alu0 = AluOp::kDivide;
+  CHECK(verify_code(tpr) == ErrorCode::kBadImmediate);
+  tpr.alu0 = AluOp::kBitwiseOr;  // float operands
+  CHECK(verify_code(tpr) == ErrorCode::kBadDtype);
+  tpr.alu0 = AluOp::kAdd;
+  tpr.opnd[0] = sb(2, {16});
+  CHECK(verify_code(tpr) == ErrorCode::kPartitionMismatch);
+  // select_reduce: on_false needed unless has_imm0; integer predicate
+  Instr sr = make(Opcode::kSelectReduce, {sb(32, {16}), sb(32, {16}, DType::kUInt8, 64), sb(32, {16}, DType::kFloat32, 128)});
+  CHECK(verify_code(sr) == ErrorCode::kMissingOperand);
+  sr.flags = kHasImm0;
+  CHECK(verify_code(sr) == std::nullopt);
+  sr.opnd[1] = sb(32, {16}, DType::kFloat32, 64);
+  CHECK(verify_code(sr) == ErrorCode::kBadDtype);
+  // tensor_scalar_cumulative: no int32, op1 a reduce op
+  Instr cu = make(Opcode::kTensorScalarCumulative, {sb(32, {16}), sb(32, {16}, DType::kFloat32, 64)});
+  cu.alu0 = AluOp::kAdd;
+  cu.alu1 = AluOp::kAdd;
+  cu.flags = kHasImm0;
+  CHECK(verify_code(cu) == std::nullopt);
+  cu.alu1 = AluOp::kDivide;
+  CHECK(verify_code(cu) == ErrorCode::kBadImmediate);
+  cu.alu1 = AluOp::kAdd;
+  cu.opnd[1] = sb(32, {16}, DType::kInt32, 64);
+  CHECK(verify_code(cu) == ErrorCode::kBadDtype);

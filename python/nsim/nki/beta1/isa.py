@@ -484,6 +484,27 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, d
     return None if dst is not None else out
 
 
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None, dst=None, **kwargs):
+    """A fresh ``(1, F...)`` tile: ``op`` over the partitions of ``data``."""
+    _check_mask(mask, "nisa.tensor_partition_reduce")
+    _tile(data, "tensor_partition_reduce")
+    out = dst if dst is not None else _new((1,) + tuple(data.shape[1:]), _dt(dtype, data.dtype))
+    _n.tensor_partition_reduce(dst=out, op=op, data=data)
+    return None if dst is not None else out
+
+
+def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                  reduce_op=np.amax, reverse_pred=False, mask=None, dtype=None, **kwargs):
+    """Writes ``dst = where((predicate != 0) != reverse_pred, on_true, on_false)``; returns ``None``."""
+    _check_mask(mask, "nisa.select_reduce")
+    _tile(dst, "select_reduce")
+    _tile(predicate, "select_reduce")
+    _tile(on_true, "select_reduce")
+    _n.select_reduce(dst=dst, predicate=predicate, on_true=on_true, on_false=on_false, reduce_res=reduce_res,
+                     reduce_cmd=reduce_cmd, reduce_op=reduce_op, reverse_pred=reverse_pred)
+    return None
+
+
 # Keyword checking and name= labels (one place: nsim.nki._api). Keywords these functions read from
 # **kwargs (spec §2.1/§2.2 Beta-1 signatures and the new-dialect names they forward) are listed here.
 # --------------------------------------------------------------------------------------------------
@@ -492,8 +513,6 @@ from .._unsupported import install as _install_unsupported  # noqa: E402
 
 _install_unsupported(globals(), 'neuronxcc.nki.isa', {
     'local_gather': 'src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None',
-    'tensor_partition_reduce': 'op, data, *, mask=None, dtype=None',
-    'select_reduce': '*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=None, reduce_op=None, reverse_pred=False, mask=None, dtype=None',
     'sequence_bounds': '*, segment_ids, dtype=None',
     'dropout': 'data, prob, *, mask=None, dtype=None',
     'tensor_copy_dynamic_src': 'src, *, mask=None, dtype=None, engine=None',
