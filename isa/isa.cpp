@@ -436,6 +436,47 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
       }
       break;
     }
+    case Opcode::kSequenceBounds:
+      if (d.num_partitions != 1 || in.slot(1).num_partitions != 1)
+        fail(ErrorCode::kShapeMismatch, in, where,
+             fmt::format("segment_ids and dst must have 1 partition, got {} and {}", in.slot(1).num_partitions,
+                         d.num_partitions));
+      elems_is(0, "dst", 2 * in.slot(1).elems_per_partition());
+      break;
+    case Opcode::kNcNGather:
+      elems_is(0, "dst", in.slot(2).elems_per_partition());
+      if (d.dtype != in.slot(1).dtype)
+        fail(ErrorCode::kBadDtype, in, where,
+             fmt::format("dst ({}) must have the dtype of data ({})", dtype_name(d.dtype), dtype_name(in.slot(1).dtype)));
+      break;
+    case Opcode::kNonzeroWithCount:
+      elems_is(0, "dst", in.slot(1).elems_per_partition() + 1);
+      if (d.dtype != DType::kInt32)
+        fail(ErrorCode::kBadDtype, in, where, fmt::format("dst must be int32, got {}", dtype_name(d.dtype)));
+      if (in.slot(1).dtype != DType::kInt32 && in.slot(1).dtype != DType::kFloat32)
+        fail(ErrorCode::kBadDtype, in, where,
+             fmt::format("src must be float32 or int32, got {}", dtype_name(in.slot(1).dtype)));
+      break;
+    case Opcode::kLocalGather: {
+      const int64_t e = in.iimm[0];
+      if (e != 1 && e != 2 && e != 4 && e != 8 && e != 16 && e != 32)
+        fail(ErrorCode::kBadImmediate, in, where, fmt::format("num_elem_per_idx must be 1, 2, 4, 8, 16 or 32, got {}", e));
+      if (d.num_partitions % 16 != 0)
+        fail(ErrorCode::kShapeMismatch, in, where,
+             fmt::format("partitions must be a multiple of 16, got {}", d.num_partitions));
+      const int64_t all = 16 * in.slot(2).elems_per_partition();
+      const int64_t nv = in.iimm[1] == 0 ? all : in.iimm[1];
+      if (nv < 1 || nv > all || nv > kLocalGatherMaxIndices)
+        fail(ErrorCode::kBadImmediate, in, where,
+             fmt::format("num_valid_indices {} must be in [1, {}] (16 x index elements per partition, at most {})", nv,
+                         std::min(all, kLocalGatherMaxIndices), kLocalGatherMaxIndices));
+      elems_is(0, "dst", nv * e);
+      if (d.dtype != in.slot(1).dtype)
+        fail(ErrorCode::kBadDtype, in, where,
+             fmt::format("dst ({}) must have the dtype of src_buffer ({})", dtype_name(d.dtype),
+                         dtype_name(in.slot(1).dtype)));
+      break;
+    }
     case Opcode::kTensorReduce: {
       const Operand& data = in.slot(1);
       const int nf = data.nfree;

@@ -413,8 +413,122 @@ def test_tensor_scalar_cumulative_rejects_int32():
         k(np.zeros((4, 4), np.int32))
 
 
+# ---- sequence_bounds ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_sequence_bounds_new(dtype):
+    @nki.jit
+    def k(ids):
+        d = nl.ndarray((1, 2, ids.shape[1]), ids.dtype, buffer=nl.sbuf)
+        nisa.sequence_bounds(dst=d, segment_ids=_load(ids))
+        return _store(d)
+
+    ids = np.array([[1, 1, 1, 2, 2, 3, 0, 0, 4, 4, 4, 4, 0]], dtype)
+    got = k(ids)
+    np.testing.assert_array_equal(got, ref_sequence_bounds(ids).astype(dtype))
+
+
+def test_sequence_bounds_beta1(b1):
+    bnki, bnl, bisa = b1
+
+    @bnki.jit
+    def k(ids):
+        out = bnl.ndarray((1, 2, ids.shape[1]), bnl.float32, buffer=bnl.shared_hbm)
+        b = bisa.sequence_bounds(segment_ids=bnl.load(ids), dtype=bnl.float32)
+        assert tuple(b.shape) == (1, 2, ids.shape[1])
+        bnl.store(out, b)
+        return out
+
+    ids = np.sort(np.random.default_rng(21).integers(0, 6, (1, 200))).astype(np.int32)
+    np.testing.assert_array_equal(k(ids), ref_sequence_bounds(ids).astype(np.float32))
+
+
+# ---- nc_n_gather / local_gather ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.int32])
+def test_nc_n_gather(dtype):
+    @nki.jit
+    def k(data, idx):
+        d = nl.ndarray(idx.shape, data.dtype, buffer=nl.sbuf)
+        nisa.nc_n_gather(dst=d, data=_load(data), indices=_load(idx))
+        return _store(d)
+
+    data = (_rand((64, 5, 10), np.float32, seed=22) * 100).astype(dtype)
+    idx = np.random.default_rng(23).integers(0, 50, (64, 17)).astype(np.uint32)
+    got = k(data, idx)
+    want = np.take_along_axis(data.reshape(64, -1), idx.astype(np.int64), axis=1)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_nc_n_gather_out_of_range_is_an_error():
+    @nki.jit
+    def k(data, idx):
+        d = nl.ndarray(idx.shape, data.dtype, buffer=nl.sbuf)
+        nisa.nc_n_gather(dst=d, data=_load(data), indices=_load(idx))
+        return _store(d)
+
+    with pytest.raises(Exception, match="outside"):
+        k(np.zeros((4, 8), np.float32), np.full((4, 2), 8, np.uint32))
+
+
+@pytest.mark.parametrize("e,nv", [(1, None), (4, 20), (2, 3)])
+def test_local_gather_new(e, nv):
+    @nki.jit
+    def k(src, index):
+        n = (16 * index.shape[1] if nv is None else nv) * e
+        d = nl.ndarray((src.shape[0], n), src.dtype, buffer=nl.sbuf)
+        nisa.local_gather(dst=d, src_buffer=_load(src), index=_load(index), num_elem_per_idx=e,
+                          num_valid_indices=nv)
+        return _store(d)
+
+    src = _rand((32, 64), np.float32, seed=24)
+    index = np.random.default_rng(25).integers(0, 64 - e + 1, (32, 2)).astype(np.uint16)
+    got = k(src, index)
+    np.testing.assert_array_equal(got, ref_local_gather(src, index, e, nv))
+
+
+def test_local_gather_beta1(b1):
+    bnki, bnl, bisa = b1
+
+    @bnki.jit
+    def k(src, index):
+        out = bnl.ndarray((src.shape[0], 16 * index.shape[1] * 2), src.dtype, buffer=bnl.shared_hbm)
+        g = bisa.local_gather(bnl.load(src), bnl.load(index), 2)
+        bnl.store(out, g)
+        return out
+
+    src = _rand((16, 40), BF16, seed=26)
+    index = np.random.default_rng(27).integers(0, 39, (16, 3)).astype(np.uint16)
+    np.testing.assert_array_equal(k(src, index), ref_local_gather(src, index, 2))
+
+
+def test_local_gather_rejects_bad_elem_count():
+    @nki.jit
+    def k(src, index):
+        d = nl.ndarray((16, 16), src.dtype, buffer=nl.sbuf)
+        nisa.local_gather(dst=d, src_buffer=_load(src), index=_load(index), num_elem_per_idx=3)
+        return _store(d)
+
+    with pytest.raises(Exception, match="num_elem_per_idx"):
+        k(np.zeros((16, 8), np.float32), np.zeros((16, 1), np.uint16))
+
+
+# ---- nonzero_with_count ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_nonzero_with_count(dtype):
+    @nki.jit
+    def k(x, init):
+        d = _load(init)  # rows other than 0, 16, ... keep these values
+        nisa.nonzero_with_count(dst=d, src=_load(x), index_offset=5, padding_val=-7)
+        return _store(d)
+
 @pytest.mark.parametrize("fn", ["max8", "nc_find_index8", "nc_match_replace8", "tensor_partition_reduce",
                                 "select_reduce", "tensor_scalar_cumulative", "sequence_bounds", "nc_n_gather",
+                                "local_gather", "nonzero_with_count", "dropout", "rng", "set_rng_seed", "rand_set_state",
 @pytest.mark.parametrize("fn", ["max8", "nc_find_index8", "nc_match_replace8", "tensor_partition_reduce",
                                 "select_reduce", "sequence_bounds", "local_gather", "dropout"])
 def test_unknown_keyword_is_a_type_error_beta1(b1, fn):

@@ -15,13 +15,9 @@ _RNG = "needs a random-number generator instruction; " + _ISA
 
 REASONS = {
     # nki.isa, Tier 3 and 0.6-only
-    "local_gather": "needs the GpSimd local-gather (per-partition indexed read) instruction; " + _ISA,
-    "nc_n_gather": "needs the GpSimd gather instruction; " + _ISA,
-    "sequence_bounds": "needs the GpSimd segment-bounds instruction; " + _ISA,
     "exponential": "the gen4 Vector exponential instruction is not modelled (nsim models gen2/gen3 engines)",
     "activate2": "the gen4 Scalar activate2 instruction is not modelled (nsim models gen2/gen3 engines)",
     "topk": "needs the GpSimd top-k instruction; " + _ISA,
-    "nonzero_with_count": "needs the GpSimd nonzero-with-count instruction; " + _ISA,
     "quantize_mx": "MX (microscaling) x4-packed fp8/fp4 dtypes and their instructions are not in the nsim ISA",
     "nc_matmul_mx": "MX (microscaling) x4-packed fp8/fp4 dtypes and their instructions are not in the nsim ISA",
     "sendrecv": "LNC=2 launches (two cooperating cores) are not simulated yet",
@@ -45,7 +41,7 @@ REASONS = {
     "random_seed": _RNG,
     "atomic_rmw": "needs indirect (tile-valued) indices on HBM accesses, which the kernel IR does not have yet",
     "all_reduce": "collectives across SPMD programs are out of nsim's scope (spec §3.6)",
-    "gather_flattened": "needs the GpSimd gather instruction; " + _ISA,
+    "gather_flattened": "not written yet on top of the GpSimd gather (use nisa.nc_n_gather)",
     "loop_reduce": "not written yet (the reduction happens inside the item assignment); write "
                    "T[idx] = op(T[idx], x) instead",
     "VirtualRegister": "sequencer registers (VirtualRegister) are not in the kernel IR yet",

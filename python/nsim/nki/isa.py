@@ -754,6 +754,70 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=red
                flags=flags, imm=_immlist(imm))
 
 
+def sequence_bounds(dst, segment_ids, name=None, **kwargs):
+    """``segment_ids (1, n)`` -> ``dst (1, 2, n)``: start / end (exclusive) of each element's run of equal
+    ids; id 0 (padding) -> (n, -1)."""
+    _t(dst, "dst", "sequence_bounds")
+    _t(segment_ids, "segment_ids", "sequence_bounds")
+    if segment_ids.shape[0] != 1 or dst.shape[0] != 1:
+        raise make_error(OperandError, "NSIM-E303", "sequence_bounds: segment_ids and dst need 1 partition, got "
+                         "shapes {} and {}".format(tuple(segment_ids.shape), tuple(dst.shape)))
+    n = _pe(segment_ids)
+    if _pe(dst) != 2 * n:
+        raise make_error(OperandError, "NSIM-E304", "sequence_bounds: dst must be (1, 2, {}), got {}".format(
+            n, tuple(dst.shape)))
+    return _op("sequence_bounds", dst=dst, segment_ids=segment_ids)
+
+
+def nc_n_gather(dst, data, indices, name=None, **kwargs):
+    """``dst[p, j] = data_flat[p, indices[p, j]]`` (GpSimd; dst dtype = data dtype)."""
+    _t(dst, "dst", "nc_n_gather")
+    _t(data, "data", "nc_n_gather")
+    _t(indices, "indices", "nc_n_gather")
+    return _op("nc_n_gather", dst=dst, data=data, indices=indices)
+
+
+def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None, **kwargs):
+    """Per group of 16 partitions: gather ``num_elem_per_idx`` elements of each partition's ``src_buffer``
+    at the group's indices (column-major over the group's ``index`` rows)."""
+    _t(dst, "dst", "local_gather")
+    _t(src_buffer, "src_buffer", "local_gather")
+    _t(index, "index", "local_gather")
+    e = int(num_elem_per_idx)
+    if e not in (1, 2, 4, 8, 16, 32):
+        raise make_error(OperandError, "NSIM-E307", "local_gather: num_elem_per_idx must be 1, 2, 4, 8, 16 or 32, "
+                         "got {}".format(num_elem_per_idx))
+    if src_buffer.shape[0] != index.shape[0] or src_buffer.shape[0] % 16:
+        raise make_error(OperandError, "NSIM-E303", "local_gather: src_buffer and index need the same partition "
+                         "count, a multiple of 16 (got {} and {})".format(src_buffer.shape[0], index.shape[0]))
+    nall = 16 * _pe(index)
+    nv = nall if num_valid_indices is None else int(num_valid_indices)
+    if not 1 <= nv <= min(nall, 4096):
+        raise make_error(OperandError, "NSIM-E307", "local_gather: num_valid_indices {} must be in [1, {}]".format(
+            nv, min(nall, 4096)))
+    return _op("local_gather", dst=dst, src_buffer=src_buffer, index=index, iimm=[e, 0 if nv == nall else nv])
+
+
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None, **kwargs):
+    """Partitions 0, 16, ..., 112 only: ``dst[p, :T]`` = indices (+ ``index_offset``) of the nonzero
+    ``src[p, :]`` then ``padding_val``; ``dst[p, T]`` = their count (gen3+, GpSimd)."""
+    _t(dst, "dst", "nonzero_with_count")
+    _t(src, "src", "nonzero_with_count")
+    if get_nc_version() < nc_version.gen3:
+        raise make_error(KernelError, "NSIM-E404", "nonzero_with_count needs gen3 or later (nc_version {})".format(
+            int(get_nc_version())))
+    if np.dtype(dst.dtype) != np.dtype(np.int32):
+        raise make_error(OperandError, "NSIM-E302", "nonzero_with_count: dst must be int32, got {}".format(
+            np.dtype(dst.dtype)))
+    if np.dtype(src.dtype) not in (np.dtype(np.int32), np.dtype(np.float32)):
+        raise make_error(OperandError, "NSIM-E302", "nonzero_with_count: src must be float32 or int32, got "
+                         "{}".format(np.dtype(src.dtype)))
+    if _pe(dst) != _pe(src) + 1:
+        raise make_error(OperandError, "NSIM-E304", "nonzero_with_count: dst needs {} elements per partition "
+                         "(src's + 1), got {}".format(_pe(src) + 1, _pe(dst)))
+    return _op("nonzero_with_count", dst=dst, src=src, iimm=[int(index_offset), int(padding_val)])
+
+
 # Keyword checking and name= labels of every instruction (one place: nsim.nki._api)
 # --------------------------------------------------------------------------------------------------
 
@@ -763,13 +827,9 @@ from ._unsupported import stub_class as _stub_class  # noqa: E402
 
 VirtualRegister = _stub_class('nki.isa', 'VirtualRegister')
 _install_unsupported(globals(), 'nki.isa', {
-    'local_gather': 'dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None',
-    'nc_n_gather': 'dst, data, indices, name=None',
-    'sequence_bounds': 'dst, segment_ids, name=None',
     'exponential': 'dst, src, max_value=0.0, reduce_res=None, reduce_cmd=None, reduce_init=0.0, name=None',
     'activate2': 'dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None, reduce_res=None, reduce_cmd=None, name=None',
     'topk': 'val_dst, idx_dst, src, n, name=None',
-    'nonzero_with_count': 'dst, src, index_offset=0, padding_val=-1, name=None',
     'quantize_mx': 'dst, src, dst_scale, name=None',
     'nc_matmul_mx': 'dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, tile_size=None, accumulate=None, name=None',
     'sendrecv': 'src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, name=None',

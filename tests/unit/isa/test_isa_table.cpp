@@ -556,6 +556,66 @@ bool smoke(Opcode op) {
       CHECK(m.get(d, 1, 0) == s + 2.0f * val(1, 0));
       return true;
     }
+    case Opcode::kSequenceBounds: {
+      const Operand ids = m.sbuf_tile(1, {6}, DType::kInt32);
+      const Operand d = m.sbuf_tile(1, {2, 6}, DType::kInt32);
+      const float seg[6] = {1, 1, 2, 2, 2, 0};
+      for (int64_t j = 0; j < 6; ++j) m.set(ids, 0, j, seg[j]);
+      m.run(make(op, {d, ids}));
+      const float st[6] = {0, 0, 2, 2, 2, 6}, en[6] = {2, 2, 5, 5, 5, -1};
+      for (int64_t j = 0; j < 6; ++j) {
+        CHECK(m.get(d, 0, j) == st[j]);
+        CHECK(m.get(d, 0, 6 + j) == en[j]);
+      }
+      return true;
+    }
+    case Opcode::kNcNGather: {
+      const Operand data = m.sbuf_tile(P, {F});
+      const Operand ix = m.sbuf_tile(P, {3}, DType::kUInt32);
+      const Operand d = m.sbuf_tile(P, {3});
+      for (uint32_t p = 0; p < P; ++p) {
+        m.set(ix, p, 0, 7.0f);
+        m.set(ix, p, 1, static_cast<float>(p));
+        m.set(ix, p, 2, 0.0f);
+      }
+      m.run(make(op, {d, data, ix}));
+      CHECK(m.get(d, 2, 0) == val(2, 7));
+      CHECK(m.get(d, 2, 1) == val(2, 2));
+      CHECK(m.get(d, 3, 2) == val(3, 0));
+      return true;
+    }
+    case Opcode::kLocalGather: {
+      const Operand src = m.sbuf_tile(16, {F});
+      const Operand ix = m.sbuf_tile(16, {1}, DType::kUInt16);
+      const Operand d = m.sbuf_tile(16, {3 * 2});
+      for (uint32_t p = 0; p < 16; ++p) m.set(ix, p, 0, static_cast<float>((p * 3) % 7));
+      Instr in = make(op, {d, src, ix});
+      in.iimm[0] = 2;  // E
+      in.iimm[1] = 3;  // V: ids 0, 3, 6
+      m.run(in);
+      for (uint32_t p = 0; p < 16; ++p) {
+        CHECK(m.get(d, p, 0) == val(p, 0));
+        CHECK(m.get(d, p, 1) == val(p, 1));
+        CHECK(m.get(d, p, 2) == val(p, 3));
+        CHECK(m.get(d, p, 5) == val(p, 7));
+      }
+      return true;
+    }
+    case Opcode::kNonzeroWithCount: {
+      const Operand src = m.sbuf_tile(16, {F});
+      const Operand d = m.sbuf_tile(16, {F + 1}, DType::kInt32);
+      for (uint32_t p = 0; p < 16; ++p)
+        for (int64_t j = 0; j < F; ++j) m.set(src, p, j, j % 3 == 1 ? 0.0f : 1.0f);
+      m.set(d, 1, 0, 77.0f);
+      Instr in = make(op, {d, src});
+      in.iimm[0] = 100;  // index_offset
+      in.iimm[1] = -1;   // padding_val
+      m.run(in);
+      const float want[F + 1] = {100, 102, 103, 105, 106, -1, -1, -1, 5};  // nonzero at j = 0, 2, 3, 5, 6
+      for (int64_t j = 0; j <= F; ++j) CHECK(m.get(d, 0, j) == want[j]);
+      CHECK(m.get(d, 1, 0) == 77.0f);  // partitions other than 0, 16, ... untouched
+      return true;
+    }
   }
   return false;
 }
@@ -1044,3 +1104,64 @@ TEST_CASE("verify: operand rules of the Tier-3 ops", "[isa][verify][tier3]") {
   cu.alu1 = AluOp::kAdd;
   cu.opnd[1] = sb(32, {16}, DType::kInt32, 64);
   CHECK(verify_code(cu) == ErrorCode::kBadDtype);
+  // sequence_bounds: (1, n) -> (1, 2n)
+  CHECK(verify_code(make(Opcode::kSequenceBounds, {sb(1, {2, 10}), sb(1, {10}, DType::kFloat32, 128)})) ==
+        std::nullopt);
+  CHECK(verify_code(make(Opcode::kSequenceBounds, {sb(1, {2, 9}), sb(1, {10}, DType::kFloat32, 128)})) ==
+        ErrorCode::kElementCountMismatch);
+  CHECK(verify_code(make(Opcode::kSequenceBounds, {sb(2, {2, 10}), sb(2, {10}, DType::kFloat32, 128)})) ==
+        ErrorCode::kShapeMismatch);
+  // nc_n_gather: dst dtype == data dtype, dst elements == indices elements
+  CHECK(verify_code(make(Opcode::kNcNGather, {sb(8, {4}, DType::kBFloat16), sb(8, {16}, DType::kFloat32, 64),
+                                              sb(8, {4}, DType::kUInt32, 256)})) == ErrorCode::kBadDtype);
+  CHECK(verify_code(make(Opcode::kNcNGather, {sb(8, {5}), sb(8, {16}, DType::kFloat32, 64),
+                                              sb(8, {4}, DType::kUInt32, 256)})) == ErrorCode::kElementCountMismatch);
+  // local_gather: E in {1, 2, 4, ..., 32}, P multiple of 16, dst = V x E
+  Instr lg = make(Opcode::kLocalGather, {sb(32, {64}), sb(32, {64}, DType::kFloat32, 512), sb(32, {2}, DType::kUInt16, 1024)});
+  lg.iimm[0] = 2;
+  CHECK(verify_code(lg) == std::nullopt);  // 32 ids x 2
+  lg.iimm[0] = 3;
+  CHECK(verify_code(lg) == ErrorCode::kBadImmediate);
+  lg.iimm[0] = 2;
+  lg.iimm[1] = 33;
+  CHECK(verify_code(lg) == ErrorCode::kBadImmediate);
+  lg.iimm[1] = 0;
+  lg.opnd = {sb(8, {64}), sb(8, {64}, DType::kFloat32, 512), sb(8, {2}, DType::kUInt16, 1024)};
+  CHECK(verify_code(lg) == ErrorCode::kShapeMismatch);
+  // nonzero_with_count: int32 dst with T + 1 elements; GpSimd only
+  CHECK(verify_code(make(Opcode::kNonzeroWithCount, {sb(128, {33}, DType::kInt32), sb(128, {32}, DType::kFloat32, 256)})) ==
+        std::nullopt);
+  CHECK(verify_code(make(Opcode::kNonzeroWithCount, {sb(128, {32}, DType::kInt32), sb(128, {32}, DType::kFloat32, 256)})) ==
+        ErrorCode::kElementCountMismatch);
+  CHECK(verify_code(make(Opcode::kNonzeroWithCount, {sb(128, {33}, DType::kFloat32), sb(128, {32}, DType::kFloat32, 256)})) ==
+        ErrorCode::kBadDtype);
+TEST_CASE("execute: nc_n_gather and local_gather reject out-of-range indices", "[isa][tier3]") {
+  Machine m;
+  const Operand data = m.sbuf_tile(16, {8});
+  const Operand ix = m.sbuf_tile(16, {2}, DType::kUInt32);
+  const Operand d = m.sbuf_tile(16, {2});
+  for (uint32_t p = 0; p < 16; ++p) {
+    m.set(ix, p, 0, 1.0f);
+    m.set(ix, p, 1, 8.0f);  // one past the end
+  }
+  const Instr in = make(Opcode::kNcNGather, {d, data, ix});
+  REQUIRE_NOTHROW(verify(in, gen3()));
+  try {
+    execute(in, m.views(in), m.st);
+    FAIL("expected nsim::Error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kOutOfBounds);
+  }
+  const Operand idx16 = m.sbuf_tile(16, {1}, DType::kUInt16);
+  const Operand d2 = m.sbuf_tile(16, {16 * 4});
+  for (uint32_t p = 0; p < 16; ++p) m.set(idx16, p, 0, p == 5 ? 6.0f : 0.0f);  // 6 + 4 > 8
+  Instr lg = make(Opcode::kLocalGather, {d2, data, idx16});
+  lg.iimm[0] = 4;
+  REQUIRE_NOTHROW(verify(lg, gen3()));
+  try {
+    execute(lg, m.views(lg), m.st);
+    FAIL("expected nsim::Error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kOutOfBounds);
+  }
+}

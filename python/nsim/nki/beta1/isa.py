@@ -484,6 +484,19 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, d
     return None if dst is not None else out
 
 
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, dst=None,
+                 **kwargs):
+    """A fresh ``(P, V * num_elem_per_idx)`` tile of ``src_buffer``'s dtype (see ``nki.isa.local_gather``)."""
+    _check_mask(mask, "nisa.local_gather")
+    _tile(src_buffer, "local_gather")
+    _tile(index, "local_gather")
+    nv = 16 * int(index.size // index.shape[0]) if num_valid_indices is None else int(num_valid_indices)
+    out = dst if dst is not None else _new((src_buffer.shape[0], nv * int(num_elem_per_idx)), src_buffer.dtype)
+    _n.local_gather(dst=out, src_buffer=src_buffer, index=index, num_elem_per_idx=num_elem_per_idx,
+                    num_valid_indices=num_valid_indices)
+    return None if dst is not None else out
+
+
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh ``(1, F...)`` tile: ``op`` over the partitions of ``data``."""
     _check_mask(mask, "nisa.tensor_partition_reduce")
@@ -505,6 +518,16 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
     return None
 
 
+def sequence_bounds(*, segment_ids, dtype=None, dst=None, **kwargs):
+    """A fresh ``(1, 2, n)`` tile of run starts / ends of ``segment_ids (1, n)``."""
+    _tile(segment_ids, "sequence_bounds")
+    n = int(segment_ids.size // segment_ids.shape[0])
+    out = dst if dst is not None else _new((1, 2, n), _dt(dtype, segment_ids.dtype))
+    _n.sequence_bounds(dst=out, segment_ids=segment_ids)
+    return None if dst is not None else out
+
+
+
 # Keyword checking and name= labels (one place: nsim.nki._api). Keywords these functions read from
 # **kwargs (spec §2.1/§2.2 Beta-1 signatures and the new-dialect names they forward) are listed here.
 # --------------------------------------------------------------------------------------------------
@@ -512,8 +535,6 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
 from .._unsupported import install as _install_unsupported  # noqa: E402
 
 _install_unsupported(globals(), 'neuronxcc.nki.isa', {
-    'local_gather': 'src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None',
-    'sequence_bounds': '*, segment_ids, dtype=None',
     'dropout': 'data, prob, *, mask=None, dtype=None',
     'tensor_copy_dynamic_src': 'src, *, mask=None, dtype=None, engine=None',
     'tensor_copy_dynamic_dst': '*, dst, src, mask=None, dtype=None, engine=None',
