@@ -457,6 +457,9 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
         fail(ErrorCode::kBadDtype, in, where,
              fmt::format("src must be float32 or int32, got {}", dtype_name(in.slot(1).dtype)));
       break;
+    case Opcode::kDropout:
+      need_operand(2, true, kHasImm0, "has_imm0", AluOp::kBypass);
+      break;
     case Opcode::kLocalGather: {
       const int64_t e = in.iimm[0];
       if (e != 1 && e != 2 && e != 4 && e != 8 && e != 16 && e != 32)
@@ -683,6 +686,7 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
     case Opcode::kAffineSelect:
     case Opcode::kSelectReduce:
     case Opcode::kTensorScalarCumulative:
+    case Opcode::kDropout:
       for (int i = 1; i < info.num_slots; ++i) {
         if (info.slots[static_cast<size_t>(i)].vector) require_vector(i);
         else require_same_elems(i);

@@ -197,6 +197,8 @@ def test_max8_beta1(b1):
 
 
 def _find_data(p=16, n=40, seed=6):
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 12, (p, n)).astype(np.float32)  # many duplicates
     vals = np.sort(data, axis=1)[:, ::-1][:, :8].copy()
     vals[0, 7] = 99.0   # not found -> all ones
     vals[1, :] = data[1, 3]  # 8 copies of one value: successive matches, then all ones
@@ -348,6 +350,29 @@ def test_select_reduce_new(reverse):
                            reduce_cmd=nisa.reduce_cmd.reduce, reduce_op=nl.maximum, reverse_pred=reverse)
         return _store(d), _store(rr), _store(d2), _store(rr2)
 
+    rng = np.random.default_rng(13)
+    pred = rng.integers(0, 3, (64, 48)).astype(np.uint8)  # values 0, 1, 2: nonzero counts as true
+    x = _rand((64, 48), np.float32, seed=14, lo=-10, hi=-1)
+    f = _rand((64, 1), np.float32, seed=15, lo=-20, hi=0)
+    d, rr, d2, rr2 = k(pred, x, f)
+    keep = (pred != 0) != reverse
+    w1 = np.where(keep, x, -5.0)
+    w2 = np.where(keep, x, f)
+    _close(d, w1)
+    _close(rr, w1.max(axis=1, keepdims=True))
+    _close(d2, w2)
+    _close(rr2, np.maximum(w1.max(axis=1), w2.max(axis=1))[:, None])
+
+
+def test_select_reduce_beta1_bf16(b1):
+    bnki, bnl, bisa = b1
+
+    @bnki.jit
+    def k(pred, x):
+        out = bnl.ndarray(x.shape, x.dtype, buffer=bnl.shared_hbm)
+        rout = bnl.ndarray((x.shape[0], 1), bnl.float32, buffer=bnl.shared_hbm)
+        d = bnl.ndarray(x.shape, x.dtype, buffer=bnl.sbuf)
+        rr = bnl.ndarray((x.shape[0], 1), bnl.float32, buffer=bnl.sbuf)
         r = bisa.select_reduce(dst=d, predicate=bnl.load(pred), on_true=bnl.load(x), on_false=0.0,
                                reduce_res=rr, reduce_cmd=bisa.reduce_cmd.reset_reduce)
         assert r is None
@@ -526,9 +551,141 @@ def test_nonzero_with_count(dtype):
         nisa.nonzero_with_count(dst=d, src=_load(x), index_offset=5, padding_val=-7)
         return _store(d)
 
+    rng = np.random.default_rng(40)
+    x = (rng.integers(0, 3, (64, 30)) * (rng.random((64, 30)) < 0.4)).astype(dtype)
+    x[16] = 0  # no nonzero: all padding, count 0
+    init = np.full((64, 31), 123, np.int32)
+    got = k(x, init)
+    want = init.copy()
+    for p in range(0, 64, 16):
+        nz = np.nonzero(x[p])[0]
+        want[p, :30] = -7
+        want[p, :nz.size] = nz + 5
+        want[p, 30] = nz.size
+    np.testing.assert_array_equal(got, want)
+    assert got[16, 30] == 0
+
+
+# ---- dropout and the PRNG ----------------------------------------------------------------------------
+
+
+def test_dropout_new_and_seed_determinism():
+    @nki.jit
+    def k(x, seeds, pv):
+        a = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        b = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        c = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        z = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        i = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        xt, st = _load(x), _load(seeds)
+        nisa.set_rng_seed(st)
+        nisa.dropout(dst=a, data=xt, prob=0.3)
+        nisa.set_rng_seed(src_seeds=st)
+        nisa.dropout(b, xt, 0.3)  # same seeds: the same mask
+        nisa.dropout(dst=c, data=xt, prob=_load(pv))  # per-partition probability, stream continues
+        nisa.dropout(dst=z, data=xt, prob=1.0)
+        nisa.dropout(dst=i, data=xt, prob=0.0)
+        return _store(a), _store(b), _store(c), _store(z), _store(i)
+
+    x = _rand((128, 256), np.float32, seed=30, lo=1, hi=2)  # never 0
+    pv = np.linspace(0.0, 1.0, 128, dtype=np.float32)[:, None]
+    a, b, c, z, i = k(x, np.array([[1234, 5678]], np.uint32), pv)
+    for y in (a, b, c):
+        assert np.all((y == 0) | (y == x))
+    frac = np.mean(a == 0)
+    assert 0.27 < frac < 0.33
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    drop_rows = np.mean(c == 0, axis=1)
+    assert drop_rows[0] == 0 and drop_rows[-1] == 1
+    assert np.corrcoef(drop_rows, pv[:, 0])[0, 1] > 0.95
+    np.testing.assert_array_equal(z, 0)
+    np.testing.assert_array_equal(i, x)
+    # a different seed: a different mask
+    a2 = k(x, np.array([[1234, 5679]], np.uint32), pv)[0]
+    assert not np.array_equal(a, a2)
+
+
+def test_dropout_beta1_bf16(b1):
+    bnki, bnl, bisa = b1
+
+    @bnki.jit
+    def k(x):
+        out = bnl.ndarray(x.shape, x.dtype, buffer=bnl.shared_hbm)
+        bnl.store(out, bisa.dropout(bnl.load(x), 0.5))
+        return out
+
+    x = _rand((64, 128), BF16, seed=31, lo=1, hi=2)
+    y = k(x)
+    assert np.all((y == 0) | (y == x))
+    assert 0.45 < np.mean(np.asarray(y, np.float32) == 0) < 0.55
+
+
+@pytest.mark.parametrize("dialect", ["new", "beta1"])
+def test_nl_dropout(b1, dialect):
+    jit, L = (nki.jit, nl) if dialect == "new" else (b1[0].jit, b1[1])
+
+    @jit
+    def k(x):
+        out = L.ndarray(x.shape, x.dtype, buffer=L.shared_hbm)
+        L.store(out, L.dropout(L.load(x), 0.25))
+        return out
+
+    x = _rand((128, 64), np.float32, seed=32, lo=1, hi=2)
+    y = k(x)
+    assert np.all((y == 0) | (y == x))
+    assert 0.2 < np.mean(y == 0) < 0.3
+
+
+def test_rng_and_state_round_trip():
+    @nki.jit
+    def k(seeds):
+        st = nl.ndarray((128, 2), nl.uint32, buffer=nl.sbuf)
+        a = nl.ndarray((128, 64), nl.uint32, buffer=nl.sbuf)
+        b = nl.ndarray((128, 64), nl.uint32, buffer=nl.sbuf)
+        g = nl.ndarray((128, 64), nl.uint16, buffer=nl.sbuf)
+        nisa.set_rng_seed(_load(seeds))
+        nisa.rand_get_state(dst=st, engine=nisa.engine.vector)
+        nisa.rng(dst=a)
+        nisa.rand_set_state(src_seeds=st, engine=nisa.engine.vector)
+        nisa.rng(b, engine=nisa.engine.vector)
+        nisa.rng(dst=g, engine=nisa.engine.gpsimd)
+        return _store(a), _store(b), _store(st), _store(g)
+
+    a, b, st, g = k(np.array([[7, 8, 9]], np.uint32))
+    np.testing.assert_array_equal(a, b)
+    assert len(np.unique(a)) > 8000  # 32 random bits per element
+    assert np.all(st == st[0])
+    assert 20000 < a.astype(np.float64).mean() / 2 ** 16 < 45000
+    assert g.dtype == np.uint16 and len(np.unique(g)) > 4000
+    assert "rng" in _ops(k) and "rand_get_state" in _ops(k)
+
+
+def test_rng_rejects_float_dst():
+    @nki.jit
+    def k(x):
+        d = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        nisa.rng(dst=d)
+        return _store(d)
+
+    with pytest.raises(Exception, match="integer"):
+        k(np.zeros((4, 4), np.float32))
+
+
+# ---- signatures --------------------------------------------------------------------------------------
+
+
 @pytest.mark.parametrize("fn", ["max8", "nc_find_index8", "nc_match_replace8", "tensor_partition_reduce",
                                 "select_reduce", "tensor_scalar_cumulative", "sequence_bounds", "nc_n_gather",
                                 "local_gather", "nonzero_with_count", "dropout", "rng", "set_rng_seed", "rand_set_state",
+                                "rand_get_state"])
+def test_unknown_keyword_is_a_type_error(fn):
+    f = getattr(nisa, fn)
+    assert not hasattr(f, "__nsim_unsupported__")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        f(bogus=1)
+
+
 @pytest.mark.parametrize("fn", ["max8", "nc_find_index8", "nc_match_replace8", "tensor_partition_reduce",
                                 "select_reduce", "sequence_bounds", "local_gather", "dropout"])
 def test_unknown_keyword_is_a_type_error_beta1(b1, fn):

@@ -11,7 +11,7 @@ NotSupportedError = type("NotSupportedError", (KernelError,), {
     "__doc__": "An NKI function or feature that nsim does not support yet (code NSIM-E405)."})
 
 _ISA = "the nsim ISA (isa/opcodes.def) has no such instruction, and adding one is a simulator (C++) change"
-_RNG = "needs a random-number generator instruction; " + _ISA
+_RNG = "the gen4 uniform-float PRNG instruction is not modelled (nsim models gen2/gen3; nisa.rng gives random bits)"
 
 REASONS = {
     # nki.isa, Tier 3 and 0.6-only
@@ -27,18 +27,14 @@ REASONS = {
     "register_move": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
     "register_load": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
     "register_store": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
-    "dropout": _RNG,
-    "rng": _RNG,
     "rand2": _RNG,
-    "set_rng_seed": _RNG,
-    "rand_set_state": _RNG,
-    "rand_get_state": _RNG,
     "tensor_copy_dynamic_src": "runtime (SBUF-valued) offsets inside an access are not in the kernel IR yet",
     "tensor_copy_dynamic_dst": "runtime (SBUF-valued) offsets inside an access are not in the kernel IR yet",
     "builtin_custom_op": "custom operators are not supported (spec §2.4)",
     # nki.language
-    "rand": _RNG,
-    "random_seed": _RNG,
+    "rand": "not written yet on top of the PRNG instructions (use nisa.rng / nisa.dropout, seeded by "
+            "nisa.set_rng_seed)",
+    "random_seed": "not written yet on top of the PRNG instructions (use nisa.set_rng_seed)",
     "atomic_rmw": "needs indirect (tile-valued) indices on HBM accesses, which the kernel IR does not have yet",
     "all_reduce": "collectives across SPMD programs are out of nsim's scope (spec §3.6)",
     "gather_flattened": "not written yet on top of the GpSimd gather (use nisa.nc_n_gather)",

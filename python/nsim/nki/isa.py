@@ -818,6 +818,52 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None, **kw
     return _op("nonzero_with_count", dst=dst, src=src, iimm=[int(index_offset), int(padding_val)])
 
 
+def dropout(dst, data, prob, name=None, **kwargs):
+    """``dst = 0`` with probability ``prob`` (a scalar or a (P, 1) tensor) else ``data``; no rescaling. The
+    random numbers come from nsim's deterministic seeded PRNG (``set_rng_seed``), not hardware's."""
+    _t(dst, "dst", "dropout")
+    _t(data, "data", "dropout")
+    fields, imm, flags = {}, {}, []
+    if _is_scalar(prob) and not 0.0 <= float(prob) <= 1.0:
+        raise make_error(OperandError, "NSIM-E307", "dropout: prob must be in [0, 1], got {}".format(prob))
+    _scalar_or_vector(prob, "operand0", "dropout", 0, fields, imm, flags, "has_imm0")
+    return _op("dropout", dst=dst, data=data, operand0=fields.get("operand0"), flags=flags, imm=_immlist(imm))
+
+
+def _rng_engine(e, dflt, what):
+    eng = _engine(e, ("vector", "gpsimd"), what)
+    return eng or dflt
+
+
+def rng(dst, engine=engine.vector, name=None, **kwargs):
+    """32 random bits per element of the integer ``dst`` (truncated to its width), from the engine's
+    deterministic PRNG stream."""
+    _t(dst, "dst", "rng")
+    if not np.issubdtype(np.dtype(dst.dtype), np.integer):
+        raise make_error(OperandError, "NSIM-E302", "rng: dst must have an integer dtype, got {}".format(
+            np.dtype(dst.dtype)))
+    return _op("rng", dst=dst, engine=_rng_engine(engine, "vector", "rng"))
+
+
+def set_rng_seed(src_seeds, name=None, **kwargs):
+    """Seed the VectorE and GpSimd PRNG streams from the integer tensor ``src_seeds``."""
+    _t(src_seeds, "src_seeds", "set_rng_seed")
+    return _op("set_rng_seed", src_seeds=src_seeds)
+
+
+def rand_set_state(src_seeds, engine=engine.gpsimd, name=None, **kwargs):
+    """Restore an engine's PRNG state saved by ``rand_get_state`` (uint32 elements 0 and 1 of partition 0)."""
+    _t(src_seeds, "src_seeds", "rand_set_state")
+    return _op("rand_set_state", src_seeds=src_seeds, engine=_rng_engine(engine, "gpsimd", "rand_set_state"))
+
+
+def rand_get_state(dst, engine=engine.gpsimd, name=None, **kwargs):
+    """Write an engine's PRNG state into the integer ``dst`` (each partition: low, high 32 bits, zeros)."""
+    _t(dst, "dst", "rand_get_state")
+    return _op("rand_get_state", dst=dst, engine=_rng_engine(engine, "gpsimd", "rand_get_state"))
+
+
+# --------------------------------------------------------------------------------------------------
 # Keyword checking and name= labels of every instruction (one place: nsim.nki._api)
 # --------------------------------------------------------------------------------------------------
 
@@ -839,12 +885,7 @@ _install_unsupported(globals(), 'nki.isa', {
     'register_move': 'dst, src',
     'register_load': 'dst, src',
     'register_store': 'dst, src',
-    'dropout': 'dst, data, prob, name=None',
-    'rng': 'dst, engine=None, name=None',
     'rand2': 'dst, min, max, name=None',
-    'set_rng_seed': 'src_seeds, name=None',
-    'rand_set_state': 'src_seeds, engine=None, name=None',
-    'rand_get_state': 'dst, engine=None, name=None',
 })
 
 from ._api import publish as _publish  # noqa: E402

@@ -616,6 +616,60 @@ bool smoke(Opcode op) {
       CHECK(m.get(d, 1, 0) == 77.0f);  // partitions other than 0, 16, ... untouched
       return true;
     }
+    case Opcode::kDropout: {
+      const Operand data = m.sbuf_tile(P, {64});
+      const Operand d = m.sbuf_tile(P, {64});
+      Instr in = make(op, {d, data});
+      in.flags = kHasImm0;
+      in.imm[0] = 0.0f;  // keep everything
+      m.run(in);
+      CHECK(m.get(d, 3, 40) == val(3, 40));
+      in.imm[0] = 1.0f;  // drop everything
+      m.run(in);
+      CHECK(m.get(d, 3, 40) == 0.0f);
+      in.imm[0] = 0.5f;
+      m.run(in);
+      int zeros = 0;
+      for (uint32_t p = 0; p < P; ++p)
+        for (int64_t j = 0; j < 64; ++j) {
+          const float y = m.get(d, p, j);
+          CHECK((y == 0.0f || y == val(p, j)));
+          zeros += y == 0.0f;
+        }
+      CHECK(zeros > 64);   // ~128 of 256
+      CHECK(zeros < 192);
+      return true;
+    }
+    case Opcode::kRng:
+    case Opcode::kSetRngSeed:
+    case Opcode::kRandSetState:
+    case Opcode::kRandGetState: {
+      const Operand seed = m.sbuf_tile(1, {2}, DType::kUInt32);
+      const Operand a = m.sbuf_tile(P, {F}, DType::kUInt32);
+      const Operand b = m.sbuf_tile(P, {F}, DType::kUInt32);
+      const Operand state = m.sbuf_tile(P, {2}, DType::kUInt32);
+      const auto u = [&](const Operand& o, uint32_t p, int64_t j) { return load_int(DType::kUInt32, m.view(o).at(p, j)); };
+      Instr seed_in = make(Opcode::kSetRngSeed, {seed});
+      Instr get = make(Opcode::kRandGetState, {state});
+      Instr set = make(Opcode::kRandSetState, {state});
+      get.engine = set.engine = Engine::kVector;
+      m.run(seed_in);
+      m.run(get);  // save the Vector state
+      m.run(make(Opcode::kRng, {a}));
+      m.run(set);  // restore it: the same numbers again
+      m.run(make(Opcode::kRng, {b}));
+      bool differ = false;
+      for (uint32_t p = 0; p < P; ++p)
+        for (int64_t j = 0; j < F; ++j) {
+          CHECK(u(a, p, j) == u(b, p, j));
+          differ = differ || u(a, p, j) != u(a, 0, 0);
+        }
+      CHECK(differ);
+      m.run(seed_in);  // reseeding with the same seeds restarts the stream
+      m.run(make(Opcode::kRng, {b}));
+      CHECK(u(b, 2, 3) == u(a, 2, 3));
+      return true;
+    }
   }
   return false;
 }
@@ -666,6 +720,8 @@ TEST_CASE("ISA table: slots", "[isa][table]") {
     const std::string slot0 = info.slots[0].name;
     if (info.op == Opcode::kLoadStationary)
       CHECK(slot0 == "stationary");
+    else if (info.op == Opcode::kSetRngSeed || info.op == Opcode::kRandSetState)
+      CHECK(slot0 == "src_seeds");  // state-setting ops read their only operand
     else
       CHECK(slot0 == "dst");
     CHECK(info.slots[0].written == (slot0 == "dst"));
@@ -1135,6 +1191,13 @@ TEST_CASE("verify: operand rules of the Tier-3 ops", "[isa][verify][tier3]") {
         ErrorCode::kElementCountMismatch);
   CHECK(verify_code(make(Opcode::kNonzeroWithCount, {sb(128, {33}, DType::kFloat32), sb(128, {32}, DType::kFloat32, 256)})) ==
         ErrorCode::kBadDtype);
+  // dropout: prob as an immediate or a (P, 1) operand
+  CHECK(verify_code(make(Opcode::kDropout, {sb(16, {8}), sb(16, {8}, DType::kFloat32, 64)})) ==
+        ErrorCode::kMissingOperand);
+  CHECK(verify_code(make(Opcode::kDropout, {sb(16, {8}), sb(16, {8}, DType::kFloat32, 64), sb(16, {2}, DType::kFloat32, 128)})) ==
+        ErrorCode::kShapeMismatch);
+}
+
 TEST_CASE("execute: nc_n_gather and local_gather reject out-of-range indices", "[isa][tier3]") {
   Machine m;
   const Operand data = m.sbuf_tile(16, {8});

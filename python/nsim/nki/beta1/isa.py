@@ -528,6 +528,15 @@ def sequence_bounds(*, segment_ids, dtype=None, dst=None, **kwargs):
 
 
 
+def dropout(data, prob, *, mask=None, dtype=None, dst=None, **kwargs):
+    """A fresh tile: ``data`` with each element zeroed with probability ``prob`` (no rescaling)."""
+    _check_mask(mask, "nisa.dropout")
+    _tile(data, "dropout")
+    out = dst if dst is not None else _new(data.shape, _dt(dtype, data.dtype))
+    _n.dropout(dst=out, data=data, prob=prob)
+    return None if dst is not None else out
+
+# --------------------------------------------------------------------------------------------------
 # Keyword checking and name= labels (one place: nsim.nki._api). Keywords these functions read from
 # **kwargs (spec §2.1/§2.2 Beta-1 signatures and the new-dialect names they forward) are listed here.
 # --------------------------------------------------------------------------------------------------
@@ -535,7 +544,6 @@ def sequence_bounds(*, segment_ids, dtype=None, dst=None, **kwargs):
 from .._unsupported import install as _install_unsupported  # noqa: E402
 
 _install_unsupported(globals(), 'neuronxcc.nki.isa', {
-    'dropout': 'data, prob, *, mask=None, dtype=None',
     'tensor_copy_dynamic_src': 'src, *, mask=None, dtype=None, engine=None',
     'tensor_copy_dynamic_dst': '*, dst, src, mask=None, dtype=None, engine=None',
     'builtin_custom_op': '*args',
