@@ -20,7 +20,7 @@ constexpr OpInfo make_op(Opcode op, const char* mnemonic, uint8_t engines, Engin
   for (SlotInfo s : slots) {
     const std::string_view n = s.name;
     s.written = (i == 0 && n == "dst") || n == "reduce_res" || n == "dst_idx";
-    s.vector = is_vector_slot(n) || (op == Opcode::kTensorScalar && n == "operand1");
+    s.vector = is_vector_slot(n) || ((op == Opcode::kTensorScalar || op == Opcode::kActivate2) && n == "operand1");
     info.slots[i++] = s;
   }
   return info;
@@ -457,6 +457,30 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
         fail(ErrorCode::kBadDtype, in, where,
              fmt::format("src must be float32 or int32, got {}", dtype_name(in.slot(1).dtype)));
       break;
+    case Opcode::kExponential:
+      fits_registers();
+      break;
+    case Opcode::kActivate2: {
+      fits_registers();
+      need_operand(2, !ignores_operand(in.alu0), kHasImm0, "has_imm0", in.alu0);
+      need_operand(3, !ignores_operand(in.alu1), kHasImm1, "has_imm1", in.alu1);
+      // (op0, op1) in {(multiply, add), (multiply, subtract), (multiply, bypass), (add, bypass),
+      // (subtract, bypass), (bypass, bypass)} (spec nki-api.md 2.4)
+      const AluOp a = in.alu0, b = in.alu1;
+      const bool ok = (a == AluOp::kMultiply && (b == AluOp::kAdd || b == AluOp::kSubtract || b == AluOp::kBypass)) ||
+                      ((a == AluOp::kAdd || a == AluOp::kSubtract || a == AluOp::kBypass) && b == AluOp::kBypass);
+      if (!ok)
+        fail(ErrorCode::kBadImmediate, in, where,
+             fmt::format("(op0, op1) = ({}, {}) is not a supported pair", alu_name(a), alu_name(b)));
+      const int r = in.iimm[0];
+      const AluOp rop = static_cast<AluOp>(r);
+      if (r < 0 || r >= static_cast<int>(AluOp::kAverage) + 1 ||
+          (rop != AluOp::kBypass && rop != AluOp::kAdd && rop != AluOp::kMaximum && rop != AluOp::kMinimum &&
+           rop != AluOp::kAbsMax && rop != AluOp::kAbsMin))
+        fail(ErrorCode::kBadImmediate, in, where,
+             fmt::format("reduce op (iimm[0] = {}) must be add, maximum, minimum, abs_max or abs_min", r));
+      break;
+    }
     case Opcode::kDropout:
       need_operand(2, true, kHasImm0, "has_imm0", AluOp::kBypass);
       break;
@@ -555,6 +579,10 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
   }
   for (int i = info.num_slots; i < kMaxSlots; ++i)
     if (in.slot(i).present()) fail(ErrorCode::kBadImmediate, in, where, fmt::format("unexpected operand #{}", i));
+
+  // gen4-only instructions (spec nki-api.md 2.4).
+  if ((in.op == Opcode::kExponential || in.op == Opcode::kRand2 || in.op == Opcode::kActivate2) && lim.generation < 4)
+    fail(ErrorCode::kBadEngine, in, where, fmt::format("needs gen4 (NeuronCore-v4), the config is gen{}", lim.generation));
 
   // GpSimd has no PSUM access on any generation.
   if (in.engine == Engine::kGpsimd && !is_dma(in.op))
@@ -699,12 +727,14 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
       break;
     case Opcode::kActivation:
     case Opcode::kActivationReduce:
+    case Opcode::kActivate2:
       require_same_elems(1);
       require_vector(2);
       require_vector(3);
       require_vector(4);
       break;
     case Opcode::kTensorScalarReduce:
+    case Opcode::kExponential:
       require_same_elems(1);
       for (int i = 2; i < 5; ++i) require_vector(i);
       break;

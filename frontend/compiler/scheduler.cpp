@@ -262,7 +262,7 @@ struct Scheduler::Impl {
 
   static bool uses_rng(Opcode op) {
     return op == Opcode::kDropout || op == Opcode::kRng || op == Opcode::kSetRngSeed || op == Opcode::kRandSetState ||
-           op == Opcode::kRandGetState;
+           op == Opcode::kRandGetState || op == Opcode::kRand2;
   }
 
   bool uses_acc(int oi, const Instr& in) {

@@ -672,12 +672,112 @@ def test_rng_rejects_float_dst():
         k(np.zeros((4, 4), np.float32))
 
 
+# ---- gen4: exponential, rand2 ------------------------------------------------------------------------
+
+
+def test_exponential_gen4():
+    @nki.jit
+    def k(x, m, init):
+        d = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        d2 = nl.ndarray(x.shape, BF16, buffer=nl.sbuf)
+        rr = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
+        rr2 = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
+        xt = _load(x)
+        nisa.exponential(dst=d, src=xt, max_value=_load(m), reduce_res=rr, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.exponential(d2, xt, 0.5, reduce_res=rr2, reduce_cmd=nisa.reduce_cmd.load_reduce,
+                         reduce_init=_load(init))
+        return _store(d), _store(rr), _store(d2), _store(rr2)
+
+    x = _rand((128, 96), np.float32, seed=50, lo=-3, hi=3)
+    m = x.max(axis=1, keepdims=True)
+    init = _rand((128, 1), np.float32, seed=51)
+    d, rr, d2, rr2 = k.options(config="trn3")(x, m, init)
+    _close(d, np.exp(x - m))
+    _close(rr, np.exp(x - m).sum(axis=1, keepdims=True))
+    e2 = np.exp(x - 0.5)
+    _close(d2, e2, BF16)
+    np.testing.assert_allclose(rr2, init + e2.sum(axis=1, keepdims=True), rtol=1e-5)
+    with pytest.raises(Exception, match="gen4"):
+        k.options(config="trn2")(x, m, init)
+
+
+@pytest.mark.parametrize("pair", [("multiply", "add"), ("multiply", "subtract"), ("add", "bypass"),
+                                  ("bypass", "bypass")])
+def test_activate2_gen4(pair):
+    op0, op1 = pair
+
+    @nki.jit
+    def k(x, b):
+        d = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        d2 = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        rr = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
+        xt = _load(x)
+        nisa.activate2(dst=d, op=nl.exp, data=xt, imm0=0.5, imm1=_load(b), op0=getattr(nl, op0),
+                       op1=getattr(nl, op1), reduce_op=nl.maximum, reduce_res=rr,
+                       reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.activate2(d2, nl.tanh, xt, 0.5, _load(b), getattr(nl, op0), getattr(nl, op1), reverse0=True,
+                       reverse1=True)
+        return _store(d), _store(rr), _store(d2)
+
+    f = {"multiply": lambda a, c: a * c, "add": lambda a, c: a + c, "subtract": lambda a, c: a - c,
+         "bypass": lambda a, c: a}
+    x = _rand((64, 40), np.float32, seed=52)
+    b = _rand((64, 1), np.float32, seed=53)
+    d, rr, d2 = k.options(config="trn3")(x, b)
+    v = f[op1](f[op0](x, np.float32(0.5)), b)
+    _close(d, np.exp(v))
+    _close(rr, np.exp(v).max(axis=1, keepdims=True))
+    vr = f[op0](np.float32(0.5), x) if op0 != "bypass" else x
+    vr = f[op1](b, vr) if op1 != "bypass" else vr
+    _close(d2, np.tanh(vr))
+
+
+def test_activate2_prelu_and_bad_pair():
+    @nki.jit
+    def k(x):
+        d = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        nisa.activate2(dst=d, op=nl.prelu, data=_load(x), imm0=2.0, imm1=None, op0=nl.multiply, op1=None,
+                       relu_param=0.1)
+        return _store(d)
+
+    x = _rand((32, 16), np.float32, seed=54)
+    v = 2 * x
+    _close(k.options(config="trn3")(x), np.where(v > 0, v, 0.1 * v))
+
+    @nki.jit
+    def bad(x):
+        d = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        nisa.activate2(dst=d, op=nl.exp, data=_load(x), imm0=1.0, imm1=1.0, op0=nl.add, op1=nl.add)
+        return _store(d)
+
+    with pytest.raises(Exception, match="not one of"):
+        bad.options(config="trn3")(x)
+
+
+def test_rand2_gen4():
+    @nki.jit
+    def k(seeds):
+        a = nl.ndarray((128, 256), nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray((128, 256), nl.float32, buffer=nl.sbuf)
+        st = _load(seeds)
+        nisa.set_rng_seed(st)
+        nisa.rand2(dst=a, min=-1.0, max=3.0)
+        nisa.set_rng_seed(st)
+        nisa.rand2(b, -1.0, 3.0)
+        return _store(a), _store(b)
+
+    a, b = k.options(config="trn3")(np.array([[42]], np.uint32))
+    np.testing.assert_array_equal(a, b)
+    assert a.min() >= -1.0 and a.max() < 3.0
+    assert abs(a.mean() - 1.0) < 0.05 and abs(a.std() - 4 / np.sqrt(12)) < 0.05
+
+
 # ---- signatures --------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("fn", ["max8", "nc_find_index8", "nc_match_replace8", "tensor_partition_reduce",
                                 "select_reduce", "tensor_scalar_cumulative", "sequence_bounds", "nc_n_gather",
-                                "local_gather", "nonzero_with_count", "dropout", "rng", "set_rng_seed", "rand_set_state",
+                                "local_gather", "nonzero_with_count", "dropout", "rng", "exponential", "rand2", "activate2", "set_rng_seed", "rand_set_state",
                                 "rand_get_state"])
 def test_unknown_keyword_is_a_type_error(fn):
     f = getattr(nisa, fn)

@@ -457,7 +457,8 @@ def test_unsupported_names_raise_nsim_errors(b1, dialect):
     from nsim.nki._unsupported import NotSupportedError
     if dialect == "new":
         jit, L, I = nki.jit, nl, nisa
-        calls = [lambda a: I.topk(a, a, a, 8), lambda a: I.exponential(a, a), lambda a: I.rand2(a, 0.0, 1.0),
+        calls = [lambda a: I.topk(a, a, a, 8), lambda a: I.core_barrier(a, (0, 1)),
+                 lambda a: I.sendrecv(a, a, 1, 1, 0),
                  lambda a: I.dma_compute(a, [a, a], L.add), lambda a: L.rand((128, 8), L.float32)]
     else:
         jit, L, I = b1[0].jit, b1[1], b1[2]

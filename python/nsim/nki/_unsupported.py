@@ -11,12 +11,9 @@ NotSupportedError = type("NotSupportedError", (KernelError,), {
     "__doc__": "An NKI function or feature that nsim does not support yet (code NSIM-E405)."})
 
 _ISA = "the nsim ISA (isa/opcodes.def) has no such instruction, and adding one is a simulator (C++) change"
-_RNG = "the gen4 uniform-float PRNG instruction is not modelled (nsim models gen2/gen3; nisa.rng gives random bits)"
 
 REASONS = {
     # nki.isa, Tier 3 and 0.6-only
-    "exponential": "the gen4 Vector exponential instruction is not modelled (nsim models gen2/gen3 engines)",
-    "activate2": "the gen4 Scalar activate2 instruction is not modelled (nsim models gen2/gen3 engines)",
     "topk": "needs the GpSimd top-k instruction; " + _ISA,
     "quantize_mx": "MX (microscaling) x4-packed fp8/fp4 dtypes and their instructions are not in the nsim ISA",
     "nc_matmul_mx": "MX (microscaling) x4-packed fp8/fp4 dtypes and their instructions are not in the nsim ISA",
@@ -27,7 +24,6 @@ REASONS = {
     "register_move": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
     "register_load": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
     "register_store": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
-    "rand2": _RNG,
     "tensor_copy_dynamic_src": "runtime (SBUF-valued) offsets inside an access are not in the kernel IR yet",
     "tensor_copy_dynamic_dst": "runtime (SBUF-valued) offsets inside an access are not in the kernel IR yet",
     "builtin_custom_op": "custom operators are not supported (spec §2.4)",

@@ -818,6 +818,83 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None, **kw
     return _op("nonzero_with_count", dst=dst, src=src, iimm=[int(index_offset), int(padding_val)])
 
 
+def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.idle, reduce_init=0.0, name=None,
+                **kwargs):
+    """gen4 (VectorE): ``dst = exp(src - max_value)`` (max_value a scalar or a (P, 1) tensor); optional
+    running sum in the VectorE registers into ``reduce_res`` (reset 0, load_reduce ``reduce_init``)."""
+    _t(dst, "dst", "exponential")
+    _t(src, "src", "exponential")
+    fields, imm, flags = {}, {}, []
+    _scalar_or_vector(max_value, "operand0", "exponential", 0, fields, imm, flags, "has_imm0")
+    _scalar_or_vector(reduce_init, "reduce_init", "exponential", 1, fields, imm)
+    if reduce_res is not None:
+        _t(reduce_res, "reduce_res", "exponential")
+    return _op("exponential", dst=dst, src=src, operand0=fields.get("operand0"), reduce_res=reduce_res,
+               reduce_init=fields.get("reduce_init"), reduce_cmd=_rcmd(reduce_cmd), flags=flags, imm=_immlist(imm))
+
+
+_ACT2_PAIRS = {("multiply", "add"), ("multiply", "subtract"), ("multiply", "bypass"), ("add", "bypass"),
+               ("subtract", "bypass"), ("bypass", "bypass")}
+_ACT2_REDUCE = ("add", "maximum", "minimum", "abs_max", "abs_min")
+
+
+def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
+              reduce_res=None, reduce_cmd=reduce_cmd.idle, name=None, **kwargs):
+    """gen4 (ScalarE): ``dst = op(op1(op0(data, imm0), imm1))`` (imm0/imm1 scalars or (P, 1) tensors;
+    reverse flags swap each stage's operands); optional reduction into the ScalarE registers."""
+    _t(dst, "dst", "activate2")
+    _t(data, "data", "activate2")
+    o0 = _nl.alu_name(op0 if op0 is not None else "bypass", "op0")
+    o1 = _nl.alu_name(op1 if op1 is not None else "bypass", "op1")
+    if (o0, o1) not in _ACT2_PAIRS:
+        raise make_error(OperandError, "NSIM-E307", "activate2: (op0, op1) = (nl.{}, nl.{}) is not one of {}".format(
+            o0, o1, sorted(_ACT2_PAIRS)))
+    fields, imm, flags = {}, {}, []
+    if o0 != "bypass":
+        _scalar_or_vector(imm0, "operand0", "activate2", 0, fields, imm, flags, "has_imm0")
+    if o1 != "bypass":
+        _scalar_or_vector(imm1, "operand1", "activate2", 1, fields, imm, flags, "has_imm1")
+    if not _is_scalar(relu_param):
+        raise make_error(OperandError, "NSIM-E305", "activate2: relu_param must be a scalar")
+    if float(relu_param) != 0.0:
+        imm[3] = relu_param
+    rop = None
+    if reduce_op is not None:
+        rop = _nl.alu_name(reduce_op, "reduce_op")
+        if rop not in _ACT2_REDUCE:
+            raise make_error(OperandError, "NSIM-E307", "activate2: reduce_op must be one of {}, got nl.{}".format(
+                ", ".join(_ACT2_REDUCE), rop))
+    if reduce_res is not None:
+        _t(reduce_res, "reduce_res", "activate2")
+    if reverse0:
+        flags.append("reverse0")
+    if reverse1:
+        flags.append("reverse1")
+    iimm = None
+    if rop is not None:
+        iimm = [[a["name"] for a in _alu_table()].index(rop)]
+    return _op("activate2", dst=dst, data=data, operand0=fields.get("operand0"), operand1=fields.get("operand1"),
+               reduce_res=reduce_res, act=_nl.act_name(op), alu0=o0 if o0 != "bypass" else None,
+               alu1=o1 if o1 != "bypass" else None, reduce_cmd=_rcmd(reduce_cmd), flags=flags, imm=_immlist(imm),
+               iimm=iimm)
+
+
+def _alu_table():
+    from .. import _core
+    return [{"name": n} for n in _core.alu_ops()]
+
+
+def rand2(dst, min, max, name=None, **kwargs):  # noqa: A002 - the NKI parameter names
+    """gen4: uniform floats in ``[min, max)`` (scalars) from nsim's deterministic seeded PRNG."""
+    _t(dst, "dst", "rand2")
+    if not (_is_scalar(min) and _is_scalar(max)):
+        raise make_error(KernelError, "NSIM-E404", "rand2: nsim supports scalar min and max only, got {!r} and "
+                         "{!r}".format(min, max))
+    if not float(min) <= float(max):
+        raise make_error(OperandError, "NSIM-E307", "rand2: min {} must not exceed max {}".format(min, max))
+    return _op("rand2", dst=dst, imm=[_fimm(min), _fimm(max)])
+
+
 def dropout(dst, data, prob, name=None, **kwargs):
     """``dst = 0`` with probability ``prob`` (a scalar or a (P, 1) tensor) else ``data``; no rescaling. The
     random numbers come from nsim's deterministic seeded PRNG (``set_rng_seed``), not hardware's."""
@@ -873,8 +950,6 @@ from ._unsupported import stub_class as _stub_class  # noqa: E402
 
 VirtualRegister = _stub_class('nki.isa', 'VirtualRegister')
 _install_unsupported(globals(), 'nki.isa', {
-    'exponential': 'dst, src, max_value=0.0, reduce_res=None, reduce_cmd=None, reduce_init=0.0, name=None',
-    'activate2': 'dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None, reduce_res=None, reduce_cmd=None, name=None',
     'topk': 'val_dst, idx_dst, src, n, name=None',
     'quantize_mx': 'dst, src, dst_scale, name=None',
     'nc_matmul_mx': 'dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, tile_size=None, accumulate=None, name=None',
@@ -885,7 +960,6 @@ _install_unsupported(globals(), 'nki.isa', {
     'register_move': 'dst, src',
     'register_load': 'dst, src',
     'register_store': 'dst, src',
-    'rand2': 'dst, min, max, name=None',
 })
 
 from ._api import publish as _publish  # noqa: E402

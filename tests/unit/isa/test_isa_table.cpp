@@ -79,6 +79,12 @@ Instr make(Opcode op, std::initializer_list<Operand> ops) {
   return in;
 }
 
+Limits gen4() {
+  Limits l = gen3();
+  l.generation = 4;
+  return l;
+}
+
 Instr valid_tensor_tensor() {
   Instr in = make(Opcode::kTensorTensor, {sb(128, {512}), sb(128, {512}, DType::kFloat32, 2048),
                                           sb(128, {512}, DType::kBFloat16, 4096)});
@@ -154,9 +160,9 @@ struct Machine {
       for (int64_t j = 0; j < o.elems_per_partition(); ++j) set(o, p, j, static_cast<float>(10 * p + j + 1));
   }
   /// verify() must accept, then execute() runs.
-  void run(const Instr& in) {
+  void run(const Instr& in, const Limits& lim = gen3()) {
     INFO(disassemble(in));
-    REQUIRE_NOTHROW(verify(in, gen3()));
+    REQUIRE_NOTHROW(verify(in, lim));
     REQUIRE_NOTHROW(execute(in, views(in), st));
   }
 };
@@ -614,6 +620,71 @@ bool smoke(Opcode op) {
       const float want[F + 1] = {100, 102, 103, 105, 106, -1, -1, -1, 5};  // nonzero at j = 0, 2, 3, 5, 6
       for (int64_t j = 0; j <= F; ++j) CHECK(m.get(d, 0, j) == want[j]);
       CHECK(m.get(d, 1, 0) == 77.0f);  // partitions other than 0, 16, ... untouched
+      return true;
+    }
+    case Opcode::kExponential: {
+      const Operand src = m.sbuf_tile(P, {F});
+      const Operand mx = m.sbuf_tile(P, {1});
+      const Operand rr = m.sbuf_tile(P, {1});
+      const Operand d = m.sbuf_tile(P, {F});
+      Instr in = make(op, {d, src, mx, rr});
+      in.reduce_cmd = ReduceCmd::kResetReduce;
+      CHECK(verify_code(in) == ErrorCode::kBadEngine);  // gen4 only
+      m.run(in, gen4());
+      double sum = 0;
+      for (int64_t j = 0; j < F; ++j) sum += std::exp(static_cast<double>(val(2, j) - val(2, 0)));
+      CHECK(m.get(d, 2, 3) == Approx(std::exp(3.0)));
+      CHECK(m.get(rr, 2, 0) == Approx(sum));
+      in.reduce_cmd = ReduceCmd::kLoadReduce;  // init from imm[1], max_value from imm[0]
+      in.opnd[2] = Operand{};
+      in.flags = kHasImm0;
+      in.imm = {1.0f, 10.0f, 1.0f, 0.0f};
+      m.run(in, gen4());
+      double sum2 = 10;
+      for (int64_t j = 0; j < F; ++j) sum2 += std::exp(static_cast<double>(val(1, j) - 1.0));
+      CHECK(m.get(rr, 1, 0) == Approx(sum2));
+      return true;
+    }
+    case Opcode::kActivate2: {
+      const Operand data = m.sbuf_tile(P, {F});
+      const Operand o1 = m.sbuf_tile(P, {1});
+      const Operand rr = m.sbuf_tile(P, {1});
+      const Operand d = m.sbuf_tile(P, {F});
+      Instr in = make(op, {d, data, Operand{}, o1, rr});
+      in.alu0 = AluOp::kMultiply;  // v = data * 0.5 - o1 (reverse1 off)
+      in.alu1 = AluOp::kSubtract;
+      in.flags = kHasImm0;
+      in.imm[0] = 0.5f;
+      in.act = ActFunc::kCopy;
+      in.iimm[0] = static_cast<int32_t>(AluOp::kMaximum);
+      in.reduce_cmd = ReduceCmd::kResetReduce;
+      CHECK(verify_code(in) == ErrorCode::kBadEngine);  // gen4 only
+      m.run(in, gen4());
+      CHECK(m.get(d, 2, 3) == 0.5f * val(2, 3) - val(2, 0));
+      CHECK(m.get(rr, 2, 0) == 0.5f * val(2, 7) - val(2, 0));
+      in.flags = kHasImm0 | kReverse1;  // v = o1 - data * 0.5
+      in.iimm[0] = static_cast<int32_t>(AluOp::kAdd);
+      m.run(in, gen4());
+      CHECK(m.get(d, 1, 2) == val(1, 0) - 0.5f * val(1, 2));
+      in.alu1 = AluOp::kMultiply;  // (multiply, multiply) is not a supported pair
+      CHECK(verify_code(in, gen4()) == ErrorCode::kBadImmediate);
+      return true;
+    }
+    case Opcode::kRand2: {
+      const Operand d = m.sbuf_tile(P, {64});
+      Instr in = make(op, {d});
+      in.imm[0] = -2.0f;
+      in.imm[1] = 3.0f;
+      CHECK(verify_code(in) == ErrorCode::kBadEngine);  // gen4 only
+      m.run(in, gen4());
+      double mean = 0;
+      for (uint32_t p = 0; p < P; ++p)
+        for (int64_t j = 0; j < 64; ++j) {
+          const float y = m.get(d, p, j);
+          CHECK((y >= -2.0f && y < 3.0f));
+          mean += y / (64.0 * P);
+        }
+      CHECK(mean == Approx(0.5).margin(0.3));
       return true;
     }
     case Opcode::kDropout: {
