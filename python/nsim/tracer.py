@@ -922,7 +922,8 @@ class _Eager:
 
 
 _READ_SLOTS = frozenset(("src", "data", "data1", "data2", "operand0", "operand1", "bias", "scale", "stationary",
-                         "moving", "on_true", "predicate", "initial", "data0", "bound0", "bound1", "reduce_init"))
+                         "moving", "on_true", "predicate", "initial", "data0", "bound0", "bound1", "reduce_init",
+                         "vals", "on_false", "segment_ids", "indices", "src_buffer", "index", "src_seeds"))
 _AFFINE_MAX_WRITES = 4096  # writes remembered per (affine loop, tensor): bounds the check's cost
 
 _CHECK_TABLE = None
@@ -1262,7 +1263,7 @@ class Tracer:
                         f.reported = True
                         self._report_affine(stmt, slot, name, f, it, loc, read=True)
                         break
-        for slot in ("dst", "reduce_res"):
+        for slot in ("dst", "reduce_res", "dst_idx"):
             v = stmt.get(slot)
             if v is None:
                 continue
