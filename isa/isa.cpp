@@ -10,7 +10,7 @@ namespace {
 
 constexpr bool is_vector_slot(std::string_view n) {
   return n == "operand0" || n == "bias" || n == "scale" || n == "reduce_res" ||
-         n == "reduce_init" || n == "initial" || n == "bound0" || n == "bound1";
+         n == "reduce_init" || n == "initial" || n == "bound0" || n == "bound1" || n == "on_false";
 }
 
 constexpr OpInfo make_op(Opcode op, const char* mnemonic, uint8_t engines, Engine dflt, CostClass cost,
@@ -19,8 +19,8 @@ constexpr OpInfo make_op(Opcode op, const char* mnemonic, uint8_t engines, Engin
   size_t i = 0;
   for (SlotInfo s : slots) {
     const std::string_view n = s.name;
-    s.written = (i == 0 && op != Opcode::kLoadStationary) || n == "reduce_res";
-    s.vector = is_vector_slot(n) || (op == Opcode::kTensorScalar && n == "operand1");
+    s.written = (i == 0 && n == "dst") || n == "reduce_res" || n == "dst_idx";
+    s.vector = is_vector_slot(n) || ((op == Opcode::kTensorScalar || op == Opcode::kActivate2) && n == "operand1");
     info.slots[i++] = s;
   }
   return info;
@@ -291,6 +291,11 @@ void verify_operand(const Instr& in, const SlotInfo& slot, const Operand& o, con
                      o.space == Space::kHbm ? "of HBM" : "per partition", cap, space_name(o.space)));
 }
 
+// max8 / nc_find_index8 / nc_match_replace8 input sizes and the local_gather index count (spec 2.0, 2.3).
+constexpr int64_t kTop8MinElems = 8;
+constexpr int64_t kTop8MaxElems = 16384;
+constexpr int64_t kLocalGatherMaxIndices = 4096;
+
 /// Ops that take one input (unary arithmetic, invert, bypass) ignore their scalar operand, so it
 /// may be absent (the semantics' ignores_operand).
 bool ignores_operand(AluOp op) {
@@ -337,6 +342,18 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
                 : fmt::format("pattern covers {} elements but dst has {} per partition", total,
                               d.elems_per_partition()));
   };
+  // Element count of slot i must be n / in [lo, hi].
+  auto elems_is = [&](int i, const char* nm, int64_t n) {
+    if (in.slot(i).elems_per_partition() != n)
+      fail(ErrorCode::kElementCountMismatch, in, where,
+           fmt::format("{} needs {} elements per partition, got {}", nm, n, in.slot(i).elems_per_partition()));
+  };
+  auto elems_in = [&](int i, const char* nm, int64_t lo, int64_t hi) {
+    const int64_t n = in.slot(i).elems_per_partition();
+    if (n < lo || n > hi)
+      fail(ErrorCode::kElementCountMismatch, in, where,
+           fmt::format("{} needs {} to {} elements per partition, got {}", nm, lo, hi, n));
+  };
   // The ScalarE/VectorE accumulator registers: one per partition, 128 of them.
   auto fits_registers = [&] {
     if (d.num_partitions > 128)
@@ -362,6 +379,131 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
     case Opcode::kActivation:
     case Opcode::kActivationReduce:
     case Opcode::kRangeSelect: fits_registers(); break;
+    // ---- Tier 3 / section 2.4 ops (spec nki-api.md 2.3, 2.4)
+    case Opcode::kMax8:
+      elems_is(0, "dst", 8);
+      elems_in(1, "src", kTop8MinElems, kTop8MaxElems);
+      break;
+    case Opcode::kNcFindIndex8:
+      elems_is(0, "dst", 8);
+      elems_in(1, "data", kTop8MinElems, kTop8MaxElems);
+      elems_is(2, "vals", 8);
+      break;
+    case Opcode::kNcMatchReplace8:
+      elems_in(1, "data", 1, kTop8MaxElems);
+      elems_is(0, "dst", in.slot(1).elems_per_partition());
+      elems_is(2, "vals", 8);
+      if (in.slot(3).present()) elems_is(3, "dst_idx", 8);
+      break;
+    case Opcode::kTensorPartitionReduce: {
+      const AluOp op = in.alu0;
+      if (op != AluOp::kAdd && op != AluOp::kAverage && op != AluOp::kMaximum && op != AluOp::kMinimum &&
+          op != AluOp::kBitwiseOr && op != AluOp::kBitwiseAnd)
+        fail(ErrorCode::kBadImmediate, in, where,
+             fmt::format("op must be add, average, maximum, minimum, bitwise_or or bitwise_and, got {}", alu_name(op)));
+      if (alu_class(op) == AluClass::kBitVec && (!dtype_is_int(d.dtype) || !dtype_is_int(in.slot(1).dtype)))
+        fail(ErrorCode::kBadDtype, in, where, fmt::format("op {} needs integer dtypes", alu_name(op)));
+      break;
+    }
+    case Opcode::kSelectReduce: {
+      fits_registers();
+      need_operand(3, true, kHasImm0, "has_imm0", AluOp::kBypass);
+      if (in.slot(1).space == Space::kPsum && in.slot(2).space == Space::kPsum)
+        fail(ErrorCode::kBadBuffer, in, where, "predicate and on_true may not both be in psum");
+      const AluOp rop = in.alu1;
+      if (rop != AluOp::kBypass && rop != AluOp::kMaximum && rop != AluOp::kMinimum && rop != AluOp::kAdd)
+        fail(ErrorCode::kBadImmediate, in, where,
+             fmt::format("reduce_op must be maximum, minimum or add, got {}", alu_name(rop)));
+      const DType t = in.slot(2).dtype;
+      if (t == DType::kTFloat32 || t == DType::kInt32 || t == DType::kUInt32)
+        fail(ErrorCode::kBadDtype, in, where, fmt::format("on_true may not be {}", dtype_name(t)));
+      break;
+    }
+    case Opcode::kTensorScalarCumulative: {
+      fits_registers();
+      need_operand(2, !ignores_operand(in.alu0), kHasImm0, "has_imm0", in.alu0);
+      const AluOp op1 = in.alu1;
+      if (op1 != AluOp::kAdd && op1 != AluOp::kSubtract && op1 != AluOp::kMultiply && op1 != AluOp::kMaximum &&
+          op1 != AluOp::kMinimum)
+        fail(ErrorCode::kBadImmediate, in, where,
+             fmt::format("op1 must be add, subtract, multiply, maximum or minimum, got {}", alu_name(op1)));
+      for (int i = 0; i < 2; ++i) {
+        const DType t = in.slot(i).dtype;
+        if (t == DType::kInt32 || t == DType::kUInt32)
+          fail(ErrorCode::kBadDtype, in, where,
+               fmt::format("operand '{}' may not be {}", op_info(in.op).slots[static_cast<size_t>(i)].name,
+                           dtype_name(t)));
+      }
+      break;
+    }
+    case Opcode::kSequenceBounds:
+      if (d.num_partitions != 1 || in.slot(1).num_partitions != 1)
+        fail(ErrorCode::kShapeMismatch, in, where,
+             fmt::format("segment_ids and dst must have 1 partition, got {} and {}", in.slot(1).num_partitions,
+                         d.num_partitions));
+      elems_is(0, "dst", 2 * in.slot(1).elems_per_partition());
+      break;
+    case Opcode::kNcNGather:
+      elems_is(0, "dst", in.slot(2).elems_per_partition());
+      if (d.dtype != in.slot(1).dtype)
+        fail(ErrorCode::kBadDtype, in, where,
+             fmt::format("dst ({}) must have the dtype of data ({})", dtype_name(d.dtype), dtype_name(in.slot(1).dtype)));
+      break;
+    case Opcode::kNonzeroWithCount:
+      elems_is(0, "dst", in.slot(1).elems_per_partition() + 1);
+      if (d.dtype != DType::kInt32)
+        fail(ErrorCode::kBadDtype, in, where, fmt::format("dst must be int32, got {}", dtype_name(d.dtype)));
+      if (in.slot(1).dtype != DType::kInt32 && in.slot(1).dtype != DType::kFloat32)
+        fail(ErrorCode::kBadDtype, in, where,
+             fmt::format("src must be float32 or int32, got {}", dtype_name(in.slot(1).dtype)));
+      break;
+    case Opcode::kExponential:
+      fits_registers();
+      break;
+    case Opcode::kActivate2: {
+      fits_registers();
+      need_operand(2, !ignores_operand(in.alu0), kHasImm0, "has_imm0", in.alu0);
+      need_operand(3, !ignores_operand(in.alu1), kHasImm1, "has_imm1", in.alu1);
+      // (op0, op1) in {(multiply, add), (multiply, subtract), (multiply, bypass), (add, bypass),
+      // (subtract, bypass), (bypass, bypass)} (spec nki-api.md 2.4)
+      const AluOp a = in.alu0, b = in.alu1;
+      const bool ok = (a == AluOp::kMultiply && (b == AluOp::kAdd || b == AluOp::kSubtract || b == AluOp::kBypass)) ||
+                      ((a == AluOp::kAdd || a == AluOp::kSubtract || a == AluOp::kBypass) && b == AluOp::kBypass);
+      if (!ok)
+        fail(ErrorCode::kBadImmediate, in, where,
+             fmt::format("(op0, op1) = ({}, {}) is not a supported pair", alu_name(a), alu_name(b)));
+      const int r = in.iimm[0];
+      const AluOp rop = static_cast<AluOp>(r);
+      if (r < 0 || r >= static_cast<int>(AluOp::kAverage) + 1 ||
+          (rop != AluOp::kBypass && rop != AluOp::kAdd && rop != AluOp::kMaximum && rop != AluOp::kMinimum &&
+           rop != AluOp::kAbsMax && rop != AluOp::kAbsMin))
+        fail(ErrorCode::kBadImmediate, in, where,
+             fmt::format("reduce op (iimm[0] = {}) must be add, maximum, minimum, abs_max or abs_min", r));
+      break;
+    }
+    case Opcode::kDropout:
+      need_operand(2, true, kHasImm0, "has_imm0", AluOp::kBypass);
+      break;
+    case Opcode::kLocalGather: {
+      const int64_t e = in.iimm[0];
+      if (e != 1 && e != 2 && e != 4 && e != 8 && e != 16 && e != 32)
+        fail(ErrorCode::kBadImmediate, in, where, fmt::format("num_elem_per_idx must be 1, 2, 4, 8, 16 or 32, got {}", e));
+      if (d.num_partitions % 16 != 0)
+        fail(ErrorCode::kShapeMismatch, in, where,
+             fmt::format("partitions must be a multiple of 16, got {}", d.num_partitions));
+      const int64_t all = 16 * in.slot(2).elems_per_partition();
+      const int64_t nv = in.iimm[1] == 0 ? all : in.iimm[1];
+      if (nv < 1 || nv > all || nv > kLocalGatherMaxIndices)
+        fail(ErrorCode::kBadImmediate, in, where,
+             fmt::format("num_valid_indices {} must be in [1, {}] (16 x index elements per partition, at most {})", nv,
+                         std::min(all, kLocalGatherMaxIndices), kLocalGatherMaxIndices));
+      elems_is(0, "dst", nv * e);
+      if (d.dtype != in.slot(1).dtype)
+        fail(ErrorCode::kBadDtype, in, where,
+             fmt::format("dst ({}) must have the dtype of src_buffer ({})", dtype_name(d.dtype),
+                         dtype_name(in.slot(1).dtype)));
+      break;
+    }
     case Opcode::kTensorReduce: {
       const Operand& data = in.slot(1);
       const int nf = data.nfree;
@@ -437,6 +579,10 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
   }
   for (int i = info.num_slots; i < kMaxSlots; ++i)
     if (in.slot(i).present()) fail(ErrorCode::kBadImmediate, in, where, fmt::format("unexpected operand #{}", i));
+
+  // gen4-only instructions (spec nki-api.md 2.4).
+  if ((in.op == Opcode::kExponential || in.op == Opcode::kRand2 || in.op == Opcode::kActivate2) && lim.generation < 4)
+    fail(ErrorCode::kBadEngine, in, where, fmt::format("needs gen4 (NeuronCore-v4), the config is gen{}", lim.generation));
 
   // GpSimd has no PSUM access on any generation.
   if (in.engine == Engine::kGpsimd && !is_dma(in.op))
@@ -545,6 +691,12 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
       }
       if (in.op == Opcode::kNcStreamShuffle) require_same_elems(1);
       break;
+    case Opcode::kTensorPartitionReduce:  // a reduction across partitions: dst is one row
+      if (d.num_partitions != 1)
+        fail(ErrorCode::kPartitionMismatch, in, where,
+             fmt::format("dst must have 1 partition (the reduction across partitions), got {}", d.num_partitions));
+      require_same_elems(1);
+      break;
     default:
       for (int i = 1; i < info.num_slots; ++i) require_same_partitions(i);
       break;
@@ -560,6 +712,9 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
     case Opcode::kTensorCopyPredicated:
     case Opcode::kRangeSelect:
     case Opcode::kAffineSelect:
+    case Opcode::kSelectReduce:
+    case Opcode::kTensorScalarCumulative:
+    case Opcode::kDropout:
       for (int i = 1; i < info.num_slots; ++i) {
         if (info.slots[static_cast<size_t>(i)].vector) require_vector(i);
         else require_same_elems(i);
@@ -572,12 +727,14 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
       break;
     case Opcode::kActivation:
     case Opcode::kActivationReduce:
+    case Opcode::kActivate2:
       require_same_elems(1);
       require_vector(2);
       require_vector(3);
       require_vector(4);
       break;
     case Opcode::kTensorScalarReduce:
+    case Opcode::kExponential:
       require_same_elems(1);
       for (int i = 2; i < 5; ++i) require_vector(i);
       break;

@@ -14,7 +14,8 @@ StreamCost scalar_cost(const CoreParams& p, const isa::Instr& in) {
   s.passes = 1;  // ScalarE reads one tensor input per instruction
   switch (in.op) {
     case Opcode::kActivation:
-    case Opcode::kActivationReduce: {
+    case Opcode::kActivationReduce:
+    case Opcode::kActivate2: {  // the same pipeline: one activation pass, + MIN_II with a reduction
       const bool reduces = in.op == Opcode::kActivationReduce || in.slot(4).present() ||
                            in.reduce_cmd == ReduceCmd::kReduce || in.reduce_cmd == ReduceCmd::kResetReduce;
       c.busy = stream_busy(s, mi, 1.0, 1.0) + (reduces ? mi : 0.0);

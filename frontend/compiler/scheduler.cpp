@@ -92,6 +92,7 @@ struct Scheduler::Impl {
   std::vector<std::array<Ps, isa::kNumEngines>> op_cost;  ///< per op and engine; -1 = not estimated yet
   std::vector<char> op_uses_acc;
   std::array<uint64_t, isa::kNumEngines> last_acc{};  ///< seq + 1 of the last accumulator user per engine
+  uint64_t last_rng = 0;  ///< seq + 1 of the last PRNG-state user (any engine: set_rng_seed seeds two)
   uint64_t last_stationary = 0;                        ///< seq + 1 of the last raw load_stationary/multiply_moving
   std::unordered_map<int, uint64_t> last_in_group;     ///< order group -> seq + 1 of its last instruction
   // with_schedule: op -> the ops it runs after; op -> seq + 1 of its latest instruction.
@@ -259,9 +260,15 @@ struct Scheduler::Impl {
     return m;
   }
 
+  static bool uses_rng(Opcode op) {
+    return op == Opcode::kDropout || op == Opcode::kRng || op == Opcode::kSetRngSeed || op == Opcode::kRandSetState ||
+           op == Opcode::kRandGetState || op == Opcode::kRand2;
+  }
+
   bool uses_acc(int oi, const Instr& in) {
     if (oi >= 0 && op_uses_acc[static_cast<size_t>(oi)]) return op_uses_acc[static_cast<size_t>(oi)] == 2;
-    bool r = in.reduce_cmd != isa::ReduceCmd::kIdle;
+    // tensor_scalar_cumulative scans through the registers whatever its reduce_cmd
+    bool r = in.reduce_cmd != isa::ReduceCmd::kIdle || in.op == Opcode::kTensorScalarCumulative;
     const isa::OpInfo& info = isa::op_info(in.op);
     for (int i = 0; i < info.num_slots; ++i)
       if (in.slot(i).present() && std::string_view(info.slots[static_cast<size_t>(i)].name) == "reduce_res") r = true;
@@ -337,6 +344,10 @@ struct Scheduler::Impl {
       uint64_t& l = last_acc[static_cast<size_t>(head.engine)];
       if (l) add_edge(l - 1, x);
       l = x.seq + 1;
+    }
+    if (uses_rng(head.op)) {  // the PRNG state: its users stay in program order
+      if (last_rng) add_edge(last_rng - 1, x);
+      last_rng = x.seq + 1;
     }
     if (oi >= 0) {
       const Op& op = k.ops[static_cast<size_t>(oi)];

@@ -93,6 +93,18 @@ void require_vector(const Instr& in, const TileView& v, const char* name, const 
 /// Throws kShapeMismatch unless the pattern's product of nums equals `elems`.
 void iota_row(const Instr& in, uint32_t p, int64_t elems, int64_t* out);
 
+// ---- PRNG (rng, dropout, set_rng_seed, rand_set_state, rand_get_state) -----------------------
+/// Next 64 random bits of an engine's stream (splitmix64 of a Weyl counter).
+inline uint64_t rng_next(uint64_t& s) {
+  s += 0x9E3779B97F4A7C15ull;
+  uint64_t z = s;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+/// Uniform float in [0, 1) from the top 24 bits.
+inline float rng_uniform(uint64_t& s) { return static_cast<float>(rng_next(s) >> 40) * (1.0f / 16777216.0f); }
+
 // ---- ScalarE activation shared by activation and activation_reduce --------------------------
 void activation_impl(const Instr& in, const Views& v, ArchState& st, ReduceCmd cmd);
 

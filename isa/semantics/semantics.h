@@ -43,6 +43,10 @@ struct ArchState {
   Eigen::MatrixXf stationary;           ///< PE array weights, K x M, loaded by load_stationary
   DType stationary_dtype = DType::kBFloat16;
   uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+  /// PRNG state of each engine (rng, dropout, set_rng_seed, rand_set_state / rand_get_state; indexed by
+  /// Engine). A counter-based splitmix64 stream: deterministic, not bit-compatible with hardware XORWOW.
+  std::array<uint64_t, kNumEngines> rng{0x9E3779B97F4A7C15ull, 0x9E3779B97F4A7C15ull, 0x9E3779B97F4A7C15ull,
+                                        0x9E3779B97F4A7C15ull, 0x9E3779B97F4A7C15ull};
 };
 
 /// Views indexed like the opcode's slots (absent optional slots have base == nullptr).

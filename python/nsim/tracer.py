@@ -836,7 +836,7 @@ def emit(stmt):
 
 _SLOT_KEYS = ("dst", "src", "data", "data1", "data2", "operand0", "operand1", "bias", "scale", "reduce_res",
               "stationary", "moving", "on_true", "predicate", "initial", "data0", "bound0", "bound1",
-              "reduce_init")
+              "reduce_init", "vals", "dst_idx", "on_false", "segment_ids", "indices", "src_buffer", "index", "src_seeds")
 
 
 def device_print(prefix, tensor):
@@ -917,7 +917,8 @@ class _Eager:
 
 
 _READ_SLOTS = frozenset(("src", "data", "data1", "data2", "operand0", "operand1", "bias", "scale", "stationary",
-                         "moving", "on_true", "predicate", "initial", "data0", "bound0", "bound1", "reduce_init"))
+                         "moving", "on_true", "predicate", "initial", "data0", "bound0", "bound1", "reduce_init",
+                         "vals", "on_false", "segment_ids", "indices", "src_buffer", "index", "src_seeds"))
 _AFFINE_MAX_WRITES = 4096  # writes remembered per (affine loop, tensor): bounds the check's cost
 
 _CHECK_TABLE = None
@@ -1222,7 +1223,7 @@ class Tracer:
         is_mm = stmt["op"] == "nc_matmul"
         for slot, v in self._operands(stmt):
             name = v if isinstance(v, str) else v["tensor"]
-            if slot == "dst":
+            if slot in ("dst", "dst_idx"):
                 self.written.add(name)
             else:
                 self.read.add(name)
@@ -1257,7 +1258,7 @@ class Tracer:
                         f.reported = True
                         self._report_affine(stmt, slot, name, f, it, loc, read=True)
                         break
-        for slot in ("dst", "reduce_res"):
+        for slot in ("dst", "reduce_res", "dst_idx"):
             v = stmt.get(slot)
             if v is None:
                 continue

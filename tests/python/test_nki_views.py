@@ -457,12 +457,13 @@ def test_unsupported_names_raise_nsim_errors(b1, dialect):
     from nsim.nki._unsupported import NotSupportedError
     if dialect == "new":
         jit, L, I = nki.jit, nl, nisa
-        calls = [lambda a: I.max8(a, a), lambda a: I.nc_find_index8(a, a, a), lambda a: I.local_gather(a, a, a),
-                 lambda a: I.dropout(a, a, 0.5), lambda a: L.rand((128, 8), L.float32)]
+        calls = [lambda a: I.topk(a, a, a, 8), lambda a: I.core_barrier(a, (0, 1)),
+                 lambda a: I.sendrecv(a, a, 1, 1, 0),
+                 lambda a: I.dma_compute(a, [a, a], L.add), lambda a: L.rand((128, 8), L.float32)]
     else:
         jit, L, I = b1[0].jit, b1[1], b1[2]
-        calls = [lambda a: I.max8(src=a), lambda a: I.nc_find_index8(data=a, vals=a), lambda a: I.local_gather(a, a),
-                 lambda a: I.dropout(a, 0.5), lambda a: L.rand((128, 8))]
+        calls = [lambda a: I.tensor_copy_dynamic_src(a), lambda a: I.tensor_copy_dynamic_dst(dst=a, src=a),
+                 lambda a: I.builtin_custom_op(a), lambda a: L.rand((128, 8))]
     for fn in calls:
         @jit
         def k(a):

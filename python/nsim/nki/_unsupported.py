@@ -7,26 +7,10 @@ from __future__ import annotations
 from ..tracer import NotSupportedError, make_error  # noqa: F401  (NotSupportedError is re-exported)
 
 _ISA = "the nsim ISA (isa/opcodes.def) has no such instruction, and adding one is a simulator (C++) change"
-_RNG = "needs a random-number generator instruction; " + _ISA
 
 REASONS = {
     # nki.isa, Tier 3 and 0.6-only
-    "max8": "needs the Vector top-8 (max8) instruction; " + _ISA,
-    "nc_find_index8": "needs the Vector find-index-8 instruction; " + _ISA,
-    "nc_match_replace8": "needs the Vector match-and-replace-8 instruction; " + _ISA,
-    "local_gather": "needs the GpSimd local-gather (per-partition indexed read) instruction; " + _ISA,
-    "nc_n_gather": "needs the GpSimd gather instruction; " + _ISA,
-    "tensor_partition_reduce": "a reduction across partitions; composable from nc_transpose + tensor_reduce but "
-                               "not written yet",
-    "select_reduce": "needs the Vector select-with-reduce instruction (predicated select feeding the VectorE "
-                     "accumulator registers); " + _ISA,
-    "sequence_bounds": "needs the GpSimd segment-bounds instruction; " + _ISA,
-    "tensor_scalar_cumulative": "needs the Vector cumulative tensor_scalar mode (scan through the accumulator "
-                                "registers); " + _ISA,
-    "exponential": "the gen4 Vector exponential instruction is not modelled (nsim models gen2/gen3 engines)",
-    "activate2": "the gen4 Scalar activate2 instruction is not modelled (nsim models gen2/gen3 engines)",
     "topk": "needs the GpSimd top-k instruction; " + _ISA,
-    "nonzero_with_count": "needs the GpSimd nonzero-with-count instruction; " + _ISA,
     "quantize_mx": "MX (microscaling) x4-packed fp8/fp4 dtypes and their instructions are not in the nsim ISA",
     "nc_matmul_mx": "MX (microscaling) x4-packed fp8/fp4 dtypes and their instructions are not in the nsim ISA",
     "sendrecv": "LNC=2 launches (two cooperating cores) are not simulated yet",
@@ -36,21 +20,16 @@ REASONS = {
     "register_move": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
     "register_load": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
     "register_store": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
-    "dropout": _RNG,
-    "rng": _RNG,
-    "rand2": _RNG,
-    "set_rng_seed": _RNG,
-    "rand_set_state": _RNG,
-    "rand_get_state": _RNG,
     "tensor_copy_dynamic_src": "runtime (SBUF-valued) offsets inside an access are not in the kernel IR yet",
     "tensor_copy_dynamic_dst": "runtime (SBUF-valued) offsets inside an access are not in the kernel IR yet",
     "builtin_custom_op": "custom operators are not supported (spec §2.4)",
     # nki.language
-    "rand": _RNG,
-    "random_seed": _RNG,
+    "rand": "not written yet on top of the PRNG instructions (use nisa.rng / nisa.dropout, seeded by "
+            "nisa.set_rng_seed)",
+    "random_seed": "not written yet on top of the PRNG instructions (use nisa.set_rng_seed)",
     "atomic_rmw": "needs indirect (tile-valued) indices on HBM accesses, which the kernel IR does not have yet",
     "all_reduce": "collectives across SPMD programs are out of nsim's scope (spec §3.6)",
-    "gather_flattened": "needs the GpSimd gather instruction; " + _ISA,
+    "gather_flattened": "not written yet on top of the GpSimd gather (use nisa.nc_n_gather)",
     "loop_reduce": "not written yet (the reduction happens inside the item assignment); write "
                    "T[idx] = op(T[idx], x) instead",
     "VirtualRegister": "sequencer registers (VirtualRegister) are not in the kernel IR yet",

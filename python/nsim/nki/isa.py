@@ -627,6 +627,320 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
 
 
 # --------------------------------------------------------------------------------------------------
+# Tier 3 (§2.3) and §2.4
+# --------------------------------------------------------------------------------------------------
+
+_TOP8_MIN, _TOP8_MAX = 8, 16384
+
+
+def _pe(x):
+    """Elements per partition of a view."""
+    return int(x.size // x.shape[0]) if x.shape[0] else 0
+
+
+def _top8_src(x, slot, what, lo=_TOP8_MIN):
+    n = _pe(x)
+    if not lo <= n <= _TOP8_MAX:
+        raise make_error(OperandError, "NSIM-E304", "{}: {} needs {} to {} elements per partition, got {}".format(
+            what, slot, lo, _TOP8_MAX, n))
+
+
+def _eight(x, slot, what):
+    if _pe(x) != 8:
+        raise make_error(OperandError, "NSIM-E304", "{}: {} needs 8 elements per partition, got shape {}".format(
+            what, slot, tuple(x.shape)))
+
+
+def max8(dst, src, name=None, **kwargs):
+    """``dst[p, :8]`` = the 8 largest values of the flattened ``src[p]``, descending (duplicates kept)."""
+    _t(dst, "dst", "max8")
+    _t(src, "src", "max8")
+    _top8_src(src, "src", "max8")
+    _eight(dst, "dst", "max8")
+    return _op("max8", dst=dst, src=src)
+
+
+def nc_find_index8(dst, data, vals, name=None, **kwargs):
+    """``dst[p, i]`` = index of the first not yet taken ``vals[p, i]`` in the flattened ``data[p]``
+    (not found: all ones)."""
+    _t(dst, "dst", "nc_find_index8")
+    _t(data, "data", "nc_find_index8")
+    _t(vals, "vals", "nc_find_index8")
+    _top8_src(data, "data", "nc_find_index8")
+    _eight(vals, "vals", "nc_find_index8")
+    _eight(dst, "dst", "nc_find_index8")
+    if np.dtype(dst.dtype) not in (np.dtype(np.uint32), np.dtype(np.uint16)):
+        raise make_error(OperandError, "NSIM-E302", "nc_find_index8: dst must be uint32 or uint16, got {}".format(
+            np.dtype(dst.dtype)))
+    return _op("nc_find_index8", dst=dst, data=data, vals=vals)
+
+
+def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None, **kwargs):
+    """``dst = data`` with, for i = 7 down to 0, the first element equal to ``vals[p, i]`` replaced by
+    ``imm`` (its index into ``dst_idx[p, i]``)."""
+    _t(dst, "dst", "nc_match_replace8")
+    _t(data, "data", "nc_match_replace8")
+    _t(vals, "vals", "nc_match_replace8")
+    _top8_src(data, "data", "nc_match_replace8", lo=1)
+    _eight(vals, "vals", "nc_match_replace8")
+    if not _is_scalar(imm):
+        raise make_error(OperandError, "NSIM-E305", "nc_match_replace8: imm must be a scalar, got {!r}".format(imm))
+    if dst_idx is not None:
+        _t(dst_idx, "dst_idx", "nc_match_replace8")
+        _eight(dst_idx, "dst_idx", "nc_match_replace8")
+    return _op("nc_match_replace8", dst=dst, data=data, vals=vals, dst_idx=dst_idx, imm=[_fimm(imm)])
+
+
+_PART_REDUCE = ("add", "average", "maximum", "minimum", "bitwise_or", "bitwise_and")
+
+
+def tensor_partition_reduce(dst, op, data, name=None, **kwargs):
+    """``dst[0, f...] = op`` over the partitions of ``data[:, f...]`` (GpSimd)."""
+    _t(dst, "dst", "tensor_partition_reduce")
+    _t(data, "data", "tensor_partition_reduce")
+    o = _nl.alu_name(op)
+    if o not in _PART_REDUCE:
+        raise make_error(OperandError, "NSIM-E307", "tensor_partition_reduce: op must be one of {}, got nl.{}".format(
+            ", ".join(_PART_REDUCE), o))
+    return _op("tensor_partition_reduce", dst=dst, data=data, alu0=o)
+
+
+def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                  reduce_op=None, reverse_pred=False, name=None, **kwargs):
+    """``dst = where((predicate != 0) != reverse_pred, on_true, on_false)``; optional max-reduction of the
+    row through the VectorE registers into ``reduce_res``."""
+    _t(dst, "dst", "select_reduce")
+    _t(predicate, "predicate", "select_reduce")
+    _t(on_true, "on_true", "select_reduce")
+    fields, imm, flags = {}, {}, []
+    _scalar_or_vector(on_false, "on_false", "select_reduce", 0, fields, imm, flags, "has_imm0")
+    rop = _nl.alu_name(reduce_op if reduce_op is not None else "maximum", "reduce_op")
+    if rop not in ("maximum", "minimum", "add"):
+        raise make_error(OperandError, "NSIM-E307", "select_reduce: reduce_op must be nl.maximum, got nl.{}".format(
+            rop))
+    if reduce_res is not None:
+        _t(reduce_res, "reduce_res", "select_reduce")
+    if reverse_pred:
+        flags.append("reverse_pred")
+    return _op("select_reduce", dst=dst, predicate=predicate, on_true=on_true, on_false=fields.get("on_false"),
+               reduce_res=reduce_res, alu1=rop if rop != "maximum" else None, reduce_cmd=_rcmd(reduce_cmd),
+               flags=flags, imm=_immlist(imm))
+
+
+_CUMUL_OPS = ("add", "subtract", "multiply", "maximum", "minimum")
+
+
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce, name=None,
+                             **kwargs):
+    """Scan through the VectorE registers: ``reg = op1(op0(src[i], imm0), reg); dst[i] = reg``."""
+    _t(dst, "dst", "tensor_scalar_cumulative")
+    _t(src, "src", "tensor_scalar_cumulative")
+    fields, imm, flags = {}, {}, []
+    _scalar_or_vector(imm0, "operand0", "tensor_scalar_cumulative", 0, fields, imm, flags, "has_imm0")
+    o1 = _nl.alu_name(op1, "op1")
+    if o1 not in _CUMUL_OPS:
+        raise make_error(OperandError, "NSIM-E307", "tensor_scalar_cumulative: op1 must be one of {}, got "
+                         "nl.{}".format(", ".join(_CUMUL_OPS), o1))
+    cmd = _rcmd(reduce_cmd)
+    if cmd == "load_reduce" and imm1 is None:
+        raise make_error(OperandError, "NSIM-E305", "tensor_scalar_cumulative: reduce_cmd=load_reduce needs imm1")
+    _scalar_or_vector(imm1, "reduce_init", "tensor_scalar_cumulative", 1, fields, imm)
+    for x, slot in ((dst, "dst"), (src, "src")):
+        if np.dtype(x.dtype) in (np.dtype(np.int32), np.dtype(np.uint32)):
+            raise make_error(OperandError, "NSIM-E302", "tensor_scalar_cumulative: {} may not be {}".format(
+                slot, np.dtype(x.dtype)))
+    return _op("tensor_scalar_cumulative", dst=dst, src=src, operand0=fields.get("operand0"),
+               reduce_init=fields.get("reduce_init"), alu0=_nl.alu_name(op0, "op0"), alu1=o1, reduce_cmd=cmd,
+               flags=flags, imm=_immlist(imm))
+
+
+def sequence_bounds(dst, segment_ids, name=None, **kwargs):
+    """``segment_ids (1, n)`` -> ``dst (1, 2, n)``: start / end (exclusive) of each element's run of equal
+    ids; id 0 (padding) -> (n, -1)."""
+    _t(dst, "dst", "sequence_bounds")
+    _t(segment_ids, "segment_ids", "sequence_bounds")
+    if segment_ids.shape[0] != 1 or dst.shape[0] != 1:
+        raise make_error(OperandError, "NSIM-E303", "sequence_bounds: segment_ids and dst need 1 partition, got "
+                         "shapes {} and {}".format(tuple(segment_ids.shape), tuple(dst.shape)))
+    n = _pe(segment_ids)
+    if _pe(dst) != 2 * n:
+        raise make_error(OperandError, "NSIM-E304", "sequence_bounds: dst must be (1, 2, {}), got {}".format(
+            n, tuple(dst.shape)))
+    return _op("sequence_bounds", dst=dst, segment_ids=segment_ids)
+
+
+def nc_n_gather(dst, data, indices, name=None, **kwargs):
+    """``dst[p, j] = data_flat[p, indices[p, j]]`` (GpSimd; dst dtype = data dtype)."""
+    _t(dst, "dst", "nc_n_gather")
+    _t(data, "data", "nc_n_gather")
+    _t(indices, "indices", "nc_n_gather")
+    return _op("nc_n_gather", dst=dst, data=data, indices=indices)
+
+
+def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None, **kwargs):
+    """Per group of 16 partitions: gather ``num_elem_per_idx`` elements of each partition's ``src_buffer``
+    at the group's indices (column-major over the group's ``index`` rows)."""
+    _t(dst, "dst", "local_gather")
+    _t(src_buffer, "src_buffer", "local_gather")
+    _t(index, "index", "local_gather")
+    e = int(num_elem_per_idx)
+    if e not in (1, 2, 4, 8, 16, 32):
+        raise make_error(OperandError, "NSIM-E307", "local_gather: num_elem_per_idx must be 1, 2, 4, 8, 16 or 32, "
+                         "got {}".format(num_elem_per_idx))
+    if src_buffer.shape[0] != index.shape[0] or src_buffer.shape[0] % 16:
+        raise make_error(OperandError, "NSIM-E303", "local_gather: src_buffer and index need the same partition "
+                         "count, a multiple of 16 (got {} and {})".format(src_buffer.shape[0], index.shape[0]))
+    nall = 16 * _pe(index)
+    nv = nall if num_valid_indices is None else int(num_valid_indices)
+    if not 1 <= nv <= min(nall, 4096):
+        raise make_error(OperandError, "NSIM-E307", "local_gather: num_valid_indices {} must be in [1, {}]".format(
+            nv, min(nall, 4096)))
+    return _op("local_gather", dst=dst, src_buffer=src_buffer, index=index, iimm=[e, 0 if nv == nall else nv])
+
+
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None, **kwargs):
+    """Partitions 0, 16, ..., 112 only: ``dst[p, :T]`` = indices (+ ``index_offset``) of the nonzero
+    ``src[p, :]`` then ``padding_val``; ``dst[p, T]`` = their count (gen3+, GpSimd)."""
+    _t(dst, "dst", "nonzero_with_count")
+    _t(src, "src", "nonzero_with_count")
+    if get_nc_version() < nc_version.gen3:
+        raise make_error(KernelError, "NSIM-E404", "nonzero_with_count needs gen3 or later (nc_version {})".format(
+            int(get_nc_version())))
+    if np.dtype(dst.dtype) != np.dtype(np.int32):
+        raise make_error(OperandError, "NSIM-E302", "nonzero_with_count: dst must be int32, got {}".format(
+            np.dtype(dst.dtype)))
+    if np.dtype(src.dtype) not in (np.dtype(np.int32), np.dtype(np.float32)):
+        raise make_error(OperandError, "NSIM-E302", "nonzero_with_count: src must be float32 or int32, got "
+                         "{}".format(np.dtype(src.dtype)))
+    if _pe(dst) != _pe(src) + 1:
+        raise make_error(OperandError, "NSIM-E304", "nonzero_with_count: dst needs {} elements per partition "
+                         "(src's + 1), got {}".format(_pe(src) + 1, _pe(dst)))
+    return _op("nonzero_with_count", dst=dst, src=src, iimm=[int(index_offset), int(padding_val)])
+
+
+def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.idle, reduce_init=0.0, name=None,
+                **kwargs):
+    """gen4 (VectorE): ``dst = exp(src - max_value)`` (max_value a scalar or a (P, 1) tensor); optional
+    running sum in the VectorE registers into ``reduce_res`` (reset 0, load_reduce ``reduce_init``)."""
+    _t(dst, "dst", "exponential")
+    _t(src, "src", "exponential")
+    fields, imm, flags = {}, {}, []
+    _scalar_or_vector(max_value, "operand0", "exponential", 0, fields, imm, flags, "has_imm0")
+    _scalar_or_vector(reduce_init, "reduce_init", "exponential", 1, fields, imm)
+    if reduce_res is not None:
+        _t(reduce_res, "reduce_res", "exponential")
+    return _op("exponential", dst=dst, src=src, operand0=fields.get("operand0"), reduce_res=reduce_res,
+               reduce_init=fields.get("reduce_init"), reduce_cmd=_rcmd(reduce_cmd), flags=flags, imm=_immlist(imm))
+
+
+_ACT2_PAIRS = {("multiply", "add"), ("multiply", "subtract"), ("multiply", "bypass"), ("add", "bypass"),
+               ("subtract", "bypass"), ("bypass", "bypass")}
+_ACT2_REDUCE = ("add", "maximum", "minimum", "abs_max", "abs_min")
+
+
+def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
+              reduce_res=None, reduce_cmd=reduce_cmd.idle, name=None, **kwargs):
+    """gen4 (ScalarE): ``dst = op(op1(op0(data, imm0), imm1))`` (imm0/imm1 scalars or (P, 1) tensors;
+    reverse flags swap each stage's operands); optional reduction into the ScalarE registers."""
+    _t(dst, "dst", "activate2")
+    _t(data, "data", "activate2")
+    o0 = _nl.alu_name(op0 if op0 is not None else "bypass", "op0")
+    o1 = _nl.alu_name(op1 if op1 is not None else "bypass", "op1")
+    if (o0, o1) not in _ACT2_PAIRS:
+        raise make_error(OperandError, "NSIM-E307", "activate2: (op0, op1) = (nl.{}, nl.{}) is not one of {}".format(
+            o0, o1, sorted(_ACT2_PAIRS)))
+    fields, imm, flags = {}, {}, []
+    if o0 != "bypass":
+        _scalar_or_vector(imm0, "operand0", "activate2", 0, fields, imm, flags, "has_imm0")
+    if o1 != "bypass":
+        _scalar_or_vector(imm1, "operand1", "activate2", 1, fields, imm, flags, "has_imm1")
+    if not _is_scalar(relu_param):
+        raise make_error(OperandError, "NSIM-E305", "activate2: relu_param must be a scalar")
+    if float(relu_param) != 0.0:
+        imm[3] = relu_param
+    rop = None
+    if reduce_op is not None:
+        rop = _nl.alu_name(reduce_op, "reduce_op")
+        if rop not in _ACT2_REDUCE:
+            raise make_error(OperandError, "NSIM-E307", "activate2: reduce_op must be one of {}, got nl.{}".format(
+                ", ".join(_ACT2_REDUCE), rop))
+    if reduce_res is not None:
+        _t(reduce_res, "reduce_res", "activate2")
+    if reverse0:
+        flags.append("reverse0")
+    if reverse1:
+        flags.append("reverse1")
+    iimm = None
+    if rop is not None:
+        iimm = [[a["name"] for a in _alu_table()].index(rop)]
+    return _op("activate2", dst=dst, data=data, operand0=fields.get("operand0"), operand1=fields.get("operand1"),
+               reduce_res=reduce_res, act=_nl.act_name(op), alu0=o0 if o0 != "bypass" else None,
+               alu1=o1 if o1 != "bypass" else None, reduce_cmd=_rcmd(reduce_cmd), flags=flags, imm=_immlist(imm),
+               iimm=iimm)
+
+
+def _alu_table():
+    from .. import _core
+    return [{"name": n} for n in _core.alu_ops()]
+
+
+def rand2(dst, min, max, name=None, **kwargs):  # noqa: A002 - the NKI parameter names
+    """gen4: uniform floats in ``[min, max)`` (scalars) from nsim's deterministic seeded PRNG."""
+    _t(dst, "dst", "rand2")
+    if not (_is_scalar(min) and _is_scalar(max)):
+        raise make_error(KernelError, "NSIM-E404", "rand2: nsim supports scalar min and max only, got {!r} and "
+                         "{!r}".format(min, max))
+    if not float(min) <= float(max):
+        raise make_error(OperandError, "NSIM-E307", "rand2: min {} must not exceed max {}".format(min, max))
+    return _op("rand2", dst=dst, imm=[_fimm(min), _fimm(max)])
+
+
+def dropout(dst, data, prob, name=None, **kwargs):
+    """``dst = 0`` with probability ``prob`` (a scalar or a (P, 1) tensor) else ``data``; no rescaling. The
+    random numbers come from nsim's deterministic seeded PRNG (``set_rng_seed``), not hardware's."""
+    _t(dst, "dst", "dropout")
+    _t(data, "data", "dropout")
+    fields, imm, flags = {}, {}, []
+    if _is_scalar(prob) and not 0.0 <= float(prob) <= 1.0:
+        raise make_error(OperandError, "NSIM-E307", "dropout: prob must be in [0, 1], got {}".format(prob))
+    _scalar_or_vector(prob, "operand0", "dropout", 0, fields, imm, flags, "has_imm0")
+    return _op("dropout", dst=dst, data=data, operand0=fields.get("operand0"), flags=flags, imm=_immlist(imm))
+
+
+def _rng_engine(e, dflt, what):
+    eng = _engine(e, ("vector", "gpsimd"), what)
+    return eng or dflt
+
+
+def rng(dst, engine=engine.vector, name=None, **kwargs):
+    """32 random bits per element of the integer ``dst`` (truncated to its width), from the engine's
+    deterministic PRNG stream."""
+    _t(dst, "dst", "rng")
+    if not np.issubdtype(np.dtype(dst.dtype), np.integer):
+        raise make_error(OperandError, "NSIM-E302", "rng: dst must have an integer dtype, got {}".format(
+            np.dtype(dst.dtype)))
+    return _op("rng", dst=dst, engine=_rng_engine(engine, "vector", "rng"))
+
+
+def set_rng_seed(src_seeds, name=None, **kwargs):
+    """Seed the VectorE and GpSimd PRNG streams from the integer tensor ``src_seeds``."""
+    _t(src_seeds, "src_seeds", "set_rng_seed")
+    return _op("set_rng_seed", src_seeds=src_seeds)
+
+
+def rand_set_state(src_seeds, engine=engine.gpsimd, name=None, **kwargs):
+    """Restore an engine's PRNG state saved by ``rand_get_state`` (uint32 elements 0 and 1 of partition 0)."""
+    _t(src_seeds, "src_seeds", "rand_set_state")
+    return _op("rand_set_state", src_seeds=src_seeds, engine=_rng_engine(engine, "gpsimd", "rand_set_state"))
+
+
+def rand_get_state(dst, engine=engine.gpsimd, name=None, **kwargs):
+    """Write an engine's PRNG state into the integer ``dst`` (each partition: low, high 32 bits, zeros)."""
+    _t(dst, "dst", "rand_get_state")
+    return _op("rand_get_state", dst=dst, engine=_rng_engine(engine, "gpsimd", "rand_get_state"))
+
+
+# --------------------------------------------------------------------------------------------------
 # Keyword checking and name= labels of every instruction (one place: nsim.nki._api)
 # --------------------------------------------------------------------------------------------------
 
@@ -636,19 +950,7 @@ from ._unsupported import stub_class as _stub_class  # noqa: E402
 
 VirtualRegister = _stub_class('nki.isa', 'VirtualRegister')
 _install_unsupported(globals(), 'nki.isa', {
-    'max8': 'dst, src, name=None',
-    'nc_find_index8': 'dst, data, vals, name=None',
-    'nc_match_replace8': 'dst, data, vals, imm, dst_idx=None, name=None',
-    'local_gather': 'dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None',
-    'nc_n_gather': 'dst, data, indices, name=None',
-    'tensor_partition_reduce': 'dst, op, data, name=None',
-    'select_reduce': 'dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=None, reduce_op=None, reverse_pred=False, name=None',
-    'sequence_bounds': 'dst, segment_ids, name=None',
-    'tensor_scalar_cumulative': 'dst, src, op0, op1, imm0, imm1=None, reduce_cmd=None, name=None',
-    'exponential': 'dst, src, max_value=0.0, reduce_res=None, reduce_cmd=None, reduce_init=0.0, name=None',
-    'activate2': 'dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None, reduce_res=None, reduce_cmd=None, name=None',
     'topk': 'val_dst, idx_dst, src, n, name=None',
-    'nonzero_with_count': 'dst, src, index_offset=0, padding_val=-1, name=None',
     'quantize_mx': 'dst, src, dst_scale, name=None',
     'nc_matmul_mx': 'dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, tile_size=None, accumulate=None, name=None',
     'sendrecv': 'src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, name=None',
@@ -658,12 +960,6 @@ _install_unsupported(globals(), 'nki.isa', {
     'register_move': 'dst, src',
     'register_load': 'dst, src',
     'register_store': 'dst, src',
-    'dropout': 'dst, data, prob, name=None',
-    'rng': 'dst, engine=None, name=None',
-    'rand2': 'dst, min, max, name=None',
-    'set_rng_seed': 'src_seeds, name=None',
-    'rand_set_state': 'src_seeds, engine=None, name=None',
-    'rand_get_state': 'dst, engine=None, name=None',
 })
 
 from ._api import publish as _publish  # noqa: E402

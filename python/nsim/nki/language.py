@@ -1000,12 +1000,20 @@ def shared_identity_matrix(n, dtype=np.uint8, dst=None, name=None, **kwargs):
     return out
 
 
+def dropout(x, rate, dtype=None, **kwargs):
+    """``nl.dropout(x, rate)``: a fresh SBUF tile, each element of ``x`` zeroed with probability ``rate``
+    (no rescaling; nisa.dropout on VectorE with nsim's seeded PRNG)."""
+    _tensor_arg(x, "dropout")
+    out = _new_tile(x.shape, dtype if dtype is not None else x.dtype)
+    _isa().dropout(dst=out, data=x, prob=rate)
+    return out
+
+
 from ._unsupported import install as _install_unsupported  # noqa: E402
 
 _install_unsupported(globals(), "nki.language", {
     'rand': "shape, dtype, buffer=None, name=''",
     'random_seed': 'seed',
-    'dropout': 'x, rate, dtype=None',
     'atomic_rmw': 'dst, value, op',
     'gather_flattened': 'data, indices, axis=0, dtype=None',
 })

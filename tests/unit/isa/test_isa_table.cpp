@@ -79,6 +79,12 @@ Instr make(Opcode op, std::initializer_list<Operand> ops) {
   return in;
 }
 
+Limits gen4() {
+  Limits l = gen3();
+  l.generation = 4;
+  return l;
+}
+
 Instr valid_tensor_tensor() {
   Instr in = make(Opcode::kTensorTensor, {sb(128, {512}), sb(128, {512}, DType::kFloat32, 2048),
                                           sb(128, {512}, DType::kBFloat16, 4096)});
@@ -154,9 +160,9 @@ struct Machine {
       for (int64_t j = 0; j < o.elems_per_partition(); ++j) set(o, p, j, static_cast<float>(10 * p + j + 1));
   }
   /// verify() must accept, then execute() runs.
-  void run(const Instr& in) {
+  void run(const Instr& in, const Limits& lim = gen3()) {
     INFO(disassemble(in));
-    REQUIRE_NOTHROW(verify(in, gen3()));
+    REQUIRE_NOTHROW(verify(in, lim));
     REQUIRE_NOTHROW(execute(in, views(in), st));
   }
 };
@@ -446,6 +452,295 @@ bool smoke(Opcode op) {
       }
       return true;
     }
+    case Opcode::kMax8: {
+      const Operand src = m.sbuf_tile(P, {2, F});
+      const Operand d = m.sbuf_tile(P, {8});
+      m.set(src, 1, 3, 1000.0f);
+      m.set(src, 1, 4, 1000.0f);  // duplicates kept
+      m.run(make(op, {d, src}));
+      CHECK(m.get(d, 1, 0) == 1000.0f);
+      CHECK(m.get(d, 1, 1) == 1000.0f);
+      CHECK(m.get(d, 1, 2) == val(1, 15));
+      CHECK(m.get(d, 1, 7) == val(1, 10));
+      CHECK(m.get(d, 0, 0) == val(0, 15));
+      CHECK(m.get(d, 0, 7) == val(0, 8));
+      return true;
+    }
+    case Opcode::kNcFindIndex8: {
+      const Operand data = m.sbuf_tile(P, {F});
+      const Operand vals = m.sbuf_tile(P, {8});
+      const Operand d = m.sbuf_tile(P, {8}, DType::kUInt32);
+      m.set(data, 2, 6, 7.5f);
+      m.set(data, 2, 1, 7.5f);
+      m.set(vals, 2, 0, 7.5f);
+      m.set(vals, 2, 1, 7.5f);   // second 7.5 pairs with the next match
+      m.set(vals, 2, 2, 7.5f);   // a third: not found
+      m.set(vals, 2, 3, val(2, 0));
+      m.run(make(op, {d, data, vals}));
+      const auto u = [&](uint32_t p, int64_t j) { return load_int(DType::kUInt32, m.view(d).at(p, j)); };
+      CHECK(u(2, 0) == 1);
+      CHECK(u(2, 1) == 6);
+      CHECK(u(2, 2) == 0xFFFFFFFFll);
+      CHECK(u(2, 3) == 0);
+      CHECK(u(3, 5) == 5);  // vals == data row: identity
+      return true;
+    }
+    case Opcode::kNcMatchReplace8: {
+      const Operand data = m.sbuf_tile(P, {F});
+      const Operand vals = m.sbuf_tile(P, {8});
+      const Operand d = m.sbuf_tile(P, {F});
+      const Operand idx = m.sbuf_tile(P, {8}, DType::kUInt32);
+      m.set(data, 1, 2, 5.0f);
+      m.set(data, 1, 5, 5.0f);
+      m.set(vals, 1, 0, 5.0f);
+      m.set(vals, 1, 7, 5.0f);
+      m.set(vals, 1, 3, -1.0f);  // absent
+      Instr in = make(op, {d, data, vals, idx});
+      in.imm[0] = -100.0f;
+      m.run(in);
+      const auto u = [&](uint32_t p, int64_t j) { return load_int(DType::kUInt32, m.view(idx).at(p, j)); };
+      CHECK(u(1, 7) == 2);  // i = 7 first takes the first match
+      CHECK(u(1, 0) == 5);
+      CHECK(u(1, 3) == 0xFFFFFFFFll);
+      CHECK(m.get(d, 1, 2) == -100.0f);
+      CHECK(m.get(d, 1, 5) == -100.0f);
+      CHECK(m.get(d, 1, 0) == val(1, 0));
+      return true;
+    }
+    case Opcode::kTensorPartitionReduce: {
+      const Operand data = m.sbuf_tile(P, {F});
+      const Operand d = m.sbuf_tile(1, {F});
+      Instr in = make(op, {d, data});
+      in.alu0 = AluOp::kAdd;
+      m.run(in);
+      CHECK(m.get(d, 0, 2) == val(0, 2) + val(1, 2) + val(2, 2) + val(3, 2));
+      in.alu0 = AluOp::kAverage;
+      m.run(in);
+      CHECK(m.get(d, 0, 3) == Approx((val(0, 3) + val(1, 3) + val(2, 3) + val(3, 3)) / 4));
+      in.alu0 = AluOp::kMaximum;
+      m.run(in);
+      CHECK(m.get(d, 0, 1) == val(3, 1));
+      return true;
+    }
+    case Opcode::kSelectReduce: {
+      const Operand pred = m.sbuf_tile(P, {F}, DType::kUInt8);
+      const Operand on_true = m.sbuf_tile(P, {F});
+      const Operand rr = m.sbuf_tile(P, {1});
+      const Operand d = m.sbuf_tile(P, {F});
+      for (uint32_t p = 0; p < P; ++p)
+        for (int64_t j = 0; j < F; ++j) m.set(pred, p, j, static_cast<float>(j < 3));
+      Instr in = make(op, {d, pred, on_true, Operand{}, rr});
+      in.flags = kHasImm0;
+      in.imm[0] = -5.0f;
+      in.reduce_cmd = ReduceCmd::kResetReduce;
+      m.run(in);
+      CHECK(m.get(d, 2, 1) == val(2, 1));
+      CHECK(m.get(d, 2, 4) == -5.0f);
+      CHECK(m.get(rr, 2, 0) == val(2, 2));
+      in.flags = kHasImm0 | kReversePred;
+      m.run(in);
+      CHECK(m.get(d, 2, 1) == -5.0f);
+      CHECK(m.get(rr, 2, 0) == val(2, 7));
+      return true;
+    }
+    case Opcode::kTensorScalarCumulative: {
+      const Operand src = m.sbuf_tile(P, {F});
+      const Operand d = m.sbuf_tile(P, {F});
+      Instr in = make(op, {d, src});
+      in.alu0 = AluOp::kMultiply;
+      in.alu1 = AluOp::kAdd;
+      in.flags = kHasImm0;
+      in.imm[0] = 2.0f;
+      in.reduce_cmd = ReduceCmd::kResetReduce;
+      m.run(in);
+      CHECK(m.get(d, 1, 0) == 2.0f * val(1, 0));
+      CHECK(m.get(d, 1, 2) == 2.0f * (val(1, 0) + val(1, 1) + val(1, 2)));
+      in.reduce_cmd = ReduceCmd::kReduce;  // continues from the register
+      m.run(in);
+      float s = 0;
+      for (int64_t j = 0; j < F; ++j) s += 2.0f * val(1, j);
+      CHECK(m.get(d, 1, 0) == s + 2.0f * val(1, 0));
+      return true;
+    }
+    case Opcode::kSequenceBounds: {
+      const Operand ids = m.sbuf_tile(1, {6}, DType::kInt32);
+      const Operand d = m.sbuf_tile(1, {2, 6}, DType::kInt32);
+      const float seg[6] = {1, 1, 2, 2, 2, 0};
+      for (int64_t j = 0; j < 6; ++j) m.set(ids, 0, j, seg[j]);
+      m.run(make(op, {d, ids}));
+      const float st[6] = {0, 0, 2, 2, 2, 6}, en[6] = {2, 2, 5, 5, 5, -1};
+      for (int64_t j = 0; j < 6; ++j) {
+        CHECK(m.get(d, 0, j) == st[j]);
+        CHECK(m.get(d, 0, 6 + j) == en[j]);
+      }
+      return true;
+    }
+    case Opcode::kNcNGather: {
+      const Operand data = m.sbuf_tile(P, {F});
+      const Operand ix = m.sbuf_tile(P, {3}, DType::kUInt32);
+      const Operand d = m.sbuf_tile(P, {3});
+      for (uint32_t p = 0; p < P; ++p) {
+        m.set(ix, p, 0, 7.0f);
+        m.set(ix, p, 1, static_cast<float>(p));
+        m.set(ix, p, 2, 0.0f);
+      }
+      m.run(make(op, {d, data, ix}));
+      CHECK(m.get(d, 2, 0) == val(2, 7));
+      CHECK(m.get(d, 2, 1) == val(2, 2));
+      CHECK(m.get(d, 3, 2) == val(3, 0));
+      return true;
+    }
+    case Opcode::kLocalGather: {
+      const Operand src = m.sbuf_tile(16, {F});
+      const Operand ix = m.sbuf_tile(16, {1}, DType::kUInt16);
+      const Operand d = m.sbuf_tile(16, {3 * 2});
+      for (uint32_t p = 0; p < 16; ++p) m.set(ix, p, 0, static_cast<float>((p * 3) % 7));
+      Instr in = make(op, {d, src, ix});
+      in.iimm[0] = 2;  // E
+      in.iimm[1] = 3;  // V: ids 0, 3, 6
+      m.run(in);
+      for (uint32_t p = 0; p < 16; ++p) {
+        CHECK(m.get(d, p, 0) == val(p, 0));
+        CHECK(m.get(d, p, 1) == val(p, 1));
+        CHECK(m.get(d, p, 2) == val(p, 3));
+        CHECK(m.get(d, p, 5) == val(p, 7));
+      }
+      return true;
+    }
+    case Opcode::kNonzeroWithCount: {
+      const Operand src = m.sbuf_tile(16, {F});
+      const Operand d = m.sbuf_tile(16, {F + 1}, DType::kInt32);
+      for (uint32_t p = 0; p < 16; ++p)
+        for (int64_t j = 0; j < F; ++j) m.set(src, p, j, j % 3 == 1 ? 0.0f : 1.0f);
+      m.set(d, 1, 0, 77.0f);
+      Instr in = make(op, {d, src});
+      in.iimm[0] = 100;  // index_offset
+      in.iimm[1] = -1;   // padding_val
+      m.run(in);
+      const float want[F + 1] = {100, 102, 103, 105, 106, -1, -1, -1, 5};  // nonzero at j = 0, 2, 3, 5, 6
+      for (int64_t j = 0; j <= F; ++j) CHECK(m.get(d, 0, j) == want[j]);
+      CHECK(m.get(d, 1, 0) == 77.0f);  // partitions other than 0, 16, ... untouched
+      return true;
+    }
+    case Opcode::kExponential: {
+      const Operand src = m.sbuf_tile(P, {F});
+      const Operand mx = m.sbuf_tile(P, {1});
+      const Operand rr = m.sbuf_tile(P, {1});
+      const Operand d = m.sbuf_tile(P, {F});
+      Instr in = make(op, {d, src, mx, rr});
+      in.reduce_cmd = ReduceCmd::kResetReduce;
+      CHECK(verify_code(in) == ErrorCode::kBadEngine);  // gen4 only
+      m.run(in, gen4());
+      double sum = 0;
+      for (int64_t j = 0; j < F; ++j) sum += std::exp(static_cast<double>(val(2, j) - val(2, 0)));
+      CHECK(m.get(d, 2, 3) == Approx(std::exp(3.0)));
+      CHECK(m.get(rr, 2, 0) == Approx(sum));
+      in.reduce_cmd = ReduceCmd::kLoadReduce;  // init from imm[1], max_value from imm[0]
+      in.opnd[2] = Operand{};
+      in.flags = kHasImm0;
+      in.imm = {1.0f, 10.0f, 1.0f, 0.0f};
+      m.run(in, gen4());
+      double sum2 = 10;
+      for (int64_t j = 0; j < F; ++j) sum2 += std::exp(static_cast<double>(val(1, j) - 1.0));
+      CHECK(m.get(rr, 1, 0) == Approx(sum2));
+      return true;
+    }
+    case Opcode::kActivate2: {
+      const Operand data = m.sbuf_tile(P, {F});
+      const Operand o1 = m.sbuf_tile(P, {1});
+      const Operand rr = m.sbuf_tile(P, {1});
+      const Operand d = m.sbuf_tile(P, {F});
+      Instr in = make(op, {d, data, Operand{}, o1, rr});
+      in.alu0 = AluOp::kMultiply;  // v = data * 0.5 - o1 (reverse1 off)
+      in.alu1 = AluOp::kSubtract;
+      in.flags = kHasImm0;
+      in.imm[0] = 0.5f;
+      in.act = ActFunc::kCopy;
+      in.iimm[0] = static_cast<int32_t>(AluOp::kMaximum);
+      in.reduce_cmd = ReduceCmd::kResetReduce;
+      CHECK(verify_code(in) == ErrorCode::kBadEngine);  // gen4 only
+      m.run(in, gen4());
+      CHECK(m.get(d, 2, 3) == 0.5f * val(2, 3) - val(2, 0));
+      CHECK(m.get(rr, 2, 0) == 0.5f * val(2, 7) - val(2, 0));
+      in.flags = kHasImm0 | kReverse1;  // v = o1 - data * 0.5
+      in.iimm[0] = static_cast<int32_t>(AluOp::kAdd);
+      m.run(in, gen4());
+      CHECK(m.get(d, 1, 2) == val(1, 0) - 0.5f * val(1, 2));
+      in.alu1 = AluOp::kMultiply;  // (multiply, multiply) is not a supported pair
+      CHECK(verify_code(in, gen4()) == ErrorCode::kBadImmediate);
+      return true;
+    }
+    case Opcode::kRand2: {
+      const Operand d = m.sbuf_tile(P, {64});
+      Instr in = make(op, {d});
+      in.imm[0] = -2.0f;
+      in.imm[1] = 3.0f;
+      CHECK(verify_code(in) == ErrorCode::kBadEngine);  // gen4 only
+      m.run(in, gen4());
+      double mean = 0;
+      for (uint32_t p = 0; p < P; ++p)
+        for (int64_t j = 0; j < 64; ++j) {
+          const float y = m.get(d, p, j);
+          CHECK((y >= -2.0f && y < 3.0f));
+          mean += y / (64.0 * P);
+        }
+      CHECK(mean == Approx(0.5).margin(0.3));
+      return true;
+    }
+    case Opcode::kDropout: {
+      const Operand data = m.sbuf_tile(P, {64});
+      const Operand d = m.sbuf_tile(P, {64});
+      Instr in = make(op, {d, data});
+      in.flags = kHasImm0;
+      in.imm[0] = 0.0f;  // keep everything
+      m.run(in);
+      CHECK(m.get(d, 3, 40) == val(3, 40));
+      in.imm[0] = 1.0f;  // drop everything
+      m.run(in);
+      CHECK(m.get(d, 3, 40) == 0.0f);
+      in.imm[0] = 0.5f;
+      m.run(in);
+      int zeros = 0;
+      for (uint32_t p = 0; p < P; ++p)
+        for (int64_t j = 0; j < 64; ++j) {
+          const float y = m.get(d, p, j);
+          CHECK((y == 0.0f || y == val(p, j)));
+          zeros += y == 0.0f;
+        }
+      CHECK(zeros > 64);   // ~128 of 256
+      CHECK(zeros < 192);
+      return true;
+    }
+    case Opcode::kRng:
+    case Opcode::kSetRngSeed:
+    case Opcode::kRandSetState:
+    case Opcode::kRandGetState: {
+      const Operand seed = m.sbuf_tile(1, {2}, DType::kUInt32);
+      const Operand a = m.sbuf_tile(P, {F}, DType::kUInt32);
+      const Operand b = m.sbuf_tile(P, {F}, DType::kUInt32);
+      const Operand state = m.sbuf_tile(P, {2}, DType::kUInt32);
+      const auto u = [&](const Operand& o, uint32_t p, int64_t j) { return load_int(DType::kUInt32, m.view(o).at(p, j)); };
+      Instr seed_in = make(Opcode::kSetRngSeed, {seed});
+      Instr get = make(Opcode::kRandGetState, {state});
+      Instr set = make(Opcode::kRandSetState, {state});
+      get.engine = set.engine = Engine::kVector;
+      m.run(seed_in);
+      m.run(get);  // save the Vector state
+      m.run(make(Opcode::kRng, {a}));
+      m.run(set);  // restore it: the same numbers again
+      m.run(make(Opcode::kRng, {b}));
+      bool differ = false;
+      for (uint32_t p = 0; p < P; ++p)
+        for (int64_t j = 0; j < F; ++j) {
+          CHECK(u(a, p, j) == u(b, p, j));
+          differ = differ || u(a, p, j) != u(a, 0, 0);
+        }
+      CHECK(differ);
+      m.run(seed_in);  // reseeding with the same seeds restarts the stream
+      m.run(make(Opcode::kRng, {b}));
+      CHECK(u(b, 2, 3) == u(a, 2, 3));
+      return true;
+    }
   }
   return false;
 }
@@ -496,8 +791,11 @@ TEST_CASE("ISA table: slots", "[isa][table]") {
     const std::string slot0 = info.slots[0].name;
     if (info.op == Opcode::kLoadStationary)
       CHECK(slot0 == "stationary");
+    else if (info.op == Opcode::kSetRngSeed || info.op == Opcode::kRandSetState)
+      CHECK(slot0 == "src_seeds");  // state-setting ops read their only operand
     else
       CHECK(slot0 == "dst");
+    CHECK(info.slots[0].written == (slot0 == "dst"));
     CHECK(info.slots[0].required);  // the written (or loaded) operand is never optional
     std::set<std::string> seen;
     for (int i = 0; i < info.num_slots; ++i) {
@@ -886,5 +1184,118 @@ TEST_CASE("verify attaches the source location", "[isa][verify]") {
     CHECK(e.loc().line == 42);
     CHECK(contains(e.what(), "kernel.py:42"));
     CHECK(contains(e.what(), "NSIM-E306"));
+  }
+}
+
+TEST_CASE("verify: operand rules of the Tier-3 ops", "[isa][verify][tier3]") {
+  // max8: dst exactly 8 per partition, src 8..16384
+  CHECK(verify_code(make(Opcode::kMax8, {sb(128, {8}), sb(128, {64}, DType::kFloat32, 64)})) == std::nullopt);
+  CHECK(verify_code(make(Opcode::kMax8, {sb(128, {7}), sb(128, {64}, DType::kFloat32, 64)})) ==
+        ErrorCode::kElementCountMismatch);
+  CHECK(verify_code(make(Opcode::kMax8, {sb(128, {8}), sb(128, {7}, DType::kFloat32, 64)})) ==
+        ErrorCode::kElementCountMismatch);
+  CHECK(verify_code(make(Opcode::kMax8, {sb(128, {8}), sb(128, {16385}, DType::kBFloat16, 64)})) ==
+        ErrorCode::kElementCountMismatch);
+  // nc_find_index8: integer dst, vals of 8
+  CHECK(verify_code(make(Opcode::kNcFindIndex8, {sb(64, {8}), sb(64, {32}, DType::kFloat32, 64),
+                                                 sb(64, {8}, DType::kFloat32, 256)})) == ErrorCode::kBadDtype);
+  CHECK(verify_code(make(Opcode::kNcFindIndex8, {sb(64, {8}, DType::kUInt32), sb(64, {32}, DType::kFloat32, 64),
+                                                 sb(64, {4}, DType::kFloat32, 256)})) ==
+        ErrorCode::kElementCountMismatch);
+  // tensor_partition_reduce: one dst partition, a legal op
+  Instr tpr = make(Opcode::kTensorPartitionReduce, {sb(1, {16}), sb(64, {16}, DType::kFloat32, 64)});
+  tpr.alu0 = AluOp::kAdd;
+  CHECK(verify_code(tpr) == std::nullopt);
+  tpr.alu0 = AluOp::kDivide;
+  CHECK(verify_code(tpr) == ErrorCode::kBadImmediate);
+  tpr.alu0 = AluOp::kBitwiseOr;  // float operands
+  CHECK(verify_code(tpr) == ErrorCode::kBadDtype);
+  tpr.alu0 = AluOp::kAdd;
+  tpr.opnd[0] = sb(2, {16});
+  CHECK(verify_code(tpr) == ErrorCode::kPartitionMismatch);
+  // select_reduce: on_false needed unless has_imm0; integer predicate
+  Instr sr = make(Opcode::kSelectReduce, {sb(32, {16}), sb(32, {16}, DType::kUInt8, 64), sb(32, {16}, DType::kFloat32, 128)});
+  CHECK(verify_code(sr) == ErrorCode::kMissingOperand);
+  sr.flags = kHasImm0;
+  CHECK(verify_code(sr) == std::nullopt);
+  sr.opnd[1] = sb(32, {16}, DType::kFloat32, 64);
+  CHECK(verify_code(sr) == ErrorCode::kBadDtype);
+  // tensor_scalar_cumulative: no int32, op1 a reduce op
+  Instr cu = make(Opcode::kTensorScalarCumulative, {sb(32, {16}), sb(32, {16}, DType::kFloat32, 64)});
+  cu.alu0 = AluOp::kAdd;
+  cu.alu1 = AluOp::kAdd;
+  cu.flags = kHasImm0;
+  CHECK(verify_code(cu) == std::nullopt);
+  cu.alu1 = AluOp::kDivide;
+  CHECK(verify_code(cu) == ErrorCode::kBadImmediate);
+  cu.alu1 = AluOp::kAdd;
+  cu.opnd[1] = sb(32, {16}, DType::kInt32, 64);
+  CHECK(verify_code(cu) == ErrorCode::kBadDtype);
+  // sequence_bounds: (1, n) -> (1, 2n)
+  CHECK(verify_code(make(Opcode::kSequenceBounds, {sb(1, {2, 10}), sb(1, {10}, DType::kFloat32, 128)})) ==
+        std::nullopt);
+  CHECK(verify_code(make(Opcode::kSequenceBounds, {sb(1, {2, 9}), sb(1, {10}, DType::kFloat32, 128)})) ==
+        ErrorCode::kElementCountMismatch);
+  CHECK(verify_code(make(Opcode::kSequenceBounds, {sb(2, {2, 10}), sb(2, {10}, DType::kFloat32, 128)})) ==
+        ErrorCode::kShapeMismatch);
+  // nc_n_gather: dst dtype == data dtype, dst elements == indices elements
+  CHECK(verify_code(make(Opcode::kNcNGather, {sb(8, {4}, DType::kBFloat16), sb(8, {16}, DType::kFloat32, 64),
+                                              sb(8, {4}, DType::kUInt32, 256)})) == ErrorCode::kBadDtype);
+  CHECK(verify_code(make(Opcode::kNcNGather, {sb(8, {5}), sb(8, {16}, DType::kFloat32, 64),
+                                              sb(8, {4}, DType::kUInt32, 256)})) == ErrorCode::kElementCountMismatch);
+  // local_gather: E in {1, 2, 4, ..., 32}, P multiple of 16, dst = V x E
+  Instr lg = make(Opcode::kLocalGather, {sb(32, {64}), sb(32, {64}, DType::kFloat32, 512), sb(32, {2}, DType::kUInt16, 1024)});
+  lg.iimm[0] = 2;
+  CHECK(verify_code(lg) == std::nullopt);  // 32 ids x 2
+  lg.iimm[0] = 3;
+  CHECK(verify_code(lg) == ErrorCode::kBadImmediate);
+  lg.iimm[0] = 2;
+  lg.iimm[1] = 33;
+  CHECK(verify_code(lg) == ErrorCode::kBadImmediate);
+  lg.iimm[1] = 0;
+  lg.opnd = {sb(8, {64}), sb(8, {64}, DType::kFloat32, 512), sb(8, {2}, DType::kUInt16, 1024)};
+  CHECK(verify_code(lg) == ErrorCode::kShapeMismatch);
+  // nonzero_with_count: int32 dst with T + 1 elements; GpSimd only
+  CHECK(verify_code(make(Opcode::kNonzeroWithCount, {sb(128, {33}, DType::kInt32), sb(128, {32}, DType::kFloat32, 256)})) ==
+        std::nullopt);
+  CHECK(verify_code(make(Opcode::kNonzeroWithCount, {sb(128, {32}, DType::kInt32), sb(128, {32}, DType::kFloat32, 256)})) ==
+        ErrorCode::kElementCountMismatch);
+  CHECK(verify_code(make(Opcode::kNonzeroWithCount, {sb(128, {33}, DType::kFloat32), sb(128, {32}, DType::kFloat32, 256)})) ==
+        ErrorCode::kBadDtype);
+  // dropout: prob as an immediate or a (P, 1) operand
+  CHECK(verify_code(make(Opcode::kDropout, {sb(16, {8}), sb(16, {8}, DType::kFloat32, 64)})) ==
+        ErrorCode::kMissingOperand);
+  CHECK(verify_code(make(Opcode::kDropout, {sb(16, {8}), sb(16, {8}, DType::kFloat32, 64), sb(16, {2}, DType::kFloat32, 128)})) ==
+        ErrorCode::kShapeMismatch);
+}
+
+TEST_CASE("execute: nc_n_gather and local_gather reject out-of-range indices", "[isa][tier3]") {
+  Machine m;
+  const Operand data = m.sbuf_tile(16, {8});
+  const Operand ix = m.sbuf_tile(16, {2}, DType::kUInt32);
+  const Operand d = m.sbuf_tile(16, {2});
+  for (uint32_t p = 0; p < 16; ++p) {
+    m.set(ix, p, 0, 1.0f);
+    m.set(ix, p, 1, 8.0f);  // one past the end
+  }
+  const Instr in = make(Opcode::kNcNGather, {d, data, ix});
+  REQUIRE_NOTHROW(verify(in, gen3()));
+  try {
+    execute(in, m.views(in), m.st);
+    FAIL("expected nsim::Error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kOutOfBounds);
+  }
+  const Operand idx16 = m.sbuf_tile(16, {1}, DType::kUInt16);
+  const Operand d2 = m.sbuf_tile(16, {16 * 4});
+  for (uint32_t p = 0; p < 16; ++p) m.set(idx16, p, 0, p == 5 ? 6.0f : 0.0f);  // 6 + 4 > 8
+  Instr lg = make(Opcode::kLocalGather, {d2, data, idx16});
+  lg.iimm[0] = 4;
+  REQUIRE_NOTHROW(verify(lg, gen3()));
+  try {
+    execute(lg, m.views(lg), m.st);
+    FAIL("expected nsim::Error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kOutOfBounds);
   }
 }

@@ -451,6 +451,92 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
 
 
 # --------------------------------------------------------------------------------------------------
+# Tier 3 (§2.3) and §2.4, Beta-1 forms: keyword-only, returning a fresh tile (or writing dst=)
+# --------------------------------------------------------------------------------------------------
+
+
+def max8(*, src, mask=None, dtype=None, dst=None, **kwargs):
+    """A fresh ``(P, 8)`` tile: the 8 largest values of each partition of ``src``, descending."""
+    _check_mask(mask, "nisa.max8")
+    _tile(src, "max8")
+    out = dst if dst is not None else _new((src.shape[0], 8), _dt(dtype, src.dtype))
+    _n.max8(dst=out, src=src)
+    return None if dst is not None else out
+
+
+def nc_find_index8(*, data, vals, mask=None, dtype=None, dst=None, **kwargs):
+    """A fresh ``(P, 8)`` uint32 tile: the index in ``data[p]`` of each ``vals[p, i]`` (all ones if absent)."""
+    _check_mask(mask, "nisa.nc_find_index8")
+    _tile(data, "nc_find_index8")
+    _tile(vals, "nc_find_index8")
+    out = dst if dst is not None else _new((data.shape[0], 8), _dt(dtype, np.uint32))
+    _n.nc_find_index8(dst=out, data=data, vals=vals)
+    return None if dst is not None else out
+
+
+def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, dst=None, **kwargs):
+    """A fresh tile like ``data`` with the first match of each ``vals[p, i]`` replaced by ``imm``."""
+    _check_mask(mask, "nisa.nc_match_replace8")
+    _tile(data, "nc_match_replace8")
+    _tile(vals, "nc_match_replace8")
+    out = dst if dst is not None else _new(data.shape, _dt(dtype, data.dtype))
+    _n.nc_match_replace8(dst=out, data=data, vals=vals, imm=imm, dst_idx=dst_idx)
+    return None if dst is not None else out
+
+
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, dst=None,
+                 **kwargs):
+    """A fresh ``(P, V * num_elem_per_idx)`` tile of ``src_buffer``'s dtype (see ``nki.isa.local_gather``)."""
+    _check_mask(mask, "nisa.local_gather")
+    _tile(src_buffer, "local_gather")
+    _tile(index, "local_gather")
+    nv = 16 * int(index.size // index.shape[0]) if num_valid_indices is None else int(num_valid_indices)
+    out = dst if dst is not None else _new((src_buffer.shape[0], nv * int(num_elem_per_idx)), src_buffer.dtype)
+    _n.local_gather(dst=out, src_buffer=src_buffer, index=index, num_elem_per_idx=num_elem_per_idx,
+                    num_valid_indices=num_valid_indices)
+    return None if dst is not None else out
+
+
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None, dst=None, **kwargs):
+    """A fresh ``(1, F...)`` tile: ``op`` over the partitions of ``data``."""
+    _check_mask(mask, "nisa.tensor_partition_reduce")
+    _tile(data, "tensor_partition_reduce")
+    out = dst if dst is not None else _new((1,) + tuple(data.shape[1:]), _dt(dtype, data.dtype))
+    _n.tensor_partition_reduce(dst=out, op=op, data=data)
+    return None if dst is not None else out
+
+
+def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                  reduce_op=np.amax, reverse_pred=False, mask=None, dtype=None, **kwargs):
+    """Writes ``dst = where((predicate != 0) != reverse_pred, on_true, on_false)``; returns ``None``."""
+    _check_mask(mask, "nisa.select_reduce")
+    _tile(dst, "select_reduce")
+    _tile(predicate, "select_reduce")
+    _tile(on_true, "select_reduce")
+    _n.select_reduce(dst=dst, predicate=predicate, on_true=on_true, on_false=on_false, reduce_res=reduce_res,
+                     reduce_cmd=reduce_cmd, reduce_op=reduce_op, reverse_pred=reverse_pred)
+    return None
+
+
+def sequence_bounds(*, segment_ids, dtype=None, dst=None, **kwargs):
+    """A fresh ``(1, 2, n)`` tile of run starts / ends of ``segment_ids (1, n)``."""
+    _tile(segment_ids, "sequence_bounds")
+    n = int(segment_ids.size // segment_ids.shape[0])
+    out = dst if dst is not None else _new((1, 2, n), _dt(dtype, segment_ids.dtype))
+    _n.sequence_bounds(dst=out, segment_ids=segment_ids)
+    return None if dst is not None else out
+
+
+
+def dropout(data, prob, *, mask=None, dtype=None, dst=None, **kwargs):
+    """A fresh tile: ``data`` with each element zeroed with probability ``prob`` (no rescaling)."""
+    _check_mask(mask, "nisa.dropout")
+    _tile(data, "dropout")
+    out = dst if dst is not None else _new(data.shape, _dt(dtype, data.dtype))
+    _n.dropout(dst=out, data=data, prob=prob)
+    return None if dst is not None else out
+
+# --------------------------------------------------------------------------------------------------
 # Keyword checking and name= labels (one place: nsim.nki._api). Keywords these functions read from
 # **kwargs (spec §2.1/§2.2 Beta-1 signatures and the new-dialect names they forward) are listed here.
 # --------------------------------------------------------------------------------------------------
@@ -458,14 +544,6 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
 from .._unsupported import install as _install_unsupported  # noqa: E402
 
 _install_unsupported(globals(), 'neuronxcc.nki.isa', {
-    'max8': '*, src, mask=None, dtype=None',
-    'nc_find_index8': '*, data, vals, mask=None, dtype=None',
-    'nc_match_replace8': '*, data, vals, imm, dst_idx=None, mask=None, dtype=None',
-    'local_gather': 'src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None',
-    'tensor_partition_reduce': 'op, data, *, mask=None, dtype=None',
-    'select_reduce': '*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=None, reduce_op=None, reverse_pred=False, mask=None, dtype=None',
-    'sequence_bounds': '*, segment_ids, dtype=None',
-    'dropout': 'data, prob, *, mask=None, dtype=None',
     'tensor_copy_dynamic_src': 'src, *, mask=None, dtype=None, engine=None',
     'tensor_copy_dynamic_dst': '*, dst, src, mask=None, dtype=None, engine=None',
     'builtin_custom_op': '*args',

@@ -1373,12 +1373,17 @@ def shared_identity_matrix(n, dtype=np.uint8, **kwargs):
     return _nl.shared_constant(np.eye(int(n), dtype=np.float32).astype(dtype))
 
 
+def dropout(x, rate, *, dtype=None, mask=None, **kwargs):
+    """``nl.dropout(x, rate)`` (Beta 1): a fresh tile, each element zeroed with probability ``rate``."""
+    _check_mask(mask, "nl.dropout")
+    return _nl.dropout(x, rate, dtype=dtype)
+
+
 from .._unsupported import install as _install_unsupported  # noqa: E402
 
 _install_unsupported(globals(), _PREFIX, {
     'rand': "shape, dtype=None, *, buffer=None, name=''",
     'random_seed': 'seed, *, mask=None',
-    'dropout': 'x, rate, *, dtype=None, mask=None',
     'atomic_rmw': 'dst, value, op, *, mask=None',
     'all_reduce': 'x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=True, asynchronous=False',
     'gather_flattened': 'data, indices, axis=0, *, dtype=None, mask=None',
