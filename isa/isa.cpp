@@ -582,7 +582,7 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
 
   // gen4-only instructions (spec nki-api.md 2.4).
   if ((in.op == Opcode::kExponential || in.op == Opcode::kRand2 || in.op == Opcode::kActivate2) && lim.generation < 4)
-    fail(ErrorCode::kBadEngine, in, where, fmt::format("needs gen4 (NeuronCore-v4), the config is gen{}", lim.generation));
+    fail(ErrorCode::kNotOnGeneration, in, where, fmt::format("needs gen4 (NeuronCore-v4), the config is gen{}", lim.generation));
 
   // GpSimd has no PSUM access on any generation.
   if (in.engine == Engine::kGpsimd && !is_dma(in.op))

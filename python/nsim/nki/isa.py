@@ -641,13 +641,13 @@ def _pe(x):
 def _top8_src(x, slot, what, lo=_TOP8_MIN):
     n = _pe(x)
     if not lo <= n <= _TOP8_MAX:
-        raise make_error(OperandError, "NSIM-E304", "{}: {} needs {} to {} elements per partition, got {}".format(
+        raise make_error("ElementCountMismatch", "{}: {} needs {} to {} elements per partition, got {}".format(
             what, slot, lo, _TOP8_MAX, n))
 
 
 def _eight(x, slot, what):
     if _pe(x) != 8:
-        raise make_error(OperandError, "NSIM-E304", "{}: {} needs 8 elements per partition, got shape {}".format(
+        raise make_error("ElementCountMismatch", "{}: {} needs 8 elements per partition, got shape {}".format(
             what, slot, tuple(x.shape)))
 
 
@@ -670,7 +670,7 @@ def nc_find_index8(dst, data, vals, name=None, **kwargs):
     _eight(vals, "vals", "nc_find_index8")
     _eight(dst, "dst", "nc_find_index8")
     if np.dtype(dst.dtype) not in (np.dtype(np.uint32), np.dtype(np.uint16)):
-        raise make_error(OperandError, "NSIM-E302", "nc_find_index8: dst must be uint32 or uint16, got {}".format(
+        raise make_error("BadDtype", "nc_find_index8: dst must be uint32 or uint16, got {}".format(
             np.dtype(dst.dtype)))
     return _op("nc_find_index8", dst=dst, data=data, vals=vals)
 
@@ -684,7 +684,7 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None, **kwargs):
     _top8_src(data, "data", "nc_match_replace8", lo=1)
     _eight(vals, "vals", "nc_match_replace8")
     if not _is_scalar(imm):
-        raise make_error(OperandError, "NSIM-E305", "nc_match_replace8: imm must be a scalar, got {!r}".format(imm))
+        raise make_error("BadOperandKind", "nc_match_replace8: imm must be a scalar, got {!r}".format(imm))
     if dst_idx is not None:
         _t(dst_idx, "dst_idx", "nc_match_replace8")
         _eight(dst_idx, "dst_idx", "nc_match_replace8")
@@ -700,7 +700,7 @@ def tensor_partition_reduce(dst, op, data, name=None, **kwargs):
     _t(data, "data", "tensor_partition_reduce")
     o = _nl.alu_name(op)
     if o not in _PART_REDUCE:
-        raise make_error(OperandError, "NSIM-E307", "tensor_partition_reduce: op must be one of {}, got nl.{}".format(
+        raise make_error("BadArgument", "tensor_partition_reduce: op must be one of {}, got nl.{}".format(
             ", ".join(_PART_REDUCE), o))
     return _op("tensor_partition_reduce", dst=dst, data=data, alu0=o)
 
@@ -716,7 +716,7 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
     _scalar_or_vector(on_false, "on_false", "select_reduce", 0, fields, imm, flags, "has_imm0")
     rop = _nl.alu_name(reduce_op if reduce_op is not None else "maximum", "reduce_op")
     if rop not in ("maximum", "minimum", "add"):
-        raise make_error(OperandError, "NSIM-E307", "select_reduce: reduce_op must be nl.maximum, got nl.{}".format(
+        raise make_error("BadArgument", "select_reduce: reduce_op must be nl.maximum, got nl.{}".format(
             rop))
     if reduce_res is not None:
         _t(reduce_res, "reduce_res", "select_reduce")
@@ -739,15 +739,15 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=red
     _scalar_or_vector(imm0, "operand0", "tensor_scalar_cumulative", 0, fields, imm, flags, "has_imm0")
     o1 = _nl.alu_name(op1, "op1")
     if o1 not in _CUMUL_OPS:
-        raise make_error(OperandError, "NSIM-E307", "tensor_scalar_cumulative: op1 must be one of {}, got "
+        raise make_error("BadArgument", "tensor_scalar_cumulative: op1 must be one of {}, got "
                          "nl.{}".format(", ".join(_CUMUL_OPS), o1))
     cmd = _rcmd(reduce_cmd)
     if cmd == "load_reduce" and imm1 is None:
-        raise make_error(OperandError, "NSIM-E305", "tensor_scalar_cumulative: reduce_cmd=load_reduce needs imm1")
+        raise make_error("MissingOperand", "tensor_scalar_cumulative: reduce_cmd=load_reduce needs imm1")
     _scalar_or_vector(imm1, "reduce_init", "tensor_scalar_cumulative", 1, fields, imm)
     for x, slot in ((dst, "dst"), (src, "src")):
         if np.dtype(x.dtype) in (np.dtype(np.int32), np.dtype(np.uint32)):
-            raise make_error(OperandError, "NSIM-E302", "tensor_scalar_cumulative: {} may not be {}".format(
+            raise make_error("BadDtype", "tensor_scalar_cumulative: {} may not be {}".format(
                 slot, np.dtype(x.dtype)))
     return _op("tensor_scalar_cumulative", dst=dst, src=src, operand0=fields.get("operand0"),
                reduce_init=fields.get("reduce_init"), alu0=_nl.alu_name(op0, "op0"), alu1=o1, reduce_cmd=cmd,
@@ -760,11 +760,11 @@ def sequence_bounds(dst, segment_ids, name=None, **kwargs):
     _t(dst, "dst", "sequence_bounds")
     _t(segment_ids, "segment_ids", "sequence_bounds")
     if segment_ids.shape[0] != 1 or dst.shape[0] != 1:
-        raise make_error(OperandError, "NSIM-E303", "sequence_bounds: segment_ids and dst need 1 partition, got "
+        raise make_error("PartitionMismatch", "sequence_bounds: segment_ids and dst need 1 partition, got "
                          "shapes {} and {}".format(tuple(segment_ids.shape), tuple(dst.shape)))
     n = _pe(segment_ids)
     if _pe(dst) != 2 * n:
-        raise make_error(OperandError, "NSIM-E304", "sequence_bounds: dst must be (1, 2, {}), got {}".format(
+        raise make_error("ElementCountMismatch", "sequence_bounds: dst must be (1, 2, {}), got {}".format(
             n, tuple(dst.shape)))
     return _op("sequence_bounds", dst=dst, segment_ids=segment_ids)
 
@@ -785,15 +785,15 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
     _t(index, "index", "local_gather")
     e = int(num_elem_per_idx)
     if e not in (1, 2, 4, 8, 16, 32):
-        raise make_error(OperandError, "NSIM-E307", "local_gather: num_elem_per_idx must be 1, 2, 4, 8, 16 or 32, "
+        raise make_error("BadArgument", "local_gather: num_elem_per_idx must be 1, 2, 4, 8, 16 or 32, "
                          "got {}".format(num_elem_per_idx))
     if src_buffer.shape[0] != index.shape[0] or src_buffer.shape[0] % 16:
-        raise make_error(OperandError, "NSIM-E303", "local_gather: src_buffer and index need the same partition "
+        raise make_error("PartitionMismatch", "local_gather: src_buffer and index need the same partition "
                          "count, a multiple of 16 (got {} and {})".format(src_buffer.shape[0], index.shape[0]))
     nall = 16 * _pe(index)
     nv = nall if num_valid_indices is None else int(num_valid_indices)
     if not 1 <= nv <= min(nall, 4096):
-        raise make_error(OperandError, "NSIM-E307", "local_gather: num_valid_indices {} must be in [1, {}]".format(
+        raise make_error("BadArgument", "local_gather: num_valid_indices {} must be in [1, {}]".format(
             nv, min(nall, 4096)))
     return _op("local_gather", dst=dst, src_buffer=src_buffer, index=index, iimm=[e, 0 if nv == nall else nv])
 
@@ -804,16 +804,16 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None, **kw
     _t(dst, "dst", "nonzero_with_count")
     _t(src, "src", "nonzero_with_count")
     if get_nc_version() < nc_version.gen3:
-        raise make_error(KernelError, "NSIM-E404", "nonzero_with_count needs gen3 or later (nc_version {})".format(
+        raise make_error("NotOnGeneration", "nonzero_with_count needs gen3 or later (nc_version {})".format(
             int(get_nc_version())))
     if np.dtype(dst.dtype) != np.dtype(np.int32):
-        raise make_error(OperandError, "NSIM-E302", "nonzero_with_count: dst must be int32, got {}".format(
+        raise make_error("BadDtype", "nonzero_with_count: dst must be int32, got {}".format(
             np.dtype(dst.dtype)))
     if np.dtype(src.dtype) not in (np.dtype(np.int32), np.dtype(np.float32)):
-        raise make_error(OperandError, "NSIM-E302", "nonzero_with_count: src must be float32 or int32, got "
+        raise make_error("BadDtype", "nonzero_with_count: src must be float32 or int32, got "
                          "{}".format(np.dtype(src.dtype)))
     if _pe(dst) != _pe(src) + 1:
-        raise make_error(OperandError, "NSIM-E304", "nonzero_with_count: dst needs {} elements per partition "
+        raise make_error("ElementCountMismatch", "nonzero_with_count: dst needs {} elements per partition "
                          "(src's + 1), got {}".format(_pe(src) + 1, _pe(dst)))
     return _op("nonzero_with_count", dst=dst, src=src, iimm=[int(index_offset), int(padding_val)])
 
@@ -847,7 +847,7 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
     o0 = _nl.alu_name(op0 if op0 is not None else "bypass", "op0")
     o1 = _nl.alu_name(op1 if op1 is not None else "bypass", "op1")
     if (o0, o1) not in _ACT2_PAIRS:
-        raise make_error(OperandError, "NSIM-E307", "activate2: (op0, op1) = (nl.{}, nl.{}) is not one of {}".format(
+        raise make_error("BadArgument", "activate2: (op0, op1) = (nl.{}, nl.{}) is not one of {}".format(
             o0, o1, sorted(_ACT2_PAIRS)))
     fields, imm, flags = {}, {}, []
     if o0 != "bypass":
@@ -855,14 +855,14 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
     if o1 != "bypass":
         _scalar_or_vector(imm1, "operand1", "activate2", 1, fields, imm, flags, "has_imm1")
     if not _is_scalar(relu_param):
-        raise make_error(OperandError, "NSIM-E305", "activate2: relu_param must be a scalar")
+        raise make_error("BadOperandKind", "activate2: relu_param must be a scalar")
     if float(relu_param) != 0.0:
         imm[3] = relu_param
     rop = None
     if reduce_op is not None:
         rop = _nl.alu_name(reduce_op, "reduce_op")
         if rop not in _ACT2_REDUCE:
-            raise make_error(OperandError, "NSIM-E307", "activate2: reduce_op must be one of {}, got nl.{}".format(
+            raise make_error("BadArgument", "activate2: reduce_op must be one of {}, got nl.{}".format(
                 ", ".join(_ACT2_REDUCE), rop))
     if reduce_res is not None:
         _t(reduce_res, "reduce_res", "activate2")
@@ -888,10 +888,10 @@ def rand2(dst, min, max, name=None, **kwargs):  # noqa: A002 - the NKI parameter
     """gen4: uniform floats in ``[min, max)`` (scalars) from nsim's deterministic seeded PRNG."""
     _t(dst, "dst", "rand2")
     if not (_is_scalar(min) and _is_scalar(max)):
-        raise make_error(KernelError, "NSIM-E404", "rand2: nsim supports scalar min and max only, got {!r} and "
+        raise make_error("NotSupported", "rand2: nsim supports scalar min and max only, got {!r} and "
                          "{!r}".format(min, max))
     if not float(min) <= float(max):
-        raise make_error(OperandError, "NSIM-E307", "rand2: min {} must not exceed max {}".format(min, max))
+        raise make_error("BadArgument", "rand2: min {} must not exceed max {}".format(min, max))
     return _op("rand2", dst=dst, imm=[_fimm(min), _fimm(max)])
 
 
@@ -902,7 +902,7 @@ def dropout(dst, data, prob, name=None, **kwargs):
     _t(data, "data", "dropout")
     fields, imm, flags = {}, {}, []
     if _is_scalar(prob) and not 0.0 <= float(prob) <= 1.0:
-        raise make_error(OperandError, "NSIM-E307", "dropout: prob must be in [0, 1], got {}".format(prob))
+        raise make_error("BadArgument", "dropout: prob must be in [0, 1], got {}".format(prob))
     _scalar_or_vector(prob, "operand0", "dropout", 0, fields, imm, flags, "has_imm0")
     return _op("dropout", dst=dst, data=data, operand0=fields.get("operand0"), flags=flags, imm=_immlist(imm))
 
@@ -917,7 +917,7 @@ def rng(dst, engine=engine.vector, name=None, **kwargs):
     deterministic PRNG stream."""
     _t(dst, "dst", "rng")
     if not np.issubdtype(np.dtype(dst.dtype), np.integer):
-        raise make_error(OperandError, "NSIM-E302", "rng: dst must have an integer dtype, got {}".format(
+        raise make_error("BadDtype", "rng: dst must have an integer dtype, got {}".format(
             np.dtype(dst.dtype)))
     return _op("rng", dst=dst, engine=_rng_engine(engine, "vector", "rng"))
 

@@ -629,7 +629,7 @@ bool smoke(Opcode op) {
       const Operand d = m.sbuf_tile(P, {F});
       Instr in = make(op, {d, src, mx, rr});
       in.reduce_cmd = ReduceCmd::kResetReduce;
-      CHECK(verify_code(in) == ErrorCode::kBadEngine);  // gen4 only
+      CHECK(verify_code(in) == ErrorCode::kNotOnGeneration);  // gen4 only
       m.run(in, gen4());
       double sum = 0;
       for (int64_t j = 0; j < F; ++j) sum += std::exp(static_cast<double>(val(2, j) - val(2, 0)));
@@ -658,7 +658,7 @@ bool smoke(Opcode op) {
       in.act = ActFunc::kCopy;
       in.iimm[0] = static_cast<int32_t>(AluOp::kMaximum);
       in.reduce_cmd = ReduceCmd::kResetReduce;
-      CHECK(verify_code(in) == ErrorCode::kBadEngine);  // gen4 only
+      CHECK(verify_code(in) == ErrorCode::kNotOnGeneration);  // gen4 only
       m.run(in, gen4());
       CHECK(m.get(d, 2, 3) == 0.5f * val(2, 3) - val(2, 0));
       CHECK(m.get(rr, 2, 0) == 0.5f * val(2, 7) - val(2, 0));
@@ -675,7 +675,7 @@ bool smoke(Opcode op) {
       Instr in = make(op, {d});
       in.imm[0] = -2.0f;
       in.imm[1] = 3.0f;
-      CHECK(verify_code(in) == ErrorCode::kBadEngine);  // gen4 only
+      CHECK(verify_code(in) == ErrorCode::kNotOnGeneration);  // gen4 only
       m.run(in, gen4());
       double mean = 0;
       for (uint32_t p = 0; p < P; ++p)

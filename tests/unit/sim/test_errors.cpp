@@ -41,5 +41,5 @@ TEST_CASE("errors: code strings and messages come from the table", "[errors]") {
   CHECK(error_info(ErrorCode::kBadReshape).name == "BadReshape");
   CHECK(error_family_name(error_info(ErrorCode::kNotSupported).family) == "not_supported");
   const Error e(ErrorCode::kBadStatsFile, std::string("x"), SourceLoc{std::string("k.py"), 3, {}});
-  CHECK(std::string(e.what()) == "NSIM-E416: x [at k.py:3]");
+  CHECK(std::string(e.what()) == "NSIM-E445: x [at k.py:3]");
 }
