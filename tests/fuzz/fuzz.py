@@ -167,6 +167,16 @@ def run_inprocess(case: dict, tmp: str) -> Tuple[str, str]:
     return outcome, detail
 
 
+def _unlimited_as():
+    """In a CLI child: the worker's soft address-space limit lifted to its hard limit."""
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (resource.getrlimit(resource.RLIMIT_AS)[1],) * 2)
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def run_cli(case: dict, tmp: str, nsim: str, timeout: float) -> Tuple[str, str]:
     paths = _materialise(case, tmp)
     argv = [nsim] + [paths.get(a, a) if isinstance(a, str) else str(a) for a in case["argv"]]
@@ -176,7 +186,7 @@ def run_cli(case: dict, tmp: str, nsim: str, timeout: float) -> Tuple[str, str]:
     env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
     try:
         p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           timeout=timeout, env=env, cwd=tmp)
+                           timeout=timeout, env=env, cwd=tmp, preexec_fn=_unlimited_as)
     except subprocess.TimeoutExpired:
         return "hang", "timeout {} s".format(timeout)
     stderr = p.stderr.decode("utf-8", "replace")
@@ -204,7 +214,9 @@ def _worker(conn, nsim: str, timeout: float):
     try:
         import resource
 
-        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
+        # The soft limit only: CLI inputs run as child processes that lift it again (_unlimited_as), since
+        # an ASan binary reserves terabytes of address space for its shadow memory.
+        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, resource.getrlimit(resource.RLIMIT_AS)[1]))
     except (ImportError, ValueError, OSError):
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
