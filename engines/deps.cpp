@@ -29,8 +29,8 @@ int64_t DepTracker::reserve_hbm_cost(int64_t bytes) const {
   return n > have ? (n - have) * static_cast<int64_t>(sizeof(Entry)) : 0;
 }
 
-DepTracker::Range DepTracker::range_of(const Operand& o) const {
-  auto [lo, hi] = o.byte_extent();
+DepTracker::Range DepTracker::range_of(const Operand& o, std::pair<int64_t, int64_t> ext) const {
+  auto [lo, hi] = ext;
   if (hi <= lo) hi = lo + 1;
   if (o.space == Space::kHbm) {
     const int64_t n = static_cast<int64_t>(hbm_.size());

@@ -65,7 +65,9 @@ class DepTracker {
     std::array<Range, isa::kMaxSlots> reads, writes;
     int nr = 0, nw = 0;
   };
-  Range range_of(const isa::Operand& o) const;
+  Range range_of(const isa::Operand& o) const { return range_of(o, o.byte_extent()); }
+  /// The chunks of `o`'s space covering the byte extent `ext` (a widened extent: isa::slot_extent).
+  Range range_of(const isa::Operand& o, std::pair<int64_t, int64_t> ext) const;
 
   /// Earliest start for an instruction of class `cls` with these regions, and the tag of the access
   /// that sets it (0 with time 0 when nothing constrains it).

@@ -211,7 +211,9 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::Dep
     for (int i = 0; i < info.num_slots; ++i)
       if (in.slot(i).space == Space::kHbm) {
         try {
-          mem_.check_bounds(in.slot(i), info.slots[static_cast<size_t>(i)].name);
+          // An indirect side: every row an in-range runtime index may reach stays inside the tensor.
+          const int64_t reach = i == isa::indirect_slot(in) ? isa::slot_extent(in, i).second - in.slot(i).byte_extent().second : 0;
+          mem_.check_bounds(in.slot(i), info.slots[static_cast<size_t>(i)].name, reach);
         } catch (const Error& e) {
           throw Error(e.code(), fmt::format("{}: {}", info.mnemonic, e.message()), where);
         }
@@ -297,8 +299,11 @@ engines::DepTracker::Regions Simulator::regions(const Instr& in, const engines::
   for (int i = 0; i < info.num_slots; ++i) {
     const Operand& o = in.slot(i);
     if (!o.present()) continue;
-    if (info.slots[static_cast<size_t>(i)].written) r.writes[static_cast<size_t>(r.nw++)] = on.range_of(o);
-    else r.reads[static_cast<size_t>(r.nr++)] = on.range_of(o);
+    // An indirect side's rows are runtime values: it depends on every row they may reach.
+    const engines::DepTracker::Range rr = i == isa::indirect_slot(in) ? on.range_of(o, isa::slot_extent(in, i))
+                                                                      : on.range_of(o);
+    if (info.slots[static_cast<size_t>(i)].written) r.writes[static_cast<size_t>(r.nw++)] = rr;
+    else r.reads[static_cast<size_t>(r.nr++)] = rr;
   }
   return r;
 }

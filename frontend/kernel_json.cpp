@@ -47,7 +47,8 @@ constexpr const char* kMatmulSlots[] = {"dst", "stationary", "moving"};
 constexpr std::string_view kMatmulName = "nc_matmul";
 
 constexpr std::string_view kFlagNames[] = {"reverse0",     "reverse1", "accumulate", "negate",   "is_transpose", "reverse_pred",
-                                           "double_row",   "onezero",  "has_imm0",   "has_imm1", "dynamic_addr"};
+                                           "double_row",   "onezero",  "has_imm0",   "has_imm1", "dynamic_addr",
+                                           "indirect_dst", "indirect_scalar", "oob_skip"};
 constexpr std::string_view kReduceCmdNames[] = {"idle", "reset", "reduce", "reset_reduce", "load_reduce"};
 constexpr std::string_view kLoopKindNames[] = {"affine", "sequential", "static"};
 constexpr std::string_view kTensorKindNames[] = {"input", "output", "internal"};

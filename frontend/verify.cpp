@@ -288,7 +288,10 @@ class Verifier {
       if (da.step == 0 && !da.broadcast)
         fail(ErrorCode::kBadIndex,
              fmt::format("operand '{}' dim {} of tensor '{}' has step 0 (use a broadcast)", slot_name(slot), d, t.name));
-      if (da.broadcast && slot == 0)
+      // An indirect dst (scatter) repeats its static row: the rows come from the offsets at run time.
+      const bool scatter_rows = slot == 0 && d == 0 && opcode_ == static_cast<int>(Opcode::kDmaCopy) &&
+                                op_->operands[2] && (op_->flags & isa::kIndirectDst);
+      if (da.broadcast && slot == 0 && !scatter_rows)
         fail(ErrorCode::kBadIndex, fmt::format("operand '{}' dim {} of tensor '{}' broadcasts, but a destination "
                                                "cannot", slot_name(slot), d, t.name));
       if (chip && d == 0 && (da.step != 1 || da.broadcast))

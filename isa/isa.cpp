@@ -199,6 +199,16 @@ Operand Operand::tile(Space space, DType dt, int64_t offset, uint32_t start_part
   return o;
 }
 
+std::pair<int64_t, int64_t> slot_extent(const Instr& in, int slot) {
+  const Operand& o = in.slot(slot);
+  auto ext = o.byte_extent();
+  if (slot == indirect_slot(in)) {
+    const int64_t shift = static_cast<int64_t>(std::max(in.iimm[0] - 1, 0)) * std::max(in.iimm[1], 0);
+    ext.second += shift * dtype_bytes(o.dtype);
+  }
+  return ext;
+}
+
 Instr make_instr(Opcode op, Engine engine, std::initializer_list<Operand> operands, uint32_t loc) {
   Instr in;
   in.op = op;
@@ -620,6 +630,32 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
       if (in.slot(0).total_elems() != in.slot(1).total_elems())
         fail(ErrorCode::kElementCountMismatch, in, where,
              fmt::format("dst has {} elements but src has {}", in.slot(0).total_elems(), in.slot(1).total_elems()));
+      if (in.slot(2).present()) {  // indirect (gather/scatter): row p of the HBM side moves by offsets x iimm[1]
+        const Operand& ind = in.slot((in.flags & kIndirectDst) ? 0 : 1);
+        const Operand& off = in.slot(2);
+        if (ind.space != Space::kHbm)
+          fail(ErrorCode::kBadBuffer, in, where,
+               fmt::format("the indirect side ({}) must be in hbm, got {}", (in.flags & kIndirectDst) ? "dst" : "src",
+                           space_name(ind.space)));
+        if (off.dtype != DType::kInt32 && off.dtype != DType::kUInt32)
+          fail(ErrorCode::kBadDtype, in, where,
+               fmt::format("offsets must be int32 or uint32, got {}", dtype_name(off.dtype)));
+        const bool scalar = (in.flags & kIndirectScalar) != 0;
+        if (scalar ? off.total_elems() != 1
+                   : (off.elems_per_partition() != 1 || off.num_partitions == 0 || ind.total_elems() % off.num_partitions))
+          fail(ErrorCode::kShapeMismatch, in, where,
+               scalar ? fmt::format("a scalar offset must be one (1, 1) element, got [{}, {}]", off.num_partitions,
+                                    off.elems_per_partition())
+                      : fmt::format("offsets must be (R, 1), one row index per equal row of the {} elements of the "
+                                    "indirect side, got [{}, {}]",
+                                    ind.total_elems(), off.num_partitions, off.elems_per_partition()));
+        if (in.iimm[0] < 1 || in.iimm[1] < 0)
+          fail(ErrorCode::kBadImmediate, in, where,
+               fmt::format("an indirect transfer needs iimm[0] (index bound) >= 1 and iimm[1] (index stride) >= 0, "
+                           "got {} and {}", in.iimm[0], in.iimm[1]));
+      } else if (in.flags & (kIndirectDst | kIndirectScalar | kOobSkip)) {
+        fail(ErrorCode::kMissingOperand, in, where, "indirect flags need the 'offsets' operand");
+      }
       break;
     case Opcode::kDmaTranspose:
       if (in.slot(0).total_elems() != in.slot(1).total_elems() ||

@@ -1,5 +1,6 @@
 #pragma once
 /// The modelled ISA, derived from isa/opcodes.def, isa/alu_ops.def and isa/act_funcs.def.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -156,6 +157,9 @@ enum InstrFlag : uint16_t {
   kHasImm0 = 1u << 8,      ///< operand0 is the immediate imm[0] (slot absent)
   kHasImm1 = 1u << 9,      ///< operand1 is the immediate imm[1]
   kDynamicAddr = 1u << 10, ///< tensor_copy with a runtime address (cost only)
+  kIndirectDst = 1u << 11, ///< dma_copy with `offsets`: the dst (not the src) is the indirect side
+  kIndirectScalar = 1u << 12, ///< dma_copy with `offsets`: one offset (1,1) for all rows, not one per row
+  kOobSkip = 1u << 13,     ///< dma_copy with `offsets`: an out-of-range index skips its row (else error)
 };
 
 /// One instruction of the stream. Plain data, fixed size: the hot loop never allocates.
@@ -172,13 +176,25 @@ struct Instr {
   /// Scalars: [0] operand0 / value / on_false / initial / range_start, [1] operand1 / alpha /
   /// on_false / reduce_init, [2] activation scale (default 1), [3] activation bias (default 0).
   std::array<float, 4> imm{0.0f, 0.0f, 1.0f, 0.0f};
-  std::array<int32_t, 10> iimm{};   ///< iota/affine_select: offset, channel_multiplier, 4x[step, num]
+  /// iota/affine_select: offset, channel_multiplier, 4x[step, num]; dma_copy with `offsets` (indirect):
+  /// [0] index bound (valid indices are [0, bound)), [1] elements of the indirect side per index unit.
+  std::array<int32_t, 10> iimm{};
   std::array<uint8_t, 32> shuffle{};///< nc_stream_shuffle mask (255 = keep)
   std::array<Operand, kMaxSlots> opnd{};
   uint32_t loc = 0;                 ///< index into the run's source-location table (0 = unknown)
 
   const Operand& slot(int i) const { return opnd[static_cast<size_t>(i)]; }
 };
+
+/// The slot of an indirect dma_copy's runtime-addressed (HBM) side: 0 (dst, scatter) or 1 (src,
+/// gather); -1 for every other instruction.
+inline int indirect_slot(const Instr& in) {
+  if (in.op != Opcode::kDmaCopy || !in.opnd[2].present()) return -1;
+  return (in.flags & kIndirectDst) ? 0 : 1;
+}
+/// Byte extent of operand `slot` of `in` (Operand::byte_extent); for the indirect side of a dma_copy,
+/// widened to every row an in-range runtime index may reach (dependencies cannot see the values).
+std::pair<int64_t, int64_t> slot_extent(const Instr& in, int slot);
 
 /// An instruction with its operands in slot order and default immediates.
 Instr make_instr(Opcode op, Engine engine, std::initializer_list<Operand> operands, uint32_t loc = 0);

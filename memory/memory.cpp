@@ -134,9 +134,10 @@ void Memory::free_onchip(Space space, int64_t offset) { (space == Space::kPsum ?
 
 const RangeAllocator& Memory::allocator(Space space) const { return space == Space::kPsum ? psum_alloc_ : sbuf_alloc_; }
 
-void Memory::check_bounds(const Operand& o, const char* what) const {
+void Memory::check_bounds(const Operand& o, const char* what, int64_t reach) const {
   auto [lo, hi] = o.byte_extent();
   if (o.space == Space::kHbm) {
+    hi += reach;
     auto it = hbm_.upper_bound(lo);
     if (it == hbm_.begin() || lo < 0)
       throw Error(ErrorCode::kOutOfBounds, fmt::format("{}: HBM bytes [{}, {}) are not inside any tensor", what, lo, hi));

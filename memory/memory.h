@@ -82,7 +82,9 @@ class Memory {
   /// Bounds-check `o` and return a view onto storage. E201 when out of bounds, E202 over partitions.
   isa::TileView resolve(const isa::Operand& o) const;
   /// Bounds check only (no storage needed).
-  void check_bounds(const isa::Operand& o, const char* what) const;
+  /// `reach`: extra bytes past the operand's extent that must lie in the same HBM tensor (the rows an
+  /// indirect access may reach, isa::slot_extent).
+  void check_bounds(const isa::Operand& o, const char* what, int64_t reach = 0) const;
 
   bool has_storage() const { return with_storage_; }
 

@@ -273,6 +273,7 @@ void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
 void Analyzer::State::on_dma(const Instr& in, const InstrTiming& t, LineAgg& la) {
   const Operand& dst = in.slot(0);
   const Operand& src = in.slot(1);
+  const int indirect = isa::indirect_slot(in);
   const memory::DmaSplit& split = sim->last_dma_split();
   const DmaEngines::Transfer& tr = sim->last_dma_transfer();
   Ps engine_time = 0;
@@ -301,11 +302,12 @@ void Analyzer::State::on_dma(const Instr& in, const InstrTiming& t, LineAgg& la)
     const double b = static_cast<double>(src.total_elems() * dtype_bytes(src.dtype));
     la.hbm_read += b;
     hbm_read += b;
-    count_hbm(src, false, la);
+    // The rows of an indirect (gather) side are known only at run time: no reload accounting.
+    if (indirect != 1) count_hbm(src, false, la);
   }
   if (dst.space == Space::kHbm) {
     hbm_write += static_cast<double>(dst.total_elems() * dtype_bytes(dst.dtype));
-    count_hbm(dst, true, la);
+    if (indirect != 0) count_hbm(dst, true, la);
   }
 }
 

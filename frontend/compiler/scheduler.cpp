@@ -199,9 +199,10 @@ struct Scheduler::Impl {
     c.readers[c.nr++] = x.seq;
   }
 
-  void access(const Operand& o, Node& x, bool write) {
+  void access(const Instr& in, int slot, Node& x, bool write) {
+    const Operand& o = in.slot(slot);
     if (!o.present()) return;
-    const auto [lo, hi] = o.byte_extent();
+    const auto [lo, hi] = isa::slot_extent(in, slot);
     if (hi <= lo) return;
     if (o.space == Space::kHbm) {  // operands stay inside one tensor (bounds are checked first)
       auto it = std::upper_bound(hbm_ranges.begin(), hbm_ranges.end(), lo,
@@ -331,9 +332,9 @@ struct Scheduler::Impl {
       const Instr& in = x.in[static_cast<size_t>(j)];
       const isa::OpInfo& info = isa::op_info(in.op);
       for (int i = 0; i < info.num_slots; ++i)
-        if (!info.slots[static_cast<size_t>(i)].written) access(in.slot(i), x, false);
+        if (!info.slots[static_cast<size_t>(i)].written) access(in, i, x, false);
       for (int i = 0; i < info.num_slots; ++i)
-        if (info.slots[static_cast<size_t>(i)].written) access(in.slot(i), x, true);
+        if (info.slots[static_cast<size_t>(i)].written) access(in, i, x, true);
     }
     if (raw_stationary) {  // LoadStationary/MultiplyMoving written as separate ops share the PE weights
       if (last_stationary) add_edge(last_stationary - 1, x);

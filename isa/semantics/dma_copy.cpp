@@ -1,25 +1,41 @@
 // dma_copy: dst = cast(src), elements paired by flat index over the whole view (partition-major,
 // then row-major over the free dims). Same dtype -> byte copy; else via fp32. kAccumulate: dst += src
 // in fp32. All of src is read before dst is written (overlapping views behave like a copy).
+// With `offsets` (indirect gather/scatter, nki-api.md 3.9) the HBM side moves by idx * iimm[1]
+// elements: kIndirectScalar shifts the whole view by idx = offsets[0]; otherwise the elements split
+// into one chunk per offset (flat order, as the pairing) and chunk p of the HBM side shifts by
+// idx = offsets[p] (duplicate scatter indices all apply, in row order). An
+// idx outside [0, iimm[0]) is an error, or with kOobSkip leaves the destination (row) unchanged. The
+// simulator checked that every in-range idx stays inside the HBM tensor before execution.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "isa/semantics/internal.h"
 
 namespace nsim::isa {
 
-void exec_kDmaCopy(const Instr& in, const Views& v, ArchState&) {
+namespace {
+
+/// Whether runtime index `i` (of row `row`) is usable; throws unless oob_mode is skip.
+bool index_ok(const Instr& in, int64_t i, uint32_t row) {
+  if (i >= 0 && i < in.iimm[0]) return true;
+  if (in.flags & kOobSkip) return false;
+  sem::fail(ErrorCode::kIndexOutOfBounds, in,
+            fmt::format("indirect index {} of row {} is outside [0, {}) (oob_mode=error; oob_mode=skip skips the row)",
+                        i, row, in.iimm[0]));
+}
+
+TileView shifted(const TileView& v, int64_t idx, const Instr& in) {
+  TileView t = v;
+  t.base += idx * static_cast<int64_t>(in.iimm[1]) * sem::esz(v);
+  return t;
+}
+
+void copy(const Instr& in, const TileView& dst, const TileView& src) {
   using namespace sem;
-  const TileView& dst = v[0];
-  const TileView& src = v[1];
-  require(in, dst, "dst");
-  require(in, src, "src");
   const int64_t se = src.elems(), de = dst.elems();
   const int64_t total = se * src.partitions;
-  if (total != de * dst.partitions)
-    fail(ErrorCode::kElementCountMismatch, in,
-         fmt::format("src has {} elements but dst has {}", total, de * dst.partitions));
-  if (total == 0) return;
-
   const int ses = esz(src);
   uint8_t* raw = bscratch(0, total * ses);
   for (uint32_t p = 0; p < src.partitions; ++p) gather_bytes(src, p, raw + static_cast<int64_t>(p) * se * ses);
@@ -42,6 +58,59 @@ void exec_kDmaCopy(const Instr& in, const Views& v, ArchState&) {
       write_row(dst, p, s);
     }
   }
+}
+
+/// Vector offsets: the elements (flat order) split into one equal chunk per offset; chunk p of the HBM
+/// side moves by offsets[p] x iimm[1] elements and pairs with chunk p of the other side. Element by
+/// element, so that duplicate scatter indices accumulate.
+void gather_scatter(const Instr& in, const Views& v) {
+  using namespace sem;
+  const bool to_dst = (in.flags & kIndirectDst) != 0;
+  const TileView& dst = v[0];
+  const TileView& src = v[1];
+  const uint32_t rows = v[2].partitions;
+  const int64_t per_row = src.elems() * src.partitions / rows;  // verified: divides
+  const int64_t se = src.elems(), de = dst.elems();
+  const int64_t step = static_cast<int64_t>(in.iimm[1]) * esz(to_dst ? dst : src);
+  const bool raw = !(in.flags & kAccumulate) && src.dtype == dst.dtype;
+  for (uint32_t p = 0; p < rows; ++p) {
+    const int64_t i = scalar_int(v[2], p);
+    if (!index_ok(in, i, p)) continue;
+    const int64_t shift = i * step;
+    for (int64_t j = static_cast<int64_t>(p) * per_row, end = j + per_row; j < end; ++j) {
+      const uint8_t* s = src.at(static_cast<uint32_t>(j / se), j % se) + (to_dst ? 0 : shift);
+      uint8_t* d = dst.at(static_cast<uint32_t>(j / de), j % de) + (to_dst ? shift : 0);
+      if (raw) {
+        std::copy_n(s, esz(src), d);
+        continue;
+      }
+      float x = load_f32(src.dtype, s);
+      if (in.flags & kAccumulate) x += load_f32(dst.dtype, d);
+      store_f32(dst.dtype, d, x);
+    }
+  }
+}
+
+}  // namespace
+
+void exec_kDmaCopy(const Instr& in, const Views& v, ArchState&) {
+  using namespace sem;
+  const TileView& dst = v[0];
+  const TileView& src = v[1];
+  require(in, dst, "dst");
+  require(in, src, "src");
+  const int64_t total = src.elems() * src.partitions;
+  if (total != dst.elems() * dst.partitions)
+    fail(ErrorCode::kElementCountMismatch, in,
+         fmt::format("src has {} elements but dst has {}", total, dst.elems() * dst.partitions));
+  if (total == 0) return;
+  if (!v[2].valid()) return copy(in, dst, src);
+  if (!(in.flags & kIndirectScalar)) return gather_scatter(in, v);
+  int64_t idx = 0;
+  read_row_int(v[2], 0, &idx);
+  if (!index_ok(in, idx, 0)) return;
+  if (in.flags & kIndirectDst) copy(in, shifted(dst, idx, in), src);
+  else copy(in, dst, shifted(src, idx, in));
 }
 
 }  // namespace nsim::isa

@@ -383,15 +383,39 @@ def ir_index(shape, offset, pat, chip):
     return idx
 
 
+_INT32_MAX = 2 ** 31 - 1
+
+
+class Indirection:
+    """The runtime part of an indirect (gather/scatter) view, spec §3.9: row p starts
+    ``offsets[p] x stride`` (``offsets[0]`` when ``scalar``) elements after its static address; indices
+    outside ``[0, bound)`` are out of bounds (``oob_mode``)."""
+
+    __slots__ = ("offsets", "scalar", "bound", "stride")
+
+    def __init__(self, offsets, scalar, bound, stride):
+        self.offsets, self.scalar, self.bound, self.stride = offsets, scalar, bound, stride
+
+    def fields(self, dst_side, oob_skip):
+        """kernel.json fields of a dma_copy with this indirection (see docs/kernel-json.md)."""
+        flags = ["indirect_dst"] if dst_side else []
+        if self.scalar:
+            flags.append("indirect_scalar")
+        if oob_skip:
+            flags.append("oob_skip")
+        return {"offsets": self.offsets.access(), "iimm": [self.bound, self.stride]}, flags
+
+
 class NkiTensor:
     """A tensor or a view of one. ``dims`` holds one entry per storage dim: [start, size, step, kept]."""
 
-    __slots__ = ("_st", "_dims", "_tracer", "__weakref__")
+    __slots__ = ("_st", "_dims", "_tracer", "_ind", "__weakref__")
 
     def __init__(self, storage, dims=None, tracer=None):
         self._st = storage
         self._dims = dims if dims is not None else [[0, n, 1, True] for n in storage.shape]
         self._tracer = tracer
+        self._ind = None  # Indirection of a runtime-addressed (gather/scatter) view, else None
 
     # --- properties ---------------------------------------------------------------------------
     @property
@@ -536,7 +560,7 @@ class NkiTensor:
                 free_ints = [b for b in int_dims if b != 0]
                 if free_ints:
                     dims[free_ints[-1]][3] = True
-        return type(self)(self._st, dims, self._tracer)
+        return self._derive(self._st, dims)
 
     def broadcast(self, dim, size):
         """A view where the size-1 view dim ``dim`` is repeated ``size`` times (stride 0)."""
@@ -552,10 +576,17 @@ class NkiTensor:
         dims = [list(d) for d in self._dims]
         dims[kept[dim]][1] = int(size)
         dims[kept[dim]][2] = 0 if int(size) > 1 else 1
-        return type(self)(self._st, dims, self._tracer)
+        return self._derive(self._st, dims)
 
     def _view(self, dims):
-        return type(self)(self._st, dims, self._tracer)
+        return self._derive(self._st, dims)
+
+    def _derive(self, storage, dims):
+        """A new view of this one. An indirect view's rows are runtime values: no view of it can be taken."""
+        if self._ind is not None:
+            raise make_error("NotSupported", "a view of the indirect (runtime-indexed) view of '{}' cannot be "
+                             "taken: apply .ap(vector_offset=/scalar_offset=) or vector_select last".format(self.name))
+        return type(self)(storage, dims, self._tracer)
 
     def __setitem__(self, key, value):
         raise make_error("ItemAssignment", "item assignment on tensors is not part of the new NKI dialect; "
@@ -588,7 +619,7 @@ class NkiTensor:
         """A view of the elements ``offset + sum stride_k * i_k`` of this view's real storage."""
         base = self._st.base if isinstance(self._st, _ViewStorage) else self._st
         vs = _ViewStorage(base, offset, [s for s, _ in pat], [c for _, c in pat])
-        return type(self)(vs, None, self._tracer)
+        return self._derive(vs, None)
 
     def reshape(self, *shape):
         """A view of the same elements (row-major order) with another shape (one ``-1`` allowed). Works on
@@ -701,10 +732,18 @@ class NkiTensor:
         return self[tuple(key)]
 
     def select(self, dim, index):
-        """``t.select(dim, index)`` with an int index: the view without dim ``dim`` (at ``index``)."""
-        if not isinstance(index, (int, np.integer)):
-            raise make_error("NotSupported", "select() with a runtime (tensor) index is not "
-                             "supported yet by nsim: runtime offsets are not in the kernel IR yet")
+        """``t.select(dim, index)``: the view without dim ``dim`` at ``index`` (an int, or a ``(1, 1)`` SBUF
+        int tensor for a runtime select on an HBM tensor: a ``scalar_offset`` access, spec §3.9)."""
+        if isinstance(index, NkiTensor):
+            d = int(dim) + self.ndim if int(dim) < 0 else int(dim)
+            kept = [i for i, e in enumerate(self._dims) if e[3]]
+            if isinstance(self._st, _ViewStorage) or not 0 <= d < len(kept):
+                raise make_error("NotSupported", "select(dim, tensor): a runtime select needs a plain (sliced) "
+                                 "tensor and an existing dim, got {} of shape {}".format(dim, tuple(self.shape)))
+            if self._dims[kept[d]][2] != 1:
+                raise make_error("NotSupported", "select(dim, tensor): a runtime select on a strided dim")
+            fixed = self.select(d, 0)  # the view at its first position along dim; the index counts from there
+            return fixed.ap(fixed.get_pattern(), scalar_offset=index, indirect_dim=kept[d])
         key = [slice(None)] * self.ndim
         dim = int(dim) + self.ndim if int(dim) < 0 else int(dim)
         key[dim] = int(index)
@@ -737,16 +776,59 @@ class NkiTensor:
 
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
         """``t.ap([[step, num], ...], offset=None)``: an explicit access pattern over the storage (spec §3.9):
-        element ``(i0, ...)`` is ``storage_flat[view offset + offset + sum step_j * i_j]``."""
-        if scalar_offset is not None or vector_offset is not None:
-            raise make_error("NotSupported", ".ap(scalar_offset=/vector_offset=) is not supported "
-                             "yet by nsim: runtime offsets are not in the kernel IR yet")
+        element ``(i0, ...)`` is ``storage_flat[view offset + offset + sum step_j * i_j]``.
+
+        Runtime offsets (gather/scatter on an HBM tensor, one per view; spec §3.9): ``vector_offset`` (an
+        SBUF ``(P, 1)`` int tensor, ``indirect_dim=0``) makes row p start ``vector_offset[p] x prod(shape[1:])``
+        elements after ``offset`` (the pattern's first step is ignored); ``scalar_offset`` (a ``(1, 1)`` SBUF
+        int tensor) adds ``value x prod(shape[indirect_dim+1:])`` to the start."""
         base = self.view(dtype) if dtype is not None else self
-        _b, off, _pat = base._flat()
+        b, off, _pat = base._flat()
         pat = [(int(p[0]), int(p[1])) for p in pattern]
         if not pat or any(n < 1 for _, n in pat):
             raise make_error("BadView", ".ap: bad pattern {}".format(pattern))
-        return base._pattern_view(off + int(offset or 0), pat)
+        off += int(offset or 0)
+        if scalar_offset is None and vector_offset is None:
+            return base._pattern_view(off, pat)
+        if scalar_offset is not None and vector_offset is not None:
+            raise make_error("BadView", ".ap: scalar_offset and vector_offset are mutually exclusive")
+        if b.buffer != "hbm":
+            raise make_error("NotSupported", ".ap(scalar_offset=/vector_offset=) on an on-chip tensor ('{}' in "
+                             "{}) is not supported by nsim: runtime offsets address HBM tensors".format(
+                                 b.name, b.buffer))
+        idx = vector_offset if vector_offset is not None else scalar_offset
+        what = "vector_offset" if vector_offset is not None else "scalar_offset"
+        if not isinstance(idx, NkiTensor) or idx.buffer not in ON_CHIP:
+            raise make_error("BadOperandKind", ".ap({}=): needs an SBUF int32/uint32 tensor, got {!r} (sequencer "
+                             "registers are not supported)".format(what, idx))
+        if np.dtype(idx.dtype) not in (np.dtype(np.int32), np.dtype(np.uint32)):
+            raise make_error("BadDtype", ".ap({}=): offsets must be int32 or uint32, got {}".format(what, idx.dtype))
+        d = int(indirect_dim)
+        if vector_offset is not None:
+            if d != 0:
+                raise make_error("BadView", ".ap(vector_offset=) needs indirect_dim=0, got {}".format(d))
+            if tuple(idx.shape) != (pat[0][1], 1):
+                raise make_error("ShapeMismatch", ".ap(vector_offset=): offsets must be ({}, 1), one row index per "
+                                 "row of the pattern, got {}".format(pat[0][1], tuple(idx.shape)))
+            pat[0] = (0, pat[0][1])
+        elif idx.size != 1:
+            raise make_error("ShapeMismatch", ".ap(scalar_offset=): needs a (1, 1) tensor, got {}".format(
+                tuple(idx.shape)))
+        # The tensor's shape: a whole-tensor reshape is a tensor of its own shape (as in NKI), else the storage's.
+        shp = tuple(base.shape) if base.size == int(np.prod(b.shape, dtype=np.int64)) and base.is_contiguous() \
+            else tuple(b.shape)
+        if not 0 <= d < len(shp):
+            raise make_error("BadView", ".ap: indirect_dim {} is not a dim of shape {}".format(d, shp))
+        stride = int(np.prod(shp[d + 1:], dtype=np.int64))
+        total = int(np.prod(shp, dtype=np.int64))
+        last = off + sum(s * (n - 1) for s, n in pat)
+        bound = min(int(shp[d]), (total - 1 - last) // stride + 1 if stride else int(shp[d]))
+        if bound < 1 or stride > _INT32_MAX:
+            raise make_error("IndexOutOfBounds", ".ap: the static pattern of '{}' leaves no room for a runtime "
+                             "offset along dim {}".format(b.name, d))
+        v = base._pattern_view(off, pat)
+        v._ind = Indirection(idx, vector_offset is None, bound, stride)
+        return v
 
     def get_pattern(self):
         """The view as ``[[stride, count], ...]`` (elements of the storage)."""
@@ -761,7 +843,15 @@ class NkiTensor:
         return not items or (len(items) == 1 and items[0][0] == 1)
 
     def is_indirect(self):
-        return False
+        return self._ind is not None
+
+    def vector_select(self, dim, vector_offset):
+        """``t.vector_select(0, offsets)`` (HBM): partition p reads row ``offsets[p]`` of this view's rows."""
+        if int(dim) != 0:
+            raise make_error("BadView", "vector_select: dim must be 0, got {}".format(dim))
+        pat = self._flat()[2]
+        n = vector_offset.shape[0] if isinstance(vector_offset, NkiTensor) else 1
+        return self.ap([(0, int(n))] + list(pat[1:]), vector_offset=vector_offset)
 
     def reinterpret_cast(self, dtype):
         return self.view(dtype)

@@ -27,13 +27,11 @@ REASONS = {
     "rand": "not written yet on top of the PRNG instructions (use nisa.rng / nisa.dropout, seeded by "
             "nisa.set_rng_seed)",
     "random_seed": "not written yet on top of the PRNG instructions (use nisa.set_rng_seed)",
-    "atomic_rmw": "needs indirect (tile-valued) indices on HBM accesses, which the kernel IR does not have yet",
     "all_reduce": "collectives across SPMD programs are out of nsim's scope (spec §3.6)",
     "gather_flattened": "not written yet on top of the GpSimd gather (use nisa.nc_n_gather)",
     "loop_reduce": "not written yet (the reduction happens inside the item assignment); write "
                    "T[idx] = op(T[idx], x) instead",
     "VirtualRegister": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
-    "vector_select": "needs indirect (tile-valued) row offsets on HBM accesses, not in the kernel IR yet",
     "indirect": "gen4 tensor-indirection views are not modelled (nsim models gen2/gen3)",
     "rearrange": "einops-style rearrange is not written yet (use reshape / permute)",
 }
@@ -99,7 +97,7 @@ def stub_class(prefix, name, reason=None):
 
 def _install_view_stubs():
     from ..tracer import NkiTensor
-    for n in ("vector_select", "indirect", "rearrange"):
+    for n in ("indirect", "rearrange"):
         if not hasattr(NkiTensor, n):
             setattr(NkiTensor, n, stub_method(n))
 

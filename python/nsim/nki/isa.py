@@ -177,13 +177,42 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
              name=None, **kwargs):
     _t(dst, "dst", "dma_copy")
     _t(src, "src", "dma_copy")
-    if kwargs.get("dst_rmw_op") is not None:
-        raise make_error("NotSupported", "dma_copy(dst_rmw_op=) is not supported yet")
+    flags = []
+    rmw = kwargs.get("dst_rmw_op")
+    if rmw is not None:  # Beta 1 / 0.2: dst += src (accumulating DMA)
+        if _nl.opcode(rmw).alu != "add":
+            raise make_error("BadArgument", "dma_copy(dst_rmw_op=): only np.add / nl.add is supported by the "
+                             "hardware, got {!r}".format(rmw))
+        flags.append("accumulate")
     if dst.size != src.size:
         raise make_error("ElementCountMismatch", "dma_copy: dst has {} elements, src has {}".format(
             dst.size, src.size))
     eng = _engine(engine, ("sync", "scalar", "gpsimd"), "dma_copy")
-    return _op("dma_copy", engine=eng, dst=dst, src=src)
+    fields = {}
+    if dst.is_indirect() or src.is_indirect():
+        if dst.is_indirect() and src.is_indirect():
+            raise make_error("NotSupported", "dma_copy: only one side may have runtime offsets")
+        if _dge(dge_mode) == "hwdge":
+            raise make_error("BadArgument", "dma_copy: runtime (vector/scalar) offsets need dge_mode=swdge or "
+                             "unknown (hwdge cannot gather)")
+        fields, more = (dst if dst.is_indirect() else src)._ind.fields(dst.is_indirect(), _oob_skip(oob_mode))
+        flags += more
+        eng = "gpsimd"  # swdge: GpSimd builds the descriptors of a gather/scatter (neuroncore.md 3.3)
+    return _op("dma_copy", engine=eng, dst=dst, src=src, flags=flags, **fields)
+
+
+def _dge(m):
+    try:
+        return dge_mode(int(m)).name
+    except (TypeError, ValueError):
+        raise make_error("BadArgument", "bad dge_mode {!r}".format(m))
+
+
+def _oob_skip(m):
+    try:
+        return oob_mode(int(m)) == oob_mode.skip
+    except (TypeError, ValueError):
+        raise make_error("BadArgument", "bad oob_mode {!r}".format(m))
 
 
 def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None, **kwargs):

@@ -1009,12 +1009,24 @@ def dropout(x, rate, dtype=None, **kwargs):
     return out
 
 
+def atomic_rmw(dst, value, op, **kwargs):
+    """``nl.atomic_rmw(dst, value, op)``: ``dst = op(dst, value)`` on an HBM view, usually one with runtime
+    row indices (a scatter-add); ``op`` only ``np.add``; duplicate indices all apply (an accumulating DMA)."""
+    if opcode(op, "op").alu != "add":
+        raise make_error("BadArgument", "nl.atomic_rmw: op must be np.add (nl.add), got {!r}".format(op))
+    if not isinstance(dst, NkiTensor) or dst.buffer != "hbm":
+        raise make_error("BadBuffer", "nl.atomic_rmw: dst must be an HBM tensor (view), got {!r}".format(dst))
+    _tensor_arg(value, "atomic_rmw")
+    if value.buffer == "psum" or value.dtype != dst.dtype:
+        value = copy_(value, dtype=dst.dtype)
+    _isa().dma_copy(dst=dst, src=value, dst_rmw_op=np.add)
+
+
 from ._unsupported import install as _install_unsupported  # noqa: E402
 
 _install_unsupported(globals(), "nki.language", {
     'rand': "shape, dtype, buffer=None, name=''",
     'random_seed': 'seed',
-    'atomic_rmw': 'dst, value, op',
     'gather_flattened': 'data, indices, axis=0, dtype=None',
 })
 

@@ -203,8 +203,6 @@ def iota(expr, dtype, *, mask=None, dst=None, **kwargs):
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
              **kwargs):
     """Beta-1 ``dma_copy`` is keyword-only and writes ``dst``."""
-    if dst_rmw_op is not None:
-        raise NotImplementedError("nsim: dma_copy(dst_rmw_op=) is not supported yet")
     if _is_mask(mask):
         box = mask_box(mask, dst.shape)
         if box is None:
@@ -213,7 +211,7 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
             raise NotImplementedError("nsim: masked dma_copy needs src and dst of the same shape")
         dst, src = _restrict(dst, box), _restrict(src, box)
     _n.dma_copy(dst=_tile(dst, "dma_copy"), src=_tile(src, "dma_copy"), oob_mode=oob_mode, dge_mode=dge_mode,
-                engine=kwargs.get("engine", engine.unknown))
+                engine=kwargs.get("engine", engine.unknown), dst_rmw_op=dst_rmw_op)
     return None
 
 

@@ -429,12 +429,35 @@ class Tensor(NkiTensor):
     def __getitem__(self, key):
         k = key if isinstance(key, tuple) else (key,)
         if any(isinstance(x, NkiTensor) for x in k):
-            raise NotImplementedError("nsim: indirect (tile) indices are not supported yet for Beta-1 kernels")
+            return self._indirect_index(k)
         if any(_is_expr(x) for x in k):
             return self._adv_index(k)
         if any(x is None for x in k):
             raise NotImplementedError("nsim: None (new axis) in a Beta-1 subscript is not supported yet")
         return NkiTensor.__getitem__(self, key)
+
+    def _indirect_index(self, key):
+        """``data[idx_tile[i_p, 0], i_f]`` / ``data[idx_tile, i_f]`` (spec §3.8): a tile of row indices as the
+        first item of an HBM subscript; partition p reads (or, stored to, writes) row ``idx_tile[p]``."""
+        t = key[0]
+        if not isinstance(t, NkiTensor) or _b.any(isinstance(x, NkiTensor) for x in key[1:]):
+            raise make_error("BadSubscript", "err_indirect_indices_free_dim: runtime (tile) indices are allowed only "
+                             "as the first index item of tensor '{}'".format(self.name))
+        if self.buffer != "hbm":
+            raise make_error("NotSupported", "runtime (tile) indices on the on-chip tensor '{}' are not supported: "
+                             "they address HBM rows".format(self.name))
+        n = int(t.shape[0])
+        if t.size != n:
+            raise make_error("ShapeMismatch", "indirect indices must be one per partition, (P, 1); got a tile of "
+                             "shape {}".format(tuple(t.shape)))
+        rest = tuple(key[1:])
+        if _b.any(_is_expr(x) for x in rest):  # the other items are arange/mgrid expressions
+            static = self._adv_index((arange(n)[:, None],) + rest, defer_oob=False)
+        else:
+            static = self[(slice(0, 1),) + rest] if n == 1 else NkiTensor.__getitem__(self, (slice(0, n),) + rest)
+        if t.ndim == 1:
+            t = t.reshape((n, 1))
+        return static.ap(static._flat()[2], vector_offset=t)
 
     def _adv_index(self, key, defer_oob=True):
         if any(isinstance(x, (slice, DynSlice)) or x is Ellipsis or x is None for x in key):
@@ -1379,12 +1402,18 @@ def dropout(x, rate, *, dtype=None, mask=None, **kwargs):
     return _nl.dropout(x, rate, dtype=dtype)
 
 
+def atomic_rmw(dst, value, op, *, mask=None):
+    """``nl.atomic_rmw(dst, value, op)`` (Beta 1): ``dst = op(dst, value)`` on an HBM view, usually with
+    indirect (tile) indices ``dst[idx_tile[i_p, 0], i_f]``; ``op`` only ``np.add``."""
+    _check_mask(mask, "nl.atomic_rmw")
+    _nl.atomic_rmw(dst, value, op)
+
+
 from .._unsupported import install as _install_unsupported  # noqa: E402
 
 _install_unsupported(globals(), _PREFIX, {
     'rand': "shape, dtype=None, *, buffer=None, name=''",
     'random_seed': 'seed, *, mask=None',
-    'atomic_rmw': 'dst, value, op, *, mask=None',
     'all_reduce': 'x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=True, asynchronous=False',
     'gather_flattened': 'data, indices, axis=0, *, dtype=None, mask=None',
     'loop_reduce': 'x, op, loop_indices, *, dtype=None, mask=None',
