@@ -798,3 +798,45 @@ def test_unknown_keyword_is_a_type_error_beta1(b1, fn):
 def test_lnc2_ops_still_not_supported():
     with pytest.raises(NotSupportedError):
         nisa.sendrecv(None, None, 0, 1, 0)
+
+
+# --------------------------------------------------------------------------------------------------
+# nl.rand / nl.random_seed / nl.gather_flattened (built on rng, set_rng_seed, nc_n_gather), both dialects
+# --------------------------------------------------------------------------------------------------
+
+
+def _rand_kernel(mod):
+    @nki.jit
+    def k(seed):
+        out = mod.ndarray((128, 512), dtype=mod.float32, buffer=mod.shared_hbm)
+        mod.random_seed(seed)
+        mod.store(out, mod.rand((128, 512), mod.float32))
+        return out
+    return k
+
+
+@pytest.mark.parametrize("dialect", ["new", "beta1"])
+def test_rand_uniform_and_seeded(dialect, b1):
+    mod = nl if dialect == "new" else b1[1]
+    k = _rand_kernel(mod)
+    a, a2, b = k(7), k(7), k(8)
+    assert a.dtype == np.float32 and 0.0 <= a.min() and a.max() < 1.0
+    # 65,536 samples of U[0, 1): mean 1/2, std 1/sqrt(12) = 0.2887, each within ~5 standard errors
+    assert abs(a.mean() - 0.5) < 0.006 and abs(a.std() - 12 ** -0.5) < 0.004
+    assert np.array_equal(a, a2) and not np.array_equal(a, b)  # the seed decides the stream
+    assert len(np.unique(a)) > 60000
+
+
+@pytest.mark.parametrize("dialect", ["new", "beta1"])
+def test_gather_flattened(dialect, b1):
+    mod = nl if dialect == "new" else b1[1]
+
+    @nki.jit
+    def k(data, idx):
+        out = mod.ndarray(idx.shape, dtype=data.dtype, buffer=mod.shared_hbm)
+        mod.store(out, mod.gather_flattened(mod.load(data), mod.load(idx)))
+        return out
+
+    data = _rand((128, 64))
+    idx = np.random.default_rng(1).integers(0, 64, (128, 16)).astype(np.uint32)
+    np.testing.assert_array_equal(k(data, idx), np.take_along_axis(data, idx.astype(np.int64), 1))

@@ -459,11 +459,11 @@ def test_unsupported_names_raise_nsim_errors(b1, dialect):
         jit, L, I = nki.jit, nl, nisa
         calls = [lambda a: I.topk(a, a, a, 8), lambda a: I.core_barrier(a, (0, 1)),
                  lambda a: I.sendrecv(a, a, 1, 1, 0),
-                 lambda a: I.dma_compute(a, [a, a], L.add), lambda a: L.rand((128, 8), L.float32)]
+                 lambda a: I.dma_compute(a, [a, a], L.add), lambda a: I.register_alloc()]
     else:
         jit, L, I = b1[0].jit, b1[1], b1[2]
         calls = [lambda a: I.tensor_copy_dynamic_src(a), lambda a: I.tensor_copy_dynamic_dst(dst=a, src=a),
-                 lambda a: I.builtin_custom_op(a), lambda a: L.rand((128, 8))]
+                 lambda a: I.builtin_custom_op(a), lambda a: L.all_reduce(a, L.add, (0,))]
     for fn in calls:
         @jit
         def k(a):
@@ -525,3 +525,31 @@ def test_new_view_methods():
     o, o2 = k(a)
     _close(o, a[:, 0:64:4])
     _close(o2, a[:, 1::2])
+
+
+# --------------------------------------------------------------------------------------------------
+# nl.loop_reduce (Beta 1): T[idx] = op(T[idx], x) across loop iterations
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op,ref", [("add", np.sum), ("maximum", np.max), ("multiply", np.prod)])
+def test_beta1_loop_reduce_over_column_blocks(b1, op, ref):
+    """The public-kernel idiom: an uninitialised SBUF accumulator reduced over an affine_range. The first
+    assignment stores x (nsim policy, spec §2.3), the others combine; no affine-range write conflict is
+    reported (it is a reduction)."""
+    _nki, bnl, _ = b1
+
+    @_nki.jit
+    def k(x):
+        out = bnl.ndarray((128, 128), dtype=x.dtype, buffer=bnl.shared_hbm)
+        acc = bnl.ndarray((128, 128), dtype=bnl.float32, buffer=bnl.sbuf)
+        for j in bnl.affine_range(4):
+            t = bnl.load(x[:, j * 128:(j + 1) * 128])
+            acc[...] = bnl.loop_reduce(t, op=getattr(bnl, op), loop_indices=[j])
+        bnl.store(out, acc)
+        return out
+
+    x = (0.5 + np.random.default_rng(3).random((128, 512))).astype(np.float32)
+    got, prof = k.simulate(x)
+    _close(got, ref(x.reshape(128, 4, 128), axis=1))
+    assert prof.check_reports == []

@@ -24,13 +24,7 @@ REASONS = {
     "tensor_copy_dynamic_dst": "runtime (SBUF-valued) offsets inside an access are not in the kernel IR yet",
     "builtin_custom_op": "custom operators are not supported (spec §2.4)",
     # nki.language
-    "rand": "not written yet on top of the PRNG instructions (use nisa.rng / nisa.dropout, seeded by "
-            "nisa.set_rng_seed)",
-    "random_seed": "not written yet on top of the PRNG instructions (use nisa.set_rng_seed)",
     "all_reduce": "collectives across SPMD programs are out of nsim's scope (spec §3.6)",
-    "gather_flattened": "not written yet on top of the GpSimd gather (use nisa.nc_n_gather)",
-    "loop_reduce": "not written yet (the reduction happens inside the item assignment); write "
-                   "T[idx] = op(T[idx], x) instead",
     "VirtualRegister": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
     "indirect": "gen4 tensor-indirection views are not modelled (nsim models gen2/gen3)",
     "rearrange": "einops-style rearrange is not written yet (use reshape / permute)",

@@ -1009,6 +1009,52 @@ def dropout(x, rate, dtype=None, **kwargs):
     return out
 
 
+def rand(shape, dtype, buffer=None, name="", **kwargs):
+    """``nl.rand(shape, dtype)``: a fresh tile of uniform values in [0, 1) from VectorE's seeded PRNG
+    (``nisa.rng``'s 32 random bits, the top 24 of them scaled by 2**-24; seed with ``nl.random_seed``)."""
+    b = _ir_buffer(buffer) if buffer is not None else "sbuf"
+    if b not in ("sbuf", "psum"):
+        raise make_error("BadBuffer", "nl.rand: buffer must be sbuf or psum, got {!r}".format(buffer))
+    if not np.issubdtype(np.dtype(dtype), np.floating):
+        raise make_error("BadDtype", "nl.rand: dtype must be a float dtype, got {}".format(np.dtype(dtype)))
+    isa = _isa()
+    bits = _new_tile(shape, np.uint32)
+    isa.rng(dst=bits)
+    top = _new_tile(shape, np.uint32)
+    isa.tensor_scalar(dst=top, data=bits, op0=_OPS["right_shift"], operand0=8)
+    out = _new_tile(shape, dtype, buffer=b)
+    isa.tensor_scalar(dst=out, data=top, op0=_OPS["multiply"], operand0=2.0 ** -24)
+    return out
+
+
+def random_seed(seed, **kwargs):
+    """``nl.random_seed(seed)``: seed the PRNG of ``nl.rand`` / ``nl.dropout`` from a ``[1, 1]`` 32-bit
+    integer SBUF tensor (an int is put in one first)."""
+    if _is_scalar(seed):
+        t = _new_tile((1, 1), np.uint32)
+        _isa().memset(dst=t, value=_tr.int_immediate(seed, "seed") & 0xFFFFFFFF)
+        seed = t
+    _tensor_arg(seed, "random_seed", "seed")
+    if seed.size != 1 or not np.issubdtype(np.dtype(seed.dtype), np.integer):
+        raise make_error("BadDtype", "nl.random_seed: seed must be a [1, 1] 32-bit integer tensor, got {} {}".format(
+            tuple(seed.shape), np.dtype(seed.dtype)))
+    _isa().set_rng_seed(src_seeds=seed)
+
+
+def gather_flattened(data, indices, axis=0, dtype=None, **kwargs):
+    """``nl.gather_flattened(data, indices)``: per partition ``out[p, ...] = data_flat[p, indices[p, ...]]``
+    (GpSimd ``nc_n_gather``); indices uint32/int32; ``out`` has the shape of ``indices``."""
+    _tensor_arg(data, "gather_flattened", "data")
+    _tensor_arg(indices, "gather_flattened", "indices")
+    if int(axis) != 0:
+        raise make_error("BadArgument", "nl.gather_flattened: axis must be 0, got {}".format(axis))
+    out = _new_tile(indices.shape, data.dtype)
+    _isa().nc_n_gather(dst=out, data=data, indices=indices)
+    if dtype is not None and np.dtype(dtype) != np.dtype(data.dtype):
+        return copy_(out, dtype=dtype)
+    return out
+
+
 def atomic_rmw(dst, value, op, **kwargs):
     """``nl.atomic_rmw(dst, value, op)``: ``dst = op(dst, value)`` on an HBM view, usually one with runtime
     row indices (a scatter-add); ``op`` only ``np.add``; duplicate indices all apply (an accumulating DMA)."""
@@ -1024,11 +1070,7 @@ def atomic_rmw(dst, value, op, **kwargs):
 
 from ._unsupported import install as _install_unsupported  # noqa: E402
 
-_install_unsupported(globals(), "nki.language", {
-    'rand': "shape, dtype, buffer=None, name=''",
-    'random_seed': 'seed',
-    'gather_flattened': 'data, indices, axis=0, dtype=None',
-})
+_install_unsupported(globals(), "nki.language", {})
 
 
 # --------------------------------------------------------------------------------------------------

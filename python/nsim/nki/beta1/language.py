@@ -860,8 +860,57 @@ def _retarget_fresh(view, value):
     return True
 
 
+class _LoopReduce:
+    """The value of ``nl.loop_reduce(x, op, loop_indices)``: assigning it to ``T[idx]`` performs
+    ``T[idx] = op(T[idx], x)``."""
+
+    __slots__ = ("x", "op")
+
+    def __init__(self, x, op):
+        self.x, self.op = x, op
+
+
+def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None):
+    """``T[idx] = nl.loop_reduce(x, op=np.add, loop_indices=(i,))`` (Beta 1): ``T[idx] = op(T[idx], x)``, a
+    reduction over the loop iterations (not reported as an affine_range write conflict). nsim policy (spec
+    §2.3): the first assignment to a region that nothing wrote yet stores ``x``."""
+    _check_mask(mask, "nl.loop_reduce")
+    _tr.current("nl.loop_reduce")
+    if not isinstance(x, NkiTensor) and not _isscalar(x):
+        raise make_error("BadOperandKind", "nl.loop_reduce: x must be a tile or a scalar, got {!r}".format(x))
+    _nl.opcode(op, "op")
+    if not isinstance(loop_indices, (tuple, list)) and not _is_expr(loop_indices):
+        loop_indices = (loop_indices,)
+    return _LoopReduce(x, op)
+
+
+def _assign_loop_reduce(dst, r):
+    tr = _tr.current("nl.loop_reduce")
+    st = tr.dialect_state
+    regions, only = st.setdefault("loop_reduce_regions", set()), st.setdefault("loop_reduce_only", set())
+    key = (dst.name, repr(dst.access()))
+    if key not in regions and (dst.name not in tr.written or dst.name in only):
+        regions.add(key)
+        only.add(dst.name)
+        return assign(dst, r.x)  # the first value of the reduction
+    regions.add(key)
+    saved, tr._affine = tr._affine, []  # a reduction across iterations is not a write conflict
+    try:
+        if dst.buffer == "hbm":
+            cur = _nl.load(dst)
+            _nl.store(dst, _nl._binary_call(_nl.opcode(r.op, "op"), cur, r.x))
+        elif _isscalar(r.x):
+            _nisa.tensor_scalar(dst=dst, data=dst, op0=r.op, operand0=r.x)
+        else:
+            _nisa.tensor_tensor(dst=dst, data1=dst, data2=r.x, op=r.op)
+    finally:
+        tr._affine = saved
+
+
 def assign(dst, value):
     """``dst = value`` (Beta-1 item assignment): copy with cast to dst.dtype and broadcast of value."""
+    if isinstance(value, _LoopReduce):
+        return _assign_loop_reduce(dst, value)
     if isinstance(value, BlockTensor):
         raise make_error("TileInference", "err_failed_to_infer_tile_from_local_tensor: index the block "
                          "dims of the value")
@@ -1396,6 +1445,23 @@ def shared_identity_matrix(n, dtype=np.uint8, **kwargs):
     return _nl.shared_constant(np.eye(int(n), dtype=np.float32).astype(dtype))
 
 
+def rand(shape, dtype=np.float32, **kwargs):
+    """``nl.rand(shape, dtype=np.float32)`` (Beta 1): uniform [0, 1) values in a fresh SBUF tile."""
+    return _nl.rand(shape, dtype, buffer=kwargs.pop("buffer", None))
+
+
+def random_seed(seed, *, mask=None):
+    """``nl.random_seed(seed)`` (Beta 1): seed the PRNG (a [1, 1] integer tile, or an int)."""
+    _check_mask(mask, "nl.random_seed")
+    _nl.random_seed(seed)
+
+
+def gather_flattened(data, indices, axis=0, *, dtype=None, mask=None):
+    """``nl.gather_flattened(data, indices)`` (Beta 1): ``out[p, ...] = data_flat[p, indices[p, ...]]``."""
+    _check_mask(mask, "nl.gather_flattened")
+    return _nl.gather_flattened(data, indices, axis=axis, dtype=dtype)
+
+
 def dropout(x, rate, *, dtype=None, mask=None, **kwargs):
     """``nl.dropout(x, rate)`` (Beta 1): a fresh tile, each element zeroed with probability ``rate``."""
     _check_mask(mask, "nl.dropout")
@@ -1412,11 +1478,7 @@ def atomic_rmw(dst, value, op, *, mask=None):
 from .._unsupported import install as _install_unsupported  # noqa: E402
 
 _install_unsupported(globals(), _PREFIX, {
-    'rand': "shape, dtype=None, *, buffer=None, name=''",
-    'random_seed': 'seed, *, mask=None',
     'all_reduce': 'x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=True, asynchronous=False',
-    'gather_flattened': 'data, indices, axis=0, *, dtype=None, mask=None',
-    'loop_reduce': 'x, op, loop_indices, *, dtype=None, mask=None',
 })
 
 from .._api import publish as _publish  # noqa: E402
