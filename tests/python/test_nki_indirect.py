@@ -292,3 +292,50 @@ def test_kernel_json_gather_runs():
     idx = _rng(8).integers(0, 100, (128, 1)).astype(np.int32)
     outs, _prof = simulate_json(_kernel([100, 64]), inputs={"idx": idx, "table": table})
     np.testing.assert_array_equal(outs["out"], table[idx[:, 0]])
+
+
+# --------------------------------------------------------------------------------------------------
+# nisa.dma_compute: sums and the RMW scatter-add form
+# --------------------------------------------------------------------------------------------------
+
+
+@nki.jit
+def _dma_compute(a, b, c, table, idx, upd):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nisa.dma_compute(out, [a, b, c], nl.add)  # HBM -> HBM sum of three sources
+    t = nl.ndarray(table.shape, dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=t, src=table)
+    v = t.ap([[64, 128], [1, 64]], vector_offset=nl.load(idx), indirect_dim=0)
+    nisa.dma_compute(v, [v, nl.load(upd)], nl.add, scales=[1.0, 1.0])  # dst[idx] += src
+    return out, t
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_dma_compute_sum_and_scatter_add(dtype):
+    r = _rng(9)
+    a, b, c = (r.standard_normal((128, 64)).astype(dtype) for _ in range(3))
+    table = r.standard_normal((256, 64)).astype(dtype)
+    idx = r.integers(0, 256, (128, 1)).astype(np.int32)
+    upd = r.standard_normal((128, 64)).astype(dtype)
+    out, t = _dma_compute(a, b, c, table, idx, upd)
+    f = np.float32
+    want_t = table.astype(f)
+    np.add.at(want_t, idx[:, 0], upd.astype(f))
+    tol = 1e-5 if dtype == np.float32 else 3e-2  # bf16: the sum is rounded to bf16 after each add
+    np.testing.assert_allclose(np.asarray(out, f), a.astype(f) + b.astype(f) + c.astype(f), rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.asarray(t, f), want_t, rtol=tol, atol=tol)
+
+
+def test_dma_compute_rejects_what_the_hardware_cannot_do():
+    a = np.zeros((128, 64), np.float32)
+    for call, name in [(lambda o, x: nisa.dma_compute(o, [x, x], nl.multiply), "BadArgument"),
+                       (lambda o, x: nisa.dma_compute(o, [x, x], nl.add, scales=[0.5, 1.0]), "BadArgument"),
+                       (lambda o, x: nisa.dma_compute(o, [x] * 17, nl.add), "BadArgument")]:
+        @nki.jit
+        def k(x):
+            o = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            call(o, x)
+            return o
+        with pytest.raises(NsimError) as e:
+            k(a)
+        assert _code(e.value) == _errors.code(name)

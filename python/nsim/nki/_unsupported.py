@@ -15,7 +15,6 @@ REASONS = {
     "nc_matmul_mx": "MX (microscaling) x4-packed fp8/fp4 dtypes and their instructions are not in the nsim ISA",
     "sendrecv": "LNC=2 launches (two cooperating cores) are not simulated yet",
     "core_barrier": "LNC=2 launches (two cooperating cores) are not simulated yet",
-    "dma_compute": "the DMA compute path (accumulating / scaled-sum DMA, indirect RMW) is not modelled yet",
     "register_alloc": "sequencer registers (VirtualRegister) and runtime loop bounds are not in the kernel IR yet",
     "register_move": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
     "register_load": "sequencer registers (VirtualRegister) are not in the kernel IR yet",

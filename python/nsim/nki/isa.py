@@ -201,6 +201,49 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     return _op("dma_copy", engine=eng, dst=dst, src=src, flags=flags, **fields)
 
 
+def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error, name=None,
+                **kwargs):
+    """``dst = sum_i srcs[i] * scales[i]`` on the DMA queues (``reduce_op`` only ``nl.add``, scales all 1.0 or
+    None, at most 16 sources of equal element counts). RMW forms: a source that is ``dst`` itself (e.g. the
+    same ``.ap(vector_offset=...)`` HBM view: a scatter-add) is the accumulator the other source adds to.
+
+    nsim models it as accumulating ``dma_copy`` transfers: the first source copied into ``dst`` (unless
+    ``dst`` is a source), each other source added (``dst += src``, rounded to ``dst``'s dtype after each
+    add; the hardware sums in fp32 once), one transfer per source (docs/timing-model.md)."""
+    _t(dst, "dst", "dma_compute")
+    srcs = list(srcs) if isinstance(srcs, (list, tuple)) else [srcs]
+    if not 1 <= len(srcs) <= 16:
+        raise make_error("BadArgument", "dma_compute: 1 to 16 srcs, got {}".format(len(srcs)))
+    for i, x in enumerate(srcs):
+        _t(x, "srcs[{}]".format(i), "dma_compute")
+        if x.size != dst.size:
+            raise make_error("ElementCountMismatch", "dma_compute: srcs[{}] has {} elements, dst has {}".format(
+                i, x.size, dst.size))
+    if _nl.opcode(reduce_op, "reduce_op").alu != "add":
+        raise make_error("BadArgument", "dma_compute: reduce_op must be nl.add, got {!r}".format(reduce_op))
+    if scales is not None and any(float(c) != 1.0 for c in scales):
+        raise make_error("BadArgument", "dma_compute: scales must all be 1.0 (or None), got {!r}".format(scales))
+    if scales is not None and len(scales) != len(srcs):
+        raise make_error("BadArgument", "dma_compute: {} scales for {} srcs".format(len(scales), len(srcs)))
+
+    def same(a, b):
+        return a is b or (a.access() == b.access() and
+                          (a._ind is None) == (b._ind is None) and
+                          (a._ind is None or (a._ind.offsets is b._ind.offsets and a._ind.scalar == b._ind.scalar)))
+
+    acc = [x for x in srcs if same(x, dst)]
+    rest = [x for x in srcs if not same(x, dst)]
+    if len(acc) > 1:
+        raise make_error("BadArgument", "dma_compute: dst appears {} times in srcs".format(len(acc)))
+    if dst.is_indirect() and not acc:
+        raise make_error("BadArgument", "dma_compute: an indirect dst (scatter) must also be one of the srcs "
+                         "(dst[idx] += src)")
+    last = None
+    for i, x in enumerate(rest):
+        last = dma_copy(dst, x, oob_mode=oob_mode, dst_rmw_op=_nl.add if (acc or i) else None)
+    return last
+
+
 def _dge(m):
     try:
         return dge_mode(int(m)).name
@@ -984,7 +1027,6 @@ _install_unsupported(globals(), 'nki.isa', {
     'nc_matmul_mx': 'dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, tile_size=None, accumulate=None, name=None',
     'sendrecv': 'src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, name=None',
     'core_barrier': 'data, cores, engine=None, name=None',
-    'dma_compute': 'dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=None, name=None',
     'register_alloc': 'x=None',
     'register_move': 'dst, src',
     'register_load': 'dst, src',
