@@ -178,6 +178,40 @@ def check_loop_trips(r, what):
     return r
 
 
+class VirtualRegister:
+    """A sequencer register (``nisa.register_alloc``, spec §2.3). nsim unrolls loops while tracing, so a register
+    holds its value at trace time: ``register_load`` reads the tensor's current value through the eager
+    numerics (the instructions traced so far run in the C++ core), and dynamic loop bounds, ``while_loop``
+    conditions and ``.ap(scalar_offset=reg)`` use that value. Python cannot branch on it directly (``bool``,
+    ``int`` and ``range`` raise TypeError, as in NKI's tracer)."""
+
+    __slots__ = ("value", "frozen")
+
+    def __init__(self, value=0, frozen=False):
+        self.value, self.frozen = value, frozen
+
+    def __bool__(self):
+        raise TypeError("a VirtualRegister has no Python truth value; use nl.while_loop")
+
+    def __index__(self):
+        raise TypeError("a VirtualRegister is not a Python int; use it as a loop bound or a scalar_offset")
+
+    __int__ = __index__
+
+    def __repr__(self):
+        return "VirtualRegister({})".format(self.value)
+
+
+def register_value(v, what):
+    """The trace-time int of a loop bound / offset that may be a VirtualRegister."""
+    if isinstance(v, VirtualRegister):
+        v = v.value
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise make_error("BadArgument", "{}: expected an int or a VirtualRegister holding one, got {!r}".format(
+            what, v))
+    return int(v)
+
+
 def int_immediate(value, what):
     """`value` as an int for an integer tile (a fill value, a memset immediate), or BadArgument naming `what`
     for NaN, an infinity or a non-integral number."""
@@ -781,7 +815,8 @@ class NkiTensor:
         Runtime offsets (gather/scatter on an HBM tensor, one per view; spec §3.9): ``vector_offset`` (an
         SBUF ``(P, 1)`` int tensor, ``indirect_dim=0``) makes row p start ``vector_offset[p] x prod(shape[1:])``
         elements after ``offset`` (the pattern's first step is ignored); ``scalar_offset`` (a ``(1, 1)`` SBUF
-        int tensor) adds ``value x prod(shape[indirect_dim+1:])`` to the start."""
+        int tensor, or a VirtualRegister / int, whose value is known while tracing) adds
+        ``value x prod(shape[indirect_dim+1:])`` to the start."""
         base = self.view(dtype) if dtype is not None else self
         b, off, _pat = base._flat()
         pat = [(int(p[0]), int(p[1])) for p in pattern]
@@ -792,18 +827,27 @@ class NkiTensor:
             return base._pattern_view(off, pat)
         if scalar_offset is not None and vector_offset is not None:
             raise make_error("BadView", ".ap: scalar_offset and vector_offset are mutually exclusive")
+        d = int(indirect_dim)
+        # The tensor's shape: a whole-tensor reshape is a tensor of its own shape (as in NKI), else the storage's.
+        shp = tuple(base.shape) if base.size == int(np.prod(b.shape, dtype=np.int64)) and base.is_contiguous() \
+            else tuple(b.shape)
+        if not 0 <= d < len(shp):
+            raise make_error("BadView", ".ap: indirect_dim {} is not a dim of shape {}".format(d, shp))
+        stride = int(np.prod(shp[d + 1:], dtype=np.int64))
+        if vector_offset is None and isinstance(scalar_offset, (VirtualRegister, int, np.integer)):
+            # a register (or int) offset is known at trace time: a static access
+            return base._pattern_view(off + register_value(scalar_offset, ".ap(scalar_offset=)") * stride, pat)
         if b.buffer != "hbm":
-            raise make_error("NotSupported", ".ap(scalar_offset=/vector_offset=) on an on-chip tensor ('{}' in "
-                             "{}) is not supported by nsim: runtime offsets address HBM tensors".format(
-                                 b.name, b.buffer))
+            raise make_error("NotSupported", ".ap(scalar_offset=/vector_offset=) with an SBUF index tensor on an "
+                             "on-chip tensor ('{}' in {}) is not supported by nsim: runtime offsets address HBM "
+                             "tensors (a VirtualRegister offset works)".format(b.name, b.buffer))
         idx = vector_offset if vector_offset is not None else scalar_offset
         what = "vector_offset" if vector_offset is not None else "scalar_offset"
         if not isinstance(idx, NkiTensor) or idx.buffer not in ON_CHIP:
-            raise make_error("BadOperandKind", ".ap({}=): needs an SBUF int32/uint32 tensor, got {!r} (sequencer "
-                             "registers are not supported)".format(what, idx))
+            raise make_error("BadOperandKind", ".ap({}=): needs an SBUF int32/uint32 tensor or a VirtualRegister, "
+                             "got {!r}".format(what, idx))
         if np.dtype(idx.dtype) not in (np.dtype(np.int32), np.dtype(np.uint32)):
             raise make_error("BadDtype", ".ap({}=): offsets must be int32 or uint32, got {}".format(what, idx.dtype))
-        d = int(indirect_dim)
         if vector_offset is not None:
             if d != 0:
                 raise make_error("BadView", ".ap(vector_offset=) needs indirect_dim=0, got {}".format(d))
@@ -814,12 +858,6 @@ class NkiTensor:
         elif idx.size != 1:
             raise make_error("ShapeMismatch", ".ap(scalar_offset=): needs a (1, 1) tensor, got {}".format(
                 tuple(idx.shape)))
-        # The tensor's shape: a whole-tensor reshape is a tensor of its own shape (as in NKI), else the storage's.
-        shp = tuple(base.shape) if base.size == int(np.prod(b.shape, dtype=np.int64)) and base.is_contiguous() \
-            else tuple(b.shape)
-        if not 0 <= d < len(shp):
-            raise make_error("BadView", ".ap: indirect_dim {} is not a dim of shape {}".format(d, shp))
-        stride = int(np.prod(shp[d + 1:], dtype=np.int64))
         total = int(np.prod(shp, dtype=np.int64))
         last = off + sum(s * (n - 1) for s, n in pat)
         bound = min(int(shp[d]), (total - 1 - last) // stride + 1 if stride else int(shp[d]))

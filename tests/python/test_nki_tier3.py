@@ -9,7 +9,8 @@ from conftest import require_core  # noqa: E402
 
 _core, ml_dtypes = require_core()
 
-from nsim import compat, nki  # noqa: E402
+from nsim import _errors, compat, nki  # noqa: E402
+from nsim.tracer import NsimError  # noqa: E402
 import nsim.nki.language as nl  # noqa: E402
 import nsim.nki.isa as nisa  # noqa: E402
 from nsim.nki._unsupported import NotSupportedError  # noqa: E402
@@ -840,3 +841,62 @@ def test_gather_flattened(dialect, b1):
     data = _rand((128, 64))
     idx = np.random.default_rng(1).integers(0, 64, (128, 16)).astype(np.uint32)
     np.testing.assert_array_equal(k(data, idx), np.take_along_axis(data, idx.astype(np.int64), 1))
+
+
+# --------------------------------------------------------------------------------------------------
+# Sequencer registers: evaluated while tracing (loop bounds, while_loop, scalar_offset, load/store)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_registers_drive_dynamic_loops_offsets_and_stores():
+    @nki.jit
+    def k(n_hbm, x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        n = nisa.register_alloc()
+        nisa.register_load(n, n_hbm)  # the block count comes from the device
+        for i in nl.dynamic_range(n):
+            nl.store(out[i * 128:(i + 1) * 128, :], nl.multiply(nl.load(x[i * 128:(i + 1) * 128, :]), 2.0))
+        trips = nisa.register_alloc(0)
+        left = nisa.register_alloc(4)
+
+        def body(r):  # counts down: 4 iterations
+            nisa.register_move(trips, trips.value + 1)
+            nisa.register_move(r, r.value - 1)
+            return r
+
+        nl.while_loop(left, body)
+        cnt = nl.ndarray((1, 2), dtype=nl.int32, buffer=nl.shared_hbm)
+        nisa.register_store(cnt[0:1, 0:1], n)
+        nisa.register_store(cnt[0:1, 1:2], trips)
+        blk = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=blk, src=x.ap([[64, 128], [1, 64]], scalar_offset=n, indirect_dim=0))
+        rows = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(rows, blk)
+        return out, cnt, rows
+
+    x = _rand((512, 64))
+    out, cnt, rows = k(np.array([[3]], np.int32), x)
+    _close(out[:384], 2 * x[:384])
+    assert cnt.tolist() == [[3, 4]]
+    np.testing.assert_array_equal(rows, x[3:131])  # scalar_offset n: rows start at row n
+    _out, prof = k.options(timing_only=True).simulate(np.array([[1]], np.int32), x)
+    _out3, prof3 = k.options(timing_only=True).simulate(np.array([[3]], np.int32), x)
+    assert prof3.total_time_ns > prof.total_time_ns  # the loaded bound decides the work, also timing-only
+
+
+def test_register_misuse_is_refused():
+    @nki.jit
+    def truth(x):
+        if nisa.register_alloc(1):
+            pass
+
+    with pytest.raises(TypeError):
+        truth(_rand((128, 8)))
+
+    @nki.jit
+    def bad_load(x):
+        nisa.register_load(nisa.register_alloc(), x)  # not one element
+
+    with pytest.raises(NsimError) as e:
+        bad_load(_rand((128, 8)))
+    assert e.value.code == _errors.code("ShapeMismatch")

@@ -15,16 +15,11 @@ REASONS = {
     "nc_matmul_mx": "MX (microscaling) x4-packed fp8/fp4 dtypes and their instructions are not in the nsim ISA",
     "sendrecv": "LNC=2 launches (two cooperating cores) are not simulated yet",
     "core_barrier": "LNC=2 launches (two cooperating cores) are not simulated yet",
-    "register_alloc": "sequencer registers (VirtualRegister) and runtime loop bounds are not in the kernel IR yet",
-    "register_move": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
-    "register_load": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
-    "register_store": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
     "tensor_copy_dynamic_src": "runtime (SBUF-valued) offsets inside an access are not in the kernel IR yet",
     "tensor_copy_dynamic_dst": "runtime (SBUF-valued) offsets inside an access are not in the kernel IR yet",
     "builtin_custom_op": "custom operators are not supported (spec §2.4)",
     # nki.language
     "all_reduce": "collectives across SPMD programs are out of nsim's scope (spec §3.6)",
-    "VirtualRegister": "sequencer registers (VirtualRegister) are not in the kernel IR yet",
     "indirect": "gen4 tensor-indirection views are not modelled (nsim models gen2/gen3)",
     "rearrange": "einops-style rearrange is not written yet (use reshape / permute)",
 }

@@ -1018,19 +1018,75 @@ def rand_get_state(dst, engine=engine.gpsimd, name=None, **kwargs):
 
 from ._unsupported import install as _install_unsupported  # noqa: E402
 
-from ._unsupported import stub_class as _stub_class  # noqa: E402
+# --------------------------------------------------------------------------------------------------
+# Sequencer registers (evaluated while tracing: nsim.tracer.VirtualRegister)
+# --------------------------------------------------------------------------------------------------
 
-VirtualRegister = _stub_class('nki.isa', 'VirtualRegister')
+VirtualRegister = _tr.VirtualRegister
+_REG_MAX = 2 ** 32
+
+
+def _reg_int(v, what):
+    x = _tr.register_value(v, what)
+    if not -2 ** 31 <= x < _REG_MAX:
+        raise make_error("BadArgument", "{}: {} does not fit a 32-bit register".format(what, x))
+    return x
+
+
+def register_alloc(x=None):
+    """A new sequencer register holding ``x`` (an int, default 0)."""
+    _tr.current("nisa.register_alloc")
+    return VirtualRegister(0 if x is None else _reg_int(x, "register_alloc(x=)"))
+
+
+def _dst_reg(dst, what):
+    if not isinstance(dst, VirtualRegister):
+        raise make_error("BadOperandKind", "{}: dst must be a VirtualRegister, got {!r}".format(what, dst))
+    if dst.frozen:
+        raise make_error("BadArgument", "{}: a loop's induction register cannot be written".format(what))
+    return dst
+
+
+def register_move(dst, src):
+    """``dst = src`` (an int or a register)."""
+    _tr.current("nisa.register_move")
+    _dst_reg(dst, "register_move").value = _reg_int(src, "register_move(src=)")
+
+
+def _one_element(t, what, slot):
+    if not isinstance(t, NkiTensor) or t.size != 1:
+        raise make_error("ShapeMismatch", "{}: {} must be a one-element tensor ([1] or [1, 1]), got {!r}".format(
+            what, slot, t))
+    return t
+
+
+def register_load(dst, src):
+    """``dst = src[0]``: the current value of a one-element HBM/SBUF tensor (the instructions traced so far
+    run in the simulator core to produce it; float values are truncated toward zero, as a 32-bit int load)."""
+    _tr.current("nisa.register_load")
+    _dst_reg(dst, "register_load")
+    v = np.asarray(_one_element(src, "register_load", "src").numpy()).reshape(-1)[0]
+    dst.value = _reg_int(int(v), "register_load")
+
+
+def register_store(dst, src):
+    """``dst[0] = src`` (a register or an int) into a one-element tensor."""
+    _tr.current("nisa.register_store")
+    _one_element(dst, "register_store", "dst")
+    v = _reg_int(src, "register_store(src=)")
+    if dst.buffer == "hbm":
+        t = _nl.ndarray((1, 1), dtype=dst.dtype, buffer=_nl.sbuf)
+        memset(t, v)
+        return dma_copy(dst, t)
+    return memset(dst, v)
+
+
 _install_unsupported(globals(), 'nki.isa', {
     'topk': 'val_dst, idx_dst, src, n, name=None',
     'quantize_mx': 'dst, src, dst_scale, name=None',
     'nc_matmul_mx': 'dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, tile_size=None, accumulate=None, name=None',
     'sendrecv': 'src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, name=None',
     'core_barrier': 'data, cores, engine=None, name=None',
-    'register_alloc': 'x=None',
-    'register_move': 'dst, src',
-    'register_load': 'dst, src',
-    'register_store': 'dst, src',
 })
 
 from ._api import publish as _publish  # noqa: E402

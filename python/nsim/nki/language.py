@@ -333,10 +333,8 @@ def static_range(start, stop=None, step=1):
 
 
 def _static_bound(v, what):
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise make_error("NotSupported", "{}: nsim supports compile-time int bounds only (register "
-                         "bounds need VirtualRegister support), got {!r}".format(what, v))
-    return int(v)
+    """An int loop bound, or a VirtualRegister's value (registers are evaluated while tracing)."""
+    return _tr.register_value(v, what)
 
 
 def dynamic_range(start, stop=None, step=1):
@@ -360,10 +358,18 @@ def fori_loop(lower, upper, body_fun, step=1):
 
 
 def while_loop(init, body_fun):
-    """``nl.while_loop(init, body_fun)``: needs runtime registers (not in nsim yet); not allowed inside
-    ``no_reorder``."""
+    """``nl.while_loop(init, body_fun)``: ``r = init; while r != 0: r = body_fun(r)`` with a VirtualRegister
+    (or int) ``r``, unrolled while tracing from the register's values (at most nsim.tracer.MAX_LOOP_TRIPS
+    iterations). Not allowed inside ``no_reorder``. Returns the final register."""
     _tr.check_dynamic_loop("nl.while_loop")
-    raise NotImplementedError("nsim: nl.while_loop needs VirtualRegister support, which is not implemented yet")
+    r = init
+    for _ in range(_tr.MAX_LOOP_TRIPS + 1):
+        if _tr.register_value(r, "nl.while_loop") == 0:
+            return r
+        r = body_fun(r)
+    raise make_error("ResourceLimit", "resource limit: nl.while_loop ran more than nsim.tracer.MAX_LOOP_TRIPS = {} "
+                     "iterations (loops are unrolled while tracing); raise it, or NSIM_MAX_LOOP_TRIPS".format(
+                         _tr.MAX_LOOP_TRIPS))
 
 
 # --------------------------------------------------------------------------------------------------
