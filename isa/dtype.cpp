@@ -5,6 +5,7 @@
 
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -63,6 +64,8 @@ inline constexpr float u2f(uint32_t u) { return std::bit_cast<float>(u); }
 // NaN; values rounding past max finite (and +-inf) become NaN.
 // NaN inputs map to the sign-preserving quiet NaN `sign | kQNaN` (ml_dtypes behaviour).
 
+thread_local uint64_t g_cast_overflows = 0;
+
 template <int E, int M, bool kHasInf, uint32_t kQNaN>
 inline uint32_t narrow_f32(float v) {
   constexpr int B = (1 << (E - 1)) - 1;
@@ -77,7 +80,10 @@ inline uint32_t narrow_f32(float v) {
   const uint32_t a = u & 0x7fffffffu;
 
   if (a > 0x7f800000u) return sign | kQNaN;                       // NaN
-  if (a == 0x7f800000u) return sign | (kHasInf ? kInf : kQNaN);   // +-inf
+  if (a == 0x7f800000u) {                                         // +-inf
+    if (!kHasInf) ++g_cast_overflows;
+    return sign | (kHasInf ? kInf : kQNaN);
+  }
 
   const int e32 = static_cast<int>(a >> 23);  // biased fp32 exponent, 0..254
   uint32_t r;
@@ -86,7 +92,10 @@ inline uint32_t narrow_f32(float v) {
     // correctly bumps the exponent.
     const uint32_t rb = a - (static_cast<uint32_t>(127 - B) << 23);
     r = (rb + ((1u << (kShift - 1)) - 1) + ((rb >> kShift) & 1u)) >> kShift;
-    if (r > kMaxFinite) return sign | (kHasInf ? kInf : kQNaN);
+    if (r > kMaxFinite) {
+      ++g_cast_overflows;
+      return sign | (kHasInf ? kInf : kQNaN);
+    }
   } else {
     // Result is subnormal (or zero, or rounds up to the smallest normal, which the integer
     // arithmetic encodes naturally as 1 << M).
@@ -182,9 +191,18 @@ inline T sat_to(float v) {
   using L = std::numeric_limits<T>;
   constexpr float kLo = static_cast<float>(L::min());
   constexpr float kHiExcl = static_cast<float>(uint64_t{1} << L::digits);
-  if (v != v) return 0;
-  if (v <= kLo) return L::min();
-  if (v >= kHiExcl) return L::max();
+  if (v != v) {
+    ++g_cast_overflows;
+    return 0;
+  }
+  if (v <= kLo) {
+    if (std::trunc(v) < kLo) ++g_cast_overflows;  // truncation toward zero may still land on min
+    return L::min();
+  }
+  if (v >= kHiExcl) {
+    ++g_cast_overflows;
+    return L::max();
+  }
   return static_cast<T>(v);
 }
 
@@ -257,6 +275,8 @@ float f8e4m3fn_bits_to_f32(uint8_t b) { return kE4M3FNTable[b]; }
 uint8_t f32_to_f8e5m2_bits(float v) { return e5m2_from_f32(v); }
 float f8e5m2_bits_to_f32(uint8_t b) { return kE5M2Table[b]; }
 float round_to_tf32(float v) { return tf32_round(v); }
+
+uint64_t& cast_overflows() { return g_cast_overflows; }
 
 int64_t f32_to_int_saturate(float v, DType int_type) {
   switch (int_type) {

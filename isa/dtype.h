@@ -60,6 +60,11 @@ float round_to_tf32(float v);          ///< keep 10 mantissa bits (RNE), stored 
 /// bool: v != 0 (so NaN -> 1). A float int_type saturates to the int64 range.
 int64_t f32_to_int_saturate(float v, DType int_type);
 
+/// Values this thread has narrowed out of their destination's range since it started: an integer
+/// saturated (or NaN stored as 0), an fp8/fp16 overflow to inf/NaN (the sanitizer's cast-out-of-range
+/// check reads it around each instruction; counted only on those branches, so it costs nothing else).
+uint64_t& cast_overflows();
+
 /// Read one element at p and widen it to fp32 (integers convert exactly up to 2^24).
 float load_f32(DType t, const uint8_t* p);
 /// Narrow v to t (RNE for floats, saturate for integers, bool = v != 0) and write it at p.

@@ -104,6 +104,7 @@ void Checker::report(CheckKind k, const Instr& in, int slot, uint64_t index, con
 
 void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where) {
   (void)views;
+  casts_before_ = cast_overflows();
   const isa::OpInfo& info = isa::op_info(in.op);
   const bool acc = (in.flags & isa::kAccumulate) != 0;
   for (int s = 0; s < info.num_slots; ++s) {
@@ -139,6 +140,14 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
 
 void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where) {
   const isa::OpInfo& info = isa::op_info(in.op);
+  // 0. values narrowed out of their destination's range while it executed
+  if (const uint64_t n = cast_overflows() - casts_before_; n > 0) {
+    const Operand& d = in.slot(0);
+    report(CheckKind::kCastOutOfRange, in, 0, index, where,
+           fmt::format("{} value{} did not fit the destination dtype{}{} (integers saturate to their range and NaN "
+                       "becomes 0; fp8/fp16 overflow to inf, or NaN for the fn formats)",
+                       n, n == 1 ? "" : "s", d.present() ? " " : "", d.present() ? dtype_name(d.dtype) : ""));
+  }
   // 1. mark the written bytes
   for (int s = 0; s < info.num_slots; ++s) {
     const Operand& o = in.slot(s);

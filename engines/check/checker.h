@@ -5,7 +5,9 @@
 ///    the NaN / 4 sentinel: silent garbage on hardware);
 ///  * psum-accumulate-uninitialized: an accumulating matmul (or accumulating DMA) adds into PSUM/SBUF
 ///    bytes that nothing has written (an accumulation group that was never opened);
-///  * nan-produced: the first instruction whose result holds NaN/Inf although all its inputs are finite.
+///  * nan-produced: the first instruction whose result holds NaN/Inf although all its inputs are finite;
+///  * cast-out-of-range: the first instruction that narrows values out of their destination dtype's
+///    range (an integer saturates, NaN becomes 0, an fp8/fp16 value overflows to inf/NaN).
 /// Reports are diagnostics, not errors: the first one of each check is kept with its instruction, the
 /// operand slot and the element range; later ones are counted. The check codes are in one table
 /// (kChecks below) so they can move into the error-code table unchanged.
@@ -29,6 +31,7 @@ enum class CheckKind : uint8_t {
   kPsumAccumulateUninitialized,
   kNanProduced,
   kAffineWriteConflict,
+  kCastOutOfRange,
   kCount
 };
 
@@ -49,6 +52,9 @@ inline constexpr std::array<CheckInfo, static_cast<size_t>(CheckKind::kCount)> k
     {"NSIM-W504", "affine-write-conflict",
      "give each iteration its own tile or slice (allocate the tile inside the loop), or use nl.sequential_range "
      "when iterations depend on each other (the compiler's err_unexpected_output_dependencies)"},
+    {"NSIM-W505", "cast-out-of-range",
+     "bring the values into the destination dtype's range first (scale before an fp8 cast, clamp before an "
+     "integer cast), or write a wider dtype"},
 }};
 
 /// One report of the sanitizer.
@@ -91,6 +97,7 @@ class Checker {
   int64_t sbuf_pitch_ = 0, psum_pitch_ = 0;
   std::vector<float> row_;           ///< scratch row (fp32) of the NaN scan
   bool stationary_finite_ = true;    ///< the last load_stationary loaded finite values
+  uint64_t casts_before_ = 0;        ///< cast_overflows() when the instruction started
   std::array<int64_t, static_cast<size_t>(CheckKind::kCount)> first_{};  ///< index+1 in reports_, 0 = none yet
   std::vector<CheckReport> reports_;
 };

@@ -417,6 +417,34 @@ def test_check_nan_from_nan_input_is_not_reported():
     assert _reports(_log(True), a) == []
 
 
+def _quantize(fixed):
+    @nki.jit
+    def k(a):  # a in [-1000, 1000): quantize to int8 (a per-tensor scale of 127/1000 fixes it)
+        xt = nl.ndarray((128, 16), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xt, src=a)
+        if fixed:
+            nisa.tensor_scalar(dst=xt, data=xt, op0=nl.multiply, operand0=127.0 / 1000.0)
+        q = nl.ndarray((128, 16), nl.int8, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=q, src=xt)  # BUG-CAST
+        out = nl.ndarray((128, 16), nl.int8, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=q)
+        return out
+    return k
+
+
+def test_check_cast_out_of_range():
+    a = np.random.RandomState(4).uniform(-1000, 1000, (128, 16)).astype(np.float32)
+    reps = _reports(_quantize(False), a)
+    assert [r["check"] for r in reps] == ["cast-out-of-range"]
+    r = reps[0]
+    assert r["code"] == "NSIM-W505" and r["op"] == "tensor_copy" and r["tensor"] == "q"
+    assert r["line"] == _line_of("# BUG-CAST") and "int8" in r["detail"]
+    t = np.trunc(a)  # float -> int8 truncates toward zero, then saturates
+    n_out = int(((t > 127) | (t < -128)).sum())
+    assert r["detail"].startswith("{} values".format(n_out))  # every saturated element is counted
+    assert _reports(_quantize(True), a) == []
+
+
 def _affine(fixed):
     @nki.jit
     def k(a):
