@@ -118,6 +118,8 @@ CoreParams CoreParams::from_config(const sim::Config& c) {
   p.dma_transpose_eff_hbm2sbuf = c.get_real("dma.transpose_eff_hbm2sbuf");
   p.dma_transpose_eff_sbuf2sbuf = c.get_real("dma.transpose_eff_sbuf2sbuf");
   p.hbm_bw = c.bw_bytes_per_ns("hbm.bw");
+  p.hbm_stack_bw = c.bw_bytes_per_ns("hbm.stack_bw");
+  p.cores_per_stack = static_cast<int>(c.get_int("hbm.cores_per_stack"));
   if (p.dma_engine_bw <= 0 || p.hbm_bw <= 0)
     throw Error(ErrorCode::kConfigBadValue, "dma.engine_bw and hbm.bw must be positive");
 

@@ -66,6 +66,8 @@ struct CoreParams {
           dma_completion_to_waiter = 0;
   double dma_transpose_eff_hbm2sbuf = 0.9, dma_transpose_eff_sbuf2sbuf = 0.5;
   double hbm_bw = 1;  ///< bytes per ns available to this core
+  double hbm_stack_bw = 1;  ///< bytes per ns of one HBM stack, shared by the cores of an LNC=2 launch
+  int cores_per_stack = 1;  ///< physical cores on one HBM stack = the largest LNC degree
 
   bool vector_gpsimd_sbuf_exclusive = false, vector_scalar_psum_exclusive = false;
   int64_t dep_chunk_bytes = 64;

@@ -593,6 +593,9 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
   // gen4-only instructions (spec nki-api.md 2.4).
   if ((in.op == Opcode::kExponential || in.op == Opcode::kRand2 || in.op == Opcode::kActivate2) && lim.generation < 4)
     fail(ErrorCode::kNotOnGeneration, in, where, fmt::format("needs gen4 (NeuronCore-v4), the config is gen{}", lim.generation));
+  if ((in.op == Opcode::kSendrecv || in.op == Opcode::kCoreBarrier) && lim.generation < 3)
+    fail(ErrorCode::kNotOnGeneration, in, where,
+         fmt::format("needs gen3+ (an LNC=2 launch on trn2 or trn3), the config is gen{}", lim.generation));
 
   // GpSimd has no PSUM access on any generation.
   if (in.engine == Engine::kGpsimd && !is_dma(in.op))
@@ -626,6 +629,14 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
   };
 
   switch (in.op) {
+    case Opcode::kSendrecv:
+      if (in.slot(0).dtype != in.slot(1).dtype || in.slot(0).num_partitions != in.slot(1).num_partitions ||
+          in.slot(0).elems_per_partition() != in.slot(1).elems_per_partition())
+        fail(ErrorCode::kShapeMismatch, in, where,
+             fmt::format("sendrecv: dst [{}, {}] {} and src [{}, {}] {} must have the same shape and dtype",
+                         in.slot(0).num_partitions, in.slot(0).elems_per_partition(), dtype_name(in.slot(0).dtype),
+                         in.slot(1).num_partitions, in.slot(1).elems_per_partition(), dtype_name(in.slot(1).dtype)));
+      break;
     case Opcode::kDmaCopy:
       if (in.slot(0).total_elems() != in.slot(1).total_elems())
         fail(ErrorCode::kElementCountMismatch, in, where,

@@ -38,7 +38,7 @@ std::string_view dtype_class_name(DtypeClass c);
 enum class CostClass : uint8_t {
   kDma, kDmaTranspose, kStream, kStreamReduce, kTensorTensor, kMemset, kLoadStationary, kMultiplyMoving,
   kActivation, kActivationReduce, kTranspose, kTensorReduce, kGpsimdStream, kScalarTensorTensor,
-  kReciprocal, kScan, kBnAggr, kCopyPredicated,
+  kReciprocal, kScan, kBnAggr, kCopyPredicated, kBarrier,
 };
 
 enum class Opcode : uint8_t {

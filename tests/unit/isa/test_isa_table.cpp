@@ -670,6 +670,21 @@ bool smoke(Opcode op) {
       CHECK(verify_code(in, gen4()) == ErrorCode::kBadImmediate);
       return true;
     }
+    case Opcode::kSendrecv: {  // LNC=2: the data moves between cores (frontend/multicore.cpp), not here
+      const Operand src = m.sbuf_tile(P, {F});
+      const Operand dst = m.sbuf_tile(P, {F});
+      m.set(dst, 1, 1, -7.0f);
+      m.run(make(op, {dst, src}));
+      CHECK(m.get(dst, 1, 1) == -7.0f);
+      CHECK(verify_code(make(op, {m.sbuf_tile(P, {4}), src})) == ErrorCode::kShapeMismatch);
+      return true;
+    }
+    case Opcode::kCoreBarrier: {  // LNC=2 rendezvous: no data changes
+      const Operand data = m.hbm_tile(P, F);
+      m.run(make(op, {data}));
+      CHECK(m.get(data, 3, 7) == val(3, 7));
+      return true;
+    }
     case Opcode::kRand2: {
       const Operand d = m.sbuf_tile(P, {64});
       Instr in = make(op, {d});
@@ -816,11 +831,15 @@ TEST_CASE("ISA table: slots", "[isa][table]") {
 }
 
 TEST_CASE("ISA table: only the DMA opcodes touch HBM", "[isa][table]") {
+  // LNC=2 (docs/lnc.md): sendrecv is a DMA between the two cores' SBUFs; core_barrier names the HBM tensor
+  // both cores wrote but moves no data.
   for (const OpInfo& info : op_table()) {
     INFO(info.mnemonic);
     bool any_hbm = false;
     for (int i = 0; i < info.num_slots; ++i) any_hbm = any_hbm || (info.slots[static_cast<size_t>(i)].buffers & HBM);
-    CHECK(any_hbm == is_dma(info.op));
+    if (info.op == Opcode::kSendrecv) CHECK((is_dma(info.op) && !any_hbm));
+    else if (info.op == Opcode::kCoreBarrier) CHECK((!is_dma(info.op) && any_hbm));
+    else CHECK(any_hbm == is_dma(info.op));
   }
 }
 
@@ -865,10 +884,10 @@ TEST_CASE("ISA table: name lookups round-trip", "[isa][table]") {
   CHECK_FALSE(act_from_name("softmax").has_value());
 }
 
-TEST_CASE("ISA table: is_dma only for dma_copy and dma_transpose", "[isa][table]") {
+TEST_CASE("ISA table: is_dma only for dma_copy, dma_transpose and sendrecv", "[isa][table]") {
   for (const OpInfo& info : op_table()) {
     INFO(info.mnemonic);
-    const bool expect = info.op == Opcode::kDmaCopy || info.op == Opcode::kDmaTranspose;
+    const bool expect = info.op == Opcode::kDmaCopy || info.op == Opcode::kDmaTranspose || info.op == Opcode::kSendrecv;
     CHECK(is_dma(info.op) == expect);
   }
 }
