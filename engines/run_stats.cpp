@@ -55,7 +55,7 @@ void RunStats::on_instr(const Instr& in, const InstrTiming& t, const Detail& d) 
       }
     }
   }
-  account_bytes(in);
+  if (in.op != Opcode::kCoreBarrier) account_bytes(in);  // a barrier names its tensor, moves no bytes
   const auto oi = static_cast<size_t>(in.op);
   const auto ei = static_cast<size_t>(in.engine);
   ++c_.opcode_count[oi];

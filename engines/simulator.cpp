@@ -67,7 +67,9 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
   if (opts_.dependency_bound) asap_ = std::make_unique<engines::DepTracker>(dep_config(p_, cfg), latency_table(p_));
   if (!opts_.trace_path.empty()) {
     trace_ = std::make_unique<sim::ChromeTraceWriter>(
-        opts_.trace_path, fmt::format("NeuronCore ({})", p_.name),
+        opts_.trace_path,
+        opts_.core_index >= 0 ? fmt::format("NeuronCore {} ({}, LNC=2)", opts_.core_index, p_.name)
+                              : fmt::format("NeuronCore ({})", p_.name),
         sim::TraceFilter::from_ns(opts_.trace_limit, opts_.trace_window_start_ns, opts_.trace_window_end_ns));
     recorder_ = std::make_unique<engines::TraceRecorder>(*this, *trace_);
     add_instr_listener([r = recorder_.get()](const Instr& in, const InstrTiming& t) { r->on_instr(in, t); });
@@ -120,6 +122,21 @@ const memory::HbmTensor& Simulator::alloc_hbm(const std::string& name, const std
   deps_.reserve_hbm(t.addr + t.bytes);
   if (asap_) asap_->reserve_hbm(t.addr + t.bytes);
   return t;
+}
+
+void Simulator::attach_peer(Simulator& owner) {
+  if (mem_.hbm_end() > 0) throw Error(ErrorCode::kInternal, "attach_peer() after HBM tensors were allocated");
+  mem_.share_hbm(owner.mem_);
+  peer_ = &owner;
+  owner.peer_ = this;
+  dma_.set_peer(&owner.dma_);
+  owner.dma_.set_peer(&dma_);
+  reserve_hbm_deps();
+}
+
+void Simulator::reserve_hbm_deps() {
+  deps_.reserve_hbm(mem_.hbm_end());
+  if (asap_) asap_->reserve_hbm(mem_.hbm_end());
 }
 
 void Simulator::write_hbm(const std::string& name, const void* data, size_t bytes) {
@@ -249,11 +266,13 @@ Ps Simulator::engine_free(const Instr& in, Engine e) const {
 }
 
 Ps Simulator::busy_estimate(const Instr& in, Engine e) const {
+  if (in.op == Opcode::kCoreBarrier) return stream_.trigger_cost(e);
   if (e == Engine::kTensor && !isa::is_dma(in.op)) return tensor_.busy_estimate(in);
   return stream_.busy_estimate(in, e);
 }
 
 Ps Simulator::duration_estimate(const Instr& in, Engine e) const {
+  if (in.op == Opcode::kCoreBarrier) return stream_.trigger_cost(e);
   if (isa::is_dma(in.op)) {
     const Operand& o = in.slot(0);
     const double bytes = static_cast<double>(o.total_elems() * dtype_bytes(o.dtype));
@@ -277,13 +296,15 @@ void Simulator::run(const std::function<bool(Instr&)>& next) {
 InstrTiming Simulator::schedule(const Instr& in) {
   InstrTiming t;
   const bool dma = isa::is_dma(in.op);
-  if (dma) t = schedule_dma(in);
+  if (in.op == Opcode::kCoreBarrier) t = schedule_barrier(in);
+  else if (dma) t = schedule_dma(in);
   else if (in.engine == Engine::kTensor) t = schedule_tensor(in);
   else t = schedule_stream(in);
   // No later instruction or DMA packet starts before the watermark: prune and fold up to it.
   if (engines::RunStats::fold_due(dma, seq_) || trace_) {
     const Ps w = watermark();
-    if (dma) dma_.prune(w);
+    // The HBM calendars are also read by the peer core (LNC=2): prune them below both watermarks.
+    if (dma) dma_.prune(w, peer_ ? std::min(w, peer_->watermark()) : w);
     stats_.fold(w, dma, seq_);
     if (trace_) trace_->watermark(w);
   }
@@ -345,6 +366,24 @@ InstrTiming Simulator::schedule_stream(const Instr& in) {
   set_wait(t, rd, free, seq_);
   t.flops = engines::instr_flops(in, 0);
   t.perf_mode = is.perf_mode;
+  stats_.on_instr(in, t, {is.busy});
+  return t;
+}
+
+InstrTiming Simulator::schedule_barrier(const Instr& in) {
+  // core_barrier: a semaphore wait in the named engine's sequencer (a trigger-sized instruction). The
+  // multi-core driver passes the later of both cores' arrivals as not_before; the barrier writes its
+  // `data` tensor so that this core's later accesses to it wait for the barrier.
+  const auto rg = regions(in);
+  const auto cls = static_cast<uint8_t>(in.engine);
+  const engines::DepTracker::Ready rd = ready_for(in, rg);
+  const Ps free = stream_.next_issue(in.engine);
+  const engines::StreamEngines::Issue is = stream_.trigger(in, std::max(rd.time, not_before_));
+  const Ps end = is.start + is.busy;
+  deps_.record(cls, seq_, rg, end, end);
+  if (asap_) schedule_asap(in, cls, end - is.start);
+  InstrTiming t{is.start, end, end};
+  set_wait(t, rd, free, seq_);
   stats_.on_instr(in, t, {is.busy});
   return t;
 }

@@ -64,6 +64,8 @@ struct SimOptions {
   /// never-written PSUM, the first NaN/Inf from finite inputs. Needs numerics; reports, never throws.
   /// (Last, so aggregate initialisers written before it keep their meaning.)
   bool check = false;
+  /// LNC=2: this simulator's physical core index (-1: a single-core run); names the trace process.
+  int core_index = -1;
 };
 
 class Simulator {
@@ -127,6 +129,15 @@ class Simulator {
   void set_start_floor(sim::Ps t) { start_floor_ = std::max(start_floor_, t); }
   /// When DMA queue `q` may start its next transfer's setup.
   sim::Ps dma_queue_free(int q) const { return dma_.queue_free(q); }
+  // ---- LNC=2 (frontend/multicore.h): two Simulators, one per physical core
+  /// Make this simulator the second physical core of `owner`'s launch: it uses owner's HBM (tensors
+  /// and storage; call before allocating HBM here) and both cores' DMA engines share one HBM stack
+  /// (hbm.stack_bw). Each keeps its own engines, SBUF, PSUM, DMA queues and dependency tracker.
+  void attach_peer(Simulator& owner);
+  /// After HBM tensors were allocated through the other core: let the dependency tracker cover them.
+  void reserve_hbm_deps();
+  /// Earliest time any engine of this core may issue next (and the promised start floor).
+  sim::Ps next_issue_floor() const { return watermark(); }
   /// Pull instructions from `next` until it returns false (a generator: nothing is materialised).
   void run(const std::function<bool(isa::Instr&)>& next);
   /// E417 if SimOptions::stop is set (also called by the lowering while it iterates loops that emit
@@ -178,6 +189,7 @@ class Simulator {
   InstrTiming schedule_dma(const isa::Instr& in);
   InstrTiming schedule_tensor(const isa::Instr& in);
   InstrTiming schedule_stream(const isa::Instr& in);
+  InstrTiming schedule_barrier(const isa::Instr& in);
   sim::Ps watermark() const;
   engines::DepTracker::Regions regions(const isa::Instr& in, const engines::DepTracker& on) const;
   engines::DepTracker::Regions regions(const isa::Instr& in) const { return regions(in, deps_); }
@@ -212,6 +224,7 @@ class Simulator {
   sim::Ps not_before_ = 0;  ///< submit()'s extra constraint for the instruction being scheduled
   const engines::DepTracker::Ready* known_ready_ = nullptr;  ///< submit()'s known_ready, during schedule()
   sim::Ps asap_end_ = 0;
+  Simulator* peer_ = nullptr;  ///< LNC=2: the other physical core (attach_peer)
   memory::DmaSplit last_split_{};
   engines::DmaEngines::Transfer last_transfer_{};
 };

@@ -36,9 +36,12 @@ class StreamEngines {
   /// When engine `e` may issue its next instruction.
   sim::Ps next_issue(isa::Engine e) const { return next_issue_[static_cast<size_t>(e)]; }
 
+ public:
+  /// Time a DMA trigger (or a core_barrier's semaphore wait) occupies engine `e`.
+  sim::Ps trigger_cost(isa::Engine e) const;
+
  private:
   StreamCost cost(const isa::Instr& in, isa::Engine e) const;
-  sim::Ps trigger_cost(isa::Engine e) const;
   /// Which shared ports `in` needs on `e` (gen2: VectorE/GpSimd share SBUF access, VectorE/ScalarE PSUM access).
   std::pair<bool, bool> ports(const isa::Instr& in, isa::Engine e) const;
 

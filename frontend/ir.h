@@ -140,6 +140,9 @@ struct Kernel {
   std::vector<Op> ops;
   std::vector<Loop> loops;  ///< loop id = index; nested loops are referenced from their parent body
   std::vector<Stmt> body;   ///< top-level statements
+  /// A multi-core (LNC=2) launch (docs/lnc.md): one program per physical core; this kernel's own
+  /// `tensors` are then the union of their HBM tensors and its body is empty. Empty: one core.
+  std::vector<Kernel> core_programs;
   bool operator==(const Kernel&) const = default;
 
   int find_tensor(const std::string& name) const;  ///< -1 if absent

@@ -192,17 +192,72 @@ class Reader {
     if (!ver->is_int() || ver->as_int() != kKernelSchemaVersion)
       fail(ErrorCode::kSchemaVersion, *ver, "nsim_kernel",
            fmt::format("unsupported schema version {}, this nsim reads version {}", describe(*ver), kKernelSchemaVersion));
+    if (root.find("core_programs") || root.find("cores")) return read_launch(root);
     check_keys(root, "(top level)", {"nsim_kernel", "name", "tensors", "body", "schedule"});
-    if (const Value* n = root.find("name")) k_.name = get_string(*n, "name");
+    return read_program(root, "");
+  }
+
+  /// One core's program: {"name", "tensors", "body", "schedule"} (the single-core top level).
+  Kernel read_program(const Value& root, const std::string& prefix) {
+    const std::string top = prefix.empty() ? "(top level)" : prefix;
+    if (const Value* n = root.find("name")) k_.name = get_string(*n, prefix + "name");
     if (const Value* sc = root.find("schedule")) read_schedule(*sc);
     if (const Value* ts = root.find("tensors")) {
-      expect_array(*ts, "tensors");
-      for (size_t i = 0; i < ts->size(); ++i) read_hbm_tensor((*ts)[i], fmt::format("tensors[{}]", i));
+      expect_array(*ts, prefix + "tensors");
+      for (size_t i = 0; i < ts->size(); ++i) read_hbm_tensor((*ts)[i], fmt::format("{}tensors[{}]", prefix, i));
     }
     const Value* body = root.find("body");
-    if (!body) fail(ErrorCode::kMissingField, root, "(top level)", "missing required field 'body' (the list of statements)");
-    k_.body = read_body(*body, "body", 0);
+    if (!body) fail(ErrorCode::kMissingField, root, top, "missing required field 'body' (the list of statements)");
+    k_.body = read_body(*body, prefix + "body", 0);
     return std::move(k_);
+  }
+
+  /// A multi-core (LNC=2) launch: {"nsim_kernel", "name", "cores": 2, "core_programs": [program, program]}.
+  /// HBM tensors of the same name in both programs are one tensor (shared_hbm); the launch's own
+  /// `tensors` become the union of the programs' HBM tensors (inputs and outputs by name).
+  Kernel read_launch(const Value& root) {
+    check_keys(root, "(top level)", {"nsim_kernel", "name", "cores", "core_programs"});
+    const Value* cores = root.find("cores");
+    const Value* progs = root.find("core_programs");
+    if (!cores || !progs)
+      fail(ErrorCode::kMultiCoreLaunch, root, "(top level)",
+           "a multi-core launch needs both 'cores' (the LNC degree, 2) and 'core_programs' (one program per core)");
+    const int64_t n = get_int(*cores, "cores", 1, 2);
+    expect_array(*progs, "core_programs");
+    if (static_cast<int64_t>(progs->size()) != n)
+      fail(ErrorCode::kMultiCoreLaunch, *progs, "core_programs",
+           fmt::format("'cores' is {} but {} core programs are given", n, progs->size()));
+    Kernel launch;
+    if (const Value* nm = root.find("name")) launch.name = get_string(*nm, "name");
+    for (size_t c = 0; c < progs->size(); ++c) {
+      const std::string pre = fmt::format("core_programs[{}].", c);
+      const Value& pv = (*progs)[c];
+      if (!pv.is_object())
+        fail(ErrorCode::kWrongType, pv, pre, fmt::format("expected an object, found {}", pv.type_name()));
+      check_keys(pv, pre, {"name", "tensors", "body", "schedule"});
+      Reader r(file_);
+      Kernel prog = r.read_program(pv, pre);
+      if (prog.name.empty()) prog.name = launch.name;
+      for (const Tensor& t : prog.tensors) {
+        if (t.space != isa::Space::kHbm) continue;
+        const int have = launch.find_tensor(t.name);
+        if (have < 0) {
+          launch.tensors.push_back(t);
+          continue;
+        }
+        Tensor& h = launch.tensors[static_cast<size_t>(have)];
+        const bool in_h = h.kind == TensorKind::kInput, in_t = t.kind == TensorKind::kInput;
+        if (h.shape != t.shape || h.dtype != t.dtype || in_h != in_t)
+          fail(ErrorCode::kMultiCoreLaunch, pv, pre + "tensors",
+               fmt::format("shared HBM tensor '{}' differs between the core programs (shape, dtype, or input in one "
+                           "and not the other)",
+                           t.name),
+               t.loc);
+        if (t.kind == TensorKind::kOutput) h.kind = TensorKind::kOutput;  // an output if any core writes it
+      }
+      launch.core_programs.push_back(std::move(prog));
+    }
+    return launch;
   }
 
  private:

@@ -474,6 +474,13 @@ class Verifier {
 
 }  // namespace
 
-void verify_kernel(const Kernel& k, const engines::CoreParams& p) { Verifier(k, p).run(); }
+void verify_kernel(const Kernel& k, const engines::CoreParams& p) {
+  if (!k.core_programs.empty())
+    throw Error(ErrorCode::kMultiCoreLaunch,
+                fmt::format("kernel '{}' is a {}-core launch (\"cores\" in kernel.json): this tool runs one core; use "
+                            "`nsim run` or nsim.simulate_json, which run every core",
+                            k.name, k.core_programs.size()));
+  Verifier(k, p).run();
+}
 
 }  // namespace nsim::frontend

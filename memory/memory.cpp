@@ -74,7 +74,7 @@ Memory::Memory(const MemoryConfig& cfg, bool with_storage, int64_t align)
 }
 
 const HbmTensor& Memory::alloc_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt) {
-  if (hbm_by_name_.count(name))
+  if (hbm_->by_name.count(name))
     throw Error(ErrorCode::kBadAccessPattern, fmt::format("HBM tensor '{}' already exists", name));
   int64_t n = 1;
   for (int64_t d : shape) {
@@ -84,36 +84,36 @@ const HbmTensor& Memory::alloc_hbm(const std::string& name, const std::vector<in
     n *= d;
   }
   const int64_t bytes = n * dtype_bytes(dt);
-  const int64_t addr = (hbm_next_ + 63) / 64 * 64;
+  const int64_t addr = (hbm_->next + 63) / 64 * 64;
   if (addr + bytes > cfg_.hbm_bytes)
     throw Error(ErrorCode::kHbmOverflow, fmt::format("HBM tensor '{}' needs {} bytes at address {}, but HBM holds {} bytes",
                                                      name, bytes, addr, cfg_.hbm_bytes));
-  hbm_next_ = addr + bytes;
+  hbm_->next = addr + bytes;
   HbmBlock blk{name, bytes, {}};
   if (with_storage_) {
     blk.data.resize(static_cast<size_t>(bytes));
     fill_sentinel(blk.data.data(), bytes, dt);
   }
-  hbm_.emplace(addr, std::move(blk));
+  hbm_->blocks.emplace(addr, std::move(blk));
   HbmTensor t{name, addr, bytes, dt, shape};
-  return hbm_by_name_.emplace(name, std::move(t)).first->second;
+  return hbm_->by_name.emplace(name, std::move(t)).first->second;
 }
 
 const HbmTensor& Memory::hbm_tensor(const std::string& name) const {
-  auto it = hbm_by_name_.find(name);
-  if (it == hbm_by_name_.end()) throw Error(ErrorCode::kUnknownTensor, fmt::format("no HBM tensor named '{}'", name));
+  auto it = hbm_->by_name.find(name);
+  if (it == hbm_->by_name.end()) throw Error(ErrorCode::kUnknownTensor, fmt::format("no HBM tensor named '{}'", name));
   return it->second;
 }
 
 std::vector<std::string> Memory::hbm_tensor_names() const {
   std::vector<std::string> v;
-  for (const auto& [n, t] : hbm_by_name_) v.push_back(n);
+  for (const auto& [n, t] : hbm_->by_name) v.push_back(n);
   return v;
 }
 
 uint8_t* Memory::hbm_data(const std::string& name) {
   const HbmTensor& t = hbm_tensor(name);
-  auto& d = hbm_.at(t.addr).data;
+  auto& d = hbm_->blocks.at(t.addr).data;
   return d.empty() ? nullptr : d.data();
 }
 const uint8_t* Memory::hbm_data(const std::string& name) const { return const_cast<Memory*>(this)->hbm_data(name); }
@@ -138,8 +138,8 @@ void Memory::check_bounds(const Operand& o, const char* what, int64_t reach) con
   auto [lo, hi] = o.byte_extent();
   if (o.space == Space::kHbm) {
     hi += reach;
-    auto it = hbm_.upper_bound(lo);
-    if (it == hbm_.begin() || lo < 0)
+    auto it = hbm_->blocks.upper_bound(lo);
+    if (it == hbm_->blocks.begin() || lo < 0)
       throw Error(ErrorCode::kOutOfBounds, fmt::format("{}: HBM bytes [{}, {}) are not inside any tensor", what, lo, hi));
     --it;
     if (hi > it->first + it->second.bytes)
@@ -173,7 +173,7 @@ isa::TileView Memory::resolve(const Operand& o) const {
   const int64_t eb = dtype_bytes(o.dtype);
   auto* self = const_cast<Memory*>(this);
   if (o.space == Space::kHbm) {
-    auto it = self->hbm_.upper_bound(o.offset);
+    auto it = self->hbm_->blocks.upper_bound(o.offset);
     --it;
     v.base = it->second.data.data() + (o.offset - it->first);
     v.partition_stride_bytes = o.partition_step * eb;

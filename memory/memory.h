@@ -4,6 +4,7 @@
 /// into tile views with bounds checks.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,10 +67,13 @@ class Memory {
   /// Allocate a named HBM tensor (filled with `fill` bytes pattern: NaN sentinel for floats, 4 for ints).
   const HbmTensor& alloc_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt);
   const HbmTensor& hbm_tensor(const std::string& name) const;  ///< E208 if unknown
-  bool has_hbm_tensor(const std::string& name) const { return hbm_by_name_.count(name) != 0; }
+  bool has_hbm_tensor(const std::string& name) const { return hbm_->by_name.count(name) != 0; }
   std::vector<std::string> hbm_tensor_names() const;
   /// End of the HBM tensors allocated so far (bytes; the next one starts at or after it).
-  int64_t hbm_end() const { return hbm_next_; }
+  int64_t hbm_end() const { return hbm_->next; }
+  /// Use `owner`'s HBM (tensors, storage, allocation) from now on: the physical cores of an LNC=2
+  /// launch share one HBM. Call before allocating any HBM tensor here.
+  void share_hbm(const Memory& owner) { hbm_ = owner.hbm_; }
   uint8_t* hbm_data(const std::string& name);
   const uint8_t* hbm_data(const std::string& name) const;
 
@@ -97,9 +101,12 @@ class Memory {
   MemoryConfig cfg_;
   bool with_storage_;
   std::vector<uint8_t> sbuf_, psum_;
-  std::map<int64_t, HbmBlock> hbm_;  // addr -> block
-  std::map<std::string, HbmTensor> hbm_by_name_;
-  int64_t hbm_next_ = 0;
+  struct HbmStore {
+    std::map<int64_t, HbmBlock> blocks;  // addr -> block
+    std::map<std::string, HbmTensor> by_name;
+    int64_t next = 0;
+  };
+  std::shared_ptr<HbmStore> hbm_ = std::make_shared<HbmStore>();  ///< shared by the cores of an LNC=2 launch
   RangeAllocator sbuf_alloc_, psum_alloc_;
 };
 

@@ -78,11 +78,17 @@ std::string queue_name(const CoreParams& p, int queue) {
 
 DmaEngines::DmaEngines(const CoreParams& p) : p_(p), setup_free_(static_cast<size_t>(p.dma_queues), 0) {}
 
-void DmaEngines::prune(Ps t) {
+void DmaEngines::prune(Ps t, Ps t_hbm) {
   for (int e = 0; e < p_.dma_engines; ++e) {
     engine_[static_cast<size_t>(e)].prune(t);
-    hbm_[static_cast<size_t>(e)].prune(t);
+    hbm_[static_cast<size_t>(e)].prune(t_hbm);
   }
+}
+
+int DmaEngines::hbm_active_at(Ps t) const {
+  int n = 0;
+  for (int e = 0; e < p_.dma_engines; ++e) n += hbm_[static_cast<size_t>(e)].busy_at(t);
+  return n;
 }
 
 DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const memory::DmaSplit& split,
@@ -102,8 +108,11 @@ DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const mem
       const auto ei = static_cast<size_t>(e);
       active += split.piece[ei].bytes > 0 || hbm_[ei].busy_at(setup_end);
     }
-  const double hbm_bw = split.touches_hbm ? std::min(p_.dma_engine_bw, p_.hbm_bw / std::max(1, active))
-                                          : p_.dma_engine_bw;
+  double hbm_bw = split.touches_hbm ? std::min(p_.dma_engine_bw, p_.hbm_bw / std::max(1, active))
+                                    : p_.dma_engine_bw;
+  // LNC=2: both cores' engines moving HBM data share one stack (hbm.stack_bw).
+  if (split.touches_hbm && peer_)
+    hbm_bw = std::min(hbm_bw, p_.hbm_stack_bw / std::max(1, active + peer_->hbm_active_at(setup_end)));
 
   t.data_start = INT64_MAX;
   t.done = setup_end;

@@ -59,8 +59,15 @@ class DmaEngines {
   /// Time a transfer triggered at `trigger_start` on `queue`; `efficiency` scales the bandwidth
   /// (dma_transpose). Updates engine and queue state.
   Transfer transfer(int queue, sim::Ps trigger_start, const memory::DmaSplit& split, double efficiency);
-  /// No future transfer is triggered before t.
-  void prune(sim::Ps t);
+  /// No future transfer is triggered before t; `t_hbm` (<= t): the same for the HBM calendars, which the
+  /// peer core of an LNC=2 launch also reads (the minimum of both cores' watermarks).
+  void prune(sim::Ps t, sim::Ps t_hbm);
+  void prune(sim::Ps t) { prune(t, t); }
+  /// LNC=2: the other physical core's DMA engines, which share this core's HBM stack (hbm.stack_bw):
+  /// a transfer's HBM share also counts the peer's engines moving HBM data when it starts.
+  void set_peer(const DmaEngines* peer) { peer_ = peer; }
+  /// Engines of this core moving HBM data at t.
+  int hbm_active_at(sim::Ps t) const;
   /// When `queue` may start the next setup.
   sim::Ps queue_free(int queue) const { return setup_free_[static_cast<size_t>(queue % p_.dma_queues)]; }
 
@@ -69,6 +76,7 @@ class DmaEngines {
   std::vector<sim::Ps> setup_free_;                         // per queue
   std::array<Calendar, memory::kMaxDmaEngines> engine_{};   // data pieces (+ gap)
   std::array<Calendar, memory::kMaxDmaEngines> hbm_{};      // pieces that touch HBM
+  const DmaEngines* peer_ = nullptr;                        // LNC=2: the other core's engines
 };
 
 }  // namespace nsim::engines

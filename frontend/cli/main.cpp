@@ -32,6 +32,7 @@
 #include "frontend/ir.h"
 #include "frontend/json.h"
 #include "frontend/lower.h"
+#include "frontend/multicore.h"
 #include "frontend/npy.h"
 #include "frontend/tables.h"
 
@@ -97,6 +98,9 @@ options:
                        unit: 500ns, 20us, 3ms, 1s) [default: 0 = no limit]. A run stopped by a limit,
                        SIGINT or SIGTERM still finishes its trace (valid JSON), --stats and tables and
                        prints the partial summary; exit status 2 (a limit) or 128 + signal number
+  --lnc N              the launch's LNC degree: 2 runs a multi-core kernel.json ("cores": 2, written by
+                       kernel[2].to_json) on two physical cores sharing one HBM stack (trn2, trn3;
+                       docs/lnc.md); a kernel.json declares its own degree, --lnc checks it [default: its own]
   --quiet, -q          no progress line on stderr (shown once a run takes over 2 s)
   --instructions FILE  write one CSV row per instruction: times, bytes, source line, semaphore wait
                        (queryable with SQL, e.g. DuckDB; docs/profiling.md)
@@ -222,6 +226,7 @@ struct Args {
   bool stats_table = false;  ///< run --stats-table
   bool quiet = false;        ///< run --quiet: no progress line
   bool check = false;        ///< run --check: the sanitizer
+  int64_t lnc = 0;           ///< run --lnc: the LNC degree the kernel must declare (0 = its own)
   int64_t limit = -1;
   uint64_t trace_limit = kDefaultTraceLimit;                ///< --trace-limit (0 = all)
   bool trace_limit_given = false;
@@ -289,7 +294,7 @@ Args parse_args(int argc, char** argv) {
       a.trace_window_end_ns = number(v.substr(colon + 1));
       if (colon + 1 < v.size() && a.trace_window_end_ns <= a.trace_window_start_ns) bad();
     } else if (s == "--seed" || s == "--limit" || s == "--trace-limit" || s == "--lines" ||
-               (s == "--max-instructions" && a.command == "run")) {
+               (s == "--max-instructions" && a.command == "run") || (s == "--lnc" && a.command == "run")) {
       const std::string v = value(i, s);
       try {
         size_t used = 0;
@@ -299,6 +304,7 @@ Args parse_args(int argc, char** argv) {
         else if (s == "--trace-limit") a.trace_limit = static_cast<uint64_t>(n), a.trace_limit_given = true;
         else if (s == "--max-instructions") a.max_instructions = static_cast<uint64_t>(n);
         else if (s == "--lines") a.lines = n;
+        else if (s == "--lnc") a.lnc = n;
         else a.limit = n;
       } catch (const std::exception&) {
         usage_error(fmt::format("{} expects a non-negative integer, found '{}'", s, v));
@@ -440,9 +446,60 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
+// `nsim run` of a multi-core (LNC=2) kernel.json: both cores in one schedule (frontend/multicore.h).
+int cmd_run_multicore(const Args& a, const frontend::Kernel& k, const sim::Config& cfg, const SimOptions& opts) {
+  frontend::MultiCoreRun mc(k, cfg, opts);
+  if (!a.timing_only) load_inputs(a, k, mc.core(0));
+  mc.run();
+  for (const engines::CheckReport& r : mc.check_reports()) fmt::print(stderr, "nsim: warning: {}\n", r.str());
+  const sim::StatsRegistry st = mc.stats();
+  uint64_t instrs = 0;
+  for (int c = 0; c < mc.cores(); ++c) instrs += mc.core(c).instructions();
+  fmt::print("kernel {} on {} (LNC={}): {} instructions\n", k.name, mc.core(0).params().name, mc.cores(), instrs);
+  fmt::print("total time      {:.1f} ns  (the later core's)\n", st.get("total_time"));
+  for (int c = 0; c < mc.cores(); ++c)
+    fmt::print("  core {}        {:.1f} ns  {} instructions\n", c, sim::ps_to_ns(mc.core(c).total_time()),
+               mc.core(c).instructions());
+  fmt::print("load imbalance  {:.1f} %  (rendezvous: {})\n", st.get("lnc.imbalance_percent"), mc.rendezvous());
+  if (a.stats_table) fmt::print("\n{}", st.to_table());
+  if (!a.outputs.empty() && !a.timing_only) {
+    fs::create_directories(a.outputs);
+    for (const auto& t : k.tensors)
+      if (t.space == isa::Space::kHbm && t.kind == frontend::TensorKind::kOutput)
+        frontend::write_npy((fs::path(a.outputs) / (t.name + ".npy")).string(), mc.core(0).read_hbm(t.name), t.dtype,
+                            t.shape, a.raw_outputs);
+  }
+  if (!a.stats.empty()) {
+    std::string lines = "[";
+    bool first = true;
+    for (const auto& l : mc.line_stats()) {
+      lines += fmt::format("{}\n  {{\"src\": \"{}\", \"instructions\": {}, \"instruction_time_ns\": {:.3f}}}",
+                           first ? "" : ",", sim::json_escape(l.loc.str()), l.instructions, sim::ps_to_ns(l.instr_time));
+      first = false;
+    }
+    lines += "]";
+    std::ofstream f(a.stats);
+    if (!f) throw Error(ErrorCode::kCannotWrite, fmt::format("cannot write '{}'", a.stats));
+    f << fmt::format(
+        "{{\"kernel\": \"{}\", \"config\": \"{}\", \"timing_only\": {}, \"instructions\": {},\n\"lines\": {},\n\"stats\": "
+        "{}}}\n",
+        sim::json_escape(k.name), sim::json_escape(cfg.name()), a.timing_only ? "true" : "false", instrs, lines,
+        st.to_json());
+    std::ofstream c(a.stats + ".config.yaml");
+    c << cfg.to_yaml();
+  }
+  return 0;
+}
+
 int cmd_run(const Args& a) {
   const frontend::Kernel k = load_kernel(a);
   const sim::Config cfg = engines::load_config(config_name(a.config), a.overrides);
+  const int64_t declared = k.core_programs.empty() ? 1 : static_cast<int64_t>(k.core_programs.size());
+  if (a.lnc != 0 && a.lnc != declared)
+    throw Error(ErrorCode::kMultiCoreLaunch,
+                fmt::format("--lnc {}: '{}' is a {}-core launch (kernel.json \"cores\"); write the kernel.json of an "
+                            "LNC={} launch with kernel[{}].to_json(...) (docs/lnc.md)",
+                            a.lnc, a.kernel, declared, a.lnc, a.lnc));
   SimOptions opts;
   opts.numerics = !a.timing_only;
   opts.check = a.check && !a.timing_only;
@@ -453,6 +510,7 @@ int cmd_run(const Args& a) {
   opts.max_sim_time_ns = a.max_sim_time_ns;
   opts.stop = &g_stop_signal;
   install_stop_handlers();
+  if (!k.core_programs.empty()) return cmd_run_multicore(a, k, cfg, opts);
   Simulator sim(cfg, opts);
   frontend::verify_kernel(k, sim.params());
   frontend::Lowering::allocate_hbm(k, sim);

@@ -92,6 +92,7 @@ struct Scheduler::Impl {
   std::vector<std::array<Ps, isa::kNumEngines>> op_cost;  ///< per op and engine; -1 = not estimated yet
   std::vector<char> op_uses_acc;
   std::array<uint64_t, isa::kNumEngines> last_acc{};  ///< seq + 1 of the last accumulator user per engine
+  std::array<uint64_t, isa::kNumEngines> fence{};  ///< seq + 1 of the last core_barrier per engine
   uint64_t last_rng = 0;  ///< seq + 1 of the last PRNG-state user (any engine: set_rng_seed seeds two)
   uint64_t last_stationary = 0;                        ///< seq + 1 of the last raw load_stationary/multiply_moving
   std::unordered_map<int, uint64_t> last_in_group;     ///< order group -> seq + 1 of its last instruction
@@ -384,6 +385,17 @@ struct Scheduler::Impl {
     }
     if (low.recording_occupancy()) low.tile_uses(oi, x.uses);
     x.engines = x.n == 2 ? isa::engine_bit(Engine::kTensor) : candidates(oi, a);
+    // core_barrier blocks its engine (LNC=2): after every earlier instruction that may run there,
+    // before every later one.
+    if (head.op == Opcode::kCoreBarrier) {
+      const uint8_t bit = isa::engine_bit(head.engine);
+      for (uint64_t q = base; q < x.seq; ++q)
+        if (live(q) && (node(q).engines & bit)) add_edge(q, x);
+      fence[static_cast<size_t>(head.engine)] = x.seq + 1;
+    } else {
+      for (int e = 0; e < isa::kNumEngines; ++e)
+        if ((x.engines & (1u << e)) && fence[static_cast<size_t>(e)]) add_edge(fence[static_cast<size_t>(e)] - 1, x);
+    }
     // Durations depend on the op's shapes and dtypes, the same for each of its instructions: once per op.
     std::array<Ps, isa::kNumEngines>* cached = oi >= 0 ? &op_cost[static_cast<size_t>(oi)] : nullptr;
     for (int e = 0; e < isa::kNumEngines; ++e) {
@@ -440,8 +452,14 @@ struct Scheduler::Impl {
     since_heights = 0;
   }
 
-  /// Issue the ready instruction that can start first (critical path, then program order on ties).
-  void issue_one() {
+  // The choice of choose(), until commit() issues it.
+  bool has_pick = false;
+  size_t pick = 0;
+  Ps pick_start = 0, pick_front = 0;
+  Engine pick_engine = Engine::kVector;
+
+  /// Choose the ready instruction that can start first (critical path, then program order on ties).
+  void choose() {
     size_t best = 0;
     Ps best_start = INT64_MAX, best_height = -1;
     Ps front = INT64_MAX;  // the earliest any ready instruction could still start, on any of its engines
@@ -473,6 +491,19 @@ struct Scheduler::Impl {
         best_engine = e_x;
       }
     }
+    pick = best;
+    pick_start = best_start;
+    pick_front = front;
+    pick_engine = best_engine;
+    has_pick = true;
+  }
+
+  /// Issue the chosen instruction; `not_before`: an extra earliest start (an LNC=2 rendezvous).
+  InstrTiming commit(Ps extra_not_before = 0) {
+    has_pick = false;
+    const size_t best = pick;
+    const Ps front = pick_front;
+    const Engine best_engine = pick_engine;
     const uint64_t seq = ready[best];
     ready[best] = ready.back();
     ready.pop_back();
@@ -485,6 +516,8 @@ struct Scheduler::Impl {
     if (seq != base) ++st.reordered;
     const isa::Engine default_engine = x.in[0].engine;
     Ps end = 0, start = INT64_MAX;
+    x.not_before = std::max(x.not_before, extra_not_before);
+    InstrTiming first{};
     for (int j = 0; j < x.n; ++j) {
       Instr& in = x.in[static_cast<size_t>(j)];
       in.engine = best_engine;
@@ -497,6 +530,7 @@ struct Scheduler::Impl {
         in.dma_queue = static_cast<uint8_t>(q_best);
       }
       const InstrTiming t = sim.submit(in, x.not_before, j == 0 ? &x.rd0[static_cast<size_t>(best_engine)] : &x.rd1);
+      if (j == 0) first = t;
       end = std::max(end, t.end);
       start = std::min(start, t.start);
     }
@@ -513,17 +547,20 @@ struct Scheduler::Impl {
       if (--y.npred == 0) make_ready(y);
     }
     while (base < next && node(base).done) ++base;
+    return first;
   }
 
-  void run() {
+  /// Fill the window and choose the next instruction (kept until commit()); false when done.
+  bool prepare() {
+    if (has_pick) return true;
     const uint64_t window = static_cast<uint64_t>(p.schedule_window);
     const uint64_t refresh = std::max<uint64_t>(16, window / 2);
-    for (;;) {
+    {
       while (next - base < window && admit())
         if (++since_heights >= refresh) compute_heights();
       if (ready.empty() && n_waiting) release_waits();  // a with_schedule target never came in reach
       if (ready.empty()) {
-        if (base == next) break;  // window drained and nothing left to lower
+        if (base == next) return false;  // window drained and nothing left to lower
         // Edges only point forward in program order, but for with_schedule waits: a cycle is theirs.
         const Node& x = node(base);
         const SourceLoc where = x.op >= 0 ? k.ops[static_cast<size_t>(x.op)].loc : SourceLoc{};
@@ -534,13 +571,23 @@ struct Scheduler::Impl {
                                 x.op >= 0 ? k.ops[static_cast<size_t>(x.op)].label : std::string("?"), where.str()),
                     where);
       }
-      issue_one();
+      choose();
     }
+    return true;
+  }
+
+  void run() {
+    while (prepare()) commit();
   }
 };
 
 Scheduler::Scheduler(const Kernel& k, Lowering& low, Simulator& sim) : impl_(new Impl(k, low, sim, stats_)) {}
 Scheduler::~Scheduler() { delete impl_; }
 void Scheduler::run() { impl_->run(); }
+bool Scheduler::prepare() { return impl_->prepare(); }
+sim::Ps Scheduler::next_start() const { return impl_->pick_start; }
+const isa::Instr& Scheduler::next_instr() const { return impl_->node(impl_->ready[impl_->pick]).in[0]; }
+int Scheduler::next_op() const { return impl_->node(impl_->ready[impl_->pick]).op; }
+InstrTiming Scheduler::commit(sim::Ps not_before) { return impl_->commit(not_before); }
 
 }  // namespace nsim::frontend

@@ -44,6 +44,17 @@ class Scheduler {
   void run();
   const ScheduleStats& stats() const { return stats_; }
 
+  // ---- step API (LNC=2: frontend/multicore.h advances the core whose next issue is earliest)
+  /// Fill the window and choose the next instruction to issue; false when the kernel is done.
+  bool prepare();
+  /// After prepare(): when the chosen instruction can start, the instruction (an nc_matmul pair: its
+  /// LoadStationary; engine as placed by the kernel) and the index of its op in Kernel::ops (-1: none).
+  sim::Ps next_start() const;
+  const isa::Instr& next_instr() const;
+  int next_op() const;
+  /// Issue the chosen instruction, starting no earlier than `not_before`; its (first) timing.
+  InstrTiming commit(sim::Ps not_before = 0);
+
  private:
   struct Impl;
   Impl* impl_;

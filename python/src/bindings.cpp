@@ -26,6 +26,7 @@
 #include "frontend/json.h"
 #include "frontend/ir.h"
 #include "frontend/lower.h"
+#include "frontend/multicore.h"
 #include "frontend/tables.h"
 #include "isa/isa.h"
 
@@ -243,6 +244,37 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
     std::optional<Simulator> sim;
     std::map<std::string, std::vector<uint8_t>> raw_outputs;
     std::string stats_json;
+    if (!k.core_programs.empty()) {  // an LNC=2 launch (frontend/multicore.h)
+      std::optional<frontend::MultiCoreRun> mc;
+      {
+        py::gil_scoped_release nogil;
+        mc.emplace(k, cfg, opts);
+        if (!timing_only) mc->write_inputs(given, seed);
+        mc->run();
+        stats_json = mc->stats().to_json();
+        if (!timing_only)
+          for (const auto& t : k.tensors)
+            if (t.space == isa::Space::kHbm && t.kind == frontend::TensorKind::kOutput)
+              raw_outputs[t.name] = mc->core(0).read_hbm(t.name);
+      }
+      py::dict outputs;
+      for (const auto& t : k.tensors)
+        if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
+      py::list lines;
+      for (const auto& l : mc->line_stats()) {
+        py::dict d;
+        d["src"] = l.loc.str();
+        d["file"] = l.loc.file;
+        d["line"] = l.loc.line;
+        d["function"] = l.loc.function;
+        d["instructions"] = l.instructions;
+        d["instruction_time_ns"] = sim::ps_to_ns(l.instr_time);
+        lines.append(std::move(d));
+      }
+      py::list reports;
+      for (int c = 0; c < mc->cores(); ++c) reports += check_list(mc->core(c));
+      return py::make_tuple(outputs, stats_json, lines, cfg.to_yaml(), reports);
+    }
     {
       py::gil_scoped_release nogil;
       sim.emplace(cfg, opts);
@@ -270,6 +302,12 @@ void check_kernel(const std::string& kernel_json, const std::string& config, con
   guarded([&] {
     const frontend::Kernel k = frontend::parse_kernel_json(kernel_json, filename);
     const sim::Config cfg = load_cfg(config, overrides);
+    if (!k.core_programs.empty()) {
+      SimOptions o;
+      o.numerics = false;
+      frontend::MultiCoreRun mc(k, cfg, o);  // checks the LNC degree and verifies every program
+      return 0;
+    }
     frontend::verify_kernel(k, engines::CoreParams::from_config(cfg));
     return 0;
   });
@@ -381,6 +419,7 @@ const char* cost_class_name(isa::CostClass c) {
     case C::kScan: return "scan";
     case C::kBnAggr: return "bn_aggr";
     case C::kCopyPredicated: return "copy_predicated";
+    case C::kBarrier: return "barrier";
   }
   return "unknown";
 }
