@@ -302,6 +302,22 @@ class Profile:
     def total_time_ns(self) -> float:
         return float(self.stat("total_time"))
 
+    @property
+    def cores(self) -> int:
+        """Physical cores of the launch: 2 for an LNC=2 launch (``kernel[2]``, docs/lnc.md), else 1."""
+        try:
+            return int(self.stat("lnc.cores"))
+        except KeyError:
+            return 1
+
+    @property
+    def core_times_ns(self) -> List[float]:
+        """Each physical core's own total time ([core 0, core 1] for LNC=2; [total_time_ns] for one core).
+        The launch's total_time_ns is the largest; ``stat("lnc.imbalance_percent")`` compares them."""
+        if self.cores == 1:
+            return [self.total_time_ns]
+        return [float(self.stat("core{}.total_time".format(c))) for c in range(self.cores)]
+
     def stats_table(self) -> str:
         """Every stat as a readable table grouped by engine, dma, memory, flops, ...: full dotted name,
         value formatted for its unit, unit, description; the text `nsim run --stats-table` prints

@@ -209,6 +209,10 @@ class Kernel:
         """The function traced for a launch (Beta 1: a loop over the launch grid)."""
         return self.fn
 
+    def _cores(self):
+        """Physical cores of a launch: the LNC degree (``kernel[2]``; Beta 1: the ``nl.nc`` factors)."""
+        return int(getattr(self, "lnc", 1) or 1)
+
     def _check_inline(self):
         """Called before a kernel runs inline inside another kernel."""
 
@@ -221,10 +225,14 @@ class Kernel:
         if _tracer.active() is not None:
             raise _tracer.make_error("NestedKernel", "nested kernel tracing")
         eff = self._effective()
-        tres = _tracer.trace(self._launch_fn(), args, kwargs, name=getattr(self.fn, "__name__", "kernel"),
-                             tensor_cls=self._tensor_cls, schedule=self._schedule, config=eff["config"],
-                             overrides=eff.get("overrides"), check=bool(eff.get("check")) and
-                             not eff.get("timing_only"))
+        kw = dict(name=getattr(self.fn, "__name__", "kernel"), tensor_cls=self._tensor_cls, schedule=self._schedule,
+                  config=eff["config"], overrides=eff.get("overrides"),
+                  check=bool(eff.get("check")) and not eff.get("timing_only"))
+        cores = self._cores()
+        if cores > 1:  # LNC=2: one program per physical core (docs/lnc.md)
+            tres = _tracer.trace_lnc(self._launch_fn(), args, kwargs, cores, **kw)
+        else:
+            tres = _tracer.trace(self._launch_fn(), args, kwargs, **kw)
         self._record(last_json=tres.kernel)
         return tres
 

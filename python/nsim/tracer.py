@@ -1182,6 +1182,7 @@ class Tracer:
         self.check_reports = []  # reports found while tracing (dicts, as Profile.check_reports)
         self.check = False  # run the tracer's checks (options(check=...))
         self._vars = {}  # tile name -> the variables its storage was assigned to (reuse: several)
+        self.lnc = (0, 1)  # (this program's physical core, LNC degree): kernel[2] traces once per core
 
     def eager(self):
         """The eager-values state of this kernel (created on first use: kernels that never look at a
@@ -1225,12 +1226,16 @@ class Tracer:
                 return n
 
     # tensors
-    def hbm_tensor(self, name, dtype, shape, kind="internal", loc=None):
+    def hbm_tensor(self, name, dtype, shape, kind="internal", loc=None, private=False):
+        """A kernel-level HBM tensor. ``private``: a ``private_hbm`` tensor, which under LNC=2 is this core's
+        own (its name carries the core, so the launch's programs never share it)."""
         dt = dtype_name(dtype)
         shape = tuple(int(s) for s in shape)
         if not shape or any(s < 1 for s in shape):
             raise make_error("BadTensorShape", "bad HBM tensor shape {}".format(shape))
         name = name or (assigned_name() if kind == "internal" else None)
+        if private and self.lnc[1] > 1:
+            name = "{}__core{}".format(name or "hbm", self.lnc[0])
         name = self.unique_name(name or "hbm", numbered=not name)
         if self._affine:
             self._birth[name] = frozenset(f.stamp for f in self._affine)
@@ -1594,7 +1599,62 @@ class TraceResult:
         self.writeback = writeback  # list of (caller array, IR output name)
 
 
-def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=None, overrides=None, check=False):
+_PROLOGUE = "nsim: copy of written argument"
+
+
+def trace_lnc(fn, args, kwargs, lnc, name=None, **kw):
+    """Trace ``fn`` once per physical core of an LNC=``lnc`` launch (``nl.program_id(0)`` = the core) and
+    combine the programs into one multi-core kernel dict (docs/kernel-json.md, "Multi-core launches"):
+    HBM tensors of the same name are one tensor (arguments and ``shared_hbm``; ``private_hbm`` names
+    carry their core). The return value is the last core's (the same shared tensors)."""
+    results = [trace(fn, args, kwargs, name=name, lnc=(c, lnc), **kw) for c in range(lnc)]
+    progs, outputs, seen_prologue = [], set(), set()
+    for r in results:
+        for t in r.kernel["tensors"]:
+            if t["kind"] == "output":
+                outputs.add(t["name"])
+    for r in results:
+        k = {key: v for key, v in r.kernel.items() if key not in ("nsim_kernel", "name")}
+        # an output of the launch is an output of each program that writes it (verify: outputs are written)
+        wrote = _written_tensors(k["body"])
+        k["tensors"] = [dict(t, kind="output" if t["name"] in wrote else "internal")
+                        if t["name"] in outputs and t["kind"] != "input" else dict(t) for t in k["tensors"]]
+        body = []
+        for s in k["body"]:  # a written argument's copy (arg -> arg__out) runs once, on the first core
+            if s.get("op") == "dma_copy" and s.get("loc", {}).get("function") == _PROLOGUE:
+                if s["dst"] in seen_prologue:
+                    continue
+                seen_prologue.add(s["dst"])
+            body.append(s)
+        k["body"] = body
+        progs.append(k)
+    last = results[-1]
+    inputs, writeback, reports = {}, [], []
+    for r in results:
+        inputs.update(r.inputs)
+        reports.extend(r.check_reports)
+        for arr, nm in r.writeback:
+            if all(nm != n2 for _a, n2 in writeback):
+                writeback.append((arr, nm))
+    kernel = {"nsim_kernel": 1, "name": results[0].kernel["name"], "cores": lnc, "core_programs": progs}
+    return TraceResult(kernel, inputs, last.ret_spec, writeback, reports)
+
+
+def _written_tensors(body):
+    """Names of the tensors some op of ``body`` writes (its ``dst``)."""
+    out, stack = set(), [body]
+    while stack:
+        for s in stack.pop():
+            if "op" in s:
+                d = s.get("dst")
+                out.add(d.get("tensor") if isinstance(d, dict) else d)
+            elif "loop" in s:
+                stack.append(s["loop"].get("body", []))
+    return out
+
+
+def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=None, overrides=None, check=False,
+          lnc=None):
     """Run ``fn`` under a fresh tracer; return a TraceResult. ``tensor_cls``: the NkiTensor subclass the
     tensors of this kernel are made of (a dialect frontend's view class). ``schedule``: with_schedule
     edges [(after, [before, ...]), ...], checked against the op labels once the kernel has run."""
@@ -1609,6 +1669,8 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=No
     if overrides:
         tr.overrides = overrides
     tr.check = bool(check)
+    if lnc is not None:
+        tr.lnc = (int(lnc[0]), int(lnc[1]))
     arrays = tr.arguments  # IR name -> (caller array, tensor)
     call_args = {}
     with tr:
@@ -1672,7 +1734,7 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=No
                 tr.tensors.append(d)
                 by_name[new] = d
                 prologue.append({"op": "dma_copy", "dst": new, "src": old,
-                                 "loc": {"file": "", "line": 0, "function": "nsim: copy of written argument"}})
+                                 "loc": {"file": "", "line": 0, "function": _PROLOGUE}})
             _retarget(tr.body, rename)
         ret_spec = spec(ret)
         tr.name_shared_tiles()
@@ -1731,7 +1793,7 @@ def run(tres, config="trn2", **sim_kwargs):
     """Simulate a traced kernel; return (return value, outputs dict, profile)."""
     simulate_json = _simulate_fn()
     k = tres.kernel
-    dts = {t["name"]: t["dtype"] for t in k["tensors"]}
+    dts = {t["name"]: t["dtype"] for p in k.get("core_programs", [k]) for t in p["tensors"]}
     inputs = {}
     for n, a in tres.inputs.items():
         want = np_dtype(dts[n])

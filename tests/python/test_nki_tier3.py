@@ -796,9 +796,17 @@ def test_unknown_keyword_is_a_type_error_beta1(b1, fn):
         f(bogus=1)
 
 
-def test_lnc2_ops_still_not_supported():
-    with pytest.raises(NotSupportedError):
-        nisa.sendrecv(None, None, 0, 1, 0)
+def test_lnc2_ops_need_an_lnc2_launch():
+    # sendrecv / core_barrier are supported under kernel[2] (tests/python/test_lnc.py); with one core
+    # there is no peer: error LncNotSupported.
+    @nki.jit
+    def k(a):
+        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        nisa.sendrecv(t, t, 1, 1, 0)
+
+    with pytest.raises(NsimError) as e:
+        k(np.zeros((128, 8), np.float32))
+    assert e.value.code == _errors.code("LncNotSupported")
 
 
 # --------------------------------------------------------------------------------------------------

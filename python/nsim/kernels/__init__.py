@@ -18,7 +18,8 @@ from .matmul import (matmul_naive, matmul_naive_ref, matmul_blocked, matmul_bloc
 from .mlp import swiglu, swiglu_ref, swiglu_inputs
 from .attention import (flash_attention, flash_attention_ref, flash_attention_inputs, flash_attention_gqa,
                         flash_attention_gqa_ref, flash_attention_gqa_inputs, attention_naive, attention_naive_ref,
-                        attention_naive_inputs, attention_ref)
+                        attention_naive_inputs, attention_ref, flash_attention_mh, flash_attention_lnc2,
+                        flash_attention_mh_ref, flash_attention_mh_inputs)
 
 KERNELS = {
     "tensor_add": (tensor_add, tensor_add_ref, tensor_add_inputs),
@@ -32,9 +33,10 @@ KERNELS = {
     "flash_attention": (flash_attention, flash_attention_ref, flash_attention_inputs),
     "flash_attention_gqa": (flash_attention_gqa, flash_attention_gqa_ref, flash_attention_gqa_inputs),
     "attention_naive": (attention_naive, attention_naive_ref, attention_naive_inputs),
+    "flash_attention_mh": (flash_attention_mh, flash_attention_mh_ref, flash_attention_mh_inputs),
 }
 
 __all__ = ["KERNELS"] + sorted({n for k in KERNELS for n in (k, k + "_ref")} | {
     "tensor_add_inputs", "softmax_inputs", "rmsnorm_inputs", "layernorm_inputs", "matmul_inputs", "matmul_ref",
     "transpose_inputs", "swiglu_inputs", "flash_attention_inputs", "flash_attention_gqa_inputs",
-    "attention_naive_inputs", "attention_ref"})
+    "attention_naive_inputs", "attention_ref", "flash_attention_lnc2", "flash_attention_mh_inputs"})

@@ -334,3 +334,44 @@ def gqa_attention_inputs(seed=0, s=512, hq=QWEN3_HEADS, hkv=QWEN3_KV_HEADS, d=QW
     """(q [Hq, S, d], k [Hkv, S, d], v [Hkv, S, d], causal) bf16, N(0, 1): the arguments of both
     attention_naive and flash_attention_gqa (defaults: the Qwen3-0.6B shapes at S = 512)."""
     return flash_attention_gqa_inputs(seed, hq=hq, hkv=hkv, s=s, d=d, causal=causal)
+
+
+# --------------------------------------------------------------------------------------------------
+# multi-head flash attention, heads split over the programs of an LNC=2 launch (docs/lnc.md)
+# --------------------------------------------------------------------------------------------------
+
+
+@nki.jit
+def flash_attention_mh(q, k, v, causal=True):
+    """Multi-head flash attention with the heads split over the launch's programs: q, k, v [H, S, d] ->
+    out [H, S, d]. ``flash_attention_mh(q, k, v)`` runs every head on one core; ``flash_attention_mh[2]``
+    (LNC=2, exported as ``flash_attention_lnc2``) gives program ``nl.program_id(0)`` = core c the heads
+    [c * H/2, (c + 1) * H/2) (docs/lnc.md). S multiple of 128, d <= 128."""
+    h, s, d = q.shape
+    assert tuple(k.shape) == (h, s, d) and tuple(v.shape) == (h, s, d), \
+        "flash_attention_mh: q, k, v must all be [H, S, d], got {}, {}, {}".format(q.shape, k.shape, v.shape)
+    assert s % P == 0 and d <= P, "flash_attention_mh: S must be a multiple of 128 and d <= 128, got {}".format(
+        q.shape)
+    nb = s // P
+    out = nl.ndarray((h, s, d), q.dtype, buffer=nl.shared_hbm)
+    n, pid = nl.num_programs(0), nl.program_id(0)
+    per = (h + n - 1) // n
+    for hh in nl.affine_range(min(h, pid * per), min(h, (pid + 1) * per)):
+        k_t, v_sb = _load_kv(k[hh], v[hh], d, nb)
+        _flash_head(out[hh], q[hh], k_t, v_sb, causal, d, nb)
+    return out
+
+
+#: flash_attention_mh as an LNC=2 launch: the heads split over the two physical cores (trn2, trn3).
+flash_attention_lnc2 = flash_attention_mh[2]
+
+
+def flash_attention_mh_ref(q, k, v, causal=True):
+    """fp32 reference of flash_attention_mh / flash_attention_lnc2."""
+    return np.stack([attention_ref(q[h], k[h], v[h], causal=causal) for h in range(q.shape[0])])
+
+
+def flash_attention_mh_inputs(seed=0, h=4, s=256, d=64, causal=True):
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((h, s, d)).astype(BF16) for _ in range(3))
+    return q, k, v, causal

@@ -42,13 +42,18 @@ class Kernel(_kernel.Kernel):
     lnc = 1
 
     def __getitem__(self, lnc):
+        """``kernel[2]``: an LNC=2 launch on two physical cores (``kernel[nl.nc(2)]`` too); ``kernel[1]``:
+        one core (docs/lnc.md)."""
         if isinstance(lnc, tuple):
             raise _tracer.make_error("BadLaunchGrid", "new-dialect kernels take a single LNC degree: kernel[1] or kernel[2]")
-        if int(lnc) not in (1, 2):
+        n = getattr(lnc, "lnc_cores", None)  # nl.nc(k)
+        try:
+            n = int(lnc) if n is None else int(n)
+        except (TypeError, ValueError):
+            raise _tracer.make_error("BadLaunchGrid", "LNC degree must be 1 or 2, got {!r}".format(lnc)) from None
+        if n not in (1, 2):
             raise _tracer.make_error("BadLaunchGrid", "LNC degree must be 1 or 2, got {}".format(lnc))
-        if int(lnc) == 2:
-            raise NotImplementedError("nsim: LNC=2 launches are not supported yet")
-        return self
+        return self._derive(lnc=n)
 
 
 def jit(fn=None, **kwargs):
@@ -69,14 +74,23 @@ def _as_kernel(kernel):
     return kernel if isinstance(kernel, _kernel.Kernel) else Kernel(kernel)
 
 
+class _Launch:
+    """What ``nki.simulate(kernel)`` returns: call it with the kernel's arguments (numpy in, numpy out);
+    ``[lnc]`` selects the LNC degree first (``nki.cpu_simulate(kernel)[2](...)``, docs/lnc.md)."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, lnc):
+        return _Launch(self.kernel[lnc])
+
+    def __call__(self, *args, **kwargs):
+        return self.kernel(*args, **kwargs)
+
+
 def simulate(kernel):
-    """``nki.simulate(kernel)(*args)``: numpy in, numpy out."""
-    k = _as_kernel(kernel)
-
-    def run(*args, **kwargs):
-        return k(*args, **kwargs)
-
-    return run
+    """``nki.simulate(kernel)(*args)``, ``nki.simulate(kernel)[2](*args)``: numpy in, numpy out."""
+    return _Launch(_as_kernel(kernel))
 
 
 @_tracer.user_facing

@@ -13,8 +13,6 @@ REASONS = {
     "topk": "needs the GpSimd top-k instruction; " + _ISA,
     "quantize_mx": "MX (microscaling) x4-packed fp8/fp4 dtypes and their instructions are not in the nsim ISA",
     "nc_matmul_mx": "MX (microscaling) x4-packed fp8/fp4 dtypes and their instructions are not in the nsim ISA",
-    "sendrecv": "LNC=2 launches (two cooperating cores) are not simulated yet",
-    "core_barrier": "LNC=2 launches (two cooperating cores) are not simulated yet",
     "tensor_copy_dynamic_src": "runtime (SBUF-valued) offsets inside an access are not in the kernel IR yet",
     "tensor_copy_dynamic_dst": "runtime (SBUF-valued) offsets inside an access are not in the kernel IR yet",
     "builtin_custom_op": "custom operators are not supported (spec §2.4)",

@@ -1013,6 +1013,84 @@ def rand_get_state(dst, engine=engine.gpsimd, name=None, **kwargs):
 
 
 # --------------------------------------------------------------------------------------------------
+# LNC=2: two physical cores (docs/lnc.md)
+# --------------------------------------------------------------------------------------------------
+
+
+def _lnc_core(what):
+    """(this core's index, LNC degree) of the kernel being traced; NotSupported under LNC=1."""
+    tr = _tr.current("nisa." + what)
+    core, n = getattr(tr, "lnc", (0, 1))
+    if n < 2:
+        raise make_error("LncNotSupported", "nisa.{} needs an LNC=2 launch (kernel[2](...)): with one core there is "
+                         "no peer".format(what))
+    return core, n
+
+
+def _rank(r, what, arg):
+    r = _tr.int_immediate(r, "{}: {}".format(what, arg))
+    if r not in (0, 1):
+        raise make_error("BadArgument", "{}: {} must be 0 or 1 (a core of the LNC=2 launch), got {}".format(
+            what, arg, r))
+    return r
+
+
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None, **kwargs):
+    """``nisa.sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id)`` (LNC=2): this core's ``src`` goes
+    to core ``send_to_rank``'s ``dst``; this core's ``dst`` receives core ``recv_from_rank``'s ``src``. Both
+    cores block until the other posts the call with the same ``pipe_id``; timed as an SBUF-to-SBUF DMA."""
+    _t(src, "src", "sendrecv")
+    _t(dst, "dst", "sendrecv")
+    core, _n = _lnc_core("sendrecv")
+    send = _rank(send_to_rank, "sendrecv", "send_to_rank")
+    recv = _rank(recv_from_rank, "sendrecv", "recv_from_rank")
+    if send == core or recv == core:
+        raise make_error("BadArgument", "sendrecv: core {} sends to rank {} and receives from rank {}: both must be "
+                         "the other core ({})".format(core, send, recv, 1 - core))
+    pipe = _tr.int_immediate(pipe_id, "sendrecv: pipe_id")
+    if kwargs.get("use_gpsimd_dma"):
+        dma_engine = 2
+    try:
+        de = int(dma_engine)
+    except (TypeError, ValueError):
+        raise make_error("BadArgument", "sendrecv: dma_engine must be nisa.dma_engine.dma or .gpsimd_dma, got "
+                         "{!r}".format(dma_engine))
+    if de not in (1, 2):
+        raise make_error("BadArgument", "sendrecv: dma_engine must be nisa.dma_engine.dma or .gpsimd_dma, got "
+                         "{!r}".format(dma_engine))
+    if tuple(src.shape) != tuple(dst.shape) or src.dtype != dst.dtype:
+        raise make_error("ShapeMismatch", "sendrecv: src {} {} and dst {} {} must have the same shape and dtype".format(
+            tuple(src.shape), src.dtype, tuple(dst.shape), dst.dtype))
+    if de == 2:
+        per_part = {1: 256, 2: 512}.get(np.dtype(src.dtype).itemsize, 1024)
+        free = int(np.prod(src.shape[1:])) if len(src.shape) > 1 else 1
+        if free * np.dtype(src.dtype).itemsize > 1024 or free > per_part:
+            raise make_error("BadArgument", "sendrecv: gpsimd_dma moves at most 1024 B (32-bit), 512 B (16-bit) or "
+                             "256 B (8-bit) per partition; src has {} elements of {} per partition".format(
+                                 free, src.dtype))
+    return _op("sendrecv", engine="gpsimd" if de == 2 else "sync", dst=dst, src=src, iimm=[pipe, send, recv])
+
+
+def core_barrier(data, cores, engine=engine.gpsimd, name=None, **kwargs):
+    """``nisa.core_barrier(data, cores=(0, 1), engine=...)`` (LNC=2): the named engine of both cores waits
+    until both reach the barrier; ``data`` (the ``shared_hbm`` tensor both cores wrote) holds their
+    earlier writes afterwards. Only that engine blocks."""
+    _t(data, "data", "core_barrier")
+    _lnc_core("core_barrier")
+    try:
+        cs = tuple(int(c) for c in cores)
+    except (TypeError, ValueError):
+        raise make_error("BadArgument", "core_barrier: cores must be (0, 1), got {!r}".format(cores))
+    if sorted(cs) != [0, 1]:
+        raise make_error("BadArgument", "core_barrier: cores must be (0, 1), got {!r}".format(cores))
+    if data.buffer != "hbm":
+        raise make_error("BadBuffer", "core_barrier: data must be an HBM tensor (the shared_hbm tensor both cores "
+                         "wrote), got a {} tensor".format(data.buffer))
+    eng = _engine(engine, ("vector", "scalar", "gpsimd", "sync"), "core_barrier") or "gpsimd"
+    return _op("core_barrier", engine=eng, dst=data)
+
+
+# --------------------------------------------------------------------------------------------------
 # Keyword checking and name= labels of every instruction (one place: nsim.nki._api)
 # --------------------------------------------------------------------------------------------------
 
@@ -1085,11 +1163,9 @@ _install_unsupported(globals(), 'nki.isa', {
     'topk': 'val_dst, idx_dst, src, n, name=None',
     'quantize_mx': 'dst, src, dst_scale, name=None',
     'nc_matmul_mx': 'dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, tile_size=None, accumulate=None, name=None',
-    'sendrecv': 'src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, name=None',
-    'core_barrier': 'data, cores, engine=None, name=None',
 })
 
 from ._api import publish as _publish  # noqa: E402
 
-_publish(globals(), "nki.isa", isa=True, extra={"dma_copy": ("dst_rmw_op",)},
+_publish(globals(), "nki.isa", isa=True, extra={"dma_copy": ("dst_rmw_op",), "sendrecv": ("use_gpsimd_dma",)},
          exclude=("get_nc_version", "get_nc_sub_version"))

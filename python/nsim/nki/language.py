@@ -244,7 +244,7 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None, **kwargs):
     tr = _tr.current("nl.ndarray")
     b = _ir_buffer(buffer)
     if b == "hbm":
-        return tr.hbm_tensor(name or None, dtype, _shape(shape))
+        return tr.hbm_tensor(name or None, dtype, _shape(shape), private=str(buffer) != "shared_hbm")
     if address is None and callable(getattr(buffer, "layout", None)):  # ncc.sbuf/psum allocators
         shp = _shape(shape)
         tile_bytes = int(np.prod(shp[1:])) * np.dtype(dtype).itemsize
@@ -377,16 +377,50 @@ def while_loop(init, body_fun):
 # --------------------------------------------------------------------------------------------------
 
 
+def _lnc():
+    tr = _tr.active()
+    return getattr(tr, "lnc", (0, 1)) if tr is not None else (0, 1)
+
+
+def _program_axes(axes, what):
+    axs = axes if isinstance(axes, (tuple, list)) else (axes,)
+    out = []
+    for a in axs:
+        a = _tr.int_immediate(a, what)
+        if a != 0:
+            raise make_error("BadLaunchGrid", "{}: the launch has one program axis (0), not axis {}".format(what, a))
+        out.append(a)
+    return out
+
+
+class nc(int):  # noqa: N801
+    """``nl.nc(k)``: k physical cores; ``kernel[nl.nc(2)]`` is ``kernel[2]`` (LNC=2, docs/lnc.md)."""
+
+    def __new__(cls, k):
+        obj = int.__new__(cls, int(k))
+        obj.lnc_cores = int(k)
+        return obj
+
+
 def program_id(axis=0):
-    return 0
+    """This program's index on ``axis``: under ``kernel[2]`` (LNC=2) the physical core, 0 or 1; else 0."""
+    core, n = _lnc()
+    if n > 1:
+        _program_axes(axis, "nl.program_id")
+    return core
 
 
 def num_programs(axes=0):
+    """The number of programs along ``axes`` (an int or a tuple: their product): 2 under LNC=2, else 1."""
+    core, n = _lnc()
+    if n > 1:
+        return n ** len(_program_axes(axes, "nl.num_programs"))
     return 1
 
 
 def program_ndim():
-    return 0
+    """The number of launch-grid dims: 1 under LNC=2 (an SPMD program of one dim of size 2), else 0."""
+    return 1 if _lnc()[1] > 1 else 0
 
 
 class NKIObject:

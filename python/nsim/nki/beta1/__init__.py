@@ -33,16 +33,37 @@ __all__ = ["jit", "trace", "Kernel", "simulate_kernel", "baremetal", "benchmark"
            "typing", "compiler", "NsimError", "KernelError"]
 
 def _grid_dims(grid):
+    """(sizes, physical cores per dim: the ``nl.nc`` factors) of a launch grid."""
     if not isinstance(grid, tuple):
         grid = (grid,)
-    dims = []
+    dims, cores = [], []
     for g in grid:
         n = int(g)
         if n < 1:
             raise _tracer.make_error("BadLaunchGrid", "launch grid sizes must be >= 1, got {}".format(
                 grid))
+        c = int(getattr(g, "lnc_cores", 1))
+        if c < 1 or n % c:
+            raise _tracer.make_error("BadLaunchGrid", "grid dim {} is not a multiple of its nl.nc({}) factor".format(
+                n, c))
         dims.append(n)
-    return tuple(dims)
+        cores.append(c)
+    total = 1
+    for c in cores:
+        total *= c
+    if total > 2:
+        raise _tracer.make_error("BadLaunchGrid", "the nl.nc factors of grid {} ask for {} physical cores; a logical "
+                                 "core has at most 2 (LNC=2)".format(tuple(int(g) for g in grid), total))
+    return tuple(dims), tuple(cores)
+
+
+def _core_of(ids, grid, cores):
+    """The physical core of the instance ``ids``: along a dim of size n with k cores, the instances come
+    in k contiguous blocks of n/k, block j on core j (mixed radix over the dims)."""
+    core = 0
+    for i, n, k in zip(ids, grid, cores):
+        core = core * k + (i * k) // n
+    return core
 
 
 class Kernel(_kernel.Kernel):
@@ -56,23 +77,36 @@ class Kernel(_kernel.Kernel):
         grid = grid or getattr(fn, "grid", ())
         super().__init__(fn, **kwargs)
         self.grid = grid
+        self.grid_cores = getattr(fn, "grid_cores", None) or (1,) * len(grid)
         self.benchmark_result = None
 
     def __getitem__(self, grid):
-        return self._derive(grid=_grid_dims(grid))
+        dims, cores = _grid_dims(grid)
+        return self._derive(grid=dims, grid_cores=cores)
+
+    def _cores(self):
+        n = 1
+        for c in getattr(self, "grid_cores", ()):
+            n *= c
+        return n
 
     def _launch_fn(self):
         fn, grid = self.fn, self.grid
+        cores = getattr(self, "grid_cores", (1,) * len(grid))
         if not grid:
             return fn
 
         @functools.wraps(fn)
         def launch(*args, **kwargs):
-            st = _tracer.current().dialect_state
+            tr = _tracer.current()
+            st = tr.dialect_state
             st["grid"], st["shared"] = grid, []
+            me, lnc = getattr(tr, "lnc", (0, 1))
             ret = None
             try:
                 for ids in itertools.product(*(range(g) for g in grid)):
+                    if lnc > 1 and _core_of(ids, grid, cores) != me:
+                        continue  # another physical core's instance (LNC=2: nl.nc in the grid)
                     st["ids"], st["shared_k"] = ids, 0
                     ret = fn(*args, **kwargs)
             finally:

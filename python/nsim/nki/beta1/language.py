@@ -1019,7 +1019,7 @@ def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
             t = tr.hbm_tensor(name or None, dtype, dims)
             lst.append(t)
             return t
-        return tr.hbm_tensor(name or None, dtype, dims)
+        return tr.hbm_tensor(name or None, dtype, dims, private=str(buffer) != "shared_hbm")
     layout = getattr(buffer, "layout", None) if isinstance(buffer, str) else None
     if callable(layout):  # a manual allocation (ncc.sbuf/psum.alloc, mod_alloc, auto_alloc): compiler.py
         return _placed_ndarray(tr, buffer, layout, dims, pidx[0] if pidx else 0, dtype, b, name)
@@ -1383,21 +1383,39 @@ def _iota_value(e, dtype):
 # --------------------------------------------------------------------------------------------------
 
 
-class spmd_dim(int):  # noqa: N801
-    """``nl.spmd_dim(a, b, ...)``: a grid dim of size prod(args) (nc annotations are timing only)."""
+class _CoreDim(int):
+    """A grid dim of some size whose ``lnc_cores`` factor places instances on physical cores."""
+
+    def __new__(cls, n, cores=1):
+        obj = int.__new__(cls, int(n))
+        obj.lnc_cores = int(cores)
+        return obj
+
+    def __mul__(self, other):
+        if isinstance(other, (int, np.integer)):
+            return _CoreDim(int(self) * int(other), self.lnc_cores * getattr(other, "lnc_cores", 1))
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+
+class spmd_dim(_CoreDim):  # noqa: N801
+    """``nl.spmd_dim(a, b, ...)``: a grid dim of size prod(args); its ``nl.nc(k)`` factors place the
+    instances on k physical cores (docs/lnc.md)."""
 
     def __new__(cls, *args):
-        n = 1
+        n, cores = 1, 1
         for a in args:
             n *= int(a)
-        return int.__new__(cls, n)
+            cores *= getattr(a, "lnc_cores", 1)
+        return _CoreDim.__new__(cls, n, cores)
 
 
-class nc(int):  # noqa: N801
-    """``nl.nc(k)``: k physical cores (a grid dim of size k); ``nl.nc(k) * n`` is size k*n."""
+class nc(_CoreDim):  # noqa: N801
+    """``nl.nc(k)``: k physical cores (a grid dim of size k); ``nl.nc(k) * n`` is size k*n on k cores."""
 
     def __new__(cls, k):
-        return int.__new__(cls, int(k))
+        return _CoreDim.__new__(cls, int(k), int(k))
 
 
 def program_id(axis):
