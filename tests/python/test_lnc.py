@@ -441,3 +441,27 @@ def test_cli_runs_a_multicore_kernel_json(tmp_path, nsim_bin):
     assert r.returncode == 2 and _errors.code("LncNotSupported") in r.stderr
     r = subprocess.run([nsim_bin, "analyze", str(kj)], capture_output=True, text=True)
     assert r.returncode == 0 and "lnc_imbalance" in r.stdout
+
+
+def test_imbalanced_split_is_reported():
+    # core 0 copies 3 row blocks, core 1 one: the launch takes core 0's time, and the imbalance and the
+    # analysis' estimated saving (half the difference) come from the two cores' own times.
+    @nki.jit
+    def lopsided(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        pid = nl.program_id(0)
+        lo, hi = (0, 3) if pid == 0 else (3, 4)
+        for i in nl.affine_range(lo, hi):
+            t = nl.ndarray((128, a.shape[1]), a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a[i * 128:(i + 1) * 128, :])
+            nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+        return out
+
+    a = np.random.default_rng(7).standard_normal((512, 1024)).astype(np.float32)
+    out, prof = lopsided[2].simulate(a)
+    np.testing.assert_array_equal(out, a)
+    t0, t1 = prof.core_times_ns
+    assert t0 > 2 * t1 and prof.total_time_ns == t0 and prof.stat("lnc.critical_core") == 0
+    assert prof.stat("lnc.imbalance_percent") == pytest.approx(100 * (t0 - t1) / t0)
+    f = prof.analyze().finding("lnc_imbalance")
+    assert f["saving_ns"] == pytest.approx((t0 - t1) / 2, rel=1e-3)
