@@ -30,6 +30,7 @@ struct MultiCoreRun::Core {
   isa::Instr pending{};
   int pending_op = -1;
   bool has_pending = false;
+  Ps pending_start = 0;
   // state of the driver
   bool done = false;
   bool waiting = false;  ///< its next instruction is a rendezvous the peer has not reached
@@ -45,12 +46,11 @@ struct MultiCoreRun::Core {
     if (!low.next(pending)) return false;
     pending_op = low.last_op();
     has_pending = true;
+    // Only this core's own instructions change it, and none issues before this one: computed once.
+    pending_start = std::max(sim.operands_ready(pending, pending.engine), sim.engine_free(pending, pending.engine));
     return true;
   }
-  Ps next_start() const {
-    if (sch) return sch->next_start();
-    return std::max(sim.operands_ready(pending, pending.engine), sim.engine_free(pending, pending.engine));
-  }
+  Ps next_start() const { return sch ? sch->next_start() : pending_start; }
   const isa::Instr& next_instr() const { return sch ? sch->next_instr() : pending; }
   int next_op() const { return sch ? sch->next_op() : pending_op; }
   InstrTiming commit(Ps not_before) {

@@ -117,6 +117,11 @@ TEST_CASE("two cores halve a DMA-bound copy until the shared HBM stack caps it",
   CHECK(t1 / t2 == Approx(2.0).epsilon(0.02));
   CHECK(t2c == Approx(expect(blocks, 400.0 / (2 * p.dma_engines))).epsilon(0.01));
   SECTION("the same inputs give the same times") { CHECK(run_ns(two, "trn2") == t2); }
+  SECTION("in program order too (compiler.schedule: program_order)") {
+    const double t1p = run_ns(one_launch, "trn2", {"compiler.schedule=program_order"});
+    const double t2p = run_ns(two, "trn2", {"compiler.schedule=program_order"});
+    CHECK(t1p / t2p == Approx(2.0).epsilon(0.05));
+  }
 }
 
 TEST_CASE("a core that finishes while the other waits at a barrier is PeerMissing", "[lnc]") {
