@@ -446,7 +446,8 @@ def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = N
                   check: bool = False,
                   max_instructions: Optional[int] = None,
                   max_sim_time_ns: Optional[float] = None) -> Tuple[dict, Profile]:
-    """Simulate a kernel.json (dict, JSON text or path) on one NeuronCore.
+    """Simulate a kernel.json (dict, JSON text or path) on one NeuronCore, or on the two physical cores of
+    an LNC=2 launch when the kernel.json declares ``"cores": 2`` (docs/lnc.md; ``kernel[2].to_json(...)``).
 
     inputs: {tensor name: array}; arrays are converted to the tensor dtype (ml_dtypes arrays of the
     same dtype are taken bit-exactly); inputs not given are seeded random (`seed`), as in `nsim run`.
