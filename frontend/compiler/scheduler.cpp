@@ -223,7 +223,8 @@ struct Scheduler::Impl {
   /// Engines an instruction of op `oi` may be placed on (bitmask), checked once per op.
   uint8_t candidates(int oi, const Instr& in) {
     const uint8_t fixed = isa::engine_bit(in.engine);
-    if (oi < 0 || !p.auto_placement || k.ops[static_cast<size_t>(oi)].engine) return fixed;
+    if (oi < 0 || !p.auto_placement || k.ops[static_cast<size_t>(oi)].engine || in.op == Opcode::kCoreBarrier)
+      return fixed;  // a core_barrier blocks the engine it names (its default: GpSimd)
     if (op_engines[static_cast<size_t>(oi)] >= 0) return static_cast<uint8_t>(op_engines[static_cast<size_t>(oi)]);
     uint8_t m = fixed;
     const isa::OpInfo& info = isa::op_info(in.op);
