@@ -465,3 +465,43 @@ def test_imbalanced_split_is_reported():
     assert prof.stat("lnc.imbalance_percent") == pytest.approx(100 * (t0 - t1) / t0)
     f = prof.analyze().finding("lnc_imbalance")
     assert f["saving_ns"] == pytest.approx((t0 - t1) / 2, rel=1e-3)
+
+
+def test_sendrecv_on_gpsimd_dma_and_its_size_limit():
+    @nki.jit
+    def swap(a, engine):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        pid = nl.program_id(0)
+        h = a.shape[0] // 2
+        mine = nl.ndarray((h, a.shape[1]), a.dtype, buffer=nl.sbuf)
+        got = nl.ndarray((h, a.shape[1]), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=mine, src=a[pid * h:(pid + 1) * h, :])
+        nisa.sendrecv(mine, got, 1 - pid, 1 - pid, 3, dma_engine=engine)
+        nisa.dma_copy(dst=out[pid * h:(pid + 1) * h, :], src=got)
+        return out
+
+    a = np.arange(256 * 256, dtype=np.float32).reshape(256, 256)  # 1 KiB per partition: the gpsimd_dma limit
+    out, prof = swap[2].simulate(a, nisa.dma_engine.gpsimd_dma)
+    np.testing.assert_array_equal(out, np.concatenate([a[128:], a[:128]]))
+    assert prof.stat("core0.engine.gpsimd.instruction_count") == 1  # the exchange's trigger
+    with pytest.raises(nsim.NsimError, match="gpsimd_dma moves at most"):
+        swap[2](np.zeros((256, 512), np.float32), nisa.dma_engine.gpsimd_dma)
+
+
+def test_sendrecv_against_core_barrier_is_a_mismatch():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        if nl.program_id(0) == 0:
+            nisa.sendrecv(t, t, 1, 1, 0)
+        else:
+            nisa.core_barrier(out, (0, 1))
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with pytest.raises(nsim.KernelError) as e:
+        k[2](np.zeros((128, 64), np.float32))
+    assert e.value.code == _errors.code("PeerMismatch")
+    assert "sendrecv" in str(e.value) and "core_barrier" in str(e.value)
