@@ -190,6 +190,32 @@ void MultiCoreRun::meet() {
 void MultiCoreRun::run() {
   if (ran_) throw Error(ErrorCode::kInternal, "MultiCoreRun::run() called twice");
   ran_ = true;
+  try {
+    step_all();
+  } catch (...) {
+    // A limit (E416), a signal (E417) or a kernel error: the cores' traces still become one valid file.
+    try {
+      finish();
+    } catch (...) {
+    }
+    throw;
+  }
+  finish();
+}
+
+void MultiCoreRun::finish() {
+  if (finished_) return;
+  finished_ = true;
+  const int n = cores();
+  for (auto& s : sims_) s->finish();
+  if (!opts_.trace_path.empty()) {
+    std::vector<std::string> parts;
+    for (int c = 0; c < n; ++c) parts.push_back(core_trace_path(opts_.trace_path, c));
+    merge_core_traces(opts_.trace_path, parts);
+  }
+}
+
+void MultiCoreRun::step_all() {
   const int n = cores();
   for (int c = 0; c < n; ++c)
     cs_.push_back(std::make_unique<Core>(launch_.core_programs[static_cast<size_t>(c)], *sims_[static_cast<size_t>(c)]));
@@ -229,12 +255,6 @@ void MultiCoreRun::run() {
       continue;
     }
     k.commit(0);
-  }
-  for (auto& s : sims_) s->finish();
-  if (!opts_.trace_path.empty()) {
-    std::vector<std::string> parts;
-    for (int c = 0; c < n; ++c) parts.push_back(core_trace_path(opts_.trace_path, c));
-    merge_core_traces(opts_.trace_path, parts);
   }
 }
 

@@ -36,7 +36,8 @@ class MultiCoreRun {
 
   /// Write the launch's inputs (write_inputs over Kernel::tensors, into the shared HBM).
   void write_inputs(const std::map<std::string, std::vector<uint8_t>>& given, uint64_t seed);
-  /// Run both programs to the end; then finish() every core (and merge the trace files).
+  /// Run both programs to the end; then finish every core and merge the trace files (also when the run
+  /// stops with an error: a limit E416 (SimOptions limits apply per core), a signal E417, a rendezvous error).
   void run();
 
   int cores() const { return static_cast<int>(sims_.size()); }
@@ -59,12 +60,15 @@ class MultiCoreRun {
  private:
   struct Core;
   void meet();
+  void step_all();
+  void finish();  ///< finish every core, merge the trace files (once)
   const Kernel& launch_;
   SimOptions opts_;
   std::vector<std::unique_ptr<Simulator>> sims_;
   std::vector<std::unique_ptr<Core>> cs_;
   uint64_t rendezvous_ = 0;
   bool ran_ = false;
+  bool finished_ = false;
 };
 
 /// Merge per-core Chrome trace files (as written with SimOptions::core_index) into `path`: one

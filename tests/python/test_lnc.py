@@ -505,3 +505,15 @@ def test_sendrecv_against_core_barrier_is_a_mismatch():
         k[2](np.zeros((128, 64), np.float32))
     assert e.value.code == _errors.code("PeerMismatch")
     assert "sendrecv" in str(e.value) and "core_barrier" in str(e.value)
+
+
+def test_a_stopped_launch_still_writes_one_valid_trace(tmp_path):
+    # max_instructions applies per core; the run stops with ResourceLimit and the cores' traces are merged
+    a = np.ones((1024, 256), np.float32)
+    path = tmp_path / "t.json"
+    with pytest.raises(nsim.KernelError) as e:
+        nsim.simulate_json(scale_rows[2].to_json(a), trace=str(path), max_instructions=3)
+    assert e.value.code == _errors.code("ResourceLimit")
+    doc = json.loads(path.read_text())
+    assert {ev["pid"] for ev in doc["traceEvents"] if ev.get("name") == "process_name"} == {1, 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]  # no per-core leftovers
