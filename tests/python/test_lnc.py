@@ -17,7 +17,6 @@ import nsim.nki.language as nl
 import nsim.nki.isa as nisa
 from nsim.nki import beta1
 import nsim.nki.beta1.language as bnl
-from nsim.tracer import KernelError
 from nsim import _errors
 
 
