@@ -140,9 +140,9 @@ py::object output_array(const frontend::Tensor& t, const std::vector<uint8_t>& d
   return np.attr("frombuffer")(raw, py::arg("dtype") = dt).attr("reshape")(shape).attr("copy")();
 }
 
-py::list lines_list(const Simulator& sim) {
+py::list lines_list(const std::vector<Simulator::LineStats>& stats) {
   py::list out;
-  for (const auto& l : sim.line_stats()) {
+  for (const auto& l : stats) {
     py::dict d;
     d["src"] = l.loc.str();
     d["file"] = l.loc.file;
@@ -260,17 +260,7 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
       py::dict outputs;
       for (const auto& t : k.tensors)
         if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
-      py::list lines;
-      for (const auto& l : mc->line_stats()) {
-        py::dict d;
-        d["src"] = l.loc.str();
-        d["file"] = l.loc.file;
-        d["line"] = l.loc.line;
-        d["function"] = l.loc.function;
-        d["instructions"] = l.instructions;
-        d["instruction_time_ns"] = sim::ps_to_ns(l.instr_time);
-        lines.append(std::move(d));
-      }
+      py::list lines = lines_list(mc->line_stats());
       py::list reports;
       for (int c = 0; c < mc->cores(); ++c) reports += check_list(mc->core(c));
       return py::make_tuple(outputs, stats_json, lines, cfg.to_yaml(), reports);
@@ -293,7 +283,7 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
     py::dict outputs;
     for (const auto& t : k.tensors)
       if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
-    return py::make_tuple(outputs, stats_json, lines_list(*sim), cfg.to_yaml(), check_list(*sim));
+    return py::make_tuple(outputs, stats_json, lines_list(sim->line_stats()), cfg.to_yaml(), check_list(*sim));
   });
 }
 
