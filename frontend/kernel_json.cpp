@@ -19,6 +19,7 @@
 #include "isa/dtype.h"
 #include "isa/isa.h"
 #include "sim/error.h"
+#include "sim/text.h"
 
 namespace nsim::frontend {
 
@@ -31,6 +32,8 @@ int Kernel::find_tensor(const std::string& tensor_name) const {
 namespace {
 
 using json::Value;
+using sim::edit_distance;
+using sim::join;
 
 constexpr int kMaxLoopDepth = 64;
 constexpr int64_t kMaxTripCount = int64_t{1} << 40;
@@ -60,27 +63,6 @@ std::string q(std::string_view s) {
   // fmt rather than operator+: GCC 12 reports a false -Wrestrict on the string concatenation.
   if (s.size() <= 64) return fmt::format("'{}'", s);
   return fmt::format("'{}...'", s.substr(0, 64));
-}
-
-std::string join(const std::vector<std::string>& v, std::string_view sep = ", ") {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += sep;
-    s += v[i];
-  }
-  return s;
-}
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
 }
 
 /// Candidates close to `name` (edit distance or substring), at most 5.

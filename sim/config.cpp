@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "sim/error.h"
+#include "sim/text.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <dlfcn.h>
@@ -39,15 +40,6 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-std::string join(const std::vector<std::string>& items, std::string_view sep) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (i) out += sep;
-    out += items[i];
-  }
-  return out;
-}
-
 // Comma-separated list (override syntax): items are trimmed, empty items dropped.
 std::vector<std::string> split_list(std::string_view text) {
   std::vector<std::string> items;
@@ -59,20 +51,6 @@ std::vector<std::string> split_list(std::string_view text) {
     text.remove_prefix(comma + 1);
   }
   return items;
-}
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t subst = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, subst});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
 }
 
 std::string closest_key(std::string_view key, std::span<const ParamDecl> schema) {
