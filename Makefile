@@ -13,7 +13,8 @@ FUZZ_SMOKE_TIME ?= 120
 FUZZ_JOBS  ?= 1
 FUZZ_ARGS  ?=
 PYENV       = PYTHONPATH=python:$(BUILD)/python$${PYTHONPATH:+:$$PYTHONPATH}
-APT_PKGS   := build-essential cmake ninja-build libeigen3-dev libfmt-dev libyaml-cpp-dev catch2 libbenchmark-dev pybind11-dev
+APT_PKGS   := build-essential cmake ninja-build libeigen3-dev libfmt-dev libyaml-cpp-dev catch2 libbenchmark-dev pybind11-dev \
+              nlohmann-json3-dev libcli11-dev
 PIP_PKGS   := numpy ml-dtypes pytest matplotlib
 
 .PHONY: all deps build test unit-test demo bench clean sanitize fuzz fuzz-smoke

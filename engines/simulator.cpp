@@ -12,6 +12,7 @@
 #include "engines/cost.h"
 #include "engines/trace_recorder.h"
 #include "sim/host_memory.h"
+#include "sim/trace.h"
 
 namespace nsim {
 

@@ -33,9 +33,11 @@
 #include "sim/config.h"
 #include "sim/interval_union.h"
 #include "sim/stats.h"
-#include "sim/trace.h"
 
 namespace nsim {
+namespace sim {
+class TraceSink;  // sim/trace.h (kept out of this header: it brings in nlohmann/json)
+}
 namespace engines {
 class TraceRecorder;
 }

@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <string_view>
+
+#include "sim/trace.h"
 
 namespace nsim::engines {
 
@@ -46,22 +50,29 @@ void TraceRecorder::instr_slice(const isa::Instr& in, int track, const InstrTimi
   slot(t.index) = {t.index, track, t.start};  // a DMA's queue slice replaces it
   if (sink_.drops(t.start, end - t.start)) return;  // not formatted
   const SourceLoc& loc = sim_.source(in.loc);
-  std::string args = fmt::format("\"opcode\": \"{}\", \"instr\": \"{}\", \"src\": \"{}\", \"index\": {}, \"ready_ns\": {:.3f}",
-                                 isa::op_info(in.op).mnemonic, sim::json_escape(isa::disassemble(in)),
-                                 sim::json_escape(loc.str()), t.index, sim::ps_to_ns(t.ready));
+  using sim::TraceArg;
+  std::vector<TraceArg> args;
+  args.reserve(11);
+  args.push_back(TraceArg::string("opcode", isa::op_info(in.op).mnemonic));
+  args.push_back(TraceArg::string("instr", isa::disassemble(in)));
+  args.push_back(TraceArg::string("src", loc.str()));
+  args.push_back(TraceArg::integer("index", static_cast<int64_t>(t.index)));
+  args.push_back(TraceArg::real("ready_ns", sim::ps_to_ns(t.ready)));
   // Semaphore wait: the engine was free before the operands were ready; name the producer.
   const bool waited = t.ready > t.free && t.waited_for >= 0;
-  if (waited)
-    args += fmt::format(", \"wait_ns\": {:.3f}, \"waited_for\": {}, \"waited_on\": \"{}\"",
-                        sim::ps_to_ns(std::min(t.ready, t.start) - t.free), t.waited_for,
-                        t.waited_class == kClassDma ? std::string("dma")
-                                                    : std::string(isa::engine_name(static_cast<Engine>(t.waited_class))));
-  if (t.perf_mode > 1) args += fmt::format(", \"performance_mode\": \"{}x\"", t.perf_mode);
+  if (waited) {
+    args.push_back(TraceArg::real("wait_ns", sim::ps_to_ns(std::min(t.ready, t.start) - t.free)));
+    args.push_back(TraceArg::integer("waited_for", t.waited_for));
+    args.push_back(TraceArg::string("waited_on", std::string(t.waited_class == kClassDma
+                                                                 ? std::string_view("dma")
+                                                                 : isa::engine_name(static_cast<Engine>(t.waited_class)))));
+  }
+  if (t.perf_mode > 1) args.push_back(TraceArg::string("performance_mode", fmt::format("{}x", t.perf_mode)));
   int64_t bytes = 0;  // operand bytes read and written
   for (int i = 0; i < isa::op_info(in.op).num_slots; ++i)
     if (in.slot(i).present()) bytes += in.slot(i).total_elems() * dtype_bytes(in.slot(i).dtype);
-  args += fmt::format(", \"bytes\": {}", bytes);
-  if (!isa::is_dma(in.op)) args += fmt::format(", \"flops\": {:.0f}", t.flops);
+  args.push_back(TraceArg::integer("bytes", bytes));
+  if (!isa::is_dma(in.op)) args.push_back(TraceArg::integer("flops", std::llround(t.flops)));
   sim::TraceSlice sl{track, t.start, end - t.start, std::string(isa::op_info(in.op).mnemonic), std::move(args)};
   if (const SliceAt* from = waited ? find(static_cast<uint64_t>(t.waited_for)) : nullptr) {
     sl.flow_id = static_cast<int64_t>(t.index);
@@ -76,14 +87,15 @@ void TraceRecorder::dma_slices(const isa::Instr& in, const InstrTiming& t) {
   const DmaEngines::Transfer& tr = sim_.last_dma_transfer();
   const CoreParams& p = sim_.params();
   const std::string name = isa::op_info(in.op).mnemonic;
-  const std::string src = sim::json_escape(sim_.source(in.loc).str());
+  const std::string src = sim_.source(in.loc).str();
   for (int k = 0; k < split.engines; ++k) {
     const auto ki = static_cast<size_t>(k);
     if (split.piece[ki].bytes <= 0) continue;
     if (sink_.drops(tr.piece_start[ki], tr.piece_end[ki] - tr.piece_start[ki])) continue;
     sink_.slice({kFirstDmaTrack + k, tr.piece_start[ki], tr.piece_end[ki] - tr.piece_start[ki], name,
-                 fmt::format("\"bytes\": {}, \"descriptors\": {}, \"queue\": {}, \"src\": \"{}\"", split.piece[ki].bytes,
-                             split.piece[ki].descriptors, in.dma_queue, src)});
+                 {sim::TraceArg::integer("bytes", split.piece[ki].bytes),
+                  sim::TraceArg::integer("descriptors", split.piece[ki].descriptors),
+                  sim::TraceArg::integer("queue", in.dma_queue), sim::TraceArg::string("src", src)}});
   }
   const int qt = kFirstDmaTrack + p.dma_engines + in.dma_queue;
   if (!queue_declared_[in.dma_queue % queue_declared_.size()]) {
@@ -93,8 +105,9 @@ void TraceRecorder::dma_slices(const isa::Instr& in, const InstrTiming& t) {
   slot(t.index) = {t.index, qt, t.setup_start};  // waiters of a DMA wait for its data: arrows start at the queue slice
   if (sink_.drops(t.setup_start, t.end - t.setup_start)) return;
   sink_.slice({qt, t.setup_start, t.end - t.setup_start, name,
-               fmt::format("\"bytes\": {}, \"setup_start_ns\": {:.3f}, \"data_start_ns\": {:.3f}, \"src\": \"{}\"",
-                           split.total_bytes, sim::ps_to_ns(t.setup_start), sim::ps_to_ns(t.data_start), src)});
+               {sim::TraceArg::integer("bytes", split.total_bytes),
+                sim::TraceArg::real("setup_start_ns", sim::ps_to_ns(t.setup_start)),
+                sim::TraceArg::real("data_start_ns", sim::ps_to_ns(t.data_start)), sim::TraceArg::string("src", src)}});
 }
 
 }  // namespace nsim::engines

@@ -11,6 +11,7 @@
 
 #include "frontend/json.h"
 #include "sim/error.h"
+#include "sim/json_out.h"
 
 namespace nsim::frontend {
 
@@ -171,27 +172,23 @@ std::string side_line(char name, const ProfileSide& s) {
 
 // ---------------------------------------------------------------- JSON
 
-Value num_json(double v) { return std::isfinite(v) ? Value::number(v) : Value::null(); }
+using sim::Json;
+using sim::json_number;  // NaN (a missing side) is null
 
-Value diff_json(const DiffValue& v, bool with_ratio = true) {
-  Value o = Value::object();
-  o.set("a", num_json(v.a));
-  o.set("b", num_json(v.b));
-  o.set("delta", num_json(v.delta()));
+Json diff_json(const DiffValue& v, bool with_ratio = true) {
+  Json o{{"a", json_number(v.a)}, {"b", json_number(v.b)}, {"delta", json_number(v.delta())}};
   if (with_ratio) {
-    o.set("ratio", num_json(v.ratio()));
-    o.set("percent", num_json(v.percent()));
+    o["ratio"] = json_number(v.ratio());
+    o["percent"] = json_number(v.percent());
   }
   return o;
 }
 
-Value side_json(const ProfileSide& s) {
-  Value o = Value::object();
-  o.set("label", Value::string(s.label));
-  o.set("kernel", Value::string(s.kernel));
-  o.set("config", Value::string(s.config));
-  o.set("instructions", s.has_instructions ? Value::number(s.instructions) : Value::null());
-  return o;
+Json side_json(const ProfileSide& s) {
+  return Json{{"label", s.label},
+              {"kernel", s.kernel},
+              {"config", s.config},
+              {"instructions", s.has_instructions ? json_number(s.instructions) : Json()}};
 }
 
 }  // namespace
@@ -339,36 +336,23 @@ std::string to_text(const ProfileDiff& d, int max_lines) {
 }
 
 std::string to_json(const ProfileDiff& d) {
-  Value root = Value::object();
-  root.set("a", side_json(d.a));
-  root.set("b", side_json(d.b));
-  root.set("total_time_ns", diff_json(d.total_time_ns));
-  Value engines = Value::object();
-  for (const auto& e : d.engines) {
-    Value o = Value::object();
-    o.set("active_time_ns", diff_json(e.active_time_ns));
-    o.set("instructions", diff_json(e.instructions, false));
-    engines.set(e.name, std::move(o));
-  }
-  root.set("engines", std::move(engines));
-  Value stats = Value::object();
+  Json root{{"a", side_json(d.a)}, {"b", side_json(d.b)}, {"total_time_ns", diff_json(d.total_time_ns)}};
+  Json& engines = root["engines"] = Json::object();
+  for (const auto& e : d.engines)
+    engines[e.name] = Json{{"active_time_ns", diff_json(e.active_time_ns)}, {"instructions", diff_json(e.instructions, false)}};
+  Json& stats = root["stats"] = Json::object();
   for (const auto& s : d.stats) {
-    Value o = diff_json(s.value);
-    o.set("unit", Value::string(s.unit));
-    stats.set(s.name, std::move(o));
+    Json o = diff_json(s.value);
+    o["unit"] = s.unit;
+    stats[s.name] = std::move(o);
   }
-  root.set("stats", std::move(stats));
-  Value lines = Value::array();
-  for (const auto& l : d.lines) {
-    Value o = Value::object();
-    o.set("src", Value::string(l.src));
-    o.set("status", Value::string(line_status_name(l.status)));
-    o.set("instruction_time_ns", diff_json(l.time_ns));
-    o.set("instructions", diff_json(l.instructions, false));
-    lines.push(std::move(o));
-  }
-  root.set("lines", std::move(lines));
-  return json::write(root);
+  Json& lines = root["lines"] = Json::array();
+  for (const auto& l : d.lines)
+    lines.push_back(Json{{"src", l.src},
+                         {"status", line_status_name(l.status)},
+                         {"instruction_time_ns", diff_json(l.time_ns)},
+                         {"instructions", diff_json(l.instructions, false)}});
+  return sim::dump_json(root, 2) + "\n";
 }
 
 }  // namespace nsim::frontend

@@ -16,6 +16,7 @@
 #include "frontend/compiler/scheduler.h"
 
 #include "frontend/compiler/allocate.h"
+#include "sim/trace.h"
 
 #include <fmt/format.h>
 

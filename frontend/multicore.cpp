@@ -334,7 +334,8 @@ void merge_core_traces(const std::string& path, const std::vector<std::string>& 
       throw Error(ErrorCode::kInternal, fmt::format("trace part '{}' is malformed", core_paths[c]));
     std::string events = s.substr(open + 2, close - open - 2);
     if (c > 0) {
-      const std::string from = "\"pid\": 1,", to = fmt::format("\"pid\": {},", c + 1);
+      // Events are compact one-line objects (ChromeTraceWriter, nlohmann/json): "pid":1 in each.
+      const std::string from = "\"pid\":1,", to = fmt::format("\"pid\":{},", c + 1);
       for (size_t i = events.find(from); i != std::string::npos; i = events.find(from, i + to.size()))
         events.replace(i, from.size(), to);
       out += ",\n";

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "sim/error.h"
-#include "sim/trace.h"
+#include "sim/json_out.h"
 
 namespace nsim::sim {
 
@@ -26,58 +26,33 @@ double StatsRegistry::get(const std::string& name) const {
   throw Error(ErrorCode::kInternal, fmt::format("no stat named '{}'", name));
 }
 
-namespace {
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  if (v == std::floor(v) && std::fabs(v) < 9e15) return fmt::format("{}", static_cast<int64_t>(v));
-  return fmt::format("{:.12g}", v);  // enough digits for ps-resolution times in ns
-}
-struct Node {
-  std::map<std::string, std::unique_ptr<Node>> kids;
-  std::vector<std::string> order;
-  const StatEntry* leaf = nullptr;
-};
-void emit(const Node& n, bool desc, std::string& out, int depth) {
-  if (n.leaf) {
-    out += fmt::format("{{\"value\": {}, \"unit\": \"{}\"", json_number(n.leaf->value), json_escape(n.leaf->unit));
-    if (desc) out += fmt::format(", \"description\": \"{}\"", json_escape(n.leaf->description));
-    out += "}";
-    return;
-  }
-  out += "{";
-  bool first = true;
-  for (const auto& k : n.order) {
-    out += fmt::format("{}\n{:{}}\"{}\": ", first ? "" : ",", "", (depth + 1) * 2, json_escape(k));
-    emit(*n.kids.at(k), desc, out, depth + 1);
-    first = false;
-  }
-  out += fmt::format("\n{:{}}}}", "", depth * 2);
-}
-}  // namespace
-
-std::string StatsRegistry::to_json(bool with_descriptions) const {
-  Node root;
+Json StatsRegistry::json(bool with_descriptions) const {
+  // Dotted names become nested objects in order of first appearance; a leaf is {"value", "unit"[,
+  // "description"]}. A name that is also the prefix of another keeps its leaf (the longer name is dropped).
+  auto is_leaf = [](const Json& j) { return j.is_object() && j.contains("unit") && j["unit"].is_string(); };
+  Json root = Json::object();
   for (const auto& e : entries_) {
-    Node* n = &root;
+    Json* n = &root;
     size_t pos = 0;
-    while (pos <= e.name.size()) {
-      size_t dot = e.name.find('.', pos);
-      if (dot == std::string::npos) dot = e.name.size();
-      std::string part = e.name.substr(pos, dot - pos);
-      auto it = n->kids.find(part);
-      if (it == n->kids.end()) {
-        n->order.push_back(part);
-        it = n->kids.emplace(part, std::make_unique<Node>()).first;
+    bool dropped = false;
+    for (size_t dot = e.name.find('.'); dot != std::string::npos; pos = dot + 1, dot = e.name.find('.', pos)) {
+      n = &(*n)[e.name.substr(pos, dot - pos)];
+      if (is_leaf(*n)) {
+        dropped = true;
+        break;
       }
-      n = it->second.get();
-      pos = dot + 1;
     }
-    n->leaf = &e;
+    if (dropped) continue;
+    Json leaf = Json::object();
+    leaf["value"] = json_number(e.value);
+    leaf["unit"] = e.unit;
+    if (with_descriptions) leaf["description"] = e.description;
+    (*n)[e.name.substr(pos)] = std::move(leaf);
   }
-  std::string out;
-  emit(root, with_descriptions, out, 0);
-  return out + "\n";
+  return root;
 }
+
+std::string StatsRegistry::to_json(bool with_descriptions) const { return dump_json(json(with_descriptions), 2) + "\n"; }
 
 std::string StatsRegistry::to_text() const {
   size_t w = 0;

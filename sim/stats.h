@@ -1,6 +1,8 @@
 #pragma once
 /// Stats registry: named, described values with units, dumped as a tree (JSON) or a table (text).
 /// Filled once at the end of a run from the engines' plain counters; never touched in the hot loop.
+#include <nlohmann/json_fwd.hpp>
+
 #include <string>
 #include <vector>
 
@@ -20,7 +22,10 @@ class StatsRegistry {
   /// Value by exact name; throws nsim::Error(kInternal) if absent.
   double get(const std::string& name) const;
   bool has(const std::string& name) const;
-  /// Nested JSON object: {"engine": {"vector": {"active_time": {"value":..,"unit":..,"description":..}}}}.
+  /// Nested JSON object: {"engine": {"vector": {"active_time": {"value":..,"unit":..,"description":..}}}},
+  /// members in order of first appearance; values as sim::json_number() (integers exact, NaN/inf null).
+  nlohmann::ordered_json json(bool with_descriptions = true) const;
+  /// json() as text, indented by 2, with a final newline.
   std::string to_json(bool with_descriptions = true) const;
   /// Flat, aligned "name  value unit" table.
   std::string to_text() const;

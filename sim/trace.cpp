@@ -9,21 +9,24 @@
 
 namespace nsim::sim {
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  o.reserve(s.size());
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      o += fmt::format("\\u{:04x}", static_cast<int>(c));
-    } else {
-      o += c;
-    }
-  }
-  return o;
+namespace {
+/// Chrome trace timestamps are microseconds; ps precision is kept with fractional values.
+/// As a JSON number: an integer when whole (printed without a fraction, and faster).
+Json us(Ps t) {
+  if (t % 1000000 == 0) return t / 1000000;
+  return static_cast<double>(t) / 1e6;
 }
+
+/// The i-th member of an object, by position (ordered_map's operator[] takes keys).
+template <class Map>
+Json& member(Map& m, size_t i) {
+  return (m.begin() + static_cast<std::ptrdiff_t>(i))->second;
+}
+
+Json metadata(int tid, const char* name, Json args) {
+  return Json{{"ph", "M"}, {"pid", 1}, {"tid", tid}, {"name", name}, {"args", std::move(args)}};
+}
+}  // namespace
 
 TraceFilter TraceFilter::from_ns(uint64_t max_slices, double start_ns, double end_ns) {
   TraceFilter f;
@@ -42,13 +45,34 @@ bool TraceFilter::in_window(Ps start, Ps dur) const {
   return start + dur > window_start || start >= window_start;
 }
 
+/// One nlohmann serializer for every event of the trace, writing straight into the file. (Json::dump()
+/// would build a serializer, its 512-byte indent string and a result string per call: for millions of
+/// events that is most of the trace's cost.)
+struct ChromeTraceWriter::EventOut {
+  std::string text;  ///< one serialized event (capacity reused), written with one fwrite
+  nlohmann::detail::serializer<Json> serializer{nlohmann::detail::output_adapter<char>(text), ' ',
+                                                Json::error_handler_t::replace};
+};
+
 ChromeTraceWriter::ChromeTraceWriter(const std::string& path, std::string process_name, TraceFilter filter)
     : filter_(filter) {
   f_ = std::fopen(path.c_str(), "w");
   if (!f_) throw Error(ErrorCode::kCannotWrite, fmt::format("cannot open trace file '{}' for writing", path));
-  fmt::print(f_, "{{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n");
-  fmt::print(f_, "{{\"ph\": \"M\", \"pid\": 1, \"tid\": 0, \"name\": \"process_name\", \"args\": {{\"name\": \"{}\"}}}}",
-             json_escape(process_name));
+  // The frame around the streamed events; each event is a JSON object of its own (emit()).
+  out_ = std::make_unique<EventOut>();
+  std::fputs("{\"displayTimeUnit\": \"ns\", \"traceEvents\": [", f_);
+  emit(metadata(0, "process_name", Json{{"name", std::move(process_name)}}));
+  flow_start_ = Json{{"ph", "s"}, {"pid", 1}, {"tid", 0}, {"ts", 0.0}, {"id", 0}, {"name", "wait"}, {"cat", "dependency"}};
+  flow_end_ = Json{{"ph", "f"}, {"bp", "e"},  {"pid", 1},        {"tid", 0},
+                   {"ts", 0.0}, {"id", 0},    {"name", "wait"}, {"cat", "dependency"}};
+  counter_event_ = Json{{"ph", "C"}, {"pid", 1}, {"ts", 0.0}, {"name", ""}, {"args", {{"bytes", 0}}}};
+}
+
+void ChromeTraceWriter::emit(const Json& event) {
+  std::string& t = out_->text;
+  t.assign(first_ ? "\n" : ",\n");
+  out_->serializer.dump(event, false, false, 0);
+  std::fwrite(t.data(), 1, t.size(), f_);
   first_ = false;
 }
 
@@ -57,10 +81,8 @@ ChromeTraceWriter::~ChromeTraceWriter() {
 }
 
 void ChromeTraceWriter::declare_track(int track, const std::string& name) {
-  fmt::print(f_, ",\n{{\"ph\": \"M\", \"pid\": 1, \"tid\": {}, \"name\": \"thread_name\", \"args\": {{\"name\": \"{}\"}}}}",
-             track, json_escape(name));
-  fmt::print(f_, ",\n{{\"ph\": \"M\", \"pid\": 1, \"tid\": {}, \"name\": \"thread_sort_index\", \"args\": {{\"sort_index\": {}}}}}",
-             track, track);
+  emit(metadata(track, "thread_name", Json{{"name", name}}));
+  emit(metadata(track, "thread_sort_index", Json{{"sort_index", track}}));
 }
 
 bool ChromeTraceWriter::drops(Ps start, Ps dur) {
@@ -109,8 +131,12 @@ void ChromeTraceWriter::watermark(Ps t) {
 
 void ChromeTraceWriter::counter(const std::string& name, Ps t, double value) {
   if (filter_.has_window() && !filter_.in_window(t, 0)) return;
-  fmt::print(f_, ",\n{{\"ph\": \"C\", \"pid\": 1, \"ts\": {:.6f}, \"name\": \"{}\", \"args\": {{\"bytes\": {:.0f}}}}}",
-             static_cast<double>(t) / 1e6, json_escape(name), value);
+  Json& e = counter_event_;  // {"ph": "C", "pid": 1, "ts", "name", "args": {"bytes"}}
+  auto& m = e.get_ref<Json::object_t&>();
+  member(m, 2) = us(t);
+  member(m, 3).get_ref<std::string&>() = name;
+  member(m, 4).front() = json_number(std::round(value));
+  emit(e);
 }
 
 void ChromeTraceWriter::drop_by_limit(Ps start) {
@@ -118,22 +144,60 @@ void ChromeTraceWriter::drop_by_limit(Ps start) {
   if (first_dropped_ < 0 || start < first_dropped_) first_dropped_ = start;
 }
 
+Json& ChromeTraceWriter::slice_event(const std::vector<TraceArg>& args) {
+  // Shapes are told apart by their keys' addresses (string literals) and which values are strings.
+  auto same_shape = [&](const SliceShape& sh) {
+    if (sh.keys.size() != args.size()) return false;
+    for (size_t i = 0; i < args.size(); ++i)
+      if (sh.keys[i] != args[i].key || sh.text[i] != (args[i].kind == TraceArg::Kind::kText)) return false;
+    return true;
+  };
+  for (SliceShape& sh : slice_events_)
+    if (same_shape(sh)) return sh.event;
+  SliceShape sh;
+  Json a = Json::object();
+  for (const TraceArg& x : args) {
+    sh.keys.push_back(x.key);
+    sh.text.push_back(x.kind == TraceArg::Kind::kText);
+    a[x.key] = sh.text.back() ? Json("") : Json(0);
+  }
+  sh.event = Json{{"ph", "X"}, {"pid", 1}, {"tid", 0}, {"ts", 0.0}, {"dur", 0.0}, {"name", ""}, {"args", std::move(a)}};
+  return slice_events_.emplace_back(std::move(sh)).event;
+}
+
 void ChromeTraceWriter::write(const TraceSlice& s) {
   if (limit_reached()) {
     drop_by_limit(s.start);
     return;
   }
-  // Chrome trace timestamps are microseconds; keep ps precision with fractional values.
-  fmt::print(f_, ",\n{{\"ph\": \"X\", \"pid\": 1, \"tid\": {}, \"ts\": {:.6f}, \"dur\": {:.6f}, \"name\": \"{}\", \"args\": {{{}}}}}",
-             s.track, static_cast<double>(s.start) / 1e6, static_cast<double>(s.dur) / 1e6, json_escape(s.name),
-             s.args_json);
+  Json& e = slice_event(s.args);  // {"ph": "X", "pid": 1, "tid", "ts", "dur", "name", "args": {...}}
+  auto& m = e.get_ref<Json::object_t&>();
+  member(m, 2) = s.track;
+  member(m, 3) = us(s.start);
+  member(m, 4) = us(s.dur);
+  member(m, 5).get_ref<std::string&>() = s.name;
+  auto& args = member(m, 6).get_ref<Json::object_t&>();
+  for (size_t i = 0; i < s.args.size(); ++i) {
+    const TraceArg& a = s.args[i];
+    Json& v = member(args, i);
+    if (a.kind == TraceArg::Kind::kText) v.get_ref<std::string&>() = a.text;
+    else if (a.kind == TraceArg::Kind::kInt) v = a.i;
+    else v = json_number(a.d);
+  }
+  emit(e);
   // Flow arrow from the producer's slice: written already (it starts earlier), unless it started before
   // the window (then it may have been dropped, and the arrow is left out).
   if (s.flow_id >= 0 && (!filter_.has_window() || s.flow_ts >= filter_.window_start)) {
-    fmt::print(f_, ",\n{{\"ph\": \"s\", \"pid\": 1, \"tid\": {}, \"ts\": {:.6f}, \"id\": {}, \"name\": \"wait\", \"cat\": \"dependency\"}}",
-               s.flow_track, static_cast<double>(s.flow_ts) / 1e6, s.flow_id);
-    fmt::print(f_, ",\n{{\"ph\": \"f\", \"bp\": \"e\", \"pid\": 1, \"tid\": {}, \"ts\": {:.6f}, \"id\": {}, \"name\": \"wait\", \"cat\": \"dependency\"}}",
-               s.track, static_cast<double>(s.start) / 1e6, s.flow_id);
+    auto& fs = flow_start_.get_ref<Json::object_t&>();  // {"ph": "s", "pid", "tid", "ts", "id", ...}
+    member(fs, 2) = s.flow_track;
+    member(fs, 3) = us(s.flow_ts);
+    member(fs, 4) = s.flow_id;
+    emit(flow_start_);
+    auto& fe = flow_end_.get_ref<Json::object_t&>();  // {"ph": "f", "bp", "pid", "tid", "ts", "id", ...}
+    member(fe, 3) = s.track;
+    member(fe, 4) = us(s.start);
+    member(fe, 5) = s.flow_id;
+    emit(flow_end_);
   }
   ++written_;
 }
@@ -149,16 +213,23 @@ void ChromeTraceWriter::finish() {
     const std::string name = dropped ? fmt::format("partial trace: {} slices dropped ({} by limit, {} by window)",
                                                    dropped, dropped_limit_, dropped_window_)
                                      : std::string("trace filter: no slices dropped");
-    fmt::print(f_,
-               ",\n{{\"ph\": \"i\", \"s\": \"g\", \"pid\": 1, \"tid\": 0, \"ts\": {:.6f}, \"name\": \"{}\", "
-               "\"args\": {{\"slices_written\": {}, \"slices_dropped\": {}, \"dropped_by_limit\": {}, "
-               "\"dropped_by_window\": {}, \"max_slices\": {}, \"window_start_ns\": {:.3f}, \"window_end_ns\": {}}}}}",
-               static_cast<double>(at) / 1e6, name, written_, dropped, dropped_limit_, dropped_window_,
-               filter_.max_slices, static_cast<double>(filter_.window_start) / 1e3,
-               filter_.window_end > 0 ? fmt::format("{:.3f}", static_cast<double>(filter_.window_end) / 1e3)
-                                      : std::string("null"));
+    emit(Json{{"ph", "i"},
+              {"s", "g"},
+              {"pid", 1},
+              {"tid", 0},
+              {"ts", us(at)},
+              {"name", name},
+              {"args",
+               {{"slices_written", written_},
+                {"slices_dropped", dropped},
+                {"dropped_by_limit", dropped_limit_},
+                {"dropped_by_window", dropped_window_},
+                {"max_slices", filter_.max_slices},
+                {"window_start_ns", static_cast<double>(filter_.window_start) / 1e3},
+                {"window_end_ns", filter_.window_end > 0 ? Json(static_cast<double>(filter_.window_end) / 1e3) : Json()}}}});
   }
-  fmt::print(f_, "\n]}}\n");
+  std::fputs("\n]}\n", f_);
+  out_.reset();
   std::fclose(f_);
   f_ = nullptr;
   finished_ = true;

@@ -5,20 +5,37 @@
 /// With no sink attached the simulator formats nothing.
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "sim/event_queue.h"
+#include "sim/json_out.h"
 #include "sim/time.h"
 
 namespace nsim::sim {
+
+/// One member of a slice's "args" object: a number or a string under a key that is a string literal.
+/// Kept typed until the slice is written: the writer copies it into a reused JSON object in place, so
+/// no JSON value is built or destroyed per slice.
+struct TraceArg {
+  enum class Kind : uint8_t { kInt, kReal, kText };
+  const char* key = "";
+  Kind kind = Kind::kInt;
+  int64_t i = 0;
+  double d = 0;
+  std::string text;
+  static TraceArg integer(const char* k, int64_t v) { return {k, Kind::kInt, v, 0, {}}; }
+  static TraceArg real(const char* k, double v) { return {k, Kind::kReal, 0, v, {}}; }
+  static TraceArg string(const char* k, std::string v) { return {k, Kind::kText, 0, 0, std::move(v)}; }
+};
 
 struct TraceSlice {
   int track = 0;
   Ps start = 0;
   Ps dur = 0;
   std::string name;
-  std::string args_json;  ///< body of the args object without braces, e.g. "\"src\": \"a.py:3\""
+  std::vector<TraceArg> args;  ///< the event's "args" object, members in this order
   /// A flow arrow into this slice from the slice that starts at (flow_track, flow_ts) — the
   /// instruction it waited for. flow_id < 0: none. Ids must be unique per trace.
   int64_t flow_id = -1;
@@ -61,7 +78,10 @@ struct TraceFilter {
   bool in_window(Ps start, Ps dur) const;
 };
 
-/// Streams Chrome trace-event JSON (loads in ui.perfetto.dev and chrome://tracing).
+/// Streams Chrome trace-event JSON (loads in ui.perfetto.dev and chrome://tracing): the frame
+/// {"displayTimeUnit": "ns", "traceEvents": [...]} is written around the events, and each event is one
+/// JSON object serialized by nlohmann/json on its own line as it leaves the reorder buffer, so memory
+/// does not grow with the number of events.
 class ChromeTraceWriter : public TraceSink {
  public:
   /// Throws nsim::Error(kInternal) if the file cannot be opened.
@@ -92,6 +112,7 @@ class ChromeTraceWriter : public TraceSink {
 
  private:
   void write(const TraceSlice& s);
+  void emit(const Json& event);  ///< one event, after a ",\n" separator
   bool limit_reached() const { return filter_.max_slices > 0 && written_ >= filter_.max_slices; }
   void drop_by_limit(Ps start);
   std::FILE* f_ = nullptr;
@@ -107,9 +128,18 @@ class ChromeTraceWriter : public TraceSink {
   EventQueue<uint32_t> order_;            // (start, track) -> index into pending_
   std::vector<TraceSlice> pending_;
   std::vector<uint32_t> free_;
+  /// Event objects reused for the events that come once per instruction or transfer: their members are
+  /// overwritten in place (no allocation per event). Slices get one object per sequence of args keys.
+  Json& slice_event(const std::vector<TraceArg>& args);
+  struct SliceShape {
+    std::vector<const char*> keys;
+    std::vector<bool> text;
+    Json event;
+  };
+  std::vector<SliceShape> slice_events_;
+  Json flow_start_, flow_end_, counter_event_;
+  struct EventOut;    ///< nlohmann's serializer, kept for the whole trace, writing into f_
+  std::unique_ptr<EventOut> out_;
 };
-
-/// Escape a string for a JSON string literal body.
-std::string json_escape(const std::string& s);
 
 }  // namespace nsim::sim

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <map>
 
-#include "sim/trace.h"
+#include "sim/json_out.h"
 
 namespace nsim::engines {
 
@@ -701,24 +701,22 @@ namespace {
 
 std::string pct(double part, double whole) { return whole > 0 ? fmt::format("{:.1f}%", 100.0 * part / whole) : "-"; }
 
-std::string line_json(const LineRef& l) {
-  return fmt::format("{{\"src\": \"{}\", \"file\": \"{}\", \"line\": {}, \"function\": \"{}\", \"count\": {}, \"ns\": {:.3f}, "
-                     "\"note\": \"{}\"}}",
-                     sim::json_escape(l.loc.str()), sim::json_escape(l.loc.file), l.loc.line, sim::json_escape(l.loc.function),
-                     l.count, l.ns, sim::json_escape(l.note));
+sim::Json line_json(const LineRef& l) {
+  return sim::Json{{"src", l.loc.str()}, {"file", l.loc.file}, {"line", l.loc.line}, {"function", l.loc.function},
+                   {"count", l.count}, {"ns", sim::json_ns(l.ns)}, {"note", l.note}};
 }
 
 template <class T, class F>
-std::string json_list(const std::vector<T>& v, F f, const char* sep = ", ") {
-  std::string o = "[";
-  for (size_t i = 0; i < v.size(); ++i) o += (i ? sep : "") + f(v[i]);
-  return o + "]";
+sim::Json json_list(const std::vector<T>& v, F f) {
+  sim::Json o = sim::Json::array();
+  for (const T& x : v) o.push_back(f(x));
+  return o;
 }
 
-std::string pairs_json(const std::vector<std::pair<std::string, double>>& v) {
-  std::string o = "{";
-  for (size_t i = 0; i < v.size(); ++i) o += fmt::format("{}\"{}\": {:.12g}", i ? ", " : "", sim::json_escape(v[i].first), v[i].second);
-  return o + "}";
+sim::Json pairs_json(const std::vector<std::pair<std::string, double>>& v) {
+  sim::Json o = sim::Json::object();
+  for (const auto& [k, x] : v) o[k] = sim::json_number(x);
+  return o;
 }
 
 std::string where(const SourceLoc& l) { return l.file.empty() && !l.line ? std::string("(no source line)") : l.str(); }
@@ -774,30 +772,27 @@ std::string AnalysisReport::to_text(size_t max_lines) const {
 }
 
 std::string AnalysisReport::to_json() const {
-  std::string o = fmt::format("{{\"kernel\": \"{}\", \"config\": \"{}\", \"total_time_ns\": {:.3f}, \"instructions\": {},\n",
-                              sim::json_escape(kernel), sim::json_escape(config), total_ns, instructions);
-  o += fmt::format("\"bottleneck\": \"{}\",\n\"top_share_percent\": {},\n\"bounds\": {},\n", bottleneck,
-                   top_share_percent, json_list(bounds, [](const Bound& b) {
-    return fmt::format("{{\"name\": \"{}\", \"ns\": {:.3f}, \"what\": \"{}\"}}", b.name, b.ns, sim::json_escape(b.what));
-  }));
-  o += fmt::format("\"idle\": {},\n", json_list(idle, [](const EngineIdle& e) {
-    return fmt::format("{{\"engine\": \"{}\", \"busy_ns\": {:.3f}, \"wait_ns\": {:.3f}, \"other_wait_ns\": {:.3f}, "
-                       "\"tail_ns\": {:.3f}, \"waited_on\": {}}}",
-                       e.engine, e.busy_ns, e.wait_ns, e.other_wait_ns, e.tail_ns, pairs_json(e.waited_on));
-  }));
-  o += fmt::format("\"critical_path\": {{\"available\": {}, \"by_track\": {}, \"lines\": {}}},\n", critical_path ? "true" : "false",
-                   pairs_json(critical_path_by_track), json_list(critical_path_lines, line_json));
-  o += fmt::format("\"findings\": {}}}\n", json_list(
-                                               findings,
-                                               [](const Finding& f) {
-                                                 return fmt::format(
-                                                     "{{\"kind\": \"{}\", \"title\": \"{}\", \"detail\": \"{}\", "
-                                                     "\"saving_ns\": {:.3f}, \"metrics\": {}, \"lines\": {}}}",
-                                                     f.kind, sim::json_escape(f.title), sim::json_escape(f.detail), f.saving_ns,
-                                                     pairs_json(f.metrics), json_list(f.lines, line_json));
-                                               },
-                                               ",\n "));
-  return o;
+  sim::Json o = sim::Json::object();
+  o["kernel"] = kernel;
+  o["config"] = config;
+  o["total_time_ns"] = sim::json_ns(total_ns);
+  o["instructions"] = instructions;
+  o["bottleneck"] = bottleneck;
+  o["top_share_percent"] = sim::json_number(top_share_percent);
+  o["bounds"] = json_list(bounds, [](const Bound& b) { return sim::Json{{"name", b.name}, {"ns", sim::json_ns(b.ns)}, {"what", b.what}}; });
+  o["idle"] = json_list(idle, [](const EngineIdle& e) {
+    return sim::Json{{"engine", e.engine},   {"busy_ns", sim::json_ns(e.busy_ns)}, {"wait_ns", sim::json_ns(e.wait_ns)}, {"other_wait_ns", sim::json_ns(e.other_wait_ns)},
+                     {"tail_ns", sim::json_ns(e.tail_ns)}, {"waited_on", pairs_json(e.waited_on)}};
+  });
+  o["critical_path"] = sim::Json{{"available", critical_path},
+                                 {"by_track", pairs_json(critical_path_by_track)},
+                                 {"lines", json_list(critical_path_lines, line_json)}};
+  o["findings"] = json_list(findings, [](const Finding& f) {
+    return sim::Json{{"kind", f.kind},           {"title", f.title},
+                     {"detail", f.detail},       {"saving_ns", sim::json_ns(f.saving_ns)},
+                     {"metrics", pairs_json(f.metrics)}, {"lines", json_list(f.lines, line_json)}};
+  });
+  return sim::dump_json(o, 2) + "\n";
 }
 
 }  // namespace nsim::engines

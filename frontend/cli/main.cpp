@@ -1,5 +1,6 @@
 // The `nsim` command-line program: run, check and disassemble kernel.json files, show configs.
 // Exit status: 0 success, 2 user error (coded message on stderr), 1 internal error.
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <signal.h>
@@ -7,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cerrno>
 #include <csignal>
@@ -17,6 +19,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +38,9 @@
 #include "frontend/multicore.h"
 #include "frontend/npy.h"
 #include "frontend/tables.h"
+#include "sim/json_out.h"
+#include "sim/text.h"
+#include "sim/trace.h"
 
 #ifndef NSIM_VERSION
 #define NSIM_VERSION "dev"
@@ -47,148 +53,60 @@ using namespace nsim;
 
 namespace {
 
-constexpr const char* kMainHelp = R"(nsim — cycle-approximate NeuronCore simulator
-
-usage: nsim <command> [options]
-
-commands:
-  run      simulate a kernel.json: outputs, timing summary, stats, trace
-  check    verify a kernel.json without running it
-  disasm   print the compiled instruction stream (issue order, engines, queues) with source lines
-  analyze  bottleneck report: bounds, idle time, critical path, findings tied to source lines
-  diff     compare two runs (kernel versions or configs): engines and source lines faster/slower
-  config   print the effective configuration of a preset
-  plot     roofline and engine-utilisation PNGs of a kernel.json (runs python3 -m nsim.plot)
-  sweep    what-if grid of config values x kernels, in parallel: CSV/Parquet table and plot (nsim.sweep)
-
-Run 'nsim <command> --help' for the options of a command. 'nsim --version' prints the version.
-Exit status: 0 on success, 2 on a user error (the message starts with its code, NSIM-Exxx),
-128 + N when signal N (SIGINT, SIGTERM) stopped 'nsim run' (error E417, Interrupted; trace and stats are completed).
-)";
-
-constexpr const char* kRunHelp = R"(usage: nsim run kernel.json [options]
-
-Simulate the kernel: run its numerics and its timing on one NeuronCore, print a summary.
-
-options:
-  --config NAME|FILE   preset (trn1, trn2, trn3, inf2 = trn1) or a YAML file [default: trn2]
-  -p KEY=VALUE         override one config key (repeatable), e.g. -p hbm.bw=725GB/s
-  --inputs DIR|FILE    input arrays: a directory of <tensor>.npy files or an .npz (np.savez);
-                       inputs not given are filled with seeded random data
-  --seed N             seed of the random inputs [default: 0]
-  --outputs DIR        write every output tensor as DIR/<tensor>.npy (bf16/fp8 widened to float32)
-  --raw-outputs        write bf16/fp8 outputs as raw bits (|V2, |V1) instead
-  --trace FILE         write a Chrome/Perfetto trace (open in ui.perfetto.dev)
-  --trace-limit N      with --trace: write only the N earliest slices (by start time); 0 = all
-                       [default: 1000000, about 150 MB of JSON; the run says so when it cut the trace].
-                       Memory use does not grow with the kernel's instruction count when N > 0
-  --trace-window START_NS:END_NS
-                       with --trace: write only slices overlapping [START_NS, END_NS) (kept whole);
-                       either side may be empty, e.g. 5000: or :20000. A trace cut by either
-                       option ends with an instant event giving the number of slices dropped
-  --stats FILE         write stats as JSON; the effective config goes to FILE.config.yaml
-  --stats-table        after the summary, print every stat as a table grouped by engine / dma /
-                       memory / flops: value, unit, description (docs/profiling.md, "Stats")
-  --timing-only        skip numerics (same timing, no outputs)
-  --check              the sanitizer: report reads of never-written SBUF/PSUM, accumulation into
-                       never-written PSUM and the first NaN/Inf made from finite inputs, with the
-                       instruction, tensor and source line, as warnings on stderr (docs/debugging.md)
-  --max-instructions N stop with error E416 (ResourceLimit) after N instructions [default: 0 = no limit]
-  --max-sim-time T     stop with error E416 once the simulated time passes T (a number of ns, or with a
-                       unit: 500ns, 20us, 3ms, 1s) [default: 0 = no limit]. A run stopped by a limit,
-                       SIGINT or SIGTERM still finishes its trace (valid JSON), --stats and tables and
-                       prints the partial summary; exit status 2 (a limit) or 128 + signal number
-  --lnc N              the launch's LNC degree: 2 runs a multi-core kernel.json ("cores": 2, written by
-                       kernel[2].to_json) on two physical cores sharing one HBM stack (trn2, trn3;
-                       docs/lnc.md); a kernel.json declares its own degree, --lnc checks it [default: its own]
-  --quiet, -q          no progress line on stderr (shown once a run takes over 2 s)
-  --instructions FILE  write one CSV row per instruction: times, bytes, source line, semaphore wait
-                       (queryable with SQL, e.g. DuckDB; docs/profiling.md)
-  --dma FILE           write one CSV row per DMA packet (a transfer's piece on one DMA engine): times,
-                       bytes, descriptors, throughput, queue, memory spaces, source line
-)";
-
-constexpr const char* kCheckHelp = R"(usage: nsim check kernel.json [--config NAME|FILE] [-p KEY=VALUE ...]
-
-Parse and verify the kernel for the given generation without running it.
-)";
-
-constexpr const char* kDisasmHelp = R"(usage: nsim disasm kernel.json [--config NAME|FILE] [-p KEY=VALUE ...] [--limit N]
-
-Print the compiled instruction stream: the tiles' SBUF/PSUM placements, then one instruction per line
-in the order the compiler model issues them (-p compiler.schedule=program_order: the kernel's order),
-with the engine and DMA queue it chose, its start time and its source location.
---limit N stops after N instructions [default: all].
-)";
-
-constexpr const char* kAnalyzeHelp = R"(usage: nsim analyze kernel.json [--config NAME|FILE] [-p KEY=VALUE ...] [--json FILE] [--lines N]
-
-Simulate the kernel timing-only and print the report a performance engineer would write: the bounds
-(each engine's busy time, the busiest DMA engine, HBM traffic, the dependency chain) and the bound verdict
-that `nsim run` prints too (a resource, or latency when none is busy analysis.latency_bound_percent of the time),
-the critical path, each engine's idle time and what it waited on, and findings (small DMA transfers,
-redundant HBM loads, PE under-fill, fp32 matmuls, PE transposes, engine bottleneck, serialisation)
-ranked by estimated time saved, with the kernel source lines to change (docs/profiling.md).
-  --json FILE   also write the report as JSON ('-' = stdout instead of the text)
-  --lines N     source lines shown per finding [default: 5]
-)";
-
-constexpr const char* kDiffHelp = R"(usage: nsim diff A B [--config NAME|FILE] [-p KEY=VALUE ...]
-                 [--config-b NAME|FILE] [-P KEY=VALUE ...] [--lines N] [--json FILE]
-
-Compare two runs: total time, each engine's active time and instructions, HBM bytes, DMA transfers,
-FLOPs and MFU, and every kernel source line (matched by file:line) that got faster or slower. A and B
-are each a stats JSON ('nsim run --stats') or a kernel.json, which is simulated timing-only.
-  --config NAME|FILE  configuration of both kernel.json sides [default: trn2]
-  -p KEY=VALUE        override for both sides (repeatable)
-  --config-b NAME     configuration of side B instead (e.g. --config trn1 --config-b trn2)
-  -P KEY=VALUE        override for side B only, after -p (a what-if: -P hbm.bw=725GB/s)
-  --lines N           source lines shown, largest change first [default: 20]
-  --json FILE         also write the comparison as JSON ('-' = stdout instead of the text)
-Deltas are B - A; "slower" means B takes longer. Example: nsim diff k.json k.json --config-b trn3
-When the two sides ran with different configurations, the keys whose values differ are listed after it.
-)";
-
-constexpr const char* kPlotHelp = R"(usage: nsim plot kernel.json [kernel.json ...] [--config NAME|FILE] [--out DIR] [--bins N]
-
-Simulate each kernel timing-only and write <name>_roofline.png and <name>_utilisation.png, with a
-one-line roofline and utilisation summary per kernel (docs/profiling.md, "Plots").
-  --config NAME|FILE  preset or YAML file [default: trn2]
-  --out DIR           output directory, created if missing [default: .]
-  --bins N            time bins of the utilisation plot [default: 200]
-This runs 'python3 -m nsim.plot' with the same arguments and exits with its status. It needs python3
-with numpy and matplotlib, and the nsim Python package with its _nsim module: in a build tree they
-are found next to this program (<source>/python and <build>/python are put first on PYTHONPATH),
-otherwise on PYTHONPATH or installed by 'pip install .'. NSIM_PYTHON=/path/to/python picks another
-interpreter.
-)";
-
-constexpr const char* kSweepHelp = R"(usage: nsim sweep kernel.json [kernel.json ...] -g KEY=V1,V2,... [-g ...] [--config NAME|FILE]
-                  [--out FILE.csv|FILE.parquet] [--plot FILE.png] [-j N] [--ray] [-q]
-
-Simulate each kernel timing-only at every point of the grid (the product of the -g keys' values: any
-configuration keys, e.g. -g hbm.bw=181.25GB/s,362.5GB/s,725GB/s -g sbuf.bytes_per_partition=96KiB,192KiB),
-in parallel worker processes, and write one row per (kernel, point): the values, status (ok, or the
-error code of a kernel that does not fit), the bound verdict, the time and the bound stats
-(docs/profiling.md, "What-if sweeps").
-  -g, --grid KEY=V1,V2,...  a configuration key and its values (repeat for more keys)
-  --config NAME|FILE        preset or YAML file [default: trn2]
-  --out FILE                .csv, or .parquet (needs pyarrow) [default: sweep.csv]
-  --plot FILE.png           also plot kernel time against the first grid key
-  -j, --jobs N              worker processes [default: the CPU count]
-  --ray                     run the points on Ray (pip install ray; a running cluster is used)
-  -q, --quiet               no progress bar
-This runs 'python3 -m nsim.sweep' with the same arguments (as 'nsim plot' runs nsim.plot: the same
-PYTHONPATH and NSIM_PYTHON rules). Kernel parameters can be swept from Python: nsim.sweep.sweep().
-)";
-
-constexpr const char* kConfigHelp = R"(usage: nsim config [NAME|FILE] [-p KEY=VALUE ...]
-
-Print the effective configuration (after preset inheritance and overrides) as YAML.
-)";
-
 /// Trace slices written by default (--trace-limit): bounds the file (~150 B per slice) and the memory.
 constexpr uint64_t kDefaultTraceLimit = 1000000;
+
+[[noreturn]] void usage_error(const std::string& msg, const std::string& command = "") {
+  throw Error(ErrorCode::kUsage, fmt::format("{} (see 'nsim {}--help')", msg, command.empty() ? "" : command + " "));
+}
+
+// ---- Option values. Each command has its own struct; the CLI11 declarations in build_cli() fill them.
+
+/// What every kernel command takes: the file, the configuration and its overrides.
+struct KernelArgs {
+  std::string command, kernel, config = "trn2";
+  std::vector<std::string> overrides;
+};
+
+struct RunArgs : KernelArgs {
+  std::string inputs, outputs, trace, stats, instructions, dma;
+  uint64_t seed = 0;
+  bool timing_only = false, raw_outputs = false;
+  bool stats_table = false;  ///< --stats-table
+  bool quiet = false;        ///< --quiet: no progress line
+  bool check = false;        ///< --check: the sanitizer
+  uint64_t trace_limit = kDefaultTraceLimit;                  ///< --trace-limit (0 = all)
+  bool trace_limit_given = false;
+  double trace_window_start_ns = 0, trace_window_end_ns = 0;  ///< --trace-window (end 0 = no end)
+  uint64_t lnc = 0;                                           ///< --lnc: the LNC degree the kernel must declare (0 = its own)
+  uint64_t max_instructions = 0;                              ///< --max-instructions (0 = none)
+  double max_sim_time_ns = 0;                                 ///< --max-sim-time (0 = none)
+};
+
+struct DisasmArgs : KernelArgs {
+  int64_t limit = -1;  ///< --limit (-1 = all)
+};
+
+struct AnalyzeArgs : KernelArgs {
+  std::string json;    ///< --json FILE ('-' = stdout)
+  int64_t lines = -1;  ///< --lines (-1 = the default)
+};
+
+struct DiffArgs : AnalyzeArgs {
+  std::string kernel_b, config_b;        ///< the second file, --config-b (empty = --config)
+  std::vector<std::string> overrides_b;  ///< -P: overrides of side B only (after -p)
+};
+
+// ---- Value parsers of the options whose syntax is nsim's own (a usage error names the option).
+
+/// A non-negative decimal integer (no sign, no base prefix).
+uint64_t parse_count(const std::string& opt, const std::string& v, const std::string& command) {
+  uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size())
+    usage_error(fmt::format("{} expects a non-negative integer, found '{}'", opt, v), command);
+  return n;
+}
 
 // "--max-sim-time" value: a number of ns, or a number with one of the units ns, us, ms, s.
 double parse_duration_ns(const std::string& opt, const std::string& v) {
@@ -212,114 +130,253 @@ double parse_duration_ns(const std::string& opt, const std::string& v) {
   }
   const double ns = x * scale;
   if (used == 0 || used != num.size() || !(ns >= 0) || ns > 1e15)  // also nan, inf; 1e15 ns keeps ps in int64
-    throw Error(ErrorCode::kUsage, fmt::format("{} expects a duration such as 5000 (ns), 20us, 3ms or 1s, at most 1e15 "
-                                               "ns, found '{}' (see 'nsim --help')",
-                                               opt, v));
+    usage_error(fmt::format("{} expects a duration such as 5000 (ns), 20us, 3ms or 1s, at most 1e15 ns, found '{}'", opt, v),
+                "run");
   return ns;
 }
 
-struct Args {
-  std::string command, kernel, config = "trn2", inputs, outputs, trace, stats, instructions, dma;
-  std::vector<std::string> overrides;
-  uint64_t seed = 0;
-  bool timing_only = false, raw_outputs = false, help = false;
-  bool stats_table = false;  ///< run --stats-table
-  bool quiet = false;        ///< run --quiet: no progress line
-  bool check = false;        ///< run --check: the sanitizer
-  int64_t lnc = 0;           ///< run --lnc: the LNC degree the kernel must declare (0 = its own)
-  int64_t limit = -1;
-  uint64_t trace_limit = kDefaultTraceLimit;                ///< --trace-limit (0 = all)
-  bool trace_limit_given = false;
-  uint64_t max_instructions = 0;                            ///< --max-instructions (0 = none)
-  double max_sim_time_ns = 0;                               ///< --max-sim-time (0 = none)
-  std::string json;                                         ///< analyze, diff --json
-  int64_t lines = -1;                                       ///< analyze, diff --lines
-  double trace_window_start_ns = 0, trace_window_end_ns = 0;  ///< --trace-window (end 0 = no end)
-  std::string kernel_b, config_b;        ///< diff: second file, --config-b (empty = --config)
-  std::vector<std::string> overrides_b;  ///< diff: -P, overrides of side B only (after -p)
+// "--trace-window" value: "START:END" in ns, either side may be empty (not both); numbers in [0, 1e15], START < END.
+void parse_trace_window(const std::string& v, RunArgs& a) {
+  auto bad = [&]() {
+    usage_error(fmt::format("--trace-window expects START_NS:END_NS (e.g. 5000:20000, 5000: or :20000), found '{}'", v),
+                "run");
+  };
+  auto number = [&](const std::string& t) -> double {
+    if (t.empty()) return 0;
+    double x = 0;
+    size_t used = 0;
+    try {
+      x = std::stod(t, &used);
+    } catch (const std::exception&) {
+      bad();
+    }
+    if (used != t.size() || !(x >= 0) || x > 1e15) bad();  // also rejects nan, inf (and overflow in ps)
+    return x;
+  };
+  const size_t colon = v.find(':');
+  if (colon == std::string::npos || v.find(':', colon + 1) != std::string::npos || v.size() == 1) bad();
+  a.trace_window_start_ns = number(v.substr(0, colon));
+  a.trace_window_end_ns = number(v.substr(colon + 1));
+  if (colon + 1 < v.size() && a.trace_window_end_ns <= a.trace_window_start_ns) bad();
+}
+
+// ---- Help layout: "usage: nsim CMD ...", the description, the arguments and options CLI11 generates from
+// the declarations (name, value text, description), then the footer.
+class HelpFormatter : public CLI::Formatter {
+ public:
+  HelpFormatter() {
+    column_width(28);
+    label("Usage", "usage");
+    label("OPTIONS", "options");
+    label("SUBCOMMAND", "command");
+    label("Positionals", "arguments");
+    label("Subcommands", "commands");
+    label("REQUIRED", "");
+  }
+  /// The text under a command's usage line (its description is the one-line summary in 'nsim --help').
+  void about(const CLI::App* app, std::string text) { about_[app] = std::move(text); }
+  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
+    std::string out = make_usage(app, name);
+    const auto it = about_.find(app);
+    const std::string& about = it != about_.end() ? it->second : app->get_description();
+    if (!about.empty()) out += "\n" + about + "\n";
+    out += make_positionals(app) + make_groups(app, mode) + make_subcommands(app, mode);
+    if (!app->get_footer().empty()) out += "\n" + app->get_footer() + "\n";
+    return out;
+  }
+
+ private:
+  std::map<const CLI::App*, std::string> about_;
 };
 
-[[noreturn]] void usage_error(const std::string& msg) { throw Error(ErrorCode::kUsage, msg + " (see 'nsim --help')"); }
+/// Adds the options every kernel command shares (the file `positional`, --config, -p) to `cmd`.
+void add_kernel_options(CLI::App* cmd, KernelArgs& a, const char* positional = "kernel.json",
+                        const char* what = "the kernel to read", bool required = true) {
+  a.command = cmd->get_name();
+  cmd->add_option(positional, a.kernel, what)->required(required)->type_name("");
+  cmd->add_option("-c,--config", a.config, "preset (trn1, trn2, trn3, inf2 = trn1) or a YAML file [default: trn2]")
+      ->option_text("NAME|FILE");
+  cmd->add_option("-p,--param", a.overrides, "override one config key (repeatable), e.g. -p hbm.bw=725GB/s")
+      ->option_text("KEY=VALUE")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
 
-Args parse_args(int argc, char** argv) {
-  Args a;
-  if (argc < 2) usage_error("missing command");
-  a.command = argv[1];
-  auto value = [&](int& i, const std::string& opt) -> std::string {
-    if (i + 1 >= argc) usage_error(fmt::format("option {} needs a value", opt));
-    return argv[++i];
-  };
-  for (int i = 2; i < argc; ++i) {
-    const std::string s = argv[i];
-    if (s == "--help" || s == "-h") a.help = true;
-    else if (s == "--config" || s == "-c") a.config = value(i, s);
-    else if (s == "-p" || s == "--param") a.overrides.push_back(value(i, s));
-    else if (s == "--inputs") a.inputs = value(i, s);
-    else if (s == "--outputs") a.outputs = value(i, s);
-    else if (s == "--trace") a.trace = value(i, s);
-    else if (s == "--stats") a.stats = value(i, s);
-    else if (s == "--instructions") a.instructions = value(i, s);
-    else if (s == "--dma" && a.command == "run") a.dma = value(i, s);
-    else if (s == "--timing-only") a.timing_only = true;
-    else if (s == "--max-sim-time" && a.command == "run") a.max_sim_time_ns = parse_duration_ns(s, value(i, s));
-    else if (s == "--stats-table" && a.command == "run") a.stats_table = true;
-    else if ((s == "--quiet" || s == "-q") && a.command == "run") a.quiet = true;
-    else if (s == "--check" && a.command == "run") a.check = true;
-    else if (s == "--raw-outputs") a.raw_outputs = true;
-    else if (s == "--json" && a.command == "analyze") a.json = value(i, s);
-    else if (s == "--json" && a.command == "diff") a.json = value(i, s);
-    else if (s == "--config-b" && a.command == "diff") a.config_b = value(i, s);
-    else if ((s == "-P" || s == "--param-b") && a.command == "diff") a.overrides_b.push_back(value(i, s));
-    else if (s == "--trace-window") {
-      const std::string v = value(i, s);
-      // "START:END" in ns, either side may be empty (not both); numbers in [0, 1e15], START < END.
-      auto bad = [&]() {
-        usage_error(fmt::format("--trace-window expects START_NS:END_NS (e.g. 5000:20000, 5000: or :20000), found '{}'", v));
-      };
-      auto number = [&](const std::string& t) -> double {
-        if (t.empty()) return 0;
-        double x = 0;
-        size_t used = 0;
-        try {
-          x = std::stod(t, &used);
-        } catch (const std::exception&) {
-          bad();
-        }
-        if (used != t.size() || !(x >= 0) || x > 1e15) bad();  // also rejects nan, inf (and overflow in ps)
-        return x;
-      };
-      const size_t colon = v.find(':');
-      if (colon == std::string::npos || v.find(':', colon + 1) != std::string::npos || v.size() == 1) bad();
-      a.trace_window_start_ns = number(v.substr(0, colon));
-      a.trace_window_end_ns = number(v.substr(colon + 1));
-      if (colon + 1 < v.size() && a.trace_window_end_ns <= a.trace_window_start_ns) bad();
-    } else if (s == "--seed" || s == "--limit" || s == "--trace-limit" || s == "--lines" ||
-               (s == "--max-instructions" && a.command == "run") || (s == "--lnc" && a.command == "run")) {
-      const std::string v = value(i, s);
-      try {
-        size_t used = 0;
-        const long long n = std::stoll(v, &used);
-        if (used != v.size() || n < 0) throw std::invalid_argument(v);
-        if (s == "--seed") a.seed = static_cast<uint64_t>(n);
-        else if (s == "--trace-limit") a.trace_limit = static_cast<uint64_t>(n), a.trace_limit_given = true;
-        else if (s == "--max-instructions") a.max_instructions = static_cast<uint64_t>(n);
-        else if (s == "--lines") a.lines = n;
-        else if (s == "--lnc") a.lnc = n;
-        else a.limit = n;
-      } catch (const std::exception&) {
-        usage_error(fmt::format("{} expects a non-negative integer, found '{}'", s, v));
-      }
-    } else if (!s.empty() && s[0] == '-') {
-      usage_error(fmt::format("unknown option '{}'", s));
-    } else if (a.kernel.empty()) {
-      a.kernel = s;
-    } else if (a.command == "diff" && a.kernel_b.empty()) {
-      a.kernel_b = s;
-    } else {
-      usage_error(fmt::format("unexpected argument '{}'", s));
-    }
+/// A count option (non-negative decimal integer) stored into `out` by parse_count().
+template <class T>
+CLI::Option* add_count(CLI::App* cmd, const std::string& names, T& out, const std::string& desc, bool* given = nullptr) {
+  const std::string command = cmd->get_name();
+  const std::string shown = names.substr(names.rfind(',') == std::string::npos ? 0 : names.rfind(',') + 1);
+  return cmd
+      ->add_option_function<std::string>(
+          names,
+          [&out, given, command, shown](const std::string& v) {
+            out = static_cast<T>(parse_count(shown, v, command));
+            if (given) *given = true;
+          },
+          desc)
+      ->option_text("N");
+}
+
+/// All option values, one struct per command.
+struct Parsed {
+  RunArgs run;
+  KernelArgs check, config;
+  DisasmArgs disasm;
+  AnalyzeArgs analyze;
+  DiffArgs diff;
+};
+
+/// The command line: each command's options, value syntax and help, declared once.
+void build_cli(CLI::App& app, Parsed& p) {
+  const auto help = std::make_shared<HelpFormatter>();
+  app.formatter(help);
+  app.option_defaults()->group("options")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.set_help_flag("-h,--help", "print this help and exit");
+  app.set_version_flag("--version", fmt::format("nsim {}", NSIM_VERSION), "print the version and exit");
+  app.require_subcommand(1);
+  app.description("nsim — cycle-approximate NeuronCore simulator");
+
+  // -- run
+  RunArgs& r = p.run;
+  CLI::App* run = app.add_subcommand("run", "simulate a kernel.json: outputs, timing summary, stats, trace");
+  help->about(run, "Simulate the kernel: run its numerics and its timing on one NeuronCore, print a summary.");
+  add_kernel_options(run, r);
+  run->add_option("--inputs", r.inputs,
+                  "input arrays: a directory of <tensor>.npy files or an .npz (np.savez);\n"
+                  "inputs not given are filled with seeded random data")
+      ->option_text("DIR|FILE");
+  add_count(run, "--seed", r.seed, "seed of the random inputs [default: 0]");
+  run->add_option("--outputs", r.outputs, "write every output tensor as DIR/<tensor>.npy (bf16/fp8 widened to float32)")
+      ->option_text("DIR");
+  run->add_flag("--raw-outputs", r.raw_outputs, "write bf16/fp8 outputs as raw bits (|V2, |V1) instead");
+  run->add_option("--trace", r.trace, "write a Chrome/Perfetto trace (open in ui.perfetto.dev)")->option_text("FILE");
+  add_count(run, "--trace-limit", r.trace_limit,
+            "with --trace: write only the N earliest slices (by start time); 0 = all\n"
+            "[default: 1000000, about 150 MB of JSON; the run says so when it cut the trace].\n"
+            "Memory use does not grow with the kernel's instruction count when N > 0",
+            &r.trace_limit_given);
+  run->add_option_function<std::string>(
+         "--trace-window", [&r](const std::string& v) { parse_trace_window(v, r); },
+         "with --trace: write only slices overlapping [START_NS, END_NS) (kept whole);\n"
+         "either side may be empty, e.g. 5000: or :20000. A trace cut by either\n"
+         "option ends with an instant event giving the number of slices dropped")
+      ->option_text("START_NS:END_NS");
+  run->add_option("--stats", r.stats, "write stats as JSON; the effective config goes to FILE.config.yaml")
+      ->option_text("FILE");
+  run->add_flag("--stats-table", r.stats_table,
+                "after the summary, print every stat as a table grouped by engine / dma /\n"
+                "memory / flops: value, unit, description (docs/profiling.md, \"Stats\")");
+  run->add_flag("--timing-only", r.timing_only, "skip numerics (same timing, no outputs)");
+  run->add_flag("--check", r.check,
+                "the sanitizer: report reads of never-written SBUF/PSUM, accumulation into\n"
+                "never-written PSUM and the first NaN/Inf made from finite inputs, with the\n"
+                "instruction, tensor and source line, as warnings on stderr (docs/debugging.md)");
+  add_count(run, "--max-instructions", r.max_instructions,
+            "stop with error E416 (ResourceLimit) after N instructions [default: 0 = no limit]");
+  run->add_option_function<std::string>(
+         "--max-sim-time", [&r](const std::string& v) { r.max_sim_time_ns = parse_duration_ns("--max-sim-time", v); },
+         "stop with error E416 once the simulated time passes T (a number of ns, or with a\n"
+         "unit: 500ns, 20us, 3ms, 1s) [default: 0 = no limit]. A run stopped by a limit,\n"
+         "SIGINT or SIGTERM still finishes its trace (valid JSON), --stats and tables and\n"
+         "prints the partial summary; exit status 2 (a limit) or 128 + signal number")
+      ->option_text("T");
+  add_count(run, "--lnc", r.lnc,
+            "the launch's LNC degree: 2 runs a multi-core kernel.json (\"cores\": 2, written by\n"
+            "kernel[2].to_json) on two physical cores sharing one HBM stack (trn2, trn3;\n"
+            "docs/lnc.md); a kernel.json declares its own degree, --lnc checks it [default: its own]");
+  run->add_flag("-q,--quiet", r.quiet, "no progress line on stderr (shown once a run takes over 2 s)");
+  run->add_option("--instructions", r.instructions,
+                  "write one CSV row per instruction: times, bytes, source line, semaphore wait\n"
+                  "(queryable with SQL, e.g. DuckDB; docs/profiling.md)")
+      ->option_text("FILE");
+  run->add_option("--dma", r.dma,
+                  "write one CSV row per DMA packet (a transfer's piece on one DMA engine): times,\n"
+                  "bytes, descriptors, throughput, queue, memory spaces, source line")
+      ->option_text("FILE");
+
+  // -- check
+  CLI::App* check = app.add_subcommand("check", "verify a kernel.json without running it");
+  help->about(check, "Parse and verify the kernel for the given generation without running it.");
+  add_kernel_options(check, p.check);
+
+  // -- disasm
+  CLI::App* disasm =
+      app.add_subcommand("disasm", "print the compiled instruction stream (issue order, engines, queues) with source lines");
+  help->about(disasm,
+      "Print the compiled instruction stream: the tiles' SBUF/PSUM placements, then one instruction per line\n"
+      "in the order the compiler model issues them (-p compiler.schedule=program_order: the kernel's order),\n"
+      "with the engine and DMA queue it chose, its start time and its source location.");
+  add_kernel_options(disasm, p.disasm);
+  add_count(disasm, "--limit", p.disasm.limit, "stop after N instructions [default: all]");
+
+  // -- analyze
+  AnalyzeArgs& an = p.analyze;
+  CLI::App* analyze =
+      app.add_subcommand("analyze", "bottleneck report: bounds, idle time, critical path, findings tied to source lines");
+  help->about(analyze,
+      "Simulate the kernel timing-only and print the report a performance engineer would write: the bounds\n"
+      "(each engine's busy time, the busiest DMA engine, HBM traffic, the dependency chain) and the bound verdict\n"
+      "that `nsim run` prints too (a resource, or latency when none is busy analysis.latency_bound_percent of the "
+      "time),\nthe critical path, each engine's idle time and what it waited on, and findings (small DMA transfers,\n"
+      "redundant HBM loads, PE under-fill, fp32 matmuls, PE transposes, engine bottleneck, serialisation)\n"
+      "ranked by estimated time saved, with the kernel source lines to change (docs/profiling.md).");
+  add_kernel_options(analyze, an);
+  analyze->add_option("--json", an.json, "also write the report as JSON ('-' = stdout instead of the text)")
+      ->option_text("FILE");
+  add_count(analyze, "--lines", an.lines, "source lines shown per finding [default: 5]");
+
+  // -- diff
+  DiffArgs& d = p.diff;
+  CLI::App* diff =
+      app.add_subcommand("diff", "compare two runs (kernel versions or configs): engines and source lines faster/slower");
+  help->about(diff,
+      "Compare two runs: total time, each engine's active time and instructions, HBM bytes, DMA transfers,\n"
+      "FLOPs and MFU, and every kernel source line (matched by file:line) that got faster or slower. A and B\n"
+      "are each a stats JSON ('nsim run --stats') or a kernel.json, which is simulated timing-only.");
+  add_kernel_options(diff, d, "A", "side A: a stats JSON or a kernel.json");
+  diff->get_option("--config")->description("configuration of both kernel.json sides [default: trn2]");
+  diff->get_option("--param")->description("override for both sides (repeatable)");
+  diff->add_option("B", d.kernel_b, "side B")->required()->type_name("");
+  diff->add_option("--config-b", d.config_b, "configuration of side B instead (e.g. --config trn1 --config-b trn2)")
+      ->option_text("NAME|FILE");
+  diff->add_option("-P,--param-b", d.overrides_b, "override for side B only, after -p (a what-if: -P hbm.bw=725GB/s)")
+      ->option_text("KEY=VALUE")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_count(diff, "--lines", d.lines, "source lines shown, largest change first [default: 20]");
+  diff->add_option("--json", d.json, "also write the comparison as JSON ('-' = stdout instead of the text)")
+      ->option_text("FILE");
+  diff->footer(
+      "Deltas are B - A; \"slower\" means B takes longer. Example: nsim diff k.json k.json --config-b trn3\n"
+      "When the two sides ran with different configurations, the keys whose values differ are listed after it.");
+
+  // -- config
+  CLI::App* config = app.add_subcommand("config", "print the effective configuration of a preset");
+  help->about(config, "Print the effective configuration (after preset inheritance and overrides) as YAML.");
+  add_kernel_options(config, p.config, "preset", "preset name or YAML file (instead of --config)", false);
+
+  for (CLI::App* c : app.get_subcommands({})) {
+    c->group("commands");
+    c->set_help_flag("-h,--help", "print this help and exit");
   }
-  return a;
+  app.footer(  // after the commands: they would inherit it
+      "Run 'nsim <command> --help' for the options of a command. 'nsim --version' prints the version.\n"
+      "Exit status: 0 on success, 2 on a user error (the message starts with its code, NSIM-Exxx),\n"
+      "128 + N when signal N (SIGINT, SIGTERM) stopped 'nsim run' (error E417, Interrupted; trace and stats are "
+      "completed).");
+
+  // -- plot, sweep: their arguments (and --help) belong to the Python modules nsim.plot and nsim.sweep,
+  // whose argparse declarations are the only statement of them; nsim hands them over unparsed.
+  for (const auto& [name, what] : {std::pair{"plot", "roofline and engine-utilisation PNGs of a kernel.json (runs python3 -m nsim.plot)"},
+                                   std::pair{"sweep", "what-if grid of config values x kernels, in parallel: CSV/Parquet table "
+                                                      "and plot (nsim.sweep)"}}) {
+    CLI::App* py = app.add_subcommand(name, what);
+    py->group("commands");
+    py->set_help_flag();
+    py->prefix_command();
+    py->allow_extras();
+  }
 }
 
 std::string read_text(const std::string& path) {
@@ -330,7 +387,7 @@ std::string read_text(const std::string& path) {
 
 std::string config_name(const std::string& c) { return c == "inf2" ? "trn1" : c; }
 
-frontend::Kernel load_kernel(const Args& a) {
+frontend::Kernel load_kernel(const KernelArgs& a) {
   if (a.kernel.empty()) usage_error(fmt::format("'nsim {}' needs a kernel.json path", a.command));
   if (fs::path(a.kernel).extension() == ".py")
     usage_error(fmt::format(
@@ -342,7 +399,7 @@ frontend::Kernel load_kernel(const Args& a) {
 }
 
 // Fill HBM inputs: from files where given, else seeded random values.
-void load_inputs(const Args& a, const frontend::Kernel& k, Simulator& sim) {
+void load_inputs(const RunArgs& a, const frontend::Kernel& k, Simulator& sim) {
   std::map<std::string, frontend::NpyArray> given;
   if (!a.inputs.empty()) {
     if (fs::is_directory(a.inputs)) {
@@ -410,24 +467,17 @@ void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::S
                lines[i].loc.str());
 }
 
-std::string lines_json(const Simulator& sim) {
-  std::string out = "[";
-  bool first = true;
-  for (const auto& l : sim.line_stats()) {
-    out += fmt::format("{}\n  {{\"src\": \"{}\", \"instructions\": {}, \"instruction_time_ns\": {:.3f}}}", first ? "" : ",",
-                       sim::json_escape(l.loc.str()), l.instructions, sim::ps_to_ns(l.instr_time));
-    first = false;
-  }
-  return out + "]";
-}
-
 // The stats JSON of `run --stats`, read back by `nsim diff` (frontend/diff.h documents the format).
 std::string stats_json(const frontend::Kernel& k, const sim::Config& cfg, bool timing_only, uint64_t instructions,
-                       const Simulator& sim, const sim::StatsRegistry& st) {
-  return fmt::format(
-      "{{\"kernel\": \"{}\", \"config\": \"{}\", \"timing_only\": {}, \"instructions\": {},\n\"lines\": {},\n\"stats\": {}}}\n",
-      sim::json_escape(k.name), sim::json_escape(cfg.name()), timing_only ? "true" : "false", instructions,
-      lines_json(sim), st.to_json());
+                       const std::vector<Simulator::LineStats>& line_stats, const sim::StatsRegistry& st) {
+  sim::Json lines = sim::Json::array();
+  for (const auto& l : line_stats)
+    lines.push_back(sim::Json{{"src", l.loc.str()},
+                              {"instructions", l.instructions},
+                              {"instruction_time_ns", sim::json_ns(sim::ps_to_ns(l.instr_time))}});
+  const sim::Json doc{{"kernel", k.name},     {"config", cfg.name()}, {"timing_only", timing_only},
+                      {"instructions", instructions}, {"lines", std::move(lines)}, {"stats", st.json()}};
+  return sim::dump_json(doc, 2) + "\n";
 }
 
 // SIGINT / SIGTERM during `nsim run`: the handler only records the signal; the simulator sees it at its
@@ -447,7 +497,7 @@ void install_stop_handlers() {
 }
 
 // `nsim run` of a multi-core (LNC=2) kernel.json: both cores in one schedule (frontend/multicore.h).
-int cmd_run_multicore(const Args& a, const frontend::Kernel& k, const sim::Config& cfg, const SimOptions& opts) {
+int cmd_run_multicore(const RunArgs& a, const frontend::Kernel& k, const sim::Config& cfg, const SimOptions& opts) {
   frontend::MultiCoreRun mc(k, cfg, opts);
   if (!a.timing_only) load_inputs(a, k, mc.core(0));
   mc.run();
@@ -470,31 +520,19 @@ int cmd_run_multicore(const Args& a, const frontend::Kernel& k, const sim::Confi
                             t.shape, a.raw_outputs);
   }
   if (!a.stats.empty()) {
-    std::string lines = "[";
-    bool first = true;
-    for (const auto& l : mc.line_stats()) {
-      lines += fmt::format("{}\n  {{\"src\": \"{}\", \"instructions\": {}, \"instruction_time_ns\": {:.3f}}}",
-                           first ? "" : ",", sim::json_escape(l.loc.str()), l.instructions, sim::ps_to_ns(l.instr_time));
-      first = false;
-    }
-    lines += "]";
     std::ofstream f(a.stats);
     if (!f) throw Error(ErrorCode::kCannotWrite, fmt::format("cannot write '{}'", a.stats));
-    f << fmt::format(
-        "{{\"kernel\": \"{}\", \"config\": \"{}\", \"timing_only\": {}, \"instructions\": {},\n\"lines\": {},\n\"stats\": "
-        "{}}}\n",
-        sim::json_escape(k.name), sim::json_escape(cfg.name()), a.timing_only ? "true" : "false", instrs, lines,
-        st.to_json());
+    f << stats_json(k, cfg, a.timing_only, instrs, mc.line_stats(), st);
     std::ofstream c(a.stats + ".config.yaml");
     c << cfg.to_yaml();
   }
   return 0;
 }
 
-int cmd_run(const Args& a) {
+int cmd_run(const RunArgs& a) {
   const frontend::Kernel k = load_kernel(a);
   const sim::Config cfg = engines::load_config(config_name(a.config), a.overrides);
-  const int64_t declared = k.core_programs.empty() ? 1 : static_cast<int64_t>(k.core_programs.size());
+  const uint64_t declared = k.core_programs.empty() ? 1 : k.core_programs.size();
   if (a.lnc != 0 && a.lnc != declared)
     throw Error(ErrorCode::kMultiCoreLaunch,
                 fmt::format("--lnc {}: '{}' is a {}-core launch (kernel.json \"cores\"); write the kernel.json of an "
@@ -559,7 +597,7 @@ int cmd_run(const Args& a) {
   if (stopped) {
     if (!a.stats.empty()) {
       std::ofstream f(a.stats);
-      if (f) f << stats_json(k, cfg, a.timing_only, sim.instructions(), sim, st);
+      if (f) f << stats_json(k, cfg, a.timing_only, sim.instructions(), sim.line_stats(), st);
     }
     if (stopped->code() == ErrorCode::kInterrupted) {
       const int sig = g_stop_signal;
@@ -582,14 +620,14 @@ int cmd_run(const Args& a) {
   if (!a.stats.empty()) {
     std::ofstream f(a.stats);
     if (!f) throw Error(ErrorCode::kCannotWrite, fmt::format("cannot write '{}'", a.stats));
-    f << stats_json(k, cfg, a.timing_only, low.instructions(), sim, st);
+    f << stats_json(k, cfg, a.timing_only, low.instructions(), sim.line_stats(), st);
     std::ofstream c(a.stats + ".config.yaml");
     c << cfg.to_yaml();
   }
   return 0;
 }
 
-int cmd_check(const Args& a) {
+int cmd_check(const KernelArgs& a) {
   const frontend::Kernel k = load_kernel(a);
   const sim::Config cfg = engines::load_config(config_name(a.config), a.overrides);
   frontend::verify_kernel(k, engines::CoreParams::from_config(cfg));
@@ -598,7 +636,7 @@ int cmd_check(const Args& a) {
   return 0;
 }
 
-int cmd_disasm(const Args& a) {
+int cmd_disasm(const DisasmArgs& a) {
   const frontend::Kernel k = load_kernel(a);
   const frontend::Disassembly d =
       frontend::disassemble_kernel(k, engines::load_config(config_name(a.config), a.overrides), a.limit);
@@ -607,7 +645,7 @@ int cmd_disasm(const Args& a) {
   return 0;
 }
 
-int cmd_analyze(const Args& a) {
+int cmd_analyze(const AnalyzeArgs& a) {
   const frontend::Kernel k = load_kernel(a);
   const sim::Config cfg = engines::load_config(config_name(a.config), a.overrides);
   const engines::AnalysisReport r = frontend::analyze_kernel(k, cfg);
@@ -648,10 +686,10 @@ std::string diff_side(const std::string& path, const std::string& config, const 
   low.run();
   sim.finish();
   simulated = true;
-  return stats_json(k, cfg, true, low.instructions(), sim, sim.stats());
+  return stats_json(k, cfg, true, low.instructions(), sim.line_stats(), sim.stats());
 }
 
-int cmd_diff(const Args& a) {
+int cmd_diff(const DiffArgs& a) {
   if (a.kernel.empty() || a.kernel_b.empty()) usage_error("'nsim diff' needs two files: A and B");
   constexpr int64_t kDefaultLines = 20;
   const std::string config_b = a.config_b.empty() ? a.config : a.config_b;
@@ -705,7 +743,8 @@ int cmd_diff(const Args& a) {
 // checking that nsim, its _nsim module and matplotlib import (exit 2 with a coded message if not). A fmt
 // format string: {} is the code of E414 (usage).
 constexpr const char* kPythonBootstrap = R"PY(import sys, importlib
-cmd = sys.argv[1]
+cmd, args = sys.argv[1], sys.argv[2:]
+helping = "-h" in args or "--help" in args  # the module's argparse prints its options; nothing else is needed
 def _missing(what, err):
     sys.stderr.write("{}: 'nsim %s' needs %s (%s)\n" % (cmd, what, err))
     sys.exit(2)
@@ -714,14 +753,15 @@ try:
     mod = importlib.import_module("nsim." + cmd)
 except ImportError as e:
     _missing("the nsim Python package: put <source>/python on PYTHONPATH or 'pip install .'", e)
-if not getattr(nsim, "core_available", False):
+if not helping and not getattr(nsim, "core_available", False):
     _missing("the _nsim module: build it (cmake --build build) and put build/python on PYTHONPATH",
              getattr(nsim, "_core_import_error", "not built"))
-try:
-    import matplotlib
-except ImportError as e:
-    _missing("matplotlib: pip install 'nsim[plot]' (or pip install '.[plot]' in the source tree)", e)
-sys.exit(mod.main(sys.argv[2:]))
+if not helping:
+    try:
+        import matplotlib
+    except ImportError as e:
+        _missing("matplotlib: pip install 'nsim[plot]' (or pip install '.[plot]' in the source tree)", e)
+sys.exit(mod.main(args, prog="nsim " + cmd))
 )PY";
 
 // Directories to put on the child's PYTHONPATH so that the nsim package and the _nsim module that
@@ -759,19 +799,16 @@ std::vector<std::string> plot_python_dirs(const char* argv0) {
 }
 
 /// `nsim plot|sweep ARGS...`: `python3 -m nsim.<command> ARGS...` with this build's package and module.
-int cmd_python(int argc, char** argv, const char* help) {
-  const std::string command = argv[1];
-  for (int i = 2; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return fmt::print("{}", help), 0;
+int cmd_python(const std::string& command, const std::vector<std::string>& forwarded, const char* argv0) {
   const char* py_env = std::getenv("NSIM_PYTHON");
   const std::string python = py_env && *py_env ? py_env : "python3";
   std::vector<std::string> args = {python, "-c",
                                    fmt::format(fmt::runtime(kPythonBootstrap), error_code_str(ErrorCode::kUsage)), command};
-  for (int i = 2; i < argc; ++i) args.emplace_back(argv[i]);
+  args.insert(args.end(), forwarded.begin(), forwarded.end());
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e)
     if (std::strncmp(*e, "PYTHONPATH=", 11) != 0) env.emplace_back(*e);
-  std::vector<std::string> path = plot_python_dirs(argv[0]);
+  std::vector<std::string> path = plot_python_dirs(argv0);
   if (const char* old = std::getenv("PYTHONPATH"); old && *old) path.emplace_back(old);  // kept, after ours
   if (!path.empty()) env.push_back(fmt::format("PYTHONPATH={}", fmt::join(path, ":")));
   auto c_array = [](std::vector<std::string>& v) {
@@ -796,7 +833,7 @@ int cmd_python(int argc, char** argv, const char* help) {
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
 }
 
-int cmd_config(const Args& a) {
+int cmd_config(const KernelArgs& a) {
   const std::string preset = a.kernel.empty() ? a.config : a.kernel;
   fmt::print("{}", engines::load_config(config_name(preset), a.overrides).to_yaml());
   return 0;
@@ -806,24 +843,44 @@ int cmd_config(const Args& a) {
 
 int main(int argc, char** argv) {
   try {
-    if (argc >= 2 && (std::string(argv[1]) == "--version" || std::string(argv[1]) == "version")) {
+    CLI::App app("", "nsim");
+    Parsed p;
+    build_cli(app, p);
+    const std::string first = argc >= 2 ? argv[1] : "";
+    if (argc < 2 || first == "help") {  // `nsim` alone is a usage error that shows the help
+      fmt::print("{}", app.help());
+      return argc < 2 ? 2 : 0;
+    }
+    if (first == "version") {
       fmt::print("nsim {}\n", NSIM_VERSION);
       return 0;
     }
-    if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" || std::string(argv[1]) == "help") {
-      fmt::print("{}", kMainHelp);
-      return argc < 2 ? 2 : 0;
+    std::vector<std::string> names, close;
+    for (const CLI::App* c : app.get_subcommands({})) {
+      names.push_back(c->get_name());
+      if (sim::edit_distance(first, c->get_name()) <= 2) close.push_back(fmt::format("'{}'", c->get_name()));
     }
-    if (std::string(argv[1]) == "plot") return cmd_python(argc, argv, kPlotHelp);  // its options are nsim.plot's
-    if (std::string(argv[1]) == "sweep") return cmd_python(argc, argv, kSweepHelp);  // nsim.sweep's
-    const Args a = parse_args(argc, argv);
-    if (a.command == "run") return a.help ? (fmt::print("{}", kRunHelp), 0) : cmd_run(a);
-    if (a.command == "check") return a.help ? (fmt::print("{}", kCheckHelp), 0) : cmd_check(a);
-    if (a.command == "disasm") return a.help ? (fmt::print("{}", kDisasmHelp), 0) : cmd_disasm(a);
-    if (a.command == "analyze") return a.help ? (fmt::print("{}", kAnalyzeHelp), 0) : cmd_analyze(a);
-    if (a.command == "diff") return a.help ? (fmt::print("{}", kDiffHelp), 0) : cmd_diff(a);
-    if (a.command == "config") return a.help ? (fmt::print("{}", kConfigHelp), 0) : cmd_config(a);
-    usage_error(fmt::format("unknown command '{}'", a.command));
+    if (first[0] != '-' && std::find(names.begin(), names.end(), first) == names.end()) {
+      usage_error(fmt::format("unknown command '{}'{} (commands: {})", first,
+                              close.empty() ? "" : "; did you mean " + sim::join(close, " or ") + "?", sim::join(names)));
+    }
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::Success& e) {  // --help, --version
+      return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+      const auto subs = app.get_subcommands();
+      usage_error(e.what(), subs.empty() ? "" : subs.front()->get_name());
+    }
+    const CLI::App* cmd = app.get_subcommands().front();
+    const std::string name = cmd->get_name();
+    if (name == "run") return cmd_run(p.run);
+    if (name == "check") return cmd_check(p.check);
+    if (name == "disasm") return cmd_disasm(p.disasm);
+    if (name == "analyze") return cmd_analyze(p.analyze);
+    if (name == "diff") return cmd_diff(p.diff);
+    if (name == "config") return cmd_config(p.config);
+    return cmd_python(name, cmd->remaining(), argv[0]);  // plot, sweep
   } catch (const Error& e) {
     fmt::print(stderr, "{}\n", e.what());
     return 2;

@@ -394,14 +394,22 @@ def plot_kernel(kernel, config: str = "trn2", out: str = ".", bins: int = 200) -
     return {"name": name, "roofline": r, "utilisation": avg, "roofline_png": roof_png, "utilisation_png": util_png}
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None, prog: str = "python -m nsim.plot") -> int:
+    """`nsim plot` and `python -m nsim.plot`: this parser is the only declaration of their options."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m nsim.plot",
-                                 description="Write <name>_roofline.png and <name>_utilisation.png for a kernel.json")
+    ap = argparse.ArgumentParser(
+        prog=prog,
+        description="Simulate each kernel timing-only and write <name>_roofline.png and <name>_utilisation.png, "
+                    "with a one-line roofline and utilisation summary per kernel (docs/profiling.md, \"Plots\").",
+        epilog="'nsim plot' runs 'python3 -m nsim.plot' with the same arguments and exits with its status. It needs "
+               "python3 with numpy and matplotlib, and the nsim Python package with its _nsim module: in a build "
+               "tree they are found next to the nsim program (<source>/python and <build>/python are put first on "
+               "PYTHONPATH), otherwise on PYTHONPATH or installed by 'pip install .'. NSIM_PYTHON=/path/to/python "
+               "picks another interpreter.")
     ap.add_argument("kernel", nargs="+", help="kernel.json file(s)")
     ap.add_argument("--config", default="trn2", help="configuration name or YAML (default trn2)")
-    ap.add_argument("--out", default=".", help="output directory (default .)")
+    ap.add_argument("--out", default=".", help="output directory, created if missing (default .)")
     ap.add_argument("--bins", type=int, default=200, help="time bins of the utilisation plot (default 200)")
     args = ap.parse_args(argv)
     rc = 0

@@ -267,11 +267,20 @@ def _parse_grid(items: Sequence[str]) -> Dict[str, List[str]]:
     return grid
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None, prog: str = "python -m nsim.sweep") -> int:
+    """`nsim sweep` and `python -m nsim.sweep`: this parser is the only declaration of their options."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m nsim.sweep",
-                                 description="Simulate kernel.json files over a grid of configuration values.")
+    ap = argparse.ArgumentParser(
+        prog=prog,
+        description="Simulate each kernel timing-only at every point of the grid (the product of the -g keys' "
+                    "values: any configuration keys, e.g. -g hbm.bw=181.25GB/s,362.5GB/s,725GB/s -g "
+                    "sbuf.bytes_per_partition=96KiB,192KiB), in parallel worker processes, and write one row per "
+                    "(kernel, point): the values, status (ok, or the error code of a kernel that does not fit), the "
+                    "bound verdict, the time and the bound stats (docs/profiling.md, \"What-if sweeps\").",
+        epilog="'nsim sweep' runs 'python3 -m nsim.sweep' with the same arguments (as 'nsim plot' runs nsim.plot: "
+               "the same PYTHONPATH and NSIM_PYTHON rules). Kernel parameters can be swept from Python: "
+               "nsim.sweep.sweep().")
     ap.add_argument("kernel", nargs="+", help="kernel.json file(s)")
     ap.add_argument("-g", "--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                     help="a configuration key and its values (repeat for more keys: the grid is their product)")

@@ -1,7 +1,9 @@
 // Scheduling behaviour: overlap of independent engines, serialisation of dependency chains,
 // preset switching, and bad input through the Simulator.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -327,16 +329,15 @@ TEST_CASE("the trace has one track per engine and DMA queue and slice durations 
   for (const char* track : {"\"tensor\"", "\"vector\"", "\"scalar\"", "\"gpsimd\"", "\"sync\"", "\"dma.e0\"", "\"dma.e15\"",
                             "\"qSyncIO3\""})
     CHECK(text.find(track) != std::string::npos);
-  CHECK(text.find("\"src\": \"k.py:7 (k)\"") != std::string::npos);
+  const nlohmann::json events = nlohmann::json::parse(text)["traceEvents"];
+  CHECK(std::any_of(events.begin(), events.end(), [](const nlohmann::json& e) {
+    return e["ph"] == "X" && e["args"].value("src", "") == "k.py:7 (k)";
+  }));
   // Sum "dur" of X events per tid (tid 1 = vector, 2 = scalar) and compare with the stats.
   auto sum_dur = [&](int tid) {
     double sum = 0;
-    // Slices only ("ph": "X"): flow-arrow events carry a tid and a ts but no duration.
-    const std::string key = "\"ph\": \"X\", \"pid\": 1, \"tid\": " + std::to_string(tid) + ", \"ts\": ";
-    for (size_t p = text.find(key); p != std::string::npos; p = text.find(key, p + 1)) {
-      const size_t d = text.find("\"dur\": ", p);
-      sum += std::stod(text.substr(d + 7));
-    }
+    for (const auto& e : events)  // slices only: flow-arrow events carry a tid and a ts but no duration
+      if (e["ph"] == "X" && e["tid"] == tid) sum += e["dur"].get<double>();
     return sum * 1000.0;  // us -> ns
   };
   CHECK(sum_dur(1) == Approx(st.get("engine.vector.instruction_time")).epsilon(1e-6));

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "sim/error.h"
+#include "sim/json_out.h"
 #include "sim/stats.h"
 #include "sim/trace.h"
 
@@ -22,7 +26,8 @@ namespace {
 using nsim::Error;
 using nsim::ErrorCode;
 using nsim::sim::ChromeTraceWriter;
-using nsim::sim::json_escape;
+using nsim::sim::dump_json;
+using nsim::sim::Json;
 using nsim::sim::StatsRegistry;
 using nsim::sim::TraceSlice;
 namespace fs = std::filesystem;
@@ -166,6 +171,27 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
+/// A trace file's text with a space after every ':' and ',' outside strings (the writer's output is
+/// compact), so that the checks below can look for `"key": value` pairs.
+std::string read_trace(const fs::path& p) {
+  const std::string text = read_file(p);
+  std::string out;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    out += c;
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == ':' || c == ',') {
+      out += ' ';
+    }
+  }
+  return out;
+}
+
 /// A unique temp file path, removed on destruction.
 struct TempFile {
   fs::path path;
@@ -181,7 +207,7 @@ struct TempFile {
   }
 };
 
-/// Values of `"key": <number>` in order of appearance, for lines that contain `"ph": "X"`.
+/// Values of `"key": <value>` (ts and dur with 6 decimals) in order of appearance, for lines that contain `"ph": "X"`.
 std::vector<std::string> x_field(const std::string& text, const std::string& key) {
   std::vector<std::string> out;
   std::istringstream in(text);
@@ -201,7 +227,8 @@ std::vector<std::string> x_field(const std::string& text, const std::string& key
     } else {
       size_t f = e;
       while (f < line.size() && line[f] != ',' && line[f] != '}') ++f;
-      out.push_back(line.substr(e, f - e));
+      const std::string num = line.substr(e, f - e);  // times as the microseconds they are, to the ps
+      out.push_back(key == "ts" || key == "dur" ? fmt::format("{:.6f}", std::stod(num)) : num);
     }
   }
   return out;
@@ -267,23 +294,23 @@ TEST_CASE("StatsRegistry::get of an unknown name throws kInternal", "[sim][stats
 TEST_CASE("StatsRegistry::to_json nests dotted names", "[sim][stats]") {
   const StatsRegistry r = three_entries();
   const std::string j = r.to_json();
-  const std::string expected =
-      "{\n"
-      "  \"engine\": {\n"
-      "    \"vector\": {\n"
-      "      \"active_time\": {\"value\": 1500, \"unit\": \"ns\", \"description\": \"VectorE active\"}\n"
-      "    },\n"
-      "    \"scalar\": {\n"
-      "      \"busy\": {\"value\": 2.5, \"unit\": \"%\", \"description\": \"ScalarE busy\"}\n"
-      "    }\n"
-      "  },\n"
-      "  \"total_time\": {\"value\": 42, \"unit\": \"ns\", \"description\": \"end to end\"}\n"
-      "}\n";
-  CHECK(j == expected);
-  CHECK(j.find("\"engine\": {") != std::string::npos);
-  CHECK(j.find("\"vector\": {") != std::string::npos);
-  CHECK(j.find("\"engine.vector") == std::string::npos);  // no flat dotted keys
   CHECK(valid_json(j));
+  CHECK(j.back() == '\n');
+  CHECK(j.find("\"engine.vector") == std::string::npos);  // no flat dotted keys
+  const Json d = Json::parse(j);
+  // Members in order of first appearance; leaves are {"value", "unit", "description"}.
+  const auto keys = [](const Json& o) {
+    std::vector<std::string> k;
+    for (const auto& [key, v] : o.items()) k.push_back(key);
+    return k;
+  };
+  CHECK(keys(d) == std::vector<std::string>{"engine", "total_time"});
+  CHECK(keys(d["engine"]) == std::vector<std::string>{"vector", "scalar"});
+  CHECK(keys(d["engine"]["vector"]["active_time"]) == std::vector<std::string>{"value", "unit", "description"});
+  CHECK(d["engine"]["vector"]["active_time"] == Json{{"value", 1500}, {"unit", "ns"}, {"description", "VectorE active"}});
+  CHECK(d["engine"]["scalar"]["busy"]["value"] == 2.5);
+  CHECK(d["total_time"] == Json{{"value", 42}, {"unit", "ns"}, {"description", "end to end"}});
+  CHECK(j.find("\"value\": 1500,") != std::string::npos);  // integral values print as integers
 }
 
 TEST_CASE("StatsRegistry::to_json without descriptions, escaping, non-finite values", "[sim][stats]") {
@@ -292,17 +319,24 @@ TEST_CASE("StatsRegistry::to_json without descriptions, escaping, non-finite val
   r.add("a.c", std::numeric_limits<double>::quiet_NaN(), "ns", "not a number");
   r.add("a.d", -7, "count", "back\\slash\nnewline");
   r.add("e", 1e20, "flops", "");
+  r.add("a.b.inner", 1, "count", "under a leaf: dropped, the leaf is kept");
   const std::string with = r.to_json(true);
   CHECK(valid_json(with));
   CHECK(with.find("desc \\\"quoted\\\"") != std::string::npos);
-  CHECK(with.find("\"c\": {\"value\": null") != std::string::npos);
-  CHECK(with.find("\"d\": {\"value\": -7,") != std::string::npos);
-  CHECK(with.find("\"value\": 0.125") != std::string::npos);
+  const Json d = Json::parse(with);
+  CHECK(d["a"]["b"]["description"] == "desc \"quoted\"");
+  CHECK(d["a"]["c"]["value"].is_null());
+  CHECK(d["a"]["d"]["value"] == -7);
+  CHECK(d["a"]["d"]["value"].is_number_integer());
+  CHECK(d["a"]["d"]["description"] == "back\\slash\nnewline");
+  CHECK(d["a"]["b"]["value"] == 0.125);
+  CHECK(d["e"]["value"] == 1e20);
+  CHECK_FALSE(d["a"]["b"].contains("inner"));
 
   const std::string without = r.to_json(false);
   CHECK(valid_json(without));
   CHECK(without.find("description") == std::string::npos);
-  CHECK(without.find("\"b\": {\"value\": 0.125, \"unit\": \"bytes\"}") != std::string::npos);
+  CHECK(Json::parse(without)["a"]["b"] == Json{{"value", 0.125}, {"unit", "bytes"}});
 
   StatsRegistry empty;
   CHECK(valid_json(empty.to_json()));
@@ -330,22 +364,22 @@ TEST_CASE("StatsRegistry::to_text prints aligned lines", "[sim][stats]") {
 }
 
 // ------------------------------------------------------------------------------------------------
-// json_escape
+// dump_json (every JSON output goes through it or nlohmann's serializer)
 
-TEST_CASE("json_escape escapes quotes, backslashes and control characters", "[sim][trace]") {
-  CHECK(json_escape("plain text") == "plain text");
-  CHECK(json_escape("a\"b") == "a\\\"b");
-  CHECK(json_escape("a\\b") == "a\\\\b");
-  CHECK(json_escape("l1\nl2") == "l1\\u000al2");
-  CHECK(json_escape(std::string("\x01\t\x1f", 3)) == "\\u0001\\u0009\\u001f");
-  CHECK(json_escape(std::string("nul\0x", 5)) == "nul\\u0000x");
-  CHECK(json_escape("\x7f") == "\x7f");           // DEL is legal in JSON strings
-  CHECK(json_escape("caf\xc3\xa9") == "caf\xc3\xa9");  // UTF-8 passes through
-  CHECK(json_escape("") == "");
-  std::string quoted(1, '"');
-  quoted += json_escape("q\" b\\ c\n d\x02 \xc3\xa9");
-  quoted += '"';
-  CHECK(valid_json(quoted));
+TEST_CASE("dump_json escapes quotes, backslashes and control characters and replaces invalid UTF-8", "[sim][trace]") {
+  auto str = [](const std::string& s) { return dump_json(Json(s)); };
+  CHECK(str("plain text") == "\"plain text\"");
+  CHECK(str("a\"b") == "\"a\\\"b\"");
+  CHECK(str("a\\b") == "\"a\\\\b\"");
+  CHECK(str("l1\nl2") == "\"l1\\nl2\"");
+  CHECK(str(std::string("nul\0x", 5)) == "\"nul\\u0000x\"");
+  CHECK(str("caf\xc3\xa9") == "\"caf\xc3\xa9\"");  // UTF-8 passes through
+  CHECK(str("bad \xff byte") == "\"bad \xef\xbf\xbd byte\"");  // U+FFFD instead of an exception
+  CHECK(valid_json(str("q\" b\\ c\n d\x02 \xc3\xa9")));
+  CHECK(dump_json(Json{{"b", 1}, {"a", nsim::sim::json_number(2.5)}}) == "{\"b\":1,\"a\":2.5}");  // insertion order
+  CHECK(nsim::sim::json_number(std::nan("")).is_null());
+  CHECK(nsim::sim::json_number(3.0).is_number_integer());
+  CHECK(dump_json(nsim::sim::json_ns(1.23456789)) == "1.235");
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -357,14 +391,14 @@ TEST_CASE("ChromeTraceWriter writes sorted slices with metadata in microseconds"
     ChromeTraceWriter w(tf.path.string(), "Core \"0\"");
     w.declare_track(0, "vector");
     w.declare_track(3, "dma \"q0\"");
-    w.slice(TraceSlice{0, 3'000'000, 500'000, "c", ""});
-    w.slice(TraceSlice{3, 1'500'000, 250'000, "b", "\"src\": \"a.py:3\""});
-    w.slice(TraceSlice{0, 1'000'000, 1, "a", ""});
+    w.slice(TraceSlice{0, 3'000'000, 500'000, "c", {}});
+    w.slice(TraceSlice{3, 1'500'000, 250'000, "b", {nsim::sim::TraceArg::string("src", "a.py:3")}});
+    w.slice(TraceSlice{0, 1'000'000, 1, "a", {}});
     CHECK(w.slices_written() == 0);  // nothing flushed before a watermark
     w.watermark(2'000'000);
     CHECK(w.slices_written() == 2);  // a and b start before 2 us
     // A later slice that starts before the buffered one must still come out in order.
-    w.slice(TraceSlice{3, 2'500'000, 1'000, "d \"x\"", ""});
+    w.slice(TraceSlice{3, 2'500'000, 1'000, "d \"x\"", {}});
     w.watermark(2'000'000);  // repeated watermark: nothing new
     CHECK(w.slices_written() == 2);
     w.finish();
@@ -372,7 +406,7 @@ TEST_CASE("ChromeTraceWriter writes sorted slices with metadata in microseconds"
     w.finish();  // idempotent
     CHECK(w.slices_written() == 4);
   }
-  const std::string text = read_file(tf.path);
+  const std::string text = read_trace(tf.path);
   INFO(text);
   REQUIRE_FALSE(text.empty());
   CHECK(text.rfind("{\"displayTimeUnit\"", 0) == 0);
@@ -386,7 +420,7 @@ TEST_CASE("ChromeTraceWriter writes sorted slices with metadata in microseconds"
   CHECK(x_field(text, "ts") == std::vector<std::string>{"1.000000", "1.500000", "2.500000", "3.000000"});
   CHECK(x_field(text, "dur") == std::vector<std::string>{"0.000001", "0.250000", "0.001000", "0.500000"});
   CHECK(x_field(text, "tid") == std::vector<std::string>{"0", "3", "3", "0"});
-  CHECK(text.find("\"ts\": 1.500000") != std::string::npos);
+  CHECK(text.find("\"ts\": 1.5,") != std::string::npos);
   CHECK(text.find("\"args\": {\"src\": \"a.py:3\"}") != std::string::npos);
   CHECK(text.find("\"name\": \"d \\\"x\\\"\"") != std::string::npos);
   // Every metadata record precedes the first slice.
@@ -399,12 +433,12 @@ TEST_CASE("ChromeTraceWriter orders equal starts by track and flushes on destruc
     ChromeTraceWriter w(tf.path.string());
     w.declare_track(1, "scalar");
     w.declare_track(2, "gpsimd");
-    w.slice(TraceSlice{2, 5'000, 10, "g", ""});
-    w.slice(TraceSlice{1, 5'000, 10, "s", ""});
-    w.slice(TraceSlice{1, 4'000, 10, "s0", ""});
+    w.slice(TraceSlice{2, 5'000, 10, "g", {}});
+    w.slice(TraceSlice{1, 5'000, 10, "s", {}});
+    w.slice(TraceSlice{1, 4'000, 10, "s0", {}});
     // no finish(): the destructor must close the document
   }
-  const std::string text = read_file(tf.path);
+  const std::string text = read_trace(tf.path);
   INFO(text);
   CHECK(valid_json(text));
   CHECK(x_field(text, "name") == std::vector<std::string>{"s0", "s", "g"});
@@ -419,13 +453,13 @@ TEST_CASE("ChromeTraceWriter: 1000 shuffled slices come out sorted", "[sim][trac
     w.declare_track(0, "t");
     // Slices arrive in blocks of 10, each block reversed; the watermark trails one block behind.
     for (int blk = 0; blk < 100; ++blk) {
-      for (int k = 9; k >= 0; --k) w.slice(TraceSlice{0, (blk * 10 + k) * 1'000'000LL, 1'000, "s", ""});
+      for (int k = 9; k >= 0; --k) w.slice(TraceSlice{0, (blk * 10 + k) * 1'000'000LL, 1'000, "s", {}});
       w.watermark(blk * 10 * 1'000'000LL);
     }
     w.finish();
     CHECK(w.slices_written() == 1000);
   }
-  const std::string text = read_file(tf.path);
+  const std::string text = read_trace(tf.path);
   CHECK(valid_json(text));
   const auto ts = x_field(text, "ts");
   REQUIRE(ts.size() == 1000);
@@ -442,11 +476,11 @@ TEST_CASE("ChromeTraceWriter bounds its reorder buffer when no watermark comes",
   {
     ChromeTraceWriter w(tf.path.string());
     w.declare_track(0, "t");
-    for (int64_t i = 0; i < n; ++i) w.slice(TraceSlice{0, i * 1'000, 500, "s", ""});
+    for (int64_t i = 0; i < n; ++i) w.slice(TraceSlice{0, i * 1'000, 500, "s", {}});
     CHECK(w.slices_written() == ChromeTraceWriter::kMaxPending / 2);  // written before finish()
     CHECK(w.slices_out_of_order() == 0);
     // A slice earlier than the ones written: written out of order, and counted.
-    w.slice(TraceSlice{0, 0, 1, "late", ""});
+    w.slice(TraceSlice{0, 0, 1, "late", {}});
     w.finish();
     CHECK(w.slices_written() == static_cast<uint64_t>(n) + 1);
     CHECK(w.slices_out_of_order() == 1);
@@ -541,18 +575,18 @@ TEST_CASE("ChromeTraceWriter max_slices keeps the earliest slices in time order"
     w.declare_track(0, "vector");
     w.declare_track(1, "scalar");
     // Out of order within the reorder buffer: the limit applies after sorting.
-    w.slice(TraceSlice{1, 3'000, 10, "s3", ""});
-    w.slice(TraceSlice{0, 5'000, 10, "s5", ""});
-    w.slice(TraceSlice{0, 1'000, 10, "s1", ""});
-    w.slice(TraceSlice{1, 2'000, 10, "s2", ""});
+    w.slice(TraceSlice{1, 3'000, 10, "s3", {}});
+    w.slice(TraceSlice{0, 5'000, 10, "s5", {}});
+    w.slice(TraceSlice{0, 1'000, 10, "s1", {}});
+    w.slice(TraceSlice{1, 2'000, 10, "s2", {}});
     w.watermark(2'500);  // writes s1, s2
     CHECK(w.slices_written() == 2);
-    w.slice(TraceSlice{0, 2'600, 10, "s2b", ""});  // later than the watermark but before s3
-    w.slice(TraceSlice{1, 9'000, 10, "s9", ""});
+    w.slice(TraceSlice{0, 2'600, 10, "s2b", {}});  // later than the watermark but before s3
+    w.slice(TraceSlice{1, 9'000, 10, "s9", {}});
     w.watermark(4'000);  // writes s2b, s3: the limit is reached
     CHECK(w.slices_written() == 4);
     CHECK(w.slices_dropped() == 0);
-    for (int k = 0; k < 5; ++k) w.slice(TraceSlice{k % 2, 10'000 + k, 10, "late", ""});  // dropped at once
+    for (int k = 0; k < 5; ++k) w.slice(TraceSlice{k % 2, 10'000 + k, 10, "late", {}});  // dropped at once
     CHECK(w.slices_dropped_by_limit() == 5);
     w.finish();
     CHECK(w.slices_written() == 4);
@@ -560,7 +594,7 @@ TEST_CASE("ChromeTraceWriter max_slices keeps the earliest slices in time order"
     CHECK(w.slices_dropped_by_window() == 0);
     CHECK(w.slices_dropped() == 7);
   }
-  const std::string text = read_file(tf.path);
+  const std::string text = read_trace(tf.path);
   INFO(text);
   CHECK(valid_json(text));
   CHECK(x_field(text, "name") == std::vector<std::string>{"s1", "s2", "s2b", "s3"});
@@ -575,7 +609,7 @@ TEST_CASE("ChromeTraceWriter max_slices keeps the earliest slices in time order"
   CHECK(inst.find("\"dropped_by_window\": 0") != std::string::npos);
   CHECK(inst.find("\"max_slices\": 4") != std::string::npos);
   CHECK(inst.find("\"window_end_ns\": null") != std::string::npos);
-  CHECK(inst.find("\"ts\": 0.005000") != std::string::npos);  // the first slice missing (s5)
+  CHECK(inst.find("\"ts\": 0.005,") != std::string::npos);  // the first slice missing (s5)
   CHECK(text.rfind("\"ph\": \"i\"") > text.rfind("\"ph\": \"X\""));  // reported at the end
 }
 
@@ -587,12 +621,12 @@ TEST_CASE("ChromeTraceWriter max_slices without watermarks, and equal to the sli
     {
       ChromeTraceWriter w(tf.path.string(), "NeuronCore", f);
       w.declare_track(0, "t");
-      for (int k = 9; k >= 0; --k) w.slice(TraceSlice{0, k * 1'000'000LL, 5, sname(k), ""});
+      for (int k = 9; k >= 0; --k) w.slice(TraceSlice{0, k * 1'000'000LL, 5, sname(k), {}});
       w.finish();
       CHECK(w.slices_written() == std::min<uint64_t>(limit, 10));
       CHECK(w.slices_dropped() == 10 - std::min<uint64_t>(limit, 10));
     }
-    const std::string text = read_file(tf.path);
+    const std::string text = read_trace(tf.path);
     INFO(text);
     CHECK(valid_json(text));
     const auto names = x_field(text, "name");
@@ -612,22 +646,22 @@ TEST_CASE("ChromeTraceWriter time window keeps overlapping slices whole", "[sim]
     ChromeTraceWriter w(tf.path.string(), "NeuronCore", TraceFilter::from_ns(0, 10, 30));
     w.declare_track(0, "a");
     w.declare_track(1, "b");
-    w.slice(TraceSlice{0, 0, 10'000, "before_touching", ""});  // [0, 10) ns ends at the start: dropped
-    w.slice(TraceSlice{1, 5'000, 10'000, "straddles_start", ""});  // [5, 15): kept whole
-    w.slice(TraceSlice{0, 10'000, 10'000, "inside", ""});
-    w.slice(TraceSlice{1, 10'000, 0, "zero_at_start", ""});
+    w.slice(TraceSlice{0, 0, 10'000, "before_touching", {}});  // [0, 10) ns ends at the start: dropped
+    w.slice(TraceSlice{1, 5'000, 10'000, "straddles_start", {}});  // [5, 15): kept whole
+    w.slice(TraceSlice{0, 10'000, 10'000, "inside", {}});
+    w.slice(TraceSlice{1, 10'000, 0, "zero_at_start", {}});
     w.watermark(12'000);
-    w.slice(TraceSlice{0, 25'000, 50'000, "straddles_end", ""});  // [25, 75): kept whole
-    w.slice(TraceSlice{1, 30'000, 1'000, "at_end", ""});         // starts at the exclusive end: dropped
-    w.slice(TraceSlice{1, 30'000, 0, "zero_at_end", ""});        // dropped
-    w.slice(TraceSlice{0, 40'000, 1'000, "after", ""});          // dropped
+    w.slice(TraceSlice{0, 25'000, 50'000, "straddles_end", {}});  // [25, 75): kept whole
+    w.slice(TraceSlice{1, 30'000, 1'000, "at_end", {}});         // starts at the exclusive end: dropped
+    w.slice(TraceSlice{1, 30'000, 0, "zero_at_end", {}});        // dropped
+    w.slice(TraceSlice{0, 40'000, 1'000, "after", {}});          // dropped
     w.finish();
     CHECK(w.slices_written() == 4);
     CHECK(w.slices_dropped_by_window() == 4);
     CHECK(w.slices_dropped_by_limit() == 0);
     CHECK(w.slices_dropped() == 4);
   }
-  const std::string text = read_file(tf.path);
+  const std::string text = read_trace(tf.path);
   INFO(text);
   CHECK(valid_json(text));
   CHECK(x_field(text, "name") == std::vector<std::string>{"straddles_start", "inside", "zero_at_start", "straddles_end"});
@@ -636,9 +670,9 @@ TEST_CASE("ChromeTraceWriter time window keeps overlapping slices whole", "[sim]
   const std::string inst = instant_line(text);
   REQUIRE_FALSE(inst.empty());
   CHECK(inst.find("\"name\": \"partial trace: 4 slices dropped (0 by limit, 4 by window)\"") != std::string::npos);
-  CHECK(inst.find("\"window_start_ns\": 10.000") != std::string::npos);
-  CHECK(inst.find("\"window_end_ns\": 30.000") != std::string::npos);
-  CHECK(inst.find("\"ts\": 0.010000") != std::string::npos);  // at the window start
+  CHECK(inst.find("\"window_start_ns\": 10") != std::string::npos);
+  CHECK(inst.find("\"window_end_ns\": 30") != std::string::npos);
+  CHECK(inst.find("\"ts\": 0.01,") != std::string::npos);  // at the window start
 }
 
 TEST_CASE("ChromeTraceWriter window and limit together count separately", "[sim][trace]") {
@@ -647,13 +681,13 @@ TEST_CASE("ChromeTraceWriter window and limit together count separately", "[sim]
     TraceFilter f = TraceFilter::from_ns(3, 100, 0);  // from 100 ns on, at most 3 slices
     ChromeTraceWriter w(tf.path.string(), "NeuronCore", f);
     w.declare_track(0, "t");
-    for (int k = 0; k < 20; ++k) w.slice(TraceSlice{0, k * 10'000LL, 10'000, sname(k), ""});
+    for (int k = 0; k < 20; ++k) w.slice(TraceSlice{0, k * 10'000LL, 10'000, sname(k), {}});
     w.finish();
     CHECK(w.slices_written() == 3);
     CHECK(w.slices_dropped_by_window() == 10);  // s0..s9 end at or before 100 ns
     CHECK(w.slices_dropped_by_limit() == 7);    // s13..s19
   }
-  const std::string text = read_file(tf.path);
+  const std::string text = read_trace(tf.path);
   INFO(text);
   CHECK(valid_json(text));
   CHECK(x_field(text, "name") == std::vector<std::string>{"s10", "s11", "s12"});
@@ -670,7 +704,7 @@ TEST_CASE("ChromeTraceWriter with zero slices writes valid JSON", "[sim][trace]"
       CHECK(w.slices_written() == 0);
       CHECK(w.slices_dropped() == 0);
     }
-    const std::string text = read_file(tf.path);
+    const std::string text = read_trace(tf.path);
     INFO(text);
     CHECK(valid_json(text));
     CHECK(x_field(text, "name").empty());
@@ -679,7 +713,7 @@ TEST_CASE("ChromeTraceWriter with zero slices writes valid JSON", "[sim][trace]"
   SECTION("no tracks, destructor only") {
     TempFile tf("trace_empty_dtor");
     { ChromeTraceWriter w(tf.path.string(), "x", TraceFilter::from_ns(5, 0, 0)); }
-    const std::string text = read_file(tf.path);
+    const std::string text = read_trace(tf.path);
     INFO(text);
     CHECK(valid_json(text));
     CHECK(instant_line(text).find("\"slices_written\": 0, \"slices_dropped\": 0") != std::string::npos);
@@ -689,12 +723,12 @@ TEST_CASE("ChromeTraceWriter with zero slices writes valid JSON", "[sim][trace]"
     {
       ChromeTraceWriter w(tf.path.string(), "NeuronCore", TraceFilter::from_ns(0, 1e6, 2e6));
       w.declare_track(0, "t");
-      for (int k = 0; k < 50; ++k) w.slice(TraceSlice{0, k * 1'000LL, 1'000, "s", "\"src\": \"k.py:1\""});
+      for (int k = 0; k < 50; ++k) w.slice(TraceSlice{0, k * 1'000LL, 1'000, "s", {nsim::sim::TraceArg::string("src", "k.py:1")}});
       w.finish();
       CHECK(w.slices_written() == 0);
       CHECK(w.slices_dropped_by_window() == 50);
     }
-    const std::string text = read_file(tf.path);
+    const std::string text = read_trace(tf.path);
     INFO(text);
     CHECK(valid_json(text));
     CHECK(count_of(text, "\"ph\": \"X\"") == 0);
