@@ -199,6 +199,7 @@ void add_kernel_options(CLI::App* cmd, KernelArgs& a, const char* positional = "
   cmd->add_option("-p,--param", a.overrides, "override one config key (repeatable), e.g. -p hbm.bw=725GB/s")
       ->option_text("KEY=VALUE")
       ->expected(1)
+      ->allow_extra_args(false)  // one value per -p: `-p k=v kernel.json` leaves the kernel alone
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
@@ -343,6 +344,7 @@ void build_cli(CLI::App& app, Parsed& p) {
   diff->add_option("-P,--param-b", d.overrides_b, "override for side B only, after -p (a what-if: -P hbm.bw=725GB/s)")
       ->option_text("KEY=VALUE")
       ->expected(1)
+      ->allow_extra_args(false)  // one value per -p: `-p k=v kernel.json` leaves the kernel alone
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   add_count(diff, "--lines", d.lines, "source lines shown, largest change first [default: 20]");
   diff->add_option("--json", d.json, "also write the comparison as JSON ('-' = stdout instead of the text)")
@@ -860,6 +862,10 @@ int main(int argc, char** argv) {
       names.push_back(c->get_name());
       if (sim::edit_distance(first, c->get_name()) <= 2) close.push_back(fmt::format("'{}'", c->get_name()));
     }
+    if (first[0] == '-' && first != "-h" && first != "--help" && first != "--version")
+      usage_error(fmt::format("unknown option '{}': options follow the command, as in 'nsim run kernel.json {}' "
+                              "(commands: {})",
+                              first, first, sim::join(names)));
     if (first[0] != '-' && std::find(names.begin(), names.end(), first) == names.end()) {
       usage_error(fmt::format("unknown command '{}'{} (commands: {})", first,
                               close.empty() ? "" : "; did you mean " + sim::join(close, " or ") + "?", sim::join(names)));

@@ -213,3 +213,117 @@ def test_python_m_nsim_help_and_finding_the_cli_outside_a_venv(tmp_path, monkeyp
     real = sysconfig.get_path
     monkeypatch.setattr(sysconfig, "get_path", lambda name, *a, **k: str(scripts) if name == "scripts" else real(name, *a, **k))
     assert m._find_cli() == str(exe)
+
+
+# ---- the CLI11 declarations: one per command, its options and its help (issue 15)
+
+COMMAND_OPTIONS = {
+    "run": ["-c,--config NAME|FILE", "-p,--param KEY=VALUE", "--inputs DIR|FILE", "--seed N", "--outputs DIR",
+            "--raw-outputs", "--trace FILE", "--trace-limit N", "--trace-window START_NS:END_NS", "--stats FILE",
+            "--stats-table", "--timing-only", "--check", "--max-instructions N", "--max-sim-time T", "-q,--quiet",
+            "--instructions FILE", "--dma FILE"],
+    "check": ["-c,--config NAME|FILE", "-p,--param KEY=VALUE"],
+    "disasm": ["-c,--config NAME|FILE", "-p,--param KEY=VALUE", "--limit N"],
+    "analyze": ["-c,--config NAME|FILE", "-p,--param KEY=VALUE", "--json FILE", "--lines N"],
+    "diff": ["-c,--config NAME|FILE", "-p,--param KEY=VALUE", "--config-b NAME|FILE", "-P,--param-b KEY=VALUE",
+             "--lines N", "--json FILE"],
+    "config": ["-c,--config NAME|FILE", "-p,--param KEY=VALUE"],
+}
+
+
+@pytest.mark.parametrize("cmd", sorted(COMMAND_OPTIONS))
+def test_each_command_help_lists_its_own_options(cmd):
+    r = nsim(cmd, "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: nsim " + cmd), r.stdout
+    for opt in COMMAND_OPTIONS[cmd]:
+        assert "  " + opt in r.stdout, (cmd, opt)
+    # and only its own: an option of another command is not listed
+    others = {o.split()[0] for c, opts in COMMAND_OPTIONS.items() if c != cmd for o in opts}
+    for opt in others - {o.split()[0] for o in COMMAND_OPTIONS[cmd]}:
+        assert "  " + opt + " " not in r.stdout and "  " + opt + "\n" not in r.stdout, (cmd, opt)
+
+
+def test_main_help_lists_every_command():
+    r = nsim("--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: nsim")
+    for cmd in list(COMMAND_OPTIONS) + ["plot", "sweep"]:
+        assert re.search(r"^  {}\s+\S".format(cmd), r.stdout, re.M), cmd
+
+
+@pytest.mark.parametrize("args, says", [
+    (["check", "K", "--trace", "t.json"], "nsim check --help"),       # an option of `run` only
+    (["disasm", "K", "--json", "-"], "nsim disasm --help"),           # of analyze and diff only
+    (["run", "K", "--limit", "3"], "nsim run --help"),                # of disasm only
+    (["run", "K", "--bogus"], "--bogus"),
+    (["run", "K", "K"], "not expected"),
+    (["run", "K", "-p"], "--param"),
+    (["run", "K", "--seed", "-1"], "--seed expects a non-negative integer"),
+    (["run", "K", "--seed", "0x10"], "--seed expects a non-negative integer"),
+    (["diff", "K"], "B is required"),
+    (["--bogus"], "unknown option '--bogus'"),
+    (["rn", "K"], "did you mean 'run'"),
+])
+def test_bad_usage_is_e414_exit_2_naming_the_command(kernel, args, says):
+    r = nsim(*[kernel if a == "K" else a for a in args])
+    assert r.returncode == 2, (args, r.stdout, r.stderr)
+    assert r.stderr.startswith("NSIM-E414: ") and says in r.stderr, (args, r.stderr)
+
+
+def test_repeated_options_accumulate_and_values_may_follow_the_positionals(kernel):
+    r = nsim("config", "-p", "hbm.bw=725GB/s", "trn1", "-p", "dma.engine_bw=10GB/s")
+    assert r.returncode == 0, r.stderr
+    assert "name: trn1" in r.stdout and "725GB/s" in r.stdout and "10GB/s" in r.stdout
+    r = nsim("run", "-p", "hbm.bw=725GB/s", kernel, "--timing-only", "--seed", "1", "--seed", "2")  # last wins
+    assert r.returncode == 0, r.stderr
+
+
+def _keys(d):
+    return list(d.keys())
+
+
+def test_json_outputs_keep_their_keys(tmp_path, kernel):
+    """The JSON files the CLI writes (now through nlohmann/json) parse with Python's json and keep the
+    keys, in the order, that nsim.Profile, nsim.analysis, nsim.plot and nsim diff read."""
+    stats, trace = tmp_path / "s.json", tmp_path / "t.json"
+    r = nsim("run", kernel, "--stats", stats, "--trace", trace, "--timing-only")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(stats.read_text())
+    assert _keys(s) == ["kernel", "config", "timing_only", "instructions", "lines", "stats"]
+    assert s["timing_only"] is True and isinstance(s["instructions"], int)
+    assert all(_keys(l) == ["src", "instructions", "instruction_time_ns"] for l in s["lines"]) and s["lines"]
+    leaf = s["stats"]["engine"]["vector"]["active_time"]
+    assert _keys(leaf) == ["value", "unit", "description"] and leaf["unit"] == "ns"
+    assert isinstance(s["stats"]["engine"]["vector"]["instruction_count"]["value"], int)
+
+    t = json.loads(trace.read_text())
+    assert _keys(t) == ["displayTimeUnit", "traceEvents"] and t["displayTimeUnit"] == "ns"
+    ev = t["traceEvents"]
+    assert ev[0] == {"ph": "M", "pid": 1, "tid": 0, "name": "process_name", "args": {"name": "NeuronCore (trn2)"}}
+    assert {"ph": "M", "pid": 1, "tid": 1, "name": "thread_name", "args": {"name": "vector"}} in ev
+    x = [e for e in ev if e["ph"] == "X"]
+    assert x and all(_keys(e) == ["ph", "pid", "tid", "ts", "dur", "name", "args"] for e in x)
+    instr = [e for e in x if "opcode" in e["args"]]
+    assert instr and all(_keys(e["args"])[:5] == ["opcode", "instr", "src", "index", "ready_ns"] for e in instr)
+    assert all(_keys(e["args"])[-1] == "bytes" or _keys(e["args"])[-2:] == ["bytes", "flops"] for e in instr)
+    pieces = [e for e in x if "descriptors" in e["args"]]
+    assert pieces and all(_keys(e["args"]) == ["bytes", "descriptors", "queue", "src"] for e in pieces)
+    queues = [e for e in x if "setup_start_ns" in e["args"]]
+    assert queues and all(_keys(e["args"]) == ["bytes", "setup_start_ns", "data_start_ns", "src"] for e in queues)
+
+    r = nsim("analyze", kernel, "--json", "-")
+    assert r.returncode == 0, r.stderr
+    a = json.loads(r.stdout)
+    assert _keys(a) == ["kernel", "config", "total_time_ns", "instructions", "bottleneck", "top_share_percent",
+                        "bounds", "idle", "critical_path", "findings"]
+    assert all(_keys(b) == ["name", "ns", "what"] for b in a["bounds"])
+    assert all(_keys(i) == ["engine", "busy_ns", "wait_ns", "other_wait_ns", "tail_ns", "waited_on"] for i in a["idle"])
+    assert _keys(a["critical_path"]) == ["available", "by_track", "lines"]
+
+    r = nsim("diff", stats, kernel, "--json", "-")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert _keys(d) == ["a", "b", "total_time_ns", "engines", "stats", "lines"]
+    assert _keys(d["a"]) == ["label", "kernel", "config", "instructions"]
+    assert _keys(d["total_time_ns"]) == ["a", "b", "delta", "ratio", "percent"]
+    assert d["total_time_ns"]["delta"] == 0 and d["total_time_ns"]["ratio"] == 1
+    assert all(_keys(l) == ["src", "status", "instruction_time_ns", "instructions"] for l in d["lines"])
