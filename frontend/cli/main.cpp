@@ -189,6 +189,16 @@ class HelpFormatter : public CLI::Formatter {
   std::map<const CLI::App*, std::string> about_;
 };
 
+/// A repeatable KEY=VALUE option (-p, -P): one value per occurrence, so `-p k=v kernel.json` leaves the
+/// kernel alone; the occurrences accumulate in order.
+void add_overrides(CLI::App* cmd, const std::string& names, std::vector<std::string>& out, const std::string& desc) {
+  cmd->add_option(names, out, desc)
+      ->option_text("KEY=VALUE")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
 /// Adds the options every kernel command shares (the file `positional`, --config, -p) to `cmd`.
 void add_kernel_options(CLI::App* cmd, KernelArgs& a, const char* positional = "kernel.json",
                         const char* what = "the kernel to read", bool required = true) {
@@ -196,11 +206,7 @@ void add_kernel_options(CLI::App* cmd, KernelArgs& a, const char* positional = "
   cmd->add_option(positional, a.kernel, what)->required(required)->type_name("");
   cmd->add_option("-c,--config", a.config, "preset (trn1, trn2, trn3, inf2 = trn1) or a YAML file [default: trn2]")
       ->option_text("NAME|FILE");
-  cmd->add_option("-p,--param", a.overrides, "override one config key (repeatable), e.g. -p hbm.bw=725GB/s")
-      ->option_text("KEY=VALUE")
-      ->expected(1)
-      ->allow_extra_args(false)  // one value per -p: `-p k=v kernel.json` leaves the kernel alone
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_overrides(cmd, "-p,--param", a.overrides, "override one config key (repeatable), e.g. -p hbm.bw=725GB/s");
 }
 
 /// A count option (non-negative decimal integer) stored into `out` by parse_count().
@@ -217,6 +223,14 @@ CLI::Option* add_count(CLI::App* cmd, const std::string& names, T& out, const st
           },
           desc)
       ->option_text("N");
+}
+
+/// A command: `summary` is its line in 'nsim --help', `about` the text under its usage line.
+CLI::App* command(CLI::App& app, HelpFormatter& help, const std::string& name, const std::string& summary,
+                  std::string about) {
+  CLI::App* c = app.add_subcommand(name, summary);
+  help.about(c, std::move(about));
+  return c;
 }
 
 /// All option values, one struct per command.
@@ -240,8 +254,8 @@ void build_cli(CLI::App& app, Parsed& p) {
 
   // -- run
   RunArgs& r = p.run;
-  CLI::App* run = app.add_subcommand("run", "simulate a kernel.json: outputs, timing summary, stats, trace");
-  help->about(run, "Simulate the kernel: run its numerics and its timing on one NeuronCore, print a summary.");
+  CLI::App* run = command(app, *help, "run", "simulate a kernel.json: outputs, timing summary, stats, trace",
+                          "Simulate the kernel: run its numerics and its timing on one NeuronCore, print a summary.");
   add_kernel_options(run, r);
   run->add_option("--inputs", r.inputs,
                   "input arrays: a directory of <tensor>.npy files or an .npz (np.savez);\n"
@@ -297,15 +311,13 @@ void build_cli(CLI::App& app, Parsed& p) {
       ->option_text("FILE");
 
   // -- check
-  CLI::App* check = app.add_subcommand("check", "verify a kernel.json without running it");
-  help->about(check, "Parse and verify the kernel for the given generation without running it.");
+  CLI::App* check = command(app, *help, "check", "verify a kernel.json without running it",
+                          "Parse and verify the kernel for the given generation without running it.");
   add_kernel_options(check, p.check);
 
   // -- disasm
-  CLI::App* disasm =
-      app.add_subcommand("disasm", "print the compiled instruction stream (issue order, engines, queues) with source lines");
-  help->about(disasm,
-      "Print the compiled instruction stream: the tiles' SBUF/PSUM placements, then one instruction per line\n"
+  CLI::App* disasm = command(app, *help, "disasm", "print the compiled instruction stream (issue order, engines, queues) with source lines",
+                          "Print the compiled instruction stream: the tiles' SBUF/PSUM placements, then one instruction per line\n"
       "in the order the compiler model issues them (-p compiler.schedule=program_order: the kernel's order),\n"
       "with the engine and DMA queue it chose, its start time and its source location.");
   add_kernel_options(disasm, p.disasm);
@@ -313,10 +325,8 @@ void build_cli(CLI::App& app, Parsed& p) {
 
   // -- analyze
   AnalyzeArgs& an = p.analyze;
-  CLI::App* analyze =
-      app.add_subcommand("analyze", "bottleneck report: bounds, idle time, critical path, findings tied to source lines");
-  help->about(analyze,
-      "Simulate the kernel timing-only and print the report a performance engineer would write: the bounds\n"
+  CLI::App* analyze = command(app, *help, "analyze", "bottleneck report: bounds, idle time, critical path, findings tied to source lines",
+                          "Simulate the kernel timing-only and print the report a performance engineer would write: the bounds\n"
       "(each engine's busy time, the busiest DMA engine, HBM traffic, the dependency chain) and the bound verdict\n"
       "that `nsim run` prints too (a resource, or latency when none is busy analysis.latency_bound_percent of the "
       "time),\nthe critical path, each engine's idle time and what it waited on, and findings (small DMA transfers,\n"
@@ -329,10 +339,8 @@ void build_cli(CLI::App& app, Parsed& p) {
 
   // -- diff
   DiffArgs& d = p.diff;
-  CLI::App* diff =
-      app.add_subcommand("diff", "compare two runs (kernel versions or configs): engines and source lines faster/slower");
-  help->about(diff,
-      "Compare two runs: total time, each engine's active time and instructions, HBM bytes, DMA transfers,\n"
+  CLI::App* diff = command(app, *help, "diff", "compare two runs (kernel versions or configs): engines and source lines faster/slower",
+                          "Compare two runs: total time, each engine's active time and instructions, HBM bytes, DMA transfers,\n"
       "FLOPs and MFU, and every kernel source line (matched by file:line) that got faster or slower. A and B\n"
       "are each a stats JSON ('nsim run --stats') or a kernel.json, which is simulated timing-only.");
   add_kernel_options(diff, d, "A", "side A: a stats JSON or a kernel.json");
@@ -341,11 +349,7 @@ void build_cli(CLI::App& app, Parsed& p) {
   diff->add_option("B", d.kernel_b, "side B")->required()->type_name("");
   diff->add_option("--config-b", d.config_b, "configuration of side B instead (e.g. --config trn1 --config-b trn2)")
       ->option_text("NAME|FILE");
-  diff->add_option("-P,--param-b", d.overrides_b, "override for side B only, after -p (a what-if: -P hbm.bw=725GB/s)")
-      ->option_text("KEY=VALUE")
-      ->expected(1)
-      ->allow_extra_args(false)  // one value per -p: `-p k=v kernel.json` leaves the kernel alone
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_overrides(diff, "-P,--param-b", d.overrides_b, "override for side B only, after -p (a what-if: -P hbm.bw=725GB/s)");
   add_count(diff, "--lines", d.lines, "source lines shown, largest change first [default: 20]");
   diff->add_option("--json", d.json, "also write the comparison as JSON ('-' = stdout instead of the text)")
       ->option_text("FILE");
@@ -354,8 +358,8 @@ void build_cli(CLI::App& app, Parsed& p) {
       "When the two sides ran with different configurations, the keys whose values differ are listed after it.");
 
   // -- config
-  CLI::App* config = app.add_subcommand("config", "print the effective configuration of a preset");
-  help->about(config, "Print the effective configuration (after preset inheritance and overrides) as YAML.");
+  CLI::App* config = command(app, *help, "config", "print the effective configuration of a preset",
+                          "Print the effective configuration (after preset inheritance and overrides) as YAML.");
   add_kernel_options(config, p.config, "preset", "preset name or YAML file (instead of --config)", false);
 
   for (CLI::App* c : app.get_subcommands({})) {
