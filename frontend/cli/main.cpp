@@ -254,8 +254,9 @@ void build_cli(CLI::App& app, Parsed& p) {
 
   // -- run
   RunArgs& r = p.run;
-  CLI::App* run = command(app, *help, "run", "simulate a kernel.json: outputs, timing summary, stats, trace",
-                          "Simulate the kernel: run its numerics and its timing on one NeuronCore, print a summary.");
+  CLI::App* run = command(app, *help, "run",
+      "simulate a kernel.json: outputs, timing summary, stats, trace",
+      "Simulate the kernel: run its numerics and its timing on one NeuronCore, print a summary.");
   add_kernel_options(run, r);
   run->add_option("--inputs", r.inputs,
                   "input arrays: a directory of <tensor>.npy files or an .npz (np.savez);\n"
@@ -311,13 +312,15 @@ void build_cli(CLI::App& app, Parsed& p) {
       ->option_text("FILE");
 
   // -- check
-  CLI::App* check = command(app, *help, "check", "verify a kernel.json without running it",
-                          "Parse and verify the kernel for the given generation without running it.");
+  CLI::App* check = command(app, *help, "check",
+      "verify a kernel.json without running it",
+      "Parse and verify the kernel for the given generation without running it.");
   add_kernel_options(check, p.check);
 
   // -- disasm
-  CLI::App* disasm = command(app, *help, "disasm", "print the compiled instruction stream (issue order, engines, queues) with source lines",
-                          "Print the compiled instruction stream: the tiles' SBUF/PSUM placements, then one instruction per line\n"
+  CLI::App* disasm = command(app, *help, "disasm",
+      "print the compiled instruction stream (issue order, engines, queues) with source lines",
+      "Print the compiled instruction stream: the tiles' SBUF/PSUM placements, then one instruction per line\n"
       "in the order the compiler model issues them (-p compiler.schedule=program_order: the kernel's order),\n"
       "with the engine and DMA queue it chose, its start time and its source location.");
   add_kernel_options(disasm, p.disasm);
@@ -325,8 +328,9 @@ void build_cli(CLI::App& app, Parsed& p) {
 
   // -- analyze
   AnalyzeArgs& an = p.analyze;
-  CLI::App* analyze = command(app, *help, "analyze", "bottleneck report: bounds, idle time, critical path, findings tied to source lines",
-                          "Simulate the kernel timing-only and print the report a performance engineer would write: the bounds\n"
+  CLI::App* analyze = command(app, *help, "analyze",
+      "bottleneck report: bounds, idle time, critical path, findings tied to source lines",
+      "Simulate the kernel timing-only and print the report a performance engineer would write: the bounds\n"
       "(each engine's busy time, the busiest DMA engine, HBM traffic, the dependency chain) and the bound verdict\n"
       "that `nsim run` prints too (a resource, or latency when none is busy analysis.latency_bound_percent of the "
       "time),\nthe critical path, each engine's idle time and what it waited on, and findings (small DMA transfers,\n"
@@ -339,8 +343,9 @@ void build_cli(CLI::App& app, Parsed& p) {
 
   // -- diff
   DiffArgs& d = p.diff;
-  CLI::App* diff = command(app, *help, "diff", "compare two runs (kernel versions or configs): engines and source lines faster/slower",
-                          "Compare two runs: total time, each engine's active time and instructions, HBM bytes, DMA transfers,\n"
+  CLI::App* diff = command(app, *help, "diff",
+      "compare two runs (kernel versions or configs): engines and source lines faster/slower",
+      "Compare two runs: total time, each engine's active time and instructions, HBM bytes, DMA transfers,\n"
       "FLOPs and MFU, and every kernel source line (matched by file:line) that got faster or slower. A and B\n"
       "are each a stats JSON ('nsim run --stats') or a kernel.json, which is simulated timing-only.");
   add_kernel_options(diff, d, "A", "side A: a stats JSON or a kernel.json");
@@ -358,8 +363,9 @@ void build_cli(CLI::App& app, Parsed& p) {
       "When the two sides ran with different configurations, the keys whose values differ are listed after it.");
 
   // -- config
-  CLI::App* config = command(app, *help, "config", "print the effective configuration of a preset",
-                          "Print the effective configuration (after preset inheritance and overrides) as YAML.");
+  CLI::App* config = command(app, *help, "config",
+      "print the effective configuration of a preset",
+      "Print the effective configuration (after preset inheritance and overrides) as YAML.");
   add_kernel_options(config, p.config, "preset", "preset name or YAML file (instead of --config)", false);
 
   for (CLI::App* c : app.get_subcommands({})) {
@@ -679,7 +685,7 @@ std::string diff_side(const std::string& path, const std::string& config, const 
   if (!v.find("nsim_kernel"))
     throw Error(ErrorCode::kBadStatsFile,
                 fmt::format("{}: neither a stats JSON (no \"stats\" member; see 'nsim run --stats') nor a kernel.json "
-                            "(no \"nsim_kernel\" member)",
+      "(no \"nsim_kernel\" member)",
                             path));
   const frontend::Kernel k = frontend::parse_kernel_json(text, path);
   const sim::Config cfg = engines::load_config(config_name(config), overrides);
