@@ -220,7 +220,7 @@ def test_python_m_nsim_help_and_finding_the_cli_outside_a_venv(tmp_path, monkeyp
 COMMAND_OPTIONS = {
     "run": ["-c,--config NAME|FILE", "-p,--param KEY=VALUE", "--inputs DIR|FILE", "--seed N", "--outputs DIR",
             "--raw-outputs", "--trace FILE", "--trace-limit N", "--trace-window START_NS:END_NS", "--stats FILE",
-            "--stats-table", "--timing-only", "--check", "--max-instructions N", "--max-sim-time T", "-q,--quiet",
+            "--stats-table", "--timing-only", "--check", "--max-instructions N", "--max-sim-time T", "--lnc N", "-q,--quiet",
             "--instructions FILE", "--dma FILE"],
     "check": ["-c,--config NAME|FILE", "-p,--param KEY=VALUE"],
     "disasm": ["-c,--config NAME|FILE", "-p,--param KEY=VALUE", "--limit N"],
