@@ -286,8 +286,9 @@ void build_cli(CLI::App& app, Parsed& p) {
   run->add_flag("--timing-only", r.timing_only, "skip numerics (same timing, no outputs)");
   run->add_flag("--check", r.check,
                 "the sanitizer: report reads of never-written SBUF/PSUM, accumulation into\n"
-                "never-written PSUM and the first NaN/Inf made from finite inputs, with the\n"
-                "instruction, tensor and source line, as warnings on stderr (docs/debugging.md)");
+                "never-written PSUM, the first NaN/Inf made from finite inputs and values clipped\n"
+                "by a narrowing cast, with the instruction, tensor and source line, as warnings on\n"
+                "stderr (docs/debugging.md)");
   add_count(run, "--max-instructions", r.max_instructions,
             "stop with error E416 (ResourceLimit) after N instructions [default: 0 = no limit]");
   run->add_option_function<std::string>(
