@@ -267,13 +267,13 @@ Ps Simulator::engine_free(const Instr& in, Engine e) const {
 }
 
 Ps Simulator::busy_estimate(const Instr& in, Engine e) const {
-  if (in.op == Opcode::kCoreBarrier) return stream_.trigger_cost(e);
+  if (isa::op_info(in.op).cost == isa::CostClass::kBarrier) return stream_.trigger_cost(e);
   if (e == Engine::kTensor && !isa::is_dma(in.op)) return tensor_.busy_estimate(in);
   return stream_.busy_estimate(in, e);
 }
 
 Ps Simulator::duration_estimate(const Instr& in, Engine e) const {
-  if (in.op == Opcode::kCoreBarrier) return stream_.trigger_cost(e);
+  if (isa::op_info(in.op).cost == isa::CostClass::kBarrier) return stream_.trigger_cost(e);
   if (isa::is_dma(in.op)) {
     const Operand& o = in.slot(0);
     const double bytes = static_cast<double>(o.total_elems() * dtype_bytes(o.dtype));
@@ -297,7 +297,7 @@ void Simulator::run(const std::function<bool(Instr&)>& next) {
 InstrTiming Simulator::schedule(const Instr& in) {
   InstrTiming t;
   const bool dma = isa::is_dma(in.op);
-  if (in.op == Opcode::kCoreBarrier) t = schedule_barrier(in);
+  if (isa::op_info(in.op).cost == isa::CostClass::kBarrier) t = schedule_barrier(in);
   else if (dma) t = schedule_dma(in);
   else if (in.engine == Engine::kTensor) t = schedule_tensor(in);
   else t = schedule_stream(in);

@@ -39,8 +39,8 @@ StreamEngines::Issue StreamEngines::issue(const Instr& in, Ps ready) {
   const sim::ClockDomain& clk = p_.clk(e);
   const StreamCost c = cost(in, e);
   Ps extra = 0;
-  if (e == Engine::kScalar &&
-      (in.op == Opcode::kActivation || in.op == Opcode::kActivationReduce || in.op == Opcode::kActivate2)) {
+  const isa::CostClass cls = isa::op_info(in.op).cost;
+  if (e == Engine::kScalar && (cls == isa::CostClass::kActivation || cls == isa::CostClass::kActivationReduce)) {
     const int set = p_.act_table_set[static_cast<size_t>(in.act)];
     if (set >= 0 && set != scalar_table_set_) {  // a different function table set must be loaded
       extra = p_.scalar_act_table_load;

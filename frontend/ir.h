@@ -69,11 +69,12 @@ struct Tensor {
   bool operator==(const Tensor&) const = default;
 };
 
-/// A tile op: an nki.isa instruction, or nc_matmul (lowered to load_stationary + multiply_moving).
+/// A tile op: an nki.isa instruction (an OP row of isa/opcodes.def), or a frontend op (a MACRO row:
+/// nc_matmul, lowered to load_stationary + multiply_moving).
 struct Op {
-  std::string name;  ///< ISA mnemonic (isa/opcodes.def) or "nc_matmul"
+  std::string name;  ///< mnemonic of an OP or MACRO row of isa/opcodes.def
   std::optional<isa::Engine> engine;  ///< none = the opcode's default engine
-  /// Operands by slot of the ISA opcode; nc_matmul uses slots (dst, stationary, moving).
+  /// Operands by slot of the row (nc_matmul: dst, stationary, moving).
   std::array<std::optional<Access>, isa::kMaxSlots> operands;
   // Immediates, with the meanings of isa::Instr (docs/isa.md).
   isa::AluOp alu0 = isa::AluOp::kBypass;
@@ -81,8 +82,8 @@ struct Op {
   isa::ActFunc act = isa::ActFunc::kCopy;
   isa::ReduceCmd reduce_cmd = isa::ReduceCmd::kIdle;
   uint16_t flags = 0;
-  std::array<float, 4> imm{0.0f, 0.0f, 1.0f, 0.0f};
-  std::array<int32_t, 10> iimm{0, 0, 0, 1, 0, 1, 0, 1, 0, 1};
+  std::array<float, 4> imm = isa::kImmDefault;
+  std::array<int32_t, 10> iimm = isa::kIimmDefault;
   std::array<uint8_t, 32> shuffle{};
   uint8_t axis_count = 0;
   std::optional<int> dma_queue;

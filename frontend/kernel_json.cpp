@@ -46,17 +46,17 @@ constexpr int kMaxBufs = 1024;
 constexpr std::string_view kOpFields[] = {"op",      "engine", "alu0",    "alu1",       "act",       "reduce_cmd", "flags",
                                           "imm",     "iimm",   "shuffle", "axis_count", "dma_queue", "label",
                                           "order_group", "loc"};
-constexpr const char* kMatmulSlots[] = {"dst", "stationary", "moving"};
-constexpr std::string_view kMatmulName = "nc_matmul";
-
-constexpr std::string_view kFlagNames[] = {"reverse0",     "reverse1", "accumulate", "negate",   "is_transpose", "reverse_pred",
-                                           "double_row",   "onezero",  "has_imm0",   "has_imm1", "dynamic_addr",
-                                           "indirect_dst", "indirect_scalar", "oob_skip"};
+// Flag names by bit (isa/flags.def).
+constexpr std::string_view kFlagNames[] = {
+#define FLAG(e, name, meaning) name,
+#include "isa/flags.def"
+#undef FLAG
+};
 constexpr std::string_view kReduceCmdNames[] = {"idle", "reset", "reduce", "reset_reduce", "load_reduce"};
 constexpr std::string_view kLoopKindNames[] = {"affine", "sequential", "static"};
 constexpr std::string_view kTensorKindNames[] = {"input", "output", "internal"};
-constexpr float kImmDefault[4] = {0.0f, 0.0f, 1.0f, 0.0f};
-constexpr int32_t kIimmDefault[10] = {0, 0, 0, 1, 0, 1, 0, 1, 0, 1};
+constexpr const auto& kImmDefault = isa::kImmDefault;
+constexpr const auto& kIimmDefault = isa::kIimmDefault;
 
 /// A name for a message: quoted, clipped to a sane length (hostile inputs may be megabytes).
 std::string q(std::string_view s) {
@@ -96,13 +96,13 @@ std::vector<std::string> to_strings(const std::string_view (&a)[N]) {
 std::vector<std::string> op_names() {
   std::vector<std::string> v;
   for (const isa::OpInfo& i : isa::op_table()) v.emplace_back(i.mnemonic);
-  v.emplace_back(kMatmulName);
+  for (const isa::OpInfo& i : isa::macro_table()) v.emplace_back(i.mnemonic);
   return v;
 }
 
 std::vector<std::string> alu_names() {
   std::vector<std::string> v;
-#define ALU(e, name, cls, red) v.emplace_back(name);
+#define ALU(e, name, cls, red, arity) v.emplace_back(name);
 #include "isa/alu_ops.def"
 #undef ALU
   return v;
@@ -128,17 +128,13 @@ std::vector<std::string> dtype_names() {
   return v;
 }
 
-/// Slot names of an op ("nc_matmul" included); empty for unknown names.
+/// Slot names of an op (the MACRO rows such as "nc_matmul" included); empty for unknown names.
 std::vector<std::string> slot_names(const std::string& op) {
   std::vector<std::string> v;
-  if (op == kMatmulName) {
-    for (const char* s : kMatmulSlots) v.emplace_back(s);
-    return v;
-  }
-  if (auto oc = isa::opcode_from_name(op)) {
-    const isa::OpInfo& info = isa::op_info(*oc);
-    for (int i = 0; i < info.num_slots; ++i) v.emplace_back(info.slots[static_cast<size_t>(i)].name);
-  }
+  const isa::OpInfo* info = isa::macro_from_name(op);
+  if (auto oc = isa::opcode_from_name(op)) info = &isa::op_info(*oc);
+  if (info)
+    for (int i = 0; i < info->num_slots; ++i) v.emplace_back(info->slots[static_cast<size_t>(i)].name);
   return v;
 }
 

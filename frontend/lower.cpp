@@ -50,7 +50,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 // ------------------------------------------------------------------ shared building blocks
 
 int Lowering::opcode_of(const std::string& name) {
-  if (name == "nc_matmul") return kNcMatmul;
+  if (isa::macro_from_name(name) == &isa::macro_info(isa::Macro::kNcMatmul)) return kNcMatmul;
   if (auto op = isa::opcode_from_name(name)) return static_cast<int>(*op);
   return kUnknownOp;
 }
@@ -147,7 +147,7 @@ int Lowering::assemble(const Op& op, int opcode, const std::array<Operand, isa::
   in.shuffle = op.shuffle;
   in.axis_count = op.axis_count;
   if (opcode == kNcMatmul) {
-    const Engine e = op.engine.value_or(Engine::kTensor);
+    const Engine e = op.engine.value_or(isa::macro_info(isa::Macro::kNcMatmul).default_engine);
     out[0] = in;
     out[0].op = Opcode::kLoadStationary;
     out[0].engine = e;
@@ -395,13 +395,12 @@ int Lowering::op_of_source(uint32_t loc) const {
 std::string Lowering::operand_names(int op) const {
   if (op < 0 || static_cast<size_t>(op) >= k_.ops.size()) return "";
   const Op& o = k_.ops[static_cast<size_t>(op)];
-  static constexpr const char* kMatmulSlots[] = {"dst", "stationary", "moving"};
   const int opc = opcode_[static_cast<size_t>(op)];
+  const isa::OpInfo& info = info_of(opc);
   std::string out;
   for (size_t i = 0; i < o.operands.size(); ++i) {
     if (!o.operands[i] || o.operands[i]->tensor < 0) continue;
-    const char* slot = opc == kNcMatmul ? (i < 3 ? kMatmulSlots[i] : "?")
-                                        : isa::op_info(static_cast<Opcode>(opc)).slots[i].name;
+    const char* slot = i < info.num_slots ? info.slots[i].name : "?";
     out += fmt::format("{}{}={}", out.empty() ? "" : " ", slot, k_.tensors[static_cast<size_t>(o.operands[i]->tensor)].name);
   }
   return out;

@@ -87,11 +87,16 @@ class Lowering {
   // ---- Building blocks shared with verify_kernel(), which must agree exactly with the lowering on
   //      buffer depths, placements and operands (it checks the instructions of the first iteration).
 
-  /// Marker returned by opcode_of() for "nc_matmul"; opcode_of() returns kUnknownOp for other names.
+  /// Marker returned by opcode_of() for the MACRO row isa::Macro::kNcMatmul ("nc_matmul");
+  /// opcode_of() returns kUnknownOp for names of neither table.
   static constexpr int kNcMatmul = -1;
   static constexpr int kUnknownOp = -2;
   /// Opcode (as int) of an op name, kNcMatmul or kUnknownOp.
   static int opcode_of(const std::string& name);
+  /// The table row (isa/opcodes.def OP or MACRO) of an opcode_of() result other than kUnknownOp.
+  static const isa::OpInfo& info_of(int opc) {
+    return opc == kNcMatmul ? isa::macro_info(isa::Macro::kNcMatmul) : isa::op_info(static_cast<isa::Opcode>(opc));
+  }
 
   /// Buffer depth and placement of every tile (by tensor id; tensor -1 for tensors without an alloc
   /// statement). Depth: Tensor::bufs if > 0, else 2 when the alloc sits inside a loop with a trip

@@ -221,11 +221,7 @@ class Verifier {
   }
 
   std::string slot_name(int i) const {
-    if (opcode_ == Lowering::kNcMatmul) {
-      static const char* const names[] = {"dst", "stationary", "moving"};
-      return i < 3 ? names[i] : fmt::format("#{}", i);
-    }
-    const isa::OpInfo& info = isa::op_info(static_cast<Opcode>(opcode_));
+    const isa::OpInfo& info = Lowering::info_of(opcode_);
     return i < info.num_slots ? info.slots[static_cast<size_t>(i)].name : fmt::format("#{}", i);
   }
 
@@ -330,11 +326,13 @@ class Verifier {
       fail(ErrorCode::kUnknownOp, fmt::format("'{}' is not an ISA op (isa/opcodes.def) nor nc_matmul", op.name));
     }
     const bool mm = opcode_ == Lowering::kNcMatmul;
-    const int nslots = mm ? 3 : isa::op_info(static_cast<Opcode>(opcode_)).num_slots;
+    const isa::OpInfo& info = Lowering::info_of(opcode_);
+    const int nslots = info.num_slots;
     for (int i = 0; i < isa::kMaxSlots; ++i) {
       const auto& a = op.operands[static_cast<size_t>(i)];
-      if (!a) {
-        if (mm && i < 3) fail(ErrorCode::kMissingOperand, fmt::format("operand '{}' is required", slot_name(i)));
+      if (!a) {  // an ISA op's required slots are checked on its lowered instructions (isa::verify)
+        if (mm && i < nslots && info.slots[static_cast<size_t>(i)].required)
+          fail(ErrorCode::kMissingOperand, fmt::format("operand '{}' is required", slot_name(i)));
         continue;
       }
       if (i >= nslots) fail(ErrorCode::kBadImmediate, fmt::format("unexpected operand #{} (the op has {} slots)", i, nslots));
@@ -344,7 +342,7 @@ class Verifier {
       fail(ErrorCode::kBadArgument, fmt::format("dma_queue {}, expected 0..{}", *op.dma_queue, p_.dma_queues - 1));
 
     // Destination bookkeeping: outputs written, affine_range write conflicts.
-    const bool dst_written = mm || isa::op_info(static_cast<Opcode>(opcode_)).slots[0].written;
+    const bool dst_written = info.slots[0].written;
     if (dst_written && op.operands[0]) {
       const Access& d = *op.operands[0];
       const Tensor& t = k_.tensors[static_cast<size_t>(d.tensor)];

@@ -8,35 +8,36 @@
 namespace nsim::isa {
 namespace {
 
-constexpr bool is_vector_slot(std::string_view n) {
-  return n == "operand0" || n == "bias" || n == "scale" || n == "reduce_res" ||
-         n == "reduce_init" || n == "initial" || n == "bound0" || n == "bound1" || n == "on_false";
+constexpr SlotInfo make_slot(const char* name, uint8_t buffers, DtypeClass dtypes, bool required, SlotRole role) {
+  SlotInfo s{name, buffers, dtypes, required, role};
+  s.written = role == SlotRole::kOut || role == SlotRole::kVecOut;
+  s.vector = role == SlotRole::kVecIn || role == SlotRole::kVecOut;
+  return s;
 }
 
 constexpr OpInfo make_op(Opcode op, const char* mnemonic, uint8_t engines, Engine dflt, CostClass cost,
                          std::initializer_list<SlotInfo> slots) {
   OpInfo info{op, mnemonic, engines, dflt, cost, static_cast<uint8_t>(slots.size()), {}};
   size_t i = 0;
-  for (SlotInfo s : slots) {
-    const std::string_view n = s.name;
-    s.written = (i == 0 && n == "dst") || n == "reduce_res" || n == "dst_idx";
-    s.vector = is_vector_slot(n) || ((op == Opcode::kTensorScalar || op == Opcode::kActivate2) && n == "operand1");
-    info.slots[i++] = s;
-  }
+  for (SlotInfo s : slots) info.slots[i++] = s;
   return info;
 }
-
-
 
 struct AluRow {
   const char* name;
   AluClass cls;
   bool reduce;
+  int arity;
 };
 constexpr AluRow kAlu[] = {
-#define ALU(e, name, cls, red) {name, static_cast<AluClass>(cls), (red) != 0},
+#define ALU(e, name, cls, red, arity) {name, AluClass::k##cls, (red) != 0, arity},
 #include "isa/alu_ops.def"
 #undef ALU
+};
+constexpr const char* kFlagNames[] = {
+#define FLAG(e, name, meaning) name,
+#include "isa/flags.def"
+#undef FLAG
 };
 constexpr const char* kAct[] = {
 #define ACT(e, name) name,
@@ -47,16 +48,25 @@ constexpr const char* kEngineNames[] = {"tensor", "vector", "scalar", "gpsimd", 
 
 }  // namespace
 
-constexpr OpInfo kOpTable[kNumOpcodes] = {
 #define SLOTS(...) __VA_ARGS__
-#define SLOT(nm, bufs, dt, req) SlotInfo{#nm, static_cast<uint8_t>(bufs), DtypeClass::k##dt, (req) != 0}
+#define SLOT(nm, bufs, dt, req, role) \
+  make_slot(#nm, static_cast<uint8_t>(bufs), DtypeClass::k##dt, (req) != 0, SlotRole::k##role)
+constexpr OpInfo kOpTable[kNumOpcodes] = {
 #define OP(e, mn, eng, dflt, cost, slots) \
   make_op(Opcode::e, mn, static_cast<uint8_t>(eng), Engine::k##dflt, CostClass::cost, {slots}),
 #include "isa/opcodes.def"
 #undef OP
+};
+namespace {
+constexpr OpInfo kMacroTable[kNumMacros] = {
+#define MACRO(e, mn, eng, dflt, slots) \
+  make_op(static_cast<Opcode>(0xff), mn, static_cast<uint8_t>(eng), Engine::k##dflt, CostClass::kStream, {slots}),
+#include "isa/opcodes.def"
+#undef MACRO
+};
+}  // namespace
 #undef SLOT
 #undef SLOTS
-};
 
 std::string_view engine_name(Engine e) { return kEngineNames[static_cast<int>(e)]; }
 std::optional<Engine> engine_from_name(std::string_view s) {
@@ -107,6 +117,28 @@ std::string_view dtype_class_name(DtypeClass c) {
 std::string_view alu_name(AluOp op) { return kAlu[static_cast<int>(op)].name; }
 AluClass alu_class(AluOp op) { return kAlu[static_cast<int>(op)].cls; }
 bool alu_reduce_legal(AluOp op) { return kAlu[static_cast<int>(op)].reduce; }
+int alu_arity(AluOp op) { return kAlu[static_cast<int>(op)].arity; }
+std::string_view alu_class_name(AluClass c) {
+  switch (c) {
+    case AluClass::kArith: return "arith";
+    case AluClass::kBitVec: return "bitvec";
+    case AluClass::kUnary: return "unary";
+    case AluClass::kCompare: return "compare";
+    case AluClass::kLogical: return "logical";
+    case AluClass::kSpecial: return "special";
+  }
+  return "?";
+}
+std::string_view slot_role_name(SlotRole r) {
+  switch (r) {
+    case SlotRole::kIn: return "in";
+    case SlotRole::kOut: return "out";
+    case SlotRole::kVecIn: return "vec_in";
+    case SlotRole::kVecOut: return "vec_out";
+  }
+  return "?";
+}
+std::string_view flag_name(int bit) { return bit >= 0 && bit < kNumFlags ? kFlagNames[bit] : "?"; }
 std::optional<AluOp> alu_from_name(std::string_view s) {
   for (size_t i = 0; i < std::size(kAlu); ++i)
     if (s == kAlu[i].name) return static_cast<AluOp>(i);
@@ -120,6 +152,13 @@ std::optional<ActFunc> act_from_name(std::string_view s) {
 }
 
 std::span<const OpInfo> op_table() { return kOpTable; }
+std::span<const OpInfo> macro_table() { return kMacroTable; }
+const OpInfo& macro_info(Macro m) { return kMacroTable[static_cast<size_t>(m)]; }
+const OpInfo* macro_from_name(std::string_view mnemonic) {
+  for (const OpInfo& i : kMacroTable)
+    if (mnemonic == i.mnemonic) return &i;
+  return nullptr;
+}
 std::optional<Opcode> opcode_from_name(std::string_view mnemonic) {
   for (const OpInfo& i : kOpTable)
     if (mnemonic == i.mnemonic) return i.op;
@@ -308,9 +347,7 @@ constexpr int64_t kLocalGatherMaxIndices = 4096;
 
 /// Ops that take one input (unary arithmetic, invert, bypass) ignore their scalar operand, so it
 /// may be absent (the semantics' ignores_operand).
-bool ignores_operand(AluOp op) {
-  return alu_class(op) == AluClass::kUnary || op == AluOp::kInvert || op == AluOp::kBypass;
-}
+bool ignores_operand(AluOp op) { return alu_arity(op) == 1; }
 
 /// Operand rules that depend on the op's flags and immediates (which operands it reads, the shape a
 /// reduction or pattern implies): the rules the semantics (isa/semantics) need, stated here so that

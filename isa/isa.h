@@ -1,5 +1,5 @@
 #pragma once
-/// The modelled ISA, derived from isa/opcodes.def, isa/alu_ops.def and isa/act_funcs.def.
+/// The modelled ISA, derived from isa/opcodes.def, isa/alu_ops.def, isa/act_funcs.def and isa/flags.def.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -34,11 +34,28 @@ enum class DtypeClass : uint8_t { kAny, kFloat, kInt, kF32, kMmIn, kMmOut };
 bool dtype_class_accepts(DtypeClass c, DType t);
 std::string_view dtype_class_name(DtypeClass c);
 
-/// How an opcode's duration is computed (engines/ implements each class from config parameters).
+/// How an opcode's duration is computed: the cost functions (engines/*_cost.cpp, tensor_engine.cpp, the DMA
+/// model) switch on the class of isa/opcodes.def, never on the opcode. kStream: max(MIN_II, passes * N).
 enum class CostClass : uint8_t {
-  kDma, kDmaTranspose, kStream, kStreamReduce, kTensorTensor, kMemset, kLoadStationary, kMultiplyMoving,
-  kActivation, kActivationReduce, kTranspose, kTensorReduce, kGpsimdStream, kScalarTensorTensor,
-  kReciprocal, kScan, kBnAggr, kCopyPredicated, kBarrier,
+  kDma,             ///< DMA queues (memory/dma)
+  kDmaTranspose,    ///< DMA with the transpose throughput factors
+  kStream,          ///< plain streaming: max(MIN_II, passes * N) on any streaming engine
+  kElementwise,     ///< tensor_copy / tensor_scalar: VectorE/ScalarE perf modes, GpSimd rsqrt factor
+  kStreamReduce,    ///< VectorE: stream + MIN_II for the register reduction
+  kTensorTensor,    ///< VectorE: two inputs, 2x mode for 16-bit SBUF inputs
+  kScalarTensorTensor,  ///< VectorE: one pass at 2 cycles per element (1 in the bf16 subtract-multiply case)
+  kScan,            ///< VectorE: 2 cycles per element, one pass
+  kTensorReduce,    ///< VectorE: half the cycles for bf16 add/max
+  kReciprocal,      ///< VectorE: vector.reciprocal_factor cycles per element
+  kMemset,          ///< VectorE: half the cycles for a 16-bit zero fill
+  kBnAggr,          ///< VectorE: vector.bn_aggr_factor cycles per element
+  kActivation,      ///< ScalarE activation pipeline (+ MIN_II when it reduces)
+  kActivationReduce,  ///< ScalarE activation that always reduces
+  kStartOverhead,   ///< GpSimd: start overhead + N (iota, affine_select)
+  kLoadStationary,  ///< TensorE
+  kMultiplyMoving,  ///< TensorE
+  kTranspose,       ///< TensorE PE transpose (VectorE: kStream)
+  kBarrier,         ///< core_barrier: the cross-core rendezvous (engines/multicore)
 };
 
 enum class Opcode : uint8_t {
@@ -51,23 +68,47 @@ inline constexpr int kNumOpcodes = 0
 #include "isa/opcodes.def"
 #undef OP
     ;
+/// Frontend ops (MACRO rows of isa/opcodes.def: nc_matmul), lowered to several instructions.
+enum class Macro : uint8_t {
+#define MACRO(e, mn, eng, dflt, slots) e,
+#include "isa/opcodes.def"
+#undef MACRO
+};
+inline constexpr int kNumMacros = 0
+#define MACRO(e, mn, eng, dflt, slots) +1
+#include "isa/opcodes.def"
+#undef MACRO
+    ;
 
 enum class AluOp : uint8_t {
-#define ALU(e, name, cls, red) e,
+#define ALU(e, name, cls, red, arity) e,
 #include "isa/alu_ops.def"
 #undef ALU
 };
-enum class AluClass : uint8_t { kArith = 0, kBitVec = 1, kUnary = 2, kSpecial = 3 };
+inline constexpr int kNumAluOps = 0
+#define ALU(e, name, cls, red, arity) +1
+#include "isa/alu_ops.def"
+#undef ALU
+    ;
+enum class AluClass : uint8_t { kArith, kBitVec, kUnary, kCompare, kLogical, kSpecial };
+std::string_view alu_class_name(AluClass c);  ///< "arith", "bitvec", "unary", "compare", "logical", "special"
 std::string_view alu_name(AluOp op);
 std::optional<AluOp> alu_from_name(std::string_view s);
 AluClass alu_class(AluOp op);
 bool alu_reduce_legal(AluOp op);
+/// 1: the op ignores its second operand (unary ops, bypass); 2: binary.
+int alu_arity(AluOp op);
 
 enum class ActFunc : uint8_t {
 #define ACT(e, name) e,
 #include "isa/act_funcs.def"
 #undef ACT
 };
+inline constexpr int kNumActFuncs = 0
+#define ACT(e, name) +1
+#include "isa/act_funcs.def"
+#undef ACT
+    ;
 std::string_view act_name(ActFunc f);
 std::optional<ActFunc> act_from_name(std::string_view s);
 
@@ -77,14 +118,19 @@ enum class ReduceCmd : uint8_t { kIdle = 0, kReset = 1, kReduce = 2, kResetReduc
 inline constexpr int kMaxSlots = 5;
 inline constexpr int kMaxFreeDims = 4;
 
+/// Slot roles of isa/opcodes.def.
+enum class SlotRole : uint8_t { kIn, kOut, kVecIn, kVecOut };
+std::string_view slot_role_name(SlotRole r);  ///< "in", "out", "vec_in", "vec_out"
+
 /// One operand slot of an opcode.
 struct SlotInfo {
   const char* name;
   uint8_t buffers;  ///< bitmask of HBM/SBUF/PSUM
   DtypeClass dtypes;
   bool required;
-  bool written = false;  ///< derived: the destination (slot 0) or a reduce_res slot
-  bool vector = false;   ///< derived: a (P, 1) per-partition operand (operand0, bias, bound0, ...)
+  SlotRole role = SlotRole::kIn;
+  bool written = false;  ///< role Out / VecOut: the instruction writes the slot
+  bool vector = false;   ///< role VecIn / VecOut: a (P, 1) per-partition operand (operand0, bias, reduce_res...)
 };
 
 /// One row of the table.
@@ -102,6 +148,11 @@ extern const OpInfo kOpTable[kNumOpcodes];
 inline const OpInfo& op_info(Opcode op) { return kOpTable[static_cast<size_t>(op)]; }
 std::span<const OpInfo> op_table();
 std::optional<Opcode> opcode_from_name(std::string_view mnemonic);
+/// The MACRO rows (frontend ops such as nc_matmul); their `op` field is meaningless, `cost` unused.
+std::span<const OpInfo> macro_table();
+const OpInfo& macro_info(Macro m);
+/// The MACRO row named `mnemonic`, nullptr when none.
+const OpInfo* macro_from_name(std::string_view mnemonic);
 /// Cost class kDma / kDmaTranspose.
 inline bool is_dma(Opcode op) {
   const CostClass c = op_info(op).cost;
@@ -144,23 +195,29 @@ struct Operand {
                       std::initializer_list<int64_t> free_sizes);
 };
 
-/// Instruction flags.
-enum InstrFlag : uint16_t {
-  kReverse0 = 1u << 0,
-  kReverse1 = 1u << 1,
-  kAccumulate = 1u << 2,   ///< multiply_moving: add into PSUM; dma_copy: dst += src
-  kNegate = 1u << 3,       ///< tensor_reduce negate / tensor_scalar_reduce reduce_res_negate
-  kIsTranspose = 1u << 4,  ///< matmul transpose mode
-  kReversePred = 1u << 5,
-  kDoubleRow = 1u << 6,    ///< matmul fp8 double_row perf mode
-  kOneZero = 1u << 7,      ///< is_stationary_onezero / is_moving_onezero hint (fp32)
-  kHasImm0 = 1u << 8,      ///< operand0 is the immediate imm[0] (slot absent)
-  kHasImm1 = 1u << 9,      ///< operand1 is the immediate imm[1]
-  kDynamicAddr = 1u << 10, ///< tensor_copy with a runtime address (cost only)
-  kIndirectDst = 1u << 11, ///< dma_copy with `offsets`: the dst (not the src) is the indirect side
-  kIndirectScalar = 1u << 12, ///< dma_copy with `offsets`: one offset (1,1) for all rows, not one per row
-  kOobSkip = 1u << 13,     ///< dma_copy with `offsets`: an out-of-range index skips its row (else error)
+/// Instruction flags (isa/flags.def): bit i of Instr::flags is row i.
+namespace flag_bit {
+enum : int {
+#define FLAG(e, name, meaning) e,
+#include "isa/flags.def"
+#undef FLAG
+  kCount
 };
+}  // namespace flag_bit
+enum InstrFlag : uint16_t {
+#define FLAG(e, name, meaning) e = 1u << flag_bit::e,
+#include "isa/flags.def"
+#undef FLAG
+};
+inline constexpr int kNumFlags = flag_bit::kCount;
+static_assert(kNumFlags <= 16, "Instr::flags is 16 bits");
+/// Name of flag bit i (isa/flags.def), for kernel.json and disassembly.
+std::string_view flag_name(int bit);
+
+/// Default immediates of an op (frontend::Op, Instr::imm; kernel.json omits values equal to these): imm[2] is
+/// the activation scale (1); iimm holds offset, channel_multiplier and four [step, num] pattern pairs with num 1.
+inline constexpr std::array<float, 4> kImmDefault{0.0f, 0.0f, 1.0f, 0.0f};
+inline constexpr std::array<int32_t, 10> kIimmDefault{0, 0, 0, 1, 0, 1, 0, 1, 0, 1};
 
 /// One instruction of the stream. Plain data, fixed size: the hot loop never allocates.
 struct Instr {
@@ -175,7 +232,7 @@ struct Instr {
   uint8_t axis_count = 0;           ///< tensor_reduce: number of trailing free dims reduced
   /// Scalars: [0] operand0 / value / on_false / initial / range_start, [1] operand1 / alpha /
   /// on_false / reduce_init, [2] activation scale (default 1), [3] activation bias (default 0).
-  std::array<float, 4> imm{0.0f, 0.0f, 1.0f, 0.0f};
+  std::array<float, 4> imm = kImmDefault;
   /// iota/affine_select: offset, channel_multiplier, 4x[step, num]; dma_copy with `offsets` (indirect):
   /// [0] index bound (valid indices are [0, bound)), [1] elements of the indirect side per index unit.
   std::array<int32_t, 10> iimm{};
@@ -202,18 +259,19 @@ Instr make_instr(Opcode op, Engine engine, std::initializer_list<Operand> operan
 /// One-line disassembly, e.g. "tensor_tensor.vector op=add dst=fp32@sbuf[0:128]+0 [512] ...".
 std::string disassemble(const Instr& in);
 
-/// Hardware limits that operand verification needs (filled from config by the caller).
+/// Hardware limits that operand verification needs: engines::CoreParams::limits() derives them from the
+/// config; no defaults of their own.
 struct Limits {
-  int generation = 3;
-  int partitions = 128;
+  int generation = 0;
+  int partitions = 0;
   int64_t sbuf_bytes_per_partition = 0;
   int64_t psum_bytes_per_partition = 0;
   int64_t psum_bank_bytes = 0;
   int64_t hbm_bytes = 0;
-  int pe_rows = 128;
-  int pe_cols = 128;
-  int64_t moving_fmax = 512;
-  int64_t moving_fmax_bf16 = 512;
+  int pe_rows = 0;
+  int pe_cols = 0;
+  int64_t moving_fmax = 0;
+  int64_t moving_fmax_bf16 = 0;
   bool dst_bf16 = false;
 };
 

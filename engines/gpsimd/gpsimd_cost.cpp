@@ -3,18 +3,17 @@
 
 namespace nsim::engines {
 
-using isa::Opcode;
+using isa::CostClass;
 
 StreamCost gpsimd_cost(const CoreParams& p, const isa::Instr& in) {
   StreamShape s = stream_shape(p, in, false);
   StreamCost c;
   c.latency = p.gpsimd_fixed_latency;
-  switch (in.op) {
-    case Opcode::kIota:
-    case Opcode::kAffineSelect:
+  switch (isa::op_info(in.op).cost) {  // the cost class column of isa/opcodes.def
+    case CostClass::kStartOverhead:  // iota, affine_select
       c.busy = p.gpsimd_start_overhead + static_cast<double>(s.n);
       return c;
-    case Opcode::kTensorScalar: {
+    case CostClass::kElementwise: {  // tensor_copy (alu0 bypass), tensor_scalar
       const bool rsqrt = in.alu0 == isa::AluOp::kRsqrt || in.alu1 == isa::AluOp::kRsqrt;
       c.busy = stream_busy(s, p.gpsimd_min_ii, rsqrt ? p.gpsimd_rsqrt_factor : 1.0, 1.0);
       return c;

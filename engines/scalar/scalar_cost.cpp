@@ -3,7 +3,7 @@
 
 namespace nsim::engines {
 
-using isa::Opcode;
+using isa::CostClass;
 using isa::ReduceCmd;
 
 StreamCost scalar_cost(const CoreParams& p, const isa::Instr& in) {
@@ -12,17 +12,16 @@ StreamCost scalar_cost(const CoreParams& p, const isa::Instr& in) {
   c.latency = p.scalar_fixed_latency;
   const double mi = p.scalar_min_ii;
   s.passes = 1;  // ScalarE reads one tensor input per instruction
-  switch (in.op) {
-    case Opcode::kActivation:
-    case Opcode::kActivationReduce:
-    case Opcode::kActivate2: {  // the same pipeline: one activation pass, + MIN_II with a reduction
-      const bool reduces = in.op == Opcode::kActivationReduce || in.slot(4).present() ||
+  const CostClass cls = isa::op_info(in.op).cost;  // the cost class column of isa/opcodes.def
+  switch (cls) {
+    case CostClass::kActivation:
+    case CostClass::kActivationReduce: {  // one activation pass, + MIN_II with a reduction (reduce_res is slot 4)
+      const bool reduces = cls == CostClass::kActivationReduce || in.slot(4).present() ||
                            in.reduce_cmd == ReduceCmd::kReduce || in.reduce_cmd == ReduceCmd::kResetReduce;
       c.busy = stream_busy(s, mi, 1.0, 1.0) + (reduces ? mi : 0.0);
       return c;
     }
-    case Opcode::kTensorCopy:
-    case Opcode::kTensorScalar: {
+    case CostClass::kElementwise: {
       const int rate = (p.scalar_perf_mode_2x && s.all_16bit) ? 2 : 1;
       c.perf_mode = rate;
       c.busy = stream_busy(s, mi, 1.0, rate);

@@ -73,13 +73,14 @@ double TensorPipes::throttle_limit(Ps t) {
 }
 
 TensorEngine::Issue TensorEngine::issue(const isa::Instr& in, Ps ready) {
-  using isa::Opcode;
+  using isa::CostClass;
   Issue r;
-  if (in.op == Opcode::kLoadStationary) {
+  const CostClass cls = isa::op_info(in.op).cost;  // the cost class column of isa/opcodes.def
+  if (cls == CostClass::kLoadStationary) {
     r.slot = pipes_.load_stationary(ready, load_stationary_ii(p_, in));
     stationary_dtype_ = in.slot(0).dtype;
     stationary_m_ = in.slot(0).elems_per_partition() / ((in.flags & isa::kDoubleRow) ? 2 : 1);
-  } else if (in.op == Opcode::kMultiplyMoving) {
+  } else if (cls == CostClass::kMultiplyMoving) {
     r.slot = pipes_.multiply(ready, multiply_moving_ii(p_, in, stationary_dtype_, stationary_m_), false);
     r.flops = instr_flops(in, stationary_m_);
     // bf16-equivalent: the larger multiplier of the two inputs (fp32 x bf16 = fp32, fp8 x bf16 = 1).
@@ -94,10 +95,11 @@ TensorEngine::Issue TensorEngine::issue(const isa::Instr& in, Ps ready) {
 }
 
 Ps TensorEngine::busy_estimate(const isa::Instr& in) const {
-  using isa::Opcode;
+  using isa::CostClass;
   const sim::ClockDomain& clk = p_.clk(isa::Engine::kTensor);
-  if (in.op == Opcode::kLoadStationary) return clk.cycles_to_ps(load_stationary_ii(p_, in));
-  if (in.op == Opcode::kMultiplyMoving)
+  const CostClass cls = isa::op_info(in.op).cost;
+  if (cls == CostClass::kLoadStationary) return clk.cycles_to_ps(load_stationary_ii(p_, in));
+  if (cls == CostClass::kMultiplyMoving)
     return clk.cycles_to_ps(multiply_moving_ii(p_, in, stationary_dtype_, stationary_m_));
   return clk.cycles_to_ps(pe_transpose_ii(p_, in));
 }

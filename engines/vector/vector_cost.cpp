@@ -6,6 +6,7 @@
 namespace nsim::engines {
 
 using isa::AluOp;
+using isa::CostClass;
 using isa::Opcode;
 using isa::Space;
 
@@ -17,9 +18,8 @@ StreamCost vector_cost(const CoreParams& p, const isa::Instr& in) {
   double factor = 1.0, extra = 0.0;
   int rate = 1;
   StreamShape sh = s;
-  switch (in.op) {
-    case Opcode::kTensorCopy:
-    case Opcode::kTensorScalar: {
+  switch (isa::op_info(in.op).cost) {  // the cost class column of isa/opcodes.def
+    case CostClass::kElementwise: {  // tensor_copy, tensor_scalar
       if (p.vector_perf_modes && s.all_16bit) {
         if (s.all_sbuf && s.contiguous) rate = 4;
         else if (!s.all_sbuf || !s.contiguous) rate = 2;
@@ -33,37 +33,36 @@ StreamCost vector_cost(const CoreParams& p, const isa::Instr& in) {
       }
       break;
     }
-    case Opcode::kTensorTensor:
+    case CostClass::kTensorTensor:
       // Two SBUF inputs take two passes, unless the 16-bit 2x mode applies (both inputs in SBUF).
       if (p.vector_perf_modes && s.all_16bit && s.passes == 2 && s.all_sbuf) rate = 2;
       break;
-    case Opcode::kScalarTensorTensor: {
+    case CostClass::kScalarTensorTensor: {
       const bool fast = in.slot(1).dtype == DType::kBFloat16 && in.slot(3).dtype == DType::kBFloat16 &&
                         in.alu0 == AluOp::kSubtract && in.alu1 == AluOp::kMultiply && s.n % 2 == 0;
       sh.passes = 1;
       factor = fast ? 1.0 : 2.0;
       break;
     }
-    case Opcode::kTensorTensorScan: sh.passes = 1; factor = 2.0; break;
-    case Opcode::kTensorReduce: {
+    case CostClass::kScan: sh.passes = 1; factor = 2.0; break;
+    case CostClass::kTensorReduce: {
       const bool half = in.slot(0).dtype == DType::kBFloat16 && in.slot(1).dtype == DType::kBFloat16 &&
                         (in.alu0 == AluOp::kAdd || in.alu0 == AluOp::kMaximum);
       factor = half ? 0.5 : 1.0;
       break;
     }
-    case Opcode::kTensorCopyPredicated:
-      // Documented: N when src and predicate sit in different SRAMs, 2N when both are in SBUF.
-      break;
-    case Opcode::kReciprocal: factor = p.vector_reciprocal_factor; break;
-    case Opcode::kMemset: {
+    case CostClass::kReciprocal: factor = p.vector_reciprocal_factor; break;
+    case CostClass::kMemset: {
       const DType t = in.slot(0).dtype;
       const bool zero16 = in.imm[0] == 0.0f && (t == DType::kBFloat16 || t == DType::kFloat16);
       factor = zero16 ? 0.5 : 1.0;
       break;
     }
-    case Opcode::kBnAggr: factor = p.vector_bn_aggr_factor; break;
-    case Opcode::kTensorScalarReduce: extra = mi; break;
-    default: break;  // bn_stats, nc_stream_shuffle, range_select, nc_transpose: max(MIN_II, N)
+    case CostClass::kBnAggr: factor = p.vector_bn_aggr_factor; break;
+    case CostClass::kStreamReduce: extra = mi; break;
+    // kStream (bn_stats, nc_stream_shuffle, range_select, tensor_copy_predicated: N when src and predicate
+    // sit in different SRAMs, 2N when both are in SBUF ...) and nc_transpose: max(MIN_II, passes * N).
+    default: break;
   }
   c.perf_mode = rate;
   c.busy = stream_busy(sh, mi, factor, rate) + extra;

@@ -119,9 +119,8 @@ struct Scheduler::Impl {
         if (!op.operands[s2]) continue;
         const int t = op.operands[s2]->tensor;
         if (t < 0 || static_cast<size_t>(t) >= k.tensors.size()) continue;
-        const bool w = opc == Lowering::kNcMatmul ? s2 == 0
-                                                  : s2 < static_cast<size_t>(isa::op_info(static_cast<Opcode>(opc)).num_slots) &&
-                                                        isa::op_info(static_cast<Opcode>(opc)).slots[s2].written;
+        const isa::OpInfo& info = Lowering::info_of(opc);
+        const bool w = s2 < static_cast<size_t>(info.num_slots) && info.slots[s2].written;
         if (w) written[static_cast<size_t>(t)] = 1;
       }
     }

@@ -11,12 +11,17 @@ namespace nsim::isa::sem {
 // ---- op properties, derived from the .def tables (no second list) ---------------------------
 
 inline constexpr AluClass kAluClassTable[] = {
-#define ALU(e, name, cls, red) static_cast<AluClass>(cls),
+#define ALU(e, name, cls, red, arity) AluClass::k##cls,
+#include "isa/alu_ops.def"
+#undef ALU
+};
+inline constexpr uint8_t kAluArityTable[] = {
+#define ALU(e, name, cls, red, arity) arity,
 #include "isa/alu_ops.def"
 #undef ALU
 };
 inline constexpr const char* kAluNameTable[] = {
-#define ALU(e, name, cls, red) name,
+#define ALU(e, name, cls, red, arity) name,
 #include "isa/alu_ops.def"
 #undef ALU
 };
@@ -28,11 +33,9 @@ inline constexpr const char* kMnemonicTable[] = {
 
 inline AluClass cls_of(AluOp op) { return kAluClassTable[static_cast<size_t>(op)]; }
 inline bool is_bitvec(AluOp op) { return cls_of(op) == AluClass::kBitVec; }
-/// Ops that take one input (unary arithmetic, invert, bypass): they ignore the second operand and
+/// Ops of arity 1 (unary arithmetic, invert, logical_not, bypass): they ignore the second operand and
 /// always apply to the tensor data, even when a reverse flag is set.
-inline bool ignores_operand(AluOp op) {
-  return cls_of(op) == AluClass::kUnary || op == AluOp::kInvert || op == AluOp::kBypass;
-}
+inline bool ignores_operand(AluOp op) { return kAluArityTable[static_cast<size_t>(op)] == 1; }
 inline const char* alu_str(AluOp op) { return kAluNameTable[static_cast<size_t>(op)]; }
 inline const char* mnemonic(const Instr& in) { return kMnemonicTable[static_cast<size_t>(in.op)]; }
 

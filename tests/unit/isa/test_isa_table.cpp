@@ -21,7 +21,7 @@ using namespace nsim::isa;
 namespace {
 
 constexpr int kNumAlu = 0
-#define ALU(e, name, cls, red) +1
+#define ALU(e, name, cls, red, arity) +1
 #include "isa/alu_ops.def"
 #undef ALU
     ;
@@ -42,6 +42,7 @@ Limits gen3() {
   l.pe_rows = 128;
   l.pe_cols = 128;
   l.moving_fmax = 512;
+  l.moving_fmax_bf16 = 512;
   return l;
 }
 
@@ -1317,4 +1318,43 @@ TEST_CASE("execute: nc_n_gather and local_gather reject out-of-range indices", "
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kOutOfBounds);
   }
+}
+
+TEST_CASE("ISA table: MACRO rows, slot roles, flags and ALU arity", "[isa][table]") {
+  // nc_matmul is a MACRO row: slots, engines and default engine from isa/opcodes.def, no Opcode.
+  const OpInfo& mm = macro_info(Macro::kNcMatmul);
+  CHECK(std::string(mm.mnemonic) == "nc_matmul");
+  REQUIRE(mm.num_slots == 3);
+  CHECK(std::string(mm.slots[1].name) == "stationary");
+  CHECK(mm.slots[0].written);
+  CHECK_FALSE(mm.slots[1].written);
+  CHECK_FALSE(mm.slots[2].written);
+  CHECK(mm.default_engine == Engine::kTensor);
+  CHECK(macro_from_name("nc_matmul") == &mm);
+  CHECK(macro_from_name("tensor_copy") == nullptr);
+  CHECK_FALSE(opcode_from_name("nc_matmul").has_value());
+  CHECK(static_cast<int>(macro_table().size()) == kNumMacros);
+  // written / vector are the role column, nothing else
+  for (const OpInfo& info : op_table())
+    for (int i = 0; i < info.num_slots; ++i) {
+      const SlotInfo& s = info.slots[static_cast<size_t>(i)];
+      INFO(info.mnemonic << " " << s.name);
+      CHECK(s.written == (s.role == SlotRole::kOut || s.role == SlotRole::kVecOut));
+      CHECK(s.vector == (s.role == SlotRole::kVecIn || s.role == SlotRole::kVecOut));
+      if (std::string(s.name) == "reduce_res") CHECK(s.role == SlotRole::kVecOut);
+    }
+  // flags: bit i is row i of isa/flags.def
+  CHECK(kReverse0 == 1u);
+  CHECK(kDynamicAddr == (1u << 10));
+  CHECK(flag_name(flag_bit::kHasImm0) == "has_imm0");
+  std::set<std::string> names;
+  for (int b = 0; b < kNumFlags; ++b) CHECK(names.insert(std::string(flag_name(b))).second);
+  // arity 1: the ops that ignore their second operand
+  std::set<std::string> unary;
+  for (int i = 0; i < kNumAluOps; ++i)
+    if (alu_arity(static_cast<AluOp>(i)) == 1) unary.insert(std::string(alu_name(static_cast<AluOp>(i))));
+  CHECK(unary == std::set<std::string>{"bypass", "logical_not", "abs", "square", "relu", "rsqrt", "reciprocal",
+                                       "negative", "invert"});
+  CHECK(alu_class(AluOp::kEqual) == AluClass::kCompare);
+  CHECK(alu_class(AluOp::kLogicalNot) == AluClass::kLogical);
 }
