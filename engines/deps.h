@@ -19,13 +19,14 @@ inline constexpr int kNumClasses = isa::kNumEngines + 1;
 
 class DepTracker {
  public:
+  /// Filled from CoreParams (engines/simulator.cpp dep_config); no defaults of its own.
   struct Config {
-    int partitions = 128;
+    int partitions = 0;
     int64_t sbuf_bytes = 0;
-    int psum_partitions = 128;
+    int psum_partitions = 0;
     int64_t psum_bytes = 0;
-    int64_t chunk_bytes = 64;
-    int64_t hbm_chunk_bytes = 4096;
+    int64_t chunk_bytes = 0;
+    int64_t hbm_chunk_bytes = 0;
   };
   /// Latency a consumer of class c sees after a producer of class p finishes.
   using LatencyTable = std::array<std::array<sim::Ps, kNumClasses>, kNumClasses>;

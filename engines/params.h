@@ -1,6 +1,7 @@
 #pragma once
 /// The hardware model's parameters, read once from the config (engines/params.def is the schema).
-/// Engine code takes every constant from here; nothing is hard-coded.
+/// Engine code takes every constant from here; nothing is hard-coded. The fields have no defaults of their
+/// own (zero / false): CoreParams::from_config sets every one from the config.
 #include <array>
 #include <span>
 #include <string>
@@ -22,25 +23,25 @@ sim::Config load_config(std::string_view preset_or_path, const std::vector<std::
 
 struct ThrottleParams {
   bool enabled = false;
-  double start_util = 0.5;
+  double start_util = 0;
   sim::Ps ramp = 0;
   sim::Ps window = 0;
-  double reengage_util = 0.5;
+  double reengage_util = 0;
 };
 
 struct CoreParams {
   std::string name;
-  int generation = 3;
+  int generation = 0;
   std::array<sim::ClockDomain, isa::kNumEngines> clock;  ///< indexed by isa::Engine
 
   // TensorE
-  int pe_rows = 128, pe_cols = 128;
-  int64_t moving_fmax = 512, moving_fmax_bf16 = 512;
-  double mm_min_ii = 64;
-  int ls_speedup = 4;
-  double fp32_factor = 4, fp32_onezero_factor = 2, transpose_fp32_factor = 4;
+  int pe_rows = 0, pe_cols = 0;
+  int64_t moving_fmax = 0, moving_fmax_bf16 = 0;
+  double mm_min_ii = 0;
+  int ls_speedup = 0;
+  double fp32_factor = 0, fp32_onezero_factor = 0, transpose_fp32_factor = 0;
   bool fp8_double_row = false, dst_bf16 = false;
-  double mm_latency = 350;
+  double mm_latency = 0;
   bool cost_formula_isa = false;
   ThrottleParams throttle;
   /// bf16-equivalent FLOPs multiplier per input dtype (tensor.adjusted_flops_fp32 / _fp8, else 1);
@@ -48,36 +49,36 @@ struct CoreParams {
   std::array<double, kNumDTypes> adjusted_flops{};
 
   // Vector / Scalar / GpSimd
-  double vector_min_ii = 64, vector_fixed_latency = 100;
+  double vector_min_ii = 0, vector_fixed_latency = 0;
   bool vector_perf_modes = false, vector_perf_mode_fp8 = false, vector_fp32_perf_mode = false;
-  double vector_reciprocal_factor = 8, vector_bn_aggr_factor = 13.0 / 3.0, vector_dynamic_copy = 600;
-  double scalar_min_ii = 64, scalar_fixed_latency = 200;
+  double vector_reciprocal_factor = 0, vector_bn_aggr_factor = 0, vector_dynamic_copy = 0;
+  double scalar_min_ii = 0, scalar_fixed_latency = 0;
   sim::Ps scalar_act_table_load = 0;
-  std::array<int, 64> act_table_set{};  ///< table set per ActFunc; -1 = needs no table
+  std::array<int, isa::kNumActFuncs> act_table_set{};  ///< table set per ActFunc; -1 = needs no table
   bool scalar_perf_mode_2x = false, scalar_tensor_ops = false;
-  double gpsimd_min_ii = 64, gpsimd_start_overhead = 150, gpsimd_fixed_latency = 0, gpsimd_rsqrt_factor = 4;
-  int64_t stride_penalty_bytes = 16;
+  double gpsimd_min_ii = 0, gpsimd_start_overhead = 0, gpsimd_fixed_latency = 0, gpsimd_rsqrt_factor = 0;
+  int64_t stride_penalty_bytes = 0;
 
   // Sync / DMA / HBM
   sim::Ps sem_latency = 0, trigger_instr = 0;
-  int dma_engines = 16, dma_queues = 16, partitions_per_engine = 8;
-  double dma_engine_bw = 1;  ///< bytes per ns
+  int dma_engines = 0, dma_queues = 0, partitions_per_engine = 0;
+  double dma_engine_bw = 0;  ///< bytes per ns
   sim::Ps hwdge_instr = 0, swdge_instr = 0, dma_setup = 0, dma_transfer_gap = 0, dma_desc_min = 0,
           dma_completion_to_waiter = 0;
-  double dma_transpose_eff_hbm2sbuf = 0.9, dma_transpose_eff_sbuf2sbuf = 0.5;
-  double hbm_bw = 1;  ///< bytes per ns available to this core
-  double hbm_stack_bw = 1;  ///< bytes per ns of one HBM stack, shared by the cores of an LNC=2 launch
-  int cores_per_stack = 1;  ///< physical cores on one HBM stack = the largest LNC degree
+  double dma_transpose_eff_hbm2sbuf = 0, dma_transpose_eff_sbuf2sbuf = 0;
+  double hbm_bw = 0;  ///< bytes per ns available to this core
+  double hbm_stack_bw = 0;  ///< bytes per ns of one HBM stack, shared by the cores of an LNC=2 launch
+  int cores_per_stack = 0;  ///< physical cores on one HBM stack = the largest LNC degree
 
   bool vector_gpsimd_sbuf_exclusive = false, vector_scalar_psum_exclusive = false;
-  int64_t dep_chunk_bytes = 64;
+  int64_t dep_chunk_bytes = 0, hbm_dep_chunk_bytes = 0;
 
   // The compiler model (frontend/compiler, docs/timing-model.md)
-  bool list_schedule = true;     ///< compiler.schedule: list; false = program_order
-  int schedule_window = 1024;    ///< compiler.window
-  bool auto_placement = true;    ///< compiler.engine_placement: auto
-  int dma_queues_per_trigger = 4;
-  double latency_bound_percent = 50;  ///< analysis.latency_bound_percent (engines/bounds.h)
+  bool list_schedule = false;     ///< compiler.schedule: list; false = program_order
+  int schedule_window = 0;    ///< compiler.window
+  bool auto_placement = false;    ///< compiler.engine_placement: auto
+  int dma_queues_per_trigger = 0;
+  double latency_bound_percent = 0;  ///< analysis.latency_bound_percent (engines/bounds.h)
   bool strict_allocation = false;  ///< compiler.strict: a manual placement over a live tile is an error
   bool static_allocation = false;  ///< compiler.allocation: static (every tile its own region); false = liveness
 

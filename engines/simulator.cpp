@@ -26,14 +26,14 @@ using sim::Ps;
 
 namespace {
 
-engines::DepTracker::Config dep_config(const engines::CoreParams& p, const sim::Config& cfg) {
+engines::DepTracker::Config dep_config(const engines::CoreParams& p) {
   engines::DepTracker::Config d;
   d.partitions = p.mem.partitions;
   d.sbuf_bytes = p.mem.sbuf_bytes_per_partition;
   d.psum_partitions = p.mem.psum_partitions;
   d.psum_bytes = p.mem.psum_bytes_per_partition();
   d.chunk_bytes = p.dep_chunk_bytes;
-  d.hbm_chunk_bytes = std::max<int64_t>(1, cfg.bytes("sim.hbm_dep_chunk_bytes"));
+  d.hbm_chunk_bytes = p.hbm_dep_chunk_bytes;
   return d;
 }
 
@@ -57,7 +57,7 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
       opts_(std::move(opts)),
       limits_(p_.limits()),
       mem_(p_.mem, opts_.numerics, std::max<int64_t>(4, p_.dep_chunk_bytes)),
-      deps_(dep_config(p_, cfg), latency_table(p_)),
+      deps_(dep_config(p_), latency_table(p_)),
       stream_(p_),
       tensor_(p_),
       dma_(p_),
@@ -65,7 +65,7 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
   st_.generation = p_.generation;
   sources_.push_back(SourceLoc{});
   if (opts_.check && opts_.numerics) checker_ = std::make_unique<engines::Checker>(p_.mem);
-  if (opts_.dependency_bound) asap_ = std::make_unique<engines::DepTracker>(dep_config(p_, cfg), latency_table(p_));
+  if (opts_.dependency_bound) asap_ = std::make_unique<engines::DepTracker>(dep_config(p_), latency_table(p_));
   if (!opts_.trace_path.empty()) {
     trace_ = std::make_unique<sim::ChromeTraceWriter>(
         opts_.trace_path,
@@ -418,7 +418,7 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
   const engines::StreamEngines::Issue trig = stream_.trigger(in, std::max(rd.time, not_before_));
   const memory::DmaSplit split = memory::split_transfer(dst, src, p_.dma_engines, p_.partitions_per_engine);
   double eff = 1.0;
-  if (in.op == Opcode::kDmaTranspose)
+  if (isa::op_info(in.op).cost == isa::CostClass::kDmaTranspose)
     eff = src.space == Space::kHbm ? p_.dma_transpose_eff_hbm2sbuf : p_.dma_transpose_eff_sbuf2sbuf;
   const engines::DmaEngines::Transfer tr = dma_.transfer(in.dma_queue, trig.start, split, eff);
   deps_.record(kClassDma, seq_, rg, tr.done, tr.done);

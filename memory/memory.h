@@ -15,12 +15,13 @@
 namespace nsim::memory {
 
 /// Sizes of the memories, from config.
+/// Filled from the config by engines::CoreParams::from_config (CoreParams::mem); no defaults of its own.
 struct MemoryConfig {
-  int partitions = 128;
+  int partitions = 0;
   int64_t sbuf_bytes_per_partition = 0;
-  int psum_partitions = 128;
-  int psum_banks = 8;
-  int64_t psum_bank_bytes = 2048;
+  int psum_partitions = 0;
+  int psum_banks = 0;
+  int64_t psum_bank_bytes = 0;
   int64_t hbm_bytes = 0;
   int64_t psum_bytes_per_partition() const { return psum_banks * psum_bank_bytes; }
 };
