@@ -9,8 +9,8 @@
     with nsim.options(config="trn3", timing_only=True): ...   # defaults for the kernels run inside
 
 The simulator core is the `_nsim` extension (see python/README.md). When it is not built, importing
-nsim still works (e.g. for tracing kernels to kernel.json); the simulator entry points then raise
-ImportError.
+nsim still works, but the simulator entry points raise ImportError, and so does tracing a kernel: the ISA
+tables the tracer uses (opcodes, slots, dtypes, ALU ops) come from the extension (nsim._isa).
 """
 __version__ = "0.1.0"
 

@@ -46,31 +46,6 @@ def parse_bandwidth(text: Union[str, float, int]) -> float:
     return float(value) * _SIZE[(prefix or "").lower()] / _TIME[unit]
 
 
-def _yaml_get(config_yaml: str, dotted: str) -> Optional[str]:
-    """Minimal lookup of `section.key` in the (two-level, block-style) effective-config YAML."""
-    try:  # prefer a real YAML parser when present
-        import yaml  # type: ignore
-
-        node: Any = yaml.safe_load(config_yaml)
-        for part in dotted.split("."):
-            node = node[part]
-        return str(node)
-    except Exception:
-        pass
-    section, key = dotted.split(".", 1)
-    in_section = False
-    for line in config_yaml.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        indent = len(line) - len(line.lstrip())
-        name, _, value = line.strip().partition(":")
-        if indent == 0:
-            in_section = name == section
-        elif in_section and indent == 2 and name == key:
-            return value.strip()
-    return None
-
-
 def _stat(stats: dict, dotted: str, default: float = 0.0) -> float:
     node: Any = stats
     for part in dotted.split("."):
@@ -111,19 +86,13 @@ def _profile_name(profile) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def memory_roof(config_yaml: str) -> float:
-    """HBM bandwidth in bytes/s: min(hbm.bw, dma.engine_bw * dma.engines)."""
-    hbm = _yaml_get(config_yaml, "hbm.bw")
-    ebw = _yaml_get(config_yaml, "dma.engine_bw")
-    neng = _yaml_get(config_yaml, "dma.engines")
-    roofs = []
-    if hbm is not None:
-        roofs.append(parse_bandwidth(hbm))
-    if ebw is not None and neng is not None:
-        roofs.append(parse_bandwidth(ebw) * float(neng))
-    if not roofs:
-        raise ValueError("config has neither hbm.bw nor dma.engine_bw/dma.engines")
-    return min(roofs)
+def memory_roof(config: str = "trn2", overrides: Any = None) -> float:
+    """HBM bandwidth in bytes/s of a configuration (preset + overrides): min(hbm.bw, dma.engine_bw *
+    dma.engines), the parameters read through ``_nsim`` (engines/params.def, in B/ns)."""
+    from nsim import _isa
+
+    c = _isa.config_values(config, overrides)
+    return min(c["hbm.bw"], c["dma.engine_bw"] * c["dma.engines"]) * 1e9
 
 
 def roofline_numbers(profile) -> Dict[str, Any]:
@@ -138,7 +107,7 @@ def roofline_numbers(profile) -> Dict[str, Any]:
     time_ns = _stat(stats, "total_time")
     time_s = time_ns * 1e-9
     compute_roof = _stat(stats, "flops.tensor_peak_per_s")
-    mem_roof = memory_roof(profile.config_yaml)
+    mem_roof = memory_roof(profile.config or "trn2", profile.overrides)
     intensity = flops / hbm_bytes if hbm_bytes > 0 else float("inf")
     achieved = flops / time_s if time_s > 0 else 0.0
     ridge = compute_roof / mem_roof if mem_roof > 0 else float("inf")

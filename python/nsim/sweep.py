@@ -39,18 +39,11 @@ STAT_COLUMNS = ("total_time", "bound.tensor.time", "bound.vector.time", "bound.s
 
 
 def _config_keys(config: str) -> set:
-    """The configuration's dotted keys (from the effective config's YAML; one implementation: nsim's)."""
-    keys, path = set(), []
-    for line in _core.effective_config(config).splitlines():
-        body = line.split("#", 1)[0].rstrip()
-        if not body.strip() or ":" not in body:
-            continue
-        depth = (len(body) - len(body.lstrip())) // 2
-        name, _, value = body.strip().partition(":")
-        path[depth:] = [name.strip()]
-        if value.strip():
-            keys.add(".".join(path))
-    return keys
+    """The configuration's dotted keys: the parameters (engines/params.def) of the resolved config, through
+    ``_nsim`` (an unknown preset raises ConfigError)."""
+    from nsim import _isa
+
+    return set(_isa.config_values(config))
 
 
 def _kernel_name(spec: KernelSpec, i: int) -> str:

@@ -34,6 +34,7 @@ except ImportError:  # pragma: no cover
 # --------------------------------------------------------------------------------------------------
 
 from nsim import _errors
+from nsim import _isa  # the ISA tables (opcodes, slots, dtypes) from _nsim, loaded on first use
 
 try:
     from nsim import _core  # type: ignore
@@ -241,19 +242,16 @@ def make_error(name, message, loc=None):
 # dtypes
 # --------------------------------------------------------------------------------------------------
 
-_IR_DTYPES = ("float32", "bfloat16", "float16", "tfloat32", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
-              "int8", "int16", "int32", "uint8", "uint16", "uint32", "bool")
-
-
 def dtype_name(dtype):
     """IR dtype name of a numpy / ml_dtypes dtype (or of a name)."""
-    if isinstance(dtype, str) and dtype in _IR_DTYPES:
+    ir = _isa.DTYPES  # isa/dtypes.def
+    if isinstance(dtype, str) and dtype in ir:
         return dtype
     try:
         name = np.dtype(dtype).name
     except TypeError:
         raise make_error("BadDtype", "unsupported dtype {!r}".format(dtype))
-    if name not in _IR_DTYPES:
+    if name not in ir:
         raise make_error("BadDtype", "dtype {} is not supported by nsim".format(name))
     return name
 
@@ -962,9 +960,9 @@ def emit(stmt):
     return current().emit(stmt)
 
 
-_SLOT_KEYS = ("dst", "src", "data", "data1", "data2", "operand0", "operand1", "bias", "scale", "reduce_res",
-              "stationary", "moving", "on_true", "predicate", "initial", "data0", "bound0", "bound1",
-              "reduce_init", "vals", "dst_idx", "on_false", "segment_ids", "indices", "src_buffer", "index", "src_seeds")
+def _slot_keys():
+    """Every operand slot key of kernel.json ops (isa/opcodes.def, via nsim._isa), in table order."""
+    return _isa.SLOT_KEYS
 
 
 def device_print(prefix, tensor):
@@ -1044,9 +1042,6 @@ class _Eager:
         return out.T.copy() if getattr(t, "_t2d", False) else out
 
 
-_READ_SLOTS = frozenset(("src", "data", "data1", "data2", "operand0", "operand1", "bias", "scale", "stationary",
-                         "moving", "on_true", "predicate", "initial", "data0", "bound0", "bound1", "reduce_init",
-                         "vals", "on_false", "segment_ids", "indices", "src_buffer", "index", "src_seeds"))
 _AFFINE_MAX_WRITES = 4096  # writes remembered per (affine loop, tensor): bounds the check's cost
 
 _CHECK_TABLE = None
@@ -1320,7 +1315,7 @@ class Tracer:
         return stmt
 
     def _operands(self, stmt):
-        for k in _SLOT_KEYS:
+        for k in _slot_keys():
             v = stmt.get(k)
             if v is None:
                 continue
@@ -1376,8 +1371,9 @@ class Tracer:
         of an enclosing affine_range wrote, to a tensor that is not the iteration's own."""
         if "accumulate" in (stmt.get("flags") or ()):
             return  # accumulation (PSUM matmul groups, dma_copy +=) is a legal reduction across iterations
+        read_slots = _isa.READ_SLOTS
         for slot, v in stmt.items():  # loop-carried reads: bytes another iteration wrote
-            if slot not in _READ_SLOTS:
+            if slot not in read_slots:
                 continue
             name = v if isinstance(v, str) else v["tensor"]
             reg = None
@@ -1391,7 +1387,7 @@ class Tracer:
                         f.reported = True
                         self._report_affine(stmt, slot, name, f, it, loc, read=True)
                         break
-        for slot in ("dst", "reduce_res", "dst_idx"):
+        for slot in _isa.WRITTEN_SLOTS:
             v = stmt.get(slot)
             if v is None:
                 continue
@@ -1447,7 +1443,7 @@ class Tracer:
                 rename[nm] = self.unique_name("_or_".join(distinct[:3]) + ("_etc" if len(distinct) > 3 else ""))
         if not rename:
             return
-        slots = frozenset(_SLOT_KEYS)
+        slots = frozenset(_slot_keys())
         for st in self.body:  # the tracer's body is flat (loops are unrolled)
             a = st.get("alloc")
             if a is not None:
@@ -1769,7 +1765,7 @@ def _to_numpy(a):
 def _retarget(body, rename):
     for s in body:
         if "op" in s:
-            for k in _SLOT_KEYS:
+            for k in _slot_keys():
                 v = s.get(k)
                 if isinstance(v, str) and v in rename:
                     s[k] = rename[v]

@@ -394,6 +394,7 @@ const char* cost_class_name(isa::CostClass c) {
     case C::kDma: return "dma";
     case C::kDmaTranspose: return "dma_transpose";
     case C::kStream: return "stream";
+    case C::kElementwise: return "elementwise";
     case C::kStreamReduce: return "stream_reduce";
     case C::kTensorTensor: return "tensor_tensor";
     case C::kMemset: return "memset";
@@ -403,20 +404,17 @@ const char* cost_class_name(isa::CostClass c) {
     case C::kActivationReduce: return "activation_reduce";
     case C::kTranspose: return "transpose";
     case C::kTensorReduce: return "tensor_reduce";
-    case C::kGpsimdStream: return "gpsimd_stream";
+    case C::kStartOverhead: return "start_overhead";
     case C::kScalarTensorTensor: return "scalar_tensor_tensor";
     case C::kReciprocal: return "reciprocal";
     case C::kScan: return "scan";
     case C::kBnAggr: return "bn_aggr";
-    case C::kCopyPredicated: return "copy_predicated";
     case C::kBarrier: return "barrier";
   }
   return "unknown";
 }
 
-py::list op_table_py() {
-  py::list out;
-  for (const isa::OpInfo& info : isa::op_table()) {
+py::dict op_dict(const isa::OpInfo& info, bool macro) {
     py::dict d;
     d["name"] = info.mnemonic;
     py::list engines;
@@ -437,19 +435,157 @@ py::list op_table_py() {
       sd["buffers"] = bufs;
       sd["dtypes"] = std::string(isa::dtype_class_name(s.dtypes));
       sd["required"] = s.required;
+      sd["role"] = std::string(isa::slot_role_name(s.role));
       sd["written"] = s.written;
       sd["vector"] = s.vector;
       slots.append(std::move(sd));
     }
     d["slots"] = slots;
+    if (macro) d.attr("pop")("cost_class");
+    return d;
+}
+
+py::list op_table_py() {
+  py::list out;
+  for (const isa::OpInfo& info : isa::op_table()) out.append(op_dict(info, false));
+  return out;
+}
+
+py::list macro_table_py() {
+  py::list out;
+  for (const isa::OpInfo& info : isa::macro_table()) out.append(op_dict(info, true));
+  return out;
+}
+
+py::list alu_table_py() {
+  py::list out;
+  for (int i = 0; i < isa::kNumAluOps; ++i) {
+    const auto op = static_cast<isa::AluOp>(i);
+    py::dict d;
+    d["name"] = std::string(isa::alu_name(op));
+    d["class"] = std::string(isa::alu_class_name(isa::alu_class(op)));
+    d["reduce"] = isa::alu_reduce_legal(op);
+    d["arity"] = isa::alu_arity(op);
     out.append(std::move(d));
   }
   return out;
 }
 
+py::list dtype_table_py() {
+  py::list out;
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const auto t = static_cast<DType>(i);
+    py::dict d;
+    d["name"] = std::string(dtype_name(t));
+    d["bytes"] = dtype_bytes(t);
+    d["is_float"] = dtype_is_float(t);
+    d["is_int"] = dtype_is_int(t);
+    out.append(std::move(d));
+  }
+  return out;
+}
+
+std::vector<std::string> engine_names_py() {
+  std::vector<std::string> v;
+  for (int e = 0; e < isa::kNumEngines; ++e) v.emplace_back(isa::engine_name(static_cast<isa::Engine>(e)));
+  return v;
+}
+
+std::vector<std::string> flag_names_py() {
+  std::vector<std::string> v;
+  for (int b = 0; b < isa::kNumFlags; ++b) v.emplace_back(isa::flag_name(b));
+  return v;
+}
+
+const char* param_kind_name(sim::ParamKind k) {
+  using K = sim::ParamKind;
+  switch (k) {
+    case K::kInt: return "int";
+    case K::kReal: return "real";
+    case K::kBool: return "bool";
+    case K::kString: return "string";
+    case K::kFrequency: return "frequency";
+    case K::kBytes: return "bytes";
+    case K::kBandwidth: return "bandwidth";
+    case K::kTime: return "time";
+    case K::kCycles: return "cycles";
+    case K::kStringList: return "string_list";
+  }
+  return "?";
+}
+
+const char* param_unit(sim::ParamKind k) {
+  using K = sim::ParamKind;
+  switch (k) {
+    case K::kFrequency: return "GHz";
+    case K::kBytes: return "B";
+    case K::kBandwidth: return "B/ns";
+    case K::kTime: return "ps";
+    case K::kCycles: return "cycles";
+    default: return "";
+  }
+}
+
+py::list param_schema_py() {
+  py::list out;
+  for (const sim::ParamDecl& p : engines::param_schema()) {
+    py::dict d;
+    d["key"] = std::string(p.key);
+    d["kind"] = param_kind_name(p.kind);
+    d["unit"] = param_unit(p.kind);
+    d["min"] = p.min;
+    d["max"] = p.max;
+    d["description"] = std::string(p.description);
+    out.append(std::move(d));
+  }
+  return out;
+}
+
+/// Every parameter of a resolved configuration (preset + overrides) in its kind's unit (engines/params.def).
+py::dict config_values_py(const std::string& config, const std::vector<std::string>& overrides) {
+  const sim::Config c = guarded([&] { return load_cfg(config, overrides); });
+  py::dict out;
+  using K = sim::ParamKind;
+  for (const sim::ParamDecl& p : engines::param_schema()) {
+    const std::string key(p.key);
+    switch (p.kind) {
+      case K::kInt: out[key.c_str()] = c.get_int(p.key); break;
+      case K::kReal: out[key.c_str()] = c.get_real(p.key); break;
+      case K::kBool: out[key.c_str()] = c.get_bool(p.key); break;
+      case K::kString: out[key.c_str()] = c.get_string(p.key); break;
+      case K::kFrequency: out[key.c_str()] = c.freq_ghz(p.key); break;
+      case K::kBytes: out[key.c_str()] = c.bytes(p.key); break;
+      case K::kBandwidth: out[key.c_str()] = c.bw_bytes_per_ns(p.key); break;
+      case K::kTime: out[key.c_str()] = c.time_ps(p.key); break;
+      case K::kCycles: out[key.c_str()] = c.cycles(p.key); break;
+      case K::kStringList: out[key.c_str()] = c.get_list(p.key); break;
+    }
+  }
+  return out;
+}
+
+/// The operand-verification limits (isa::Limits) of a configuration, as CoreParams derives them.
+py::dict limits_py(const std::string& config, const std::vector<std::string>& overrides) {
+  const isa::Limits l = guarded([&] { return engines::CoreParams::from_config(load_cfg(config, overrides)).limits(); });
+  py::dict d;
+  d["generation"] = l.generation;
+  d["partitions"] = l.partitions;
+  d["sbuf_bytes_per_partition"] = l.sbuf_bytes_per_partition;
+  d["psum_bytes_per_partition"] = l.psum_bytes_per_partition;
+  d["psum_bank_bytes"] = l.psum_bank_bytes;
+  d["psum_banks"] = l.psum_bank_bytes > 0 ? l.psum_bytes_per_partition / l.psum_bank_bytes : 0;
+  d["hbm_bytes"] = l.hbm_bytes;
+  d["pe_rows"] = l.pe_rows;
+  d["pe_cols"] = l.pe_cols;
+  d["moving_fmax"] = l.moving_fmax;
+  d["moving_fmax_bf16"] = l.moving_fmax_bf16;
+  d["dst_bf16"] = l.dst_bf16;
+  return d;
+}
+
 std::vector<std::string> alu_ops() {
   return {
-#define ALU(e, name, cls, red) name,
+#define ALU(e, name, cls, red, arity) name,
 #include "isa/alu_ops.def"
 #undef ALU
   };
@@ -586,7 +722,31 @@ PYBIND11_MODULE(_nsim, m) {
       py::arg("stat"),
       "The bound verdict (engines/bounds.h) from stat(name) -> value: {verdict, top_share_percent, "
       "latency_threshold_percent, bounds: [{name, ns, what}], largest first}.");
-  m.def("op_table", &op_table_py, "The ISA opcode table: one dict per opcode.");
+  m.def("op_table", &op_table_py,
+        "The ISA opcode table (isa/opcodes.def OP rows): one dict per opcode {name, engines, default_engine,\n"
+        "cost_class, slots: [{name, buffers, dtypes, required, role, written, vector}]}.");
+  m.def("macro_table", &macro_table_py,
+        "The frontend ops (isa/opcodes.def MACRO rows, e.g. nc_matmul): dicts as op_table without cost_class.");
+  m.def("alu_table", &alu_table_py,
+        "The ALU operators (isa/alu_ops.def): [{name, class, reduce, arity}]; class arith, bitvec, unary,\n"
+        "compare, logical or special.");
+  m.def("dtype_table", &dtype_table_py, "The dtypes (isa/dtypes.def): [{name, bytes, is_float, is_int}].");
+  m.def("engines", &engine_names_py, "Engine names, in isa::Engine order.");
+  m.def("instr_flags", &flag_names_py, "Instruction flag names by bit (isa/flags.def).");
+  m.def(
+      "imm_defaults",
+      [] {
+        return py::make_tuple(std::vector<float>(isa::kImmDefault.begin(), isa::kImmDefault.end()),
+                              std::vector<int32_t>(isa::kIimmDefault.begin(), isa::kIimmDefault.end()));
+      },
+      "(imm, iimm): the default immediates of an op (isa::kImmDefault, kIimmDefault).");
+  m.def("param_schema", &param_schema_py,
+        "The configuration parameters (engines/params.def): [{key, kind, unit, min, max, description}].");
+  m.def("config_values", &config_values_py, py::arg("config") = "trn2",
+        py::arg("overrides") = std::vector<std::string>{},
+        "Every parameter of a resolved configuration (preset + overrides) in its kind's unit: {key: value}.");
+  m.def("limits", &limits_py, py::arg("config") = "trn2", py::arg("overrides") = std::vector<std::string>{},
+        "The hardware limits of a configuration (isa::Limits, derived from CoreParams) as a dict.");
   m.def("alu_ops", &alu_ops, "ALU op names.");
   m.def("act_funcs", &act_funcs, "Activation function names.");
   m.def("dtypes", &dtypes, "Dtype names (numpy / ml_dtypes spelling).");

@@ -8,6 +8,7 @@ import enum
 
 import numpy as np
 
+from .. import _isa
 from .. import tracer as _tr
 from ..tracer import NkiTensor, make_error, KernelError, OperandError
 from . import language as _nl
@@ -108,7 +109,10 @@ _ENGINE_NAMES = {engine.tensor: "tensor", engine.vector: "vector", engine.scalar
                  engine.gpsimd: "gpsimd", engine.sync: "sync"}
 
 
-def _engine(e, allowed=None, what="instruction"):
+def _engine(e, what):
+    """The engine name of ``engine=`` for the op ``what`` (None: the compiler picks), one of the engines
+    its row of isa/opcodes.def allows."""
+    allowed = _isa.OP_ENGINES[what]
     if e is None:
         return None
     if isinstance(e, str):
@@ -155,7 +159,7 @@ def _is_scalar(x):
 
 def _imm(vals):
     """imm list up to the last non-default entry."""
-    d = [0.0, 0.0, 1.0, 0.0]
+    d = list(_isa.IMM_DEFAULT)
     for i, v in vals.items():
         d[i] = float(v)
     return d
@@ -187,7 +191,7 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     if dst.size != src.size:
         raise make_error("ElementCountMismatch", "dma_copy: dst has {} elements, src has {}".format(
             dst.size, src.size))
-    eng = _engine(engine, ("sync", "scalar", "gpsimd"), "dma_copy")
+    eng = _engine(engine, "dma_copy")
     fields = {}
     if dst.is_indirect() or src.is_indirect():
         if dst.is_indirect() and src.is_indirect():
@@ -261,20 +265,20 @@ def _oob_skip(m):
 def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None, **kwargs):
     _t(dst, "dst", "tensor_copy")
     _t(src, "src", "tensor_copy")
-    return _op("tensor_copy", engine=_engine(engine, ("vector", "scalar", "gpsimd"), "tensor_copy"), dst=dst, src=src)
+    return _op("tensor_copy", engine=_engine(engine, "tensor_copy"), dst=dst, src=src)
 
 
 def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **kwargs):
     _t(dst, "dst", "tensor_tensor")
     _t(data1, "data1", "tensor_tensor")
     _t(data2, "data2", "tensor_tensor")
-    return _op("tensor_tensor", engine=_engine(engine, ("vector", "gpsimd"), "tensor_tensor"), dst=dst,
+    return _op("tensor_tensor", engine=_engine(engine, "tensor_tensor"), dst=dst,
                data1=data1, data2=data2, alu0=_nl.alu_name(op))
 
 
 def memset(dst, value, engine=engine.unknown, name=None, **kwargs):
     _t(dst, "dst", "memset")
-    eng = _engine(engine, ("vector", "gpsimd"), "memset")
+    eng = _engine(engine, "memset")
     if np.issubdtype(dst.dtype, np.integer) or dst.dtype == np.bool_:
         return _op("memset", engine=eng, dst=dst, iimm=[_tr.int_immediate(value, "memset: value")])
     return _op("memset", engine=eng, dst=dst, imm=[float(value)])
@@ -309,13 +313,13 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     if reverse1:
         flags.append("reverse1")
     imm = fields.pop("imm", None)
-    return _op("tensor_scalar", engine=_engine(engine, ("vector", "scalar", "gpsimd"), "tensor_scalar"), dst=dst,
+    return _op("tensor_scalar", engine=_engine(engine, "tensor_scalar"), dst=dst,
                data=data, operand0=fields.get("operand0"), operand1=fields.get("operand1"),
                alu0=_nl.alu_name(op0, "op0"), alu1=_nl.alu_name(op1, "op1") if op1 is not None else None,
                flags=flags, imm=_imm(imm) if imm else None)
 
 
-_UNARY = ("abs", "square", "relu", "rsqrt", "reciprocal", "negative", "invert", "logical_not")
+_UNARY = _isa.alu_of_arity(1)  # ops that ignore their second operand (isa/alu_ops.def arity 1)
 
 
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
@@ -374,7 +378,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
 def nc_transpose(dst, data, engine=engine.unknown, name=None, **kwargs):
     _t(dst, "dst", "nc_transpose")
     _t(data, "data", "nc_transpose")
-    eng = _engine(engine, ("tensor", "vector"), "nc_transpose")
+    eng = _engine(engine, "nc_transpose")
     if eng is None:
         p = data.shape[0]
         f = data.size // p if p else 0
@@ -442,7 +446,7 @@ def _immlist(vals):
     scale default, harmless for other ops)."""
     if not vals:
         return None
-    d = [0.0, 0.0, 1.0, 0.0][:max(vals) + 1]
+    d = list(_isa.IMM_DEFAULT)[:max(vals) + 1]
     for i, v in vals.items():
         d[i] = _fimm(v)
     return d
@@ -556,7 +560,7 @@ def activation_reduce(dst, op, data, reduce_op, reduce_res=None, bias=None, scal
                imm=_immlist(imm), **fields)
 
 
-_CMP = ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")
+_CMP = tuple(n for n in _isa.ALU_OPS if n in _isa.alu_of_class("compare"))  # isa/alu_ops.def class compare
 
 
 def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=None, offset=0,
@@ -944,16 +948,11 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
         flags.append("reverse1")
     iimm = None
     if rop is not None:
-        iimm = [[a["name"] for a in _alu_table()].index(rop)]
+        iimm = [_isa.ALU_OPS.index(rop)]
     return _op("activate2", dst=dst, data=data, operand0=fields.get("operand0"), operand1=fields.get("operand1"),
                reduce_res=reduce_res, act=_nl.act_name(op), alu0=o0 if o0 != "bypass" else None,
                alu1=o1 if o1 != "bypass" else None, reduce_cmd=_rcmd(reduce_cmd), flags=flags, imm=_immlist(imm),
                iimm=iimm)
-
-
-def _alu_table():
-    from .. import _core
-    return [{"name": n} for n in _core.alu_ops()]
 
 
 def rand2(dst, min, max, name=None, **kwargs):  # noqa: A002 - the NKI parameter names
@@ -979,9 +978,8 @@ def dropout(dst, data, prob, name=None, **kwargs):
     return _op("dropout", dst=dst, data=data, operand0=fields.get("operand0"), flags=flags, imm=_immlist(imm))
 
 
-def _rng_engine(e, dflt, what):
-    eng = _engine(e, ("vector", "gpsimd"), what)
-    return eng or dflt
+def _rng_engine(e, what):
+    return _engine(e, what) or _isa.DEFAULT_ENGINE[what]
 
 
 def rng(dst, engine=engine.vector, name=None, **kwargs):
@@ -991,7 +989,7 @@ def rng(dst, engine=engine.vector, name=None, **kwargs):
     if not np.issubdtype(np.dtype(dst.dtype), np.integer):
         raise make_error("BadDtype", "rng: dst must have an integer dtype, got {}".format(
             np.dtype(dst.dtype)))
-    return _op("rng", dst=dst, engine=_rng_engine(engine, "vector", "rng"))
+    return _op("rng", dst=dst, engine=_rng_engine(engine, "rng"))
 
 
 def set_rng_seed(src_seeds, name=None, **kwargs):
@@ -1003,13 +1001,13 @@ def set_rng_seed(src_seeds, name=None, **kwargs):
 def rand_set_state(src_seeds, engine=engine.gpsimd, name=None, **kwargs):
     """Restore an engine's PRNG state saved by ``rand_get_state`` (uint32 elements 0 and 1 of partition 0)."""
     _t(src_seeds, "src_seeds", "rand_set_state")
-    return _op("rand_set_state", src_seeds=src_seeds, engine=_rng_engine(engine, "gpsimd", "rand_set_state"))
+    return _op("rand_set_state", src_seeds=src_seeds, engine=_rng_engine(engine, "rand_set_state"))
 
 
 def rand_get_state(dst, engine=engine.gpsimd, name=None, **kwargs):
     """Write an engine's PRNG state into the integer ``dst`` (each partition: low, high 32 bits, zeros)."""
     _t(dst, "dst", "rand_get_state")
-    return _op("rand_get_state", dst=dst, engine=_rng_engine(engine, "gpsimd", "rand_get_state"))
+    return _op("rand_get_state", dst=dst, engine=_rng_engine(engine, "rand_get_state"))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import re
 
 import numpy as np
 
@@ -11,6 +10,7 @@ try:
 except ImportError:  # pragma: no cover
     _mld = None
 
+from .. import _isa as _tab  # the ISA / config tables from _nsim (this module's _isa() is nki.isa)
 from .. import tracer as _tr
 from ..tracer import DynSlice, NkiTensor, NsimError, make_error, KernelError
 
@@ -100,21 +100,62 @@ def finfo(dtype):
 # --------------------------------------------------------------------------------------------------
 
 
-class tile_size:  # noqa: N801 - NKI name
-    pmax = 128
-    psum_fmax = 512
-    psum_bank_fmax = 512
-    psum_bank_fmax_bytes = 2048
-    psum_num_banks = 7 if os.environ.get("NKI_DMA_TRANSPOSE_AS_PE_TRANSPOSE") == "true" else 8
-    gemm_stationary_fmax = 128
-    gemm_moving_fmax = 512
-    bn_stats_fmax = 512
-    sbuf_size_bytes = 128 * 224 * 1024
-    sbuf_fmax_bytes = 224 * 1024 - 16 * 1024
-    total_available_sbuf_size = sbuf_fmax_bytes
-    sbuf_fmax = sbuf_fmax_bytes // 4
-    psum_min_align = 16
-    sbuf_min_align = 16
+def _configured():
+    """(config, overrides) in force: the running kernel's, else the ``nsim.options`` defaults."""
+    t = _tr.active()
+    if t is not None:
+        return t.config, t.overrides
+    from .._kernel import current_options
+    o = current_options()
+    return o["config"], o["overrides"]
+
+
+# NKI's constants that the simulator does not model as parameters: bn_stats' free-size limit, the
+# allocation alignment, and the SBUF bytes per partition NKI reserves for the compiler.
+_BN_STATS_FMAX = 512
+_MIN_ALIGN = 16
+_SBUF_RESERVED_BYTES = 16 * 1024
+
+
+def _tile_sizes(c):
+    """nl.tile_size from the configuration's parameters (engines/params.def), FP32 elements where NKI
+    counts elements."""
+    sbuf_fmax_bytes = c["sbuf.bytes_per_partition"] - _SBUF_RESERVED_BYTES
+    reserve_bank = os.environ.get("NKI_DMA_TRANSPOSE_AS_PE_TRANSPOSE") == "true"
+    return {
+        "pmax": c["sbuf.partitions"],
+        "psum_fmax": c["psum.bank_bytes"] // 4,
+        "psum_bank_fmax": c["psum.bank_bytes"] // 4,
+        "psum_bank_fmax_bytes": c["psum.bank_bytes"],
+        "psum_num_banks": c["psum.banks"] - (1 if reserve_bank else 0),
+        "gemm_stationary_fmax": c["tensor.pe_cols"],
+        "gemm_moving_fmax": c["tensor.moving_fmax"],
+        "bn_stats_fmax": _BN_STATS_FMAX,
+        "sbuf_size_bytes": c["sbuf.partitions"] * c["sbuf.bytes_per_partition"],
+        "sbuf_fmax_bytes": sbuf_fmax_bytes,
+        "total_available_sbuf_size": sbuf_fmax_bytes,
+        "sbuf_fmax": sbuf_fmax_bytes // 4,
+        "psum_min_align": _MIN_ALIGN,
+        "sbuf_min_align": _MIN_ALIGN,
+    }
+
+
+class _TileSizeMeta(type):
+    def __getattr__(cls, name):
+        cfg, ovr = _configured()
+        sizes = _tile_sizes(_tab.config_values(cfg, ovr))
+        if name not in sizes:
+            raise AttributeError("nl.tile_size has no attribute {!r}".format(name))
+        return sizes[name]
+
+    def __dir__(cls):
+        return sorted(_tile_sizes({k: 1 for k in ("sbuf.bytes_per_partition", "sbuf.partitions", "psum.bank_bytes",
+                                                    "psum.banks", "tensor.pe_cols", "tensor.moving_fmax")}))
+
+
+class tile_size(metaclass=_TileSizeMeta):  # noqa: N801 - NKI name
+    """``nl.tile_size.pmax`` ...: the limits of the configured core (the running kernel's config, else the
+    ``nsim.options`` default), from the parameters of engines/params.def through ``_nsim``."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -122,36 +163,8 @@ class tile_size:  # noqa: N801 - NKI name
 # --------------------------------------------------------------------------------------------------
 
 
-def _names_from_def(fname, macro):
-    here = os.path.dirname(os.path.abspath(__file__))
-    for root in (os.path.join(here, "..", "..", "..", "isa"), os.path.join(here, "..", "isa")):
-        p = os.path.join(root, fname)
-        if os.path.isfile(p):
-            with open(p, encoding="utf-8") as f:
-                return re.findall(r'^' + macro + r'\(\s*\w+\s*,\s*"(\w+)"', f.read(), re.M)
-    return None
-
-
-def _table(core_fn, fname, macro, fallback):
-    core = _tr._core
-    if core is not None and hasattr(core, core_fn):
-        try:
-            v = [x if isinstance(x, str) else (x.get("name") if isinstance(x, dict) else getattr(x, "name", str(x)))
-                 for x in getattr(core, core_fn)()]
-            if v:
-                return v
-        except Exception:  # pragma: no cover
-            pass
-    return _names_from_def(fname, macro) or list(fallback)
-
-
-ALU_OPS = _table("alu_ops", "alu_ops.def", "ALU", (
-    "bypass add subtract multiply maximum minimum divide power equal not_equal greater greater_equal less "
-    "less_equal logical_and logical_or logical_xor logical_not abs_max abs_min mod fmod abs square relu rsqrt "
-    "reciprocal negative invert bitwise_and bitwise_or bitwise_xor left_shift right_shift average").split())
-ACT_FUNCS = _table("act_funcs", "act_funcs.def", "ACT", (
-    "copy square sigmoid relu prelu gelu gelu_dx gelu_apprx_tanh gelu_apprx_sigmoid gelu_apprx_sigmoid_dx silu "
-    "silu_dx tanh softplus mish erf erf_dx exp log sin arctan sqrt rsqrt reciprocal sign abs").split())
+ALU_OPS = list(_tab.ALU_OPS)  # isa/alu_ops.def
+ACT_FUNCS = list(_tab.ACT_FUNCS)  # isa/act_funcs.def
 
 
 class OpCode:
@@ -440,12 +453,13 @@ def no_reorder():
 
 import builtins as _b  # noqa: E402  (this module shadows sum/max/min/abs/copy with op codes)
 
-_BINARY = frozenset(("add subtract multiply divide maximum minimum power fmod mod equal not_equal less less_equal "
-                     "greater greater_equal logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
-                     "left_shift right_shift abs_max abs_min").split())
-_ALU_UNARY = frozenset(("negative", "invert", "logical_not"))
+# The value-returning forms by ALU class (isa/alu_ops.def): binary ops of every class but "special"; unary
+# ALU ops (those that are not also activation functions, which take the activation path); the special ops
+# (bypass, average) and prelu (an activation with an alpha parameter) have none.
+_BINARY = _tab.alu_of_arity(2) - _tab.alu_of_class("special")
+_ALU_UNARY = _tab.alu_of_arity(1) - _tab.alu_of_class("special")
 _REDUCE = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply"}
-_NO_VALUE = frozenset(("bypass", "average", "prelu"))
+_NO_VALUE = _tab.alu_of_class("special") | {"prelu"}
 
 
 _OPCODE_KW = {"reduce": frozenset(("x", "axis", "dtype", "keepdims", "name")),

@@ -143,7 +143,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, dst=None
     if dst is not None:
         _n.nc_transpose(dst=dst, data=data, engine=engine)
         return None
-    eng = _n._engine(engine, ("tensor", "vector"), "nc_transpose")
+    eng = _n._engine(engine, "nc_transpose")
     if eng is None:
         eng = "vector" if p <= 32 and f <= 32 else "tensor"
     out = _new((f, p), data.dtype, "psum" if eng == "tensor" else "sbuf")

@@ -1103,10 +1103,6 @@ def full_like(a, fill_value, dtype=None, *, buffer=None, name="", **kwargs):
 # Value-returning functions (§3.6)
 # --------------------------------------------------------------------------------------------------
 
-_CMP = frozenset(("equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
-                  "logical_or", "logical_xor", "logical_not"))
-
-
 _PREFIX = "neuronxcc.nki.language"
 
 
