@@ -34,6 +34,18 @@ constexpr AluRow kAlu[] = {
 #include "isa/alu_ops.def"
 #undef ALU
 };
+#define A(e) alu_bit(AluOp::e)
+constexpr uint64_t kAluSetMask[] = {
+#define ALU_SET(e, name, members) members,
+#include "isa/alu_sets.def"
+#undef ALU_SET
+};
+#undef A
+constexpr const char* kAluSetName[] = {
+#define ALU_SET(e, name, members) name,
+#include "isa/alu_sets.def"
+#undef ALU_SET
+};
 constexpr const char* kFlagNames[] = {
 #define FLAG(e, name, meaning) name,
 #include "isa/flags.def"
@@ -137,6 +149,17 @@ std::string_view slot_role_name(SlotRole r) {
     case SlotRole::kVecOut: return "vec_out";
   }
   return "?";
+}
+uint64_t alu_set_mask(AluSet s) { return kAluSetMask[static_cast<size_t>(s)]; }
+std::string_view alu_set_name(AluSet s) { return kAluSetName[static_cast<size_t>(s)]; }
+std::string alu_set_members(AluSet s) {
+  std::string out;
+  for (int i = 0; i < kNumAluOps; ++i)
+    if (alu_in_set(static_cast<AluOp>(i), s)) {
+      if (!out.empty()) out += ", ";
+      out += alu_name(static_cast<AluOp>(i));
+    }
+  return out;
 }
 std::string_view flag_name(int bit) { return bit >= 0 && bit < kNumFlags ? kFlagNames[bit] : "?"; }
 std::optional<AluOp> alu_from_name(std::string_view s) {
@@ -444,10 +467,9 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
       break;
     case Opcode::kTensorPartitionReduce: {
       const AluOp op = in.alu0;
-      if (op != AluOp::kAdd && op != AluOp::kAverage && op != AluOp::kMaximum && op != AluOp::kMinimum &&
-          op != AluOp::kBitwiseOr && op != AluOp::kBitwiseAnd)
+      if (!alu_in_set(op, AluSet::kPartitionReduceOp))
         fail(ErrorCode::kBadImmediate, in, where,
-             fmt::format("op must be add, average, maximum, minimum, bitwise_or or bitwise_and, got {}", alu_name(op)));
+             fmt::format("op must be one of {}, got {}", alu_set_members(AluSet::kPartitionReduceOp), alu_name(op)));
       if (alu_class(op) == AluClass::kBitVec && (!dtype_is_int(d.dtype) || !dtype_is_int(in.slot(1).dtype)))
         fail(ErrorCode::kBadDtype, in, where, fmt::format("op {} needs integer dtypes", alu_name(op)));
       break;
@@ -458,9 +480,9 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
       if (in.slot(1).space == Space::kPsum && in.slot(2).space == Space::kPsum)
         fail(ErrorCode::kBadBuffer, in, where, "predicate and on_true may not both be in psum");
       const AluOp rop = in.alu1;
-      if (rop != AluOp::kBypass && rop != AluOp::kMaximum && rop != AluOp::kMinimum && rop != AluOp::kAdd)
+      if (rop != AluOp::kBypass && !alu_in_set(rop, AluSet::kSelectReduceOp))
         fail(ErrorCode::kBadImmediate, in, where,
-             fmt::format("reduce_op must be maximum, minimum or add, got {}", alu_name(rop)));
+             fmt::format("reduce_op must be one of {}, got {}", alu_set_members(AluSet::kSelectReduceOp), alu_name(rop)));
       const DType t = in.slot(2).dtype;
       if (t == DType::kTFloat32 || t == DType::kInt32 || t == DType::kUInt32)
         fail(ErrorCode::kBadDtype, in, where, fmt::format("on_true may not be {}", dtype_name(t)));
@@ -470,10 +492,9 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
       fits_registers();
       need_operand(2, !ignores_operand(in.alu0), kHasImm0, "has_imm0", in.alu0);
       const AluOp op1 = in.alu1;
-      if (op1 != AluOp::kAdd && op1 != AluOp::kSubtract && op1 != AluOp::kMultiply && op1 != AluOp::kMaximum &&
-          op1 != AluOp::kMinimum)
+      if (!alu_in_set(op1, AluSet::kCumulativeOp1))
         fail(ErrorCode::kBadImmediate, in, where,
-             fmt::format("op1 must be add, subtract, multiply, maximum or minimum, got {}", alu_name(op1)));
+             fmt::format("op1 must be one of {}, got {}", alu_set_members(AluSet::kCumulativeOp1), alu_name(op1)));
       for (int i = 0; i < 2; ++i) {
         const DType t = in.slot(i).dtype;
         if (t == DType::kInt32 || t == DType::kUInt32)
@@ -511,21 +532,18 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
       fits_registers();
       need_operand(2, !ignores_operand(in.alu0), kHasImm0, "has_imm0", in.alu0);
       need_operand(3, !ignores_operand(in.alu1), kHasImm1, "has_imm1", in.alu1);
-      // (op0, op1) in {(multiply, add), (multiply, subtract), (multiply, bypass), (add, bypass),
-      // (subtract, bypass), (bypass, bypass)} (spec nki-api.md 2.4)
+      // (op0, op1): (multiply, any of kActivate2MulOp1) or (any of kActivate2AddOp0, bypass) (spec nki-api.md 2.4)
       const AluOp a = in.alu0, b = in.alu1;
-      const bool ok = (a == AluOp::kMultiply && (b == AluOp::kAdd || b == AluOp::kSubtract || b == AluOp::kBypass)) ||
-                      ((a == AluOp::kAdd || a == AluOp::kSubtract || a == AluOp::kBypass) && b == AluOp::kBypass);
+      const bool ok = (a == AluOp::kMultiply && alu_in_set(b, AluSet::kActivate2MulOp1)) ||
+                      (alu_in_set(a, AluSet::kActivate2AddOp0) && b == AluOp::kBypass);
       if (!ok)
         fail(ErrorCode::kBadImmediate, in, where,
              fmt::format("(op0, op1) = ({}, {}) is not a supported pair", alu_name(a), alu_name(b)));
       const int r = in.iimm[0];
       const AluOp rop = static_cast<AluOp>(r);
-      if (r < 0 || r >= static_cast<int>(AluOp::kAverage) + 1 ||
-          (rop != AluOp::kBypass && rop != AluOp::kAdd && rop != AluOp::kMaximum && rop != AluOp::kMinimum &&
-           rop != AluOp::kAbsMax && rop != AluOp::kAbsMin))
+      if (r < 0 || r >= kNumAluOps || (rop != AluOp::kBypass && !alu_in_set(rop, AluSet::kActivate2ReduceOp)))
         fail(ErrorCode::kBadImmediate, in, where,
-             fmt::format("reduce op (iimm[0] = {}) must be add, maximum, minimum, abs_max or abs_min", r));
+             fmt::format("reduce op (iimm[0] = {}) must be one of {}", r, alu_set_members(AluSet::kActivate2ReduceOp)));
       break;
     }
     case Opcode::kDropout:

@@ -98,6 +98,24 @@ AluClass alu_class(AluOp op);
 bool alu_reduce_legal(AluOp op);
 /// 1: the op ignores its second operand (unary ops, bypass); 2: binary.
 int alu_arity(AluOp op);
+inline constexpr uint64_t alu_bit(AluOp op) { return uint64_t{1} << static_cast<int>(op); }
+static_assert(kNumAluOps <= 64, "ALU sets are 64-bit masks");
+
+/// ALU operators an instruction argument accepts (isa/alu_sets.def).
+enum class AluSet : uint8_t {
+#define ALU_SET(e, name, members) e,
+#include "isa/alu_sets.def"
+#undef ALU_SET
+};
+inline constexpr int kNumAluSets = 0
+#define ALU_SET(e, name, members) +1
+#include "isa/alu_sets.def"
+#undef ALU_SET
+    ;
+uint64_t alu_set_mask(AluSet s);
+inline bool alu_in_set(AluOp op, AluSet s) { return (alu_set_mask(s) & alu_bit(op)) != 0; }
+std::string_view alu_set_name(AluSet s);  ///< "tensor_partition_reduce.op", ...
+std::string alu_set_members(AluSet s);    ///< "add, average, maximum, ..." (for messages)
 
 enum class ActFunc : uint8_t {
 #define ACT(e, name) e,

@@ -485,6 +485,18 @@ py::list dtype_table_py() {
   return out;
 }
 
+py::dict alu_sets_py() {
+  py::dict out;
+  for (int i = 0; i < isa::kNumAluSets; ++i) {
+    const auto s = static_cast<isa::AluSet>(i);
+    py::list members;
+    for (int a = 0; a < isa::kNumAluOps; ++a)
+      if (isa::alu_in_set(static_cast<isa::AluOp>(a), s)) members.append(std::string(isa::alu_name(static_cast<isa::AluOp>(a))));
+    out[std::string(isa::alu_set_name(s)).c_str()] = members;
+  }
+  return out;
+}
+
 std::vector<std::string> engine_names_py() {
   std::vector<std::string> v;
   for (int e = 0; e < isa::kNumEngines; ++e) v.emplace_back(isa::engine_name(static_cast<isa::Engine>(e)));
@@ -730,6 +742,8 @@ PYBIND11_MODULE(_nsim, m) {
   m.def("alu_table", &alu_table_py,
         "The ALU operators (isa/alu_ops.def): [{name, class, reduce, arity}]; class arith, bitvec, unary,\n"
         "compare, logical or special.");
+  m.def("alu_sets", &alu_sets_py,
+        "ALU operators an instruction argument accepts (isa/alu_sets.def): {\"instruction.argument\": [names]}.");
   m.def("dtype_table", &dtype_table_py, "The dtypes (isa/dtypes.def): [{name, bytes, is_float, is_int}].");
   m.def("engines", &engine_names_py, "Engine names, in isa::Engine order.");
   m.def("instr_flags", &flag_names_py, "Instruction flag names by bit (isa/flags.def).");

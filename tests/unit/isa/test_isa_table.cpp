@@ -1358,3 +1358,13 @@ TEST_CASE("ISA table: MACRO rows, slot roles, flags and ALU arity", "[isa][table
   CHECK(alu_class(AluOp::kEqual) == AluClass::kCompare);
   CHECK(alu_class(AluOp::kLogicalNot) == AluClass::kLogical);
 }
+
+TEST_CASE("ISA table: per-instruction ALU sets", "[isa][table]") {
+  CHECK(alu_set_name(AluSet::kPartitionReduceOp) == "tensor_partition_reduce.op");
+  // members in isa/alu_ops.def order
+  CHECK(alu_set_members(AluSet::kPartitionReduceOp) == "add, maximum, minimum, bitwise_and, bitwise_or, average");
+  CHECK(alu_in_set(AluOp::kAbsMax, AluSet::kActivate2ReduceOp));
+  CHECK_FALSE(alu_in_set(AluOp::kMultiply, AluSet::kActivate2ReduceOp));
+  CHECK(alu_in_set(AluOp::kBypass, AluSet::kActivate2MulOp1));
+  for (int i = 0; i < kNumAluSets; ++i) CHECK(alu_set_mask(static_cast<AluSet>(i)) != 0);
+}
