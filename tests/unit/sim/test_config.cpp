@@ -26,7 +26,7 @@ using nsim::sim::ParamKind;
 namespace fs = std::filesystem;
 
 static const nsim::sim::ParamDecl kSchema[] = {
-#define PARAM(k, kind, lo, hi, d) {k, nsim::sim::ParamKind::kind, d, lo, hi},
+#define PARAM(k, kind, lo, hi, reader, d) {k, nsim::sim::ParamKind::kind, d, lo, hi},
 #include "engines/params.def"
 #undef PARAM
 };
