@@ -59,11 +59,15 @@ def _tables() -> Dict[str, Any]:
         "SLOT_KEYS": tuple(slots),
         #: slots ops write (role out / vec_out) and slots ops read (role in / vec_in), in table order
         "WRITTEN_SLOTS": tuple(dict.fromkeys(s["name"] for d in every.values() for s in d["slots"] if s["written"])),
+        #: slots of role out (the written tensor operands: dst, dst_idx; not the (P, 1) vec_out registers)
+        "OUT_SLOTS": tuple(dict.fromkeys(s["name"] for d in every.values() for s in d["slots"] if s["role"] == "out")),
         "READ_SLOTS": tuple(dict.fromkeys(s["name"] for d in every.values() for s in d["slots"] if not s["written"])),
         "FLAGS": tuple(x.instr_flags()),
         "IMM_DEFAULT": tuple(imm),
         "IIMM_DEFAULT": tuple(iimm),
         "PARAMS": tuple(x.param_schema()),
+        #: ALU operators an instruction argument accepts (isa/alu_sets.def), in table order
+        "ALU_SETS": {k: tuple(v) for k, v in x.alu_sets().items()},
     }
     return t
 

@@ -20,7 +20,9 @@ import re
 import sys
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
+from nsim import _isa
+
+ENGINES = tuple(_isa.ENGINES)  # isa::Engine order (the trace's thread ids)
 
 # ------------------------------------------------------------------------------------------------
 # Helpers
@@ -89,8 +91,6 @@ def _profile_name(profile) -> str:
 def memory_roof(config: str = "trn2", overrides: Any = None) -> float:
     """HBM bandwidth in bytes/s of a configuration (preset + overrides): min(hbm.bw, dma.engine_bw *
     dma.engines), the parameters read through ``_nsim`` (engines/params.def, in B/ns)."""
-    from nsim import _isa
-
     c = _isa.config_values(config, overrides)
     return min(c["hbm.bw"], c["dma.engine_bw"] * c["dma.engines"]) * 1e9
 

@@ -1351,7 +1351,7 @@ class Tracer:
         is_mm = stmt["op"] == "nc_matmul"
         for slot, v in self._operands(stmt):
             name = v if isinstance(v, str) else v["tensor"]
-            if slot in ("dst", "dst_idx"):
+            if slot in _isa.OUT_SLOTS:
                 self.written.add(name)
             else:
                 self.read.add(name)

@@ -27,6 +27,8 @@ def test_alu_act_dtype_lists_are_the_cpp_tables():
         assert tracer.dtype_name(name) == name
     assert list(_isa.FLAGS) == list(_nsim.instr_flags())
     assert list(_isa.ENGINES) == list(_nsim.engines())
+    from nsim import plot
+    assert list(plot.ENGINES) == list(_nsim.engines())
 
 
 def test_slot_keys_and_roles_are_the_cpp_tables():
@@ -38,6 +40,7 @@ def test_slot_keys_and_roles_are_the_cpp_tables():
     read = {s["name"] for r in rows for s in r["slots"] if not s["written"]}
     assert set(_isa.WRITTEN_SLOTS) == written and set(_isa.READ_SLOTS) == read
     assert not written & read  # a slot name means the same role in every op (the tracer relies on it)
+    assert set(_isa.OUT_SLOTS) == {s["name"] for r in rows for s in r["slots"] if s["role"] == "out"}
     for r in rows:
         for s in r["slots"]:
             assert s["written"] == (s["role"] in ("out", "vec_out"))
@@ -158,3 +161,43 @@ def test_config_doc_is_up_to_date():
     assert _config_doc.render(current) == current, "docs/config.md is stale: run python -m nsim._config_doc"
     for p in _nsim.param_schema():
         assert "`{}`".format(p["key"]) in current
+
+
+def test_per_instruction_alu_sets_are_the_cpp_rows():
+    """The ALU operators an nisa argument accepts are the rows of isa/alu_sets.def, which isa::verify checks
+    too: nisa rejects exactly the operators outside the row."""
+    sets = _nsim.alu_sets()
+    assert _isa.ALU_SETS == {k: tuple(v) for k, v in sets.items()}
+    assert nisa._PART_REDUCE == tuple(sets["tensor_partition_reduce.op"])
+    assert nisa._CUMUL_OPS == tuple(sets["tensor_scalar_cumulative.op1"])
+    assert nisa._REDUCE_OPS == tuple(sets["tensor_scalar_reduce.reduce_op"])
+    assert nisa._ACT2_REDUCE == tuple(sets["activate2.reduce_op"])
+    assert set(sets["tensor_partition_reduce.op"]) == {"add", "average", "maximum", "minimum", "bitwise_or",
+                                                       "bitwise_and"}
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((1, 4), a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 4), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        r = nl.ndarray((1, 4), a.dtype, buffer=nl.sbuf)
+        for n in _isa.ALU_OPS:
+            if n in sets["tensor_partition_reduce.op"]:
+                nisa.tensor_partition_reduce(dst=r, op=getattr(nl, n), data=t)
+            else:
+                with pytest.raises(nsim.NsimError, match="op must be one of"):
+                    nisa.tensor_partition_reduce(dst=r, op=getattr(nl, n), data=t)
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    nsim.trace_kernel(k, np.zeros((128, 4), np.int32))
+
+
+def test_nc_version_is_the_configured_generation(monkeypatch):
+    monkeypatch.delenv("NKI_NC_VERSION", raising=False)
+    monkeypatch.delenv("NEURON_PLATFORM_TARGET_OVERRIDE", raising=False)
+    for preset in ("trn1", "trn2", "trn3"):
+        with nsim.options(config=preset):
+            assert int(nisa.get_nc_version()) == _nsim.config_values(preset)["generation"]
+    monkeypatch.setenv("NKI_NC_VERSION", "trn3")
+    assert nisa.get_nc_version() == nisa.nc_version.gen4

@@ -68,17 +68,18 @@ class dma_engine(enum.IntEnum):  # noqa: N801
     gpsimd_dma = 2
 
 
-_GEN = {"trn1": nc_version.gen2, "inf2": nc_version.gen2, "gen2": nc_version.gen2, "trn2": nc_version.gen3,
-        "gen3": nc_version.gen3, "trn3": nc_version.gen4, "gen4": nc_version.gen4}
-
-
 def get_nc_version():
+    """The generation (the ``generation`` parameter of the preset) NKI_NC_VERSION /
+    NEURON_PLATFORM_TARGET_OVERRIDE names, else that of the configured core (the running kernel's config,
+    else the ``nsim.options`` default)."""
     import os
+    from .._kernel import PLATFORM_CONFIG
     for var in ("NKI_NC_VERSION", "NEURON_PLATFORM_TARGET_OVERRIDE"):
         v = os.environ.get(var)
-        if v and v in _GEN:
-            return _GEN[v]
-    return nc_version.gen3
+        if v and v in PLATFORM_CONFIG:
+            return nc_version(_isa.config_values(PLATFORM_CONFIG[v])["generation"])
+    cfg, ovr = _nl._configured()
+    return nc_version(_isa.config_values(cfg, ovr)["generation"])
 
 
 def get_nc_sub_version():
@@ -551,7 +552,7 @@ def activation_reduce(dst, op, data, reduce_op, reduce_res=None, bias=None, scal
     _t(data, "data", "activation_reduce")
     imm, fields = _bias_scale(bias, scale, "activation_reduce")
     rop = _nl.alu_name(reduce_op, "reduce_op")
-    if rop not in ("add", "maximum", "minimum"):
+    if rop not in _isa.ALU_SETS["activation_reduce.reduce_op"]:
         raise make_error("BadArgument", "activation_reduce: reduce_op must be nl.add (or "
                          "nl.maximum / nl.minimum), got nl.{}".format(rop))
     if reduce_res is not None:
@@ -613,7 +614,7 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
                alu0=_nl.alu_name(op0, "op0"), alu1=_nl.alu_name(op1, "op1"), flags=flags, imm=_immlist(imm))
 
 
-_REDUCE_OPS = ("add", "multiply", "maximum", "minimum", "subtract")
+_REDUCE_OPS = _isa.ALU_SETS["tensor_scalar_reduce.reduce_op"]
 
 
 def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
@@ -767,7 +768,7 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None, **kwargs):
     return _op("nc_match_replace8", dst=dst, data=data, vals=vals, dst_idx=dst_idx, imm=[_fimm(imm)])
 
 
-_PART_REDUCE = ("add", "average", "maximum", "minimum", "bitwise_or", "bitwise_and")
+_PART_REDUCE = _isa.ALU_SETS["tensor_partition_reduce.op"]
 
 
 def tensor_partition_reduce(dst, op, data, name=None, **kwargs):
@@ -791,7 +792,7 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
     fields, imm, flags = {}, {}, []
     _scalar_or_vector(on_false, "on_false", "select_reduce", 0, fields, imm, flags, "has_imm0")
     rop = _nl.alu_name(reduce_op if reduce_op is not None else "maximum", "reduce_op")
-    if rop not in ("maximum", "minimum", "add"):
+    if rop not in _isa.ALU_SETS["select_reduce.reduce_op"]:
         raise make_error("BadArgument", "select_reduce: reduce_op must be nl.maximum, got nl.{}".format(
             rop))
     if reduce_res is not None:
@@ -803,7 +804,7 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
                flags=flags, imm=_immlist(imm))
 
 
-_CUMUL_OPS = ("add", "subtract", "multiply", "maximum", "minimum")
+_CUMUL_OPS = _isa.ALU_SETS["tensor_scalar_cumulative.op1"]
 
 
 def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce, name=None,
@@ -909,9 +910,10 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.
                reduce_init=fields.get("reduce_init"), reduce_cmd=_rcmd(reduce_cmd), flags=flags, imm=_immlist(imm))
 
 
-_ACT2_PAIRS = {("multiply", "add"), ("multiply", "subtract"), ("multiply", "bypass"), ("add", "bypass"),
-               ("subtract", "bypass"), ("bypass", "bypass")}
-_ACT2_REDUCE = ("add", "maximum", "minimum", "abs_max", "abs_min")
+# (op0, op1): (multiply, one of activate2.op1 after multiply) or (one of activate2.op0 before bypass, bypass)
+_ACT2_PAIRS = ({("multiply", b) for b in _isa.ALU_SETS["activate2.op1 after multiply"]} |
+               {(a, "bypass") for a in _isa.ALU_SETS["activate2.op0 before bypass"]})
+_ACT2_REDUCE = _isa.ALU_SETS["activate2.reduce_op"]
 
 
 def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
