@@ -47,7 +47,7 @@ def test_slot_keys_and_roles_are_the_cpp_tables():
             assert s["vector"] == (s["role"] in ("vec_in", "vec_out"))
 
 
-@pytest.mark.parametrize("op", ["dma_copy", "tensor_copy", "tensor_tensor", "memset", "tensor_scalar",
+@pytest.mark.parametrize("op", ["dma_copy", "tensor_copy", "tensor_tensor", "memset", "tensor_scalar", "core_barrier",
                                 "nc_transpose", "rng", "rand_set_state", "rand_get_state"])
 def test_nisa_engine_choice_follows_the_opcode_row(op):
     allowed = {r["name"]: r["engines"] for r in _nsim.op_table()}[op]

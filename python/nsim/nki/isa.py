@@ -1086,7 +1086,7 @@ def core_barrier(data, cores, engine=engine.gpsimd, name=None, **kwargs):
     if data.buffer != "hbm":
         raise make_error("BadBuffer", "core_barrier: data must be an HBM tensor (the shared_hbm tensor both cores "
                          "wrote), got a {} tensor".format(data.buffer))
-    eng = _engine(engine, ("vector", "scalar", "gpsimd", "sync"), "core_barrier") or "gpsimd"
+    eng = _engine(engine, "core_barrier") or _isa.DEFAULT_ENGINE["core_barrier"]
     return _op("core_barrier", engine=eng, dst=data)
 
 
