@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from nsim import _core, _errors
+from nsim import _core, _errors, _gendoc
 
 MARKER = "<!-- Generated below by `python -m nsim._errors_doc` from sim/errors.def: do not edit by hand. -->"
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "errors.md")
@@ -28,23 +28,11 @@ def render_table() -> str:
 
 def render(current: str) -> str:
     """The generated document: the hand-written prose of ``current`` up to the marker, then the table."""
-    head = current.split(MARKER, 1)[0].rstrip("\n")
-    return "{}\n\n{}\n\n{}".format(head, MARKER, render_table())
+    return _gendoc.render(current, MARKER, render_table())
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    with open(DOC, encoding="utf-8") as f:
-        current = f.read()
-    text = render(current)
-    if "--check" in argv:
-        if text != current:
-            sys.stderr.write("{} is not up to date: run python -m nsim._errors_doc\n".format(DOC))
-            return 1
-        return 0
-    with open(DOC, "w", encoding="utf-8") as f:
-        f.write(text)
-    return 0
+    return _gendoc.main(argv, DOC, render, "nsim._errors_doc")
 
 
 if __name__ == "__main__":
