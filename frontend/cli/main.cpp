@@ -900,6 +900,7 @@ int main(int argc, char** argv) {
     return cmd_python(name, cmd->remaining(), argv[0]);  // plot, sweep
   } catch (const Error& e) {
     fmt::print(stderr, "{}\n", e.what());
+    if (const std::string_view hint = error_info(e.code()).hint; !hint.empty()) fmt::print(stderr, "  fix: {}\n", hint);
     return 2;
   } catch (const std::bad_alloc&) {
     fmt::print(stderr, "{}: out of memory\n", error_code_str(ErrorCode::kInternal));

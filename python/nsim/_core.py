@@ -51,6 +51,13 @@ class NsimError(Exception):
         self.line = line
         self.function = function
         super().__init__(self._text())
+        if self.hint and hasattr(self, "add_note"):  # shown under the message in tracebacks (Python 3.11+)
+            self.add_note("fix: " + self.hint)
+
+    @property
+    def hint(self) -> str:
+        """What usually fixes an error of this code (sim/errors.def), "" when the table has none."""
+        return _errors.hint(self.code)
 
     def _text(self) -> str:
         s = "{}: {}".format(self.code, self.message)

@@ -38,3 +38,9 @@ def family(code_str: str) -> Optional[str]:
     """The family ("kernel", "not_supported", ...) of a code, None for a code not in the table."""
     row = BY_CODE.get(code_str)
     return row["family"] if row is not None else None
+
+
+def hint(code_str: str) -> str:
+    """What usually fixes an error of this code (the table's hint column), "" for a code not in the table."""
+    row = BY_CODE.get(code_str)
+    return row["hint"] if row is not None else ""

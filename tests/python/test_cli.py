@@ -327,3 +327,14 @@ def test_json_outputs_keep_their_keys(tmp_path, kernel):
     assert _keys(d["total_time_ns"]) == ["a", "b", "delta", "ratio", "percent"]
     assert d["total_time_ns"]["delta"] == 0 and d["total_time_ns"]["ratio"] == 1
     assert all(_keys(l) == ["src", "status", "instruction_time_ns", "instructions"] for l in d["lines"])
+
+
+def test_cli_error_prints_the_fix(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"nsim_kernel": 1, "name": "k", "tensors": [], "body": [{"op": "no_such_op"}]}')
+    r = nsim("run", bad)
+    assert r.returncode == 2
+    first, fix = r.stderr.splitlines()[:2]
+    code = first.split(":", 1)[0]
+    from nsim import _errors
+    assert fix == "  fix: " + _errors.BY_CODE[code]["hint"]

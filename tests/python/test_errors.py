@@ -111,3 +111,22 @@ def test_docs_errors_md_is_generated_from_the_table():
     assert _errors_doc.render(current) == current, "docs/errors.md is out of date: run python -m nsim._errors_doc"
     for r in _errors.TABLE:
         assert "| {} | {} |".format(r["code"], r["name"]) in current
+
+
+def test_errors_say_what_fixes_them():
+    """Every error carries its table row's fix hint: Python as ``.hint`` and a traceback note, the CLI as a
+    ``fix:`` line after the message."""
+    from nsim import nki
+    import nsim.nki.language as nl
+
+    @nki.jit
+    def k(a):
+        return nl.load(a.reshape((3, -1)))  # 1024 elements do not split into 3 rows
+
+    with pytest.raises(_core.NsimError) as e:
+        k(__import__("numpy").zeros((128, 8), "float32"))
+    row = _errors.BY_CODE[e.value.code]
+    assert row["name"] == "BadReshape" and e.value.hint == row["hint"] != ""
+    if hasattr(e.value, "add_note"):  # Python 3.11+: shown under the message in the traceback
+        assert e.value.__notes__ == ["fix: " + row["hint"]]
+    assert str(e.value).startswith(e.value.code)  # the message itself is unchanged
