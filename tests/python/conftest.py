@@ -71,3 +71,22 @@ def pytest_configure(config):
     """A sanitizer report (nsim's options(check=True), on by default) from any kernel run by the tests is
     an error: no example or library kernel may trigger one (tests expecting one catch it explicitly)."""
     config.addinivalue_line("filterwarnings", "error::nsim.tracer.CheckWarning")
+
+
+@pytest.fixture(scope="module")
+def b1():
+    """The Beta-1 dialect through nsim's compat layer: yields (nki, nl, nisa) of ``neuronxcc.nki``; restores
+    sys.modules afterwards (a test module may define its own ``b1`` yielding more)."""
+    from nsim import compat
+    prefixes = ("nki", "neuronxcc")
+    was = compat.installed()
+    before = {n for n in sys.modules if n.split(".", 1)[0] in prefixes}
+    compat.install()
+    import neuronxcc.nki as bnki
+    import neuronxcc.nki.isa as bnisa
+    import neuronxcc.nki.language as bnl
+    yield bnki, bnl, bnisa
+    if not was:
+        compat.uninstall()
+        for n in [n for n in sys.modules if n.split(".", 1)[0] in prefixes and n not in before]:
+            sys.modules.pop(n, None)

@@ -1,6 +1,5 @@
 """Beta-1 (value-returning) forms of the Tier-2 ``nki.isa`` instructions (spec §2.2 "Beta 1" signatures),
 written like Beta-1 kernels (``nsim.compat.install()``; ``import neuronxcc.nki``) and checked against numpy."""
-import sys
 
 import numpy as np
 import pytest
@@ -9,27 +8,8 @@ from conftest import require_core  # noqa: E402
 
 _core, ml_dtypes = require_core()
 
-from nsim import compat  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
-_PREFIXES = ("nki", "neuronxcc")
-
-
-@pytest.fixture(scope="module")
-def b1():
-    """compat installed; yields (nki, nl, nisa); restores sys.modules afterwards."""
-    was = compat.installed()
-    before = {n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES}
-    compat.install()
-    import neuronxcc.nki as nki
-    import neuronxcc.nki.isa as nisa
-    import neuronxcc.nki.language as nl
-
-    yield nki, nl, nisa
-    if not was:
-        compat.uninstall()
-        for n in [n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES and n not in before]:
-            sys.modules.pop(n, None)
 
 
 from numeric_helpers import close as _close, rand as _rand  # noqa: E402

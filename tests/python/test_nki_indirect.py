@@ -3,7 +3,6 @@ gathers and scatters through ``.ap(vector_offset=/scalar_offset=)``, ``select(di
 Beta-1 ``t[idx_tile[i_p, 0], i_f]`` subscripts, ``nl.atomic_rmw`` and ``dma_copy(dst_rmw_op=np.add)``;
 ``oob_mode``; the errors of bad indirect accesses; and the timing facts a kernel author relies on (the
 gather waits for the writes it may read, it is triggered from GpSimd)."""
-import sys
 
 import numpy as np
 import pytest
@@ -12,30 +11,13 @@ from conftest import require_core  # noqa: E402
 
 _core, ml_dtypes = require_core()
 
-from nsim import _errors, compat, simulate_json  # noqa: E402
+from nsim import _errors, simulate_json  # noqa: E402
 from nsim import nki  # noqa: E402
 import nsim.nki.isa as nisa  # noqa: E402
 import nsim.nki.language as nl  # noqa: E402
 from nsim.tracer import NsimError  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
-_PREFIXES = ("nki", "neuronxcc")
-
-
-@pytest.fixture(scope="module")
-def b1():
-    """compat installed: (nki, nl, nisa) of ``neuronxcc.nki``; restores sys.modules afterwards."""
-    was = compat.installed()
-    before = {n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES}
-    compat.install()
-    import neuronxcc.nki as bnki
-    import neuronxcc.nki.isa as bnisa
-    import neuronxcc.nki.language as bnl
-    yield bnki, bnl, bnisa
-    if not was:
-        compat.uninstall()
-        for n in [n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES and n not in before]:
-            sys.modules.pop(n, None)
 
 
 def _rng(seed=0):

@@ -1,6 +1,5 @@
 """Tier-3 (spec §2.3) and §2.4 ``nki.isa`` instructions in both dialects, each traced, simulated and
 checked against a numpy reference (fp32 1e-5, bf16 1e-2), with the edge cases the spec states."""
-import sys
 
 import numpy as np
 import pytest
@@ -9,33 +8,14 @@ from conftest import require_core  # noqa: E402
 
 _core, ml_dtypes = require_core()
 
-from nsim import _errors, compat, nki  # noqa: E402
+from nsim import _errors, nki  # noqa: E402
 from nsim.tracer import NsimError  # noqa: E402
 import nsim.nki.language as nl  # noqa: E402
 import nsim.nki.isa as nisa  # noqa: E402
-from nsim.nki._unsupported import NotSupportedError  # noqa: E402
 
 from numeric_helpers import close as _close, rand as _rand  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
-_PREFIXES = ("nki", "neuronxcc")
-
-
-@pytest.fixture(scope="module")
-def b1():
-    """compat installed; yields (nki, nl, nisa) of the Beta-1 dialect; restores sys.modules afterwards."""
-    was = compat.installed()
-    before = {n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES}
-    compat.install()
-    import neuronxcc.nki as bnki
-    import neuronxcc.nki.isa as bisa
-    import neuronxcc.nki.language as bnl
-
-    yield bnki, bnl, bisa
-    if not was:
-        compat.uninstall()
-        for n in [n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES and n not in before]:
-            sys.modules.pop(n, None)
 
 
 def _load(src, dtype=None):

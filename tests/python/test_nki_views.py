@@ -2,7 +2,6 @@
 ``reshape`` of HBM tensors and tiles, ``broadcast_to`` / numpy broadcasting in ``nl`` binary ops, ``mask=`` on
 reductions, index expressions combining several arange/mgrid axes."""
 import math
-import sys
 
 import numpy as np
 import pytest
@@ -11,14 +10,12 @@ from conftest import require_core  # noqa: E402
 
 _core, ml_dtypes = require_core()
 
-from nsim import compat  # noqa: E402
 from nsim import nki  # noqa: E402
 import nsim.nki.isa as nisa  # noqa: E402
 import nsim.nki.language as nl  # noqa: E402
 from nsim.tracer import NsimError  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
-_PREFIXES = ("nki", "neuronxcc")
 
 
 def _rand(shape, dtype=np.float32, seed=0):
@@ -28,22 +25,6 @@ def _rand(shape, dtype=np.float32, seed=0):
 def _close(got, want, dtype=np.float32):
     tol = 1e-2 if np.dtype(dtype) == np.dtype(BF16) else 1e-5
     np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
-
-
-@pytest.fixture(scope="module")
-def b1():
-    """compat installed: (nki, nl, nisa) of ``neuronxcc.nki``; restores sys.modules afterwards."""
-    was = compat.installed()
-    before = {n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES}
-    compat.install()
-    import neuronxcc.nki as bnki
-    import neuronxcc.nki.isa as bnisa
-    import neuronxcc.nki.language as bnl
-    yield bnki, bnl, bnisa
-    if not was:
-        compat.uninstall()
-        for n in [n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES and n not in before]:
-            sys.modules.pop(n, None)
 
 
 def _ops(kernel, *args):
