@@ -273,6 +273,7 @@ def test_kernel_json_gather_runs():
     table = _rng().standard_normal((100, 64)).astype(np.float32)
     idx = _rng(8).integers(0, 100, (128, 1)).astype(np.int32)
     outs, _prof = simulate_json(_kernel([100, 64]), inputs={"idx": idx, "table": table})
+    assert "out" in outs, sorted(outs)
     np.testing.assert_array_equal(outs["out"], table[idx[:, 0]])
 
 
