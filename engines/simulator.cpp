@@ -318,12 +318,12 @@ engines::DepTracker::Regions Simulator::regions(const Instr& in, const engines::
   // Split an instruction's operands into the regions it reads and writes (table-derived roles).
   engines::DepTracker::Regions r;
   const isa::OpInfo& info = isa::op_info(in.op);
+  const int indirect = isa::indirect_slot(in);
   for (int i = 0; i < info.num_slots; ++i) {
     const Operand& o = in.slot(i);
     if (!o.present()) continue;
     // An indirect side's rows are runtime values: it depends on every row they may reach.
-    const engines::DepTracker::Range rr = i == isa::indirect_slot(in) ? on.range_of(o, isa::slot_extent(in, i))
-                                                                      : on.range_of(o);
+    const engines::DepTracker::Range rr = i == indirect ? on.range_of(o, isa::slot_extent(in, i)) : on.range_of(o);
     if (info.slots[static_cast<size_t>(i)].written) r.writes[static_cast<size_t>(r.nw++)] = rr;
     else r.reads[static_cast<size_t>(r.nr++)] = rr;
   }
