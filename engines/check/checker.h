@@ -7,7 +7,9 @@
 ///    bytes that nothing has written (an accumulation group that was never opened);
 ///  * nan-produced: the first instruction whose result holds NaN/Inf although all its inputs are finite;
 ///  * cast-out-of-range: the first instruction that narrows values out of their destination dtype's
-///    range (an integer saturates, NaN becomes 0, an fp8/fp16 value overflows to inf/NaN).
+///    range (an integer saturates, NaN becomes 0, an fp8/fp16 value overflows to inf/NaN);
+///  * dma-race (LNC=2 only, engines/check/race.h): the two cores' DMAs touch the same shared-HBM bytes,
+///    one of them writing, with no sendrecv/core_barrier between them.
 /// Reports are diagnostics, not errors: the first one of each check is kept with its instruction, the
 /// operand slot and the element range; later ones are counted. The check codes are in one table
 /// (kChecks below) so they can move into the error-code table unchanged.
@@ -32,6 +34,7 @@ enum class CheckKind : uint8_t {
   kNanProduced,
   kAffineWriteConflict,
   kCastOutOfRange,
+  kDmaRace,
   kCount
 };
 
@@ -55,6 +58,9 @@ inline constexpr std::array<CheckInfo, static_cast<size_t>(CheckKind::kCount)> k
     {"NSIM-W505", "cast-out-of-range",
      "bring the values into the destination dtype's range first (scale before an fp8 cast, clamp before an "
      "integer cast), or write a wider dtype"},
+    {"NSIM-W506", "dma-race",
+     "order the two cores' accesses with nisa.core_barrier on the shared tensor (or a sendrecv) between the "
+     "write and the other core's access, or give each core its own part of the tensor"},
 }};
 
 /// One report of the sanitizer.
