@@ -149,7 +149,8 @@ void Checker::report(CheckKind k, const Instr& in, int slot, uint64_t index, con
   first = static_cast<int64_t>(reports_.size());
 }
 
-void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where) {
+void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
+                     const SlotTags* tags) {
   (void)views;
   casts_before_ = cast_overflows();
   const isa::OpInfo& info = isa::op_info(in.op);
@@ -161,16 +162,26 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
     if (written && !(acc && s == 0)) continue;
     const std::vector<uint8_t>& sh = shadow(o.space);
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
+    const uint8_t key = tags ? (*tags)[static_cast<size_t>(s)] : 0;
+    // A byte is good when written: by this allocation (or through an operand of unknown tag) when the
+    // operand's tag is known, by anything when it is not.
+    auto good = [key](uint8_t b) { return key == 0 ? b != 0 : (b == key || b == kTagAny); };
     int64_t bad = 0, first_el = -1, last_el = -1;
     uint32_t first_p = 0, last_p = 0;
     for_each_run(o, [&](uint32_t p, int64_t el0, int64_t off, int64_t n, int64_t step) {
       const uint8_t* base = sh.data() + static_cast<int64_t>(p) * pp + off;
-      // A contiguous run with every byte written (the common case): one memchr.
-      if (step == eb && std::memchr(base, 0, static_cast<size_t>(n * eb)) == nullptr) return true;
+      if (step == eb) {  // a contiguous run with every byte good (the common case): one pass
+        if (key == 0 && std::memchr(base, 0, static_cast<size_t>(n * eb)) == nullptr) return true;
+        if (key != 0) {
+          bool all = true;
+          for (int64_t i = 0; i < n * eb; ++i) all &= good(base[i]);
+          if (all) return true;
+        }
+      }
       for (int64_t i = 0; i < n; ++i) {
         const uint8_t* b = base + i * step;
         bool ok = true;
-        for (int64_t j = 0; j < eb; ++j) ok &= b[j] != 0;
+        for (int64_t j = 0; j < eb; ++j) ok &= good(b[j]);
         if (ok) continue;
         if (bad++ == 0) first_p = p, first_el = el0 + i;
         last_p = p, last_el = el0 + i;
@@ -187,7 +198,8 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
   }
 }
 
-void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where) {
+void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
+                    const SlotTags* tags) {
   const isa::OpInfo& info = isa::op_info(in.op);
   // 0. values narrowed out of their destination's range while it executed
   if (const uint64_t n = cast_overflows() - casts_before_; n > 0) {
@@ -203,12 +215,13 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     if (!o.present() || !on_chip(o.space) || !info.slots[static_cast<size_t>(s)].written) continue;
     std::vector<uint8_t>& sh = shadow(o.space);
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
+    const uint8_t key = tags && (*tags)[static_cast<size_t>(s)] ? (*tags)[static_cast<size_t>(s)] : kTagAny;
     for_each_run(o, [&](uint32_t p, int64_t, int64_t off, int64_t n, int64_t step) {
       uint8_t* base = sh.data() + static_cast<int64_t>(p) * pp + off;
       if (step == eb) {
-        std::memset(base, 1, static_cast<size_t>(n * eb));
+        std::memset(base, key, static_cast<size_t>(n * eb));
       } else {
-        for (int64_t i = 0; i < n; ++i) std::memset(base + i * step, 1, static_cast<size_t>(eb));
+        for (int64_t i = 0; i < n; ++i) std::memset(base + i * step, key, static_cast<size_t>(eb));
       }
       return true;
     });

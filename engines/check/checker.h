@@ -80,14 +80,33 @@ struct CheckReport {
   std::string str() const;
 };
 
+/// Which tile allocation each on-chip operand of an instruction is (by slot): the shadow remembers,
+/// per byte, the allocation that wrote it, so a tile that reuses a dead tile's storage (liveness
+/// allocation, rotating buffers) reads as never written until it writes it itself. A tag is a hash of
+/// (tensor, execution of its alloc) into [1, kTagAny); 0 = unknown (HBM, a manual placement, an
+/// instruction whose slots the caller cannot map): such an operand only needs bytes something wrote.
+using SlotTags = std::array<uint8_t, isa::kMaxSlots>;
+inline constexpr uint8_t kTagAny = 255;  ///< shadow byte written through an operand of unknown tag
+/// Tag of allocation `instance` of tile `tensor` (never 0 or kTagAny). Two allocations sharing storage
+/// get the same tag with probability 1/254: a stale read then goes unreported, never the reverse.
+inline uint8_t slot_tag(int tensor, int64_t instance) {
+  uint64_t h = (static_cast<uint64_t>(static_cast<uint32_t>(tensor)) << 40) ^ static_cast<uint64_t>(instance);
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;  // a 64-bit finaliser (MurmurHash3's)
+  h ^= h >> 33;
+  return static_cast<uint8_t>(1 + h % (kTagAny - 1));
+}
+
 class Checker {
  public:
   explicit Checker(const memory::MemoryConfig& m);
-  /// Before `in` executes over `views`: reads of never-written on-chip bytes. `index`: its program-order
-  /// index. Returns the number of new reports.
-  void before(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where);
+  /// Before `in` executes over `views`: reads of never-written on-chip bytes (by `tags`, when given:
+  /// bytes this allocation has not written). `index`: its program-order index.
+  void before(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
+              const SlotTags* tags = nullptr);
   /// After it executed: marks its written on-chip bytes and looks for the first NaN/Inf produced.
-  void after(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where);
+  void after(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
+             const SlotTags* tags = nullptr);
   /// Reports so far, first of each kind, in the order found.
   const std::vector<CheckReport>& reports() const { return reports_; }
   std::vector<CheckReport>& reports() { return reports_; }
@@ -99,7 +118,7 @@ class Checker {
   int64_t pitch(isa::Space s) const { return s == isa::Space::kPsum ? psum_pitch_ : sbuf_pitch_; }
   void report(CheckKind k, const isa::Instr& in, int slot, uint64_t index, const SourceLoc& where, std::string detail);
 
-  std::vector<uint8_t> sbuf_, psum_;  ///< one byte per byte of storage: 1 = written
+  std::vector<uint8_t> sbuf_, psum_;  ///< one byte per byte of storage: 0 = never written, else its writer's tag
   int64_t sbuf_pitch_ = 0, psum_pitch_ = 0;
   std::vector<float> row_;           ///< scratch row (fp32) of the NaN scan
   bool stationary_finite_ = true;    ///< the last load_stationary loaded finite values

@@ -331,6 +331,40 @@ def test_check_uninitialized_read():
     assert _reports(_fresh_read(True), a) == []
 
 
+def _reused_storage(fixed):
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((128, 128), a.dtype, buffer=nl.shared_hbm)
+        at = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=at, src=a)
+        nisa.dma_copy(dst=out[:, 0:64], src=at)  # at is dead from here: its bytes may serve another tile
+        ct = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        if fixed:
+            nisa.dma_copy(dst=ct, src=b)
+        nisa.tensor_scalar(dst=ct, data=ct, op0=nl.multiply, operand0=2.0)  # BUG-STALE
+        nisa.dma_copy(dst=out[:, 64:128], src=ct)
+        return out
+    return k
+
+
+def test_check_uninitialized_read_of_storage_an_earlier_tile_wrote():
+    # ct is never written, but the compiler model gives it the bytes of `at`, which died before: on
+    # hardware (and in nsim's numerics) ct reads a's values, no NaN shows. The shadow remembers which
+    # allocation wrote each byte, so the read is still reported.
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    b = np.ones((128, 64), np.float32)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        out, prof = _reused_storage(False).options(check=True).simulate(a, b)
+    np.testing.assert_array_equal(out[:, 64:], 2 * a)  # the stale values: storage really is shared
+    reps = prof.check_reports
+    assert [(r["check"], r["op"], r["tensor"]) for r in reps] == [("uninitialized-read", "tensor_scalar", "ct")]
+    assert reps[0]["line"] == _line_of("# BUG-STALE") and "8192 sbuf never-written elements" in reps[0]["detail"]
+    out, prof = _reused_storage(True).options(check=True).simulate(a, b)
+    assert prof.check_reports == []
+    np.testing.assert_array_equal(out[:, 64:], 2 * b)
+
+
 def test_check_from_the_command_line(tmp_path):
     if not os.path.exists(NSIM_BIN):
         pytest.skip("no nsim binary")
