@@ -99,6 +99,30 @@ TEST_CASE("checker is off unless asked for and needs numerics", "[check]") {
   CHECK(s->mutable_check_reports() == nullptr);
 }
 
+TEST_CASE("checker with allocation tags reports a read of bytes another allocation wrote", "[check]") {
+  // Two allocations sharing one tile's storage (as the compiler model's liveness allocation does): the
+  // second reads what the first wrote before writing it itself.
+  auto s = checked_sim();
+  const Operand t = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const Operand o = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const uint8_t first = engines::slot_tag(3, 1), second = engines::slot_tag(3, 2), out = engines::slot_tag(4, 1);
+  REQUIRE(first != second);  // (the hash of these two differs; in general 1/254 collide)
+  engines::SlotTags w{first}, r_first{out, first, first}, r_second{out, second, second}, r_unknown{};
+  s->set_slot_tags(&w);
+  s->submit(memset0(t));
+  s->set_slot_tags(&r_first);
+  s->submit(add(o, t, t));  // the writer's own allocation reads: fine
+  s->set_slot_tags(&r_unknown);
+  s->submit(add(o, t, t));  // untagged operands only need written bytes: fine
+  CHECK(s->check_reports().empty());
+  s->set_slot_tags(&r_second);
+  s->submit(add(o, t, t));  // the next allocation of that storage reads before writing: stale
+  s->finish();
+  REQUIRE(s->check_reports().size() == 1);
+  CHECK(s->check_reports()[0].kind == engines::CheckKind::kUninitializedRead);
+  CHECK(s->check_reports()[0].detail.find("reads 8192 sbuf never-written elements of data1") != std::string::npos);
+}
+
 // ---- the cross-core dma-race check (engines/check/race.h), driven directly with issue times
 
 namespace {
