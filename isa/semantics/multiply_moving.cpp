@@ -1,5 +1,5 @@
 // multiply_moving: dst[M, N] (PSUM) = stationary^T (M x K) * moving (K x N), fp32 accumulation
-// (Eigen). kAccumulate: dst = dst + result (read as fp32, add, store with dst dtype, RNE for bf16).
+// in k order (isa/semantics/gemm.h). kAccumulate: dst = dst + result (read as fp32, add, store with dst dtype, RNE for bf16).
 // kDoubleRow: moving [K, 2, N] -> (2K) x N, rows r*K + k (same order as load_stationary).
 // kIsTranspose: when every column of moving has at most one nonzero entry and it is 1 (a 0/1
 // permutation / selection matrix), the result copies stationary values exactly (NaN/Inf kept,
@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "isa/semantics/gemm.h"
 #include "isa/semantics/internal.h"
 
 namespace nsim::isa {
@@ -99,7 +100,8 @@ void exec_kMultiplyMoving(const Instr& in, const Views& v, ArchState& st) {
     }
   }
 
-  res.noalias() = st.stationary.transpose() * mv;
+  res.resize(static_cast<Eigen::Index>(M), static_cast<Eigen::Index>(N));
+  gemm_tn(st.stationary.data(), R, M, mv.data(), N, res.data());  // stationary: R x M, column-major
   float* acc = fscratch(1, N);
   for (int64_t m = 0; m < M; ++m) {
     const float* r = res.data() + m * N;

@@ -1,0 +1,17 @@
+#pragma once
+/// The PE array's matrix product for multiply_moving: C (M x N, row-major) = A^T B, A (K x M,
+/// column-major: the stationary as load_stationary keeps it), B (K x N, row-major: the moving tile).
+/// Each element accumulates in fp32 in the order the array does, k = 0, 1, ..., K-1, one rounded
+/// multiply and one rounded add per step (no fused multiply-add), so the result is the same bits on
+/// every machine: an AVX2 kernel where the CPU has it, a portable loop otherwise.
+#include <cstdint>
+
+namespace nsim::isa::sem {
+
+void gemm_tn(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c);
+/// The portable loop alone (tests compare the two paths bit for bit).
+void gemm_tn_portable(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c);
+/// True when gemm_tn uses the AVX2 kernel on this machine.
+bool gemm_tn_vectorized();
+
+}  // namespace nsim::isa::sem
