@@ -67,11 +67,15 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
   if (opts_.check && opts_.numerics) checker_ = std::make_unique<engines::Checker>(p_.mem);
   if (opts_.dependency_bound) asap_ = std::make_unique<engines::DepTracker>(dep_config(p_), latency_table(p_));
   if (!opts_.trace_path.empty()) {
-    trace_ = std::make_unique<sim::ChromeTraceWriter>(
-        opts_.trace_path,
-        opts_.core_index >= 0 ? fmt::format("NeuronCore {} ({}, LNC=2)", opts_.core_index, p_.name)
-                              : fmt::format("NeuronCore ({})", p_.name),
-        sim::TraceFilter::from_ns(opts_.trace_limit, opts_.trace_window_start_ns, opts_.trace_window_end_ns));
+    const std::string process = opts_.core_index >= 0 ? fmt::format("NeuronCore {} ({}, LNC=2)", opts_.core_index, p_.name)
+                                                      : fmt::format("NeuronCore ({})", p_.name);
+    const sim::TraceFilter filter =
+        sim::TraceFilter::from_ns(opts_.trace_limit, opts_.trace_window_start_ns, opts_.trace_window_end_ns);
+    if (sim::is_protobuf_trace_path(opts_.trace_path))  // (core c of an LNC=2 launch: process c + 1)
+      trace_ = std::make_unique<sim::PerfettoTraceWriter>(opts_.trace_path, process, filter,
+                                                          std::max(0, opts_.core_index) + 1);
+    else
+      trace_ = std::make_unique<sim::ChromeTraceWriter>(opts_.trace_path, process, filter);
     recorder_ = std::make_unique<engines::TraceRecorder>(*this, *trace_);
     add_instr_listener([r = recorder_.get()](const Instr& in, const InstrTiming& t) { r->on_instr(in, t); });
   }

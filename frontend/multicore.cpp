@@ -13,6 +13,7 @@
 #include "frontend/inputs.h"
 #include "frontend/lower.h"
 #include "isa/semantics/semantics.h"
+#include "sim/trace.h"
 
 namespace nsim::frontend {
 
@@ -70,7 +71,9 @@ namespace {
 
 bool is_rendezvous(Opcode op) { return op == Opcode::kSendrecv || op == Opcode::kCoreBarrier; }
 
-std::string core_trace_path(const std::string& path, int c) { return fmt::format("{}.core{}.tmp", path, c); }
+std::string core_trace_path(const std::string& path, int c) {
+  return fmt::format("{}.core{}.tmp{}", path, c, sim::is_protobuf_trace_path(path) ? ".pftrace" : "");
+}
 
 }  // namespace
 
@@ -341,6 +344,23 @@ std::vector<engines::CheckReport> MultiCoreRun::check_reports() const {
 }
 
 void merge_core_traces(const std::string& path, const std::vector<std::string>& core_paths) {
+  if (sim::is_protobuf_trace_path(path)) {
+    // A protobuf Trace is a sequence of packets: the cores' files (processes 1 and 2, their own packet
+    // sequences and track uuids) concatenate into one trace.
+    std::string out;
+    for (const std::string& p : core_paths) {
+      std::ifstream in(p, std::ios::binary);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      out += ss.str();
+      std::remove(p.c_str());
+    }
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f) throw Error(ErrorCode::kCannotWrite, fmt::format("cannot open trace file '{}' for writing", path));
+    const bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+    if (std::fclose(f) != 0 || !ok) throw Error(ErrorCode::kCannotWrite, fmt::format("cannot write trace file '{}'", path));
+    return;
+  }
   // Each part: {"displayTimeUnit": "ns", "traceEvents": [\n<events>\n]}\n with pid 1; core c gets pid c + 1.
   std::string out;
   for (size_t c = 0; c < core_paths.size(); ++c) {

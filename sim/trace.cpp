@@ -55,7 +55,7 @@ struct ChromeTraceWriter::EventOut {
 };
 
 ChromeTraceWriter::ChromeTraceWriter(const std::string& path, std::string process_name, TraceFilter filter)
-    : filter_(filter) {
+    : OrderedTraceSink(filter) {
   f_ = std::fopen(path.c_str(), "w");
   if (!f_) throw Error(ErrorCode::kCannotWrite, fmt::format("cannot open trace file '{}' for writing", path));
   // The frame around the streamed events; each event is a JSON object of its own (emit()).
@@ -80,12 +80,12 @@ ChromeTraceWriter::~ChromeTraceWriter() {
   if (!finished_) finish();
 }
 
-void ChromeTraceWriter::declare_track(int track, const std::string& name) {
+void ChromeTraceWriter::emit_track(int track, const std::string& name) {
   emit(metadata(track, "thread_name", Json{{"name", name}}));
   emit(metadata(track, "thread_sort_index", Json{{"sort_index", track}}));
 }
 
-bool ChromeTraceWriter::drops(Ps start, Ps dur) {
+bool OrderedTraceSink::drops(Ps start, Ps dur) {
   if (!filter_.in_window(start, dur)) {
     ++dropped_window_;
     return true;
@@ -99,7 +99,7 @@ bool ChromeTraceWriter::drops(Ps start, Ps dur) {
   return false;
 }
 
-void ChromeTraceWriter::slice(TraceSlice s) {
+void OrderedTraceSink::slice(TraceSlice s) {
   if (drops(s.start, s.dur)) return;
   uint32_t idx;
   if (!free_.empty()) {
@@ -114,7 +114,7 @@ void ChromeTraceWriter::slice(TraceSlice s) {
   if (order_.size() > kMaxPending) write_earliest(kMaxPending / 2);
 }
 
-void ChromeTraceWriter::write_earliest(size_t n) {
+void OrderedTraceSink::write_earliest(size_t n) {
   for (; n > 0 && !order_.empty(); --n) {
     uint32_t idx = order_.pop().payload;
     if (pending_[idx].start < last_written_start_) ++out_of_order_;
@@ -125,12 +125,16 @@ void ChromeTraceWriter::write_earliest(size_t n) {
   }
 }
 
-void ChromeTraceWriter::watermark(Ps t) {
+void OrderedTraceSink::watermark(Ps t) {
   while (!order_.empty() && order_.top().time < t) write_earliest(1);
 }
 
-void ChromeTraceWriter::counter(const std::string& name, Ps t, double value) {
+void OrderedTraceSink::counter(const std::string& name, Ps t, double value) {
   if (filter_.has_window() && !filter_.in_window(t, 0)) return;
+  emit_counter(name, t, value);
+}
+
+void ChromeTraceWriter::emit_counter(const std::string& name, Ps t, double value) {
   Json& e = counter_event_;  // {"ph": "C", "pid": 1, "ts", "name", "args": {"bytes"}}
   auto& m = e.get_ref<Json::object_t&>();
   member(m, 2) = us(t);
@@ -139,7 +143,7 @@ void ChromeTraceWriter::counter(const std::string& name, Ps t, double value) {
   emit(e);
 }
 
-void ChromeTraceWriter::drop_by_limit(Ps start) {
+void OrderedTraceSink::drop_by_limit(Ps start) {
   ++dropped_limit_;
   if (first_dropped_ < 0 || start < first_dropped_) first_dropped_ = start;
 }
@@ -165,11 +169,16 @@ Json& ChromeTraceWriter::slice_event(const std::vector<TraceArg>& args) {
   return slice_events_.emplace_back(std::move(sh)).event;
 }
 
-void ChromeTraceWriter::write(const TraceSlice& s) {
+void OrderedTraceSink::write(const TraceSlice& s) {
   if (limit_reached()) {
     drop_by_limit(s.start);
     return;
   }
+  emit_slice(s);
+  ++written_;
+}
+
+void ChromeTraceWriter::emit_slice(const TraceSlice& s) {
   Json& e = slice_event(s.args);  // {"ph": "X", "pid": 1, "tid", "ts", "dur", "name", "args": {...}}
   auto& m = e.get_ref<Json::object_t&>();
   member(m, 2) = s.track;
@@ -199,40 +208,46 @@ void ChromeTraceWriter::write(const TraceSlice& s) {
     member(fe, 5) = s.flow_id;
     emit(flow_end_);
   }
-  ++written_;
 }
 
-void ChromeTraceWriter::finish() {
+void OrderedTraceSink::finish() {
   if (finished_) return;
   watermark(INT64_MAX);
   if (filter_.active()) {
-    // A global instant event (shown on Perfetto's global track, args in its details panel) at the
-    // first slice missing because of the limit, else at the window start.
+    // A marker (a global instant event in JSON) at the first slice missing because of the limit, else
+    // at the window start.
     const uint64_t dropped = slices_dropped();
     const Ps at = first_dropped_ >= 0 ? first_dropped_ : filter_.window_start;
-    const std::string name = dropped ? fmt::format("partial trace: {} slices dropped ({} by limit, {} by window)",
-                                                   dropped, dropped_limit_, dropped_window_)
-                                     : std::string("trace filter: no slices dropped");
-    emit(Json{{"ph", "i"},
-              {"s", "g"},
-              {"pid", 1},
-              {"tid", 0},
-              {"ts", us(at)},
-              {"name", name},
-              {"args",
-               {{"slices_written", written_},
-                {"slices_dropped", dropped},
-                {"dropped_by_limit", dropped_limit_},
-                {"dropped_by_window", dropped_window_},
-                {"max_slices", filter_.max_slices},
-                {"window_start_ns", static_cast<double>(filter_.window_start) / 1e3},
-                {"window_end_ns", filter_.window_end > 0 ? Json(static_cast<double>(filter_.window_end) / 1e3) : Json()}}}});
+    emit_summary(at, dropped ? fmt::format("partial trace: {} slices dropped ({} by limit, {} by window)", dropped,
+                                           dropped_limit_, dropped_window_)
+                             : std::string("trace filter: no slices dropped"));
   }
+  close();
+  finished_ = true;
+}
+
+void ChromeTraceWriter::emit_summary(Ps at, const std::string& name) {
+  emit(Json{{"ph", "i"},
+            {"s", "g"},
+            {"pid", 1},
+            {"tid", 0},
+            {"ts", us(at)},
+            {"name", name},
+            {"args",
+             {{"slices_written", written_},
+              {"slices_dropped", slices_dropped()},
+              {"dropped_by_limit", dropped_limit_},
+              {"dropped_by_window", dropped_window_},
+              {"max_slices", filter_.max_slices},
+              {"window_start_ns", static_cast<double>(filter_.window_start) / 1e3},
+              {"window_end_ns", filter_.window_end > 0 ? Json(static_cast<double>(filter_.window_end) / 1e3) : Json()}}}});
+}
+
+void ChromeTraceWriter::close() {
   std::fputs("\n]}\n", f_);
   out_.reset();
   std::fclose(f_);
   f_ = nullptr;
-  finished_ = true;
 }
 
 }  // namespace nsim::sim

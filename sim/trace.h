@@ -78,17 +78,13 @@ struct TraceFilter {
   bool in_window(Ps start, Ps dur) const;
 };
 
-/// Streams Chrome trace-event JSON (loads in ui.perfetto.dev and chrome://tracing): the frame
-/// {"displayTimeUnit": "ns", "traceEvents": [...]} is written around the events, and each event is one
-/// JSON object serialized by nlohmann/json on its own line as it leaves the reorder buffer, so memory
-/// does not grow with the number of events.
-class ChromeTraceWriter : public TraceSink {
+/// The part every file-writing sink shares: the filter (limit, window, their counts) and a bounded
+/// reorder buffer that hands slices to the format in start-time order. A format implements the emit_*
+/// hooks; its destructor calls finish().
+class OrderedTraceSink : public TraceSink {
  public:
-  /// Throws nsim::Error(kInternal) if the file cannot be opened.
-  explicit ChromeTraceWriter(const std::string& path, std::string process_name = "NeuronCore",
-                             TraceFilter filter = {});
-  ~ChromeTraceWriter() override;
-  void declare_track(int track, const std::string& name) override;
+  explicit OrderedTraceSink(TraceFilter filter) : filter_(filter) {}
+  void declare_track(int track, const std::string& name) override { emit_track(track, name); }
   void slice(TraceSlice s) override;
   bool drops(Ps start, Ps dur) override;
   bool bounded() const override { return filter_.active(); }
@@ -110,24 +106,54 @@ class ChromeTraceWriter : public TraceSink {
   uint64_t slices_dropped_by_window() const { return dropped_window_; }
   const TraceFilter& filter() const { return filter_; }
 
- private:
-  void write(const TraceSlice& s);
-  void emit(const Json& event);  ///< one event, after a ",\n" separator
-  bool limit_reached() const { return filter_.max_slices > 0 && written_ >= filter_.max_slices; }
-  void drop_by_limit(Ps start);
-  std::FILE* f_ = nullptr;
-  bool first_ = true;
+ protected:
+  virtual void emit_track(int track, const std::string& name) = 0;
+  /// One slice (and its flow arrow, if any), in start-time order.
+  virtual void emit_slice(const TraceSlice& s) = 0;
+  virtual void emit_counter(const std::string& name, Ps t, double value) = 0;
+  /// With a filter: a marker at `at` saying what was dropped (`name`), then close the file.
+  virtual void emit_summary(Ps at, const std::string& name) = 0;
+  virtual void close() = 0;
   bool finished_ = false;
   TraceFilter filter_;
   uint64_t written_ = 0;
   uint64_t dropped_limit_ = 0, dropped_window_ = 0;
-  Ps first_dropped_ = -1;  ///< earliest start of a slice dropped by the limit (-1 = none)
+
+ private:
+  bool limit_reached() const { return filter_.max_slices > 0 && written_ >= filter_.max_slices; }
+  void drop_by_limit(Ps start);
+  void write(const TraceSlice& s);
   void write_earliest(size_t n);
+  Ps first_dropped_ = -1;  ///< earliest start of a slice dropped by the limit (-1 = none)
   Ps last_written_start_ = 0;
   uint64_t out_of_order_ = 0;
   EventQueue<uint32_t> order_;            // (start, track) -> index into pending_
   std::vector<TraceSlice> pending_;
   std::vector<uint32_t> free_;
+};
+
+/// Streams Chrome trace-event JSON (loads in ui.perfetto.dev and chrome://tracing): the frame
+/// {"displayTimeUnit": "ns", "traceEvents": [...]} is written around the events, and each event is one
+/// JSON object serialized by nlohmann/json on its own line as it leaves the reorder buffer, so memory
+/// does not grow with the number of events.
+class ChromeTraceWriter : public OrderedTraceSink {
+ public:
+  /// Throws nsim::Error(kCannotWrite) if the file cannot be opened.
+  explicit ChromeTraceWriter(const std::string& path, std::string process_name = "NeuronCore",
+                             TraceFilter filter = {});
+  ~ChromeTraceWriter() override;
+
+ protected:
+  void emit_track(int track, const std::string& name) override;
+  void emit_slice(const TraceSlice& s) override;
+  void emit_counter(const std::string& name, Ps t, double value) override;
+  void emit_summary(Ps at, const std::string& name) override;
+  void close() override;
+
+ private:
+  void emit(const Json& event);  ///< one event, after a ",\n" separator
+  std::FILE* f_ = nullptr;
+  bool first_ = true;
   /// Event objects reused for the events that come once per instruction or transfer: their members are
   /// overwritten in place (no allocation per event). Slices get one object per sequence of args keys.
   Json& slice_event(const std::vector<TraceArg>& args);
@@ -141,5 +167,31 @@ class ChromeTraceWriter : public TraceSink {
   struct EventOut;    ///< nlohmann's serializer, kept for the whole trace, writing into f_
   std::unique_ptr<EventOut> out_;
 };
+
+/// Streams Perfetto's native protobuf trace format (a `.pftrace` file: ui.perfetto.dev and
+/// trace_processor read it; docs/profiling.md): the same tracks, slices, flow arrows and counters as
+/// the JSON trace, with event names, argument names and strings interned, so a slice costs ~20-40
+/// bytes instead of ~300-600. Timestamps are Perfetto's integer nanoseconds (the JSON trace keeps
+/// picoseconds): start and end are each rounded to the nearest ns.
+class PerfettoTraceWriter : public OrderedTraceSink {
+ public:
+  /// `pid`: the process of this trace (one per core of an LNC=2 launch; their files concatenate).
+  PerfettoTraceWriter(const std::string& path, std::string process_name, TraceFilter filter = {}, int pid = 1);
+  ~PerfettoTraceWriter() override;
+
+ protected:
+  void emit_track(int track, const std::string& name) override;
+  void emit_slice(const TraceSlice& s) override;
+  void emit_counter(const std::string& name, Ps t, double value) override;
+  void emit_summary(Ps at, const std::string& name) override;
+  void close() override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// True when a trace path asks for the protobuf format (ends in .pftrace or .perfetto-trace).
+bool is_protobuf_trace_path(const std::string& path);
 
 }  // namespace nsim::sim

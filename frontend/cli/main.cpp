@@ -602,7 +602,7 @@ int cmd_run(const RunArgs& a) {
                           stopped->code() == ErrorCode::kInterrupted ? "a signal" : "a limit");
   print_summary(k, sim, st, stopped ? sim.instructions() : low.instructions());
   if (a.stats_table) fmt::print("\n{}", st.to_table());
-  if (const auto* w = dynamic_cast<const sim::ChromeTraceWriter*>(sim.trace_sink());
+  if (const auto* w = dynamic_cast<const sim::OrderedTraceSink*>(sim.trace_sink());
       w && !a.trace_limit_given && w->slices_dropped_by_limit() > 0)
     fmt::print("note: the trace holds the earliest {} slices ({} more were dropped); --trace-limit N changes the "
                "cap, --trace-limit 0 writes them all\n",

@@ -1,0 +1,170 @@
+"""The Perfetto protobuf trace (`--trace x.pftrace`, sim/trace.h PerfettoTraceWriter): decoded here with
+a minimal protobuf reader, it holds the same tracks, slices, arguments, flow arrows and counters as the
+JSON trace of the same run, in far fewer bytes."""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _fields(buf):
+    """(field, wire type, value) of a protobuf message: ints for varint/fixed64, bytes for length-delimited."""
+    i, out = 0, []
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        f, w = key >> 3, key & 7
+        if w == 0:
+            v, i = _varint(buf, i)
+        elif w == 1:
+            v = struct.unpack_from("<Q", buf, i)[0]
+            i += 8
+        elif w == 2:
+            n, i = _varint(buf, i)
+            v = buf[i:i + n]
+            i += n
+        else:
+            raise AssertionError("unexpected wire type {}".format(w))
+        out.append((f, w, v))
+    return out
+
+
+def _varint(buf, i):
+    v = s = 0
+    while True:
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7F) << s
+        s += 7
+        if not b & 0x80:
+            return v, i
+
+
+def _signed(v):
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def decode(path):
+    """The trace as {tracks: {uuid: name}, slices: [...], counters: [...], instants: [...]}."""
+    data = open(path, "rb").read()
+    tracks, names, arg_names, strings = {}, {}, {}, {}
+    open_slices, slices, counters, instants = {}, [], [], []
+    for f, w, pkt in _fields(data):
+        assert (f, w) == (1, 2), "a Trace holds only packets"
+        p = {}
+        for pf, _, v in _fields(pkt):
+            p.setdefault(pf, []).append(v)
+        seq = p[10][0]
+        for it in p.get(12, []):  # interned data
+            for f2, _, v in _fields(it):
+                kv = dict((a, b) for a, _, b in _fields(v))
+                table = {2: names, 3: arg_names, 29: strings}[f2]
+                table[(seq, kv[1])] = kv[2].decode()
+        for td in p.get(60, []):
+            d = {a: b for a, _, b in _fields(td)}
+            name = d.get(2, b"").decode()
+            if 4 in d:
+                name = {a: b for a, _, b in _fields(d[4])}[5].decode()
+            if 3 in d:
+                name = {a: b for a, _, b in _fields(d[3])}[6].decode()
+            tracks[d[1]] = name
+        for te in p.get(11, []):
+            ev = {}
+            for a, _, b in _fields(te):
+                ev.setdefault(a, []).append(b)
+            typ, track, ts = ev[9][0], ev[11][0], p[8][0]
+            if typ == 1:
+                args = {}
+                for ann in ev.get(4, []):
+                    d = {a: b for a, _, b in _fields(ann)}
+                    key = arg_names[(seq, d[1])]
+                    args[key] = (_signed(d[4]) if 4 in d else struct.unpack("<d", struct.pack("<Q", d[5]))[0]
+                                 if 5 in d else strings[(seq, d[17])])
+                open_slices.setdefault(track, []).append(
+                    {"track": tracks[track], "name": names[(seq, ev[10][0])], "ts": ts, "args": args,
+                     "flow_in": ev.get(48, [])})
+            elif typ == 2:
+                s = open_slices[track].pop()
+                s["dur"] = ts - s["ts"]
+                slices.append(s)
+            elif typ == 3:
+                instants.append({"track": tracks[track], "ts": ts, "flow_out": ev.get(47, []),
+                                 "name": names[(seq, ev[10][0])] if 10 in ev else ev[23][0].decode()})
+            elif typ == 4:
+                counters.append((tracks[track], ts, struct.unpack("<d", struct.pack("<Q", ev[44][0]))[0]))
+    assert all(not v for v in open_slices.values()), "every begun slice ends"
+    return {"tracks": tracks, "slices": slices, "counters": counters, "instants": instants}
+
+
+def _run(nsim_bin, kernel, trace, *extra):
+    r = subprocess.run([nsim_bin, "run", os.path.join(ROOT, kernel), "--timing-only", "-q", "--trace", str(trace),
+                        "--stats", str(trace) + ".stats.json"] + list(extra), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.load(open(str(trace) + ".stats.json"))
+
+
+def _instructions(stats):
+    return stats["instructions"]
+
+
+@pytest.mark.parametrize("kernel", ["examples/flash_attention.json", "examples/softmax_2x128x512.json"])
+def test_protobuf_trace_holds_the_json_traces_slices(tmp_path, nsim_bin, kernel):
+    _run(nsim_bin, kernel, tmp_path / "t.json")
+    stats = _run(nsim_bin, kernel, tmp_path / "t.pftrace")
+    ev = json.load(open(tmp_path / "t.json"))["traceEvents"]
+    tids = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "thread_name"}
+    js = sorted((tids[e["tid"]], e["name"], round(e["ts"] * 1e3), round((e["ts"] + e["dur"]) * 1e3))
+                for e in ev if e.get("ph") == "X")
+    pb = decode(tmp_path / "t.pftrace")
+    ps = sorted((s["track"], s["name"], s["ts"], s["ts"] + s["dur"]) for s in pb["slices"])
+    # the same slices on the same tracks; times rounded to Perfetto's ns (JSON keeps ps), each end
+    # rounded on its own: within 1 ns
+    assert len(ps) == len(js) and [x[:2] for x in ps] == [x[:2] for x in js]
+    assert all(abs(a[2] - b[2]) <= 1 and abs(a[3] - b[3]) <= 1 for a, b in zip(ps, js))
+    assert set(pb["tracks"].values()) >= set(tids.values())
+    # arguments: all but the disassembly (left out: unique per instruction) and the opcode (the name)
+    jx = {(tids[e["tid"]], e["args"].get("index")): e["args"] for e in ev if e.get("ph") == "X" and "index" in e["args"]}
+    for s in pb["slices"]:
+        if "index" in s["args"]:
+            ja = jx[(s["track"], s["args"]["index"])]
+            assert ja["opcode"] == s["name"] and set(s["args"]) == set(ja) - {"instr", "opcode"}
+            for k, v in s["args"].items():
+                assert v == pytest.approx(ja[k]) if isinstance(v, float) else v == ja[k], k
+    # flow arrows: one instant with an outgoing id per arrow, each id terminating on one slice
+    n_flows = sum(1 for e in ev if e.get("ph") == "s")
+    outs = [i for x in pb["instants"] for i in x["flow_out"]]
+    ins = [i for s in pb["slices"] for i in s["flow_in"]]
+    assert len(outs) == n_flows and sorted(outs) == sorted(ins)
+    # counters: the occupancy tracks, same samples
+    jc = sorted((e["name"], round(e["ts"] * 1e3), e["args"]["bytes"]) for e in ev if e.get("ph") == "C")
+    assert sorted((n, t, v) for n, t, v in pb["counters"]) == [(n, t, float(v)) for n, t, v in jc]
+    # size: slices of ~50-110 bytes (a begin and an end packet; names, argument names and strings
+    # interned), under 40% of the JSON's (measured: docs/profiling.md)
+    size = os.path.getsize(tmp_path / "t.pftrace")
+    assert size <= 110 * len(pb["slices"]) + 2000, (size, len(pb["slices"]))
+    assert size < 0.4 * os.path.getsize(tmp_path / "t.json")
+    assert _instructions(stats) > 0
+
+
+def test_protobuf_trace_with_a_limit_says_what_was_dropped(tmp_path, nsim_bin):
+    _run(nsim_bin, "examples/flash_attention.json", tmp_path / "t.pftrace", "--trace-limit", "100")
+    pb = decode(tmp_path / "t.pftrace")
+    assert len(pb["slices"]) == 100
+    marks = [i for i in pb["instants"] if i["name"].startswith("partial trace")]
+    assert len(marks) == 1
+
+
+def test_protobuf_trace_of_an_lnc2_launch_has_one_process_per_core(tmp_path):
+    from nsim.kernels import flash_attention_lnc2, flash_attention_mh_inputs
+
+    path = tmp_path / "lnc.pftrace"
+    _, prof = flash_attention_lnc2.options(timing_only=True, trace=str(path))[2].simulate(*flash_attention_mh_inputs(0))
+    pb = decode(path)  # the two cores' files, concatenated: two packet sequences, disjoint track uuids
+    procs = sorted(v for v in pb["tracks"].values() if v.startswith("NeuronCore"))
+    assert procs == ["NeuronCore 0 (trn2, LNC=2)", "NeuronCore 1 (trn2, LNC=2)"]
+    assert len(pb["slices"]) > 0 and not list(tmp_path.glob("*.tmp*"))
