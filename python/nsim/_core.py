@@ -460,7 +460,7 @@ def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = N
     same dtype are taken bit-exactly); inputs not given are seeded random (`seed`), as in `nsim run`.
     Returns (outputs {name: numpy array of the tensor dtype; bf16/fp8 as ml_dtypes}, Profile).
     With timing_only the numerics are skipped and outputs is empty.
-    trace: path of a Chrome/Perfetto JSON trace to write. trace_limit: write only the N earliest slices
+    trace: path of a trace to write (Chrome JSON; Perfetto protobuf when it ends in .pftrace). trace_limit: write only the N earliest slices
     (None or 0 = all). trace_window: (start_ns, end_ns), write only slices overlapping [start, end),
     kept whole; either side may be None (open). A trace cut by either ends with an instant event that
     gives the number of slices dropped (docs/profiling.md).
