@@ -517,6 +517,30 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
         fail(ErrorCode::kBadDtype, in, where,
              fmt::format("dst ({}) must have the dtype of data ({})", dtype_name(d.dtype), dtype_name(in.slot(1).dtype)));
       break;
+    case Opcode::kTopk: {
+      const Operand& src = in.slot(2);
+      const int64_t n = in.iimm[0], k = d.elems_per_partition();
+      if (src.num_partitions % kTopkGroup != 0)
+        fail(ErrorCode::kShapeMismatch, in, where,
+             fmt::format("src must have a multiple of {} partitions (one vector per group of {}), got {}", kTopkGroup,
+                         kTopkGroup, src.num_partitions));
+      if (d.dtype != DType::kBFloat16 || src.dtype != DType::kBFloat16)
+        fail(ErrorCode::kBadDtype, in, where,
+             fmt::format("src and dst must be bfloat16, got {} and {}", dtype_name(src.dtype), dtype_name(d.dtype)));
+      if (in.slot(1).dtype != DType::kUInt32)
+        fail(ErrorCode::kBadDtype, in, where, fmt::format("dst_idx must be uint32, got {}", dtype_name(in.slot(1).dtype)));
+      if (n < kTopkMinN || n > kTopkMaxN)
+        fail(ErrorCode::kShapeMismatch, in, where, fmt::format("n must be in [{}, {}], got {}", kTopkMinN, kTopkMaxN, n));
+      if (n > static_cast<int64_t>(kTopkGroup) * src.elems_per_partition())
+        fail(ErrorCode::kShapeMismatch, in, where,
+             fmt::format("n = {} elements do not fit src: {} partitions x {} columns hold {} per group", n, kTopkGroup,
+                         src.elems_per_partition(), kTopkGroup * src.elems_per_partition()));
+      if (k < 1 || k > kTopkMaxK || k > n)
+        fail(ErrorCode::kShapeMismatch, in, where,
+             fmt::format("K (dst's elements per partition) must be in [1, min({}, n = {})], got {}", kTopkMaxK, n, k));
+      elems_is(1, "dst_idx", k);
+      break;
+    }
     case Opcode::kNonzeroWithCount:
       elems_is(0, "dst", in.slot(1).elems_per_partition() + 1);
       if (d.dtype != DType::kInt32)

@@ -261,6 +261,13 @@ struct Instr {
   const Operand& slot(int i) const { return opnd[static_cast<size_t>(i)]; }
 };
 
+/// topk (spec nki-api.md 2.4): src vectors are spread over groups of kTopkGroup partitions ("snake"
+/// order); n in [kTopkMinN, kTopkMaxN], K in [1, kTopkMaxK] and K <= n.
+inline constexpr uint32_t kTopkGroup = 16;
+inline constexpr int64_t kTopkMinN = 8;
+inline constexpr int64_t kTopkMaxN = 65535;
+inline constexpr int64_t kTopkMaxK = 32767;
+
 /// The slot of an indirect dma_copy's runtime-addressed (HBM) side: 0 (dst, scatter) or 1 (src,
 /// gather); -1 for every other instruction.
 inline int indirect_slot(const Instr& in) {

@@ -547,6 +547,59 @@ def test_nonzero_with_count(dtype):
     assert got[16, 30] == 0
 
 
+def _snake(vec, parts, cols):
+    """A group's vector in topk's snake layout: element e at partition e % 16, column e // 16."""
+    t = np.zeros((parts, cols), vec.dtype)
+    for e, v in enumerate(vec):
+        t[e % 16, e // 16] = v
+    return t
+
+
+@pytest.mark.parametrize("n,k", [(1000, 16), (8, 8), (300, 1)])
+def test_topk_snake_layout_per_group_of_16_partitions(n, k):
+    @nki.jit
+    def kern(x, init_v, init_i):
+        v = _load(init_v)  # partitions other than 0, 16 keep these values
+        i = _load(init_i)
+        nisa.topk(v, i, _load(x), n)
+        return _store(v), _store(i)
+
+    rng = np.random.default_rng(41)
+    groups = [rng.standard_normal(n).astype(np.float32) for _ in range(2)]
+    x = np.concatenate([_snake(g, 16, 64) for g in groups]).astype(BF16)
+    init_v = np.full((32, k), 5, BF16)
+    init_i = np.full((32, k), 9, np.uint32)
+    got_v, got_i = kern(x, init_v, init_i)
+    for gi, g in enumerate(groups):
+        gb = g.astype(BF16).astype(np.float32)  # the values as the tile holds them (ties possible)
+        top = sorted(range(n), key=lambda e: (-gb[e], e))[:k]  # the k largest, lower index first on ties
+        top = sorted(top, key=lambda e: (gb[e], e))  # ascending
+        np.testing.assert_array_equal(got_i[16 * gi], np.array(top, np.uint32))
+        np.testing.assert_array_equal(got_v[16 * gi].astype(np.float32), gb[top])
+    untouched = [p for p in range(32) if p % 16]
+    np.testing.assert_array_equal(got_v[untouched].astype(np.float32), 5.0)
+    np.testing.assert_array_equal(got_i[untouched], 9)
+
+
+def test_topk_ties_nan_and_limits():
+    @nki.jit
+    def kern(x, nn, kk):
+        v = nl.ndarray((16, kk), nl.bfloat16, buffer=nl.sbuf)
+        i = nl.ndarray((16, kk), nl.uint32, buffer=nl.sbuf)
+        nisa.topk(v, i, _load(x), nn)
+        return _store(v), _store(i)
+
+    g = np.array([1, 3, np.nan, 3, 2, 0, 3, -1], np.float32)  # decisions: NaN largest, ties lower index first
+    got_v, got_i = kern(_snake(g, 16, 1).astype(BF16), 8, 4)
+    assert got_i[0].tolist() == [1, 3, 6, 2]
+    assert got_v[0, :3].astype(np.float32).tolist() == [3, 3, 3] and np.isnan(float(got_v[0, 3]))
+    x = _snake(np.arange(16, dtype=np.float32), 16, 1).astype(BF16)
+    for nn, kk, what in [(16, 17, "K"), (7, 4, "n must be"), (17, 4, "do not fit")]:
+        with pytest.raises(NsimError) as e:
+            kern(x, nn, kk)
+        assert e.value.code == _errors.code("ShapeMismatch") and what in str(e.value)
+
+
 # ---- dropout and the PRNG ----------------------------------------------------------------------------
 
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from ..tracer import NotSupportedError, make_error  # noqa: F401  (NotSupportedError is re-exported)
 
-_ISA = "the nsim ISA (isa/opcodes.def) has no such instruction, and adding one is a simulator (C++) change"
 
 REASONS = {
     # nki.isa, Tier 3 and 0.6-only
-    "topk": "needs the GpSimd top-k instruction; " + _ISA,
     "quantize_mx": "MX (microscaling) x4-packed fp8/fp4 dtypes and their instructions are not in the nsim ISA",
     "nc_matmul_mx": "MX (microscaling) x4-packed fp8/fp4 dtypes and their instructions are not in the nsim ISA",
     "tensor_copy_dynamic_src": "runtime (SBUF-valued) offsets inside an access are not in the kernel IR yet",

@@ -895,6 +895,20 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None, **kw
     return _op("nonzero_with_count", dst=dst, src=src, iimm=[int(index_offset), int(padding_val)])
 
 
+def topk(val_dst, idx_dst, src, n, name=None, **kwargs):
+    """GpSimd top-K: ``src`` (bfloat16) holds one vector of ``n`` elements per group of 16 partitions in
+    "snake" order (element e at partition 16 g + e % 16, column e // 16); the K largest (K = ``val_dst``'s
+    free size) are written in ascending order to partition 16 g of ``val_dst`` (bfloat16) and their element
+    indices to ``idx_dst`` (uint32); the other partitions are left untouched. NaN counts as the largest
+    value; equal values: the lower index first (nsim's decisions, docs/nki-coverage.md)."""
+    _t(val_dst, "val_dst", "topk")
+    _t(idx_dst, "idx_dst", "topk")
+    _t(src, "src", "topk")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise make_error("BadArgument", "topk: n must be an int, got {!r}".format(n))
+    return _op("topk", dst=val_dst, dst_idx=idx_dst, src=src, iimm=[int(n)])
+
+
 def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.idle, reduce_init=0.0, name=None,
                 **kwargs):
     """gen4 (VectorE): ``dst = exp(src - max_value)`` (max_value a scalar or a (P, 1) tensor); optional
@@ -1160,7 +1174,6 @@ def register_store(dst, src):
 
 
 _install_unsupported(globals(), 'nki.isa', {
-    'topk': 'val_dst, idx_dst, src, n, name=None',
     'quantize_mx': 'dst, src, dst_scale, name=None',
     'nc_matmul_mx': 'dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, tile_size=None, accumulate=None, name=None',
 })

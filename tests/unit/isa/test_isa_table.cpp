@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <algorithm>
 #include <vector>
 
 #include "isa/isa.h"
@@ -606,6 +607,27 @@ bool smoke(Opcode op) {
         CHECK(m.get(d, p, 2) == val(p, 3));
         CHECK(m.get(d, p, 5) == val(p, 7));
       }
+      return true;
+    }
+    case Opcode::kTopk: {
+      // one group of 16 partitions, n = 100 elements in snake order (e at partition e % 16, column e / 16),
+      // distinct values (37 e) mod 101; K = 5 largest, ascending, with their element indices
+      const Operand src = m.sbuf_tile(16, {F}, DType::kBFloat16);
+      const Operand d = m.sbuf_tile(16, {5}, DType::kBFloat16);
+      const Operand di = m.sbuf_tile(16, {5}, DType::kUInt32);
+      for (int64_t e = 0; e < 100; ++e) m.set(src, static_cast<uint32_t>(e % 16), e / 16, static_cast<float>(37 * e % 101));
+      m.set(d, 1, 0, 77.0f);
+      Instr in = make(op, {d, di, src});
+      in.iimm[0] = 100;
+      m.run(in);
+      std::vector<std::pair<float, int64_t>> all;
+      for (int64_t e = 0; e < 100; ++e) all.emplace_back(static_cast<float>(37 * e % 101), e);
+      std::sort(all.begin(), all.end());
+      for (int64_t j = 0; j < 5; ++j) {
+        CHECK(m.get(d, 0, j) == all[static_cast<size_t>(95 + j)].first);
+        CHECK(m.get(di, 0, j) == static_cast<float>(all[static_cast<size_t>(95 + j)].second));
+      }
+      CHECK(m.get(d, 1, 0) == 77.0f);  // only partition 0 of the group is written
       return true;
     }
     case Opcode::kNonzeroWithCount: {
