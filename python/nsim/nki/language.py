@@ -338,7 +338,7 @@ def affine_range(start, stop=None, step=1):
 
 
 def sequential_range(start, stop=None, step=1):
-    return _tr.check_loop_trips(_range(start, stop, step), "nl.sequential_range")
+    return _tr.SequentialRange(_tr.check_loop_trips(_range(start, stop, step), "nl.sequential_range"))
 
 
 def static_range(start, stop=None, step=1):
