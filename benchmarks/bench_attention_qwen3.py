@@ -45,11 +45,10 @@ def main():
     from nsim.kernels.attention import flash_attention_gqa
 
     t0 = time.perf_counter()
-    bf16 = ml_dtypes.bfloat16
-    rng = np.random.default_rng(0)
-    q = rng.standard_normal((args.hq, args.seq, args.d), dtype=np.float32).astype(bf16)
-    k = rng.standard_normal((args.hkv, args.seq, args.d), dtype=np.float32).astype(bf16)
-    v = rng.standard_normal((args.hkv, args.seq, args.d), dtype=np.float32).astype(bf16)
+    bf16 = ml_dtypes.bfloat16  # timing-only: the values are never read (zeros, no conversion cost)
+    q = np.zeros((args.hq, args.seq, args.d), bf16)
+    k = np.zeros((args.hkv, args.seq, args.d), bf16)
+    v = np.zeros((args.hkv, args.seq, args.d), bf16)
     kern = flash_attention_gqa.options(config="trn2", timing_only=True, loops="unroll" if args.unroll else "keep")
     t1 = time.perf_counter()
     tres = kern.trace(q, k, v, True)
