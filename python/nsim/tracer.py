@@ -776,7 +776,8 @@ class NkiTensor:
     def is_full(self):
         if isinstance(self._st, _ViewStorage):
             return False
-        return all(not isinstance(d[0], Sym) and d[0] == 0 and d[1] == n and d[2] == 1 and d[3] for d, n in zip(self._dims, self._st.shape))
+        return all(not isinstance(d[0], Sym) and d[0] == 0 and d[1] == n and d[2] == 1 and d[3]
+                   for d, n in zip(self._dims, self._st.shape))
 
     def __repr__(self):
         return "NkiTensor({}, shape={}, dtype={}, buffer={})".format(self.name, tuple(self.shape), self._st.dtype,
@@ -2034,7 +2035,8 @@ class Tracer:
                 if name not in local:
                     rec.read.add(name)
             if rec.written & rec.read:
-                raise _NeedsConcrete("the sanitizer's affine_range check: the body reads a tensor it writes", rec.key)
+                raise _NeedsConcrete("the sanitizer's affine_range check: the body reads a tensor it writes",
+                                     rec.key)
 
     def _moves_apart(self, v, var):
         """True when the access ``v`` of two different values of ``var`` never shares an element."""
