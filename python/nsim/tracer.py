@@ -413,6 +413,9 @@ class Sym:
     def __repr__(self):
         return "Sym({})".format(self.expr())
 
+    def __str__(self):  # print(i): the unrolled trace prints every value
+        return str(self._need("a string"))
+
     # -- arithmetic
     @staticmethod
     def _int(o):

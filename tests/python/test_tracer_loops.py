@@ -354,11 +354,28 @@ def test_the_affine_write_check_reports_the_same_with_loops_kept():
 
 
 def test_an_affine_loop_writing_disjoint_slices_stays_affine_with_the_sanitizer_on():
-    x = np.random.default_rng(7).standard_normal((512, 8)).astype(np.float32)
     k = K.KERNELS["flash_attention_gqa"][0]
     kj = k.options(loops="keep").to_json(*K.flash_attention_gqa_inputs(hq=2, hkv=1, s=256))
     assert any(lp["kind"] == "affine" for lp in _loops(kj))
-    del x
+
+
+@nki.jit
+def prints_index(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        print("block", i)
+        t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+    return out
+
+
+def test_printing_the_index_unrolls_the_loop(capsys):
+    x = np.zeros((384, 8), np.float32)
+    k = prints_index.options(loops="keep", timing_only=True).to_json(x)
+    assert not _loops(k)
+    # the attempt that kept the loop stopped in the middle of the first print (a new attempt prints again)
+    assert capsys.readouterr().out.endswith("block 0\nblock 1\nblock 2\n")
 
 
 def test_eager_values_after_kept_loops_match_the_simulation(monkeypatch):
