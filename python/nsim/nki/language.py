@@ -323,7 +323,8 @@ def ds(start, size):
 
 
 # --------------------------------------------------------------------------------------------------
-# Loops (§1.7): eager unrolling (sequential semantics)
+# Loops (§1.7): unrolled while tracing (sequential semantics), or kept as kernel-IR loops with
+# loops="keep" (affine_range / sequential_range; nsim.tracer.Tracer.symbolic_loop)
 # --------------------------------------------------------------------------------------------------
 
 
