@@ -220,6 +220,8 @@ void Simulator::check_limits() const {
 }
 
 InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::DepTracker::Ready* known_ready) {
+  const engines::SlotTags* tags = slot_tags_;  // for this instruction only
+  slot_tags_ = nullptr;
   if (finished_) throw Error(ErrorCode::kInternal, "submit() after finish()");
   check_limits();
   const SourceLoc& where = source(in.loc);
@@ -240,13 +242,13 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::Dep
   if (opts_.numerics) {
     isa::Views v{};
     for (int i = 0; i < info.num_slots; ++i) v[static_cast<size_t>(i)] = mem_.resolve(in.slot(i));
-    if (checker_) checker_->before(in, v, seq_, where);
+    if (checker_) checker_->before(in, v, seq_, where, tags);
     try {
       isa::execute(in, v, st_);
     } catch (const Error& e) {
       throw Error(e.code(), e.message(), where);
     }
-    if (checker_) checker_->after(in, v, seq_, where);
+    if (checker_) checker_->after(in, v, seq_, where, tags);
   }
   not_before_ = not_before;
   known_ready_ = known_ready;

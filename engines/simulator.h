@@ -183,6 +183,11 @@ class Simulator {
   const std::vector<engines::CheckReport>& check_reports() const;
   /// The same, to annotate (names of the tensors): nullptr without the sanitizer.
   std::vector<engines::CheckReport>* mutable_check_reports() { return checker_ ? &checker_->reports() : nullptr; }
+  /// True when the sanitizer runs (SimOptions::check with numerics).
+  bool checking() const { return checker_ != nullptr; }
+  /// The sanitizer's allocation tags of the next submit()'s operands (engines::SlotTags; the caller
+  /// keeps them alive until it returns). Without them reads only need bytes something wrote.
+  void set_slot_tags(const engines::SlotTags* tags) { slot_tags_ = tags; }
 
  private:
   InstrTiming schedule(const isa::Instr& in);
@@ -225,6 +230,7 @@ class Simulator {
   sim::Ps start_floor_ = 0;  ///< set_start_floor()
   sim::Ps not_before_ = 0;  ///< submit()'s extra constraint for the instruction being scheduled
   const engines::DepTracker::Ready* known_ready_ = nullptr;  ///< submit()'s known_ready, during schedule()
+  const engines::SlotTags* slot_tags_ = nullptr;  ///< set_slot_tags(): for the next submit() only
   sim::Ps asap_end_ = 0;
   Simulator* peer_ = nullptr;  ///< LNC=2: the other physical core (attach_peer)
   memory::DmaSplit last_split_{};

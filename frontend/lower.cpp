@@ -375,12 +375,16 @@ void Lowering::run() {
   } else {
     Instr in;
     TileUses u;
+    engines::SlotTags tags{};
+    const bool check = sim_.checking();
     while (next(in)) {
-      const InstrTiming t = sim_.submit(in);
-      if (record_) {
-        tile_uses(last_op_, u);
-        note_tile_uses(u, t.start, t.end);
+      if (record_ || check) tile_uses(last_op_, u);
+      if (check) {
+        slot_tags(last_op_, u, in, tags);
+        sim_.set_slot_tags(&tags);
       }
+      const InstrTiming t = sim_.submit(in);
+      if (record_) note_tile_uses(u, t.start, t.end);
     }
   }
   if (record_) write_occupancy();
@@ -435,6 +439,24 @@ void Lowering::tile_uses(int op, TileUses& out) const {
     if (t < 0 || placements_[static_cast<size_t>(t)].tensor < 0) continue;  // HBM
     out[i] = TileUse{t, alloc_count_[static_cast<size_t>(t)], base_of(t)};
   }
+}
+
+void Lowering::slot_tags(int op, const TileUses& u, const Instr& in, engines::SlotTags& out) const {
+  out.fill(0);
+  if (op < 0) return;
+  auto tag = [&](size_t op_slot) -> uint8_t {
+    const TileUse& x = u[op_slot];
+    if (x.tensor < 0 || k_.tensors[static_cast<size_t>(x.tensor)].address >= 0) return 0;  // HBM, manual
+    return engines::slot_tag(x.tensor, x.instance);
+  };
+  const int opc = opcode_[static_cast<size_t>(op)];
+  if (opc == kNcMatmul) {  // ops: dst, stationary, moving
+    if (in.op == Opcode::kLoadStationary) out[0] = tag(1);
+    if (in.op == Opcode::kMultiplyMoving) out[0] = tag(0), out[1] = tag(2);
+    return;
+  }
+  if (opc != static_cast<int>(in.op)) return;  // an instruction of another layout
+  for (size_t i = 0; i < isa::kMaxSlots; ++i) out[i] = tag(i);
 }
 
 void Lowering::note_tile_uses(const TileUses& u, sim::Ps start, sim::Ps end) {

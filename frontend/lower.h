@@ -76,6 +76,13 @@ class Lowering {
   using TileUses = std::array<TileUse, isa::kMaxSlots>;
   /// True when the simulator writes a trace: only then are tile uses recorded.
   bool recording_occupancy() const { return record_; }
+  /// True when tile uses are needed: for the occupancy track, or for the sanitizer's allocation tags.
+  bool recording_uses() const { return record_ || sim_.checking(); }
+  /// The sanitizer's allocation tags (engines::SlotTags) of instruction `in` of op `op`, whose tile uses
+  /// were `u`: slots of the op mapped onto the instruction's (nc_matmul: load_stationary gets the
+  /// stationary, multiply_moving dst and moving); tag 0 for HBM, manually placed tiles and slots it
+  /// cannot map.
+  void slot_tags(int op, const TileUses& u, const isa::Instr& in, engines::SlotTags& out) const;
   /// The tiles op `op`'s instruction touches, at this point of the lowering.
   void tile_uses(int op, TileUses& out) const;
   /// They were used over [start, end): a tile holds its storage from its first use to its last.

@@ -100,6 +100,18 @@ MultiCoreRun::MultiCoreRun(const Kernel& launch, const sim::Config& cfg, const S
     sims_[static_cast<size_t>(c)]->reserve_hbm_deps();
   }
   for (int c = 1; c < n; ++c) sims_[static_cast<size_t>(c)]->reserve_hbm_deps();
+  if (opts.check && n > 1) {
+    const memory::Memory& hbm = sims_[0]->memory();
+    race_ = std::make_unique<engines::RaceChecker>(
+        [&hbm](int64_t addr) {
+          for (const std::string& name : hbm.hbm_tensor_names()) {
+            const memory::HbmTensor& t = hbm.hbm_tensor(name);
+            if (addr >= t.addr && addr < t.addr + t.bytes) return std::make_pair(name, t.addr);
+          }
+          return std::make_pair(std::string(), int64_t{0});
+        },
+        [this](int core, uint32_t loc) { return sims_[static_cast<size_t>(core)]->source(loc); });
+  }
 }
 
 MultiCoreRun::~MultiCoreRun() = default;
@@ -183,6 +195,7 @@ void MultiCoreRun::meet() {
   const Ps t = std::max(a.arrive, b.arrive);
   a.commit(t);
   b.commit(t);
+  if (race_) race_->rendezvous(t);
   a.waiting = b.waiting = false;
   ++rendezvous_;
 }
@@ -254,6 +267,12 @@ void MultiCoreRun::step_all() {
       if (cs_[0]->waiting && cs_[1]->waiting) meet();
       continue;
     }
+    if (race_ && isa::is_dma(k.next_instr().op)) {
+      const isa::Instr in = k.next_instr();  // the scheduler's copy is gone after commit
+      const InstrTiming t = k.commit(0);
+      race_->issued(in, best, t.start, t.end, t.index);
+      continue;
+    }
     k.commit(0);
   }
 }
@@ -317,6 +336,7 @@ std::vector<Simulator::LineStats> MultiCoreRun::line_stats() const {
 std::vector<engines::CheckReport> MultiCoreRun::check_reports() const {
   std::vector<engines::CheckReport> v;
   for (const auto& s : sims_) v.insert(v.end(), s->check_reports().begin(), s->check_reports().end());
+  if (race_) v.insert(v.end(), race_->reports().begin(), race_->reports().end());
   return v;
 }
 

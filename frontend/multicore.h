@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "engines/check/race.h"
 #include "engines/simulator.h"
 #include "frontend/ir.h"
 #include "sim/config.h"
@@ -67,6 +68,8 @@ class MultiCoreRun {
   std::vector<std::unique_ptr<Simulator>> sims_;
   std::vector<std::unique_ptr<Core>> cs_;
   uint64_t rendezvous_ = 0;
+  /// The sanitizer's cross-core dma-race check (SimOptions::check with two cores), else null.
+  std::unique_ptr<engines::RaceChecker> race_;
   bool ran_ = false;
   bool finished_ = false;
 };

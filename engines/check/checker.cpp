@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 namespace nsim::engines {
 
@@ -51,7 +52,53 @@ const char* slot_name(const Instr& in, int slot) {
   return slot >= 0 && slot < info.num_slots ? info.slots[static_cast<size_t>(slot)].name : "?";
 }
 
+/// Elements per partition when v's free dims are one contiguous run (0 otherwise).
+int64_t contiguous_elems(const isa::TileView& v) {
+  int64_t run = 1;
+  for (int d = v.nfree - 1; d >= 0; --d) {
+    const auto i = static_cast<size_t>(d);
+    if (v.size[i] != 1 && v.stride[i] != run) return 0;
+    run *= v.size[i];
+  }
+  return run;
+}
+
+/// True when no element of v is NaN/Inf, from the bits (fp32 and bf16, contiguous rows: the common
+/// case, without widening every element); nullopt when v needs the general path.
+std::optional<bool> finite_bits(const isa::TileView& v) {
+  const int64_t n = contiguous_elems(v);
+  if (n == 0) return std::nullopt;
+  if (v.dtype == DType::kFloat32) {
+    for (uint32_t p = 0; p < v.partitions; ++p) {
+      const uint8_t* b = v.base + static_cast<int64_t>(p) * v.partition_stride_bytes;
+      uint32_t any = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t x;
+        std::memcpy(&x, b + 4 * i, 4);
+        any |= static_cast<uint32_t>((x & 0x7f800000u) == 0x7f800000u);  // exponent all ones: inf or NaN
+      }
+      if (any) return false;
+    }
+    return true;
+  }
+  if (v.dtype == DType::kBFloat16) {
+    for (uint32_t p = 0; p < v.partitions; ++p) {
+      const uint8_t* b = v.base + static_cast<int64_t>(p) * v.partition_stride_bytes;
+      uint32_t any = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t x;
+        std::memcpy(&x, b + 2 * i, 2);
+        any |= static_cast<uint32_t>((x & 0x7f80u) == 0x7f80u);
+      }
+      if (any) return false;
+    }
+    return true;
+  }
+  return std::nullopt;
+}
+
 bool finite_row(const isa::TileView& v, std::vector<float>& row, uint32_t* bad_p, int64_t* bad_i, float* bad_v) {
+  if (const std::optional<bool> f = finite_bits(v); f && *f) return true;  // (the slow path locates a bad one)
   const int64_t n = v.elems();
   row.resize(static_cast<size_t>(n));
   for (uint32_t p = 0; p < v.partitions; ++p) {
@@ -102,7 +149,8 @@ void Checker::report(CheckKind k, const Instr& in, int slot, uint64_t index, con
   first = static_cast<int64_t>(reports_.size());
 }
 
-void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where) {
+void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
+                     const SlotTags* tags) {
   (void)views;
   casts_before_ = cast_overflows();
   const isa::OpInfo& info = isa::op_info(in.op);
@@ -114,14 +162,26 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
     if (written && !(acc && s == 0)) continue;
     const std::vector<uint8_t>& sh = shadow(o.space);
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
+    const uint8_t key = tags ? (*tags)[static_cast<size_t>(s)] : 0;
+    // A byte is good when written: by this allocation (or through an operand of unknown tag) when the
+    // operand's tag is known, by anything when it is not.
+    auto good = [key](uint8_t b) { return key == 0 ? b != 0 : (b == key || b == kTagAny); };
     int64_t bad = 0, first_el = -1, last_el = -1;
     uint32_t first_p = 0, last_p = 0;
     for_each_run(o, [&](uint32_t p, int64_t el0, int64_t off, int64_t n, int64_t step) {
       const uint8_t* base = sh.data() + static_cast<int64_t>(p) * pp + off;
+      if (step == eb) {  // a contiguous run with every byte good (the common case): one pass
+        if (key == 0 && std::memchr(base, 0, static_cast<size_t>(n * eb)) == nullptr) return true;
+        if (key != 0) {
+          bool all = true;
+          for (int64_t i = 0; i < n * eb; ++i) all &= good(base[i]);
+          if (all) return true;
+        }
+      }
       for (int64_t i = 0; i < n; ++i) {
         const uint8_t* b = base + i * step;
         bool ok = true;
-        for (int64_t j = 0; j < eb; ++j) ok &= b[j] != 0;
+        for (int64_t j = 0; j < eb; ++j) ok &= good(b[j]);
         if (ok) continue;
         if (bad++ == 0) first_p = p, first_el = el0 + i;
         last_p = p, last_el = el0 + i;
@@ -138,7 +198,8 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
   }
 }
 
-void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where) {
+void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
+                    const SlotTags* tags) {
   const isa::OpInfo& info = isa::op_info(in.op);
   // 0. values narrowed out of their destination's range while it executed
   if (const uint64_t n = cast_overflows() - casts_before_; n > 0) {
@@ -154,12 +215,13 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     if (!o.present() || !on_chip(o.space) || !info.slots[static_cast<size_t>(s)].written) continue;
     std::vector<uint8_t>& sh = shadow(o.space);
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
+    const uint8_t key = tags && (*tags)[static_cast<size_t>(s)] ? (*tags)[static_cast<size_t>(s)] : kTagAny;
     for_each_run(o, [&](uint32_t p, int64_t, int64_t off, int64_t n, int64_t step) {
       uint8_t* base = sh.data() + static_cast<int64_t>(p) * pp + off;
       if (step == eb) {
-        std::memset(base, 1, static_cast<size_t>(n * eb));
+        std::memset(base, key, static_cast<size_t>(n * eb));
       } else {
-        for (int64_t i = 0; i < n; ++i) std::memset(base + i * step, 1, static_cast<size_t>(eb));
+        for (int64_t i = 0; i < n; ++i) std::memset(base + i * step, key, static_cast<size_t>(eb));
       }
       return true;
     });

@@ -7,7 +7,9 @@
 ///    bytes that nothing has written (an accumulation group that was never opened);
 ///  * nan-produced: the first instruction whose result holds NaN/Inf although all its inputs are finite;
 ///  * cast-out-of-range: the first instruction that narrows values out of their destination dtype's
-///    range (an integer saturates, NaN becomes 0, an fp8/fp16 value overflows to inf/NaN).
+///    range (an integer saturates, NaN becomes 0, an fp8/fp16 value overflows to inf/NaN);
+///  * dma-race (LNC=2 only, engines/check/race.h): the two cores' DMAs touch the same shared-HBM bytes,
+///    one of them writing, with no sendrecv/core_barrier between them.
 /// Reports are diagnostics, not errors: the first one of each check is kept with its instruction, the
 /// operand slot and the element range; later ones are counted. The check codes are in one table
 /// (kChecks below) so they can move into the error-code table unchanged.
@@ -32,6 +34,7 @@ enum class CheckKind : uint8_t {
   kNanProduced,
   kAffineWriteConflict,
   kCastOutOfRange,
+  kDmaRace,
   kCount
 };
 
@@ -55,6 +58,9 @@ inline constexpr std::array<CheckInfo, static_cast<size_t>(CheckKind::kCount)> k
     {"NSIM-W505", "cast-out-of-range",
      "bring the values into the destination dtype's range first (scale before an fp8 cast, clamp before an "
      "integer cast), or write a wider dtype"},
+    {"NSIM-W506", "dma-race",
+     "order the two cores' accesses with nisa.core_barrier on the shared tensor (or a sendrecv) between the "
+     "write and the other core's access, or give each core its own part of the tensor"},
 }};
 
 /// One report of the sanitizer.
@@ -74,14 +80,33 @@ struct CheckReport {
   std::string str() const;
 };
 
+/// Which tile allocation each on-chip operand of an instruction is (by slot): the shadow remembers,
+/// per byte, the allocation that wrote it, so a tile that reuses a dead tile's storage (liveness
+/// allocation, rotating buffers) reads as never written until it writes it itself. A tag is a hash of
+/// (tensor, execution of its alloc) into [1, kTagAny); 0 = unknown (HBM, a manual placement, an
+/// instruction whose slots the caller cannot map): such an operand only needs bytes something wrote.
+using SlotTags = std::array<uint8_t, isa::kMaxSlots>;
+inline constexpr uint8_t kTagAny = 255;  ///< shadow byte written through an operand of unknown tag
+/// Tag of allocation `instance` of tile `tensor` (never 0 or kTagAny). Two allocations sharing storage
+/// get the same tag with probability 1/254: a stale read then goes unreported, never the reverse.
+inline uint8_t slot_tag(int tensor, int64_t instance) {
+  uint64_t h = (static_cast<uint64_t>(static_cast<uint32_t>(tensor)) << 40) ^ static_cast<uint64_t>(instance);
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;  // a 64-bit finaliser (MurmurHash3's)
+  h ^= h >> 33;
+  return static_cast<uint8_t>(1 + h % (kTagAny - 1));
+}
+
 class Checker {
  public:
   explicit Checker(const memory::MemoryConfig& m);
-  /// Before `in` executes over `views`: reads of never-written on-chip bytes. `index`: its program-order
-  /// index. Returns the number of new reports.
-  void before(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where);
+  /// Before `in` executes over `views`: reads of never-written on-chip bytes (by `tags`, when given:
+  /// bytes this allocation has not written). `index`: its program-order index.
+  void before(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
+              const SlotTags* tags = nullptr);
   /// After it executed: marks its written on-chip bytes and looks for the first NaN/Inf produced.
-  void after(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where);
+  void after(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
+             const SlotTags* tags = nullptr);
   /// Reports so far, first of each kind, in the order found.
   const std::vector<CheckReport>& reports() const { return reports_; }
   std::vector<CheckReport>& reports() { return reports_; }
@@ -93,7 +118,7 @@ class Checker {
   int64_t pitch(isa::Space s) const { return s == isa::Space::kPsum ? psum_pitch_ : sbuf_pitch_; }
   void report(CheckKind k, const isa::Instr& in, int slot, uint64_t index, const SourceLoc& where, std::string detail);
 
-  std::vector<uint8_t> sbuf_, psum_;  ///< one byte per byte of storage: 1 = written
+  std::vector<uint8_t> sbuf_, psum_;  ///< one byte per byte of storage: 0 = never written, else its writer's tag
   int64_t sbuf_pitch_ = 0, psum_pitch_ = 0;
   std::vector<float> row_;           ///< scratch row (fp32) of the NaN scan
   bool stationary_finite_ = true;    ///< the last load_stationary loaded finite values

@@ -304,6 +304,9 @@ struct Scheduler::Impl {
     x.n = 1;
     x.seq = next;
     x.op = oi;
+    // Tile uses as of this op's lowering (before pulling another op's instruction below, whose allocs
+    // would move the instance counts on).
+    if (low.recording_uses()) low.tile_uses(oi, x.uses);
     x.done = false;
     x.npred = 0;
     x.succ.clear();
@@ -383,7 +386,6 @@ struct Scheduler::Impl {
       last_of_op[static_cast<size_t>(oi)] = x.seq + 1;
       x.auto_queue = isa::is_dma(a.op) && !op.dma_queue && p.dma_queues_per_trigger > 1;
     }
-    if (low.recording_occupancy()) low.tile_uses(oi, x.uses);
     x.engines = x.n == 2 ? isa::engine_bit(Engine::kTensor) : candidates(oi, a);
     // core_barrier blocks its engine (LNC=2): after every earlier instruction that may run there,
     // before every later one.
@@ -528,6 +530,11 @@ struct Scheduler::Impl {
           if (sim.dma_queue_free(id) < sim.dma_queue_free(q_best)) q_best = id;
         }
         in.dma_queue = static_cast<uint8_t>(q_best);
+      }
+      engines::SlotTags tags;
+      if (sim.checking()) {
+        low.slot_tags(x.op, x.uses, in, tags);
+        sim.set_slot_tags(&tags);
       }
       const InstrTiming t = sim.submit(in, x.not_before, j == 0 ? &x.rd0[static_cast<size_t>(best_engine)] : &x.rd1);
       if (j == 0) first = t;

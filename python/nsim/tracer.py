@@ -2343,6 +2343,17 @@ def trace_lnc(fn, args, kwargs, lnc, name=None, **kw):
             body.append(s)
         k["body"] = body
         progs.append(k)
+    # ... and every core waits for it before writing the argument: a barrier on the copy's destination
+    # right after the prologue (its writes are ordered after the barrier, which is ordered after the
+    # copy). Without it a core's result could be overwritten by the other core's copy (the sanitizer's
+    # dma-race check, NSIM-W506, found this).
+    shared = sorted(n for n in seen_prologue if all(any(t["name"] == n for t in p["tensors"]) for p in progs))
+    if lnc > 1:
+        for p in progs:
+            n_pro = sum(1 for s in p["body"] if s.get("op") == "dma_copy"
+                        and s.get("loc", {}).get("function") == _PROLOGUE)
+            p["body"][n_pro:n_pro] = [{"op": "core_barrier", "engine": "sync", "dst": n,
+                                      "loc": {"file": "", "line": 0, "function": _PROLOGUE}} for n in shared]
     last = results[-1]
     inputs, writeback, reports = {}, [], []
     for r in results:

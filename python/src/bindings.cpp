@@ -157,9 +157,9 @@ py::list lines_list(const std::vector<Simulator::LineStats>& stats) {
 
 // The sanitizer's reports as dicts {code, check, op, tensor, slot, detail, file, line, function,
 // instruction, count, fix, message}.
-py::list check_list(const Simulator& sim) {
+py::list check_list(const std::vector<engines::CheckReport>& reports) {
   py::list out;
-  for (const engines::CheckReport& r : sim.check_reports()) {
+  for (const engines::CheckReport& r : reports) {
     py::dict d;
     d["code"] = r.info().code;
     d["check"] = r.info().name;
@@ -261,8 +261,7 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
       for (const auto& t : k.tensors)
         if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
       py::list lines = lines_list(mc->line_stats());
-      py::list reports;
-      for (int c = 0; c < mc->cores(); ++c) reports += check_list(mc->core(c));
+      py::list reports = check_list(mc->check_reports());
       return py::make_tuple(outputs, stats_json, lines, cfg.to_yaml(), reports);
     }
     {
@@ -283,7 +282,7 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
     py::dict outputs;
     for (const auto& t : k.tensors)
       if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
-    return py::make_tuple(outputs, stats_json, lines_list(sim->line_stats()), cfg.to_yaml(), check_list(*sim));
+    return py::make_tuple(outputs, stats_json, lines_list(sim->line_stats()), cfg.to_yaml(), check_list(sim->check_reports()));
   });
 }
 

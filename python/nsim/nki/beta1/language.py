@@ -99,6 +99,28 @@ def _is_mask(mask):
     return mask is not None and mask is not True
 
 
+def _box_onto(box, shape, target):
+    """``box`` (one (lo, hi) per dim of ``shape``) on a ``target`` shape holding the same dims with size-1
+    dims added or left out (``res[:, 0] = ...`` assigns a (P,) result to a (P, 1) view); None when the
+    shapes do not correspond."""
+    if len(box) != len(shape):
+        return None
+    out, i = [], 0
+    for n in target:
+        while i < len(shape) and shape[i] == 1 and n != 1:
+            i += 1  # a size-1 dim of the value that the target leaves out
+        if i < len(shape) and shape[i] == n:
+            out.append(tuple(box[i]))
+            i += 1
+        elif n == 1:
+            out.append((0, 1))
+        else:
+            return None
+    while i < len(shape) and shape[i] == 1:
+        i += 1
+    return out if i == len(shape) else None
+
+
 def _restrict(view, box):
     """The part of the (arange or tile) view inside ``box`` (coordinates of the view's shape)."""
     if tuple(n for n in (hi - lo for lo, hi in box)) == tuple(view.shape):
@@ -398,10 +420,11 @@ class Tensor(NkiTensor):
     """A Beta-1 tensor / view: NkiTensor + tile operators, item assignment, PSUM ``+=`` and arange
     indexing."""
 
-    __slots__ = ("_mm", "_iadd", "_adv", "_t2d")
+    __slots__ = ("_mm", "_iadd", "_adv", "_t2d", "_box")
 
     def __init__(self, storage, dims=None, tracer=None):
         NkiTensor.__init__(self, storage, dims, tracer)
+        self._box = None  # a masked result: the part of it that was written ([(lo, hi)] per dim)
         self._mm = None  # the nc_matmul statement that produced this fresh PSUM tile (for `+=`)
         self._iadd = False  # set by __iadd__; recognised (and cleared) by __setitem__
         self._adv = None  # arange views: (base view, index items, result shape, out-of-bounds message)
@@ -577,6 +600,13 @@ class Tensor(NkiTensor):
             value._iadd = False
             if value._st is view._st and value._dims == view._dims:
                 return  # `t[idx] += x`: __iadd__ did the work
+        box = value._box if isinstance(value, Tensor) else None
+        vbox = _box_onto(box, tuple(value.shape), tuple(view.shape)) if box is not None else None
+        if vbox is not None:
+            # `res[...] = f(x, mask=m)`: only the masked part of the result exists (on hardware the masked
+            # instruction writes res directly and leaves the rest of it alone)
+            assign(_restrict(view, vbox), _restrict(value, box))
+            return
         fresh = isinstance(value, Tensor) and hasattr(_sys, "getrefcount") and _sys.getrefcount(value) <= 3 \
             and _sys.getrefcount(value._st) <= 2
         if not (fresh and _retarget_fresh(view, value)):
@@ -822,6 +852,13 @@ class BlockTensor:
             value._iadd = False
             if value._st is view._st and value._dims == view._dims:
                 return
+        box = value._box if isinstance(value, Tensor) else None
+        vbox = _box_onto(box, tuple(value.shape), tuple(view.shape)) if box is not None else None
+        if vbox is not None:
+            # `res[...] = f(x, mask=m)`: only the masked part of the result exists (on hardware the masked
+            # instruction writes res directly and leaves the rest of it alone)
+            assign(_restrict(view, vbox), _restrict(value, box))
+            return
         fresh = isinstance(value, Tensor) and hasattr(_sys, "getrefcount") and _sys.getrefcount(value) <= 3 \
             and _sys.getrefcount(value._st) <= 2
         if not (fresh and _retarget_fresh(view, value)):
@@ -1160,6 +1197,8 @@ def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
         out = _nl._new_tile(shape, dtype if dtype is not None else r.dtype)
     res_full = _restrict(out, box)
     _nisa.tensor_copy(dst=res_full, src=r)
+    if isinstance(out, Tensor) and res_full is not out:
+        out._box = [tuple(b) for b in box]
     return out
 
 
@@ -1179,7 +1218,10 @@ def masked_reduce(fn, x, axis, keepdims, mask, what):
         out = _nl._new_tile(kshape, r.dtype)
         obox = [(0, 1) if a in axes else lh for a, lh in enumerate(box)]
         _nisa.tensor_copy(dst=_restrict(out, obox), src=r)
-    return out if keepdims else _nl._drop(out, axes)
+    res = out if keepdims else _nl._drop(out, axes)
+    if box is not None and isinstance(res, Tensor):
+        res._box = [tuple(lh) for a, lh in enumerate(obox) if keepdims or a not in axes]
+    return res
 
 
 _B1OPS = {}
