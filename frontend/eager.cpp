@@ -84,11 +84,11 @@ uint64_t EagerSession::run(const std::string& fragment) {
     }
     base[i] = it->second.offset;
   }
-  const std::vector<int64_t> no_vars;
+  // Loops run every iteration with their variables' values (tiles allocated in a loop body keep one
+  // storage: values only, no rotating buffers).
+  std::vector<int64_t> vars(k.loops.size(), 0);
   uint64_t n = 0;
-  for (const Stmt& s : k.body) {
-    if (s.kind != Stmt::Kind::kOp) continue;
-    const Op& op = k.ops[static_cast<size_t>(s.index)];
+  const auto run_op = [&](const Op& op) {
     const int opc = Lowering::opcode_of(op.name);
     if (opc == Lowering::kUnknownOp) throw Error(ErrorCode::kUnknownOp, fmt::format("unknown op '{}'", op.name), op.loc);
     std::array<isa::Operand, isa::kMaxSlots> opnd{};
@@ -97,7 +97,7 @@ uint64_t EagerSession::run(const std::string& fragment) {
       if (!op.operands[i]) continue;
       const Access& a = *op.operands[i];
       const auto t = static_cast<size_t>(a.tensor);
-      opnd[i] = Lowering::access_operand(k.tensors[t], a, no_vars, base[t], keep && i == 1 && opc >= 0);
+      opnd[i] = Lowering::access_operand(k.tensors[t], a, vars, base[t], keep && i == 1 && opc >= 0);
     }
     isa::Instr ins[2];
     const int m = Lowering::assemble(op, opc, opnd, 0, ins);
@@ -114,7 +114,22 @@ uint64_t EagerSession::run(const std::string& fragment) {
       }
       ++n;
     }
-  }
+  };
+  const auto run_body = [&](const auto& self, const std::vector<Stmt>& body) -> void {
+    for (const Stmt& s : body) {
+      if (s.kind == Stmt::Kind::kOp) {
+        run_op(k.ops[static_cast<size_t>(s.index)]);
+      } else if (s.kind == Stmt::Kind::kLoop) {
+        const Loop& l = k.loops[static_cast<size_t>(s.index)];
+        const int64_t trips = l.trip_count();
+        for (int64_t it = 0; it < trips; ++it) {
+          vars[static_cast<size_t>(s.index)] = l.start + it * l.step;
+          self(self, l.body);
+        }
+      }
+    }
+  };
+  run_body(run_body, k.body);
   executed_ += n;
   return n;
 }

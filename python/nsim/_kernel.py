@@ -27,7 +27,10 @@ __all__ = ["Kernel", "options", "simulate", "OPTION_DEFAULTS", "PLATFORM_CONFIG"
 
 #: Every nsim run option and its default (the keyword arguments of ``nsim.simulate_json``).
 OPTION_DEFAULTS = {"config": "trn2", "overrides": None, "timing_only": False, "trace": None, "seed": 0,
-                   "trace_limit": None, "trace_window": None, "check": True}
+                   "trace_limit": None, "trace_window": None, "check": True, "loops": None}
+
+#: Options of the tracer, not of the simulation (not passed to ``nsim.simulate_json``).
+_TRACE_ONLY = ("loops",)
 
 #: Options the old ``Kernel.simulate(..., config=, overrides=, timing_only=, trace=, seed=)`` took.
 _LEGACY = ("config", "overrides", "timing_only", "trace", "seed")
@@ -46,12 +49,14 @@ def _given(**opts):
 
 @contextlib.contextmanager
 def options(*, config=_UNSET, overrides=_UNSET, timing_only=_UNSET, trace=_UNSET, seed=_UNSET,
-            trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET):
+            trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET, loops=_UNSET):
     """``with nsim.options(config="trn1", timing_only=True): ...`` — defaults for every kernel run in the
     block (options not given keep the enclosing defaults; blocks nest; restored on exit). An option
     given by ``kernel.options(...)`` wins over these defaults."""
     new = _given(config=config, overrides=overrides, timing_only=timing_only, trace=trace, seed=seed,
-                 trace_limit=trace_limit, trace_window=trace_window, check=check)
+                 trace_limit=trace_limit, trace_window=trace_window, check=check, loops=loops)
+    if "loops" in new and new["loops"] is not None:
+        _tracer.loops_mode(new["loops"])
     cur = _CONTEXT.get() or {}
     token = _CONTEXT.set(dict(cur, **new))
     try:
@@ -136,14 +141,18 @@ class Kernel:
                 obj.__dict__.update(kw)
 
     def options(self, *, config=_UNSET, overrides=_UNSET, timing_only=_UNSET, trace=_UNSET, seed=_UNSET,
-                trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET):
+                trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET, loops=_UNSET):
         """This kernel with nsim options set: ``config`` (preset name, default "trn2"), ``overrides`` (dict
         or ["key=value"]), ``timing_only`` (skip numerics; returned tensors are None), ``trace`` (path of a
         Perfetto trace to write), ``seed``, ``trace_limit``, ``trace_window`` (as ``nsim.simulate_json``),
         ``check`` (the sanitizer, docs/debugging.md: True (default) warns with CheckWarning, "strict" raises,
-        False skips it). Options not given keep their current values."""
+        False skips it), ``loops`` (how the tracer treats nl.affine_range / nl.sequential_range: "unroll", the
+        default, or "keep" them as kernel-IR loops where it can; docs/kernel-json.md "Loops from the Python
+        tracer"). Options not given keep their current values."""
         new = _given(config=config, overrides=overrides, timing_only=timing_only, trace=trace, seed=seed,
-                     trace_limit=trace_limit, trace_window=trace_window, check=check)
+                     trace_limit=trace_limit, trace_window=trace_window, check=check, loops=loops)
+        if "loops" in new and new["loops"] is not None:
+            _tracer.loops_mode(new["loops"])
         return self._derive(_opts=dict(self._opts, **new))
 
     def with_schedule(self, schedule):
@@ -227,7 +236,7 @@ class Kernel:
         eff = self._effective()
         kw = dict(name=getattr(self.fn, "__name__", "kernel"), tensor_cls=self._tensor_cls, schedule=self._schedule,
                   config=eff["config"], overrides=eff.get("overrides"),
-                  check=bool(eff.get("check")) and not eff.get("timing_only"))
+                  check=bool(eff.get("check")) and not eff.get("timing_only"), loops=eff.get("loops"))
         cores = self._cores()
         if cores > 1:  # LNC=2: one program per physical core (docs/lnc.md)
             tres = _tracer.trace_lnc(self._launch_fn(), args, kwargs, cores, **kw)
@@ -254,6 +263,8 @@ class Kernel:
             self._check_inline()
             return self.fn(*args, **kwargs), None
         opts = self._effective(legacy)
+        for k in _TRACE_ONLY:
+            opts.pop(k, None)
         tres = self.trace(*args, **kwargs)
         config = opts.pop("config")
         ret, outputs, profile = _tracer.run(tres, config=config, **opts)

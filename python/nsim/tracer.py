@@ -2,9 +2,16 @@
 
 Every instruction goes through ONE seam, :func:`emit`. The tracer owns the statement list, the tensor
 table, unique tensor names, source locations (the first stack frame outside the nsim package) and the
-nc_matmul ``accumulate=None`` bookkeeping. Loops are unrolled eagerly (the Python body runs every
-iteration and emits constant indices), which gives exactly the semantics of sequential execution.
-Keeping loops symbolic in the IR is a later optimisation.
+nc_matmul ``accumulate=None`` bookkeeping.
+
+Loops: ``nl.affine_range`` / ``nl.sequential_range`` bodies are recorded once with a symbolic index (a
+:class:`Sym`) and become kernel-IR loops when the body's Python control flow does not depend on the index
+(Tracer.symbolic_loop has the rules); otherwise :func:`trace` traces the kernel again with that loop peeled
+(first and last iteration with int indices, the rest a loop) or unrolled (the Python body runs every
+iteration and emits constant indices: the semantics of sequential execution). docs/kernel-json.md "Loops
+from the Python tracer" explains when loops are kept. Loops are kept with the kernel option ``loops="keep"``
+(or NSIM_LOOPS=keep; the default is "unroll", see :data:`LOOPS`); NSIM_EXPLAIN_LOOPS=1 says why a loop was
+not kept.
 
 This module is dialect-neutral: ``nsim.nki`` (new dialect) builds on it; a Beta-1 tree can too.
 """
@@ -283,13 +290,303 @@ class Shape(tuple):
     __hash__ = tuple.__hash__
 
 
+# --------------------------------------------------------------------------------------------------
+# Symbolic loop indices (loops kept as loops in the kernel IR)
+# --------------------------------------------------------------------------------------------------
+#
+# A loop of nl.affine_range / nl.sequential_range whose body's Python control flow does not depend on the
+# index is recorded ONCE with a symbolic index (a Sym: c + sum coef * var), and becomes a "loop" statement of
+# kernel.json with affine index expressions. Anything that needs the index as a concrete int (__index__,
+# __int__, __bool__, comparisons, hashing, a non-exact // or %, a shape, a value read in the body, ...)
+# raises _NeedsConcrete; trace() then traces the kernel again with that loop (its source line) unrolled.
+# See Tracer.symbolic_loop for the whole set of rules.
+
+#: How the tracer treats nl.affine_range / nl.sequential_range loops by default: "unroll" (every iteration
+#: runs and emits int indices) or "keep" (kept as kernel-IR loops where the body allows it). The kernel
+#: option ``loops=`` (``kernel.options(loops="keep")``, ``nsim.options(loops="keep")``) wins over it; the
+#: environment variable NSIM_LOOPS sets it. Default "unroll": a kept loop gives each allocation of its body
+#: rotating buffers where the unrolled trace reuses dead tiles of any variable, so the simulated time of
+#: the two can differ (the numerics are the same); docs/kernel-json.md "Loops from the Python tracer".
+LOOPS = os.environ.get("NSIM_LOOPS", "unroll")
+LOOP_MODES = ("unroll", "keep")
+
+
+def loops_mode(value, what="loops"):
+    """The loop mode ``value`` (None: the default, :data:`LOOPS`), checked."""
+    v = LOOPS if value is None else value
+    if v not in LOOP_MODES:
+        raise make_error("BadArgument", "{}={!r}: expected one of {}".format(what, v, ", ".join(
+            repr(m) for m in LOOP_MODES)))
+    return v
+
+
+class _NeedsConcrete(BaseException):
+    """Internal: the loop being recorded symbolically must be unrolled (``key``: its source (file, line), or
+    None for the innermost loop being recorded). A BaseException, so that ``except Exception`` in user code
+    or in nsim does not swallow it."""
+
+    def __init__(self, why, key=None, peel=False):
+        super().__init__(why)
+        self.why, self.key = why, key
+        self.peel = peel  # running the first and last iterations concretely may help (Tracer.symbolic_loop)
+
+
+class LoopVar:
+    """The index of a loop being recorded symbolically: ``name`` in the IR, values ``range(start, stop,
+    step)``; ``final`` is its last value once the loop is done (a Sym over closed loops is an int)."""
+
+    __slots__ = ("name", "lo", "hi", "final", "key", "depth")
+
+    def __init__(self, name, r, key, depth):
+        self.name, self.key, self.depth = name, key, depth
+        self.lo, self.hi = min(r[0], r[-1]), max(r[0], r[-1])
+        self.final = None
+
+
+class Sym:
+    """An affine value ``c + sum(coef * var)`` over the indices of the loops being recorded. Arithmetic with
+    ints (+, -, * and exact // and %) stays affine; anything needing an int raises _NeedsConcrete (the loop
+    is then unrolled). Once its loops are done it behaves as the int of their last iteration."""
+
+    __slots__ = ("c", "terms")
+    __array_ufunc__ = None  # numpy scalars defer to our reflected operators
+
+    def __init__(self, c, terms):
+        self.c, self.terms = c, terms  # terms: tuple of (LoopVar, coef != 0)
+
+    # -- helpers
+    def _open(self):
+        c, t = self.c, []
+        for v, k in self.terms:
+            if v.final is not None:
+                c += k * v.final
+            else:
+                t.append((v, k))
+        return c, t
+
+    @staticmethod
+    def make(c, terms):
+        c, t = int(c), []
+        for v, k in terms:
+            if v.final is not None:
+                c += k * v.final
+            elif k:
+                t.append((v, k))
+        return Sym(c, tuple(t)) if t else c
+
+    def resolved(self):
+        """The int when no open loop is involved, else self."""
+        c, t = self._open()
+        return Sym(c, tuple(t)) if t else c
+
+    def _need(self, what):
+        c, t = self._open()
+        if not t:
+            return c
+        inner = max(t, key=lambda vk: vk[0].depth)[0]
+        raise _NeedsConcrete("{} of the loop index '{}'".format(what, inner.name), inner.key)
+
+    def lo(self):
+        c, t = self._open()
+        return c + sum(k * (v.lo if k > 0 else v.hi) for v, k in t)
+
+    def hi(self):
+        c, t = self._open()
+        return c + sum(k * (v.hi if k > 0 else v.lo) for v, k in t)
+
+    def vars(self):
+        return [v for v, _ in self._open()[1]]
+
+    def expr(self):
+        """The IR text of the expression (docs/kernel-json.md "Index expressions"), or its int."""
+        c, t = self._open()
+        if not t:
+            return c
+        parts = []
+        for v, k in t:
+            term = v.name if abs(k) == 1 else "{}*{}".format(abs(k), v.name)
+            parts.append(("- " if k < 0 else "+ ") + term if parts else ("-" if k < 0 else "") + term)
+        if c:
+            parts.append("{} {}".format("-" if c < 0 else "+", abs(c)))
+        return " ".join(parts)
+
+    def __repr__(self):
+        return "Sym({})".format(self.expr())
+
+    def __str__(self):  # print(i): the unrolled trace prints every value
+        return str(self._need("a string"))
+
+    # -- arithmetic
+    @staticmethod
+    def _int(o):
+        if isinstance(o, (bool, np.bool_)):
+            return int(o)
+        if isinstance(o, (int, np.integer)):
+            return int(o)
+        return None
+
+    def __add__(self, o):
+        if isinstance(o, Sym):
+            d = {}
+            for v, k in self.terms + o.terms:
+                d[v] = d.get(v, 0) + k
+            return Sym.make(self.c + o.c, list(d.items()))
+        i = self._int(o)
+        if i is None:
+            return NotImplemented if not isinstance(o, float) else self._need("float arithmetic") + o
+        return Sym.make(self.c + i, self.terms)
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return Sym.make(-self.c, [(v, -k) for v, k in self.terms])
+
+    def __pos__(self):
+        return self
+
+    def __sub__(self, o):
+        if isinstance(o, Sym):
+            return self + (-o)
+        i = self._int(o)
+        if i is None:
+            return NotImplemented if not isinstance(o, float) else self._need("float arithmetic") - o
+        return Sym.make(self.c - i, self.terms)
+
+    def __rsub__(self, o):
+        return (-self) + o
+
+    def __mul__(self, o):
+        if isinstance(o, Sym):
+            r = o.resolved()
+            if isinstance(r, Sym):
+                s = self.resolved()
+                if isinstance(s, Sym):
+                    return self._need("a product of loop indices")
+                return r * s
+            o = r
+        i = self._int(o)
+        if i is None:
+            return NotImplemented if not isinstance(o, float) else self._need("float arithmetic") * o
+        return Sym.make(self.c * i, [(v, k * i) for v, k in self.terms])
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, o):
+        i = self._int(o.resolved() if isinstance(o, Sym) else o)
+        if i is None or i == 0:
+            return self._need("a division") // o
+        c, t = self._open()
+        if c % i == 0 and all(k % i == 0 for _, k in t):
+            return Sym.make(c // i, [(v, k // i) for v, k in t])
+        return self._need("a non-exact floor division") // i
+
+    def __mod__(self, o):
+        i = self._int(o.resolved() if isinstance(o, Sym) else o)
+        if i is None or i == 0:
+            return self._need("a modulo") % o
+        c, t = self._open()
+        if all(k % i == 0 for _, k in t):
+            return c % i
+        return self._need("a modulo") % i
+
+    def __rfloordiv__(self, o):
+        return o // self._need("a division by")
+
+    def __rmod__(self, o):
+        return o % self._need("a modulo by")
+
+    def __truediv__(self, o):
+        return self._need("a true division") / o
+
+    def __rtruediv__(self, o):
+        return o / self._need("a true division by")
+
+    def __pow__(self, o):
+        return self._need("a power") ** o
+
+    # -- everything that needs an int
+    def __index__(self):
+        return self._need("an int (__index__)")
+
+    def __int__(self):
+        return self._need("int()")
+
+    def __float__(self):
+        return float(self._need("float()"))
+
+    def __bool__(self):
+        return not self.__eq__(0)
+
+    def __hash__(self):
+        return hash(self._need("a hash"))
+
+    def _range_of_diff(self, o):
+        """(lo, hi) of self - o over every iteration of the open loops (lo == hi: a constant)."""
+        if isinstance(o, (float, np.floating)):
+            v = self._need("a comparison with a float")
+            return v - o, v - o
+        d = self - o
+        if d is NotImplemented:
+            raise TypeError("cannot compare a loop index with {!r}".format(o))
+        if isinstance(d, Sym):
+            return d.lo(), d.hi()
+        return d, d
+
+    def _decide(self, o, test, what):
+        """The comparison when its outcome is the same in every iteration, else the loop cannot stay symbolic
+        (a comparison that differs between iterations: the loop is peeled or unrolled)."""
+        lo, hi = self._range_of_diff(o)
+        a, b = test(lo), test(hi)
+        if lo == hi or (a == b and (what in ("<", "<=", ">", ">=") or not (lo <= 0 <= hi))):
+            return a
+        inner = max(self._open()[1], key=lambda vk: vk[0].depth)[0]
+        raise _NeedsConcrete("a comparison ({}) of the loop index '{}' that differs between iterations".format(
+            what, inner.name), inner.key, peel=True)
+
+    def __eq__(self, o):
+        if not isinstance(o, (Sym, int, float, np.integer, np.floating)):
+            return NotImplemented
+        return self._decide(o, lambda d: d == 0, "==")
+
+    def __ne__(self, o):
+        r = self.__eq__(o)
+        return r if r is NotImplemented else not r
+
+    def __lt__(self, o):
+        return self._decide(o, lambda d: d < 0, "<")
+
+    def __le__(self, o):
+        return self._decide(o, lambda d: d <= 0, "<=")
+
+    def __gt__(self, o):
+        return self._decide(o, lambda d: d > 0, ">")
+
+    def __ge__(self, o):
+        return self._decide(o, lambda d: d >= 0, ">=")
+
+    def __format__(self, spec):
+        return format(self._need("formatting"), spec)
+
+
+def var_sym(var, k=1):
+    """``k * var`` as a Sym."""
+    return Sym(0, ((var, k),))
+
+
+def _idx(x):
+    """An index value: an int, or a Sym over open loops (a Sym over closed loops becomes its int)."""
+    if isinstance(x, Sym):
+        return x.resolved()
+    return int(x)
+
+
 class DynSlice:
     """``nl.ds(start, size)``: the slice start .. start+size."""
 
     __slots__ = ("start", "size", "step")
 
     def __init__(self, start, size, step=1):
-        self.start, self.size, self.step = int(start), int(size), int(step)
+        self.start, self.size, self.step = _idx(start), int(size), int(step)
 
     def __repr__(self):
         return "ds({}, {})".format(self.start, self.size)
@@ -301,10 +598,11 @@ ON_CHIP = ("sbuf", "psum")
 class _Storage:
     """One IR tensor (an HBM tensor or an alloc'ed tile)."""
 
-    __slots__ = ("name", "buffer", "dtype", "shape", "__weakref__")
+    __slots__ = ("name", "buffer", "dtype", "shape", "stale", "__weakref__")
 
     def __init__(self, name, buffer, dtype, shape):
         self.name, self.buffer, self.dtype, self.shape = name, buffer, dtype, tuple(shape)
+        self.stale = None  # a tile of the first recorded iteration of a symbolic loop: that loop's key
 
 
 class _ViewStorage(_Storage):
@@ -481,7 +779,8 @@ class NkiTensor:
     def is_full(self):
         if isinstance(self._st, _ViewStorage):
             return False
-        return all(d[0] == 0 and d[1] == n and d[2] == 1 and d[3] for d, n in zip(self._dims, self._st.shape))
+        return all(not isinstance(d[0], Sym) and d[0] == 0 and d[1] == n and d[2] == 1 and d[3]
+                   for d, n in zip(self._dims, self._st.shape))
 
     def __repr__(self):
         return "NkiTensor({}, shape={}, dtype={}, buffer={})".format(self.name, tuple(self.shape), self._st.dtype,
@@ -551,6 +850,14 @@ class NkiTensor:
             start, size, step, _ = dims[bi]
             if isinstance(k, (bool, np.bool_)):
                 raise make_error("BadSubscript", "boolean index not supported")
+            if isinstance(k, Sym):
+                k = k.resolved()
+                if isinstance(k, Sym):  # a symbolic index: in bounds for every iteration, else unrolled
+                    if k.lo() < 0 or k.hi() >= size:
+                        k._need("an index that is negative or out of bounds in some iteration")
+                    dims[bi] = [start + k * step, 1, step, False]
+                    int_dims.append(bi)
+                    continue
             if isinstance(k, (int, np.integer)):
                 i = int(k)
                 if i < 0:
@@ -563,15 +870,30 @@ class NkiTensor:
                 continue
             if isinstance(k, DynSlice):
                 a, n, s = k.start, k.size, k.step
-                if a < 0 or n < 1 or s < 1 or a + (n - 1) * s >= size:
+                if isinstance(a, Sym):
+                    a = a.resolved()
+                if isinstance(a, Sym):
+                    if a.lo() < 0 or n < 1 or s < 1 or a.hi() + (n - 1) * s >= size:
+                        a._need("an nl.ds out of bounds in some iteration")
+                elif a < 0 or n < 1 or s < 1 or a + (n - 1) * s >= size:
                     raise make_error("IndexOutOfBounds", "nl.ds({}, {}) is out of bounds for dim {} of size {} "
                                      "of tensor '{}'".format(a, n, vd, size, self.name))
             elif isinstance(k, slice):
                 s = 1 if k.step is None else int(k.step)
                 if s < 1:
                     raise make_error("BadSubscript", "slice step must be >= 1, got {}".format(s))
-                a = 0 if k.start is None else int(k.start)
-                b = size if k.stop is None else int(k.stop)
+                a = 0 if k.start is None else _idx(k.start)
+                b = size if k.stop is None else _idx(k.stop)
+                if isinstance(a, Sym) or isinstance(b, Sym):  # symbolic bounds: a constant size, in bounds
+                    n = b - a
+                    if isinstance(n, Sym) or n < 1:
+                        (a if isinstance(a, Sym) else b)._need("a slice of a size that depends on it")
+                    lo = a.lo() if isinstance(a, Sym) else a
+                    hi = b.hi() if isinstance(b, Sym) else b
+                    if lo < 0 or hi > size:
+                        (a if isinstance(a, Sym) else b)._need("a slice out of bounds in some iteration")
+                    dims[bi] = [start + a * step, (n + s - 1) // s, step * s, True]
+                    continue
                 if a < 0:
                     a += size
                 if b < 0:
@@ -895,6 +1217,9 @@ class NkiTensor:
     # --- IR access ----------------------------------------------------------------------------
     def access(self):
         """The operand of this view in kernel.json (a name, or {"tensor", "index"})."""
+        st = self._st.base if isinstance(self._st, _ViewStorage) else self._st
+        if st.stale is not None:  # a tile of an earlier iteration of a loop recorded symbolically
+            raise _NeedsConcrete("a tile of an earlier iteration is used", st.stale)
         if isinstance(self._st, _ViewStorage):
             base, off, pat = self._flat()
             try:
@@ -1013,15 +1338,26 @@ class _Eager:
         if not new:
             return
         ops = []
-        for st in new:
-            if "alloc" in st:
-                a = st["alloc"]
-                self.allocs[a["name"]] = a
-            elif "op" in st:
-                ops.append(st)
+
+        def take(stmts, out):  # allocs (also those of loop bodies: values only) declared up front
+            for st in stmts:
+                if "alloc" in st:
+                    a = st["alloc"]
+                    self.allocs[a["name"]] = a
+                elif "op" in st:
+                    out.append(st)
+                elif "loop" in st:
+                    lp = dict(st["loop"])
+                    lp["body"] = take(lp.get("body", []), [])
+                    out.append({"loop": lp})
+            return out
+
+        take(new, ops)
         frag = {"nsim_kernel": 1, "name": tr.name + "__eager",
                 "tensors": [dict(t, kind="input") for t in tr.tensors],
                 "body": [{"alloc": a} for a in self.allocs.values()] + ops}
+        if tr._alias:
+            frag["body"] = _renamed(frag["body"], tr.resolve_alias)
         ses.run(json.dumps(frag))
         self.synced += len(new)
 
@@ -1030,6 +1366,7 @@ class _Eager:
         if getattr(t, "_adv", None) is not None:
             raise make_error("ValuesUnavailable", "the values of an nl.arange-indexed view of '{}' are not "
                              "available: look at the whole tensor, or copy the view into a tile first".format(t.name))
+        concrete_only("a value read")
         self.sync()
         base, off, pat = t._flat() if not getattr(t, "_t2d", False) else t._storage_order()._flat()
         dt = np_dtype(base.dtype)
@@ -1064,7 +1401,7 @@ def _exact_region(v, tracer):
         return tuple((0, n, 1) for n in tracer.shapes.get(v, ()))
     out = []
     for e in v.get("index", []):
-        if isinstance(e, int):
+        if isinstance(e, (int, Sym)):
             out.append((e, 1, 1))
         elif "broadcast" in e:
             out.append((e.get("start", 0), 1, 1))
@@ -1090,12 +1427,71 @@ def _regions_overlap(a, b):
     return all(_dims_overlap(x, y) for x, y in zip(a, b))
 
 
+def concrete_only(what):
+    """``what`` needs concrete values (a value read, a register): inside a loop being recorded symbolically
+    that loop is unrolled instead."""
+    tr = active()
+    if tr is not None and tr._recs:
+        raise _NeedsConcrete("{} in the loop body".format(what))
+
+
+def _renamed(stmts, fn):
+    """A copy of ``stmts`` with every tensor name n of an operand or alloc replaced by fn(n)."""
+    slots = _isa.SLOT_KEYS
+    out = []
+    for st in stmts:
+        if "op" in st:
+            st = dict(st)
+            for k in slots:
+                v = st.get(k)
+                if v is None:
+                    continue
+                if isinstance(v, str):
+                    st[k] = fn(v)
+                else:
+                    st[k] = dict(v, tensor=fn(v["tensor"]))
+        elif "alloc" in st:
+            st = {"alloc": dict(st["alloc"], name=fn(st["alloc"]["name"]))}
+        elif "loop" in st:
+            st = {"loop": dict(st["loop"], body=_renamed(st["loop"].get("body", []), fn))}
+        out.append(st)
+    return out
+
+
+def _alloc_names(stmts, out=None):
+    """Names of the tiles allocated in ``stmts`` (loop bodies too), in program order."""
+    out = [] if out is None else out
+    for st in stmts:
+        if "alloc" in st:
+            out.append(st["alloc"]["name"])
+        elif "loop" in st:
+            _alloc_names(st["loop"].get("body", []), out)
+    return out
+
+
+_FOR_RE = re.compile(r"^\s*(?:async\s+)?for\s+([A-Za-z_]\w*)\s+in\b")
+
+
+class _Rec:
+    """One loop being recorded symbolically."""
+
+    __slots__ = ("key", "var", "kind", "checking", "storages", "names", "local", "written", "read")
+
+    def __init__(self, key, var, kind):
+        self.key, self.var, self.kind, self.checking, self.storages = key, var, kind, False, []
+        self.names = set()  # tiles allocated by the current pass itself (only these may be reused in it)
+        self.local = set()  # tiles allocated in the current pass, in loops inside it too
+        self.written, self.read = set(), set()  # the sanitizer's check: tensors not made in the body
+
+
 class AffineRange:
     """``nl.affine_range(...)``: a range whose iterations the kernel promises are independent. Iterating
-    it (inside a kernel) tells the tracer which iteration runs, for the sanitizer's check of two
-    iterations writing the same bytes."""
+    it (inside a kernel) records the body once with a symbolic index when it can (Tracer.symbolic_loop),
+    else runs every iteration; with the sanitizer on it tells the tracer which iteration runs, for the
+    check of two iterations writing the same bytes."""
 
     __slots__ = ("_r",)
+    kind = "affine"
 
     def __init__(self, r):
         self._r = r
@@ -1117,10 +1513,17 @@ class AffineRange:
 
     def __iter__(self):
         tr = active()
+        if tr is not None and len(self._r) >= 2:
+            sym = tr.symbolic_loop(self._r, self.kind)
+            if sym is not None:
+                return sym
+        return self._iter_unrolled(tr)
+
+    def _iter_unrolled(self, tr):
         if tr is None or not tr.check or len(self._r) < 2:
             yield from self._r
             return
-        f = _AffineFrame(user_loc())
+        f = _AffineFrame(user_loc(), len(tr._recs))
         tr._affine.append(f)
         try:
             for k, i in enumerate(self._r):
@@ -1132,11 +1535,26 @@ class AffineRange:
                 tr._affine.remove(f)
 
 
-class _AffineFrame:
-    __slots__ = ("loc", "iteration", "stamp", "writes", "reported")
+class SequentialRange(AffineRange):
+    """``nl.sequential_range(...)``: iterations in order (a loop-carried dependency is allowed). Like
+    affine_range, its body is recorded once with a symbolic index when it can."""
 
-    def __init__(self, loc):
+    __slots__ = ()
+    kind = "sequential"
+
+    def __repr__(self):
+        return "sequential_range({}, {}, {})".format(self._r.start, self._r.stop, self._r.step)
+
+    def _iter_unrolled(self, tr):
+        return iter(self._r)
+
+
+class _AffineFrame:
+    __slots__ = ("loc", "iteration", "stamp", "writes", "reported", "nrecs")
+
+    def __init__(self, loc, nrecs=0):
         self.loc, self.iteration, self.stamp, self.writes, self.reported = loc, 0, 0, {}, False
+        self.nrecs = nrecs  # loops being recorded symbolically around it (their indices are fixed in it)
 
 
 class Tracer:
@@ -1178,6 +1596,172 @@ class Tracer:
         self.check = False  # run the tracer's checks (options(check=...))
         self._vars = {}  # tile name -> the variables its storage was assigned to (reuse: several)
         self.lnc = (0, 1)  # (this program's physical core, LNC degree): kernel[2] traces once per core
+        # loops kept symbolic (symbolic_loop): the loops being recorded (innermost last), the loops to unroll
+        # (source (file, line) keys; set by trace() after a failed symbolic recording), a loop left by break /
+        # return / an exception while being recorded, tile names of the checking pass -> the recorded names
+        self._recs = []
+        self.unroll = set()
+        self.peel = set()  # loops whose first and last iterations run unrolled, the others symbolically
+        self.unroll_all = True  # trace() sets it from the loops mode
+        self._broken = None
+        self._alias = {}
+        self._loop_names = set()  # tiles allocated in loop bodies (never reused outside their pass)
+        self._symbolic = False  # a loop was recorded symbolically (statements may hold Sym values)
+        self._nstmts = 0
+
+    # ---- loops kept as loops ----------------------------------------------------------------------
+    def resolve_alias(self, name):
+        a = self._alias
+        while name in a:
+            name = a[name]
+        return name
+
+    def symbolic_loop(self, r, kind):
+        """A generator recording the body of a loop over ``r`` with a symbolic index, or None when the loop
+        is to be unrolled (forced, with the sanitizer on, or after a failed attempt: trace() traces the
+        kernel again with the loop's source line in ``self.unroll``).
+
+        The body runs twice with the same symbolic index (one pass when an enclosing loop is in its second
+        pass): the first pass is the loop's body in the IR; the second checks that the body does not depend
+        on Python state carried from one iteration to the next (a flag, a previous tile): both must give the
+        same statements, up to the names of the tiles they allocate, else the loop is unrolled. Tiles of the
+        first pass are stale from then on (using one later is an iteration using an earlier iteration's tile:
+        unrolled); tiles of the second pass are the last iteration's (their names are aliases of the first
+        pass's). Anything needing the index as an int, a value read (eager), a register, an HBM tensor
+        made in the body, an nc_matmul(accumulate=None) on a tile not made in the body, break / return out
+        of the body, or an error in it: the loop is unrolled."""
+        if self.unroll_all:
+            return None
+        f = user_frame()
+        key = (f.f_code.co_filename, f.f_lineno) if f is not None else None
+        if key is None or key in self.unroll or self._broken is not None:
+            return None
+        if key in self.peel:
+            return self._peeled_loop(r, kind, key, f)
+        return self._record_loop(r, kind, key, f)
+
+    def _peeled_loop(self, r, kind, key, f):
+        """The first and the last iteration run with their int index, the ones between are recorded as a
+        loop (a body that differs only in its first / last iteration: ``if c == 0``, ``accumulate=j > 0``)."""
+        yield r[0]
+        mid = r[1:-1]
+        if len(mid) >= 2:
+            yield from self._record_loop(mid, kind, key, f)
+        else:
+            yield from mid
+        yield r[-1]
+
+    def _record_loop(self, r, kind, key, f):
+        loc = {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
+        m = _FOR_RE.match(linecache.getline(key[0], key[1]) or "")
+        base = m.group(1) if m and m.group(1) != "_" else "i"
+        taken = {x.var.name for x in self._recs}
+        name, n = base, 1
+        while name in taken:
+            name, n = "{}{}".format(base, n), n + 1
+        var = LoopVar(name, r, key, len(self._recs))
+        rec = _Rec(key, var, kind)
+        passes = 1 if any(x.checking for x in self._recs) else 2
+        saved = self.body
+        bodies = []
+        self._symbolic = True
+        self._recs.append(rec)
+        try:
+            for p in range(passes):
+                rec.checking = p == 1
+                rec.storages = []
+                rec.names, rec.local = set(), set()
+                self.body = []
+                yield Sym(0, ((var, 1),))
+                bodies.append((self.body, rec.storages, rec.local))
+                if p == 0:
+                    for ref in rec.storages:
+                        st = ref()
+                        if st is not None:
+                            st.stale = key
+        except GeneratorExit:  # break / return / an exception left the body
+            if self._broken is None:
+                self._broken = key
+            raise
+        finally:
+            self.body = saved
+            if self._recs and self._recs[-1] is rec:
+                self._recs.pop()
+        body = bodies[0][0]
+        if passes == 2:
+            b2 = bodies[1][0]
+            if self._canon(body) != self._canon(b2):
+                raise _NeedsConcrete("the loop body differs between iterations", key, peel=True)
+            for n2, n1 in zip(_alloc_names(b2), _alloc_names(body)):
+                if n2 != n1:
+                    self._alias[n2] = n1
+        var.final = r[-1]
+        if self._recs:
+            outer = self._recs[-1]
+            for _b, sts, names in bodies:
+                outer.storages.extend(sts)
+                outer.local.update(names)
+        if kind == "affine" and self._write_conflict(body, name):
+            kind = "sequential"  # verify_kernel would reject it as an affine loop; the unrolled trace had none
+        lp = {"var": name, "start": r.start, "stop": r.stop, "step": r.step, "kind": kind, "body": body,
+              "loc": loc}
+        self.body.append({"loop": lp})
+
+    def _canon(self, stmts):
+        """``stmts`` with the tiles they allocate numbered in order (names of other tensors kept)."""
+        local = {}
+        for i, nm in enumerate(_alloc_names(stmts)):
+            local[nm] = "#{}".format(i)
+        res = self.resolve_alias
+        return _renamed(stmts, lambda n: local.get(n) or local.get(res(n)) or res(n))
+
+    def _write_conflict(self, body, var):
+        """True when an op of ``body`` writes (not accumulates) a location of a tensor not allocated in it whose
+        index does not move with ``var``: verify_kernel's affine_range write check."""
+        local = set(_alloc_names(body))
+        pat = re.compile(r"\b{}\b".format(re.escape(var)))
+        stack = [body]
+        while stack:
+            for st in stack.pop():
+                if "loop" in st:
+                    stack.append(st["loop"].get("body", []))
+                    continue
+                d = st.get("dst") if "op" in st else None
+                if d is None or "accumulate" in (st.get("flags") or ()):
+                    continue
+                nm = self.resolve_alias(d if isinstance(d, str) else d["tensor"])
+                if nm in local:
+                    continue
+                idx = [] if isinstance(d, str) else d.get("index", [])
+                if not any(pat.search(e if isinstance(e, str) else e.get("start", "")
+                                      if isinstance(e, dict) and isinstance(e.get("start"), str) else "")
+                           for e in idx):
+                    return True
+        return False
+
+    def _ir_values(self, stmt):
+        """Sym values of a statement as kernel-IR index expressions (strings, or ints once their loops are
+        done); a Sym anywhere else than an index start needs the loop unrolled."""
+        for k, v in stmt.items():
+            if isinstance(v, dict) and "index" in v:
+                idx = v["index"]
+                for j, e in enumerate(idx):
+                    if isinstance(e, Sym):
+                        idx[j] = e.expr()
+                    elif isinstance(e, dict):
+                        for kk, x in e.items():
+                            if isinstance(x, Sym):
+                                if kk != "start":
+                                    x._need("a '{}' of an index".format(kk))
+                                e[kk] = x.expr()
+            elif isinstance(v, Sym):
+                v = v.resolved()
+                if isinstance(v, Sym):
+                    v._need("an operand '{}'".format(k))
+                stmt[k] = v
+            elif isinstance(v, (list, tuple)) and k != "loc":
+                if any(isinstance(x, Sym) for x in v):
+                    stmt[k] = [x._need("an immediate '{}'".format(k)) if isinstance(x, Sym) else x for x in v]
 
     def eager(self):
         """The eager-values state of this kernel (created on first use: kernels that never look at a
@@ -1224,6 +1808,8 @@ class Tracer:
     def hbm_tensor(self, name, dtype, shape, kind="internal", loc=None, private=False):
         """A kernel-level HBM tensor. ``private``: a ``private_hbm`` tensor, which under LNC=2 is this core's
         own (its name carries the core, so the launch's programs never share it)."""
+        if self._recs:
+            raise _NeedsConcrete("an HBM tensor made in the loop body")
         dt = dtype_name(dtype)
         shape = tuple(int(s) for s in shape)
         if not shape or any(s < 1 for s in shape):
@@ -1255,11 +1841,52 @@ class Tracer:
         # the pool of reusable storage is by kind only (not by name): reusing storage exactly as before keeps
         # the compiler model's placement and so the timing; a reused storage keeps its first name
         key = (buffer, dt, shape)
+        if self._broken is not None:
+            raise _NeedsConcrete("a loop recorded symbolically was left early", self._broken)
+        if self._recs:  # a tile of a loop body: its alloc statement runs every iteration (rotating buffers)
+            rec = self._recs[-1]
+            free = self._pool_free.get(key)
+            if free and self.reuse_tiles and not name and address is None:
+                # reuse a dead tile allocated earlier in this pass of the body (its alloc runs every iteration)
+                for j, nm in enumerate(free):
+                    if nm in rec.names:
+                        del free[j]
+                        rec.local.add(nm)
+                        if hint:
+                            self._vars.setdefault(nm, []).append(hint)
+                        if self._affine:
+                            self._birth[nm] = frozenset(f.stamp for f in self._affine)
+                        st = _Storage(nm, buffer, dt, shape)
+                        rec.storages.append(weakref.ref(st))
+                        self._track(st, key)
+                        self.open_groups.pop(nm, None)
+                        return self.tensor_cls(st, None, self)
+            nm = self.unique_name(name or hint or "t", numbered=not (name or hint))
+            rec.names.add(nm)
+            rec.local.add(nm)
+            self._loop_names.add(nm)
+            if hint:
+                self._vars.setdefault(nm, []).append(hint)
+            if self._affine:
+                self._birth[nm] = frozenset(f.stamp for f in self._affine)
+            st = _Storage(nm, buffer, dt, shape)
+            rec.storages.append(weakref.ref(st))
+            self.buffers[nm] = buffer
+            self.shapes[nm] = shape
+            alloc = {"name": nm, "buffer": buffer, "dtype": dt, "shape": list(shape)}
+            if address is not None:
+                alloc["address"] = int(address)
+            self.emit({"alloc": alloc})
+            if not name:
+                self._track(st, key)
+            return self.tensor_cls(st, None, self)
         if self.reuse_tiles and not name and address is None:
             # Reuse the storage of a tile of the same kind whose Python object is gone: the kernel can no
             # longer reach it, so this is the compiler's buffer reuse; it keeps SBUF bounded when loops
             # are unrolled. Least recently freed first (gives double buffering in loops).
             free = self._pool_free.get(key)
+            while free and free[0] in self._loop_names:  # tiles of loop bodies stay in their loop
+                free.pop(0)
             if free:
                 nm = free.pop(0)
                 if hint:
@@ -1290,14 +1917,22 @@ class Tracer:
         nm = st.name
         free = self._pool_free
 
+        loop_names, recs = self._loop_names, self._recs
+
         def died(_ref, nm=nm, key=key):
+            # a tile of a loop body is reused only in the same pass of the same body (its alloc is in it)
+            if nm in loop_names and not (recs and nm in recs[-1].names):
+                return
             free.setdefault(key, []).append(nm)
 
         self.pool.setdefault(key, []).append(weakref.ref(st, died))
 
     # statements
     def emit(self, stmt):
-        if len(self.body) >= MAX_TRACED_STATEMENTS:
+        if self._broken is not None:
+            raise _NeedsConcrete("a loop recorded symbolically was left early", self._broken)
+        self._nstmts += 1
+        if self._nstmts > MAX_TRACED_STATEMENTS:
             raise make_error("ResourceLimit", "resource limit: the kernel traced more than {} statements "
                              "(loops are unrolled while tracing); raise nsim.tracer.MAX_TRACED_STATEMENTS or the "
                              "environment variable NSIM_MAX_TRACED_STATEMENTS".format(MAX_TRACED_STATEMENTS))
@@ -1309,6 +1944,8 @@ class Tracer:
             if "loc" not in stmt:
                 stmt["loc"] = user_loc()
             self._track_accesses(stmt)
+            if self._symbolic:
+                self._ir_values(stmt)
         elif "alloc" in stmt and "loc" not in stmt["alloc"]:
             stmt["alloc"]["loc"] = user_loc()
         self.body.append(stmt)
@@ -1329,7 +1966,7 @@ class Tracer:
         idx = v.get("index", [])
         reg = []
         for e in idx:
-            if isinstance(e, int):
+            if isinstance(e, (int, Sym)):
                 reg.append((e, e))
             elif "broadcast" in e:
                 s = e.get("start", 0)
@@ -1348,6 +1985,8 @@ class Tracer:
     def _track_accesses(self, stmt):
         if self._affine:
             self._affine_writes(stmt)
+        if self.check and self._recs:
+            self._affine_symbolic(stmt)
         is_mm = stmt["op"] == "nc_matmul"
         for slot, v in self._operands(stmt):
             name = v if isinstance(v, str) else v["tensor"]
@@ -1365,6 +2004,62 @@ class Tracer:
                 if groups:
                     for g in [g for g in groups if self._overlap(g, reg)]:
                         groups.discard(g)
+
+    def _affine_symbolic(self, stmt):
+        """The sanitizer's affine_range check for the affine loops being recorded symbolically: every write
+        (not an accumulation) to a tensor not made in the loop body must move with the loop index far enough
+        that two iterations never touch the same element, and the body must not read such a tensor it also
+        writes. What cannot be shown here is checked exactly by unrolling the loop."""
+        if "accumulate" in (stmt.get("flags") or ()):
+            return
+        recs = self._recs
+        for j, rec in enumerate(recs):
+            if rec.kind != "affine":
+                continue
+            local = set()
+            for x in recs[j:]:
+                local.update(x.local)
+            for slot in _isa.WRITTEN_SLOTS:
+                v = stmt.get(slot)
+                if v is None:
+                    continue
+                name = v if isinstance(v, str) else v["tensor"]
+                if name in local:
+                    continue
+                if not self._moves_apart(v, rec.var):
+                    raise _NeedsConcrete("the sanitizer's affine_range check: a write that may not move with the "
+                                         "index", rec.key)
+                rec.written.add(name)
+            for slot in _isa.READ_SLOTS:
+                v = stmt.get(slot)
+                if v is None:
+                    continue
+                name = v if isinstance(v, str) else v["tensor"]
+                if name not in local:
+                    rec.read.add(name)
+            if rec.written & rec.read:
+                raise _NeedsConcrete("the sanitizer's affine_range check: the body reads a tensor it writes",
+                                     rec.key)
+
+    def _moves_apart(self, v, var):
+        """True when the access ``v`` of two different values of ``var`` never shares an element."""
+        if isinstance(v, str):
+            return False
+        idx = v.get("index", [])
+        for e in idx:
+            start, extent = (e, 1) if not isinstance(e, dict) else (e.get("start", 0), (e.get("size", 1) - 1) *
+                                                                     e.get("step", 1) + 1)
+            if not isinstance(start, Sym) or "broadcast" in (e if isinstance(e, dict) else ()):
+                continue
+            terms = start._open()[1]
+            k = sum(c for x, c in terms if x is var)
+            if not k:
+                continue
+            # indices of loops inside this one move the access within one iteration; outer ones are fixed
+            inner = Sym(0, tuple((x, c) for x, c in terms if x.depth > var.depth))
+            if inner.hi() - inner.lo() + extent <= abs(k):
+                return True
+        return False
 
     def _affine_writes(self, stmt):
         """The sanitizer's affine_range check: a write (not an accumulation) to bytes an earlier iteration
@@ -1397,6 +2092,12 @@ class Tracer:
             for f in self._affine:
                 if f.stamp in born:
                     continue
+                for r0 in reg:  # the writes of every iteration of a symbolic loop inside f: not representable
+                    if isinstance(r0[0], Sym):
+                        for x, _k in r0[0]._open()[1]:
+                            if x.depth >= f.nrecs:
+                                raise _NeedsConcrete("the sanitizer's affine_range check of an enclosing unrolled "
+                                                     "loop", x.key)
                 seen = f.writes.setdefault(name, [])
                 if not f.reported:
                     for it, r, loc in seen:
@@ -1429,6 +2130,10 @@ class Tracer:
         PSUM region (and no other instruction touched it since)."""
         if accumulate is not None:
             return bool(accumulate)
+        if self._recs:  # the answer must be the same in every iteration: a tile made in the body
+            st = dst._st.base if isinstance(dst._st, _ViewStorage) else dst._st
+            if st.name not in self._recs[-1].local:
+                raise _NeedsConcrete("nc_matmul(accumulate=None) on a tile not made in the loop body")
         acc = dst.access()
         name, reg = self._region_of(acc, self)
         return reg in self.open_groups.get(name, ())
@@ -1438,13 +2143,30 @@ class Tracer:
         after all of them ("at_or_bt"), so no message names one variable for another's data."""
         rename = {}
         for nm, hints in self._vars.items():
+            if nm in self._alias:
+                continue
             distinct = list(dict.fromkeys(hints))
             if len(distinct) > 1:
                 rename[nm] = self.unique_name("_or_".join(distinct[:3]) + ("_etc" if len(distinct) > 3 else ""))
+        for nm in self._alias:  # tiles of a loop's checking pass are the recorded pass's
+            t = self.resolve_alias(nm)
+            rename[nm] = rename.get(t, t)
         if not rename:
             return
         slots = frozenset(_slot_keys())
-        for st in self.body:  # the tracer's body is flat (loops are unrolled)
+        stack = [self.body]
+        while stack:
+            self._rename_in(stack.pop(), rename, slots, stack)
+        for r in self.check_reports:
+            r["tensor"] = rename.get(r["tensor"], r["tensor"])
+        self._vars = {}
+
+    @staticmethod
+    def _rename_in(body, rename, slots, stack):
+        for st in body:
+            if "loop" in st:
+                stack.append(st["loop"].get("body", []))
+                continue
             a = st.get("alloc")
             if a is not None:
                 if a["name"] in rename:
@@ -1457,9 +2179,6 @@ class Tracer:
                             st[k] = rename[v]
                     elif v.get("tensor") in rename:
                         v["tensor"] = rename[v["tensor"]]
-        for r in self.check_reports:
-            r["tensor"] = rename.get(r["tensor"], r["tensor"])
-        self._vars = {}
 
     def to_json(self):
         k = {"nsim_kernel": 1, "name": self.name, "tensors": [dict(t) for t in self.tensors], "body": self.body}
@@ -1660,11 +2379,57 @@ def _written_tensors(body):
     return out
 
 
+class _Retry(BaseException):
+    """Internal: trace the kernel again with the loop ``key`` peeled (``peel``) or unrolled (``key`` None:
+    every loop)."""
+
+    def __init__(self, key, why, peel=False):
+        super().__init__(why)
+        self.key, self.why, self.peel = key, why, peel
+
+
+#: NSIM_EXPLAIN_LOOPS=1: print on stderr which loop is unrolled and why, each time trace() starts again.
+_EXPLAIN_LOOPS = os.environ.get("NSIM_EXPLAIN_LOOPS", "") not in ("", "0")
+
+#: How often trace() may start again with one more loop unrolled (a guard: each retry unrolls a new loop).
+MAX_TRACE_RETRIES = 64
+
+
 def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=None, overrides=None, check=False,
-          lnc=None):
+          lnc=None, loops=None):
     """Run ``fn`` under a fresh tracer; return a TraceResult. ``tensor_cls``: the NkiTensor subclass the
     tensors of this kernel are made of (a dialect frontend's view class). ``schedule``: with_schedule
-    edges [(after, [before, ...]), ...], checked against the op labels once the kernel has run."""
+    edges [(after, [before, ...]), ...], checked against the op labels once the kernel has run.
+
+    Loops are kept as loops where the tracer can (Tracer.symbolic_loop); when recording a loop
+    symbolically fails, the kernel is traced again from the start with that loop (its source line)
+    unrolled. An error of the kernel itself is reported as the fully unrolled trace reports it."""
+    unroll, peel, unroll_all = set(), set(), loops_mode(loops) == "unroll"
+    for _attempt in range(MAX_TRACE_RETRIES + 1):
+        try:
+            return _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc,
+                               unroll, peel, unroll_all)
+        except _Retry as e:
+            peeling = e.peel and e.key is not None and e.key not in peel and e.key not in unroll
+            if _EXPLAIN_LOOPS:
+                sys.stderr.write("nsim: {} the loop at {}: {}\n".format(
+                    "peeling" if peeling else "unrolling",
+                    "{}:{}".format(os.path.basename(e.key[0]), e.key[1]) if e.key else "(every loop)", e.why))
+            if peeling:
+                peel.add(e.key)
+            elif e.key is None or e.key in unroll:
+                if unroll_all:
+                    raise make_error("Internal", "tracer: a loop traced unrolled asked to be unrolled ({})".format(
+                        e.why)) from None
+                unroll_all = True
+            else:
+                unroll.add(e.key)
+    return _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc, unroll, peel,
+                       True)
+
+
+def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc, unroll, peel,
+                unroll_all):
     sig = inspect.signature(fn)
     try:
         bound = sig.bind(*args, **kwargs)
@@ -1678,6 +2443,8 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=No
     tr.check = bool(check)
     if lnc is not None:
         tr.lnc = (int(lnc[0]), int(lnc[1]))
+    tr.unroll, tr.peel = unroll, peel
+    tr.unroll_all = unroll_all
     arrays = tr.arguments  # IR name -> (caller array, tensor)
     call_args = {}
     with tr:
@@ -1694,7 +2461,22 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=No
                 call_args[pname] = _arg(tr, pname, val, arrays)
         b2 = sig.bind_partial()
         b2.arguments.update(call_args)
-        ret = fn(*b2.args, **b2.kwargs)
+        try:
+            ret = fn(*b2.args, **b2.kwargs)
+            if tr._broken is not None:
+                raise _NeedsConcrete("a loop recorded symbolically was left by break or return", tr._broken)
+        except (KeyboardInterrupt, SystemExit, _Retry):
+            raise
+        except _NeedsConcrete as e:
+            key = e.key or (tr._recs[-1].key if tr._recs else None) or tr._broken
+            raise _Retry(key, e.why, e.peel) from None
+        except BaseException as e:
+            if not tr._symbolic:
+                raise
+            # an error while loops were kept symbolic: blame the loop being recorded, else trace everything
+            # unrolled (the error, if real, is then the one the unrolled trace gives)
+            key = (tr._recs[-1].key if tr._recs else None) or tr._broken
+            raise _Retry(key, "{}: {}".format(type(e).__name__, e)) from None
 
         # outputs: returned HBM tensors, plus arguments the kernel wrote (copied back to the caller)
         by_name = {t["name"]: t for t in tr.tensors}
@@ -1877,7 +2659,10 @@ def report_checks(reports, strict=False):
             warnings.warn(CheckWarning(r), stacklevel=3)
 
 
-def dumps(kernel):
-    """kernel.json text (deterministic)."""
-    return json.dumps(kernel, indent=1)
+def dumps(kernel, indent=None):
+    """kernel.json text (deterministic). Compact by default: json's C encoder (an ``indent`` uses the
+    pure-Python encoder, slow on big kernels)."""
+    if indent is None:
+        return json.dumps(kernel, separators=(",", ":"))
+    return json.dumps(kernel, indent=indent)
 

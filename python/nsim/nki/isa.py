@@ -1128,6 +1128,7 @@ def _reg_int(v, what):
 def register_alloc(x=None):
     """A new sequencer register holding ``x`` (an int, default 0)."""
     _tr.current("nisa.register_alloc")
+    _tr.concrete_only("nisa.register_alloc")
     return VirtualRegister(0 if x is None else _reg_int(x, "register_alloc(x=)"))
 
 
@@ -1142,6 +1143,7 @@ def _dst_reg(dst, what):
 def register_move(dst, src):
     """``dst = src`` (an int or a register)."""
     _tr.current("nisa.register_move")
+    _tr.concrete_only("nisa.register_move")
     _dst_reg(dst, "register_move").value = _reg_int(src, "register_move(src=)")
 
 
@@ -1156,6 +1158,7 @@ def register_load(dst, src):
     """``dst = src[0]``: the current value of a one-element HBM/SBUF tensor (the instructions traced so far
     run in the simulator core to produce it; float values are truncated toward zero, as a 32-bit int load)."""
     _tr.current("nisa.register_load")
+    _tr.concrete_only("nisa.register_load")
     _dst_reg(dst, "register_load")
     v = np.asarray(_one_element(src, "register_load", "src").numpy()).reshape(-1)[0]
     dst.value = _reg_int(int(v), "register_load")
@@ -1164,6 +1167,7 @@ def register_load(dst, src):
 def register_store(dst, src):
     """``dst[0] = src`` (a register or an int) into a one-element tensor."""
     _tr.current("nisa.register_store")
+    _tr.concrete_only("nisa.register_store")
     _one_element(dst, "register_store", "dst")
     v = _reg_int(src, "register_store(src=)")
     if dst.buffer == "hbm":

@@ -323,7 +323,8 @@ def ds(start, size):
 
 
 # --------------------------------------------------------------------------------------------------
-# Loops (§1.7): eager unrolling (sequential semantics)
+# Loops (§1.7): unrolled while tracing (sequential semantics), or kept as kernel-IR loops with
+# loops="keep" (affine_range / sequential_range; nsim.tracer.Tracer.symbolic_loop)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -338,7 +339,7 @@ def affine_range(start, stop=None, step=1):
 
 
 def sequential_range(start, stop=None, step=1):
-    return _tr.check_loop_trips(_range(start, stop, step), "nl.sequential_range")
+    return _tr.SequentialRange(_tr.check_loop_trips(_range(start, stop, step), "nl.sequential_range"))
 
 
 def static_range(start, stop=None, step=1):

@@ -1,0 +1,78 @@
+"""The flagship case-study shape of issue 12: one Qwen3-0.6B attention layer, timing-only, from Python.
+
+    PYTHONPATH=python:build/python python3 benchmarks/bench_attention_qwen3.py [--seq 16384] [--unroll]
+
+Qwen3-0.6B: 16 query heads, 8 kv heads, head dim 128, causal; the library's ``flash_attention_gqa`` on trn2
+with ``timing_only=True``. Prints the wall time of the whole run and of its parts (tracing, kernel.json
+text, simulation), the kernel's ops in the traced IR, the kernel.json size, the instructions simulated and
+the peak RSS of the process. Loops are kept as loops (``loops="keep"``); ``--unroll`` traces with every loop
+unrolled (``loops="unroll"``, the tracer's default). One shape per process (peak RSS is per process).
+"""
+import argparse
+import resource
+import sys
+import time
+
+
+def count_ops(body):
+    """(ops in the IR, ops executed): loops count once / trip-count times."""
+    ir = executed = 0
+    for s in body:
+        if "op" in s:
+            ir += 1
+            executed += 1
+        elif "loop" in s:
+            lp = s["loop"]
+            a, b = count_ops(lp.get("body", []))
+            trips = len(range(lp.get("start", 0), lp["stop"], lp.get("step", 1)))
+            ir += a
+            executed += a and b * trips
+    return ir, executed
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seq", type=int, default=16384)
+    ap.add_argument("--hq", type=int, default=16)
+    ap.add_argument("--hkv", type=int, default=8)
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--unroll", action="store_true", help="force every loop unrolled while tracing")
+    args = ap.parse_args()
+
+    import numpy as np
+    import ml_dtypes
+    from nsim import _core, tracer
+    from nsim.kernels.attention import flash_attention_gqa
+
+    t0 = time.perf_counter()
+    bf16 = ml_dtypes.bfloat16  # timing-only: the values are never read (zeros, no conversion cost)
+    q = np.zeros((args.hq, args.seq, args.d), bf16)
+    k = np.zeros((args.hkv, args.seq, args.d), bf16)
+    v = np.zeros((args.hkv, args.seq, args.d), bf16)
+    opts = {} if args.unroll else {"loops": "keep"}  # unrolled: the tracer's default (also before loops="keep")
+    kern = flash_attention_gqa.options(config="trn2", timing_only=True, **opts)
+    t1 = time.perf_counter()
+    tres = kern.trace(q, k, v, True)
+    t2 = time.perf_counter()
+    text, _ = _core._kernel_text(tres.kernel)
+    t3 = time.perf_counter()
+    _ret, _outs, prof = tracer.run(tres, config="trn2", timing_only=True)
+    t4 = time.perf_counter()
+    ir_ops, exec_ops = count_ops(tres.kernel["body"])
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print("qwen3-0.6B attention S={} hq={} hkv={} d={} ({}), trn2 timing-only".format(
+        args.seq, args.hq, args.hkv, args.d, "unrolled" if args.unroll else "loops kept"))
+    print("  wall           {:8.2f} s  (inputs {:.2f}, trace {:.2f}, json text {:.2f}, simulate {:.2f})".format(
+        t4 - t0, t1 - t0, t2 - t1, t3 - t2, t4 - t3))
+    print("  ops in IR      {:8d}  (executed {})".format(ir_ops, exec_ops))
+    instrs = sum(int(e["instruction_count"]["value"]) for e in prof.stats["engine"].values()
+                 if isinstance(e, dict) and "instruction_count" in e)
+    print("  instructions   {:8d}  (issued by the engines)".format(instrs))
+    print("  kernel.json    {:8.2f} MB".format(len(text) / 1e6))
+    print("  simulated time {:8.1f} us".format(prof.total_time_ns / 1000))
+    print("  peak RSS       {:8.0f} MB".format(rss_mb))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,404 @@
+"""Loops kept as kernel-IR loops by the Python tracer (loops="keep", docs/kernel-json.md "Loops from the Python
+tracer"): the same numerics as the unrolled trace on the library kernels and examples, the fallbacks (peel,
+unroll) where the body depends on the index, and the sanitizer's affine_range check."""
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import require_core  # noqa: E402
+
+_core, ml_dtypes = require_core()
+
+import nsim  # noqa: E402
+from nsim import kernels as K  # noqa: E402
+from nsim import nki, tracer  # noqa: E402
+import nsim.nki.isa as nisa  # noqa: E402
+import nsim.nki.language as nl  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _walk(body, depth=0):
+    for s in body:
+        if "loop" in s:
+            yield s, depth
+            yield from _walk(s["loop"].get("body", []), depth + 1)
+        else:
+            yield s, depth
+
+
+def _loops(kernel):
+    return [s["loop"] for s, _ in _walk(kernel["body"]) if "loop" in s]
+
+
+def _executed_ops(body):
+    n = 0
+    for s in body:
+        if "op" in s:
+            n += 1
+        elif "loop" in s:
+            lp = s["loop"]
+            n += _executed_ops(lp.get("body", [])) * len(range(lp.get("start", 0), lp["stop"], lp.get("step", 1)))
+    return n
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return a.view(np.uint8) if a.dtype.kind not in "biu" else a
+
+
+def _both_ways(kernel, args, **opts):
+    """(unrolled (kernel dict, outputs, profile), kept (...)) of one kernel."""
+    res = []
+    import warnings
+    for mode in ("unroll", "keep"):
+        k = kernel.options(loops=mode, **opts)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tracer.CheckWarning)
+            out, prof = k.simulate(*args)
+        res.append((k.to_json(), out, prof))
+    return res
+
+
+def _assert_same_outputs(a, b):
+    if isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_same_outputs(x, y)
+        return
+    if a is None:
+        assert b is None
+        return
+    np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+@pytest.mark.parametrize("name", sorted(K.KERNELS))
+def test_library_kernels_give_the_same_outputs_with_loops_kept(name):
+    kernel, _ref, make_inputs = K.KERNELS[name]
+    args = make_inputs(1)
+    (ku, ou, pu), (kk, ok, pk) = _both_ways(kernel, args)
+    _assert_same_outputs(ou, ok)  # bit-identical: the same instructions on the same values
+    # the sanitizer (on by default) finds the same things
+    assert sorted((r["check"], r["line"]) for r in pu.check_reports) == \
+        sorted((r["check"], r["line"]) for r in pk.check_reports)
+    assert _executed_ops(ku["body"]) == _executed_ops(kk["body"])
+    assert not _loops(ku)
+    assert pu.total_time_ns > 0 and pk.total_time_ns > 0
+
+
+def test_flash_attention_keeps_its_loops_and_shrinks():
+    kernel, _ref, _mk = K.KERNELS["flash_attention_gqa"]
+    args = K.flash_attention_gqa_inputs(hq=4, hkv=2, s=2048)
+    (ku, ou, _pu), (kk, ok, _pk) = _both_ways(kernel, args)
+    _assert_same_outputs(ou, ok)
+    loops = _loops(kk)
+    assert {lp["var"] for lp in loops} >= {"g", "r", "j", "c"}
+    n_ops_kept = sum(1 for s, _ in _walk(kk["body"]) if "op" in s)
+    n_ops_unrolled = sum(1 for s in ku["body"] if "op" in s)
+    assert n_ops_kept * 4 < n_ops_unrolled
+    assert _executed_ops(kk["body"]) == n_ops_unrolled
+    # g and r (kv head, query head of the group) index the HBM tensors: affine expressions in the IR
+    text = tracer.dumps(kk)
+    assert '"2*g + r"' in text or '"r + 2*g"' in text
+
+
+def _load_example(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up
+    sys.path.insert(0, os.path.dirname(path))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.pop(0)
+    return mod
+
+
+def test_examples_give_the_same_outputs_with_loops_kept():
+    pairs = _load_example(os.path.join(ROOT, "examples", "defects", "pairs.py"), "nsim_defect_pairs_loops")
+    for p in pairs.PAIRS:
+        args = p.inputs()
+        for kern in (p.before, p.after):
+            (_ku, ou, _pu), (_kk, ok, _pk) = _both_ways(kern, args)
+            _assert_same_outputs(ou, ok)
+    from nsim import compat
+    small = dict(K=512, M=256, N=1024)
+    blocks = dict(TILES_IN_BLOCK_M=2, TILES_IN_BLOCK_N=1, TILES_IN_BLOCK_K=2)  # step 4 at the small size
+    kept = []
+    for fname in ("matmul_tutorial_kernels.py", "matmul_tutorial_beta1.py"):  # new dialect, Beta 1
+        was = compat.installed()
+        compat.install()
+        try:
+            mt = _load_example(os.path.join(ROOT, "examples", "matmul_tutorial", fname), "nsim_loops_" + fname[:-3])
+        finally:
+            if not was:
+                compat.uninstall()
+        lhsT, rhs = mt.make_inputs(seed=3, **small)
+        for step, kern in mt.STEPS:
+            kw = blocks if step == "fully_optimized" else {}
+            outs, kernels = [], []
+            for mode in ("unroll", "keep"):
+                with nsim.options(loops=mode):
+                    out, _prof = kern.simulate(lhsT, rhs, **kw)
+                outs.append(out)
+                kernels.append(getattr(kern, "last_json", None))
+            _assert_same_outputs(outs[0], outs[1])
+            if kernels[1] is not None:
+                kept.append(bool(_loops(kernels[1])))
+    assert any(kept)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Timing: a loop whose body allocates no tile lowers to exactly the unrolled instruction stream.
+@nki.jit
+def scale_rows(x):
+    n, f = x.shape
+    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+    u = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+    for i in nl.sequential_range(n // 128):
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        nisa.tensor_scalar(dst=u, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=u)
+    return out
+
+
+def test_a_loop_without_tiles_in_its_body_has_the_unrolled_timing():
+    x = np.random.default_rng(0).standard_normal((1024, 256)).astype(np.float32)
+    (ku, ou, pu), (kk, ok, pk) = _both_ways(scale_rows, (x,))
+    _assert_same_outputs(ou, ok)
+    np.testing.assert_array_equal(ok, 2 * x)
+    [lp] = _loops(kk)
+    assert (lp["var"], lp["start"], lp["stop"], lp["kind"]) == ("i", 0, 8, "sequential")
+    ops = [s for s in lp["body"] if "op" in s]
+    assert ops[0]["src"]["index"][0] == {"start": "128*i", "size": 128}
+    # the same instructions in the same order, the same storage: the same simulated time to the picosecond
+    assert pk.total_time_ns == pu.total_time_ns
+    assert nsim.disasm_json(kk) == nsim.disasm_json(ku)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# When the body depends on the index: peeled or unrolled, never guessed.
+@nki.jit
+def first_iteration_special(x):
+    n, f = x.shape
+    out = nl.ndarray((128, f), x.dtype, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, f), nl.float32, buffer=nl.sbuf)
+    for i in nl.sequential_range(n // 128):
+        t = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        if i == 0:
+            nisa.tensor_copy(dst=acc, src=t)
+        else:
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+def test_a_comparison_that_differs_between_iterations_peels_the_loop():
+    x = np.random.default_rng(1).standard_normal((512, 64)).astype(np.float32)
+    (_ku, ou, _pu), (kk, ok, _pk) = _both_ways(first_iteration_special, (x,))
+    _assert_same_outputs(ou, ok)
+    np.testing.assert_allclose(ok, x.reshape(4, 128, 64).sum(0), rtol=1e-5)
+    [lp] = _loops(kk)
+    assert (lp["start"], lp["stop"]) == (1, 3)  # iteration 0 and 3 run with their int index
+
+
+@nki.jit
+def python_state_carried(x):
+    n, f = x.shape
+    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
+    prev = None
+    for i in nl.affine_range(n // 128):
+        t = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        if prev is not None:  # a previous iteration's tile: the body differs from one iteration to the next
+            nisa.tensor_tensor(dst=t, data1=t, data2=prev, op=nl.add)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+        prev = t
+    return out
+
+
+def test_python_state_carried_between_iterations_unrolls_the_loop():
+    x = np.random.default_rng(2).standard_normal((512, 32)).astype(np.float32)
+    (_ku, ou, _pu), (kk, ok, _pk) = _both_ways(python_state_carried, (x,), check=False)
+    _assert_same_outputs(ou, ok)
+    assert not _loops(kk)
+    np.testing.assert_allclose(ok, np.cumsum(x.reshape(4, 128, 32), 0).reshape(512, 32), rtol=1e-5)
+
+
+@nki.jit
+def ragged(x):
+    n, f = x.shape
+    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(-(-n // 128)):
+        rows = min(128, n - i * 128)  # the last tile is short: a size that depends on the index
+        t = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t[:rows, :], src=x[i * 128:i * 128 + rows, :])
+        nisa.dma_copy(dst=out[i * 128:i * 128 + rows, :], src=t[:rows, :])
+    return out
+
+
+@nki.jit
+def divided(x):
+    n, f = x.shape
+    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n // 64):
+        t = nl.ndarray((64, f), x.dtype, buffer=nl.sbuf)
+        r = (i * 64) // 128  # not exact for odd i: needs the int
+        nisa.dma_copy(dst=t, src=x[r * 128 + (i % 2) * 64:r * 128 + (i % 2) * 64 + 64, :])
+        nisa.dma_copy(dst=out[i * 64:(i + 1) * 64, :], src=t)
+    return out
+
+
+@pytest.mark.parametrize("kern,shape,kept", [(ragged, (600, 16), (1, 4)), (divided, (256, 16), None)])
+def test_index_dependent_bodies_are_peeled_or_unrolled(kern, shape, kept):
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    (_ku, ou, _pu), (kk, ok, _pk) = _both_ways(kern, (x,))
+    _assert_same_outputs(ou, ok)
+    np.testing.assert_array_equal(ok, x)
+    loops = _loops(kk)
+    if kept is None:  # divided: a non-exact // of the index cannot be peeled away
+        assert not loops
+    else:  # ragged: min(128, n - 128 i) is 128 for i = 1..3: peeled (i = 0 and the short i = 4 run unrolled)
+        [lp] = loops
+        assert (lp["start"], lp["stop"]) == kept
+
+
+@nki.jit
+def reads_values(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+    for i in nl.affine_range(x.shape[0] // 128):
+        u = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=u, src=x[i * 128:(i + 1) * 128, :])
+        if float(np.asarray(u).sum()) > -1e30:  # an eager value read in the body
+            nisa.tensor_copy(dst=t, src=u)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+    return out
+
+
+def test_a_value_read_in_the_body_unrolls_the_loop():
+    x = np.random.default_rng(4).standard_normal((256, 8)).astype(np.float32)
+    (_ku, ou, _pu), (kk, ok, _pk) = _both_ways(reads_values, (x,), check=False)
+    _assert_same_outputs(ou, ok)
+    np.testing.assert_array_equal(ok, x)
+    assert not _loops(kk)
+
+
+@nki.jit
+def breaks_out(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+        if i * 128 >= 256:
+            break
+    return out
+
+
+def test_break_unrolls_the_loop():
+    x = np.random.default_rng(5).standard_normal((512, 8)).astype(np.float32)
+    (ku, ou, _pu), (kk, ok, _pk) = _both_ways(breaks_out, (x,), timing_only=True)
+    assert not _loops(kk)
+    assert _executed_ops(kk["body"]) == _executed_ops(ku["body"]) == 6
+
+
+@nki.jit
+def out_of_bounds(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(3):
+        t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])  # x has 256 rows: i = 2 is out of bounds
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+    return out
+
+
+def test_an_error_of_the_kernel_is_the_unrolled_traces_error():
+    x = np.zeros((256, 8), np.float32)
+    errs = []
+    for mode in ("unroll", "keep"):
+        with pytest.raises(nsim.NsimError) as ei:
+            out_of_bounds.options(loops=mode).simulate(x)
+        errs.append((ei.value.code, ei.value.line, str(ei.value)))
+    assert errs[0] == errs[1]
+
+
+def test_the_loops_option_is_checked():
+    with pytest.raises(nsim.NsimError, match="loops='fold'"):
+        scale_rows.options(loops="fold")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The sanitizer's affine_range check (NSIM-W504) with loops kept
+@nki.jit
+def conflicting(x):
+    out = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
+    scratch = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+    for i in nl.affine_range(x.shape[0] // 128):
+        nisa.dma_copy(dst=scratch, src=x[i * 128:(i + 1) * 128, :])  # every iteration writes scratch
+    nisa.dma_copy(dst=out, src=scratch)
+    return out
+
+
+def test_the_affine_write_check_reports_the_same_with_loops_kept():
+    x = np.random.default_rng(6).standard_normal((512, 8)).astype(np.float32)
+    reports = []
+    for mode in ("unroll", "keep"):
+        with pytest.warns(tracer.CheckWarning) as w:
+            conflicting.options(loops=mode).simulate(x)
+        reports.append(sorted(r.message.report["check"] for r in w))
+    assert reports[0] == reports[1] and "affine-write-conflict" in reports[0]
+    # without the sanitizer the loop stays a loop, as a sequential one (verify_kernel would reject it as affine)
+    k = conflicting.options(loops="keep", check=False).to_json(x)
+    [lp] = _loops(k)
+    assert lp["kind"] == "sequential"
+
+
+def test_an_affine_loop_writing_disjoint_slices_stays_affine_with_the_sanitizer_on():
+    k = K.KERNELS["flash_attention_gqa"][0]
+    kj = k.options(loops="keep").to_json(*K.flash_attention_gqa_inputs(hq=2, hkv=1, s=256))
+    assert any(lp["kind"] == "affine" for lp in _loops(kj))
+
+
+@nki.jit
+def prints_index(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        print("block", i)
+        t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+    return out
+
+
+def test_printing_the_index_unrolls_the_loop(capsys):
+    x = np.zeros((384, 8), np.float32)
+    k = prints_index.options(loops="keep", timing_only=True).to_json(x)
+    assert not _loops(k)
+    # the attempt that kept the loop stopped in the middle of the first print (a new attempt prints again)
+    assert capsys.readouterr().out.endswith("block 0\nblock 1\nblock 2\n")
+
+
+def test_eager_values_after_kept_loops_match_the_simulation(monkeypatch):
+    """The eager session runs kept loops (every iteration): the library flash attention replayed through it
+    gives the simulation's outputs bit for bit."""
+    got = {}
+    orig = tracer.Tracer.name_shared_tiles
+
+    def hook(self):
+        for t in self.tensors:
+            if t["kind"] != "input":
+                got[t["name"]] = self.eager().values(tracer.NkiTensor(self.storage[t["name"]], None, self))
+        return orig(self)
+
+    monkeypatch.setattr(tracer.Tracer, "name_shared_tiles", hook)
+    with nsim.options(loops="keep"):
+        out = K.flash_attention(*K.flash_attention_inputs(1))
+    assert _loops(K.flash_attention.last_json)
+    assert len(got) == 1
+    np.testing.assert_array_equal(next(iter(got.values())), out)
