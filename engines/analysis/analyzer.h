@@ -36,6 +36,7 @@ struct Finding {
   std::string title;      ///< one line
   std::string detail;     ///< what was measured, why it costs time, what to change
   double saving_ns = 0;   ///< estimated kernel time saved by the fix
+  std::string method;     ///< how saving_ns was estimated: "bound", or "re-simulated (...)" (frontend/analyze.cpp)
   std::vector<LineRef> lines;
   std::vector<std::pair<std::string, double>> metrics;  ///< kind-specific numbers (e.g. times_loaded)
 };
@@ -71,6 +72,14 @@ struct AnalysisReport {
   std::string to_text(size_t max_lines = 5) const;
   std::string to_json() const;
 };
+
+/// The engine whose busy time a finding of this kind removes ("tensor", "vector"), or "" (frontend
+/// re-simulations and engine_bound use it).
+std::string finding_engine(const std::string& kind);
+/// Settle `engine_bound` against the defect findings on its engine, drop findings saving less than
+/// `min_saving_ns`, rank the rest (largest saving first, `serialization` last). Analyzer::report()
+/// ends with it; call it again after changing savings (frontend/analyze.cpp's re-simulations).
+void rank_findings(AnalysisReport& r, double min_saving_ns);
 
 class Analyzer {
  public:

@@ -142,6 +142,17 @@ def user_loc():
     return {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
 
 
+def user_stack(f):
+    """The callers of user frame ``f`` up to nsim's own machinery (which called the kernel), outermost first:
+    "kernel (file.py:12) > helper (file.py:30)"; "" when ``f`` is the kernel function itself."""
+    out = []
+    g = f.f_back
+    while g is not None and not _is_internal(g.f_code.co_filename):
+        out.append("{} ({}:{})".format(g.f_code.co_name, os.path.basename(g.f_code.co_filename), g.f_lineno))
+        g = g.f_back
+    return " > ".join(reversed(out))
+
+
 _ASSIGN_RE = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
 _ASSIGNED = {}  # (file, line) -> the variable a statement assigns to, or None
 
@@ -1022,6 +1033,8 @@ class _Eager:
         frag = {"nsim_kernel": 1, "name": tr.name + "__eager",
                 "tensors": [dict(t, kind="input") for t in tr.tensors],
                 "body": [{"alloc": a} for a in self.allocs.values()] + ops}
+        if tr.stacks:
+            frag["stacks"] = list(tr.stacks)
         ses.run(json.dumps(frag))
         self.synced += len(new)
 
@@ -1146,6 +1159,8 @@ class Tracer:
         self.dialect_state = {}  # free space for a dialect frontend (Beta-1 launch grid, ...)
         self.tensors = []  # kernel-level HBM tensor dicts
         self.body = []
+        self.stacks = []  # interned call stacks (kernel.json "stacks"); ops' loc["stack"] indexes it
+        self._stack_ids = {}
         self.names = set()
         self.storage = {}  # name -> _Storage (strong, for HBM) / meta
         self.buffers = {}  # name -> buffer
@@ -1307,12 +1322,28 @@ class Tracer:
             if self.order_group:
                 stmt["order_group"] = self.order_group
             if "loc" not in stmt:
-                stmt["loc"] = user_loc()
+                stmt["loc"] = self._op_loc()
             self._track_accesses(stmt)
         elif "alloc" in stmt and "loc" not in stmt["alloc"]:
             stmt["alloc"]["loc"] = user_loc()
         self.body.append(stmt)
         return stmt
+
+    def _op_loc(self):
+        """user_loc() plus the index of its call stack in self.stacks (when the line is not in the kernel
+        function itself: a helper's or a library kernel's line)."""
+        f = user_frame()
+        if f is None:
+            return {"file": "", "line": 0, "function": ""}
+        loc = {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
+        st = user_stack(f)
+        if st:
+            i = self._stack_ids.get(st)
+            if i is None:
+                i = self._stack_ids[st] = len(self.stacks)
+                self.stacks.append(st)
+            loc["stack"] = i
+        return loc
 
     def _operands(self, stmt):
         for k in _slot_keys():
@@ -1463,6 +1494,8 @@ class Tracer:
 
     def to_json(self):
         k = {"nsim_kernel": 1, "name": self.name, "tensors": [dict(t) for t in self.tensors], "body": self.body}
+        if self.stacks:
+            k["stacks"] = list(self.stacks)
         if self.schedule:
             k["schedule"] = [[a, list(b)] for a, b in self.schedule]
         return k
