@@ -298,7 +298,7 @@ PAIRS = [
     Pair("fp32 matmul inputs", "fp32_matmul", _matmul(512), _matmul(512, cast_to=BF16),
          lambda: (_rand((128, 128)), _rand((128, 8192), seed=1)), "operands cast to bf16 on chip (fp32 PSUM)"),
     Pair("all element-wise work on VectorE", "engine_bound", softmax_on_vector, softmax_fused,
-         lambda: (_rand((512, 2048), BF16),), "exp+sum and the scale fused into ScalarE activations"),
+         lambda: (_rand((512, 2048), BF16),), "the subtract folded into the exp's bias, the casts and the scale moved to ScalarE activations"),
     Pair("PE under-fill: 32-column matmuls", "pe_underfill", _linear(32), _linear(512),
          lambda: (_rand((512, 512), BF16), _rand((512, 2048), BF16, 1), _rand((1, 2048), BF16, 2)),
          "one 512-column matmul per PSUM bank instead of 16 of 32 columns"),
@@ -335,9 +335,12 @@ def _naive_attention_lines():
     return _library_lines(A, "nisa.dma_copy(dst=scores[", "src=scores[", "nisa.dma_copy(dst=probs[", "src=probs[")
 
 
-def defect_lines(pair: Pair) -> list:
+def defect_lines(pair) -> list:
     """(file name, line) of the lines of `pair.before` marked `# DEFECT` (or `# DEFECT(<its kind>)`), or
-    the library lines `pair.lines` names."""
+    the library lines `pair.lines` names. Given a kernel instead of a Pair: its lines marked `# DEFECT`
+    (line numbers)."""
+    if not isinstance(pair, Pair):
+        return _marked(getattr(pair, "fn", pair), None)
     if pair.lines is not None:
         return pair.lines()
     fn = getattr(pair.before, "fn", pair.before)

@@ -1332,11 +1332,9 @@ class Tracer:
     def _op_loc(self):
         """user_loc() plus the index of its call stack in self.stacks (when the line is not in the kernel
         function itself: a helper's or a library kernel's line)."""
+        loc = user_loc()  # looked up at call time (examples/export_from_library.py substitutes it)
         f = user_frame()
-        if f is None:
-            return {"file": "", "line": 0, "function": ""}
-        loc = {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
-        st = user_stack(f)
+        st = user_stack(f) if f is not None else ""
         if st:
             i = self._stack_ids.get(st)
             if i is None:
