@@ -142,15 +142,28 @@ def user_loc():
     return {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
 
 
+_STACKS = {}  # ((code, line), ...) of the callers -> their rendered stack (cached: hot in tracing)
+
+
 def user_stack(f):
     """The callers of user frame ``f`` up to nsim's own machinery (which called the kernel), outermost first:
     "kernel (file.py:12) > helper (file.py:30)"; "" when ``f`` is the kernel function itself."""
-    out = []
+    key = []
     g = f.f_back
     while g is not None and not _is_internal(g.f_code.co_filename):
-        out.append("{} ({}:{})".format(g.f_code.co_name, os.path.basename(g.f_code.co_filename), g.f_lineno))
+        key.append((g.f_code, g.f_lineno))
         g = g.f_back
-    return " > ".join(reversed(out))
+    if not key:
+        return ""
+    key = tuple(key)
+    s = _STACKS.get(key)
+    if s is None:
+        s = _STACKS[key] = " > ".join("{} ({}:{})".format(c.co_name, os.path.basename(c.co_filename), n)
+                                      for c, n in reversed(key))
+    return s
+
+
+_default_user_loc = user_loc
 
 
 _ASSIGN_RE = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
@@ -1332,8 +1345,12 @@ class Tracer:
     def _op_loc(self):
         """user_loc() plus the index of its call stack in self.stacks (when the line is not in the kernel
         function itself: a helper's or a library kernel's line)."""
-        loc = user_loc()  # looked up at call time (examples/export_from_library.py substitutes it)
         f = user_frame()
+        if user_loc is _default_user_loc:  # (examples/export_from_library.py substitutes user_loc)
+            loc = ({"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name} if f is not None
+                   else {"file": "", "line": 0, "function": ""})
+        else:
+            loc = user_loc()
         st = user_stack(f) if f is not None else ""
         if st:
             i = self._stack_ids.get(st)
