@@ -5,9 +5,10 @@
 ///     DMA engine, HBM traffic without reloads, the dependency chain with unlimited engines);
 ///   * idle-time attribution: for each engine, how long it waited and on which engine or DMA queue;
 ///   * the critical path of the schedule, by engine/queue and by kernel source line;
-///   * findings (inefficient DMA sizes, redundant HBM loads, PE under-fill, fp32 matmuls, PE
-///     transposes, engine bottlenecks, serialisation), ranked by estimated time saved, each naming
-///     the kernel lines to change.
+///   * findings (inefficient DMA sizes, redundant HBM loads, HBM round trips, single-buffered loads,
+///     reductions in a separate pass, PE under-fill, fp32 matmuls, PE transposes, partition broadcasts
+///     on the PE array, engine bottlenecks, serialisation), ranked by estimated time saved, each
+///     naming the kernel lines to change.
 ///
 /// Attach an Analyzer to a Simulator created with SimOptions::dependency_bound before the first
 /// instruction; call report() after Simulator::finish(). Thresholds come from the `analysis.*`
@@ -31,8 +32,9 @@ struct LineRef {
 };
 
 struct Finding {
-  std::string kind;       ///< stable id: dma_efficiency, redundant_dma, pe_underfill, fp32_matmul,
-                          ///< pe_transpose, engine_bound, serialization
+  std::string kind;       ///< stable id: dma_efficiency, redundant_dma, hbm_roundtrip, single_buffer,
+                          ///< split_reduce, pe_underfill, fp32_matmul, pe_transpose, pe_broadcast,
+                          ///< engine_bound, serialization (lnc_imbalance: frontend/analyze.cpp)
   std::string title;      ///< one line
   std::string detail;     ///< what was measured, why it costs time, what to change
   double saving_ns = 0;   ///< estimated kernel time saved by the fix
