@@ -52,10 +52,11 @@ void TraceRecorder::instr_slice(const isa::Instr& in, int track, const InstrTimi
   const SourceLoc& loc = sim_.source(in.loc);
   using sim::TraceArg;
   std::vector<TraceArg> args;
-  args.reserve(11);
+  args.reserve(12);
   args.push_back(TraceArg::string("opcode", isa::op_info(in.op).mnemonic));
   args.push_back(TraceArg::string("instr", isa::disassemble(in)));
   args.push_back(TraceArg::string("src", loc.str()));
+  if (!loc.stack.empty()) args.push_back(TraceArg::string("stack", loc.stack));  // kernel > helper > (src)
   args.push_back(TraceArg::integer("index", static_cast<int64_t>(t.index)));
   args.push_back(TraceArg::real("ready_ns", sim::ps_to_ns(t.ready)));
   // Semaphore wait: the engine was free before the operands were ready; name the producer.

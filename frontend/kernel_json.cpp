@@ -171,7 +171,7 @@ class Reader {
       fail(ErrorCode::kSchemaVersion, *ver, "nsim_kernel",
            fmt::format("unsupported schema version {}, this nsim reads version {}", describe(*ver), kKernelSchemaVersion));
     if (root.find("core_programs") || root.find("cores")) return read_launch(root);
-    check_keys(root, "(top level)", {"nsim_kernel", "name", "tensors", "body", "schedule"});
+    check_keys(root, "(top level)", {"nsim_kernel", "name", "tensors", "body", "schedule", "stacks"});
     return read_program(root, "");
   }
 
@@ -179,6 +179,10 @@ class Reader {
   Kernel read_program(const Value& root, const std::string& prefix) {
     const std::string top = prefix.empty() ? "(top level)" : prefix;
     if (const Value* n = root.find("name")) k_.name = get_string(*n, prefix + "name");
+    if (const Value* st = root.find("stacks")) {  // read first: locs refer to it by index
+      expect_array(*st, prefix + "stacks");
+      for (size_t i = 0; i < st->size(); ++i) stacks_.push_back(get_string((*st)[i], fmt::format("{}stacks[{}]", prefix, i)));
+    }
     if (const Value* sc = root.find("schedule")) read_schedule(*sc);
     if (const Value* ts = root.find("tensors")) {
       expect_array(*ts, prefix + "tensors");
@@ -212,7 +216,7 @@ class Reader {
       const Value& pv = (*progs)[c];
       if (!pv.is_object())
         fail(ErrorCode::kWrongType, pv, pre, fmt::format("expected an object, found {}", pv.type_name()));
-      check_keys(pv, pre, {"name", "tensors", "body", "schedule"});
+      check_keys(pv, pre, {"name", "tensors", "body", "schedule", "stacks"});
       Reader r(file_);
       Kernel prog = r.read_program(pv, pre);
       if (prog.name.empty()) prog.name = launch.name;
@@ -241,6 +245,7 @@ class Reader {
  private:
   const std::string& file_;
   Kernel k_;
+  std::vector<std::string> stacks_;  ///< the "stacks" table: call stacks referenced by loc.stack
   std::unordered_map<std::string, int> tensor_ids_;
   std::vector<std::pair<std::string, int>> scope_;  ///< enclosing loop variables, outermost first
 
@@ -319,11 +324,16 @@ class Reader {
 
   SourceLoc read_loc(const Value& v, const std::string& path) const {
     expect_object(v, path);
-    check_keys(v, path, {"file", "line", "function"});
+    check_keys(v, path, {"file", "line", "function", "stack"});
     SourceLoc loc;
     if (const Value* f = v.find("file")) loc.file = get_string(*f, path + ".file");
     if (const Value* l = v.find("line")) loc.line = static_cast<int>(get_int(*l, path + ".line", 0, std::numeric_limits<int>::max()));
     if (const Value* f = v.find("function")) loc.function = get_string(*f, path + ".function");
+    if (const Value* s = v.find("stack")) {
+      if (stacks_.empty())
+        fail(ErrorCode::kWrongType, *s, path + ".stack", "a 'stack' index needs the top-level 'stacks' list", loc);
+      loc.stack = stacks_[static_cast<size_t>(get_int(*s, path + ".stack", 0, static_cast<int64_t>(stacks_.size()) - 1, loc))];
+    }
     return loc;
   }
 
@@ -896,11 +906,18 @@ class Writer {
       }
       root.set("schedule", std::move(sc));
     }
+    if (!stacks_.empty()) {
+      Value st = Value::array();
+      for (const std::string& s : stacks_) st.push(Value::string(s));
+      root.set("stacks", std::move(st));
+    }
     return json::write(root);
   }
 
  private:
   const Kernel& k_;
+  mutable std::vector<std::string> stacks_;  ///< interned call stacks of the locs written (loc() is called from const members)
+  mutable std::unordered_map<std::string, int64_t> stack_ids_;
   std::vector<bool> alloc_of_;
   std::vector<bool> loop_seen_;
   std::vector<int> scope_;  ///< enclosing loop ids
@@ -925,11 +942,16 @@ class Writer {
     }
   }
 
-  static Value loc(const SourceLoc& l) {
+  Value loc(const SourceLoc& l) const {
     Value v = Value::object();
     if (!l.file.empty()) v.set("file", Value::string(l.file));
     if (l.line != 0) v.set("line", Value::integer(l.line));
     if (!l.function.empty()) v.set("function", Value::string(l.function));
+    if (!l.stack.empty()) {  // interned: each distinct stack is written once, in "stacks"
+      auto [it, fresh] = stack_ids_.try_emplace(l.stack, static_cast<int64_t>(stacks_.size()));
+      if (fresh) stacks_.push_back(l.stack);
+      v.set("stack", Value::integer(it->second));
+    }
     return v;
   }
 

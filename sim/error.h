@@ -13,6 +13,10 @@ struct SourceLoc {
   std::string file;
   int line = 0;
   std::string function;
+  /// The call stack above this line, outermost first, up to nsim's own machinery:
+  /// "kernel (file.py:12) > helper (file.py:30)" (the callers of `function`; "" when the line is in the
+  /// kernel function itself). kernel.json interns these strings in a top-level "stacks" table.
+  std::string stack;
   std::string str() const;  ///< "file:line (function)" or "" when unknown
   bool operator==(const SourceLoc&) const = default;
 };

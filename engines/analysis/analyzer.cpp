@@ -13,6 +13,7 @@
 
 namespace nsim::engines {
 
+using isa::AluOp;
 using isa::Engine;
 using isa::Instr;
 using isa::Opcode;
@@ -44,10 +45,20 @@ struct LineAgg {
   double dma_small_partitions = 0;                    ///< summed on-chip partitions of the small transfers
   int64_t dma_min_bpp = INT64_MAX;
   double hbm_read = 0, hbm_reload = 0;
+  double hbm_roundtrip = 0;  ///< HBM bytes read back that this kernel wrote earlier (a spill)
   int max_loads = 0;
+  uint64_t reuse_waits = 0;  ///< loads into the buffer of this line's previous load that waited for compute
+  Ps reuse_wait = 0;         ///< how long they waited for it
+  isa::Operand last_load;    ///< the on-chip destination of this line's previous load
   // TensorE
-  uint64_t mm_count = 0, underfill = 0, fp32 = 0, transposes = 0;
-  Ps underfill_busy = 0, fp32_busy = 0, transpose_busy = 0;
+  uint64_t mm_count = 0, underfill = 0, fp32 = 0, transposes = 0, broadcasts = 0;
+  uint64_t narrow = 0;  ///< under-filled matmuls whose moving free size is below tensor.mm_min_ii_cycles
+  Ps underfill_busy = 0, fp32_busy = 0, transpose_busy = 0, broadcast_busy = 0;
+  // a sum over the output of an activation, in a separate pass (activation could accumulate it)
+  uint64_t split_reduces = 0;
+  Ps split_reduce_busy = 0;
+  uint64_t evictions = 0;  ///< copies of a PE transpose's PSUM result (to SBUF)
+  Ps eviction_busy = 0;
   double underfill_lost_ps = 0, fp32_lost_ps = 0;
   int64_t min_k = INT64_MAX, min_m = INT64_MAX, min_n = INT64_MAX;
   // every engine
@@ -56,6 +67,12 @@ struct LineAgg {
   std::array<Ps, isa::kNumEngines> waited_by{};  ///< how long each engine waited for this line's results
   Ps critical = 0;  ///< time of this line's instructions on the critical path
 };
+
+bool same_view(const Operand& a, const Operand& b) {
+  return a.space == b.space && a.dtype == b.dtype && a.nfree == b.nfree && a.start_partition == b.start_partition &&
+         a.num_partitions == b.num_partitions && a.offset == b.offset && a.partition_step == b.partition_step &&
+         a.size == b.size && a.stride == b.stride;
+}
 
 /// One instruction, for the critical-path walk.
 struct Rec {
@@ -90,7 +107,14 @@ struct Analyzer::State {
   std::vector<uint8_t> loads;
   std::vector<uint64_t> loaded_bits;
   std::vector<uint32_t> stamp;
+  std::vector<uint8_t> written;  ///< per chunk: this kernel wrote it (reading it back is a round trip)
   uint32_t transfer = 0;
+  // The outputs of the latest activations without an accumulated reduction, and of the latest PE
+  // transposes (small rings).
+  std::array<Operand, 8> act_out{};
+  size_t act_next = 0;
+  std::array<std::pair<Operand, uint32_t>, 8> transpose_out{};
+  size_t transpose_next = 0;
   std::vector<std::pair<size_t, uint64_t>> pending;  ///< this transfer's bits, committed at its end
   double hbm_read = 0, hbm_reload = 0, hbm_write = 0;
   // stationary of the next matmuls
@@ -115,6 +139,8 @@ struct Analyzer::State {
   void on_instr(const Instr& in, const InstrTiming& t);
   void on_dma(const Instr& in, const InstrTiming& t, LineAgg& la);
   void on_tensor(const Instr& in, const InstrTiming& t, LineAgg& la);
+  void on_elementwise(const Instr& in, const InstrTiming& t, LineAgg& la);
+  void forget_overwritten(const Instr& in);
   void count_hbm(const Operand& o, bool write, LineAgg& la);
   int producer_track(const InstrTiming& t) const;
   uint32_t producer_loc(const InstrTiming& t) const;
@@ -179,8 +205,12 @@ void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
   busy_union[e] += std::max<Ps>(0, t.issue - std::max(t.start, cur));
   cur = std::max(cur, t.issue);
 
-  if (isa::is_dma(in.op)) on_dma(in, t, la);
+  if (isa::is_dma(in.op)) {
+    on_dma(in, t, la);
+    forget_overwritten(in);
+  }
   else if (in.engine == Engine::kTensor) on_tensor(in, t, la);
+  else on_elementwise(in, t, la);
 
   // Critical-path record: what bound the start, the operands or the engine's previous instruction.
   const int64_t prev = last_on_engine[e];
@@ -225,15 +255,18 @@ void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
       loads.resize(c1 + 1, 0);
       loaded_bits.resize(c1 + 1, 0);
       stamp.resize(c1 + 1, 0);
+      written.resize(c1 + 1, 0);
     }
     for (auto c = static_cast<size_t>(lo / chunk); c <= c1; ++c) {
       if (write) {
         loads[c] = 0;  // new data: reading it later is not a reload
         loaded_bits[c] = 0;
+        written[c] = 1;
         continue;
       }
       const int64_t clo = std::max<int64_t>(lo, static_cast<int64_t>(c) * chunk);
       const int64_t chi = std::min<int64_t>(hi, static_cast<int64_t>(c + 1) * chunk);
+      if (written[c]) la.hbm_roundtrip += static_cast<double>(chi - clo);
       const uint64_t bits = bits_of(clo, chi, c);
       if (const uint64_t again = loaded_bits[c] & bits) {  // bytes an earlier transfer loaded
         const double rb = std::min<double>(static_cast<double>(chi - clo),
@@ -298,6 +331,26 @@ void Analyzer::State::on_dma(const Instr& in, const InstrTiming& t, LineAgg& la)
       la.dma_min_bpp = std::min(la.dma_min_bpp, bpp);
     }
   }
+  // A load into on-chip memory reads HBM, which no compute engine writes: when its operands were last
+  // ready after a compute instruction, that instruction was a reader (or writer) of its destination,
+  // and the load could not start before it finished with the buffer (one buffer: no overlap of this
+  // load with that compute). Counted when the load started within that instruction's duration of the
+  // release (directly, or held behind it in its in-order trigger queue); the load lost the part of
+  // that instruction's run before the load's start.
+  // Only a load into the very buffer of this line's previous load counts: with rotating buffers
+  // (allocated in the loop body) consecutive loads of a line land in different buffers, and a load
+  // that waits for the buffer of the load before last is the normal limit of the rotation depth.
+  const bool same_buffer = la.last_load.present() && same_view(la.last_load, dst);
+  if (src.space == Space::kHbm && dst.space != Space::kHbm) la.last_load = dst;
+  if (same_buffer && src.space == Space::kHbm && t.waited_for >= 0 && t.waited_class != kClassDma &&
+      static_cast<uint64_t>(t.waited_for) < recs.size()) {
+    const Rec& reader = recs[static_cast<size_t>(t.waited_for)];
+    const Ps dur = reader.end - reader.start;
+    if (dur > 0 && t.start <= t.ready + dur) {
+      ++la.reuse_waits;
+      la.reuse_wait += std::clamp<Ps>(std::min(t.ready, t.start) - reader.start, 0, dur);
+    }
+  }
   if (src.space == Space::kHbm) {
     const double b = static_cast<double>(src.total_elems() * dtype_bytes(src.dtype));
     la.hbm_read += b;
@@ -323,10 +376,19 @@ void Analyzer::State::on_tensor(const Instr& in, const InstrTiming& t, LineAgg& 
   if (in.op != Opcode::kMultiplyMoving || (in.flags & isa::kIsTranspose)) {  // a transpose on the PE array
     ++la.transposes;
     la.transpose_busy += busy;
+    forget_overwritten(in);
+    transpose_out[transpose_next] = {in.slot(0), in.loc};
+    transpose_next = (transpose_next + 1) % transpose_out.size();
     return;
   }
   const Operand& mv = in.slot(1);
   const int64_t k = mv.num_partitions, m = stat_m, nfree = mv.elems_per_partition();
+  forget_overwritten(in);  // the matmul's PSUM output
+  if (k == 1) {  // a contraction over one row: ones^T @ row puts the row on every output partition
+    ++la.broadcasts;
+    la.broadcast_busy += busy;
+    return;
+  }
   ++la.mm_count;
   la.min_k = std::min(la.min_k, k);
   la.min_m = std::min(la.min_m, m);
@@ -341,8 +403,56 @@ void Analyzer::State::on_tensor(const Instr& in, const InstrTiming& t, LineAgg& 
     la.fp32_lost_ps += static_cast<double>(busy) * (1.0 - 1.0 / p->fp32_factor);
   } else if (k < p->pe_rows || m < p->pe_cols || nfree < mm_eff_n) {
     ++la.underfill;
+    if (static_cast<double>(nfree) < p->mm_min_ii) ++la.narrow;
     la.underfill_busy += busy;
     la.underfill_lost_ps += lost;
+  }
+}
+
+
+bool overlaps(const Operand& a, const Operand& b) {
+  if (a.space != b.space || !a.present()) return false;
+  if (a.start_partition + a.num_partitions <= b.start_partition || b.start_partition + b.num_partitions <= a.start_partition)
+    return false;
+  const auto [alo, ahi] = a.byte_extent();
+  const auto [blo, bhi] = b.byte_extent();
+  return alo < bhi && blo < ahi;
+}
+
+void Analyzer::State::forget_overwritten(const Instr& in) {
+  // An output overwritten (by anything) is no longer the activation's or the transpose's result.
+  const Operand& dst = in.slot(0);
+  if (dst.space == Space::kHbm || !dst.present()) return;
+  for (Operand& o : act_out)
+    if (overlaps(o, dst)) o = Operand{};
+  for (auto& [o, line] : transpose_out)
+    if (overlaps(o, dst)) o = Operand{};
+}
+
+void Analyzer::State::on_elementwise(const Instr& in, const InstrTiming& t, LineAgg& la) {
+  const int reduce_res = 4;  // activation's reduce_res slot (isa/opcodes.def)
+  // A copy out of a PE transpose's PSUM result: part of the transpose's cost (the fix, a transposed
+  // load, needs neither).
+  if (in.slot(1).space == Space::kPsum)
+    for (const auto& [o, line] : transpose_out)
+      if (o.present() && same_view(o, in.slot(1))) {
+        ++la.evictions;
+        la.eviction_busy += t.issue - t.start;
+        break;
+      }
+  forget_overwritten(in);
+  if (in.op == Opcode::kActivation && !in.slot(reduce_res).present()) {
+    act_out[act_next] = in.slot(0);
+    act_next = (act_next + 1) % act_out.size();
+  } else if (in.op == Opcode::kTensorReduce &&
+             (in.alu0 == AluOp::kAdd || in.alu0 == AluOp::kMaximum || in.alu0 == AluOp::kMinimum)) {
+    // A reduction an activation could have accumulated while writing its output (reduce_op=, reduce_res=).
+    for (const Operand& o : act_out)
+      if (o.present() && same_view(o, in.slot(1))) {
+        ++la.split_reduces;
+        la.split_reduce_busy += t.issue - t.start;
+        break;
+      }
   }
 }
 
@@ -552,14 +662,98 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       r.findings.push_back(std::move(f));
     }
   }
+  // ---- HBM round trips: data the kernel wrote to HBM and read back (an intermediate spilled to HBM)
+  {
+    Finding f;
+    f.kind = "hbm_roundtrip";
+    double bytes = 0;
+    for (size_t i = 1; i < s.lines.size(); ++i) {
+      const LineAgg& la = s.lines[i];
+      if (la.hbm_roundtrip <= 0) continue;
+      // Bound: the traffic kept on chip is written once and read back once, at the DMA/HBM roof.
+      const double save = 2 * la.hbm_roundtrip / roof;
+      bytes += la.hbm_roundtrip;
+      f.saving_ns += save;
+      f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.dma_count, save,
+                         fmt::format("reads back {:.0f} bytes this kernel wrote to HBM earlier", la.hbm_roundtrip)});
+    }
+    if (!f.lines.empty()) {
+      f.saving_ns = std::min(f.saving_ns, total);
+      f.title = fmt::format("{:.0f} bytes are written to HBM and read back by the kernel ({:.0f}% of HBM reads)", bytes,
+                            100.0 * bytes / std::max(1.0, s.hbm_read));
+      f.detail = "An intermediate result makes a round trip through HBM: written by one pass, loaded again by the "
+                 "next. Keep it on chip: fuse the passes so each tile is consumed while it is in SBUF/PSUM (e.g. "
+                 "flash attention's online softmax instead of materialising the score matrix), tiling the work so the "
+                 "intermediate fits.";
+      f.metrics = {{"roundtrip_bytes", bytes}};
+      r.findings.push_back(std::move(f));
+    }
+  }
+  // ---- loads that wait for the previous user of their buffer (no double buffering)
+  {
+    Finding f;
+    f.kind = "single_buffer";
+    uint64_t n = 0;
+    for (size_t i = 1; i < s.lines.size(); ++i) {
+      const LineAgg& la = s.lines[i];
+      if (!la.reuse_waits) continue;
+      const double save = ns(la.reuse_wait);
+      n += la.reuse_waits;
+      f.saving_ns += save;
+      f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.reuse_waits, save,
+                         fmt::format("{} loads waited {:.0f} ns for compute instructions to finish with their "
+                                     "destination buffer",
+                                     la.reuse_waits, save)});
+    }
+    if (n) {
+      // Overlapping the loads with compute cannot make the kernel faster than its busiest resource.
+      f.saving_ns = std::min(f.saving_ns, std::max(0.0, total - verdict.bounds.front().ns));
+      f.title = fmt::format("{} loads wait for compute to release their buffer (no double buffering)", n);
+      f.detail = "Each of these loads overwrites a tile that compute instructions are still reading, so the next "
+                 "tile's load cannot overlap this tile's compute. Give the tile more than one buffer: allocate it "
+                 "inside the loop body (nl.ndarray in the loop; the compiler model rotates loop-body tiles over "
+                 "buffers when SBUF allows; kernel.json `bufs` sets the depth; Beta 1: allocate with nl.ndarray "
+                 "inside the loop too) instead of once before the loop.";
+      f.metrics = {{"loads", static_cast<double>(n)}};
+      r.findings.push_back(std::move(f));
+    }
+  }
+  // ---- reductions in a separate pass over an activation's output
+  {
+    Finding f;
+    f.kind = "split_reduce";
+    uint64_t n = 0;
+    for (size_t i = 1; i < s.lines.size(); ++i) {
+      const LineAgg& la = s.lines[i];
+      if (!la.split_reduces) continue;
+      double lbusy = 0;
+      for (Ps b : la.busy) lbusy += ns(b);
+      const double save = saving_of(i, ns(la.split_reduce_busy), lbusy, 1);
+      n += la.split_reduces;
+      f.saving_ns += save;
+      f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.split_reduces, save,
+                         fmt::format("{} reductions of an activation's output, {:.0f} ns busy", la.split_reduces,
+                                     ns(la.split_reduce_busy))});
+    }
+    if (n) {
+      f.title = fmt::format("{} reductions read an activation's output again in a separate pass", n);
+      f.detail = "ScalarE can reduce (add, max, min) along the free dim while it writes an activation's output: "
+                 "activation(..., reduce_op=nl.add, reduce_res=s, reduce_cmd=reset_reduce) (Beta 1: "
+                 "nisa.activation_reduce) gives the row sums of exp in the same pass, saving the tensor_reduce "
+                 "and its read of the whole tile.";
+      f.metrics = {{"reductions", static_cast<double>(n)}};
+      r.findings.push_back(std::move(f));
+    }
+  }
   // ---- matmul efficiency
   const double tensor_busy = ns(c.engine[static_cast<size_t>(Engine::kTensor)].busy);
   {
-    Finding under, f32, tr;
+    Finding under, f32, tr, bc;
     under.kind = "pe_underfill";
     f32.kind = "fp32_matmul";
     tr.kind = "pe_transpose";
-    uint64_t nu = 0, nf = 0, nt = 0;
+    bc.kind = "pe_broadcast";
+    uint64_t nu = 0, nf = 0, nt = 0, nb = 0, nn = 0;
     double tbusy = 0;
     for (size_t i = 1; i < s.lines.size(); ++i) {
       const LineAgg& la = s.lines[i];
@@ -572,6 +766,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       };
       if (la.underfill) {
         nu += la.underfill;
+        nn += la.narrow;
         add(under, la.underfill, la.underfill_lost_ps / kPsPerNs,
             fmt::format("{} matmuls, smallest K={} (rows), M={} (stationary cols), N={} (moving free); "
                         "{:.0f} ns busy, {:.0f} ns above the full-array time",
@@ -580,6 +775,11 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       if (la.fp32) {
         nf += la.fp32;
         add(f32, la.fp32, la.fp32_lost_ps / kPsPerNs, fmt::format("{} fp32 matmuls, {:.0f} ns busy", la.fp32, ns(la.fp32_busy)));
+      }
+      if (la.broadcasts) {
+        nb += la.broadcasts;
+        add(bc, la.broadcasts, ns(la.broadcast_busy),
+            fmt::format("{} one-row matmuls, {:.0f} ns of TensorE time", la.broadcasts, ns(la.broadcast_busy)));
       }
       if (la.transposes) {
         nt += la.transposes;
@@ -596,7 +796,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
           "contract over all {} partitions (K), use {} stationary columns (M) and a moving free size (N) of {} "
           "(one PSUM bank of fp32) so each instruction does the most work.",
           p.pe_rows, p.pe_cols, s.mm_eff_n);
-      under.metrics = {{"matmuls", static_cast<double>(nu)}};
+      under.metrics = {{"matmuls", static_cast<double>(nu)}, {"narrow_matmuls", static_cast<double>(nn)}};
       r.findings.push_back(std::move(under));
     }
     if (nf) {
@@ -606,6 +806,33 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       f32.metrics = {{"matmuls", static_cast<double>(nf)}};
       r.findings.push_back(std::move(f32));
     }
+    if (nb) {
+      bc.title = fmt::format("{} matmuls contract over one row: a partition broadcast on the PE array", nb);
+      bc.detail = "A matmul with a one-row stationary (ones^T @ row) copies a row onto every partition using "
+                  "TensorE time that matmuls could use. Load the row onto every partition with one stride-0 DMA "
+                  "instead (new dialect: nisa.dma_copy(dst=t, src=b.broadcast(0, 128)); Beta 1: "
+                  "nl.load(b.broadcast_to((128, n)))), once before the loop, and add it while evacuating PSUM "
+                  "(tensor_tensor, or activation bias=).";
+      bc.metrics = {{"matmuls", static_cast<double>(nb)}};
+      r.findings.push_back(std::move(bc));
+    }
+    // The copies of the transposes' results out of PSUM are part of their cost: listed after the
+    // transposing lines (which the fix changes).
+    std::stable_sort(tr.lines.begin(), tr.lines.end(), [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
+    const size_t first_eviction = tr.lines.size();
+    for (size_t i = 1; i < s.lines.size(); ++i) {
+      const LineAgg& la = s.lines[i];
+      if (!la.evictions) continue;
+      double lbusy = 0;
+      for (Ps b : la.busy) lbusy += ns(b);
+      const double save = saving_of(i, ns(la.eviction_busy), lbusy, 1);
+      tr.saving_ns += save;
+      tr.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.evictions, save,
+                          fmt::format("{} copies of transposed tiles out of PSUM, {:.0f} ns busy", la.evictions,
+                                      ns(la.eviction_busy))});
+    }
+    std::stable_sort(tr.lines.begin() + static_cast<std::ptrdiff_t>(first_eviction), tr.lines.end(),
+                     [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
     const double share = tensor_busy > 0 ? 100.0 * tbusy / tensor_busy : 0.0;
     if (nt && share > s.transpose_share) {
       tr.title = fmt::format("PE-array transposes take {:.0f}% of TensorE time ({} transposes)", share, nt);
@@ -675,22 +902,55 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     for (const ResourceBound& b : verdict.bounds)
       (b.name == "tensor" ? tensor_bound : others) = b.name == "tensor" ? b.ns : std::max(others, b.ns);
     for (auto& f : r.findings)
-      if (f.kind == "pe_underfill" || f.kind == "fp32_matmul" || f.kind == "pe_transpose")
+      if (f.kind == "pe_underfill" || f.kind == "fp32_matmul" || f.kind == "pe_transpose" || f.kind == "pe_broadcast")
         f.saving_ns = std::min(f.saving_ns, std::max(0.0, total - std::max(others, tensor_bound - f.saving_ns)));
   }
   // Rank, drop the negligible ones, order each finding's lines by time.
   for (auto& f : r.findings) {
-    if (f.kind != "engine_bound" && f.kind != "serialization")
+    if (f.kind != "engine_bound" && f.kind != "serialization" && f.kind != "pe_transpose")  // (ordered above)
       std::stable_sort(f.lines.begin(), f.lines.end(), [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
   }
-  std::erase_if(r.findings, [&](const Finding& f) { return f.saving_ns < min_saving_ns || f.saving_ns <= 0; });
-  // Largest saving first, but the defects (a change to the named lines removes them) before
-  // `serialization`, which is a symptom: the engines waiting on each other, whatever the cause.
-  std::stable_sort(r.findings.begin(), r.findings.end(), [](const Finding& a, const Finding& b) {
-    const bool sa = a.kind == "serialization", sb = b.kind == "serialization";
-    return sa != sb ? sb : a.saving_ns > b.saving_ns;
-  });
+  rank_findings(r, min_saving_ns);
   return r;
+}
+
+std::string finding_engine(const std::string& kind) {
+  if (kind == "pe_underfill" || kind == "fp32_matmul" || kind == "pe_transpose" || kind == "pe_broadcast") return "tensor";
+  if (kind == "split_reduce") return "vector";  // tensor_reduce runs on VectorE
+  return "";
+}
+
+void rank_findings(AnalysisReport& r, double min_saving_ns) {
+  // `engine_bound` is what relieving the bottleneck engine could gain (its busy time above the next
+  // resource bound) beyond what the defect findings on that engine already claim: the two never
+  // count the same engine time twice, and a bottleneck the named defects explain ranks after them.
+  for (Finding& f : r.findings) {
+    if (f.kind != "engine_bound") continue;
+    double busy = 0, next = 0, causes = 0;
+    for (const auto& [k, v] : f.metrics) {
+      if (k == "busy_ns") busy = v;
+      if (k == "next_bound_ns") next = v;
+    }
+    const std::string engine = f.title.substr(0, f.title.find(' '));
+    for (const Finding& g : r.findings)
+      if (finding_engine(g.kind) == engine) causes += g.saving_ns;
+    f.saving_ns = std::max(0.0, busy - next - causes);
+  }
+  std::erase_if(r.findings, [&](const Finding& f) { return f.saving_ns < min_saving_ns || f.saving_ns <= 0; });
+  // Largest saving first, but the defects (a change to the named lines removes them) before the
+  // symptoms: `engine_bound` after the defects on its engine (which it is then the rest of), and
+  // `serialization` (the engines waiting on each other, whatever the cause) last.
+  std::string bottleneck;
+  for (const Finding& f : r.findings)
+    if (f.kind == "engine_bound") bottleneck = f.title.substr(0, f.title.find(' '));
+  auto tier = [&](const Finding& f) {
+    if (f.kind == "serialization") return 2;
+    return !bottleneck.empty() && finding_engine(f.kind) == bottleneck ? 0 : 1;
+  };
+  std::stable_sort(r.findings.begin(), r.findings.end(), [&](const Finding& a, const Finding& b) {
+    const int ta = tier(a), tb = tier(b);
+    return ta != tb ? ta < tb : a.saving_ns > b.saving_ns;
+  });
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -703,7 +963,7 @@ std::string pct(double part, double whole) { return whole > 0 ? fmt::format("{:.
 
 sim::Json line_json(const LineRef& l) {
   return sim::Json{{"src", l.loc.str()}, {"file", l.loc.file}, {"line", l.loc.line}, {"function", l.loc.function},
-                   {"count", l.count}, {"ns", sim::json_ns(l.ns)}, {"note", l.note}};
+                   {"stack", l.loc.stack}, {"count", l.count}, {"ns", sim::json_ns(l.ns)}, {"note", l.note}};
 }
 
 template <class T, class F>
@@ -719,7 +979,10 @@ sim::Json pairs_json(const std::vector<std::pair<std::string, double>>& v) {
   return o;
 }
 
-std::string where(const SourceLoc& l) { return l.file.empty() && !l.line ? std::string("(no source line)") : l.str(); }
+std::string where(const SourceLoc& l) {
+  if (l.file.empty() && !l.line) return "(no source line)";
+  return l.stack.empty() ? l.str() : l.str() + " <- " + l.stack;
+}
 
 }  // namespace
 
@@ -762,8 +1025,8 @@ std::string AnalysisReport::to_text(size_t max_lines) const {
   if (findings.empty()) o += "  none above analysis.min_saving_percent\n";
   for (size_t i = 0; i < findings.size(); ++i) {
     const Finding& f = findings[i];
-    o += fmt::format("{:>3}. [{}] {}\n     saves ~{:.0f} ns ({})\n     {}\n", i + 1, f.kind, f.title, f.saving_ns,
-                     pct(f.saving_ns, total_ns), f.detail);
+    o += fmt::format("{:>3}. [{}] {}\n     saves ~{:.0f} ns ({}; {})\n     {}\n", i + 1, f.kind, f.title, f.saving_ns,
+                     pct(f.saving_ns, total_ns), f.method.empty() ? std::string("bound") : f.method, f.detail);
     for (size_t j = 0; j < f.lines.size() && j < max_lines; ++j)
       o += fmt::format("       {}: {}\n", where(f.lines[j].loc), f.lines[j].note);
     if (f.lines.size() > max_lines) o += fmt::format("       ... {} more lines\n", f.lines.size() - max_lines);
@@ -789,7 +1052,7 @@ std::string AnalysisReport::to_json() const {
                                  {"lines", json_list(critical_path_lines, line_json)}};
   o["findings"] = json_list(findings, [](const Finding& f) {
     return sim::Json{{"kind", f.kind},           {"title", f.title},
-                     {"detail", f.detail},       {"saving_ns", sim::json_ns(f.saving_ns)},
+                     {"detail", f.detail},       {"saving_ns", sim::json_ns(f.saving_ns)}, {"method", f.method.empty() ? std::string("bound") : f.method},
                      {"metrics", pairs_json(f.metrics)}, {"lines", json_list(f.lines, line_json)}};
   });
   return sim::dump_json(o, 2) + "\n";

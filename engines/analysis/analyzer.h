@@ -5,9 +5,10 @@
 ///     DMA engine, HBM traffic without reloads, the dependency chain with unlimited engines);
 ///   * idle-time attribution: for each engine, how long it waited and on which engine or DMA queue;
 ///   * the critical path of the schedule, by engine/queue and by kernel source line;
-///   * findings (inefficient DMA sizes, redundant HBM loads, PE under-fill, fp32 matmuls, PE
-///     transposes, engine bottlenecks, serialisation), ranked by estimated time saved, each naming
-///     the kernel lines to change.
+///   * findings (inefficient DMA sizes, redundant HBM loads, HBM round trips, single-buffered loads,
+///     reductions in a separate pass, PE under-fill, fp32 matmuls, PE transposes, partition broadcasts
+///     on the PE array, engine bottlenecks, serialisation), ranked by estimated time saved, each
+///     naming the kernel lines to change.
 ///
 /// Attach an Analyzer to a Simulator created with SimOptions::dependency_bound before the first
 /// instruction; call report() after Simulator::finish(). Thresholds come from the `analysis.*`
@@ -31,11 +32,13 @@ struct LineRef {
 };
 
 struct Finding {
-  std::string kind;       ///< stable id: dma_efficiency, redundant_dma, pe_underfill, fp32_matmul,
-                          ///< pe_transpose, engine_bound, serialization
+  std::string kind;       ///< stable id: dma_efficiency, redundant_dma, hbm_roundtrip, single_buffer,
+                          ///< split_reduce, pe_underfill, fp32_matmul, pe_transpose, pe_broadcast,
+                          ///< engine_bound, serialization (lnc_imbalance: frontend/analyze.cpp)
   std::string title;      ///< one line
   std::string detail;     ///< what was measured, why it costs time, what to change
   double saving_ns = 0;   ///< estimated kernel time saved by the fix
+  std::string method;     ///< how saving_ns was estimated: "bound", or "re-simulated (...)" (frontend/analyze.cpp)
   std::vector<LineRef> lines;
   std::vector<std::pair<std::string, double>> metrics;  ///< kind-specific numbers (e.g. times_loaded)
 };
@@ -71,6 +74,14 @@ struct AnalysisReport {
   std::string to_text(size_t max_lines = 5) const;
   std::string to_json() const;
 };
+
+/// The engine whose busy time a finding of this kind removes ("tensor", "vector"), or "" (frontend
+/// re-simulations and engine_bound use it).
+std::string finding_engine(const std::string& kind);
+/// Settle `engine_bound` against the defect findings on its engine, drop findings saving less than
+/// `min_saving_ns`, rank the rest (largest saving first, `serialization` last). Analyzer::report()
+/// ends with it; call it again after changing savings (frontend/analyze.cpp's re-simulations).
+void rank_findings(AnalysisReport& r, double min_saving_ns);
 
 class Analyzer {
  public:

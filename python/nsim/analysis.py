@@ -26,8 +26,9 @@ class Analysis:
     data        the JSON report as a dict: kernel, config, total_time_ns, instructions, bottleneck,
                 bounds [{name, ns, what}], idle [{engine, busy_ns, wait_ns, other_wait_ns, tail_ns,
                 waited_on {track: ns}}], critical_path {available, by_track {track: ns}, lines [...]},
-                findings [{kind, title, detail, saving_ns, metrics {..}, lines [{src, file, line,
-                function, count, ns, note}]}] (largest saving first)
+                findings [{kind, title, detail, saving_ns, method, metrics {..}, lines [{src, file,
+                line, function, stack, count, ns, note}]}] (largest saving first; method: "bound" or
+                "re-simulated (...)")
     """
 
     def __init__(self, text: str, json_text: str):
@@ -57,8 +58,9 @@ class Analysis:
         return {e["engine"]: e for e in self.data["idle"]}
 
     def finding(self, kind: str) -> Optional[dict]:
-        """The finding of this kind (dma_efficiency, redundant_dma, pe_underfill, fp32_matmul,
-        pe_transpose, engine_bound, serialization), or None."""
+        """The finding of this kind (dma_efficiency, redundant_dma, hbm_roundtrip, single_buffer,
+        split_reduce, pe_underfill, fp32_matmul, pe_transpose, pe_broadcast, engine_bound, serialization,
+        lnc_imbalance), or None."""
         for f in self.data["findings"]:
             if f["kind"] == kind:
                 return f

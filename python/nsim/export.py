@@ -35,6 +35,7 @@ INSTRUCTION_COLUMNS = {
     "waited_for": "int64",      # index of the producer waited on (NULL: no wait)
     "ready_ns": "float64",      # operands ready (producers' end + semaphore hand-off)
     "waited_on": "string",      # the producer's engine, or "dma" (empty: no wait)
+    "src_stack": "string",      # callers of the line: "kernel (k.py:12) > helper (k.py:30)" (empty: in the kernel)
 }
 DMA_COLUMNS = {
     "transfer": "int64",        # index of the DMA instruction (instructions.index)

@@ -149,6 +149,30 @@ def user_loc():
     return {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
 
 
+_STACKS = {}  # ((code, line), ...) of the callers -> their rendered stack (cached: hot in tracing)
+
+
+def user_stack(f):
+    """The callers of user frame ``f`` up to nsim's own machinery (which called the kernel), outermost first:
+    "kernel (file.py:12) > helper (file.py:30)"; "" when ``f`` is the kernel function itself."""
+    key = []
+    g = f.f_back
+    while g is not None and not _is_internal(g.f_code.co_filename):
+        key.append((g.f_code, g.f_lineno))
+        g = g.f_back
+    if not key:
+        return ""
+    key = tuple(key)
+    s = _STACKS.get(key)
+    if s is None:
+        s = _STACKS[key] = " > ".join("{} ({}:{})".format(c.co_name, os.path.basename(c.co_filename), n)
+                                      for c, n in reversed(key))
+    return s
+
+
+_default_user_loc = user_loc
+
+
 _ASSIGN_RE = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
 _ASSIGNED = {}  # (file, line) -> the variable a statement assigns to, or None
 
@@ -1358,6 +1382,8 @@ class _Eager:
                 "body": [{"alloc": a} for a in self.allocs.values()] + ops}
         if tr._alias:
             frag["body"] = _renamed(frag["body"], tr.resolve_alias)
+        if tr.stacks:
+            frag["stacks"] = list(tr.stacks)
         ses.run(json.dumps(frag))
         self.synced += len(new)
 
@@ -1564,6 +1590,8 @@ class Tracer:
         self.dialect_state = {}  # free space for a dialect frontend (Beta-1 launch grid, ...)
         self.tensors = []  # kernel-level HBM tensor dicts
         self.body = []
+        self.stacks = []  # interned call stacks (kernel.json "stacks"); ops' loc["stack"] indexes it
+        self._stack_ids = {}
         self.names = set()
         self.storage = {}  # name -> _Storage (strong, for HBM) / meta
         self.buffers = {}  # name -> buffer
@@ -1942,7 +1970,7 @@ class Tracer:
             if self.order_group:
                 stmt["order_group"] = self.order_group
             if "loc" not in stmt:
-                stmt["loc"] = user_loc()
+                stmt["loc"] = self._op_loc()
             self._track_accesses(stmt)
             if self._symbolic:
                 self._ir_values(stmt)
@@ -1950,6 +1978,24 @@ class Tracer:
             stmt["alloc"]["loc"] = user_loc()
         self.body.append(stmt)
         return stmt
+
+    def _op_loc(self):
+        """user_loc() plus the index of its call stack in self.stacks (when the line is not in the kernel
+        function itself: a helper's or a library kernel's line)."""
+        f = user_frame()
+        if user_loc is _default_user_loc:  # (examples/export_from_library.py substitutes user_loc)
+            loc = ({"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name} if f is not None
+                   else {"file": "", "line": 0, "function": ""})
+        else:
+            loc = user_loc()
+        st = user_stack(f) if f is not None else ""
+        if st:
+            i = self._stack_ids.get(st)
+            if i is None:
+                i = self._stack_ids[st] = len(self.stacks)
+                self.stacks.append(st)
+            loc["stack"] = i
+        return loc
 
     def _operands(self, stmt):
         for k in _slot_keys():
@@ -2182,6 +2228,8 @@ class Tracer:
 
     def to_json(self):
         k = {"nsim_kernel": 1, "name": self.name, "tensors": [dict(t) for t in self.tensors], "body": self.body}
+        if self.stacks:
+            k["stacks"] = list(self.stacks)
         if self.schedule:
             k["schedule"] = [[a, list(b)] for a, b in self.schedule]
         return k

@@ -14,7 +14,7 @@ from conftest import EXAMPLES_DIR, NSIM_BIN, REPO_ROOT
 
 SOFTMAX = os.path.join(EXAMPLES_DIR, "softmax_2x128x512.json")
 INSTR_COLUMNS = ["index", "opcode", "engine", "start_ns", "end_ns", "duration_ns", "dma_queue", "bytes", "src_file",
-                 "src_line", "wait_ns", "waited_for", "ready_ns", "waited_on"]
+                 "src_line", "wait_ns", "waited_for", "ready_ns", "waited_on", "src_stack"]
 DMA_COLUMNS = ["transfer", "engine_idx", "queue", "trigger_engine", "start_ns", "end_ns", "duration_ns", "bytes",
                "descriptors", "throughput_gbps", "src_space", "dst_space", "src_file", "src_line"]
 EPS = 1.5e-3  # ns: times are printed with 3 decimals

@@ -169,3 +169,136 @@ TEST_CASE("loading the same HBM rows three times is one redundant-DMA finding", 
   // The JSON form carries the same finding.
   CHECK(r.to_json().find("\"kind\": \"redundant_dma\"") != std::string::npos);
 }
+
+namespace {
+const engines::Finding* find_kind(const engines::AnalysisReport& r, const std::string& kind) {
+  for (const auto& f : r.findings)
+    if (f.kind == kind) return &f;
+  return nullptr;
+}
+double metric(const engines::Finding& f, const std::string& key) {
+  for (const auto& [k, v] : f.metrics)
+    if (k == key) return v;
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("a stored intermediate loaded back is an hbm_roundtrip finding on the loading line", "[analysis]") {
+  // Pass 1 stores a tile to HBM scratch, pass 2 loads it back: 128 x 2048 fp32 = 1 MiB makes the trip.
+  auto s = analysed_sim();
+  engines::Analyzer an(*s);
+  const auto& x = s->alloc_hbm("x", {128, 2048}, DType::kFloat32);
+  const auto& tmp = s->alloc_hbm("tmp", {128, 2048}, DType::kFloat32);
+  const uint32_t store = s->add_source(SourceLoc{"k.py", 10, "kernel"});
+  const uint32_t load = s->add_source(SourceLoc{"k.py", 20, "kernel"});
+  Operand a = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+  Operand b = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+  s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {a, hbm_rows(x, 0, 128)}));  // an input: not a round trip
+  Instr st = instr(Opcode::kDmaCopy, Engine::kSync, {hbm_rows(tmp, 0, 128), a});
+  st.loc = store;
+  s->submit(st);
+  Instr ld = instr(Opcode::kDmaCopy, Engine::kSync, {b, hbm_rows(tmp, 0, 128)});
+  ld.loc = load;
+  s->submit(ld);
+  s->finish();
+  const engines::AnalysisReport r = an.report();
+  INFO(r.to_text());
+  const engines::Finding* f = find_kind(r, "hbm_roundtrip");
+  REQUIRE(f != nullptr);
+  REQUIRE(f->lines.size() == 1);
+  CHECK(f->lines[0].loc.line == 20);
+  const double bytes = 128.0 * 2048 * 4;
+  CHECK(metric(*f, "roundtrip_bytes") == bytes);
+  // The bound: written once and read once at min(hbm.bw, dma.engines x dma.engine_bw).
+  const double roof = std::min(s->params().hbm_bw, s->params().dma_engines * s->params().dma_engine_bw);
+  CHECK(f->saving_ns == Approx(std::min(2 * bytes / roof, r.total_ns)));
+}
+
+TEST_CASE("a load into a tile compute still reads is a single_buffer finding", "[analysis]") {
+  // One SBUF tile for two row blocks: the second load must wait for the first exp to finish reading it.
+  auto s = analysed_sim();
+  engines::Analyzer an(*s);
+  const auto& x = s->alloc_hbm("x", {256, 2048}, DType::kBFloat16);
+  const uint32_t line = s->add_source(SourceLoc{"k.py", 7, "kernel"});
+  Operand t = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kBFloat16);
+  for (int i = 0; i < 2; ++i) {
+    Operand y = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kBFloat16);
+    Instr ld = instr(Opcode::kDmaCopy, Engine::kSync, {t, hbm_rows(x, 128 * i, 128)});
+    ld.loc = line;
+    s->submit(ld);
+    Instr act = instr(Opcode::kActivation, Engine::kScalar, {y, t});
+    act.act = isa::ActFunc::kExp;
+    s->submit(act);
+  }
+  s->finish();
+  const engines::AnalysisReport r = an.report();
+  INFO(r.to_text());
+  const engines::Finding* f = find_kind(r, "single_buffer");
+  REQUIRE(f != nullptr);
+  REQUIRE(f->lines.size() == 1);
+  CHECK(f->lines[0].loc.line == 7);
+  CHECK(f->lines[0].count == 1);  // the second load; the first waited for nothing
+  CHECK(f->lines[0].ns > 0);
+  // At most the kernel time above its largest resource bound (the dependency chain is not a resource).
+  double resource = 0;
+  for (const auto& b : r.bounds)
+    if (b.name != "dependencies") resource = std::max(resource, b.ns);
+  CHECK(f->saving_ns <= r.total_ns - resource + 1e-9);
+  // The loss: the part of the exp's run before the second load could start (it read the buffer).
+  CHECK(f->saving_ns == Approx(f->lines[0].ns));
+}
+
+TEST_CASE("a tensor_reduce over an activation's output is a split_reduce finding", "[analysis]") {
+  auto s = analysed_sim();
+  engines::Analyzer an(*s);
+  const uint32_t line = s->add_source(SourceLoc{"k.py", 30, "kernel"});
+  Operand x = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+  Operand e = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+  Operand sum = s->alloc_tile(Space::kSbuf, 128, {1}, DType::kFloat32);
+  Operand other = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+  Instr act = instr(Opcode::kActivation, Engine::kScalar, {e, x});
+  act.act = isa::ActFunc::kExp;
+  s->submit(act);
+  Instr red = instr(Opcode::kTensorReduce, Engine::kVector, {sum, e});
+  red.alu0 = AluOp::kAdd;
+  red.loc = line;
+  s->submit(red);
+  Instr red2 = instr(Opcode::kTensorReduce, Engine::kVector, {sum, other});  // not an activation's output
+  red2.alu0 = AluOp::kAdd;
+  s->submit(red2);
+  s->finish();
+  const engines::AnalysisReport r = an.report();
+  INFO(r.to_text());
+  const engines::Finding* f = find_kind(r, "split_reduce");
+  REQUIRE(f != nullptr);
+  REQUIRE(f->lines.size() == 1);
+  CHECK(f->lines[0].loc.line == 30);
+  CHECK(f->lines[0].count == 1);
+  CHECK(metric(*f, "reductions") == 1);
+}
+
+TEST_CASE("a one-row matmul is a pe_broadcast finding, not an under-fill", "[analysis]") {
+  // ones[1, 128]^T @ row[1, 512]: row on every partition. Ten of them keep TensorE busy.
+  auto s = analysed_sim();
+  engines::Analyzer an(*s);
+  const uint32_t line = s->add_source(SourceLoc{"k.py", 5, "kernel"});
+  Operand ones = s->alloc_tile(Space::kSbuf, 1, {128}, DType::kBFloat16);
+  Operand row = s->alloc_tile(Space::kSbuf, 1, {512}, DType::kBFloat16);
+  Operand ps = s->alloc_tile(Space::kPsum, 128, {512}, DType::kFloat32);
+  for (int i = 0; i < 10; ++i) {
+    Instr ls = instr(Opcode::kLoadStationary, Engine::kTensor, {ones});
+    ls.loc = line;
+    s->submit(ls);
+    Instr mm = instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, row});
+    mm.loc = line;
+    s->submit(mm);
+  }
+  s->finish();
+  const engines::AnalysisReport r = an.report();
+  INFO(r.to_text());
+  const engines::Finding* f = find_kind(r, "pe_broadcast");
+  REQUIRE(f != nullptr);
+  CHECK(f->lines[0].loc.line == 5);
+  CHECK(metric(*f, "matmuls") == 10);
+  CHECK(find_kind(r, "pe_underfill") == nullptr);
+}

@@ -313,6 +313,47 @@ TEST_CASE("kernel_json: writer omits defaults and writes expressions", "[kernel_
   CHECK_THROWS_AS(write_kernel_json(oob), Error);
 }
 
+TEST_CASE("kernel_json: call stacks are interned in a stacks table and round-trip", "[kernel_json]") {
+  Kernel k;
+  k.name = "stacked";
+  k.tensors.push_back(Tensor{"t", isa::Space::kSbuf, DType::kFloat32, {128, 4}, TensorKind::kInternal, 0, {}});
+  const std::string st = "kern (k.py:3) > helper (k.py:9)";
+  for (int i = 0; i < 3; ++i) {
+    Op op;
+    op.name = "memset";
+    op.operands[0] = Access{0, {}};
+    op.loc = SourceLoc{"k.py", 20 + i, "inner", i < 2 ? st : std::string()};
+    k.ops.push_back(op);
+  }
+  k.body = {Stmt{Stmt::Kind::kAlloc, 0}, Stmt{Stmt::Kind::kOp, 0}, Stmt{Stmt::Kind::kOp, 1}, Stmt{Stmt::Kind::kOp, 2}};
+  const std::string text = write_kernel_json(k);
+  INFO(text);
+  const json::Value v = json::parse(text);
+  REQUIRE(v.find("stacks") != nullptr);
+  CHECK(v.find("stacks")->size() == 1);  // written once, referenced twice
+  CHECK_THAT(text, Catch::Contains("\"stack\": 0"));
+  const Kernel back = parse_kernel_json(text);
+  REQUIRE(back.ops.size() == 3);
+  CHECK(back.ops[0].loc.stack == st);
+  CHECK(back.ops[1].loc.stack == st);
+  CHECK(back.ops[2].loc.stack.empty());
+  check_round_trip(k);
+  // An index outside the table, or without one, is an error naming the path.
+  const std::string no_table = std::string(R"j({"nsim_kernel": 1, "body": [
+    {"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 4]}},
+    {"op": "memset", "dst": "t", "loc": {"file": "k.py", "line": 1, "stack": 0}}]})j");
+  CHECK_THROWS_AS(parse_kernel_json(no_table), Error);
+  const std::string beyond = std::string(R"j({"nsim_kernel": 1, "stacks": ["a (k.py:1)"], "body": [
+    {"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 4]}},
+    {"op": "memset", "dst": "t", "loc": {"file": "k.py", "line": 1, "stack": 1}}]})j");
+  try {
+    parse_kernel_json(beyond);
+    FAIL("a stack index beyond the table was accepted");
+  } catch (const Error& e) {
+    CHECK_THAT(e.message(), Catch::Contains("loc.stack"));
+  }
+}
+
 TEST_CASE("kernel_json: the writer's own output of every test kernel re-reads", "[kernel_json]") {
   for (const char* text : {kDocExample, kNested}) {
     const Kernel k = parse_kernel_json(text);
