@@ -46,12 +46,12 @@ def _given(**opts):
 
 @contextlib.contextmanager
 def options(*, config=_UNSET, overrides=_UNSET, timing_only=_UNSET, trace=_UNSET, seed=_UNSET,
-            trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET):
+            trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET, progress=_UNSET):
     """``with nsim.options(config="trn1", timing_only=True): ...`` — defaults for every kernel run in the
     block (options not given keep the enclosing defaults; blocks nest; restored on exit). An option
     given by ``kernel.options(...)`` wins over these defaults."""
     new = _given(config=config, overrides=overrides, timing_only=timing_only, trace=trace, seed=seed,
-                 trace_limit=trace_limit, trace_window=trace_window, check=check)
+                 trace_limit=trace_limit, trace_window=trace_window, check=check, progress=progress)
     cur = _CONTEXT.get() or {}
     token = _CONTEXT.set(dict(cur, **new))
     try:
@@ -136,14 +136,14 @@ class Kernel:
                 obj.__dict__.update(kw)
 
     def options(self, *, config=_UNSET, overrides=_UNSET, timing_only=_UNSET, trace=_UNSET, seed=_UNSET,
-                trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET):
+                trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET, progress=_UNSET):
         """This kernel with nsim options set: ``config`` (preset name, default "trn2"), ``overrides`` (dict
         or ["key=value"]), ``timing_only`` (skip numerics; returned tensors are None), ``trace`` (path of a
         Perfetto trace to write), ``seed``, ``trace_limit``, ``trace_window`` (as ``nsim.simulate_json``),
         ``check`` (the sanitizer, docs/debugging.md: True (default) warns with CheckWarning, "strict" raises,
-        False skips it). Options not given keep their current values."""
+        False skips it), ``progress`` (as ``nsim.simulate_json``). Options not given keep their current values."""
         new = _given(config=config, overrides=overrides, timing_only=timing_only, trace=trace, seed=seed,
-                     trace_limit=trace_limit, trace_window=trace_window, check=check)
+                     trace_limit=trace_limit, trace_window=trace_window, check=check, progress=progress)
         return self._derive(_opts=dict(self._opts, **new))
 
     def with_schedule(self, schedule):
