@@ -141,9 +141,7 @@ void DepTracker::apply(const Range& r, F&& f) {
       bool changed = false;
       for (size_t q = q0; q <= q1; ++q) {
         Entry& e = ent[i * nq + q];
-        const Entry old = e;
-        f(e);
-        changed |= e != old;
+        changed |= f(e);
       }
       if (!changed) continue;
       bool merged = false;
@@ -157,8 +155,7 @@ void DepTracker::apply(const Range& r, F&& f) {
       bool changed = false;
       for (size_t q = q0; q <= q1; ++q) {
         Entry ne = ent[i * nq + q];
-        f(ne);
-        changed |= ne != ent[i * nq + q];
+        changed |= f(ne);
       }
       if (!changed) continue;
       const int64_t end = i + 1 < beg.size() ? beg[i + 1] : page_end;
@@ -242,17 +239,17 @@ void DepTracker::record(uint8_t cls, uint64_t id, const Regions& rg, sim::Ps rea
   const uint32_t t = tag(cls, id);
   for (int i = 0; i < rg.nr; ++i)
     apply(rg.reads[static_cast<size_t>(i)], [&](Entry& e) {
-      if (read_end >= e.r_end) {
-        e.r_end = read_end;
-        e.r_tag = t;
-      }
+      if (read_end < e.r_end || (read_end == e.r_end && e.r_tag == t)) return false;
+      e.r_end = read_end;
+      e.r_tag = t;
+      return true;
     });
   for (int i = 0; i < rg.nw; ++i)
     apply(rg.writes[static_cast<size_t>(i)], [&](Entry& e) {
-      if (write_end >= e.w_end) {
-        e.w_end = write_end;
-        e.w_tag = t;
-      }
+      if (write_end < e.w_end || (write_end == e.w_end && e.w_tag == t)) return false;
+      e.w_end = write_end;
+      e.w_tag = t;
+      return true;
     });
 }
 

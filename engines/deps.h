@@ -115,7 +115,8 @@ class DepTracker {
   /// Call f(entry) for each segment of r overlapping its chunks, in chunk order (quadrant by quadrant).
   template <class F>
   static void scan(const Range& r, F&& f);
-  /// Replace each chunk's entry e in r by f(e) (f idempotent: f(f(e)) == f(e)), splitting and merging segments.
+  /// Update each chunk's entry in r with f(Entry&), which returns whether it changed the entry (f idempotent:
+  /// a second call changes nothing), splitting and merging segments.
   template <class F>
   static void apply(const Range& r, F&& f);
   /// The pages of a row of `row` chunks with `nq` quadrants, each one zero segment.
