@@ -29,6 +29,9 @@ void index_segs(DepTracker::Page& pg, size_t from) {
 std::vector<DepTracker::Page> DepTracker::make_pages(int64_t nq, int64_t row) {
   std::vector<Page> v(static_cast<size_t>((row + kPageChunks - 1) / kPageChunks));
   for (size_t p = 0; p < v.size(); ++p) {
+    // On chip (a few pages): room for every segment a page can hold, so that no access allocates.
+    v[p].beg.reserve(static_cast<size_t>(kPageChunks));
+    v[p].ent.reserve(static_cast<size_t>(kPageChunks * nq));
     v[p].beg.push_back(static_cast<int64_t>(p) << kPageShift);
     v[p].ent.resize(static_cast<size_t>(nq));
   }
