@@ -9,35 +9,80 @@ using isa::Space;
 
 namespace {
 constexpr int kQuadrant = 32;  // partitions per quadrant: the hardware's partition-group size
+
+// Index of the segment of page `pg` holding chunk c.
+size_t find_seg(const DepTracker::Page& pg, int64_t c) {
+  return pg.seg[static_cast<size_t>(c & (DepTracker::kPageChunks - 1))];
+}
+
+// Refresh pg.seg for the chunks of segments [from, end) after segments were split or merged (the
+// last segment also owns the chunks of a partial page past the row's end: HBM may grow into them).
+void index_segs(DepTracker::Page& pg, size_t from) {
+  const int64_t first = pg.beg[0];
+  for (size_t i = from; i < pg.beg.size(); ++i) {
+    const int64_t e = i + 1 < pg.beg.size() ? pg.beg[i + 1] : first + DepTracker::kPageChunks;
+    std::fill(pg.seg.begin() + (pg.beg[i] - first), pg.seg.begin() + (e - first), static_cast<uint8_t>(i));
+  }
+}
+}  // namespace
+
+std::vector<DepTracker::Page> DepTracker::make_pages(int64_t nq, int64_t row) {
+  std::vector<Page> v(static_cast<size_t>((row + kPageChunks - 1) / kPageChunks));
+  for (size_t p = 0; p < v.size(); ++p) {
+    // On chip (a few pages): room for every segment a page can hold, so that no access allocates.
+    v[p].beg.reserve(static_cast<size_t>(kPageChunks));
+    v[p].ent.reserve(static_cast<size_t>(kPageChunks * nq));
+    v[p].beg.push_back(static_cast<int64_t>(p) << kPageShift);
+    v[p].ent.resize(static_cast<size_t>(nq));
+  }
+  return v;
 }
 
 DepTracker::DepTracker(const Config& cfg, const LatencyTable& lat) : cfg_(cfg), lat_(lat) {
   sbuf_row_ = (cfg.sbuf_bytes + cfg.chunk_bytes - 1) / cfg.chunk_bytes;
   psum_row_ = (cfg.psum_bytes + cfg.chunk_bytes - 1) / cfg.chunk_bytes;
-  sbuf_.resize(static_cast<size_t>(sbuf_row_ * ((cfg.partitions + kQuadrant - 1) / kQuadrant)));
-  psum_.resize(static_cast<size_t>(psum_row_ * ((cfg.psum_partitions + kQuadrant - 1) / kQuadrant)));
+  sbuf_nq_ = (cfg.partitions + kQuadrant - 1) / kQuadrant;
+  psum_nq_ = (cfg.psum_partitions + kQuadrant - 1) / kQuadrant;
+  sbuf_ = make_pages(sbuf_nq_, sbuf_row_);
+  psum_ = make_pages(psum_nq_, psum_row_);
 }
 
 void DepTracker::reserve_hbm(int64_t bytes) {
-  const auto n = static_cast<size_t>((bytes + cfg_.hbm_chunk_bytes - 1) / cfg_.hbm_chunk_bytes);
-  if (n > hbm_.size()) hbm_.resize(n);
+  const int64_t n = (bytes + cfg_.hbm_chunk_bytes - 1) / cfg_.hbm_chunk_bytes;
+  if (n <= hbm_row_) return;
+  // The last page may hold fewer than kPageChunks chunks: its last segment ends at the old row end,
+  // so the new chunks (never accessed) get a zero segment of their own.
+  if (hbm_row_ % kPageChunks != 0 && hbm_.back().ent.back() != Entry{}) {
+    Page& last = hbm_.back();
+    last.beg.push_back(hbm_row_);
+    last.ent.emplace_back();
+    index_segs(last, last.beg.size() - 1);
+  }
+  const int64_t pages = (n + kPageChunks - 1) / kPageChunks;
+  for (auto p = static_cast<int64_t>(hbm_.size()); p < pages; ++p) {
+    hbm_.emplace_back();
+    hbm_.back().beg.push_back(p << kPageShift);
+    hbm_.back().ent.emplace_back();
+  }
+  hbm_row_ = n;
 }
 
 int64_t DepTracker::reserve_hbm_cost(int64_t bytes) const {
-  const int64_t n = bytes / cfg_.hbm_chunk_bytes + 1;
+  const int64_t pages = (bytes / cfg_.hbm_chunk_bytes + 1 + kPageChunks - 1) / kPageChunks;
   const auto have = static_cast<int64_t>(hbm_.size());
-  return n > have ? (n - have) * static_cast<int64_t>(sizeof(Entry)) : 0;
+  return pages > have ? (pages - have) * static_cast<int64_t>(sizeof(Page) + sizeof(int64_t) + sizeof(Entry)) : 0;
 }
 
 DepTracker::Range DepTracker::range_of(const Operand& o, std::pair<int64_t, int64_t> ext) const {
   auto [lo, hi] = ext;
   if (hi <= lo) hi = lo + 1;
   if (o.space == Space::kHbm) {
-    const int64_t n = static_cast<int64_t>(hbm_.size());
-    if (n == 0) return {hbm_.data(), 0, -1, 0, -1, 0};  // no HBM tensors: nothing to track
+    const int64_t n = hbm_row_;
+    const auto pages = static_cast<int64_t>(hbm_.size());
+    if (n == 0) return {hbm_.data(), 0, -1, 0, -1, 0, 0, 1};  // no HBM tensors: nothing to track
     const int64_t c0 = std::clamp<int64_t>(lo / cfg_.hbm_chunk_bytes, 0, n - 1);
     const int64_t c1 = std::clamp<int64_t>((hi - 1) / cfg_.hbm_chunk_bytes, 0, n - 1);
-    return {hbm_.data(), 0, 0, c0, c1, n};
+    return {hbm_.data(), 0, 0, c0, c1, n, pages, 1};
   }
   const bool psum = o.space == Space::kPsum;
   const int64_t row = psum ? psum_row_ : sbuf_row_;
@@ -46,8 +91,101 @@ DepTracker::Range DepTracker::range_of(const Operand& o, std::pair<int64_t, int6
   const int64_t q1 = (std::min<int64_t>(o.start_partition + std::max<uint32_t>(o.num_partitions, 1), parts) - 1) / kQuadrant;
   const int64_t c0 = std::clamp<int64_t>(lo / cfg_.chunk_bytes, 0, row - 1);
   const int64_t c1 = std::clamp<int64_t>((hi - 1) / cfg_.chunk_bytes, 0, row - 1);
-  Entry* base = psum ? psum_.data() : sbuf_.data();
-  return {base, q0, q1, c0, c1, row};
+  Page* base = psum ? psum_.data() : sbuf_.data();
+  return {base, q0, q1, c0, c1, row, (row + kPageChunks - 1) / kPageChunks, psum ? psum_nq_ : sbuf_nq_};
+}
+
+template <class F>
+void DepTracker::scan(const Range& r, F&& f) {
+  if (r.q1 < r.q0) return;
+  const int64_t p0 = r.c0 >> kPageShift, p1 = r.c1 >> kPageShift;
+  const auto nq = static_cast<size_t>(r.nq);
+  const size_t i0 = find_seg(r.base[p0], r.c0), i1 = find_seg(r.base[p1], r.c1);
+  if (p0 == p1) {  // the common case: one page, segments [i0, i1]
+    const Entry* e = r.base[p0].ent.data();
+    for (auto q = static_cast<size_t>(r.q0); q <= static_cast<size_t>(r.q1); ++q)
+      for (size_t i = i0; i <= i1; ++i) f(e[i * nq + q]);
+    return;
+  }
+  for (auto q = static_cast<size_t>(r.q0); q <= static_cast<size_t>(r.q1); ++q)
+    for (int64_t p = p0; p <= p1; ++p) {
+      const Page& pg = r.base[p];
+      const Entry* e = pg.ent.data() + q;
+      for (size_t i = p == p0 ? i0 : 0, last = p == p1 ? i1 : pg.beg.size() - 1; i <= last; ++i) f(e[i * nq]);
+    }
+}
+
+template <class F>
+void DepTracker::apply(const Range& r, F&& f) {
+  if (r.q1 < r.q0) return;
+  const auto nq = static_cast<size_t>(r.nq);
+  const auto q0 = static_cast<size_t>(r.q0), q1 = static_cast<size_t>(r.q1);
+  for (int64_t p = r.c0 >> kPageShift, p1 = r.c1 >> kPageShift; p <= p1; ++p) {
+    Page& pg = r.base[p];
+    std::vector<int64_t>& beg = pg.beg;
+    std::vector<Entry>& ent = pg.ent;
+    const int64_t lo = std::max(r.c0, p << kPageShift);
+    const int64_t hi = std::min(r.c1, ((p + 1) << kPageShift) - 1);
+    const int64_t page_end = std::min(r.row, (p + 1) << kPageShift);
+    auto at = [&](size_t i) { return ent.begin() + static_cast<std::ptrdiff_t>(i * nq); };
+    auto same = [&](size_t i, size_t j) { return std::equal(at(i), at(i) + static_cast<std::ptrdiff_t>(nq), at(j)); };
+    auto dup = [&](size_t i, int64_t b) {  // segment i split at chunk b: a copy of it starts at b
+      beg.insert(beg.begin() + static_cast<std::ptrdiff_t>(i + 1), b);
+      ent.insert(at(i + 1), nq, Entry{});
+      std::copy(at(i), at(i) + static_cast<std::ptrdiff_t>(nq), at(i + 1));
+    };
+    auto drop = [&](size_t i) {
+      beg.erase(beg.begin() + static_cast<std::ptrdiff_t>(i));
+      ent.erase(at(i), at(i) + static_cast<std::ptrdiff_t>(nq));
+    };
+    size_t moved = beg.size();  // the first segment whose index changed (split or merge)
+    if (const size_t i = find_seg(pg, lo); beg[i] == lo && (i + 1 < beg.size() ? beg[i + 1] : page_end) == hi + 1) {
+      // The common case: the range is exactly one segment (a tile accessed whole): no split.
+      bool changed = false;
+      for (size_t q = q0; q <= q1; ++q) {
+        Entry& e = ent[i * nq + q];
+        changed |= f(e);
+      }
+      if (!changed) continue;
+      bool merged = false;
+      if (i + 1 < beg.size() && same(i, i + 1)) drop(i + 1), merged = true;
+      size_t j = i;
+      if (j > 0 && same(j - 1, j)) drop(j--), merged = true;
+      if (merged) index_segs(pg, j);
+      continue;
+    }
+    for (size_t i = find_seg(pg, lo); i < beg.size() && beg[i] <= hi; ++i) {
+      bool changed = false;
+      for (size_t q = q0; q <= q1; ++q) {
+        Entry ne = ent[i * nq + q];
+        changed |= f(ne);
+      }
+      if (!changed) continue;
+      const int64_t end = i + 1 < beg.size() ? beg[i + 1] : page_end;
+      // Chunks of this segment outside [lo, hi] keep their entries: split them off.
+      if (end > hi + 1) {
+        dup(i, hi + 1);
+        moved = std::min(moved, i + 1);
+      }
+      if (beg[i] < lo) {
+        dup(i, lo);
+        ++i;
+        moved = std::min(moved, i);
+      }
+      for (size_t q = q0; q <= q1; ++q) f(ent[i * nq + q]);
+      if (i > 0 && same(i - 1, i)) {  // merge into the left neighbour
+        drop(i);
+        --i;
+        moved = std::min(moved, i);
+      }
+      // Merge the right neighbour when equal (inside [lo, hi] it would map to itself: f is idempotent).
+      if (i + 1 < beg.size() && same(i, i + 1)) {
+        drop(i + 1);
+        moved = std::min(moved, i);
+      }
+    }
+    if (moved < beg.size()) index_segs(pg, moved);
+  }
 }
 
 DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const {
@@ -56,20 +194,15 @@ DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const {
   auto consider = [&t](sim::Ps at, uint32_t tag) {
     if (at > t.time) t = {at, tag};
   };
-  for (int i = 0; i < rg.nr; ++i) {
-    const Range& r = rg.reads[static_cast<size_t>(i)];
-    for (int64_t q = r.q0; q <= r.q1; ++q)
-      for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
-        if (e->w_end) consider(e->w_end + lat[tag_class(e->w_tag)][cls], e->w_tag);
-  }
-  for (int i = 0; i < rg.nw; ++i) {
-    const Range& r = rg.writes[static_cast<size_t>(i)];
-    for (int64_t q = r.q0; q <= r.q1; ++q)
-      for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e) {
-        if (e->w_end && tag_class(e->w_tag) != cls) consider(e->w_end + lat[tag_class(e->w_tag)][cls], e->w_tag);
-        if (e->r_end && tag_class(e->r_tag) != cls) consider(e->r_end + lat[tag_class(e->r_tag)][cls], e->r_tag);
-      }
-  }
+  for (int i = 0; i < rg.nr; ++i)
+    scan(rg.reads[static_cast<size_t>(i)], [&](const Entry& e) {
+      if (e.w_end) consider(e.w_end + lat[tag_class(e.w_tag)][cls], e.w_tag);
+    });
+  for (int i = 0; i < rg.nw; ++i)
+    scan(rg.writes[static_cast<size_t>(i)], [&](const Entry& e) {
+      if (e.w_end && tag_class(e.w_tag) != cls) consider(e.w_end + lat[tag_class(e.w_tag)][cls], e.w_tag);
+      if (e.r_end && tag_class(e.r_tag) != cls) consider(e.r_end + lat[tag_class(e.r_tag)][cls], e.r_tag);
+    });
   return t;
 }
 
@@ -81,20 +214,15 @@ void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Read
   auto keep = [](Ready& m, sim::Ps at, uint32_t tag) {
     if (at > m.time) m = {at, tag};
   };
-  for (int i = 0; i < rg.nr; ++i) {
-    const Range& r = rg.reads[static_cast<size_t>(i)];
-    for (int64_t q = r.q0; q <= r.q1; ++q)
-      for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
-        if (e->w_end) keep(raw[tag_class(e->w_tag)], e->w_end, e->w_tag);
-  }
-  for (int i = 0; i < rg.nw; ++i) {
-    const Range& r = rg.writes[static_cast<size_t>(i)];
-    for (int64_t q = r.q0; q <= r.q1; ++q)
-      for (const Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e) {
-        if (e->w_end) keep(waw[tag_class(e->w_tag)], e->w_end, e->w_tag);
-        if (e->r_end) keep(war[tag_class(e->r_tag)], e->r_end, e->r_tag);
-      }
-  }
+  for (int i = 0; i < rg.nr; ++i)
+    scan(rg.reads[static_cast<size_t>(i)], [&](const Entry& e) {
+      if (e.w_end) keep(raw[tag_class(e.w_tag)], e.w_end, e.w_tag);
+    });
+  for (int i = 0; i < rg.nw; ++i)
+    scan(rg.writes[static_cast<size_t>(i)], [&](const Entry& e) {
+      if (e.w_end) keep(waw[tag_class(e.w_tag)], e.w_end, e.w_tag);
+      if (e.r_end) keep(war[tag_class(e.r_tag)], e.r_end, e.r_tag);
+    });
   for (int c = 0; c < kNumClasses; ++c) {
     Ready& t = out[static_cast<size_t>(c)];
     t = Ready{};
@@ -112,24 +240,27 @@ void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Read
 
 void DepTracker::record(uint8_t cls, uint64_t id, const Regions& rg, sim::Ps read_end, sim::Ps write_end) {
   const uint32_t t = tag(cls, id);
-  for (int i = 0; i < rg.nr; ++i) {
-    const Range& r = rg.reads[static_cast<size_t>(i)];
-    for (int64_t q = r.q0; q <= r.q1; ++q)
-      for (Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
-        if (read_end >= e->r_end) {
-          e->r_end = read_end;
-          e->r_tag = t;
-        }
-  }
-  for (int i = 0; i < rg.nw; ++i) {
-    const Range& r = rg.writes[static_cast<size_t>(i)];
-    for (int64_t q = r.q0; q <= r.q1; ++q)
-      for (Entry *e = r.base + q * r.row + r.c0, *end = r.base + q * r.row + r.c1; e <= end; ++e)
-        if (write_end >= e->w_end) {
-          e->w_end = write_end;
-          e->w_tag = t;
-        }
-  }
+  for (int i = 0; i < rg.nr; ++i)
+    apply(rg.reads[static_cast<size_t>(i)], [&](Entry& e) {
+      if (read_end < e.r_end || (read_end == e.r_end && e.r_tag == t)) return false;
+      e.r_end = read_end;
+      e.r_tag = t;
+      return true;
+    });
+  for (int i = 0; i < rg.nw; ++i)
+    apply(rg.writes[static_cast<size_t>(i)], [&](Entry& e) {
+      if (write_end < e.w_end || (write_end == e.w_end && e.w_tag == t)) return false;
+      e.w_end = write_end;
+      e.w_tag = t;
+      return true;
+    });
+}
+
+size_t DepTracker::segments() const {
+  size_t n = 0;
+  for (const auto* v : {&sbuf_, &psum_, &hbm_})
+    for (const Page& p : *v) n += p.beg.size();
+  return n;
 }
 
 }  // namespace nsim::engines

@@ -4,6 +4,13 @@
 /// finish, and on which engine class. An instruction may start once every overlapping earlier
 /// write (RAW, WAW) and read (WAR) has finished, plus the hand-off latency between classes.
 /// Since instructions are scheduled in program order, end times are known when they are recorded.
+///
+/// Storage: run-length encoded. Neighbouring chunks that hold the same entries (the chunks of one tile,
+/// written and read by the same instructions) form one segment, so an access costs the segments it
+/// overlaps, not its chunks. A space (SBUF or PSUM, all quadrants side by side; HBM) is cut into pages
+/// of kPageChunks chunks, each a sorted list of segments, which bounds what one split or merge moves.
+/// Chunks are visited in the order of a chunk-by-chunk scan (quadrant by quadrant, then by address),
+/// so every answer, including which producer is reported on a tie, is the one that scan gives.
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -35,7 +42,8 @@ class DepTracker {
 
   /// Make HBM bytes [0, bytes) trackable (called when HBM tensors are allocated; not in the hot loop).
   void reserve_hbm(int64_t bytes);
-  /// Host bytes reserve_hbm(bytes) would add (0 when [0, bytes) is already trackable).
+  /// Host bytes reserve_hbm(bytes) would add up front (0 when [0, bytes) is already trackable): one
+  /// page per kPageChunks chunks (the segments grow with the distinct accesses, not with the size).
   int64_t reserve_hbm_cost(int64_t bytes) const;
 
   /// Who last wrote / read a chunk: class in the low 3 bits, the instruction's program-order index
@@ -53,13 +61,29 @@ class DepTracker {
     sim::Ps r_end = 0;
     uint32_t w_tag = 0;
     uint32_t r_tag = 0;
+    bool operator==(const Entry& o) const {
+      return w_end == o.w_end && r_end == o.r_end && w_tag == o.w_tag && r_tag == o.r_tag;
+    }
+    bool operator!=(const Entry& o) const { return !(*this == o); }
   };
   static_assert(kNumClasses <= (1 << kClassBits));
+  static constexpr int kPageShift = 8;  ///< kPageChunks = 256 chunks per page (a split moves at most one page)
+  static constexpr int64_t kPageChunks = int64_t{1} << kPageShift;
+  static_assert(kPageChunks <= 256, "Page::seg holds segment indices in a byte");
+  /// A page's segments: segment i covers chunks [beg[i], beg[i + 1]) (the last up to the page's end) of
+  /// every quadrant row, with the entry of quadrant q at ent[i * quadrants + q]. The quadrants of a
+  /// space share segment borders, so an access spanning them looks its chunk up once.
+  struct Page {
+    std::vector<int64_t> beg;  ///< sorted; beg[0] is the page's first chunk
+    std::vector<Entry> ent;
+    std::array<uint8_t, kPageChunks> seg{};  ///< by chunk within the page: the index of its segment
+  };
   /// The chunks one operand covers: quadrants [q0,q1] x chunks [c0,c1]; computed once per operand.
+  /// `base`: the space's pages (`pages` of them, `nq` quadrants each); a row holds `row` chunks.
   /// Trivially constructible on purpose: Regions are built per instruction without zeroing.
   struct Range {
-    Entry* base;
-    int64_t q0, q1, c0, c1, row;
+    Page* base;
+    int64_t q0, q1, c0, c1, row, pages, nq;
   };
   /// The operands an instruction reads and writes, resolved to chunk ranges (first nr / nw valid).
   struct Regions {
@@ -84,13 +108,25 @@ class DepTracker {
   /// Record that instruction `id` of class `cls` reads its read regions until `read_end` and writes
   /// its write regions, done at `write_end`.
   void record(uint8_t cls, uint64_t id, const Regions& r, sim::Ps read_end, sim::Ps write_end);
+  /// Segments held (SBUF, PSUM and HBM pages together): what the run-length encoding keeps.
+  size_t segments() const;
 
  private:
+  /// Call f(entry) for each segment of r overlapping its chunks, in chunk order (quadrant by quadrant).
+  template <class F>
+  static void scan(const Range& r, F&& f);
+  /// Update each chunk's entry in r with f(Entry&), which returns whether it changed the entry (f idempotent:
+  /// a second call changes nothing), splitting and merging segments.
+  template <class F>
+  static void apply(const Range& r, F&& f);
+  /// The pages of a row of `row` chunks with `nq` quadrants, each one zero segment.
+  static std::vector<Page> make_pages(int64_t nq, int64_t row);
 
   Config cfg_;
   LatencyTable lat_;
-  int64_t sbuf_row_, psum_row_;
-  mutable std::vector<Entry> sbuf_, psum_, hbm_;
+  int64_t sbuf_row_, psum_row_, hbm_row_ = 0;
+  int64_t sbuf_nq_, psum_nq_;
+  mutable std::vector<Page> sbuf_, psum_, hbm_;
 };
 
 }  // namespace nsim::engines

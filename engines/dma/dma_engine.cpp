@@ -11,6 +11,7 @@ using sim::Ps;
 
 Ps Calendar::earliest(Ps t, Ps dur) const {
   Ps s = std::max(t, floor_);
+  if (n_ == 0 || at(n_ - 1).second <= s) return s;  // the usual case: free from s on
   // Intervals are disjoint and sorted, so their ends are sorted too: skip (binary search) those that
   // end by s; they cannot hold [s, s + dur). Bookings mostly land near the end.
   int lo = 0, hi = n_;
@@ -116,16 +117,21 @@ DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const mem
 
   t.data_start = INT64_MAX;
   t.done = setup_end;
+  // The pieces of a transfer mostly have the same size: their duration is computed once per size.
+  int64_t last_bytes = -1, last_desc = -1;
+  Ps dur = 0;
   for (int e = 0; e < split.engines; ++e) {
     const auto ei = static_cast<size_t>(e);
     const memory::DmaPiece& pc = split.piece[ei];
     if (pc.bytes <= 0) continue;
-    const double desc = static_cast<double>(std::max<int64_t>(1, pc.descriptors));
-    auto duration = [&](double bw) {
+    if (pc.bytes != last_bytes || pc.descriptors != last_desc) {
+      last_bytes = pc.bytes;
+      last_desc = pc.descriptors;
+      const double desc = static_cast<double>(std::max<int64_t>(1, pc.descriptors));
+      const double bw = hbm_bw * efficiency;
       const double per_desc_ns = std::max(static_cast<double>(pc.bytes) / desc / bw, sim::ps_to_ns(p_.dma_desc_min));
-      return static_cast<Ps>(std::llround(desc * per_desc_ns * 1000.0));
-    };
-    const Ps dur = duration(hbm_bw * efficiency);
+      dur = static_cast<Ps>(std::llround(desc * per_desc_ns * 1000.0));
+    }
     const Ps start = engine_[ei].earliest(setup_end, dur + p_.dma_transfer_gap);
     // The packet moves data for `dur`; the engine then idles dma.transfer_gap before its next packet.
     const Ps end = start + dur;

@@ -37,6 +37,7 @@
 #include "frontend/lower.h"
 #include "frontend/multicore.h"
 #include "frontend/npy.h"
+#include "frontend/progress.h"
 #include "frontend/tables.h"
 #include "sim/json_out.h"
 #include "sim/text.h"
@@ -569,18 +570,15 @@ int cmd_run(const RunArgs& a) {
   // --instructions / --dma: CSV tables written while the simulation runs (frontend/tables.h).
   frontend::TableWriter tables(sim, a.instructions, a.dma);
   frontend::Lowering low(k, sim);
-  // Progress on stderr once the run takes over 2 s: instructions, simulated time, rate (about once a second).
-  const auto t0 = std::chrono::steady_clock::now();
-  double last_shown = 0;
-  bool shown = false;
+  // Progress on stderr once the run takes over 2 s: instructions, simulated time, rate (about once a
+  // second; frontend/progress.h).
+  frontend::ProgressClock clock;
   if (!a.quiet)
     low.set_progress([&](uint64_t n, sim::Ps simulated) {
-      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (el < 2.0 || el - last_shown < 1.0) return;
-      last_shown = el;
-      shown = true;
+      if (!clock.due()) return;
       fmt::print(stderr, "\rnsim: {:.2f} M instructions, {:.1f} us simulated, {:.2f} M instructions/s   ",
-                 static_cast<double>(n) * 1e-6, sim::ps_to_ns(simulated) * 1e-3, static_cast<double>(n) * 1e-6 / el);
+                 static_cast<double>(n) * 1e-6, sim::ps_to_ns(simulated) * 1e-3,
+                 static_cast<double>(n) * 1e-6 / std::max(clock.elapsed(), 1e-9));
       std::fflush(stderr);
     });
   // A limit (E416) or a signal (E417) stops the run between two instructions: the trace, the tables and
@@ -593,7 +591,7 @@ int cmd_run(const RunArgs& a) {
     stopped = e;
     if (low.recording_occupancy()) low.write_occupancy();  // the counter tracks of the partial run
   }
-  if (shown) fmt::print(stderr, "\n");
+  if (clock.shown()) fmt::print(stderr, "\n");
   sim.finish();
   tables.close();
   for (const engines::CheckReport& r : sim.check_reports()) fmt::print(stderr, "nsim: warning: {}\n", r.str());

@@ -210,13 +210,35 @@ struct Scheduler::Impl {
       if (it == hbm_ranges.begin()) return;
       const HbmRange& r = *std::prev(it);
       if (!r.written || hi > r.hi) return;  // a read-only tensor never conflicts
-      for (int64_t c = (lo - r.lo) / r.chunk; c <= (hi - 1 - r.lo) / r.chunk; ++c)
-        touch(hbm[r.first + static_cast<size_t>(c)], x, write);
+      touch_run(hbm.data() + r.first + (lo - r.lo) / r.chunk, hbm.data() + r.first + (hi - 1 - r.lo) / r.chunk, x, write);
       return;
     }
     std::vector<Chunk>& tab = o.space == Space::kPsum ? psum : sbuf;
     const int64_t last = std::min<int64_t>((hi - 1) / chip_chunk, static_cast<int64_t>(tab.size()) - 1);
-    for (int64_t c = lo / chip_chunk; c <= last; ++c) touch(tab[static_cast<size_t>(c)], x, write);
+    if (lo / chip_chunk <= last) touch_run(tab.data() + lo / chip_chunk, tab.data() + last, x, write);
+  }
+
+  static bool same_state(const Chunk& a, const Chunk& b) {
+    if (a.writer != b.writer || a.nr != b.nr) return false;
+    for (int i = 0; i < a.nr; ++i)
+      if (a.readers[static_cast<size_t>(i)] != b.readers[static_cast<size_t>(i)]) return false;
+    return true;
+  }
+
+  /// touch() every chunk of [first, last]. Neighbouring chunks usually hold the same state (one tile's
+  /// chunks, accessed together): touching such a chunk adds only edges its neighbour already added
+  /// (add_edge keeps each predecessor once) and leaves it in its neighbour's new state, so it is copied.
+  void touch_run(Chunk* first, Chunk* last, Node& x, bool write) {
+    Chunk before = *first;
+    touch(*first, x, write);
+    for (Chunk* c = first + 1; c <= last; ++c) {
+      if (same_state(*c, before)) {
+        *c = c[-1];
+        continue;
+      }
+      before = *c;
+      touch(*c, x, write);
+    }
   }
 
   /// Engines an instruction of op `oi` may be placed on (bitmask), checked once per op.

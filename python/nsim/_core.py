@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+import sys
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 try:  # installed package
     from nsim import _nsim  # type: ignore[attr-defined]
@@ -447,6 +448,41 @@ class ProfileComparison:
 # ------------------------------------------------------------------------------------------------
 
 
+def _progress_reporter(progress):
+    """(callback for _nsim.run_kernel or None, close()) for simulate_json's ``progress`` argument."""
+    if progress is None or progress is False:
+        return None, lambda: None
+    if callable(progress):
+        return progress, lambda: None
+    if progress is not True:
+        raise TypeError("progress must be True, False, None or a callable(instructions, simulated_ns), not {!r}"
+                        .format(progress))
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is not None:
+        bar = tqdm(unit=" instr", unit_scale=True, desc="nsim", leave=False)
+        done = [0]
+
+        def report(n, simulated_ns):
+            bar.update(n - done[0])
+            done[0] = n
+            bar.set_postfix_str("{:.1f} us simulated".format(simulated_ns * 1e-3), refresh=False)
+        return report, bar.close
+    shown = [False]
+
+    def line(n, simulated_ns):
+        shown[0] = True
+        sys.stderr.write("\rnsim: {:.2f} M instructions, {:.1f} us simulated   ".format(n * 1e-6, simulated_ns * 1e-3))
+        sys.stderr.flush()
+
+    def close():
+        if shown[0]:
+            sys.stderr.write("\n")
+    return line, close
+
+
 def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = None, config: str = "trn2",
                   overrides: Union[None, Mapping[str, Any], Sequence[str]] = None, timing_only: bool = False,
                   trace: Union[None, str, "os.PathLike[str]"] = None, seed: int = 0,
@@ -454,7 +490,8 @@ def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = N
                   trace_window: Optional[Tuple[Optional[float], Optional[float]]] = None,
                   check: bool = False,
                   max_instructions: Optional[int] = None,
-                  max_sim_time_ns: Optional[float] = None) -> Tuple[dict, Profile]:
+                  max_sim_time_ns: Optional[float] = None,
+                  progress: Union[None, bool, Callable[[int, float], Any]] = None) -> Tuple[dict, Profile]:
     """Simulate a kernel.json (dict, JSON text or path) on one NeuronCore, or on the two physical cores of
     an LNC=2 launch when the kernel.json declares ``"cores": 2`` (docs/lnc.md; ``kernel[2].to_json(...)``).
 
@@ -469,6 +506,10 @@ def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = N
     check: run the sanitizer (docs/debugging.md); its reports are in ``Profile.check_reports`` (dicts).
     max_instructions / max_sim_time_ns: stop with ResourceLimit (E416, a KernelError) when the run exceeds this many
     instructions / this simulated time (None or 0 = no limit).
+    progress: for long runs. A callable is called as ``progress(instructions, simulated_ns)`` once the run
+    takes over 2 s, then about once a second and once more at the end (counts increase); True shows a
+    tqdm bar when tqdm is installed, else a line on stderr; None/False: nothing (the default). Runs of
+    an LNC=2 launch report no progress.
     Bad arguments raise TypeError / ValueError naming the argument; everything else is an NsimError.
     """
     import numpy as np
@@ -498,11 +539,15 @@ def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = N
             raise TypeError("inputs[{!r}] must be an array, not {}: {}".format(k, type(v).__name__, e)) from None
         if arrays[str(k)].dtype == object:
             raise TypeError("inputs[{!r}] must be a numeric array, not {!r}".format(k, v))
-    outputs, stats_json, lines, config_yaml, reports = _call(
-        _nsim.run_kernel, text, arrays, config=config, overrides=_overrides(overrides), timing_only=bool(timing_only),
-        trace_path=os.fspath(trace) if trace is not None else "", seed=int(seed), filename=fname,
-        trace_limit=limit, trace_window=window, check=bool(check), max_instructions=max_instr,
-        max_sim_time_ns=max_time)
+    report, close = _progress_reporter(progress)
+    try:
+        outputs, stats_json, lines, config_yaml, reports = _call(
+            _nsim.run_kernel, text, arrays, config=config, overrides=_overrides(overrides),
+            timing_only=bool(timing_only), trace_path=os.fspath(trace) if trace is not None else "", seed=int(seed),
+            filename=fname, trace_limit=limit, trace_window=window, check=bool(check), max_instructions=max_instr,
+            max_sim_time_ns=max_time, progress=report)
+    finally:
+        close()
     prof = Profile(text, stats_json, lines, config_yaml, config=config, timing_only=timing_only,
                    overrides=_overrides(overrides))
     prof.check_reports = list(reports)

@@ -49,12 +49,12 @@ def _given(**opts):
 
 @contextlib.contextmanager
 def options(*, config=_UNSET, overrides=_UNSET, timing_only=_UNSET, trace=_UNSET, seed=_UNSET,
-            trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET, loops=_UNSET):
+            trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET, loops=_UNSET, progress=_UNSET):
     """``with nsim.options(config="trn1", timing_only=True): ...`` — defaults for every kernel run in the
     block (options not given keep the enclosing defaults; blocks nest; restored on exit). An option
     given by ``kernel.options(...)`` wins over these defaults."""
     new = _given(config=config, overrides=overrides, timing_only=timing_only, trace=trace, seed=seed,
-                 trace_limit=trace_limit, trace_window=trace_window, check=check, loops=loops)
+                 trace_limit=trace_limit, trace_window=trace_window, check=check, loops=loops, progress=progress)
     if "loops" in new and new["loops"] is not None:
         _tracer.loops_mode(new["loops"])
     cur = _CONTEXT.get() or {}
@@ -141,16 +141,16 @@ class Kernel:
                 obj.__dict__.update(kw)
 
     def options(self, *, config=_UNSET, overrides=_UNSET, timing_only=_UNSET, trace=_UNSET, seed=_UNSET,
-                trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET, loops=_UNSET):
+                trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET, loops=_UNSET, progress=_UNSET):
         """This kernel with nsim options set: ``config`` (preset name, default "trn2"), ``overrides`` (dict
         or ["key=value"]), ``timing_only`` (skip numerics; returned tensors are None), ``trace`` (path of a
         Perfetto trace to write), ``seed``, ``trace_limit``, ``trace_window`` (as ``nsim.simulate_json``),
         ``check`` (the sanitizer, docs/debugging.md: True (default) warns with CheckWarning, "strict" raises,
         False skips it), ``loops`` (how the tracer treats nl.affine_range / nl.sequential_range: "unroll", the
         default, or "keep" them as kernel-IR loops where it can; docs/kernel-json.md "Loops from the Python
-        tracer"). Options not given keep their current values."""
+        tracer"), ``progress`` (as ``nsim.simulate_json``). Options not given keep their current values."""
         new = _given(config=config, overrides=overrides, timing_only=timing_only, trace=trace, seed=seed,
-                     trace_limit=trace_limit, trace_window=trace_window, check=check, loops=loops)
+                     trace_limit=trace_limit, trace_window=trace_window, check=check, loops=loops, progress=progress)
         if "loops" in new and new["loops"] is not None:
             _tracer.loops_mode(new["loops"])
         return self._derive(_opts=dict(self._opts, **new))

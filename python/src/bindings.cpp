@@ -26,6 +26,7 @@
 #include "frontend/json.h"
 #include "frontend/ir.h"
 #include "frontend/lower.h"
+#include "frontend/progress.h"
 #include "frontend/multicore.h"
 #include "frontend/tables.h"
 #include "isa/isa.h"
@@ -219,7 +220,7 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
                      const std::vector<std::string>& overrides, bool timing_only, const std::string& trace_path,
                      uint64_t seed, const std::string& filename, uint64_t trace_limit,
                      std::pair<double, double> trace_window, bool check, uint64_t max_instructions,
-                     double max_sim_time_ns) {
+                     double max_sim_time_ns, const py::object& progress) {
   return guarded([&]() -> py::tuple {
     const frontend::Kernel k = frontend::parse_kernel_json(kernel_json, filename);
     const sim::Config cfg = load_cfg(config, overrides);
@@ -271,8 +272,21 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
       frontend::Lowering::allocate_hbm(k, *sim);
       if (!timing_only) frontend::write_inputs(k, *sim, given, seed);
       frontend::Lowering low(k, *sim);
+      // progress(instructions, simulated_ns) once the run takes over 2 s, about once a second
+      // (frontend/progress.h), with the GIL held only for the call.
+      frontend::ProgressClock clock;
+      if (!progress.is_none())
+        low.set_progress([&](uint64_t n, sim::Ps simulated) {
+          if (!clock.due()) return;
+          py::gil_scoped_acquire gil;
+          progress(n, sim::ps_to_ns(simulated));
+        });
       low.run();
       sim->finish();
+      if (clock.shown()) {  // the last call: the whole run
+        py::gil_scoped_acquire gil;
+        progress(low.instructions(), sim::ps_to_ns(sim->total_time()));
+      }
       stats_json = sim->stats().to_json();
       if (!timing_only)
         for (const auto& t : k.tensors)
@@ -659,9 +673,11 @@ PYBIND11_MODULE(_nsim, m) {
         py::arg("overrides") = std::vector<std::string>{}, py::arg("timing_only") = false, py::arg("trace_path") = "",
         py::arg("seed") = 0, py::arg("filename") = "kernel.json", py::arg("trace_limit") = 0,
         py::arg("trace_window") = std::pair<double, double>{0.0, 0.0}, py::arg("check") = false,
-        py::arg("max_instructions") = 0, py::arg("max_sim_time_ns") = 0.0,
+        py::arg("max_instructions") = 0, py::arg("max_sim_time_ns") = 0.0, py::arg("progress") = py::none(),
         "Parse, verify and simulate a kernel.json text. Returns (outputs, stats_json, lines, config_yaml,\n"
         "check_reports); check: run the sanitizer (numerics only), whose reports are dicts.\n"
+        "progress: None, or called as progress(instructions, simulated_ns) once the run takes over 2 s, about\n"
+        "once a second, and once more at the end (a single-core run; NSIM_PROGRESS_INTERVAL=<s> sets both).\n"
         "trace_limit: keep the N earliest trace slices (0 = all); trace_window: (start_ns, end_ns), keep slices\n"
         "overlapping [start, end) (end 0 = no end). max_instructions / max_sim_time_ns: E416 when exceeded (0 = none).");
   py::class_<PyEagerSession>(m, "EagerSession",
