@@ -63,37 +63,30 @@ int64_t contiguous_elems(const isa::TileView& v) {
   return run;
 }
 
+/// True when no element of the contiguous rows of v (n per partition) has all exponent bits set (inf
+/// or NaN): elements read as the unsigned integers U, `exp` the exponent mask.
+template <class U>
+bool exponents_finite(const isa::TileView& v, int64_t n, U exp) {
+  for (uint32_t p = 0; p < v.partitions; ++p) {
+    const uint8_t* b = v.base + static_cast<int64_t>(p) * v.partition_stride_bytes;
+    uint32_t any = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      U x;
+      std::memcpy(&x, b + static_cast<int64_t>(sizeof(U)) * i, sizeof(U));
+      any |= static_cast<uint32_t>((x & exp) == exp);
+    }
+    if (any) return false;
+  }
+  return true;
+}
+
 /// True when no element of v is NaN/Inf, from the bits (fp32 and bf16, contiguous rows: the common
 /// case, without widening every element); nullopt when v needs the general path.
 std::optional<bool> finite_bits(const isa::TileView& v) {
   const int64_t n = contiguous_elems(v);
   if (n == 0) return std::nullopt;
-  if (v.dtype == DType::kFloat32) {
-    for (uint32_t p = 0; p < v.partitions; ++p) {
-      const uint8_t* b = v.base + static_cast<int64_t>(p) * v.partition_stride_bytes;
-      uint32_t any = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        uint32_t x;
-        std::memcpy(&x, b + 4 * i, 4);
-        any |= static_cast<uint32_t>((x & 0x7f800000u) == 0x7f800000u);  // exponent all ones: inf or NaN
-      }
-      if (any) return false;
-    }
-    return true;
-  }
-  if (v.dtype == DType::kBFloat16) {
-    for (uint32_t p = 0; p < v.partitions; ++p) {
-      const uint8_t* b = v.base + static_cast<int64_t>(p) * v.partition_stride_bytes;
-      uint32_t any = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t x;
-        std::memcpy(&x, b + 2 * i, 2);
-        any |= static_cast<uint32_t>((x & 0x7f80u) == 0x7f80u);
-      }
-      if (any) return false;
-    }
-    return true;
-  }
+  if (v.dtype == DType::kFloat32) return exponents_finite<uint32_t>(v, n, 0x7f800000u);
+  if (v.dtype == DType::kBFloat16) return exponents_finite<uint16_t>(v, n, 0x7f80u);
   return std::nullopt;
 }
 
