@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -50,13 +51,21 @@ void RangeAllocator::free(int64_t offset) {
 }
 
 void fill_sentinel(uint8_t* p, int64_t bytes, DType dt) {
-  const int eb = dtype_bytes(dt);
-  std::vector<uint8_t> one(static_cast<size_t>(eb));
+  const int64_t eb = dtype_bytes(dt);
+  if (bytes < eb) return;
   if (dtype_is_float(dt))
-    store_f32(dt, one.data(), std::numeric_limits<float>::quiet_NaN());
+    store_f32(dt, p, std::numeric_limits<float>::quiet_NaN());
   else
-    store_int(dt, one.data(), 4);
-  for (int64_t i = 0; i + eb <= bytes; i += eb) std::memcpy(p + i, one.data(), static_cast<size_t>(eb));
+    store_int(dt, p, 4);
+  // Whole elements only (a trailing partial element is left alone), by doubling the filled prefix: a
+  // few large copies instead of one call per element (SBUF + PSUM are 26 MiB on trn2, filled by every
+  // Simulator with numerics).
+  const int64_t whole = bytes / eb * eb;
+  for (int64_t done = eb; done < whole;) {
+    const int64_t n = std::min(done, whole - done);
+    std::memcpy(p + done, p, static_cast<size_t>(n));
+    done += n;
+  }
 }
 
 Memory::Memory(const MemoryConfig& cfg, bool with_storage, int64_t align)
