@@ -12,12 +12,18 @@ FUZZ_TIME  ?= 600
 FUZZ_SMOKE_TIME ?= 120
 FUZZ_JOBS  ?= 1
 FUZZ_ARGS  ?=
+# The C++ fuzz driver (build/nsim_fuzz, tests/fuzz/fuzz_driver.cpp): `make fuzz-driver` runs FUZZ_INPUTS inputs
+# of seed FUZZ_SEED from input FUZZ_FIRST (a campaign can be split into consecutive ranges).
+FUZZ_INPUTS ?= 1000000
+FUZZ_SEED   ?= 1
+FUZZ_FIRST  ?= 0
+FUZZ_DRIVER_ARGS ?=
 PYENV       = PYTHONPATH=python:$(BUILD)/python$${PYTHONPATH:+:$$PYTHONPATH}
 APT_PKGS   := build-essential cmake ninja-build libeigen3-dev libfmt-dev libyaml-cpp-dev catch2 libbenchmark-dev pybind11-dev \
               nlohmann-json3-dev libcli11-dev
 PIP_PKGS   := numpy ml-dtypes pytest matplotlib
 
-.PHONY: all deps build test unit-test demo bench clean sanitize fuzz fuzz-smoke
+.PHONY: all deps build test unit-test demo bench clean sanitize fuzz fuzz-smoke fuzz-driver
 
 all: build
 
@@ -58,6 +64,12 @@ sanitize: deps $(ASAN_BUILD)/build.ninja
 # Findings (crash, hang, E901, uncoded error, sanitizer report) go to fuzz-findings/; exit 1 if any.
 fuzz: build
 	$(PYENV) nice python3 tests/fuzz/fuzz.py run --time $(FUZZ_TIME) -j $(FUZZ_JOBS) --nsim $(BUILD)/nsim $(FUZZ_ARGS)
+
+# A campaign of the C++ fuzz driver: every input through check, run --timing-only and run, in FUZZ_JOBS
+# forked workers (nice'd); findings in fuzz-findings/, exit 1 if any (docs/reliability.md).
+fuzz-driver: build
+	nice -n 10 $(BUILD)/nsim_fuzz run --seed $(FUZZ_SEED) --first $(FUZZ_FIRST) --inputs $(FUZZ_INPUTS) -j $(FUZZ_JOBS) \
+	  --timeout 120 --summary fuzz-findings/driver-summary.json $(FUZZ_DRIVER_ARGS)
 
 # The short campaign of `make test`: in-process inputs through the release module, CLI inputs
 # through the sanitizer binary when it is built.

@@ -74,8 +74,8 @@ Memory::Memory(const MemoryConfig& cfg, bool with_storage, int64_t align)
       sbuf_alloc_(cfg.sbuf_bytes_per_partition, align),
       psum_alloc_(cfg.psum_bytes_per_partition(), align) {
   if (with_storage_) {
-    sbuf_.assign(static_cast<size_t>(cfg.partitions) * static_cast<size_t>(cfg.sbuf_bytes_per_partition), 0);
-    psum_.assign(static_cast<size_t>(cfg.psum_partitions) * static_cast<size_t>(cfg.psum_bytes_per_partition()), 0);
+    sbuf_.resize(static_cast<size_t>(cfg.partitions) * static_cast<size_t>(cfg.sbuf_bytes_per_partition));
+    psum_.resize(static_cast<size_t>(cfg.psum_partitions) * static_cast<size_t>(cfg.psum_bytes_per_partition()));
     // Unwritten on-chip memory reads as NaN (fp32 sentinel) so use of uninitialised data is visible.
     fill_sentinel(sbuf_.data(), static_cast<int64_t>(sbuf_.size()), DType::kFloat32);
     fill_sentinel(psum_.data(), static_cast<int64_t>(psum_.size()), DType::kFloat32);

@@ -18,6 +18,7 @@
 // finding is written to --out as a case file in tests/fuzz/fuzz.py's format, so that it can be replayed by
 // this driver (`nsim_fuzz replay`) and, once fixed, kept in tests/fuzz/regressions/.
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -766,6 +767,13 @@ bool explained(const Verdict& a, const Verdict& b) {
   return (host(a) && !host(b)) || (host(b) && !host(a));
 }
 
+// The one check that depends on the data: an indirect dma_copy's runtime index outside [0, iimm[0])
+// without oob_skip (E408 in the full run only; `nsim check` and a timing-only run cannot see values).
+bool data_dependent(const Verdict& timing, const Verdict& full) {
+  return timing.norm() == "accept" && full.code == static_cast<int>(ErrorCode::kIndexOutOfBounds) &&
+         full.detail.find("indirect index") != std::string::npos;
+}
+
 Result execute(const Case& c) {
   Result r;
   r.check = guarded([&] {
@@ -792,13 +800,12 @@ Result execute(const Case& c) {
   if (r.outcome == kUserError) r.code = r.check.code ? r.check.code : r.timing.code ? r.timing.code : r.full.code;
   if (!is_finding(r.outcome)) {
     const bool ct = r.check.norm() == r.timing.norm() || explained(r.check, r.timing);
-    const bool tf = r.timing.norm() == r.full.norm() || explained(r.timing, r.full);
+    const bool tf = r.timing.norm() == r.full.norm() || explained(r.timing, r.full) || data_dependent(r.timing, r.full);
     if (!ct || !tf) {
       r.outcome = kDisagree;
       r.detail = fmt::format("check: {} | timing-only: {} | full: {}", r.check.norm(), r.timing.norm(), r.full.norm());
     }
   }
-  if (r.outcome == kOk && r.check.outcome == kUserError) r.outcome = kUserError;  // e.g. E210 in full only
   return r;
 }
 
@@ -833,6 +840,7 @@ int64_t now_ms() {
 
 struct Options {
   uint64_t seed = 1;
+  uint64_t first = 0;   ///< index of the first input (a campaign split into runs: --first N --inputs M)
   uint64_t inputs = 0;  ///< 0 = until --time
   double time_s = 0;    ///< 0 = until --inputs
   int jobs = 1;
@@ -903,13 +911,17 @@ void cap_address_space(uint64_t mem_mb) {
   signal(SIGINT, SIG_IGN);
   signal(SIGTERM, SIG_DFL);
   cap_address_space(o.mem_mb);
+  // Keep large blocks (a Simulator's 26 MiB of SBUF + PSUM) in the heap between inputs instead of
+  // mapping fresh zeroed pages for every input.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   g_tmpdir = fmt::format("{}/.worker{}", o.out, w);
   fs::create_directories(g_tmpdir);
   Shared::Worker& me = g_sh->w[w];
   for (;;) {
     if (g_sh->stop.load()) break;
     const uint64_t i = g_sh->next_index.fetch_add(1);
-    if (o.inputs && i >= o.inputs) break;
+    if (o.inputs && i >= o.first + o.inputs) break;
     me.index = i;
     me.started_ms = now_ms();
     me.busy = 1;
@@ -945,7 +957,8 @@ Json summary_json(const Options& o, double secs) {
     if (g_sh->codes[c].load()) by.emplace_back(g_sh->codes[c].load(), c);
   std::sort(by.rbegin(), by.rend());
   for (const auto& [n, c] : by) codes[fmt::format("E{}", c)] = n;
-  return Json{{"inputs", total},   {"seconds", std::round(secs * 10) / 10}, {"seed", o.seed},
+  return Json{{"inputs", total},   {"seconds", std::round(secs * 10) / 10}, {"seed", o.seed}, {"first", o.first},
+              {"next_index", g_sh->next_index.load()},
               {"jobs", o.jobs},    {"sanitizer_build", NSIM_FUZZ_ASAN == 1}, {"outcomes", outcomes},
               {"codes", codes},    {"finding_files", g_sh->written.load()}};
 }
@@ -968,6 +981,7 @@ int cmd_run(const Options& o) {
   void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) throw std::runtime_error("mmap failed");
   g_sh = new (mem) Shared();
+  g_sh->next_index = o.first;
   signal(SIGINT, on_interrupt);
   signal(SIGTERM, on_interrupt);
   const int jobs = std::clamp(o.jobs, 1, kMaxWorkers);
@@ -992,7 +1006,7 @@ int cmd_run(const Options& o) {
   const int64_t t0 = now_ms();
   for (int w = 0; w < jobs; ++w) spawn(w);
   int64_t last_report = t0;
-  auto more_work = [&] { return !g_sh->stop.load() && (!o.inputs || g_sh->next_index.load() < o.inputs); };
+  auto more_work = [&] { return !g_sh->stop.load() && (!o.inputs || g_sh->next_index.load() < o.first + o.inputs); };
   auto on_death = [&](int w, int outcome, const std::string& why) {
     Shared::Worker& me = g_sh->w[w];
     if (me.busy.load()) {
@@ -1121,11 +1135,12 @@ int cmd_replay(const std::vector<std::string>& paths, bool verbose, uint64_t mem
 }
 
 const char* const kUsage =
-    "usage: nsim_fuzz run [--seed N] [--inputs N] [--time SECONDS] [-j N] [--timeout SECONDS] [--mem-mb N]\n"
+    "usage: nsim_fuzz run [--seed N] [--first I] [--inputs N] [--time SECONDS] [-j N] [--timeout SECONDS] [--mem-mb N]\n"
     "                     [--corpus DIR] [--out DIR] [--summary FILE] [--report-every SECONDS]\n"
     "       nsim_fuzz replay [-v] FILE|DIR...\n"
     "       nsim_fuzz gen --seed N --index I [--corpus DIR]    (print input I of seed N as a case file)\n"
     "run: mutated kernel.json / config inputs through check, run --timing-only and run (docs/reliability.md);\n"
+    "inputs are numbered from --first (default 0): a campaign can be split into runs of consecutive ranges.\n"
     "exit 1 if any input was a finding (internal, uncoded, disagree, crash, hang). Without --inputs and\n"
     "--time it runs 1000 inputs.\n";
 
@@ -1150,6 +1165,7 @@ int main(int argc, char** argv) {
       };
       if (a == "--seed") o.seed = std::stoull(val());
       else if (a == "--inputs") o.inputs = std::stoull(val());
+      else if (a == "--first") o.first = std::stoull(val());
       else if (a == "--time") o.time_s = std::stod(val());
       else if (a == "-j" || a == "--jobs") o.jobs = std::stoi(val());
       else if (a == "--timeout") o.timeout_s = std::stod(val());
