@@ -1148,7 +1148,7 @@ const char* const kUsage =
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
+  if (args.empty() || std::find_if(args.begin(), args.end(), [](const std::string& a) { return a == "-h" || a == "--help"; }) != args.end()) {
     fmt::print("{}", kUsage);
     return args.empty() ? 2 : 0;
   }
