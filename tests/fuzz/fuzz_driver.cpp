@@ -13,7 +13,8 @@
 // Outcomes: ok, user_error (a coded error other than E9xx), and the findings internal (E901 or
 // std::bad_alloc), uncoded (an exception without a code), disagree (the three entry points do not give the
 // same verdict: issue 16 item 2), crash (the worker died: a signal, or a sanitizer report in an ASan build)
-// and hang (no answer within --timeout: the watchdog kills the worker). The workers are forked from a
+// and hang (more than --timeout seconds of CPU time on one input, or 10 x --timeout of wall time: the
+// worker is killed). The workers are forked from a
 // parent that watches them (a fork server): a crash or hang costs one respawn, not the campaign. Every
 // finding is written to --out as a case file in tests/fuzz/fuzz.py's format, so that it can be replayed by
 // this driver (`nsim_fuzz replay`) and, once fixed, kept in tests/fuzz/regressions/.
@@ -22,6 +23,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -482,7 +484,10 @@ class Generator {
     Json& s = *pick(c).node;
     if (chance(0.25) || s.empty()) return mutate_array(s, "shape");
     Json& d = s[below(s.size())];
-    if (chance(0.5) && d.is_number_integer()) d = d.get<int64_t>() * (chance(0.5) ? 2 : 3);  // e.g. 128 -> 256
+    if (chance(0.5) && d.is_number_integer()) {  // e.g. 128 -> 256; wraps (in unsigned arithmetic: no UB)
+      const uint64_t k = chance(0.5) ? 2 : 3;
+      d = static_cast<int64_t>(static_cast<uint64_t>(d.get<int64_t>()) * k);
+    }
     else d = a_number();
   }
 
@@ -925,8 +930,16 @@ void cap_address_space(uint64_t mem_mb) {
     me.index = i;
     me.started_ms = now_ms();
     me.busy = 1;
+    // The hang watchdog counts CPU time, so that a loaded machine does not turn a slow input into a
+    // hang: SIGPROF (default action: terminate) after --timeout CPU seconds on this input.
+    itimerval cpu{};
+    cpu.it_value.tv_sec = static_cast<time_t>(o.timeout_s);
+    cpu.it_value.tv_usec = static_cast<suseconds_t>((o.timeout_s - std::floor(o.timeout_s)) * 1e6);
+    setitimer(ITIMER_PROF, &cpu, nullptr);
     const Case c = Generator(seeds, v, o.seed, i).make();
     const Result r = execute(c);
+    cpu = itimerval{};
+    setitimer(ITIMER_PROF, &cpu, nullptr);
     g_sh->outcomes[r.outcome].fetch_add(1);
     if (r.code > 0 && r.code < kMaxCodes) g_sh->codes[r.code].fetch_add(1);
     if (is_finding(r.outcome)) write_finding(o, c, i, r.outcome, r.detail, &r);
@@ -1041,15 +1054,18 @@ int cmd_run(const Options& o) {
         const std::string why = WIFSIGNALED(status) ? fmt::format("killed by signal {} ({})", WTERMSIG(status),
                                                                    strsignal(WTERMSIG(status)))
                                                      : fmt::format("exit status {}", WEXITSTATUS(status));
-        on_death(w, kCrash, why);
+        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGPROF)
+          on_death(w, kHang, fmt::format("more than {} s of CPU time", o.timeout_s));
+        else
+          on_death(w, kCrash, why);
         if (pids[static_cast<size_t>(w)]) ++alive;
         continue;
       }
       const Shared::Worker& me = g_sh->w[w];
-      if (me.busy.load() && now - me.started_ms.load() > static_cast<int64_t>(o.timeout_s * 1000)) {
+      if (me.busy.load() && now - me.started_ms.load() > static_cast<int64_t>(o.timeout_s * 10000)) {
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
-        on_death(w, kHang, fmt::format("no answer within {} s", o.timeout_s));
+        on_death(w, kHang, fmt::format("no answer within {} s of wall time", o.timeout_s * 10));
         if (pids[static_cast<size_t>(w)]) ++alive;
         continue;
       }
