@@ -10,14 +10,21 @@ ASAN_BUILD ?= build-asan
 ASAN_CMAKE_ARGS ?= -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 -DNSIM_SANITIZE=ON -DNSIM_BUILD_PYTHON=OFF -DNSIM_BUILD_BENCHMARKS=OFF
 FUZZ_TIME  ?= 600
 FUZZ_SMOKE_TIME ?= 120
+FUZZ_DRIVER_SMOKE_TIME ?= 20
 FUZZ_JOBS  ?= 1
 FUZZ_ARGS  ?=
+# The C++ fuzz driver (build/nsim_fuzz, tests/fuzz/fuzz_driver.cpp): `make fuzz-driver` runs FUZZ_INPUTS inputs
+# of seed FUZZ_SEED from input FUZZ_FIRST (a campaign can be split into consecutive ranges).
+FUZZ_INPUTS ?= 1000000
+FUZZ_SEED   ?= 1
+FUZZ_FIRST  ?= 0
+FUZZ_DRIVER_ARGS ?=
 PYENV       = PYTHONPATH=python:$(BUILD)/python$${PYTHONPATH:+:$$PYTHONPATH}
 APT_PKGS   := build-essential cmake ninja-build libeigen3-dev libfmt-dev libyaml-cpp-dev catch2 libbenchmark-dev pybind11-dev \
               nlohmann-json3-dev libcli11-dev
 PIP_PKGS   := numpy ml-dtypes pytest matplotlib
 
-.PHONY: all deps build test unit-test demo bench clean sanitize fuzz fuzz-smoke
+.PHONY: all deps build test unit-test demo bench clean sanitize fuzz fuzz-smoke fuzz-driver
 
 all: build
 
@@ -59,11 +66,23 @@ sanitize: deps $(ASAN_BUILD)/build.ninja
 fuzz: build
 	$(PYENV) nice python3 tests/fuzz/fuzz.py run --time $(FUZZ_TIME) -j $(FUZZ_JOBS) --nsim $(BUILD)/nsim $(FUZZ_ARGS)
 
+# A campaign of the C++ fuzz driver: every input through check, run --timing-only and run, in FUZZ_JOBS
+# forked workers (nice'd); findings in fuzz-findings/, exit 1 if any (docs/reliability.md).
+fuzz-driver: build
+	nice -n 10 $(BUILD)/nsim_fuzz run --seed $(FUZZ_SEED) --first $(FUZZ_FIRST) --inputs $(FUZZ_INPUTS) -j $(FUZZ_JOBS) \
+	  --timeout 120 --summary fuzz-findings/driver-summary.json $(FUZZ_DRIVER_ARGS)
+
 # The short campaign of `make test`: in-process inputs through the release module, CLI inputs
 # through the sanitizer binary when it is built.
+# Then FUZZ_DRIVER_SMOKE_TIME seconds of the C++ fuzz driver (a new seed each time, printed first), in the
+# release build and, when it is built, the sanitizer build.
 fuzz-smoke: build
 	$(PYENV) python3 tests/fuzz/fuzz.py run --time $(FUZZ_SMOKE_TIME) -j 1 --report-every 30 \
 	  --nsim $$( [ -x $(ASAN_BUILD)/nsim ] && echo $(ASAN_BUILD)/nsim || echo $(BUILD)/nsim ) $(FUZZ_ARGS)
+	$(BUILD)/nsim_fuzz run --seed $$(date +%s) --time $(FUZZ_DRIVER_SMOKE_TIME) --timeout 60 --report-every 0
+	@if [ -x $(ASAN_BUILD)/nsim_fuzz ]; then \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  $(ASAN_BUILD)/nsim_fuzz run --seed $$(date +%s) --time $(FUZZ_DRIVER_SMOKE_TIME) --timeout 300 --report-every 0; fi
 
 demo: build
 	$(BUILD)/nsim_demo --config trn2

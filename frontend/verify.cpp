@@ -404,6 +404,59 @@ class Verifier {
       }
     }
     if (mm) check_psum_banks(*op.operands[0], o[0]);
+    if (opcode_ == static_cast<int>(Opcode::kDmaCopy) && op.operands[2]) check_indirect_reach(op);
+  }
+
+  /// An indirect dma_copy (`offsets`): in every iteration, every row an in-range runtime index (in
+  /// [0, iimm[0])) may reach, iimm[1] elements per index unit past the static access, stays inside the
+  /// HBM tensor (the run checks the same with isa::slot_extent; E201 there and here).
+  void check_indirect_reach(const Op& op) {
+    const int slot = (op.flags & isa::kIndirectDst) ? 0 : 1;
+    const auto& a = op.operands[static_cast<size_t>(slot)];
+    if (!a) return;
+    const Tensor& t = k_.tensors[static_cast<size_t>(a->tensor)];
+    if (t.space != Space::kHbm) return;  // isa::verify refused it
+    int64_t numel = 1;
+    for (int64_t d : t.shape)
+      if (__builtin_mul_overflow(numel, d, &numel)) return;  // the tensor's own checks refuse it
+    // The last element the static access touches, over all iterations: an affine function of the loop
+    // variables (sum of each dim's start x its stride) plus each dim's positive span.
+    int64_t last = numel - 1;
+    if (!a->dims.empty()) {
+      Affine flat;
+      int64_t spans = 0, stride = 1;
+      bool ovf = false;
+      for (size_t d = a->dims.size(); d-- > 0;) {
+        const DimAccess& da = a->dims[d];
+        int64_t c = 0, span = 0;
+        ovf |= __builtin_mul_overflow(da.start.c, stride, &c);
+        ovf |= __builtin_add_overflow(flat.c, c, &flat.c);
+        for (auto [id, coef] : da.start.terms) {
+          int64_t k = 0;
+          ovf |= __builtin_mul_overflow(coef, stride, &k);
+          auto it = std::find_if(flat.terms.begin(), flat.terms.end(), [&](const auto& e) { return e.first == id; });
+          if (it == flat.terms.end()) flat.terms.emplace_back(id, k);
+          else ovf |= __builtin_add_overflow(it->second, k, &it->second);
+        }
+        if (!da.broadcast && da.step > 0) {
+          ovf |= __builtin_mul_overflow(da.size - 1, da.step, &span);
+          ovf |= __builtin_mul_overflow(span, stride, &span);
+          ovf |= __builtin_add_overflow(spans, span, &spans);
+        }
+        ovf |= __builtin_mul_overflow(stride, t.shape[d], &stride);
+      }
+      int64_t mn = 0, mx = 0;
+      if (!ovf) range(flat, slot, 0, mn, mx);
+      if (ovf || __builtin_add_overflow(mx, spans, &last))
+        fail(ErrorCode::kIndexOutOfBounds, fmt::format("operand '{}': index overflows", slot_name(slot)));
+    }
+    const int64_t bound = std::max<int64_t>(op.iimm[0] - 1, 0), unit = std::max<int64_t>(op.iimm[1], 0);
+    int64_t reach = 0, end = 0;
+    if (__builtin_mul_overflow(bound, unit, &reach) || __builtin_add_overflow(last, reach, &end) || end >= numel)
+      fail(ErrorCode::kOutOfBounds,
+           fmt::format("operand '{}' is the indirect side of tensor '{}' {}: an index up to iimm[0] - 1 = {} moves its "
+                       "rows by up to {} x iimm[1] = {} elements, reaching element {}, past the tensor's {} elements",
+                       slot_name(slot), t.name, shape_str(t.shape), bound, bound, unit, end, numel));
   }
 
   /// Before gen4 one matmul writes within one PSUM bank, in every iteration: the dst's byte offset

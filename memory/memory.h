@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "isa/isa.h"
@@ -99,9 +100,29 @@ class Memory {
     int64_t bytes;
     std::vector<uint8_t> data;
   };
+  /// Leaves bytes uninitialised on resize(): SBUF and PSUM are filled with the sentinel right after,
+  /// so zeroing them first (26 MiB on trn2, every Simulator with numerics) would be wasted.
+  template <class T>
+  struct UninitAllocator : std::allocator<T> {
+    template <class U>
+    struct rebind {
+      using other = UninitAllocator<U>;
+    };
+    UninitAllocator() = default;
+    template <class U>
+    UninitAllocator(const UninitAllocator<U>&) noexcept {}
+    template <class U>
+    void construct(U* p) noexcept {
+      ::new (static_cast<void*>(p)) U;
+    }
+    template <class U, class... A>
+    void construct(U* p, A&&... a) {
+      ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+    }
+  };
   MemoryConfig cfg_;
   bool with_storage_;
-  std::vector<uint8_t> sbuf_, psum_;
+  std::vector<uint8_t, UninitAllocator<uint8_t>> sbuf_, psum_;
   struct HbmStore {
     std::map<int64_t, HbmBlock> blocks;  // addr -> block
     std::map<std::string, HbmTensor> by_name;

@@ -237,3 +237,64 @@ TEST_CASE("validation paths: patterns and masks are E310 on every path", "[verif
                          ErrorCode::kShapeMismatch, "nc_stream_shuffle");
   }
 }
+
+namespace {
+
+/// unit_scatter_add of the fuzz corpus with the scatter (line 20) given `iimm` and the dst's first
+/// (broadcast) dim starting at `start`, optionally inside a loop j in range(2) (start may use j).
+Kernel indirect_scatter(const std::string& iimm, const std::string& start, bool loop) {
+  const std::string scatter = R"J({"op": "dma_copy", "engine": "gpsimd",
+      "dst": {"tensor": "out", "index": [{"start": START, "broadcast": 128}, {"start": 0, "size": 64}]},
+      "src": "t0", "flags": ["accumulate", "indirect_dst", "oob_skip"], "offsets": "it", "iimm": IIMM,
+      "loc": {"file": "k.py", "line": 20}})J";
+  std::string op = scatter;
+  op.replace(op.find("START"), 5, start);
+  op.replace(op.find("IIMM"), 4, iimm);
+  if (loop) op = R"J({"loop": {"var": "j", "stop": 2, "kind": "sequential", "body": [)J" + op + "]}}";
+  const std::string text = R"J({"nsim_kernel": 1, "name": "scatter",
+    "tensors": [{"name": "table", "buffer": "hbm", "kind": "input", "dtype": "float32", "shape": [128, 64]},
+                {"name": "idx", "buffer": "hbm", "kind": "input", "dtype": "int32", "shape": [128, 1]},
+                {"name": "out", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [128, 64]}],
+    "body": [{"alloc": {"name": "t0", "buffer": "sbuf", "dtype": "float32", "shape": [128, 64]}},
+             {"op": "dma_copy", "dst": "t0", "src": "table"},
+             {"op": "dma_copy", "dst": "out", "src": "t0"},
+             {"alloc": {"name": "it", "buffer": "sbuf", "dtype": "int32", "shape": [128, 1]}},
+             {"op": "dma_copy", "dst": "it", "src": "idx"},
+             )J" + op + "]}";
+  return frontend::parse_kernel_json(text, "k.json");
+}
+
+}  // namespace
+
+// Found by the fuzz driver (tests/fuzz/regressions/driver-indirect-reach.json): `nsim check` accepted
+// an indirect dma_copy whose rows, moved by an index up to iimm[0] - 1 times iimm[1] elements, leave
+// the HBM tensor, which both runs refuse with E201.
+TEST_CASE("validation paths: an indirect dma_copy reaching past its HBM tensor is E201 on every path", "[verify][paths]") {
+  SECTION("the largest index reaches the tensor's last element: accepted") {
+    // out is [128, 64] = 8192 elements; the static row is elements [0, 64); an index up to 127
+    // moves it by 127 x 64 = 8128 elements: the last element reached is 63 + 8128 = 8191.
+    const Paths p = run_paths(indirect_scatter("[128, 64]", "0", false));
+    INFO(p.check.what << " | " << p.timing.what << " | " << p.full.what);
+    CHECK_FALSE(p.check.code.has_value());
+    CHECK_FALSE(p.timing.code.has_value());
+    CHECK_FALSE(p.full.code.has_value());
+  }
+  SECTION("one index more (bound 129): element 63 + 128 x 64 = 8255 is outside") {
+    const Paths p = run_paths(indirect_scatter("[129, 64]", "0", false));
+    INFO(p.check.what << " | " << p.timing.what << " | " << p.full.what);
+    REQUIRE(p.check.code.has_value());
+    CHECK(*p.check.code == ErrorCode::kOutOfBounds);
+    CHECK(p.check.line == kOpLine);
+    CHECK(p.check.what.find("'out'") != std::string::npos);
+    CHECK(p.timing.code == p.check.code);
+    CHECK(p.full.code == p.check.code);
+  }
+  SECTION("in a loop, only the second iteration (static row 1) reaches past: 64 + 63 + 8128 = 8255") {
+    const Paths p = run_paths(indirect_scatter("[128, 64]", "\"j\"", true));
+    INFO(p.check.what << " | " << p.timing.what << " | " << p.full.what);
+    REQUIRE(p.check.code.has_value());
+    CHECK(*p.check.code == ErrorCode::kOutOfBounds);
+    CHECK(p.timing.code == p.check.code);
+    CHECK(p.full.code == p.check.code);
+  }
+}
