@@ -64,6 +64,13 @@ struct Pb {
   void clear() { b.clear(); }
 };
 
+/// Hash of strings that also looks up string_views (no std::string built per lookup).
+struct TextHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using InternTable = std::unordered_map<std::string, uint64_t, TextHash, std::equal_to<>>;
+
 uint64_t ns(Ps t) { return static_cast<uint64_t>(std::max<Ps>(0, (t + 500) / 1000)); }
 
 }  // namespace
@@ -80,29 +87,29 @@ struct PerfettoTraceWriter::Impl {
   int pid = 1;
   std::unordered_map<int, uint64_t> tracks;           ///< track -> uuid
   std::unordered_map<std::string, uint64_t> counters;  ///< counter name -> uuid
-  std::unordered_map<std::string, uint64_t> names, arg_names, strings;  ///< interned -> iid
-  Pb packet, event, interned, tmp, ann;
+  InternTable names, arg_names, strings;  ///< interned -> iid
+  Pb packet, event, interned, tmp, ann, out;  ///< reused: no allocation per event once warm
 
   /// Track uuids: small numbers (varints of 1-2 bytes on every event), distinct per process (core).
   uint64_t uuid(uint64_t local) const { return static_cast<uint64_t>(pid) * kUuidsPerProcess + local; }
   static constexpr uint64_t kUuidsPerProcess = 4096;
   /// iid of `s` in `table`, adding it to the packet's interned data (`field` of InternedData) when new.
-  uint64_t intern(std::unordered_map<std::string, uint64_t>& table, int field, std::string_view s) {
-    auto [it, fresh] = table.try_emplace(std::string(s), table.size() + 1);
-    if (fresh) {
-      tmp.clear();
-      tmp.u64(1, it->second);
-      tmp.str(2, s);
-      interned.msg(field, tmp);
-    }
-    return it->second;
+  uint64_t intern(InternTable& table, int field, std::string_view s) {
+    if (auto it = table.find(s); it != table.end()) return it->second;
+    const uint64_t iid = table.size() + 1;
+    table.emplace(std::string(s), iid);
+    tmp.clear();
+    tmp.u64(1, iid);
+    tmp.str(2, s);
+    interned.msg(field, tmp);
+    return iid;
   }
   /// Writes `packet` (+ `interned`, sequence fields) as one Trace.packet.
   void flush(bool first = false) {
     packet.u64(10, seq);
     if (!interned.b.empty()) packet.msg(12, interned);
     packet.u64(13, first ? 1 : 2);
-    Pb out;
+    out.clear();
     out.msg(1, packet);
     std::fwrite(out.b.data(), 1, out.b.size(), f);
     packet.clear();
