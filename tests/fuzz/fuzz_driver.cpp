@@ -231,7 +231,9 @@ class Generator {
     Json j = seeds_[s];
     const int n = 1 + static_cast<int>(below(4)) + (chance(0.2) ? static_cast<int>(below(6)) : 0);
     for (int i = 0; i < n; ++i) mutate(j);
-    c.kernel = j.dump(chance(0.5) ? -1 : 1);
+    // (a mutation may cut a string inside a UTF-8 sequence: such bytes become U+FFFD instead of an
+    // exception that would end the campaign)
+    c.kernel = j.dump(chance(0.5) ? -1 : 1, ' ', false, Json::error_handler_t::replace);
     if (chance(0.12)) {
       const int m = 1 + static_cast<int>(below(4));
       for (int i = 0; i < m; ++i) mutate_bytes(c.kernel);
@@ -895,7 +897,8 @@ void write_finding(const Options& o, const Case& c, uint64_t index, int outcome,
   if (r)
     j["driver"]["verdicts"] = Json{{"check", verdict_json(r->check)}, {"timing_only", verdict_json(r->timing)},
                                    {"full", verdict_json(r->full)}};
-  write_file(fmt::format("{}/driver-{}-s{}-i{}.json", o.out, kOutcomeNames[outcome], o.seed, index), j.dump(1) + "\n");
+  write_file(fmt::format("{}/driver-{}-s{}-i{}.json", o.out, kOutcomeNames[outcome], o.seed, index),
+             j.dump(1, ' ', false, Json::error_handler_t::replace) + "\n");
 }
 
 /// The host-memory cap of a worker (and of replay): RLIMIT_AS, which nsim's host-memory check (E210) reads.
@@ -1081,7 +1084,7 @@ int cmd_run(const Options& o) {
   print_progress(o, secs);
   const Json s = summary_json(o, secs);
   fmt::print("codes: {}\n", s["codes"].dump());
-  if (!o.summary.empty()) write_file(o.summary, s.dump(1) + "\n");
+  if (!o.summary.empty()) write_file(o.summary, s.dump(1, ' ', false, Json::error_handler_t::replace) + "\n");
   for (int w = 0; w < jobs; ++w) {
     std::error_code ec;
     if (fs::file_size(log_path(w), ec) == 0) fs::remove(log_path(w), ec);
