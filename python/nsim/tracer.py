@@ -1893,18 +1893,9 @@ class Tracer:
             rec.names.add(nm)
             rec.local.add(nm)
             self._loop_names.add(nm)
-            if hint:
-                self._vars.setdefault(nm, []).append(hint)
-            if self._affine:
-                self._birth[nm] = frozenset(f.stamp for f in self._affine)
-            st = _Storage(nm, buffer, dt, shape)
+            self._note_birth(nm, hint)
+            st = self._alloc_storage(nm, buffer, dt, shape, address)
             rec.storages.append(weakref.ref(st))
-            self.buffers[nm] = buffer
-            self.shapes[nm] = shape
-            alloc = {"name": nm, "buffer": buffer, "dtype": dt, "shape": list(shape)}
-            if address is not None:
-                alloc["address"] = int(address)
-            self.emit({"alloc": alloc})
             if not name:
                 self._track(st, key)
             return self.tensor_cls(st, None, self)
@@ -1917,19 +1908,28 @@ class Tracer:
                 free.pop(0)
             if free:
                 nm = free.pop(0)
-                if hint:
-                    self._vars.setdefault(nm, []).append(hint)
-                if self._affine:
-                    self._birth[nm] = frozenset(f.stamp for f in self._affine)
+                self._note_birth(nm, hint)
                 st = _Storage(nm, buffer, dt, shape)
                 self._track(st, key)
                 self.open_groups.pop(nm, None)
                 return self.tensor_cls(st, None, self)
         nm = self.unique_name(name or hint or "t", numbered=not (name or hint))
+        self._note_birth(nm, hint)
+        st = self._alloc_storage(nm, buffer, dt, shape, address)
+        if not name:
+            self._track(st, key)
+        return self.tensor_cls(st, None, self)
+
+    def _note_birth(self, nm, hint):
+        """Tile ``nm`` starts a life: its variable name (``hint``) and the affine_range iterations it
+        belongs to (the W504 check)."""
         if hint:
             self._vars.setdefault(nm, []).append(hint)
         if self._affine:
             self._birth[nm] = frozenset(f.stamp for f in self._affine)
+
+    def _alloc_storage(self, nm, buffer, dt, shape, address):
+        """New storage ``nm`` and its alloc statement."""
         st = _Storage(nm, buffer, dt, shape)
         self.buffers[nm] = buffer
         self.shapes[nm] = shape
@@ -1937,9 +1937,7 @@ class Tracer:
         if address is not None:
             alloc["address"] = int(address)
         self.emit({"alloc": alloc})
-        if not name:
-            self._track(st, key)
-        return self.tensor_cls(st, None, self)
+        return st
 
     def _track(self, st, key):
         nm = st.name
