@@ -20,6 +20,8 @@ StreamShape stream_shape(const CoreParams& p, const Instr& in, bool fp8_is_16bit
   for (int i = 0; i < info.num_slots; ++i) {
     const Operand& o = in.slot(i);
     if (!o.present()) continue;
+    if (i == 2 && isa::indirect_slot(in) >= 0)
+      continue;  // the runtime offsets of a dynamic copy: read by the engine's sequencer, not streamed
     const bool vector_operand = i > 0 && o.elems_per_partition() == 1 && in.slot(0).elems_per_partition() > 1;
     if (vector_operand) continue;  // (P,1) operands are broadcast registers, not streams
     if (i > 0) {

@@ -404,21 +404,28 @@ class Verifier {
       }
     }
     if (mm) check_psum_banks(*op.operands[0], o[0]);
-    if (opcode_ == static_cast<int>(Opcode::kDmaCopy) && op.operands[2]) check_indirect_reach(op);
+    if ((opcode_ == static_cast<int>(Opcode::kDmaCopy) || opcode_ == static_cast<int>(Opcode::kTensorCopy)) &&
+        op.operands[2])
+      check_indirect_reach(op);
   }
 
-  /// An indirect dma_copy (`offsets`): in every iteration, every row an in-range runtime index (in
-  /// [0, iimm[0])) may reach, iimm[1] elements per index unit past the static access, stays inside the
-  /// HBM tensor (the run checks the same with isa::slot_extent; E201 there and here).
+  /// An indirect dma_copy or a dynamic tensor_copy (`offsets`): in every iteration, every element an
+  /// in-range runtime index (in [0, iimm[0])) may reach, iimm[1] elements per index unit past the static
+  /// access, stays inside the HBM tensor, or inside each partition's row of the tile (the run checks the
+  /// same with isa::slot_extent against the whole buffer; E201 there and here).
   void check_indirect_reach(const Op& op) {
     const int slot = (op.flags & isa::kIndirectDst) ? 0 : 1;
     const auto& a = op.operands[static_cast<size_t>(slot)];
     if (!a) return;
     const Tensor& t = k_.tensors[static_cast<size_t>(a->tensor)];
-    if (t.space != Space::kHbm) return;  // isa::verify refused it
+    const bool chip = t.space != Space::kHbm;
+    if (chip && opcode_ == static_cast<int>(Opcode::kDmaCopy)) return;  // isa::verify refused it
+    if (!chip && opcode_ != static_cast<int>(Opcode::kDmaCopy)) return;  // isa::verify refuses it
+    // On chip the partition dim is not addressed by the offset: the flat index runs over the free dims.
+    const size_t first = chip ? 1 : 0;
     int64_t numel = 1;
-    for (int64_t d : t.shape)
-      if (__builtin_mul_overflow(numel, d, &numel)) return;  // the tensor's own checks refuse it
+    for (size_t d = first; d < t.shape.size(); ++d)
+      if (__builtin_mul_overflow(numel, t.shape[d], &numel)) return;  // the tensor's own checks refuse it
     // The last element the static access touches, over all iterations: an affine function of the loop
     // variables (sum of each dim's start x its stride) plus each dim's positive span.
     int64_t last = numel - 1;
@@ -426,7 +433,7 @@ class Verifier {
       Affine flat;
       int64_t spans = 0, stride = 1;
       bool ovf = false;
-      for (size_t d = a->dims.size(); d-- > 0;) {
+      for (size_t d = a->dims.size(); d-- > first;) {
         const DimAccess& da = a->dims[d];
         int64_t c = 0, span = 0;
         ovf |= __builtin_mul_overflow(da.start.c, stride, &c);
@@ -455,8 +462,9 @@ class Verifier {
     if (__builtin_mul_overflow(bound, unit, &reach) || __builtin_add_overflow(last, reach, &end) || end >= numel)
       fail(ErrorCode::kOutOfBounds,
            fmt::format("operand '{}' is the indirect side of tensor '{}' {}: an index up to iimm[0] - 1 = {} moves its "
-                       "rows by up to {} x iimm[1] = {} elements, reaching element {}, past the tensor's {} elements",
-                       slot_name(slot), t.name, shape_str(t.shape), bound, bound, unit, end, numel));
+                       "rows by up to {} x iimm[1] = {} elements, reaching element {}, past the tensor's {} elements{}",
+                       slot_name(slot), t.name, shape_str(t.shape), bound, bound, unit, end, numel,
+                       chip ? " per partition" : ""));
   }
 
   /// Before gen4 one matmul writes within one PSUM bank, in every iteration: the dst's byte offset

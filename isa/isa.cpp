@@ -642,6 +642,44 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
   }
 }
 
+/// The runtime offsets (slot 2) of an indirect dma_copy or a dynamic tensor_copy: int32/uint32, one (1, 1)
+/// value (kIndirectScalar) or one per equal row of the indirect side, an index bound iimm[0] >= 1 and a stride
+/// iimm[1] >= 0, and every in-range index keeps the indirect side inside its buffer (slot_extent). Without
+/// offsets, none of the indirect flags.
+void verify_offsets(const Instr& in, const Limits& lim, const SourceLoc& where) {
+  const int side = indirect_slot(in);
+  if (side < 0) {
+    if (in.flags & (kIndirectDst | kIndirectScalar | kOobSkip))
+      fail(ErrorCode::kMissingOperand, in, where, "indirect flags need the 'offsets' operand");
+    return;
+  }
+  const Operand& ind = in.slot(side);
+  const Operand& off = in.slot(2);
+  if (off.dtype != DType::kInt32 && off.dtype != DType::kUInt32)
+    fail(ErrorCode::kBadDtype, in, where, fmt::format("offsets must be int32 or uint32, got {}", dtype_name(off.dtype)));
+  const bool scalar = (in.flags & kIndirectScalar) != 0;
+  if (scalar ? off.total_elems() != 1
+             : (off.elems_per_partition() != 1 || off.num_partitions == 0 || ind.total_elems() % off.num_partitions))
+    fail(ErrorCode::kShapeMismatch, in, where,
+         scalar ? fmt::format("a scalar offset must be one (1, 1) element, got [{}, {}]", off.num_partitions,
+                              off.elems_per_partition())
+                : fmt::format("offsets must be (R, 1), one row index per equal row of the {} elements of the "
+                              "indirect side, got [{}, {}]",
+                              ind.total_elems(), off.num_partitions, off.elems_per_partition()));
+  if (in.iimm[0] < 1 || in.iimm[1] < 0)
+    fail(ErrorCode::kBadImmediate, in, where,
+         fmt::format("an indirect access needs iimm[0] (index bound) >= 1 and iimm[1] (index stride) >= 0, "
+                     "got {} and {}", in.iimm[0], in.iimm[1]));
+  const auto [lo, hi] = slot_extent(in, side);
+  const int64_t cap = capacity_of(ind.space, lim);
+  if (ind.space != Space::kHbm && hi > cap)  // HBM: the simulator checks the tensor's own bounds (E201)
+    fail(ErrorCode::kOutOfBounds, in, where,
+         fmt::format("operand '{}': an index up to iimm[0] - 1 = {} moves it by up to {} elements, to bytes [{}, {}) "
+                     "per partition, outside the {} bytes of {}",
+                     op_info(in.op).slots[static_cast<size_t>(side)].name, in.iimm[0] - 1,
+                     static_cast<int64_t>(in.iimm[0] - 1) * in.iimm[1], lo, hi, cap, space_name(ind.space)));
+}
+
 }  // namespace
 
 void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
@@ -722,30 +760,19 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
              fmt::format("dst has {} elements but src has {}", in.slot(0).total_elems(), in.slot(1).total_elems()));
       if (in.slot(2).present()) {  // indirect (gather/scatter): row p of the HBM side moves by offsets x iimm[1]
         const Operand& ind = in.slot((in.flags & kIndirectDst) ? 0 : 1);
-        const Operand& off = in.slot(2);
         if (ind.space != Space::kHbm)
           fail(ErrorCode::kBadBuffer, in, where,
                fmt::format("the indirect side ({}) must be in hbm, got {}", (in.flags & kIndirectDst) ? "dst" : "src",
                            space_name(ind.space)));
-        if (off.dtype != DType::kInt32 && off.dtype != DType::kUInt32)
-          fail(ErrorCode::kBadDtype, in, where,
-               fmt::format("offsets must be int32 or uint32, got {}", dtype_name(off.dtype)));
-        const bool scalar = (in.flags & kIndirectScalar) != 0;
-        if (scalar ? off.total_elems() != 1
-                   : (off.elems_per_partition() != 1 || off.num_partitions == 0 || ind.total_elems() % off.num_partitions))
-          fail(ErrorCode::kShapeMismatch, in, where,
-               scalar ? fmt::format("a scalar offset must be one (1, 1) element, got [{}, {}]", off.num_partitions,
-                                    off.elems_per_partition())
-                      : fmt::format("offsets must be (R, 1), one row index per equal row of the {} elements of the "
-                                    "indirect side, got [{}, {}]",
-                                    ind.total_elems(), off.num_partitions, off.elems_per_partition()));
-        if (in.iimm[0] < 1 || in.iimm[1] < 0)
-          fail(ErrorCode::kBadImmediate, in, where,
-               fmt::format("an indirect transfer needs iimm[0] (index bound) >= 1 and iimm[1] (index stride) >= 0, "
-                           "got {} and {}", in.iimm[0], in.iimm[1]));
-      } else if (in.flags & (kIndirectDst | kIndirectScalar | kOobSkip)) {
-        fail(ErrorCode::kMissingOperand, in, where, "indirect flags need the 'offsets' operand");
       }
+      verify_offsets(in, lim, where);
+      break;
+    case Opcode::kTensorCopy:  // slot 2 (offsets): the runtime offset of tensor_copy_dynamic_src/dst, not a stream
+      require_same_partitions(1);
+      if (in.slot(2).present() && !(in.flags & kIndirectScalar))
+        fail(ErrorCode::kShapeMismatch, in, where,
+             "a dynamic tensor_copy takes one runtime offset for all partitions (the indirect_scalar flag)");
+      verify_offsets(in, lim, where);
       break;
     case Opcode::kDmaTranspose:
       if (in.slot(0).total_elems() != in.slot(1).total_elems() ||
@@ -830,7 +857,7 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
 
   // Element-count and vector-operand rules of the element-wise ops.
   switch (in.op) {
-    case Opcode::kTensorCopy:
+    case Opcode::kTensorCopy: require_same_elems(1); break;  // slot 2: the (1, 1) runtime offset
     case Opcode::kTensorTensor:
     case Opcode::kReciprocal:
     case Opcode::kTensorTensorScan:

@@ -251,7 +251,7 @@ struct Instr {
   /// Scalars: [0] operand0 / value / on_false / initial / range_start, [1] operand1 / alpha /
   /// on_false / reduce_init, [2] activation scale (default 1), [3] activation bias (default 0).
   std::array<float, 4> imm = kImmDefault;
-  /// iota/affine_select: offset, channel_multiplier, 4x[step, num]; dma_copy with `offsets` (indirect):
+  /// iota/affine_select: offset, channel_multiplier, 4x[step, num]; dma_copy / tensor_copy with `offsets`:
   /// [0] index bound (valid indices are [0, bound)), [1] elements of the indirect side per index unit.
   std::array<int32_t, 10> iimm{};
   std::array<uint8_t, 32> shuffle{};///< nc_stream_shuffle mask (255 = keep)
@@ -268,13 +268,19 @@ inline constexpr int64_t kTopkMinN = 8;
 inline constexpr int64_t kTopkMaxN = 65535;
 inline constexpr int64_t kTopkMaxK = 32767;
 
-/// The slot of an indirect dma_copy's runtime-addressed (HBM) side: 0 (dst, scatter) or 1 (src,
-/// gather); -1 for every other instruction.
+/// The slot of the runtime-addressed side of an indirect dma_copy (HBM: gather/scatter) or of a dynamic
+/// tensor_copy (on-chip: tensor_copy_dynamic_src/dst): 0 (dst) or 1 (src); -1 for every other instruction.
+/// Both carry the runtime offsets in slot 2 ("offsets").
 inline int indirect_slot(const Instr& in) {
-  if (in.op != Opcode::kDmaCopy || !in.opnd[2].present()) return -1;
+  if ((in.op != Opcode::kDmaCopy && in.op != Opcode::kTensorCopy) || !in.opnd[2].present()) return -1;
   return (in.flags & kIndirectDst) ? 0 : 1;
 }
-/// Byte extent of operand `slot` of `in` (Operand::byte_extent); for the indirect side of a dma_copy,
+/// A tensor_copy with a runtime address (tensor_copy_dynamic_src/dst, or the cost-only kDynamicAddr flag):
+/// its busy time has the dynamic-copy floor (neuroncore.md 3.2, vector.dynamic_copy_cycles on every engine).
+inline bool dynamic_copy(const Instr& in) {
+  return in.op == Opcode::kTensorCopy && ((in.flags & kDynamicAddr) || in.opnd[2].present());
+}
+/// Byte extent of operand `slot` of `in` (Operand::byte_extent); for the indirect side (indirect_slot),
 /// widened to every row an in-range runtime index may reach (dependencies cannot see the values).
 std::pair<int64_t, int64_t> slot_extent(const Instr& in, int slot);
 

@@ -1,4 +1,6 @@
 // GpSimd cost (neuroncore.md 3.2): iota/affine_select = start overhead + N; others max(MIN_II, N).
+#include <algorithm>
+
 #include "engines/cost.h"
 
 namespace nsim::engines {
@@ -16,6 +18,7 @@ StreamCost gpsimd_cost(const CoreParams& p, const isa::Instr& in) {
     case CostClass::kElementwise: {  // tensor_copy (alu0 bypass), tensor_scalar
       const bool rsqrt = in.alu0 == isa::AluOp::kRsqrt || in.alu1 == isa::AluOp::kRsqrt;
       c.busy = stream_busy(s, p.gpsimd_min_ii, rsqrt ? p.gpsimd_rsqrt_factor : 1.0, 1.0);
+      if (isa::dynamic_copy(in)) c.busy = std::max(p.vector_dynamic_copy, static_cast<double>(s.n));  // spec 3.2
       return c;
     }
     default: c.busy = stream_busy(s, p.gpsimd_min_ii, 1.0, 1.0); return c;

@@ -1,4 +1,6 @@
 // ScalarE cost (neuroncore.md 3.2): activation = max(MIN_II, N), + MIN_II with a reduction.
+#include <algorithm>
+
 #include "engines/cost.h"
 
 namespace nsim::engines {
@@ -25,6 +27,7 @@ StreamCost scalar_cost(const CoreParams& p, const isa::Instr& in) {
       const int rate = (p.scalar_perf_mode_2x && s.all_16bit) ? 2 : 1;
       c.perf_mode = rate;
       c.busy = stream_busy(s, mi, 1.0, rate);
+      if (isa::dynamic_copy(in)) c.busy = std::max(p.vector_dynamic_copy, static_cast<double>(s.n));  // spec 3.2
       return c;
     }
     default: c.busy = stream_busy(s, mi, 1.0, 1.0); return c;

@@ -26,7 +26,7 @@ StreamCost vector_cost(const CoreParams& p, const isa::Instr& in) {
       } else if (p.vector_perf_modes && p.vector_fp32_perf_mode && s.all_sbuf && s.contiguous) {
         rate = 2;
       }
-      if (in.op == Opcode::kTensorCopy && (in.flags & isa::kDynamicAddr)) {
+      if (isa::dynamic_copy(in)) {
         c.busy = std::max(p.vector_dynamic_copy, static_cast<double>(s.n));
         c.perf_mode = 1;
         return c;

@@ -293,7 +293,13 @@ Ivs value_ranges(const Kernel& k, const Walk& w, size_t t, const std::vector<siz
   for (size_t ui : uses) {
     const auto& u = w.uses[ui];
     if (u.loop != w.alloc_loop[t]) return {};
-    const Access& a = *k.ops[static_cast<size_t>(u.op)].operands[static_cast<size_t>(u.slot)];
+    const Op& uop = k.ops[static_cast<size_t>(u.op)];
+    // A runtime-addressed side (a dynamic tensor_copy, an indirect dma_copy: the `offsets` slot) touches
+    // elements only known at run time: no value ranges for this tile.
+    if (uop.operands[2] && (uop.name == "tensor_copy" || uop.name == "dma_copy") &&
+        u.slot == ((uop.flags & isa::kIndirectDst) ? 0 : 1))
+      return {};
+    const Access& a = *uop.operands[static_cast<size_t>(u.slot)];
     if (!a.dims.empty() && a.dims.size() != rank) return {};
     for (size_t d = 0; d < a.dims.size(); ++d) {
       const DimAccess& da = a.dims[d];

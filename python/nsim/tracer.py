@@ -605,12 +605,17 @@ def _idx(x):
 
 
 class DynSlice:
-    """``nl.ds(start, size)``: the slice start .. start+size."""
+    """``nl.ds(start, size)``: the slice start .. start+size. ``start`` is an int (or a loop index), a
+    VirtualRegister (its trace-time value: a static slice), or a one-element on-chip int tensor: a *runtime*
+    start (the view gets a runtime offset, spec §3.9 ``scalar_offset``; see :meth:`NkiTensor._dynamic`)."""
 
     __slots__ = ("start", "size", "step")
 
     def __init__(self, start, size, step=1):
-        self.start, self.size, self.step = _idx(start), int(size), int(step)
+        if isinstance(start, VirtualRegister):
+            start = register_value(start, "nl.ds(start=)")
+        self.start = start if isinstance(start, NkiTensor) else _idx(start)
+        self.size, self.step = int(size), int(step)
 
     def __repr__(self):
         return "ds({}, {})".format(self.start, self.size)
@@ -740,18 +745,32 @@ def ir_index(shape, offset, pat, chip):
 _INT32_MAX = 2 ** 31 - 1
 
 
+def _check_offset_tensor(t, what):
+    """A runtime offset: a one-element SBUF int32/uint32 tensor (view)."""
+    if not isinstance(t, NkiTensor) or t.buffer != "sbuf":
+        raise make_error("BadOperandKind", "{}: needs a one-element SBUF int32/uint32 tensor, got {!r}".format(what, t))
+    if np.dtype(t.dtype) not in (np.dtype(np.int32), np.dtype(np.uint32)):
+        raise make_error("BadDtype", "{}: the offset tensor must be int32 or uint32, got {}".format(what, t.dtype))
+    if t.size != 1:
+        raise make_error("ShapeMismatch", "{}: the offset tensor must have one element, got shape {}".format(
+            what, tuple(t.shape)))
+    if t._ind is not None:
+        raise make_error("DynamicIndex", "{}: the offset itself has a runtime index".format(what))
+
+
 class Indirection:
     """The runtime part of an indirect (gather/scatter) view, spec §3.9: row p starts
     ``offsets[p] x stride`` (``offsets[0]`` when ``scalar``) elements after its static address; indices
     outside ``[0, bound)`` are out of bounds (``oob_mode``)."""
 
-    __slots__ = ("offsets", "scalar", "bound", "stride")
+    __slots__ = ("offsets", "scalar", "bound", "stride", "dim")
 
-    def __init__(self, offsets, scalar, bound, stride):
+    def __init__(self, offsets, scalar, bound, stride, dim=None):
         self.offsets, self.scalar, self.bound, self.stride = offsets, scalar, bound, stride
+        self.dim = dim  # the storage dim a runtime select moves along (NkiTensor._dynamic), else None
 
     def fields(self, dst_side, oob_skip):
-        """kernel.json fields of a dma_copy with this indirection (see docs/kernel-json.md)."""
+        """kernel.json fields of a dma_copy / tensor_copy with this indirection (see docs/kernel-json.md)."""
         flags = ["indirect_dst"] if dst_side else []
         if self.scalar:
             flags.append("indirect_scalar")
@@ -870,6 +889,15 @@ class NkiTensor:
         dims = [list(d) for d in self._dims]
         chip = self._st.buffer in ON_CHIP
         int_dims = []
+        runtime = [(vd, k) for vd, k in enumerate(key) if isinstance(k, DynSlice) and isinstance(k.start, NkiTensor)]
+        if runtime:  # nl.ds(tile_value, size): the static view at start 0, then the runtime offset along that dim
+            if len(runtime) > 1:
+                raise make_error("DynamicIndex", "tensor '{}': one runtime index per view (spec §3.9), got {}".format(
+                    self.name, len(runtime)))
+            vd, k = runtime[0]
+            key = list(key)
+            key[vd] = DynSlice(0, k.size, k.step)
+            return self[tuple(key)]._dynamic(kept[vd], k.start)
         for vd, (bi, k) in enumerate(zip(kept, key)):
             start, size, step, _ = dims[bi]
             if isinstance(k, (bool, np.bool_)):
@@ -958,6 +986,42 @@ class NkiTensor:
 
     def _view(self, dims):
         return self._derive(self._st, dims)
+
+    def _dynamic(self, bi, index):
+        """This view with a runtime offset along storage dim ``bi``: at run time every element moves by
+        ``index`` (the value of a one-element on-chip int32/uint32 tensor) positions along that dim (spec §3.9
+        ``scalar_offset``; Beta 1 ``t[i_p, idx_tile[0, 0] + i_f]``, ``nl.ds(idx_tile[0, 0], n)``). The valid values
+        are [0, bound): every element stays inside dim ``bi`` (an index outside is an error when the
+        instruction runs, IndexOutOfBounds). Only dma_copy (HBM) and tensor_copy (on chip) take such a view."""
+        _check_offset_tensor(index, "a runtime index")
+        if isinstance(self._st, _ViewStorage):
+            raise make_error("DynamicIndex", "a runtime index on a re-dimensioned view (reshape, arange window) of "
+                             "'{}' is not supported: index the tensor itself".format(self.name))
+        chip = self._st.buffer in ON_CHIP
+        if chip and bi == 0:
+            raise make_error("DynamicIndex", "a runtime index on the partition dim of the on-chip tensor '{}' is not "
+                             "supported (the runtime address moves within each partition)".format(self.name))
+        if self._ind is not None:
+            raise make_error("DynamicIndex", "tensor '{}': one runtime index per view (spec §3.9)".format(self.name))
+        start, size, step, kept = self._dims[bi]
+        if isinstance(start, Sym):
+            start = start.resolved()
+            if isinstance(start, Sym):
+                start._need("a runtime index next to a loop index on the same dim")
+        last = start + (size - 1) * step if kept else start
+        bound = int(self._st.shape[bi]) - int(last)
+        stride = int(np.prod(self._st.shape[bi + 1:], dtype=np.int64))
+        if bound < 1 or stride > _INT32_MAX:
+            raise make_error("IndexOutOfBounds", "the static part of the runtime-indexed view of '{}' leaves no room "
+                             "along dim {}".format(self.name, bi))
+        v = self._derive(self._st, [list(d) for d in self._dims])
+        v._ind = Indirection(index, True, bound, stride, bi)
+        return v
+
+    def _static(self):
+        """The static part of a runtime-indexed view (the view at runtime offset 0)."""
+        v = type(self)(self._st, [list(d) for d in self._dims], self._tracer)
+        return v
 
     def _derive(self, storage, dims):
         """A new view of this one. An indirect view's rows are runtime values: no view of it can be taken."""
@@ -1181,10 +1245,13 @@ class NkiTensor:
         if vector_offset is None and isinstance(scalar_offset, (VirtualRegister, int, np.integer)):
             # a register (or int) offset is known at trace time: a static access
             return base._pattern_view(off + register_value(scalar_offset, ".ap(scalar_offset=)") * stride, pat)
-        if b.buffer != "hbm":
-            raise make_error("NotSupported", ".ap(scalar_offset=/vector_offset=) with an SBUF index tensor on an "
-                             "on-chip tensor ('{}' in {}) is not supported by nsim: runtime offsets address HBM "
-                             "tensors (a VirtualRegister offset works)".format(b.name, b.buffer))
+        chip = b.buffer != "hbm"
+        if chip and vector_offset is not None:
+            raise make_error("NotSupported", ".ap(vector_offset=) on the on-chip tensor '{}' ({}): vector offsets "
+                             "select HBM rows (an on-chip view takes a scalar_offset)".format(b.name, b.buffer))
+        if chip and d == 0:
+            raise make_error("DynamicIndex", ".ap(scalar_offset=) on the on-chip tensor '{}': the runtime offset "
+                             "cannot move along the partition dim (indirect_dim 0)".format(b.name))
         idx = vector_offset if vector_offset is not None else scalar_offset
         what = "vector_offset" if vector_offset is not None else "scalar_offset"
         if not isinstance(idx, NkiTensor) or idx.buffer not in ON_CHIP:
@@ -1202,14 +1269,18 @@ class NkiTensor:
         elif idx.size != 1:
             raise make_error("ShapeMismatch", ".ap(scalar_offset=): needs a (1, 1) tensor, got {}".format(
                 tuple(idx.shape)))
-        total = int(np.prod(shp, dtype=np.int64))
-        last = off + sum(s * (n - 1) for s, n in pat)
+        if chip:  # within each partition: the free elements of the storage
+            total = int(np.prod(shp[1:], dtype=np.int64))
+            last = off % total + sum(s * (n - 1) for s, n in pat[1:])
+        else:
+            total = int(np.prod(shp, dtype=np.int64))
+            last = off + sum(s * (n - 1) for s, n in pat)
         bound = min(int(shp[d]), (total - 1 - last) // stride + 1 if stride else int(shp[d]))
         if bound < 1 or stride > _INT32_MAX:
             raise make_error("IndexOutOfBounds", ".ap: the static pattern of '{}' leaves no room for a runtime "
                              "offset along dim {}".format(b.name, d))
         v = base._pattern_view(off, pat)
-        v._ind = Indirection(idx, vector_offset is None, bound, stride)
+        v._ind = Indirection(idx, vector_offset is None, bound, stride, d if chip else None)
         return v
 
     def get_pattern(self):
@@ -1239,8 +1310,14 @@ class NkiTensor:
         return self.view(dtype)
 
     # --- IR access ----------------------------------------------------------------------------
-    def access(self):
-        """The operand of this view in kernel.json (a name, or {"tensor", "index"})."""
+    def access(self, indirect_ok=False):
+        """The operand of this view in kernel.json (a name, or {"tensor", "index"}). A runtime-indexed view
+        (``_ind``) gives its static part only: the instructions that take one (dma_copy, tensor_copy) ask for it
+        with ``indirect_ok`` and add the runtime fields; every other use is a DynamicIndex error."""
+        if self._ind is not None and not indirect_ok:
+            raise make_error("DynamicIndex", "the view of '{}' has a runtime (SBUF-valued) index: only dma_copy and "
+                             "tensor_copy (Beta 1: nisa.tensor_copy_dynamic_src/dst) can address it; copy it into "
+                             "a tile first".format(self.name))
         st = self._st.base if isinstance(self._st, _ViewStorage) else self._st
         if st.stale is not None:  # a tile of an earlier iteration of a loop recorded symbolically
             raise _NeedsConcrete("a tile of an earlier iteration is used", st.stale)

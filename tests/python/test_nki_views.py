@@ -438,8 +438,7 @@ def test_unsupported_names_raise_nsim_errors(b1, dialect):
         calls = [lambda a: I.nc_matmul_mx(a, a, a, a, a), lambda a: I.quantize_mx(a, a, a)]
     else:
         jit, L, I = b1[0].jit, b1[1], b1[2]
-        calls = [lambda a: I.tensor_copy_dynamic_src(a), lambda a: I.tensor_copy_dynamic_dst(dst=a, src=a),
-                 lambda a: I.builtin_custom_op(a), lambda a: L.all_reduce(a, L.add, (0,))]
+        calls = [lambda a: I.builtin_custom_op(a), lambda a: L.all_reduce(a, L.add, (0,))]
     for fn in calls:
         @jit
         def k(a):

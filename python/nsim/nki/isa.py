@@ -147,7 +147,8 @@ def _op(name, **fields):
         if v is None:
             continue
         if isinstance(v, NkiTensor):
-            v = v.access()
+            # the runtime part of a dma_copy / tensor_copy side is in the "offsets" field (_runtime_fields)
+            v = v.access(indirect_ok=name in ("dma_copy", "tensor_copy") and k in ("dst", "src"))
         if k == "flags" and not v:
             continue
         stmt[k] = v
@@ -232,7 +233,7 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
         raise make_error("BadArgument", "dma_compute: {} scales for {} srcs".format(len(scales), len(srcs)))
 
     def same(a, b):
-        return a is b or (a.access() == b.access() and
+        return a is b or (a.access(indirect_ok=True) == b.access(indirect_ok=True) and
                           (a._ind is None) == (b._ind is None) and
                           (a._ind is None or (a._ind.offsets is b._ind.offsets and a._ind.scalar == b._ind.scalar)))
 
@@ -264,9 +265,35 @@ def _oob_skip(m):
 
 
 def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None, **kwargs):
-    _t(dst, "dst", "tensor_copy")
-    _t(src, "src", "tensor_copy")
-    return _op("tensor_copy", engine=_engine(engine, "tensor_copy"), dst=dst, src=src)
+    """``dst = cast(src)`` per partition. One side may be an on-chip view with a runtime offset
+    (``t.ap(..., scalar_offset=sbuf_scalar, indirect_dim=d)``, ``t.select(d, sbuf_scalar)``, ``nl.ds(sbuf_scalar,
+    n)``; Beta 1: ``tensor_copy_dynamic_src/dst``): the copy then reads (writes) the view moved by that value
+    at run time, at the dynamic-copy cost (docs/isa.md)."""
+    return _tensor_copy(dst, src, engine)
+
+
+def _tensor_copy(dst, src, engine=engine.unknown, dynamic=False, what="tensor_copy"):
+    """nisa.tensor_copy; ``dynamic``: a dynamic copy (Beta-1 tensor_copy_dynamic_src/dst) even when neither
+    side has a runtime offset (the cost floor, flag dynamic_addr)."""
+    _t(dst, "dst", what)
+    _t(src, "src", what)
+    fields, flags = _dynamic_fields(what, dst, src, dynamic)
+    return _op("tensor_copy", engine=_engine(engine, "tensor_copy"), dst=dst, src=src, flags=flags, **fields)
+
+
+def _dynamic_fields(what, dst, src, dynamic):
+    """kernel.json fields and flags of a tensor_copy whose src or dst has a runtime offset (an on-chip
+    scalar indirection); ``dynamic``: the instruction is a dynamic copy even without one (its cost floor)."""
+    if dst.is_indirect() and src.is_indirect():
+        raise make_error("DynamicIndex", "{}: only one of src and dst may have a runtime index".format(what))
+    side = dst if dst.is_indirect() else src if src.is_indirect() else None
+    if side is None:
+        return {}, ["dynamic_addr"] if dynamic else []
+    if side.buffer not in _tr.ON_CHIP or not side._ind.scalar:
+        raise make_error("DynamicIndex", "{}: the runtime-indexed {} must be an on-chip view with one (scalar) "
+                         "runtime offset (HBM gathers are dma_copy's)".format(what, "dst" if side is dst else "src"))
+    fields, flags = side._ind.fields(side is dst, False)
+    return fields, flags + ["dynamic_addr"]
 
 
 def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **kwargs):

@@ -82,12 +82,89 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, 
 
 def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, dst=None, **kwargs):
     _tile(src, "tensor_copy")
+    _no_runtime_index(src, dst, "tensor_copy")
     if _is_mask(mask):
         return _masked(lambda x: tensor_copy(x, dtype=dtype, engine=engine), (src,), mask, "nisa.tensor_copy",
                        dtype, dst)
     out = dst if dst is not None else _new(src.shape, _dt(dtype, src.dtype))
     _n.tensor_copy(dst=out, src=src, engine=engine)
     return None if dst is not None else out
+
+
+def _no_runtime_index(src, dst, what):
+    for v, fn in ((src, "tensor_copy_dynamic_src(src)"), (dst, "tensor_copy_dynamic_dst(dst=, src=)")):
+        if isinstance(v, NkiTensor) and v.is_indirect():
+            raise make_error("DynamicIndex", "err_copy_dynamic_indirect_indices_not_natively_supported: nisa.{} "
+                             "cannot address the runtime index of '{}'; use nisa.{}".format(what, v.name, fn))
+
+
+def _restrict_dynamic(view, box):
+    """The part of a (possibly runtime-indexed) view inside ``box``; a runtime index is re-applied to the
+    restricted static view (its valid range grows when the mask cuts the view's tail)."""
+    if box is None or not view.is_indirect():
+        return view if box is None else _restrict(view, box)
+    ind = view._ind
+    part = NkiTensor.__getitem__(view._static(), tuple(slice(lo, hi) for lo, hi in box))
+    return part._dynamic(ind.dim, ind.offsets)
+
+
+def _dynamic_copy(dst, src, mask, engine, what):
+    """One dynamic tensor_copy ``dst = src`` inside the mask's rectangle (over dst's shape, §3.8; the positions
+    outside it are not written). Returns the rectangle (None: the whole view, or nothing for an all-false mask)."""
+    box = None
+    if _is_mask(mask) or mask is False:
+        box = mask_box(mask, tuple(dst.shape)) if mask is not False else None
+        if box is None:
+            return None  # nothing to copy
+        if tuple(src.shape) != tuple(dst.shape):
+            raise make_error("ShapeMismatch", "nisa.{}: a mask needs src and dst of the same shape, got {} and "
+                             "{}".format(what, tuple(src.shape), tuple(dst.shape)))
+        dst, src = _restrict_dynamic(dst, box), _restrict_dynamic(src, box)
+    _n._tensor_copy(dst, src, engine, dynamic=True, what=what)
+    return box
+
+
+def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown, dst=None, **kwargs):
+    """A fresh SBUF tile (``dtype``, default src's) = ``src``, where ``src`` is an on-chip view whose address
+    has a runtime offset: ``src_tile[i_p, idx_tile[0, j] + i_f]`` / ``src_tile[i_p, idx_tile[0, j], i_z]`` /
+    ``src_tile[:, nl.ds(idx_tile[0, j], n)]`` (one-element SBUF int32/uint32 ``idx_tile`` view; docs/isa.md).
+    Vector engine by default (``engine=`` vector, scalar or gpsimd); cost max(600, N) cycles."""
+    _tr.current("nisa.tensor_copy_dynamic_src")
+    if not isinstance(src, NkiTensor):
+        raise make_error("BadOperandKind", "nisa.tensor_copy_dynamic_src: src must be a tile view, got {!r}".format(
+            src))
+    _tile(src, "tensor_copy_dynamic_src")
+    if isinstance(dst, NkiTensor) and dst.is_indirect():
+        raise make_error("DynamicIndex", "nisa.tensor_copy_dynamic_src: dst has a runtime index (use "
+                         "tensor_copy_dynamic_dst)")
+    out = dst if dst is not None else _new(src.shape, _dt(dtype, src.dtype))
+    box = _dynamic_copy(out, src, mask, engine, "tensor_copy_dynamic_src")
+    if dst is not None:
+        return None
+    if box is not None and isinstance(out, _nl.Tensor):
+        out._box = [tuple(b) for b in box]  # `res[...] = f(x, mask=m)` assigns only the written part
+    return out
+
+
+def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    """``dst = src`` where ``dst`` is an on-chip view whose address has a runtime offset (the forms of
+    tensor_copy_dynamic_src, on the destination); returns None. ``dtype``: dst's dtype wins (a warning when
+    it differs)."""
+    _tr.current("nisa.tensor_copy_dynamic_dst")
+    for v, nm in ((dst, "dst"), (src, "src")):
+        if not isinstance(v, NkiTensor):
+            raise make_error("BadOperandKind", "nisa.tensor_copy_dynamic_dst: {} must be a tile view, got {!r}".format(
+                nm, v))
+    _tile(src, "tensor_copy_dynamic_dst")
+    if src.is_indirect():
+        raise make_error("DynamicIndex", "nisa.tensor_copy_dynamic_dst: src has a runtime index (use "
+                         "tensor_copy_dynamic_src)")
+    if dtype is not None and np.dtype(dtype) != np.dtype(dst.dtype):
+        import warnings
+        warnings.warn("nisa.tensor_copy_dynamic_dst: dtype={} ignored, dst is {}".format(np.dtype(dtype), dst.dtype),
+                      stacklevel=3)
+    _dynamic_copy(dst, src, mask, engine, "tensor_copy_dynamic_dst")
+    return None
 
 
 def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, dst=None, **kwargs):
@@ -542,8 +619,6 @@ def dropout(data, prob, *, mask=None, dtype=None, dst=None, **kwargs):
 from .._unsupported import install as _install_unsupported  # noqa: E402
 
 _install_unsupported(globals(), 'neuronxcc.nki.isa', {
-    'tensor_copy_dynamic_src': 'src, *, mask=None, dtype=None, engine=None',
-    'tensor_copy_dynamic_dst': '*, dst, src, mask=None, dtype=None, engine=None',
     'builtin_custom_op': '*args',
 })
 

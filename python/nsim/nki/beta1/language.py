@@ -407,6 +407,48 @@ def _is_expr(k):
     return isinstance(k, (IndexExpr, _Arange1D))
 
 
+class RuntimeIndex:
+    """A runtime index item of a Beta-1 subscript: the value of a one-element SBUF int tile plus an affine
+    index expression, as public kernels write it: ``src[i_p, idx_tile[0, j] + i_f]`` (the value moves the
+    ``i_f`` window). Only ``+``/``-`` of index expressions and ints combine with it."""
+
+    __slots__ = ("tile", "expr")
+
+    def __init__(self, tile, expr):
+        self.tile, self.expr = tile, expr
+
+    def __repr__(self):
+        return "RuntimeIndex({} + {!r})".format(self.tile.name, self.expr)
+
+    def __add__(self, o):
+        e = IndexExpr._lift(o)
+        if e is None:
+            return NotImplemented
+        return RuntimeIndex(self.tile, self.expr + e)
+
+    __radd__ = __add__
+
+    def __sub__(self, o):
+        e = IndexExpr._lift(o)
+        if e is None:
+            return NotImplemented
+        return RuntimeIndex(self.tile, self.expr - e)
+
+    def __bool__(self):
+        raise make_error("DynamicIndex", "err_dynamic_control_flow_not_supported: a runtime index cannot drive "
+                         "Python control flow")
+
+
+def _runtime_item(x, on_chip):
+    """The RuntimeIndex of subscript item ``x`` when it is a runtime index on an on-chip tensor (a one-element
+    SBUF tile, or such a tile plus an index expression), else None."""
+    if isinstance(x, RuntimeIndex):
+        return x
+    if on_chip and isinstance(x, NkiTensor) and x.size == 1:
+        return RuntimeIndex(x, IndexExpr(0, {}, ()))
+    return None
+
+
 # --------------------------------------------------------------------------------------------------
 # Tensors with value semantics
 # --------------------------------------------------------------------------------------------------
@@ -439,18 +481,21 @@ class Tensor(NkiTensor):
         """This transposed view as a plain view in storage order (shape reversed)."""
         return NkiTensor(self._st, self._dims, self._tracer)
 
-    def access(self):
+    def access(self, indirect_ok=False):
         if self._t2d:
             raise NotImplementedError("nsim: a transposed arange access (partition index on a later dim) is "
                                       "supported only as the HBM operand of nl.load / nl.store")
         if self._adv is not None and self._adv[3]:
             # an out-of-bounds arange view is only usable under a mask that clips it
             raise make_error("IndexOutOfBounds", self._adv[3])
-        return NkiTensor.access(self)
+        return NkiTensor.access(self, indirect_ok)
 
     # --- indexing -----------------------------------------------------------------------------
     def __getitem__(self, key):
         k = key if isinstance(key, tuple) else (key,)
+        chip = self.buffer in _tr.ON_CHIP
+        if any(_runtime_item(x, chip) is not None for x in k):
+            return self._runtime_index(k)
         if any(isinstance(x, NkiTensor) for x in k):
             return self._indirect_index(k)
         if any(_is_expr(x) for x in k):
@@ -458,6 +503,29 @@ class Tensor(NkiTensor):
         if any(x is None for x in k):
             raise NotImplementedError("nsim: None (new axis) in a Beta-1 subscript is not supported yet")
         return NkiTensor.__getitem__(self, key)
+
+    def _runtime_index(self, key):
+        """``src[i_p, idx_tile[0, j] + i_f]`` / ``src[i_p, idx_tile[0, j], i_z]`` on an on-chip tile (the Beta-1
+        form of tensor_copy_dynamic_src/dst, docs/isa.md): the view at runtime index 0, moved at run time by the
+        value of the one-element SBUF tile along that item's dim."""
+        kept = [i for i, d in enumerate(self._dims) if d[3]]
+        rt = [(i, _runtime_item(x, True)) for i, x in enumerate(key) if _runtime_item(x, True) is not None]
+        if len(rt) > 1:
+            raise make_error("DynamicIndex", "tensor '{}': one runtime index per subscript (spec §3.9), got {}".format(
+                self.name, len(rt)))
+        pos, ri = rt[0]
+        if pos >= len(kept):
+            raise make_error("BadSubscript", "too many indices for tensor '{}' of shape {}".format(
+                self.name, tuple(self.shape)))
+        static = list(key)
+        e = ri.expr
+        static[pos] = e if e.coefs else e.offset  # the item at runtime value 0
+        static = tuple(static)
+        if _b.any(_is_expr(x) for x in static):
+            v = self._adv_index(static, defer_oob=False)
+        else:
+            v = NkiTensor.__getitem__(self, static)
+        return v._dynamic(kept[pos], ri.tile)
 
     def _indirect_index(self, key):
         """``data[idx_tile[i_p, 0], i_f]`` / ``data[idx_tile, i_f]`` (spec §3.8): a tile of row indices as the
@@ -659,6 +727,8 @@ class Tensor(NkiTensor):
 
     # --- tile operators -------------------------------------------------------------------------
     def _binop(self, other, name, rev=False, **kw):
+        if _is_expr(other) and name == "add" and self.size == 1 and self.buffer in _tr.ON_CHIP:
+            return RuntimeIndex(self, IndexExpr._lift(other))  # idx_tile[0, j] + i_f: a runtime index item
         if _is_expr(other) or not (isinstance(other, NkiTensor) or _isscalar(other)):
             return NotImplemented
         f = _B1OPS[name]
@@ -964,6 +1034,10 @@ def assign(dst, value):
         return
     if not isinstance(value, NkiTensor):
         raise make_error("BadOperandKind", "cannot assign {!r} to a tensor".format(value))
+    for v, fn in ((value, "tensor_copy_dynamic_src(src)"), (dst, "tensor_copy_dynamic_dst(dst=, src=)")):
+        if v.is_indirect() and v.buffer in _tr.ON_CHIP:
+            raise make_error("DynamicIndex", "err_copy_dynamic_indirect_indices_not_natively_supported: an "
+                             "assignment copy cannot use the runtime index of '{}'; use nisa.{}".format(v.name, fn))
     if dst.buffer == "hbm":
         _nl.store(dst, value)
         return
