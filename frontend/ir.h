@@ -46,6 +46,10 @@ struct DimAccess {
 struct Access {
   int tensor = -1;  ///< index into Kernel::tensors
   std::vector<DimAccess> dims;
+  /// The order in which the access visits the dims (a permutation of 0..rank-1; on chip order[0] == 0):
+  /// the operand's rows (HBM) / free dims follow it. Empty = row-major (0, 1, ...). A permuted view
+  /// (permute, .T, rearrange) pairs its elements in this order.
+  std::vector<int> order;
   bool operator==(const Access&) const = default;
 };
 

@@ -718,22 +718,44 @@ class Reader {
     if (!v.is_object())
       fail(ErrorCode::kWrongType, v, path,
            fmt::format("expected a tensor name or {{\"tensor\": name, \"index\": [...]}}, found {}", v.type_name()), loc);
-    check_keys(v, path, {"tensor", "index"}, loc);
+    check_keys(v, path, {"tensor", "index", "order"}, loc);
     const Value& tv = require(v, "tensor", path, loc);
     a.tensor = lookup_tensor(tv, get_string(tv, path + ".tensor", loc), path + ".tensor", loc);
     const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
     const Value* idx = v.find("index");
-    if (!idx) return a;
-    expect_array(*idx, path + ".index", loc);
-    if (idx->size() > t.shape.size())
+    if (!idx && !v.find("order")) return a;
+    if (idx) expect_array(*idx, path + ".index", loc);
+    const size_t given = idx ? idx->size() : 0;
+    if (given > t.shape.size())
       fail(ErrorCode::kWrongType, *idx, path + ".index",
-           fmt::format("{} index entries for tensor {} with {} dims", idx->size(), q(t.name), t.shape.size()), loc);
+           fmt::format("{} index entries for tensor {} with {} dims", given, q(t.name), t.shape.size()), loc);
     for (size_t i = 0; i < t.shape.size(); ++i) {
-      if (i < idx->size()) {
+      if (i < given) {
         a.dims.push_back(read_dim((*idx)[i], fmt::format("{}.index[{}]", path, i), t.shape[i], loc));
       } else {
         a.dims.push_back(DimAccess{Affine{}, t.shape[i], 1, false});
       }
+    }
+    if (const Value* ord = v.find("order")) {
+      const std::string op = path + ".order";
+      expect_array(*ord, op, loc);
+      std::vector<char> seen(t.shape.size(), 0);
+      if (ord->size() != t.shape.size())
+        fail(ErrorCode::kWrongType, *ord, op,
+             fmt::format("{} entries for tensor {} with {} dims (a permutation of its dims)", ord->size(), q(t.name),
+                         t.shape.size()), loc);
+      for (size_t i = 0; i < ord->size(); ++i) {
+        const int d = static_cast<int>(get_int((*ord)[i], fmt::format("{}[{}]", op, i), 0,
+                                               static_cast<int64_t>(t.shape.size()) - 1, loc));
+        if (seen[static_cast<size_t>(d)]) fail(ErrorCode::kWrongType, (*ord)[i], op, fmt::format("dim {} twice", d), loc);
+        seen[static_cast<size_t>(d)] = 1;
+        a.order.push_back(d);
+      }
+      if (t.space != isa::Space::kHbm && a.order[0] != 0)
+        fail(ErrorCode::kWrongType, *ord, op, "the partition dim (0) of an on-chip tensor is visited first", loc);
+      bool identity = true;
+      for (size_t i = 0; i < a.order.size(); ++i) identity = identity && a.order[i] == static_cast<int>(i);
+      if (identity) a.order.clear();
     }
     return a;
   }
@@ -1039,7 +1061,7 @@ class Writer {
   Value access(const Access& a) const {
     if (a.tensor < 0 || static_cast<size_t>(a.tensor) >= k_.tensors.size()) bad(fmt::format("access of tensor id {} out of range", a.tensor));
     const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
-    if (a.dims.empty()) return Value::string(t.name);
+    if (a.dims.empty() && a.order.empty()) return Value::string(t.name);
     Value idx = Value::array();
     for (const DimAccess& d : a.dims) {
       if (!d.broadcast && d.size == 1 && d.step == 1) {
@@ -1060,6 +1082,11 @@ class Writer {
     Value v = Value::object();
     v.set("tensor", Value::string(t.name));
     v.set("index", std::move(idx));
+    if (!a.order.empty()) {
+      Value ord = Value::array();
+      for (int d : a.order) ord.push(Value::integer(d));
+      v.set("order", std::move(ord));
+    }
     return v;
   }
 

@@ -101,7 +101,11 @@ Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::ve
     ++nf;
   };
 
-  for (int d = 0; d < rank; ++d) {
+  if (!a.order.empty() && static_cast<int>(a.order.size()) != rank)
+    throw Error(ErrorCode::kBadIndex, fmt::format("access to tensor '{}' has an order of {} dims, the tensor has {}",
+                                                  t.name, a.order.size(), rank));
+  for (int i = 0; i < rank; ++i) {
+    const int d = a.order.empty() ? i : a.order[static_cast<size_t>(i)];  // the dims in visiting order
     int64_t start = 0, size = t.shape[static_cast<size_t>(d)], step = 1;
     bool bc = false;
     if (!a.dims.empty()) {
@@ -111,13 +115,13 @@ Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::ve
       step = da.step;
       bc = da.broadcast;
     }
-    if (d == 0) {
+    if (i == 0) {  // the partition dim (on chip: dim 0) / the rows of an HBM access (its first visited dim)
       o.num_partitions = static_cast<uint32_t>(size);
       if (chip) {
         o.start_partition = static_cast<uint16_t>(start);
       } else {
-        off += start * st[0];
-        o.partition_step = bc ? 0 : step * st[0];
+        off += start * st[d];
+        o.partition_step = bc ? 0 : step * st[d];
       }
       continue;
     }

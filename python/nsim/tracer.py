@@ -677,8 +677,9 @@ def _merge(pat):
 
 def ir_index(shape, offset, pat, chip):
     """The kernel-IR index (one entry per dim of a real tensor of ``shape``) of the elements
-    ``offset + sum_k stride_k * i_k`` (``pat`` = [(stride, count), ...], outer -> inner) in row-major order.
-    Raises _NotExpressible when the IR (one start/size/step or broadcast per real dim, dims in order) cannot
+    ``offset + sum_k stride_k * i_k`` (``pat`` = [(stride, count), ...], outer -> inner), and the order in which
+    the access visits the real dims (None: row-major, else a permutation: kernel.json ``order``). Raises
+    _NotExpressible when the IR (one start/size/step or broadcast per real dim, each dim visited once) cannot
     express it."""
     n = len(shape)
     R = _rowmajor(shape)
@@ -713,9 +714,8 @@ def ir_index(shape, offset, pat, chip):
     for s, c, _vds in items:
         placed.append(None if s == 0 else place(s, c))
     used = [k for p in placed if p for k, _, _ in p]
-    if used != sorted(used) or len(set(used)) != len(used):
-        raise _NotExpressible("the view does not visit the tensor in row-major order (a transposed or "
-                              "overlapping view)")
+    if len(set(used)) != len(used):
+        raise _NotExpressible("the view visits a dim of the tensor twice (an overlapping view)")
     idx = list(start)
     for k, c, m in (e for p in placed if p for e in p):
         idx[k] = {"start": start[k], "size": c} if m == 1 else {"start": start[k], "size": c, "step": m}
@@ -726,10 +726,13 @@ def ir_index(shape, offset, pat, chip):
         lo = max([k for q in placed[:i] if q for k, _, _ in q], default=-1)
         hi = min([k for q in placed[i + 1:] if q for k, _, _ in q], default=n)
         host = [k for k in range(lo + 1, hi) if k not in taken and not (chip and k == 0)]
+        if not host:  # out of order: any size-1 dim not visited yet (the order lists it at this place)
+            host = [k for k in range(n) if k not in taken and not (chip and k == 0)]
         if not host:
             raise _NotExpressible("a broadcast (stride-0) dim has no free dim of the tensor to sit on")
         k = host[-1]
         taken.add(k)
+        placed[i] = [(k, items[i][1], 0)]
         idx[k] = {"start": start[k], "broadcast": items[i][1]}
     if chip:
         p_count = pat[0][1] if pat else 1
@@ -739,7 +742,14 @@ def ir_index(shape, offset, pat, chip):
                 raise _NotExpressible("the partition dim of an on-chip view must stay dim 0 of the tile")
         elif 0 in used:
             raise _NotExpressible("a free dim of the view would step along the partitions")
-    return idx
+    seq = [k for p in placed if p for k, _, _ in p]  # the real dims in visiting order
+    if seq == sorted(seq):
+        return idx, None
+    order = seq + [k for k in range(n) if k not in seq]  # the dims not visited have size 1: last
+    if chip:
+        order.remove(0)
+        order.insert(0, 0)
+    return idx, order
 
 
 _INT32_MAX = 2 ** 31 - 1
@@ -1210,6 +1220,69 @@ class NkiTensor:
         _base, off, pat = self._flat()
         return self._pattern_view(off, [pat[d] for d in dims])
 
+    def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
+        """``t.rearrange(src_pattern, dst_pattern, fixed_sizes=None)`` (spec §3.9): einops-style split, permute
+        and merge as a view. ``src_pattern`` names each dim of this view: a name, or a tuple of names for a dim
+        split row-major into those axes (``('h', 'w')``; at most one size per group unknown, the others from
+        ``fixed_sizes``); ``dst_pattern`` lists every axis once, a tuple merging axes into one dim (``()`` is a
+        size-1 dim). E.g. ``t.rearrange(('b', ('h', 'w')), ('b', 'w', 'h'), {'h': 4})`` is
+        ``np.transpose(t.reshape(b, 4, w), (0, 2, 1))``. It is ``reshape`` (split), ``permute``, ``reshape``
+        (merge), so their rules apply: on chip the partition axis stays first and alone; a merge needs the
+        permuted axes adjacent in memory (BadReshape). A permutation of the tensor's own dims is an access with
+        an ``order`` (docs/kernel-json.md); a view that splits one dim of the tensor and moves the parts apart
+        (the example above on a 2-D tensor) has no kernel-IR access, since an access visits each dim once:
+        BadView when an instruction uses it (declare the tensor with the split shape, or transpose)."""
+        fixed = dict(fixed_sizes or {})
+        src, dst = list(src_pattern), list(dst_pattern)
+        shape = tuple(self.shape)
+        where = "rearrange({!r}, {!r})".format(tuple(src), tuple(dst))
+        if len(src) != len(shape):
+            raise make_error("BadView", "{}: the source pattern names {} dims, the tensor has shape {}".format(
+                where, len(src), shape))
+
+        def names(item):
+            if isinstance(item, str):
+                return [item]
+            if isinstance(item, (tuple, list)) and all(isinstance(x, str) for x in item):
+                return list(item)
+            raise make_error("BadView", "{}: a pattern item is a name or a tuple of names, got {!r}".format(
+                where, item))
+
+        sizes, order = {}, []
+        for item, n in zip(src, shape):
+            group = names(item)
+            if any(g in sizes or g in order for g in group) or len(set(group)) != len(group):
+                raise make_error("BadView", "{}: an axis is named twice in the source pattern".format(where))
+            unknown = [g for g in group if g not in fixed]
+            known = int(np.prod([int(fixed[g]) for g in group if g in fixed], dtype=np.int64))
+            if len(unknown) > 1:
+                raise make_error("BadView", "{}: the sizes of {} are unknown (give all but one in fixed_sizes)".format(
+                    where, unknown))
+            if known < 1 or n % known or (not unknown and known != n):
+                raise make_error("BadView", "{}: dim of size {} does not split into {}".format(
+                    where, n, {g: fixed.get(g, "?") for g in group}))
+            for g in group:
+                sizes[g] = int(fixed[g]) if g in fixed else n // known
+            order += group
+        extra = set(fixed) - set(sizes)
+        if extra:
+            raise make_error("BadView", "{}: fixed_sizes names {} that the source pattern does not".format(
+                where, sorted(extra)))
+        dst_names = [g for item in dst for g in names(item)]
+        if sorted(dst_names) != sorted(order):
+            raise make_error("BadView", "{}: the destination pattern must list the axes {} once each, got {}".format(
+                where, order, dst_names))
+        chip = self.buffer in ON_CHIP
+        if chip and (not isinstance(src[0], str) or names(dst[0]) != [src[0]]):
+            raise make_error("BadView", "{}: the partition dim of an on-chip tensor must stay the first dim, alone "
+                             "(first item of both patterns, the same name)".format(where))
+        v = self.reshape([sizes[g] for g in order])  # the split (the view itself when nothing splits)
+        perm = [order.index(g) for g in dst_names]
+        if perm != sorted(perm):
+            v = v.permute(perm)
+        out = [int(np.prod([sizes[g] for g in names(item)], dtype=np.int64)) for item in dst]
+        return v.reshape(out) if tuple(out) != tuple(v.shape) else v
+
     @property
     def T(self):  # noqa: N802 - NKI name
         if self.ndim != 2:
@@ -1324,11 +1397,13 @@ class NkiTensor:
         if isinstance(self._st, _ViewStorage):
             base, off, pat = self._flat()
             try:
-                idx = ir_index(base.shape, off, pat, base.buffer in ON_CHIP)
+                idx, order = ir_index(base.shape, off, pat, base.buffer in ON_CHIP)
             except _NotExpressible as e:
                 raise make_error("BadView", "the view {} of tensor '{}' (shape {}) cannot be expressed "
                                  "as a kernel-IR access: {} (copy it into a fresh tile first)".format(
                                      tuple(self.shape), self.name, base.shape, e))
+            if order is not None:  # a permuted view (permute, .T, rearrange): the dims in visiting order
+                return {"tensor": base.name, "index": idx, "order": order}
             if all(isinstance(e, dict) and "broadcast" not in e and e["start"] == 0 and e["size"] == n and
                    e.get("step", 1) == 1 for e, n in zip(idx, base.shape)):
                 return base.name

@@ -14,8 +14,8 @@ REASONS = {
     "builtin_custom_op": "custom operators are not supported (spec §2.4)",
     # nki.language
     "all_reduce": "collectives across SPMD programs are out of nsim's scope (spec §3.6)",
-    "indirect": "gen4 tensor-indirection views are not modelled (nsim models gen2/gen3)",
-    "rearrange": "einops-style rearrange is not written yet (use reshape / permute)",
+    "indirect": "gen4 tensor-indirection views (per-element offsets from an index tile) are not in the kernel IR: "
+                "runtime offsets exist only as one scalar or one row index per partition (tensor_copy, dma_copy)",
 }
 
 #: names the spec lists that nsim does not define at all, with the reason (shown by the coverage doc)
@@ -79,7 +79,7 @@ def stub_class(prefix, name, reason=None):
 
 def _install_view_stubs():
     from ..tracer import NkiTensor
-    for n in ("indirect", "rearrange"):
+    for n in ("indirect",):
         if not hasattr(NkiTensor, n):
             setattr(NkiTensor, n, stub_method(n))
 

@@ -435,6 +435,8 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, 
             for x in acc["index"]]
         if isinstance(acc, str):
             sizes = list(data._st.base.shape)
+        elif "order" in acc:  # a permuted view: the dims in the order the access visits them
+            sizes = [sizes[k] for k in acc["order"]]
         axis_count = None
         prod = 1
         for r in range(len(sizes) - 1, 0, -1):
