@@ -1544,6 +1544,9 @@ class _Eager:
         if getattr(t, "_adv", None) is not None:
             raise make_error("ValuesUnavailable", "the values of an nl.arange-indexed view of '{}' are not "
                              "available: look at the whole tensor, or copy the view into a tile first".format(t.name))
+        if t._ind is not None:  # its elements move with a runtime value: the static window would mislead
+            raise make_error("ValuesUnavailable", "the values of the runtime-indexed view of '{}' are not available: "
+                             "copy it into a tile first (tensor_copy / dma_copy)".format(t.name))
         concrete_only("a value read")
         self.sync()
         base, off, pat = t._flat() if not getattr(t, "_t2d", False) else t._storage_order()._flat()

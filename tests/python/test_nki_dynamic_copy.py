@@ -460,3 +460,26 @@ def test_kernel_json_bad_dynamic_copies(iimm, flags, offsets, name):
     with pytest.raises(NsimError) as e:
         simulate_json(_dyn_json(iimm, flags, offsets), inputs=_inputs())
     assert _code(e.value) == _errors.code(name), str(e.value)
+
+
+def test_values_of_a_runtime_indexed_view_are_not_the_static_window(b1):
+    """Printing / reading a runtime-indexed view while tracing would show its static window (runtime value 0):
+    ValuesUnavailable instead; the copied tile has the values."""
+    _nki, bnl, bnisa = b1
+    seen = {}
+
+    @_nki.jit
+    def k(src, offsets):
+        s = bnl.load(src)
+        o = bnl.load(offsets)
+        v = s[:, bnl.ds(o[0, 0], 2)]
+        with pytest.raises(NsimError) as e:
+            v.numpy()
+        seen["code"] = _code(e.value)
+        seen["copy"] = bnisa.tensor_copy_dynamic_src(v).numpy()
+        return src
+
+    src = _rng().standard_normal((128, 16)).astype(np.float32)
+    k(src, np.array([[9]], np.int32))
+    assert seen["code"] == _errors.code("ValuesUnavailable")
+    np.testing.assert_array_equal(seen["copy"], src[:, 9:11])
