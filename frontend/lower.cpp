@@ -305,6 +305,22 @@ bool Lowering::lower_op(const Op& op, Instr& out) {
                       ? access_operand(k_.tensors[static_cast<size_t>(a.tensor)], a, vars_, base_of(a.tensor), true)
                       : operand(a);
   }
+  if (const int side = isa::indirect_slot(out); side >= 0 && on_chip(out.opnd[static_cast<size_t>(side)].space)) {
+    // A dynamic tensor_copy: every in-range runtime index keeps the moving side inside its tile's row (as
+    // verify_kernel's check_indirect_reach; the buffer bound alone would let it read a neighbouring tile).
+    const int ti = op.operands[static_cast<size_t>(side)]->tensor;
+    const Tensor& t = k_.tensors[static_cast<size_t>(ti)];
+    int64_t row = dtype_bytes(t.dtype);
+    for (size_t d = 1; d < t.shape.size(); ++d) row *= t.shape[d];
+    const int64_t end = isa::slot_extent(out, side).second;
+    if (end > base_of(ti) + row)
+      throw Error(ErrorCode::kOutOfBounds,
+                  fmt::format("{}: operand '{}' of tile '{}': an index up to iimm[0] - 1 = {} moves it to bytes [.., {}) "
+                              "per partition, past the tile's {} bytes at {}",
+                              isa::op_info(out.op).mnemonic, isa::op_info(out.op).slots[static_cast<size_t>(side)].name,
+                              t.name, out.iimm[0] - 1, end, row, base_of(ti)),
+                  op.loc);
+  }
   if (queue_base_[oi] >= 0) {  // automatic queue: by the rotating buffer of the on-chip side
     int buf = 0;
     if (on_chip(out.opnd[0].space)) buf = buffer_of(op.operands[0]->tensor);

@@ -298,3 +298,49 @@ TEST_CASE("validation paths: an indirect dma_copy reaching past its HBM tensor i
     CHECK(p.full.code == p.check.code);
   }
 }
+
+namespace {
+
+/// A dynamic tensor_copy (tensor_copy_dynamic_src): r = s[:, 0:4] moved at run time by offsets[0] columns,
+/// with the index bound `bound` (s is [128, 512] fp32 in SBUF).
+Kernel dynamic_copy(int bound) {
+  const std::string text = R"J({"nsim_kernel": 1, "name": "dyn",
+    "tensors": [{"name": "src", "buffer": "hbm", "kind": "input", "dtype": "float32", "shape": [128, 512]},
+                {"name": "off", "buffer": "hbm", "kind": "input", "dtype": "int32", "shape": [1, 1]},
+                {"name": "out", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [128, 4]}],
+    "body": [{"alloc": {"name": "s", "buffer": "sbuf", "dtype": "float32", "shape": [128, 512]}},
+             {"alloc": {"name": "o", "buffer": "sbuf", "dtype": "int32", "shape": [1, 1]}},
+             {"alloc": {"name": "r", "buffer": "sbuf", "dtype": "float32", "shape": [128, 4]}},
+             {"op": "dma_copy", "dst": "s", "src": "src"},
+             {"op": "dma_copy", "dst": "o", "src": "off"},
+             {"op": "tensor_copy", "dst": "r", "src": {"tensor": "s", "index": [{"size": 128}, {"size": 4}]},
+              "offsets": "o", "flags": ["indirect_scalar", "dynamic_addr"], "iimm": [BOUND, 1],
+              "loc": {"file": "k.py", "line": 20}},
+             {"op": "dma_copy", "dst": "out", "src": "r"}]})J";
+  std::string t = text;
+  t.replace(t.find("BOUND"), 5, std::to_string(bound));
+  return frontend::parse_kernel_json(t, "k.json");
+}
+
+}  // namespace
+
+TEST_CASE("validation paths: a dynamic tensor_copy reaching past its tile row is E201 when checked", "[verify][paths]") {
+  SECTION("the largest index keeps the 4-column window inside the 512 columns: accepted") {
+    // bound 509: an index up to 508 moves columns [0, 4) to [508, 512).
+    const Paths p = run_paths(dynamic_copy(509));
+    INFO(p.check.what << " | " << p.timing.what << " | " << p.full.what);
+    CHECK_FALSE(p.check.code.has_value());
+    CHECK_FALSE(p.timing.code.has_value());
+    CHECK_FALSE(p.full.code.has_value());
+  }
+  SECTION("bound 510: index 509 would read column 512 of the tile") {
+    const Paths p = run_paths(dynamic_copy(510));
+    INFO(p.check.what << " | " << p.timing.what << " | " << p.full.what);
+    REQUIRE(p.check.code.has_value());
+    CHECK(*p.check.code == ErrorCode::kOutOfBounds);
+    CHECK(p.check.line == kOpLine);
+    CHECK(p.check.what.find("'s'") != std::string::npos);
+    CHECK(p.timing.code == p.check.code);
+    CHECK(p.full.code == p.check.code);
+  }
+}
