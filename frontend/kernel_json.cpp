@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <cfloat>
 #include <charconv>
 #include <cmath>
@@ -211,7 +212,49 @@ class Reader {
   explicit Reader(const std::string& filename) : file_(filename) {}
 
   Kernel read(std::string_view text) {
+    // A single-core kernel.json is read as a stream: every top-level member but "body" as a DOM, then
+    // the body one statement at a time, so no DOM of the whole body is ever held (a 300 MB kernel.json
+    // took 4.75 GB to load as one DOM). Anything else (not an object, a multi-core launch, a syntax
+    // error between the members) takes the whole-document path, which reports errors as it always has.
+    {
+      json::Stream st(text, file_);
+      std::optional<Value> root;
+      json::Stream::Mark body{};
+      bool has_body = false;
+      try {
+        if (st.begin_object()) {
+          root = Value::object();
+          std::string key;
+          json::Stream::Mark at;
+          std::vector<std::string> seen;
+          while (st.next_member(key, at)) {
+            if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+              root.reset();  // a duplicate name: the whole-document parser reports it
+              break;
+            }
+            seen.push_back(key);
+            if (key == "body") {
+              body = at, has_body = true;
+            } else {
+              root->set(key, st.parse_at(at));
+            }
+          }
+        }
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kJsonSyntax) throw;
+        root.reset();
+      }
+      if (root && !root->find("core_programs") && !root->find("cores")) {
+        root->set_pos(st.object_line(), st.object_column());
+        return read_root(*root, has_body ? &st : nullptr, body);
+      }
+    }
     const Value root = json::parse(text, file_);
+    return read_root(root, nullptr, {});
+  }
+
+  /// The top level, its "body" either in `root` or, with a stream, at `body` in it.
+  Kernel read_root(const Value& root, json::Stream* st, const json::Stream::Mark& body) {
     if (!root.is_object())
       fail(ErrorCode::kWrongType, root, "(top level)", fmt::format("expected an object, found {}", root.type_name()));
     const Value* ver = root.find("nsim_kernel");
@@ -223,11 +266,12 @@ class Reader {
            fmt::format("unsupported schema version {}, this nsim reads version {}", describe(*ver), kKernelSchemaVersion));
     if (root.find("core_programs") || root.find("cores")) return read_launch(root);
     check_keys(root, "(top level)", {"nsim_kernel", "name", "tensors", "body", "schedule", "stacks"});
-    return read_program(root, "");
+    return read_program(root, "", st, body);
   }
 
   /// One core's program: {"name", "tensors", "body", "schedule"} (the single-core top level).
-  Kernel read_program(const Value& root, const std::string& prefix_text) {
+  Kernel read_program(const Value& root, const std::string& prefix_text, json::Stream* st = nullptr,
+                      const json::Stream::Mark& body_at = {}) {
     const std::string top = prefix_text.empty() ? "(top level)" : prefix_text;
     const Path prefix(prefix_text);
     if (const Value* n = root.find("name")) k_.name = get_string(*n, prefix + "name");
@@ -239,6 +283,16 @@ class Reader {
     if (const Value* ts = root.find("tensors")) {
       expect_array(*ts, prefix + "tensors");
       for (size_t i = 0; i < ts->size(); ++i) read_hbm_tensor((*ts)[i], (prefix + "tensors")[i]);
+    }
+    if (st) {  // the body of a stream, statement by statement
+      const Path bp = prefix + "body";
+      std::vector<Stmt> body;
+      const bool array = st->for_each_element(body_at, [&](size_t i, Value v) {
+        body.push_back(read_stmt(v, bp[i], 0));
+      });
+      if (!array) expect_array(st->parse_at(body_at), bp);  // the error read_body gives
+      k_.body = std::move(body);
+      return std::move(k_);
     }
     const Value* body = root.find("body");
     if (!body) fail(ErrorCode::kMissingField, root, top, "missing required field 'body' (the list of statements)");
