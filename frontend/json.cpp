@@ -119,13 +119,18 @@ class Parser {
  public:
   Parser(std::string_view text, const std::string& filename) : t_(text), file_(filename) {}
 
-  Value run() {
+  /// A leading UTF-8 BOM is ignored (columns count from after it), then whitespace.
+  void skip_bom_and_ws() {
     if (t_.size() >= 3 && static_cast<unsigned char>(t_[0]) == 0xEF && static_cast<unsigned char>(t_[1]) == 0xBB &&
         static_cast<unsigned char>(t_[2]) == 0xBF) {
       p_ = 3;
       line_start_ = 3;
     }
     skip_ws();
+  }
+
+  Value run() {
+    skip_bom_and_ws();
     if (p_ >= t_.size()) fail("empty input, expected a JSON value");
     Value v = value(0);
     skip_ws();
@@ -144,12 +149,7 @@ class Parser {
   }
   /// After an optional BOM and whitespace: '{' consumed, true; anything else: false (nothing consumed).
   bool begin_object() {
-    if (t_.size() >= 3 && static_cast<unsigned char>(t_[0]) == 0xEF && static_cast<unsigned char>(t_[1]) == 0xBB &&
-        static_cast<unsigned char>(t_[2]) == 0xBF) {
-      p_ = 3;
-      line_start_ = 3;
-    }
-    skip_ws();
+    skip_bom_and_ws();
     if (p_ >= t_.size() || t_[p_] != '{') return false;
     object_line_ = line_, object_col_ = col_at(p_);
     ++p_;
