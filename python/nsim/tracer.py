@@ -273,15 +273,28 @@ def make_error(name, message, loc=None):
 # dtypes
 # --------------------------------------------------------------------------------------------------
 
+def mx_x4_dtype(name):
+    """The numpy dtype of an MX x4-packed type of isa/dtypes.def (``values`` 4): a single-field structured dtype
+    named after the type over its packed bits (uint32 / uint16), so the three compare unequal to each other and
+    to uint32 (nki-api.md 3.2); None for any other name."""
+    d = _isa.DTYPES.get(name)
+    if d is None or d.get("values", 1) != 4:
+        return None
+    return np.dtype([(name, "<u{}".format(d["bytes"]))])
+
+
 def dtype_name(dtype):
     """IR dtype name of a numpy / ml_dtypes dtype (or of a name)."""
     ir = _isa.DTYPES  # isa/dtypes.def
     if isinstance(dtype, str) and dtype in ir:
         return dtype
     try:
-        name = np.dtype(dtype).name
+        nd = np.dtype(dtype)
     except TypeError:
         raise make_error("BadDtype", "unsupported dtype {!r}".format(dtype))
+    if nd.names is not None and len(nd.names) == 1 and mx_x4_dtype(nd.names[0]) == nd:
+        return nd.names[0]  # an MX x4 type (float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4)
+    name = nd.name
     if name not in ir:
         raise make_error("BadDtype", "dtype {} is not supported by nsim".format(name))
     return name
@@ -292,6 +305,9 @@ def np_dtype(name):
         return np.dtype(np.float32)
     if name == "bool":
         return np.dtype(np.bool_)
+    x4 = mx_x4_dtype(name)
+    if x4 is not None:
+        return x4
     return np.dtype(name)  # ml_dtypes registers bfloat16 / float8_* with numpy
 
 
@@ -2031,7 +2047,7 @@ class Tracer:
             self._affine_writes(stmt)
         if self.check and self._recs:
             self._affine_symbolic(stmt)
-        is_mm = stmt["op"] == "nc_matmul"
+        is_mm = stmt["op"] in ("nc_matmul", "nc_matmul_mx")
         for slot, v in self._operands(stmt):
             name = v if isinstance(v, str) else v["tensor"]
             if slot in _isa.OUT_SLOTS:
