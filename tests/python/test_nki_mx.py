@@ -120,14 +120,14 @@ def _store(t):
     return out
 
 
-def quant_kernel(tname, scale_rows=None, scale_start=0, sentinel=0xEE, memset=True):
+def quant_kernel(tname, scale_rows=None, scale_start=0, sentinel=0xEE, memset=True, scale_dtype=np.uint8):
     @nki.jit
     def k(x):
         P, F = x.shape
         xt = _load(x)
         q = nl.ndarray((P, F // 4), X4[tname], buffer=nl.sbuf)
         rows = scale_rows or P
-        s = nl.ndarray((rows, F // 4), nl.uint8, buffer=nl.sbuf)
+        s = nl.ndarray((rows, F // 4), scale_dtype, buffer=nl.sbuf)
         if memset:
             nisa.memset(s, sentinel)
         nisa.quantize_mx(q, xt, s[scale_start:rows, :])
@@ -225,6 +225,14 @@ def test_quantize_mx_hand_computed_bits():
         want_s = np.full((16, 1), 0xEE, np.uint8)
         want_s[4:8, 0] = [byte, 0, 0, 0]
         np.testing.assert_array_equal(s, want_s)
+        # the same with a float8_e8m0fnu scale tile (the scale's own dtype: 2^(byte - 127))
+        _, s8 = quant_kernel(tname, scale_rows=16, scale_start=4, sentinel=1.0,  # memset 1.0 = byte 127
+                             scale_dtype=nl.float8_e8m0fnu).options(config="trn3")(x.astype(BF16))
+        assert s8.dtype == ml_dtypes.float8_e8m0fnu
+        want_s[:] = 127
+        want_s[4:8, 0] = [byte, 0, 0, 0]
+        np.testing.assert_array_equal(s8.view(np.uint8), want_s)
+        assert s8[4, 0].astype(np.float64) == 2.0 ** (byte - 127)
 
 
 @pytest.mark.parametrize("tname", ["float8_e4m3fn_x4", "float8_e5m2_x4"])
@@ -428,3 +436,33 @@ def test_public_style_mx_kernel_end_to_end():
     # and close to the exact product: MX fp8 error is a few percent of the terms' magnitude
     exact = A.astype(np.float64).T @ B.astype(np.float64)
     assert np.abs(out - exact).max() <= 0.1 * (np.abs(A.astype(np.float64)).T @ np.abs(B.astype(np.float64))).max()
+
+
+def test_cli_takes_and_writes_x4_data_as_packed_bits(tmp_path):
+    # `nsim run` on the traced x4 copy kernel: the .npz input is the packed uint32 bits, the .npy output too
+    import json
+    import subprocess
+    from conftest import NSIM_BIN
+
+    @nki.jit
+    def copy(x):
+        return _store(_load(x))
+
+    bits = (np.arange(32 * 8, dtype=np.uint32).reshape(32, 8) * 0x01010101).astype(np.uint32)
+    copy.options(config="trn3")(_host(bits, "float8_e4m3fn_x4"))
+    kj = tmp_path / "copy.json"
+    kj.write_text(json.dumps(copy.last_json))
+    name = [t["name"] for t in copy.last_json["tensors"] if t.get("buffer") == "hbm"][0]
+    np.savez(tmp_path / "in.npz", **{name: bits})
+    r = subprocess.run([NSIM_BIN, "run", str(kj), "-c", "trn3", "--inputs", str(tmp_path / "in.npz"),
+                        "--outputs", str(tmp_path / "out")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    outs = list((tmp_path / "out").glob("*.npy"))
+    assert len(outs) == 1
+    out = np.load(outs[0])
+    assert out.dtype == np.uint32
+    np.testing.assert_array_equal(out, bits)
+    np.savez(tmp_path / "bad.npz", **{name: bits.astype(np.float32)})  # no cast path into x4
+    r = subprocess.run([NSIM_BIN, "run", str(kj), "-c", "trn3", "--inputs", str(tmp_path / "bad.npz")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "no cast path" in r.stderr
