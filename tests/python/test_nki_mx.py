@@ -466,3 +466,20 @@ def test_cli_takes_and_writes_x4_data_as_packed_bits(tmp_path):
     r = subprocess.run([NSIM_BIN, "run", str(kj), "-c", "trn3", "--inputs", str(tmp_path / "bad.npz")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "no cast path" in r.stderr
+
+
+def test_roofline_counts_mx_flops_at_the_mx_peak():
+    # The public-style kernel on trn3: every TensorE FLOP is MX, so the roofline's compute roof is
+    # flops / (mx / mx_peak + other / peak) with mx = 2 * 512 * 128 * 256 and other = the VectorE FLOPs.
+    from nsim import plot
+    rng = np.random.default_rng(2)
+    a_t = rng.standard_normal((128, 512)).astype(BF16)
+    b_t = rng.standard_normal((128, 1024)).astype(BF16)
+    _, prof = mx_matmul_kernel.options(config="trn3", timing_only=True).simulate(a_t, b_t)
+    mx = prof.stat("flops.mx")
+    assert mx == prof.stat("flops.model") == 2 * 512 * 128 * 256
+    peak, mx_peak = prof.stat("flops.tensor_peak_per_s"), prof.stat("flops.tensor_peak_mx_per_s")
+    assert mx_peak == pytest.approx(4 * peak)
+    r = plot.roofline_numbers(prof)
+    assert r["compute_roof"] == pytest.approx(r["flops"] / (mx / mx_peak + (r["flops"] - mx) / peak))
+    assert peak < r["compute_roof"] <= mx_peak
