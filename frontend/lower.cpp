@@ -82,7 +82,7 @@ Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::ve
 
   Operand o;
   o.space = t.space;
-  o.dtype = t.dtype;
+  o.dtype = a.dtype.value_or(t.dtype);  // a reinterpreting view (same element size) reads the bytes as its dtype
   int64_t off = 0;  // elements
   int nf = 0;
   auto push = [&](int64_t size, int64_t stride) {

@@ -483,3 +483,41 @@ def test_roofline_counts_mx_flops_at_the_mx_peak():
     r = plot.roofline_numbers(prof)
     assert r["compute_roof"] == pytest.approx(r["flops"] / (mx / mx_peak + (r["flops"] - mx) / peak))
     assert peak < r["compute_roof"] <= mx_peak
+
+
+@pytest.mark.parametrize("tname", ["float8_e4m3fn_x4", "float4_e2m1fn_x4"])
+def test_kernel_views_packed_host_data_as_x4(tname):
+    # The host passes the packed bits as uint32 / uint16 and the kernel reinterprets them with .view(): a
+    # kernel-IR access with a dtype (same element size); the result equals the host-side-view run.
+    rng = np.random.default_rng(5)
+    st, mv = rand_x4((64, 32), tname, rng), rand_x4((64, 128), tname, rng)
+    ss, ms = scale_tile(rng, 64, 32), scale_tile(rng, 64, 128)
+    x4 = X4[tname]
+
+    @nki.jit
+    def k(st_bits, mv_bits, ss, ms):
+        a = nl.ndarray(st_bits.shape, x4, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=st_bits.view(x4))          # an HBM view
+        b_raw = _load(mv_bits)
+        b = b_raw.view(x4)                                    # an SBUF view
+        assert b.dtype == x4 and b_raw.dtype == mv_bits.dtype and b[:, 0:4].dtype == x4
+        ps = nl.ndarray((32, 128), np.float32, buffer=nl.psum)
+        nisa.nc_matmul_mx(ps, a, b, _load(ss), _load(ms))
+        r = nl.ndarray((32, 128), np.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(r, ps)
+        return _store(r)
+
+    out = k.options(config="trn3")(st, mv, ss, ms)
+    ref, mag = ref_matmul_mx(st, tname, ss, mv, tname, ms)
+    _check_mm(out, ref, mag)
+    accs = [v for s in k.last_json["body"] if s.get("op") in ("dma_copy", "nc_matmul_mx")
+            for v in s.values() if isinstance(v, dict) and "dtype" in v]
+    assert {a["dtype"] for a in accs} == {tname}  # the IR carries the reinterpretation
+
+
+def test_view_changing_the_element_size_is_refused():
+    @nki.jit
+    def k(x):
+        return _store(_load(x.view(nl.float4_e2m1fn_x4)))  # 4-byte uint32 as 2-byte fp4 x4
+
+    _raises("BadDtype", k.options(config="trn3"), np.zeros((32, 4), np.uint32))
