@@ -1103,9 +1103,9 @@ class NkiTensor:
             return self
         if nd.itemsize != self.dtype.itemsize:
             raise make_error("BadDtype", "{}.view({}): reinterpreting a {} tensor ({} bytes per element) as {} "
-                             "bytes per element changes its shape, which nsim does not support yet; views of the "
-                             "same element size are supported".format(self.name, name, self.dtype,
-                                                                       self.dtype.itemsize, nd.itemsize))
+                             "bytes per element changes its shape, which is not supported yet by nsim (views of "
+                             "the same element size are)".format(self.name, name, self.dtype,
+                                                                 self.dtype.itemsize, nd.itemsize))
         v = self._derive(self._st, [list(d) for d in self._dims])
         v._dt = None if name == self._st.dtype else name
         return v

@@ -141,8 +141,16 @@ def test_new_view_dtype():
     _close(same(a), a)
 
     @nki.jit
+    def bits(a):  # the same element size: the bytes reinterpreted (a kernel-IR access with a dtype)
+        out = nl.ndarray(a.shape, nl.int32, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a.view(nl.int32)))
+        return out
+
+    np.testing.assert_array_equal(bits(a), a.view(np.int32))
+
+    @nki.jit
     def other(a):
-        a.view(nl.int32)
+        a.view(nl.bfloat16)  # another element size: another shape
 
     with pytest.raises(NsimError, match="not supported yet"):
         other(a)
