@@ -521,3 +521,29 @@ def test_view_changing_the_element_size_is_refused():
         return _store(_load(x.view(nl.float4_e2m1fn_x4)))  # 4-byte uint32 as 2-byte fp4 x4
 
     _raises("BadDtype", k.options(config="trn3"), np.zeros((32, 4), np.uint32))
+
+
+def test_nc_matmul_mx_row_tiling_has_no_functional_effect():
+    # tile_position=(32, 0), tile_size=(32, 128): a 32-row tile at row 32, the full column width (row tiling
+    # only); K = 32 packed rows fit it. Same result as without tiling; K = 64 does not fit (BadArgument).
+    rng = np.random.default_rng(9)
+    t = "float8_e5m2_x4"
+
+    def kernel(K):
+        @nki.jit
+        def k(st, mv, ss, ms):
+            ps = nl.ndarray((16, 64), np.float32, buffer=nl.psum)
+            nisa.nc_matmul_mx(dst=ps, stationary=_load(st), moving=_load(mv), stationary_scale=_load(ss),
+                              moving_scale=_load(ms), tile_position=(32, 0), tile_size=(32, 128))
+            r = nl.ndarray((16, 64), np.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(r, ps)
+            return _store(r)
+        st, mv = rand_x4((K, 16), t, rng), rand_x4((K, 64), t, rng)
+        ss, ms = scale_tile(rng, K, 16), scale_tile(rng, K, 64)
+        return k.options(config="trn3"), (_host(st, t), _host(mv, t), ss, ms), (st, ss, mv, ms)
+
+    k, args, (st, ss, mv, ms) = kernel(32)
+    ref, mag = ref_matmul_mx(st, t, ss, mv, t, ms)
+    _check_mm(k(*args), ref, mag)
+    k, args, _ = kernel(64)
+    _raises("BadArgument", k, *args)
