@@ -46,6 +46,9 @@ struct DimAccess {
 struct Access {
   int tensor = -1;  ///< index into Kernel::tensors
   std::vector<DimAccess> dims;
+  /// A reinterpreting view (`t.view(dtype)`): the same bytes read or written as this dtype, of the tensor's
+  /// element size; nullopt = the tensor's dtype.
+  std::optional<DType> dtype;
   bool operator==(const Access&) const = default;
 };
 

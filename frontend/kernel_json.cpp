@@ -826,10 +826,18 @@ class Reader {
     if (!v.is_object())
       fail(ErrorCode::kWrongType, v, path,
            fmt::format("expected a tensor name or {{\"tensor\": name, \"index\": [...]}}, found {}", v.type_name()), loc);
-    check_keys(v, path, {"tensor", "index"}, loc);
+    check_keys(v, path, {"tensor", "index", "dtype"}, loc);
     const Value& tv = require(v, "tensor", path, loc);
     a.tensor = lookup_tensor(tv, get_string(tv, path + ".tensor", loc), path + ".tensor", loc);
     const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
+    if (const Value* dv = v.find("dtype")) {
+      a.dtype = read_dtype(*dv, path + ".dtype", loc);
+      if (dtype_bytes(*a.dtype) != dtype_bytes(t.dtype))
+        fail(ErrorCode::kBadDtype, *dv, path + ".dtype",
+             fmt::format("a view of tensor {} ({}, {} bytes) as {} ({} bytes): a reinterpreting view keeps the element "
+                         "size", q(t.name), dtype_name(t.dtype), dtype_bytes(t.dtype), dtype_name(*a.dtype),
+                         dtype_bytes(*a.dtype)), loc);
+    }
     const Value* idx = v.find("index");
     if (!idx) return a;
     expect_array(*idx, path + ".index", loc);
@@ -1148,7 +1156,7 @@ class Writer {
   Value access(const Access& a) const {
     if (a.tensor < 0 || static_cast<size_t>(a.tensor) >= k_.tensors.size()) bad(fmt::format("access of tensor id {} out of range", a.tensor));
     const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
-    if (a.dims.empty()) return Value::string(t.name);
+    if (a.dims.empty() && !a.dtype) return Value::string(t.name);
     Value idx = Value::array();
     for (const DimAccess& d : a.dims) {
       if (!d.broadcast && d.size == 1 && d.step == 1) {
@@ -1168,7 +1176,8 @@ class Writer {
     }
     Value v = Value::object();
     v.set("tensor", Value::string(t.name));
-    v.set("index", std::move(idx));
+    if (!a.dims.empty()) v.set("index", std::move(idx));
+    if (a.dtype) v.set("dtype", Value::string(std::string(dtype_name(*a.dtype))));
     return v;
   }
 
