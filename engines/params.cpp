@@ -75,12 +75,15 @@ CoreParams CoreParams::from_config(const sim::Config& c) {
                 fmt::format("tensor.cost_formula: expected 'arch' or 'isa', found '{}'", formula));
   p.cost_formula_isa = formula == "isa";
   const double adj_fp32 = c.get_real("tensor.adjusted_flops_fp32"), adj_fp8 = c.get_real("tensor.adjusted_flops_fp8");
-  if (!(adj_fp32 > 0) || !(adj_fp8 > 0))
-    throw Error(ErrorCode::kConfigBadValue, "tensor.adjusted_flops_fp32 / _fp8: expected a positive multiplier");
+  const double adj_mx = c.get_real("tensor.adjusted_flops_mx");
+  if (!(adj_fp32 > 0) || !(adj_fp8 > 0) || !(adj_mx > 0))
+    throw Error(ErrorCode::kConfigBadValue, "tensor.adjusted_flops_fp32 / _fp8 / _mx: expected a positive multiplier");
   p.adjusted_flops.fill(1.0);
   p.adjusted_flops[static_cast<size_t>(DType::kFloat32)] = adj_fp32;
   for (DType t : {DType::kFloat8E4M3, DType::kFloat8E4M3FN, DType::kFloat8E5M2})
     p.adjusted_flops[static_cast<size_t>(t)] = adj_fp8;
+  for (int t = 0; t < kNumDTypes; ++t)
+    if (dtype_is_mx_x4(static_cast<DType>(t))) p.adjusted_flops[static_cast<size_t>(t)] = adj_mx;
 
   p.act_table_set.fill(-1);
   int set = 0;
@@ -147,6 +150,7 @@ isa::Limits CoreParams::limits() const {
   l.moving_fmax = moving_fmax;
   l.moving_fmax_bf16 = moving_fmax_bf16;
   l.dst_bf16 = dst_bf16;
+  l.mx_rate = mx_rate;
   return l;
 }
 

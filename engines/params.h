@@ -41,10 +41,11 @@ struct CoreParams {
   int ls_speedup = 0;
   double fp32_factor = 0, fp32_onezero_factor = 0, transpose_fp32_factor = 0;
   bool fp8_double_row = false, dst_bf16 = false;
+  int mx_rate = 0;  ///< tensor.mx_rate: MX contraction values per PE row per cycle (0: no MX)
   double mm_latency = 0;
   bool cost_formula_isa = false;
   ThrottleParams throttle;
-  /// bf16-equivalent FLOPs multiplier per input dtype (tensor.adjusted_flops_fp32 / _fp8, else 1);
+  /// bf16-equivalent FLOPs multiplier per input dtype (tensor.adjusted_flops_fp32 / _fp8 / _mx, else 1);
   /// a matmul takes the largest of its two inputs' (fp8 x bf16 counts 1).
   std::array<double, kNumDTypes> adjusted_flops{};
 
@@ -52,6 +53,7 @@ struct CoreParams {
   double vector_min_ii = 0, vector_fixed_latency = 0;
   bool vector_perf_modes = false, vector_perf_mode_fp8 = false, vector_fp32_perf_mode = false;
   double vector_reciprocal_factor = 0, vector_bn_aggr_factor = 0, vector_dynamic_copy = 0;
+  double vector_quantize_mx_factor = 0;
   double scalar_min_ii = 0, scalar_fixed_latency = 0;
   sim::Ps scalar_act_table_load = 0;
   std::array<int, isa::kNumActFuncs> act_table_set{};  ///< table set per ActFunc; -1 = needs no table

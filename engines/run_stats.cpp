@@ -48,6 +48,7 @@ void RunStats::on_instr(const Instr& in, const InstrTiming& t, const Detail& d) 
       if (in.op == Opcode::kMultiplyMoving && !(in.flags & isa::kIsTranspose)) {
         c_.matmul_flops += t.flops;
         c_.adjusted_matmul_flops += d.adjusted_flops;
+        if (dtype_is_mx_x4(in.slot(1).dtype)) c_.mx_matmul_flops += t.flops;
         ++c_.matmul_instructions;
       } else {  // a transpose through the PE array (MultiplyMoving with is_transpose, or nc_transpose)
         c_.transpose_flops += t.flops;

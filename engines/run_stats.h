@@ -68,6 +68,7 @@ struct RunCounters {
   double matmul_flops = 0, transpose_flops = 0;
   /// bf16-equivalent FLOPs (CoreParams::adjusted_flops of the matmul's input dtypes).
   double adjusted_matmul_flops = 0, adjusted_transpose_flops = 0;
+  double mx_matmul_flops = 0;  ///< the part of matmul_flops done by MX matmuls (x4-packed inputs, nc_matmul_mx)
   uint64_t matmul_instructions = 0;  ///< multiply_moving that is not a transpose
   sim::Ps start = INT64_MAX;         ///< earliest instruction start (total_exec_time)
   sim::Ps end = 0;

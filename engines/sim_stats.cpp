@@ -113,6 +113,9 @@ sim::StatsRegistry Simulator::stats() const {
   r.add("flops.transpose", c_.transpose_flops, "flops", "TensorE FLOPs of transposes");
   r.add("flops.model", c_.matmul_flops, "flops", "useful matmul FLOPs (hardware - transpose)");
   r.add("flops.tensor_peak_per_s", max_ops, "flops/s", "2 x pe_rows x pe_cols x tensor clock");
+  r.add("flops.tensor_peak_mx_per_s", max_ops * p_.mx_rate, "flops/s",
+        "MX (nc_matmul_mx) peak: tensor_peak_per_s x tensor.mx_rate (0 without MX)");
+  r.add("flops.mx", c_.mx_matmul_flops, "flops", "the part of flops.model done by MX matmuls (nc_matmul_mx)");
   r.add("flops.mfu_estimated_percent", c_.end ? 100.0 * c_.matmul_flops / (max_ops * static_cast<double>(c_.end) * 1e-12) : 0,
         "%", "model_flops / (peak x total_time)");
   const double hbm_bytes = static_cast<double>(c_.hbm_read + c_.hbm_write);

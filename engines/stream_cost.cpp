@@ -52,8 +52,9 @@ double instr_flops(const Instr& in, int64_t stationary_m) {
     case Opcode::kMultiplyMoving: {
       const Operand& mv = in.slot(1);
       const double n = static_cast<double>(in.slot(0).elems_per_partition());
-      return 2.0 * static_cast<double>(mv.num_partitions) * ((in.flags & isa::kDoubleRow) ? 2.0 : 1.0) *
-             static_cast<double>(stationary_m) * n;
+      // K contraction values per moving partition: 2 with double_row, 4 for MX x4-packed data.
+      const double kvals = (in.flags & isa::kDoubleRow) ? 2.0 : static_cast<double>(dtype_values(mv.dtype));
+      return 2.0 * static_cast<double>(mv.num_partitions) * kvals * static_cast<double>(stationary_m) * n;
     }
     case Opcode::kLoadStationary: return 0;
     case Opcode::kNcTranspose: {

@@ -46,6 +46,9 @@ struct DimAccess {
 struct Access {
   int tensor = -1;  ///< index into Kernel::tensors
   std::vector<DimAccess> dims;
+  /// A reinterpreting view (`t.view(dtype)`): the same bytes read or written as this dtype, of the tensor's
+  /// element size; nullopt = the tensor's dtype.
+  std::optional<DType> dtype;
   /// The order in which the access visits the dims (a permutation of 0..rank-1; on chip order[0] == 0):
   /// the operand's rows (HBM) / free dims follow it. Empty = row-major (0, 1, ...). A permuted view
   /// (permute, .T, rearrange) pairs its elements in this order.

@@ -1,5 +1,8 @@
 #include "frontend/json.h"
 
+#include <functional>
+#include <memory>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -116,13 +119,18 @@ class Parser {
  public:
   Parser(std::string_view text, const std::string& filename) : t_(text), file_(filename) {}
 
-  Value run() {
+  /// A leading UTF-8 BOM is ignored (columns count from after it), then whitespace.
+  void skip_bom_and_ws() {
     if (t_.size() >= 3 && static_cast<unsigned char>(t_[0]) == 0xEF && static_cast<unsigned char>(t_[1]) == 0xBB &&
         static_cast<unsigned char>(t_[2]) == 0xBF) {
       p_ = 3;
       line_start_ = 3;
     }
     skip_ws();
+  }
+
+  Value run() {
+    skip_bom_and_ws();
     if (p_ >= t_.size()) fail("empty input, expected a JSON value");
     Value v = value(0);
     skip_ws();
@@ -130,12 +138,141 @@ class Parser {
     return v;
   }
 
+  // ---- streaming (json::Stream): the top-level object member by member, a member's value parsed
+  // or skipped, an array's elements parsed one at a time.
+
+  Stream::Mark mark() const { return {p_, line_, line_start_}; }
+  void seek(const Stream::Mark& m) {
+    p_ = m.pos;
+    line_ = m.line;
+    line_start_ = m.line_start;
+  }
+  /// After an optional BOM and whitespace: '{' consumed, true; anything else: false (nothing consumed).
+  bool begin_object() {
+    skip_bom_and_ws();
+    if (p_ >= t_.size() || t_[p_] != '{') return false;
+    object_line_ = line_, object_col_ = col_at(p_);
+    ++p_;
+    return true;
+  }
+  int object_line_ = 0, object_col_ = 0;  ///< where the top-level object begins (begin_object)
+  /// The next member of the top-level object: its name and where its value starts; the value is
+  /// skipped (lexically: strings and brackets; it is checked when parsed). False after the closing
+  /// '}', when only whitespace may follow. Errors as Parser::object gives them.
+  bool next_member(bool first, std::string& key, Stream::Mark& value) {
+    skip_ws();
+    if (first && p_ < t_.size() && t_[p_] == '}') return end_object();
+    if (!first) {
+      if (p_ >= t_.size()) fail("unexpected end of input in an object, expected ',' or '}'");
+      if (t_[p_] == '}') return end_object();
+      if (t_[p_] != ',') fail(fmt::format("unexpected {} in an object, expected ',' or '}}'", describe_here()));
+      ++p_;
+      skip_ws();
+    }
+    if (p_ >= t_.size()) fail("unexpected end of input in an object, expected a member name");
+    if (t_[p_] != '"') fail(fmt::format("unexpected {} in an object, expected a member name in double quotes", describe_here()));
+    key = string();
+    skip_ws();
+    if (p_ >= t_.size() || t_[p_] != ':') fail(fmt::format("unexpected {} after a member name, expected ':'", describe_here()));
+    ++p_;
+    skip_ws();
+    if (p_ >= t_.size()) fail("unexpected end of input, expected a value");
+    value = mark();
+    skip_value();
+    return true;
+  }
+  /// The value at the current position, as a DOM, nested `depth` levels deep; the position is left after it.
+  Value parse_value(int depth) { return value(depth); }
+  /// At an array: '[' consumed, true; else false (nothing consumed).
+  bool begin_array() {
+    if (p_ >= t_.size() || t_[p_] != '[') return false;
+    ++p_;
+    skip_ws();
+    return true;
+  }
+  /// Before each element of an array begun with begin_array(): true with the position at the element,
+  /// false after the closing ']'.
+  bool next_element(bool first) {
+    skip_ws();
+    if (p_ >= t_.size()) fail(first ? "unexpected end of input, expected a value" : "unexpected end of input in an array, expected ',' or ']'");
+    if (t_[p_] == ']' && first) {
+      ++p_;
+      return false;
+    }
+    if (!first) {
+      if (t_[p_] == ']') {
+        ++p_;
+        return false;
+      }
+      if (t_[p_] != ',') fail(fmt::format("unexpected {} in an array, expected ',' or ']'", describe_here()));
+      ++p_;
+      skip_ws();
+    }
+    return true;
+  }
+
  private:
+  bool end_object() {
+    ++p_;  // }
+    skip_ws();
+    if (p_ < t_.size()) fail(fmt::format("unexpected {} after the JSON value", describe_here()));
+    return false;
+  }
+
+  /// Past one value without building it: strings (with escapes) and bracket nesting, counting lines.
+  void skip_value() {
+    int depth = 0;
+    for (;;) {
+      if (p_ >= t_.size()) fail("unexpected end of input, expected a value");
+      const char c = t_[p_];
+      if (c == '"') {
+        ++p_;
+        while (p_ < t_.size() && t_[p_] != '"') {
+          if (t_[p_] == '\\') ++p_;
+          else if (t_[p_] == '\n') ++line_, line_start_ = p_ + 1;
+          ++p_;
+        }
+        if (p_ < t_.size()) ++p_;  // the closing quote
+        if (depth == 0) return;
+        continue;
+      }
+      if (c == '{' || c == '[') {
+        ++depth;
+      } else if (c == '}' || c == ']') {
+        if (depth == 0) return;
+        if (--depth == 0) {
+          ++p_;
+          return;
+        }
+      } else if (c == ',') {
+        if (depth == 0) return;
+      } else if (c == '\n') {
+        ++line_;
+        line_start_ = p_ + 1;
+      } else if (depth == 0 && (c == ' ' || c == '\t' || c == '\r')) {
+        return;
+      }
+      ++p_;
+    }
+  }
+
   std::string_view t_;
   const std::string& file_;
   size_t p_ = 0;
   int line_ = 1;
   size_t line_start_ = 0;
+  // Members of the arrays and objects being parsed, one list per nesting depth, reused: each array or
+  // object then gets its vectors in one allocation of the exact size instead of growing them (growing
+  // was a third of parsing a kernel.json, in malloc/free and moves).
+  std::vector<std::vector<Value>> items_scratch_ = std::vector<std::vector<Value>>(kMaxDepth + 2);
+  std::vector<std::vector<std::string>> keys_scratch_ = std::vector<std::vector<std::string>>(kMaxDepth + 2);
+
+  template <typename T>
+  static void take(std::vector<T>& dst, std::vector<T>& scratch) {
+    dst.reserve(scratch.size());
+    for (T& x : scratch) dst.push_back(std::move(x));
+    scratch.clear();
+  }
 
   int col_at(size_t pos) const {
     const size_t c = pos - line_start_ + 1;
@@ -220,9 +357,11 @@ class Parser {
       ++p_;
       return v;
     }
+    std::vector<Value>& items = items_scratch_[static_cast<size_t>(depth)];
+    items.clear();
     for (;;) {
       skip_ws();
-      v.items_.push_back(value(depth));
+      items.push_back(value(depth));
       skip_ws();
       if (p_ >= t_.size()) fail("unexpected end of input in an array, expected ',' or ']'");
       if (t_[p_] == ',') {
@@ -231,6 +370,7 @@ class Parser {
       }
       if (t_[p_] == ']') {
         ++p_;
+        take(v.items_, items);
         return v;
       }
       fail(fmt::format("unexpected {} in an array, expected ',' or ']'", describe_here()));
@@ -246,6 +386,10 @@ class Parser {
       ++p_;
       return v;
     }
+    std::vector<Value>& items = items_scratch_[static_cast<size_t>(depth)];
+    std::vector<std::string>& keys = keys_scratch_[static_cast<size_t>(depth)];
+    items.clear();
+    keys.clear();
     for (;;) {
       skip_ws();
       if (p_ >= t_.size()) fail("unexpected end of input in an object, expected a member name");
@@ -254,16 +398,16 @@ class Parser {
       const int key_line = line_;
       std::string key = string();
       // Duplicate names: linear for small objects, a sorted index for large ones (no quadratic blowup).
-      if (v.keys_.size() < 16) {
-        for (const std::string& k : v.keys_)
+      if (keys.size() < 16) {
+        for (const std::string& k : keys)
           if (k == key) fail_dup(key, key_line, key_pos);
       }
       skip_ws();
       if (p_ >= t_.size() || t_[p_] != ':') fail(fmt::format("unexpected {} after a member name, expected ':'", describe_here()));
       ++p_;
       skip_ws();
-      v.keys_.push_back(std::move(key));
-      v.items_.push_back(value(depth));
+      keys.push_back(std::move(key));
+      items.push_back(value(depth));
       skip_ws();
       if (p_ >= t_.size()) fail("unexpected end of input in an object, expected ',' or '}'");
       if (t_[p_] == ',') {
@@ -272,6 +416,8 @@ class Parser {
       }
       if (t_[p_] == '}') {
         ++p_;
+        take(v.keys_, keys);
+        take(v.items_, items);
         break;
       }
       fail(fmt::format("unexpected {} in an object, expected ',' or '}}'", describe_here()));
@@ -477,6 +623,42 @@ class Parser {
 };
 
 Value parse(std::string_view text, const std::string& filename) { return Parser(text, filename).run(); }
+
+struct Stream::Impl {
+  std::string file;  // the parser refers to it: a copy, so a temporary name given to Stream is fine
+  Parser parser;
+  Impl(std::string_view text, const std::string& filename) : file(filename), parser(text, file) {}
+};
+
+Stream::Stream(std::string_view text, const std::string& filename) : impl_(std::make_unique<Impl>(text, filename)) {}
+Stream::~Stream() = default;
+bool Stream::begin_object() { return impl_->parser.begin_object(); }
+int Stream::object_line() const { return impl_->parser.object_line_; }
+int Stream::object_column() const { return impl_->parser.object_col_; }
+bool Stream::next_member(std::string& key, Mark& value) {
+  const bool more = impl_->parser.next_member(first_, key, value);
+  first_ = false;
+  return more;
+}
+Value Stream::parse_at(const Mark& m) {
+  const Mark here = impl_->parser.mark();
+  impl_->parser.seek(m);
+  Value v = impl_->parser.parse_value(1);  // a member of the top-level object
+  impl_->parser.seek(here);
+  return v;
+}
+bool Stream::for_each_element(const Mark& m, const std::function<void(size_t, Value)>& fn) {
+  Parser& p = impl_->parser;
+  const Mark here = p.mark();
+  p.seek(m);
+  if (!p.begin_array()) {
+    p.seek(here);
+    return false;
+  }
+  for (size_t i = 0; p.next_element(i == 0); ++i) fn(i, p.parse_value(2));  // in a member's array
+  p.seek(here);
+  return true;
+}
 
 // ---------------------------------------------------------------- writer
 

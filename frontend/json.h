@@ -8,6 +8,8 @@
 /// message is "file:line:column: ...". It recurses at most kMaxDepth levels and never reads out of
 /// bounds. A leading UTF-8 byte-order mark is skipped.
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -93,6 +95,41 @@ class Value {
 /// Parse one JSON text (RFC 8259). `filename` prefixes error messages ("f.json:3:14: ...").
 /// Throws nsim::Error(ErrorCode::kJsonSyntax).
 Value parse(std::string_view text, const std::string& filename = "<json>");
+
+/// A JSON text whose top level is an object, read member by member without building it whole: a
+/// kernel.json body of millions of statements is parsed one statement at a time (issue 12), so no
+/// per-statement DOM outlives its statement. Values keep their line and column.
+class Stream {
+ public:
+  /// Where a value starts (byte offset, and the line it is on with that line's first byte).
+  struct Mark {
+    size_t pos = 0;
+    int line = 1;
+    size_t line_start = 0;
+  };
+  Stream(std::string_view text, const std::string& filename = "<json>");
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  /// Enters the top-level object; false (nothing read) when the text does not start with '{'.
+  bool begin_object();
+  /// Where the top-level object begins (after begin_object() returned true).
+  int object_line() const;
+  int object_column() const;
+  /// The next member: its name and where its value starts (the value is skipped); false after the
+  /// closing '}' (only whitespace may follow). Throws E-JsonSyntax as json::parse would.
+  bool next_member(std::string& key, Mark& value);
+  /// The value at `m` as a DOM (the stream's own position is kept).
+  Value parse_at(const Mark& m);
+  /// When the value at `m` is an array: calls fn(i, element) for each element in order, each parsed
+  /// just before its call, and returns true; false (nothing called) when it is not an array.
+  bool for_each_element(const Mark& m, const std::function<void(size_t, Value)>& fn);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  bool first_ = true;
+};
 
 /// Write a value: 2-space indentation, members in stored order, one line for a container whose
 /// compact form fits in the line (about 100 columns), "\n" at the end. Integers print exactly,

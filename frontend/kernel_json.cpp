@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <cfloat>
 #include <charconv>
 #include <cmath>
@@ -153,6 +154,57 @@ bool is_identifier(std::string_view s) {
   return true;
 }
 
+// ---------------------------------------------------------------- paths for messages
+
+/// Where a value sits in the document ("body[3].op \"dma_copy\".src.index[1]"), for error messages.
+/// Built lazily: each level is a node on the caller's stack pointing at its parent, and the text is
+/// made only when an error is raised (building it eagerly was ~60% of reading a kernel.json). A Path
+/// made from a temporary (`path + ".x"` as an argument) lives until the end of the full expression,
+/// which is as long as the callee needs it; Paths are never copied or stored.
+class Path {
+ public:
+  Path(const char* s) : a_(s) {}                         // NOLINT: a root, e.g. "(top level)"
+  Path(const std::string& s) : a_(s) {}                  // NOLINT: a root; `s` outlives the Path
+  Path(const Path&) = delete;
+  Path& operator=(const Path&) = delete;
+
+  /// This path followed by `text` as written (".loop", "name").
+  friend Path operator+(const Path& p, std::string_view text) { return Path(&p, text, {}, kPlain); }
+  friend Path operator+(const Path& p, const char* text) { return Path(&p, text, {}, kPlain); }
+  /// This path followed by "[i]".
+  Path operator[](size_t i) const { return Path(this, {}, {}, kPlain, static_cast<int64_t>(i)); }
+  /// This path followed by `sep` and `name` ("." + a member name).
+  Path member(std::string_view sep, std::string_view name) const { return Path(this, sep, name, kPlain); }
+  /// This path followed by `sep` and `name` in JSON quotes, cut at 64 characters (with "..." when
+  /// `ellipsis`).
+  Path quoted(std::string_view sep, std::string_view name, bool ellipsis) const {
+    return Path(this, sep, name, ellipsis ? kQuotedEllipsis : kQuotedCut);
+  }
+
+  std::string str() const {
+    std::string out = parent_ ? parent_->str() : std::string();
+    out.append(a_);
+    switch (mode_) {
+      case kPlain: out.append(b_); break;
+      case kQuotedCut: out += json::quote(b_.substr(0, 64)); break;
+      case kQuotedEllipsis:
+        out += json::quote(b_.size() <= 64 ? std::string(b_) : std::string(b_.substr(0, 64)) + "...");
+        break;
+    }
+    if (index_ >= 0) out += fmt::format("[{}]", index_);
+    return out;
+  }
+
+ private:
+  enum Mode : uint8_t { kPlain, kQuotedCut, kQuotedEllipsis };
+  Path(const Path* parent, std::string_view a, std::string_view b, Mode mode, int64_t index = -1)
+      : parent_(parent), a_(a), b_(b), mode_(mode), index_(index) {}
+  const Path* parent_ = nullptr;
+  std::string_view a_, b_;
+  Mode mode_ = kPlain;
+  int64_t index_ = -1;
+};
+
 // ---------------------------------------------------------------- reader
 
 class Reader {
@@ -160,7 +212,49 @@ class Reader {
   explicit Reader(const std::string& filename) : file_(filename) {}
 
   Kernel read(std::string_view text) {
+    // A single-core kernel.json is read as a stream: every top-level member but "body" as a DOM, then
+    // the body one statement at a time, so no DOM of the whole body is ever held (a 300 MB kernel.json
+    // took 4.75 GB to load as one DOM). Anything else (not an object, a multi-core launch, a syntax
+    // error between the members) takes the whole-document path, which reports errors as it always has.
+    {
+      json::Stream st(text, file_);
+      std::optional<Value> root;
+      json::Stream::Mark body{};
+      bool has_body = false;
+      try {
+        if (st.begin_object()) {
+          root = Value::object();
+          std::string key;
+          json::Stream::Mark at;
+          std::vector<std::string> seen;
+          while (st.next_member(key, at)) {
+            if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+              root.reset();  // a duplicate name: the whole-document parser reports it
+              break;
+            }
+            seen.push_back(key);
+            if (key == "body") {
+              body = at, has_body = true;
+            } else {
+              root->set(key, st.parse_at(at));
+            }
+          }
+        }
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kJsonSyntax) throw;
+        root.reset();
+      }
+      if (root && !root->find("core_programs") && !root->find("cores")) {
+        root->set_pos(st.object_line(), st.object_column());
+        return read_root(*root, has_body ? &st : nullptr, body);
+      }
+    }
     const Value root = json::parse(text, file_);
+    return read_root(root, nullptr, {});
+  }
+
+  /// The top level, its "body" either in `root` or, with a stream, at `body` in it.
+  Kernel read_root(const Value& root, json::Stream* st, const json::Stream::Mark& body) {
     if (!root.is_object())
       fail(ErrorCode::kWrongType, root, "(top level)", fmt::format("expected an object, found {}", root.type_name()));
     const Value* ver = root.find("nsim_kernel");
@@ -172,21 +266,33 @@ class Reader {
            fmt::format("unsupported schema version {}, this nsim reads version {}", describe(*ver), kKernelSchemaVersion));
     if (root.find("core_programs") || root.find("cores")) return read_launch(root);
     check_keys(root, "(top level)", {"nsim_kernel", "name", "tensors", "body", "schedule", "stacks"});
-    return read_program(root, "");
+    return read_program(root, "", st, body);
   }
 
   /// One core's program: {"name", "tensors", "body", "schedule"} (the single-core top level).
-  Kernel read_program(const Value& root, const std::string& prefix) {
-    const std::string top = prefix.empty() ? "(top level)" : prefix;
+  Kernel read_program(const Value& root, const std::string& prefix_text, json::Stream* st = nullptr,
+                      const json::Stream::Mark& body_at = {}) {
+    const std::string top = prefix_text.empty() ? "(top level)" : prefix_text;
+    const Path prefix(prefix_text);
     if (const Value* n = root.find("name")) k_.name = get_string(*n, prefix + "name");
     if (const Value* st = root.find("stacks")) {  // read first: locs refer to it by index
       expect_array(*st, prefix + "stacks");
-      for (size_t i = 0; i < st->size(); ++i) stacks_.push_back(get_string((*st)[i], fmt::format("{}stacks[{}]", prefix, i)));
+      for (size_t i = 0; i < st->size(); ++i) stacks_.push_back(get_string((*st)[i], (prefix + "stacks")[i]));
     }
     if (const Value* sc = root.find("schedule")) read_schedule(*sc);
     if (const Value* ts = root.find("tensors")) {
       expect_array(*ts, prefix + "tensors");
-      for (size_t i = 0; i < ts->size(); ++i) read_hbm_tensor((*ts)[i], fmt::format("{}tensors[{}]", prefix, i));
+      for (size_t i = 0; i < ts->size(); ++i) read_hbm_tensor((*ts)[i], (prefix + "tensors")[i]);
+    }
+    if (st) {  // the body of a stream, statement by statement
+      const Path bp = prefix + "body";
+      std::vector<Stmt> body;
+      const bool array = st->for_each_element(body_at, [&](size_t i, Value v) {
+        body.push_back(read_stmt(v, bp[i], 0));
+      });
+      if (!array) expect_array(st->parse_at(body_at), bp);  // the error read_body gives
+      k_.body = std::move(body);
+      return std::move(k_);
     }
     const Value* body = root.find("body");
     if (!body) fail(ErrorCode::kMissingField, root, top, "missing required field 'body' (the list of statements)");
@@ -249,9 +355,9 @@ class Reader {
   std::unordered_map<std::string, int> tensor_ids_;
   std::vector<std::pair<std::string, int>> scope_;  ///< enclosing loop variables, outermost first
 
-  [[noreturn]] void fail(ErrorCode code, const Value& at, const std::string& path, const std::string& msg,
+  [[noreturn]] void fail(ErrorCode code, const Value& at, const Path& path, const std::string& msg,
                          const SourceLoc& loc = {}) const {
-    throw Error(code, fmt::format("{}:{}:{}: {}: {}", file_, at.line(), at.column(), path, msg), loc);
+    throw Error(code, fmt::format("{}:{}:{}: {}: {}", file_, at.line(), at.column(), path.str(), msg), loc);
   }
 
   static std::string describe(const Value& v) {
@@ -265,7 +371,7 @@ class Reader {
     }
   }
 
-  void check_keys(const Value& obj, const std::string& path, const std::vector<std::string_view>& allowed,
+  void check_keys(const Value& obj, const Path& path, const std::vector<std::string_view>& allowed,
                   const SourceLoc& loc = {}) const {
     for (size_t i = 0; i < obj.size(); ++i) {
       const std::string& key = obj.key(i);
@@ -277,26 +383,26 @@ class Reader {
     }
   }
 
-  void expect_object(const Value& v, const std::string& path, const SourceLoc& loc = {}) const {
+  void expect_object(const Value& v, const Path& path, const SourceLoc& loc = {}) const {
     if (!v.is_object()) fail(ErrorCode::kWrongType, v, path, fmt::format("expected an object, found {}", v.type_name()), loc);
   }
-  void expect_array(const Value& v, const std::string& path, const SourceLoc& loc = {}) const {
+  void expect_array(const Value& v, const Path& path, const SourceLoc& loc = {}) const {
     if (!v.is_array()) fail(ErrorCode::kWrongType, v, path, fmt::format("expected an array, found {}", v.type_name()), loc);
   }
 
-  const Value& require(const Value& obj, std::string_view key, const std::string& path, const SourceLoc& loc = {}) const {
+  const Value& require(const Value& obj, std::string_view key, const Path& path, const SourceLoc& loc = {}) const {
     const Value* v = obj.find(key);
     if (!v) fail(ErrorCode::kMissingField, obj, path, fmt::format("missing required field '{}'", key), loc);
     return *v;
   }
 
-  std::string get_string(const Value& v, const std::string& path, const SourceLoc& loc = {}) const {
+  std::string get_string(const Value& v, const Path& path, const SourceLoc& loc = {}) const {
     if (!v.is_string()) fail(ErrorCode::kWrongType, v, path, fmt::format("expected a string, found {}", describe(v)), loc);
     return v.as_string();
   }
 
   /// An integer in [lo, hi]; integral numbers written with an exponent (1e3) are accepted.
-  int64_t get_int(const Value& v, const std::string& path, int64_t lo, int64_t hi, const SourceLoc& loc = {}) const {
+  int64_t get_int(const Value& v, const Path& path, int64_t lo, int64_t hi, const SourceLoc& loc = {}) const {
     if (!v.is_number()) fail(ErrorCode::kWrongType, v, path, fmt::format("expected an integer, found {}", describe(v)), loc);
     int64_t i = 0;
     if (v.is_int()) {
@@ -313,7 +419,7 @@ class Reader {
   }
 
   template <size_t N>
-  size_t get_word(const Value& v, const std::string& path, const std::string_view (&words)[N], const char* what,
+  size_t get_word(const Value& v, const Path& path, const std::string_view (&words)[N], const char* what,
                   const SourceLoc& loc = {}) const {
     const std::string s = get_string(v, path, loc);
     for (size_t i = 0; i < N; ++i)
@@ -322,7 +428,7 @@ class Reader {
     fail(ErrorCode::kUnknownName, v, path, fmt::format("unknown {} {} (known: {})", what, q(s), join(names)), loc);
   }
 
-  SourceLoc read_loc(const Value& v, const std::string& path) const {
+  SourceLoc read_loc(const Value& v, const Path& path) const {
     expect_object(v, path);
     check_keys(v, path, {"file", "line", "function", "stack"});
     SourceLoc loc;
@@ -337,7 +443,7 @@ class Reader {
     return loc;
   }
 
-  std::vector<int64_t> read_shape(const Value& v, const std::string& path, int max_dims, DType dt,
+  std::vector<int64_t> read_shape(const Value& v, const Path& path, int max_dims, DType dt,
                                   const SourceLoc& loc) const {
     expect_array(v, path, loc);
     if (v.size() == 0 || v.size() > static_cast<size_t>(max_dims))
@@ -348,7 +454,7 @@ class Reader {
     std::vector<int64_t> shape;
     int64_t product = dtype_bytes(dt);
     for (size_t i = 0; i < v.size(); ++i) {
-      const std::string p = fmt::format("{}[{}]", path, i);
+      const Path p = path[i];
       if (!v[i].is_number())
         fail(ErrorCode::kWrongType, v[i], p, fmt::format("expected a positive integer, found {}", describe(v[i])), loc);
       const int64_t d = get_int(v[i], p, 1, std::numeric_limits<int64_t>::max(), loc);
@@ -359,7 +465,7 @@ class Reader {
     return shape;
   }
 
-  DType read_dtype(const Value& v, const std::string& path, const SourceLoc& loc) const {
+  DType read_dtype(const Value& v, const Path& path, const SourceLoc& loc) const {
     const std::string s = get_string(v, path, loc);
     const auto dt = dtype_from_name(s);
     if (!dt)
@@ -368,7 +474,7 @@ class Reader {
     return *dt;
   }
 
-  int add_tensor(Tensor t, const Value& at, const std::string& path) {
+  int add_tensor(Tensor t, const Value& at, const Path& path) {
     if (auto it = tensor_ids_.find(t.name); it != tensor_ids_.end())
       fail(ErrorCode::kDuplicateName, at, path,
            fmt::format("tensor name {} is already used by {} (tensor names must be unique in a kernel)", q(t.name),
@@ -380,19 +486,20 @@ class Reader {
     return id;
   }
 
-  std::string read_tensor_name(const Value& obj, const std::string& path, const SourceLoc& loc) const {
+  std::string read_tensor_name(const Value& obj, const Path& path, const SourceLoc& loc) const {
     const std::string name = get_string(require(obj, "name", path, loc), path + ".name", loc);
     if (name.empty()) fail(ErrorCode::kWrongType, *obj.find("name"), path + ".name", "a tensor name must not be empty", loc);
     return name;
   }
 
-  void read_hbm_tensor(const Value& v, const std::string& base) {
+  void read_hbm_tensor(const Value& v, const Path& base) {
     expect_object(v, base);
     check_keys(v, base, {"name", "buffer", "kind", "dtype", "shape", "loc"});
     Tensor t;
     if (const Value* l = v.find("loc")) t.loc = read_loc(*l, base + ".loc");
     t.name = read_tensor_name(v, base, t.loc);
-    const std::string path = fmt::format("{} {}", base, json::quote(t.name.substr(0, 64)));
+    const std::string name = t.name;  // `path` refers to it; t is moved into the kernel at the end
+    const Path path = base.quoted(" ", name, false);
     const Value& buf = require(v, "buffer", path, t.loc);
     const std::string b = get_string(buf, path + ".buffer", t.loc);
     if (b == "sbuf" || b == "psum")
@@ -407,13 +514,14 @@ class Reader {
     add_tensor(std::move(t), v, path);
   }
 
-  int read_alloc(const Value& v, const std::string& base) {
+  int read_alloc(const Value& v, const Path& base) {
     expect_object(v, base);
     check_keys(v, base, {"name", "buffer", "dtype", "shape", "bufs", "address", "loc"});
     Tensor t;
     if (const Value* l = v.find("loc")) t.loc = read_loc(*l, base + ".loc");
     t.name = read_tensor_name(v, base, t.loc);
-    const std::string path = fmt::format("{} {}", base, json::quote(t.name.substr(0, 64)));
+    const std::string name = t.name;  // `path` refers to it; t is moved into the kernel at the end
+    const Path path = base.quoted(" ", name, false);
     const Value& buf = require(v, "buffer", path, t.loc);
     const std::string b = get_string(buf, path + ".buffer", t.loc);
     if (b == "sbuf") {
@@ -433,15 +541,15 @@ class Reader {
     return add_tensor(std::move(t), v, path);
   }
 
-  std::vector<Stmt> read_body(const Value& v, const std::string& path, int depth) {
+  std::vector<Stmt> read_body(const Value& v, const Path& path, int depth) {
     expect_array(v, path);
     std::vector<Stmt> body;
     body.reserve(v.size());
-    for (size_t i = 0; i < v.size(); ++i) body.push_back(read_stmt(v[i], fmt::format("{}[{}]", path, i), depth));
+    for (size_t i = 0; i < v.size(); ++i) body.push_back(read_stmt(v[i], path[i], depth));
     return body;
   }
 
-  Stmt read_stmt(const Value& v, const std::string& path, int depth) {
+  Stmt read_stmt(const Value& v, const Path& path, int depth) {
     if (!v.is_object())
       fail(ErrorCode::kWrongType, v, path,
            fmt::format("expected a statement object ({{\"op\": ...}}, {{\"loop\": ...}} or {{\"alloc\": ...}}), found {}",
@@ -461,7 +569,7 @@ class Reader {
     fail(ErrorCode::kMissingField, v, path, "a statement needs one of the fields 'op', 'loop' or 'alloc'");
   }
 
-  int read_loop(const Value& v, const std::string& base, int depth) {
+  int read_loop(const Value& v, const Path& base, int depth) {
     expect_object(v, base);
     check_keys(v, base, {"var", "start", "stop", "step", "kind", "body", "loc"});
     Loop l;
@@ -471,7 +579,7 @@ class Reader {
     if (!is_identifier(l.var))
       fail(ErrorCode::kWrongType, var, base + ".var",
            fmt::format("loop variable {} is not an identifier ([A-Za-z_][A-Za-z0-9_]*)", q(l.var)), l.loc);
-    const std::string path = base;
+    const Path& path = base;
     if (depth + 1 > kMaxLoopDepth)
       fail(ErrorCode::kBadLoop, v, path, fmt::format("loops nest deeper than {} levels", kMaxLoopDepth), l.loc);
     for (const auto& [name, id] : scope_)
@@ -513,7 +621,7 @@ class Reader {
   struct ExprParser {
     const Reader& r;
     const Value& at;
-    const std::string& path;
+    const Path& path;
     const SourceLoc& loc;
     std::string_view s;
     size_t p = 0;
@@ -641,7 +749,7 @@ class Reader {
     }
   };
 
-  Affine read_expr(const Value& v, const std::string& path, const SourceLoc& loc) const {
+  Affine read_expr(const Value& v, const Path& path, const SourceLoc& loc) const {
     if (v.is_number()) {
       Affine a;
       a.c = get_int(v, path, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), loc);
@@ -662,7 +770,7 @@ class Reader {
 
   // ---- accesses
 
-  int lookup_tensor(const Value& at, const std::string& name, const std::string& path, const SourceLoc& loc) const {
+  int lookup_tensor(const Value& at, const std::string& name, const Path& path, const SourceLoc& loc) const {
     auto it = tensor_ids_.find(name);
     if (it != tensor_ids_.end()) return it->second;
     std::vector<std::string> names;
@@ -674,7 +782,7 @@ class Reader {
          loc);
   }
 
-  DimAccess read_dim(const Value& v, const std::string& path, int64_t extent, const SourceLoc& loc) const {
+  DimAccess read_dim(const Value& v, const Path& path, int64_t extent, const SourceLoc& loc) const {
     DimAccess d;
     if (!v.is_object()) {
       d.start = read_expr(v, path, loc);
@@ -709,7 +817,7 @@ class Reader {
     return d;
   }
 
-  Access read_access(const Value& v, const std::string& path, const SourceLoc& loc) const {
+  Access read_access(const Value& v, const Path& path, const SourceLoc& loc) const {
     Access a;
     if (v.is_string()) {
       a.tensor = lookup_tensor(v, v.as_string(), path, loc);
@@ -718,10 +826,18 @@ class Reader {
     if (!v.is_object())
       fail(ErrorCode::kWrongType, v, path,
            fmt::format("expected a tensor name or {{\"tensor\": name, \"index\": [...]}}, found {}", v.type_name()), loc);
-    check_keys(v, path, {"tensor", "index", "order"}, loc);
+    check_keys(v, path, {"tensor", "index", "order", "dtype"}, loc);
     const Value& tv = require(v, "tensor", path, loc);
     a.tensor = lookup_tensor(tv, get_string(tv, path + ".tensor", loc), path + ".tensor", loc);
     const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
+    if (const Value* dv = v.find("dtype")) {
+      a.dtype = read_dtype(*dv, path + ".dtype", loc);
+      if (dtype_bytes(*a.dtype) != dtype_bytes(t.dtype))
+        fail(ErrorCode::kBadDtype, *dv, path + ".dtype",
+             fmt::format("a view of tensor {} ({}, {} bytes) as {} ({} bytes): a reinterpreting view keeps the element "
+                         "size", q(t.name), dtype_name(t.dtype), dtype_bytes(t.dtype), dtype_name(*a.dtype),
+                         dtype_bytes(*a.dtype)), loc);
+    }
     const Value* idx = v.find("index");
     if (!idx && !v.find("order")) return a;
     if (idx) expect_array(*idx, path + ".index", loc);
@@ -731,13 +847,13 @@ class Reader {
            fmt::format("{} index entries for tensor {} with {} dims", given, q(t.name), t.shape.size()), loc);
     for (size_t i = 0; i < t.shape.size(); ++i) {
       if (i < given) {
-        a.dims.push_back(read_dim((*idx)[i], fmt::format("{}.index[{}]", path, i), t.shape[i], loc));
+        a.dims.push_back(read_dim((*idx)[i], (path + ".index")[i], t.shape[i], loc));
       } else {
         a.dims.push_back(DimAccess{Affine{}, t.shape[i], 1, false});
       }
     }
     if (const Value* ord = v.find("order")) {
-      const std::string op = path + ".order";
+      const Path op = path + ".order";
       expect_array(*ord, op, loc);
       std::vector<char> seen(t.shape.size(), 0);
       if (ord->size() != t.shape.size())
@@ -745,9 +861,9 @@ class Reader {
              fmt::format("{} entries for tensor {} with {} dims (a permutation of its dims)", ord->size(), q(t.name),
                          t.shape.size()), loc);
       for (size_t i = 0; i < ord->size(); ++i) {
-        const int d = static_cast<int>(get_int((*ord)[i], fmt::format("{}[{}]", op, i), 0,
+        const int d = static_cast<int>(get_int((*ord)[i], op[i], 0,
                                                static_cast<int64_t>(t.shape.size()) - 1, loc));
-        if (seen[static_cast<size_t>(d)]) fail(ErrorCode::kWrongType, (*ord)[i], op, fmt::format("dim {} twice", d), loc);
+        if (seen[static_cast<size_t>(d)]) fail(ErrorCode::kWrongType, (*ord)[i], op[i], fmt::format("dim {} twice", d), loc);
         seen[static_cast<size_t>(d)] = 1;
         a.order.push_back(d);
       }
@@ -764,8 +880,9 @@ class Reader {
 
   void read_schedule(const Value& v) {
     expect_array(v, "schedule");
+    const Path sched("schedule");
     for (size_t i = 0; i < v.size(); ++i) {
-      const std::string p = fmt::format("schedule[{}]", i);
+      const Path p = sched[i];
       const Value& e = v[i];
       expect_array(e, p);
       if (e.size() != 2) fail(ErrorCode::kWrongType, e, p, fmt::format("expected [after, before], found {} items", e.size()));
@@ -775,7 +892,7 @@ class Reader {
         edge.before.push_back(e[1].as_string());
       } else {
         expect_array(e[1], p + "[1]");
-        for (size_t j = 0; j < e[1].size(); ++j) edge.before.push_back(get_string(e[1][j], fmt::format("{}[1][{}]", p, j)));
+        for (size_t j = 0; j < e[1].size(); ++j) edge.before.push_back(get_string(e[1][j], (p + "[1]")[j]));
       }
       k_.schedule.push_back(std::move(edge));
     }
@@ -783,12 +900,12 @@ class Reader {
 
   // ---- ops
 
-  int read_op(const Value& v, const std::string& base) {
+  int read_op(const Value& v, const Path& base) {
     Op op;
     if (const Value* l = v.find("loc")) op.loc = read_loc(*l, base + ".loc");
     const Value& nv = *v.find("op");
     op.name = get_string(nv, base + ".op", op.loc);
-    const std::string path = fmt::format("{}.op {}", base, json::quote(op.name.size() <= 64 ? op.name : op.name.substr(0, 64) + "..."));
+    const Path path = base.quoted(".op ", op.name, true);
     const std::vector<std::string> slots = slot_names(op.name);
     if (slots.empty()) {
       const auto names = op_names();
@@ -808,7 +925,7 @@ class Reader {
     for (size_t i = 0; i < v.size(); ++i) {
       const std::string& key = v.key(i);
       const Value& f = v[i];
-      const std::string fp = path + "." + key;
+      const Path fp = path.member(".", key);
       if (key == "op" || key == "loc") continue;
       if (auto it = std::find(slots.begin(), slots.end(), key); it != slots.end()) {
         op.operands[static_cast<size_t>(it - slots.begin())] = read_access(f, fp, op.loc);
@@ -839,7 +956,7 @@ class Reader {
       } else if (key == "flags") {
         expect_array(f, fp, op.loc);
         for (size_t j = 0; j < f.size(); ++j) {
-          const std::string ep = fmt::format("{}[{}]", fp, j);
+          const Path ep = fp[j];
           if (f[j].is_number()) {
             op.flags = static_cast<uint16_t>(op.flags | get_int(f[j], ep, 0, 0xFFFF, op.loc));
           } else {
@@ -849,17 +966,17 @@ class Reader {
       } else if (key == "imm") {
         expect_array(f, fp, op.loc);
         if (f.size() > 4) fail(ErrorCode::kWrongType, f, fp, fmt::format("at most 4 values, found {}", f.size()), op.loc);
-        for (size_t j = 0; j < f.size(); ++j) op.imm[j] = read_float(f[j], fmt::format("{}[{}]", fp, j), op.loc);
+        for (size_t j = 0; j < f.size(); ++j) op.imm[j] = read_float(f[j], fp[j], op.loc);
       } else if (key == "iimm") {
         expect_array(f, fp, op.loc);
         if (f.size() > 10) fail(ErrorCode::kWrongType, f, fp, fmt::format("at most 10 values, found {}", f.size()), op.loc);
         for (size_t j = 0; j < f.size(); ++j)
-          op.iimm[j] = static_cast<int32_t>(get_int(f[j], fmt::format("{}[{}]", fp, j), std::numeric_limits<int32_t>::min(),
+          op.iimm[j] = static_cast<int32_t>(get_int(f[j], fp[j], std::numeric_limits<int32_t>::min(),
                                                     std::numeric_limits<int32_t>::max(), op.loc));
       } else if (key == "shuffle") {
         expect_array(f, fp, op.loc);
         if (f.size() != 32) fail(ErrorCode::kWrongType, f, fp, fmt::format("expected 32 values, found {}", f.size()), op.loc);
-        for (size_t j = 0; j < 32; ++j) op.shuffle[j] = static_cast<uint8_t>(get_int(f[j], fmt::format("{}[{}]", fp, j), 0, 255, op.loc));
+        for (size_t j = 0; j < 32; ++j) op.shuffle[j] = static_cast<uint8_t>(get_int(f[j], fp[j], 0, 255, op.loc));
       } else if (key == "axis_count") {
         op.axis_count = static_cast<uint8_t>(get_int(f, fp, 0, 255, op.loc));
       } else if (key == "dma_queue") {
@@ -875,7 +992,7 @@ class Reader {
     return id;
   }
 
-  float read_float(const Value& v, const std::string& path, const SourceLoc& loc) const {
+  float read_float(const Value& v, const Path& path, const SourceLoc& loc) const {
     if (v.is_string()) {
       const std::string& s = v.as_string();
       if (s == "inf") return std::numeric_limits<float>::infinity();
@@ -1061,7 +1178,7 @@ class Writer {
   Value access(const Access& a) const {
     if (a.tensor < 0 || static_cast<size_t>(a.tensor) >= k_.tensors.size()) bad(fmt::format("access of tensor id {} out of range", a.tensor));
     const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
-    if (a.dims.empty() && a.order.empty()) return Value::string(t.name);
+    if (a.dims.empty() && a.order.empty() && !a.dtype) return Value::string(t.name);
     Value idx = Value::array();
     for (const DimAccess& d : a.dims) {
       if (!d.broadcast && d.size == 1 && d.step == 1) {
@@ -1081,12 +1198,13 @@ class Writer {
     }
     Value v = Value::object();
     v.set("tensor", Value::string(t.name));
-    v.set("index", std::move(idx));
+    if (!a.dims.empty()) v.set("index", std::move(idx));
     if (!a.order.empty()) {
       Value ord = Value::array();
       for (int d : a.order) ord.push(Value::integer(d));
       v.set("order", std::move(ord));
     }
+    if (a.dtype) v.set("dtype", Value::string(std::string(dtype_name(*a.dtype))));
     return v;
   }
 

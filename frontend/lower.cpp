@@ -50,7 +50,9 @@ std::string shape_str(const std::vector<int64_t>& s) {
 // ------------------------------------------------------------------ shared building blocks
 
 int Lowering::opcode_of(const std::string& name) {
-  if (isa::macro_from_name(name) == &isa::macro_info(isa::Macro::kNcMatmul)) return kNcMatmul;
+  const isa::OpInfo* macro = isa::macro_from_name(name);
+  if (macro == &isa::macro_info(isa::Macro::kNcMatmul) || macro == &isa::macro_info(isa::Macro::kNcMatmulMx))
+    return kNcMatmul;
   if (auto op = isa::opcode_from_name(name)) return static_cast<int>(*op);
   return kUnknownOp;
 }
@@ -80,7 +82,7 @@ Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::ve
 
   Operand o;
   o.space = t.space;
-  o.dtype = t.dtype;
+  o.dtype = a.dtype.value_or(t.dtype);  // a reinterpreting view (same element size) reads the bytes as its dtype
   int64_t off = 0;  // elements
   int nf = 0;
   auto push = [&](int64_t size, int64_t stride) {
@@ -157,11 +159,13 @@ int Lowering::assemble(const Op& op, int opcode, const std::array<Operand, isa::
     out[0].engine = e;
     out[0].flags = static_cast<uint16_t>(op.flags & ~isa::kAccumulate);
     out[0].opnd[0] = opnd[1];
+    out[0].opnd[1] = opnd[3];  // stationary_scale (MX)
     out[1] = in;
     out[1].op = Opcode::kMultiplyMoving;
     out[1].engine = e;
     out[1].opnd[0] = opnd[0];
     out[1].opnd[1] = opnd[2];
+    out[1].opnd[2] = opnd[4];  // moving_scale (MX)
     return 2;
   }
   in.op = static_cast<Opcode>(opcode);
@@ -291,8 +295,10 @@ bool Lowering::lower_op(const Op& op, Instr& out) {
     out = t[0];
     pending_ = t[1];
     out.opnd[0] = operand(*op.operands[1]);
+    if (op.operands[3]) out.opnd[1] = operand(*op.operands[3]);  // MX scales (nc_matmul_mx)
     pending_.opnd[0] = operand(*op.operands[0]);
     pending_.opnd[1] = operand(*op.operands[2]);
+    if (op.operands[4]) pending_.opnd[2] = operand(*op.operands[4]);
     has_pending_ = true;
     return true;
   }
@@ -440,7 +446,7 @@ void Lowering::name_check_reports() {
     const Op& op = k_.ops[static_cast<size_t>(oi)];
     int slot = r.slot;
     if (opcode_of(op.name) == kNcMatmul) {  // load_stationary(stationary), multiply_moving(dst, moving)
-      slot = r.op == "load_stationary" ? 1 : r.slot == 0 ? 0 : 2;
+      slot = r.op == "load_stationary" ? (r.slot == 1 ? 3 : 1) : r.slot == 0 ? 0 : r.slot == 2 ? 4 : 2;
       r.op = op.name;  // the kernel's op, as the kernel wrote it
     }
     if (slot < 0 || static_cast<size_t>(slot) >= op.operands.size() || !op.operands[static_cast<size_t>(slot)]) continue;
@@ -470,9 +476,9 @@ void Lowering::slot_tags(int op, const TileUses& u, const Instr& in, engines::Sl
     return engines::slot_tag(x.tensor, x.instance);
   };
   const int opc = opcode_[static_cast<size_t>(op)];
-  if (opc == kNcMatmul) {  // ops: dst, stationary, moving
-    if (in.op == Opcode::kLoadStationary) out[0] = tag(1);
-    if (in.op == Opcode::kMultiplyMoving) out[0] = tag(0), out[1] = tag(2);
+  if (opc == kNcMatmul) {  // ops: dst, stationary, moving, stationary_scale, moving_scale
+    if (in.op == Opcode::kLoadStationary) out[0] = tag(1), out[1] = tag(3);
+    if (in.op == Opcode::kMultiplyMoving) out[0] = tag(0), out[1] = tag(2), out[2] = tag(4);
     return;
   }
   if (opc != static_cast<int>(in.op)) return;  // an instruction of another layout

@@ -188,6 +188,12 @@ std::vector<uint8_t> to_dtype(const NpyArray& a, DType dt, const std::vector<int
     if (ds.bytes != eb) bad(what, fmt::format("raw dtype '{}' does not match {} ({} bytes)", a.descr, dtype_name(dt), eb));
     return a.data;
   }
+  if (dtype_is_mx_x4(dt)) {  // no cast path: the packed bits of an unsigned array of the same item size
+    if (ds.kind != 'u' || ds.bytes != eb)
+      bad(what, fmt::format("an {} tensor takes its packed bits as a {}-byte unsigned (or raw) array, found '{}' (there "
+                            "is no cast path to an MX x4 type)", dtype_name(dt), eb, a.descr));
+    return a.data;
+  }
   for (size_t i = 0; i < n; ++i) {
     const uint8_t* src = &a.data[i * static_cast<size_t>(ds.bytes)];
     uint8_t* dst = &out[i * static_cast<size_t>(eb)];
@@ -235,6 +241,9 @@ void write_npy(const std::string& path, const std::vector<uint8_t>& data, DType 
     case DType::kUInt16: descr = "<u2"; break;
     case DType::kUInt32: descr = "<u4"; break;
     case DType::kBool: descr = "|b1"; break;
+    case DType::kFloat8E5M2X4:  // MX x4: the packed bits (no cast path)
+    case DType::kFloat8E4M3FNX4: descr = "<u4"; break;
+    case DType::kFloat4E2M1FNX4: descr = "<u2"; break;
     default:
       if (raw) {
         descr = fmt::format("|V{}", dtype_bytes(dt));

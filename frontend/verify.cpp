@@ -389,6 +389,12 @@ class Verifier {
         fail(ErrorCode::kShapeMismatch,
              fmt::format("stationary [K={}, M={}] and moving [K={}, N={}] must have the same contraction size K",
                          st.num_partitions, st.elems_per_partition(), mv.num_partitions, mv.elems_per_partition()));
+      const bool mx_op = op.name == "nc_matmul_mx";
+      if (mx_op != dtype_is_mx_x4(st.dtype) || mx_op != dtype_is_mx_x4(mv.dtype))
+        fail(ErrorCode::kBadDtype,
+             fmt::format("{} takes {} stationary and moving, got {} and {}", op.name,
+                         mx_op ? "MX x4-packed (float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4)" : "unpacked (not MX x4)",
+                         dtype_name(st.dtype), dtype_name(mv.dtype)));
       const int64_t m = st.elems_per_partition() / ((op.flags & isa::kDoubleRow) ? 2 : 1);
       if (dst.num_partitions != m)
         fail(ErrorCode::kShapeMismatch, fmt::format("dst must have M = {} partitions (the stationary free size), got {}",

@@ -24,10 +24,11 @@ struct DTypeInfo {
   int bytes;
   bool is_float;
   bool is_signed;
+  int values;
 };
 
 constexpr std::array<DTypeInfo, kNumDTypes> kInfo = {{
-#define DTYPE(e, name, bytes, is_float, is_signed) {name, bytes, is_float != 0, is_signed != 0},
+#define DTYPE(e, name, bytes, is_float, is_signed, values) {name, bytes, is_float != 0, is_signed != 0, values},
 #include "isa/dtypes.def"
 #undef DTYPE
 }};
@@ -253,7 +254,45 @@ bool dtype_is_float(DType t) {
 
 bool dtype_is_int(DType t) {
   const auto* i = info(t);
-  return i && !i->is_float;
+  return i && !i->is_float && i->values == 1;
+}
+
+int dtype_values(DType t) {
+  const auto* i = info(t);
+  return i ? i->values : 1;
+}
+
+uint8_t f32_to_f8e8m0fnu_bits(float v) {
+  // No zero, no sign, no inf: those (and NaN) become the NaN byte 0xff; a mantissa >= 1.5 rounds up.
+  if (!(v > 0.0f) || std::isinf(v)) return 0xff;
+  int e = 0;
+  const float m = std::frexp(v, &e);  // v = m * 2^e, m in [0.5, 1)
+  const int exp2 = (m >= 0.75f) ? e : e - 1;
+  const int b = exp2 + 127;
+  if (b < 0) return 0;
+  return b > 254 ? 0xff : static_cast<uint8_t>(b);
+}
+
+float f8e8m0fnu_bits_to_f32(uint8_t b) {
+  return b == 0xff ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, static_cast<int>(b) - 127);
+}
+
+float f4e2m1fn_bits_to_f32(uint8_t nibble) {
+  static constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float m = kMag[nibble & 7u];
+  return (nibble & 8u) ? -m : m;
+}
+
+float mx_x4_value(DType t, const uint8_t* element, int q) {
+  switch (t) {
+    case DType::kFloat8E5M2X4: return kE5M2Table[element[q]];
+    case DType::kFloat8E4M3FNX4: return kE4M3FNTable[element[q]];
+    case DType::kFloat4E2M1FNX4: {
+      const uint8_t byte = element[q / 2];
+      return f4e2m1fn_bits_to_f32(static_cast<uint8_t>((q % 2) ? byte >> 4 : byte & 0x0f));
+    }
+    default: return std::numeric_limits<float>::quiet_NaN();
+  }
 }
 
 bool dtype_is_signed(DType t) {
@@ -310,6 +349,10 @@ float load_f32(DType t, const uint8_t* p) {
     case DType::kUInt16: return static_cast<float>(rd<uint16_t>(p));
     case DType::kUInt32: return static_cast<float>(rd<uint32_t>(p));
     case DType::kBool: return p[0] != 0 ? 1.0f : 0.0f;
+    case DType::kFloat8E8M0FNU: return f8e8m0fnu_bits_to_f32(p[0]);
+    case DType::kFloat8E5M2X4:     // x4 types have no cast path: isa::verify rejects them before semantics
+    case DType::kFloat8E4M3FNX4:
+    case DType::kFloat4E2M1FNX4: return std::numeric_limits<float>::quiet_NaN();
   }
   return 0.0f;
 }
@@ -330,6 +373,10 @@ void store_f32(DType t, uint8_t* p, float v) {
     case DType::kUInt16: wr<uint16_t>(p, sat_to<uint16_t>(v)); return;
     case DType::kUInt32: wr<uint32_t>(p, sat_to<uint32_t>(v)); return;
     case DType::kBool: p[0] = v != 0.0f ? 1 : 0; return;
+    case DType::kFloat8E8M0FNU: p[0] = f32_to_f8e8m0fnu_bits(v); return;
+    case DType::kFloat8E5M2X4:  // no cast path (isa::verify rejects x4 operands outside the MX ops)
+    case DType::kFloat8E4M3FNX4:
+    case DType::kFloat4E2M1FNX4: return;
   }
 }
 
@@ -410,6 +457,14 @@ void load_f32_n(DType t, const uint8_t* src, float* dst, int64_t n) {
     case DType::kBool:
       load_loop<uint8_t>(src, dst, n, [](uint8_t b) { return b != 0 ? 1.0f : 0.0f; });
       return;
+    case DType::kFloat8E8M0FNU:
+      load_loop<uint8_t>(src, dst, n, [](uint8_t b) { return f8e8m0fnu_bits_to_f32(b); });
+      return;
+    case DType::kFloat8E5M2X4:  // no cast path (isa::verify rejects x4 operands outside the MX ops)
+    case DType::kFloat8E4M3FNX4:
+    case DType::kFloat4E2M1FNX4:
+      for (int64_t i = 0; i < n; ++i) dst[i] = std::numeric_limits<float>::quiet_NaN();
+      return;
   }
 }
 
@@ -442,6 +497,12 @@ void store_f32_n(DType t, uint8_t* dst, const float* src, int64_t n) {
     case DType::kBool:
       store_loop<uint8_t>(dst, src, n, [](float v) -> uint8_t { return v != 0.0f ? 1 : 0; });
       return;
+    case DType::kFloat8E8M0FNU:
+      store_loop<uint8_t>(dst, src, n, [](float v) { return f32_to_f8e8m0fnu_bits(v); });
+      return;
+    case DType::kFloat8E5M2X4:  // no cast path (isa::verify rejects x4 operands outside the MX ops)
+    case DType::kFloat8E4M3FNX4:
+    case DType::kFloat4E2M1FNX4: return;
   }
 }
 

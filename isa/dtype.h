@@ -10,20 +10,20 @@
 namespace nsim {
 
 enum class DType : uint8_t {
-#define DTYPE(e, name, bytes, is_float, is_signed) e,
+#define DTYPE(e, name, bytes, is_float, is_signed, values) e,
 #include "isa/dtypes.def"
 #undef DTYPE
 };
 
 inline constexpr int kNumDTypes = 0
-#define DTYPE(e, name, bytes, is_float, is_signed) +1
+#define DTYPE(e, name, bytes, is_float, is_signed, values) +1
 #include "isa/dtypes.def"
 #undef DTYPE
     ;
 
 namespace detail {
 inline constexpr int kDTypeBytes[] = {
-#define DTYPE(e, name, bytes, is_float, is_signed) bytes,
+#define DTYPE(e, name, bytes, is_float, is_signed, values) bytes,
 #include "isa/dtypes.def"
 #undef DTYPE
 };
@@ -42,6 +42,16 @@ std::optional<DType> dtype_from_name(std::string_view name);
 bool dtype_is_float(DType t);
 bool dtype_is_int(DType t);  ///< integer or bool
 bool dtype_is_signed(DType t);
+/// Values packed in one element (the `values` column of isa/dtypes.def): 4 for the MX x4 types, else 1.
+int dtype_values(DType t);
+/// An MX x4-packed type (float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4): no cast path to or from it.
+inline bool dtype_is_mx_x4(DType t) { return dtype_values(t) == 4; }
+/// The fp32 value of one packed value of an x4 element (q = 0..3, value 0 in the low byte / low nibble):
+/// float8_e5m2 / float8_e4m3fn bytes, float4_e2m1fn nibbles (nki-api.md 3.2).
+float mx_x4_value(DType t, const uint8_t* element, int q);
+uint8_t f32_to_f8e8m0fnu_bits(float v); ///< ml_dtypes float8_e8m0fnu: 2^(b-127), no sign/zero, 0xff NaN; ties round up
+float f8e8m0fnu_bits_to_f32(uint8_t b);
+float f4e2m1fn_bits_to_f32(uint8_t nibble);  ///< ml_dtypes float4_e2m1fn (max 6, no inf/NaN)
 
 // ---- scalar conversions (bit-exact; RNE) ----
 uint16_t f32_to_bf16_bits(float v);    ///< RNE; NaN stays NaN (quiet); overflow rounds to inf

@@ -105,7 +105,7 @@ bool dtype_class_accepts(DtypeClass c, DType t) {
     case DtypeClass::kF32: return t == DType::kFloat32;
     case DtypeClass::kMmIn:
       return t == DType::kFloat32 || t == DType::kTFloat32 || t == DType::kBFloat16 || t == DType::kFloat16 ||
-             t == DType::kFloat8E4M3 || t == DType::kFloat8E4M3FN || t == DType::kFloat8E5M2;
+             t == DType::kFloat8E4M3 || t == DType::kFloat8E4M3FN || t == DType::kFloat8E5M2 || dtype_is_mx_x4(t);
     case DtypeClass::kMmOut:
       // bf16 PSUM needs gen4 (checked by verify with Limits); 16-bit outputs also come from transpose mode.
       return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16 || t == DType::kFloat8E4M3 ||
@@ -120,7 +120,7 @@ std::string_view dtype_class_name(DtypeClass c) {
     case DtypeClass::kFloat: return "a float dtype";
     case DtypeClass::kInt: return "an integer dtype";
     case DtypeClass::kF32: return "float32";
-    case DtypeClass::kMmIn: return "a matmul input dtype (fp32, tf32, bf16, fp16, fp8)";
+    case DtypeClass::kMmIn: return "a matmul input dtype (fp32, tf32, bf16, fp16, fp8, MX x4)";
     case DtypeClass::kMmOut: return "a PSUM matmul output dtype";
   }
   return "?";
@@ -367,6 +367,120 @@ void verify_operand(const Instr& in, const SlotInfo& slot, const Operand& o, con
 constexpr int64_t kTop8MinElems = 8;
 constexpr int64_t kTop8MaxElems = 16384;
 constexpr int64_t kLocalGatherMaxIndices = 4096;
+
+/// MX (nki-api.md 2.3 quantize_mx / nc_matmul_mx): a scale belongs to a group of kMxGroupRows partitions
+/// (x kMxValues packed values = 32 contraction values); group i sits on scale row (i / 4) * 32 + i % 4 of the
+/// scale view (its source quadrant), whose start partition may be a quadrant start plus 0, 4, 8 or 12.
+constexpr int64_t kMxGroupRows = 8;
+constexpr int64_t kMxValues = 4;
+constexpr int64_t kMxQuadrant = 32;
+constexpr int64_t kMxGroupsPerQuadrant = kMxQuadrant / kMxGroupRows;
+
+int64_t mx_scale_rows(int64_t data_rows) {
+  const int64_t groups = data_rows / kMxGroupRows;
+  return groups == 0 ? 0 : (groups - 1) / kMxGroupsPerQuadrant * kMxQuadrant + (groups - 1) % kMxGroupsPerQuadrant + 1;
+}
+
+/// The x4 dtype rules of every instruction and the shape rules of quantize_mx and of the MX matmul halves.
+void verify_mx(const Instr& in, const Limits& lim, const SourceLoc& where) {
+  const OpInfo& info = op_info(in.op);
+  const bool quant = in.op == Opcode::kQuantizeMx;
+  const bool ls = in.op == Opcode::kLoadStationary, mm = in.op == Opcode::kMultiplyMoving;
+  const Operand& data = in.slot(ls ? 0 : 1);  // the x4 operand of a matmul half
+  const bool mx_mm = (ls || mm) && data.present() && dtype_is_mx_x4(data.dtype);
+  // 1. No cast path: an x4 operand only where the MX ops take one, or in a copy to the same dtype.
+  for (int i = 0; i < info.num_slots; ++i) {
+    const Operand& o = in.slot(i);
+    if (!o.present() || !dtype_is_mx_x4(o.dtype)) continue;
+    if ((quant && i == 0) || (ls && i == 0) || (mm && i == 1)) continue;
+    if (is_dma(in.op) || in.op == Opcode::kSendrecv) {
+      const Operand& other = in.slot(i == 0 ? 1 : 0);
+      if (i < 2 && other.present() && other.dtype == o.dtype) continue;
+      fail(ErrorCode::kMxNoCast, in, where,
+           fmt::format("a copy between {} and {}: an MX x4 dtype has no cast path, copy it into the same dtype",
+                       dtype_name(in.slot(0).dtype), dtype_name(in.slot(1).dtype)));
+    }
+    fail(ErrorCode::kMxNoCast, in, where,
+         fmt::format("operand '{}' is {}: MX x4-packed data has no cast path (only quantize_mx writes it, "
+                     "nc_matmul_mx reads it)", info.slots[static_cast<size_t>(i)].name, dtype_name(o.dtype)));
+  }
+  if ((is_dma(in.op) || in.op == Opcode::kSendrecv) && in.slot(1).present() && dtype_is_mx_x4(in.slot(1).dtype) &&
+      in.slot(0).dtype != in.slot(1).dtype)
+    fail(ErrorCode::kMxNoCast, in, where,
+         fmt::format("a copy from {} to {}: an MX x4 dtype has no cast path", dtype_name(in.slot(1).dtype),
+                     dtype_name(in.slot(0).dtype)));
+  if (!quant && !ls && !mm) return;
+  const int scale_slot = quant ? 2 : ls ? 1 : 2;
+  const Operand& scale = in.slot(scale_slot);
+  const char* scale_name = info.slots[static_cast<size_t>(scale_slot)].name;
+  if (!quant && !mx_mm) {
+    if (scale.present())
+      fail(ErrorCode::kBadDtype, in, where,
+           fmt::format("operand '{}' is only for MX x4 inputs (nc_matmul_mx), but {} is {}", scale_name,
+                       ls ? "stationary" : "moving", dtype_name(data.dtype)));
+    return;
+  }
+  if (lim.generation < 4 || lim.mx_rate <= 0)
+    fail(ErrorCode::kNotOnGeneration, in, where,
+         fmt::format("MX (quantize_mx / nc_matmul_mx) needs gen4 (NeuronCore-v4, trn3), the config is gen{}",
+                     lim.generation));
+  if (mx_mm && (in.flags & (kDoubleRow | kIsTranspose)))
+    fail(ErrorCode::kBadImmediate, in, where, "an MX matmul takes no double_row or transpose flag");
+  // The data operand whose rows the scales cover: quantize_mx's src, the matmul's x4 input.
+  const Operand& rows_of = quant ? in.slot(1) : data;
+  const int64_t P = rows_of.num_partitions;
+  if (quant) {
+    const Operand& src = in.slot(1);
+    const Operand& dst = in.slot(0);
+    if (src.dtype != DType::kFloat16 && src.dtype != DType::kBFloat16)
+      fail(ErrorCode::kBadDtype, in, where, fmt::format("src must be float16 or bfloat16, got {}", dtype_name(src.dtype)));
+    if (dst.dtype != DType::kFloat8E5M2X4 && dst.dtype != DType::kFloat8E4M3FNX4)
+      fail(ErrorCode::kBadDtype, in, where,
+           fmt::format("dst must be float8_e5m2_x4 or float8_e4m3fn_x4, got {}", dtype_name(dst.dtype)));
+    if (P % kMxQuadrant != 0)
+      fail(ErrorCode::kShapeMismatch, in, where,
+           fmt::format("src must have a multiple of {} partitions, got {}", kMxQuadrant, P));
+    const int64_t F = src.elems_per_partition();
+    if (F % kMxValues != 0)
+      fail(ErrorCode::kShapeMismatch, in, where,
+           fmt::format("src must have a multiple of {} elements per partition, got {}", kMxValues, F));
+    if (dst.num_partitions != src.num_partitions || dst.elems_per_partition() != F / kMxValues)
+      fail(ErrorCode::kShapeMismatch, in, where,
+           fmt::format("dst must be [{}, {}] (src [{}, {}] packed 4 per element), got [{}, {}]", P, F / kMxValues, P, F,
+                       dst.num_partitions, dst.elems_per_partition()));
+  } else {
+    if (P % kMxQuadrant != 0)
+      fail(ErrorCode::kShapeMismatch, in, where,
+           fmt::format("{} must have a multiple of {} partitions (K, packed rows), got {}", ls ? "stationary" : "moving",
+                       kMxQuadrant, P));
+    if (ls && data.elems_per_partition() % 2 != 0)
+      fail(ErrorCode::kShapeMismatch, in, where,
+           fmt::format("stationary free size M must be even, got {}", data.elems_per_partition()));
+    if (!scale.present())
+      fail(ErrorCode::kMissingOperand, in, where, fmt::format("operand '{}' is required with MX x4 input {}", scale_name,
+                                                              dtype_name(data.dtype)));
+  }
+  // The scale view: uint8 / float8_e8m0fnu, one column per packed column, the rows of the placement rule.
+  if (scale.dtype != DType::kUInt8 && scale.dtype != DType::kFloat8E8M0FNU)
+    fail(ErrorCode::kBadDtype, in, where,
+         fmt::format("operand '{}' must be float8_e8m0fnu or uint8, got {}", scale_name, dtype_name(scale.dtype)));
+  const int64_t cols = quant ? in.slot(0).elems_per_partition() : data.elems_per_partition();
+  if (scale.elems_per_partition() != cols)
+    fail(ErrorCode::kShapeMismatch, in, where,
+         fmt::format("operand '{}' needs {} elements per partition (one scale per packed column), got {}", scale_name,
+                     cols, scale.elems_per_partition()));
+  const int64_t need = mx_scale_rows(P);
+  if (scale.num_partitions < need)
+    fail(ErrorCode::kShapeMismatch, in, where,
+         fmt::format("operand '{}' needs at least {} partitions: the scale of 8-row group i sits on row (i // 4) * 32 + "
+                     "i % 4 of the view, and {} rows make {} groups; got {}", scale_name, need, P, P / kMxGroupRows,
+                     scale.num_partitions));
+  const int64_t off = scale.start_partition % kMxQuadrant;
+  if (off % kMxGroupsPerQuadrant != 0 || off / kMxGroupsPerQuadrant >= kMxGroupsPerQuadrant)
+    fail(ErrorCode::kShapeMismatch, in, where,
+         fmt::format("operand '{}' starts at partition {}: a scale view starts at a quadrant start (0, 32, 64, 96) plus "
+                     "0, 4, 8 or 12", scale_name, scale.start_partition));
+}
 
 /// Ops that take one input (unary arithmetic, invert, bypass) ignore their scalar operand, so it
 /// may be absent (the semantics' ignores_operand).
@@ -707,6 +821,7 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
   for (int i = info.num_slots; i < kMaxSlots; ++i)
     if (in.slot(i).present()) fail(ErrorCode::kBadImmediate, in, where, fmt::format("unexpected operand #{}", i));
 
+  verify_mx(in, lim, where);
   // gen4-only instructions (spec nki-api.md 2.4).
   if ((in.op == Opcode::kExponential || in.op == Opcode::kRand2 || in.op == Opcode::kActivate2) && lim.generation < 4)
     fail(ErrorCode::kNotOnGeneration, in, where, fmt::format("needs gen4 (NeuronCore-v4), the config is gen{}", lim.generation));
@@ -843,6 +958,8 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
         if (in.op != Opcode::kNcStreamShuffle) require_same_partitions(i);
       }
       if (in.op == Opcode::kNcStreamShuffle) require_same_elems(1);
+      break;
+    case Opcode::kQuantizeMx:  // shapes checked by verify_mx (the scale view has its own partitions)
       break;
     case Opcode::kTensorPartitionReduce:  // a reduction across partitions: dst is one row
       if (d.num_partitions != 1)

@@ -56,6 +56,7 @@ enum class CostClass : uint8_t {
   kMultiplyMoving,  ///< TensorE
   kTranspose,       ///< TensorE PE transpose (VectorE: kStream)
   kBarrier,         ///< core_barrier: the cross-core rendezvous (engines/multicore)
+  kQuantizeMx,      ///< VectorE: vector.quantize_mx_factor cycles per src element (quantize_mx, gen4)
 };
 
 enum class Opcode : uint8_t {
@@ -304,6 +305,7 @@ struct Limits {
   int64_t moving_fmax = 0;
   int64_t moving_fmax_bf16 = 0;
   bool dst_bf16 = false;
+  int mx_rate = 0;  ///< MX matmul available when > 0 (gen4)
 };
 
 /// Check an instruction against the table and the limits: engine allowed, required slots present,

@@ -8,6 +8,8 @@
 #include <bit>
 #include <cmath>
 #include <map>
+#include <memory>
+#include <unordered_map>
 
 #include "sim/json_out.h"
 
@@ -82,6 +84,54 @@ struct Rec {
   uint16_t track;
 };
 
+/// The critical-path records of every instruction, 20 bytes each (issue 12: `nsim analyze` of a
+/// 10 M-instruction kernel within 300 MB), in blocks of 64 Ki records so growing never copies (a
+/// doubling vector of 32-byte records peaked at 512 MB at 10 M instructions). A duration of 2^32 ps
+/// (4.3 ms) or more goes to a side table.
+class RecStore {
+ public:
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  /// Stores `r` as record size(); false (nothing stored) when its fields do not fit the packed form.
+  bool push(const Rec& r) {
+    if (r.loc >= (1u << 24) || r.track >= 256 || r.pred >= static_cast<int64_t>(UINT32_MAX) - 1 ||
+        n_ >= static_cast<size_t>(UINT32_MAX) - 1)
+      return false;
+    if (n_ % kBlock == 0) blocks_.push_back(std::make_unique<Packed[]>(kBlock));
+    Packed& p = blocks_.back()[n_ % kBlock];
+    const Ps dur = r.end - r.start;
+    p.start = r.start;
+    p.dur = dur >= 0 && dur < kLongDur ? static_cast<uint32_t>(dur) : kLongDur;
+    if (p.dur == kLongDur) long_durs_[n_] = dur;
+    p.pred1 = static_cast<uint32_t>(r.pred + 1);
+    p.loc_track = r.loc << 8 | r.track;
+    ++n_;
+    return true;
+  }
+  Rec operator[](size_t i) const {
+    const Packed& p = blocks_[i / kBlock][i % kBlock];
+    const Ps dur = p.dur == kLongDur ? long_durs_.at(i) : static_cast<Ps>(p.dur);
+    return {p.start, p.start + dur, static_cast<int64_t>(p.pred1) - 1, p.loc_track >> 8,
+            static_cast<uint16_t>(p.loc_track & 0xff)};
+  }
+
+ private:
+#pragma pack(push, 4)
+  struct Packed {
+    Ps start;
+    uint32_t dur;        ///< end - start, or kLongDur (see long_durs_)
+    uint32_t pred1;      ///< pred + 1 (0: none)
+    uint32_t loc_track;  ///< loc << 8 | track
+  };
+#pragma pack(pop)
+  static_assert(sizeof(Packed) == 20);
+  static constexpr size_t kBlock = size_t{1} << 16;
+  static constexpr uint32_t kLongDur = UINT32_MAX;
+  std::vector<std::unique_ptr<Packed[]>> blocks_;
+  std::unordered_map<size_t, Ps> long_durs_;
+  size_t n_ = 0;
+};
+
 }  // namespace
 
 struct Analyzer::State {
@@ -92,7 +142,7 @@ struct Analyzer::State {
 
   uint64_t n = 0;
   std::vector<LineAgg> lines;  ///< by source id
-  std::vector<Rec> recs;
+  RecStore recs;
   bool recs_complete = true;
   std::array<int64_t, isa::kNumEngines> last_on_engine{-1, -1, -1, -1, -1};
   std::array<Ps, isa::kNumEngines> cursor{}, busy_union{};  ///< per engine: end of the last issue interval, union of them
@@ -218,7 +268,8 @@ void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
   if (recs_complete && static_cast<int64_t>(recs.size()) < max_records && recs.size() == t.index) {
     const bool data_bound = t.waited_for >= 0 && t.ready > t.free;
     const int track = isa::is_dma(in.op) ? kQueueTrack0 + in.dma_queue : static_cast<int>(e);
-    recs.push_back({t.start, t.end, data_bound ? t.waited_for : prev, loc, static_cast<uint16_t>(track)});
+    if (!recs.push({t.start, t.end, data_bound ? t.waited_for : prev, loc, static_cast<uint16_t>(track)}))
+      recs_complete = false;
   } else {
     recs_complete = false;
   }
@@ -344,7 +395,7 @@ void Analyzer::State::on_dma(const Instr& in, const InstrTiming& t, LineAgg& la)
   if (src.space == Space::kHbm && dst.space != Space::kHbm) la.last_load = dst;
   if (same_buffer && src.space == Space::kHbm && t.waited_for >= 0 && t.waited_class != kClassDma &&
       static_cast<uint64_t>(t.waited_for) < recs.size()) {
-    const Rec& reader = recs[static_cast<size_t>(t.waited_for)];
+    const Rec reader = recs[static_cast<size_t>(t.waited_for)];
     const Ps dur = reader.end - reader.start;
     if (dur > 0 && t.start <= t.ready + dur) {
       ++la.reuse_waits;
@@ -544,7 +595,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       if (s.recs[i].end > s.recs[static_cast<size_t>(cur)].end) cur = static_cast<int64_t>(i);
     Ps bound_at = s.recs[static_cast<size_t>(cur)].end;  // when the successor needed this one
     while (cur >= 0) {
-      const Rec& rc = s.recs[static_cast<size_t>(cur)];
+      const Rec rc = s.recs[static_cast<size_t>(cur)];
       const Ps own = std::max<Ps>(0, std::min(bound_at, rc.end) - rc.start);
       const Ps gap = std::max<Ps>(0, bound_at - std::max(rc.start, std::min(bound_at, rc.end)));
       by_track[track_name(*s.p, rc.track)] += own;

@@ -166,9 +166,11 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
       if (step == eb) {  // a contiguous run with every byte good (the common case): one pass
         if (key == 0 && std::memchr(base, 0, static_cast<size_t>(n * eb)) == nullptr) return true;
         if (key != 0) {
-          bool all = true;
-          for (int64_t i = 0; i < n * eb; ++i) all &= good(base[i]);
-          if (all) return true;
+          // Branch-free over bytes so the compiler vectorises it (the bool `&=` loop did not: 10% of a
+          // flash-attention simulation with the sanitizer on).
+          uint8_t miss = 0;
+          for (int64_t i = 0; i < n * eb; ++i) miss |= static_cast<uint8_t>((base[i] != key) & (base[i] != kTagAny));
+          if (!miss) return true;
         }
       }
       for (int64_t i = 0; i < n; ++i) {

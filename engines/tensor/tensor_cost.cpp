@@ -23,7 +23,10 @@ double multiply_moving_ii(const CoreParams& p, const isa::Instr& in, DType stati
   const isa::Operand& mv = in.slot(1);
   int64_t n = mv.elems_per_partition();
   if (in.flags & isa::kDoubleRow) n /= 2;
-  const double f = std::max(tensor_dtype_factor(p, in, mv.dtype), tensor_dtype_factor(p, in, stationary_dtype));
+  double f = std::max(tensor_dtype_factor(p, in, mv.dtype), tensor_dtype_factor(p, in, stationary_dtype));
+  // MX (x4-packed, nc_matmul_mx): 4 contraction values per PE row at tensor.mx_rate values per cycle (spec 3.1:
+  // K = 512 at the II of K = 128 bf16 on gen4, mx_rate 4).
+  if (dtype_is_mx_x4(mv.dtype) && p.mx_rate > 0) f *= static_cast<double>(dtype_values(mv.dtype)) / p.mx_rate;
   const double nd = static_cast<double>(n);
   if (p.cost_formula_isa) return f * std::max(std::min(p.mm_min_ii, static_cast<double>(stationary_m)), nd);
   return f * std::max(p.mm_min_ii, nd);

@@ -60,6 +60,11 @@ StreamCost vector_cost(const CoreParams& p, const isa::Instr& in) {
     }
     case CostClass::kBnAggr: factor = p.vector_bn_aggr_factor; break;
     case CostClass::kStreamReduce: extra = mi; break;
+    case CostClass::kQuantizeMx:  // src streams once (dst_scale is an output): max(MIN_II, N * factor)
+      sh.passes = 1;
+      sh.n = in.slot(1).elems_per_partition();
+      factor = p.vector_quantize_mx_factor;
+      break;
     // kStream (bn_stats, nc_stream_shuffle, range_select, tensor_copy_predicated: N when src and predicate
     // sit in different SRAMs, 2N when both are in SBUF ...) and nc_transpose: max(MIN_II, passes * N).
     default: break;

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -396,7 +397,9 @@ void build_cli(CLI::App& app, Parsed& p) {
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(ErrorCode::kBadInput, fmt::format("cannot open '{}'", path));
-  return std::string(std::istreambuf_iterator<char>(f), {});
+  std::ostringstream text;  // one bulk read (istreambuf_iterator went char by char: 3% of a small run)
+  text << f.rdbuf();
+  return std::move(text).str();
 }
 
 std::string config_name(const std::string& c) { return c == "inf2" ? "trn1" : c; }

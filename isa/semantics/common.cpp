@@ -184,6 +184,71 @@ float alu_apply(AluOp op, float x, float y) {
   return x;
 }
 
+namespace {
+
+template <bool kVector, bool kReverse, typename F>
+void map_row(float* x, const float* y, float s, int64_t n, F f) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float b = kVector ? y[j] : s;
+    x[j] = kReverse ? f(b, x[j]) : f(x[j], b);
+  }
+}
+
+template <typename F>
+void map_row(float* x, const float* y, float s, int64_t n, bool reverse, F f) {
+  if (y) {
+    reverse ? map_row<true, true>(x, y, s, n, f) : map_row<true, false>(x, y, s, n, f);
+  } else {
+    reverse ? map_row<false, true>(x, y, s, n, f) : map_row<false, false>(x, y, s, n, f);
+  }
+}
+
+}  // namespace
+
+void alu_apply_row(AluOp op, float* x, const float* y, float s, int64_t n, bool reverse) {
+  // The common ops as loops the compiler can vectorise (the same IEEE operations as alu_apply, so the
+  // same bits); the rest call alu_apply per element.
+  if (sem::ignores_operand(op)) reverse = false;
+  switch (op) {
+    case AluOp::kBypass: return;
+    case AluOp::kAdd: return map_row(x, y, s, n, reverse, [](float a, float b) { return a + b; });
+    case AluOp::kSubtract: return map_row(x, y, s, n, reverse, [](float a, float b) { return a - b; });
+    case AluOp::kMultiply: return map_row(x, y, s, n, reverse, [](float a, float b) { return a * b; });
+    case AluOp::kDivide: return map_row(x, y, s, n, reverse, [](float a, float b) { return a / b; });
+    case AluOp::kMaximum:
+      return map_row(x, y, s, n, reverse, [](float a, float b) {
+        return (std::isnan(a) || std::isnan(b)) ? kNaN : (a < b ? b : a);
+      });
+    case AluOp::kMinimum:
+      return map_row(x, y, s, n, reverse, [](float a, float b) {
+        return (std::isnan(a) || std::isnan(b)) ? kNaN : (b < a ? b : a);
+      });
+    default: return map_row(x, y, s, n, reverse, [op](float a, float b) { return alu_apply(op, a, b); });
+  }
+}
+
+float alu_fold(AluOp op, float r, const float* y, int64_t n) {
+  // Sequential left folds (the order fixes the rounding): the common ops without a call per element.
+  switch (op) {
+    case AluOp::kBypass: return r;
+    case AluOp::kAdd:
+      for (int64_t j = 0; j < n; ++j) r = r + y[j];
+      return r;
+    case AluOp::kMultiply:
+      for (int64_t j = 0; j < n; ++j) r = r * y[j];
+      return r;
+    case AluOp::kMaximum:
+      for (int64_t j = 0; j < n; ++j) r = (std::isnan(r) || std::isnan(y[j])) ? kNaN : (r < y[j] ? y[j] : r);
+      return r;
+    case AluOp::kMinimum:
+      for (int64_t j = 0; j < n; ++j) r = (std::isnan(r) || std::isnan(y[j])) ? kNaN : (y[j] < r ? y[j] : r);
+      return r;
+    default:
+      for (int64_t j = 0; j < n; ++j) r = alu_apply(op, r, y[j]);
+      return r;
+  }
+}
+
 int64_t alu_apply_int(AluOp op, int64_t x, int64_t y) {
   const auto ux = static_cast<uint64_t>(x);
   const auto uy = static_cast<uint64_t>(y);
@@ -359,9 +424,7 @@ uint8_t* bscratch(int slot, int64_t n) { return scratch<uint8_t>(slot, n); }
 float reduce_fold(AluOp op, const float* y, int64_t n) {
   if (n <= 0) return alu_identity(op);
   const AluOp inner = op == AluOp::kSubtract ? AluOp::kAdd : op;
-  float r = y[0];
-  for (int64_t j = 1; j < n; ++j) r = alu_apply(inner, r, y[j]);
-  return r;
+  return alu_fold(inner, y[0], y + 1, n - 1);
 }
 
 void gather_bytes(const TileView& v, uint32_t p, uint8_t* out) {

@@ -108,6 +108,13 @@ inline uint64_t rng_next(uint64_t& s) {
 /// Uniform float in [0, 1) from the top 24 bits.
 inline float rng_uniform(uint64_t& s) { return static_cast<float>(rng_next(s) >> 40) * (1.0f / 16777216.0f); }
 
+// ---- MX (quantize_mx, the MX halves of nc_matmul_mx; isa/semantics/mx.cpp) -------------------
+/// Row of the scale view that holds the scale of 8-row group g (its source quadrant's rows 0..3, isa::verify).
+inline uint32_t mx_scale_row(int64_t group) { return static_cast<uint32_t>((group / 4) * 32 + group % 4); }
+/// Decode an x4 tile data [K, C] with its scale view into out, row-major (4K) x C: out[(4k + q) * C + c] =
+/// value q of data[k, c] x 2^(scale[row of group k / 8], c] - 127) (scale byte 255 = NaN).
+void mx_decode(const Instr& in, const TileView& data, const TileView& scale, float* out);
+
 // ---- ScalarE activation shared by activation and activation_reduce --------------------------
 void activation_impl(const Instr& in, const Views& v, ArchState& st, ReduceCmd cmd);
 

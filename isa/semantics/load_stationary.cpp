@@ -1,6 +1,8 @@
 // load_stationary: stationary [K partitions, M elements] -> st.stationary (K x M, fp32 values).
 // kDoubleRow: stationary is [K, 2, M]; stored as (2K) x M with row r*K + k holding st[k, r, :]
 // (multiply_moving lays out the moving [K, 2, N] the same way).
+// MX (an x4-packed stationary, nc_matmul_mx): stored as (4K) x M, row 4k + q holding value q of st[k, :] times
+// its group scale from views[1] (sem::mx_decode; multiply_moving decodes the moving the same way).
 #include <fmt/format.h>
 
 #include "isa/semantics/internal.h"
@@ -12,6 +14,15 @@ void exec_kLoadStationary(const Instr& in, const Views& v, ArchState& st) {
   const TileView& s = v[0];
   require(in, s, "stationary");
   const int64_t K = s.partitions, F = s.elems();
+  if (dtype_is_mx_x4(s.dtype)) {
+    float* vals = fscratch(1, 4 * K * F);
+    mx_decode(in, s, v[1], vals);
+    st.stationary.resize(static_cast<Eigen::Index>(4 * K), static_cast<Eigen::Index>(F));
+    for (int64_t r = 0; r < 4 * K; ++r)
+      for (int64_t m = 0; m < F; ++m) st.stationary(r, m) = vals[r * F + m];
+    st.stationary_dtype = s.dtype;
+    return;
+  }
   const bool dbl = (in.flags & kDoubleRow) != 0;
   if (dbl && F % 2 != 0)
     fail(ErrorCode::kShapeMismatch, in, fmt::format("double_row stationary needs [K, 2, M], got {} elements", F));

@@ -5,6 +5,8 @@
 // permutation / selection matrix), the result copies stationary values exactly (NaN/Inf kept,
 // payloads too where the dst format can hold them); an fp8 stationary into a 16-bit dst gives the
 // raw fp8 byte zero-extended. Otherwise the ordinary fp32 matmul is computed.
+// MX (x4-packed moving, nc_matmul_mx): moving [K, N] x4 -> (4K) x N decoded with its group scales from
+// views[2] (sem::mx_decode, the layout of load_stationary's MX stationary); both inputs must be MX.
 #include <cstring>
 #include <vector>
 
@@ -40,11 +42,16 @@ void exec_kMultiplyMoving(const Instr& in, const Views& v, ArchState& st) {
   require(in, dst, "dst");
   require(in, mov, "moving");
   const bool dbl = (in.flags & kDoubleRow) != 0;
+  const bool mx = dtype_is_mx_x4(mov.dtype);
+  if (mx != dtype_is_mx_x4(st.stationary_dtype))
+    fail(ErrorCode::kBadDtype, in,
+         fmt::format("moving is {} but the loaded stationary is {}: an MX matmul needs both inputs x4-packed",
+                     dtype_name(mov.dtype), dtype_name(st.stationary_dtype)));
   const int64_t K = mov.partitions, F = mov.elems();
   if (dbl && F % 2 != 0)
     fail(ErrorCode::kShapeMismatch, in, fmt::format("double_row moving needs [K, 2, N], got {} elements", F));
   const int64_t N = dbl ? F / 2 : F;
-  const int64_t R = dbl ? 2 * K : K;
+  const int64_t R = mx ? 4 * K : dbl ? 2 * K : K;
   if (st.stationary.rows() != R)
     fail(ErrorCode::kShapeMismatch, in,
          fmt::format("moving has K = {} rows{} but the loaded stationary has {}", R, dbl ? " (double_row)" : "",
@@ -56,11 +63,18 @@ void exec_kMultiplyMoving(const Instr& in, const Views& v, ArchState& st) {
 
   thread_local RowMat mv, res;
   mv.resize(static_cast<Eigen::Index>(R), static_cast<Eigen::Index>(N));
-  float* row = fscratch(0, F);
-  for (int64_t k = 0; k < K; ++k) {
-    read_row(mov, static_cast<uint32_t>(k), row);
-    for (int64_t r = 0; r < (dbl ? 2 : 1); ++r)
-      for (int64_t n = 0; n < N; ++n) mv(r * K + k, n) = row[r * N + n];
+  if (mx) {
+    float* vals = fscratch(0, R * N);
+    mx_decode(in, mov, v[2], vals);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t n = 0; n < N; ++n) mv(r, n) = vals[r * N + n];
+  } else {
+    float* row = fscratch(0, F);
+    for (int64_t k = 0; k < K; ++k) {
+      read_row(mov, static_cast<uint32_t>(k), row);
+      for (int64_t r = 0; r < (dbl ? 2 : 1); ++r)
+        for (int64_t n = 0; n < N; ++n) mv(r * K + k, n) = row[r * N + n];
+    }
   }
   const bool accumulate = (in.flags & kAccumulate) != 0;
 

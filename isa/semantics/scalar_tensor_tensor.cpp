@@ -41,7 +41,8 @@ void exec_kScalarTensorTensor(const Instr& in, const Views& v, ArchState&) {
     const float s = !need0 ? 0.0f : imm0 ? in.imm[0] : scalar_f32(v[2], p);
     read_row(data, p, x);
     read_row(o1, p, y);
-    for (int64_t j = 0; j < n; ++j) x[j] = apply_rev(in.alu1, apply_rev(in.alu0, x[j], s, rev0), y[j], rev1);
+    alu_apply_row(in.alu0, x, nullptr, s, n, rev0);  // element-wise: two passes = op1(op0(x, s), y)
+    alu_apply_row(in.alu1, x, y, 0.0f, n, rev1);
     write_row(dst, p, x);
   }
 }

@@ -59,6 +59,11 @@ void execute(const Instr& in, const Views& views, ArchState& st);
 
 /// fp32 ALU, as VectorE/ScalarE/GpSimd compute it (comparisons give 1.0/0.0). Unary ops ignore y.
 float alu_apply(AluOp op, float x, float y);
+/// x[j] = op(x[j], y[j]) for j < n, or op(x[j], s) when y is null; `reverse` swaps the two operands
+/// (unless the op ignores its operand). The same bits as alu_apply per element, faster.
+void alu_apply_row(AluOp op, float* x, const float* y, float s, int64_t n, bool reverse = false);
+/// r = op(r, y[j]) for j = 0 .. n-1 in order (a reduction's left fold; the same bits as alu_apply).
+float alu_fold(AluOp op, float r, const float* y, int64_t n);
 /// Integer ALU for bit-vector ops on raw values.
 int64_t alu_apply_int(AluOp op, int64_t x, int64_t y);
 /// Identity element of a reduction (add 0, multiply 1, max -inf, min +inf, and/or/xor ...).

@@ -50,8 +50,7 @@ void exec_kTensorReduce(const Instr& in, const Views& v, ArchState&) {
     read_row(data, p, x);
     for (int64_t i = 0; i < groups; ++i) {
       const float* s = x + i * g;
-      float r = g > 0 ? s[0] : alu_identity(op);
-      for (int64_t j = 1; j < g; ++j) r = alu_apply(op, r, s[j]);
+      const float r = g > 0 ? alu_fold(op, s[0], s + 1, g - 1) : alu_identity(op);
       out[i] = negate ? -r : r;
     }
     write_row(dst, p, out);

@@ -48,11 +48,8 @@ void exec_kTensorScalar(const Instr& in, const Views& v, ArchState&) {
     const float o0 = !need0 ? 0.0f : imm0 ? in.imm[0] : scalar_f32(v[2], p);
     const float o1 = !need1 ? 0.0f : imm1 ? in.imm[1] : scalar_f32(v[3], p);
     read_row(data, p, x);
-    for (int64_t j = 0; j < n; ++j) {
-      float t = apply_rev(in.alu0, x[j], o0, rev0);
-      if (has_op1) t = apply_rev(in.alu1, t, o1, rev1);
-      x[j] = t;
-    }
+    alu_apply_row(in.alu0, x, nullptr, o0, n, rev0);  // element-wise: two passes = op1(op0(x))
+    if (has_op1) alu_apply_row(in.alu1, x, nullptr, o1, n, rev1);
     write_row(dst, p, x);
   }
 }

@@ -39,7 +39,7 @@ void exec_kTensorTensor(const Instr& in, const Views& v, ArchState&) {
   for (uint32_t p = 0; p < dst.partitions; ++p) {
     read_row(a, p, x);
     read_row(b, p, y);
-    for (int64_t j = 0; j < n; ++j) x[j] = alu_apply(op, x[j], y[j]);
+    alu_apply_row(op, x, y, 0.0f, n);
     write_row(dst, p, x);
   }
 }

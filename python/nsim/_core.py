@@ -270,11 +270,28 @@ class Profile:
         self._kernel: Optional[dict] = None
         self.stats: Dict[str, Any] = json.loads(stats_json)
         self.lines: List[dict] = list(lines)
-        self.config_yaml = config_yaml
+        # The YAML text, or a callable that makes it (run_kernel writes it only when asked for).
+        self._config_yaml = config_yaml
         self.config = config
         self.timing_only = timing_only
         #: the sanitizer's reports (simulate_json(check=True)): dicts {code, check, op, tensor, detail, ...}
         self.check_reports: List[dict] = []
+
+    @property
+    def config_yaml(self) -> str:
+        """The effective configuration (YAML text)."""
+        if callable(self._config_yaml):
+            self._config_yaml = self._config_yaml()
+        return self._config_yaml
+
+    @config_yaml.setter
+    def config_yaml(self, text: str) -> None:
+        self._config_yaml = text
+
+    def __getstate__(self):  # picklable: the YAML text, not the function that makes it
+        state = dict(self.__dict__)
+        state["_config_yaml"] = self.config_yaml
+        return state
 
     @property
     def kernel(self) -> dict:

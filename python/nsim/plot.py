@@ -107,6 +107,12 @@ def roofline_numbers(profile) -> Dict[str, Any]:
     time_ns = _stat(stats, "total_time")
     time_s = time_ns * 1e-9
     compute_roof = _stat(stats, "flops.tensor_peak_per_s")
+    mx_flops = _stat(stats, "flops.mx")
+    mx_peak = _stat(stats, "flops.tensor_peak_mx_per_s")
+    if mx_flops > 0 and mx_peak > 0 and compute_roof > 0:
+        # MX matmuls run at the MX peak (neuroncore.md C12, "MX x4" on trn3): the roof of this kernel's mix of
+        # FLOPs is the rate at which both parts would finish together at their peaks
+        compute_roof = flops / (mx_flops / mx_peak + (flops - mx_flops) / compute_roof)
     mem_roof = memory_roof(profile.config or "trn2", profile.overrides)
     intensity = flops / hbm_bytes if hbm_bytes > 0 else float("inf")
     achieved = flops / time_s if time_s > 0 else 0.0

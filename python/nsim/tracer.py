@@ -273,15 +273,28 @@ def make_error(name, message, loc=None):
 # dtypes
 # --------------------------------------------------------------------------------------------------
 
+def mx_x4_dtype(name):
+    """The numpy dtype of an MX x4-packed type of isa/dtypes.def (``values`` 4): a single-field structured dtype
+    named after the type over its packed bits (uint32 / uint16), so the three compare unequal to each other and
+    to uint32 (nki-api.md 3.2); None for any other name."""
+    d = _isa.DTYPES.get(name)
+    if d is None or d.get("values", 1) != 4:
+        return None
+    return np.dtype([(name, "<u{}".format(d["bytes"]))])
+
+
 def dtype_name(dtype):
     """IR dtype name of a numpy / ml_dtypes dtype (or of a name)."""
     ir = _isa.DTYPES  # isa/dtypes.def
     if isinstance(dtype, str) and dtype in ir:
         return dtype
     try:
-        name = np.dtype(dtype).name
+        nd = np.dtype(dtype)
     except TypeError:
         raise make_error("BadDtype", "unsupported dtype {!r}".format(dtype))
+    if nd.names is not None and len(nd.names) == 1 and mx_x4_dtype(nd.names[0]) == nd:
+        return nd.names[0]  # an MX x4 type (float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4)
+    name = nd.name
     if name not in ir:
         raise make_error("BadDtype", "dtype {} is not supported by nsim".format(name))
     return name
@@ -292,6 +305,9 @@ def np_dtype(name):
         return np.dtype(np.float32)
     if name == "bool":
         return np.dtype(np.bool_)
+    x4 = mx_x4_dtype(name)
+    if x4 is not None:
+        return x4
     return np.dtype(name)  # ml_dtypes registers bfloat16 / float8_* with numpy
 
 
@@ -792,13 +808,14 @@ class Indirection:
 class NkiTensor:
     """A tensor or a view of one. ``dims`` holds one entry per storage dim: [start, size, step, kept]."""
 
-    __slots__ = ("_st", "_dims", "_tracer", "_ind", "__weakref__")
+    __slots__ = ("_st", "_dims", "_tracer", "_ind", "_dt", "__weakref__")
 
     def __init__(self, storage, dims=None, tracer=None):
         self._st = storage
         self._dims = dims if dims is not None else [[0, n, 1, True] for n in storage.shape]
         self._tracer = tracer
         self._ind = None  # Indirection of a runtime-addressed (gather/scatter) view, else None
+        self._dt = None  # IR dtype name of a reinterpreting view (t.view(dtype), same element size), else None
 
     # --- properties ---------------------------------------------------------------------------
     @property
@@ -811,7 +828,7 @@ class NkiTensor:
 
     @property
     def dtype(self):
-        return np_dtype(self._st.dtype)
+        return np_dtype(self._dt or self._st.dtype)
 
     @property
     def shape(self):
@@ -1031,6 +1048,7 @@ class NkiTensor:
     def _static(self):
         """The static part of a runtime-indexed view (the view at runtime offset 0)."""
         v = type(self)(self._st, [list(d) for d in self._dims], self._tracer)
+        v._dt = self._dt
         return v
 
     def _derive(self, storage, dims):
@@ -1038,7 +1056,9 @@ class NkiTensor:
         if self._ind is not None:
             raise make_error("NotSupported", "a view of the indirect (runtime-indexed) view of '{}' cannot be "
                              "taken: apply .ap(vector_offset=/scalar_offset=) or vector_select last".format(self.name))
-        return type(self)(storage, dims, self._tracer)
+        v = type(self)(storage, dims, self._tracer)
+        v._dt = self._dt  # views of a reinterpreting view keep its dtype
+        return v
 
     def __setitem__(self, key, value):
         raise make_error("ItemAssignment", "item assignment on tensors is not part of the new NKI dialect; "
@@ -1149,14 +1169,21 @@ class NkiTensor:
         return self.reshape(s[:dim] + s[dim + 1:])
 
     def view(self, dtype):
-        """``t.view(dtype)``: the same dtype is the view itself; a reinterpretation to another dtype needs
-        a dtype-reinterpreting access in the kernel IR, which nsim does not have yet."""
-        if np_dtype(dtype_name(dtype)) == self.dtype:
+        """``t.view(dtype)``: the same bytes as ``dtype`` (a kernel-IR access with a ``dtype``), for a dtype of
+        the same element size (e.g. packed uint32 data as ``nl.float8_e4m3fn_x4``); the same dtype is the view
+        itself. A view that changes the element size (and so the shape) is not supported yet."""
+        name = dtype_name(dtype)
+        nd = np_dtype(name)
+        if nd == self.dtype:
             return self
-        raise make_error("BadDtype", "{}.view({}): reinterpreting the bytes of a {} tensor as "
-                         "another dtype is not supported yet by nsim (the kernel IR has no dtype-reinterpreting "
-                         "access)".format(self.name, np.dtype(dtype) if not isinstance(dtype, str) else dtype,
-                                          self.dtype))
+        if nd.itemsize != self.dtype.itemsize:
+            raise make_error("BadDtype", "{}.view({}): reinterpreting a {} tensor ({} bytes per element) as {} "
+                             "bytes per element changes its shape, which is not supported yet by nsim (views of "
+                             "the same element size are)".format(self.name, name, self.dtype,
+                                                                 self.dtype.itemsize, nd.itemsize))
+        v = self._derive(self._st, [list(d) for d in self._dims])
+        v._dt = None if name == self._st.dtype else name
+        return v
 
     def broadcast_to(self, shape):
         """A stride-0 view of this tensor broadcast to ``shape`` (numpy rules, but a lower-rank tensor is
@@ -1384,13 +1411,24 @@ class NkiTensor:
 
     # --- IR access ----------------------------------------------------------------------------
     def access(self, indirect_ok=False):
-        """The operand of this view in kernel.json (a name, or {"tensor", "index"}). A runtime-indexed view
-        (``_ind``) gives its static part only: the instructions that take one (dma_copy, tensor_copy) ask for it
-        with ``indirect_ok`` and add the runtime fields; every other use is a DynamicIndex error."""
+        """The operand of this view in kernel.json (a name, or {"tensor", "index"[, "order"][, "dtype"]}). A
+        runtime-indexed view (``_ind``) gives its static part only: the instructions that take one (dma_copy,
+        tensor_copy) ask for it with ``indirect_ok`` and add the runtime fields; every other use is a DynamicIndex
+        error."""
         if self._ind is not None and not indirect_ok:
             raise make_error("DynamicIndex", "the view of '{}' has a runtime (SBUF-valued) index: only dma_copy and "
                              "tensor_copy (Beta 1: nisa.tensor_copy_dynamic_src/dst) can address it; copy it into "
                              "a tile first".format(self.name))
+        acc = self._access()
+        if self._dt is None:
+            return acc
+        if isinstance(acc, str):  # the whole tensor, with the full index spelled out
+            base = self._st.base if isinstance(self._st, _ViewStorage) else self._st
+            acc = {"tensor": acc, "index": [{"start": 0, "size": int(n)} for n in base.shape]}
+        acc["dtype"] = self._dt
+        return acc
+
+    def _access(self):
         st = self._st.base if isinstance(self._st, _ViewStorage) else self._st
         if st.stale is not None:  # a tile of an earlier iteration of a loop recorded symbolically
             raise _NeedsConcrete("a tile of an earlier iteration is used", st.stale)
@@ -1557,6 +1595,8 @@ class _Eager:
         strides = [s * dt.itemsize for s, _ in pat]
         out = np.lib.stride_tricks.as_strided(flat[off:], shape=shape, strides=strides).copy()
         out = out.reshape(tuple(t._storage_order().shape if getattr(t, "_t2d", False) else t.shape))
+        if getattr(t, "_dt", None):  # a reinterpreting view: the same bytes as its dtype
+            out = out.view(np_dtype(t._dt))
         return out.T.copy() if getattr(t, "_t2d", False) else out
 
 
@@ -2186,7 +2226,7 @@ class Tracer:
             self._affine_writes(stmt)
         if self.check and self._recs:
             self._affine_symbolic(stmt)
-        is_mm = stmt["op"] == "nc_matmul"
+        is_mm = stmt["op"] in ("nc_matmul", "nc_matmul_mx")
         for slot, v in self._operands(stmt):
             name = v if isinstance(v, str) else v["tensor"]
             if slot in _isa.OUT_SLOTS:

@@ -95,6 +95,13 @@ std::vector<uint8_t> input_bytes(const frontend::Tensor& t, const py::handle& ob
   const int eb = dtype_bytes(t.dtype);
   const auto n = arr.attr("size").cast<int64_t>();
   if (dname == dtype_name(t.dtype) && itemsize == eb) return to_vec(arr.attr("tobytes")());  // same dtype: raw bytes
+  if (dtype_is_mx_x4(t.dtype)) {  // no cast path: the packed bits as they are (x4 structured dtype or uint)
+    if (itemsize == eb && (kind == "V" || kind == "u")) return to_vec(arr.attr("tobytes")());
+    throw Error(ErrorCode::kBadInput,
+                fmt::format("input '{}': an {} tensor takes the packed bits only ({}-byte unsigned or the x4 dtype), "
+                            "got numpy dtype '{}' (there is no cast path to an MX x4 type)",
+                            t.name, dtype_name(t.dtype), eb, dname));
+  }
   std::vector<uint8_t> bytes(static_cast<size_t>(n) * static_cast<size_t>(eb));
   if (dtype_is_int(t.dtype) && (kind == "i" || kind == "u" || kind == "b")) {  // integer -> integer: exact
     const std::vector<uint8_t> v = to_vec(arr.attr("astype")(np.attr("int64")).attr("tobytes")());
@@ -121,7 +128,16 @@ py::object numpy_dtype(DType dt) {
     case DType::kFloat8E4M3:
     case DType::kFloat8E4M3FN:
     case DType::kFloat8E5M2:
+    case DType::kFloat8E8M0FNU:
       return np.attr("dtype")(py::module_::import("ml_dtypes").attr(std::string(dtype_name(dt)).c_str()));
+    case DType::kFloat8E5M2X4:
+    case DType::kFloat8E4M3FNX4:
+    case DType::kFloat4E2M1FNX4: {  // nki-api.md 3.2: a single-field structured dtype named after the type
+      const std::string name(dtype_name(dt));
+      py::list fields;
+      fields.append(py::make_tuple(name, dtype_bytes(dt) == 4 ? "<u4" : "<u2"));
+      return np.attr("dtype")(fields);
+    }
     case DType::kTFloat32: return np.attr("dtype")("float32");
     default: return np.attr("dtype")(std::string(dtype_name(dt)));
   }
@@ -216,6 +232,13 @@ class PyEagerSession {
   frontend::EagerSession s_;
 };
 
+/// The effective configuration's YAML text, made when first asked for (Profile.config_yaml): writing
+/// it took ~1 ms, a quarter of simulating a small kernel.
+py::cpp_function lazy_yaml(const sim::Config& cfg) {
+  auto keep = std::make_shared<const sim::Config>(cfg);
+  return py::cpp_function([keep]() { return keep->to_yaml(); });
+}
+
 py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, const std::string& config,
                      const std::vector<std::string>& overrides, bool timing_only, const std::string& trace_path,
                      uint64_t seed, const std::string& filename, uint64_t trace_limit,
@@ -263,7 +286,7 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
         if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
       py::list lines = lines_list(mc->line_stats());
       py::list reports = check_list(mc->check_reports());
-      return py::make_tuple(outputs, stats_json, lines, cfg.to_yaml(), reports);
+      return py::make_tuple(outputs, stats_json, lines, lazy_yaml(cfg), reports);
     }
     {
       py::gil_scoped_release nogil;
@@ -296,7 +319,7 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
     py::dict outputs;
     for (const auto& t : k.tensors)
       if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
-    return py::make_tuple(outputs, stats_json, lines_list(sim->line_stats()), cfg.to_yaml(), check_list(sim->check_reports()));
+    return py::make_tuple(outputs, stats_json, lines_list(sim->line_stats()), lazy_yaml(cfg), check_list(sim->check_reports()));
   });
 }
 
@@ -423,6 +446,7 @@ const char* cost_class_name(isa::CostClass c) {
     case C::kScan: return "scan";
     case C::kBnAggr: return "bn_aggr";
     case C::kBarrier: return "barrier";
+    case C::kQuantizeMx: return "quantize_mx";
   }
   return "unknown";
 }
@@ -493,6 +517,7 @@ py::list dtype_table_py() {
     d["bytes"] = dtype_bytes(t);
     d["is_float"] = dtype_is_float(t);
     d["is_int"] = dtype_is_int(t);
+    d["values"] = dtype_values(t);
     out.append(std::move(d));
   }
   return out;
@@ -626,7 +651,7 @@ std::vector<std::string> act_funcs() {
 
 std::vector<std::string> dtypes() {
   return {
-#define DTYPE(e, name, bytes, is_float, is_signed) name,
+#define DTYPE(e, name, bytes, is_float, is_signed, values) name,
 #include "isa/dtypes.def"
 #undef DTYPE
   };
@@ -759,7 +784,7 @@ PYBIND11_MODULE(_nsim, m) {
         "compare, logical or special.");
   m.def("alu_sets", &alu_sets_py,
         "ALU operators an instruction argument accepts (isa/alu_sets.def): {\"instruction.argument\": [names]}.");
-  m.def("dtype_table", &dtype_table_py, "The dtypes (isa/dtypes.def): [{name, bytes, is_float, is_int}].");
+  m.def("dtype_table", &dtype_table_py, "The dtypes (isa/dtypes.def): [{name, bytes, is_float, is_int, values}].");
   m.def("engines", &engine_names_py, "Engine names, in isa::Engine order.");
   m.def("instr_flags", &flag_names_py, "Instruction flag names by bit (isa/flags.def).");
   m.def(

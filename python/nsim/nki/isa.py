@@ -1000,6 +1000,63 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
                iimm=iimm)
 
 
+def quantize_mx(dst, src, dst_scale, name=None):
+    """gen4 (VectorE): MX-quantize ``src`` [P, F] (float16/bfloat16, P a multiple of 32, F of 4) into ``dst``
+    [P, F/4] (``float8_e5m2_x4`` / ``float8_e4m3fn_x4``) and the group scales into ``dst_scale`` (uint8 or
+    ``float8_e8m0fnu``, F/4 per partition). A group is 8 partitions x 4 consecutive elements; its scale byte
+    goes to row ``(g // 4) * 32 + g % 4`` of the ``dst_scale`` view, which may start at a quadrant start plus
+    0, 4, 8 or 12 (docs/isa.md "MX")."""
+    _t(dst, "dst", "quantize_mx")
+    _t(src, "src", "quantize_mx")
+    _t(dst_scale, "dst_scale", "quantize_mx")
+    return _op("quantize_mx", dst=dst, src=src, dst_scale=dst_scale)
+
+
+_MX_ROW_TILES = (32, 64, 128)  # nki-api.md 2.1 PE tiling sizes (rows); nc_matmul_mx tiles rows only
+
+
+def _mx_tiling(tile_position, tile_size, stationary):
+    """nc_matmul_mx PE tiling (row tiling only; no functional effect): both empty or both (row, col) pairs,
+    rows 32/64/128 with the position a multiple below 128, the full column width at column 0, K <= rows."""
+    pos = tuple(tile_position) if tile_position else ()
+    size = tuple(tile_size) if tile_size else ()
+    if not pos and not size:
+        return
+    cols = int(_isa.limits(*_nl._configured())["pe_cols"])
+    if len(pos) != 2 or len(size) != 2:
+        raise make_error("BadArgument", "nc_matmul_mx: tile_position and tile_size must both be (row, column) "
+                         "pairs or both be omitted, got {!r} and {!r}".format(tile_position, tile_size))
+    r, c = (int(x) for x in pos)
+    rs, cs = (int(x) for x in size)
+    if rs not in _MX_ROW_TILES or r % rs or not 0 <= r < 128:
+        raise make_error("BadArgument", "nc_matmul_mx: tile_size rows must be one of {} and tile_position's row a "
+                         "multiple of it below 128, got size {} at row {}".format(_MX_ROW_TILES, rs, r))
+    if c != 0 or cs != cols:
+        raise make_error("BadArgument", "nc_matmul_mx tiles rows only: tile_position's column must be 0 and "
+                         "tile_size's column size {}, got {} and {}".format(cols, c, cs))
+    if stationary.shape[0] > rs:
+        raise make_error("BadArgument", "nc_matmul_mx: K = {} packed rows exceed the {}-row tile".format(
+            stationary.shape[0], rs))
+
+
+def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, tile_size=None,
+                 accumulate=None, name=None):
+    """gen4 (TensorE): ``dst[m, n] = sum_k sum_q st[k, m, q] 2^(ss[k/8, m] - 127) mv[k, n, q] 2^(ms[k/8, n] - 127)``
+    for x4-packed ``stationary`` [K, M] and ``moving`` [K, N] (float8_e5m2_x4 / float8_e4m3fn_x4 /
+    float4_e2m1fn_x4; K a multiple of 32 up to 128 packed rows = 512 values, M even <= 128), scales laid out as
+    quantize_mx writes them, into PSUM ``dst`` [M, N] (float32 or bfloat16); ``accumulate`` as nc_matmul."""
+    _t(dst, "dst", "nc_matmul_mx")
+    _t(stationary, "stationary", "nc_matmul_mx")
+    _t(moving, "moving", "nc_matmul_mx")
+    _t(stationary_scale, "stationary_scale", "nc_matmul_mx")
+    _t(moving_scale, "moving_scale", "nc_matmul_mx")
+    _mx_tiling(tile_position, tile_size, stationary)
+    tr = _tr.current("nisa.nc_matmul_mx")
+    flags = ["accumulate"] if tr.matmul_accumulates(dst, accumulate) else []
+    return _op("nc_matmul_mx", dst=dst, stationary=stationary, moving=moving, stationary_scale=stationary_scale,
+               moving_scale=moving_scale, flags=flags)
+
+
 def rand2(dst, min, max, name=None, **kwargs):  # noqa: A002 - the NKI parameter names
     """gen4: uniform floats in ``[min, max)`` (scalars) from nsim's deterministic seeded PRNG."""
     _t(dst, "dst", "rand2")
@@ -1206,10 +1263,7 @@ def register_store(dst, src):
     return memset(dst, v)
 
 
-_install_unsupported(globals(), 'nki.isa', {
-    'quantize_mx': 'dst, src, dst_scale, name=None',
-    'nc_matmul_mx': 'dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, tile_size=None, accumulate=None, name=None',
-})
+_install_unsupported(globals(), 'nki.isa', {})
 
 from ._api import publish as _publish  # noqa: E402
 

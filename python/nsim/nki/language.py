@@ -80,6 +80,11 @@ if _mld is not None:
     float8_e5m2 = _mld.float8_e5m2
     float8_e8m0fnu = getattr(_mld, "float8_e8m0fnu", None)
 tfloat32 = np.dtype("V4")  # Beta-1 convention; stored as fp32 rounded to 10 mantissa bits by nsim
+# MX x4-packed types (nki-api.md 3.2): distinct single-field structured dtypes over the packed bits; the host
+# passes uint32 / uint16 data (``arr.view(nl.float8_e4m3fn_x4)``), they have no cast path.
+float8_e5m2_x4 = _tr.mx_x4_dtype("float8_e5m2_x4")
+float8_e4m3fn_x4 = _tr.mx_x4_dtype("float8_e4m3fn_x4")
+float4_e2m1fn_x4 = _tr.mx_x4_dtype("float4_e2m1fn_x4")
 
 
 class _Min:

@@ -127,6 +127,37 @@ TEST_CASE("idle time and the critical path add up to the kernel time", "[analysi
   for (const auto& f : r.findings) CHECK(f.kind != "redundant_dma");
 }
 
+TEST_CASE("the critical path keeps instructions longer than 2^32 ps", "[analysis]") {
+  // The analyzer packs each instruction's duration in 32 bits of ps and keeps longer ones aside. A
+  // 512 KiB load at hbm.bw = 0.05 GB/s takes 524288 B / 0.05 B/ns ~ 10.5 ms = 1.05e10 ps > 2^32 ps
+  // (4.29e9): the path (load -> scale -> store, one chain) must still add up to the kernel time, and
+  // the load's queue must hold most of it.
+  SimOptions o;
+  o.numerics = false;
+  o.dependency_bound = true;
+  auto s = Simulator::from_preset("trn2", {"hbm.bw=0.05GB/s"}, o);
+  engines::Analyzer an(*s);
+  const auto& x = s->alloc_hbm("x", {128, 1024}, DType::kFloat32);
+  const auto& y = s->alloc_hbm("y", {128, 1024}, DType::kFloat32);
+  Operand a = s->alloc_tile(Space::kSbuf, 128, {1024}, DType::kFloat32);
+  Operand b = s->alloc_tile(Space::kSbuf, 128, {1024}, DType::kFloat32);
+  const InstrTiming ld = s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {a, hbm_rows(x, 0, 128)}));
+  CHECK(ld.end - ld.start > (sim::Ps{1} << 32));
+  s->submit(vec_scale(b, a));
+  s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {hbm_rows(y, 0, 128), b}));
+  s->finish();
+  const engines::AnalysisReport r = an.report("slow_load");
+  const double total = ns(s->total_time());
+  REQUIRE(r.critical_path);
+  double cp = 0, longest = 0;
+  for (const auto& [k, v] : r.critical_path_by_track) {
+    cp += v;
+    longest = std::max(longest, v);
+  }
+  CHECK(cp == Approx(total).epsilon(1e-9));
+  CHECK(longest >= ns(ld.end - ld.start) * 0.99);
+}
+
 TEST_CASE("loading the same HBM rows three times is one redundant-DMA finding", "[analysis]") {
   auto s = analysed_sim();
   engines::Analyzer an(*s);

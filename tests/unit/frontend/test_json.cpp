@@ -221,3 +221,57 @@ TEST_CASE("json: writer round trip and layout", "[json]") {
   // Invalid UTF-8 in a C++ string is replaced, so the output stays valid JSON.
   CHECK(json::parse(json::write(Value::string("a\xFF" "b"))).as_string() == "a\xEF\xBF\xBD" "b");
 }
+
+TEST_CASE("json: Stream reads a top-level object member by member with the parser's positions", "[json]") {
+  // Members in any order; a member's value parsed on demand (positions as json::parse gives them);
+  // an array's elements handed over one at a time.
+  const std::string text = "\xEF\xBB\xBF  {\"body\": [{\"a\": 1},\n  {\"b\": \"x\\\"]}\"}, [2]],\n \"stacks\": [\"s\"], \"n\": 5}\n";
+  json::Stream st(text, "t.json");
+  REQUIRE(st.begin_object());
+  const Value whole = json::parse(text, "t.json");
+  CHECK(st.object_line() == whole.line());
+  CHECK(st.object_column() == whole.column());  // 3: columns count from the end of the BOM
+  std::string key;
+  json::Stream::Mark body, stacks, n;
+  REQUIRE(st.next_member(key, body));
+  CHECK(key == "body");
+  REQUIRE(st.next_member(key, stacks));
+  CHECK(key == "stacks");
+  REQUIRE(st.next_member(key, n));
+  CHECK(key == "n");
+  CHECK_FALSE(st.next_member(key, n));
+  CHECK(st.parse_at(stacks) == json::parse("[\"s\"]"));
+  // The same elements, lines and columns as the whole-document parse.
+  const Value& wb = *whole.find("body");
+  std::vector<Value> got;
+  REQUIRE(st.for_each_element(body, [&](size_t i, Value v) {
+    CHECK(i == got.size());
+    got.push_back(std::move(v));
+  }));
+  REQUIRE(got.size() == wb.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i] == wb[i]);
+    CHECK(got[i].line() == wb[i].line());
+    CHECK(got[i].column() == wb[i].column());
+  }
+  CHECK_FALSE(st.for_each_element(n, [](size_t, Value) { FAIL("not an array"); }));
+}
+
+TEST_CASE("json: Stream reports syntax errors where json::parse does", "[json]") {
+  for (const std::string& text : {std::string("{\"a\": 1 \"b\": 2}"), std::string("{\"a\": 1,"), std::string("{\"a\" 1}"),
+                                 std::string("{\"a\": 1} x"), std::string("{\"a\": [1, 2}")}) {
+    INFO(text);
+    const std::string want = parse_error(text).message();
+    std::string got;
+    try {
+      json::Stream st(text, "t.json");
+      REQUIRE(st.begin_object());
+      std::string key;
+      json::Stream::Mark m;
+      while (st.next_member(key, m)) st.parse_at(m);
+    } catch (const Error& e) {
+      got = e.message();
+    }
+    CHECK(got == want);
+  }
+}

@@ -268,6 +268,25 @@ TEST_CASE("kernel_json: all immediates and nc_matmul", "[kernel_json]") {
   CHECK(std::isnan(parse_kernel_json(text).ops[5].imm[0]));
 }
 
+TEST_CASE("kernel_json: a reinterpreting access (dtype) reads, round-trips and keeps the element size", "[kernel_json]") {
+  // x is float32 (4 bytes): a view as uint32 or float8_e4m3fn_x4 keeps the size, bfloat16 does not
+  const Kernel k = parse_kernel_json(wrap(
+      R"({"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "index": [{"size": 128}], "dtype": "uint32"}},
+         {"op": "dma_copy", "dst": {"tensor": "t", "dtype": "float8_e4m3fn_x4"}, "src": {"tensor": "x", "index": [{"size": 128}], "dtype": "float8_e4m3fn_x4"}})"));
+  REQUIRE(k.ops.size() == 2);
+  REQUIRE(k.ops[0].operands[1]->dtype.has_value());
+  CHECK(*k.ops[0].operands[1]->dtype == DType::kUInt32);
+  CHECK_FALSE(k.ops[0].operands[0]->dtype.has_value());
+  CHECK(k.ops[1].operands[0]->dims.empty());
+  CHECK(*k.ops[1].operands[0]->dtype == DType::kFloat8E4M3FNX4);
+  check_round_trip(k);
+  CHECK_THAT(write_kernel_json(k), Catch::Contains(R"({"tensor": "t", "dtype": "float8_e4m3fn_x4"})"));
+  CHECK(kernel_error(wrap(R"({"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "index": [{"size": 128}], "dtype": "bfloat16"}})"))
+            .code() == ErrorCode::kBadDtype);
+  CHECK(kernel_error(wrap(R"({"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "dtype": "float9"}})")).code() ==
+        ErrorCode::kUnknownName);
+}
+
 TEST_CASE("kernel_json: writer omits defaults and writes expressions", "[kernel_json]") {
   Kernel k;
   k.name = "built";

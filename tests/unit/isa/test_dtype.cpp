@@ -208,7 +208,7 @@ const RefRow kRef[] = {
 }  // namespace
 
 TEST_CASE("dtype table: names, sizes, kinds", "[dtype]") {
-  CHECK(kNumDTypes == 14);
+  CHECK(kNumDTypes == 18);
   CHECK(dtype_bytes(DType::kFloat32) == 4);
   CHECK(dtype_bytes(DType::kBFloat16) == 2);
   CHECK(dtype_bytes(DType::kFloat16) == 2);
@@ -239,6 +239,49 @@ TEST_CASE("dtype table: names, sizes, kinds", "[dtype]") {
     REQUIRE(parsed.has_value());
     CHECK(*parsed == t);
   }
+}
+
+TEST_CASE("MX dtypes: e8m0fnu scale and the x4-packed types", "[dtype]") {
+  CHECK(dtype_bytes(DType::kFloat8E5M2X4) == 4);
+  CHECK(dtype_bytes(DType::kFloat8E4M3FNX4) == 4);
+  CHECK(dtype_bytes(DType::kFloat4E2M1FNX4) == 2);
+  for (DType t : {DType::kFloat8E5M2X4, DType::kFloat8E4M3FNX4, DType::kFloat4E2M1FNX4}) {
+    CHECK(dtype_values(t) == 4);
+    CHECK(dtype_is_mx_x4(t));
+    CHECK_FALSE(dtype_is_float(t));
+    CHECK_FALSE(dtype_is_int(t));  // neither: no cast path
+  }
+  CHECK(dtype_values(DType::kFloat8E8M0FNU) == 1);
+  CHECK_FALSE(dtype_is_mx_x4(DType::kUInt32));
+  // float8_e8m0fnu: np.float32(x).astype(ml_dtypes.float8_e8m0fnu).view(np.uint8) (ml_dtypes 0.6)
+  const std::pair<float, uint8_t> narrow[] = {{1.0f, 127}, {1.4f, 127}, {1.5f, 128}, {3.0f, 129}, {0.75f, 127},
+                                              {0.0f, 255}, {-1.0f, 255}, {1e-40f, 0}, {0x1p127f, 254},
+                                              {INFINITY, 255}, {NAN, 255}, {0x1p-127f, 0}};
+  for (auto [x, b] : narrow) {
+    INFO(x);
+    CHECK(f32_to_f8e8m0fnu_bits(x) == b);
+  }
+  CHECK(f8e8m0fnu_bits_to_f32(0) == 0x1p-127f);
+  CHECK(f8e8m0fnu_bits_to_f32(127) == 1.0f);
+  CHECK(f8e8m0fnu_bits_to_f32(254) == 0x1p127f);
+  CHECK(std::isnan(f8e8m0fnu_bits_to_f32(255)));
+  uint8_t e = 0;
+  store_f32(DType::kFloat8E8M0FNU, &e, 4.0f);
+  CHECK(e == 129);
+  CHECK(load_f32(DType::kFloat8E8M0FNU, &e) == 4.0f);
+  // float4_e2m1fn nibbles, and the packed lanes of each x4 type (value 0 lowest)
+  const float fp4[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  for (uint8_t n = 0; n < 16; ++n) CHECK(f4e2m1fn_bits_to_f32(n) == fp4[n]);
+  const uint8_t w4[2] = {0x7A, 0x21};  // nibbles low first: 0xA, 0x7, 0x1, 0x2
+  CHECK(mx_x4_value(DType::kFloat4E2M1FNX4, w4, 0) == -1.0f);
+  CHECK(mx_x4_value(DType::kFloat4E2M1FNX4, w4, 1) == 6.0f);
+  CHECK(mx_x4_value(DType::kFloat4E2M1FNX4, w4, 2) == 0.5f);
+  CHECK(mx_x4_value(DType::kFloat4E2M1FNX4, w4, 3) == 1.0f);
+  const uint8_t w8[4] = {0x38, 0xC0, 0x00, 0x7E};
+  CHECK(mx_x4_value(DType::kFloat8E4M3FNX4, w8, 0) == 1.0f);   // e4m3fn 0x38 = 2^0
+  CHECK(mx_x4_value(DType::kFloat8E4M3FNX4, w8, 1) == -2.0f);  // 0xC0 = -2^1
+  CHECK(mx_x4_value(DType::kFloat8E5M2X4, w8, 0) == 0.5f);     // e5m2 0x38 = 2^-1
+  CHECK(std::isnan(mx_x4_value(DType::kFloat8E5M2X4, w8, 3)));  // 0x7E is an e5m2 NaN
 }
 
 TEST_CASE("dtype_from_name aliases", "[dtype]") {

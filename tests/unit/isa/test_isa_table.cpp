@@ -84,6 +84,7 @@ Instr make(Opcode op, std::initializer_list<Operand> ops) {
 Limits gen4() {
   Limits l = gen3();
   l.generation = 4;
+  l.mx_rate = 4;
   return l;
 }
 
@@ -97,7 +98,7 @@ Instr valid_tensor_tensor() {
 // ---- a small machine: local SBUF / PSUM / HBM byte arrays and views onto them ------------------
 
 struct Machine {
-  static constexpr uint32_t kParts = 16;
+  static constexpr uint32_t kParts = 32;  // quantize_mx needs a 32-partition quadrant
   static constexpr int64_t kPitch = 2048;
   std::vector<uint8_t> sbuf = std::vector<uint8_t>(kParts * kPitch, 0);
   std::vector<uint8_t> psum = std::vector<uint8_t>(kParts * kPitch, 0);
@@ -666,6 +667,40 @@ bool smoke(Opcode op) {
       double sum2 = 10;
       for (int64_t j = 0; j < F; ++j) sum2 += std::exp(static_cast<double>(val(1, j) - 1.0));
       CHECK(m.get(rr, 1, 0) == Approx(sum2));
+      return true;
+    }
+    case Opcode::kQuantizeMx: {
+      // src bf16 [32, 8] = val(p, j); group 0 / column 0 (rows 0..7, elements 0..3) has amax val(7, 3) = 74,
+      // floor(log2 74) = 6, so X = 2^(6 - 7) = 0.5 (e4m3fn, Emax 8), scale byte 126; row 0 = 1, 2, 3, 4 -> 2, 4,
+      // 6, 8 = e4m3fn 0x40, 0x48, 0x4C, 0x50, packed 0x504C4840. Group 1 / column 0: amax val(15, 3) = 154, X = 1,
+      // byte 127 on scale row 1. Then an MX matmul of the result with itself (K = 32 packed rows, M = N = 2).
+      const Operand src = m.sbuf_tile(32, {8}, DType::kBFloat16);
+      const Operand q = m.sbuf_tile(32, {2}, DType::kFloat8E4M3FNX4);
+      const Operand sc = m.sbuf_tile(32, {2}, DType::kUInt8);
+      const Instr in = make(op, {q, src, sc});
+      CHECK(verify_code(in) == ErrorCode::kNotOnGeneration);  // gen4 only
+      m.run(in, gen4());
+      uint32_t w = 0;
+      std::memcpy(&w, m.view(q).at(0, 0), 4);
+      CHECK(w == 0x504C4840u);
+      CHECK(*m.view(sc).at(0, 0) == 126);
+      CHECK(*m.view(sc).at(1, 0) == 127);
+      const Operand d = m.psum_tile(2, {2});
+      m.run(make(Opcode::kLoadStationary, {q, sc}), gen4());
+      m.run(make(Opcode::kMultiplyMoving, {d, q, sc}), gen4());
+      for (uint32_t i = 0; i < 2; ++i)
+        for (uint32_t j = 0; j < 2; ++j) {
+          double ref = 0;  // decode the packed bytes and scales independently of the semantics
+          for (uint32_t k = 0; k < 32; ++k)
+            for (int v = 0; v < 4; ++v) {
+              const double xs = std::ldexp(1.0, *m.view(sc).at((k / 8 / 4) * 32 + k / 8 % 4, i) - 127);
+              const double ys = std::ldexp(1.0, *m.view(sc).at((k / 8 / 4) * 32 + k / 8 % 4, j) - 127);
+              ref += f8e4m3fn_bits_to_f32(m.view(q).at(k, i)[v]) * xs * f8e4m3fn_bits_to_f32(m.view(q).at(k, j)[v]) * ys;
+            }
+          CHECK(m.get(d, i, j) == Approx(ref).epsilon(1e-6));
+        }
+      // x4 data outside the MX ops: no cast path
+      CHECK(verify_code(make(Opcode::kTensorCopy, {m.sbuf_tile(32, {2}), q}), gen4()) == ErrorCode::kMxNoCast);
       return true;
     }
     case Opcode::kActivate2: {
@@ -1346,8 +1381,15 @@ TEST_CASE("ISA table: MACRO rows, slot roles, flags and ALU arity", "[isa][table
   // nc_matmul is a MACRO row: slots, engines and default engine from isa/opcodes.def, no Opcode.
   const OpInfo& mm = macro_info(Macro::kNcMatmul);
   CHECK(std::string(mm.mnemonic) == "nc_matmul");
-  REQUIRE(mm.num_slots == 3);
+  REQUIRE(mm.num_slots == 5);  // dst, stationary, moving and the optional MX scales
   CHECK(std::string(mm.slots[1].name) == "stationary");
+  CHECK(std::string(mm.slots[3].name) == "stationary_scale");
+  CHECK_FALSE(mm.slots[3].required);
+  const OpInfo& mx = macro_info(Macro::kNcMatmulMx);  // nc_matmul_mx: the same slots, scales required
+  CHECK(macro_from_name("nc_matmul_mx") == &mx);
+  REQUIRE(mx.num_slots == 5);
+  CHECK(mx.slots[3].required);
+  CHECK(mx.slots[4].required);
   CHECK(mm.slots[0].written);
   CHECK_FALSE(mm.slots[1].written);
   CHECK_FALSE(mm.slots[2].written);

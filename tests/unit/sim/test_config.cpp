@@ -512,6 +512,26 @@ TEST_CASE("relative preset paths resolve against the including file", "[config]"
   CHECK(d.name() == "trn3");
 }
 
+TEST_CASE("an edited config file is read again, not taken from the parse cache", "[config]") {
+  // Config::load keeps parsed YAML documents per process, keyed by file name and text: loading the
+  // same file again must see an edit, of the file itself and of the preset it inherits from, and a
+  // syntax error introduced by the edit must still be reported.
+  TempDir tmp;
+  const std::string base = tmp.write("base.yaml", "preset: trn2\nclock.tensor: 2GHz\n");
+  const std::string run = tmp.write("run.yaml", "preset: base.yaml\nclock.vector: 1GHz\n");
+  for (int pass = 0; pass < 2; ++pass) {  // the second pass comes from the cache
+    const Config c = Config::load(run, kSchema, {});
+    CHECK(c.freq_ghz("clock.tensor") == Approx(2.0));
+    CHECK(c.freq_ghz("clock.vector") == Approx(1.0));
+  }
+  tmp.write("base.yaml", "preset: trn2\nclock.tensor: 3GHz\n");
+  CHECK(Config::load(run, kSchema, {}).freq_ghz("clock.tensor") == Approx(3.0));
+  tmp.write("run.yaml", "preset: base.yaml\nclock.vector: 1.5GHz\n");
+  CHECK(Config::load(run, kSchema, {}).freq_ghz("clock.vector") == Approx(1.5));
+  tmp.write("run.yaml", "preset: base.yaml\nclock.vector: [1GHz\n");
+  CHECK(code_of([&] { Config::load(run, kSchema, {}); }) == ErrorCode::kConfigParse);
+}
+
 TEST_CASE("default configs dir honours NSIM_CONFIGS_DIR", "[config]") {
   const std::string compiled = Config::default_configs_dir();
   CHECK(fs::exists(fs::path(compiled) / "trn1.yaml"));

@@ -31,7 +31,8 @@ from ..language import (  # noqa: F401
     tile_size, ALU_OPS, ACT_FUNCS, OpCode, opcode, alu_name, act_name, par_dim, ds, dynamic_range, fori_loop,
     while_loop, NKIObject, no_reorder, promote)
 
-for _n in ("bfloat16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"):
+for _n in ("bfloat16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float8_e5m2_x4",
+           "float8_e4m3fn_x4", "float4_e2m1fn_x4"):
     if hasattr(_nl, _n):
         globals()[_n] = getattr(_nl, _n)
 
