@@ -15,17 +15,10 @@ from nsim import _errors, simulate_json  # noqa: E402
 from nsim import nki  # noqa: E402
 import nsim.nki.isa as nisa  # noqa: E402
 import nsim.nki.language as nl  # noqa: E402
+from nki_helpers import rng as _rng, code_of as _code  # noqa: E402
 from nsim.tracer import NsimError  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
-
-
-def _rng(seed=0):
-    return np.random.default_rng(seed)
-
-
-def _code(e):
-    return str(e).split(":", 1)[0]
 
 
 # --------------------------------------------------------------------------------------------------

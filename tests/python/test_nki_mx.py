@@ -12,6 +12,7 @@ _core, ml_dtypes = require_core()
 from nsim import _errors, nki  # noqa: E402
 import nsim.nki.language as nl  # noqa: E402
 import nsim.nki.isa as nisa  # noqa: E402
+from nki_helpers import load as _load, store as _store  # noqa: E402
 import nsim.nki.beta1.language as b1nl  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
@@ -106,18 +107,6 @@ def scale_tile(rng, P, C, lo=120, hi=135):
 
 
 # ---- kernels ---------------------------------------------------------------------------------------
-
-
-def _load(src, dtype=None):
-    t = nl.ndarray(src.shape, dtype or src.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=src)
-    return t
-
-
-def _store(t):
-    out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=t)
-    return out
 
 
 def quant_kernel(tname, scale_rows=None, scale_start=0, sentinel=0xEE, memset=True, scale_dtype=np.uint8):

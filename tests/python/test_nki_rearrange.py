@@ -12,15 +12,12 @@ _core, ml_dtypes = require_core()
 from nsim import _errors, nki  # noqa: E402
 import nsim.nki.isa as nisa  # noqa: E402
 import nsim.nki.language as nl  # noqa: E402
+from nki_helpers import code_of as _code  # noqa: E402
 from nsim.tracer import NsimError  # noqa: E402
 
 
 def _rng(seed=0):
     return np.random.default_rng(seed)
-
-
-def _code(e):
-    return str(e).split(":", 1)[0]
 
 
 def _via_dma(pattern_src, pattern_dst, fixed, out_shape, on_chip):

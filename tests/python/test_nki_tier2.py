@@ -10,26 +10,11 @@ _core, ml_dtypes = require_core()
 from nsim import nki  # noqa: E402
 import nsim.nki.language as nl  # noqa: E402
 import nsim.nki.isa as nisa  # noqa: E402
+from nki_helpers import load as _load, store as _store, rng as _rng  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
 F32 = dict(rtol=1e-5, atol=1e-5)
 B16 = dict(rtol=1e-2, atol=1e-2)
-
-
-def _rng(seed=0):
-    return np.random.default_rng(seed)
-
-
-def _load(src, dtype=None):
-    t = nl.ndarray(src.shape, dtype or src.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=src)
-    return t
-
-
-def _store(t, name=None):
-    out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=t)
-    return out
 
 
 def _ops(kernel):

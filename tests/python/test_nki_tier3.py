@@ -12,22 +12,11 @@ from nsim import _errors, nki  # noqa: E402
 from nsim.tracer import NsimError  # noqa: E402
 import nsim.nki.language as nl  # noqa: E402
 import nsim.nki.isa as nisa  # noqa: E402
+from nki_helpers import load as _load, store as _store  # noqa: E402
 
 from numeric_helpers import close as _close, rand as _rand  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
-
-
-def _load(src, dtype=None):
-    t = nl.ndarray(src.shape, dtype or src.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=src)
-    return t
-
-
-def _store(t):
-    out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=t)
-    return out
 
 
 def _ops(kernel):
