@@ -381,17 +381,29 @@ int64_t mx_scale_rows(int64_t data_rows) {
   return groups == 0 ? 0 : (groups - 1) / kMxGroupsPerQuadrant * kMxQuadrant + (groups - 1) % kMxGroupsPerQuadrant + 1;
 }
 
+/// dtype_is_mx_x4 as an inline table lookup from isa/dtypes.def: verify_mx asks it of every operand of every
+/// instruction (the call was ~100 CPU instructions per simulated instruction).
+constexpr bool kIsX4[] = {
+#define DTYPE(e, name, bytes, is_float, is_signed, values) (values) == 4,
+#include "isa/dtypes.def"
+#undef DTYPE
+};
+inline bool is_x4(DType t) {
+  const auto i = static_cast<size_t>(t);
+  return i < std::size(kIsX4) && kIsX4[i];
+}
+
 /// The x4 dtype rules of every instruction and the shape rules of quantize_mx and of the MX matmul halves.
 void verify_mx(const Instr& in, const Limits& lim, const SourceLoc& where) {
   const OpInfo& info = op_info(in.op);
   const bool quant = in.op == Opcode::kQuantizeMx;
   const bool ls = in.op == Opcode::kLoadStationary, mm = in.op == Opcode::kMultiplyMoving;
   const Operand& data = in.slot(ls ? 0 : 1);  // the x4 operand of a matmul half
-  const bool mx_mm = (ls || mm) && data.present() && dtype_is_mx_x4(data.dtype);
+  const bool mx_mm = (ls || mm) && data.present() && is_x4(data.dtype);
   // 1. No cast path: an x4 operand only where the MX ops take one, or in a copy to the same dtype.
   for (int i = 0; i < info.num_slots; ++i) {
     const Operand& o = in.slot(i);
-    if (!o.present() || !dtype_is_mx_x4(o.dtype)) continue;
+    if (!o.present() || !is_x4(o.dtype)) continue;
     if ((quant && i == 0) || (ls && i == 0) || (mm && i == 1)) continue;
     if (is_dma(in.op) || in.op == Opcode::kSendrecv) {
       const Operand& other = in.slot(i == 0 ? 1 : 0);
@@ -404,7 +416,7 @@ void verify_mx(const Instr& in, const Limits& lim, const SourceLoc& where) {
          fmt::format("operand '{}' is {}: MX x4-packed data has no cast path (only quantize_mx writes it, "
                      "nc_matmul_mx reads it)", info.slots[static_cast<size_t>(i)].name, dtype_name(o.dtype)));
   }
-  if ((is_dma(in.op) || in.op == Opcode::kSendrecv) && in.slot(1).present() && dtype_is_mx_x4(in.slot(1).dtype) &&
+  if ((is_dma(in.op) || in.op == Opcode::kSendrecv) && in.slot(1).present() && is_x4(in.slot(1).dtype) &&
       in.slot(0).dtype != in.slot(1).dtype)
     fail(ErrorCode::kMxNoCast, in, where,
          fmt::format("a copy from {} to {}: an MX x4 dtype has no cast path", dtype_name(in.slot(1).dtype),
