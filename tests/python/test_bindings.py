@@ -172,3 +172,14 @@ def test_disasm():
     lines = nsim.disasm_json(KERNEL, limit=3)
     assert len(lines) == 3 and lines[0].startswith("dma_copy") and "gen_examples.py:207" in lines[0]
     assert len(nsim.disasm_json(KERNEL)) == 14
+
+
+def test_profile_config_yaml_is_the_runs_config_and_survives_pickling():
+    # Profile.config_yaml is written from the run's configuration when first read (not at the end of every
+    # run); a pickled Profile carries the text itself, with the run's overrides in it.
+    import pickle
+    _, prof = nsim.simulate_json(KERNEL, timing_only=True, overrides={"clock.vector": "0.48GHz"})
+    back = pickle.loads(pickle.dumps(prof))
+    assert "0.48GHz" in back.config_yaml and back.config_yaml == prof.config_yaml
+    assert back.total_time_ns == prof.total_time_ns
+    assert nsim.effective_config("trn2", {"clock.vector": "0.48GHz"}) == prof.config_yaml
