@@ -85,31 +85,33 @@ def add_bias_hoisted(x, w):
 
 
 # ------------------------------------------------------------- 3./4. matmuls: fp32 inputs, narrow N
-def _matmul(ncols, cast_to=None):
-    """out = lhsT^T @ rhs, rhs loaded 512 columns at a time; each 512-column tile multiplied in
-    `ncols`-column pieces, in the inputs' dtype or cast to `cast_to` on chip first."""
+def _matmul(cast_to=None):
+    """out = lhsT^T @ rhs with K accumulated over 128-row tiles in PSUM: lhsT [K, M] (M <= 128) loaded once,
+    rhs loaded 128 x 512 at a time; the matmuls take the inputs' dtype, or the tiles are cast to `cast_to` on
+    chip first (once per tile: each rhs tile feeds one matmul, the lhsT tiles feed all of them)."""
     @nki.jit
     def mm(lhsT, rhs):
         k, m = lhsT.shape
         _, n = rhs.shape
+        kt = k // 128
         out = nl.ndarray((m, n), nl.float32, buffer=nl.shared_hbm)
-        lt = nl.ndarray((k, m), lhsT.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=lt, src=lhsT)
+        lt = nl.ndarray((128, kt, m), lhsT.dtype, buffer=nl.sbuf)
+        for t in nl.affine_range(kt):
+            nisa.dma_copy(dst=lt[:, t, :], src=lhsT[t * 128:(t + 1) * 128, :])
         if cast_to is not None:
-            lc = nl.ndarray((k, m), cast_to, buffer=nl.sbuf)
+            lc = nl.ndarray((128, kt, m), cast_to, buffer=nl.sbuf)
             nisa.tensor_copy(dst=lc, src=lt)
             lt = lc
         for j in nl.affine_range(n // 512):
-            rt = nl.ndarray((k, 512), rhs.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=rt, src=rhs[:, j * 512:(j + 1) * 512])
-            if cast_to is not None:
-                rc = nl.ndarray((k, 512), cast_to, buffer=nl.sbuf)
-                nisa.tensor_copy(dst=rc, src=rt)
-                rt = rc
             ps = nl.ndarray((m, 512), nl.float32, buffer=nl.psum)
-            for c in nl.affine_range(512 // ncols):
-                nisa.nc_matmul(dst=ps[:, c * ncols:(c + 1) * ncols], stationary=lt,  # DEFECT
-                               moving=rt[:, c * ncols:(c + 1) * ncols])
+            for t in nl.affine_range(kt):
+                rt = nl.ndarray((128, 512), rhs.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=rt, src=rhs[t * 128:(t + 1) * 128, j * 512:(j + 1) * 512])
+                if cast_to is not None:
+                    rc = nl.ndarray((128, 512), cast_to, buffer=nl.sbuf)
+                    nisa.tensor_copy(dst=rc, src=rt)
+                    rt = rc
+                nisa.nc_matmul(dst=ps, stationary=lt[:, t, :], moving=rt)  # DEFECT
             res = nl.ndarray((m, 512), nl.float32, buffer=nl.sbuf)
             nisa.tensor_copy(dst=res, src=ps)
             nisa.dma_copy(dst=out[:, j * 512:(j + 1) * 512], src=res)
@@ -302,8 +304,8 @@ PAIRS = [
          lambda: (_rand((128, 8192), BF16),), "64-column tiles -> 2048-column tiles"),
     Pair("weights reloaded in every iteration (8x)", "redundant_dma", add_bias_reloading, add_bias_hoisted,
          lambda: (_rand((128 * 8, 2048), BF16), _rand((128, 2048), BF16, 1)), "weight load hoisted out of the loop"),
-    Pair("fp32 matmul inputs", "fp32_matmul", _matmul(512), _matmul(512, cast_to=BF16),
-         lambda: (_rand((128, 128)), _rand((128, 8192), seed=1)), "operands cast to bf16 on chip (fp32 PSUM)"),
+    Pair("fp32 matmul inputs", "fp32_matmul", _matmul(), _matmul(cast_to=BF16),
+         lambda: (_rand((512, 128)), _rand((512, 8192), seed=1)), "operands cast to bf16 on chip (fp32 PSUM)"),
     Pair("all element-wise work on VectorE", "engine_bound", softmax_on_vector, softmax_fused,
          lambda: (_rand((512, 2048), BF16),), "the subtract folded into the exp's bias, the casts and the scale moved to ScalarE activations"),
     Pair("PE under-fill: 32-column matmuls", "pe_underfill", _linear(32), _linear(512),
