@@ -344,9 +344,9 @@ class Shape(tuple):
 #: How the tracer treats nl.affine_range / nl.sequential_range loops by default: "unroll" (every iteration
 #: runs and emits int indices) or "keep" (kept as kernel-IR loops where the body allows it). The kernel
 #: option ``loops=`` (``kernel.options(loops="keep")``, ``nsim.options(loops="keep")``) wins over it; the
-#: environment variable NSIM_LOOPS sets it. Default "unroll": a kept loop gives each allocation of its body
-#: rotating buffers where the unrolled trace reuses dead tiles of any variable, so the simulated time of
-#: the two can differ (the numerics are the same); docs/kernel-json.md "Loops from the Python tracer".
+#: environment variable NSIM_LOOPS sets it. Default "unroll": where a kept loop's tiles differ from the
+#: unrolled trace's storages (peeled iterations around a kept inner loop), the simulated time of the two
+#: can differ (the numerics are the same); docs/kernel-json.md "Loops from the Python tracer".
 LOOPS = os.environ.get("NSIM_LOOPS", "unroll")
 LOOP_MODES = ("unroll", "keep")
 
