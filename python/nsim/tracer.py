@@ -580,8 +580,11 @@ class Sym:
         if lo == hi or (a == b and (what in ("<", "<=", ">", ">=") or not (lo <= 0 <= hi))):
             return a
         inner = max(self._open()[1], key=lambda vk: vk[0].depth)[0]
-        raise _NeedsConcrete("a comparison ({}) of the loop index '{}' that differs between iterations".format(
-            what, inner.name), inner.key, peel=True)
+        why = "a comparison ({}) of the loop index '{}' that differs between iterations".format(what, inner.name)
+        tr = active()
+        if tr is not None and _allocates_psum(tr.body):  # peeling would triple its PSUM tiles (_peeled_loop)
+            raise _NeedsConcrete(why + "; its body allocates PSUM tiles, so it is unrolled, not peeled", inner.key)
+        raise _NeedsConcrete(why, inner.key, peel=True)
 
     def __eq__(self, o):
         if not isinstance(o, (Sym, int, float, np.integer, np.floating)):
@@ -1690,6 +1693,16 @@ def _alloc_names(stmts, out=None):
     return out
 
 
+def _allocates_psum(body):
+    """True when statements ``body`` (nested loops included) allocate a PSUM tile."""
+    for st in body:
+        if "alloc" in st and st["alloc"].get("buffer") == "psum":
+            return True
+        if "loop" in st and _allocates_psum(st["loop"].get("body", [])):
+            return True
+    return False
+
+
 _FOR_RE = re.compile(r"^\s*(?:async\s+)?for\s+([A-Za-z_]\w*)\s+in\b")
 
 
@@ -1874,6 +1887,13 @@ class Tracer:
         mid = r[1:-1]
         if len(mid) >= 2:
             yield from self._record_loop(mid, kind, key, f)
+            loop = self.body[-1].get("loop") if self.body else None
+            if loop is not None and _allocates_psum(loop.get("body", [])):
+                # Peeled, a line's PSUM tiles are three allocations (first iteration, the loop, the last),
+                # each with its own rotating buffers, where the unrolled loop rotates one: three times the
+                # banks of 8, and the iterations around the loop serialise on the rest. Unrolled instead.
+                raise _NeedsConcrete("a peeled loop's body allocates PSUM tiles (peeling would triple their "
+                                     "banks)", key)
         else:
             yield from mid
         yield r[-1]
