@@ -7,6 +7,7 @@ import json
 import os
 import struct
 import subprocess
+import zlib
 
 import pytest
 
@@ -49,22 +50,67 @@ def _signed(v):
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-def decode(path):
-    """The trace as {tracks: {uuid: name}, slices: [...], counters: [...], instants: [...]}."""
-    data = open(path, "rb").read()
-    tracks, names, arg_names, strings = {}, {}, {}, {}
-    open_slices, slices, counters, instants = {}, [], [], []
+def _packets(data):
+    """The packets of a Trace as {field: [values]}, those in `compressed_packets` (50, a zlib stream of
+    packets) unpacked in place."""
     for f, w, pkt in _fields(data):
         assert (f, w) == (1, 2), "a Trace holds only packets"
         p = {}
         for pf, _, v in _fields(pkt):
             p.setdefault(pf, []).append(v)
-        seq = p[10][0]
+        if 50 in p:
+            assert list(p) == [50]
+            for z in p[50]:
+                yield from _packets(zlib.decompress(z))
+        else:
+            yield p
+
+
+class _Sequence:
+    """A packet sequence's incremental state: interned strings, the default clock, clocks' values."""
+
+    def __init__(self):
+        self.names, self.arg_names, self.strings = {}, {}, {}
+        self.default_clock = 0
+        self.clocks = {}  # clock id -> [offset to trace time, last value, incremental]
+
+
+def _time(seq, p):
+    """A packet's absolute timestamp on the trace clock (BOOTTIME, 6), in ns."""
+    clock = p[58][0] if 58 in p else seq.default_clock
+    ts = p[8][0]
+    if clock in (0, 6):
+        return ts
+    offset, last, incremental = seq.clocks[clock]
+    if incremental:
+        ts += last
+        seq.clocks[clock][1] = ts
+    return ts + offset
+
+
+def decode(path):
+    """The trace as {tracks: {uuid: name}, slices: [...], counters: [...], instants: [...]}."""
+    tracks, seqs, events = {}, {}, []
+    open_slices, slices, counters, instants = {}, [], [], []
+    for p in _packets(open(path, "rb").read()):
+        seq_id = p[10][0]
+        if seq_id not in seqs or p.get(13, [0])[0] & 1:  # incremental state cleared
+            seqs[seq_id] = _Sequence()
+        seq = seqs[seq_id]
+        for d in p.get(59, []):  # trace_packet_defaults
+            seq.default_clock = {a: b for a, _, b in _fields(d)}.get(58, 0)
         for it in p.get(12, []):  # interned data
             for f2, _, v in _fields(it):
                 kv = dict((a, b) for a, _, b in _fields(v))
-                table = {2: names, 3: arg_names, 29: strings}[f2]
-                table[(seq, kv[1])] = kv[2].decode()
+                table = {2: seq.names, 3: seq.arg_names, 29: seq.strings}[f2]
+                table[kv[1]] = kv[2].decode()
+        for cs in p.get(6, []):  # a clock snapshot: its clocks' values at one instant
+            clocks = [{a: b for a, _, b in _fields(c)} for _, _, c in _fields(cs)]
+            trace_time = [c[2] for c in clocks if c[1] == 6][0]
+            for c in clocks:
+                if c[1] != 6:
+                    seq.clocks[c[1]] = [trace_time - c[2], c[2], bool(c.get(3))]
+            assert 11 not in p and 8 not in p
         for td in p.get(60, []):
             d = {a: b for a, _, b in _fields(td)}
             name = d.get(2, b"").decode()
@@ -77,26 +123,29 @@ def decode(path):
             ev = {}
             for a, _, b in _fields(te):
                 ev.setdefault(a, []).append(b)
-            typ, track, ts = ev[9][0], ev[11][0], p[8][0]
-            if typ == 1:
-                args = {}
-                for ann in ev.get(4, []):
-                    d = {a: b for a, _, b in _fields(ann)}
-                    key = arg_names[(seq, d[1])]
-                    args[key] = (_signed(d[4]) if 4 in d else struct.unpack("<d", struct.pack("<Q", d[5]))[0]
-                                 if 5 in d else strings[(seq, d[17])])
-                open_slices.setdefault(track, []).append(
-                    {"track": tracks[track], "name": names[(seq, ev[10][0])], "ts": ts, "args": args,
-                     "flow_in": ev.get(48, [])})
-            elif typ == 2:
-                s = open_slices[track].pop()
-                s["dur"] = ts - s["ts"]
-                slices.append(s)
-            elif typ == 3:
-                instants.append({"track": tracks[track], "ts": ts, "flow_out": ev.get(47, []),
-                                 "name": names[(seq, ev[10][0])] if 10 in ev else ev[23][0].decode()})
-            elif typ == 4:
-                counters.append((tracks[track], ts, struct.unpack("<d", struct.pack("<Q", ev[44][0]))[0]))
+            events.append((_time(seq, p), len(events), seq, ev))
+    # as trace_processor does: events in time order (ties in file order), a stack of open slices per track
+    for ts, _, seq, ev in sorted(events, key=lambda e: e[:2]):
+        typ, track = ev[9][0], ev[11][0]
+        if typ == 1:
+            args = {}
+            for ann in ev.get(4, []):
+                d = {a: b for a, _, b in _fields(ann)}
+                key = seq.arg_names[d[1]]
+                args[key] = (_signed(d[4]) if 4 in d else struct.unpack("<d", struct.pack("<Q", d[5]))[0]
+                             if 5 in d else seq.strings[d[17]])
+            open_slices.setdefault(track, []).append(
+                {"track": tracks[track], "name": seq.names[ev[10][0]], "ts": ts, "args": args,
+                 "flow_in": ev.get(48, []), "uuid": track})
+        elif typ == 2:
+            s = open_slices[track].pop()
+            s["dur"] = ts - s["ts"]
+            slices.append(s)
+        elif typ == 3:
+            instants.append({"track": tracks[track], "ts": ts, "flow_out": ev.get(47, []), "uuid": track,
+                             "name": seq.names[ev[10][0]] if 10 in ev else ev[23][0].decode()})
+        elif typ == 4:
+            counters.append((tracks[track], ts, struct.unpack("<d", struct.pack("<Q", ev[44][0]))[0]))
     assert all(not v for v in open_slices.values()), "every begun slice ends"
     return {"tracks": tracks, "slices": slices, "counters": counters, "instants": instants}
 
