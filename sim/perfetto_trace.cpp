@@ -422,7 +422,7 @@ struct PerfettoTraceWriter::Impl {
   /// The last kLaneMemory of them (older producers' arrows start on lane 0).
   struct KeyHash {
     size_t operator()(const std::pair<int, Ps>& k) const {
-      return std::hash<int64_t>{}(k.second * 31 + k.first);
+      return std::hash<uint64_t>{}(static_cast<uint64_t>(k.second) * 31 + static_cast<uint64_t>(k.first));
     }
   };
   std::unordered_map<std::pair<int, Ps>, uint64_t, KeyHash> lane_of;
@@ -570,7 +570,7 @@ struct PerfettoTraceWriter::Impl {
       t.lanes.push_back({0, uuid(kFirstLane + lanes_made - 1)});
       free = t.lanes.end() - 1;
     }
-    if (free == t.lanes.end())  // out of lanes: the one free soonest (Perfetto then nests the slice)
+    if (free == t.lanes.end())  // out of lanes: the one free soonest (Perfetto may then pair ends wrongly)
       free = std::min_element(t.lanes.begin(), t.lanes.end());
     free->first = std::max(free->first, e);
     if (free != t.lanes.begin()) {
