@@ -5,7 +5,8 @@
 //                interned_data 12, sequence_flags 13 (1 = incremental state cleared, 2 = needs incremental
 //                state), compressed_packets 50 (a zlib stream of packets), timestamp_clock_id 58,
 //                trace_packet_defaults 59 {timestamp_clock_id 58}, track_descriptor 60
-//   ClockSnapshot: clocks 1 {clock_id 1, timestamp 2, is_incremental 3}; BUILTIN_CLOCK_BOOTTIME = 6 (the
+//   ClockSnapshot: clocks 1 {clock_id 1, timestamp 2, is_incremental 3, unit_multiplier_ns 4};
+//                BUILTIN_CLOCK_BOOTTIME = 6 (the
 //                trace's clock); 64-127: clocks of one packet sequence
 //   TrackDescriptor: uuid 1, name 2, process 3 {pid 1, process_name 6}, thread 4 {pid 1, tid 2,
 //                thread_name 5}, parent_uuid 5, counter 8 {}
@@ -603,14 +604,14 @@ PerfettoTraceWriter::PerfettoTraceWriter(const std::string& path, std::string pr
   Pb defaults, snapshot, clock;
   defaults.u64(58, Impl::kClock);
   m.packet.msg(59, defaults);
-  clock.u64(1, Impl::kTraceClock);
-  clock.u64(2, 0);
-  snapshot.msg(1, clock);
-  clock.clear();
-  clock.u64(1, Impl::kClock);
-  clock.u64(2, 0);
-  clock.u64(3, 1);
-  snapshot.msg(1, clock);
+  for (const uint64_t id : {Impl::kTraceClock, Impl::kClock}) {
+    clock.clear();
+    clock.u64(1, id);
+    clock.u64(2, 0);
+    if (id == Impl::kClock) clock.u64(3, 1);  // is_incremental
+    clock.u64(4, 1);                          // unit_multiplier_ns (said, not left to a default)
+    snapshot.msg(1, clock);
+  }
   m.packet.msg(6, snapshot);
   m.flush(true);
   Pb proc, td;

@@ -73,7 +73,7 @@ class _Sequence:
     def __init__(self):
         self.names, self.arg_names, self.strings = {}, {}, {}
         self.default_clock = 0
-        self.clocks = {}  # clock id -> [offset to trace time, last value, incremental]
+        self.clocks = {}  # clock id -> [offset to trace time (ns), last value (ns), incremental, ns per unit]
 
 
 def _time(seq, p):
@@ -82,7 +82,8 @@ def _time(seq, p):
     ts = p[8][0]
     if clock in (0, 6):
         return ts
-    offset, last, incremental = seq.clocks[clock]
+    offset, last, incremental, unit = seq.clocks[clock]
+    ts *= unit
     if incremental:
         ts += last
         seq.clocks[clock][1] = ts
@@ -107,10 +108,11 @@ def decode(path):
                 table[kv[1]] = kv[2].decode()
         for cs in p.get(6, []):  # a clock snapshot: its clocks' values at one instant
             clocks = [{a: b for a, _, b in _fields(c)} for _, _, c in _fields(cs)]
-            trace_time = [c[2] for c in clocks if c[1] == 6][0]
+            trace_time = [c[2] * c.get(4, 1) for c in clocks if c[1] == 6][0]
             for c in clocks:
                 if c[1] != 6:
-                    seq.clocks[c[1]] = [trace_time - c[2], c[2], bool(c.get(3))]
+                    unit = c.get(4, 1)  # unit_multiplier_ns
+                    seq.clocks[c[1]] = [trace_time - c[2] * unit, c[2] * unit, bool(c.get(3)), unit]
             assert 11 not in p and 8 not in p
         for td in p.get(60, []):
             d = {a: b for a, _, b in _fields(td)}
@@ -219,9 +221,9 @@ def test_protobuf_trace_holds_the_json_traces_slices(tmp_path, nsim_bin, kernel)
     pb = decode(tmp_path / "t.pftrace")
     _check_against_json(pb, json.load(open(tmp_path / "t.json"))["traceEvents"])
     # size: packets compressed (zlib), timestamps of 1-2 bytes, names and strings interned: <= 100 B per
-    # instruction (issue 12; measured 53-78 on these two: docs/profiling.md) past the ~1.5 KB that any
-    # trace has (track descriptors, Huffman tables; softmax_2x128x512 has 14 instructions), and under
-    # 10% of the JSON
+    # instruction on flash_attention and softmax_4x256x1024 (issue 12; measured 53 and 78:
+    # docs/profiling.md); softmax_2x128x512 has 14 instructions, too few to pay for the ~1.4 KB that
+    # even a 7-instruction trace takes (track descriptors, Huffman tables). All under 10% of the JSON.
     size = os.path.getsize(tmp_path / "t.pftrace")
     if kernel != "examples/softmax_2x128x512.json":
         assert size <= 100 * _instructions(stats), (size, _instructions(stats))
