@@ -41,6 +41,7 @@ struct LineAgg {
   uint64_t dma_count = 0, dma_small = 0;
   double dma_bytes = 0, dma_small_bytes = 0;
   Ps dma_engine_time = 0, dma_small_engine_time = 0;  ///< summed piece durations
+  double dma_engines_used = 0;                        ///< summed DMA engines (pieces with bytes) per transfer
   double dma_small_ideal_ps = 0;                      ///< the small transfers' bytes at full engine bandwidth
   Ps dma_queue_time = 0;                              ///< summed trigger-to-completion times of its transfers
   Ps dma_small_queue_time = 0;                        ///< the same, of the small transfers
@@ -362,8 +363,10 @@ void Analyzer::State::on_dma(const Instr& in, const InstrTiming& t, LineAgg& la)
   const DmaEngines::Transfer& tr = sim->last_dma_transfer();
   Ps engine_time = 0;
   for (int k = 0; k < split.engines; ++k)
-    if (split.piece[static_cast<size_t>(k)].bytes > 0)
+    if (split.piece[static_cast<size_t>(k)].bytes > 0) {
       engine_time += tr.piece_end[static_cast<size_t>(k)] - tr.piece_start[static_cast<size_t>(k)];
+      la.dma_engines_used += 1;
+    }
   const auto bytes = static_cast<double>(split.total_bytes);
   ++la.dma_count;
   la.dma_bytes += bytes;
@@ -692,9 +695,13 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       // The reloads' share of this line's transfers, in DMA-engine time and in queue time (trigger to
       // completion, which includes waiting behind other transfers of the queue).
       const double frac = la.hbm_reload / std::max(1.0, la.dma_bytes);
-      const double lost_queue = frac * ns(la.dma_queue_time);
-      const double save = std::max({dma_saving_of(i, frac * ns(la.dma_engine_time), ns(la.dma_engine_time)),
-                                    saving_of(i, lost_queue, ns(la.dma_queue_time), 1), lost_queue * dma_pressure});
+      // Bound: the reloads' DMA-engine time, spread over the engines each transfer uses (a one-partition
+      // reload occupies one engine, which the next full-width transfer then waits for), weighted by the
+      // DMA pressure. Not their queue time: a reload queued behind other transfers mostly waits for
+      // them, and that wait is not saved by removing it.
+      const double lost = frac * ns(la.dma_engine_time);
+      const double par = std::max(1.0, la.dma_engines_used / std::max<double>(1.0, static_cast<double>(la.dma_count)));
+      const double save = std::max(saving_of(i, lost, ns(la.dma_engine_time), par), lost / par * dma_pressure);
       f.saving_ns += save;
       times = std::max(times, la.max_loads);
       f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.dma_count, save,
@@ -945,16 +952,19 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     f.metrics = {{"largest_bound_ns", max_bound}};
     r.findings.push_back(std::move(f));
   }
-  // A fix that only takes work off TensorE can make the kernel no faster than its other resources
-  // allow: cap the TensorE findings at total - max(every other resource bound, TensorE's bound less
-  // the saving) (a PE under-fill hidden under DMA saves little).
-  {
-    double others = 0, tensor_bound = 0;
-    for (const ResourceBound& b : verdict.bounds)
-      (b.name == "tensor" ? tensor_bound : others) = b.name == "tensor" ? b.ns : std::max(others, b.ns);
-    for (auto& f : r.findings)
-      if (f.kind == "pe_underfill" || f.kind == "fp32_matmul" || f.kind == "pe_transpose" || f.kind == "pe_broadcast")
-        f.saving_ns = std::min(f.saving_ns, std::max(0.0, total - std::max(others, tensor_bound - f.saving_ns)));
+  // A fix that only takes work off one engine (TensorE for the PE findings, VectorE for split_reduce)
+  // can make the kernel no faster than its other resources allow: cap those findings at total -
+  // max(every other resource bound, the engine's bound less the saving) (a PE under-fill hidden under
+  // DMA saves little; so does a second pass over an activation's output in a DMA-bound kernel).
+  for (auto& f : r.findings) {
+    const std::string engine = finding_engine(f.kind);
+    if (engine.empty()) continue;
+    double others = 0, own = 0;
+    for (const ResourceBound& b : verdict.bounds) {
+      if (b.name == engine) own = b.ns;
+      else others = std::max(others, b.ns);
+    }
+    f.saving_ns = std::min(f.saving_ns, std::max(0.0, total - std::max(others, own - f.saving_ns)));
   }
   // Rank, drop the negligible ones, order each finding's lines by time.
   for (auto& f : r.findings) {

@@ -33,6 +33,8 @@ class Pair:
     inputs: Callable[[], Tuple]
     what: str
     lines: Optional[Callable[[], list]] = None  # (file name, line) of the defect when not marked `# DEFECT`
+    #: the fix's arguments made from the defect's (a fix that changes the data layout the caller hands in)
+    after_inputs: Optional[Callable[[Tuple], Tuple]] = None
 
 
 # ---------------------------------------------------------------------------------------- 1. tiny DMAs
@@ -83,31 +85,33 @@ def add_bias_hoisted(x, w):
 
 
 # ------------------------------------------------------------- 3./4. matmuls: fp32 inputs, narrow N
-def _matmul(ncols, cast_to=None):
-    """out = lhsT^T @ rhs, rhs loaded 512 columns at a time; each 512-column tile multiplied in
-    `ncols`-column pieces, in the inputs' dtype or cast to `cast_to` on chip first."""
+def _matmul(cast_to=None):
+    """out = lhsT^T @ rhs with K accumulated over 128-row tiles in PSUM: lhsT [K, M] (M <= 128) loaded once,
+    rhs loaded 128 x 512 at a time; the matmuls take the inputs' dtype, or the tiles are cast to `cast_to` on
+    chip first (once per tile: each rhs tile feeds one matmul, the lhsT tiles feed all of them)."""
     @nki.jit
     def mm(lhsT, rhs):
         k, m = lhsT.shape
         _, n = rhs.shape
+        kt = k // 128
         out = nl.ndarray((m, n), nl.float32, buffer=nl.shared_hbm)
-        lt = nl.ndarray((k, m), lhsT.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=lt, src=lhsT)
+        lt = nl.ndarray((128, kt, m), lhsT.dtype, buffer=nl.sbuf)
+        for t in nl.affine_range(kt):
+            nisa.dma_copy(dst=lt[:, t, :], src=lhsT[t * 128:(t + 1) * 128, :])
         if cast_to is not None:
-            lc = nl.ndarray((k, m), cast_to, buffer=nl.sbuf)
+            lc = nl.ndarray((128, kt, m), cast_to, buffer=nl.sbuf)
             nisa.tensor_copy(dst=lc, src=lt)
             lt = lc
         for j in nl.affine_range(n // 512):
-            rt = nl.ndarray((k, 512), rhs.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=rt, src=rhs[:, j * 512:(j + 1) * 512])
-            if cast_to is not None:
-                rc = nl.ndarray((k, 512), cast_to, buffer=nl.sbuf)
-                nisa.tensor_copy(dst=rc, src=rt)
-                rt = rc
             ps = nl.ndarray((m, 512), nl.float32, buffer=nl.psum)
-            for c in nl.affine_range(512 // ncols):
-                nisa.nc_matmul(dst=ps[:, c * ncols:(c + 1) * ncols], stationary=lt,  # DEFECT
-                               moving=rt[:, c * ncols:(c + 1) * ncols])
+            for t in nl.affine_range(kt):
+                rt = nl.ndarray((128, 512), rhs.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=rt, src=rhs[t * 128:(t + 1) * 128, j * 512:(j + 1) * 512])
+                if cast_to is not None:
+                    rc = nl.ndarray((128, 512), cast_to, buffer=nl.sbuf)
+                    nisa.tensor_copy(dst=rc, src=rt)
+                    rt = rc
+                nisa.nc_matmul(dst=ps, stationary=lt[:, t, :], moving=rt)  # DEFECT
             res = nl.ndarray((m, 512), nl.float32, buffer=nl.sbuf)
             nisa.tensor_copy(dst=res, src=ps)
             nisa.dma_copy(dst=out[:, j * 512:(j + 1) * 512], src=res)
@@ -209,13 +213,18 @@ def _linear(ncols=512, bias=None):
 
 # ------------------------------------------------------------------ 6. transposes on the PE array
 def _xw(transpose_on_pe):
-    """out = x @ w for x [M, K] row-major in HBM: TensorE contracts over the partitions, so x is needed
-    transposed (K on the partitions) as the stationary operand: each 128x128 block transposed on the PE
-    array (through PSUM, copied back to SBUF), or each 128-column slice of x loaded transposed by the DMA
-    engines (dma_transpose)."""
+    """out = x @ w: TensorE contracts over the partitions, so x is needed transposed (K on the
+    partitions) as the stationary operand. With x [M, K] row-major in HBM each 128x128 block is
+    transposed on the PE array (through PSUM, copied back to SBUF); the fix lays the data out so the
+    contraction dimension is on the partitions: the caller hands in x^T [K, M] (the layout the producing
+    kernel writes), loaded with plain DMAs. (Loading x transposed by dma_transpose is no fix on trn2: the
+    DMA transposes cost about what the PE transposes and their evictions do.)"""
     @nki.jit
     def xw(x, w):
-        m, k = x.shape
+        if transpose_on_pe:
+            m, k = x.shape
+        else:
+            k, m = x.shape  # x^T
         _, n = w.shape
         kt = k // 128
         out = nl.ndarray((m, n), nl.float32, buffer=nl.shared_hbm)
@@ -233,7 +242,7 @@ def _xw(transpose_on_pe):
                     nisa.tensor_copy(dst=xT[:, t, i * 128:(i + 1) * 128], src=tp)
         else:
             for t in nl.affine_range(kt):
-                nisa.dma_transpose(dst=xT[:, t, :], src=x[:, t * 128:(t + 1) * 128])
+                nisa.dma_copy(dst=xT[:, t, :], src=x[t * 128:(t + 1) * 128, :])
         for i in nl.affine_range(m // 128):
             ps = nl.ndarray((128, n), nl.float32, buffer=nl.psum)
             for t in nl.affine_range(kt):
@@ -295,15 +304,17 @@ PAIRS = [
          lambda: (_rand((128, 8192), BF16),), "64-column tiles -> 2048-column tiles"),
     Pair("weights reloaded in every iteration (8x)", "redundant_dma", add_bias_reloading, add_bias_hoisted,
          lambda: (_rand((128 * 8, 2048), BF16), _rand((128, 2048), BF16, 1)), "weight load hoisted out of the loop"),
-    Pair("fp32 matmul inputs", "fp32_matmul", _matmul(512), _matmul(512, cast_to=BF16),
-         lambda: (_rand((128, 128)), _rand((128, 8192), seed=1)), "operands cast to bf16 on chip (fp32 PSUM)"),
+    Pair("fp32 matmul inputs", "fp32_matmul", _matmul(), _matmul(cast_to=BF16),
+         lambda: (_rand((512, 128)), _rand((512, 8192), seed=1)), "operands cast to bf16 on chip (fp32 PSUM)"),
     Pair("all element-wise work on VectorE", "engine_bound", softmax_on_vector, softmax_fused,
          lambda: (_rand((512, 2048), BF16),), "the subtract folded into the exp's bias, the casts and the scale moved to ScalarE activations"),
     Pair("PE under-fill: 32-column matmuls", "pe_underfill", _linear(32), _linear(512),
          lambda: (_rand((512, 512), BF16), _rand((512, 2048), BF16, 1), _rand((1, 2048), BF16, 2)),
          "one 512-column matmul per PSUM bank instead of 16 of 32 columns"),
     Pair("transposes on the PE array", "pe_transpose", _xw(True), _xw(False),
-         lambda: (_rand((1024, 1024), BF16), _rand((1024, 512), BF16, 1)), "x loaded transposed by dma_transpose"),
+         lambda: (_rand((256, 4096), BF16), _rand((4096, 128), BF16, 1)),
+         "x handed in transposed (contraction dim on the partitions), plain loads",
+         after_inputs=lambda a: (np.ascontiguousarray(a[0].T), a[1])),
     Pair("partition broadcast through the PE array", "pe_broadcast", _linear(512, "pe"), _linear(512, "dma"),
          lambda: (_rand((1024, 512), BF16), _rand((1024, 1024), BF16, 1), _rand((1, 1024), BF16, 2)),
          "bias loaded onto every partition by one stride-0 DMA, added while evacuating PSUM"),
@@ -358,7 +369,8 @@ def measure(pair: Pair, config: str = "trn2") -> dict:
     """Before/after times, the before kernel's top finding and the after kernel's finding of that kind."""
     args = pair.inputs()
     _, pb = pair.before.options(timing_only=True, config=config).simulate(*args)
-    _, pa = pair.after.options(timing_only=True, config=config).simulate(*args)
+    _, pa = pair.after.options(timing_only=True, config=config).simulate(
+        *(pair.after_inputs(args) if pair.after_inputs else args))
     ab, aa = pb.analyze(), pa.analyze()
     top = ab.findings[0] if ab.findings else None
     return {"name": pair.name, "kind": pair.kind, "before_ns": pb.total_time_ns, "after_ns": pa.total_time_ns,

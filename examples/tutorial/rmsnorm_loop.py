@@ -2,7 +2,7 @@
 
 An RMSNorm written the way public NKI kernels are (Beta-1 dialect: `neuronxcc.nki`, `nl.load`/`nl.store`,
 value-returning `nl.*` ops), in two versions: `rmsnorm_v1` loads the weight inside the row loop, as a
-first draft often does; `rmsnorm_v2` is the fix the analyzer suggests (the load hoisted out of the loop).
+first draft often does; `rmsnorm_v2` is the fix the analyzer suggests (the load hoisted out of the loop, the broadcast with it).
 
     python examples/tutorial/rmsnorm_loop.py          # prints each step's numbers
 """
@@ -84,7 +84,7 @@ def main():
     out2, prof2 = rmsnorm_v2.simulate(a, g)
     np.testing.assert_allclose(out2, reference(a, g), rtol=1e-4, atol=1e-4)
     estimated = sum(f["saving_ns"] for f in an.findings if f["kind"] in ("pe_broadcast", "redundant_dma"))
-    print("v2: {:.1f} us, bound: {}; saved {:.1f} us (the two findings estimated {:.1f} us)".format(
+    print("v2: {:.1f} us, bound: {}; saved {:.1f} us (the findings it addresses estimated {:.1f} us)".format(
         prof2.total_time_ns / 1e3, prof2.bound, (prof1.total_time_ns - prof2.total_time_ns) / 1e3, estimated / 1e3))
     print(prof1.compare(prof2, labels=("v1", "v2")).text.split("\n\nstat")[0])
     return prof1, prof2, an

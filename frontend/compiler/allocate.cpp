@@ -254,6 +254,54 @@ int64_t pack(const std::vector<size_t>& order, const std::vector<int64_t>& size,
   return extent;
 }
 
+/// Pipelining-aware placement, tried after a packing has shown that the tiles fit: tiles in order of
+/// lifetime start, each at the aligned offset (within `avail`) whose bytes were last used longest ago —
+/// memory never used first, lowest offset on ties. Tight packing hands a dead tile's bytes to the very
+/// next tile, and the write of that tile must then wait for the last read of the dead one (a
+/// write-after-read edge between neighbours that are otherwise independent: consecutive chunks of a
+/// flash-attention row sharing one PSUM bank cannot overlap); the Neuron compiler avoids such reuse
+/// while capacity allows (compiler.md 4, inferred; docs/timing-model.md "Memory allocation"). Needs
+/// one interval per tile; returns the extent, or -1 when some tile finds no free window (the packed
+/// offsets are then kept). O(tiles x avail / unit).
+int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size, const std::vector<Ivs>& iv,
+               int64_t unit, int64_t avail, std::vector<int64_t>& off) {
+  const int64_t units = unit > 0 ? avail / unit : 0;
+  if (units <= 0 || units > (int64_t{1} << 24)) return -1;
+  for (size_t t : ids)
+    if (iv[t].size() != 1) return -1;
+  std::vector<size_t> order = ids;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return iv[a].front().first != iv[b].front().first ? iv[a].front().first < iv[b].front().first : size[a] > size[b];
+  });
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::min();
+  std::vector<int64_t> last(static_cast<size_t>(units), kNever);  // per unit: end of its latest occupant
+  std::vector<int64_t> dq(static_cast<size_t>(units));             // sliding-window maximum (indices)
+  int64_t extent = 0;
+  for (size_t t : order) {
+    const int64_t n = std::max<int64_t>(1, (size[t] + unit - 1) / unit), start = iv[t].front().first;
+    if (n > units) return -1;
+    int64_t best = -1, best_score = 0;
+    size_t head = 0, tail = 0;
+    for (int64_t u = 0; u < units; ++u) {
+      while (tail > head && last[static_cast<size_t>(dq[tail - 1])] <= last[static_cast<size_t>(u)]) --tail;
+      dq[tail++] = u;
+      if (dq[head] <= u - n) ++head;
+      if (u + 1 < n) continue;
+      const int64_t score = last[static_cast<size_t>(dq[head])];  // the window's most recent use
+      if (score < start && (best < 0 || score < best_score)) {
+        best = u + 1 - n;
+        best_score = score;
+        if (score == kNever) break;  // never used: the lowest such window
+      }
+    }
+    if (best < 0) return -1;
+    off[t] = best * unit;
+    for (int64_t u = best; u < best + n; ++u) last[static_cast<size_t>(u)] = iv[t].front().second;
+    extent = std::max(extent, (best + n) * unit);
+  }
+  return extent;
+}
+
 /// Most bytes live at one position, and that position (the first such).
 std::pair<int64_t, int64_t> peak_of(const std::vector<size_t>& ids, const std::vector<int64_t>& size,
                                     const std::vector<Ivs>& iv) {
@@ -530,7 +578,16 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
               for (size_t t : ids) off[t] = off2[t];
             }
           }
-          if (extent <= avail) return std::nullopt;
+          if (extent <= avail) {
+            if (!stat && !split && std::none_of(ids.begin(), ids.end(), [&](size_t t) { return fixed[t] >= 0; })) {
+              const int64_t e3 = spread(ids, size, iv, unit, avail, off2);
+              if (e3 >= 0) {
+                extent = e3;
+                for (size_t t : ids) off[t] = off2[t];
+              }
+            }
+            return std::nullopt;
+          }
           packed = true;
         }
         // Fall back from automatic multi-buffering to one buffer, largest tiles first: those live at

@@ -1696,12 +1696,13 @@ _FOR_RE = re.compile(r"^\s*(?:async\s+)?for\s+([A-Za-z_]\w*)\s+in\b")
 class _Rec:
     """One loop being recorded symbolically."""
 
-    __slots__ = ("key", "var", "kind", "checking", "storages", "names", "local", "written", "read")
+    __slots__ = ("key", "var", "kind", "checking", "storages", "names", "local", "written", "read", "site_allocs")
 
     def __init__(self, key, var, kind):
         self.key, self.var, self.kind, self.checking, self.storages = key, var, kind, False, []
         self.names = set()  # tiles allocated by the current pass itself (only these may be reused in it)
         self.local = set()  # tiles allocated in the current pass, in loops inside it too
+        self.site_allocs = {}  # pool key -> alloc statements of the current pass's new storages for it
         self.written, self.read = set(), set()  # the sanitizer's check: tensors not made in the body
 
 
@@ -1795,7 +1796,10 @@ class Tracer:
         self.open_groups = {}  # psum tensor name -> set of regions with an open accumulation group
         self.written = set()
         self.read = set()
-        self.pool = {}  # (buffer, dtype, shape) -> list of weakrefs of dead-able tile storages
+        self.pool = {}  # (buffer, dtype, shape, file, line) -> list of weakrefs of dead-able tile storages
+        self._site_last = {}  # the same key -> the storage its latest tile took (not handed out next)
+        self._site_prev = {}  # the same key -> (its latest storage, the one before it)
+        self._site_key = None  # the key of the latest tile
         self._pool_free = {}  # (buffer, dtype, shape) -> list of names whose python objects died
         self.reuse_tiles = True
         # scheduling directives (spec compiler.md §1): the op label of the running nisa call (name=), the
@@ -1893,7 +1897,7 @@ class Tracer:
             for p in range(passes):
                 rec.checking = p == 1
                 rec.storages = []
-                rec.names, rec.local = set(), set()
+                rec.names, rec.local, rec.site_allocs = set(), set(), {}
                 self.body = []
                 yield Sym(0, ((var, 1),))
                 bodies.append((self.body, rec.storages, rec.local))
@@ -2061,9 +2065,13 @@ class Tracer:
                              "dim first), got shape {}".format(shape))
         frame = user_frame()
         hint = None if name else assigned_name(frame)
-        # the pool of reusable storage is by kind only (not by name): reusing storage exactly as before keeps
-        # the compiler model's placement and so the timing; a reused storage keeps its first name
-        key = (buffer, dt, shape)
+        # The pool of reusable storage is per allocation site (file, line) and kind: a tile takes the storage
+        # of a dead tile made by the same nl.ndarray line, as the compiler rotates one allocation's buffers
+        # over a loop's iterations. Tiles of different lines never share here (the compiler model's
+        # liveness allocation decides that): sharing by kind alone put, say, a loop's input tile and its
+        # result tile (same shape) in one storage, an ordering the compiled kernel does not have. A reused
+        # storage keeps its first name.
+        key = (buffer, dt, shape) if frame is None else (buffer, dt, shape, frame.f_code.co_filename, frame.f_lineno)
         if self._broken is not None:
             raise _NeedsConcrete("a loop recorded symbolically was left early", self._broken)
         if self._recs:  # a tile of a loop body: its alloc statement runs every iteration (rotating buffers)
@@ -2072,8 +2080,10 @@ class Tracer:
             if free and self.reuse_tiles and not name and address is None:
                 # reuse a dead tile allocated earlier in this pass of the body (its alloc runs every iteration)
                 for j, nm in enumerate(free):
-                    if nm in rec.names:
+                    if nm in rec.names and nm != self._site_last.get(key):
                         del free[j]
+                        self._site_prev[key], self._site_key = (nm, self._site_last.get(key)), key
+                        self._site_last[key] = nm
                         rec.local.add(nm)
                         if hint:
                             self._vars.setdefault(nm, []).append(hint)
@@ -2085,6 +2095,8 @@ class Tracer:
                         self.open_groups.pop(nm, None)
                         return self.tensor_cls(st, None, self)
             nm = self.unique_name(name or hint or "t", numbered=not (name or hint))
+            self._site_prev[key], self._site_key = (nm, self._site_last.get(key)), key
+            self._site_last[key] = nm
             rec.names.add(nm)
             rec.local.add(nm)
             self._loop_names.add(nm)
@@ -2093,27 +2105,53 @@ class Tracer:
             rec.storages.append(weakref.ref(st))
             if not name:
                 self._track(st, key)
+                if address is None:
+                    # A line whose tiles already rotate over several storages within one pass of the body
+                    # (an unrolled loop inside it) keeps that rotation across the kept loop's iterations:
+                    # one buffer each, so the kept loop has the unrolled trace's storages, not twice them.
+                    sa = rec.site_allocs.setdefault(key, [])
+                    sa.append(self._last_alloc)
+                    if len(sa) > 1:
+                        for a in sa:
+                            a["bufs"] = 1
             return self.tensor_cls(st, None, self)
         if self.reuse_tiles and not name and address is None:
             # Reuse the storage of a tile of the same kind whose Python object is gone: the kernel can no
             # longer reach it, so this is the compiler's buffer reuse; it keeps SBUF bounded when loops
-            # are unrolled. Least recently freed first (gives double buffering in loops).
+            # are unrolled. Least recently freed first, and never the storage of the previous tile of the
+            # same line: a line's tiles rotate over at least two storages, as the compiler gives a loop-body
+            # allocation two buffers (docs/timing-model.md), even when the kernel drops each tile before
+            # allocating the next (`rt = rc` after a cast).
             free = self._pool_free.get(key)
             while free and free[0] in self._loop_names:  # tiles of loop bodies stay in their loop
                 free.pop(0)
-            if free:
-                nm = free.pop(0)
+            last = self._site_last.get(key)
+            pick = next((j for j, nm in enumerate(free) if nm != last), None) if free else None
+            if pick is not None:
+                nm = free.pop(pick)
+                self._site_prev[key], self._site_key = (nm, self._site_last.get(key)), key
+                self._site_last[key] = nm
                 self._note_birth(nm, hint)
                 st = _Storage(nm, buffer, dt, shape)
                 self._track(st, key)
                 self.open_groups.pop(nm, None)
                 return self.tensor_cls(st, None, self)
         nm = self.unique_name(name or hint or "t", numbered=not (name or hint))
+        self._site_prev[key], self._site_key = (nm, self._site_last.get(key)), key
+        self._site_last[key] = nm
         self._note_birth(nm, hint)
         st = self._alloc_storage(nm, buffer, dt, shape, address)
         if not name:
             self._track(st, key)
         return self.tensor_cls(st, None, self)
+
+    def unused_storage(self, nm):
+        """The tile just made with storage ``nm`` will never be accessed (Beta 1 ``t[i] = nl.load(..)``
+        writes ``t[i]`` directly): its line's next tile may take that storage again, so a line whose tiles
+        are all written elsewhere keeps one unused storage, not two in rotation."""
+        key = self._site_key
+        if key is not None and self._site_last.get(key) == nm:
+            self._site_last[key] = self._site_prev[key][1]
 
     def _note_birth(self, nm, hint):
         """Tile ``nm`` starts a life: its variable name (``hint``) and the affine_range iterations it
@@ -2132,6 +2170,7 @@ class Tracer:
         if address is not None:
             alloc["address"] = int(address)
         self.emit({"alloc": alloc})
+        self._last_alloc = alloc
         return st
 
     def _track(self, st, key):

@@ -406,7 +406,9 @@ def test_two_core_flash_attention_matches_numpy(config):
     from nsim.kernels import flash_attention_lnc2, flash_attention_mh, flash_attention_mh_ref, \
         flash_attention_mh_inputs
 
-    q, k, v, causal = flash_attention_mh_inputs(seed=0, h=2, s=256, d=64)
+    # S=512: at S=256 one core already overlaps the two small heads with each other (latency-bound; the
+    # launch is 0.81x the one-core time there), which says little about splitting work over cores
+    q, k, v, causal = flash_attention_mh_inputs(seed=0, h=2, s=512, d=64)
     ref = flash_attention_mh_ref(q, k, v, causal)
     out, prof = flash_attention_lnc2.options(config=config).simulate(q, k, v, causal)
     np.testing.assert_allclose(np.asarray(out, np.float32), ref, atol=2e-2, rtol=2e-2)

@@ -38,14 +38,14 @@ def _line(mod, text):
 def test_the_loop(tut, capsys):
     prof1, prof2, an = tut.main()  # asserts both kernels' outputs against numpy
     kinds = {f["kind"]: f for f in an.findings}
-    bcast, red = kinds["pe_broadcast"], kinds["redundant_dma"]
-    # the findings sit on the lines the tutorial names: the in-loop broadcast and the in-loop weight load
-    v1_first = _line(tut, "def rmsnorm_v1")
-    assert bcast["lines"][0]["line"] == _line(tut, "g_bcast = g_tile.broadcast_to") and bcast["lines"][0]["line"] > v1_first
+    red = kinds["redundant_dma"]
+    # the finding sits on the line the tutorial names: the in-loop weight load; the in-loop broadcast
+    # (fp32 matmuls of a ones row) hides under the DMA time, so it is not reported
     assert red["lines"][0]["line"] == _line(tut, "# the weight, every iteration")
     assert red["metrics"]["times_loaded"] == tut.ROWS // 128
+    assert "pe_broadcast" not in kinds
     saved = prof1.total_time_ns - prof2.total_time_ns
-    estimated = bcast["saving_ns"] + red["saving_ns"]
+    estimated = red["saving_ns"]
     assert saved > 0 and estimated / 2 <= saved <= 2 * estimated
     # v2 is DMA-bound, and doubling HBM bandwidth alone buys little: 16 DMA engines x 23 B/ns = 368 GB/s
     assert prof2.bound == "dma"

@@ -306,7 +306,8 @@ TEST_CASE("allocate: PSUM tiles take whole banks and never straddle them", "[all
   b.end();
   const auto p = params("trn2");
   REQUIRE_NOTHROW(verify_kernel(b.k, p));
-  const auto plan = allocate_tiles(b.k, p);
+  // With 4 banks available the loops' tiles (2 x 1 bank, then 2 x 2 banks) must share banks.
+  const auto plan = allocate_tiles(b.k, p, -1, 8192);
   const TilePlacement& q1 = plan.tiles[static_cast<size_t>(p1)];
   const TilePlacement& q2 = plan.tiles[static_cast<size_t>(p2)];
   CHECK(q1.stride == 2048);
@@ -316,6 +317,12 @@ TEST_CASE("allocate: PSUM tiles take whole banks and never straddle them", "[all
   for (const TilePlacement* q : {&q1, &q2}) CHECK(q->offset % 2048 == 0);
   CHECK(overlap(q1, q2));  // disjoint lifetimes share banks
   CHECK(plan.psum_peak == 8192);
+  // With all 8 banks, loop j's tiles take banks loop i never used (no write-after-read wait on p1's
+  // last eviction): 2 + 4 banks, the peak stays 8192 (one loop at a time).
+  const auto roomy = allocate_tiles(b.k, p);
+  CHECK_FALSE(overlap(roomy.tiles[static_cast<size_t>(p1)], roomy.tiles[static_cast<size_t>(p2)]));
+  CHECK(roomy.psum_extent == 6 * 2048);
+  CHECK(roomy.psum_peak == 8192);
 
   // On a simulator whose PSUM already holds 100 bytes, the region still starts on a bank.
   auto s = make_sim(false);
@@ -409,7 +416,9 @@ TEST_CASE("allocate numerics: tiles reusing other tiles' storage compute what st
     return std::make_pair(s->read_hbm("y"), s->read_hbm("z"));
   };
   std::vector<TilePlacement> live_pl, static_pl;
-  const auto live = run({}, live_pl);
+  // SBUF of 4 KiB per partition: loop i's tiles fall back to one buffer each (2 x 2 KiB at its peak)
+  // and loop j must reuse their bytes. (With room, tiles take bytes unused so far: no sharing.)
+  const auto live = run({"sbuf.bytes_per_partition=4KiB"}, live_pl);
   const auto stat = run({"compiler.allocation=static"}, static_pl);
   const auto pl = [](const std::vector<TilePlacement>& p, int t) { return p[static_cast<size_t>(t)]; };
   // Reuse happened with liveness allocation, not with static.

@@ -963,6 +963,7 @@ def _retarget_fresh(view, value):
             return False  # an on-chip copy of the same tensor: keep the two steps
     stmt["dst"] = view.access()
     tr.written.add(view.name)
+    tr.unused_storage(value.name)
     if stmt["op"] == "nc_matmul":
         value._mm = None
     return True
