@@ -215,7 +215,7 @@ class Deflater {
  private:
   static constexpr int kWindow = 32768, kMinMatch = 3, kMaxMatch = 258;
   /// Search effort (between zlib's levels 5 and 6): links followed, lengths that end the search or skip the
-  /// lazy look (32 links: files 2-3% larger than with 64, a sixth fewer instructions compressing).
+  /// lazy look (32 links: files 1-3% larger than with 64, a sixth fewer instructions compressing).
   static constexpr int kHashBits = 15, kMaxChain = 32, kNiceMatch = 128, kMaxLazy = 32, kGoodMatch = 16;
   static constexpr size_t kBlockSymbols = 1 << 15;
   struct Sym {

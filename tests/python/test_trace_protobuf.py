@@ -221,7 +221,7 @@ def test_protobuf_trace_holds_the_json_traces_slices(tmp_path, nsim_bin, kernel)
     pb = decode(tmp_path / "t.pftrace")
     _check_against_json(pb, json.load(open(tmp_path / "t.json"))["traceEvents"])
     # size: packets compressed (zlib), timestamps of 1-2 bytes, names and strings interned: <= 100 B per
-    # instruction on flash_attention and softmax_4x256x1024 (issue 12; measured 53 and 78:
+    # instruction on flash_attention and softmax_4x256x1024 (issue 12; measured 51 and 78:
     # docs/profiling.md); softmax_2x128x512 has 14 instructions, too few to pay for the ~1.4 KB that
     # even a 7-instruction trace takes (track descriptors, Huffman tables). All under 10% of the JSON.
     size = os.path.getsize(tmp_path / "t.pftrace")
