@@ -170,9 +170,10 @@ class ChromeTraceWriter : public OrderedTraceSink {
 
 /// Streams Perfetto's native protobuf trace format (a `.pftrace` file: ui.perfetto.dev and
 /// trace_processor read it; docs/profiling.md): the same tracks, slices, flow arrows and counters as
-/// the JSON trace, with event names, argument names and strings interned, so a slice costs ~20-40
-/// bytes instead of ~300-600. Timestamps are Perfetto's integer nanoseconds (the JSON trace keeps
-/// picoseconds): start and end are each rounded to the nearest ns.
+/// the JSON trace, with event names, argument names and strings interned, timestamps incremental and
+/// the packets zlib-compressed, so a slice costs ~13-21 bytes instead of ~300-600. Timestamps are
+/// Perfetto's integer nanoseconds (the JSON trace keeps picoseconds): start and end are each rounded
+/// to the nearest ns. Slices that overlap on a track without nesting go on child tracks (lanes).
 class PerfettoTraceWriter : public OrderedTraceSink {
  public:
   /// `pid`: the process of this trace (one per core of an LNC=2 launch; their files concatenate).

@@ -1,0 +1,404 @@
+// PerfettoTraceWriter (sim/perfetto_trace.cpp) read back: a small zlib/DEFLATE decoder (RFC 1950/1951,
+// after zlib's puff.c) and protobuf reader undo the compressed packets, the incremental clock, the held-back
+// slice ends and the lanes, and every slice must come back on its track with its start and end. Synthetic
+// slices exercise what the examples do not: overlaps deeper than two, several compressed chunks, a chunk
+// that does not compress (written as plain packets), equal timestamps. (tests/python/test_trace_protobuf.py
+// checks real kernels' traces against their JSON traces.)
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "sim/trace.h"
+
+namespace {
+
+using nsim::sim::PerfettoTraceWriter;
+using nsim::sim::Ps;
+using nsim::sim::TraceArg;
+using nsim::sim::TraceSlice;
+namespace fs = std::filesystem;
+
+// ---- zlib stream decoder ---------------------------------------------------------------------------
+class Inflate {
+ public:
+  explicit Inflate(std::string_view z) : in_(z) {}
+  std::string run() {
+    if (in_.size() < 6) throw std::runtime_error("short zlib stream");
+    const auto cmf = static_cast<unsigned char>(in_[0]), flg = static_cast<unsigned char>(in_[1]);
+    if ((cmf & 15) != 8 || (cmf * 256 + flg) % 31 != 0 || (flg & 32)) throw std::runtime_error("bad zlib header");
+    pos_ = 2;
+    for (int last = 0; !last;) {
+      last = bits(1);
+      const int type = bits(2);
+      if (type == 0) stored();
+      else if (type == 1) fixed();
+      else if (type == 2) dynamic();
+      else throw std::runtime_error("bad block type");
+    }
+    uint32_t a = 1, b = 0;
+    for (unsigned char c : out_) {
+      a = (a + c) % 65521;
+      b = (b + a) % 65521;
+    }
+    uint32_t want = 0;
+    for (int i = 0; i < 4; ++i) want = (want << 8) | byte(pos_ + static_cast<size_t>(i));
+    if (((b << 16) | a) != want) throw std::runtime_error("Adler-32 mismatch");
+    if (pos_ + 4 != in_.size()) throw std::runtime_error("bytes after the zlib stream");
+    return out_;
+  }
+
+ private:
+  struct Huff {
+    std::vector<int> count = std::vector<int>(16, 0), symbol;
+  };
+  std::string_view in_;
+  size_t pos_ = 0;
+  uint64_t buf_ = 0;
+  int cnt_ = 0;
+  std::string out_;
+
+  unsigned byte(size_t i) const {
+    if (i >= in_.size()) throw std::runtime_error("zlib stream ends early");
+    return static_cast<unsigned char>(in_[i]);
+  }
+  int bits(int need) {
+    while (cnt_ < need) {
+      buf_ |= static_cast<uint64_t>(byte(pos_++)) << cnt_;
+      cnt_ += 8;
+    }
+    const int v = static_cast<int>(buf_ & ((uint64_t{1} << need) - 1));
+    buf_ >>= need;
+    cnt_ -= need;
+    return v;
+  }
+  static Huff build(const std::vector<int>& len) {
+    Huff h;
+    h.symbol.assign(len.size(), 0);
+    for (int l : len) ++h.count[static_cast<size_t>(l)];
+    int left = 1;  // over-subscribed codes are invalid (an incomplete one is allowed, as zlib does for a single code)
+    for (size_t l = 1; l < 16; ++l) {
+      left = left * 2 - h.count[l];
+      if (left < 0) throw std::runtime_error("over-subscribed Huffman code");
+    }
+    std::vector<int> offs(16, 0);
+    for (size_t l = 1; l < 15; ++l) offs[l + 1] = offs[l] + h.count[l];
+    for (size_t s = 0; s < len.size(); ++s)
+      if (len[s] != 0) h.symbol[static_cast<size_t>(offs[static_cast<size_t>(len[s])]++)] = static_cast<int>(s);
+    return h;
+  }
+  int decode(const Huff& h) {
+    int code = 0, first = 0, index = 0;
+    for (size_t l = 1; l < 16; ++l) {
+      code |= bits(1);
+      const int count = h.count[l];
+      if (code - count < first) return h.symbol[static_cast<size_t>(index + (code - first))];
+      index += count;
+      first = (first + count) << 1;
+      code <<= 1;
+    }
+    throw std::runtime_error("bad Huffman code");
+  }
+  void stored() {
+    buf_ = 0;
+    cnt_ = 0;
+    const unsigned len = byte(pos_) | byte(pos_ + 1) << 8, nlen = byte(pos_ + 2) | byte(pos_ + 3) << 8;
+    if ((len ^ 0xffff) != nlen) throw std::runtime_error("bad stored block length");
+    pos_ += 4;
+    for (unsigned i = 0; i < len; ++i) out_.push_back(static_cast<char>(byte(pos_++)));
+  }
+  void codes(const Huff& lit, const Huff& dist) {
+    static const int kLen[29] = {3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27,
+                                 31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
+    static const int kLenX[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
+    static const int kDist[30] = {1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769,
+                                  1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
+    static const int kDistX[30] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
+    for (;;) {
+      int sym = decode(lit);
+      if (sym < 256) {
+        out_.push_back(static_cast<char>(sym));
+        continue;
+      }
+      if (sym == 256) return;
+      sym -= 257;
+      if (sym >= 29) throw std::runtime_error("bad length code");
+      const int len = kLen[sym] + bits(kLenX[sym]);
+      const int d = decode(dist);
+      if (d >= 30) throw std::runtime_error("bad distance code");
+      const size_t back = static_cast<size_t>(kDist[d] + bits(kDistX[d]));
+      if (back > out_.size() || back > 32768) throw std::runtime_error("distance too far back");
+      for (int i = 0; i < len; ++i) out_.push_back(out_[out_.size() - back]);
+    }
+  }
+  void fixed() {
+    std::vector<int> l(288, 8), d(30, 5);
+    std::fill(l.begin() + 144, l.begin() + 256, 9);
+    std::fill(l.begin() + 256, l.begin() + 280, 7);
+    codes(build(l), build(d));
+  }
+  void dynamic() {
+    static const int kOrder[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
+    const int nlen = bits(5) + 257, ndist = bits(5) + 1, ncode = bits(4) + 4;
+    if (nlen > 286 || ndist > 30) throw std::runtime_error("bad dynamic block counts");
+    std::vector<int> cl(19, 0);
+    for (int i = 0; i < ncode; ++i) cl[static_cast<size_t>(kOrder[i])] = bits(3);
+    const Huff lencode = build(cl);
+    std::vector<int> lens;
+    while (static_cast<int>(lens.size()) < nlen + ndist) {
+      const int sym = decode(lencode);
+      if (sym < 16) {
+        lens.push_back(sym);
+        continue;
+      }
+      int v = 0, rep;
+      if (sym == 16) {
+        if (lens.empty()) throw std::runtime_error("repeat with no previous length");
+        v = lens.back();
+        rep = 3 + bits(2);
+      } else {
+        rep = sym == 17 ? 3 + bits(3) : 11 + bits(7);
+      }
+      if (static_cast<int>(lens.size()) + rep > nlen + ndist) throw std::runtime_error("too many lengths");
+      lens.insert(lens.end(), static_cast<size_t>(rep), v);
+    }
+    if (lens[256] == 0) throw std::runtime_error("no end-of-block code");
+    codes(build(std::vector<int>(lens.begin(), lens.begin() + nlen)),
+          build(std::vector<int>(lens.begin() + nlen, lens.end())));
+  }
+};
+
+// ---- protobuf --------------------------------------------------------------------------------------
+struct Field {
+  int num = 0, wire = 0;
+  uint64_t v = 0;        ///< varint or fixed64
+  std::string_view b;    ///< length-delimited
+};
+
+uint64_t varint(std::string_view s, size_t& i) {
+  uint64_t v = 0;
+  for (int shift = 0;; shift += 7) {
+    if (i >= s.size() || shift > 63) throw std::runtime_error("bad varint");
+    const auto c = static_cast<unsigned char>(s[i++]);
+    v |= static_cast<uint64_t>(c & 0x7f) << shift;
+    if (!(c & 0x80)) return v;
+  }
+}
+
+std::vector<Field> fields(std::string_view s) {
+  std::vector<Field> out;
+  for (size_t i = 0; i < s.size();) {
+    const uint64_t key = varint(s, i);
+    Field f{static_cast<int>(key >> 3), static_cast<int>(key & 7), 0, {}};
+    if (f.wire == 0) {
+      f.v = varint(s, i);
+    } else if (f.wire == 1) {
+      if (i + 8 > s.size()) throw std::runtime_error("short fixed64");
+      std::memcpy(&f.v, s.data() + i, 8);
+      i += 8;
+    } else if (f.wire == 2) {
+      const uint64_t n = varint(s, i);
+      if (n > s.size() - i) throw std::runtime_error("short field");
+      f.b = s.substr(i, n);
+      i += n;
+    } else {
+      throw std::runtime_error("unexpected wire type");
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
+const Field* find(const std::vector<Field>& fs, int num) {
+  for (const Field& f : fs)
+    if (f.num == num) return &f;
+  return nullptr;
+}
+
+/// A slice as read back: (track name, name, start ns, end ns).
+using Slice = std::tuple<std::string, std::string, uint64_t, uint64_t>;
+
+struct Decoded {
+  std::vector<Slice> slices;
+  int compressed_chunks = 0;
+  int plain_packets = 0;  ///< packets outside compressed_packets
+};
+
+/// Reads a .pftrace as trace_processor does: packets (compressed ones inflated), each sequence's interned
+/// names and incremental clock, then the events in time order with a stack of open slices per track.
+Decoded decode(const std::string& data) {
+  Decoded d;
+  std::vector<std::string> inflated;  // keeps the string_views into unpacked chunks valid
+  std::vector<std::string_view> packets;
+  for (const Field& f : fields(data)) {
+    REQUIRE(f.num == 1);
+    const auto fs = fields(f.b);
+    if (const Field* z = find(fs, 50)) {
+      ++d.compressed_chunks;
+      inflated.push_back(Inflate(z->b).run());
+      for (const Field& g : fields(inflated.back())) packets.push_back(g.b);
+    } else {
+      ++d.plain_packets;
+      packets.push_back(f.b);
+    }
+  }
+  std::map<uint64_t, std::string> track_name;
+  std::map<uint64_t, uint64_t> clock;                      // sequence -> incremental clock value
+  std::map<std::pair<uint64_t, uint64_t>, std::string> names;  // (sequence, iid) -> event name
+  struct Event {
+    uint64_t t, order;
+    int type;
+    uint64_t track;
+    std::string name;
+  };
+  std::vector<Event> events;
+  for (std::string_view p : packets) {
+    const auto fs = fields(p);
+    const uint64_t seq = find(fs, 10)->v;
+    if (const Field* snap = find(fs, 6)) {  // the sequence's clock snapshot: clock 64 is 0 at BOOTTIME 0
+      for (const Field& c : fields(snap->b)) {
+        const auto cf = fields(c.b);
+        if (find(cf, 1)->v == 64) {
+          REQUIRE(find(cf, 3) != nullptr);  // incremental
+          clock[seq] = find(cf, 2)->v;
+        }
+      }
+    }
+    if (const Field* in = find(fs, 12))
+      for (const Field& e : fields(in->b))
+        if (e.num == 2) names[{seq, find(fields(e.b), 1)->v}] = std::string(find(fields(e.b), 2)->b);
+    if (const Field* td = find(fs, 60)) {
+      const auto tf = fields(td->b);
+      std::string name(find(tf, 2) ? find(tf, 2)->b : std::string_view());
+      if (const Field* th = find(tf, 4)) name = std::string(find(fields(th->b), 5)->b);
+      track_name[find(tf, 1)->v] = name;
+    }
+    if (const Field* te = find(fs, 11)) {
+      const auto ef = fields(te->b);
+      uint64_t t = find(fs, 8)->v;
+      if (const Field* c = find(fs, 58)) REQUIRE(c->v == 6);  // an absolute time on BOOTTIME
+      else t = clock.at(seq) += t;                            // a delta on the sequence's clock
+      const Field* name = find(ef, 10);
+      events.push_back({t, events.size(), static_cast<int>(find(ef, 9)->v), find(ef, 11)->v,
+                        name ? names.at({seq, name->v}) : std::string()});
+    }
+  }
+  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) { return a.t < b.t; });
+  std::map<uint64_t, std::vector<std::pair<std::string, uint64_t>>> open;  // track -> stack of (name, start)
+  for (const Event& e : events) {
+    if (e.type == 1) {
+      open[e.track].push_back({e.name, e.t});
+    } else if (e.type == 2) {
+      REQUIRE(!open[e.track].empty());
+      d.slices.emplace_back(track_name.at(e.track), open[e.track].back().first, open[e.track].back().second, e.t);
+      open[e.track].pop_back();
+    }
+  }
+  for (const auto& [track, stack] : open) REQUIRE(stack.empty());
+  std::sort(d.slices.begin(), d.slices.end());
+  return d;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct TempTrace {
+  fs::path path;
+  TempTrace() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("nsim_test_pf_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".pftrace");
+  }
+  ~TempTrace() {
+    std::error_code ec;
+    fs::remove(path, ec);
+  }
+};
+
+uint64_t ns(Ps t) { return static_cast<uint64_t>((t + 500) / 1000); }
+
+}  // namespace
+
+TEST_CASE("PerfettoTraceWriter: overlapping slices over several compressed chunks read back exactly", "[sim][trace]") {
+  // 3 tracks, 30000 slices whose starts and lengths are random, so up to ~6 overlap on a track (lanes),
+  // many share a start; arguments give ~1 MB of packets (several 256 KiB chunks).
+  TempTrace tmp;
+  std::mt19937_64 rng(7);
+  std::vector<Slice> want;
+  {
+    PerfettoTraceWriter w(tmp.path.string(), "NeuronCore (test)");
+    const char* track_names[3] = {"vector", "scalar", "dma.e0"};
+    for (int k = 0; k < 3; ++k) w.declare_track(k, track_names[k]);
+    Ps t = 0;
+    for (int i = 0; i < 30000; ++i) {
+      t += static_cast<Ps>(rng() % 4) * 250;  // ps; equal starts are common
+      const int track = static_cast<int>(rng() % 3);
+      const Ps dur = static_cast<Ps>(rng() % 3000);
+      TraceSlice s{track, t, dur, "op" + std::to_string(rng() % 5), {}};
+      s.args.push_back(TraceArg::integer("index", i));
+      s.args.push_back(TraceArg::real("ready_ns", static_cast<double>(t) / 1000));
+      s.args.push_back(TraceArg::string("src", "k.py:" + std::to_string(rng() % 40)));
+      want.emplace_back(track_names[track], s.name, ns(t), ns(t + dur));
+      w.slice(std::move(s));
+      if (i % 64 == 0) w.watermark(t);
+      if (i % 16 == 0) w.counter("sbuf bytes/partition in use", t, static_cast<double>(i));
+    }
+  }
+  std::sort(want.begin(), want.end());
+  const Decoded d = decode(read_file(tmp.path));
+  CHECK(d.compressed_chunks >= 3);
+  CHECK(d.slices == want);
+}
+
+TEST_CASE("PerfettoTraceWriter: packets that do not compress are written as they are", "[sim][trace]") {
+  // Arguments of 30000 random bytes (each string new, so interned once: nothing repeats) make a chunk
+  // that DEFLATE cannot shrink: its Huffman tables cost more than the packets' few framing bytes save.
+  TempTrace tmp;
+  std::mt19937_64 rng(11);
+  std::vector<Slice> want;
+  {
+    PerfettoTraceWriter w(tmp.path.string(), "NeuronCore (test)");
+    w.declare_track(0, "vector");
+    for (int i = 0; i < 3; ++i) {
+      std::string noise(30000, '\0');
+      for (char& c : noise) c = static_cast<char>(rng());
+      TraceSlice s{0, Ps{1000} * i, 500, "op", {TraceArg::string("src", noise)}};
+      want.emplace_back("vector", "op", ns(s.start), ns(s.start + s.dur));
+      w.slice(std::move(s));
+    }
+  }
+  const Decoded d = decode(read_file(tmp.path));
+  CHECK(d.compressed_chunks == 0);
+  CHECK(d.plain_packets == 3 + 3 * 2);  // clock, process, track; a begin and an end per slice
+  CHECK(d.slices == want);
+}
+
+TEST_CASE("PerfettoTraceWriter: a trace with no slices reads back", "[sim][trace]") {
+  // Its few packets (clock, process and track descriptors) are smaller than a zlib stream of them.
+  TempTrace tmp;
+  {
+    PerfettoTraceWriter w(tmp.path.string(), "NeuronCore (test)");
+    w.declare_track(0, "vector");
+  }
+  const Decoded d = decode(read_file(tmp.path));
+  CHECK(d.slices.empty());
+  CHECK(d.compressed_chunks == 0);
+  CHECK(d.plain_packets == 3);
+}
