@@ -268,7 +268,7 @@ void build_cli(CLI::App& app, Parsed& p) {
   run->add_option("--outputs", r.outputs, "write every output tensor as DIR/<tensor>.npy (bf16/fp8 widened to float32)")
       ->option_text("DIR");
   run->add_flag("--raw-outputs", r.raw_outputs, "write bf16/fp8 outputs as raw bits (|V2, |V1) instead");
-  run->add_option("--trace", r.trace, "write a trace for ui.perfetto.dev: Chrome JSON, or Perfetto protobuf when FILE ends in .pftrace (3.5x smaller)")->option_text("FILE");
+  run->add_option("--trace", r.trace, "write a trace for ui.perfetto.dev: Chrome JSON, or Perfetto protobuf when FILE ends in .pftrace (compressed, ~17x smaller)")->option_text("FILE");
   add_count(run, "--trace-limit", r.trace_limit,
             "with --trace: write only the N earliest slices (by start time); 0 = all\n"
             "[default: 1000000, about 150 MB of JSON; the run says so when it cut the trace].\n"
