@@ -407,3 +407,58 @@ def test_eager_values_after_kept_loops_match_the_simulation(monkeypatch):
     assert _loops(K.flash_attention.last_json)
     assert len(got) == 1
     np.testing.assert_array_equal(next(iter(got.values())), out)
+
+
+@nki.jit
+def _cast_then_scale(x):
+    """Per row block: load (fp32), cast to bf16 dropping the fp32 tile right away (`t = c`), scale, store.
+    The loaded tile and the scaled tile have one shape and dtype but come from different lines."""
+    out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.ndarray((128, x.shape[1]), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        c = nl.ndarray((128, x.shape[1]), nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=c, src=t)
+        t = c
+        r = nl.ndarray((128, x.shape[1]), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=r, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=r)
+    return out
+
+
+def test_unrolled_trace_rotates_each_lines_tiles_over_two_storages():
+    # Unrolled, the tracer hands a dead tile's storage only to a later tile of the same line (and kind), and
+    # never to the very next one: the loaded tile `t` is dropped right after its cast, yet each line keeps
+    # two storages (double buffering), and the fp32 input and fp32 result (same shape, other lines) never
+    # share one (that would order the next block's load behind this block's store).
+    x = np.random.default_rng(0).standard_normal((128 * 6, 256)).astype(np.float32)
+    kern = _cast_then_scale.options(loops="unroll")
+    k = kern.to_json(x)
+    names = [s["alloc"]["name"] for s, _ in _walk(k["body"]) if "alloc" in s]
+    assert len(names) == 6, names  # 3 lines x 2 storages, for 6 iterations
+    ops = [s for s, _ in _walk(k["body"]) if "op" in s]
+
+    def name(v):
+        return v if isinstance(v, str) else v["tensor"]
+
+    loads = [name(o["dst"]) for o in ops if o["op"] == "dma_copy" and name(o["src"]) == "x"]
+    assert len(loads) == 6 and len(set(loads)) == 2, loads
+    assert all(a != b for a, b in zip(loads, loads[1:])), loads  # consecutive blocks alternate
+    results = {name(o["dst"]) for o in ops if o["op"] == "tensor_scalar"}
+    assert len(results) == 2 and not results & set(loads), (results, loads)
+    out, _ = kern.simulate(x)
+    ref = (x.astype(ml_dtypes.bfloat16).astype(np.float32) * 2).astype(np.float32)
+    np.testing.assert_allclose(out, ref, rtol=1e-2)
+
+
+def test_kept_loop_with_an_unrolled_inner_loop_simulates_as_unrolled():
+    # examples/defects/pairs.py's fp32 matmul: the output-column loop j is kept, the K-tile loop inside it
+    # unrolled in each pass of j's body; its load line rotates over two storages within the pass, which keep
+    # one buffer each in the kept loop, so kept and unrolled traces use the same storages and times.
+    pairs = _load_example(os.path.join(ROOT, "examples", "defects", "pairs.py"), "nsim_defect_pairs_inner")
+    pair = next(p for p in pairs.PAIRS if p.kind == "fp32_matmul")
+    args = pair.inputs()
+    (_ku, ou, pu), (kk, ok, pk) = _both_ways(pair.before, args, timing_only=False)
+    _assert_same_outputs(ou, ok)
+    assert _loops(kk), "the j loop is kept"
+    assert pk.total_time_ns == pytest.approx(pu.total_time_ns, rel=1e-9)
