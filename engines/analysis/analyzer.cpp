@@ -692,8 +692,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     for (size_t i = 1; i < s.lines.size(); ++i) {
       const LineAgg& la = s.lines[i];
       if (la.hbm_reload <= 0) continue;
-      // The reloads' share of this line's transfers, in DMA-engine time and in queue time (trigger to
-      // completion, which includes waiting behind other transfers of the queue).
+      // The reloads' share of this line's transfers.
       const double frac = la.hbm_reload / std::max(1.0, la.dma_bytes);
       // Bound: the reloads' DMA-engine time, spread over the engines each transfer uses (a one-partition
       // reload occupies one engine, which the next full-width transfer then waits for), weighted by the

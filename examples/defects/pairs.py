@@ -84,7 +84,7 @@ def add_bias_hoisted(x, w):
     return out
 
 
-# ------------------------------------------------------------- 3./4. matmuls: fp32 inputs, narrow N
+# ------------------------------------------------------------------------- 3. matmuls: fp32 inputs
 def _matmul(cast_to=None):
     """out = lhsT^T @ rhs with K accumulated over 128-row tiles in PSUM: lhsT [K, M] (M <= 128) loaded once,
     rhs loaded 128 x 512 at a time; the matmuls take the inputs' dtype, or the tiles are cast to `cast_to` on

@@ -580,11 +580,8 @@ class Sym:
         if lo == hi or (a == b and (what in ("<", "<=", ">", ">=") or not (lo <= 0 <= hi))):
             return a
         inner = max(self._open()[1], key=lambda vk: vk[0].depth)[0]
-        why = "a comparison ({}) of the loop index '{}' that differs between iterations".format(what, inner.name)
-        tr = active()
-        if tr is not None and _allocates_psum(tr.body):  # peeling would triple its PSUM tiles (_peeled_loop)
-            raise _NeedsConcrete(why + "; its body allocates PSUM tiles, so it is unrolled, not peeled", inner.key)
-        raise _NeedsConcrete(why, inner.key, peel=True)
+        raise _NeedsConcrete("a comparison ({}) of the loop index '{}' that differs between iterations".format(
+            what, inner.name), inner.key, peel=True)
 
     def __eq__(self, o):
         if not isinstance(o, (Sym, int, float, np.integer, np.floating)):
@@ -1811,9 +1808,9 @@ class Tracer:
         self.read = set()
         self.pool = {}  # (buffer, dtype, shape, file, line) -> list of weakrefs of dead-able tile storages
         self._site_last = {}  # the same key -> the storage its latest tile took (not handed out next)
-        self._site_prev = {}  # the same key -> (its latest storage, the one before it)
-        self._site_key = None  # the key of the latest tile
-        self._pool_free = {}  # (buffer, dtype, shape) -> list of names whose python objects died
+        self._latest = None  # (key, the storage its previous tile took) of the latest tile (_took)
+        self._last_alloc = None  # the alloc statement _alloc_storage emitted last
+        self._pool_free = {}  # the same key -> list of names whose python objects died
         self.reuse_tiles = True
         # scheduling directives (spec compiler.md §1): the op label of the running nisa call (name=), the
         # order group of the open `no_reorder` block (0: none) and the kernel's with_schedule edges
@@ -2102,8 +2099,7 @@ class Tracer:
                 for j, nm in enumerate(free):
                     if nm in rec.names and nm != self._site_last.get(key):
                         del free[j]
-                        self._site_prev[key], self._site_key = (nm, self._site_last.get(key)), key
-                        self._site_last[key] = nm
+                        self._took(key, nm)
                         rec.local.add(nm)
                         if hint:
                             self._vars.setdefault(nm, []).append(hint)
@@ -2115,8 +2111,7 @@ class Tracer:
                         self.open_groups.pop(nm, None)
                         return self.tensor_cls(st, None, self)
             nm = self.unique_name(name or hint or "t", numbered=not (name or hint))
-            self._site_prev[key], self._site_key = (nm, self._site_last.get(key)), key
-            self._site_last[key] = nm
+            self._took(key, nm)
             rec.names.add(nm)
             rec.local.add(nm)
             self._loop_names.add(nm)
@@ -2149,29 +2144,31 @@ class Tracer:
             pick = next((j for j, nm in enumerate(free) if nm != last), None) if free else None
             if pick is not None:
                 nm = free.pop(pick)
-                self._site_prev[key], self._site_key = (nm, self._site_last.get(key)), key
-                self._site_last[key] = nm
+                self._took(key, nm)
                 self._note_birth(nm, hint)
                 st = _Storage(nm, buffer, dt, shape)
                 self._track(st, key)
                 self.open_groups.pop(nm, None)
                 return self.tensor_cls(st, None, self)
         nm = self.unique_name(name or hint or "t", numbered=not (name or hint))
-        self._site_prev[key], self._site_key = (nm, self._site_last.get(key)), key
-        self._site_last[key] = nm
+        self._took(key, nm)
         self._note_birth(nm, hint)
         st = self._alloc_storage(nm, buffer, dt, shape, address)
         if not name:
             self._track(st, key)
         return self.tensor_cls(st, None, self)
 
+    def _took(self, key, nm):
+        """The latest tile of pool key ``key`` (its line and kind) has storage ``nm``."""
+        self._latest = (key, self._site_last.get(key))
+        self._site_last[key] = nm
+
     def unused_storage(self, nm):
         """The tile just made with storage ``nm`` will never be accessed (Beta 1 ``t[i] = nl.load(..)``
         writes ``t[i]`` directly): its line's next tile may take that storage again, so a line whose tiles
         are all written elsewhere keeps one unused storage, not two in rotation."""
-        key = self._site_key
-        if key is not None and self._site_last.get(key) == nm:
-            self._site_last[key] = self._site_prev[key][1]
+        if self._latest is not None and self._site_last.get(self._latest[0]) == nm:
+            self._site_last[self._latest[0]] = self._latest[1]
 
     def _note_birth(self, nm, hint):
         """Tile ``nm`` starts a life: its variable name (``hint``) and the affine_range iterations it
