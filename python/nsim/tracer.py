@@ -283,8 +283,24 @@ def mx_x4_dtype(name):
     return np.dtype([(name, "<u{}".format(d["bytes"]))])
 
 
+_DTYPE_NAMES = {}  # dtype argument -> its IR name (hot in tracing: every tile names its dtype)
+
+
 def dtype_name(dtype):
     """IR dtype name of a numpy / ml_dtypes dtype (or of a name)."""
+    try:
+        return _DTYPE_NAMES[dtype]
+    except (KeyError, TypeError):  # not seen yet, or not hashable
+        pass
+    name = _dtype_name(dtype)
+    try:
+        _DTYPE_NAMES[dtype] = name
+    except TypeError:
+        pass
+    return name
+
+
+def _dtype_name(dtype):
     ir = _isa.DTYPES  # isa/dtypes.def
     if isinstance(dtype, str) and dtype in ir:
         return dtype
@@ -365,10 +381,11 @@ class _NeedsConcrete(BaseException):
     None for the innermost loop being recorded). A BaseException, so that ``except Exception`` in user code
     or in nsim does not swallow it."""
 
-    def __init__(self, why, key=None, peel=False):
+    def __init__(self, why, key=None, peel=False, pair=False):
         super().__init__(why)
         self.why, self.key = why, key
         self.peel = peel  # running the first and last iterations concretely may help (Tracer.symbolic_loop)
+        self.pair = pair  # the peeled loop's middle is to be recorded two iterations per pass (_record_loop)
 
 
 class LoopVar:
@@ -849,8 +866,11 @@ class NkiTensor:
     def is_full(self):
         if isinstance(self._st, _ViewStorage):
             return False
-        return all(not isinstance(d[0], Sym) and d[0] == 0 and d[1] == n and d[2] == 1 and d[3]
-                   for d, n in zip(self._dims, self._st.shape))
+        for d, n in zip(self._dims, self._st.shape):
+            s = d[0]
+            if isinstance(s, Sym) or s != 0 or d[1] != n or d[2] != 1 or not d[3]:
+                return False
+        return True
 
     def __repr__(self):
         return "NkiTensor({}, shape={}, dtype={}, buffer={})".format(self.name, tuple(self.shape), self._st.dtype,
@@ -902,7 +922,10 @@ class NkiTensor:
         if not isinstance(key, tuple):
             key = (key,)
         kept = [i for i, d in enumerate(self._dims) if d[3]]
-        n_ell = sum(1 for k in key if k is Ellipsis)
+        n_ell = 0
+        for k in key:  # (by identity: `in` would call a Sym's or a tensor's __eq__)
+            if k is Ellipsis:
+                n_ell += 1
         if n_ell > 1:
             raise make_error("BadSubscript", "an index can only have a single ellipsis ('...')")
         if n_ell:
@@ -916,7 +939,7 @@ class NkiTensor:
         dims = [list(d) for d in self._dims]
         chip = self._st.buffer in ON_CHIP
         int_dims = []
-        runtime = [(vd, k) for vd, k in enumerate(key) if isinstance(k, DynSlice) and isinstance(k.start, NkiTensor)]
+        runtime = [(vd, k) for vd, k in enumerate(key) if type(k) is DynSlice and isinstance(k.start, NkiTensor)]
         if runtime:  # nl.ds(tile_value, size): the static view at start 0, then the runtime offset along that dim
             if len(runtime) > 1:
                 raise make_error("DynamicIndex", "tensor '{}': one runtime index per view (spec §3.9), got {}".format(
@@ -927,6 +950,13 @@ class NkiTensor:
             return self[tuple(key)]._dynamic(kept[vd], k.start)
         for vd, (bi, k) in enumerate(zip(kept, key)):
             start, size, step, _ = dims[bi]
+            if type(k) is slice and k.step is None and type(k.start) is int and type(k.stop) is int and \
+                    0 <= k.start < k.stop <= size:  # the common case, [a:b] with ints in bounds (as below)
+                dims[bi] = [start + k.start * step, k.stop - k.start, step, True]
+                continue
+            if type(k) is slice and k.start is None and k.stop is None and k.step is None:  # [:]
+                dims[bi] = [start, size, step, True]
+                continue
             if isinstance(k, (bool, np.bool_)):
                 raise make_error("BadSubscript", "boolean index not supported")
             if isinstance(k, Sym):
@@ -1504,6 +1534,18 @@ def _slot_keys():
     return _isa.SLOT_KEYS
 
 
+_SLOT_RANK = None
+
+
+def _slot_rank():
+    """{operand slot key: its position in _slot_keys()} (statements have a few of the 31 slots: tracing
+    looks their keys up here instead of trying every slot)."""
+    global _SLOT_RANK
+    if _SLOT_RANK is None:
+        _SLOT_RANK = {k: i for i, k in enumerate(_isa.SLOT_KEYS)}
+    return _SLOT_RANK
+
+
 def device_print(prefix, tensor):
     """``nl.device_print``: ``prefix`` and the current values of ``tensor`` on stdout (flushed)."""
     vals = tensor.numpy() if isinstance(tensor, NkiTensor) else np.asarray(tensor)
@@ -1658,19 +1700,19 @@ def concrete_only(what):
 
 def _renamed(stmts, fn):
     """A copy of ``stmts`` with every tensor name n of an operand or alloc replaced by fn(n)."""
-    slots = _isa.SLOT_KEYS
+    slots = _slot_rank()
     out = []
     for st in stmts:
         if "op" in st:
-            st = dict(st)
-            for k in slots:
-                v = st.get(k)
-                if v is None:
+            new = dict(st)
+            for k, v in st.items():
+                if v is None or k not in slots:
                     continue
                 if isinstance(v, str):
-                    st[k] = fn(v)
+                    new[k] = fn(v)
                 else:
-                    st[k] = dict(v, tensor=fn(v["tensor"]))
+                    new[k] = dict(v, tensor=fn(v["tensor"]))
+            st = new
         elif "alloc" in st:
             st = {"alloc": dict(st["alloc"], name=fn(st["alloc"]["name"]))}
         elif "loop" in st:
@@ -1700,16 +1742,34 @@ def _allocates_psum(body):
     return False
 
 
+def _body_rec_index(recs):
+    """Index in ``recs`` of the innermost loop being recorded that is not a pair loop (-1: none)."""
+    j = len(recs) - 1
+    while j >= 0 and recs[j].pairs:
+        j -= 1
+    return j
+
+
+def _body_rec(recs):
+    """The innermost loop being recorded that is not a pair loop (its body holds their tiles' allocs), or
+    None."""
+    j = _body_rec_index(recs)
+    return recs[j] if j >= 0 else None
+
+
 _FOR_RE = re.compile(r"^\s*(?:async\s+)?for\s+([A-Za-z_]\w*)\s+in\b")
 
 
 class _Rec:
     """One loop being recorded symbolically."""
 
-    __slots__ = ("key", "var", "kind", "checking", "storages", "names", "local", "written", "read", "site_allocs")
+    __slots__ = ("key", "var", "kind", "checking", "storages", "names", "local", "written", "read", "site_allocs",
+                 "pairs", "outer_body")
 
-    def __init__(self, key, var, kind):
+    def __init__(self, key, var, kind, pairs=False, outer_body=None):
         self.key, self.var, self.kind, self.checking, self.storages = key, var, kind, False, []
+        # two iterations per pass, their tiles taken from the enclosing body's (Tracer._record_loop)
+        self.pairs, self.outer_body = pairs, outer_body
         self.names = set()  # tiles allocated by the current pass itself (only these may be reused in it)
         self.local = set()  # tiles allocated in the current pass, in loops inside it too
         self.site_allocs = {}  # pool key -> alloc statements of the current pass's new storages for it
@@ -1839,6 +1899,7 @@ class Tracer:
         self._recs = []
         self.unroll = set()
         self.peel = set()  # loops whose first and last iterations run unrolled, the others symbolically
+        self.pair = set()  # peeled loops whose other iterations are recorded two per pass (_record_loop)
         self.unroll_all = True  # trace() sets it from the loops mode
         self._broken = None
         self._alias = {}
@@ -1882,20 +1943,34 @@ class Tracer:
         loop (a body that differs only in its first / last iteration: ``if c == 0``, ``accumulate=j > 0``)."""
         yield r[0]
         mid = r[1:-1]
-        if len(mid) >= 2:
+        if key in self.pair:
+            if len(mid) % 2:
+                yield mid[0]
+                mid = mid[1:]
+            if len(mid) >= 4:
+                yield from self._record_loop(mid, kind, key, f, pairs=True)
+            else:
+                yield from mid
+        elif len(mid) >= 2:
             yield from self._record_loop(mid, kind, key, f)
             loop = self.body[-1].get("loop") if self.body else None
             if loop is not None and _allocates_psum(loop.get("body", [])):
-                # Peeled, a line's PSUM tiles are three allocations (first iteration, the loop, the last),
+                # Peeled, a line's PSUM tiles would be three allocations (first iteration, the loop, the last),
                 # each with its own rotating buffers, where the unrolled loop rotates one: three times the
-                # banks of 8, and the iterations around the loop serialise on the rest. Unrolled instead.
+                # banks of 8, and the iterations around the loop serialise on the rest. Recorded two
+                # iterations per pass instead, over the line's storages (_record_loop).
                 raise _NeedsConcrete("a peeled loop's body allocates PSUM tiles (peeling would triple their "
-                                     "banks)", key)
+                                     "banks)", key, pair=True)
         else:
             yield from mid
         yield r[-1]
 
-    def _record_loop(self, r, kind, key, f):
+    def _record_loop(self, r, kind, key, f, pairs=False):
+        """Record the loop over ``r`` (see symbolic_loop). ``pairs``: each pass runs two iterations, with the
+        indices 2*step*k + start and 2*step*k + start + step of a loop over k in range(len(r) // 2) (``r`` has
+        an even length), and the body's tiles are allocated as in the enclosing body, before the loop: a
+        line's tiles rotate over the storages its tiles outside the loop use (two per line), as in the
+        unrolled trace. A peeled loop allocating PSUM tiles is recorded so (_peeled_loop)."""
         loc = {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
         m = _FOR_RE.match(linecache.getline(key[0], key[1]) or "")
         base = m.group(1) if m and m.group(1) != "_" else "i"
@@ -1903,10 +1978,15 @@ class Tracer:
         name, n = base, 1
         while name in taken:
             name, n = "{}{}".format(base, n), n + 1
-        var = LoopVar(name, r, key, len(self._recs))
-        rec = _Rec(key, var, kind)
-        passes = 1 if any(x.checking for x in self._recs) else 2
         saved = self.body
+        if pairs:  # the loop variable counts pairs of iterations
+            firsts, coef = (r.start, r.start + r.step), 2 * r.step
+            r = range(len(r) // 2)
+        else:  # the loop variable takes r's values
+            firsts, coef = (0,), 1
+        var = LoopVar(name, r, key, len(self._recs))
+        rec = _Rec(key, var, kind, pairs, saved)
+        passes = 1 if any(x.checking for x in self._recs) else 2
         bodies = []
         self._symbolic = True
         self._recs.append(rec)
@@ -1916,13 +1996,15 @@ class Tracer:
                 rec.storages = []
                 rec.names, rec.local, rec.site_allocs = set(), set(), {}
                 self.body = []
-                yield Sym(0, ((var, 1),))
+                for c in firsts:
+                    yield Sym(c, ((var, coef),))
                 bodies.append((self.body, rec.storages, rec.local))
                 if p == 0:
                     for ref in rec.storages:
                         st = ref()
                         if st is not None:
                             st.stale = key
+                    st = None  # (a storage held here would never die: its line could not take it again)
         except GeneratorExit:  # break / return / an exception left the body
             if self._broken is None:
                 self._broken = key
@@ -2091,8 +2173,27 @@ class Tracer:
         key = (buffer, dt, shape) if frame is None else (buffer, dt, shape, frame.f_code.co_filename, frame.f_lineno)
         if self._broken is not None:
             raise _NeedsConcrete("a loop recorded symbolically was left early", self._broken)
-        if self._recs:  # a tile of a loop body: its alloc statement runs every iteration (rotating buffers)
-            rec = self._recs[-1]
+        recs = self._recs
+        if recs and recs[-1].pairs and not name and address is None:
+            # a loop recorded two iterations per pass (a peeled loop allocating PSUM): the tile takes its line's
+            # storages as the enclosing body (or the kernel) would, its alloc statement before the loop
+            pairs = recs[_body_rec_index(recs) + 1:]
+            saved, self.body = self.body, pairs[0].outer_body
+            try:
+                t = self._tile(buffer, dt, shape, name, address, key, hint, _body_rec(recs))
+            finally:
+                self.body = saved
+            nm = t._st.name
+            for x in pairs:
+                x.storages.append(weakref.ref(t._st))
+                x.local.add(nm)
+            return t
+        return self._tile(buffer, dt, shape, name, address, key, hint, recs[-1] if recs else None)
+
+    def _tile(self, buffer, dt, shape, name, address, key, hint, rec):
+        """tile(): a tile of pool key ``key`` in the body of the loop being recorded ``rec`` (None: in the
+        kernel's body, loops unrolled)."""
+        if rec is not None:  # a tile of a loop body: its alloc statement runs every iteration (rotating buffers)
             free = self._pool_free.get(key)
             if free and self.reuse_tiles and not name and address is None:
                 # reuse a dead tile allocated earlier in this pass of the body (its alloc runs every iteration)
@@ -2198,7 +2299,7 @@ class Tracer:
 
         def died(_ref, nm=nm, key=key):
             # a tile of a loop body is reused only in the same pass of the same body (its alloc is in it)
-            if nm in loop_names and not (recs and nm in recs[-1].names):
+            if nm in loop_names and not (recs and nm in _body_rec(recs).names):
                 return
             free.setdefault(key, []).append(nm)
 
@@ -2247,11 +2348,12 @@ class Tracer:
         return loc
 
     def _operands(self, stmt):
-        for k in _slot_keys():
-            v = stmt.get(k)
-            if v is None:
-                continue
-            yield k, v
+        """(slot, operand) of ``stmt``, in table order."""
+        rank = _slot_rank()
+        ks = [k for k in stmt if k in rank]
+        if len(ks) > 1:
+            ks.sort(key=rank.__getitem__)
+        return [(k, stmt[k]) for k in ks if stmt[k] is not None]
 
     @staticmethod
     def _region_of(v, tracer):
@@ -2680,9 +2782,9 @@ class _Retry(BaseException):
     """Internal: trace the kernel again with the loop ``key`` peeled (``peel``) or unrolled (``key`` None:
     every loop)."""
 
-    def __init__(self, key, why, peel=False):
+    def __init__(self, key, why, peel=False, pair=False):
         super().__init__(why)
-        self.key, self.why, self.peel = key, why, peel
+        self.key, self.why, self.peel, self.pair = key, why, peel, pair
 
 
 #: NSIM_EXPLAIN_LOOPS=1: print on stderr which loop is unrolled and why, each time trace() starts again.
@@ -2701,19 +2803,22 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=No
     Loops are kept as loops where the tracer can (Tracer.symbolic_loop); when recording a loop
     symbolically fails, the kernel is traced again from the start with that loop (its source line)
     unrolled. An error of the kernel itself is reported as the fully unrolled trace reports it."""
-    unroll, peel, unroll_all = set(), set(), loops_mode(loops) == "unroll"
+    unroll, peel, pair, unroll_all = set(), set(), set(), loops_mode(loops) == "unroll"
     for _attempt in range(MAX_TRACE_RETRIES + 1):
         try:
             return _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc,
-                               unroll, peel, unroll_all)
+                               unroll, peel, unroll_all, pair)
         except _Retry as e:
             peeling = e.peel and e.key is not None and e.key not in peel and e.key not in unroll
+            pairing = e.pair and e.key in peel and e.key not in pair and e.key not in unroll
             if _EXPLAIN_LOOPS:
                 sys.stderr.write("nsim: {} the loop at {}: {}\n".format(
-                    "peeling" if peeling else "unrolling",
+                    "peeling" if peeling else "pairing the iterations of" if pairing else "unrolling",
                     "{}:{}".format(os.path.basename(e.key[0]), e.key[1]) if e.key else "(every loop)", e.why))
             if peeling:
                 peel.add(e.key)
+            elif pairing:
+                pair.add(e.key)
             elif e.key is None or e.key in unroll:
                 if unroll_all:
                     raise make_error("Internal", "tracer: a loop traced unrolled asked to be unrolled ({})".format(
@@ -2722,11 +2827,11 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=No
             else:
                 unroll.add(e.key)
     return _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc, unroll, peel,
-                       True)
+                       True, pair)
 
 
 def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc, unroll, peel,
-                unroll_all):
+                unroll_all, pair=frozenset()):
     sig = inspect.signature(fn)
     try:
         bound = sig.bind(*args, **kwargs)
@@ -2740,7 +2845,7 @@ def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides,
     tr.check = bool(check)
     if lnc is not None:
         tr.lnc = (int(lnc[0]), int(lnc[1]))
-    tr.unroll, tr.peel = unroll, peel
+    tr.unroll, tr.peel, tr.pair = unroll, peel, pair
     tr.unroll_all = unroll_all
     arrays = tr.arguments  # IR name -> (caller array, tensor)
     call_args = {}
@@ -2766,7 +2871,7 @@ def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides,
             raise
         except _NeedsConcrete as e:
             key = e.key or (tr._recs[-1].key if tr._recs else None) or tr._broken
-            raise _Retry(key, e.why, e.peel) from None
+            raise _Retry(key, e.why, e.peel, e.pair) from None
         except BaseException as e:
             if not tr._symbolic:
                 raise

@@ -91,14 +91,18 @@ def test_library_kernels_give_the_same_outputs_with_loops_kept(name):
 
 def test_flash_attention_keeps_its_loops_and_shrinks():
     kernel, _ref, _mk = K.KERNELS["flash_attention_gqa"]
-    args = K.flash_attention_gqa_inputs(hq=4, hkv=2, s=2048)
+    args = K.flash_attention_gqa_inputs(hq=4, hkv=2, s=3072)
     (ku, ou, pu), (kk, ok, pk) = _both_ways(kernel, args)
     _assert_same_outputs(ou, ok)
     loops = _loops(kk)
-    # the key-chunk loop `c` would be peeled (`if c == 0`, the masked last chunk), and its body allocates
-    # PSUM tiles: peeled, each would be three allocations with their own buffers (first chunk, loop, last
-    # chunk), so it is unrolled; the head loops and the transposes' loop `j` stay loops
-    assert {lp["var"] for lp in loops} >= {"g", "r", "j"} and "c" not in {lp["var"] for lp in loops}
+    # the key-chunk loop `c` is peeled (`if c == 0`, the masked last chunk) and its body allocates PSUM tiles,
+    # so its middle chunks are recorded two per pass over the storages of the peeled chunks (a pair loop);
+    # at S = 3072 query blocks 20..23 have 6 chunks (4 in the middle: one pair loop of 2 trips each), the
+    # others too few to pair. The head loops and the transposes' loop `j` stay loops.
+    assert {lp["var"] for lp in loops} >= {"g", "r", "j", "c"}
+    pair_loops = [lp for lp in loops if lp["var"] == "c"]
+    assert len(pair_loops) == 4 and all((lp["start"], lp["stop"]) == (0, 2) for lp in pair_loops)
+    assert not any("alloc" in s for lp in pair_loops for s in lp["body"])  # the line's storages, outside
     # ... and kept loops then simulate what the unrolled trace does (the same storages per line)
     assert abs(pk.total_time_ns - pu.total_time_ns) <= 0.05 * pu.total_time_ns, (pk.total_time_ns, pu.total_time_ns)
     n_ops_kept = sum(1 for s, _ in _walk(kk["body"]) if "op" in s)
@@ -187,6 +191,92 @@ def test_a_loop_without_tiles_in_its_body_has_the_unrolled_timing():
 
 # ---------------------------------------------------------------------------------------------------------------
 # When the body depends on the index: peeled or unrolled, never guessed.
+@nki.jit
+def psum_first_iteration_special(x, w):
+    """sum over c of x[:, c]^T w, the first product copied, the others added: a peeled loop allocating PSUM."""
+    n = x.shape[1] // 128
+    out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+    w_sb = nl.ndarray((128, 512), w.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=w_sb, src=w)
+    acc = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
+    for c in nl.sequential_range(n):
+        x_t = nl.ndarray((128, 128), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x_t, src=x[:, c * 128:(c + 1) * 128])
+        ps = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=ps, stationary=x_t, moving=w_sb)
+        if c == 0:
+            nisa.tensor_copy(dst=acc, src=ps)
+        else:
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=ps, op=nl.add)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@pytest.mark.parametrize("n,first", [(8, 128), (9, 256)])
+def test_a_peeled_loop_allocating_psum_is_recorded_two_iterations_at_a_time(n, first):
+    # peeled, the loop's PSUM tile would be three allocations with their own buffers (the first iteration's,
+    # the loop's, the last's); unrolled, each line rotates over two storages. The middle iterations are
+    # recorded in pairs over the storages the peeled iterations use: the same instructions on the same
+    # storages as the unrolled trace, so the same outputs and the same simulated time. n = 9: 7 middle
+    # iterations, the first of them runs with its int index (c = 1), then 3 pairs from c = 2 (first = 256).
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((128, 128 * n)).astype(np.float32)
+    w = rng.standard_normal((128, 512)).astype(np.float32)
+    (ku, ou, pu), (kk, ok, pk) = _both_ways(psum_first_iteration_special, (x, w))
+    _assert_same_outputs(ou, ok)
+    ref = sum(x[:, c * 128:(c + 1) * 128].T.astype(np.float64) @ w for c in range(n))
+    np.testing.assert_allclose(ok, ref, rtol=1e-4, atol=1e-3)
+    [lp] = _loops(kk)
+    assert (lp["var"], lp["start"], lp["stop"], lp["kind"]) == ("c", 0, 3, "sequential")
+    assert not any("alloc" in s for s in lp["body"])
+    srcs = [s["src"]["index"][1]["start"] for s in lp["body"] if s.get("op") == "dma_copy"]
+    assert srcs == ["256*c + {}".format(first), "256*c + {}".format(first + 128)]
+    psum_dsts = [s["dst"] for s in lp["body"] if s.get("op") == "nc_matmul"]
+    assert len(set(psum_dsts)) == 2  # the two iterations of a pass take the line's two storages
+    assert pk.total_time_ns == pytest.approx(pu.total_time_ns, rel=1e-9)
+    assert _executed_ops(kk["body"]) == _executed_ops(ku["body"])
+
+
+@nki.jit
+def psum_tile_carried(x, w):
+    """As psum_first_iteration_special, but each iteration also adds the previous iteration's PSUM tile:
+    Python state carried from one iteration to the next."""
+    n = x.shape[1] // 128
+    out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+    w_sb = nl.ndarray((128, 512), w.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=w_sb, src=w)
+    acc = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
+    prev = None
+    for c in nl.sequential_range(n):
+        x_t = nl.ndarray((128, 128), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x_t, src=x[:, c * 128:(c + 1) * 128])
+        ps = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=ps, stationary=x_t, moving=w_sb)
+        if c == 0:
+            nisa.tensor_copy(dst=acc, src=ps)
+        else:
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=prev, op=nl.add)
+        prev = ps
+    nisa.tensor_tensor(dst=acc, data1=acc, data2=prev, op=nl.add)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+def test_a_psum_tile_carried_across_a_pair_unrolls_the_loop():
+    # the previous iteration's tile is found when the peeled loop is first recorded (one iteration per pass),
+    # before its iterations are paired (where a pass's second iteration could read its first's): unrolled
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((128, 128 * 8)).astype(np.float32)
+    w = rng.standard_normal((128, 512)).astype(np.float32)
+    (_ku, ou, _pu), (kk, ok, _pk) = _both_ways(psum_tile_carried, (x, w))
+    _assert_same_outputs(ou, ok)
+    ref = x[:, 0:128].T.astype(np.float64) @ w
+    for c in range(8):
+        ref = ref + x[:, c * 128:(c + 1) * 128].T.astype(np.float64) @ w
+    np.testing.assert_allclose(ok, ref, rtol=1e-4, atol=1e-3)
+    assert not _loops(kk)
+
+
 @nki.jit
 def first_iteration_special(x):
     n, f = x.shape
