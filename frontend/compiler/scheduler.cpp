@@ -482,12 +482,30 @@ struct Scheduler::Impl {
   Ps pick_start = 0, pick_front = 0;
   Engine pick_engine = Engine::kVector;
 
-  /// Choose the ready instruction that can start first (critical path, then program order on ties).
+  /// PSUM offset of the last matmul TensorE issued whose accumulation group may still be open (-1: none).
+  int64_t pe_group = -1;
+
+  /// The MultiplyMoving of node x, or nullptr.
+  static const Instr* moving_of(const Node& x) {
+    const Instr& m = x.in[static_cast<size_t>(x.n - 1)];
+    return m.op == isa::Opcode::kMultiplyMoving ? &m : nullptr;
+  }
+
+  /// Node x is a matmul accumulating into the PSUM tile of TensorE's last matmul (its open group).
+  bool continues_group(const Node& x) const {
+    if (pe_group < 0) return false;
+    const Instr* m = moving_of(x);
+    return m != nullptr && (m->flags & isa::kAccumulate) && m->opnd[0].offset == pe_group;
+  }
+
+  /// Choose the ready instruction that can start first (ties: the open accumulation group, the critical path,
+  /// program order).
   void choose() {
     size_t best = 0;
     Ps best_start = INT64_MAX, best_height = -1;
     Ps front = INT64_MAX;  // the earliest any ready instruction could still start, on any of its engines
     uint64_t best_seq = UINT64_MAX;
+    bool best_cont = false;
     Engine best_engine = Engine::kVector;
     for (size_t i = 0; i < ready.size(); ++i) {
       Node& x = node(ready[i]);
@@ -507,7 +525,21 @@ struct Scheduler::Impl {
           e_x = ee;
         }
       }
-      if (s_x < best_start || (s_x == best_start && (x.height > best_height || (x.height == best_height && x.seq < best_seq)))) {
+      // Ties on the start time between TensorE instructions go to the matmul that continues TensorE's open
+      // PSUM accumulation group; other ties to the longer critical path, then to program order
+      // (docs/timing-model.md "List scheduling"). By critical path alone the matmuls of two accumulation
+      // groups interleave whenever the later group has the longer path left: both PSUM tiles fill at once
+      // and each group's eviction waits for the other's matmuls.
+      const bool cont = continues_group(x);
+      bool better = s_x < best_start;
+      if (s_x == best_start) {
+        if (e_x == Engine::kTensor && best_engine == Engine::kTensor && cont != best_cont)
+          better = cont;
+        else
+          better = x.height > best_height || (x.height == best_height && x.seq < best_seq);
+      }
+      if (better) {
+        best_cont = cont;
         best = i;
         best_start = s_x;
         best_height = x.height;
@@ -563,6 +595,7 @@ struct Scheduler::Impl {
       end = std::max(end, t.end);
       start = std::min(start, t.start);
     }
+    if (const Instr* m = moving_of(x)) pe_group = m->opnd[0].offset;
     if (low.recording_occupancy()) low.note_tile_uses(x.uses, start, end);
     if (best_engine != default_engine && popcount8(x.engines) > 1) ++st.placed;
     st.instructions += static_cast<uint64_t>(x.n);
