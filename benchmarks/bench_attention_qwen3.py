@@ -5,8 +5,8 @@
 Qwen3-0.6B: 16 query heads, 8 kv heads, head dim 128, causal; the library's ``flash_attention_gqa`` on trn2
 with ``timing_only=True``. Prints the wall time of the whole run and of its parts (tracing, kernel.json
 text, simulation), the kernel's ops in the traced IR, the kernel.json size, the instructions simulated and
-the peak RSS of the process. Loops are kept as loops (``loops="keep"``); ``--unroll`` traces with every loop
-unrolled (``loops="unroll"``, the tracer's default). One shape per process (peak RSS is per process).
+the peak RSS of the process. Loops are kept as loops (``loops="keep"``, the tracer's default); ``--unroll``
+traces with every loop unrolled (``loops="unroll"``). One shape per process (peak RSS is per process).
 """
 import argparse
 import resource
@@ -49,8 +49,7 @@ def main():
     q = np.zeros((args.hq, args.seq, args.d), bf16)
     k = np.zeros((args.hkv, args.seq, args.d), bf16)
     v = np.zeros((args.hkv, args.seq, args.d), bf16)
-    opts = {} if args.unroll else {"loops": "keep"}  # unrolled: the tracer's default (also before loops="keep")
-    kern = flash_attention_gqa.options(config="trn2", timing_only=True, **opts)
+    kern = flash_attention_gqa.options(config="trn2", timing_only=True, loops="unroll" if args.unroll else "keep")
     t1 = time.perf_counter()
     tres = kern.trace(q, k, v, True)
     t2 = time.perf_counter()

@@ -4,7 +4,7 @@
 
 Traces (no simulation) a new-dialect kernel whose loop issues tensor_scalar / tensor_tensor ops on
 [128, 64] tiles, then reports ops/s; also times simulating the traced kernel in timing-only mode.
-Traced with the tracer's default (loops unrolled), which measures the per-op cost of tracing; ``--keep``
+Traced with every loop unrolled (``loops="unroll"``), which measures the per-op cost of tracing; ``--keep``
 traces with ``loops="keep"`` (the loop writes tiles made outside it at the same place in every iteration,
 so with the sanitizer on, the default, it is still unrolled; ``--no-check`` turns the sanitizer off and
 the loop stays a loop: two ops in the IR, run n_ops / 2 times). ops/s counts the ops the kernel executes.

@@ -146,9 +146,9 @@ class Kernel:
         or ["key=value"]), ``timing_only`` (skip numerics; returned tensors are None), ``trace`` (path of a
         Perfetto trace to write), ``seed``, ``trace_limit``, ``trace_window`` (as ``nsim.simulate_json``),
         ``check`` (the sanitizer, docs/debugging.md: True (default) warns with CheckWarning, "strict" raises,
-        False skips it), ``loops`` (how the tracer treats nl.affine_range / nl.sequential_range: "unroll", the
-        default, or "keep" them as kernel-IR loops where it can; docs/kernel-json.md "Loops from the Python
-        tracer"), ``progress`` (as ``nsim.simulate_json``). Options not given keep their current values."""
+        False skips it), ``loops`` (how the tracer treats nl.affine_range / nl.sequential_range: "keep" them as
+        kernel-IR loops where it can, the default, or "unroll" every iteration; docs/kernel-json.md "Loops
+        from the Python tracer"), ``progress`` (as ``nsim.simulate_json``). Options not given keep their current values."""
         new = _given(config=config, overrides=overrides, timing_only=timing_only, trace=trace, seed=seed,
                      trace_limit=trace_limit, trace_window=trace_window, check=check, loops=loops, progress=progress)
         if "loops" in new and new["loops"] is not None:

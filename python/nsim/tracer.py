@@ -9,9 +9,9 @@ Loops: ``nl.affine_range`` / ``nl.sequential_range`` bodies are recorded once wi
 (Tracer.symbolic_loop has the rules); otherwise :func:`trace` traces the kernel again with that loop peeled
 (first and last iteration with int indices, the rest a loop) or unrolled (the Python body runs every
 iteration and emits constant indices: the semantics of sequential execution). docs/kernel-json.md "Loops
-from the Python tracer" explains when loops are kept. Loops are kept with the kernel option ``loops="keep"``
-(or NSIM_LOOPS=keep; the default is "unroll", see :data:`LOOPS`); NSIM_EXPLAIN_LOOPS=1 says why a loop was
-not kept.
+from the Python tracer" explains when loops are kept. Loops are kept by default (:data:`LOOPS`); the kernel
+option ``loops="unroll"`` (or NSIM_LOOPS=unroll) unrolls every loop; NSIM_EXPLAIN_LOOPS=1 says why a loop
+was not kept.
 
 This module is dialect-neutral: ``nsim.nki`` (new dialect) builds on it; a Beta-1 tree can too.
 """
@@ -360,10 +360,11 @@ class Shape(tuple):
 #: How the tracer treats nl.affine_range / nl.sequential_range loops by default: "unroll" (every iteration
 #: runs and emits int indices) or "keep" (kept as kernel-IR loops where the body allows it). The kernel
 #: option ``loops=`` (``kernel.options(loops="keep")``, ``nsim.options(loops="keep")``) wins over it; the
-#: environment variable NSIM_LOOPS sets it. Default "unroll": where a kept loop's tiles differ from the
-#: unrolled trace's storages (peeled iterations around a kept inner loop), the simulated time of the two
-#: can differ (the numerics are the same); docs/kernel-json.md "Loops from the Python tracer".
-LOOPS = os.environ.get("NSIM_LOOPS", "unroll")
+#: environment variable NSIM_LOOPS sets it. Default "keep" (since 2026-12-02): the numerics are the
+#: unrolled trace's, the simulated time the same in most kernels (where it differs, the kept loop's
+#: rotating buffers and the unrolled trace's storages differ); docs/kernel-json.md "Loops from the Python
+#: tracer".
+LOOPS = os.environ.get("NSIM_LOOPS", "keep")
 LOOP_MODES = ("unroll", "keep")
 
 

@@ -37,6 +37,20 @@ if EXAMPLES_DIR not in sys.path:
     sys.path.insert(0, EXAMPLES_DIR)
 
 
+def executed_ops(body):
+    """The op statements of a kernel.json body in execution order, a loop's body repeated once per
+    iteration (loops are kept by the tracer by default; tests that count or order ops use this)."""
+    out = []
+    for s in body:
+        if "op" in s:
+            out.append(s)
+        elif "loop" in s:
+            lp = s["loop"]
+            inner = executed_ops(lp.get("body", []))
+            out.extend(inner * len(range(lp.get("start", 0), lp["stop"], lp.get("step", 1))))
+    return out
+
+
 def require_core():
     """For test modules that need the built simulator: skip the whole module unless nsim._core
     imports and its _nsim extension works, and ml_dtypes is installed. Returns (_core, ml_dtypes)."""

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import require_core  # noqa: E402
+from conftest import executed_ops, require_core  # noqa: E402
 
 _core, ml_dtypes = require_core()
 
@@ -168,9 +168,9 @@ def test_matmul_tiled(b1, dtype):
         np.testing.assert_allclose(res, want, rtol=1e-5, atol=1e-4)
     else:
         _close(res, want, dtype)
-    mm = [s for s in k.nki_matmul_tiled_.last_json["body"] if s.get("op") == "nc_matmul"]
+    mm = [s for s in executed_ops(k.nki_matmul_tiled_.last_json["body"]) if s.get("op") == "nc_matmul"]
     assert len(mm) == 2 * 2 * 3 and all("accumulate" in s.get("flags", []) for s in mm)
-    ops = [s["op"] for s in k.nki_matmul_tiled_.last_json["body"] if "op" in s]
+    ops = [s["op"] for s in executed_ops(k.nki_matmul_tiled_.last_json["body"])]
     assert "tensor_tensor" not in ops  # += accumulates on TensorE; loads write the tiles directly
     assert ops.count("tensor_copy") == 4  # only the PSUM evictions
 

@@ -158,9 +158,11 @@ def test_python_traced_statement_cap_is_a_coded_error(monkeypatch):
         nisa.dma_copy(dst=out, src=t)
         return out
 
-    with pytest.raises(nsim.KernelError) as e:
-        many(np.zeros((128, 4), np.float32))
+    with pytest.raises(nsim.KernelError) as e:  # the cap is on the statements traced: loops unrolled
+        many.options(loops="unroll")(np.zeros((128, 4), np.float32))
     assert _code(e) == "NSIM-E416" and "MAX_TRACED_STATEMENTS" in str(e.value)
+    # kept as a loop, the kernel traces 4 statements
+    assert many(np.zeros((128, 4), np.float32)).shape == (128, 4)
 
 
 # ------------------------------------------------------------------------------------------------

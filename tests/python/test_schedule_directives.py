@@ -13,6 +13,7 @@ import nsim.nki.beta1.language as nl1
 import nsim.nki.beta1.isa as nisa1
 import nsim.nki.beta1.compiler as ncc1
 import nki_cpu_simulator.nki.compiler as ncc  # what `import nki.compiler` resolves to under nsim.compat
+from conftest import executed_ops  # noqa: E402
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def core():
 
 
 def _ops(kernel_json):
-    return [s for s in kernel_json["body"] if "op" in s]
+    return executed_ops(kernel_json["body"])
 
 
 def _x(shape=(128, 64), seed=0):
