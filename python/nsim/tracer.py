@@ -192,8 +192,8 @@ def assigned_name(f=None):
     return v
 
 
-# Resource limits of tracing (ResourceLimit, E416). Loops are unrolled while tracing, so a huge trip count would
-# run and store statements until memory runs out: a single loop may not have more than MAX_LOOP_TRIPS
+# Resource limits of tracing (ResourceLimit, E416). A loop that cannot be kept is unrolled while tracing, so a huge
+# trip count would run and store statements until memory runs out: a single loop may not have more than MAX_LOOP_TRIPS
 # iterations, a kernel not more than MAX_TRACED_STATEMENTS statements. Raise them by assignment
 # (nsim.tracer.MAX_LOOP_TRIPS = ...) or with the environment variables of the same name prefixed NSIM_.
 MAX_LOOP_TRIPS = int(os.environ.get("NSIM_MAX_LOOP_TRIPS", 1 << 20))
@@ -204,15 +204,15 @@ def check_loop_trips(r, what):
     """`r` (a range) if its trip count is within MAX_LOOP_TRIPS, else ResourceLimit naming the loop."""
     if len(r) > MAX_LOOP_TRIPS:
         raise make_error("ResourceLimit", "resource limit: {}({}, {}, {}) has {} iterations, more than "
-                         "nsim.tracer.MAX_LOOP_TRIPS = {} (loops are unrolled while tracing); raise it, or the "
+                         "nsim.tracer.MAX_LOOP_TRIPS = {} (the loop is unrolled while tracing); raise it, or the "
                          "environment variable NSIM_MAX_LOOP_TRIPS".format(what, r.start, r.stop, r.step, len(r),
                                                                           MAX_LOOP_TRIPS))
     return r
 
 
 class VirtualRegister:
-    """A sequencer register (``nisa.register_alloc``, spec §2.3). nsim unrolls loops while tracing, so a register
-    holds its value at trace time: ``register_load`` reads the tensor's current value through the eager
+    """A sequencer register (``nisa.register_alloc``, spec §2.3). A loop whose body uses a register is unrolled
+    while tracing, so a register holds its value at trace time: ``register_load`` reads the tensor's current value through the eager
     numerics (the instructions traced so far run in the C++ core), and dynamic loop bounds, ``while_loop``
     conditions and ``.ap(scalar_offset=reg)`` use that value. Python cannot branch on it directly (``bool``,
     ``int`` and ``range`` raise TypeError, as in NKI's tracer)."""
@@ -2313,7 +2313,7 @@ class Tracer:
         self._nstmts += 1
         if self._nstmts > MAX_TRACED_STATEMENTS:
             raise make_error("ResourceLimit", "resource limit: the kernel traced more than {} statements "
-                             "(loops are unrolled while tracing); raise nsim.tracer.MAX_TRACED_STATEMENTS or the "
+                             "(loops that cannot be kept are unrolled while tracing); raise nsim.tracer.MAX_TRACED_STATEMENTS or the "
                              "environment variable NSIM_MAX_TRACED_STATEMENTS".format(MAX_TRACED_STATEMENTS))
         if "op" in stmt:
             if self.label is not None:

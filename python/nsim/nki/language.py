@@ -387,7 +387,7 @@ def while_loop(init, body_fun):
             return r
         r = body_fun(r)
     raise make_error("ResourceLimit", "resource limit: nl.while_loop ran more than nsim.tracer.MAX_LOOP_TRIPS = {} "
-                     "iterations (loops are unrolled while tracing); raise it, or NSIM_MAX_LOOP_TRIPS".format(
+                     "iterations (the loop is unrolled while tracing); raise it, or NSIM_MAX_LOOP_TRIPS".format(
                          _tr.MAX_LOOP_TRIPS))
 
 
