@@ -14,22 +14,6 @@ import sys
 import time
 
 
-def count_ops(body):
-    """(ops in the IR, ops executed): loops count once / trip-count times."""
-    ir = executed = 0
-    for s in body:
-        if "op" in s:
-            ir += 1
-            executed += 1
-        elif "loop" in s:
-            lp = s["loop"]
-            a, b = count_ops(lp.get("body", []))
-            trips = len(range(lp.get("start", 0), lp["stop"], lp.get("step", 1)))
-            ir += a
-            executed += a and b * trips
-    return ir, executed
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seq", type=int, default=16384)
@@ -57,7 +41,7 @@ def main():
     t3 = time.perf_counter()
     _ret, _outs, prof = tracer.run(tres, config="trn2", timing_only=True)
     t4 = time.perf_counter()
-    ir_ops, exec_ops = count_ops(tres.kernel["body"])
+    ir_ops, exec_ops = tracer.count_ops(tres.kernel["body"])
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print("qwen3-0.6B attention S={} hq={} hkv={} d={} ({}), trn2 timing-only".format(
         args.seq, args.hq, args.hkv, args.d, "unrolled" if args.unroll else "loops kept"))

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from nsim import nki
+from nsim import nki, tracer
 import nsim.nki.isa as nisa
 import nsim.nki.language as nl
 
@@ -46,18 +46,7 @@ def main():
     t0 = time.perf_counter()
     kernel = nki.trace_kernel(k.options(loops="keep" if args.keep else "unroll", check=not args.no_check), a)
     t1 = time.perf_counter()
-    def count(body):  # (ops in the IR, ops executed)
-        ir = ex = 0
-        for s in body:
-            if "op" in s:
-                ir, ex = ir + 1, ex + 1
-            elif "loop" in s:
-                lp = s["loop"]
-                a, b = count(lp.get("body", []))
-                ir, ex = ir + a, ex + b * len(range(lp.get("start", 0), lp["stop"], lp.get("step", 1)))
-        return ir, ex
-
-    ir_ops, n_ops = count(kernel["body"])
+    ir_ops, n_ops = tracer.count_ops(kernel["body"])
     print("traced {} ops ({} in the IR) in {:.3f} s ({:.0f} ops/s)".format(n_ops, ir_ops, t1 - t0,
                                                                           n_ops / (t1 - t0)))
     import nsim

@@ -27,6 +27,7 @@ except ImportError:  # run from a checkout without PYTHONPATH
 
 import numpy as np  # noqa: E402
 import nsim.compat  # noqa: E402
+from nsim.tracer import count_ops  # noqa: E402
 
 FILES = {"new": "matmul_tutorial_kernels.py", "beta1": "matmul_tutorial_beta1.py"}
 
@@ -38,19 +39,6 @@ def load(dialect="new"):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def _count_ops(body):
-    """(ops in the kernel.json body, ops executed: a loop's counted once per iteration)."""
-    ir = run = 0
-    for s in body:
-        if "op" in s:
-            ir, run = ir + 1, run + 1
-        elif "loop" in s:
-            lp = s["loop"]
-            a, b = _count_ops(lp.get("body", []))
-            ir, run = ir + a, run + b * len(range(lp.get("start", 0), lp["stop"], lp.get("step", 1)))
-    return ir, run
 
 
 def main(argv=None):
@@ -75,7 +63,7 @@ def main(argv=None):
             continue
         t0 = time.time()
         traced[name] = kernel.to_json(lhsT, rhs)
-        ir, run = _count_ops(traced[name]["body"])
+        ir, run = count_ops(traced[name]["body"])
         print("  traced {:<22} {:>8} ops ({} in the IR, loops kept) in {:.1f} s".format(
             name, run, ir, time.time() - t0), flush=True)
     for config in a.config:

@@ -3062,6 +3062,20 @@ def report_checks(reports, strict=False):
             warnings.warn(CheckWarning(r), stacklevel=3)
 
 
+def count_ops(body):
+    """(ops in the kernel.json statements ``body``, ops they execute): a loop's ops count once in the first,
+    once per iteration in the second."""
+    ir = executed = 0
+    for s in body:
+        if "op" in s:
+            ir, executed = ir + 1, executed + 1
+        elif "loop" in s:
+            lp = s["loop"]
+            a, b = count_ops(lp.get("body", []))
+            ir, executed = ir + a, executed + b * len(range(lp.get("start", 0), lp["stop"], lp.get("step", 1)))
+    return ir, executed
+
+
 def dumps(kernel, indent=None):
     """kernel.json text (deterministic). Compact by default: json's C encoder (an ``indent`` uses the
     pure-Python encoder, slow on big kernels)."""

@@ -552,3 +552,11 @@ def test_kept_loop_with_an_unrolled_inner_loop_simulates_as_unrolled():
     _assert_same_outputs(ou, ok)
     assert _loops(kk), "the j loop is kept"
     assert pk.total_time_ns == pytest.approx(pu.total_time_ns, rel=1e-9)
+
+
+def test_count_ops_counts_a_loops_ops_once_in_the_ir_and_once_per_iteration_executed():
+    body = [{"op": "memset"},
+            {"loop": {"var": "i", "start": 1, "stop": 7, "step": 2, "body": [  # 3 iterations
+                {"op": "dma_copy"}, {"alloc": {"name": "t"}},
+                {"loop": {"var": "j", "stop": 4, "body": [{"op": "nc_matmul"}, {"op": "tensor_copy"}]}}]}}]
+    assert tracer.count_ops(body) == (4, 1 + 3 * (1 + 4 * 2))
