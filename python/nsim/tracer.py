@@ -2070,25 +2070,29 @@ class Tracer:
         """Sym values of a statement as kernel-IR index expressions (strings, or ints once their loops are
         done); a Sym anywhere else than an index start needs the loop unrolled."""
         for k, v in stmt.items():
-            if isinstance(v, dict) and "index" in v:
-                idx = v["index"]
+            t = type(v)  # (exact types: statements hold plain dicts, lists, strings, numbers and Syms)
+            if t is dict:
+                idx = v.get("index")
+                if idx is None:
+                    continue
                 for j, e in enumerate(idx):
-                    if isinstance(e, Sym):
+                    te = type(e)
+                    if te is Sym:
                         idx[j] = e.expr()
-                    elif isinstance(e, dict):
+                    elif te is dict:
                         for kk, x in e.items():
-                            if isinstance(x, Sym):
+                            if type(x) is Sym:
                                 if kk != "start":
                                     x._need("a '{}' of an index".format(kk))
                                 e[kk] = x.expr()
-            elif isinstance(v, Sym):
+            elif t is Sym:
                 v = v.resolved()
                 if isinstance(v, Sym):
                     v._need("an operand '{}'".format(k))
                 stmt[k] = v
-            elif isinstance(v, (list, tuple)) and k != "loc":
-                if any(isinstance(x, Sym) for x in v):
-                    stmt[k] = [x._need("an immediate '{}'".format(k)) if isinstance(x, Sym) else x for x in v]
+            elif (t is list or t is tuple) and k != "loc":
+                if any(type(x) is Sym for x in v):
+                    stmt[k] = [x._need("an immediate '{}'".format(k)) if type(x) is Sym else x for x in v]
 
     def eager(self):
         """The eager-values state of this kernel (created on first use: kernels that never look at a
