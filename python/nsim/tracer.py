@@ -192,9 +192,9 @@ def assigned_name(f=None):
     return v
 
 
-# Resource limits of tracing (ResourceLimit, E416). A loop that cannot be kept is unrolled while tracing, so a huge
-# trip count would run and store statements until memory runs out: a single loop may not have more than MAX_LOOP_TRIPS
-# iterations, a kernel not more than MAX_TRACED_STATEMENTS statements. Raise them by assignment
+# Resource limits of tracing (ResourceLimit, E416). A loop that cannot be kept is unrolled while tracing, so a
+# huge trip count would run and store statements until memory runs out: a single loop may not have more than
+# MAX_LOOP_TRIPS iterations, a kernel not more than MAX_TRACED_STATEMENTS statements. Raise them by assignment
 # (nsim.tracer.MAX_LOOP_TRIPS = ...) or with the environment variables of the same name prefixed NSIM_.
 MAX_LOOP_TRIPS = int(os.environ.get("NSIM_MAX_LOOP_TRIPS", 1 << 20))
 MAX_TRACED_STATEMENTS = int(os.environ.get("NSIM_MAX_TRACED_STATEMENTS", 1 << 22))
@@ -212,10 +212,10 @@ def check_loop_trips(r, what):
 
 class VirtualRegister:
     """A sequencer register (``nisa.register_alloc``, spec §2.3). A loop whose body uses a register is unrolled
-    while tracing, so a register holds its value at trace time: ``register_load`` reads the tensor's current value through the eager
-    numerics (the instructions traced so far run in the C++ core), and dynamic loop bounds, ``while_loop``
-    conditions and ``.ap(scalar_offset=reg)`` use that value. Python cannot branch on it directly (``bool``,
-    ``int`` and ``range`` raise TypeError, as in NKI's tracer)."""
+    while tracing, so a register holds its value at trace time: ``register_load`` reads the tensor's current
+    value through the eager numerics (the instructions traced so far run in the C++ core), and dynamic loop
+    bounds, ``while_loop`` conditions and ``.ap(scalar_offset=reg)`` use that value. Python cannot branch on it
+    directly (``bool``, ``int`` and ``range`` raise TypeError, as in NKI's tracer)."""
 
     __slots__ = ("value", "frozen")
 
@@ -2304,7 +2304,8 @@ class Tracer:
 
         def died(_ref, nm=nm, key=key):
             # a tile of a loop body is reused only in the same pass of the same body (its alloc is in it)
-            if nm in loop_names and not (recs and nm in _body_rec(recs).names):
+            body_rec = _body_rec(recs)
+            if nm in loop_names and not (body_rec is not None and nm in body_rec.names):
                 return
             free.setdefault(key, []).append(nm)
 
@@ -2317,7 +2318,8 @@ class Tracer:
         self._nstmts += 1
         if self._nstmts > MAX_TRACED_STATEMENTS:
             raise make_error("ResourceLimit", "resource limit: the kernel traced more than {} statements "
-                             "(loops that cannot be kept are unrolled while tracing); raise nsim.tracer.MAX_TRACED_STATEMENTS or the "
+                             "(loops that cannot be kept are unrolled while tracing); raise "
+                             "nsim.tracer.MAX_TRACED_STATEMENTS or the "
                              "environment variable NSIM_MAX_TRACED_STATEMENTS".format(MAX_TRACED_STATEMENTS))
         if "op" in stmt:
             if self.label is not None:
