@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "isa/semantics/exp_row.h"
 #include "isa/semantics/internal.h"
 
 namespace nsim::isa {
@@ -391,6 +392,15 @@ float act_apply(ActFunc f, float xf, float alpha) {
     default: r = x; break;
   }
   return static_cast<float>(r);
+}
+
+void act_apply_row(ActFunc f, float* y, int64_t n, float alpha) {
+  switch (f) {
+    case ActFunc::kCopy: return;
+    case ActFunc::kExp: sem::exp_row(y, n); return;
+    default:
+      for (int64_t j = 0; j < n; ++j) y[j] = act_apply(f, y[j], alpha);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
