@@ -119,8 +119,10 @@ std::string CheckReport::str() const {
 
 Checker::Checker(const memory::MemoryConfig& m)
     : sbuf_pitch_(m.sbuf_bytes_per_partition), psum_pitch_(m.psum_bytes_per_partition()) {
-  sbuf_.assign(static_cast<size_t>(m.partitions) * static_cast<size_t>(sbuf_pitch_), 0);
-  psum_.assign(static_cast<size_t>(m.psum_partitions) * static_cast<size_t>(psum_pitch_), 0);
+  sbuf_ = memory::Buffer(static_cast<size_t>(m.partitions) * static_cast<size_t>(sbuf_pitch_));
+  psum_ = memory::Buffer(static_cast<size_t>(m.psum_partitions) * static_cast<size_t>(psum_pitch_));
+  if (!sbuf_.empty()) std::memset(sbuf_.data(), 0, sbuf_.size());
+  if (!psum_.empty()) std::memset(psum_.data(), 0, psum_.size());
 }
 
 void Checker::report(CheckKind k, const Instr& in, int slot, uint64_t index, const SourceLoc& where,
@@ -153,7 +155,7 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
     if (!o.present() || !on_chip(o.space)) continue;
     const bool written = info.slots[static_cast<size_t>(s)].written;
     if (written && !(acc && s == 0)) continue;
-    const std::vector<uint8_t>& sh = shadow(o.space);
+    const memory::Buffer& sh = shadow(o.space);
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
     const uint8_t key = tags ? (*tags)[static_cast<size_t>(s)] : 0;
     // A byte is good when written: by this allocation (or through an operand of unknown tag) when the
@@ -208,7 +210,7 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
   for (int s = 0; s < info.num_slots; ++s) {
     const Operand& o = in.slot(s);
     if (!o.present() || !on_chip(o.space) || !info.slots[static_cast<size_t>(s)].written) continue;
-    std::vector<uint8_t>& sh = shadow(o.space);
+    memory::Buffer& sh = shadow(o.space);
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
     const uint8_t key = tags && (*tags)[static_cast<size_t>(s)] ? (*tags)[static_cast<size_t>(s)] : kTagAny;
     for_each_run(o, [&](uint32_t p, int64_t, int64_t off, int64_t n, int64_t step) {

@@ -114,11 +114,11 @@ class Checker {
   size_t size() const { return reports_.size(); }
 
  private:
-  std::vector<uint8_t>& shadow(isa::Space s) { return s == isa::Space::kPsum ? psum_ : sbuf_; }
+  memory::Buffer& shadow(isa::Space s) { return s == isa::Space::kPsum ? psum_ : sbuf_; }
   int64_t pitch(isa::Space s) const { return s == isa::Space::kPsum ? psum_pitch_ : sbuf_pitch_; }
   void report(CheckKind k, const isa::Instr& in, int slot, uint64_t index, const SourceLoc& where, std::string detail);
 
-  std::vector<uint8_t> sbuf_, psum_;  ///< one byte per byte of storage: 0 = never written, else its writer's tag
+  memory::Buffer sbuf_, psum_;  ///< one byte per byte of storage: 0 = never written, else its writer's tag (pooled)
   int64_t sbuf_pitch_ = 0, psum_pitch_ = 0;
   std::vector<float> row_;           ///< scratch row (fp32) of the NaN scan
   bool stationary_finite_ = true;    ///< the last load_stationary loaded finite values
