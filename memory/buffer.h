@@ -18,17 +18,25 @@ class Buffer {
   static constexpr size_t kPoolBytes = size_t{256} << 20;
 
   Buffer() = default;
+  /// `bytes` uninitialised bytes.
   explicit Buffer(size_t bytes);
+  struct Zeroed {};
+  /// `bytes` zero bytes: a pooled block its last owner declared zero (set_zero), else fresh pages
+  /// from calloc (mapped lazily: untouched pages cost nothing).
+  Buffer(size_t bytes, Zeroed);
   ~Buffer() { release(); }
-  Buffer(Buffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  Buffer(Buffer&& o) noexcept : p_(o.p_), n_(o.n_), zero_(o.zero_) { o.p_ = nullptr, o.n_ = 0, o.zero_ = false; }
   Buffer& operator=(Buffer&& o) noexcept {
     if (this != &o) {
       release();
-      p_ = o.p_, n_ = o.n_;
-      o.p_ = nullptr, o.n_ = 0;
+      p_ = o.p_, n_ = o.n_, zero_ = o.zero_;
+      o.p_ = nullptr, o.n_ = 0, o.zero_ = false;
     }
     return *this;
   }
+  /// The owner promises every byte is zero now (and writes none before the Buffer is released), so
+  /// the next Buffer(bytes, Zeroed{}) can take it without clearing it.
+  void set_zero() { zero_ = true; }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
@@ -44,6 +52,7 @@ class Buffer {
   void release();
   uint8_t* p_ = nullptr;
   size_t n_ = 0;
+  bool zero_ = false;
 };
 
 }  // namespace nsim::memory

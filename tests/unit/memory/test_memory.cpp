@@ -571,3 +571,25 @@ TEST_CASE("Buffer: moves keep one owner and the pool stays bounded", "[memory][b
   b = Buffer();
   CHECK(b.empty());
 }
+
+TEST_CASE("Buffer: a zeroed buffer is all zero, whatever the pool holds", "[memory][buffer]") {
+  using nsim::memory::Buffer;
+  const size_t n = 3 << 20;
+  {
+    Buffer dirty(n);  // released without set_zero: not to be taken as zero
+    std::memset(dirty.data(), 0x5a, n);
+  }
+  {
+    Buffer z(n, Buffer::Zeroed{});
+    bool all_zero = true;
+    for (size_t i = 0; i < n; ++i) all_zero &= z.data()[i] == 0;
+    CHECK(all_zero);
+    z.data()[7] = 1;
+    z.data()[7] = 0;
+    z.set_zero();  // the owner cleaned up: the next zeroed buffer may be this one
+  }
+  Buffer again(n, Buffer::Zeroed{});
+  bool all_zero = true;
+  for (size_t i = 0; i < n; ++i) all_zero &= again.data()[i] == 0;
+  CHECK(all_zero);
+}
