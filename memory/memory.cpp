@@ -72,8 +72,8 @@ Memory::Memory(const MemoryConfig& cfg, bool with_storage, int64_t align)
       sbuf_alloc_(cfg.sbuf_bytes_per_partition, align),
       psum_alloc_(cfg.psum_bytes_per_partition(), align) {
   if (with_storage_) {
-    sbuf_.resize(static_cast<size_t>(cfg.partitions) * static_cast<size_t>(cfg.sbuf_bytes_per_partition));
-    psum_.resize(static_cast<size_t>(cfg.psum_partitions) * static_cast<size_t>(cfg.psum_bytes_per_partition()));
+    sbuf_ = Buffer(static_cast<size_t>(cfg.partitions) * static_cast<size_t>(cfg.sbuf_bytes_per_partition));
+    psum_ = Buffer(static_cast<size_t>(cfg.psum_partitions) * static_cast<size_t>(cfg.psum_bytes_per_partition()));
     // Unwritten on-chip memory reads as NaN (fp32 sentinel) so use of uninitialised data is visible.
     fill_sentinel(sbuf_.data(), static_cast<int64_t>(sbuf_.size()), DType::kFloat32);
     fill_sentinel(psum_.data(), static_cast<int64_t>(psum_.size()), DType::kFloat32);
@@ -98,7 +98,7 @@ const HbmTensor& Memory::alloc_hbm(const std::string& name, const std::vector<in
   hbm_->next = addr + bytes;
   HbmBlock blk{name, bytes, {}};
   if (with_storage_) {
-    blk.data.resize(static_cast<size_t>(bytes));
+    blk.data = Buffer(static_cast<size_t>(bytes));
     fill_sentinel(blk.data.data(), bytes, dt);
   }
   hbm_->blocks.emplace(addr, std::move(blk));

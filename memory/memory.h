@@ -12,6 +12,7 @@
 
 #include "isa/isa.h"
 #include "isa/semantics/semantics.h"
+#include "memory/buffer.h"
 
 namespace nsim::memory {
 
@@ -98,31 +99,11 @@ class Memory {
   struct HbmBlock {
     std::string name;
     int64_t bytes;
-    std::vector<uint8_t> data;
-  };
-  /// Leaves bytes uninitialised on resize(): SBUF and PSUM are filled with the sentinel right after,
-  /// so zeroing them first (26 MiB on trn2, every Simulator with numerics) would be wasted.
-  template <class T>
-  struct UninitAllocator : std::allocator<T> {
-    template <class U>
-    struct rebind {
-      using other = UninitAllocator<U>;
-    };
-    UninitAllocator() = default;
-    template <class U>
-    UninitAllocator(const UninitAllocator<U>&) noexcept {}
-    template <class U>
-    void construct(U* p) noexcept {
-      ::new (static_cast<void*>(p)) U;
-    }
-    template <class U, class... A>
-    void construct(U* p, A&&... a) {
-      ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
-    }
+    Buffer data;  ///< empty without storage
   };
   MemoryConfig cfg_;
   bool with_storage_;
-  std::vector<uint8_t, UninitAllocator<uint8_t>> sbuf_, psum_;
+  Buffer sbuf_, psum_;  ///< pooled (memory/buffer.h); filled with the sentinel when made
   struct HbmStore {
     std::map<int64_t, HbmBlock> blocks;  // addr -> block
     std::map<std::string, HbmTensor> by_name;

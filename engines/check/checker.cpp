@@ -119,8 +119,23 @@ std::string CheckReport::str() const {
 
 Checker::Checker(const memory::MemoryConfig& m)
     : sbuf_pitch_(m.sbuf_bytes_per_partition), psum_pitch_(m.psum_bytes_per_partition()) {
-  sbuf_.assign(static_cast<size_t>(m.partitions) * static_cast<size_t>(sbuf_pitch_), 0);
-  psum_.assign(static_cast<size_t>(m.psum_partitions) * static_cast<size_t>(psum_pitch_), 0);
+  sbuf_ = memory::Buffer(static_cast<size_t>(m.partitions) * static_cast<size_t>(sbuf_pitch_), memory::Buffer::Zeroed{});
+  psum_ = memory::Buffer(static_cast<size_t>(m.psum_partitions) * static_cast<size_t>(psum_pitch_),
+                         memory::Buffer::Zeroed{});
+}
+
+Checker::~Checker() {
+  // after() is the only writer of the shadows: zero what it may have written, then they are all zero.
+  const auto clear = [](memory::Buffer& b, int64_t pitch, int64_t lo, int64_t hi) {
+    if (b.empty() || pitch <= 0) return;
+    lo = std::max<int64_t>(lo, 0), hi = std::min(hi, pitch);
+    if (lo < hi)
+      for (int64_t row = 0; row * pitch < static_cast<int64_t>(b.size()); ++row)
+        std::memset(b.data() + row * pitch + lo, 0, static_cast<size_t>(hi - lo));
+    b.set_zero();
+  };
+  clear(sbuf_, sbuf_pitch_, sbuf_lo_, sbuf_hi_);
+  clear(psum_, psum_pitch_, psum_lo_, psum_hi_);
 }
 
 void Checker::report(CheckKind k, const Instr& in, int slot, uint64_t index, const SourceLoc& where,
@@ -153,7 +168,7 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
     if (!o.present() || !on_chip(o.space)) continue;
     const bool written = info.slots[static_cast<size_t>(s)].written;
     if (written && !(acc && s == 0)) continue;
-    const std::vector<uint8_t>& sh = shadow(o.space);
+    const memory::Buffer& sh = shadow(o.space);
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
     const uint8_t key = tags ? (*tags)[static_cast<size_t>(s)] : 0;
     // A byte is good when written: by this allocation (or through an operand of unknown tag) when the
@@ -208,11 +223,18 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
   for (int s = 0; s < info.num_slots; ++s) {
     const Operand& o = in.slot(s);
     if (!o.present() || !on_chip(o.space) || !info.slots[static_cast<size_t>(s)].written) continue;
-    std::vector<uint8_t>& sh = shadow(o.space);
+    memory::Buffer& sh = shadow(o.space);
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
     const uint8_t key = tags && (*tags)[static_cast<size_t>(s)] ? (*tags)[static_cast<size_t>(s)] : kTagAny;
+    int64_t& dlo = o.space == Space::kPsum ? psum_lo_ : sbuf_lo_;
+    int64_t& dhi = o.space == Space::kPsum ? psum_hi_ : sbuf_hi_;
     for_each_run(o, [&](uint32_t p, int64_t, int64_t off, int64_t n, int64_t step) {
       uint8_t* base = sh.data() + static_cast<int64_t>(p) * pp + off;
+      if (n > 0) {  // the run's columns [off + min(0, (n-1) step), off + max(0, (n-1) step) + eb)
+        const int64_t last = (n - 1) * step;
+        dlo = std::min(dlo, off + std::min<int64_t>(0, last));
+        dhi = std::max(dhi, off + std::max<int64_t>(0, last) + eb);
+      }
       if (step == eb) {
         std::memset(base, key, static_cast<size_t>(n * eb));
       } else {

@@ -100,6 +100,11 @@ inline uint8_t slot_tag(int tensor, int64_t instance) {
 class Checker {
  public:
   explicit Checker(const memory::MemoryConfig& m);
+  /// Clears the shadow bytes it wrote (columns [dirty_lo, dirty_hi) of every partition) and hands the
+  /// shadows back zero, so the next Checker takes them without clearing 24 MiB.
+  ~Checker();
+  Checker(const Checker&) = delete;
+  Checker& operator=(const Checker&) = delete;
   /// Before `in` executes over `views`: reads of never-written on-chip bytes (by `tags`, when given:
   /// bytes this allocation has not written). `index`: its program-order index.
   void before(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
@@ -114,12 +119,14 @@ class Checker {
   size_t size() const { return reports_.size(); }
 
  private:
-  std::vector<uint8_t>& shadow(isa::Space s) { return s == isa::Space::kPsum ? psum_ : sbuf_; }
+  memory::Buffer& shadow(isa::Space s) { return s == isa::Space::kPsum ? psum_ : sbuf_; }
   int64_t pitch(isa::Space s) const { return s == isa::Space::kPsum ? psum_pitch_ : sbuf_pitch_; }
   void report(CheckKind k, const isa::Instr& in, int slot, uint64_t index, const SourceLoc& where, std::string detail);
 
-  std::vector<uint8_t> sbuf_, psum_;  ///< one byte per byte of storage: 0 = never written, else its writer's tag
+  memory::Buffer sbuf_, psum_;  ///< one byte per byte of storage: 0 = never written, else its writer's tag (pooled)
   int64_t sbuf_pitch_ = 0, psum_pitch_ = 0;
+  /// Byte columns (offsets within a partition) after() may have written, per space: [lo, hi).
+  int64_t sbuf_lo_ = INT64_MAX, sbuf_hi_ = 0, psum_lo_ = INT64_MAX, psum_hi_ = 0;
   std::vector<float> row_;           ///< scratch row (fp32) of the NaN scan
   bool stationary_finite_ = true;    ///< the last load_stationary loaded finite values
   uint64_t casts_before_ = 0;        ///< cast_overflows() when the instruction started

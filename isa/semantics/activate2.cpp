@@ -44,8 +44,9 @@ void exec_kActivate2(const Instr& in, const Views& v, ArchState& st) {
     const float a = !need0 ? 0.0f : imm0 ? in.imm[0] : scalar_f32(o0, p);
     const float b = !need1 ? 0.0f : imm1 ? in.imm[1] : scalar_f32(o1, p);
     read_row(data, p, y);
-    for (int64_t j = 0; j < n; ++j)
-      y[j] = act_apply(in.act, apply_rev(in.alu1, apply_rev(in.alu0, y[j], a, rev0), b, rev1), in.imm[3]);
+    alu_apply_row(in.alu0, y, nullptr, a, n, rev0);
+    alu_apply_row(in.alu1, y, nullptr, b, n, rev1);
+    act_apply_row(in.act, y, n, in.imm[3]);
     write_row(dst, p, y);
     float& acc = st.scalar_acc[p];
     if (reset) acc = alu_identity(rop);

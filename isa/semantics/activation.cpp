@@ -36,9 +36,10 @@ void activation_impl(const Instr& in, const Views& v, ArchState& st, ReduceCmd c
     const float bi = bias.valid() ? scalar_f32(bias, p) : in.imm[3];
     read_row(data, p, y);
     for (int64_t j = 0; j < n; ++j) {
-      const float prod = y[j] * sc;
-      y[j] = act_apply(in.act, prod + bi, in.imm[1]);
+      const float prod = y[j] * sc;  // two roundings (no fused multiply-add)
+      y[j] = prod + bi;
     }
+    act_apply_row(in.act, y, n, in.imm[1]);
     write_row(dst, p, y);
     float& acc = st.scalar_acc[p];
     if (reset) acc = alu_identity(rop);

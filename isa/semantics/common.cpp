@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "isa/semantics/exp_row.h"
 #include "isa/semantics/internal.h"
 
 namespace nsim::isa {
@@ -227,8 +228,50 @@ void alu_apply_row(AluOp op, float* x, const float* y, float s, int64_t n, bool 
   }
 }
 
+namespace {
+
+/// max (kMax) or min of r and y[0..n) when the sequential fold's bits do not depend on the order: no
+/// NaN (the fold gives kNaN then) and a nonzero result (equal nonzero floats have the same bits; only
+/// +0 and -0 compare equal with different bits, and the fold keeps the first one). Eight lanes the
+/// compiler vectorises. Returns false when the caller must fold sequentially.
+template <bool kMax>
+bool fold_extremum(float r, const float* y, int64_t n, float* out) {
+  if (n < 16 || std::isnan(r)) return false;
+  std::array<float, 8> m;
+  std::array<int32_t, 8> nan{};
+  m.fill(r);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (size_t q = 0; q < 8; ++q) {
+      const float v = y[j + static_cast<int64_t>(q)];
+      nan[q] |= static_cast<int32_t>(v != v);
+      m[q] = kMax ? (m[q] < v ? v : m[q]) : (v < m[q] ? v : m[q]);
+    }
+  for (; j < n; ++j) {
+    const float v = y[j];
+    nan[0] |= static_cast<int32_t>(v != v);
+    m[0] = kMax ? (m[0] < v ? v : m[0]) : (v < m[0] ? v : m[0]);
+  }
+  int32_t any_nan = 0;
+  float best = m[0];
+  for (size_t q = 0; q < 8; ++q) {
+    any_nan |= nan[q];
+    best = kMax ? (best < m[q] ? m[q] : best) : (m[q] < best ? m[q] : best);
+  }
+  if (any_nan) {
+    *out = kNaN;
+    return true;
+  }
+  if (best == 0.0f) return false;
+  *out = best;
+  return true;
+}
+
+}  // namespace
+
 float alu_fold(AluOp op, float r, const float* y, int64_t n) {
   // Sequential left folds (the order fixes the rounding): the common ops without a call per element.
+  float fast = 0.0f;
   switch (op) {
     case AluOp::kBypass: return r;
     case AluOp::kAdd:
@@ -238,9 +281,11 @@ float alu_fold(AluOp op, float r, const float* y, int64_t n) {
       for (int64_t j = 0; j < n; ++j) r = r * y[j];
       return r;
     case AluOp::kMaximum:
+      if (fold_extremum<true>(r, y, n, &fast)) return fast;
       for (int64_t j = 0; j < n; ++j) r = (std::isnan(r) || std::isnan(y[j])) ? kNaN : (r < y[j] ? y[j] : r);
       return r;
     case AluOp::kMinimum:
+      if (fold_extremum<false>(r, y, n, &fast)) return fast;
       for (int64_t j = 0; j < n; ++j) r = (std::isnan(r) || std::isnan(y[j])) ? kNaN : (y[j] < r ? y[j] : r);
       return r;
     default:
@@ -391,6 +436,15 @@ float act_apply(ActFunc f, float xf, float alpha) {
     default: r = x; break;
   }
   return static_cast<float>(r);
+}
+
+void act_apply_row(ActFunc f, float* y, int64_t n, float alpha) {
+  switch (f) {
+    case ActFunc::kCopy: return;
+    case ActFunc::kExp: sem::exp_row(y, n); return;
+    default:
+      for (int64_t j = 0; j < n; ++j) y[j] = act_apply(f, y[j], alpha);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

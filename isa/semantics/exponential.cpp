@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "isa/semantics/exp_row.h"
 #include "isa/semantics/internal.h"
 
 namespace nsim::isa {
@@ -32,7 +33,8 @@ void exec_kExponential(const Instr& in, const Views& v, ArchState& st) {
   for (uint32_t p = 0; p < dst.partitions; ++p) {
     const float m = imm0 ? in.imm[0] : mx.valid() ? scalar_f32(mx, p) : 0.0f;
     read_row(src, p, x);
-    for (int64_t j = 0; j < n; ++j) x[j] = static_cast<float>(std::exp(static_cast<double>(x[j] - m)));
+    for (int64_t j = 0; j < n; ++j) x[j] = x[j] - m;
+    exp_row(x, n);
     write_row(dst, p, x);
     float& acc = st.vector_acc[p];
     switch (cmd) {

@@ -3,7 +3,7 @@
 /// column-major: the stationary as load_stationary keeps it), B (K x N, row-major: the moving tile).
 /// Each element accumulates in fp32 in the order the array does, k = 0, 1, ..., K-1, one rounded
 /// multiply and one rounded add per step (no fused multiply-add), so the result is the same bits on
-/// every machine: an AVX2 kernel where the CPU has it, a portable loop otherwise.
+/// every machine: an AVX-512 or AVX2 kernel where the CPU has it, a portable loop otherwise.
 #include <cstdint>
 
 namespace nsim::isa::sem {
@@ -11,7 +11,7 @@ namespace nsim::isa::sem {
 void gemm_tn(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c);
 /// The portable loop alone (tests compare the two paths bit for bit).
 void gemm_tn_portable(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c);
-/// True when gemm_tn uses the AVX2 kernel on this machine.
+/// True when gemm_tn uses a vector kernel (AVX2, or AVX-512 where present) on this machine.
 bool gemm_tn_vectorized();
 
 }  // namespace nsim::isa::sem

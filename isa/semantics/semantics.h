@@ -70,6 +70,8 @@ int64_t alu_apply_int(AluOp op, int64_t x, int64_t y);
 float alu_identity(AluOp op);
 /// Activation function f(x) in fp32 (prelu uses alpha).
 float act_apply(ActFunc f, float x, float alpha = 0.0f);
+/// y[j] = act_apply(f, y[j], alpha) for j < n (the same bits; exp vectorised, isa/semantics/exp_row.h).
+void act_apply_row(ActFunc f, float* y, int64_t n, float alpha = 0.0f);
 
 // Declarations of every opcode's semantics (defined one per file).
 #define OP(e, mn, eng, dflt, cost, slots) void exec_##e(const Instr&, const Views&, ArchState&);

@@ -70,12 +70,18 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return fmt::format("({}{})", fmt::join(s, ", "), s.size() == 1 ? "," : "");
 }
 
-// Bytes of a Python bytes object.
-std::vector<uint8_t> to_vec(const py::bytes& b) {
-  char* buf = nullptr;
-  py::ssize_t len = 0;
-  if (PyBytes_AsStringAndSize(b.ptr(), &buf, &len) != 0) throw py::error_already_set();
-  return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(buf), reinterpret_cast<const uint8_t*>(buf) + len);
+// The data of a C-contiguous numpy array (its __array_interface__ address): read or filled in place,
+// without the copies of tobytes() / frombuffer(...).copy() (each a pass over the whole tensor).
+uint8_t* array_data(const py::object& contiguous) {
+  return reinterpret_cast<uint8_t*>(
+      py::cast<uintptr_t>(contiguous.attr("__array_interface__")["data"].cast<py::tuple>()[0]));
+}
+
+// Bytes of a C-contiguous numpy array.
+std::vector<uint8_t> to_vec(const py::object& contiguous) {
+  const auto nbytes = contiguous.attr("nbytes").cast<size_t>();
+  const uint8_t* p = nbytes ? array_data(contiguous) : nullptr;
+  return std::vector<uint8_t>(p, p + nbytes);
 }
 
 // Convert a numpy array (any numeric/bool dtype, or an ml_dtypes dtype) to the bytes of tensor `t`.
@@ -94,9 +100,9 @@ std::vector<uint8_t> input_bytes(const frontend::Tensor& t, const py::handle& ob
   const auto itemsize = dt.attr("itemsize").cast<int>();
   const int eb = dtype_bytes(t.dtype);
   const auto n = arr.attr("size").cast<int64_t>();
-  if (dname == dtype_name(t.dtype) && itemsize == eb) return to_vec(arr.attr("tobytes")());  // same dtype: raw bytes
+  if (dname == dtype_name(t.dtype) && itemsize == eb) return to_vec(arr);  // same dtype: raw bytes
   if (dtype_is_mx_x4(t.dtype)) {  // no cast path: the packed bits as they are (x4 structured dtype or uint)
-    if (itemsize == eb && (kind == "V" || kind == "u")) return to_vec(arr.attr("tobytes")());
+    if (itemsize == eb && (kind == "V" || kind == "u")) return to_vec(arr);
     throw Error(ErrorCode::kBadInput,
                 fmt::format("input '{}': an {} tensor takes the packed bits only ({}-byte unsigned or the x4 dtype), "
                             "got numpy dtype '{}' (there is no cast path to an MX x4 type)",
@@ -104,10 +110,11 @@ std::vector<uint8_t> input_bytes(const frontend::Tensor& t, const py::handle& ob
   }
   std::vector<uint8_t> bytes(static_cast<size_t>(n) * static_cast<size_t>(eb));
   if (dtype_is_int(t.dtype) && (kind == "i" || kind == "u" || kind == "b")) {  // integer -> integer: exact
-    const std::vector<uint8_t> v = to_vec(arr.attr("astype")(np.attr("int64")).attr("tobytes")());
+    const py::object wide = np.attr("ascontiguousarray")(arr, py::arg("dtype") = np.attr("int64"));
+    const uint8_t* v = n ? array_data(wide) : nullptr;
     for (int64_t i = 0; i < n; ++i) {
       int64_t x = 0;
-      std::memcpy(&x, &v[static_cast<size_t>(i) * 8], 8);
+      std::memcpy(&x, v + static_cast<size_t>(i) * 8, 8);
       store_int(t.dtype, &bytes[static_cast<size_t>(i * eb)], x);
     }
     return bytes;
@@ -115,8 +122,8 @@ std::vector<uint8_t> input_bytes(const frontend::Tensor& t, const py::handle& ob
   if (kind != "f" && kind != "i" && kind != "u" && kind != "b" && kind != "V")
     throw Error(ErrorCode::kBadInput,
                 fmt::format("input '{}': numpy dtype '{}' cannot be converted to {}", t.name, dname, dtype_name(t.dtype)));
-  const std::vector<uint8_t> f = to_vec(arr.attr("astype")(np.attr("float32")).attr("tobytes")());
-  store_f32_n(t.dtype, bytes.data(), reinterpret_cast<const float*>(f.data()), n);
+  const py::object f = np.attr("ascontiguousarray")(arr, py::arg("dtype") = np.attr("float32"));
+  if (n) store_f32_n(t.dtype, bytes.data(), reinterpret_cast<const float*>(array_data(f)), n);
   return bytes;
 }
 
@@ -152,9 +159,10 @@ py::object output_array(const frontend::Tensor& t, const std::vector<uint8_t>& d
   if (want != data.size())
     throw Error(ErrorCode::kInternal,
                 fmt::format("output '{}': {} bytes read from HBM, {} expected", t.name, data.size(), want));
-  py::bytes raw(reinterpret_cast<const char*>(data.data()), data.size());
   py::tuple shape = py::cast(t.shape);
-  return np.attr("frombuffer")(raw, py::arg("dtype") = dt).attr("reshape")(shape).attr("copy")();
+  py::object out = np.attr("empty")(shape, py::arg("dtype") = dt);
+  if (!data.empty()) std::memcpy(array_data(out), data.data(), data.size());
+  return out;
 }
 
 py::list lines_list(const std::vector<Simulator::LineStats>& stats) {

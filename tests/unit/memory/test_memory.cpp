@@ -513,3 +513,83 @@ TEST_CASE("Operand::tile helper", "[memory][operand]") {
   CHECK_FALSE(Operand{}.present());
   CHECK(o.str() == "bfloat16@sbuf[2:18]+64 [3,4,5][20,5,1]");
 }
+
+// ------------------------------------------------------------------------------------------------
+// Storage reused through the buffer pool (memory/buffer.h)
+
+TEST_CASE("Memory: storage taken from the pool is filled with the sentinel again", "[memory][buffer]") {
+  const auto all_nan = [](const Memory& m, Space sp, int64_t bytes_pp, int parts) {
+    Operand o = pattern(sp, DType::kFloat32, 0, {bytes_pp / 4}, {1});
+    o.num_partitions = static_cast<uint32_t>(parts);
+    const nsim::isa::TileView v = m.resolve(o);
+    for (int p = 0; p < parts; ++p)
+      for (int64_t i = 0; i < bytes_pp / 4; ++i) {
+        float x;
+        std::memcpy(&x, v.base + p * v.partition_stride_bytes + i * 4, 4);
+        if (!std::isnan(x)) return false;
+      }
+    return true;
+  };
+  for (int round = 0; round < 3; ++round) {
+    Memory m(cfg(), true);
+    INFO("round " << round << ", pooled bytes before " << nsim::memory::Buffer::pooled_bytes());
+    CHECK(all_nan(m, Space::kSbuf, kSbufPP, 128));
+    CHECK(all_nan(m, Space::kPsum, kPsumPP, 128));
+    const HbmTensor& t = m.alloc_hbm("x", {64, 32}, DType::kFloat32);
+    float first;
+    std::memcpy(&first, m.hbm_data("x"), 4);
+    CHECK(std::isnan(first));
+    CHECK(t.bytes == 64 * 32 * 4);
+    // dirty every byte before the storage goes back to the pool
+    Operand all = pattern(Space::kSbuf, DType::kUInt8, 0, {kSbufPP}, {1});
+    all.num_partitions = 128;
+    const nsim::isa::TileView v = m.resolve(all);
+    std::memset(v.base, 0x11, static_cast<size_t>(128 * kSbufPP));
+    Operand ps = pattern(Space::kPsum, DType::kUInt8, 0, {kPsumPP}, {1});
+    ps.num_partitions = 128;
+    std::memset(m.resolve(ps).base, 0x22, static_cast<size_t>(128 * kPsumPP));
+    std::memset(m.hbm_data("x"), 0x33, 64 * 32 * 4);
+  }
+  CHECK(nsim::memory::Buffer::pooled_bytes() > 0);
+  CHECK(nsim::memory::Buffer::pooled_bytes() <= nsim::memory::Buffer::kPoolBytes);
+}
+
+TEST_CASE("Buffer: moves keep one owner and the pool stays bounded", "[memory][buffer]") {
+  using nsim::memory::Buffer;
+  Buffer a(1000);
+  uint8_t* p = a.data();
+  Buffer b = std::move(a);
+  CHECK(a.empty());
+  CHECK(a.data() == nullptr);
+  CHECK(b.data() == p);
+  CHECK(b.size() == 1000);
+  {
+    Buffer big(Buffer::kPoolBytes + 1);  // larger than the pool: freed, never kept
+    CHECK(big.size() == Buffer::kPoolBytes + 1);
+  }
+  CHECK(Buffer::pooled_bytes() <= Buffer::kPoolBytes);
+  b = Buffer();
+  CHECK(b.empty());
+}
+
+TEST_CASE("Buffer: a zeroed buffer is all zero, whatever the pool holds", "[memory][buffer]") {
+  using nsim::memory::Buffer;
+  const size_t n = 3 << 20;
+  {
+    Buffer dirty(n);  // released without set_zero: not to be taken as zero
+    std::memset(dirty.data(), 0x5a, n);
+  }
+  {
+    Buffer z(n, Buffer::Zeroed{});
+    bool all_zero = true;
+    for (size_t i = 0; i < n; ++i) all_zero &= z.data()[i] == 0;
+    CHECK(all_zero);
+    z.data()[7] = 1;
+    z.data()[7] = 0;
+    z.set_zero();  // the owner cleaned up: the next zeroed buffer may be this one
+  }
+  Buffer again(n, Buffer::Zeroed{});
+  bool all_zero = true;
+  for (size_t i = 0; i < n; ++i) all_zero &= again.data()[i] == 0;
+  CHECK(all_zero);
+}
