@@ -1972,7 +1972,8 @@ class Tracer:
         an even length), and the body's tiles are allocated as in the enclosing body, before the loop: a
         line's tiles rotate over the storages its tiles outside the loop use (two per line), as in the
         unrolled trace. A peeled loop allocating PSUM tiles is recorded so (_peeled_loop)."""
-        loc = {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
+        loc = ({"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
+               if user_loc is _default_user_loc else user_loc())  # (export_from_library.py substitutes user_loc)
         m = _FOR_RE.match(linecache.getline(key[0], key[1]) or "")
         base = m.group(1) if m and m.group(1) != "_" else "i"
         taken = {x.var.name for x in self._recs}

@@ -57,10 +57,14 @@ def test_library_file_structure(generated, name):
     assert k == json.loads(json.dumps(kj))
     assert {t["name"] for t in k["tensors"] if t["kind"] == "input"} == set(inputs)
     assert any(t["kind"] == "output" for t in k["tensors"])
-    for s in k["body"]:
-        loc = s["loc"] if "op" in s else s.get("alloc", {}).get("loc")
-        if loc is not None and loc["line"]:
-            assert loc["file"].startswith("python/nsim/kernels/"), loc
+    stack = [k["body"]]  # every statement's loc, in loops too: repository-relative (the files are checked in)
+    while stack:
+        for s in stack.pop():
+            if "loop" in s:
+                stack.append(s["loop"]["body"])
+            loc = s["loc"] if "op" in s else (s.get("alloc") or s.get("loop") or {}).get("loc")
+            if loc is not None and loc["line"]:
+                assert loc["file"].startswith("python/nsim/kernels/"), loc
 
 
 def _load_npy(path):
