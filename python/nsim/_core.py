@@ -576,10 +576,18 @@ class LoadedKernel:
     independent (the IR is only read), so repeated runs give identical results."""
 
     def __init__(self, kernel: KernelLike):
+        #: the kernel.json text it was read from (None: made by to_json() when asked for)
+        self._text: Optional[str] = None
+        if isinstance(kernel, dict):
+            # A dict (the tracer's) goes to C++ as Python objects, without its JSON text (issue 12); the
+            # few dicts json.dumps would write differently (non-string keys, NaN, ...) take the text path.
+            self.filename = "<dict>"
+            self._handle = _call(_nsim.Kernel.from_object, kernel, _json_default, self.filename)
+            if self._handle is not None:
+                return
         text, fname = _kernel_text(kernel)
         self._handle = _call(_nsim.Kernel, text, fname)
-        #: the kernel.json text it was read from (None: made by to_json() when asked for)
-        self._text: Optional[str] = text
+        self._text = text
         self.filename = fname
 
     @property

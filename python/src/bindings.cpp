@@ -400,6 +400,85 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
   });
 }
 
+/// A kernel dict (the Python tracer's, json.loads') as a JSON value, without writing its text: what
+/// json.dumps would write, read back by json::parse, for dicts with string keys, lists, tuples, str,
+/// int, float, bool and None; other objects go through `fallback` (nsim._core._json_default: numpy
+/// scalars and arrays, sets), whose exceptions propagate. Anything json.dumps + json::parse would treat
+/// differently (non-string keys, NaN or infinite floats, strings that are not valid UTF-8, nesting deeper
+/// than json::kMaxDepth, e.g. a cycle) makes convert() return nullopt: the caller then takes the text path,
+/// which reports these as it always has.
+class FromPython {
+ public:
+  explicit FromPython(py::handle fallback) : fallback_(fallback) {}
+  std::optional<frontend::json::Value> convert(py::handle obj) {
+    try {
+      return value(obj, 0);
+    } catch (const NotDirect&) {
+      return std::nullopt;
+    }
+  }
+
+ private:
+  struct NotDirect {};
+  using Value = frontend::json::Value;
+  py::handle fallback_;
+
+  Value value(py::handle obj, int depth) {
+    PyObject* p = obj.ptr();
+    if (depth > frontend::json::kMaxDepth) throw NotDirect{};
+    if (p == Py_None) return Value::null();
+    if (PyBool_Check(p)) return Value::boolean(p == Py_True);
+    if (PyLong_Check(p)) {
+      int overflow = 0;
+      const long long v = PyLong_AsLongLongAndOverflow(p, &overflow);
+      if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+      if (overflow != 0) throw NotDirect{};  // the parser's double of a long integer text: the text path
+      return Value::integer(static_cast<int64_t>(v));
+    }
+    if (PyFloat_Check(p)) {
+      const double d = PyFloat_AS_DOUBLE(p);
+      if (!std::isfinite(d)) throw NotDirect{};
+      return Value::real(d);
+    }
+    if (PyUnicode_Check(p)) {
+      Py_ssize_t n = 0;
+      const char* u = PyUnicode_AsUTF8AndSize(p, &n);
+      if (u == nullptr) {  // lone surrogates
+        PyErr_Clear();
+        throw NotDirect{};
+      }
+      return Value::string(std::string(u, static_cast<size_t>(n)));
+    }
+    if (PyDict_Check(p)) {
+      Value v = Value::object();
+      v.reserve(static_cast<size_t>(PyDict_Size(p)));
+      PyObject *key = nullptr, *item = nullptr;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(p, &pos, &key, &item)) {
+        if (!PyUnicode_Check(key)) throw NotDirect{};
+        Py_ssize_t n = 0;
+        const char* u = PyUnicode_AsUTF8AndSize(key, &n);
+        if (u == nullptr) {
+          PyErr_Clear();
+          throw NotDirect{};
+        }
+        v.set(std::string(u, static_cast<size_t>(n)), value(item, depth + 1));
+      }
+      return v;
+    }
+    if (PyList_Check(p) || PyTuple_Check(p)) {
+      Value v = Value::array();
+      const size_t n = static_cast<size_t>(PySequence_Fast_GET_SIZE(p));
+      v.reserve(n);
+      PyObject** items = PySequence_Fast_ITEMS(p);
+      for (size_t i = 0; i < n; ++i) v.push(value(items[i], depth + 1));
+      return v;
+    }
+    py::object made = py::reinterpret_borrow<py::object>(fallback_)(obj);  // raises for non-JSON values
+    return value(made, depth + 1);
+  }
+};
+
 /// _nsim.Kernel: a kernel read once (kernel.json text) and simulated any number of times, e.g. over
 /// the configurations of a sweep, without reading the text again (docs/kernel-json.md, "Loading a
 /// kernel once").
@@ -407,6 +486,14 @@ class PyKernel {
  public:
   PyKernel(const std::string& kernel_json, const std::string& filename)
       : k_(guarded([&] { return frontend::parse_kernel_json(kernel_json, filename); })), file_(filename) {}
+  PyKernel(frontend::Kernel k, const std::string& filename) : k_(std::move(k)), file_(filename) {}
+  /// A kernel dict read without its JSON text (FromPython); None when it needs the text path.
+  static std::optional<PyKernel> from_object(const py::handle& obj, const py::handle& fallback,
+                                             const std::string& filename) {
+    std::optional<frontend::json::Value> v = FromPython(fallback).convert(obj);
+    if (!v) return std::nullopt;
+    return guarded([&] { return PyKernel(frontend::parse_kernel_value(*v, filename), filename); });
+  }
   py::tuple simulate(const py::dict& inputs, const std::string& config, const std::vector<std::string>& overrides,
                      bool timing_only, const std::string& trace_path, uint64_t seed, uint64_t trace_limit,
                      std::pair<double, double> trace_window, bool check, uint64_t max_instructions,
@@ -425,7 +512,7 @@ class PyKernel {
   const frontend::Kernel& kernel() const { return k_; }
 
  private:
-  const frontend::Kernel k_;
+  frontend::Kernel k_;  // never changed after construction: runs only read it
   std::string file_;
 };
 
@@ -824,6 +911,11 @@ PYBIND11_MODULE(_nsim, m) {
                        "A kernel.json read once into nsim's IR and simulated any number of times (nsim.load_kernel).")
       .def(py::init<const std::string&, const std::string&>(), py::arg("kernel_json"),
            py::arg("filename") = "kernel.json", "Parse a kernel.json text; raises NsimError as run_kernel does.")
+      .def_static("from_object", &PyKernel::from_object, py::arg("obj"), py::arg("fallback"),
+                  py::arg("filename") = "<dict>",
+                  "Read a kernel dict without writing its JSON text; None when the dict needs the text path\n"
+                  "(non-string keys, NaN, long integers, invalid strings, deep nesting). `fallback(x)` makes a JSON\n"
+                  "value of any other object (as json.dumps' default=).")
       .def("simulate", &PyKernel::simulate, py::arg("inputs") = py::dict(), py::arg("config") = "trn2",
            py::arg("overrides") = std::vector<std::string>{}, py::arg("timing_only") = false,
            py::arg("trace_path") = "", py::arg("seed") = 0, py::arg("trace_limit") = 0,

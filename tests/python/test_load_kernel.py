@@ -98,7 +98,50 @@ def test_library_kernel_dict_and_text():
     from_dict, from_text = nsim.load_kernel(kj), nsim.load_kernel(json.dumps(kj))
     _, a = from_dict.simulate(timing_only=True)
     _, b = from_text.simulate(timing_only=True)
-    assert a.stats == b.stats and a.kernel == kj == b.kernel
+    assert a.stats == b.stats and b.kernel == kj
+    # The dict went to C++ without its JSON text (no json.dumps): the same IR as the text gives.
+    assert from_dict._text is None
+    assert from_dict.to_json() == nsim._core._nsim.Kernel(json.dumps(kj), "k.json").to_json()
+    # Profile.kernel of a dict-loaded kernel is the IR written out (docs/kernel-json.md "Writer"), the same kernel.
+    assert nsim.load_kernel(a.kernel).to_json() == from_dict.to_json()
+
+
+def test_dict_values_json_would_write_differently_take_the_text_path():
+    kj = json.loads(open(KERNELS[0]).read())
+    # numpy scalars and tuples convert like json.dumps(default=...) does
+    kj2 = json.loads(open(KERNELS[0]).read())
+    kj2["tensors"][0]["shape"] = tuple(np.int64(d) for d in kj2["tensors"][0]["shape"])
+    assert nsim.load_kernel(kj2).to_json() == nsim.load_kernel(kj).to_json()
+    assert nsim.load_kernel(kj2)._text is None
+    # a float where the schema wants an integer: the same error text-wise and dict-wise
+    kj3 = json.loads(open(KERNELS[0]).read())
+    kj3["nsim_kernel"] = 1.0
+    for k in (kj3, json.dumps(kj3)):
+        with pytest.raises(nsim.KernelError) as e:
+            nsim.load_kernel(k)
+        assert e.value.code == _errors.code("SchemaVersion")
+    # NaN (json.dumps writes NaN, which the strict parser refuses) and non-string keys: the text path
+    kj4 = json.loads(open(KERNELS[0]).read())
+    kj4["name"] = float("nan")
+    with pytest.raises(nsim.KernelError) as e:
+        nsim.load_kernel(kj4)
+    assert e.value.code == _errors.code("JsonSyntax")
+    kj5 = json.loads(open(KERNELS[0]).read())
+    kj5[1] = "x"
+    with pytest.raises(nsim.KernelError):
+        nsim.load_kernel(kj5)
+    loop = {"nsim_kernel": 1}
+    loop["body"] = [loop]  # a cycle: json.dumps refuses it
+    with pytest.raises(nsim.KernelError) as e:
+        nsim.load_kernel(loop)
+    assert e.value.code == _errors.code("WrongType")
+    with pytest.raises(nsim.KernelError) as e:
+        nsim.load_kernel({"nsim_kernel": 1, "body": [], "name": object()})
+    assert e.value.code == _errors.code("WrongType")
+    # errors in a dict give the JSON path (no line and column: there is no text)
+    with pytest.raises(nsim.KernelError) as e:
+        nsim.load_kernel({"nsim_kernel": 1, "tensors": [], "body": [{"op": "no_such_op"}]})
+    assert str(e.value).startswith(e.value.code + ": <dict>: body[0]")
 
 
 def test_bad_input_gives_coded_errors(tmp_path):
