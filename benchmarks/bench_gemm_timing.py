@@ -2,6 +2,8 @@
 ``matmul_blocked`` at 1024 x 1024 x 1024 traced once, then simulated timing-only in this process
 
 - ``simulate_json(text)``: the kernel.json text read on every run;
+- ``simulate_json(dict)``: the traced kernel's dict handed to C++ on every run (no JSON text; what
+  ``Kernel.simulate`` does after tracing);
 - ``handle.simulate()``: the kernel read once with ``nsim.load_kernel`` (what a sweep does);
 
 medians (and best) of N runs after a warm-up run, wall time per run.
@@ -39,6 +41,7 @@ def main():
           "simulated {:.1f} us".format(len(kj["body"]), n_instr, len(text), prof.total_time_ns / 1e3))
     print("{:36s} {:>10s} {:>10s}   ({} runs)".format("timing only, in-process", "median ms", "best ms", N))
     for name, fn in (("simulate_json(text)", lambda: nsim.simulate_json(text, timing_only=True)),
+                     ("simulate_json(dict)", lambda: nsim.simulate_json(kj, timing_only=True)),
                      ("load_kernel(text) once, .simulate()", lambda: handle.simulate(timing_only=True))):
         ts = times(fn)
         print("{:36s} {:10.3f} {:10.3f}".format(name, statistics.median(ts) * 1e3, min(ts) * 1e3), flush=True)

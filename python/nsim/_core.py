@@ -162,6 +162,14 @@ def _json_default(x: Any) -> Any:
                       "bools, None): {!r}".format(type(x).__name__, x)[:300], code=_errors.code("WrongType"))
 
 
+def _uncompressed(data: bytes, what: str) -> bytes:
+    """The bytes of a kernel file, inflated by _nsim when they are gzip data (docs/kernel-json.md,
+    "Compressed kernel.json"); a corrupt stream raises KernelError (BadCompression)."""
+    if data[:2] == b"\x1f\x8b":
+        return _call(_nsim.kernel_bytes, data, what)
+    return data
+
+
 def _kernel_text(kernel: KernelLike, arg: str = "kernel") -> Tuple[str, str]:
     """(kernel.json text, file name for messages) of a dict, JSON text or path."""
     if isinstance(kernel, Mapping):
@@ -172,8 +180,9 @@ def _kernel_text(kernel: KernelLike, arg: str = "kernel") -> Tuple[str, str]:
         except ValueError as e:  # circular references
             raise KernelError("{}: the dict is not JSON-serialisable: {}".format(arg, e), code=_errors.code("WrongType")) from None
     if isinstance(kernel, (bytes, bytearray)):
+        kernel = _uncompressed(bytes(kernel), "<bytes>")
         try:
-            kernel = bytes(kernel).decode("utf-8")
+            kernel = kernel.decode("utf-8")
         except UnicodeDecodeError as e:
             raise KernelError("{}: the bytes are not UTF-8 text: {}".format(arg, e), code=_errors.code("JsonSyntax")) from None
     if isinstance(kernel, os.PathLike):
@@ -187,8 +196,9 @@ def _kernel_text(kernel: KernelLike, arg: str = "kernel") -> Tuple[str, str]:
     if not looks_like_path and not os.path.exists(kernel):
         return kernel, "<string>"  # the parser reports JsonSyntax with line:column
     try:
-        with open(kernel, "r", encoding="utf-8") as f:
-            return f.read(), kernel
+        with open(kernel, "rb") as f:
+            data = f.read()
+        return _uncompressed(data, kernel).decode("utf-8"), kernel
     except FileNotFoundError:
         raise KernelFileNotFoundError("{}: no such file '{}' (pass a kernel.json path, its JSON text or a dict)".format(
             arg, kernel)) from None

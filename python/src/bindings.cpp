@@ -23,6 +23,7 @@
 #include "frontend/analyze.h"
 #include "frontend/disasm.h"
 #include "frontend/eager.h"
+#include "frontend/gzip.h"
 #include "frontend/diff.h"
 #include "frontend/inputs.h"
 #include "frontend/json.h"
@@ -952,6 +953,15 @@ PYBIND11_MODULE(_nsim, m) {
         return out;
       },
       "The sanitizer's checks: [{code, check, fix}] (engines/check/checker.h).");
+  m.def(
+      "kernel_bytes",
+      [](const py::bytes& data, const std::string& what) {
+        std::string text = guarded([&] { return frontend::kernel_text(std::string(data), what); });
+        return py::bytes(text);
+      },
+      py::arg("data"), py::arg("what") = "kernel.json",
+      "The bytes of a kernel file, uncompressed when they are gzip data (docs/kernel-json.md, \"Compressed\n"
+      "kernel.json\"); a truncated or corrupt gzip stream raises NsimError (BadCompression).");
   m.def("check_kernel", &check_kernel, py::arg("kernel_json"), py::arg("config") = "trn2",
         py::arg("overrides") = std::vector<std::string>{}, py::arg("filename") = "kernel.json",
         "Parse and verify a kernel.json text for a configuration; raises NsimError.");
