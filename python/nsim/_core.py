@@ -586,14 +586,16 @@ class LoadedKernel:
     independent (the IR is only read), so repeated runs give identical results."""
 
     def __init__(self, kernel: KernelLike):
-        #: the kernel.json text it was read from (None: made by to_json() when asked for)
+        #: the kernel.json text it was read from (None: a dict's, written by to_json() when asked for)
         self._text: Optional[str] = None
+        self._dict: Optional[dict] = None
         if isinstance(kernel, dict):
             # A dict (the tracer's) goes to C++ as Python objects, without its JSON text (issue 12); the
             # few dicts json.dumps would write differently (non-string keys, NaN, ...) take the text path.
             self.filename = "<dict>"
             self._handle = _call(_nsim.Kernel.from_object, kernel, _json_default, self.filename)
             if self._handle is not None:
+                self._dict = kernel  # not copied: to_json() writes it when first asked
                 return
         text, fname = _kernel_text(kernel)
         self._handle = _call(_nsim.Kernel, text, fname)
@@ -623,9 +625,11 @@ class LoadedKernel:
         _call(self._handle.check, _check_str(config, "config"), _overrides(overrides))
 
     def to_json(self) -> str:
-        """The kernel.json text: the text it was read from, else the IR written out (docs/kernel-json.md)."""
+        """The kernel.json text: the text it was read from, or the dict's text (json.dumps, written when first
+        asked for: the dict is not copied, so write it before changing the dict)."""
         if self._text is None:
-            self._text = _call(self._handle.to_json)
+            self._text = _kernel_text(self._dict)[0] if self._dict is not None else _call(self._handle.to_json)
+            self._dict = None
         return self._text
 
     def __repr__(self) -> str:

@@ -509,7 +509,14 @@ class PyKernel {
   void check(const std::string& config, const std::vector<std::string>& overrides) const;
   const std::string& name() const { return k_.name; }
   const std::string& filename() const { return file_; }
-  std::string to_json() const { return guarded([&] { return frontend::write_kernel_json(k_); }); }
+  std::string to_json() const {
+    return guarded([&] {
+      if (!k_.core_programs.empty())  // docs/kernel-json.md: the writer writes single-core kernels only
+        throw Error(ErrorCode::kMultiCoreLaunch,
+                    "to_json: a multi-core launch is not written by nsim (write_kernel_json writes one core)");
+      return frontend::write_kernel_json(k_);
+    });
+  }
   const frontend::Kernel& kernel() const { return k_; }
 
  private:

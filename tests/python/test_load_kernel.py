@@ -81,6 +81,10 @@ def test_lnc2_launch_through_the_handle():
     assert prof.stat("lnc.cores") == 2
     _, again = h.simulate(inputs={"a": a})
     assert again.stats == prof.stats
+    assert prof.kernel == kj and json.loads(h.to_json()) == kj  # the dict's text
+    with pytest.raises(nsim.KernelError) as e:  # the IR writer writes one core only
+        nsim._core._call(h._handle.to_json)
+    assert e.value.code == _errors.code("MultiCoreLaunch")
 
 
 def test_simulate_json_takes_a_handle_and_load_kernel_returns_it():
@@ -101,9 +105,11 @@ def test_library_kernel_dict_and_text():
     assert a.stats == b.stats and b.kernel == kj
     # The dict went to C++ without its JSON text (no json.dumps): the same IR as the text gives.
     assert from_dict._text is None
-    assert from_dict.to_json() == nsim._core._nsim.Kernel(json.dumps(kj), "k.json").to_json()
-    # Profile.kernel of a dict-loaded kernel is the IR written out (docs/kernel-json.md "Writer"), the same kernel.
-    assert nsim.load_kernel(a.kernel).to_json() == from_dict.to_json()
+    assert from_dict._handle.to_json() == nsim._core._nsim.Kernel(json.dumps(kj), "k.json").to_json()
+    # its text is written when asked for
+    assert a.kernel == kj and json.loads(from_dict.to_json()) == kj
+    import pickle
+    assert pickle.loads(pickle.dumps(a)).kernel == kj
 
 
 def test_dict_values_json_would_write_differently_take_the_text_path():
@@ -111,8 +117,8 @@ def test_dict_values_json_would_write_differently_take_the_text_path():
     # numpy scalars and tuples convert like json.dumps(default=...) does
     kj2 = json.loads(open(KERNELS[0]).read())
     kj2["tensors"][0]["shape"] = tuple(np.int64(d) for d in kj2["tensors"][0]["shape"])
-    assert nsim.load_kernel(kj2).to_json() == nsim.load_kernel(kj).to_json()
-    assert nsim.load_kernel(kj2)._text is None
+    assert nsim.load_kernel(kj2)._handle.to_json() == nsim.load_kernel(kj)._handle.to_json()
+    assert nsim.load_kernel(kj2)._text is None and json.loads(nsim.load_kernel(kj2).to_json()) == kj
     # a float where the schema wants an integer: the same error text-wise and dict-wise
     kj3 = json.loads(open(KERNELS[0]).read())
     kj3["nsim_kernel"] = 1.0
