@@ -159,6 +159,12 @@ struct Kernel {
 /// Parse kernel.json text. Throws nsim::Error E401..E412 with the JSON path ("body[2].op") and,
 /// where known, the op's source location. `filename` appears in messages.
 Kernel parse_kernel_json(std::string_view text, const std::string& filename = "kernel.json");
+namespace json {
+class Value;
+}
+/// The same from a JSON value built in memory (the Python binding converts a kernel dict without
+/// writing its text); messages then carry the JSON path without a line and column.
+Kernel parse_kernel_value(const json::Value& root, const std::string& filename);
 /// Write kernel.json (stable key order; parse(write(k)) == k).
 std::string write_kernel_json(const Kernel& k);
 

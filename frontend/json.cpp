@@ -47,6 +47,18 @@ Value Value::integer(int64_t i) {
   return v;
 }
 
+Value Value::real(double d) {
+  Value v;
+  v.type_ = Type::kNumber;
+  v.d_ = d;
+  return v;
+}
+
+void Value::reserve(size_t n) {
+  items_.reserve(n);
+  if (type_ == Type::kObject) keys_.reserve(n);
+}
+
 Value Value::string(std::string s) {
   Value v;
   v.type_ = Type::kString;

@@ -31,6 +31,8 @@ class Value {
   static Value boolean(bool b);
   static Value number(double d);  ///< is_int() when d is integral and fits in int64
   static Value integer(int64_t i);
+  /// A number as the parser reads one written with a fraction or an exponent: never is_int().
+  static Value real(double d);
   static Value string(std::string s);
   static Value array();
   static Value object();
@@ -60,6 +62,8 @@ class Value {
   /// Object member by name; nullptr when absent or not an object.
   const Value* find(std::string_view key) const;
 
+  /// Room for n elements or members (arrays and objects built in memory).
+  void reserve(size_t n);
   /// Append to an array.
   Value& push(Value v);
   /// Append a member to an object (no duplicate check; the writer writes what is there).

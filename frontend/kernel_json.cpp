@@ -357,6 +357,8 @@ class Reader {
 
   [[noreturn]] void fail(ErrorCode code, const Value& at, const Path& path, const std::string& msg,
                          const SourceLoc& loc = {}) const {
+    if (at.line() == 0)  // a value built in memory (a Python dict, parse_kernel_value): no text position
+      throw Error(code, fmt::format("{}: {}: {}", file_, path.str(), msg), loc);
     throw Error(code, fmt::format("{}:{}:{}: {}: {}", file_, at.line(), at.column(), path.str(), msg), loc);
   }
 
@@ -1285,6 +1287,10 @@ class Writer {
 }  // namespace
 
 Kernel parse_kernel_json(std::string_view text, const std::string& filename) { return Reader(filename).read(text); }
+
+Kernel parse_kernel_value(const json::Value& root, const std::string& filename) {
+  return Reader(filename).read_root(root, nullptr, {});
+}
 
 std::string write_kernel_json(const Kernel& k) { return Writer(k).write(); }
 

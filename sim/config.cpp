@@ -268,6 +268,18 @@ class Loader {
     return load_file(path);
   }
 
+  /// The files read so far and their texts, in the order read (Config::load's cache checks them).
+  const std::vector<std::pair<fs::path, std::string>>& files() const { return files_; }
+
+  /// The whole file, or nullopt when it cannot be read.
+  static std::optional<std::string> read_whole(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return std::nullopt;
+    std::ostringstream text;
+    text << in.rdbuf();
+    return std::move(text).str();
+  }
+
   /// YAML text given to Config::from_yaml; its preset is resolved in configs_dir.
   RawMap load_text(std::string_view text) {
     return load_document(std::string(text), std::string(kTextName), fs::path(configs_dir_));
@@ -319,13 +331,12 @@ class Loader {
       chain.push_back(canonical.string());
       throw Error(ErrorCode::kConfigPresetCycle, fmt::format("preset cycle: {}", join(chain, " -> ")));
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(ErrorCode::kConfigPresetNotFound, fmt::format("cannot read config file {}", path.string()));
-    std::ostringstream text;
-    text << in.rdbuf();
+    std::optional<std::string> text = read_whole(path);
+    if (!text) throw Error(ErrorCode::kConfigPresetNotFound, fmt::format("cannot read config file {}", path.string()));
+    files_.emplace_back(path, *text);
 
     stack_.push_back(canonical);
-    RawMap values = load_document(text.str(), path.string(), path.parent_path());
+    RawMap values = load_document(*text, path.string(), path.parent_path());
     stack_.pop_back();
     return values;
   }
@@ -446,6 +457,7 @@ class Loader {
 
   std::string configs_dir_;
   std::vector<fs::path> stack_;  // files being loaded, outermost first (cycle detection)
+  std::vector<std::pair<fs::path, std::string>> files_;  // every file read, with its text
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -670,8 +682,51 @@ int64_t parse_time_ps(std::string_view text, std::string_view key) {
 // ------------------------------------------------------------------------------------------------
 // Config
 
+namespace {
+
+/// Configurations loaded before in this process, by everything a load depends on: the schema, the
+/// configs directory, the working directory (relative paths), the preset or path and the overrides.
+/// An entry also keeps the files the load read with their texts; it is used only while every one of
+/// them still reads back the same (an edited preset is loaded again). Validation costs ~0.8 M CPU
+/// instructions, a tenth of simulating a small kernel from a loaded handle (docs/performance.md).
+struct LoadedConfig {
+  Config config;
+  std::vector<std::pair<fs::path, std::string>> files;
+};
+constexpr size_t kConfigCacheMax = 64;
+std::mutex& config_cache_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, std::shared_ptr<const LoadedConfig>, std::less<>>& config_cache() {
+  static std::map<std::string, std::shared_ptr<const LoadedConfig>, std::less<>> cache;
+  return cache;
+}
+
+}  // namespace
+
 Config Config::load(std::string_view preset_or_path, std::span<const ParamDecl> schema,
                     const std::vector<std::string>& overrides, const std::string& configs_dir) {
+  std::error_code ec;
+  std::string key = fmt::format("{}\n{}\n{}\n{}\n{}", static_cast<const void*>(schema.data()), schema.size(),
+                                configs_dir, fs::current_path(ec).string(), preset_or_path);
+  for (const std::string& o : overrides) key.append("\n").append(o);
+  std::shared_ptr<const LoadedConfig> hit;
+  {
+    std::lock_guard<std::mutex> lock(config_cache_mutex());
+    if (auto it = config_cache().find(key); it != config_cache().end()) hit = it->second;
+  }
+  if (hit) {
+    bool same = true;
+    for (const auto& [path, text] : hit->files) {
+      const std::optional<std::string> now = Loader::read_whole(path);
+      if (!now || *now != text) {
+        same = false;
+        break;
+      }
+    }
+    if (same) return hit->config;
+  }
   Loader loader(configs_dir);
   Validated v = validate(loader.load_root(preset_or_path), schema, overrides);
   Config c;
@@ -680,6 +735,10 @@ Config Config::load(std::string_view preset_or_path, std::span<const ParamDecl> 
   c.raw_ = std::move(v.raw);
   c.lists_ = std::move(v.lists);
   c.kinds_ = std::move(v.kinds);
+  auto entry = std::make_shared<const LoadedConfig>(LoadedConfig{c, loader.files()});
+  std::lock_guard<std::mutex> lock(config_cache_mutex());
+  if (config_cache().size() >= kConfigCacheMax) config_cache().clear();  // a bound for generated configs
+  config_cache()[key] = std::move(entry);
   return c;
 }
 

@@ -41,7 +41,9 @@ class Config {
   /// Load `preset_or_path` ("trn2" -> <configs_dir>/trn2.yaml, or a path to a .yaml file), follow
   /// `preset:` inheritance (child keys override parent keys), apply overrides ("tensor.pe_rows=64"),
   /// validate every key against `schema` and require every schema key to be present.
-  /// Throws nsim::Error E101..E107.
+  /// Throws nsim::Error E101..E107. A load equal to an earlier one in this process (same schema, configs
+  /// dir, working directory, preset or path and overrides) whose files still read back the same text
+  /// returns the configuration validated then.
   static Config load(std::string_view preset_or_path, std::span<const ParamDecl> schema,
                      const std::vector<std::string>& overrides = {},
                      const std::string& configs_dir = default_configs_dir());

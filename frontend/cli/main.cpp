@@ -32,6 +32,7 @@
 #include "frontend/analyze.h"
 #include "frontend/disasm.h"
 #include "frontend/diff.h"
+#include "frontend/gzip.h"
 #include "frontend/inputs.h"
 #include "frontend/ir.h"
 #include "frontend/json.h"
@@ -412,7 +413,7 @@ frontend::Kernel load_kernel(const KernelArgs& a) {
         "'python -m nsim run {}', or write its kernel.json with kernel.to_json(*args) (docs/kernel-json.md) "
         "and pass that; from Python, kernel.simulate(*args) and Profile.analyze() do the same as this command",
         a.command, a.kernel, a.kernel));
-  return frontend::parse_kernel_json(read_text(a.kernel), a.kernel);
+  return frontend::parse_kernel_json(frontend::kernel_text(read_text(a.kernel), a.kernel), a.kernel);
 }
 
 // Fill HBM inputs: from files where given, else seeded random values.
@@ -680,7 +681,7 @@ int cmd_analyze(const AnalyzeArgs& a) {
 // (then `simulated` is set).
 std::string diff_side(const std::string& path, const std::string& config, const std::vector<std::string>& overrides,
                       bool& simulated) {
-  const std::string text = read_text(path);
+  const std::string text = frontend::kernel_text(read_text(path), path);
   const frontend::json::Value v = frontend::json::parse(text, path);
   simulated = false;
   if (v.find("stats")) return text;  // diff_profiles checks the rest

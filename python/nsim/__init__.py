@@ -31,7 +31,9 @@ try:
         disasm_json,
         dtypes,
         effective_config,
+        LoadedKernel,
         error_class,
+        load_kernel,
         op_table,
         simulate_json,
         version,
@@ -48,7 +50,7 @@ except ImportError as _e:  # the extension is not built
     def __getattr__(name):
         if name in ("NsimError", "ConfigError", "AccessError", "OperandError", "KernelError", "NotSupportedError",
                     "InternalError",
-                    "Profile", "ProfileComparison", "simulate_json", "check_json", "disasm_json", "effective_config",
+                    "Profile", "ProfileComparison", "simulate_json", "load_kernel", "LoadedKernel", "check_json", "disasm_json", "effective_config",
                     "op_table", "alu_ops", "act_funcs", "dtypes", "version", "error_class", "analyze", "Analysis"):
             raise ImportError("nsim.{} needs the _nsim extension: {}".format(name, _core_import_error))
         raise AttributeError("module 'nsim' has no attribute '{}'".format(name))

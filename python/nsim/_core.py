@@ -31,7 +31,7 @@ if not os.environ.get("NSIM_CONFIGS_DIR") and os.path.isdir(_PKG_CONFIGS):
 
 __all__ = [
     "NsimError", "ConfigError", "AccessError", "OperandError", "KernelError", "NotSupportedError", "InternalError",
-    "Profile", "ProfileComparison", "simulate_json", "check_json", "disasm_json", "effective_config",
+    "Profile", "ProfileComparison", "simulate_json", "load_kernel", "LoadedKernel", "check_json", "disasm_json", "effective_config",
     "op_table", "alu_ops", "act_funcs", "dtypes", "version",
 ]
 
@@ -162,6 +162,14 @@ def _json_default(x: Any) -> Any:
                       "bools, None): {!r}".format(type(x).__name__, x)[:300], code=_errors.code("WrongType"))
 
 
+def _uncompressed(data: bytes, what: str) -> bytes:
+    """The bytes of a kernel file, inflated by _nsim when they are gzip data (docs/kernel-json.md,
+    "Compressed kernel.json"); a corrupt stream raises KernelError (BadCompression)."""
+    if data[:2] == b"\x1f\x8b":
+        return _call(_nsim.kernel_bytes, data, what)
+    return data
+
+
 def _kernel_text(kernel: KernelLike, arg: str = "kernel") -> Tuple[str, str]:
     """(kernel.json text, file name for messages) of a dict, JSON text or path."""
     if isinstance(kernel, Mapping):
@@ -172,8 +180,9 @@ def _kernel_text(kernel: KernelLike, arg: str = "kernel") -> Tuple[str, str]:
         except ValueError as e:  # circular references
             raise KernelError("{}: the dict is not JSON-serialisable: {}".format(arg, e), code=_errors.code("WrongType")) from None
     if isinstance(kernel, (bytes, bytearray)):
+        kernel = _uncompressed(bytes(kernel), "<bytes>")
         try:
-            kernel = bytes(kernel).decode("utf-8")
+            kernel = kernel.decode("utf-8")
         except UnicodeDecodeError as e:
             raise KernelError("{}: the bytes are not UTF-8 text: {}".format(arg, e), code=_errors.code("JsonSyntax")) from None
     if isinstance(kernel, os.PathLike):
@@ -187,8 +196,9 @@ def _kernel_text(kernel: KernelLike, arg: str = "kernel") -> Tuple[str, str]:
     if not looks_like_path and not os.path.exists(kernel):
         return kernel, "<string>"  # the parser reports JsonSyntax with line:column
     try:
-        with open(kernel, "r", encoding="utf-8") as f:
-            return f.read(), kernel
+        with open(kernel, "rb") as f:
+            data = f.read()
+        return _uncompressed(data, kernel).decode("utf-8"), kernel
     except FileNotFoundError:
         raise KernelFileNotFoundError("{}: no such file '{}' (pass a kernel.json path, its JSON text or a dict)".format(
             arg, kernel)) from None
@@ -263,12 +273,15 @@ class Profile:
     kernel       the kernel.json structure (dict)
     """
 
-    def __init__(self, kernel_text: str, stats_json: str, lines: list, config_yaml: str, config: str = "",
-                 timing_only: bool = False, overrides: Optional[List[str]] = None):
+    def __init__(self, kernel_text: Union[str, Callable[[], str]], stats_json: Union[str, Dict[str, Any]],
+                 lines: list, config_yaml: str, config: str = "", timing_only: bool = False,
+                 overrides: Optional[List[str]] = None):
         self.overrides: List[str] = list(overrides or [])
-        self._kernel_text = kernel_text
+        # The kernel.json text, or a callable that makes it (a kernel loaded from a dict: written when asked for).
+        self._text = kernel_text
         self._kernel: Optional[dict] = None
-        self.stats: Dict[str, Any] = json.loads(stats_json)
+        # The nested stats: a dict (from _nsim) or the stats JSON text.
+        self.stats: Dict[str, Any] = json.loads(stats_json) if isinstance(stats_json, str) else stats_json
         self.lines: List[dict] = list(lines)
         # The YAML text, or a callable that makes it (run_kernel writes it only when asked for).
         self._config_yaml = config_yaml
@@ -288,10 +301,17 @@ class Profile:
     def config_yaml(self, text: str) -> None:
         self._config_yaml = text
 
-    def __getstate__(self):  # picklable: the YAML text, not the function that makes it
+    def __getstate__(self):  # picklable: the YAML and kernel texts, not the functions that make them
         state = dict(self.__dict__)
         state["_config_yaml"] = self.config_yaml
+        state["_text"] = self._kernel_text
         return state
+
+    @property
+    def _kernel_text(self) -> str:
+        if callable(self._text):
+            self._text = self._text()
+        return self._text
 
     @property
     def kernel(self) -> dict:
@@ -500,7 +520,133 @@ def _progress_reporter(progress):
     return line, close
 
 
-def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = None, config: str = "trn2",
+def _run_options(config: Any, seed: Any, trace_limit: Any, max_instructions: Any, max_sim_time_ns: Any,
+                 trace_window: Any) -> Dict[str, Any]:
+    """The checked keyword arguments of _nsim's simulate (bad ones raise TypeError / ValueError)."""
+    opts: Dict[str, Any] = {
+        "config": _check_str(config, "config"),
+        "seed": _check_int(seed, "seed", 0, 2 ** 63 - 1),
+        "trace_limit": 0 if trace_limit is None else _check_int(trace_limit, "trace_limit", 0, 2 ** 63 - 1),
+        "max_instructions": 0 if max_instructions is None else _check_int(max_instructions, "max_instructions", 0,
+                                                                          2 ** 63 - 1),
+        "max_sim_time_ns": 0.0 if max_sim_time_ns is None else _check_number(max_sim_time_ns, "max_sim_time_ns",
+                                                                              0.0, 1e15),
+    }
+    window = (0.0, 0.0)
+    if trace_window is not None:
+        try:
+            lo, hi = trace_window
+        except (TypeError, ValueError):
+            raise ValueError("trace_window must be (start_ns, end_ns), not {!r}".format(trace_window)) from None
+        window = (0.0 if lo is None else float(lo), 0.0 if hi is None else float(hi))
+        if not all(0.0 <= w < float("inf") for w in window) or (hi is not None and window[1] <= window[0]):
+            raise ValueError("trace_window must be (start_ns, end_ns) with 0 <= start < end, not {!r}".format(trace_window))
+    opts["trace_window"] = window
+    return opts
+
+
+def _input_arrays(inputs: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    if inputs is None:
+        return {}
+    if not isinstance(inputs, Mapping):
+        raise TypeError("inputs must be a dict {{tensor name: array}}, not {}".format(type(inputs).__name__))
+    import numpy as np
+
+    arrays = {}
+    for k, v in inputs.items():
+        try:
+            arrays[str(k)] = np.asarray(v)
+        except (TypeError, ValueError) as e:
+            raise TypeError("inputs[{!r}] must be an array, not {}: {}".format(k, type(v).__name__, e)) from None
+        if arrays[str(k)].dtype == object:
+            raise TypeError("inputs[{!r}] must be a numeric array, not {!r}".format(k, v))
+    return arrays
+
+
+def _simulate(kernel: "LoadedKernel", arrays: Dict[str, Any], opts: Dict[str, Any], overrides: Any,
+              timing_only: bool, trace: Any, check: bool, progress: Any) -> Tuple[dict, "Profile"]:
+    ovr = _overrides(overrides)
+    report, close = _progress_reporter(progress)
+    try:
+        outputs, stats, lines, config_yaml, reports = _call(
+            kernel._handle.simulate, arrays, overrides=ovr, timing_only=bool(timing_only),
+            trace_path=os.fspath(trace) if trace is not None else "", check=bool(check), progress=report, **opts)
+    finally:
+        close()
+    prof = Profile(kernel._text if kernel._text is not None else kernel.to_json, stats, lines, config_yaml,
+                   config=opts["config"], timing_only=timing_only, overrides=ovr)
+    prof.check_reports = list(reports)
+    return dict(outputs), prof
+
+
+class LoadedKernel:
+    """A kernel read once into nsim's IR (``nsim.load_kernel``) and simulated any number of times — one
+    kernel over many configurations (a sweep) reads its kernel.json once. ``simulate`` takes the arguments
+    of ``nsim.simulate_json`` (without the kernel) and returns the same ``(outputs, Profile)``; runs are
+    independent (the IR is only read), so repeated runs give identical results."""
+
+    def __init__(self, kernel: KernelLike):
+        #: the kernel.json text it was read from (None: a dict's, written by to_json() when asked for)
+        self._text: Optional[str] = None
+        self._dict: Optional[dict] = None
+        if isinstance(kernel, dict):
+            # A dict (the tracer's) goes to C++ as Python objects, without its JSON text (issue 12); the
+            # few dicts json.dumps would write differently (non-string keys, NaN, ...) take the text path.
+            self.filename = "<dict>"
+            self._handle = _call(_nsim.Kernel.from_object, kernel, _json_default, self.filename)
+            if self._handle is not None:
+                self._dict = kernel  # not copied: to_json() writes it when first asked
+                return
+        text, fname = _kernel_text(kernel)
+        self._handle = _call(_nsim.Kernel, text, fname)
+        self._text = text
+        self.filename = fname
+
+    @property
+    def name(self) -> str:
+        """The kernel's name (kernel.json ``name``)."""
+        return self._handle.name
+
+    def simulate(self, *, inputs: Optional[Mapping[str, Any]] = None, config: str = "trn2",
+                 overrides: Union[None, Mapping[str, Any], Sequence[str]] = None, timing_only: bool = False,
+                 trace: Union[None, str, "os.PathLike[str]"] = None, seed: int = 0,
+                 trace_limit: Optional[int] = None,
+                 trace_window: Optional[Tuple[Optional[float], Optional[float]]] = None,
+                 check: bool = False,
+                 max_instructions: Optional[int] = None,
+                 max_sim_time_ns: Optional[float] = None,
+                 progress: Union[None, bool, Callable[[int, float], Any]] = None) -> Tuple[dict, "Profile"]:
+        """Simulate this kernel: the arguments and result of ``nsim.simulate_json`` (see there)."""
+        opts = _run_options(config, seed, trace_limit, max_instructions, max_sim_time_ns, trace_window)
+        return _simulate(self, _input_arrays(inputs), opts, overrides, timing_only, trace, check, progress)
+
+    def check(self, *, config: str = "trn2", overrides: Union[None, Mapping[str, Any], Sequence[str]] = None) -> None:
+        """Verify the kernel for a configuration (as ``nsim.check_json``); raises an NsimError subclass."""
+        _call(self._handle.check, _check_str(config, "config"), _overrides(overrides))
+
+    def to_json(self) -> str:
+        """The kernel.json text: the text it was read from, or the dict's text (json.dumps, written when first
+        asked for: the dict is not copied, so write it before changing the dict)."""
+        if self._text is None:
+            self._text = _kernel_text(self._dict)[0] if self._dict is not None else _call(self._handle.to_json)
+            self._dict = None
+        return self._text
+
+    def __repr__(self) -> str:
+        return "<nsim.LoadedKernel {} from {}>".format(self.name or "kernel", self.filename)
+
+
+def load_kernel(kernel: KernelLike) -> LoadedKernel:
+    """Read a kernel.json (dict, JSON text or path) once; ``.simulate(config=..., ...)`` then runs it without
+    reading the text again (docs/kernel-json.md, "Loading a kernel once"). A LoadedKernel is returned as it is.
+    Errors in the kernel.json raise the NsimError subclasses ``simulate_json`` raises."""
+    if isinstance(kernel, LoadedKernel):
+        return kernel
+    return LoadedKernel(kernel)
+
+
+def simulate_json(kernel: Union[KernelLike, LoadedKernel], *, inputs: Optional[Mapping[str, Any]] = None,
+                  config: str = "trn2",
                   overrides: Union[None, Mapping[str, Any], Sequence[str]] = None, timing_only: bool = False,
                   trace: Union[None, str, "os.PathLike[str]"] = None, seed: int = 0,
                   trace_limit: Optional[int] = None,
@@ -509,7 +655,7 @@ def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = N
                   max_instructions: Optional[int] = None,
                   max_sim_time_ns: Optional[float] = None,
                   progress: Union[None, bool, Callable[[int, float], Any]] = None) -> Tuple[dict, Profile]:
-    """Simulate a kernel.json (dict, JSON text or path) on one NeuronCore, or on the two physical cores of
+    """Simulate a kernel.json (dict, JSON text, path or ``nsim.load_kernel`` result) on one NeuronCore, or on the two physical cores of
     an LNC=2 launch when the kernel.json declares ``"cores": 2`` (docs/lnc.md; ``kernel[2].to_json(...)``).
 
     inputs: {tensor name: array}; arrays are converted to the tensor dtype (ml_dtypes arrays of the
@@ -529,46 +675,11 @@ def simulate_json(kernel: KernelLike, *, inputs: Optional[Mapping[str, Any]] = N
     an LNC=2 launch report no progress.
     Bad arguments raise TypeError / ValueError naming the argument; everything else is an NsimError.
     """
-    import numpy as np
-
-    config = _check_str(config, "config")
-    seed = _check_int(seed, "seed", 0, 2 ** 63 - 1)
-    limit = 0 if trace_limit is None else _check_int(trace_limit, "trace_limit", 0, 2 ** 63 - 1)
-    max_instr = 0 if max_instructions is None else _check_int(max_instructions, "max_instructions", 0, 2 ** 63 - 1)
-    max_time = 0.0 if max_sim_time_ns is None else _check_number(max_sim_time_ns, "max_sim_time_ns", 0.0, 1e15)
+    opts = _run_options(config, seed, trace_limit, max_instructions, max_sim_time_ns, trace_window)
     if inputs is not None and not isinstance(inputs, Mapping):
         raise TypeError("inputs must be a dict {{tensor name: array}}, not {}".format(type(inputs).__name__))
-    window = (0.0, 0.0)
-    if trace_window is not None:
-        try:
-            lo, hi = trace_window
-        except (TypeError, ValueError):
-            raise ValueError("trace_window must be (start_ns, end_ns), not {!r}".format(trace_window)) from None
-        window = (0.0 if lo is None else float(lo), 0.0 if hi is None else float(hi))
-        if not all(0.0 <= w < float("inf") for w in window) or (hi is not None and window[1] <= window[0]):
-            raise ValueError("trace_window must be (start_ns, end_ns) with 0 <= start < end, not {!r}".format(trace_window))
-    text, fname = _kernel_text(kernel)
-    arrays = {}
-    for k, v in (inputs or {}).items():
-        try:
-            arrays[str(k)] = np.asarray(v)
-        except (TypeError, ValueError) as e:
-            raise TypeError("inputs[{!r}] must be an array, not {}: {}".format(k, type(v).__name__, e)) from None
-        if arrays[str(k)].dtype == object:
-            raise TypeError("inputs[{!r}] must be a numeric array, not {!r}".format(k, v))
-    report, close = _progress_reporter(progress)
-    try:
-        outputs, stats_json, lines, config_yaml, reports = _call(
-            _nsim.run_kernel, text, arrays, config=config, overrides=_overrides(overrides),
-            timing_only=bool(timing_only), trace_path=os.fspath(trace) if trace is not None else "", seed=int(seed),
-            filename=fname, trace_limit=limit, trace_window=window, check=bool(check), max_instructions=max_instr,
-            max_sim_time_ns=max_time, progress=report)
-    finally:
-        close()
-    prof = Profile(text, stats_json, lines, config_yaml, config=config, timing_only=timing_only,
-                   overrides=_overrides(overrides))
-    prof.check_reports = list(reports)
-    return dict(outputs), prof
+    loaded = load_kernel(kernel)
+    return _simulate(loaded, _input_arrays(inputs), opts, overrides, timing_only, trace, check, progress)
 
 
 def check_json(kernel: KernelLike, *, config: str = "trn2",

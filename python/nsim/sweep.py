@@ -62,12 +62,28 @@ def _points(grid: Mapping[str, Sequence[Any]]) -> List[Dict[str, Any]]:
     return [dict(zip(keys, vals)) for vals in itertools.product(*(list(grid[k]) for k in keys))]
 
 
+#: Kernels read in this process (kernel.json text -> nsim.LoadedKernel), the latest few: the points of one
+#: kernel follow each other, so each worker reads a kernel's text once, not once per point.
+_LOADED: Dict[str, Any] = {}
+_LOADED_MAX = 4
+
+
+def _loaded(text: str) -> Any:
+    h = _LOADED.get(text)
+    if h is None:
+        h = _core.load_kernel(text)
+        if len(_LOADED) >= _LOADED_MAX:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[text] = h
+    return h
+
+
 def _run_point(task: Dict[str, Any]) -> Dict[str, Any]:
     """One simulation (in a worker): the row for this point."""
     row = dict(task["row"])
     try:
-        _, prof = _core.simulate_json(task["kernel"], config=task["config"], overrides=task["overrides"],
-                                      timing_only=True)
+        _, prof = _loaded(task["kernel"]).simulate(config=task["config"], overrides=task["overrides"],
+                                                   timing_only=True)
     except _core.NsimError as e:
         row["status"] = getattr(e, "code", None) or str(e).split(":", 1)[0]
         row["error"] = str(e)
@@ -158,6 +174,7 @@ def sweep(kernels: Union[KernelSpec, Sequence[KernelSpec]], grid: Mapping[str, S
                     step(1)
     finally:
         close()
+        _LOADED.clear()  # no kernel kept alive after the sweep (in this process; workers end with the pool)
     return rows
 
 

@@ -7,10 +7,12 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <new>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "frontend/analyze.h"
 #include "frontend/disasm.h"
 #include "frontend/eager.h"
+#include "frontend/gzip.h"
 #include "frontend/diff.h"
 #include "frontend/inputs.h"
 #include "frontend/json.h"
@@ -247,6 +250,151 @@ py::cpp_function lazy_yaml(const sim::Config& cfg) {
   return py::cpp_function([keep]() { return keep->to_yaml(); });
 }
 
+/// The stats as nested Python dicts, the structure of sim::StatsRegistry::json() read back by json.loads
+/// (members in order of first appearance; a leaf is {"value", "unit", "description"}, the value an int
+/// when integral and below 2^53, None when not finite; a name that is also the prefix of another keeps
+/// its leaf). Made directly: writing the JSON text and parsing it again cost ~2.8 M CPU instructions per
+/// run, an eighth of a timing-only 1024^3 GEMM (docs/performance.md).
+py::dict stats_dict(const sim::StatsRegistry& reg) {
+  py::dict root;
+  const py::str k_value("value"), k_unit("unit"), k_description("description");
+  const auto is_leaf = [&](const py::handle& h) {
+    if (!PyDict_Check(h.ptr())) return false;
+    PyObject* u = PyDict_GetItemWithError(h.ptr(), k_unit.ptr());
+    return u != nullptr && PyUnicode_Check(u);
+  };
+  for (const sim::StatEntry& e : reg.entries()) {
+    py::dict node = root;
+    size_t pos = 0;
+    bool dropped = false;
+    for (size_t dot = e.name.find('.'); dot != std::string::npos; pos = dot + 1, dot = e.name.find('.', pos)) {
+      py::str key(e.name.data() + pos, dot - pos);
+      PyObject* child = PyDict_GetItemWithError(node.ptr(), key.ptr());  // borrowed
+      if (child != nullptr && is_leaf(child)) {
+        dropped = true;
+        break;
+      }
+      if (child == nullptr || !PyDict_Check(child)) {
+        py::dict fresh;
+        node[key] = fresh;
+        node = fresh;
+      } else {
+        node = py::reinterpret_borrow<py::dict>(child);
+      }
+    }
+    if (dropped) continue;
+    py::dict leaf;
+    const double v = e.value;
+    if (!std::isfinite(v))
+      leaf[k_value] = py::none();
+    else if (v == std::floor(v) && std::fabs(v) < 0x1p53)
+      leaf[k_value] = py::int_(static_cast<int64_t>(v));
+    else
+      leaf[k_value] = py::float_(v);
+    leaf[k_unit] = py::str(e.unit);
+    leaf[k_description] = py::str(e.description);
+    node[py::str(e.name.data() + pos, e.name.size() - pos)] = std::move(leaf);
+  }
+  return root;
+}
+
+/// Options of one simulation (the keyword arguments of run_kernel / Kernel.simulate).
+struct RunArgs {
+  std::string config = "trn2";
+  std::vector<std::string> overrides;
+  bool timing_only = false;
+  std::string trace_path;
+  uint64_t seed = 0;
+  uint64_t trace_limit = 0;
+  std::pair<double, double> trace_window{0.0, 0.0};
+  bool check = false;
+  uint64_t max_instructions = 0;
+  double max_sim_time_ns = 0.0;
+};
+
+/// Verify, lower and simulate a parsed kernel: (outputs, stats dict, lines, config_yaml, check_reports).
+/// The kernel is only read, so one parsed kernel serves any number of runs (Kernel.simulate).
+py::tuple simulate_kernel(const frontend::Kernel& k, const py::dict& inputs, const RunArgs& a,
+                          const py::object& progress) {
+  const sim::Config cfg = load_cfg(a.config, a.overrides);
+  const bool timing_only = a.timing_only;
+  // Inputs are converted up front (needs the GIL); names and shapes are checked before running.
+  std::map<std::string, std::vector<uint8_t>> given;
+  for (const auto& [key, value] : inputs) {
+    const std::string name = py::str(key);
+    const int id = k.find_tensor(name);
+    if (id < 0 || k.tensors[static_cast<size_t>(id)].kind != frontend::TensorKind::kInput ||
+        k.tensors[static_cast<size_t>(id)].space != isa::Space::kHbm)
+      throw Error(ErrorCode::kBadInput, fmt::format("input '{}' is not an input tensor of kernel '{}'", name, k.name));
+    if (!timing_only) given[name] = input_bytes(k.tensors[static_cast<size_t>(id)], value);
+  }
+  SimOptions opts;
+  opts.numerics = !timing_only;
+  opts.check = a.check && !timing_only;
+  opts.trace_path = a.trace_path;
+  opts.trace_limit = a.trace_limit;
+  opts.trace_window_start_ns = a.trace_window.first, opts.trace_window_end_ns = a.trace_window.second;
+  opts.max_instructions = a.max_instructions;
+  opts.max_sim_time_ns = a.max_sim_time_ns;
+  std::optional<Simulator> sim;
+  std::map<std::string, std::vector<uint8_t>> raw_outputs;
+  if (!k.core_programs.empty()) {  // an LNC=2 launch (frontend/multicore.h)
+    std::optional<frontend::MultiCoreRun> mc;
+    std::optional<sim::StatsRegistry> stats;
+    {
+      py::gil_scoped_release nogil;
+      mc.emplace(k, cfg, opts);
+      if (!timing_only) mc->write_inputs(given, a.seed);
+      mc->run();
+      stats.emplace(mc->stats());
+      if (!timing_only)
+        for (const auto& t : k.tensors)
+          if (t.space == isa::Space::kHbm && t.kind == frontend::TensorKind::kOutput)
+            raw_outputs[t.name] = mc->core(0).read_hbm(t.name);
+    }
+    py::dict outputs;
+    for (const auto& t : k.tensors)
+      if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
+    py::list lines = lines_list(mc->line_stats());
+    py::list reports = check_list(mc->check_reports());
+    return py::make_tuple(outputs, stats_dict(*stats), lines, lazy_yaml(cfg), reports);
+  }
+  std::optional<sim::StatsRegistry> stats;
+  {
+    py::gil_scoped_release nogil;
+    sim.emplace(cfg, opts);
+    frontend::verify_kernel(k, sim->params());
+    frontend::Lowering::allocate_hbm(k, *sim);
+    if (!timing_only) frontend::write_inputs(k, *sim, given, a.seed);
+    frontend::Lowering low(k, *sim);
+    // progress(instructions, simulated_ns) once the run takes over 2 s, about once a second
+    // (frontend/progress.h), with the GIL held only for the call.
+    frontend::ProgressClock clock;
+    if (!progress.is_none())
+      low.set_progress([&](uint64_t n, sim::Ps simulated) {
+        if (!clock.due()) return;
+        py::gil_scoped_acquire gil;
+        progress(n, sim::ps_to_ns(simulated));
+      });
+    low.run();
+    sim->finish();
+    if (clock.shown()) {  // the last call: the whole run
+      py::gil_scoped_acquire gil;
+      progress(low.instructions(), sim::ps_to_ns(sim->total_time()));
+    }
+    stats.emplace(sim->stats());
+    if (!timing_only)
+      for (const auto& t : k.tensors)
+        if (t.space == isa::Space::kHbm && t.kind == frontend::TensorKind::kOutput)
+          raw_outputs[t.name] = sim->read_hbm(t.name);
+  }
+  py::dict outputs;
+  for (const auto& t : k.tensors)
+    if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
+  return py::make_tuple(outputs, stats_dict(*stats), lines_list(sim->line_stats()), lazy_yaml(cfg),
+                        check_list(sim->check_reports()));
+}
+
 py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, const std::string& config,
                      const std::vector<std::string>& overrides, bool timing_only, const std::string& trace_path,
                      uint64_t seed, const std::string& filename, uint64_t trace_limit,
@@ -254,87 +402,139 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
                      double max_sim_time_ns, const py::object& progress) {
   return guarded([&]() -> py::tuple {
     const frontend::Kernel k = frontend::parse_kernel_json(kernel_json, filename);
-    const sim::Config cfg = load_cfg(config, overrides);
-    // Inputs are converted up front (needs the GIL); names and shapes are checked before running.
-    std::map<std::string, std::vector<uint8_t>> given;
-    for (const auto& [key, value] : inputs) {
-      const std::string name = py::str(key);
-      const int id = k.find_tensor(name);
-      if (id < 0 || k.tensors[static_cast<size_t>(id)].kind != frontend::TensorKind::kInput ||
-          k.tensors[static_cast<size_t>(id)].space != isa::Space::kHbm)
-        throw Error(ErrorCode::kBadInput, fmt::format("input '{}' is not an input tensor of kernel '{}'", name, k.name));
-      if (!timing_only) given[name] = input_bytes(k.tensors[static_cast<size_t>(id)], value);
-    }
-    SimOptions opts;
-    opts.numerics = !timing_only;
-    opts.check = check && !timing_only;
-    opts.trace_path = trace_path;
-    opts.trace_limit = trace_limit;
-    opts.trace_window_start_ns = trace_window.first, opts.trace_window_end_ns = trace_window.second;
-    opts.max_instructions = max_instructions;
-    opts.max_sim_time_ns = max_sim_time_ns;
-    std::optional<Simulator> sim;
-    std::map<std::string, std::vector<uint8_t>> raw_outputs;
-    std::string stats_json;
-    if (!k.core_programs.empty()) {  // an LNC=2 launch (frontend/multicore.h)
-      std::optional<frontend::MultiCoreRun> mc;
-      {
-        py::gil_scoped_release nogil;
-        mc.emplace(k, cfg, opts);
-        if (!timing_only) mc->write_inputs(given, seed);
-        mc->run();
-        stats_json = mc->stats().to_json();
-        if (!timing_only)
-          for (const auto& t : k.tensors)
-            if (t.space == isa::Space::kHbm && t.kind == frontend::TensorKind::kOutput)
-              raw_outputs[t.name] = mc->core(0).read_hbm(t.name);
-      }
-      py::dict outputs;
-      for (const auto& t : k.tensors)
-        if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
-      py::list lines = lines_list(mc->line_stats());
-      py::list reports = check_list(mc->check_reports());
-      return py::make_tuple(outputs, stats_json, lines, lazy_yaml(cfg), reports);
-    }
-    {
-      py::gil_scoped_release nogil;
-      sim.emplace(cfg, opts);
-      frontend::verify_kernel(k, sim->params());
-      frontend::Lowering::allocate_hbm(k, *sim);
-      if (!timing_only) frontend::write_inputs(k, *sim, given, seed);
-      frontend::Lowering low(k, *sim);
-      // progress(instructions, simulated_ns) once the run takes over 2 s, about once a second
-      // (frontend/progress.h), with the GIL held only for the call.
-      frontend::ProgressClock clock;
-      if (!progress.is_none())
-        low.set_progress([&](uint64_t n, sim::Ps simulated) {
-          if (!clock.due()) return;
-          py::gil_scoped_acquire gil;
-          progress(n, sim::ps_to_ns(simulated));
-        });
-      low.run();
-      sim->finish();
-      if (clock.shown()) {  // the last call: the whole run
-        py::gil_scoped_acquire gil;
-        progress(low.instructions(), sim::ps_to_ns(sim->total_time()));
-      }
-      stats_json = sim->stats().to_json();
-      if (!timing_only)
-        for (const auto& t : k.tensors)
-          if (t.space == isa::Space::kHbm && t.kind == frontend::TensorKind::kOutput)
-            raw_outputs[t.name] = sim->read_hbm(t.name);
-    }
-    py::dict outputs;
-    for (const auto& t : k.tensors)
-      if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
-    return py::make_tuple(outputs, stats_json, lines_list(sim->line_stats()), lazy_yaml(cfg), check_list(sim->check_reports()));
+    return simulate_kernel(k, inputs,
+                           RunArgs{config, overrides, timing_only, trace_path, seed, trace_limit, trace_window, check,
+                                   max_instructions, max_sim_time_ns},
+                           progress);
   });
 }
 
-void check_kernel(const std::string& kernel_json, const std::string& config, const std::vector<std::string>& overrides,
-                  const std::string& filename) {
+/// A kernel dict (the Python tracer's, json.loads') as a JSON value, without writing its text: what
+/// json.dumps would write, read back by json::parse, for dicts with string keys, lists, tuples, str,
+/// int, float, bool and None; other objects go through `fallback` (nsim._core._json_default: numpy
+/// scalars and arrays, sets), whose exceptions propagate. Anything json.dumps + json::parse would treat
+/// differently (non-string keys, NaN or infinite floats, strings that are not valid UTF-8, nesting deeper
+/// than json::kMaxDepth, e.g. a cycle) makes convert() return nullopt: the caller then takes the text path,
+/// which reports these as it always has.
+class FromPython {
+ public:
+  explicit FromPython(py::handle fallback) : fallback_(fallback) {}
+  std::optional<frontend::json::Value> convert(py::handle obj) {
+    try {
+      return value(obj, 0);
+    } catch (const NotDirect&) {
+      return std::nullopt;
+    }
+  }
+
+ private:
+  struct NotDirect {};
+  using Value = frontend::json::Value;
+  py::handle fallback_;
+
+  Value value(py::handle obj, int depth) {
+    PyObject* p = obj.ptr();
+    if (depth > frontend::json::kMaxDepth) throw NotDirect{};
+    if (p == Py_None) return Value::null();
+    if (PyBool_Check(p)) return Value::boolean(p == Py_True);
+    if (PyLong_Check(p)) {
+      int overflow = 0;
+      const long long v = PyLong_AsLongLongAndOverflow(p, &overflow);
+      if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+      if (overflow != 0) throw NotDirect{};  // the parser's double of a long integer text: the text path
+      return Value::integer(static_cast<int64_t>(v));
+    }
+    if (PyFloat_Check(p)) {
+      const double d = PyFloat_AS_DOUBLE(p);
+      if (!std::isfinite(d)) throw NotDirect{};
+      return Value::real(d);
+    }
+    if (PyUnicode_Check(p)) {
+      Py_ssize_t n = 0;
+      const char* u = PyUnicode_AsUTF8AndSize(p, &n);
+      if (u == nullptr) {  // lone surrogates
+        PyErr_Clear();
+        throw NotDirect{};
+      }
+      return Value::string(std::string(u, static_cast<size_t>(n)));
+    }
+    if (PyDict_Check(p)) {
+      Value v = Value::object();
+      v.reserve(static_cast<size_t>(PyDict_Size(p)));
+      PyObject *key = nullptr, *item = nullptr;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(p, &pos, &key, &item)) {
+        if (!PyUnicode_Check(key)) throw NotDirect{};
+        Py_ssize_t n = 0;
+        const char* u = PyUnicode_AsUTF8AndSize(key, &n);
+        if (u == nullptr) {
+          PyErr_Clear();
+          throw NotDirect{};
+        }
+        v.set(std::string(u, static_cast<size_t>(n)), value(item, depth + 1));
+      }
+      return v;
+    }
+    if (PyList_Check(p) || PyTuple_Check(p)) {
+      Value v = Value::array();
+      const size_t n = static_cast<size_t>(PySequence_Fast_GET_SIZE(p));
+      v.reserve(n);
+      PyObject** items = PySequence_Fast_ITEMS(p);
+      for (size_t i = 0; i < n; ++i) v.push(value(items[i], depth + 1));
+      return v;
+    }
+    py::object made = py::reinterpret_borrow<py::object>(fallback_)(obj);  // raises for non-JSON values
+    return value(made, depth + 1);
+  }
+};
+
+/// _nsim.Kernel: a kernel read once (kernel.json text) and simulated any number of times, e.g. over
+/// the configurations of a sweep, without reading the text again (docs/kernel-json.md, "Loading a
+/// kernel once").
+class PyKernel {
+ public:
+  PyKernel(const std::string& kernel_json, const std::string& filename)
+      : k_(guarded([&] { return frontend::parse_kernel_json(kernel_json, filename); })), file_(filename) {}
+  PyKernel(frontend::Kernel k, const std::string& filename) : k_(std::move(k)), file_(filename) {}
+  /// A kernel dict read without its JSON text (FromPython); None when it needs the text path.
+  static std::optional<PyKernel> from_object(const py::handle& obj, const py::handle& fallback,
+                                             const std::string& filename) {
+    std::optional<frontend::json::Value> v = FromPython(fallback).convert(obj);
+    if (!v) return std::nullopt;
+    return guarded([&] { return PyKernel(frontend::parse_kernel_value(*v, filename), filename); });
+  }
+  py::tuple simulate(const py::dict& inputs, const std::string& config, const std::vector<std::string>& overrides,
+                     bool timing_only, const std::string& trace_path, uint64_t seed, uint64_t trace_limit,
+                     std::pair<double, double> trace_window, bool check, uint64_t max_instructions,
+                     double max_sim_time_ns, const py::object& progress) const {
+    return guarded([&]() -> py::tuple {
+      return simulate_kernel(k_, inputs,
+                             RunArgs{config, overrides, timing_only, trace_path, seed, trace_limit, trace_window,
+                                     check, max_instructions, max_sim_time_ns},
+                             progress);
+    });
+  }
+  void check(const std::string& config, const std::vector<std::string>& overrides) const;
+  const std::string& name() const { return k_.name; }
+  const std::string& filename() const { return file_; }
+  std::string to_json() const {
+    return guarded([&] {
+      if (!k_.core_programs.empty())  // docs/kernel-json.md: the writer writes single-core kernels only
+        throw Error(ErrorCode::kMultiCoreLaunch,
+                    "to_json: a multi-core launch is not written by nsim (write_kernel_json writes one core)");
+      return frontend::write_kernel_json(k_);
+    });
+  }
+  const frontend::Kernel& kernel() const { return k_; }
+
+ private:
+  frontend::Kernel k_;  // never changed after construction: runs only read it
+  std::string file_;
+};
+
+/// Verify a parsed kernel for a configuration (`nsim check`); raises NsimError.
+void check_parsed(const frontend::Kernel& k, const std::string& config, const std::vector<std::string>& overrides) {
   guarded([&] {
-    const frontend::Kernel k = frontend::parse_kernel_json(kernel_json, filename);
     const sim::Config cfg = load_cfg(config, overrides);
     if (!k.core_programs.empty()) {
       SimOptions o;
@@ -345,6 +545,15 @@ void check_kernel(const std::string& kernel_json, const std::string& config, con
     frontend::verify_kernel(k, engines::CoreParams::from_config(cfg));
     return 0;
   });
+}
+
+void check_kernel(const std::string& kernel_json, const std::string& config, const std::vector<std::string>& overrides,
+                  const std::string& filename) {
+  check_parsed(guarded([&] { return frontend::parse_kernel_json(kernel_json, filename); }), config, overrides);
+}
+
+void PyKernel::check(const std::string& config, const std::vector<std::string>& overrides) const {
+  check_parsed(k_, config, overrides);
 }
 
 std::vector<std::string> disasm(const std::string& kernel_json, const std::string& config,
@@ -707,12 +916,33 @@ PYBIND11_MODULE(_nsim, m) {
         py::arg("seed") = 0, py::arg("filename") = "kernel.json", py::arg("trace_limit") = 0,
         py::arg("trace_window") = std::pair<double, double>{0.0, 0.0}, py::arg("check") = false,
         py::arg("max_instructions") = 0, py::arg("max_sim_time_ns") = 0.0, py::arg("progress") = py::none(),
-        "Parse, verify and simulate a kernel.json text. Returns (outputs, stats_json, lines, config_yaml,\n"
-        "check_reports); check: run the sanitizer (numerics only), whose reports are dicts.\n"
+        "Parse, verify and simulate a kernel.json text. Returns (outputs, stats, lines, config_yaml,\n"
+        "check_reports); stats: the nested dict of the stats JSON; check: run the sanitizer (numerics only), whose\n"
+        "reports are dicts.\n"
         "progress: None, or called as progress(instructions, simulated_ns) once the run takes over 2 s, about\n"
         "once a second, and once more at the end (a single-core run; NSIM_PROGRESS_INTERVAL=<s> sets both).\n"
         "trace_limit: keep the N earliest trace slices (0 = all); trace_window: (start_ns, end_ns), keep slices\n"
         "overlapping [start, end) (end 0 = no end). max_instructions / max_sim_time_ns: E416 when exceeded (0 = none).");
+  py::class_<PyKernel>(m, "Kernel",
+                       "A kernel.json read once into nsim's IR and simulated any number of times (nsim.load_kernel).")
+      .def(py::init<const std::string&, const std::string&>(), py::arg("kernel_json"),
+           py::arg("filename") = "kernel.json", "Parse a kernel.json text; raises NsimError as run_kernel does.")
+      .def_static("from_object", &PyKernel::from_object, py::arg("obj"), py::arg("fallback"),
+                  py::arg("filename") = "<dict>",
+                  "Read a kernel dict without writing its JSON text; None when the dict needs the text path\n"
+                  "(non-string keys, NaN, long integers, invalid strings, deep nesting). `fallback(x)` makes a JSON\n"
+                  "value of any other object (as json.dumps' default=).")
+      .def("simulate", &PyKernel::simulate, py::arg("inputs") = py::dict(), py::arg("config") = "trn2",
+           py::arg("overrides") = std::vector<std::string>{}, py::arg("timing_only") = false,
+           py::arg("trace_path") = "", py::arg("seed") = 0, py::arg("trace_limit") = 0,
+           py::arg("trace_window") = std::pair<double, double>{0.0, 0.0}, py::arg("check") = false,
+           py::arg("max_instructions") = 0, py::arg("max_sim_time_ns") = 0.0, py::arg("progress") = py::none(),
+           "Verify, lower and simulate: the arguments and result of run_kernel (without the text).")
+      .def("check", &PyKernel::check, py::arg("config") = "trn2", py::arg("overrides") = std::vector<std::string>{},
+           "Verify for a configuration, as check_kernel; raises NsimError.")
+      .def("to_json", &PyKernel::to_json, "The kernel as kernel.json text (write_kernel_json: parse(to_json()) == kernel).")
+      .def_property_readonly("name", &PyKernel::name)
+      .def_property_readonly("filename", &PyKernel::filename);
   py::class_<PyEagerSession>(m, "EagerSession",
                              "Numerics of a kernel executed op by op while it is traced (eager values).")
       .def(py::init<const std::string&, const std::vector<std::string>&>(), py::arg("config") = "trn2",
@@ -738,6 +968,15 @@ PYBIND11_MODULE(_nsim, m) {
         return out;
       },
       "The sanitizer's checks: [{code, check, fix}] (engines/check/checker.h).");
+  m.def(
+      "kernel_bytes",
+      [](const py::bytes& data, const std::string& what) {
+        std::string text = guarded([&] { return frontend::kernel_text(std::string(data), what); });
+        return py::bytes(text);
+      },
+      py::arg("data"), py::arg("what") = "kernel.json",
+      "The bytes of a kernel file, uncompressed when they are gzip data (docs/kernel-json.md, \"Compressed\n"
+      "kernel.json\"); a truncated or corrupt gzip stream raises NsimError (BadCompression).");
   m.def("check_kernel", &check_kernel, py::arg("kernel_json"), py::arg("config") = "trn2",
         py::arg("overrides") = std::vector<std::string>{}, py::arg("filename") = "kernel.json",
         "Parse and verify a kernel.json text for a configuration; raises NsimError.");

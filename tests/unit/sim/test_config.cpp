@@ -532,6 +532,36 @@ TEST_CASE("an edited config file is read again, not taken from the parse cache",
   CHECK(code_of([&] { Config::load(run, kSchema, {}); }) == ErrorCode::kConfigParse);
 }
 
+TEST_CASE("a configuration loaded again equals a fresh load, per overrides, directory and file", "[config]") {
+  // Config::load keeps validated configurations per (schema, configs dir, working directory, preset or
+  // path, overrides) while the files they were read from are unchanged.
+  const Config a = Config::load("trn2", kSchema, {"clock.tensor=1.5GHz"});
+  const Config b = Config::load("trn2", kSchema, {"clock.tensor=1.5GHz"});
+  CHECK(a.raw() == b.raw());
+  CHECK(b.raw() == Config::from_yaml("preset: trn2\n", kSchema, {"clock.tensor=1.5GHz"}).raw());  // not cached
+  CHECK(b.freq_ghz("clock.tensor") == Approx(1.5));
+  CHECK(Config::load("trn2", kSchema, {"clock.tensor=1.25GHz"}).freq_ghz("clock.tensor") == Approx(1.25));
+  CHECK(Config::load("trn2", kSchema, {}).raw() == Config::from_yaml("preset: trn2\n", kSchema).raw());
+  CHECK(code_of([&] { Config::load("trn2", kSchema, {"clock.tensor=fast"}); }) == ErrorCode::kConfigBadValue);
+  CHECK(code_of([&] { Config::load("trn2", kSchema, {"clock.tensor=fast"}); }) == ErrorCode::kConfigBadValue);
+  // The same relative path from two working directories names two files.
+  TempDir tmp;
+  tmp.write("one/run.yaml", "preset: trn2\nclock.vector: 1GHz\n");
+  tmp.write("two/run.yaml", "preset: trn2\nclock.vector: 2GHz\n");
+  const fs::path cwd = fs::current_path();
+  fs::current_path(tmp.path / "one");
+  const double one = Config::load("run.yaml", kSchema, {}).freq_ghz("clock.vector");
+  fs::current_path(tmp.path / "two");
+  const double two = Config::load("run.yaml", kSchema, {}).freq_ghz("clock.vector");
+  // A file removed after its load is not served from the cache.
+  fs::remove(tmp.path / "two" / "run.yaml");
+  const ErrorCode gone = code_of([&] { Config::load("run.yaml", kSchema, {}); });
+  fs::current_path(cwd);
+  CHECK(one == Approx(1.0));
+  CHECK(two == Approx(2.0));
+  CHECK(gone == ErrorCode::kConfigPresetNotFound);
+}
+
 TEST_CASE("default configs dir honours NSIM_CONFIGS_DIR", "[config]") {
   const std::string compiled = Config::default_configs_dir();
   CHECK(fs::exists(fs::path(compiled) / "trn1.yaml"));
