@@ -2795,6 +2795,42 @@ class _Retry(BaseException):
         self.key, self.why, self.peel, self.pair = key, why, peel, pair
 
 
+#: Loop decisions (loops unrolled, peeled, paired; everything unrolled) of the last trace of a kernel function for
+#: one kind of arguments (_plan_key): a later trace of it starts from them instead of finding them again by
+#: retries. Starting from them is always sound (unrolling, peeling and pairing give the same instructions'
+#: values; a decision that no longer holds is found again by a retry), and the trace gives the same IR as
+#: the last attempt of the trace that made them.
+_LOOP_PLANS = {}
+_MAX_LOOP_PLANS = 1024
+
+
+def _arg_kind(v, depth=0):
+    """A hashable description of a kernel argument for _plan_key: arrays by shape and dtype, plain values by
+    type and value; None when the argument is of another kind (then nothing is remembered)."""
+    if isinstance(v, np.ndarray):
+        return ("a", v.shape, v.dtype.str)
+    if v is None or isinstance(v, (bool, int, float, str, np.integer, np.floating)):
+        return ("v", type(v).__name__, v)
+    if isinstance(v, (tuple, list)) and depth < 4 and len(v) <= 64:
+        kinds = tuple(_arg_kind(x, depth + 1) for x in v)
+        return None if any(k is None for k in kinds) else (type(v).__name__, kinds)
+    return None
+
+
+def _plan_key(fn, args, kwargs, check, lnc, config, overrides):
+    kinds = tuple(_arg_kind(a) for a in args) + tuple((k, _arg_kind(v)) for k, v in sorted(kwargs.items()))
+    if any(k is None or (isinstance(k, tuple) and k[1] is None) for k in kinds):
+        return None
+    try:
+        key = (fn, kinds, bool(check), tuple(lnc) if lnc is not None else None, config,
+               tuple(overrides) if isinstance(overrides, (list, tuple)) else
+               tuple(sorted(overrides.items())) if isinstance(overrides, dict) else overrides)
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 #: NSIM_EXPLAIN_LOOPS=1: print on stderr which loop is unrolled and why, each time trace() starts again.
 _EXPLAIN_LOOPS = os.environ.get("NSIM_EXPLAIN_LOOPS", "") not in ("", "0")
 
@@ -2812,10 +2848,19 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=No
     symbolically fails, the kernel is traced again from the start with that loop (its source line)
     unrolled. An error of the kernel itself is reported as the fully unrolled trace reports it."""
     unroll, peel, pair, unroll_all = set(), set(), set(), loops_mode(loops) == "unroll"
+    plan_key = None if unroll_all else _plan_key(fn, args, kwargs, check, lnc, config, overrides)
+    plan = _LOOP_PLANS.get(plan_key) if plan_key is not None else None
+    if plan is not None:  # this kernel's loop decisions for these argument kinds, from its last trace
+        unroll, peel, pair, unroll_all = set(plan[0]), set(plan[1]), set(plan[2]), plan[3]
     for _attempt in range(MAX_TRACE_RETRIES + 1):
         try:
-            return _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc,
+            tres = _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc,
                                unroll, peel, unroll_all, pair)
+            if plan_key is not None:
+                if len(_LOOP_PLANS) >= _MAX_LOOP_PLANS:
+                    _LOOP_PLANS.clear()
+                _LOOP_PLANS[plan_key] = (frozenset(unroll), frozenset(peel), frozenset(pair), unroll_all)
+            return tres
         except _Retry as e:
             peeling = e.peel and e.key is not None and e.key not in peel and e.key not in unroll
             pairing = e.pair and e.key in peel and e.key not in pair and e.key not in unroll
