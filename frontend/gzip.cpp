@@ -34,9 +34,9 @@ uint32_t crc32(const char* p, size_t n) {
 /// one table lookup, longer ones bit by bit from the canonical code (as zlib's puff does).
 class Inflater {
  public:
-  Inflater(std::string_view in, size_t pos, std::string& out, const std::string& what)
+  Inflater(std::string_view in, size_t pos, std::string& out, const std::string& what, const char* format = "gzip")
       : in_(reinterpret_cast<const uint8_t*>(in.data())), n_(in.size()), pos_(pos), base_(out.size()), out_(out),
-        what_(what) {}
+        what_(what), format_(format) {}
 
   /// Inflates the stream; returns the byte position just after it.
   size_t run() {
@@ -68,11 +68,12 @@ class Inflater {
   size_t base_;  ///< where this stream's output starts in out_ (earlier members are not its window)
   std::string& out_;
   const std::string& what_;
+  const char* format_;
   uint64_t buf_ = 0;
   int cnt_ = 0;
 
   [[noreturn]] void bad(const std::string& msg) const {
-    throw Error(ErrorCode::kBadCompression, fmt::format("{}: gzip: {}", what_, msg));
+    throw Error(ErrorCode::kBadCompression, fmt::format("{}: {}: {}", what_, format_, msg));
   }
   void fill(int k) {  // at least k bits in the buffer, or all that the input has left
     while (cnt_ < k && pos_ < n_) {
@@ -286,6 +287,31 @@ std::string gunzip(std::string_view bytes, const std::string& what) {
     ++members;
   }
   if (members == 0) bad("the file is empty");
+  return out;
+}
+
+std::string zlib_inflate(std::string_view bytes, const std::string& what) {
+  const auto* b = reinterpret_cast<const uint8_t*>(bytes.data());
+  const size_t n = bytes.size();
+  const auto bad = [&](const std::string& msg) {
+    throw Error(ErrorCode::kBadCompression, fmt::format("{}: zlib: {}", what, msg));
+  };
+  if (n < 6) bad("shorter than a zlib header and trailer");
+  // RFC 1950 2.2: CM = 8 (DEFLATE), a window of at most 32 KiB, the check bits, no preset dictionary
+  if ((b[0] & 0x0F) != 8 || (b[0] >> 4) > 7 || (b[0] * 256u + b[1]) % 31 != 0 || (b[1] & 0x20))
+    bad("not a zlib header (DEFLATE, window <= 32 KiB, no preset dictionary)");
+  std::string out;
+  const size_t p = Inflater(bytes, 2, out, what, "zlib").run();
+  if (n - p < 4) bad("the data ends before its Adler-32 (truncated)");
+  uint32_t s1 = 1, s2 = 0;  // Adler-32 (RFC 1950 8.2), big-endian after the data
+  for (const char c : out) {
+    s1 = (s1 + static_cast<uint8_t>(c)) % 65521;
+    s2 = (s2 + s1) % 65521;
+  }
+  const uint32_t want = static_cast<uint32_t>(b[p]) << 24 | static_cast<uint32_t>(b[p + 1]) << 16 |
+                        static_cast<uint32_t>(b[p + 2]) << 8 | static_cast<uint32_t>(b[p + 3]);
+  if ((s2 << 16 | s1) != want) bad("the Adler-32 of the data does not match");
+  if (p + 4 != n) bad("bytes after the zlib stream");
   return out;
 }
 

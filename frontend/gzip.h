@@ -16,6 +16,10 @@ bool is_gzip(std::string_view bytes);
 /// length. Throws Error(kBadCompression) "`what`: gzip: ..." for a truncated or corrupt stream.
 std::string gunzip(std::string_view bytes, const std::string& what);
 
+/// The uncompressed content of a zlib stream (RFC 1950: a DEFLATE stream with a 2-byte header and its Adler-32),
+/// e.g. a Perfetto trace's compressed packets. Throws Error(kBadCompression) "`what`: zlib: ..." when corrupt.
+std::string zlib_inflate(std::string_view bytes, const std::string& what);
+
 /// A kernel file's text: `bytes` as they are, or uncompressed when they are gzip data.
 std::string kernel_text(std::string bytes, const std::string& what);
 

@@ -153,3 +153,27 @@ TEST_CASE("truncated or corrupt gzip data is a BadCompression error", "[gzip]") 
     }
   }
 }
+
+TEST_CASE("zlib_inflate reads a zlib stream and rejects a bad header, checksum or length", "[gzip]") {
+  // zlib.compress(b"nsim nsim nsim nsim kernel.json") (Python's zlib, default level: a fixed-Huffman block)
+  const std::vector<uint8_t> z = {0x78, 0x9c, 0xcb, 0x2b, 0xce, 0xcc, 0x55, 0xc8, 0x43, 0x25, 0xb2, 0x53, 0x8b,
+                                  0xf2, 0x52, 0x73, 0xf4, 0xb2, 0x8a, 0xf3, 0xf3, 0x00, 0xbb, 0x5c, 0x0b, 0xc6};
+  const std::string s(z.begin(), z.end());
+  CHECK(nsim::frontend::zlib_inflate(s, "t") == "nsim nsim nsim nsim kernel.json");
+  const auto code_of = [](const std::string& bytes) {
+    try {
+      nsim::frontend::zlib_inflate(bytes, "t");
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return ErrorCode::kInternal;  // (no error: never a BadCompression)
+  };
+  std::string bad_header = s;
+  bad_header[1] = static_cast<char>(0x9d);  // (CMF * 256 + FLG) % 31 != 0
+  CHECK(code_of(bad_header) == ErrorCode::kBadCompression);
+  std::string bad_sum = s;
+  bad_sum.back() = static_cast<char>(bad_sum.back() ^ 1);  // the Adler-32
+  CHECK(code_of(bad_sum) == ErrorCode::kBadCompression);
+  CHECK(code_of(s + "x") == ErrorCode::kBadCompression);  // bytes after the stream
+  for (size_t n = 0; n < s.size(); ++n) CHECK(code_of(s.substr(0, n)) == ErrorCode::kBadCompression);
+}

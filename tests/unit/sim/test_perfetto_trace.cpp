@@ -1,5 +1,5 @@
-// PerfettoTraceWriter (sim/perfetto_trace.cpp) read back: a small zlib/DEFLATE decoder (RFC 1950/1951,
-// after zlib's puff.c) and protobuf reader undo the compressed packets, the incremental clock, the held-back
+// PerfettoTraceWriter (sim/perfetto_trace.cpp) read back: nsim's inflater (frontend/gzip.h, which
+// tests/unit/frontend/test_gzip.cpp checks against gzip's own output) and a protobuf reader undo the compressed packets, the incremental clock, the held-back
 // slice ends and the lanes, and every slice must come back on its track with its start and end. Synthetic
 // slices exercise what the examples do not: overlaps deeper than two, several compressed chunks, a chunk
 // that does not compress (written as plain packets), equal timestamps. (tests/python/test_trace_protobuf.py
@@ -22,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "frontend/gzip.h"
 #include "sim/trace.h"
 
 namespace {
@@ -31,155 +32,6 @@ using nsim::sim::Ps;
 using nsim::sim::TraceArg;
 using nsim::sim::TraceSlice;
 namespace fs = std::filesystem;
-
-// ---- zlib stream decoder ---------------------------------------------------------------------------
-class Inflate {
- public:
-  explicit Inflate(std::string_view z) : in_(z) {}
-  std::string run() {
-    if (in_.size() < 6) throw std::runtime_error("short zlib stream");
-    const auto cmf = static_cast<unsigned char>(in_[0]), flg = static_cast<unsigned char>(in_[1]);
-    if ((cmf & 15) != 8 || (cmf * 256 + flg) % 31 != 0 || (flg & 32)) throw std::runtime_error("bad zlib header");
-    pos_ = 2;
-    for (int last = 0; !last;) {
-      last = bits(1);
-      const int type = bits(2);
-      if (type == 0) stored();
-      else if (type == 1) fixed();
-      else if (type == 2) dynamic();
-      else throw std::runtime_error("bad block type");
-    }
-    uint32_t a = 1, b = 0;
-    for (unsigned char c : out_) {
-      a = (a + c) % 65521;
-      b = (b + a) % 65521;
-    }
-    uint32_t want = 0;
-    for (int i = 0; i < 4; ++i) want = (want << 8) | byte(pos_ + static_cast<size_t>(i));
-    if (((b << 16) | a) != want) throw std::runtime_error("Adler-32 mismatch");
-    if (pos_ + 4 != in_.size()) throw std::runtime_error("bytes after the zlib stream");
-    return out_;
-  }
-
- private:
-  struct Huff {
-    std::vector<int> count = std::vector<int>(16, 0), symbol;
-  };
-  std::string_view in_;
-  size_t pos_ = 0;
-  uint64_t buf_ = 0;
-  int cnt_ = 0;
-  std::string out_;
-
-  unsigned byte(size_t i) const {
-    if (i >= in_.size()) throw std::runtime_error("zlib stream ends early");
-    return static_cast<unsigned char>(in_[i]);
-  }
-  int bits(int need) {
-    while (cnt_ < need) {
-      buf_ |= static_cast<uint64_t>(byte(pos_++)) << cnt_;
-      cnt_ += 8;
-    }
-    const int v = static_cast<int>(buf_ & ((uint64_t{1} << need) - 1));
-    buf_ >>= need;
-    cnt_ -= need;
-    return v;
-  }
-  static Huff build(const std::vector<int>& len) {
-    Huff h;
-    h.symbol.assign(len.size(), 0);
-    for (int l : len) ++h.count[static_cast<size_t>(l)];
-    int left = 1;  // over-subscribed codes are invalid (an incomplete one is allowed, as zlib does for a single code)
-    for (size_t l = 1; l < 16; ++l) {
-      left = left * 2 - h.count[l];
-      if (left < 0) throw std::runtime_error("over-subscribed Huffman code");
-    }
-    std::vector<int> offs(16, 0);
-    for (size_t l = 1; l < 15; ++l) offs[l + 1] = offs[l] + h.count[l];
-    for (size_t s = 0; s < len.size(); ++s)
-      if (len[s] != 0) h.symbol[static_cast<size_t>(offs[static_cast<size_t>(len[s])]++)] = static_cast<int>(s);
-    return h;
-  }
-  int decode(const Huff& h) {
-    int code = 0, first = 0, index = 0;
-    for (size_t l = 1; l < 16; ++l) {
-      code |= bits(1);
-      const int count = h.count[l];
-      if (code - count < first) return h.symbol[static_cast<size_t>(index + (code - first))];
-      index += count;
-      first = (first + count) << 1;
-      code <<= 1;
-    }
-    throw std::runtime_error("bad Huffman code");
-  }
-  void stored() {
-    buf_ = 0;
-    cnt_ = 0;
-    const unsigned len = byte(pos_) | byte(pos_ + 1) << 8, nlen = byte(pos_ + 2) | byte(pos_ + 3) << 8;
-    if ((len ^ 0xffff) != nlen) throw std::runtime_error("bad stored block length");
-    pos_ += 4;
-    for (unsigned i = 0; i < len; ++i) out_.push_back(static_cast<char>(byte(pos_++)));
-  }
-  void codes(const Huff& lit, const Huff& dist) {
-    static const int kLen[29] = {3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27,
-                                 31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
-    static const int kLenX[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
-    static const int kDist[30] = {1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769,
-                                  1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
-    static const int kDistX[30] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
-    for (;;) {
-      int sym = decode(lit);
-      if (sym < 256) {
-        out_.push_back(static_cast<char>(sym));
-        continue;
-      }
-      if (sym == 256) return;
-      sym -= 257;
-      if (sym >= 29) throw std::runtime_error("bad length code");
-      const int len = kLen[sym] + bits(kLenX[sym]);
-      const int d = decode(dist);
-      if (d >= 30) throw std::runtime_error("bad distance code");
-      const size_t back = static_cast<size_t>(kDist[d] + bits(kDistX[d]));
-      if (back > out_.size() || back > 32768) throw std::runtime_error("distance too far back");
-      for (int i = 0; i < len; ++i) out_.push_back(out_[out_.size() - back]);
-    }
-  }
-  void fixed() {
-    std::vector<int> l(288, 8), d(30, 5);
-    std::fill(l.begin() + 144, l.begin() + 256, 9);
-    std::fill(l.begin() + 256, l.begin() + 280, 7);
-    codes(build(l), build(d));
-  }
-  void dynamic() {
-    static const int kOrder[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
-    const int nlen = bits(5) + 257, ndist = bits(5) + 1, ncode = bits(4) + 4;
-    if (nlen > 286 || ndist > 30) throw std::runtime_error("bad dynamic block counts");
-    std::vector<int> cl(19, 0);
-    for (int i = 0; i < ncode; ++i) cl[static_cast<size_t>(kOrder[i])] = bits(3);
-    const Huff lencode = build(cl);
-    std::vector<int> lens;
-    while (static_cast<int>(lens.size()) < nlen + ndist) {
-      const int sym = decode(lencode);
-      if (sym < 16) {
-        lens.push_back(sym);
-        continue;
-      }
-      int v = 0, rep;
-      if (sym == 16) {
-        if (lens.empty()) throw std::runtime_error("repeat with no previous length");
-        v = lens.back();
-        rep = 3 + bits(2);
-      } else {
-        rep = sym == 17 ? 3 + bits(3) : 11 + bits(7);
-      }
-      if (static_cast<int>(lens.size()) + rep > nlen + ndist) throw std::runtime_error("too many lengths");
-      lens.insert(lens.end(), static_cast<size_t>(rep), v);
-    }
-    if (lens[256] == 0) throw std::runtime_error("no end-of-block code");
-    codes(build(std::vector<int>(lens.begin(), lens.begin() + nlen)),
-          build(std::vector<int>(lens.begin() + nlen, lens.end())));
-  }
-};
 
 // ---- protobuf --------------------------------------------------------------------------------------
 struct Field {
@@ -248,7 +100,7 @@ Decoded decode(const std::string& data) {
     const auto fs = fields(f.b);
     if (const Field* z = find(fs, 50)) {
       ++d.compressed_chunks;
-      inflated.push_back(Inflate(z->b).run());
+      inflated.push_back(nsim::frontend::zlib_inflate(z->b, "compressed_packets"));
       for (const Field& g : fields(inflated.back())) packets.push_back(g.b);
     } else {
       ++d.plain_packets;
