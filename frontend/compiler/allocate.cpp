@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -254,50 +255,117 @@ int64_t pack(const std::vector<size_t>& order, const std::vector<int64_t>& size,
   return extent;
 }
 
+/// Where one tile's allocation site last handed out storage, for spread()'s rotation pass.
+struct SiteInfo {
+  std::vector<int> site;          ///< per tile: allocation site (alloc line, shape, dtype), -1 none
+  std::vector<int64_t> recent_lo;  ///< per tile: bytes (from its offset) of the buffer its last instance uses
+  std::vector<int64_t> recent_hi;
+};
+
 /// Pipelining-aware placement, tried after a packing has shown that the tiles fit: tiles in order of
 /// lifetime start, each at the aligned offset (within `avail`) whose bytes were last used longest ago —
 /// memory never used first, lowest offset on ties. Tight packing hands a dead tile's bytes to the very
 /// next tile, and the write of that tile must then wait for the last read of the dead one (a
 /// write-after-read edge between neighbours that are otherwise independent: consecutive chunks of a
 /// flash-attention row sharing one PSUM bank cannot overlap); the Neuron compiler avoids such reuse
-/// while capacity allows (compiler.md 4, inferred; docs/timing-model.md "Memory allocation"). Needs
-/// one interval per tile; returns the extent, or -1 when some tile finds no free window (the packed
-/// offsets are then kept). O(tiles x avail / unit).
+/// while capacity allows (compiler.md 4, inferred; docs/timing-model.md "Memory allocation").
+///
+/// A window some tile meeting the new one's lifetime holds is not free; otherwise its score is the
+/// smallest reuse distance (statements from a dead tile's end to the new tile's start) over the tiles
+/// placed on its bytes, never used being the best. `sites` (the rotation pass, when the first pass had
+/// to reuse bytes): a dead tile of the new tile's own allocation site is better still, except the buffer
+/// of that site's latest tile — the site's tiles rotate over at least two storages, as the tracer's
+/// unrolled trace and the compiler's rotating buffers do — so the tiles that must share are those of
+/// one site, not a tile at a loop's start and one at its end. Pairwise (O(tiles^2)) below kSpreadPairs
+/// pairs, else by each byte's latest end, O(tiles x avail / unit), without sites and without tiles of
+/// several intervals (value-level live ranges). Returns the extent, or -1 when some tile finds no free
+/// window (the packed offsets are then kept); `shared`: set when some tile took bytes used before.
 int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size, const std::vector<Ivs>& iv,
-               int64_t unit, int64_t avail, std::vector<int64_t>& off) {
+               int64_t unit, int64_t avail, const SiteInfo* sites, std::vector<int64_t>& off, bool* shared) {
+  constexpr int64_t kSpreadPairs = int64_t{1} << 24;
   const int64_t units = unit > 0 ? avail / unit : 0;
   if (units <= 0 || units > (int64_t{1} << 24)) return -1;
-  for (size_t t : ids)
-    if (iv[t].size() != 1) return -1;
+  bool multi = false;
+  for (size_t t : ids) {
+    if (iv[t].empty()) return -1;
+    multi |= iv[t].size() != 1;
+  }
+  const bool pairwise = static_cast<int64_t>(ids.size()) * static_cast<int64_t>(ids.size()) <= kSpreadPairs;
+  if ((multi || sites) && !pairwise) return -1;
   std::vector<size_t> order = ids;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return iv[a].front().first != iv[b].front().first ? iv[a].front().first < iv[b].front().first : size[a] > size[b];
   });
-  constexpr int64_t kNever = std::numeric_limits<int64_t>::min();
-  std::vector<int64_t> last(static_cast<size_t>(units), kNever);  // per unit: end of its latest occupant
-  std::vector<int64_t> dq(static_cast<size_t>(units));             // sliding-window maximum (indices)
+  // Scores, higher is better: a reuse distance d (< kFree), never used, a dead tile of the same site.
+  constexpr int64_t kBlocked = -1, kFree = int64_t{1} << 56, kSite = int64_t{1} << 57;
+  std::vector<int64_t> last(static_cast<size_t>(units), -1);  // per unit: latest end of its tiles
+  std::vector<int64_t> score(static_cast<size_t>(units));     // per unit, for the tile being placed
+  std::vector<int64_t> dq(static_cast<size_t>(units));         // sliding-window minimum (indices)
+  std::vector<size_t> placed;
+  std::vector<std::ptrdiff_t> site_latest;  // per site: the placed tile that is its latest instance
   int64_t extent = 0;
+  if (shared) *shared = false;
   for (size_t t : order) {
     const int64_t n = std::max<int64_t>(1, (size[t] + unit - 1) / unit), start = iv[t].front().first;
     if (n > units) return -1;
-    int64_t best = -1, best_score = 0;
+    const int st = sites ? sites->site[t] : -1;
+    if (!pairwise) {
+      for (int64_t u = 0; u < units; ++u) {
+        const int64_t l = last[static_cast<size_t>(u)];
+        score[static_cast<size_t>(u)] = l < 0 ? kFree : l < start ? start - l : kBlocked;
+      }
+    } else {
+      std::fill(score.begin(), score.end(), kFree);
+      const std::ptrdiff_t latest = st >= 0 && static_cast<size_t>(st) < site_latest.size() ? site_latest[static_cast<size_t>(st)] : -1;
+      for (size_t j : placed) {
+        int64_t d = kBlocked;
+        if (!meets(iv[t], iv[j])) {
+          int64_t end_j = -1;  // j's latest end before t starts (j started first: it has one)
+          for (auto [l, h] : iv[j])
+            if (h < start) end_j = std::max(end_j, h);
+          d = start - end_j;
+          if (st >= 0 && sites->site[j] == st) d += kSite;
+        }
+        const int64_t b = off[j] / unit, e = std::min(units, b + std::max<int64_t>(1, (size[j] + unit - 1) / unit));
+        for (int64_t u = b; u < e; ++u) {
+          int64_t du = d;
+          if (du >= kSite && static_cast<std::ptrdiff_t>(j) == latest) {  // the site's latest buffer: not rotated onto
+            const int64_t lo = off[j] + sites->recent_lo[j], hi = off[j] + sites->recent_hi[j];
+            if (u * unit < hi && lo < (u + 1) * unit) du -= kSite;
+          }
+          int64_t& sc = score[static_cast<size_t>(u)];
+          // a unit's score is its worst occupant's; a site unit used by another tile too is that tile's
+          if (sc == kFree) sc = du;
+          else if (du < kSite || sc < kSite) sc = std::min(sc >= kSite ? sc - kSite : sc, du >= kSite ? du - kSite : du);
+          else sc = std::min(sc, du);
+        }
+      }
+    }
+    int64_t best = -1, best_score = kBlocked;
     size_t head = 0, tail = 0;
     for (int64_t u = 0; u < units; ++u) {
-      while (tail > head && last[static_cast<size_t>(dq[tail - 1])] <= last[static_cast<size_t>(u)]) --tail;
+      while (tail > head && score[static_cast<size_t>(dq[tail - 1])] >= score[static_cast<size_t>(u)]) --tail;
       dq[tail++] = u;
       if (dq[head] <= u - n) ++head;
       if (u + 1 < n) continue;
-      const int64_t score = last[static_cast<size_t>(dq[head])];  // the window's most recent use
-      if (score < start && (best < 0 || score < best_score)) {
+      const int64_t sc = score[static_cast<size_t>(dq[head])];  // the window's worst unit
+      if (sc > best_score) {
         best = u + 1 - n;
-        best_score = score;
-        if (score == kNever) break;  // never used: the lowest such window
+        best_score = sc;
+        if (sc == kFree && !sites) break;  // never used: the lowest such window
       }
     }
     if (best < 0) return -1;
+    if (shared && best_score != kFree) *shared = true;
     off[t] = best * unit;
-    for (int64_t u = best; u < best + n; ++u) last[static_cast<size_t>(u)] = iv[t].front().second;
+    for (int64_t u = best; u < best + n; ++u)
+      last[static_cast<size_t>(u)] = std::max(last[static_cast<size_t>(u)], iv[t].back().second);
     extent = std::max(extent, (best + n) * unit);
+    if (st >= 0) {
+      if (site_latest.size() <= static_cast<size_t>(st)) site_latest.resize(static_cast<size_t>(st) + 1, -1);
+      site_latest[static_cast<size_t>(st)] = static_cast<std::ptrdiff_t>(t);
+    }
+    placed.push_back(t);
   }
   return extent;
 }
@@ -474,11 +542,13 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
   // loop's whole span, and no other tile of the loop body shares them (sharing would serialise the
   // iterations). With one buffer it is live from its first access to its last.
   std::vector<int64_t> rot_lo(nt, -1), rot_hi(nt, -1);
+  std::vector<int> rot_loop(nt, -1);
   for (size_t t = 0; t < nt; ++t) {
     if (plan.tiles[t].tensor < 0) continue;
     int l = w.alloc_loop[t];
     while (l >= 0 && k.loops[static_cast<size_t>(l)].trip_count() <= 1) l = w.up(l);
     if (l < 0) continue;
+    rot_loop[t] = l;
     rot_lo[t] = std::min(plan.lifetimes[t].first, w.lo[static_cast<size_t>(l)]);
     rot_hi[t] = std::max(plan.lifetimes[t].last, w.hi[static_cast<size_t>(l)]);
   }
@@ -533,6 +603,35 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
     if (!clash) fixed[t] = lo;
   }
   std::vector<Ivs> iv(nt);
+  // Allocation sites (alloc line, shape, dtype: the tracer's pool key) and, per tile, the buffer its
+  // last instance uses (rotating tiles: buffer (trips - 1) mod bufs), for spread()'s rotation pass.
+  SiteInfo sites;
+  bool sites_done = false;
+  auto site_info = [&]() -> const SiteInfo& {
+    if (sites_done) return sites;
+    sites_done = true;
+    sites.site.assign(nt, -1);
+    sites.recent_lo.assign(nt, 0);
+    sites.recent_hi.assign(nt, 0);
+    std::map<std::tuple<std::string, int, std::vector<int64_t>, int, int>, int> ids;
+    for (size_t t = 0; t < nt; ++t) {
+      if (plan.tiles[t].tensor < 0) continue;
+      const Tensor& ten = k.tensors[t];
+      const TilePlacement& pl = plan.tiles[t];
+      sites.recent_hi[t] = region_bytes(pl);
+      if (pl.bufs > 1 && rot_loop[t] >= 0) {
+        const int64_t trips = k.loops[static_cast<size_t>(rot_loop[t])].trip_count();
+        const int64_t b = (std::max<int64_t>(1, trips) - 1) % pl.bufs;
+        sites.recent_lo[t] = b * pl.stride;
+        sites.recent_hi[t] = (b + 1) * pl.stride;
+      }
+      if (ten.loc.line <= 0 || ten.address >= 0) continue;  // no site, or placed by hand
+      const auto key = std::make_tuple(ten.loc.file, ten.loc.line, ten.shape, static_cast<int>(ten.dtype),
+                                       static_cast<int>(ten.space));
+      sites.site[t] = ids.emplace(key, static_cast<int>(ids.size())).first->second;
+    }
+    return sites;
+  };
 
   for (Space sp : {Space::kSbuf, Space::kPsum}) {
     const bool psum = sp == Space::kPsum;
@@ -579,8 +678,17 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
             }
           }
           if (extent <= avail) {
-            if (!stat && !split && std::none_of(ids.begin(), ids.end(), [&](size_t t) { return fixed[t] >= 0; })) {
-              const int64_t e3 = spread(ids, size, iv, unit, avail, off2);
+            if (!stat && std::none_of(ids.begin(), ids.end(), [&](size_t t) { return fixed[t] >= 0; })) {
+              bool shared = false;
+              int64_t e3 = spread(ids, size, iv, unit, avail, nullptr, off2, &shared);
+              if (e3 >= 0 && shared) {  // some tile had to take used bytes: rotate them within sites
+                std::vector<int64_t> off3 = off2;
+                const int64_t e4 = spread(ids, size, iv, unit, avail, &site_info(), off3, nullptr);
+                if (e4 >= 0) {
+                  e3 = e4;
+                  off2.swap(off3);
+                }
+              }
               if (e3 >= 0) {
                 extent = e3;
                 for (size_t t : ids) off[t] = off2[t];

@@ -516,6 +516,101 @@ TEST_CASE("allocate: unrolled code reusing one tile for many values splits its l
   CHECK(bad == 0);
 }
 
+TEST_CASE("allocate: value-level live ranges are spread over the free banks, not packed into one",
+          "[allocate][values][psum]") {
+  // Nine PSUM tiles of one bank each, used in turn twice (what the tracer emits when it reuses a line's
+  // tiles across unrolled iterations): whole-tile lifetimes all overlap (9 banks > 8), so the allocator
+  // falls back to value-level ranges, which never overlap. Packed tightly every tile would take bank 0,
+  // and each matmul would wait for the previous tile's eviction (a false write-after-read edge); placed
+  // where the bytes were used longest ago, consecutive tiles take different banks, as with whole lifetimes.
+  KB b;
+  const int a = b.input("a", {128, 128}, DType::kBFloat16);
+  const int y = b.output("y", {128, 18 * 128});
+  const int at = b.tile("at", {128, 128}, DType::kBFloat16);
+  const int sb = b.tile("sb", {128, 18 * 128});
+  b.op("dma_copy", {W(at), W(a)});
+  std::vector<int> ps;
+  for (int t = 0; t < 9; ++t) ps.push_back(b.psum(nm("p", t), {128, 128}, 0, 10 + t));
+  for (int it = 0; it < 18; ++it) {
+    const int p = ps[static_cast<size_t>(it % 9)];
+    b.op("nc_matmul", {W(p), W(at), W(at)}, 30 + it);
+    b.op("tensor_copy", {X(sb, {D(0, 128), D(it * 128, 128)}), W(p)}, 50 + it);
+  }
+  b.op("dma_copy", {W(y), W(sb)}, 70);
+  const auto p = params("trn2");
+  REQUIRE_NOTHROW(verify_kernel(b.k, p));
+  const auto plan = allocate_tiles(b.k, p);
+  CHECK(plan.psum_peak == 2048);  // one value live at a time
+  std::vector<int64_t> banks;
+  for (int t : ps) banks.push_back(plan.tiles[static_cast<size_t>(t)].offset / 2048);
+  // p0..p7 take the 8 banks in turn; p8 the one used longest ago (p0's, free again: its value ended).
+  for (size_t t = 0; t < 8; ++t) CHECK(banks[t] == static_cast<int64_t>(t));
+  CHECK(banks[8] == banks[0]);
+  CHECK(plan.psum_extent == 8 * 2048);
+  // On 2 banks the tiles alternate: each one's neighbour in program order is in the other bank.
+  const auto two = allocate_tiles(b.k, p, -1, 4096);
+  for (size_t t = 0; t + 1 < ps.size(); ++t)
+    CHECK(two.tiles[static_cast<size_t>(ps[t])].offset != two.tiles[static_cast<size_t>(ps[t + 1])].offset);
+}
+
+TEST_CASE("allocate: when PSUM is short, tiles of one allocation site rotate over that site's banks",
+          "[allocate][psum][sites]") {
+  // A kept loop g (2 trips) whose body starts with a loop j (4 trips) of one-bank PSUM tiles (site line 28,
+  // 2 rotating buffers), then two more tiles of line 28 (the tracer's peeled or unrolled instances), four
+  // tiles of other lines and a loop i (2 trips) of rotating tiles: 2 + 2 + 4 + 2 = 10 banks, 8 available.
+  // Spread over never-used banks first, loop i's tiles would have to take the banks of the tile used
+  // longest ago — loop j's, which the next iteration of g needs first (its K loads would wait for the
+  // previous head's last matmuls). Instead line 28's later tiles rotate over loop j's two buffers (the
+  // first one first: the loop's last iteration, j = 3, used buffer 1), as the unrolled trace's tiles of
+  // one line do, and every other tile keeps a bank of its own.
+  KB b;
+  const int a = b.input("a", {128, 128}, DType::kBFloat16);
+  const int y = b.output("y", {128, 128});
+  const int at = b.tile("at", {128, 128}, DType::kBFloat16, 0, 5);
+  const int sb = b.tile("sb", {128, 128}, DType::kFloat32, 0, 6);
+  b.op("dma_copy", {W(at), W(a)}, 7);
+  auto mm = [&](int ps, int line) {
+    b.op("nc_matmul", {W(ps), W(at), W(at)}, line);
+    b.op("tensor_copy", {W(sb), W(ps)}, line + 1);
+  };
+  b.loop("g", 0, 2, 1, LoopKind::kSequential, 20);  // sequential: every iteration writes `sb`
+  b.loop("j", 0, 4, 1, LoopKind::kSequential, 27);
+  const int pj = b.psum("pj", {128, 128}, 0, 28);
+  mm(pj, 29);
+  b.end();
+  const int a1 = b.psum("a1", {128, 128}, 1, 28);
+  mm(a1, 31);
+  const int a2 = b.psum("a2", {128, 128}, 1, 28);
+  mm(a2, 33);
+  std::vector<int> others;
+  for (int t = 0; t < 4; ++t) {
+    others.push_back(b.psum(nm("o", t), {128, 128}, 1, 40 + 2 * t));
+    mm(others.back(), 41 + 2 * t);
+  }
+  b.loop("i", 0, 2, 1, LoopKind::kSequential, 50);
+  const int pi = b.psum("pi", {128, 128}, 0, 51);
+  mm(pi, 52);
+  b.end();
+  b.op("dma_copy", {W(y), W(sb)}, 60);
+  b.end();
+  const auto p = params("trn2");
+  REQUIRE_NOTHROW(verify_kernel(b.k, p));
+  const auto plan = allocate_tiles(b.k, p);
+  auto tile = [&](int t) { return plan.tiles[static_cast<size_t>(t)]; };
+  REQUIRE(tile(pj).bufs == 2);
+  REQUIRE(tile(pi).bufs == 2);
+  CHECK(tile(a1).offset == tile(pj).offset);         // buffer 0 of loop j's tile
+  CHECK(tile(a2).offset == tile(pj).offset + 2048);  // then buffer 1 (a1 is now the line's latest)
+  for (int t : others) {
+    CHECK_FALSE(overlap(tile(t), tile(pj)));
+    CHECK_FALSE(overlap(tile(t), tile(pi)));
+  }
+  CHECK_FALSE(overlap(tile(pi), tile(pj)));
+  for (size_t u = 0; u < others.size(); ++u)
+    for (size_t v = u + 1; v < others.size(); ++v) CHECK_FALSE(overlap(tile(others[u]), tile(others[v])));
+  CHECK(plan.psum_extent == 8 * 2048);
+}
+
 TEST_CASE("allocate: manual address= placements are kept and a live overlap is placed elsewhere with a warning",
           "[allocate][manual]") {
   // x -> a (manual at 8192) -> u (automatic) -> y, one iteration: a and u live together.
