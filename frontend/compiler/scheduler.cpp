@@ -75,10 +75,15 @@ struct Scheduler::Impl {
   Ps floor = 0;
   std::vector<uint64_t> preds_scratch;
 
-  // Conflict tables: SBUF, PSUM (per-partition byte chunks), HBM (written tensors only).
+  // Conflict tables: SBUF, PSUM (per-partition byte chunks), HBM (written tensors only). A chunk holds
+  // the index of its state in `states`: the chunks of one tile, accessed together, share one state, so
+  // an access touches each distinct state once and the rest of its chunks move to the result by index
+  // (touch_run). States are copied on write; unreferenced ones are dropped by compact_states().
   int64_t chip_chunk = 64;
-  std::vector<Chunk> sbuf, psum;
-  std::vector<Chunk> hbm;  ///< chunks of the written HBM tensors, each range from its `first`
+  std::vector<Chunk> states{Chunk{}};  ///< states[0]: no writer, no readers
+  size_t states_limit = 0;             ///< compact when `states` grows past this
+  std::vector<uint32_t> sbuf, psum;
+  std::vector<uint32_t> hbm;  ///< chunks of the written HBM tensors, each range from its `first`
   struct HbmRange {
     int64_t lo, hi;
     bool written;
@@ -138,6 +143,7 @@ struct Scheduler::Impl {
       nchunks += static_cast<size_t>((r.hi - r.lo + r.chunk - 1) / r.chunk);
     }
     hbm.resize(nchunks);
+    states_limit = std::max<size_t>(size_t{1} << 16, (sbuf.size() + psum.size() + hbm.size()) / 4);
     op_engines.assign(k.ops.size(), -1);
     std::array<Ps, isa::kNumEngines> unknown;
     unknown.fill(-1);
@@ -213,32 +219,51 @@ struct Scheduler::Impl {
       touch_run(hbm.data() + r.first + (lo - r.lo) / r.chunk, hbm.data() + r.first + (hi - 1 - r.lo) / r.chunk, x, write);
       return;
     }
-    std::vector<Chunk>& tab = o.space == Space::kPsum ? psum : sbuf;
+    std::vector<uint32_t>& tab = o.space == Space::kPsum ? psum : sbuf;
     const int64_t last = std::min<int64_t>((hi - 1) / chip_chunk, static_cast<int64_t>(tab.size()) - 1);
     if (lo / chip_chunk <= last) touch_run(tab.data() + lo / chip_chunk, tab.data() + last, x, write);
   }
 
-  static bool same_state(const Chunk& a, const Chunk& b) {
-    if (a.writer != b.writer || a.nr != b.nr) return false;
-    for (int i = 0; i < a.nr; ++i)
-      if (a.readers[static_cast<size_t>(i)] != b.readers[static_cast<size_t>(i)]) return false;
-    return true;
+  /// touch() every chunk of [first, last]: each distinct state once, into a new state; the chunks that
+  /// held it take the new one (add_edge keeps each predecessor once, so a state's edges are the same
+  /// whichever of its chunks is touched).
+  void touch_run(uint32_t* first, uint32_t* last, Node& x, bool write) {
+    if (states.size() >= states_limit) compact_states();
+    uint32_t before = *first, after = touched(before, x, write);
+    *first = after;
+    for (uint32_t* c = first + 1; c <= last; ++c) {
+      if (*c != before) {
+        before = *c;
+        after = touched(before, x, write);
+      }
+      *c = after;
+    }
   }
 
-  /// touch() every chunk of [first, last]. Neighbouring chunks usually hold the same state (one tile's
-  /// chunks, accessed together): touching such a chunk adds only edges its neighbour already added
-  /// (add_edge keeps each predecessor once) and leaves it in its neighbour's new state, so it is copied.
-  void touch_run(Chunk* first, Chunk* last, Node& x, bool write) {
-    Chunk before = *first;
-    touch(*first, x, write);
-    for (Chunk* c = first + 1; c <= last; ++c) {
-      if (same_state(*c, before)) {
-        *c = c[-1];
-        continue;
+  /// A copy of state `i` touched by x, as a new state.
+  uint32_t touched(uint32_t i, Node& x, bool write) {
+    Chunk c = states[i];
+    touch(c, x, write);
+    states.push_back(c);
+    return static_cast<uint32_t>(states.size() - 1);
+  }
+
+  /// Drop the states no chunk refers to (renumbering the others in order of first reference).
+  void compact_states() {
+    std::vector<uint32_t> map(states.size(), UINT32_MAX);
+    std::vector<Chunk> kept{states[0]};
+    map[0] = 0;
+    for (std::vector<uint32_t>* tab : {&sbuf, &psum, &hbm})
+      for (uint32_t& i : *tab) {
+        if (map[i] == UINT32_MAX) {
+          map[i] = static_cast<uint32_t>(kept.size());
+          kept.push_back(states[i]);
+        }
+        i = map[i];
       }
-      before = *c;
-      touch(*c, x, write);
-    }
+    states.swap(kept);
+    // Room for as many new states as the chunks could refer to, at least as many as are live.
+    states_limit = std::max(states_limit, 2 * states.size());
   }
 
   /// Engines an instruction of op `oi` may be placed on (bitmask), checked once per op.
