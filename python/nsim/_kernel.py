@@ -123,7 +123,7 @@ class Kernel:
         self._root = None
         self.last_json = None
         self.last_profile = None
-        self.last_outputs = None
+        self.last_outputs = None  # the last run's output arrays by name (the return value shares them)
         functools.update_wrapper(self, fn)
 
     # --- configured copies ----------------------------------------------------------------------

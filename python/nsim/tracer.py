@@ -22,6 +22,7 @@ import inspect
 import itertools
 import json
 import linecache
+import math
 import os
 import re
 import sys
@@ -858,7 +859,7 @@ class NkiTensor:
 
     @property
     def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(int(n) for n in self.shape)
 
     @property
     def itemsize(self):
@@ -2421,15 +2422,13 @@ class Tracer:
         for j, rec in enumerate(recs):
             if rec.kind != "affine":
                 continue
-            local = set()
-            for x in recs[j:]:
-                local.update(x.local)
+            inner = recs[j:]  # tiles made in this loop's body or deeper are local to it
             for slot in _isa.WRITTEN_SLOTS:
                 v = stmt.get(slot)
                 if v is None:
                     continue
                 name = v if isinstance(v, str) else v["tensor"]
-                if name in local:
+                if any(name in x.local for x in inner):
                     continue
                 if not self._moves_apart(v, rec.var):
                     raise _NeedsConcrete("the sanitizer's affine_range check: a write that may not move with the "
@@ -2440,7 +2439,7 @@ class Tracer:
                 if v is None:
                     continue
                 name = v if isinstance(v, str) else v["tensor"]
-                if name not in local:
+                if not any(name in x.local for x in inner):
                     rec.read.add(name)
             if rec.written & rec.read:
                 raise _NeedsConcrete("the sanitizer's affine_range check: the body reads a tensor it writes",
@@ -3052,14 +3051,21 @@ def run(tres, config="trn2", **sim_kwargs):
         if profile.check_reports:
             report_checks(profile.check_reports, strict=(check == "strict"))
 
+    handed = set()  # outputs already returned once: a second reference gets its own copy
+
     def conv(name):
         if name not in outputs:
             if name in tres.inputs and not profile.timing_only:  # an input returned as it is (never written)
                 return np.array(inputs[name], copy=True)
             return None  # timing_only: no numerics, no output arrays
-        a = np.asarray(outputs[name])
+        a = np.asarray(outputs[name])  # a new array of the core's (nothing else refers to it)
         want = np_dtype(dts[name])
-        return a.astype(want) if a.dtype != want else a.copy()
+        if a.dtype != want:
+            return a.astype(want)
+        if name in handed:
+            return a.copy()
+        handed.add(name)
+        return a
 
     def build(s):
         if s is None:
