@@ -310,3 +310,20 @@ def test_ndarray_address_places_the_tile():
             nl.ndarray((128, 64), x.dtype, buffer=nl.sbuf, address=(0, -8))
             return x
         bad.to_json(x)
+
+
+def test_an_output_returned_twice_gives_two_independent_arrays():
+    # The core's output arrays are handed out without a copy; a second reference to the same output
+    # tensor gets its own array, so changing one returned array never changes the other.
+    @nki.jit
+    def twice(x):
+        out = _new_add(x, 1.0)
+        return out, out
+
+    x = _x()
+    a, b = twice(x)
+    np.testing.assert_array_equal(a, x + 1.0)
+    np.testing.assert_array_equal(b, x + 1.0)
+    assert not np.shares_memory(a, b)
+    a[0, 0] = -7.0
+    assert b[0, 0] == x[0, 0] + 1.0
