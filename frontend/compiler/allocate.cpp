@@ -276,13 +276,13 @@ struct SiteInfo {
 /// to reuse bytes): a dead tile of the new tile's own allocation site is better still, except the buffer
 /// of that site's latest tile — the site's tiles rotate over at least two storages, as the tracer's
 /// unrolled trace and the compiler's rotating buffers do — so the tiles that must share are those of
-/// one site, not a tile at a loop's start and one at its end. Pairwise (O(tiles^2)) below kSpreadPairs
-/// pairs, else by each byte's latest end, O(tiles x avail / unit), without sites and without tiles of
-/// several intervals (value-level live ranges). Returns the extent, or -1 when some tile finds no free
-/// window (the packed offsets are then kept); `shared`: set when some tile took bytes used before.
+/// one site, not a tile at a loop's start and one at its end. One interval per tile and no sites: by each
+/// byte's latest end, O(tiles x avail / unit); otherwise pairwise, O(tiles x their bytes / unit), given up
+/// (-1) beyond kSpreadWork. Returns the extent, or -1 when some tile finds no free window (the packed
+/// offsets are then kept); `shared`: set when some tile took bytes used before.
 int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size, const std::vector<Ivs>& iv,
                int64_t unit, int64_t avail, const SiteInfo* sites, std::vector<int64_t>& off, bool* shared) {
-  constexpr int64_t kSpreadPairs = int64_t{1} << 24;
+  constexpr int64_t kSpreadWork = int64_t{1} << 26;  // (tile, placed tile's unit) visits of the pairwise pass
   const int64_t units = unit > 0 ? avail / unit : 0;
   if (units <= 0 || units > (int64_t{1} << 24)) return -1;
   bool multi = false;
@@ -290,8 +290,13 @@ int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size,
     if (iv[t].empty()) return -1;
     multi |= iv[t].size() != 1;
   }
-  const bool pairwise = static_cast<int64_t>(ids.size()) * static_cast<int64_t>(ids.size()) <= kSpreadPairs;
-  if ((multi || sites) && !pairwise) return -1;
+  // Pairwise only where the latest end per byte is not enough: several intervals, or sites.
+  const bool pairwise = multi || sites;
+  if (pairwise) {
+    int64_t units_placed = 0;  // sum over tiles of their units: each tile visits at most all of them
+    for (size_t t : ids) units_placed += std::max<int64_t>(1, (size[t] + unit - 1) / unit);
+    if (units_placed > kSpreadWork / std::max<int64_t>(1, static_cast<int64_t>(ids.size()))) return -1;
+  }
   std::vector<size_t> order = ids;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return iv[a].front().first != iv[b].front().first ? iv[a].front().first < iv[b].front().first : size[a] > size[b];
