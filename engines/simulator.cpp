@@ -152,9 +152,8 @@ void Simulator::write_hbm(const std::string& name, const void* data, size_t byte
   if (uint8_t* d = mem_.hbm_data(name)) std::memcpy(d, data, bytes);
 }
 
-std::vector<uint8_t> Simulator::read_hbm(const std::string& name) const {
+const uint8_t* Simulator::hbm_for_copy(const std::string& name) const {
   const memory::HbmTensor& t = mem_.hbm_tensor(name);
-  const uint8_t* d = mem_.hbm_data(name);
   // The copy needs as much host memory again as the tensor's storage (found by the fuzz driver: a
   // 2 GiB output read back under a 3 GiB address-space limit ended in std::bad_alloc, E901).
   if (const int64_t avail = sim::host_memory_available(); avail >= 0 && t.bytes > avail)
@@ -163,8 +162,14 @@ std::vector<uint8_t> Simulator::read_hbm(const std::string& name) const {
                             "only {} bytes ({:.2f} GiB) are available; use a smaller shape, or do not ask for its values",
                             name, t.bytes, static_cast<double>(t.bytes) / (1 << 30), avail,
                             static_cast<double>(avail) / (1 << 30)));
-  if (!d) return std::vector<uint8_t>(static_cast<size_t>(t.bytes), 0);
-  return std::vector<uint8_t>(d, d + t.bytes);
+  return mem_.hbm_data(name);
+}
+
+std::vector<uint8_t> Simulator::read_hbm(const std::string& name) const {
+  const uint8_t* d = hbm_for_copy(name);
+  const int64_t bytes = mem_.hbm_tensor(name).bytes;
+  if (!d) return std::vector<uint8_t>(static_cast<size_t>(bytes), 0);
+  return std::vector<uint8_t>(d, d + bytes);
 }
 
 Operand Simulator::alloc_tile(Space space, uint32_t partitions, const std::vector<int64_t>& free_shape, DType dt) {

@@ -88,6 +88,9 @@ class Simulator {
   const memory::HbmTensor& alloc_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt);
   void write_hbm(const std::string& name, const void* data, size_t bytes);
   std::vector<uint8_t> read_hbm(const std::string& name) const;
+  /// The bytes of HBM tensor `name` (memory::HbmTensor::bytes of them) for the caller to copy into a buffer
+  /// of its own, nullptr when never written (all zero); throws HostMemory (sim/errors.def) when the host lacks the memory for that copy.
+  const uint8_t* hbm_for_copy(const std::string& name) const;
   /// A contiguous tile [partitions, free...] in SBUF or PSUM (E204/E206 when full, E202 over 128).
   isa::Operand alloc_tile(isa::Space space, uint32_t partitions, const std::vector<int64_t>& free_shape, DType dt);
   void free_tile(const isa::Operand& tile);

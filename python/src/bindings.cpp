@@ -153,19 +153,22 @@ py::object numpy_dtype(DType dt) {
   }
 }
 
-py::object output_array(const frontend::Tensor& t, const std::vector<uint8_t>& data) {
+/// A new numpy array of output tensor `t` holding `bytes` bytes at `data` (nullptr: zeros).
+py::object output_array(const frontend::Tensor& t, const uint8_t* data, size_t bytes) {
   py::module_ np = py::module_::import("numpy");
   py::object dt = numpy_dtype(t.dtype);
   int64_t n = 1;
   for (int64_t d : t.shape) n *= d;
   const auto want = static_cast<size_t>(n) * dt.attr("itemsize").cast<size_t>();
-  if (want != data.size())
-    throw Error(ErrorCode::kInternal,
-                fmt::format("output '{}': {} bytes read from HBM, {} expected", t.name, data.size(), want));
+  if (want != bytes)
+    throw Error(ErrorCode::kInternal, fmt::format("output '{}': {} bytes read from HBM, {} expected", t.name, bytes, want));
   py::tuple shape = py::cast(t.shape);
-  py::object out = np.attr("empty")(shape, py::arg("dtype") = dt);
-  if (!data.empty()) std::memcpy(array_data(out), data.data(), data.size());
+  py::object out = np.attr(data ? "empty" : "zeros")(shape, py::arg("dtype") = dt);
+  if (data && bytes) std::memcpy(array_data(out), data, bytes);
   return out;
+}
+py::object output_array(const frontend::Tensor& t, const std::vector<uint8_t>& data) {
+  return output_array(t, data.data(), data.size());
 }
 
 py::list lines_list(const std::vector<Simulator::LineStats>& stats) {
@@ -337,8 +340,8 @@ py::tuple simulate_kernel(const frontend::Kernel& k, const py::dict& inputs, con
   opts.max_instructions = a.max_instructions;
   opts.max_sim_time_ns = a.max_sim_time_ns;
   std::optional<Simulator> sim;
-  std::map<std::string, std::vector<uint8_t>> raw_outputs;
   if (!k.core_programs.empty()) {  // an LNC=2 launch (frontend/multicore.h)
+    std::map<std::string, std::vector<uint8_t>> raw_outputs;
     std::optional<frontend::MultiCoreRun> mc;
     std::optional<sim::StatsRegistry> stats;
     {
@@ -383,14 +386,14 @@ py::tuple simulate_kernel(const frontend::Kernel& k, const py::dict& inputs, con
       progress(low.instructions(), sim::ps_to_ns(sim->total_time()));
     }
     stats.emplace(sim->stats());
-    if (!timing_only)
-      for (const auto& t : k.tensors)
-        if (t.space == isa::Space::kHbm && t.kind == frontend::TensorKind::kOutput)
-          raw_outputs[t.name] = sim->read_hbm(t.name);
   }
+  // Outputs straight from the simulator's HBM into new numpy arrays (one copy).
   py::dict outputs;
-  for (const auto& t : k.tensors)
-    if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
+  if (!timing_only)
+    for (const auto& t : k.tensors)
+      if (t.space == isa::Space::kHbm && t.kind == frontend::TensorKind::kOutput)
+        outputs[py::str(t.name)] = output_array(t, sim->hbm_for_copy(t.name),
+                                                static_cast<size_t>(sim->memory().hbm_tensor(t.name).bytes));
   return py::make_tuple(outputs, stats_dict(*stats), lines_list(sim->line_stats()), lazy_yaml(cfg),
                         check_list(sim->check_reports()));
 }

@@ -183,3 +183,23 @@ def test_profile_config_yaml_is_the_runs_config_and_survives_pickling():
     assert "0.48GHz" in back.config_yaml and back.config_yaml == prof.config_yaml
     assert back.total_time_ns == prof.total_time_ns
     assert nsim.effective_config("trn2", {"clock.vector": "0.48GHz"}) == prof.config_yaml
+
+
+def test_outputs_come_straight_from_hbm_with_the_sentinel_where_never_written():
+    # The core hands outputs over straight from HBM (one copy into the new array); an output tensor no
+    # instruction wrote at run time (its only write sits in a loop of zero trips) reads back as the
+    # sentinel it was filled with (NaN for floats), in its own shape and dtype.
+    k = {"nsim_kernel": 1, "name": "half", "tensors": [
+        {"name": "x", "buffer": "hbm", "kind": "input", "dtype": "float32", "shape": [128, 8]},
+        {"name": "y", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [128, 8]},
+        {"name": "z", "buffer": "hbm", "kind": "output", "dtype": "bfloat16", "shape": [4, 8]}],
+        "body": [{"op": "dma_copy", "dst": "y", "src": "x"},
+                 {"loop": {"var": "i", "start": 0, "stop": 0, "step": 1, "kind": "sequential", "body": [
+                     {"op": "dma_copy", "dst": "z", "src": {"tensor": "x", "index": [{"start": 0, "size": 4},
+                                                                                     {"start": 0, "size": 8}]}}]}}]}
+    x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    outputs, _ = nsim.simulate_json(k, inputs={"x": x})
+    np.testing.assert_array_equal(outputs["y"], x)
+    assert outputs["z"].shape == (4, 8) and outputs["z"].dtype == ml_dtypes.bfloat16
+    assert np.isnan(np.asarray(outputs["z"], dtype=np.float32)).all()
+    assert not np.shares_memory(outputs["y"], x)
