@@ -343,11 +343,10 @@ struct Scheduler::Impl {
 
   /// Bring the next instruction (or LoadStationary + MultiplyMoving pair) into the window.
   bool admit() {
-    Instr a;
     int oi = -1;
-    if (!pull(a, oi)) return false;
-    Node& x = node(next);
-    x.in[0] = a;
+    Node& x = node(next);  // lowered straight into its window slot (an Instr is ~600 bytes)
+    if (!pull(x.in[0], oi)) return false;
+    const Instr& a = x.in[0];
     x.n = 1;
     x.seq = next;
     x.op = oi;
@@ -362,11 +361,10 @@ struct Scheduler::Impl {
     x.not_before = floor;  // enters the window at the current scheduling front, never before it
     bool raw_stationary = a.op == Opcode::kLoadStationary || a.op == Opcode::kMultiplyMoving;
     if (a.op == Opcode::kLoadStationary) {
-      Instr b;
+      Instr& b = x.in[1];
       int ob = -1;
       if (pull(b, ob)) {
         if (b.op == Opcode::kMultiplyMoving && ob == oi) {
-          x.in[1] = b;
           x.n = 2;
           raw_stationary = false;  // an nc_matmul: the pair issues together
         } else {
