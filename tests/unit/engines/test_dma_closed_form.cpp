@@ -114,20 +114,21 @@ std::pair<Operand, Operand> random_transfer(std::mt19937& rng) {
   }
 }
 
-// Run `n` random transfers through the per-engine model and both DmaEngines modes; prune now and then
-// at a watermark below every later trigger. Returns the most lanes the closed form used.
+// Run `n` random transfers through the per-engine model and both DmaEngines modes, on one core or on
+// two peers (LNC=2) whose trigger clocks advance independently; prune now and then as the simulator
+// does: a core at its own watermark, the HBM calendars (read by the peer) at the lower of the two.
+// Returns the most lanes the closed form used.
 int run_stream(const CoreParams& p, uint32_t seed, int n, bool peer) {
   std::mt19937 rng(seed);
-  PerEngine ref(p), ref_peer(p);
-  DmaEngines fast(p), slow(p), fast_peer(p), slow_peer(p);
-  slow.set_closed_form(false);
-  slow_peer.set_closed_form(false);
+  std::array<PerEngine, 2> ref{PerEngine(p), PerEngine(p)};
+  std::array<DmaEngines, 2> fast{DmaEngines(p), DmaEngines(p)}, slow{DmaEngines(p), DmaEngines(p)};
+  for (auto& d : slow) d.set_closed_form(false);
   if (peer) {
-    ref.peer = &ref_peer, ref_peer.peer = &ref;
-    fast.set_peer(&fast_peer), fast_peer.set_peer(&fast);
-    slow.set_peer(&slow_peer), slow_peer.set_peer(&slow);
+    ref[0].peer = &ref[1], ref[1].peer = &ref[0];
+    fast[0].set_peer(&fast[1]), fast[1].set_peer(&fast[0]);
+    slow[0].set_peer(&slow[1]), slow[1].set_peer(&slow[0]);
   }
-  Ps trigger = 0;
+  std::array<Ps, 2> trigger{0, 0};
   int most_lanes = 1;
   for (int i = 0; i < n; ++i) {
     INFO("seed " << seed << " transfer " << i);
@@ -135,20 +136,18 @@ int run_stream(const CoreParams& p, uint32_t seed, int n, bool peer) {
     const DmaSplit split = nsim::memory::split_transfer(dst, src, p.dma_engines, p.partitions_per_engine);
     const int queue = static_cast<int>(rng() % 8);
     const double eff = rng() % 5 == 0 ? p.dma_transpose_eff_sbuf2sbuf : 1.0;
-    trigger += static_cast<Ps>(rng() % 3 == 0 ? 0 : rng() % 400000);  // bursts and gaps
-    const bool other = peer && rng() % 3 == 0;  // the peer core's transfer
-    const auto want = (other ? ref_peer : ref).transfer(queue, trigger, split, eff);
-    const auto got = (other ? fast_peer : fast).transfer(queue, trigger, split, eff);
-    const auto got_slow = (other ? slow_peer : slow).transfer(queue, trigger, split, eff);
-    check_same(want, got);
-    check_same(want, got_slow);
-    most_lanes = std::max(most_lanes, fast.lanes());
-    CHECK(slow.lanes() == p.dma_engines);
-    if (rng() % 4 == 0) {  // no later trigger before `trigger`; the HBM watermark may lag (the peer's)
-      const Ps t_hbm = trigger - static_cast<Ps>(rng() % 2000000);
-      ref.prune(trigger, t_hbm), ref_peer.prune(trigger, t_hbm);
-      fast.prune(trigger, t_hbm), fast_peer.prune(trigger, t_hbm);
-      slow.prune(trigger, t_hbm), slow_peer.prune(trigger, t_hbm);
+    const size_t c = peer ? rng() % 2 : 0;  // the core that moves it
+    trigger[c] += static_cast<Ps>(rng() % 3 == 0 ? 0 : rng() % 400000);  // bursts and gaps
+    const auto want = ref[c].transfer(queue, trigger[c], split, eff);
+    check_same(want, fast[c].transfer(queue, trigger[c], split, eff));
+    check_same(want, slow[c].transfer(queue, trigger[c], split, eff));
+    most_lanes = std::max(most_lanes, fast[c].lanes());
+    CHECK(slow[c].lanes() == p.dma_engines);
+    if (rng() % 4 == 0) {  // no later trigger on core c before trigger[c]
+      const Ps t_hbm = peer ? std::min(trigger[0], trigger[1]) : trigger[c];
+      ref[c].prune(trigger[c], t_hbm);
+      fast[c].prune(trigger[c], t_hbm);
+      slow[c].prune(trigger[c], t_hbm);
     }
   }
   return most_lanes;
@@ -157,6 +156,19 @@ int run_stream(const CoreParams& p, uint32_t seed, int n, bool peer) {
 const CoreParams& trn2() {
   static const auto sim = nsim::Simulator::from_preset("trn2");
   return sim->params();
+}
+
+// trn2 with HBM scarce: a core's hbm.bw shared by its 16 engines, and the stack's by both cores' 32, is
+// below dma.engine_bw, so every transfer's bandwidth depends on the engines moving HBM data when its
+// data phase starts (the HBM calendars, the peer's included).
+const CoreParams& hbm_bound() {
+  static const CoreParams p = [] {
+    CoreParams q = trn2();
+    q.hbm_bw = q.dma_engine_bw * 6;        // 16 engines: 6/16 of dma.engine_bw each
+    q.hbm_stack_bw = q.dma_engine_bw * 7;  // both cores' engines: down to 7/32 (any peer engine counts)
+    return q;
+  }();
+  return p;
 }
 
 }  // namespace
@@ -169,6 +181,11 @@ TEST_CASE("DMA closed form: random transfers get the per-engine times, one core"
 
 TEST_CASE("DMA closed form: random transfers get the per-engine times, LNC=2 peers", "[engines][dma]") {
   for (uint32_t seed = 100; seed < 110; ++seed) run_stream(trn2(), seed, 400, true);
+}
+
+TEST_CASE("DMA closed form: random transfers get the per-engine times, HBM-bound, LNC=1 and 2", "[engines][dma]") {
+  for (uint32_t seed = 200; seed < 210; ++seed) run_stream(hbm_bound(), seed, 400, false);
+  for (uint32_t seed = 300; seed < 320; ++seed) run_stream(hbm_bound(), seed, 400, true);
 }
 
 TEST_CASE("DMA closed form: one lane for full tiles, split and merged again for a partial one", "[engines][dma]") {
