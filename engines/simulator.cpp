@@ -435,7 +435,7 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
   const engines::DepTracker::Ready rd = ready_for(in, rg);
   const Ps free = stream_.next_issue(in.engine);
   const engines::StreamEngines::Issue trig = stream_.trigger(in, std::max(rd.time, not_before_));
-  const memory::DmaSplit split = memory::split_transfer(dst, src, p_.dma_engines, p_.partitions_per_engine);
+  const memory::DmaSplit& split = dma_.split(dst, src);  // cached by shape
   double eff = 1.0;
   if (isa::op_info(in.op).cost == isa::CostClass::kDmaTranspose)
     eff = src.space == Space::kHbm ? p_.dma_transpose_eff_hbm2sbuf : p_.dma_transpose_eff_sbuf2sbuf;

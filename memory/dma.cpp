@@ -7,8 +7,20 @@ namespace nsim::memory {
 using isa::Operand;
 using isa::Space;
 
+namespace {
+void split_pieces(DmaSplit& s, const Operand& dst, const Operand& src, int engines, int partitions_per_engine);
+void summarize(DmaSplit& s);
+}  // namespace
+
 DmaSplit split_transfer(const Operand& dst, const Operand& src, int engines, int partitions_per_engine) {
   DmaSplit s;
+  split_pieces(s, dst, src, engines, partitions_per_engine);
+  summarize(s);
+  return s;
+}
+
+namespace {
+void split_pieces(DmaSplit& s, const Operand& dst, const Operand& src, int engines, int partitions_per_engine) {
   s.engines = std::clamp(engines, 1, kMaxDmaEngines);
   s.touches_hbm = dst.space == Space::kHbm || src.space == Space::kHbm;
   const int64_t elems = dst.total_elems();
@@ -33,7 +45,7 @@ DmaSplit split_transfer(const Operand& dst, const Operand& src, int engines, int
       p.bytes = s.total_bytes / s.engines + (e < s.total_bytes % s.engines ? 1 : 0);
       p.descriptors = std::max<int64_t>(p.bytes > 0 ? 1 : 0, runs / s.engines + (e < runs % s.engines ? 1 : 0));
     }
-    return s;
+    return;
   }
   const Operand* other = chip == &dst ? &src : &dst;
   const int64_t parts = chip->num_partitions;
@@ -50,7 +62,50 @@ DmaSplit split_transfer(const Operand& dst, const Operand& src, int engines, int
     piece.descriptors += desc_pp * (block_end - p);
     p = block_end;
   }
-  return s;
+}
+
+// The summary of a split's pieces that DMA timing groups engines by.
+void summarize(DmaSplit& s) {
+  s.used = 0;
+  s.uniform = true;
+  const DmaPiece* first = nullptr;
+  for (int e = 0; e < s.engines; ++e) {
+    const DmaPiece& p = s.piece[static_cast<size_t>(e)];
+    if (p.bytes <= 0) continue;
+    s.used |= 1u << e;
+    if (!first) first = &p;
+    else if (p.bytes != first->bytes || p.descriptors != first->descriptors) s.uniform = false;
+  }
+}
+}  // namespace
+
+bool same_dma_shape(const Operand& a, const Operand& b) {
+  if (a.space != b.space || a.dtype != b.dtype || a.nfree != b.nfree || a.start_partition != b.start_partition ||
+      a.num_partitions != b.num_partitions || a.partition_step != b.partition_step)
+    return false;
+  for (int d = 0; d < a.nfree; ++d) {
+    const auto i = static_cast<size_t>(d);
+    if (a.size[i] != b.size[i] || a.stride[i] != b.stride[i]) return false;
+  }
+  return true;
+}
+
+const DmaSplit& DmaSplitCache::get(const Operand& dst, const Operand& src) {
+  for (int k = 0, i = last_; k < n_; ++k, i = (i + 1) % n_) {  // entries [0, n_) are filled
+    const Entry& en = e_[static_cast<size_t>(i)];
+    if (same_dma_shape(en.dst, dst) && same_dma_shape(en.src, src)) {
+      last_ = i;
+      return en.split;
+    }
+  }
+  Entry& en = e_[static_cast<size_t>(next_)];
+  en.dst = dst;
+  en.src = src;
+  en.split = split_transfer(dst, src, engines_, ppe_);
+  last_ = next_;
+  next_ = (next_ + 1) % kEntries;
+  n_ = std::min(n_ + 1, kEntries);
+  return en.split;
 }
 
 }  // namespace nsim::memory

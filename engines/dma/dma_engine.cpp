@@ -52,11 +52,20 @@ bool Calendar::busy_at(Ps t) const {
   return false;
 }
 
-void Calendar::prune(Ps t) {
+bool Calendar::prune(Ps t) {
+  const int n0 = n_;
   while (n_ > 0 && at(0).second <= t) {
     head_ = (head_ + 1) & (kCapacity - 1);
     --n_;
   }
+  return n_ != n0;
+}
+
+bool Calendar::same(const Calendar& o) const {
+  if (n_ != o.n_ || floor_ != o.floor_) return false;
+  for (int i = n_ - 1; i >= 0; --i)  // the latest bookings differ first
+    if (at(i) != o.at(i)) return false;
+  return true;
 }
 
 namespace {
@@ -77,18 +86,114 @@ std::string queue_name(const CoreParams& p, int queue) {
   return fmt::format("q{}IO{}", kTriggerNames[(queue / per) % 4], queue % per);
 }
 
-DmaEngines::DmaEngines(const CoreParams& p) : p_(p), setup_free_(static_cast<size_t>(p.dma_queues), 0) {}
+DmaEngines::DmaEngines(const CoreParams& p)
+    : p_(p), setup_free_(static_cast<size_t>(p.dma_queues), 0), splits_(p.dma_engines, p.partitions_per_engine) {
+  const int n = std::clamp(p.dma_engines, 1, memory::kMaxDmaEngines);
+  all_ = n == 32 ? ~0u : (1u << n) - 1;
+  reset_lanes(true);
+}
+
+namespace {
+inline int low_bit(uint32_t m) { return __builtin_ctz(m); }
+inline int bits(uint32_t m) { return __builtin_popcount(m); }
+}  // namespace
+
+void DmaEngines::reset_lanes(bool shared) {
+  // Only at construction (calendars empty) or from set_closed_form (calendars copied per engine).
+  std::array<Lane, memory::kMaxDmaEngines> by_engine;
+  for (uint32_t m = all_; m; m &= m - 1) {
+    const int e = low_bit(m);
+    by_engine[static_cast<size_t>(e)] = lane_[lane_of_[static_cast<size_t>(e)]];
+  }
+  live_ = 0;
+  for (auto& l : lane_) l = Lane{};
+  if (shared) {
+    // Engines with equal calendars share a lane (all of them on a fresh core).
+    for (uint32_t m = all_; m; m &= m - 1) {
+      const int e = low_bit(m);
+      const auto ei = static_cast<size_t>(e);
+      int l = -1;
+      for (uint32_t lv = live_; lv && l < 0; lv &= lv - 1) {
+        const auto li = static_cast<size_t>(low_bit(lv));
+        if (lane_[li].data.same(by_engine[ei].data) && lane_[li].hbm.same(by_engine[ei].hbm)) l = low_bit(lv);
+      }
+      if (l < 0) {
+        l = e;
+        lane_[ei] = by_engine[ei];
+        lane_[ei].members = 0;
+        live_ |= 1u << e;
+      }
+      lane_[static_cast<size_t>(l)].members |= 1u << e;
+      lane_of_[ei] = static_cast<uint8_t>(l);
+    }
+  } else {
+    for (uint32_t m = all_; m; m &= m - 1) {
+      const int e = low_bit(m);
+      const auto ei = static_cast<size_t>(e);
+      lane_[ei] = by_engine[ei];
+      lane_[ei].members = 1u << e;
+      lane_of_[ei] = static_cast<uint8_t>(e);
+      live_ |= 1u << e;
+    }
+  }
+}
+
+void DmaEngines::set_closed_form(bool on) {
+  closed_form_ = on;
+  reset_lanes(on);
+}
+
+int DmaEngines::lanes() const { return bits(live_); }
+
+int DmaEngines::new_lane(int from, uint32_t members) {
+  // A copy of lane `from`'s calendars for `members` (taken out of it). There are never more lanes than
+  // engines, so a free one exists.
+  const int l = low_bit(~live_);
+  Lane& nl = lane_[static_cast<size_t>(l)];
+  Lane& ol = lane_[static_cast<size_t>(from)];
+  nl.data = ol.data;
+  nl.hbm = ol.hbm;
+  nl.members = members;
+  ol.members &= ~members;
+  live_ |= 1u << l;
+  for (uint32_t m = members; m; m &= m - 1) lane_of_[static_cast<size_t>(low_bit(m))] = static_cast<uint8_t>(l);
+  return l;
+}
+
+void DmaEngines::merge_lanes() {
+  // Lanes with equal calendars become one (the lowest index keeps them).
+  for (uint32_t a = live_; a; a &= a - 1) {
+    const int i = low_bit(a);
+    if (!(live_ & (1u << i))) continue;  // merged into an earlier lane
+    Lane& li = lane_[static_cast<size_t>(i)];
+    for (uint32_t b = live_ & ~((2u << i) - 1); b; b &= b - 1) {
+      const int j = low_bit(b);
+      Lane& lj = lane_[static_cast<size_t>(j)];
+      if (!li.data.same(lj.data) || !li.hbm.same(lj.hbm)) continue;
+      for (uint32_t m = lj.members; m; m &= m - 1) lane_of_[static_cast<size_t>(low_bit(m))] = static_cast<uint8_t>(i);
+      li.members |= lj.members;
+      lj.members = 0;
+      live_ &= ~(1u << j);
+    }
+  }
+}
 
 void DmaEngines::prune(Ps t, Ps t_hbm) {
-  for (int e = 0; e < p_.dma_engines; ++e) {
-    engine_[static_cast<size_t>(e)].prune(t);
-    hbm_[static_cast<size_t>(e)].prune(t_hbm);
+  bool gone = false;
+  for (uint32_t lv = live_; lv; lv &= lv - 1) {
+    Lane& l = lane_[static_cast<size_t>(low_bit(lv))];
+    gone |= l.data.prune(t);
+    gone |= l.hbm.prune(t_hbm);
   }
+  if (gone && closed_form_ && (live_ & (live_ - 1))) merge_lanes();
 }
 
 int DmaEngines::hbm_active_at(Ps t) const {
   int n = 0;
-  for (int e = 0; e < p_.dma_engines; ++e) n += hbm_[static_cast<size_t>(e)].busy_at(t);
+  for (uint32_t lv = live_; lv; lv &= lv - 1) {
+    const Lane& l = lane_[static_cast<size_t>(low_bit(lv))];
+    if (l.hbm.busy_at(t)) n += bits(l.members);
+  }
   return n;
 }
 
@@ -101,46 +206,89 @@ DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const mem
   // Back-to-back transfers on one queue have period max(setup, data) + gap (neuroncore.md 3.3).
   qfree = setup_end + p_.dma_transfer_gap;
 
+  // The engines that move bytes (a split of another engine count keeps only this core's engines).
+  const uint32_t used = split.used & all_;
   // HBM share: this transfer's engines that move bytes, plus other engines still moving HBM data
   // when its data phase begins, split hbm.bw equally.
   int active = 0;
-  if (split.touches_hbm)
-    for (int e = 0; e < p_.dma_engines; ++e) {
-      const auto ei = static_cast<size_t>(e);
-      active += split.piece[ei].bytes > 0 || hbm_[ei].busy_at(setup_end);
+  if (split.touches_hbm) {
+    active = bits(used);
+    const uint32_t idle = all_ & ~used;
+    for (uint32_t lv = live_; lv && idle; lv &= lv - 1) {
+      const Lane& l = lane_[static_cast<size_t>(low_bit(lv))];
+      if ((l.members & idle) && l.hbm.busy_at(setup_end)) active += bits(l.members & idle);
     }
+  }
   double hbm_bw = split.touches_hbm ? std::min(p_.dma_engine_bw, p_.hbm_bw / std::max(1, active))
                                     : p_.dma_engine_bw;
   // LNC=2: both cores' engines moving HBM data share one stack (hbm.stack_bw).
   if (split.touches_hbm && peer_)
     hbm_bw = std::min(hbm_bw, p_.hbm_stack_bw / std::max(1, active + peer_->hbm_active_at(setup_end)));
 
+  const double bw = hbm_bw * efficiency;
+  // A piece of `bytes` in `desc` contiguous buffers takes desc * max(bytes / desc / bw, dma.desc_min).
+  auto duration = [&](const memory::DmaPiece& pc) {
+    const double desc = static_cast<double>(std::max<int64_t>(1, pc.descriptors));
+    const double per_desc_ns = std::max(static_cast<double>(pc.bytes) / desc / bw, sim::ps_to_ns(p_.dma_desc_min));
+    return static_cast<Ps>(std::llround(desc * per_desc_ns * 1000.0));
+  };
   t.data_start = INT64_MAX;
   t.done = setup_end;
-  // The pieces of a transfer mostly have the same size: their duration is computed once per size.
-  int64_t last_bytes = -1, last_desc = -1;
-  Ps dur = 0;
-  for (int e = 0; e < split.engines; ++e) {
-    const auto ei = static_cast<size_t>(e);
-    const memory::DmaPiece& pc = split.piece[ei];
-    if (pc.bytes <= 0) continue;
-    if (pc.bytes != last_bytes || pc.descriptors != last_desc) {
-      last_bytes = pc.bytes;
-      last_desc = pc.descriptors;
-      const double desc = static_cast<double>(std::max<int64_t>(1, pc.descriptors));
-      const double bw = hbm_bw * efficiency;
-      const double per_desc_ns = std::max(static_cast<double>(pc.bytes) / desc / bw, sim::ps_to_ns(p_.dma_desc_min));
-      dur = static_cast<Ps>(std::llround(desc * per_desc_ns * 1000.0));
-    }
-    const Ps start = engine_[ei].earliest(setup_end, dur + p_.dma_transfer_gap);
-    // The packet moves data for `dur`; the engine then idles dma.transfer_gap before its next packet.
+  // Book `members` (engines of lane l, all with pieces of duration dur) once on the lane's calendars:
+  // the packet moves data for `dur`; the engine then idles dma.transfer_gap before its next packet.
+  auto book = [&](int l, uint32_t members, Ps dur) {
+    Lane& ln = lane_[static_cast<size_t>(l)];
+    const Ps start = ln.data.earliest(setup_end, dur + p_.dma_transfer_gap);
     const Ps end = start + dur;
-    engine_[ei].reserve(start, end + p_.dma_transfer_gap);
-    if (split.touches_hbm) hbm_[ei].reserve(start, end);
-    t.piece_start[ei] = start;
-    t.piece_end[ei] = end;
+    ln.data.reserve(start, end + p_.dma_transfer_gap);
+    if (split.touches_hbm) ln.hbm.reserve(start, end);
+    for (uint32_t m = members; m; m &= m - 1) {
+      const auto ei = static_cast<size_t>(low_bit(m));
+      t.piece_start[ei] = start;
+      t.piece_end[ei] = end;
+    }
     t.data_start = std::min(t.data_start, start);
     t.done = std::max(t.done, end);
+  };
+
+  if (split.uniform) {
+    // Every piece takes the same time: a lane whose engines all have a piece is booked once; a lane
+    // with engines both with and without a piece splits in two.
+    const Ps dur = used ? duration(split.piece[static_cast<size_t>(low_bit(used))]) : 0;
+    for (uint32_t lv = live_; lv; lv &= lv - 1) {
+      const int l = low_bit(lv);
+      const uint32_t mem = lane_[static_cast<size_t>(l)].members;
+      const uint32_t with = mem & used;
+      if (!with) continue;
+      book(with == mem ? l : new_lane(l, with), with, dur);
+    }
+  } else {
+    // Pieces of different sizes: group each lane's engines by piece duration.
+    std::array<Ps, memory::kMaxDmaEngines> dur{};
+    int64_t last_bytes = -1, last_desc = -1;
+    Ps d = 0;
+    for (uint32_t m = used; m; m &= m - 1) {
+      const auto ei = static_cast<size_t>(low_bit(m));
+      const memory::DmaPiece& pc = split.piece[ei];
+      if (pc.bytes != last_bytes || pc.descriptors != last_desc) {
+        last_bytes = pc.bytes;
+        last_desc = pc.descriptors;
+        d = duration(pc);
+      }
+      dur[ei] = d;
+    }
+    for (uint32_t lv = live_; lv; lv &= lv - 1) {
+      const int l = low_bit(lv);
+      uint32_t rest = lane_[static_cast<size_t>(l)].members & used;
+      while (rest) {
+        const Ps dl = dur[static_cast<size_t>(low_bit(rest))];
+        uint32_t same = 0;
+        for (uint32_t m = rest; m; m &= m - 1)
+          if (dur[static_cast<size_t>(low_bit(m))] == dl) same |= 1u << low_bit(m);
+        rest &= ~same;
+        book(same == lane_[static_cast<size_t>(l)].members ? l : new_lane(l, same), same, dl);
+      }
+    }
   }
   if (t.data_start == INT64_MAX) t.data_start = setup_end;
   return t;

@@ -25,9 +25,11 @@ class Calendar {
   sim::Ps earliest(sim::Ps t, sim::Ps dur) const;
   void reserve(sim::Ps start, sim::Ps end);
   bool busy_at(sim::Ps t) const;
-  /// Forget intervals that end at or before t (no future request starts before t).
-  void prune(sim::Ps t);
+  /// Forget intervals that end at or before t (no future request starts before t); true if any went.
+  bool prune(sim::Ps t);
   sim::Ps last_end() const { return n_ ? at(n_ - 1).second : floor_; }
+  /// The same bookings and floor: every future request gets the same answer from both.
+  bool same(const Calendar& o) const;
 
  private:
   std::pair<sim::Ps, sim::Ps>& at(int i) { return iv_[static_cast<size_t>((head_ + i) & (kCapacity - 1))]; }
@@ -45,9 +47,27 @@ int trigger_queue(const CoreParams& p, isa::Engine e, int k);
 /// Profiler-style name of a queue id: "qSyncIO0", "qScalarIO1", "qGpSimdIO0", ...
 std::string queue_name(const CoreParams& p, int queue);
 
+/// The DMA engines of one core.
+///
+/// Closed form: engines whose calendars are equal (the same bookings, data and HBM) share one *lane*,
+/// a single pair of calendars, and a transfer whose pieces on a lane's engines all take the same time
+/// books that lane once instead of once per engine: equal calendars asked the same question give the
+/// same answer, so the times are those of booking every engine. A transfer whose pieces differ within a
+/// lane (fewer partitions than engines, uneven pieces) splits the lane by piece duration, copying its
+/// calendars; lanes whose calendars become equal again (their differing bookings pruned) merge at
+/// prune(). A full 128-partition transfer on a core whose engines all moved the same transfers costs one
+/// calendar lookup and booking instead of dma.engines.
 class DmaEngines {
  public:
   explicit DmaEngines(const CoreParams& p);
+  /// The split of a transfer on this core (memory::split_transfer with the core's engines and
+  /// partitions per engine), cached by shape; valid until the next call.
+  const memory::DmaSplit& split(const isa::Operand& dst, const isa::Operand& src) { return splits_.get(dst, src); }
+  /// Off: every engine on its own calendars, booked one by one (the reference the closed form is tested
+  /// against). On by default. Either way the times are the same.
+  void set_closed_form(bool on);
+  /// Lanes in use (1 when every engine has the same calendars; dma.engines with the closed form off).
+  int lanes() const;
 
   struct Transfer {
     sim::Ps setup_start = 0;
@@ -57,7 +77,8 @@ class DmaEngines {
     std::array<sim::Ps, memory::kMaxDmaEngines> piece_end{};
   };
   /// Time a transfer triggered at `trigger_start` on `queue`; `efficiency` scales the bandwidth
-  /// (dma_transpose). Updates engine and queue state.
+  /// (dma_transpose). Updates engine and queue state. Pieces of engines at or beyond dma.engines are
+  /// ignored (a split of this core has split.engines == dma.engines).
   Transfer transfer(int queue, sim::Ps trigger_start, const memory::DmaSplit& split, double efficiency);
   /// No future transfer is triggered before t; `t_hbm` (<= t): the same for the HBM calendars, which the
   /// peer core of an LNC=2 launch also reads (the minimum of both cores' watermarks).
@@ -72,11 +93,25 @@ class DmaEngines {
   sim::Ps queue_free(int queue) const { return setup_free_[static_cast<size_t>(queue % p_.dma_queues)]; }
 
  private:
+  struct Lane {
+    Calendar data;         // data pieces (+ gap)
+    Calendar hbm;          // pieces that touch HBM
+    uint32_t members = 0;  // bit e: engine e books here (0: lane free)
+  };
+  void reset_lanes(bool shared);
+  int new_lane(int from, uint32_t members);
+  void merge_lanes();
+
   const CoreParams& p_;
-  std::vector<sim::Ps> setup_free_;                         // per queue
-  std::array<Calendar, memory::kMaxDmaEngines> engine_{};   // data pieces (+ gap)
-  std::array<Calendar, memory::kMaxDmaEngines> hbm_{};      // pieces that touch HBM
-  const DmaEngines* peer_ = nullptr;                        // LNC=2: the other core's engines
+  std::vector<sim::Ps> setup_free_;                  // per queue
+  std::array<Lane, memory::kMaxDmaEngines> lane_{};  // at most one lane per engine
+  std::array<uint8_t, memory::kMaxDmaEngines> lane_of_{};
+  uint32_t live_ = 0;        // bit l: lane l in use
+  uint32_t all_ = 0;         // bits of engines [0, dma.engines)
+  bool closed_form_ = true;
+  bool prune_merge_ = false; // a pruned lane lost bookings: lanes may have become equal
+  memory::DmaSplitCache splits_;
+  const DmaEngines* peer_ = nullptr;  // LNC=2: the other core's engines
 };
 
 }  // namespace nsim::engines
