@@ -95,6 +95,12 @@ void DepTracker::scan(const Range& r, F&& f) {
   const size_t i0 = find_seg(r.base[p0], r.c0), i1 = find_seg(r.base[p1], r.c1);
   if (p0 == p1) {  // the common case: one page, segments [i0, i1]
     const Entry* e = r.base[p0].ent.data();
+    if (i0 == i1) {  // one segment (a tile accessed whole): its quadrants' entries follow each other
+      for (const Entry *x = e + i0 * nq + static_cast<size_t>(r.q0), *end = e + i0 * nq + static_cast<size_t>(r.q1) + 1;
+           x != end; ++x)
+        f(*x);
+      return;
+    }
     for (auto q = static_cast<size_t>(r.q0); q <= static_cast<size_t>(r.q1); ++q)
       for (size_t i = i0; i <= i1; ++i) f(e[i * nq + q]);
     return;
@@ -182,18 +188,19 @@ void DepTracker::apply(const Range& r, F&& f) {
 
 DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const {
   Ready t;
-  const auto& lat = lat_;
+  std::array<sim::Ps, 1u << kClassBits> lat{};  // by producer class, for consumer class cls
+  for (size_t p = 0; p < lat_.size(); ++p) lat[p] = lat_[p][cls];
   auto consider = [&t](sim::Ps at, uint32_t tag) {
     if (at > t.time) t = {at, tag};
   };
   for (int i = 0; i < rg.nr; ++i)
     scan(rg.reads[static_cast<size_t>(i)], [&](const Entry& e) {
-      if (e.w_end) consider(e.w_end + lat[tag_class(e.w_tag)][cls], e.w_tag);
+      if (e.w_end) consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
     });
   for (int i = 0; i < rg.nw; ++i)
     scan(rg.writes[static_cast<size_t>(i)], [&](const Entry& e) {
-      if (e.w_end && tag_class(e.w_tag) != cls) consider(e.w_end + lat[tag_class(e.w_tag)][cls], e.w_tag);
-      if (e.r_end && tag_class(e.r_tag) != cls) consider(e.r_end + lat[tag_class(e.r_tag)][cls], e.r_tag);
+      if (e.w_end && tag_class(e.w_tag) != cls) consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
+      if (e.r_end && tag_class(e.r_tag) != cls) consider(e.r_end + lat[tag_class(e.r_tag)], e.r_tag);
     });
   return t;
 }
