@@ -8,8 +8,6 @@ using isa::Operand;
 using isa::Space;
 
 namespace {
-constexpr int kQuadrant = 32;  // partitions per quadrant: the hardware's partition-group size
-
 // Index of the segment of page `pg` holding chunk c.
 size_t find_seg(const DepTracker::Page& pg, int64_t c) {
   return pg.seg[static_cast<size_t>(c & (DepTracker::kPageChunks - 1))];
@@ -45,6 +43,11 @@ DepTracker::DepTracker(const Config& cfg, const LatencyTable& lat) : cfg_(cfg), 
   psum_nq_ = (cfg.psum_partitions + kQuadrant - 1) / kQuadrant;
   sbuf_ = make_pages(sbuf_nq_, sbuf_row_);
   psum_ = make_pages(psum_nq_, psum_row_);
+  // The page vectors never change size: range_of keeps their data pointers.
+  sbuf_sp_ = {sbuf_.data(), sbuf_row_, (sbuf_row_ + kPageChunks - 1) / kPageChunks, sbuf_nq_, cfg.partitions};
+  psum_sp_ = {psum_.data(), psum_row_, (psum_row_ + kPageChunks - 1) / kPageChunks, psum_nq_, cfg.psum_partitions};
+  for (int k = 0; k < 62; ++k)
+    if (cfg.chunk_bytes == int64_t{1} << k) chunk_shift_ = k;
 }
 
 void DepTracker::reserve_hbm(int64_t bytes) {
@@ -73,26 +76,15 @@ int64_t DepTracker::reserve_hbm_cost(int64_t bytes) const {
   return pages > have ? (pages - have) * static_cast<int64_t>(sizeof(Page) + sizeof(int64_t) + sizeof(Entry)) : 0;
 }
 
-DepTracker::Range DepTracker::range_of(const Operand& o, std::pair<int64_t, int64_t> ext) const {
+DepTracker::Range DepTracker::hbm_range(std::pair<int64_t, int64_t> ext) const {
   auto [lo, hi] = ext;
   if (hi <= lo) hi = lo + 1;
-  if (o.space == Space::kHbm) {
-    const int64_t n = hbm_row_;
-    const auto pages = static_cast<int64_t>(hbm_.size());
-    if (n == 0) return {hbm_.data(), 0, -1, 0, -1, 0, 0, 1};  // no HBM tensors: nothing to track
-    const int64_t c0 = std::clamp<int64_t>(lo / cfg_.hbm_chunk_bytes, 0, n - 1);
-    const int64_t c1 = std::clamp<int64_t>((hi - 1) / cfg_.hbm_chunk_bytes, 0, n - 1);
-    return {hbm_.data(), 0, 0, c0, c1, n, pages, 1};
-  }
-  const bool psum = o.space == Space::kPsum;
-  const int64_t row = psum ? psum_row_ : sbuf_row_;
-  const int parts = psum ? cfg_.psum_partitions : cfg_.partitions;
-  const int64_t q0 = o.start_partition / kQuadrant;
-  const int64_t q1 = (std::min<int64_t>(o.start_partition + std::max<uint32_t>(o.num_partitions, 1), parts) - 1) / kQuadrant;
-  const int64_t c0 = std::clamp<int64_t>(lo / cfg_.chunk_bytes, 0, row - 1);
-  const int64_t c1 = std::clamp<int64_t>((hi - 1) / cfg_.chunk_bytes, 0, row - 1);
-  Page* base = psum ? psum_.data() : sbuf_.data();
-  return {base, q0, q1, c0, c1, row, (row + kPageChunks - 1) / kPageChunks, psum ? psum_nq_ : sbuf_nq_};
+  const int64_t n = hbm_row_;
+  const auto pages = static_cast<int64_t>(hbm_.size());
+  if (n == 0) return {hbm_.data(), 0, -1, 0, -1, 0, 0, 1};  // no HBM tensors: nothing to track
+  const int64_t c0 = std::clamp<int64_t>(lo / cfg_.hbm_chunk_bytes, 0, n - 1);
+  const int64_t c1 = std::clamp<int64_t>((hi - 1) / cfg_.hbm_chunk_bytes, 0, n - 1);
+  return {hbm_.data(), 0, 0, c0, c1, n, pages, 1};
 }
 
 template <class F>
@@ -103,6 +95,12 @@ void DepTracker::scan(const Range& r, F&& f) {
   const size_t i0 = find_seg(r.base[p0], r.c0), i1 = find_seg(r.base[p1], r.c1);
   if (p0 == p1) {  // the common case: one page, segments [i0, i1]
     const Entry* e = r.base[p0].ent.data();
+    if (i0 == i1) {  // one segment (a tile accessed whole): its quadrants' entries follow each other
+      for (const Entry *x = e + i0 * nq + static_cast<size_t>(r.q0), *end = e + i0 * nq + static_cast<size_t>(r.q1) + 1;
+           x != end; ++x)
+        f(*x);
+      return;
+    }
     for (auto q = static_cast<size_t>(r.q0); q <= static_cast<size_t>(r.q1); ++q)
       for (size_t i = i0; i <= i1; ++i) f(e[i * nq + q]);
     return;
@@ -190,18 +188,19 @@ void DepTracker::apply(const Range& r, F&& f) {
 
 DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const {
   Ready t;
-  const auto& lat = lat_;
+  std::array<sim::Ps, 1u << kClassBits> lat{};  // by producer class, for consumer class cls
+  for (size_t p = 0; p < lat_.size(); ++p) lat[p] = lat_[p][cls];
   auto consider = [&t](sim::Ps at, uint32_t tag) {
     if (at > t.time) t = {at, tag};
   };
   for (int i = 0; i < rg.nr; ++i)
     scan(rg.reads[static_cast<size_t>(i)], [&](const Entry& e) {
-      if (e.w_end) consider(e.w_end + lat[tag_class(e.w_tag)][cls], e.w_tag);
+      if (e.w_end) consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
     });
   for (int i = 0; i < rg.nw; ++i)
     scan(rg.writes[static_cast<size_t>(i)], [&](const Entry& e) {
-      if (e.w_end && tag_class(e.w_tag) != cls) consider(e.w_end + lat[tag_class(e.w_tag)][cls], e.w_tag);
-      if (e.r_end && tag_class(e.r_tag) != cls) consider(e.r_end + lat[tag_class(e.r_tag)][cls], e.r_tag);
+      if (e.w_end && tag_class(e.w_tag) != cls) consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
+      if (e.r_end && tag_class(e.r_tag) != cls) consider(e.r_end + lat[tag_class(e.r_tag)], e.r_tag);
     });
   return t;
 }

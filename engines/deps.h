@@ -11,6 +11,7 @@
 /// of kPageChunks chunks, each a sorted list of segments, which bounds what one split or merge moves.
 /// Chunks are visited in the order of a chunk-by-chunk scan (quadrant by quadrant, then by address),
 /// so every answer, including which producer is reported on a tie, is the one that scan gives.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -39,6 +40,8 @@ class DepTracker {
   using LatencyTable = std::array<std::array<sim::Ps, kNumClasses>, kNumClasses>;
 
   DepTracker(const Config& cfg, const LatencyTable& lat);
+  DepTracker(const DepTracker&) = delete;  // range_of keeps pointers into its own pages
+  DepTracker& operator=(const DepTracker&) = delete;
 
   /// Make HBM bytes [0, bytes) trackable (called when HBM tensors are allocated; not in the hot loop).
   void reserve_hbm(int64_t bytes);
@@ -92,7 +95,30 @@ class DepTracker {
   };
   Range range_of(const isa::Operand& o) const { return range_of(o, o.byte_extent()); }
   /// The chunks of `o`'s space covering the byte extent `ext` (a widened extent: isa::slot_extent).
-  Range range_of(const isa::Operand& o, std::pair<int64_t, int64_t> ext) const;
+  Range range_of(const isa::Operand& o, std::pair<int64_t, int64_t> ext) const {
+    if (o.space == isa::Space::kHbm) return hbm_range(ext);
+    const auto [q0, q1] = quadrants(o);
+    return onchip_range(o.space == isa::Space::kPsum, q0, q1, ext);
+  }
+  /// The quadrants [q0, q1] an on-chip operand covers (a function of its partitions: cached per signature).
+  std::pair<int64_t, int64_t> quadrants(const isa::Operand& o) const {
+    const int parts = o.space == isa::Space::kPsum ? psum_sp_.parts : sbuf_sp_.parts;
+    return {o.start_partition / kQuadrant,
+            (std::min<int64_t>(o.start_partition + std::max<uint32_t>(o.num_partitions, 1), parts) - 1) / kQuadrant};
+  }
+  /// range_of for an SBUF (or PSUM) operand of quadrants [q0, q1] and byte extent `ext`.
+  Range onchip_range(bool psum, int64_t q0, int64_t q1, std::pair<int64_t, int64_t> ext) const {
+    auto [lo, hi] = ext;
+    if (hi <= lo) hi = lo + 1;
+    const OnChip& sp = psum ? psum_sp_ : sbuf_sp_;
+    // Chunk indices: a shift when the chunk size is a power of two (the same after the clamp: a negative
+    // byte offset, which verify() rejects, clamps to chunk 0 either way).
+    const int64_t c0 = std::clamp<int64_t>(chunk_shift_ >= 0 ? lo >> chunk_shift_ : lo / cfg_.chunk_bytes, 0, sp.row - 1);
+    const int64_t c1 =
+        std::clamp<int64_t>(chunk_shift_ >= 0 ? (hi - 1) >> chunk_shift_ : (hi - 1) / cfg_.chunk_bytes, 0, sp.row - 1);
+    return {sp.base, q0, q1, c0, c1, sp.row, sp.pages, sp.nq};
+  }
+  static constexpr int kQuadrant = 32;  ///< partitions per quadrant: the hardware's partition-group size
 
   /// Earliest start for an instruction of class `cls` with these regions, and the tag of the access
   /// that sets it (0 with time 0 when nothing constrains it).
@@ -122,7 +148,17 @@ class DepTracker {
   /// The pages of a row of `row` chunks with `nq` quadrants, each one zero segment.
   static std::vector<Page> make_pages(int64_t nq, int64_t row);
 
+  Range hbm_range(std::pair<int64_t, int64_t> ext) const;
+  /// What range_of needs of SBUF and PSUM.
+  struct OnChip {
+    Page* base = nullptr;
+    int64_t row = 0, pages = 0, nq = 0;
+    int parts = 0;
+  };
+
   Config cfg_;
+  OnChip sbuf_sp_, psum_sp_;
+  int chunk_shift_ = -1;  ///< log2(chunk_bytes) when a power of two
   LatencyTable lat_;
   int64_t sbuf_row_, psum_row_, hbm_row_ = 0;
   int64_t sbuf_nq_, psum_nq_;

@@ -56,7 +56,7 @@ void RunStats::on_instr(const Instr& in, const InstrTiming& t, const Detail& d) 
       }
     }
   }
-  if (in.op != Opcode::kCoreBarrier) account_bytes(in);  // a barrier names its tensor, moves no bytes
+  account_bytes(d.bytes ? *d.bytes : bytes_of(in));
   const auto oi = static_cast<size_t>(in.op);
   const auto ei = static_cast<size_t>(in.engine);
   ++c_.opcode_count[oi];
@@ -128,7 +128,9 @@ void RunStats::dma(const Instr& in, const InstrTiming& t, const Detail& d) {
   }
 }
 
-void RunStats::account_bytes(const Instr& in) {
+RunStats::Bytes RunStats::bytes_of(const Instr& in) {
+  Bytes b;
+  if (in.op == Opcode::kCoreBarrier) return b;  // a barrier names its tensor, moves no bytes
   const isa::OpInfo& info = isa::op_info(in.op);
   for (int i = 0; i < info.num_slots; ++i) {
     const Operand& o = in.slot(i);
@@ -136,12 +138,22 @@ void RunStats::account_bytes(const Instr& in) {
     const bool written = info.slots[static_cast<size_t>(i)].written;
     const auto bytes = static_cast<uint64_t>(o.total_elems() * dtype_bytes(o.dtype));
     switch (o.space) {
-      case Space::kHbm: (written ? c_.hbm_write : c_.hbm_read) += bytes; break;
-      case Space::kSbuf: (written ? c_.sbuf_write : c_.sbuf_read) += bytes; break;
-      case Space::kPsum: (written ? c_.psum_write : c_.psum_read) += bytes; break;
+      case Space::kHbm: (written ? b.hbm_write : b.hbm_read) += bytes; break;
+      case Space::kSbuf: (written ? b.sbuf_write : b.sbuf_read) += bytes; break;
+      case Space::kPsum: (written ? b.psum_write : b.psum_read) += bytes; break;
       case Space::kNone: break;
     }
   }
+  return b;
+}
+
+void RunStats::account_bytes(const Bytes& b) {
+  c_.hbm_read += b.hbm_read;
+  c_.hbm_write += b.hbm_write;
+  c_.sbuf_read += b.sbuf_read;
+  c_.sbuf_write += b.sbuf_write;
+  c_.psum_read += b.psum_read;
+  c_.psum_write += b.psum_write;
 }
 
 void RunStats::note_active(Ps s, Ps e) {

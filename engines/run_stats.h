@@ -92,12 +92,19 @@ class RunStats {
   RunStats(const RunStats&) = delete;  // dma_active forwards into any_active of this object
   RunStats& operator=(const RunStats&) = delete;
 
+  /// Bytes an instruction reads and writes per memory space (a function of its signature: the
+  /// simulator works it out once per signature, engines/sig_cache.h).
+  struct Bytes {
+    uint64_t hbm_read = 0, hbm_write = 0, sbuf_read = 0, sbuf_write = 0, psum_read = 0, psum_write = 0;
+  };
+  static Bytes bytes_of(const isa::Instr& in);
   /// Extra facts about a scheduled instruction the timing does not carry.
   struct Detail {
     sim::Ps busy = 0;                 ///< time its engine was busy (II; a DMA: its trigger)
     double adjusted_flops = 0;        ///< TensorE: bf16-equivalent FLOPs
     const memory::DmaSplit* split = nullptr;               ///< DMA: the pieces per DMA engine
     const DmaEngines::Transfer* transfer = nullptr;        ///< DMA: when each piece ran
+    const Bytes* bytes = nullptr;     ///< bytes_of(in) when known (else worked out here)
   };
   /// One instruction, scheduled at `t` (t.index is its program-order index).
   void on_instr(const isa::Instr& in, const InstrTiming& t, const Detail& d);
@@ -116,7 +123,7 @@ class RunStats {
   const RunCounters& counters() const { return c_; }
 
  private:
-  void account_bytes(const isa::Instr& in);
+  void account_bytes(const Bytes& b);
   void engine_slot(isa::Engine e, sim::Ps start, sim::Ps end, sim::Ps busy, double flops);
   void dma(const isa::Instr& in, const InstrTiming& t, const Detail& d);
   /// Engine activity [s, e) for total_active_time (staged, then added to RunCounters::any_active).

@@ -242,7 +242,7 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::Dep
   if (finished_) throw Error(ErrorCode::kInternal, "submit() after finish()");
   check_limits();
   const SourceLoc& where = source(in.loc);
-  isa::verify(in, limits_, where);
+  const Sig& sig = signature(in, where);
   const isa::OpInfo& info = isa::op_info(in.op);
   if (isa::is_dma(in.op)) {
     for (int i = 0; i < info.num_slots; ++i)
@@ -269,10 +269,58 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::Dep
   }
   not_before_ = not_before;
   known_ready_ = known_ready;
-  InstrTiming t = schedule(in);
+  InstrTiming t = schedule(in, sig);
   not_before_ = 0;
   known_ready_ = nullptr;
   return t;
+}
+
+const Simulator::Sig& Simulator::signature(const Instr& in, const SourceLoc& where) {
+  if (!opts_.signature_cache) {
+    isa::verify(in, limits_, where);
+    if (!sig_scratch_) sig_scratch_ = std::make_unique<Sig>();
+    fill_signature(*sig_scratch_, in, 0);
+    return *sig_scratch_;
+  }
+  const uint64_t h = isa::signature_hash(in);
+  if (Sig* e = sigs_.find(in, h)) {
+    // The signature passed verify(): only the checks of the offsets remain. When one fails, verify()
+    // throws the error a run without the cache gives.
+    if (!e->place.fits(in)) isa::verify(in, limits_, where);
+    return *e;
+  }
+  isa::verify(in, limits_, where);
+  Sig& e = sigs_.victim(h);
+  fill_signature(e, in, h);
+  return e;
+}
+
+void Simulator::fill_signature(Sig& e, const Instr& in, uint64_t h) {
+  e.key = in;
+  e.hash = h;
+  e.valid = true;
+  e.place = isa::placement_of(in, limits_);
+  // Operand extents relative to the offsets, split into reads and writes as regions() does.
+  const isa::OpInfo& info = isa::op_info(in.op);
+  const int indirect = isa::indirect_slot(in);
+  Instr at0 = in;
+  for (Operand& o : at0.opnd) o.offset = 0;
+  e.nr = e.nw = 0;
+  for (int i = 0; i < info.num_slots; ++i) {
+    const Operand& o = at0.slot(i);
+    if (!o.present()) continue;
+    const auto ext = i == indirect ? isa::slot_extent(at0, i) : o.byte_extent();
+    const auto [q0, q1] = o.space == Space::kHbm ? std::pair<int64_t, int64_t>{0, 0} : deps_.quadrants(o);
+    const Sig::Access a{ext.first, ext.second, q0, q1, static_cast<uint8_t>(i), o.space};
+    if (info.slots[static_cast<size_t>(i)].written) e.writes[e.nw++] = a;
+    else e.reads[e.nr++] = a;
+  }
+  e.stream = info.cost != isa::CostClass::kBarrier && !isa::is_dma(in.op) && in.engine != Engine::kTensor;
+  if (e.stream) {
+    e.plan = stream_.plan(in);
+    e.flops = engines::instr_flops(in, 0);
+  }
+  e.bytes = engines::RunStats::bytes_of(in);
 }
 
 // ------------------------------------------------------------------ compiler hooks
@@ -313,13 +361,13 @@ void Simulator::run(const std::function<bool(Instr&)>& next) {
   while (next(in)) submit(in);
 }
 
-InstrTiming Simulator::schedule(const Instr& in) {
+InstrTiming Simulator::schedule(const Instr& in, const Sig& sig) {
   InstrTiming t;
   const bool dma = isa::is_dma(in.op);
-  if (isa::op_info(in.op).cost == isa::CostClass::kBarrier) t = schedule_barrier(in);
-  else if (dma) t = schedule_dma(in);
-  else if (in.engine == Engine::kTensor) t = schedule_tensor(in);
-  else t = schedule_stream(in);
+  if (sig.stream) t = schedule_stream(in, sig);
+  else if (isa::op_info(in.op).cost == isa::CostClass::kBarrier) t = schedule_barrier(in, sig);
+  else if (dma) t = schedule_dma(in, sig);
+  else t = schedule_tensor(in, sig);
   // No later instruction or DMA packet starts before the watermark: prune and fold up to it.
   if (engines::RunStats::fold_due(dma, seq_) || trace_) {
     const Ps w = watermark();
@@ -349,12 +397,26 @@ engines::DepTracker::Regions Simulator::regions(const Instr& in, const engines::
   return r;
 }
 
+engines::DepTracker::Regions Simulator::regions(const Instr& in, const Sig& sig, const engines::DepTracker& on) {
+  engines::DepTracker::Regions r;
+  auto range = [&](const Sig::Access& a) {
+    const std::pair<int64_t, int64_t> ext{in.opnd[a.slot].offset + a.lo, in.opnd[a.slot].offset + a.hi};
+    return a.space == Space::kHbm ? on.range_of(in.opnd[a.slot], ext)
+                                  : on.onchip_range(a.space == Space::kPsum, a.q0, a.q1, ext);
+  };
+  for (int i = 0; i < sig.nr; ++i) r.reads[static_cast<size_t>(i)] = range(sig.reads[static_cast<size_t>(i)]);
+  for (int i = 0; i < sig.nw; ++i) r.writes[static_cast<size_t>(i)] = range(sig.writes[static_cast<size_t>(i)]);
+  r.nr = sig.nr;
+  r.nw = sig.nw;
+  return r;
+}
+
 engines::DepTracker::Ready Simulator::ready_for(const Instr& in, const engines::DepTracker::Regions& rg) const {
   return known_ready_ ? *known_ready_ : deps_.ready(static_cast<uint8_t>(in.engine), rg);
 }
 
-void Simulator::schedule_asap(const Instr& in, uint8_t cls, Ps dur) {
-  const auto rg = regions(in, *asap_);
+void Simulator::schedule_asap(const Instr& in, const Sig& sig, uint8_t cls, Ps dur) {
+  const auto rg = regions(in, sig, *asap_);
   const Ps end = asap_->ready(cls, rg).time + dur;
   asap_->record(cls, seq_, rg, end, end);
   asap_end_ = std::max(asap_end_, end);
@@ -373,64 +435,71 @@ void set_wait(InstrTiming& t, const engines::DepTracker::Ready& r, Ps free, uint
 }
 }  // namespace
 
-InstrTiming Simulator::schedule_stream(const Instr& in) {
-  const auto rg = regions(in);
+InstrTiming Simulator::schedule_stream(const Instr& in, const Sig& sig) {
+  const auto rg = regions(in, sig, deps_);
   const auto cls = static_cast<uint8_t>(in.engine);
   const engines::DepTracker::Ready rd = ready_for(in, rg);
   const Ps free = stream_.next_issue(in.engine);
-  const engines::StreamEngines::Issue is = stream_.issue(in, std::max(rd.time, not_before_));
+  const engines::StreamEngines::Issue is = stream_.issue(sig.plan, in.engine, std::max(rd.time, not_before_));
   const Ps end = is.start + is.busy + is.latency;
   deps_.record(cls, seq_, rg, end, end);
-  if (asap_) schedule_asap(in, cls, end - is.start);
+  if (asap_) schedule_asap(in, sig, cls, end - is.start);
   InstrTiming t{is.start, end, is.start + is.busy};
   set_wait(t, rd, free, seq_);
-  t.flops = engines::instr_flops(in, 0);
+  t.flops = sig.flops;
   t.perf_mode = is.perf_mode;
-  stats_.on_instr(in, t, {is.busy});
+  engines::RunStats::Detail d;
+  d.busy = is.busy;
+  d.bytes = &sig.bytes;
+  stats_.on_instr(in, t, d);
   return t;
 }
 
-InstrTiming Simulator::schedule_barrier(const Instr& in) {
+InstrTiming Simulator::schedule_barrier(const Instr& in, const Sig& sig) {
   // core_barrier: a semaphore wait in the named engine's sequencer (a trigger-sized instruction). The
   // multi-core driver passes the later of both cores' arrivals as not_before; the barrier writes its
   // `data` tensor so that this core's later accesses to it wait for the barrier.
-  const auto rg = regions(in);
+  const auto rg = regions(in, sig, deps_);
   const auto cls = static_cast<uint8_t>(in.engine);
   const engines::DepTracker::Ready rd = ready_for(in, rg);
   const Ps free = stream_.next_issue(in.engine);
   const engines::StreamEngines::Issue is = stream_.trigger(in, std::max(rd.time, not_before_));
   const Ps end = is.start + is.busy;
   deps_.record(cls, seq_, rg, end, end);
-  if (asap_) schedule_asap(in, cls, end - is.start);
+  if (asap_) schedule_asap(in, sig, cls, end - is.start);
   InstrTiming t{is.start, end, end};
   set_wait(t, rd, free, seq_);
-  stats_.on_instr(in, t, {is.busy});
+  engines::RunStats::Detail d;
+  d.busy = is.busy;
+  d.bytes = &sig.bytes;
+  stats_.on_instr(in, t, d);
   return t;
 }
 
-InstrTiming Simulator::schedule_tensor(const Instr& in) {
-  const auto rg = regions(in);
+InstrTiming Simulator::schedule_tensor(const Instr& in, const Sig& sig) {
+  const auto rg = regions(in, sig, deps_);
   const auto cls = static_cast<uint8_t>(Engine::kTensor);
   const engines::DepTracker::Ready rd = ready_for(in, rg);
   const Ps free = tensor_.next_issue();
   const engines::TensorEngine::Issue is = tensor_.issue(in, std::max(rd.time, not_before_));
   const engines::TensorPipes::Slot& s = is.slot;
   deps_.record(cls, seq_, rg, s.end, s.end);
-  if (asap_) schedule_asap(in, cls, s.end - s.start);
+  if (asap_) schedule_asap(in, sig, cls, s.end - s.start);
   InstrTiming t{s.start, s.end, s.start + s.ii};
   set_wait(t, rd, free, seq_);
   t.flops = is.flops;
   engines::RunStats::Detail d;
   d.busy = s.ii;
   d.adjusted_flops = is.adjusted_flops;
+  d.bytes = &sig.bytes;
   stats_.on_instr(in, t, d);
   return t;
 }
 
-InstrTiming Simulator::schedule_dma(const Instr& in) {
+InstrTiming Simulator::schedule_dma(const Instr& in, const Sig& sig) {
   const Operand& dst = in.slot(0);
   const Operand& src = in.slot(1);
-  const auto rg = regions(in);
+  const auto rg = regions(in, sig, deps_);
   // The trigger engine waits on the semaphores of the data's producers, then issues the trigger.
   const engines::DepTracker::Ready rd = ready_for(in, rg);
   const Ps free = stream_.next_issue(in.engine);
@@ -445,7 +514,7 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
     Ps piece = 0;
     for (int k = 0; k < split.engines; ++k)
       piece = std::max(piece, tr.piece_end[static_cast<size_t>(k)] - tr.piece_start[static_cast<size_t>(k)]);
-    schedule_asap(in, kClassDma, p_.dma_setup + piece);
+    schedule_asap(in, sig, kClassDma, p_.dma_setup + piece);
   }
   if (!listeners_.empty()) last_split_ = split, last_transfer_ = tr;
   InstrTiming t{trig.start, tr.done, trig.start + trig.busy};
@@ -456,6 +525,7 @@ InstrTiming Simulator::schedule_dma(const Instr& in) {
   d.busy = trig.busy;
   d.split = &split;
   d.transfer = &tr;
+  d.bytes = &sig.bytes;
   stats_.on_instr(in, t, d);
   return t;
 }

@@ -26,6 +26,7 @@
 #include "engines/dma/dma_engine.h"
 #include "engines/params.h"
 #include "engines/run_stats.h"
+#include "engines/sig_cache.h"
 #include "engines/stream_engines.h"
 #include "engines/tensor/tensor_engine.h"
 #include "isa/semantics/semantics.h"
@@ -68,6 +69,9 @@ struct SimOptions {
   bool check = false;
   /// LNC=2: this simulator's physical core index (-1: a single-core run); names the trace process.
   int core_index = -1;
+  /// Work out verification, operand extents, costs and byte counts once per instruction signature
+  /// (engines/sig_cache.h). Off: once per instruction, with the same results (for tests).
+  bool signature_cache = true;
 };
 
 class Simulator {
@@ -193,20 +197,27 @@ class Simulator {
   void set_slot_tags(const engines::SlotTags* tags) { slot_tags_ = tags; }
 
  private:
-  InstrTiming schedule(const isa::Instr& in);
+  using Sig = engines::SigInfo;
+  /// Verify `in` (the checks of its offsets only, when its signature passed before) and return what its
+  /// signature determines (engines/sig_cache.h); valid until the next call.
+  const Sig& signature(const isa::Instr& in, const SourceLoc& where);
+  void fill_signature(Sig& e, const isa::Instr& in, uint64_t h);
+  InstrTiming schedule(const isa::Instr& in, const Sig& sig);
   [[noreturn]] void throw_interrupted() const;
   void check_limits() const;  ///< E416/E417 before an instruction is accepted
-  InstrTiming schedule_dma(const isa::Instr& in);
-  InstrTiming schedule_tensor(const isa::Instr& in);
-  InstrTiming schedule_stream(const isa::Instr& in);
-  InstrTiming schedule_barrier(const isa::Instr& in);
+  InstrTiming schedule_dma(const isa::Instr& in, const Sig& sig);
+  InstrTiming schedule_tensor(const isa::Instr& in, const Sig& sig);
+  InstrTiming schedule_stream(const isa::Instr& in, const Sig& sig);
+  InstrTiming schedule_barrier(const isa::Instr& in, const Sig& sig);
   sim::Ps watermark() const;
   engines::DepTracker::Regions regions(const isa::Instr& in, const engines::DepTracker& on) const;
   engines::DepTracker::Regions regions(const isa::Instr& in) const { return regions(in, deps_); }
+  /// regions() from the operand extents of `in`'s signature.
+  static engines::DepTracker::Regions regions(const isa::Instr& in, const Sig& sig, const engines::DepTracker& on);
   /// The operands' ready time for `in` on its engine (submit()'s known_ready when given).
   engines::DepTracker::Ready ready_for(const isa::Instr& in, const engines::DepTracker::Regions& rg) const;
   /// Dependency-bound schedule of one instruction of class `cls` that took `dur` (SimOptions::dependency_bound).
-  void schedule_asap(const isa::Instr& in, uint8_t cls, sim::Ps dur);
+  void schedule_asap(const isa::Instr& in, const Sig& sig, uint8_t cls, sim::Ps dur);
 
   sim::Config cfg_;
   engines::CoreParams p_;
@@ -238,6 +249,8 @@ class Simulator {
   Simulator* peer_ = nullptr;  ///< LNC=2: the other physical core (attach_peer)
   memory::DmaSplit last_split_{};
   engines::DmaEngines::Transfer last_transfer_{};
+  engines::SigCache sigs_;
+  std::unique_ptr<Sig> sig_scratch_;  ///< the entry of every instruction without SimOptions::signature_cache
 };
 
 }  // namespace nsim

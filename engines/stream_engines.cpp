@@ -1,6 +1,7 @@
 #include "engines/stream_engines.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace nsim::engines {
 
@@ -34,29 +35,36 @@ std::pair<bool, bool> StreamEngines::ports(const Instr& in, Engine e) const {
           p_.vector_scalar_psum_exclusive && psum && (e == Engine::kVector || e == Engine::kScalar)};
 }
 
-StreamEngines::Issue StreamEngines::issue(const Instr& in, Ps ready) {
+StreamEngines::Plan StreamEngines::plan(const Instr& in) const {
   const Engine e = in.engine;
   const sim::ClockDomain& clk = p_.clk(e);
   const StreamCost c = cost(in, e);
-  Ps extra = 0;
+  Plan pl;
   const isa::CostClass cls = isa::op_info(in.op).cost;
-  if (e == Engine::kScalar && (cls == isa::CostClass::kActivation || cls == isa::CostClass::kActivationReduce)) {
-    const int set = p_.act_table_set[static_cast<size_t>(in.act)];
-    if (set >= 0 && set != scalar_table_set_) {  // a different function table set must be loaded
-      extra = p_.scalar_act_table_load;
-      scalar_table_set_ = set;
-    }
+  if (e == Engine::kScalar && (cls == isa::CostClass::kActivation || cls == isa::CostClass::kActivationReduce))
+    pl.act_set = p_.act_table_set[static_cast<size_t>(in.act)];
+  pl.busy = clk.cycles_to_ps(c.busy);
+  pl.latency = clk.cycles_to_ps(c.latency);
+  pl.perf_mode = static_cast<uint8_t>(c.perf_mode);
+  std::tie(pl.sbuf_port, pl.psum_port) = ports(in, e);
+  return pl;
+}
+
+StreamEngines::Issue StreamEngines::issue(const Plan& pl, Engine e, Ps ready) {
+  Ps extra = 0;
+  if (pl.act_set >= 0 && pl.act_set != scalar_table_set_) {  // a different function table set must be loaded
+    extra = p_.scalar_act_table_load;
+    scalar_table_set_ = pl.act_set;
   }
   Issue r;
-  r.busy = clk.cycles_to_ps(c.busy) + extra;
-  r.latency = clk.cycles_to_ps(c.latency);
-  r.perf_mode = static_cast<uint8_t>(c.perf_mode);
+  r.busy = pl.busy + extra;
+  r.latency = pl.latency;
+  r.perf_mode = pl.perf_mode;
   r.start = std::max(next_issue_[static_cast<size_t>(e)], ready);
-  const auto [sbuf_port, psum_port] = ports(in, e);
-  if (sbuf_port) r.start = std::max(r.start, excl_sbuf_free_);
-  if (psum_port) r.start = std::max(r.start, excl_psum_free_);
-  if (sbuf_port) excl_sbuf_free_ = r.start + r.busy;
-  if (psum_port) excl_psum_free_ = r.start + r.busy;
+  if (pl.sbuf_port) r.start = std::max(r.start, excl_sbuf_free_);
+  if (pl.psum_port) r.start = std::max(r.start, excl_psum_free_);
+  if (pl.sbuf_port) excl_sbuf_free_ = r.start + r.busy;
+  if (pl.psum_port) excl_psum_free_ = r.start + r.busy;
   next_issue_[static_cast<size_t>(e)] = r.start + r.busy;
   return r;
 }

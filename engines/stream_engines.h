@@ -23,8 +23,20 @@ class StreamEngines {
     sim::Ps latency = 0;
     uint8_t perf_mode = 1;
   };
+  /// What issuing compute instruction `in` on in.engine takes, whatever the engines' state: a function
+  /// of its signature (isa::same_signature), which the simulator caches (engines/sig_cache.h).
+  struct Plan {
+    sim::Ps busy = 0;     ///< II, before an activation table load
+    sim::Ps latency = 0;
+    uint8_t perf_mode = 1;
+    bool sbuf_port = false, psum_port = false;  ///< the shared ports it needs (ports())
+    int act_set = -1;     ///< ScalarE activation: the function table set it needs (-1: none)
+  };
+  Plan plan(const isa::Instr& in) const;
   /// Issue compute instruction `in` on in.engine once its operands are ready at `ready`.
-  Issue issue(const isa::Instr& in, sim::Ps ready);
+  Issue issue(const isa::Instr& in, sim::Ps ready) { return issue(plan(in), in.engine, ready); }
+  /// The same with its plan worked out before.
+  Issue issue(const Plan& pl, isa::Engine e, sim::Ps ready);
   /// Issue the trigger of DMA `in` on in.engine (Sync, Scalar with hardware DGE, GpSimd with software DGE).
   Issue trigger(const isa::Instr& in, sim::Ps ready);
 

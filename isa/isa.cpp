@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <initializer_list>
+#include <type_traits>
 
 namespace nsim::isa {
 namespace {
@@ -355,6 +358,7 @@ void verify_operand(const Instr& in, const SlotInfo& slot, const Operand& o, con
            fmt::format("operand '{}' partitions [{}, {}) exceed the {} partitions of {}", nm, o.start_partition, pend,
                        lim.partitions, space_name(o.space)));
   }
+  // One of the three checks that depend on an operand's offset: placement_of() mirrors them.
   auto [lo, hi] = o.byte_extent();
   const int64_t cap = capacity_of(o.space, lim);
   if (lo < 0 || hi > cap)
@@ -796,7 +800,7 @@ void verify_offsets(const Instr& in, const Limits& lim, const SourceLoc& where) 
     fail(ErrorCode::kBadImmediate, in, where,
          fmt::format("an indirect access needs iimm[0] (index bound) >= 1 and iimm[1] (index stride) >= 0, "
                      "got {} and {}", in.iimm[0], in.iimm[1]));
-  const auto [lo, hi] = slot_extent(in, side);
+  const auto [lo, hi] = slot_extent(in, side);  // offset-dependent: placement_of() mirrors this check
   const int64_t cap = capacity_of(ind.space, lim);
   if (ind.space != Space::kHbm && hi > cap)  // HBM: the simulator checks the tensor's own bounds (E201)
     fail(ErrorCode::kOutOfBounds, in, where,
@@ -935,7 +939,7 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
       if (d.dtype != DType::kFloat32 && !(in.flags & kIsTranspose) && !(lim.dst_bf16 && d.dtype == DType::kBFloat16))
         fail(ErrorCode::kBadDtype, in, where, fmt::format("PSUM dst must be float32 on gen{}, got {}", lim.generation,
                                                           dtype_name(d.dtype)));
-      if (lim.generation < 4) {  // one matmul writes within one 2 KiB bank
+      if (lim.generation < 4) {  // one matmul writes within one 2 KiB bank (offset-dependent: placement_of)
         auto [lo, hi] = d.byte_extent();
         if (lim.psum_bank_bytes > 0 && lo / lim.psum_bank_bytes != (hi - 1) / lim.psum_bank_bytes)
           fail(ErrorCode::kPsumBankOverflow, in, where,
@@ -1029,6 +1033,113 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
       fail(ErrorCode::kBadBuffer, in, where, "at most one of data1/data2 may be in psum");
   }
   verify_operand_rules(in, where);
+}
+
+// ---------------------------------------------------------------- signatures
+
+namespace {
+// A signature is compared as 64-bit words of the Instr under a mask of the bytes of its fields: no padding
+// bytes (their values are unspecified), no operand offsets, no source location. One branch-free pass
+// over the words (vectorised by the compiler) is much cheaper than field-by-field compares.
+static_assert(std::is_trivially_copyable_v<Instr> && sizeof(Instr) % 8 == 0);
+constexpr size_t kWords = sizeof(Instr) / 8;
+using WordMask = std::array<uint64_t, kWords>;
+
+constexpr void set_bytes(WordMask& m, size_t at, size_t n) {
+  for (size_t b = at; b < at + n; ++b) m[b / 8] |= uint64_t{0xff} << (8 * (b % 8));
+}
+
+constexpr WordMask make_sig_mask() {
+  WordMask m{};
+#define NSIM_SIG_FIELD(f) set_bytes(m, offsetof(Instr, f), sizeof(Instr::f))
+  NSIM_SIG_FIELD(op);
+  NSIM_SIG_FIELD(engine);
+  NSIM_SIG_FIELD(flags);
+  NSIM_SIG_FIELD(alu0);
+  NSIM_SIG_FIELD(alu1);
+  NSIM_SIG_FIELD(act);
+  NSIM_SIG_FIELD(reduce_cmd);
+  NSIM_SIG_FIELD(dma_queue);
+  NSIM_SIG_FIELD(axis_count);
+  NSIM_SIG_FIELD(imm);
+  NSIM_SIG_FIELD(iimm);
+  NSIM_SIG_FIELD(shuffle);
+#undef NSIM_SIG_FIELD
+  for (size_t k = 0; k < static_cast<size_t>(kMaxSlots); ++k) {
+    const size_t o = offsetof(Instr, opnd) + k * sizeof(Operand);
+#define NSIM_SIG_OPERAND(f) set_bytes(m, o + offsetof(Operand, f), sizeof(Operand::f))
+    NSIM_SIG_OPERAND(space);
+    NSIM_SIG_OPERAND(dtype);
+    NSIM_SIG_OPERAND(nfree);
+    NSIM_SIG_OPERAND(start_partition);
+    NSIM_SIG_OPERAND(num_partitions);
+    NSIM_SIG_OPERAND(partition_step);
+    NSIM_SIG_OPERAND(size);
+    NSIM_SIG_OPERAND(stride);  // not offset
+#undef NSIM_SIG_OPERAND
+  }
+  return m;  // not loc
+}
+constexpr WordMask kSigMask = make_sig_mask();
+// Fields every operand of Instr::opnd has at these words (relative to the operand): space..num_partitions
+// and size[0]: what signature_hash mixes in.
+constexpr size_t kOperandWords = sizeof(Operand) / 8;
+static_assert(sizeof(Operand) % 8 == 0 && offsetof(Instr, opnd) % 8 == 0 && offsetof(Operand, offset) == 16);
+constexpr size_t kSize0Word = offsetof(Operand, size) / 8;
+
+inline uint64_t word(const Instr& in, size_t i) {
+  uint64_t v;
+  std::memcpy(&v, reinterpret_cast<const unsigned char*>(&in) + 8 * i, 8);
+  return v;
+}
+}  // namespace
+
+// The compare runs on every instruction: 32-byte vectors where the CPU has them (chosen at load time).
+__attribute__((target_clones("avx2", "default"))) bool same_signature(const Instr& a, const Instr& b) {
+  uint64_t diff = 0;
+  for (size_t i = 0; i < kWords; ++i) diff |= (word(a, i) ^ word(b, i)) & kSigMask[i];
+  return diff == 0;
+}
+
+uint64_t signature_hash(const Instr& in) {
+  // A few words that tell apart the instructions of one kernel (op, engine, flags, ALU ops; each operand's
+  // space, dtype, partitions and first free size); same_signature decides.
+  constexpr uint64_t kMul = 0x9e3779b97f4a7c15ULL;
+  uint64_t h = word(in, 0) & kSigMask[0];
+  for (size_t k = 0; k < static_cast<size_t>(kMaxSlots); ++k) {
+    const size_t w = offsetof(Instr, opnd) / 8 + k * kOperandWords;
+    h = (h ^ (word(in, w) & kSigMask[w])) * kMul;
+    h = (h ^ (word(in, w + 1) & kSigMask[w + 1]) ^ (word(in, w + kSize0Word) << 32)) * kMul;
+  }
+  return h ^ (h >> 29);
+}
+
+Placement placement_of(const Instr& in, const Limits& lim) {
+  // The three offset-dependent checks of verify(): verify_operand's bounds, the matmul bank rule and
+  // verify_offsets' reach of an on-chip indirect side, as extents relative to the offsets.
+  Placement p;
+  const OpInfo& info = op_info(in.op);
+  for (int i = 0; i < info.num_slots; ++i) {
+    const Operand& o = in.slot(i);
+    if (!o.present()) continue;
+    Operand at0 = o;
+    at0.offset = 0;
+    const auto [lo, hi] = at0.byte_extent();
+    p.slot[static_cast<size_t>(i)] = {lo, hi, capacity_of(o.space, lim)};
+    p.present = static_cast<uint8_t>(p.present | (1u << i));
+  }
+  if (in.op == Opcode::kMultiplyMoving && lim.generation < 4 && lim.psum_bank_bytes > 0) p.bank = lim.psum_bank_bytes;
+  if ((in.op == Opcode::kDmaCopy || in.op == Opcode::kTensorCopy)) {
+    const int side = indirect_slot(in);
+    if (side >= 0 && in.slot(side).space != Space::kHbm) {
+      Instr at0 = in;
+      at0.opnd[static_cast<size_t>(side)].offset = 0;
+      p.indirect = side;
+      p.indirect_hi = slot_extent(at0, side).second;
+      p.indirect_cap = capacity_of(in.slot(side).space, lim);
+    }
+  }
+  return p;
 }
 
 }  // namespace nsim::isa

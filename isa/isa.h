@@ -314,4 +314,45 @@ struct Limits {
 /// opcode, slot, expected vs found; `where` is attached as the source location.
 void verify(const Instr& in, const Limits& lim, const SourceLoc& where = {});
 
+/// The signature of an instruction: every field but its operands' offsets and its source location. The
+/// instructions of one op or loop body usually share one; verify() gives them the same answer except for
+/// the checks of the offsets (Placement), and every cost formula the same cost, so the simulator works them
+/// out once per signature (engines/sig_cache.h). same_signature compares the fields (not padding bytes);
+/// equal signatures have equal hashes.
+bool same_signature(const Instr& a, const Instr& b);
+uint64_t signature_hash(const Instr& in);
+
+/// The checks of verify() that depend on the operands' offsets, worked out once for a signature that passed
+/// verify(): each present operand's byte extent inside its buffer, a gen2/3 matmul's PSUM destination inside
+/// one bank, the widened reach of an on-chip indirect side (verify_offsets). For an instruction `in` with
+/// that signature, fits(in) is true exactly when verify(in) passes; when it is false, verify(in) throws the
+/// error (tests/unit/isa/test_signature.cpp checks both on random offsets).
+struct Placement {
+  struct Bound {
+    int64_t lo = 0, hi = 0;  ///< byte extent relative to the operand's offset
+    int64_t cap = 0;         ///< offset + lo >= 0 and offset + hi <= cap
+  };
+  std::array<Bound, kMaxSlots> slot{};
+  uint8_t present = 0;      ///< bit i: slot i is present (checked)
+  int64_t bank = 0;         ///< > 0: slot 0's bytes [offset + lo, offset + hi) stay in one bank of this many bytes
+  int indirect = -1;        ///< an on-chip indirect side: offset + indirect_hi <= its capacity
+  int64_t indirect_hi = 0, indirect_cap = 0;
+  bool fits(const Instr& in) const {
+    for (int i = 0; i < kMaxSlots; ++i) {
+      if (!(present & (1u << i))) continue;
+      const Bound& b = slot[static_cast<size_t>(i)];
+      const int64_t off = in.opnd[static_cast<size_t>(i)].offset;
+      if (off + b.lo < 0 || off + b.hi > b.cap) return false;
+    }
+    if (bank > 0) {
+      const int64_t off = in.opnd[0].offset;
+      if ((off + slot[0].lo) / bank != (off + slot[0].hi - 1) / bank) return false;
+    }
+    if (indirect >= 0 && in.opnd[static_cast<size_t>(indirect)].offset + indirect_hi > indirect_cap) return false;
+    return true;
+  }
+};
+/// The Placement of `in`'s signature (call after verify(in, lim) passed).
+Placement placement_of(const Instr& in, const Limits& lim);
+
 }  // namespace nsim::isa
