@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "sim/error.h"
+#include "sim/text.h"
 
 namespace nsim::frontend::json {
 
@@ -452,7 +453,7 @@ class Parser {
 
   static std::string short_quote(const std::string& s) {
     if (s.size() <= 64) return quote(s);
-    return quote(s.substr(0, 64)) + "...";
+    return quote(sim::clip_utf8(s, 64)) + "...";
   }
 
   [[noreturn]] void fail_dup(const std::string& key, int line, size_t pos) const {

@@ -63,7 +63,7 @@ constexpr const auto& kIimmDefault = isa::kIimmDefault;
 std::string q(std::string_view s) {
   // fmt rather than operator+: GCC 12 reports a false -Wrestrict on the string concatenation.
   if (s.size() <= 64) return fmt::format("'{}'", s);
-  return fmt::format("'{}...'", s.substr(0, 64));
+  return fmt::format("'{}...'", sim::clip_utf8(s, 64));
 }
 
 /// Candidates close to `name` (edit distance or substring), at most 5.
@@ -186,9 +186,9 @@ class Path {
     out.append(a_);
     switch (mode_) {
       case kPlain: out.append(b_); break;
-      case kQuotedCut: out += json::quote(b_.substr(0, 64)); break;
+      case kQuotedCut: out += json::quote(sim::clip_utf8(b_, 64)); break;
       case kQuotedEllipsis:
-        out += json::quote(b_.size() <= 64 ? std::string(b_) : std::string(b_.substr(0, 64)) + "...");
+        out += json::quote(b_.size() <= 64 ? std::string(b_) : std::string(sim::clip_utf8(b_, 64)) + "...");
         break;
     }
     if (index_ >= 0) out += fmt::format("[{}]", index_);
@@ -629,7 +629,7 @@ class Reader {
     size_t p = 0;
 
     [[noreturn]] void bad(ErrorCode code, const std::string& msg) const {
-      const std::string shown = s.size() <= 80 ? std::string(s) : std::string(s.substr(0, 80)) + "...";
+      const std::string shown = s.size() <= 80 ? std::string(s) : std::string(sim::clip_utf8(s, 80)) + "...";
       r.fail(code, at, path, fmt::format("index expression \"{}\": {}", shown, msg), loc);
     }
     void ws() {

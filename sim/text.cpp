@@ -25,4 +25,12 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return prev[b.size()];
 }
 
+std::string_view clip_utf8(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return s;
+  size_t n = max_bytes;
+  // Back off over continuation bytes (10xxxxxx) to the lead byte, which is dropped with its sequence.
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n);
+}
+
 }  // namespace nsim::sim

@@ -45,6 +45,14 @@ namespace {
 
 PyObject* g_nsim_error = nullptr;  // _nsim.NsimError (owned by the module; one extra reference kept)
 
+/// A Python str from bytes that should be UTF-8; a stray byte becomes U+FFFD rather than a
+/// UnicodeDecodeError raised in place of the NsimError being reported.
+py::str lenient_str(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (o == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
 std::string config_name(const std::string& c) { return c == "inf2" ? "trn1" : c; }
 
 sim::Config load_cfg(const std::string& config, const std::vector<std::string>& overrides) {
@@ -904,12 +912,12 @@ PYBIND11_MODULE(_nsim, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      py::object exc = py::reinterpret_borrow<py::object>(g_nsim_error)(py::str(e.what()));
+      py::object exc = py::reinterpret_borrow<py::object>(g_nsim_error)(lenient_str(e.what()));
       exc.attr("code") = e.code_str();
-      exc.attr("message") = e.message();
-      exc.attr("file") = e.loc().file;
+      exc.attr("message") = lenient_str(e.message());
+      exc.attr("file") = lenient_str(e.loc().file);
       exc.attr("line") = e.loc().line;
-      exc.attr("function") = e.loc().function;
+      exc.attr("function") = lenient_str(e.loc().function);
       PyErr_SetObject(g_nsim_error, exc.ptr());
     }
   });

@@ -72,6 +72,27 @@ def test_invalid_json_text_is_a_coded_syntax_error():
     assert _code(e) == "NSIM-E401"
 
 
+@pytest.mark.parametrize("ch", ["\u00e0", "\u4e2d", "\U0001F600"])
+@pytest.mark.parametrize("where", ["dtype", "tensor", "index"])
+def test_long_non_ascii_names_are_clipped_whole_in_messages(ch, where):
+    # Messages clip a quoted name to 64 bytes; a cut inside a multi-byte character made the message
+    # invalid UTF-8 and Python raised UnicodeDecodeError instead of the NsimError (fuzz finding, CI).
+    for pad in range(56, 66):
+        k = json.loads(json.dumps(ADD_ONE))
+        bad = "x" * pad + ch * 8
+        if where == "dtype":
+            k["tensors"][0]["dtype"] = bad
+        elif where == "tensor":
+            k["body"][0]["loop"]["body"][1]["src"]["tensor"] = bad
+        else:  # an index expression is clipped to 80 bytes
+            k["body"][0]["loop"]["body"][1]["src"]["index"][0]["start"] = "i+" + "1" * (pad + 14) + ch * 8
+        with pytest.raises(nsim.NsimError) as e:
+            nsim.simulate_json(k)
+        text = str(e.value) + e.value.message
+        assert "\ufffd" not in text, text
+        assert ("x" * 50 if where != "index" else "1" * 50) in text, text
+
+
 def test_missing_kernel_file_is_a_coded_error_and_a_file_not_found_error(tmp_path):
     path = str(tmp_path / "missing.json")
     with pytest.raises(KernelFileNotFoundError) as e:
