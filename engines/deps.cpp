@@ -208,29 +208,44 @@ DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const {
 void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Ready, kNumClasses>& out) const {
   // One pass keeping, per producer class, the latest end (and its tag) of: writers of what is read,
   // writers of what is written, readers of what is written. Then each consumer class takes the max
-  // over producer classes with its hand-off latency (same-class WAR/WAW need no wait).
+  // over producer classes with its hand-off latency (same-class WAR/WAW need no wait). The masks name
+  // the producer classes seen, so the combination visits only those (usually one or two of six).
   std::array<Ready, kNumClasses> raw{}, waw{}, war{};
+  unsigned mraw = 0, mw = 0;  // producer classes with a raw entry; with a waw or war entry
   auto keep = [](Ready& m, sim::Ps at, uint32_t tag) {
     if (at > m.time) m = {at, tag};
   };
   for (int i = 0; i < rg.nr; ++i)
     scan(rg.reads[static_cast<size_t>(i)], [&](const Entry& e) {
-      if (e.w_end) keep(raw[tag_class(e.w_tag)], e.w_end, e.w_tag);
+      if (e.w_end) {
+        const uint8_t pc = tag_class(e.w_tag);
+        keep(raw[pc], e.w_end, e.w_tag);
+        mraw |= 1u << pc;
+      }
     });
   for (int i = 0; i < rg.nw; ++i)
     scan(rg.writes[static_cast<size_t>(i)], [&](const Entry& e) {
-      if (e.w_end) keep(waw[tag_class(e.w_tag)], e.w_end, e.w_tag);
-      if (e.r_end) keep(war[tag_class(e.r_tag)], e.r_end, e.r_tag);
+      if (e.w_end) {
+        const uint8_t pc = tag_class(e.w_tag);
+        keep(waw[pc], e.w_end, e.w_tag);
+        mw |= 1u << pc;
+      }
+      if (e.r_end) {
+        const uint8_t pc = tag_class(e.r_tag);
+        keep(war[pc], e.r_end, e.r_tag);
+        mw |= 1u << pc;
+      }
     });
-  for (int c = 0; c < kNumClasses; ++c) {
-    Ready& t = out[static_cast<size_t>(c)];
-    t = Ready{};
-    if (!(classes & (1u << c))) continue;
-    for (int p = 0; p < kNumClasses; ++p) {
-      const sim::Ps l = lat_[static_cast<size_t>(p)][static_cast<size_t>(c)];
-      const auto pi = static_cast<size_t>(p);
+  out.fill(Ready{});
+  for (unsigned cm = classes & ((1u << kNumClasses) - 1); cm; cm &= cm - 1) {
+    const auto c = static_cast<size_t>(__builtin_ctz(cm));
+    Ready& t = out[c];
+    // Producer classes in ascending order, as the full scan visited them (ties keep the first tag).
+    for (unsigned pm = mraw | (mw & ~(1u << c)); pm; pm &= pm - 1) {
+      const auto pi = static_cast<size_t>(__builtin_ctz(pm));
+      const sim::Ps l = lat_[pi][c];
       if (raw[pi].time) keep(t, raw[pi].time + l, raw[pi].tag);
-      if (p == c) continue;
+      if (pi == c) continue;
       if (waw[pi].time) keep(t, waw[pi].time + l, waw[pi].tag);
       if (war[pi].time) keep(t, war[pi].time + l, war[pi].tag);
     }
