@@ -98,6 +98,37 @@ void RunStats::dma(const Instr& in, const InstrTiming& t, const Detail& d) {
   sim::IntervalUnion& by_class = c_.dma_class_active[static_cast<size_t>(
       in.engine == Engine::kScalar ? DmaClass::kHardwareDynamic
                                    : in.engine == Engine::kGpsimd ? DmaClass::kSoftwareDynamic : DmaClass::kStatic)];
+  // Equal pieces at equal times on every engine: one update of the shared counter (lockstep), which
+  // starts when the engines' interval states are equal and ends at the first transfer that differs.
+  const int n = p_.dma_engines;
+  bool uniform = split.uniform && split.engines == n && n > 0 && split.piece[0].bytes > 0;
+  for (size_t k = 1; uniform && k < static_cast<size_t>(n); ++k)
+    uniform = split.piece[k].bytes == split.piece[0].bytes && split.piece[k].descriptors == split.piece[0].descriptors &&
+              tr.piece_start[k] == tr.piece_start[0] && tr.piece_end[k] == tr.piece_end[0];
+  if (uniform && !lk_on_ && dma_states_equal()) {
+    lk_ = TrackCounters{};
+    lk_.cur_lo = c_.dma[0].cur_lo;
+    lk_.cur_hi = c_.dma[0].cur_hi;
+    lk_.last_end = c_.dma[0].last_end;
+    lk_on_ = true;
+  }
+  if (lk_on_ && !uniform) {
+    flush_lockstep();
+    lk_on_ = false;
+  }
+  if (lk_on_) {
+    const Ps s = tr.piece_start[0], e = tr.piece_end[0];
+    ++lk_.instructions;
+    lk_.busy += e - s;
+    lk_.instr_time += e - s;
+    if (s < lk_.cur_lo) lk_.active += e - s;
+    else lk_.add_interval(s, e);
+    lk_.bytes += static_cast<uint64_t>(split.piece[0].bytes);
+    c_.dma_descriptors += static_cast<uint64_t>(split.piece[0].descriptors) * static_cast<uint64_t>(n);
+    c_.dma_active.add(s, e);
+    by_class.add(s, e);
+    return;
+  }
   // The transfer's packets merged where they overlap or touch (the engines of one transfer usually
   // move at the same time): one add to each union per merged interval instead of one per engine.
   std::array<std::pair<Ps, Ps>, memory::kMaxDmaEngines> merged;
@@ -126,6 +157,31 @@ void RunStats::dma(const Instr& in, const InstrTiming& t, const Detail& d) {
     c_.dma_active.add(merged[i].first, merged[i].second);
     by_class.add(merged[i].first, merged[i].second);
   }
+}
+
+bool RunStats::dma_states_equal() const {
+  for (size_t k = 1; k < static_cast<size_t>(p_.dma_engines); ++k)
+    if (c_.dma[k].cur_lo != c_.dma[0].cur_lo || c_.dma[k].cur_hi != c_.dma[0].cur_hi ||
+        c_.dma[k].last_end != c_.dma[0].last_end)
+      return false;
+  return true;
+}
+
+void RunStats::flush_lockstep() const {
+  for (size_t k = 0; k < static_cast<size_t>(p_.dma_engines); ++k) {
+    TrackCounters& tc = c_.dma[k];
+    tc.instructions += lk_.instructions;
+    tc.busy += lk_.busy;
+    tc.instr_time += lk_.instr_time;
+    tc.active += lk_.active;
+    tc.bytes += lk_.bytes;
+    tc.cur_lo = lk_.cur_lo;
+    tc.cur_hi = lk_.cur_hi;
+    tc.last_end = lk_.last_end;
+  }
+  lk_.instructions = 0;
+  lk_.busy = lk_.instr_time = lk_.active = 0;
+  lk_.bytes = 0;
 }
 
 RunStats::Bytes RunStats::bytes_of(const Instr& in) {
@@ -189,6 +245,8 @@ void RunStats::fold(Ps w, bool is_dma, uint64_t seq) {
 
 void RunStats::finish() {
   for (auto& t : c_.engine) t.close();
+  if (lk_on_) flush_lockstep();
+  lk_on_ = false;
   for (auto& t : c_.dma) t.close();
   fold_active(INT64_MAX);  // DMA time, then the staged engine interval, into any_active
   c_.dma_active.close();

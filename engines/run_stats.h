@@ -120,7 +120,10 @@ class RunStats {
   void add_source() { per_loc_.emplace_back(0, 0); }
   /// (instructions, summed durations) by source id.
   const std::vector<std::pair<uint64_t, sim::Ps>>& per_loc() const { return per_loc_; }
-  const RunCounters& counters() const { return c_; }
+  const RunCounters& counters() const {
+    if (lk_on_) flush_lockstep();
+    return c_;
+  }
 
  private:
   void account_bytes(const Bytes& b);
@@ -132,8 +135,18 @@ class RunStats {
   void fold_active(sim::Ps w);
   static constexpr uint64_t kFoldEvery = 8;
 
+  /// DMA engines in lockstep: while every transfer moves equal pieces at the same times on all
+  /// dma.engines engines, their counters stay equal, so one shared counter (lk_) takes each transfer
+  /// instead of every engine's. lk_ holds the sums since the last flush and the engines' common interval
+  /// state; flush_lockstep() adds the sums to every engine (counters() and finish() flush first).
+  void flush_lockstep() const;
+  /// Whether every DMA engine's interval state is equal (lockstep may start).
+  bool dma_states_equal() const;
+
   const CoreParams& p_;
-  RunCounters c_;
+  mutable RunCounters c_;  // mutable: counters() flushes the lockstep sums into it
+  mutable TrackCounters lk_;
+  bool lk_on_ = false;
   sim::Ps stage_lo_ = 0, stage_hi_ = -1;  ///< staged engine activity, not yet in c_.any_active (empty: hi < 0)
   std::vector<std::pair<uint64_t, sim::Ps>> per_loc_;
 };

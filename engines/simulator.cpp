@@ -126,6 +126,7 @@ const memory::HbmTensor& Simulator::alloc_hbm(const std::string& name, const std
   const memory::HbmTensor& t = mem_.alloc_hbm(name, shape, dt);
   deps_.reserve_hbm(t.addr + t.bytes);
   if (asap_) asap_->reserve_hbm(t.addr + t.bytes);
+  ++regions_epoch_;
   return t;
 }
 
@@ -142,6 +143,7 @@ void Simulator::attach_peer(Simulator& owner) {
 void Simulator::reserve_hbm_deps() {
   deps_.reserve_hbm(mem_.hbm_end());
   if (asap_) asap_->reserve_hbm(mem_.hbm_end());
+  ++regions_epoch_;
 }
 
 void Simulator::write_hbm(const std::string& name, const void* data, size_t bytes) {
@@ -236,7 +238,8 @@ void Simulator::check_limits() const {
                             sim::ps_to_ns(total_time()), seq_, opts_.max_sim_time_ns));
 }
 
-InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::DepTracker::Ready* known_ready) {
+InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::DepTracker::Ready* known_ready,
+                              const engines::DepTracker::Regions* known_regions) {
   const engines::SlotTags* tags = slot_tags_;  // for this instruction only
   slot_tags_ = nullptr;
   if (finished_) throw Error(ErrorCode::kInternal, "submit() after finish()");
@@ -269,9 +272,11 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::Dep
   }
   not_before_ = not_before;
   known_ready_ = known_ready;
+  known_regions_ = known_regions;
   InstrTiming t = schedule(in, sig);
   not_before_ = 0;
   known_ready_ = nullptr;
+  known_regions_ = nullptr;
   return t;
 }
 
@@ -327,10 +332,6 @@ void Simulator::fill_signature(Sig& e, const Instr& in, uint64_t h) {
 
 engines::DepTracker::Ready Simulator::operands_ready_tag(const Instr& in, Engine e) const {
   return deps_.ready(static_cast<uint8_t>(e), regions(in));
-}
-
-Ps Simulator::engine_free(const Instr& in, Engine e) const {
-  return e == Engine::kTensor && !isa::is_dma(in.op) ? tensor_.next_issue() : stream_.free(in, e);
 }
 
 Ps Simulator::busy_estimate(const Instr& in, Engine e) const {
@@ -436,7 +437,8 @@ void set_wait(InstrTiming& t, const engines::DepTracker::Ready& r, Ps free, uint
 }  // namespace
 
 InstrTiming Simulator::schedule_stream(const Instr& in, const Sig& sig) {
-  const auto rg = regions(in, sig, deps_);
+  engines::DepTracker::Regions scratch;
+  const engines::DepTracker::Regions& rg = regions_for(in, sig, scratch);
   const auto cls = static_cast<uint8_t>(in.engine);
   const engines::DepTracker::Ready rd = ready_for(in, rg);
   const Ps free = stream_.next_issue(in.engine);
@@ -459,7 +461,8 @@ InstrTiming Simulator::schedule_barrier(const Instr& in, const Sig& sig) {
   // core_barrier: a semaphore wait in the named engine's sequencer (a trigger-sized instruction). The
   // multi-core driver passes the later of both cores' arrivals as not_before; the barrier writes its
   // `data` tensor so that this core's later accesses to it wait for the barrier.
-  const auto rg = regions(in, sig, deps_);
+  engines::DepTracker::Regions scratch;
+  const engines::DepTracker::Regions& rg = regions_for(in, sig, scratch);
   const auto cls = static_cast<uint8_t>(in.engine);
   const engines::DepTracker::Ready rd = ready_for(in, rg);
   const Ps free = stream_.next_issue(in.engine);
@@ -477,7 +480,8 @@ InstrTiming Simulator::schedule_barrier(const Instr& in, const Sig& sig) {
 }
 
 InstrTiming Simulator::schedule_tensor(const Instr& in, const Sig& sig) {
-  const auto rg = regions(in, sig, deps_);
+  engines::DepTracker::Regions scratch;
+  const engines::DepTracker::Regions& rg = regions_for(in, sig, scratch);
   const auto cls = static_cast<uint8_t>(Engine::kTensor);
   const engines::DepTracker::Ready rd = ready_for(in, rg);
   const Ps free = tensor_.next_issue();
@@ -499,7 +503,8 @@ InstrTiming Simulator::schedule_tensor(const Instr& in, const Sig& sig) {
 InstrTiming Simulator::schedule_dma(const Instr& in, const Sig& sig) {
   const Operand& dst = in.slot(0);
   const Operand& src = in.slot(1);
-  const auto rg = regions(in, sig, deps_);
+  engines::DepTracker::Regions scratch;
+  const engines::DepTracker::Regions& rg = regions_for(in, sig, scratch);
   // The trigger engine waits on the semaphores of the data's producers, then issues the trigger.
   const engines::DepTracker::Ready rd = ready_for(in, rg);
   const Ps free = stream_.next_issue(in.engine);

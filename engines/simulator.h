@@ -112,8 +112,11 @@ class Simulator {
   /// earlier than this, on top of its operands and its engine.
   /// `known_ready`: operands_ready_tag(in, in.engine) computed earlier by the caller (the compiler's
   /// scheduler, which knows nothing it depends on ran since), so it is not looked up twice.
+  /// `known_regions`: regions_of(in) computed earlier by the caller (with known_ready), valid while
+  /// regions_epoch() has not changed since.
   InstrTiming submit(const isa::Instr& in, sim::Ps not_before = 0,
-                     const engines::DepTracker::Ready* known_ready = nullptr);
+                     const engines::DepTracker::Ready* known_ready = nullptr,
+                     const engines::DepTracker::Regions* known_regions = nullptr);
 
   // ---- compiler hooks (frontend/compiler): the schedule an instruction would get now, nothing committed
   /// When the operands of `in` are ready for engine `e` (every overlapping earlier access finished,
@@ -121,13 +124,30 @@ class Simulator {
   sim::Ps operands_ready(const isa::Instr& in, isa::Engine e) const { return operands_ready_tag(in, e).time; }
   /// The same with the tag of the access that sets it (pass to submit() as known_ready).
   engines::DepTracker::Ready operands_ready_tag(const isa::Instr& in, isa::Engine e) const;
-  /// operands_ready_tag() for every engine in the bitmask `engines`, in one pass (out by engine).
-  void operands_ready_multi(const isa::Instr& in, uint8_t engines,
-                            std::array<engines::DepTracker::Ready, engines::kNumClasses>& out) const {
-    deps_.ready_multi(engines, regions(in), out);
+  /// The same, leaving the operands' dependency regions in `rg` (for submit()'s known_regions).
+  engines::DepTracker::Ready operands_ready_tag(const isa::Instr& in, isa::Engine e,
+                                                engines::DepTracker::Regions& rg) const {
+    rg = regions(in);
+    return deps_.ready(static_cast<uint8_t>(e), rg);
   }
+  /// operands_ready_tag() for every engine in the bitmask `engines`, in one pass (out by engine); the
+  /// regions are left in `rg`.
+  void operands_ready_multi(const isa::Instr& in, uint8_t engines,
+                            std::array<engines::DepTracker::Ready, engines::kNumClasses>& out,
+                            engines::DepTracker::Regions& rg) const {
+    rg = regions(in);
+    deps_.ready_multi(engines, rg, out);
+  }
+  /// Changes when regions computed before may no longer be used (HBM tracking grew).
+  uint64_t regions_epoch() const { return regions_epoch_; }
   /// When engine `e` may issue `in`, ignoring its operands (its previous issue, shared ports).
-  sim::Ps engine_free(const isa::Instr& in, isa::Engine e) const;
+  sim::Ps engine_free(const isa::Instr& in, isa::Engine e) const {
+    return engine_free(engines::StreamEngines::uses(in), e);
+  }
+  /// The same for an instruction with StreamEngines::uses() `u` (the list scheduler keeps it per instruction).
+  sim::Ps engine_free(uint8_t u, isa::Engine e) const {
+    return e == isa::Engine::kTensor && !(u & engines::StreamEngines::kUsesDma) ? tensor_.next_issue() : stream_.free(u, e);
+  }
   /// Time `in` keeps engine `e` busy (its II; for a DMA, the trigger instruction).
   sim::Ps busy_estimate(const isa::Instr& in, isa::Engine e) const;
   /// Start to end of `in` on `e`, for priorities (a DMA: trigger, setup and its data at full rate).
@@ -214,6 +234,13 @@ class Simulator {
   engines::DepTracker::Regions regions(const isa::Instr& in) const { return regions(in, deps_); }
   /// regions() from the operand extents of `in`'s signature.
   static engines::DepTracker::Regions regions(const isa::Instr& in, const Sig& sig, const engines::DepTracker& on);
+  /// The regions of `in` on deps_: submit()'s known_regions when given, else computed into `scratch`.
+  const engines::DepTracker::Regions& regions_for(const isa::Instr& in, const Sig& sig,
+                                                  engines::DepTracker::Regions& scratch) const {
+    if (known_regions_) return *known_regions_;
+    scratch = regions(in, sig, deps_);
+    return scratch;
+  }
   /// The operands' ready time for `in` on its engine (submit()'s known_ready when given).
   engines::DepTracker::Ready ready_for(const isa::Instr& in, const engines::DepTracker::Regions& rg) const;
   /// Dependency-bound schedule of one instruction of class `cls` that took `dur` (SimOptions::dependency_bound).
@@ -244,6 +271,8 @@ class Simulator {
   sim::Ps start_floor_ = 0;  ///< set_start_floor()
   sim::Ps not_before_ = 0;  ///< submit()'s extra constraint for the instruction being scheduled
   const engines::DepTracker::Ready* known_ready_ = nullptr;  ///< submit()'s known_ready, during schedule()
+  const engines::DepTracker::Regions* known_regions_ = nullptr;  ///< submit()'s known_regions, during schedule()
+  uint64_t regions_epoch_ = 0;
   const engines::SlotTags* slot_tags_ = nullptr;  ///< set_slot_tags(): for the next submit() only
   sim::Ps asap_end_ = 0;
   Simulator* peer_ = nullptr;  ///< LNC=2: the other physical core (attach_peer)

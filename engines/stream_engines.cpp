@@ -25,14 +25,13 @@ Ps StreamEngines::trigger_cost(Engine e) const {
   return p_.trigger_instr;
 }
 
-std::pair<bool, bool> StreamEngines::ports(const Instr& in, Engine e) const {
-  bool sbuf = false, psum = false;
+uint8_t StreamEngines::uses(const Instr& in) {
+  uint8_t u = isa::is_dma(in.op) ? kUsesDma : 0;
   for (int i = 0; i < isa::kMaxSlots; ++i) {
-    sbuf |= in.slot(i).space == Space::kSbuf;
-    psum |= in.slot(i).space == Space::kPsum;
+    if (in.slot(i).space == Space::kSbuf) u |= kUsesSbuf;
+    if (in.slot(i).space == Space::kPsum) u |= kUsesPsum;
   }
-  return {p_.vector_gpsimd_sbuf_exclusive && sbuf && (e == Engine::kVector || e == Engine::kGpsimd),
-          p_.vector_scalar_psum_exclusive && psum && (e == Engine::kVector || e == Engine::kScalar)};
+  return u;
 }
 
 StreamEngines::Plan StreamEngines::plan(const Instr& in) const {
@@ -46,7 +45,7 @@ StreamEngines::Plan StreamEngines::plan(const Instr& in) const {
   pl.busy = clk.cycles_to_ps(c.busy);
   pl.latency = clk.cycles_to_ps(c.latency);
   pl.perf_mode = static_cast<uint8_t>(c.perf_mode);
-  std::tie(pl.sbuf_port, pl.psum_port) = ports(in, e);
+  std::tie(pl.sbuf_port, pl.psum_port) = ports(uses(in), e);
   return pl;
 }
 
@@ -75,15 +74,6 @@ StreamEngines::Issue StreamEngines::trigger(const Instr& in, Ps ready) {
   r.busy = trigger_cost(in.engine);
   next_issue_[static_cast<size_t>(in.engine)] = r.start + r.busy;
   return r;
-}
-
-Ps StreamEngines::free(const Instr& in, Engine e) const {
-  Ps t = next_issue_[static_cast<size_t>(e)];
-  if (isa::is_dma(in.op)) return t;
-  const auto [sbuf_port, psum_port] = ports(in, e);
-  if (sbuf_port) t = std::max(t, excl_sbuf_free_);
-  if (psum_port) t = std::max(t, excl_psum_free_);
-  return t;
 }
 
 Ps StreamEngines::busy_estimate(const Instr& in, Engine e) const {

@@ -4,6 +4,7 @@
 /// activation table. DMA triggers issue on these queues too (Sync, or Scalar/GpSimd with DGE). TensorE
 /// (engines/tensor/tensor_engine.h) and the DMA engines (engines/dma/dma_engine.h) are components of
 /// their own; the Simulator asks each for an instruction's slot and records the dependencies.
+#include <algorithm>
 #include <array>
 
 #include "engines/cost.h"
@@ -40,8 +41,21 @@ class StreamEngines {
   /// Issue the trigger of DMA `in` on in.engine (Sync, Scalar with hardware DGE, GpSimd with software DGE).
   Issue trigger(const isa::Instr& in, sim::Ps ready);
 
+  /// What free() needs of an instruction, as bits: kUsesDma (a DMA trigger), kUsesSbuf, kUsesPsum (an
+  /// operand in that space). The list scheduler keeps it per instruction and asks free() by it.
+  static constexpr uint8_t kUsesDma = 1, kUsesSbuf = 2, kUsesPsum = 4;
+  static uint8_t uses(const isa::Instr& in);
   /// When engine `e` may issue `in`, ignoring its operands (its previous issue, shared ports).
-  sim::Ps free(const isa::Instr& in, isa::Engine e) const;
+  sim::Ps free(const isa::Instr& in, isa::Engine e) const { return free(uses(in), e); }
+  /// The same for an instruction with uses() `u`.
+  sim::Ps free(uint8_t u, isa::Engine e) const {
+    sim::Ps t = next_issue_[static_cast<size_t>(e)];
+    if (u & kUsesDma) return t;
+    const auto [sbuf_port, psum_port] = ports(u, e);
+    if (sbuf_port) t = std::max(t, excl_sbuf_free_);
+    if (psum_port) t = std::max(t, excl_psum_free_);
+    return t;
+  }
   /// Time `in` would keep engine `e` busy (its II; for a DMA, the trigger), and its start-to-end duration.
   sim::Ps busy_estimate(const isa::Instr& in, isa::Engine e) const;
   sim::Ps duration_estimate(const isa::Instr& in, isa::Engine e) const;
@@ -55,7 +69,10 @@ class StreamEngines {
  private:
   StreamCost cost(const isa::Instr& in, isa::Engine e) const;
   /// Which shared ports `in` needs on `e` (gen2: VectorE/GpSimd share SBUF access, VectorE/ScalarE PSUM access).
-  std::pair<bool, bool> ports(const isa::Instr& in, isa::Engine e) const;
+  std::pair<bool, bool> ports(uint8_t uses, isa::Engine e) const {
+    return {p_.vector_gpsimd_sbuf_exclusive && (uses & kUsesSbuf) && (e == isa::Engine::kVector || e == isa::Engine::kGpsimd),
+            p_.vector_scalar_psum_exclusive && (uses & kUsesPsum) && (e == isa::Engine::kVector || e == isa::Engine::kScalar)};
+  }
 
   const CoreParams& p_;
   std::array<sim::Ps, isa::kNumEngines> next_issue_{};

@@ -42,6 +42,7 @@ struct Scheduler::Impl {
     uint64_t seq = 0;
     int op = -1;
     uint8_t engines = 0;      ///< candidate engines (one bit when fixed)
+    uint8_t free_uses = 0;    ///< in[0]'s StreamEngines::uses(): what its engine's free time depends on
     bool auto_queue = false;
     bool done = false;
     int npred = 0;
@@ -51,6 +52,8 @@ struct Scheduler::Impl {
     std::array<Ps, isa::kNumEngines> ready_at{};  ///< operands ready per candidate engine (once ready)
     std::array<engines::DepTracker::Ready, isa::kNumEngines> rd0{};  ///< in[0]'s, per candidate engine
     engines::DepTracker::Ready rd1{};                                 ///< in[1]'s (a pair runs on TensorE)
+    engines::DepTracker::Regions rg0, rg1;  ///< in[0]'s and in[1]'s dependency regions (make_ready)
+    uint64_t rg_epoch = 0;                  ///< sim.regions_epoch() when they were computed
     Ps not_before = 0;
     Lowering::TileUses uses{};  ///< with a trace: the tiles it touches (occupancy track)
   };
@@ -432,6 +435,7 @@ struct Scheduler::Impl {
       x.auto_queue = isa::is_dma(a.op) && !op.dma_queue && p.dma_queues_per_trigger > 1;
     }
     x.engines = x.n == 2 ? isa::engine_bit(Engine::kTensor) : candidates(oi, a);
+    x.free_uses = engines::StreamEngines::uses(a);
     // core_barrier blocks its engine (LNC=2): after every earlier instruction that may run there,
     // before every later one.
     if (head.op == Opcode::kCoreBarrier) {
@@ -463,8 +467,9 @@ struct Scheduler::Impl {
   // so the operands' ready times are final: kept for issue_one() and handed to the simulator.
   void make_ready(Node& x) {
     std::array<engines::DepTracker::Ready, engines::kNumClasses> rd;
-    sim.operands_ready_multi(x.in[0], x.engines, rd);
-    if (x.n == 2) x.rd1 = sim.operands_ready_tag(x.in[1], Engine::kTensor);
+    sim.operands_ready_multi(x.in[0], x.engines, rd, x.rg0);
+    if (x.n == 2) x.rd1 = sim.operands_ready_tag(x.in[1], Engine::kTensor, x.rg1);
+    x.rg_epoch = sim.regions_epoch();
     for (int e = 0; e < isa::kNumEngines; ++e)
       if (x.engines & (1u << e)) {
         x.rd0[static_cast<size_t>(e)] = rd[static_cast<size_t>(e)];
@@ -537,7 +542,7 @@ struct Scheduler::Impl {
       for (int e = 0; e < isa::kNumEngines; ++e) {
         if (!(x.engines & (1u << e))) continue;
         const auto ee = static_cast<Engine>(e);
-        const Ps free = sim.engine_free(x.in[0], ee);
+        const Ps free = sim.engine_free(x.free_uses, ee);
         const Ps s = std::max(x.ready_at[static_cast<size_t>(e)], free);
         const Ps f = s + x.cost[static_cast<size_t>(e)];
         // A pair's LoadStationary may start before its matmul's operands are ready: bound by its own.
@@ -613,7 +618,9 @@ struct Scheduler::Impl {
         low.slot_tags(x.op, x.uses, in, tags);
         sim.set_slot_tags(&tags);
       }
-      const InstrTiming t = sim.submit(in, x.not_before, j == 0 ? &x.rd0[static_cast<size_t>(best_engine)] : &x.rd1);
+      const engines::DepTracker::Regions* rg =
+          x.rg_epoch != sim.regions_epoch() ? nullptr : j == 0 ? &x.rg0 : &x.rg1;
+      const InstrTiming t = sim.submit(in, x.not_before, j == 0 ? &x.rd0[static_cast<size_t>(best_engine)] : &x.rd1, rg);
       if (j == 0) first = t;
       end = std::max(end, t.end);
       start = std::min(start, t.start);
