@@ -382,9 +382,9 @@ InstrTiming Simulator::schedule(const Instr& in, const Sig& sig) {
   return t;
 }
 
-engines::DepTracker::Regions Simulator::regions(const Instr& in, const engines::DepTracker& on) const {
+void Simulator::regions_into(const Instr& in, const engines::DepTracker& on, engines::DepTracker::Regions& r) const {
   // Split an instruction's operands into the regions it reads and writes (table-derived roles).
-  engines::DepTracker::Regions r;
+  r.nr = r.nw = 0;
   const isa::OpInfo& info = isa::op_info(in.op);
   const int indirect = isa::indirect_slot(in);
   for (int i = 0; i < info.num_slots; ++i) {
@@ -395,7 +395,6 @@ engines::DepTracker::Regions Simulator::regions(const Instr& in, const engines::
     if (info.slots[static_cast<size_t>(i)].written) r.writes[static_cast<size_t>(r.nw++)] = rr;
     else r.reads[static_cast<size_t>(r.nr++)] = rr;
   }
-  return r;
 }
 
 engines::DepTracker::Regions Simulator::regions(const Instr& in, const Sig& sig, const engines::DepTracker& on) {

@@ -127,7 +127,7 @@ class Simulator {
   /// The same, leaving the operands' dependency regions in `rg` (for submit()'s known_regions).
   engines::DepTracker::Ready operands_ready_tag(const isa::Instr& in, isa::Engine e,
                                                 engines::DepTracker::Regions& rg) const {
-    rg = regions(in);
+    regions_into(in, deps_, rg);
     return deps_.ready(static_cast<uint8_t>(e), rg);
   }
   /// operands_ready_tag() for every engine in the bitmask `engines`, in one pass (out by engine); the
@@ -135,7 +135,7 @@ class Simulator {
   void operands_ready_multi(const isa::Instr& in, uint8_t engines,
                             std::array<engines::DepTracker::Ready, engines::kNumClasses>& out,
                             engines::DepTracker::Regions& rg) const {
-    rg = regions(in);
+    regions_into(in, deps_, rg);
     deps_.ready_multi(engines, rg, out);
   }
   /// Changes when regions computed before may no longer be used (HBM tracking grew).
@@ -230,8 +230,14 @@ class Simulator {
   InstrTiming schedule_stream(const isa::Instr& in, const Sig& sig);
   InstrTiming schedule_barrier(const isa::Instr& in, const Sig& sig);
   sim::Ps watermark() const;
-  engines::DepTracker::Regions regions(const isa::Instr& in, const engines::DepTracker& on) const;
+  engines::DepTracker::Regions regions(const isa::Instr& in, const engines::DepTracker& on) const {
+    engines::DepTracker::Regions r;
+    regions_into(in, on, r);
+    return r;
+  }
   engines::DepTracker::Regions regions(const isa::Instr& in) const { return regions(in, deps_); }
+  /// regions() written into `r` (no copy of the whole struct).
+  void regions_into(const isa::Instr& in, const engines::DepTracker& on, engines::DepTracker::Regions& r) const;
   /// regions() from the operand extents of `in`'s signature.
   static engines::DepTracker::Regions regions(const isa::Instr& in, const Sig& sig, const engines::DepTracker& on);
   /// The regions of `in` on deps_: submit()'s known_regions when given, else computed into `scratch`.
