@@ -242,6 +242,7 @@ Lowering::Lowering(const Kernel& k, Simulator& sim) : k_(k), sim_(sim) {
   opcode_.resize(k.ops.size());
   op_loc_.resize(k.ops.size());
   tmpl_.resize(2 * k.ops.size());
+  forms_.resize(k.ops.size() * isa::kMaxSlots);
   queue_base_.assign(k.ops.size(), -1);
   for (size_t i = 0; i < k.ops.size(); ++i) {
     const Op& op = k.ops[i];
@@ -286,6 +287,74 @@ Operand Lowering::operand(const Access& a) const {
   return access_operand(k_.tensors[static_cast<size_t>(a.tensor)], a, vars_, base_of(a.tensor));
 }
 
+namespace {
+/// f += k * g (terms merged by loop id); false when a coefficient leaves int64.
+bool add_scaled(Affine& f, const Affine& g, int64_t k) {
+  int64_t v = 0;
+  if (__builtin_mul_overflow(g.c, k, &v) || __builtin_add_overflow(f.c, v, &f.c)) return false;
+  for (auto [id, coef] : g.terms) {
+    if (__builtin_mul_overflow(coef, k, &v)) return false;
+    auto it = std::find_if(f.terms.begin(), f.terms.end(), [id = id](const auto& t) { return t.first == id; });
+    if (it == f.terms.end()) f.terms.emplace_back(id, v);
+    else if (__builtin_add_overflow(it->second, v, &it->second)) return false;
+  }
+  f.terms.erase(std::remove_if(f.terms.begin(), f.terms.end(), [](const auto& t) { return t.second == 0; }), f.terms.end());
+  return true;
+}
+
+/// f at `vars`, when it fits int64 (else false: the caller takes access_operand's own arithmetic).
+bool eval_exact(const Affine& f, const std::vector<int64_t>& vars, int64_t& out) {
+  int64_t v = f.c, p = 0;
+  for (auto [id, k] : f.terms)
+    if (__builtin_mul_overflow(k, vars[static_cast<size_t>(id)], &p) || __builtin_add_overflow(v, p, &v)) return false;
+  out = v;
+  return true;
+}
+}  // namespace
+
+Operand Lowering::operand_of(size_t oi, size_t slot, const Access& a, bool keep_dims) {
+  OperandForm& f = forms_[oi * isa::kMaxSlots + slot];
+  const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
+  if (!f.ready || f.keep != keep_dims) {
+    // access_operand checks the access and gives the shape; the offset and start partition follow its
+    // arithmetic: the visited dims' starts times their row-major strides (on chip the first is the
+    // partition).
+    Operand o = access_operand(t, a, vars_, 0, keep_dims);
+    f.offset = Affine{};
+    f.partition = Affine{};
+    f.exact = true;
+    if (!a.dims.empty()) {
+      const int rank = static_cast<int>(t.shape.size());
+      std::array<int64_t, kMaxRank> st{};
+      int64_t sz = 1;
+      for (int d = rank - 1; d >= 0 && f.exact; --d) {
+        st[static_cast<size_t>(d)] = sz;
+        f.exact = !__builtin_mul_overflow(sz, t.shape[static_cast<size_t>(d)], &sz) || d == 0;
+      }
+      const int64_t eb = dtype_bytes(t.dtype);
+      for (int i = 0; i < rank && f.exact; ++i) {
+        const int d = a.order.empty() ? i : a.order[static_cast<size_t>(i)];
+        const Affine& start = a.dims[static_cast<size_t>(d)].start;
+        int64_t k = 0;
+        if (i == 0 && on_chip(t.space)) f.partition = start;
+        else f.exact = !__builtin_mul_overflow(st[static_cast<size_t>(d)], eb, &k) && add_scaled(f.offset, start, k);
+      }
+    }
+    o.offset = 0;
+    o.start_partition = 0;
+    f.shape = o;
+    f.keep = keep_dims;
+    f.ready = true;
+  }
+  int64_t off = 0;
+  if (!f.exact || !eval_exact(f.offset, vars_, off) || __builtin_add_overflow(off, base_of(a.tensor), &off))
+    return access_operand(t, a, vars_, base_of(a.tensor), keep_dims);
+  Operand o = f.shape;
+  o.offset = off;
+  if (on_chip(t.space)) o.start_partition = static_cast<uint16_t>(f.partition.eval(vars_));
+  return o;
+}
+
 bool Lowering::lower_op(const Op& op, Instr& out) {
   const auto oi = static_cast<size_t>(&op - k_.ops.data());
   last_op_ = static_cast<int>(oi);
@@ -294,11 +363,11 @@ bool Lowering::lower_op(const Op& op, Instr& out) {
   if (opc == kNcMatmul) {  // (dst, stationary, moving) -> load_stationary, multiply_moving
     out = t[0];
     pending_ = t[1];
-    out.opnd[0] = operand(*op.operands[1]);
-    if (op.operands[3]) out.opnd[1] = operand(*op.operands[3]);  // MX scales (nc_matmul_mx)
-    pending_.opnd[0] = operand(*op.operands[0]);
-    pending_.opnd[1] = operand(*op.operands[2]);
-    if (op.operands[4]) pending_.opnd[2] = operand(*op.operands[4]);
+    out.opnd[0] = operand_of(oi, 1, *op.operands[1]);
+    if (op.operands[3]) out.opnd[1] = operand_of(oi, 3, *op.operands[3]);  // MX scales (nc_matmul_mx)
+    pending_.opnd[0] = operand_of(oi, 0, *op.operands[0]);
+    pending_.opnd[1] = operand_of(oi, 2, *op.operands[2]);
+    if (op.operands[4]) pending_.opnd[2] = operand_of(oi, 4, *op.operands[4]);
     has_pending_ = true;
     return true;
   }
@@ -307,9 +376,7 @@ bool Lowering::lower_op(const Op& op, Instr& out) {
   for (size_t i = 0; i < isa::kMaxSlots; ++i) {
     if (!op.operands[i]) continue;
     const Access& a = *op.operands[i];
-    out.opnd[i] = keep && i == 1
-                      ? access_operand(k_.tensors[static_cast<size_t>(a.tensor)], a, vars_, base_of(a.tensor), true)
-                      : operand(a);
+    out.opnd[i] = operand_of(oi, i, a, keep && i == 1);
   }
   if (const int side = isa::indirect_slot(out); side >= 0 && on_chip(out.opnd[static_cast<size_t>(side)].space)) {
     // A dynamic tensor_copy: every in-range runtime index keeps the moving side inside its tile's row (as

@@ -140,6 +140,10 @@ class Lowering {
   /// Name the tensors of the sanitizer's reports (by the op each instruction came from).
   void name_check_reports();
   isa::Operand operand(const Access& a) const;
+  /// operand() of slot `slot` of op `oi` (keep_dims as access_operand): the first call works out the
+  /// operand's shape and its byte offset and start partition as affine forms of the loop variables; the
+  /// later ones evaluate the two forms alone (the shape does not depend on the variables).
+  isa::Operand operand_of(size_t oi, size_t slot, const Access& a, bool keep_dims = false);
   int64_t base_of(int tensor) const;   ///< HBM address, or byte offset of the tile buffer in use
   int buffer_of(int tensor) const;     ///< rotating-buffer index in use (0 for HBM tensors)
 
@@ -152,6 +156,15 @@ class Lowering {
   std::vector<Frame> stack_;
   std::vector<int> opcode_;                ///< per op: opcode_of(name)
   std::vector<isa::Instr> tmpl_;           ///< per op: its instruction(s) without operands (2 per op)
+  struct OperandForm {
+    bool ready = false;
+    bool keep = false;
+    bool exact = true;   ///< the forms' coefficients fit int64 (else access_operand every time)
+    isa::Operand shape;  ///< the operand at offset 0 and start partition 0
+    Affine offset;       ///< bytes from the tensor's base
+    Affine partition;    ///< on chip: the start partition
+  };
+  std::vector<OperandForm> forms_;         ///< per op and slot (kMaxSlots per op): operand_of()
   std::vector<int8_t> queue_base_;         ///< per op: automatic DMA queue base (0 loads, 4 stores), -1 fixed
   std::vector<int64_t> hbm_addr_;          ///< per tensor: byte address of HBM tensors
   isa::Instr pending_{};                   ///< second half of an nc_matmul
