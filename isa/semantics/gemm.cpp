@@ -3,13 +3,6 @@
 #include "isa/semantics/gemm.h"
 
 #include <algorithm>
-#include <condition_variable>
-#include <functional>
-#include <cstdlib>
-#include <mutex>
-#include <thread>
-
-#include <unistd.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -138,9 +131,7 @@ bool gemm_tn_vectorized() {
 #endif
 }
 
-namespace {
-
-void gemm_rows(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c) {
+void gemm_tn(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c) {
 #ifdef NSIM_GEMM_AVX2
   if (gemm_tn_vectorized()) {
     if (has_avx512()) {
@@ -152,85 +143,6 @@ void gemm_rows(const float* a, int64_t k, int64_t m, const float* b, int64_t n, 
   }
 #endif
   gemm_tn_portable(a, k, m, b, n, c);
-}
-
-/// A second host thread for large products: it computes the first rows of C while the caller computes
-/// the rest. Each element's arithmetic is unchanged (a row of C depends on its column of A and on B
-/// alone), so the bits are those of one thread. Shared by every simulator of the process; a caller
-/// that finds it busy (another thread's product) computes alone. Created on first use, again in a
-/// forked child (a thread does not survive fork), never joined: it waits on its condition at exit.
-class Helper {
- public:
-  /// The helper of this process, or nullptr when there is no second CPU or NSIM_GEMM_THREADS=1.
-  static Helper* get() {
-    static const bool wanted = [] {
-      const char* e = std::getenv("NSIM_GEMM_THREADS");
-      if (e && std::atoi(e) == 1) return false;
-      return std::thread::hardware_concurrency() >= 2;
-    }();
-    if (!wanted) return nullptr;
-    static std::mutex create;
-    static Helper* h = nullptr;
-    std::lock_guard<std::mutex> g(create);
-    if (h == nullptr || h->pid_ != getpid()) h = new Helper();  // a forked child's copy has no thread
-    return h;
-  }
-  /// Run job(lo) on the helper and job(hi) here; false (nothing run) when another caller holds it.
-  template <class F, class G>
-  bool split(F& lo, G& hi) {
-    std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
-    if (!busy.owns_lock()) return false;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      job_ = [&lo] { lo(); };
-      pending_ = true;
-    }
-    cv_.notify_one();
-    hi();
-    std::unique_lock<std::mutex> g(mu_);
-    done_cv_.wait(g, [this] { return !pending_; });
-    job_ = nullptr;
-    return true;
-  }
-
- private:
-  Helper() : pid_(getpid()) {
-    std::thread([this] { loop(); }).detach();
-  }
-  void loop() {
-    std::unique_lock<std::mutex> g(mu_);
-    for (;;) {
-      cv_.wait(g, [this] { return pending_ && job_; });
-      job_();
-      pending_ = false;
-      done_cv_.notify_one();
-    }
-  }
-  const pid_t pid_;
-  std::mutex busy_;  ///< held by the caller of split()
-  std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
-  std::function<void()> job_;
-  bool pending_ = false;
-};
-
-/// Products of at least this many multiply-adds are split over two threads (about 25 us of work on
-/// one core: below it, waking the helper costs a noticeable share). A host-speed knob, not a hardware
-/// fact (docs/performance.md, "Two threads for large products").
-constexpr int64_t kParallelMacs = int64_t{1} << 20;
-
-}  // namespace
-
-void gemm_tn(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c) {
-  if (m >= 8 && m * n * k >= kParallelMacs) {
-    if (Helper* h = Helper::get()) {
-      const int64_t m0 = m / 2 / 4 * 4;  // the first rows, a multiple of the kernels' 4-row blocks
-      auto lo = [&] { gemm_rows(a, k, m0, b, n, c); };
-      auto hi = [&] { gemm_rows(a + m0 * k, k, m - m0, b, n, c + m0 * n); };
-      if (h->split(lo, hi)) return;
-    }
-  }
-  gemm_rows(a, k, m, b, n, c);
 }
 
 }  // namespace nsim::isa::sem

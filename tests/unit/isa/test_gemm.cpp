@@ -2,16 +2,10 @@
 // the same bits, in the PE array's accumulation order.
 #include <catch2/catch.hpp>
 
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <thread>
-#include <utility>
 #include <vector>
-
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "isa/semantics/gemm.h"
 
@@ -57,61 +51,4 @@ TEST_CASE("gemm_tn accumulates in k order with a rounding after each multiply an
   std::vector<float> c2(16);
   gemm_tn(a2.data(), 1, 1, b2.data(), 16, c2.data());
   for (float v : c2) CHECK(v == x * x);
-}
-
-namespace {
-// A product large enough for gemm_tn to split its rows over two threads (isa/semantics/gemm.cpp).
-struct Big {
-  int64_t k = 128, m, n;
-  std::vector<float> a, b, want;
-  Big(int64_t m_, int64_t n_, unsigned seed) : m(m_), n(n_) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    a.resize(static_cast<size_t>(k * m));
-    b.resize(static_cast<size_t>(k * n));
-    for (float& x : a) x = nd(rng);
-    for (float& x : b) x = nd(rng);
-    want.assign(static_cast<size_t>(m * n), 0.0f);
-    gemm_tn_portable(a.data(), k, m, b.data(), n, want.data());
-  }
-  bool same() const {
-    std::vector<float> c(static_cast<size_t>(m * n), -3.0f);
-    gemm_tn(a.data(), k, m, b.data(), n, c.data());
-    return std::memcmp(c.data(), want.data(), c.size() * sizeof(float)) == 0;
-  }
-};
-}  // namespace
-
-TEST_CASE("gemm_tn split over two threads gives the bits of one", "[gemm]") {
-  // 128 x 128 x 512 = 8 M multiply-adds (a full multiply_moving), and odd row and column counts.
-  for (const auto& mn : {std::pair<int64_t, int64_t>{128, 512}, {127, 509}, {9, 1031}, {66, 4099}}) {
-    const Big g(mn.first, mn.second, static_cast<unsigned>(mn.first + mn.second));
-    INFO("m=" << g.m << " n=" << g.n);
-    CHECK(g.same());
-  }
-}
-
-TEST_CASE("gemm_tn from several threads at once, and in a forked child", "[gemm]") {
-  const Big g(128, 512, 11);
-  std::atomic<int> bad{0};
-  std::vector<std::thread> ts;
-  for (int t = 0; t < 4; ++t)
-    ts.emplace_back([&] {
-      for (int r = 0; r < 8; ++r)
-        if (!g.same()) ++bad;
-    });
-  for (auto& t : ts) t.join();
-  CHECK(bad == 0);
-  // The helper thread does not survive fork: a child must make its own (not wait for a thread that is
-  // not there). alarm() turns a hang into a failure.
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    alarm(20);
-    _exit(g.same() && g.same() ? 0 : 1);
-  }
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
 }
