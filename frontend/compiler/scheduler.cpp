@@ -252,9 +252,17 @@ struct Scheduler::Impl {
   }
 
   /// Drop the states no chunk refers to (renumbering the others in order of first reference).
+  /// compact_states()'s buffers, kept between calls (their capacity too: a fresh multi-MB vector per
+  /// call cost a page fault per 4 KiB touched).
+  std::vector<uint32_t> compact_map;
+  std::vector<Chunk> compact_kept;
+
   void compact_states() {
-    std::vector<uint32_t> map(states.size(), UINT32_MAX);
-    std::vector<Chunk> kept{states[0]};
+    std::vector<uint32_t>& map = compact_map;
+    std::vector<Chunk>& kept = compact_kept;
+    map.assign(states.size(), UINT32_MAX);
+    kept.clear();
+    kept.push_back(states[0]);
     map[0] = 0;
     for (std::vector<uint32_t>* tab : {&sbuf, &psum, &hbm})
       for (uint32_t& i : *tab) {
