@@ -299,8 +299,8 @@ void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
     const int64_t b0 = (lo - base) / g, b1 = (hi - 1 - base) / g;
     return (b1 - b0 >= 63 ? ~uint64_t{0} : ((uint64_t{1} << (b1 - b0 + 1)) - 1)) << b0;
   };
-  auto touch = [&](int64_t lo) {
-    const int64_t hi = lo + run_bytes;
+  auto touch = [&](int64_t lo, int64_t len) {
+    const int64_t hi = lo + len;
     if (lo < 0 || hi <= lo) return;
     const auto c1 = static_cast<size_t>((hi - 1) / chunk);
     if (c1 >= loads.size()) {
@@ -334,14 +334,25 @@ void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
       }
     }
   };
+  // Rows back to back, each one contiguous run, with row borders on mask bits (g): one run of all rows
+  // touches the same chunks with the same bits, and counts the same bytes (each row's share of a chunk
+  // is whole bits, so the per-row reload sums equal the merged popcount).
+  const uint32_t rows = std::max<uint32_t>(o.num_partitions, 1);
+  if (inner == 0 && rows > 1 && o.offset >= 0 && o.partition_step * eb == run_bytes && chunk % g == 0 && o.offset % g == 0 &&
+      run_bytes % g == 0) {
+    touch(o.offset, run_bytes * rows);
+    for (const auto& [c, b] : pending) loaded_bits[c] |= b;
+    pending.clear();
+    return;
+  }
   std::array<int64_t, isa::kMaxFreeDims> idx{};
-  for (uint32_t r = 0; r < std::max<uint32_t>(o.num_partitions, 1); ++r) {
+  for (uint32_t r = 0; r < rows; ++r) {
     const int64_t row = o.offset + static_cast<int64_t>(r) * o.partition_step * eb;
     idx.fill(0);
     while (true) {
       int64_t off = row;
       for (int d = 0; d < inner; ++d) off += idx[static_cast<size_t>(d)] * o.stride[static_cast<size_t>(d)] * eb;
-      touch(off);
+      touch(off, run_bytes);
       int d = inner - 1;
       for (; d >= 0; --d) {
         const auto i = static_cast<size_t>(d);
