@@ -48,6 +48,7 @@ struct Scheduler::Impl {
     int npred = 0;
     std::vector<uint64_t> succ, tsucc;  ///< order edges; with_schedule edges (also time edges)
     Ps height = 0;
+    Ps min_cost = 0;                              ///< the least of cost[] over the candidate engines
     std::array<Ps, isa::kNumEngines> cost{};      ///< duration estimate per candidate engine
     std::array<Ps, isa::kNumEngines> ready_at{};  ///< operands ready per candidate engine (once ready)
     std::array<engines::DepTracker::Ready, isa::kNumEngines> rd0{};  ///< in[0]'s, per candidate engine
@@ -467,6 +468,10 @@ struct Scheduler::Impl {
       }
       x.cost[static_cast<size_t>(e)] = c;
     }
+    x.min_cost = INT64_MAX;
+    for (int e = 0; e < isa::kNumEngines; ++e)
+      if (x.engines & (1u << e)) x.min_cost = std::min(x.min_cost, x.cost[static_cast<size_t>(e)]);
+    if (x.min_cost == INT64_MAX) x.min_cost = 0;
     if (x.npred == 0) make_ready(x);
     return true;
   }
@@ -504,10 +509,7 @@ struct Scheduler::Impl {
       Ps h = 0;
       for (uint64_t q : x.succ)
         if (live(q)) h = std::max(h, node(q).height);
-      Ps c = INT64_MAX;
-      for (int e = 0; e < isa::kNumEngines; ++e)
-        if (x.engines & (1u << e)) c = std::min(c, x.cost[static_cast<size_t>(e)]);
-      x.height = h + (c == INT64_MAX ? 0 : c);
+      x.height = h + x.min_cost;
     }
     since_heights = 0;
   }
