@@ -124,6 +124,8 @@ class RunStats {
     if (lk_on_) flush_lockstep();
     return c_;
   }
+  /// The latest instruction end so far (counters().end without the lockstep flush: read per instruction).
+  sim::Ps end() const { return c_.end; }
 
  private:
   void account_bytes(const Bytes& b);

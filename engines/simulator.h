@@ -193,7 +193,7 @@ class Simulator {
   /// Per source line (file, line, function) with at least one instruction, most time first; ops
   /// that share a line are added up.
   std::vector<LineStats> line_stats() const;
-  sim::Ps total_time() const { return stats_.counters().end; }
+  sim::Ps total_time() const { return stats_.end(); }
   /// Instructions accepted by submit() so far.
   uint64_t instructions() const { return seq_; }
   /// Length of the longest dependency chain with unlimited engines (SimOptions::dependency_bound;
