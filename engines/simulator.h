@@ -112,8 +112,8 @@ class Simulator {
   /// earlier than this, on top of its operands and its engine.
   /// `known_ready`: operands_ready_tag(in, in.engine) computed earlier by the caller (the compiler's
   /// scheduler, which knows nothing it depends on ran since), so it is not looked up twice.
-  /// `known_regions`: regions_of(in) computed earlier by the caller (with known_ready), valid while
-  /// regions_epoch() has not changed since.
+  /// `known_regions`: the dependency regions of `in` left by operands_ready_multi / operands_ready_tag
+  /// (with known_ready), valid while regions_epoch() has not changed since.
   InstrTiming submit(const isa::Instr& in, sim::Ps not_before = 0,
                      const engines::DepTracker::Ready* known_ready = nullptr,
                      const engines::DepTracker::Regions* known_regions = nullptr);
