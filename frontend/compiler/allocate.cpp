@@ -408,7 +408,8 @@ Ivs value_ranges(const Kernel& k, const Walk& w, size_t t, const std::vector<siz
   if (uses.size() < 2 || ten.shape.size() < 2) return {};
   const size_t rank = ten.shape.size();
   std::vector<int64_t> st(rank, 1);
-  for (size_t d = rank - 1; d >= 1; --d) st[d - 1] = st[d] * ten.shape[d];
+  for (size_t d = rank - 1; d >= 1; --d)
+    if (__builtin_mul_overflow(st[d], ten.shape[d], &st[d - 1])) return {};
   const int64_t elems = st[0];  // free elements per partition
   if (elems > (int64_t{1} << 24) || elems > budget) return {};
   for (size_t ui : uses) {
@@ -425,8 +426,12 @@ Ivs value_ranges(const Kernel& k, const Walk& w, size_t t, const std::vector<siz
     for (size_t d = 0; d < a.dims.size(); ++d) {
       const DimAccess& da = a.dims[d];
       if (!da.start.is_const() || da.size < 1) return {};
-      const int64_t last = da.broadcast ? da.start.c : da.start.c + (da.size - 1) * da.step;
-      if (da.start.c < 0 || da.start.c >= ten.shape[d] || last < 0 || last >= ten.shape[d]) return {};
+      if (da.start.c < 0 || da.start.c >= ten.shape[d]) return {};
+      int64_t last = da.start.c, span = 0;  // hostile sizes and steps must not overflow (verify reports them)
+      if (!da.broadcast &&
+          (__builtin_mul_overflow(da.size - 1, da.step, &span) || __builtin_add_overflow(last, span, &last)))
+        return {};
+      if (last < 0 || last >= ten.shape[d]) return {};
     }
   }
   // Visit the free elements of an access; false when over budget.
@@ -438,7 +443,8 @@ Ivs value_ranges(const Kernel& k, const Walk& w, size_t t, const std::vector<siz
       return true;
     }
     int64_t n = 1;
-    for (size_t d = 1; d < rank; ++d) n *= a.dims[d].broadcast ? 1 : a.dims[d].size;
+    for (size_t d = 1; d < rank; ++d)
+      if (!a.dims[d].broadcast && __builtin_mul_overflow(n, a.dims[d].size, &n)) return false;
     budget -= n;
     if (budget < 0) return false;
     std::vector<int64_t> idx(rank, 0);
