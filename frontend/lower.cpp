@@ -283,10 +283,6 @@ int Lowering::buffer_of(int tensor) const {
   return static_cast<int>((alloc_count_[t] - 1) % pl.bufs);
 }
 
-Operand Lowering::operand(const Access& a) const {
-  return access_operand(k_.tensors[static_cast<size_t>(a.tensor)], a, vars_, base_of(a.tensor));
-}
-
 namespace {
 /// f += k * g (terms merged by loop id); false when a coefficient leaves int64.
 bool add_scaled(Affine& f, const Affine& g, int64_t k) {

@@ -139,8 +139,7 @@ class Lowering {
   bool lower_op(const Op& op, isa::Instr& out);
   /// Name the tensors of the sanitizer's reports (by the op each instruction came from).
   void name_check_reports();
-  isa::Operand operand(const Access& a) const;
-  /// operand() of slot `slot` of op `oi` (keep_dims as access_operand): the first call works out the
+  /// access_operand() of slot `slot` of op `oi` for the current loop variables: the first call works out the
   /// operand's shape and its byte offset and start partition as affine forms of the loop variables; the
   /// later ones evaluate the two forms alone (the shape does not depend on the variables).
   isa::Operand operand_of(size_t oi, size_t slot, const Access& a, bool keep_dims = false);
