@@ -252,12 +252,12 @@ struct Scheduler::Impl {
     return static_cast<uint32_t>(states.size() - 1);
   }
 
-  /// Drop the states no chunk refers to (renumbering the others in order of first reference).
   /// compact_states()'s buffers, kept between calls (their capacity too: a fresh multi-MB vector per
   /// call cost a page fault per 4 KiB touched).
   std::vector<uint32_t> compact_map;
   std::vector<Chunk> compact_kept;
 
+  /// Drop the states no chunk refers to (renumbering the others in order of first reference).
   void compact_states() {
     std::vector<uint32_t>& map = compact_map;
     std::vector<Chunk>& kept = compact_kept;
