@@ -3,6 +3,10 @@
 #include "isa/semantics/gemm.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -11,112 +15,243 @@
 
 namespace nsim::isa::sem {
 
-void gemm_tn_portable(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c) {
+void gemm_tn_portable(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c, int64_t ldc,
+                      bool accumulate) {
+  std::vector<float> sum(static_cast<size_t>(n));
   for (int64_t i = 0; i < m; ++i) {
-    float* row = c + i * n;
-    std::fill(row, row + n, 0.0f);
+    std::fill(sum.begin(), sum.end(), 0.0f);
     const float* col = a + i * k;  // column i of A: A(0..k-1, i)
     for (int64_t p = 0; p < k; ++p) {
       const float x = col[p];
       const float* brow = b + p * n;
-      for (int64_t j = 0; j < n; ++j) row[j] = row[j] + x * brow[j];
+      for (int64_t j = 0; j < n; ++j) sum[static_cast<size_t>(j)] = sum[static_cast<size_t>(j)] + x * brow[j];
     }
+    float* row = c + i * ldc;
+    for (int64_t j = 0; j < n; ++j) row[j] = accumulate ? row[j] + sum[static_cast<size_t>(j)] : sum[static_cast<size_t>(j)];
   }
+}
+
+void gemm_tn_portable(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c) {
+  gemm_tn_portable(a, k, m, b, n, c, n, false);
+}
+
+namespace {
+struct Range {
+  uint32_t low = 0;            // OR of the 12 low significand bits of every value
+  uint32_t max = 0;            // the largest |x| as bits (>= 0x7F800000: an Inf or a NaN)
+  uint32_t min1 = 0xFFFFFFFFu; // the smallest nonzero |x| as bits, minus 1 (0xFFFFFFFF: all zero)
+};
+
+// |x| - 1 as bits wraps a zero to 0xFFFFFFFF, so the least of them is the least nonzero |x|, less one.
+// (Inlined into each target below, where the loop vectorizes for that target.)
+inline __attribute__((always_inline)) Range range_body(const float* x, int64_t n) {
+  Range r;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, sizeof u);
+    const uint32_t e = u & 0x7FFFFFFFu;
+    r.low |= u;
+    r.max = std::max(r.max, e);
+    r.min1 = std::min(r.min1, e - 1u);
+  }
+  r.low &= 0xFFFu;
+  return r;
+}
+
+Range range_portable(const float* x, int64_t n) { return range_body(x, n); }
+#ifdef NSIM_GEMM_AVX2
+__attribute__((target("avx2"))) Range range_avx2(const float* x, int64_t n) { return range_body(x, n); }
+#endif
+
+Range range_of(const float* x, int64_t n) {
+#ifdef NSIM_GEMM_AVX2
+  if (gemm_tn_vectorized()) return range_avx2(x, n);
+#endif
+  return range_portable(x, n);
+}
+
+float as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+}  // namespace
+
+bool gemm_products_exact(const float* a, int64_t na, const float* b, int64_t nb) {
+  const Range ra = range_of(a, na), rb = range_of(b, nb);
+  if ((ra.low | rb.low) != 0) return false;             // a value with more than 12 significant bits
+  if (ra.max >= 0x7F800000u || rb.max >= 0x7F800000u) return false;  // Inf or NaN
+  if (ra.min1 == 0xFFFFFFFFu || rb.min1 == 0xFFFFFFFFu) return true;  // one side all zeros: products are +-0
+  // <= 12 + 12 significant bits fit fp32's 24; the exponent must stay in the normal range (in double,
+  // where these products are exact)
+  const double hi = static_cast<double>(as_float(ra.max)) * as_float(rb.max);
+  const double lo = static_cast<double>(as_float(ra.min1 + 1)) * as_float(rb.min1 + 1);
+  return hi < 0x1p127 && lo >= 0x1p-126;
 }
 
 #ifdef NSIM_GEMM_AVX2
 namespace {
 
-// R rows of C x 16 columns, accumulated in registers over all k (the same per-element order as the
-// portable loop: acc = acc + a * b, k ascending).
-template <int R>
-__attribute__((target("avx2"))) void block16(const float* a, int64_t k, const float* b, int64_t n, float* c,
-                                             int64_t i0, int64_t j0) {
+// The vector kernels compute R rows of C x 2 vectors of columns, accumulated in registers over all k
+// in k order, as the portable loop does. Their B operand is a column block of B copied to a contiguous
+// k x 2-vector buffer first: read in place, its rows lie n floats apart, and at n = 512 (2 KB) the k rows
+// of a block fall into a few L1 sets and evict each other.
+//
+// Fused (Fma = true) only for inputs whose products are all exact in fp32 (gemm_products_exact): then
+// round(acc + round(a * b)) == round(acc + a * b), so a fused multiply-add gives the same bits as the
+// separate multiply and add, at twice the rate.
+template <int R, bool Fma>
+__attribute__((target("avx2,fma"))) void block16(const float* ap, int64_t k, const float* bp, float* c, int64_t ldc,
+                                                 bool accumulate, int64_t i0, int64_t j0) {
   __m256 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {
-    const __m256 b0 = _mm256_loadu_ps(b + p * n + j0);
-    const __m256 b1 = _mm256_loadu_ps(b + p * n + j0 + 8);
+    const __m256 b0 = _mm256_loadu_ps(bp + p * 16);
+    const __m256 b1 = _mm256_loadu_ps(bp + p * 16 + 8);
     for (int r = 0; r < R; ++r) {
-      const __m256 x = _mm256_broadcast_ss(a + (i0 + r) * k + p);
-      acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_mul_ps(x, b0));
-      acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_mul_ps(x, b1));
+      const __m256 x = _mm256_broadcast_ss(ap + p * R + r);
+      if constexpr (Fma) {
+        acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+      } else {
+        acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_mul_ps(x, b0));
+        acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_mul_ps(x, b1));
+      }
     }
   }
   for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(c + (i0 + r) * n + j0, acc[r][0]);
-    _mm256_storeu_ps(c + (i0 + r) * n + j0 + 8, acc[r][1]);
+    float* out = c + (i0 + r) * ldc + j0;
+    if (accumulate) {  // c + sum (the sum complete first, as the portable loop)
+      acc[r][0] = _mm256_add_ps(_mm256_loadu_ps(out), acc[r][0]);
+      acc[r][1] = _mm256_add_ps(_mm256_loadu_ps(out + 8), acc[r][1]);
+    }
+    _mm256_storeu_ps(out, acc[r][0]);
+    _mm256_storeu_ps(out + 8, acc[r][1]);
   }
 }
 
-// One row of C, columns [j0, n) (fewer than 16), 8 at a time then one by one.
+template <int R, bool Fma>
+__attribute__((target("avx512f"))) void block32(const float* ap, int64_t k, const float* bp, float* c, int64_t ldc,
+                                                bool accumulate, int64_t i0, int64_t j0) {
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < k; ++p) {
+    const __m512 b0 = _mm512_loadu_ps(bp + p * 32);
+    const __m512 b1 = _mm512_loadu_ps(bp + p * 32 + 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(ap[p * R + r]);
+      if constexpr (Fma) {
+        acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+      } else {
+        acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_mul_ps(x, b0));
+        acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_mul_ps(x, b1));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float* out = c + (i0 + r) * ldc + j0;
+    if (accumulate) {
+      acc[r][0] = _mm512_add_ps(_mm512_loadu_ps(out), acc[r][0]);
+      acc[r][1] = _mm512_add_ps(_mm512_loadu_ps(out + 16), acc[r][1]);
+    }
+    _mm512_storeu_ps(out, acc[r][0]);
+    _mm512_storeu_ps(out + 16, acc[r][1]);
+  }
+}
+
+// One row of C, columns [j0, n) (fewer than one block), 8 at a time then one by one (unfused: these are
+// few).
 __attribute__((target("avx2"))) void row_tail(const float* a, int64_t k, const float* b, int64_t n, float* c,
-                                               int64_t i, int64_t j0) {
+                                               int64_t ldc, bool accumulate, int64_t i, int64_t j0) {
   int64_t j = j0;
+  float* out = c + i * ldc;
   for (; j + 8 <= n; j += 8) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t p = 0; p < k; ++p)
       acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_broadcast_ss(a + i * k + p), _mm256_loadu_ps(b + p * n + j)));
-    _mm256_storeu_ps(c + i * n + j, acc);
+    if (accumulate) acc = _mm256_add_ps(_mm256_loadu_ps(out + j), acc);
+    _mm256_storeu_ps(out + j, acc);
   }
   for (; j < n; ++j) {
     float acc = 0.0f;
     for (int64_t p = 0; p < k; ++p) acc = acc + a[i * k + p] * b[p * n + j];
-    c[i * n + j] = acc;
+    out[j] = accumulate ? out[j] + acc : acc;
   }
 }
 
-__attribute__((target("avx2"))) void gemm_avx2(const float* a, int64_t k, int64_t m, const float* b, int64_t n,
-                                                float* c) {
+// Columns of B [j0, j0 + W) into a contiguous k x W buffer.
+template <int W>
+const float* pack_b(const float* b, int64_t k, int64_t n, int64_t j0) {
+  thread_local std::vector<float> buf;
+  buf.resize(static_cast<size_t>(k * W));
+  for (int64_t p = 0; p < k; ++p) std::memcpy(buf.data() + p * W, b + p * n + j0, W * sizeof(float));
+  return buf.data();
+}
+
+// The row blocks of A (R rows from row i, R = Big while they last, then 4, then 1), each interleaved as
+// ap[i * k + p * R + r] = A(p, i + r): the R values a step of the kernel broadcasts lie together.
+template <int Big>
+const float* pack_a(const float* a, int64_t k, int64_t m) {
+  thread_local std::vector<float> buf;
+  buf.resize(static_cast<size_t>(k * m));
+  int64_t i = 0;
+  auto rows = [&](int R) {
+    float* d = buf.data() + i * k;
+    for (int r = 0; r < R; ++r)
+      for (int64_t p = 0; p < k; ++p) d[p * R + r] = a[(i + r) * k + p];
+    i += R;
+  };
+  while (i + Big <= m) rows(Big);
+  while (i + 4 <= m) rows(4);
+  while (i < m) rows(1);
+  return buf.data();
+}
+
+// Column blocks outermost (the packed block stays in L1 for every row block), then rows Big at a time,
+// then 4, then 1 (the blocks pack_a laid out).
+template <bool Fma>
+__attribute__((target("avx2,fma"))) void gemm_avx2(const float* a, int64_t k, int64_t m, const float* b, int64_t n,
+                                                   float* c, int64_t ldc, bool accumulate) {
+  constexpr int Big = 6;  // 12 accumulators, of 16 registers
   const int64_t n16 = n / 16 * 16;
-  // Column blocks of 16 outermost: the 16 columns of B (k x 64 bytes) stay in L1 for every row block.
+  const float* ap = n16 > 0 ? pack_a<Big>(a, k, m) : nullptr;
   for (int64_t j = 0; j < n16; j += 16) {
+    const float* bp = pack_b<16>(b, k, n, j);
     int64_t i = 0;
-    for (; i + 4 <= m; i += 4) block16<4>(a, k, b, n, c, i, j);
-    for (; i < m; ++i) block16<1>(a, k, b, n, c, i, j);
+    for (; i + Big <= m; i += Big) block16<Big, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+    for (; i + 4 <= m; i += 4) block16<4, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+    for (; i < m; ++i) block16<1, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
   }
   if (n16 < n)
-    for (int64_t i = 0; i < m; ++i) row_tail(a, k, b, n, c, i, n16);
+    for (int64_t i = 0; i < m; ++i) row_tail(a, k, b, n, c, ldc, accumulate, i, n16);
 }
 
-// The same with 512-bit vectors: R rows x 32 columns.
-template <int R>
-__attribute__((target("avx512f"))) void block32(const float* a, int64_t k, const float* b, int64_t n, float* c,
-                                                int64_t i0, int64_t j0) {
-  __m512 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < k; ++p) {
-    const __m512 b0 = _mm512_loadu_ps(b + p * n + j0);
-    const __m512 b1 = _mm512_loadu_ps(b + p * n + j0 + 16);
-    for (int r = 0; r < R; ++r) {
-      const __m512 x = _mm512_set1_ps(a[(i0 + r) * k + p]);
-      acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_mul_ps(x, b0));
-      acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_mul_ps(x, b1));
-    }
+template <bool Fma>
+__attribute__((target("avx512f"))) void gemm_avx512(const float* a, int64_t k, int64_t m, const float* b, int64_t n,
+                                                    float* c, int64_t ldc, bool accumulate) {
+  constexpr int Big = 8;  // 16 accumulators
+  const int64_t n32 = n / 32 * 32;
+  const float* ap = n32 > 0 ? pack_a<Big>(a, k, m) : nullptr;
+  for (int64_t j = 0; j < n32; j += 32) {
+    const float* bp = pack_b<32>(b, k, n, j);
+    int64_t i = 0;
+    for (; i + Big <= m; i += Big) block32<Big, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+    for (; i + 4 <= m; i += 4) block32<4, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+    for (; i < m; ++i) block32<1, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
   }
-  for (int r = 0; r < R; ++r) {
-    _mm512_storeu_ps(c + (i0 + r) * n + j0, acc[r][0]);
-    _mm512_storeu_ps(c + (i0 + r) * n + j0 + 16, acc[r][1]);
-  }
+  if (n32 < n)
+    for (int64_t i = 0; i < m; ++i) row_tail(a, k, b, n, c, ldc, accumulate, i, n32);
+}
+
+bool has_fma() {
+  static const bool ok = __builtin_cpu_supports("fma");
+  return ok;
 }
 
 bool has_avx512() {
   static const bool ok = __builtin_cpu_supports("avx512f");
   return ok;
-}
-
-__attribute__((target("avx512f"))) void gemm_avx512(const float* a, int64_t k, int64_t m, const float* b, int64_t n,
-                                                     float* c) {
-  const int64_t n32 = n / 32 * 32;
-  for (int64_t j = 0; j < n32; j += 32) {
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4) block32<4>(a, k, b, n, c, i, j);
-    for (; i < m; ++i) block32<1>(a, k, b, n, c, i, j);
-  }
-  // the remaining columns (fewer than 32), 8 then 1 at a time (block16 stays called from gemm_avx2
-  // alone, where it is inlined: called from here too it was not, and the AVX2 path got 30% slower)
-  if (n32 < n)
-    for (int64_t i = 0; i < m; ++i) row_tail(a, k, b, n, c, i, n32);
 }
 
 }  // namespace
@@ -131,18 +266,22 @@ bool gemm_tn_vectorized() {
 #endif
 }
 
-void gemm_tn(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c) {
+void gemm_tn(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c, int64_t ldc, bool accumulate) {
 #ifdef NSIM_GEMM_AVX2
   if (gemm_tn_vectorized()) {
-    if (has_avx512()) {
-      gemm_avx512(a, k, m, b, n, c);
-      return;
-    }
-    gemm_avx2(a, k, m, b, n, c);
+    const bool fused = has_fma() && gemm_products_exact(a, k * m, b, k * n);
+    if (has_avx512())
+      fused ? gemm_avx512<true>(a, k, m, b, n, c, ldc, accumulate) : gemm_avx512<false>(a, k, m, b, n, c, ldc, accumulate);
+    else
+      fused ? gemm_avx2<true>(a, k, m, b, n, c, ldc, accumulate) : gemm_avx2<false>(a, k, m, b, n, c, ldc, accumulate);
     return;
   }
 #endif
-  gemm_tn_portable(a, k, m, b, n, c);
+  gemm_tn_portable(a, k, m, b, n, c, ldc, accumulate);
+}
+
+void gemm_tn(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c) {
+  gemm_tn(a, k, m, b, n, c, n, false);
 }
 
 }  // namespace nsim::isa::sem

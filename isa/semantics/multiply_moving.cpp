@@ -7,6 +7,7 @@
 // raw fp8 byte zero-extended. Otherwise the ordinary fp32 matmul is computed.
 // MX (x4-packed moving, nc_matmul_mx): moving [K, N] x4 -> (4K) x N decoded with its group scales from
 // views[2] (sem::mx_decode, the layout of load_stationary's MX stationary); both inputs must be MX.
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -19,6 +20,21 @@ namespace nsim::isa {
 
 namespace {
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// Whether v's partitions are rows of contiguous, aligned fp32 a whole number of floats apart (the
+/// product can then be written in place).
+bool fp32_rows(const TileView& v) {
+  if (v.dtype != DType::kFloat32) return false;
+  if (reinterpret_cast<uintptr_t>(v.base) % alignof(float) != 0 || v.partition_stride_bytes % sizeof(float) != 0)
+    return false;
+  int64_t expect = 1;
+  for (int d = v.nfree - 1; d >= 0; --d) {
+    const auto du = static_cast<size_t>(d);
+    if (v.size[du] > 1 && v.stride[du] != expect) return false;
+    expect *= v.size[du];
+  }
+  return v.partition_stride_bytes >= expect * static_cast<int64_t>(sizeof(float)) || v.partitions <= 1;
+}
 
 /// For a selection matrix return true and fill sel[n] = row of the 1 in column n (-1: zero column).
 bool selection_rows(const RowMat& mv, std::vector<int64_t>& sel) {
@@ -68,6 +84,8 @@ void exec_kMultiplyMoving(const Instr& in, const Views& v, ArchState& st) {
     mx_decode(in, mov, v[2], vals);
     for (int64_t r = 0; r < R; ++r)
       for (int64_t n = 0; n < N; ++n) mv(r, n) = vals[r * N + n];
+  } else if (!dbl) {
+    for (int64_t k = 0; k < K; ++k) read_row(mov, static_cast<uint32_t>(k), mv.data() + k * N);
   } else {
     float* row = fscratch(0, F);
     for (int64_t k = 0; k < K; ++k) {
@@ -114,6 +132,11 @@ void exec_kMultiplyMoving(const Instr& in, const Views& v, ArchState& st) {
     }
   }
 
+  if (fp32_rows(dst)) {  // straight into PSUM: C = A^T B, or C = C + A^T B
+    gemm_tn(st.stationary.data(), R, M, mv.data(), N, reinterpret_cast<float*>(dst.base),
+            dst.partition_stride_bytes / static_cast<int64_t>(sizeof(float)), accumulate);
+    return;
+  }
   res.resize(static_cast<Eigen::Index>(M), static_cast<Eigen::Index>(N));
   gemm_tn(st.stationary.data(), R, M, mv.data(), N, res.data());  // stationary: R x M, column-major
   float* acc = fscratch(1, N);
