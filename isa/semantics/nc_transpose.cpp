@@ -10,6 +10,18 @@
 
 namespace nsim::isa {
 
+namespace {
+// row[p] = raw[p][f] for a P x F matrix of T (raw bytes, no alignment assumed).
+template <class T>
+void column(const uint8_t* raw, int64_t P, int64_t F, int64_t f, uint8_t* row) {
+  for (int64_t p = 0; p < P; ++p) {
+    T x;
+    std::memcpy(&x, raw + (p * F + f) * static_cast<int64_t>(sizeof(T)), sizeof(T));
+    std::memcpy(row + p * static_cast<int64_t>(sizeof(T)), &x, sizeof(T));
+  }
+}
+}  // namespace
+
 void exec_kNcTranspose(const Instr& in, const Views& v, ArchState& st) {
   using namespace sem;
   const TileView& dst = v[0];
@@ -39,7 +51,14 @@ void exec_kNcTranspose(const Instr& in, const Views& v, ArchState& st) {
   if (data.dtype == dst.dtype) {
     uint8_t* row = bscratch(1, P * ses);
     for (int64_t f = 0; f < F; ++f) {
-      for (int64_t p = 0; p < P; ++p) std::memcpy(row + p * ses, raw + (p * F + f) * ses, static_cast<size_t>(ses));
+      switch (ses) {  // element copies by width: a memcpy call per element was most of the time
+        case 1: column<uint8_t>(raw, P, F, f, row); break;
+        case 2: column<uint16_t>(raw, P, F, f, row); break;
+        case 4: column<uint32_t>(raw, P, F, f, row); break;
+        default:
+          for (int64_t p = 0; p < P; ++p)
+            std::memcpy(row + p * ses, raw + (p * F + f) * ses, static_cast<size_t>(ses));
+      }
       scatter_bytes(dst, static_cast<uint32_t>(f), row);
     }
     return;
