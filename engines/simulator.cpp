@@ -261,7 +261,7 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::Dep
   }
   if (opts_.numerics) {
     isa::Views v{};
-    for (int i = 0; i < info.num_slots; ++i) v[static_cast<size_t>(i)] = mem_.resolve(in.slot(i));
+    for (int i = 0; i < info.num_slots; ++i) v[static_cast<size_t>(i)] = mem_.resolve_slot(in, i);
     if (checker_) checker_->before(in, v, seq_, where, tags);
     try {
       isa::execute(in, v, st_);

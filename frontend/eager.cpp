@@ -107,7 +107,7 @@ uint64_t EagerSession::run(const std::string& fragment) {
       const isa::OpInfo& info = isa::op_info(in.op);
       isa::Views v{};
       try {
-        for (int i = 0; i < info.num_slots; ++i) v[static_cast<size_t>(i)] = mem_.resolve(in.slot(i));
+        for (int i = 0; i < info.num_slots; ++i) v[static_cast<size_t>(i)] = mem_.resolve_slot(in, i);
         isa::execute(in, v, st_);
       } catch (const Error& e) {
         throw Error(e.code(), fmt::format("{}: {}", info.mnemonic, e.message()), op.loc);

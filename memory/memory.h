@@ -88,6 +88,9 @@ class Memory {
 
   /// Bounds-check `o` and return a view onto storage. E201 when out of bounds, E202 over partitions.
   isa::TileView resolve(const isa::Operand& o) const;
+  /// resolve(in.slot(slot)), where on-chip storage reached by an indirect side's rows (isa::slot_extent)
+  /// holds the sentinel too.
+  isa::TileView resolve_slot(const isa::Instr& in, int slot) const;
   /// Bounds check only (no storage needed).
   /// `reach`: extra bytes past the operand's extent that must lie in the same HBM tensor (the rows an
   /// indirect access may reach, isa::slot_extent).
@@ -103,7 +106,10 @@ class Memory {
   };
   MemoryConfig cfg_;
   bool with_storage_;
-  Buffer sbuf_, psum_;  ///< pooled (memory/buffer.h); filled with the sentinel when made
+  Buffer sbuf_, psum_;  ///< pooled (memory/buffer.h); filled with the sentinel as operands reach them
+  int64_t sbuf_filled_ = 0, psum_filled_ = 0;  ///< bytes of every partition holding the sentinel so far
+  /// Fill every partition of SBUF or PSUM with the sentinel up to at least byte `hi` of the partition.
+  void fill_onchip_to(isa::Space space, int64_t hi) const;
   struct HbmStore {
     std::map<int64_t, HbmBlock> blocks;  // addr -> block
     std::map<std::string, HbmTensor> by_name;
