@@ -554,6 +554,54 @@ TEST_CASE("Memory: storage taken from the pool is filled with the sentinel again
   CHECK(nsim::memory::Buffer::pooled_bytes() <= nsim::memory::Buffer::kPoolBytes);
 }
 
+TEST_CASE("Memory: on-chip storage holds the sentinel as far as operands reach, written bytes kept", "[memory][buffer]") {
+  const auto dirty = [] {  // a Memory whose SBUF goes back to the pool full of 0x11 bytes
+    Memory m(cfg(), true);
+    Operand all = pattern(Space::kSbuf, DType::kUInt8, 0, {kSbufPP}, {1});
+    all.num_partitions = 128;
+    std::memset(m.resolve(all).base, 0x11, static_cast<size_t>(128 * kSbufPP));
+  };
+  const auto nan_at = [](const nsim::isa::TileView& v, int64_t from_base, uint32_t p) {
+    float x;
+    std::memcpy(&x, v.base + p * v.partition_stride_bytes + from_base, 4);
+    return std::isnan(x);
+  };
+  dirty();
+  {
+    Memory m(cfg(), true);  // takes the dirty block from the pool
+    Operand a = pattern(Space::kSbuf, DType::kFloat32, 0, {16}, {1});
+    a.num_partitions = 128;
+    const nsim::isa::TileView va = m.resolve(a);
+    CHECK(nan_at(va, 0, 0));
+    CHECK(nan_at(va, 60, 127));
+    std::memset(va.base + 5 * va.partition_stride_bytes, 0x11, 64);  // a kernel writes partition 5
+    Operand far = pattern(Space::kSbuf, DType::kFloat32, 150000, {8}, {1});
+    far.num_partitions = 128;
+    const nsim::isa::TileView vf = m.resolve(far);
+    for (uint32_t p : {0u, 5u, 127u}) CHECK((nan_at(vf, 0, p) && nan_at(vf, 28, p)));
+    uint8_t kept[64];
+    std::memcpy(kept, m.resolve(a).base + 5 * va.partition_stride_bytes, 64);
+    CHECK(kept[0] == 0x11);  // filling further did not overwrite it
+    CHECK(kept[63] == 0x11);
+  }
+  dirty();
+  {
+    // an on-chip indirect side (tensor_copy with a runtime source offset) may reach rows past its own
+    // extent: 10 rows of 4096 fp32, so byte 9 * 16384 + 60 of the partition
+    Memory m(cfg(), true);
+    const Operand dst = pattern(Space::kSbuf, DType::kFloat32, 0, {16}, {1});
+    const Operand src = pattern(Space::kSbuf, DType::kFloat32, 0, {16}, {1});
+    const Operand offs = pattern(Space::kSbuf, DType::kInt32, 64, {1}, {1});
+    nsim::isa::Instr in = nsim::isa::make_instr(nsim::isa::Opcode::kTensorCopy, nsim::isa::Engine::kVector,
+                                                {dst, src, offs});
+    in.iimm[0] = 10;
+    in.iimm[1] = 4096;
+    REQUIRE(nsim::isa::slot_extent(in, 1).second == 9 * 16384 + 64);
+    const nsim::isa::TileView v = m.resolve_slot(in, 1);
+    CHECK(nan_at(v, 9 * 16384 + 60, 0));
+  }
+}
+
 TEST_CASE("Buffer: moves keep one owner and the pool stays bounded", "[memory][buffer]") {
   using nsim::memory::Buffer;
   Buffer a(1000);
