@@ -8,6 +8,8 @@
 // idx outside [0, iimm[0]) is an error, or with kOobSkip leaves the destination (row) unchanged. The
 // simulator checked that every in-range idx stays inside the HBM tensor before execution.
 #include <algorithm>
+#include <cstdint>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -32,15 +34,40 @@ TileView shifted(const TileView& v, int64_t idx, const Instr& in) {
   return t;
 }
 
+/// The bytes a view can touch, [lo, hi) as addresses.
+std::pair<uintptr_t, uintptr_t> span(const TileView& v) {
+  const int64_t es = sem::esz(v);
+  int64_t lo = 0, hi = 0;
+  const auto reach = [&](int64_t n, int64_t step_bytes) {
+    if (n > 1) (step_bytes < 0 ? lo : hi) += (n - 1) * step_bytes;
+  };
+  reach(v.partitions, v.partition_stride_bytes);
+  for (int d = 0; d < v.nfree; ++d) reach(v.size[static_cast<size_t>(d)], v.stride[static_cast<size_t>(d)] * es);
+  const auto b = reinterpret_cast<uintptr_t>(v.base);
+  return {b + static_cast<uintptr_t>(lo), b + static_cast<uintptr_t>(hi + es)};  // lo <= 0: wraps back
+}
+
 void copy(const Instr& in, const TileView& dst, const TileView& src) {
   using namespace sem;
   const int64_t se = src.elems(), de = dst.elems();
   const int64_t total = se * src.partitions;
   const int ses = esz(src);
+  const bool accumulate = (in.flags & kAccumulate) != 0;
+  if (!accumulate && src.dtype == dst.dtype && src.partitions == dst.partitions && se == de) {
+    const auto [slo, shi] = span(src);
+    const auto [dlo, dhi] = span(dst);
+    if (shi <= dlo || dhi <= slo) {  // apart (e.g. HBM and SBUF): row by row through a small buffer
+      uint8_t* row = bscratch(0, se * ses);
+      for (uint32_t p = 0; p < src.partitions; ++p) {
+        gather_bytes(src, p, row);
+        scatter_bytes(dst, p, row);
+      }
+      return;
+    }
+  }
   uint8_t* raw = bscratch(0, total * ses);
   for (uint32_t p = 0; p < src.partitions; ++p) gather_bytes(src, p, raw + static_cast<int64_t>(p) * se * ses);
 
-  const bool accumulate = (in.flags & kAccumulate) != 0;
   if (!accumulate && src.dtype == dst.dtype) {
     for (uint32_t p = 0; p < dst.partitions; ++p) scatter_bytes(dst, p, raw + static_cast<int64_t>(p) * de * ses);
     return;
