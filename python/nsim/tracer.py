@@ -136,8 +136,13 @@ def user_facing(fn):
 def user_frame():
     """The innermost stack frame outside the nsim package (the user's kernel line)."""
     f = sys._getframe(1)
+    known = _INTERNAL_FILE  # (_is_internal inlined: this runs for every statement traced)
     while f is not None:
-        if not _is_internal(f.f_code.co_filename):
+        fn = f.f_code.co_filename
+        v = known.get(fn)
+        if v is None:
+            v = _is_internal(fn)
+        if not v:
             return f
         f = f.f_back
     return None
@@ -827,11 +832,12 @@ class Indirection:
 class NkiTensor:
     """A tensor or a view of one. ``dims`` holds one entry per storage dim: [start, size, step, kept]."""
 
-    __slots__ = ("_st", "_dims", "_tracer", "_ind", "_dt", "__weakref__")
+    __slots__ = ("_st", "_dims", "_tracer", "_ind", "_dt", "_shape", "__weakref__")
 
     def __init__(self, storage, dims=None, tracer=None):
         self._st = storage
         self._dims = dims if dims is not None else [[0, n, 1, True] for n in storage.shape]
+        self._shape = None  # the shape, worked out when first asked (_dims never changes after this)
         self._tracer = tracer
         self._ind = None  # Indirection of a runtime-addressed (gather/scatter) view, else None
         self._dt = None  # IR dtype name of a reinterpreting view (t.view(dtype), same element size), else None
@@ -851,7 +857,10 @@ class NkiTensor:
 
     @property
     def shape(self):
-        return Shape(d[1] for d in self._dims if d[3])
+        s = self._shape
+        if s is None:
+            s = self._shape = Shape(d[1] for d in self._dims if d[3])
+        return s
 
     @property
     def ndim(self):
