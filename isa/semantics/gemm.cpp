@@ -20,9 +20,8 @@ void gemm_tn_portable(const float* a, int64_t k, int64_t m, const float* b, int6
   std::vector<float> sum(static_cast<size_t>(n));
   for (int64_t i = 0; i < m; ++i) {
     std::fill(sum.begin(), sum.end(), 0.0f);
-    const float* col = a + i * k;  // column i of A: A(0..k-1, i)
     for (int64_t p = 0; p < k; ++p) {
-      const float x = col[p];
+      const float x = a[p * m + i];  // A(p, i)
       const float* brow = b + p * n;
       for (int64_t j = 0; j < n; ++j) sum[static_cast<size_t>(j)] = sum[static_cast<size_t>(j)] + x * brow[j];
     }
@@ -162,20 +161,20 @@ __attribute__((target("avx512f"))) void block32(const float* ap, int64_t k, cons
 
 // One row of C, columns [j0, n) (fewer than one block), 8 at a time then one by one (unfused: these are
 // few).
-__attribute__((target("avx2"))) void row_tail(const float* a, int64_t k, const float* b, int64_t n, float* c,
-                                               int64_t ldc, bool accumulate, int64_t i, int64_t j0) {
+__attribute__((target("avx2"))) void row_tail(const float* a, int64_t k, int64_t m, const float* b, int64_t n,
+                                               float* c, int64_t ldc, bool accumulate, int64_t i, int64_t j0) {
   int64_t j = j0;
   float* out = c + i * ldc;
   for (; j + 8 <= n; j += 8) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t p = 0; p < k; ++p)
-      acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_broadcast_ss(a + i * k + p), _mm256_loadu_ps(b + p * n + j)));
+      acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_broadcast_ss(a + p * m + i), _mm256_loadu_ps(b + p * n + j)));
     if (accumulate) acc = _mm256_add_ps(_mm256_loadu_ps(out + j), acc);
     _mm256_storeu_ps(out + j, acc);
   }
   for (; j < n; ++j) {
     float acc = 0.0f;
-    for (int64_t p = 0; p < k; ++p) acc = acc + a[i * k + p] * b[p * n + j];
+    for (int64_t p = 0; p < k; ++p) acc = acc + a[p * m + i] * b[p * n + j];
     out[j] = accumulate ? out[j] + acc : acc;
   }
 }
@@ -189,8 +188,9 @@ const float* pack_b(const float* b, int64_t k, int64_t n, int64_t j0) {
   return buf.data();
 }
 
-// The row blocks of A (R rows from row i, R = Big while they last, then 4, then 1), each interleaved as
-// ap[i * k + p * R + r] = A(p, i + r): the R values a step of the kernel broadcasts lie together.
+// A's columns in the blocks the kernels take them (R columns from column i, for rows i.. of C: R = Big
+// while they last, then 4, then 1), each interleaved as ap[i * k + p * R + r] = A(p, i + r): the R values
+// a step of the kernel broadcasts lie together.
 template <int Big>
 const float* pack_a(const float* a, int64_t k, int64_t m) {
   thread_local std::vector<float> buf;
@@ -198,8 +198,8 @@ const float* pack_a(const float* a, int64_t k, int64_t m) {
   int64_t i = 0;
   auto rows = [&](int R) {
     float* d = buf.data() + i * k;
-    for (int r = 0; r < R; ++r)
-      for (int64_t p = 0; p < k; ++p) d[p * R + r] = a[(i + r) * k + p];
+    for (int64_t p = 0; p < k; ++p)
+      for (int r = 0; r < R; ++r) d[p * R + r] = a[p * m + i + r];
     i += R;
   };
   while (i + Big <= m) rows(Big);
@@ -224,7 +224,7 @@ __attribute__((target("avx2,fma"))) void gemm_avx2(const float* a, int64_t k, in
     for (; i < m; ++i) block16<1, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
   }
   if (n16 < n)
-    for (int64_t i = 0; i < m; ++i) row_tail(a, k, b, n, c, ldc, accumulate, i, n16);
+    for (int64_t i = 0; i < m; ++i) row_tail(a, k, m, b, n, c, ldc, accumulate, i, n16);
 }
 
 template <bool Fma>
@@ -241,7 +241,7 @@ __attribute__((target("avx512f"))) void gemm_avx512(const float* a, int64_t k, i
     for (; i < m; ++i) block32<1, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
   }
   if (n32 < n)
-    for (int64_t i = 0; i < m; ++i) row_tail(a, k, b, n, c, ldc, accumulate, i, n32);
+    for (int64_t i = 0; i < m; ++i) row_tail(a, k, m, b, n, c, ldc, accumulate, i, n32);
 }
 
 bool has_fma() {

@@ -1,9 +1,11 @@
 #pragma once
-/// The PE array's matrix product for multiply_moving: C (M x N, row-major) = A^T B, A (K x M,
-/// column-major: the stationary as load_stationary keeps it), B (K x N, row-major: the moving tile).
+/// The PE array's matrix product for multiply_moving: C (M x N, row-major) = A^T B, A (K x M, row-major:
+/// the stationary as load_stationary keeps it), B (K x N, row-major: the moving tile).
 /// Each element accumulates in fp32 in the order the array does, k = 0, 1, ..., K-1, one rounded
-/// multiply and one rounded add per step (no fused multiply-add), so the result is the same bits on
-/// every machine: an AVX-512 or AVX2 kernel where the CPU has it, a portable loop otherwise.
+/// multiply and one rounded add per step, so the result is the same bits on every machine: an AVX-512 or
+/// AVX2 kernel where the CPU has it, a portable loop otherwise. Where every product is exact in fp32
+/// (gemm_products_exact: bf16, fp16, fp8 inputs) the vector kernels use fused multiply-adds, which then
+/// round the same way.
 #include <cstdint>
 
 namespace nsim::isa::sem {

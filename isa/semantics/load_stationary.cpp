@@ -29,6 +29,11 @@ void exec_kLoadStationary(const Instr& in, const Views& v, ArchState& st) {
   const int64_t M = dbl ? F / 2 : F;
   const int64_t R = dbl ? 2 * K : K;
   st.stationary.resize(static_cast<Eigen::Index>(R), static_cast<Eigen::Index>(M));
+  if (!dbl) {  // rows straight into the row-major weights
+    for (int64_t k = 0; k < K; ++k) read_row(s, static_cast<uint32_t>(k), st.stationary.data() + k * M);
+    st.stationary_dtype = s.dtype;
+    return;
+  }
   float* row = fscratch(0, F);
   for (int64_t k = 0; k < K; ++k) {
     read_row(s, static_cast<uint32_t>(k), row);

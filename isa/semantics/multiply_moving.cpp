@@ -138,7 +138,7 @@ void exec_kMultiplyMoving(const Instr& in, const Views& v, ArchState& st) {
     return;
   }
   res.resize(static_cast<Eigen::Index>(M), static_cast<Eigen::Index>(N));
-  gemm_tn(st.stationary.data(), R, M, mv.data(), N, res.data());  // stationary: R x M, column-major
+  gemm_tn(st.stationary.data(), R, M, mv.data(), N, res.data());  // stationary: R x M, row-major
   float* acc = fscratch(1, N);
   for (int64_t m = 0; m < M; ++m) {
     const float* r = res.data() + m * N;

@@ -40,7 +40,8 @@ struct ArchState {
   int generation = 3;
   std::array<float, 128> scalar_acc{};  ///< ScalarE reduce registers (activation*)
   std::array<float, 128> vector_acc{};  ///< VectorE reduce registers (tensor_scalar_reduce, range_select)
-  Eigen::MatrixXf stationary;           ///< PE array weights, K x M, loaded by load_stationary
+  /// PE array weights, K x M, loaded by load_stationary (row-major: a partition's row is a row)
+  Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> stationary;
   DType stationary_dtype = DType::kBFloat16;
   uint64_t rng_state = 0x9E3779B97F4A7C15ull;
   /// PRNG state of each engine (rng, dropout, set_rng_seed, rand_set_state / rand_get_state; indexed by

@@ -26,12 +26,12 @@ TEST_CASE("gemm_tn gives the same bits as the portable loop, remainders included
     gemm_tn_portable(a.data(), k, m, b.data(), n, d.data());
     INFO("k=" << k << " m=" << m << " n=" << n << " vectorized=" << gemm_tn_vectorized());
     CHECK(std::memcmp(c.data(), d.data(), c.size() * sizeof(float)) == 0);
-    // and it is the product: C[i, j] = sum_p A(p, i) B(p, j), A column-major
+    // and it is the product: C[i, j] = sum_p A(p, i) B(p, j), A row-major
     double worst = 0;
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         double ref = 0;
-        for (int64_t p = 0; p < k; ++p) ref += static_cast<double>(a[static_cast<size_t>(i * k + p)]) * b[static_cast<size_t>(p * n + j)];
+        for (int64_t p = 0; p < k; ++p) ref += static_cast<double>(a[static_cast<size_t>(p * m + i)]) * b[static_cast<size_t>(p * n + j)];
         worst = std::max(worst, std::abs(ref - c[static_cast<size_t>(i * n + j)]));
       }
     CHECK(worst < 1e-3);
