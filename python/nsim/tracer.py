@@ -133,6 +133,21 @@ def user_facing(fn):
     return wrapper
 
 
+_LINENOS = {}  # (id(code), f_lasti) -> (code, line): frame.f_lineno decodes the code's whole line table
+
+
+def _lineno(f):
+    """``f.f_lineno``, cached by (code, instruction offset): reading f_lineno costs time proportional to the
+    function's length (~1 us in a 100-line kernel, several in longer ones), and tracing asks it a few times
+    per statement. The code object is kept in the entry (so its id cannot be reused while cached)."""
+    code = f.f_code
+    key = (id(code), f.f_lasti)
+    e = _LINENOS.get(key)
+    if e is None or e[0] is not code:
+        e = _LINENOS[key] = (code, f.f_lineno)
+    return e[1]
+
+
 def user_frame():
     """The innermost stack frame outside the nsim package (the user's kernel line)."""
     f = sys._getframe(1)
@@ -152,7 +167,7 @@ def user_loc():
     f = user_frame()
     if f is None:
         return {"file": "", "line": 0, "function": ""}
-    return {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
+    return {"file": f.f_code.co_filename, "line": _lineno(f), "function": f.f_code.co_name}
 
 
 _STACKS = {}  # ((code, line), ...) of the callers -> their rendered stack (cached: hot in tracing)
@@ -164,7 +179,7 @@ def user_stack(f):
     key = []
     g = f.f_back
     while g is not None and not _is_internal(g.f_code.co_filename):
-        key.append((g.f_code, g.f_lineno))
+        key.append((g.f_code, _lineno(g)))
         g = g.f_back
     if not key:
         return ""
@@ -190,7 +205,7 @@ def assigned_name(f=None):
     f = f if f is not None else user_frame()
     if f is None:
         return None
-    key = (f.f_code.co_filename, f.f_lineno)
+    key = (f.f_code.co_filename, _lineno(f))
     v = _ASSIGNED.get(key, False)
     if v is False:
         m = _ASSIGN_RE.match(linecache.getline(key[0], key[1]) or "")
@@ -1942,7 +1957,7 @@ class Tracer:
         if self.unroll_all:
             return None
         f = user_frame()
-        key = (f.f_code.co_filename, f.f_lineno) if f is not None else None
+        key = (f.f_code.co_filename, _lineno(f)) if f is not None else None
         if key is None or key in self.unroll or self._broken is not None:
             return None
         if key in self.peel:
@@ -1982,7 +1997,7 @@ class Tracer:
         an even length), and the body's tiles are allocated as in the enclosing body, before the loop: a
         line's tiles rotate over the storages its tiles outside the loop use (two per line), as in the
         unrolled trace. A peeled loop allocating PSUM tiles is recorded so (_peeled_loop)."""
-        loc = ({"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
+        loc = ({"file": f.f_code.co_filename, "line": _lineno(f), "function": f.f_code.co_name}
                if user_loc is _default_user_loc else user_loc())  # (export_from_library.py substitutes user_loc)
         m = _FOR_RE.match(linecache.getline(key[0], key[1]) or "")
         base = m.group(1) if m and m.group(1) != "_" else "i"
@@ -2186,7 +2201,7 @@ class Tracer:
         # liveness allocation decides that): sharing by kind alone put, say, a loop's input tile and its
         # result tile (same shape) in one storage, an ordering the compiled kernel does not have. A reused
         # storage keeps its first name.
-        key = (buffer, dt, shape) if frame is None else (buffer, dt, shape, frame.f_code.co_filename, frame.f_lineno)
+        key = (buffer, dt, shape) if frame is None else (buffer, dt, shape, frame.f_code.co_filename, _lineno(frame))
         if self._broken is not None:
             raise _NeedsConcrete("a loop recorded symbolically was left early", self._broken)
         recs = self._recs
@@ -2352,7 +2367,7 @@ class Tracer:
         function itself: a helper's or a library kernel's line)."""
         f = user_frame()
         if user_loc is _default_user_loc:  # (examples/export_from_library.py substitutes user_loc)
-            loc = ({"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name} if f is not None
+            loc = ({"file": f.f_code.co_filename, "line": _lineno(f), "function": f.f_code.co_name} if f is not None
                    else {"file": "", "line": 0, "function": ""})
         else:
             loc = user_loc()
