@@ -148,9 +148,10 @@ def _lineno(f):
     return e[1]
 
 
-def user_frame():
-    """The innermost stack frame outside the nsim package (the user's kernel line)."""
-    f = sys._getframe(1)
+def user_frame(skip=0):
+    """The innermost stack frame outside the nsim package (the user's kernel line). ``skip``: callers of the
+    caller known to be nsim's own, not looked at."""
+    f = sys._getframe(1 + skip)
     known = _INTERNAL_FILE  # (_is_internal inlined: this runs for every statement traced)
     while f is not None:
         fn = f.f_code.co_filename
@@ -847,12 +848,13 @@ class Indirection:
 class NkiTensor:
     """A tensor or a view of one. ``dims`` holds one entry per storage dim: [start, size, step, kept]."""
 
-    __slots__ = ("_st", "_dims", "_tracer", "_ind", "_dt", "_shape", "__weakref__")
+    __slots__ = ("_st", "_dims", "_tracer", "_ind", "_dt", "_shape", "_full", "__weakref__")
 
     def __init__(self, storage, dims=None, tracer=None):
         self._st = storage
         self._dims = dims if dims is not None else [[0, n, 1, True] for n in storage.shape]
         self._shape = None  # the shape, worked out when first asked (_dims never changes after this)
+        self._full = None  # is_full(), likewise
         self._tracer = tracer
         self._ind = None  # Indirection of a runtime-addressed (gather/scatter) view, else None
         self._dt = None  # IR dtype name of a reinterpreting view (t.view(dtype), same element size), else None
@@ -890,6 +892,12 @@ class NkiTensor:
         return self.dtype.itemsize
 
     def is_full(self):
+        f = self._full
+        if f is None:
+            f = self._full = self._is_full()
+        return f
+
+    def _is_full(self):
         if isinstance(self._st, _ViewStorage):
             return False
         for d, n in zip(self._dims, self._st.shape):
@@ -2365,7 +2373,7 @@ class Tracer:
     def _op_loc(self):
         """user_loc() plus the index of its call stack in self.stacks (when the line is not in the kernel
         function itself: a helper's or a library kernel's line)."""
-        f = user_frame()
+        f = user_frame(1)  # (our caller, emit, is the tracer's)
         if user_loc is _default_user_loc:  # (examples/export_from_library.py substitutes user_loc)
             loc = ({"file": f.f_code.co_filename, "line": _lineno(f), "function": f.f_code.co_name} if f is not None
                    else {"file": "", "line": 0, "function": ""})
