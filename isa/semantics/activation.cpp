@@ -34,9 +34,9 @@ void activation_impl(const Instr& in, const Views& v, ArchState& st, ReduceCmd c
   for (uint32_t p = 0; p < dst.partitions; ++p) {
     const float sc = scale.valid() ? scalar_f32(scale, p) : in.imm[2];
     const float bi = bias.valid() ? scalar_f32(bias, p) : in.imm[3];
-    read_row(data, p, y);
+    const float* x = row_f32(data, p, y);  // (y itself when the row had to be converted)
     for (int64_t j = 0; j < n; ++j) {
-      const float prod = y[j] * sc;  // two roundings (no fused multiply-add)
+      const float prod = x[j] * sc;  // two roundings (no fused multiply-add)
       y[j] = prod + bi;
     }
     act_apply_row(in.act, y, n, in.imm[1]);

@@ -17,6 +17,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -94,6 +95,22 @@ void read_row(const TileView& v, uint32_t p, float* out) {
       for (int64_t i = 0; i < n; ++i) out[flat0 + i] = load_f32(t, ptr + i * sb);
     }
   });
+}
+
+const float* row_f32(const TileView& v, uint32_t p, float* scratch) {
+  if (v.dtype == DType::kFloat32) {
+    bool contiguous = true;
+    int64_t expect = 1;
+    for (int d = v.nfree - 1; d >= 0 && contiguous; --d) {
+      const auto du = static_cast<size_t>(d);
+      contiguous = v.size[du] <= 1 || v.stride[du] == expect;
+      expect *= v.size[du];
+    }
+    const uint8_t* row = v.base + static_cast<int64_t>(p) * v.partition_stride_bytes;
+    if (contiguous && reinterpret_cast<uintptr_t>(row) % alignof(float) == 0) return reinterpret_cast<const float*>(row);
+  }
+  read_row(v, p, scratch);
+  return scratch;
 }
 
 void write_row(const TileView& v, uint32_t p, const float* in) {

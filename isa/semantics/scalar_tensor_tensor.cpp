@@ -40,9 +40,9 @@ void exec_kScalarTensorTensor(const Instr& in, const Views& v, ArchState&) {
   for (uint32_t p = 0; p < dst.partitions; ++p) {
     const float s = !need0 ? 0.0f : imm0 ? in.imm[0] : scalar_f32(v[2], p);
     read_row(data, p, x);
-    read_row(o1, p, y);
+    const float* yr = row_f32(o1, p, y);
     alu_apply_row(in.alu0, x, nullptr, s, n, rev0);  // element-wise: two passes = op1(op0(x, s), y)
-    alu_apply_row(in.alu1, x, y, 0.0f, n, rev1);
+    alu_apply_row(in.alu1, x, yr, 0.0f, n, rev1);
     write_row(dst, p, x);
   }
 }

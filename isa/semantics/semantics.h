@@ -29,6 +29,10 @@ struct TileView {
 
 /// Read partition p's elements (row-major over free dims) widened to fp32 into out[0..elems()).
 void read_row(const TileView& v, uint32_t p, float* out);
+/// Partition p's elements as fp32, read only: a pointer into v's memory when they are contiguous,
+/// aligned fp32 (nothing copied: PSUM rows), else read_row into `scratch` (elems() floats) and `scratch`.
+/// Valid until v's memory is written.
+const float* row_f32(const TileView& v, uint32_t p, float* scratch);
 /// Write out[0..elems()) narrowed to v.dtype into partition p.
 void write_row(const TileView& v, uint32_t p, const float* in);
 /// Same as read_row/write_row but raw integers (bit-vector ops; no fp32 path).

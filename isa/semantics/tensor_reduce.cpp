@@ -44,10 +44,10 @@ void exec_kTensorReduce(const Instr& in, const Views& v, ArchState&) {
   }
 
   const bool negate = (in.flags & kNegate) != 0;
-  float* x = fscratch(0, n);
+  float* xs = fscratch(0, n);
   float* out = fscratch(1, groups);
   for (uint32_t p = 0; p < dst.partitions; ++p) {
-    read_row(data, p, x);
+    const float* x = row_f32(data, p, xs);
     for (int64_t i = 0; i < groups; ++i) {
       const float* s = x + i * g;
       const float r = g > 0 ? alu_fold(op, s[0], s + 1, g - 1) : alu_identity(op);

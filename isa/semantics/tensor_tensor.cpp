@@ -38,8 +38,7 @@ void exec_kTensorTensor(const Instr& in, const Views& v, ArchState&) {
   float* y = fscratch(1, n);
   for (uint32_t p = 0; p < dst.partitions; ++p) {
     read_row(a, p, x);
-    read_row(b, p, y);
-    alu_apply_row(op, x, y, 0.0f, n);
+    alu_apply_row(op, x, row_f32(b, p, y), 0.0f, n);
     write_row(dst, p, x);
   }
 }

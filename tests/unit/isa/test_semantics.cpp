@@ -209,6 +209,28 @@ TEST_CASE("dma_copy pairs elements by flat index, casts, accumulates", "[semanti
   }
 }
 
+TEST_CASE("row_f32 points into contiguous fp32 rows and converts every other row", "[semantics]") {
+  Tile f = tile(DType::kFloat32, 3, {2, 4});  // contiguous rows: no copy
+  f.fill([](uint32_t p, int64_t j) { return static_cast<float>(p * 100 + j) + 0.5f; });
+  std::vector<float> scratch(8, -1.0f);
+  for (uint32_t p = 0; p < 3; ++p) {
+    const float* r = row_f32(f.v, p, scratch.data());
+    CHECK(reinterpret_cast<const uint8_t*>(r) == f.v.at(p, 0));
+    for (int64_t j = 0; j < 8; ++j) CHECK(r[j] == f.f(p, j));
+  }
+  CHECK(scratch[0] == -1.0f);
+  Tile s = tile_ap(DType::kFloat32, 2, {4}, {2}, 8);  // every other element: converted into scratch
+  s.fill([](uint32_t p, int64_t j) { return static_cast<float>(p * 10 + j); });
+  Tile b = tile(DType::kBFloat16, 2, {4});  // bf16: widened into scratch
+  b.fill([](uint32_t p, int64_t j) { return static_cast<float>(p * 10 + j); });
+  for (const Tile* t : {&s, &b})
+    for (uint32_t p = 0; p < 2; ++p) {
+      const float* r = row_f32(t->v, p, scratch.data());
+      CHECK(r == scratch.data());
+      for (int64_t j = 0; j < 4; ++j) CHECK(r[j] == static_cast<float>(p * 10 + j));
+    }
+}
+
 TEST_CASE("dma_copy between overlapping views reads all of the source first; apart, row by row", "[semantics]") {
   ArchState st;
   // one buffer of 3 partitions x 8 fp32 (pitch 8); src = columns 0..5, dst = columns 1..6 of the same rows
