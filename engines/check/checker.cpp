@@ -53,15 +53,7 @@ const char* slot_name(const Instr& in, int slot) {
 }
 
 /// Elements per partition when v's free dims are one contiguous run (0 otherwise).
-int64_t contiguous_elems(const isa::TileView& v) {
-  int64_t run = 1;
-  for (int d = v.nfree - 1; d >= 0; --d) {
-    const auto i = static_cast<size_t>(d);
-    if (v.size[i] != 1 && v.stride[i] != run) return 0;
-    run *= v.size[i];
-  }
-  return run;
-}
+int64_t contiguous_elems(const isa::TileView& v) { return v.contiguous() ? v.elems() : 0; }
 
 // The byte scans of the sanitizer run over every operand of every instruction: built for AVX2 as well
 // as the baseline, the CPU picking one when the program loads (NSIM_SCAN_CLONES).

@@ -37,6 +37,16 @@ int64_t TileView::elems() const {
   return n;
 }
 
+bool TileView::contiguous() const {
+  int64_t expect = 1;
+  for (int d = nfree - 1; d >= 0; --d) {
+    const auto du = static_cast<size_t>(d);
+    if (size[du] > 1 && stride[du] != expect) return false;
+    expect *= size[du];
+  }
+  return true;
+}
+
 uint8_t* TileView::at(uint32_t p, int64_t flat) const {
   int64_t off = 0;  // elements
   for (int d = nfree - 1; d >= 0; --d) {
@@ -98,16 +108,9 @@ void read_row(const TileView& v, uint32_t p, float* out) {
 }
 
 const float* row_f32(const TileView& v, uint32_t p, float* scratch) {
-  if (v.dtype == DType::kFloat32) {
-    bool contiguous = true;
-    int64_t expect = 1;
-    for (int d = v.nfree - 1; d >= 0 && contiguous; --d) {
-      const auto du = static_cast<size_t>(d);
-      contiguous = v.size[du] <= 1 || v.stride[du] == expect;
-      expect *= v.size[du];
-    }
+  if (v.dtype == DType::kFloat32 && v.contiguous()) {
     const uint8_t* row = v.base + static_cast<int64_t>(p) * v.partition_stride_bytes;
-    if (contiguous && reinterpret_cast<uintptr_t>(row) % alignof(float) == 0) return reinterpret_cast<const float*>(row);
+    if (reinterpret_cast<uintptr_t>(row) % alignof(float) == 0) return reinterpret_cast<const float*>(row);
   }
   read_row(v, p, scratch);
   return scratch;

@@ -24,16 +24,10 @@ using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMa
 /// Whether v's partitions are rows of contiguous, aligned fp32 a whole number of floats apart (the
 /// product can then be written in place).
 bool fp32_rows(const TileView& v) {
-  if (v.dtype != DType::kFloat32) return false;
+  if (v.dtype != DType::kFloat32 || !v.contiguous()) return false;
   if (reinterpret_cast<uintptr_t>(v.base) % alignof(float) != 0 || v.partition_stride_bytes % sizeof(float) != 0)
     return false;
-  int64_t expect = 1;
-  for (int d = v.nfree - 1; d >= 0; --d) {
-    const auto du = static_cast<size_t>(d);
-    if (v.size[du] > 1 && v.stride[du] != expect) return false;
-    expect *= v.size[du];
-  }
-  return v.partition_stride_bytes >= expect * static_cast<int64_t>(sizeof(float)) || v.partitions <= 1;
+  return v.partition_stride_bytes >= v.elems() * static_cast<int64_t>(sizeof(float)) || v.partitions <= 1;
 }
 
 /// For a selection matrix return true and fill sel[n] = row of the 1 in column n (-1: zero column).

@@ -23,6 +23,8 @@ struct TileView {
 
   bool valid() const { return base != nullptr; }
   int64_t elems() const;  ///< elements per partition (product of free sizes; 1 when nfree == 0)
+  /// True when a partition's elements lie back to back in row-major order (dims of size 1 any stride).
+  bool contiguous() const;
   /// Address of element `flat` (row-major over the free dims) of partition p.
   uint8_t* at(uint32_t p, int64_t flat) const;
 };
