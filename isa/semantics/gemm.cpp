@@ -17,7 +17,8 @@ namespace nsim::isa::sem {
 
 void gemm_tn_portable(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c, int64_t ldc,
                       bool accumulate) {
-  std::vector<float> sum(static_cast<size_t>(n));
+  thread_local std::vector<float> sum;  // (kept: no allocation per call)
+  sum.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < m; ++i) {
     std::fill(sum.begin(), sum.end(), 0.0f);
     for (int64_t p = 0; p < k; ++p) {
