@@ -100,63 +100,73 @@ namespace {
 // Fused (Fma = true) only for inputs whose products are all exact in fp32 (gemm_products_exact): then
 // round(acc + round(a * b)) == round(acc + a * b), so a fused multiply-add gives the same bits as the
 // separate multiply and add, at twice the rate.
+//
+// The accumulators are two arrays with every loop over them unrolled: GCC 12 kept a single `acc[R][2]`
+// array in memory and stored 10 of its 12 registers to the stack on every k step, which held the AVX2
+// kernel to ~40 % of the FMA rate (BM_NumericsMatmul 617 -> 300 us on a Zen 3 without AVX-512).
 template <int R, bool Fma>
 __attribute__((target("avx2,fma"))) void block16(const float* ap, int64_t k, const float* bp, float* c, int64_t ldc,
                                                  bool accumulate, int64_t i0, int64_t j0) {
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  __m256 lo[R], hi[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {
     const __m256 b0 = _mm256_loadu_ps(bp + p * 16);
     const __m256 b1 = _mm256_loadu_ps(bp + p * 16 + 8);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m256 x = _mm256_broadcast_ss(ap + p * R + r);
       if constexpr (Fma) {
-        acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+        lo[r] = _mm256_fmadd_ps(x, b0, lo[r]);
+        hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);
       } else {
-        acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_mul_ps(x, b0));
-        acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_mul_ps(x, b1));
+        lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(x, b0));
+        hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(x, b1));
       }
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     float* out = c + (i0 + r) * ldc + j0;
     if (accumulate) {  // c + sum (the sum complete first, as the portable loop)
-      acc[r][0] = _mm256_add_ps(_mm256_loadu_ps(out), acc[r][0]);
-      acc[r][1] = _mm256_add_ps(_mm256_loadu_ps(out + 8), acc[r][1]);
+      lo[r] = _mm256_add_ps(_mm256_loadu_ps(out), lo[r]);
+      hi[r] = _mm256_add_ps(_mm256_loadu_ps(out + 8), hi[r]);
     }
-    _mm256_storeu_ps(out, acc[r][0]);
-    _mm256_storeu_ps(out + 8, acc[r][1]);
+    _mm256_storeu_ps(out, lo[r]);
+    _mm256_storeu_ps(out + 8, hi[r]);
   }
 }
 
 template <int R, bool Fma>
 __attribute__((target("avx512f"))) void block32(const float* ap, int64_t k, const float* bp, float* c, int64_t ldc,
                                                 bool accumulate, int64_t i0, int64_t j0) {
-  __m512 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  __m512 lo[R], hi[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {
     const __m512 b0 = _mm512_loadu_ps(bp + p * 32);
     const __m512 b1 = _mm512_loadu_ps(bp + p * 32 + 16);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 x = _mm512_set1_ps(ap[p * R + r]);
       if constexpr (Fma) {
-        acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
-        acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+        lo[r] = _mm512_fmadd_ps(x, b0, lo[r]);
+        hi[r] = _mm512_fmadd_ps(x, b1, hi[r]);
       } else {
-        acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_mul_ps(x, b0));
-        acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_mul_ps(x, b1));
+        lo[r] = _mm512_add_ps(lo[r], _mm512_mul_ps(x, b0));
+        hi[r] = _mm512_add_ps(hi[r], _mm512_mul_ps(x, b1));
       }
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     float* out = c + (i0 + r) * ldc + j0;
     if (accumulate) {
-      acc[r][0] = _mm512_add_ps(_mm512_loadu_ps(out), acc[r][0]);
-      acc[r][1] = _mm512_add_ps(_mm512_loadu_ps(out + 16), acc[r][1]);
+      lo[r] = _mm512_add_ps(_mm512_loadu_ps(out), lo[r]);
+      hi[r] = _mm512_add_ps(_mm512_loadu_ps(out + 16), hi[r]);
     }
-    _mm512_storeu_ps(out, acc[r][0]);
-    _mm512_storeu_ps(out + 16, acc[r][1]);
+    _mm512_storeu_ps(out, lo[r]);
+    _mm512_storeu_ps(out + 16, hi[r]);
   }
 }
 
