@@ -23,6 +23,11 @@
 
 #include <fmt/format.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define NSIM_FOLD_AVX2 1
+#endif
+
 #include "isa/semantics/exp_row.h"
 #include "isa/semantics/internal.h"
 
@@ -254,9 +259,59 @@ namespace {
 /// NaN (the fold gives kNaN then) and a nonzero result (equal nonzero floats have the same bits; only
 /// +0 and -0 compare equal with different bits, and the fold keeps the first one). Eight lanes the
 /// compiler vectorises. Returns false when the caller must fold sequentially.
+#ifdef NSIM_FOLD_AVX2
+// fold_extremum's loop in AVX2: maxps(v, m) = v > m ? v : m and minps(v, m) = v < m ? v : m are the
+// portable loop's selections; the NaN test is an unordered compare of v with itself.
+template <bool kMax>
+__attribute__((target("avx2"))) int64_t extremum_avx2(float r, const float* y, int64_t n, float* best, int32_t* any_nan) {
+  __m256 m0 = _mm256_set1_ps(r), m1 = m0, nan = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m256 v0 = _mm256_loadu_ps(y + j), v1 = _mm256_loadu_ps(y + j + 8);
+    nan = _mm256_or_ps(nan, _mm256_or_ps(_mm256_cmp_ps(v0, v0, _CMP_UNORD_Q), _mm256_cmp_ps(v1, v1, _CMP_UNORD_Q)));
+    m0 = kMax ? _mm256_max_ps(v0, m0) : _mm256_min_ps(v0, m0);
+    m1 = kMax ? _mm256_max_ps(v1, m1) : _mm256_min_ps(v1, m1);
+  }
+  alignas(32) float a[8], b[8];
+  _mm256_store_ps(a, m0);
+  _mm256_store_ps(b, m1);
+  float m = r;
+  for (int q = 0; q < 8; ++q) {
+    m = kMax ? (m < a[q] ? a[q] : m) : (a[q] < m ? a[q] : m);
+    m = kMax ? (m < b[q] ? b[q] : m) : (b[q] < m ? b[q] : m);
+  }
+  *best = m;
+  *any_nan = _mm256_movemask_ps(nan) != 0;
+  return j;
+}
+
+bool has_avx2() {
+  static const bool ok = __builtin_cpu_supports("avx2");
+  return ok;
+}
+#endif
+
 template <bool kMax>
 bool fold_extremum(float r, const float* y, int64_t n, float* out) {
   if (n < 16 || std::isnan(r)) return false;
+#ifdef NSIM_FOLD_AVX2
+  if (has_avx2()) {
+    float m;
+    int32_t any_nan;
+    for (int64_t j = extremum_avx2<kMax>(r, y, n, &m, &any_nan); j < n; ++j) {
+      const float v = y[j];
+      any_nan |= static_cast<int32_t>(v != v);
+      m = kMax ? (m < v ? v : m) : (v < m ? v : m);
+    }
+    if (any_nan) {
+      *out = kNaN;
+      return true;
+    }
+    if (m == 0.0f) return false;
+    *out = m;
+    return true;
+  }
+#endif
   std::array<float, 8> m;
   std::array<int32_t, 8> nan{};
   m.fill(r);

@@ -18,6 +18,9 @@ inline float exact_exp(float x) { return static_cast<float>(std::exp(static_cast
 __attribute__((target("avx2,fma"))) void exp_row_avx2(float* y, int64_t n) {
   // Inputs whose fp32 result is normal and finite: exp(-87) > 2^-126, exp(88.5) < FLT_MAX.
   const __m256d lo = _mm256_set1_pd(-87.0), hi = _mm256_set1_pd(88.5);
+  // Below -104 (and -inf: masked scores) the result is +0: exp(-104) < 2^-150, half the least fp32
+  // subnormal. Those lanes are set here rather than recomputed with std::exp (whose underflow path is slow).
+  const __m256d zero_below = _mm256_set1_pd(-104.0);
   const __m256d inv_ln2 = _mm256_set1_pd(1.4426950408889634);
   const __m256d shifter = _mm256_set1_pd(6755399441055744.0);  // 1.5 * 2^52: round to an integer
   // ln2 = ln2_hi + ln2_lo, ln2_hi with 21 trailing zero bits (k * ln2_hi exact for |k| < 2^21)
@@ -56,10 +59,12 @@ __attribute__((target("avx2,fma"))) void exp_row_avx2(float* y, int64_t n) {
     p = _mm256_fmadd_pd(p, r, one);
     const __m256i ki = _mm256_sub_epi64(_mm256_castpd_si256(t), shifter_bits);  // k as an integer
     const __m256d scale = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(ki, bias), 52));  // 2^k
-    const __m256d e = _mm256_mul_pd(p, _mm256_and_pd(scale, in));  // lanes out of range: 0, redone below
+    // lanes out of range: 0 (NaN for -inf, cleared below), redone below unless their result is +0
+    const __m256d zero = _mm256_cmp_pd(x, zero_below, _CMP_LT_OQ);
+    const __m256d e = _mm256_andnot_pd(zero, _mm256_mul_pd(p, _mm256_and_pd(scale, in)));
     const __m256i d = _mm256_sub_epi64(_mm256_and_si256(_mm256_castpd_si256(e), low_mask), mid);
     const __m256i near = _mm256_and_si256(_mm256_cmpgt_epi64(d, gm), _mm256_cmpgt_epi64(gp, d));
-    const __m256d redo = _mm256_or_pd(_mm256_castsi256_pd(near), _mm256_xor_pd(in, all));
+    const __m256d redo = _mm256_or_pd(_mm256_castsi256_pd(near), _mm256_andnot_pd(zero, _mm256_xor_pd(in, all)));
     _mm_storeu_ps(y + j, _mm256_cvtpd_ps(e));  // round to nearest even, as static_cast<float>
     if (const int m = _mm256_movemask_pd(redo)) {
       alignas(16) float xs[4];

@@ -18,6 +18,7 @@ This module is dialect-neutral: ``nsim.nki`` (new dialect) builds on it; a Beta-
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import itertools
 import json
@@ -2878,6 +2879,19 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=No
     Loops are kept as loops where the tracer can (Tracer.symbolic_loop); when recording a loop
     symbolically fails, the kernel is traced again from the start with that loop (its source line)
     unrolled. An error of the kernel itself is reported as the fully unrolled trace reports it."""
+    # The cyclic garbage collector is paused while the kernel runs: tracing allocates many small
+    # containers that live until the trace ends, and the collections they trigger rescanned them (5 % of
+    # a flash attention's simulate(), docs/performance.md). Cycles made meanwhile are collected after.
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        return _trace(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc, loops)
+    finally:
+        if gc_was:
+            gc.enable()
+
+
+def _trace(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc, loops):
     unroll, peel, pair, unroll_all = set(), set(), set(), loops_mode(loops) == "unroll"
     plan_key = None if unroll_all else _plan_key(fn, args, kwargs, check, lnc, config, overrides)
     plan = _LOOP_PLANS.get(plan_key) if plan_key is not None else None
