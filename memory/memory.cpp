@@ -72,8 +72,8 @@ Memory::Memory(const MemoryConfig& cfg, bool with_storage, int64_t align)
       sbuf_alloc_(cfg.sbuf_bytes_per_partition, align),
       psum_alloc_(cfg.psum_bytes_per_partition(), align) {
   if (with_storage_) {
-    sbuf_ = Buffer(static_cast<size_t>(cfg.partitions) * static_cast<size_t>(cfg.sbuf_bytes_per_partition));
-    psum_ = Buffer(static_cast<size_t>(cfg.psum_partitions) * static_cast<size_t>(cfg.psum_bytes_per_partition()));
+    sbuf_ = Buffer(static_cast<size_t>(cfg.partitions) * static_cast<size_t>(cfg.host_pitch(false)));
+    psum_ = Buffer(static_cast<size_t>(cfg.psum_partitions) * static_cast<size_t>(cfg.host_pitch(true)));
     // Unwritten on-chip memory reads as NaN (fp32 sentinel, the whole buffer one fp32 array) so use of
     // uninitialised data is visible. Filled lazily: resolve() fills every partition up to the furthest
     // byte an operand has reached (filling all 26 MB of trn2's SBUF and PSUM up front was ~15 % of a
@@ -87,16 +87,17 @@ void Memory::fill_onchip_to(Space space, int64_t hi) const {
   int64_t& filled = psum ? self->psum_filled_ : self->sbuf_filled_;
   if (hi <= filled) return;
   Buffer& store = psum ? self->psum_ : self->sbuf_;
-  const int64_t pitch = psum ? cfg_.psum_bytes_per_partition() : cfg_.sbuf_bytes_per_partition;
+  const int64_t bytes = psum ? cfg_.psum_bytes_per_partition() : cfg_.sbuf_bytes_per_partition;
+  const int64_t pitch = cfg_.host_pitch(psum);  // a multiple of 4: partition byte o is buffer byte o (mod 4)
   constexpr int64_t kChunk = 16 << 10;  // fill in steps of 16 KiB per partition: few calls per run
   // (`hi` may be past the partition: resolve() checks the bounds after)
-  const int64_t to = hi >= pitch - kChunk ? pitch : (hi + kChunk - 1) / kChunk * kChunk;
+  const int64_t to = hi >= bytes - kChunk ? bytes : (hi + kChunk - 1) / kChunk * kChunk;
   const int64_t whole = static_cast<int64_t>(store.size()) / 4 * 4;  // a trailing partial element is left alone
   uint8_t pat[4];
   store_f32(DType::kFloat32, pat, std::numeric_limits<float>::quiet_NaN());
   const int64_t parts = static_cast<int64_t>(store.size()) / pitch;
   for (int64_t p = 0; p < parts; ++p) {
-    // bytes [a, b) of the buffer, byte i holding pat[i % 4] as the whole-buffer fill would
+    // bytes [a, b) of the buffer, byte i holding pat[i % 4] as a whole-buffer fill would
     int64_t a = p * pitch + filled;
     const int64_t b = std::min(p * pitch + to, whole);
     for (; a < b && a % 4 != 0; ++a) store.data()[a] = pat[a % 4];
@@ -214,7 +215,7 @@ isa::TileView Memory::resolve(const Operand& o) const {
   } else {
     fill_onchip_to(o.space, o.byte_extent().second);  // an indirect side's reach: resolve_slot()
     auto& store = o.space == Space::kPsum ? self->psum_ : self->sbuf_;
-    const int64_t pitch = o.space == Space::kPsum ? cfg_.psum_bytes_per_partition() : cfg_.sbuf_bytes_per_partition;
+    const int64_t pitch = cfg_.host_pitch(o.space == Space::kPsum);
     v.base = store.data() + o.start_partition * pitch + o.offset;
     v.partition_stride_bytes = pitch;
   }

@@ -26,6 +26,15 @@ struct MemoryConfig {
   int64_t psum_bank_bytes = 0;
   int64_t hbm_bytes = 0;
   int64_t psum_bytes_per_partition() const { return psum_banks * psum_bank_bytes; }
+  /// Host bytes from one partition's storage to the next (SBUF or PSUM; also the sanitizer's shadow): the
+  /// partition's bytes plus kHostPad. At an exact multiple of 4 KiB (trn2's 192 KiB SBUF partitions,
+  /// 16 KiB PSUM ones) the same column of every partition fell into one L1 / L2 cache set, so a tile's
+  /// rows evicted each other between the instruction that wrote them and the one reading them. Only
+  /// the host layout: what a kernel addresses is unchanged.
+  int64_t host_pitch(bool psum) const { return (psum ? psum_bytes_per_partition() : sbuf_bytes_per_partition) + kHostPad; }
+  /// 17 cache lines: an odd number of lines, so that partition p's rows start p * 17 lines apart modulo
+  /// any power-of-two number of sets.
+  static constexpr int64_t kHostPad = 17 * 64;
 };
 
 /// A named HBM tensor.

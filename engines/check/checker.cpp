@@ -133,7 +133,7 @@ std::string CheckReport::str() const {
 }
 
 Checker::Checker(const memory::MemoryConfig& m)
-    : sbuf_pitch_(m.sbuf_bytes_per_partition), psum_pitch_(m.psum_bytes_per_partition()) {
+    : sbuf_pitch_(m.host_pitch(false)), psum_pitch_(m.host_pitch(true)) {
   sbuf_ = memory::Buffer(static_cast<size_t>(m.partitions) * static_cast<size_t>(sbuf_pitch_), memory::Buffer::Zeroed{});
   psum_ = memory::Buffer(static_cast<size_t>(m.psum_partitions) * static_cast<size_t>(psum_pitch_),
                          memory::Buffer::Zeroed{});

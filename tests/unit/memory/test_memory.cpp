@@ -286,8 +286,13 @@ TEST_CASE("Memory::resolve of in-bounds operands", "[memory][resolve]") {
   REQUIRE(origin.valid());
   const auto v = m.resolve(Operand::tile(Space::kSbuf, DType::kBFloat16, 256, 3, 4, {2, 8}));
   REQUIRE(v.valid());
-  CHECK(v.base - origin.base == 3 * kSbufPP + 256);
-  CHECK(v.partition_stride_bytes == kSbufPP);
+  // Partitions lie kHostPad bytes further apart on the host than their size (MemoryConfig::host_pitch).
+  const int64_t sp = kSbufPP + MemoryConfig::kHostPad, pp = kPsumPP + MemoryConfig::kHostPad;
+  CHECK(cfg().host_pitch(false) == sp);
+  CHECK(cfg().host_pitch(true) == pp);
+  CHECK(sp % 4096 != 0);
+  CHECK(v.base - origin.base == 3 * sp + 256);
+  CHECK(v.partition_stride_bytes == sp);
   CHECK(v.partitions == 4);
   CHECK(v.dtype == DType::kBFloat16);
   CHECK(v.nfree == 2);
@@ -295,16 +300,16 @@ TEST_CASE("Memory::resolve of in-bounds operands", "[memory][resolve]") {
   CHECK(v.size[1] == 8);
   CHECK(v.stride[0] == 8);
   CHECK(v.stride[1] == 1);
-  CHECK(v.at(2, 9) - origin.base == 5 * kSbufPP + 256 + 9 * 2);
+  CHECK(v.at(2, 9) - origin.base == 5 * sp + 256 + 9 * 2);
 
   // The last byte of the last partition is addressable.
   const auto last = m.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, kSbufPP - 4, 127, 1, {1}));
-  CHECK(last.base - origin.base == 127 * kSbufPP + kSbufPP - 4);
+  CHECK(last.base - origin.base == 127 * sp + kSbufPP - 4);
 
   const auto p0 = m.resolve(Operand::tile(Space::kPsum, DType::kFloat32, 0, 0, 1, {1}));
   const auto p = m.resolve(Operand::tile(Space::kPsum, DType::kFloat32, 2048, 10, 8, {512}));
-  CHECK(p.base - p0.base == 10 * kPsumPP + 2048);
-  CHECK(p.partition_stride_bytes == kPsumPP);
+  CHECK(p.base - p0.base == 10 * pp + 2048);
+  CHECK(p.partition_stride_bytes == pp);
 
   // Writes through a view land where a second view of the same bytes reads them.
   nsim::store_f32(DType::kFloat32, m.resolve(Operand::tile(Space::kSbuf, DType::kFloat32, 64, 7, 1, {4})).at(0, 2), 6.5f);
