@@ -172,6 +172,46 @@ void Checker::report(CheckKind k, const Instr& in, int slot, uint64_t index, con
   first = static_cast<int64_t>(reports_.size());
 }
 
+namespace {
+/// The operand's elements cover every byte of its extent in each partition (row-major, no gaps, no
+/// repeats): then the bytes a scan checked are exactly [byte_extent()).
+bool covers_extent(const Operand& o) {
+  int64_t want = 1;
+  for (int d = o.nfree - 1; d >= 0; --d) {
+    const auto i = static_cast<size_t>(d);
+    if (o.size[i] == 1) continue;
+    if (o.stride[i] != want) return false;
+    want *= o.size[i];
+  }
+  return true;
+}
+}  // namespace
+
+bool Checker::verified_hit(const Operand& o, uint8_t key) const {
+  const auto [lo, hi] = o.byte_extent();
+  const int64_t p0 = o.start_partition, p1 = p0 + o.num_partitions;
+  for (const Verified& v : verified_)
+    if (v.space == o.space && (v.key == key || key == 0 || v.key == kTagAny) && v.p0 <= p0 && p1 <= v.p1 && v.lo <= lo && hi <= v.hi) return true;
+  return false;
+}
+
+void Checker::verified_add(const Operand& o, uint8_t key) {
+  if (!covers_extent(o)) return;
+  const auto [lo, hi] = o.byte_extent();
+  verified_[verified_next_] = {o.space, key, o.start_partition, int64_t{o.start_partition} + o.num_partitions, lo, hi};
+  verified_next_ = (verified_next_ + 1) % kVerified;
+}
+
+void Checker::verified_drop(const Operand& o, uint8_t key) {
+  // Bytes written with tag `key` stay good for regions of that key and of key 0 (kTagAny is good for all).
+  if (key == kTagAny) return;
+  const auto [lo, hi] = o.byte_extent();
+  const int64_t p0 = o.start_partition, p1 = p0 + o.num_partitions;
+  for (Verified& v : verified_)
+    if (v.space == o.space && v.key != 0 && v.key != key && v.p0 < p1 && p0 < v.p1 && v.lo < hi && lo < v.hi)
+      v.space = isa::Space::kNone;
+}
+
 void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
                      const SlotTags* tags) {
   (void)views;
@@ -186,6 +226,7 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
     const memory::Buffer& sh = shadow(o.space);
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
     const uint8_t key = tags ? (*tags)[static_cast<size_t>(s)] : 0;
+    if (verified_hit(o, key)) continue;  // read whole before, and no write of another tag since
     // A byte is good when written: by this allocation (or through an operand of unknown tag) when the
     // operand's tag is known, by anything when it is not.
     auto good = [key](uint8_t b) { return key == 0 ? b != 0 : (b == key || b == kTagAny); };
@@ -207,7 +248,10 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
       }
       return true;
     });
-    if (bad == 0) continue;
+    if (bad == 0) {
+      verified_add(o, key);
+      continue;
+    }
     const CheckKind k = written ? CheckKind::kPsumAccumulateUninitialized : CheckKind::kUninitializedRead;
     report(k, in, s, index, where,
            fmt::format("{} {} {} never-written element{} of {} (of {}), first at partition {} element {}, last at "
@@ -235,6 +279,8 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     memory::Buffer& sh = shadow(o.space);
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
     const uint8_t key = tags && (*tags)[static_cast<size_t>(s)] ? (*tags)[static_cast<size_t>(s)] : kTagAny;
+    verified_drop(o, key);
+    verified_add(o, key);  // (written below: every byte of the operand's runs gets `key`)
     int64_t& dlo = o.space == Space::kPsum ? psum_lo_ : sbuf_lo_;
     int64_t& dhi = o.space == Space::kPsum ? psum_hi_ : sbuf_hi_;
     for_each_run(o, [&](uint32_t p, int64_t, int64_t off, int64_t n, int64_t step) {

@@ -132,6 +132,22 @@ class Checker {
   uint64_t casts_before_ = 0;        ///< cast_overflows() when the instruction started
   std::array<int64_t, static_cast<size_t>(CheckKind::kCount)> first_{};  ///< index+1 in reports_, 0 = none yet
   std::vector<CheckReport> reports_;
+  /// Regions known wholly written, so that a read of bytes inside one skips the scan of its shadow:
+  /// partitions [p0, p1) x byte columns [lo, hi) of `space` whose every shadow byte is `key` or kTagAny
+  /// (key 0: nonzero). Added by a read that found its bytes good and by a write (its tag); after() drops
+  /// those a write of another tag overlaps (writes never write 0, so a key-0 region stays good). The
+  /// most recent regions, replaced in turn.
+  struct Verified {
+    isa::Space space = isa::Space::kNone;
+    uint8_t key = 0;
+    int64_t p0 = 0, p1 = 0, lo = 0, hi = 0;
+  };
+  static constexpr size_t kVerified = 64;
+  std::array<Verified, kVerified> verified_{};
+  size_t verified_next_ = 0;
+  bool verified_hit(const isa::Operand& o, uint8_t key) const;
+  void verified_add(const isa::Operand& o, uint8_t key);
+  void verified_drop(const isa::Operand& o, uint8_t key);
 };
 
 }  // namespace nsim::engines
