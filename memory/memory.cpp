@@ -88,7 +88,7 @@ void Memory::fill_onchip_to(Space space, int64_t hi) const {
   if (hi <= filled) return;
   Buffer& store = psum ? self->psum_ : self->sbuf_;
   const int64_t bytes = psum ? cfg_.psum_bytes_per_partition() : cfg_.sbuf_bytes_per_partition;
-  const int64_t pitch = cfg_.host_pitch(psum);  // a multiple of 4: partition byte o is buffer byte o (mod 4)
+  const int64_t pitch = cfg_.host_pitch(psum);
   constexpr int64_t kChunk = 16 << 10;  // fill in steps of 16 KiB per partition: few calls per run
   // (`hi` may be past the partition: resolve() checks the bounds after)
   const int64_t to = hi >= bytes - kChunk ? bytes : (hi + kChunk - 1) / kChunk * kChunk;

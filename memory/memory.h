@@ -32,8 +32,9 @@ struct MemoryConfig {
   /// rows evicted each other between the instruction that wrote them and the one reading them. Only
   /// the host layout: what a kernel addresses is unchanged.
   int64_t host_pitch(bool psum) const { return (psum ? psum_bytes_per_partition() : sbuf_bytes_per_partition) + kHostPad; }
-  /// 17 cache lines: an odd number of lines, so that partition p's rows start p * 17 lines apart modulo
-  /// any power-of-two number of sets.
+  /// 17 cache lines (a multiple of 4 bytes, so the NaN sentinel's byte pattern is where it was): when a
+  /// partition's bytes are a multiple of a cache's set span, as trn2's are, partition p's rows start
+  /// 17 p lines apart modulo it, an odd stride that reaches every set.
   static constexpr int64_t kHostPad = 17 * 64;
 };
 

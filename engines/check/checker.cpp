@@ -191,7 +191,9 @@ bool Checker::verified_hit(const Operand& o, uint8_t key) const {
   const auto [lo, hi] = o.byte_extent();
   const int64_t p0 = o.start_partition, p1 = p0 + o.num_partitions;
   for (const Verified& v : verified_)
-    if (v.space == o.space && (v.key == key || key == 0 || v.key == kTagAny) && v.p0 <= p0 && p1 <= v.p1 && v.lo <= lo && hi <= v.hi) return true;
+    if (v.space == o.space && (v.key == key || key == 0 || v.key == kTagAny) && v.p0 <= p0 && p1 <= v.p1 &&
+        v.lo <= lo && hi <= v.hi)
+      return true;
   return false;
 }
 
