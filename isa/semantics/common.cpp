@@ -255,15 +255,12 @@ void alu_apply_row(AluOp op, float* x, const float* y, float s, int64_t n, bool 
 
 namespace {
 
-/// max (kMax) or min of r and y[0..n) when the sequential fold's bits do not depend on the order: no
-/// NaN (the fold gives kNaN then) and a nonzero result (equal nonzero floats have the same bits; only
-/// +0 and -0 compare equal with different bits, and the fold keeps the first one). Eight lanes the
-/// compiler vectorises. Returns false when the caller must fold sequentially.
 #ifdef NSIM_FOLD_AVX2
 // fold_extremum's loop in AVX2: maxps(v, m) = v > m ? v : m and minps(v, m) = v < m ? v : m are the
 // portable loop's selections; the NaN test is an unordered compare of v with itself.
 template <bool kMax>
-__attribute__((target("avx2"))) int64_t extremum_avx2(float r, const float* y, int64_t n, float* best, int32_t* any_nan) {
+__attribute__((target("avx2"))) int64_t extremum_avx2(float r, const float* y, int64_t n, float* best,
+                                                      int32_t* any_nan) {
   __m256 m0 = _mm256_set1_ps(r), m1 = m0, nan = _mm256_setzero_ps();
   int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
@@ -291,47 +288,39 @@ bool has_avx2() {
 }
 #endif
 
+/// max (kMax) or min of r and y[0..n) when the sequential fold's bits do not depend on the order: no
+/// NaN (the fold gives kNaN then) and a nonzero result (equal nonzero floats have the same bits; only
+/// +0 and -0 compare equal with different bits, and the fold keeps the first one). AVX2 where the CPU has
+/// it, else eight lanes the compiler vectorises. Returns false when the caller must fold sequentially.
 template <bool kMax>
 bool fold_extremum(float r, const float* y, int64_t n, float* out) {
   if (n < 16 || std::isnan(r)) return false;
-#ifdef NSIM_FOLD_AVX2
-  if (has_avx2()) {
-    float m;
-    int32_t any_nan;
-    for (int64_t j = extremum_avx2<kMax>(r, y, n, &m, &any_nan); j < n; ++j) {
-      const float v = y[j];
-      any_nan |= static_cast<int32_t>(v != v);
-      m = kMax ? (m < v ? v : m) : (v < m ? v : m);
-    }
-    if (any_nan) {
-      *out = kNaN;
-      return true;
-    }
-    if (m == 0.0f) return false;
-    *out = m;
-    return true;
-  }
-#endif
-  std::array<float, 8> m;
-  std::array<int32_t, 8> nan{};
-  m.fill(r);
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (size_t q = 0; q < 8; ++q) {
-      const float v = y[j + static_cast<int64_t>(q)];
-      nan[q] |= static_cast<int32_t>(v != v);
-      m[q] = kMax ? (m[q] < v ? v : m[q]) : (v < m[q] ? v : m[q]);
-    }
-  for (; j < n; ++j) {
-    const float v = y[j];
-    nan[0] |= static_cast<int32_t>(v != v);
-    m[0] = kMax ? (m[0] < v ? v : m[0]) : (v < m[0] ? v : m[0]);
-  }
+  float best = r;
   int32_t any_nan = 0;
-  float best = m[0];
-  for (size_t q = 0; q < 8; ++q) {
-    any_nan |= nan[q];
-    best = kMax ? (best < m[q] ? m[q] : best) : (m[q] < best ? m[q] : best);
+  int64_t j = 0;
+  bool lanes_done = false;
+#ifdef NSIM_FOLD_AVX2
+  if (has_avx2()) j = extremum_avx2<kMax>(r, y, n, &best, &any_nan), lanes_done = true;
+#endif
+  if (!lanes_done) {
+    std::array<float, 8> m;
+    std::array<int32_t, 8> nan{};
+    m.fill(r);
+    for (; j + 8 <= n; j += 8)
+      for (size_t q = 0; q < 8; ++q) {
+        const float v = y[j + static_cast<int64_t>(q)];
+        nan[q] |= static_cast<int32_t>(v != v);
+        m[q] = kMax ? (m[q] < v ? v : m[q]) : (v < m[q] ? v : m[q]);
+      }
+    for (size_t q = 0; q < 8; ++q) {
+      any_nan |= nan[q];
+      best = kMax ? (best < m[q] ? m[q] : best) : (m[q] < best ? m[q] : best);
+    }
+  }
+  for (; j < n; ++j) {  // the rest after the lanes
+    const float v = y[j];
+    any_nan |= static_cast<int32_t>(v != v);
+    best = kMax ? (best < v ? v : best) : (v < best ? v : best);
   }
   if (any_nan) {
     *out = kNaN;
