@@ -1,6 +1,7 @@
 """Loops kept as kernel-IR loops by the Python tracer (loops="keep", docs/kernel-json.md "Loops from the Python
 tracer"): the same numerics as the unrolled trace on the library kernels and examples, the fallbacks (peel,
 unroll) where the body depends on the index, and the sanitizer's affine_range check."""
+import gc
 import importlib.util
 import os
 import sys
@@ -425,6 +426,37 @@ def test_an_error_of_the_kernel_is_the_unrolled_traces_error():
             out_of_bounds.options(loops=mode).simulate(x)
         errs.append((ei.value.code, ei.value.line, str(ei.value)))
     assert errs[0] == errs[1]
+
+
+_GC_SEEN = []
+
+
+@nki.jit
+def notes_the_gc(x):
+    _GC_SEEN.append(gc.isenabled())
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_tracing_pauses_the_gc_and_leaves_it_as_it_was(enabled):
+    """The tracer pauses the cyclic GC while the kernel runs (tracer.trace) and restores the caller's
+    setting afterwards, whether the trace succeeds or raises; a caller who disabled it keeps it disabled."""
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        _GC_SEEN.clear()
+        x = np.arange(128 * 4, dtype=np.float32).reshape(128, 4)
+        np.testing.assert_array_equal(notes_the_gc.simulate(x)[0], x)
+        assert _GC_SEEN == [False] and gc.isenabled() is enabled
+        with pytest.raises(nsim.NsimError):
+            out_of_bounds.simulate(np.zeros((256, 8), np.float32))
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
 
 
 def test_the_loops_option_is_checked():
