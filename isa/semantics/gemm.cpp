@@ -8,6 +8,8 @@
 #include <limits>
 #include <vector>
 
+#include "isa/semantics/parallel.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define NSIM_GEMM_AVX2 1
@@ -219,6 +221,11 @@ const float* pack_a(const float* a, int64_t k, int64_t m) {
   return buf.data();
 }
 
+// Products of at least this many multiply-adds are shared between host threads by column blocks
+// (sem::parallel_for): below it, waking a helper costs about what it saves. Each block's columns are
+// computed the same way by whichever thread takes it.
+constexpr int64_t kParallelMacs = int64_t{1} << 21;
+
 // Column blocks outermost (the packed block stays in L1 for every row block), then rows Big at a time,
 // then 4, then 1 (the blocks pack_a laid out).
 template <bool Fma>
@@ -227,13 +234,15 @@ __attribute__((target("avx2,fma"))) void gemm_avx2(const float* a, int64_t k, in
   constexpr int Big = 6;  // 12 accumulators, of 16 registers
   const int64_t n16 = n / 16 * 16;
   const float* ap = n16 > 0 ? pack_a<Big>(a, k, m) : nullptr;
-  for (int64_t j = 0; j < n16; j += 16) {
-    const float* bp = pack_b<16>(b, k, n, j);
-    int64_t i = 0;
-    for (; i + Big <= m; i += Big) block16<Big, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
-    for (; i + 4 <= m; i += 4) block16<4, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
-    for (; i < m; ++i) block16<1, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
-  }
+  parallel_for(n16 / 16, 1, k * m * n >= kParallelMacs, [&](int64_t b0, int64_t b1) {
+    for (int64_t j = b0 * 16; j < b1 * 16; j += 16) {
+      const float* bp = pack_b<16>(b, k, n, j);
+      int64_t i = 0;
+      for (; i + Big <= m; i += Big) block16<Big, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+      for (; i + 4 <= m; i += 4) block16<4, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+      for (; i < m; ++i) block16<1, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+    }
+  });
   if (n16 < n)
     for (int64_t i = 0; i < m; ++i) row_tail(a, k, m, b, n, c, ldc, accumulate, i, n16);
 }
@@ -244,13 +253,15 @@ __attribute__((target("avx512f"))) void gemm_avx512(const float* a, int64_t k, i
   constexpr int Big = 8;  // 16 accumulators
   const int64_t n32 = n / 32 * 32;
   const float* ap = n32 > 0 ? pack_a<Big>(a, k, m) : nullptr;
-  for (int64_t j = 0; j < n32; j += 32) {
-    const float* bp = pack_b<32>(b, k, n, j);
-    int64_t i = 0;
-    for (; i + Big <= m; i += Big) block32<Big, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
-    for (; i + 4 <= m; i += 4) block32<4, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
-    for (; i < m; ++i) block32<1, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
-  }
+  parallel_for(n32 / 32, 1, k * m * n >= kParallelMacs, [&](int64_t b0, int64_t b1) {
+    for (int64_t j = b0 * 32; j < b1 * 32; j += 32) {
+      const float* bp = pack_b<32>(b, k, n, j);
+      int64_t i = 0;
+      for (; i + Big <= m; i += Big) block32<Big, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+      for (; i + 4 <= m; i += 4) block32<4, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+      for (; i < m; ++i) block32<1, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+    }
+  });
   if (n32 < n)
     for (int64_t i = 0; i < m; ++i) row_tail(a, k, m, b, n, c, ldc, accumulate, i, n32);
 }

@@ -15,11 +15,16 @@
 
 #include "isa/semantics/gemm.h"
 #include "isa/semantics/internal.h"
+#include "isa/semantics/parallel.h"
 
 namespace nsim::isa {
 
 namespace {
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// A moving operand of at least kParallelConvert elements is converted to fp32 by host threads, runs of
+/// kConvertRows rows each: below that, waking a helper costs about what it saves.
+constexpr int64_t kParallelConvert = int64_t{1} << 15, kConvertRows = 16;
 
 /// Whether v's partitions are rows of contiguous, aligned fp32 a whole number of floats apart (the
 /// product can then be written in place).
@@ -78,8 +83,11 @@ void exec_kMultiplyMoving(const Instr& in, const Views& v, ArchState& st) {
     mx_decode(in, mov, v[2], vals);
     for (int64_t r = 0; r < R; ++r)
       for (int64_t n = 0; n < N; ++n) mv(r, n) = vals[r * N + n];
-  } else if (!dbl) {
-    for (int64_t k = 0; k < K; ++k) read_row(mov, static_cast<uint32_t>(k), mv.data() + k * N);
+  } else if (!dbl) {  // large operands converted by host threads, a run of rows each (sem::parallel_for)
+    float* rows = mv.data();  // (mv is thread_local: a helper names its own)
+    parallel_for(K, kConvertRows, K * N >= kParallelConvert, [&](int64_t k0, int64_t k1) {
+      for (int64_t k = k0; k < k1; ++k) read_row(mov, static_cast<uint32_t>(k), rows + k * N);
+    });
   } else {
     float* row = fscratch(0, F);
     for (int64_t k = 0; k < K; ++k) {
