@@ -29,21 +29,23 @@ inline void cpu_relax() {
 
 // How long an idle helper keeps polling for the next job before it sleeps: a multiply_moving takes tens
 // of microseconds, and the instructions between two of them about as long, so a helper woken once stays
-// awake through a matmul loop.
+// awake through a matmul loop. It sleeps sooner when it loses its CPU for kSlowLost meanwhile (another
+// thread wants that CPU).
 constexpr auto kHelperSpin = std::chrono::microseconds(200);
 // The caller polls this many times for helpers still inside the job before it yields its CPU.
 constexpr int kCallerSpins = 4096;
 // A slow job makes the jobs of the next `penalty` run on the caller alone. A job is slow when its helpers
 // kept the caller waiting longer than kSlowWait after its own share (a helper lost its CPU mid-run), or
-// when the caller lost its own CPU for a while: more threads want to run than there are CPUs, ours
-// included (another busy process, or a BLAS library's threads, which spin for ~0.1 s after each call).
+// when the caller was off its CPU for more than kSlowLost and 1/kLostShare of the job (counted from the
+// last job's end when the helpers polled since): more threads want to run than there are CPUs, ours
+// included (another busy process, or a BLAS library's threads, which poll for ~0.1 s after each call).
 // The penalty doubles with each slow job, from kMinPenalty up to kMaxPenalty, and halves with each fast
 // one: a slow job costs up to a scheduler time slice (milliseconds), a job on the caller alone only
 // what the helpers would have saved of it (tens of microseconds).
 constexpr auto kSlowWait = std::chrono::microseconds(100);
-// ... or when the caller itself was off its CPU for more than kSlowLost and 1/kLostShare of the job.
-constexpr auto kSlowLost = std::chrono::nanoseconds(50'000);
+constexpr auto kSlowLost = std::chrono::microseconds(50);
 constexpr int64_t kLostShare = 5;
+constexpr int64_t kSlowLostNs = std::chrono::duration_cast<std::chrono::nanoseconds>(kSlowLost).count();
 constexpr std::chrono::steady_clock::duration kMinPenalty = std::chrono::milliseconds(10),
                                                kMaxPenalty = std::chrono::seconds(2);
 
@@ -96,8 +98,14 @@ class Team {
       const uint64_t now = posted_.load(std::memory_order_relaxed);
       std::thread([this, h = helpers_, now] { loop(h, now); }).detach();
     }
-    const auto wall0 = std::chrono::steady_clock::now();
-    const int64_t cpu0 = thread_cpu_ns();
+    // The CPU time the caller loses is counted from the job's start, or from the last job's end when
+    // that is recent: the helpers then polled in between, taking CPU time too.
+    auto wall0 = std::chrono::steady_clock::now();
+    int64_t cpu0 = thread_cpu_ns();
+    if (wall0 - last_end_ < kHelperSpin) {
+      wall0 = last_end_;
+      cpu0 = last_end_cpu_;
+    }
     f_ = f;
     ctx_ = ctx;
     joiners_.store(threads - 1, std::memory_order_relaxed);
@@ -123,9 +131,11 @@ class Team {
     }
     // Slow: the caller waited for a helper, or lost its own CPU for a while (more threads want to run
     // than there are CPUs, ours included).
-    const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wall0).count();
-    const int64_t lost = wall - (thread_cpu_ns() - cpu0);
-    if (waited > kSlowWait || (lost > kSlowLost.count() && lost * kLostShare > wall)) {
+    last_end_ = std::chrono::steady_clock::now();
+    last_end_cpu_ = thread_cpu_ns();
+    const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(last_end_ - wall0).count();
+    const int64_t lost = wall - (last_end_cpu_ - cpu0);
+    if (waited > kSlowWait || (lost > kSlowLostNs && lost * kLostShare > wall)) {
       penalty_ = std::clamp(penalty_ * 2, kMinPenalty, kMaxPenalty);
       serial_until_ = std::chrono::steady_clock::now() + penalty_;
     } else {
@@ -140,11 +150,16 @@ class Team {
   void loop(int h, uint64_t seen) {
     for (;;) {
       uint64_t p = posted_.load(std::memory_order_acquire);
-      if (p == seen) {  // poll a while, then sleep
-        const auto until = std::chrono::steady_clock::now() + kHelperSpin;
+      if (p == seen) {  // poll a while (less if this thread loses its CPU meanwhile), then sleep
+        const auto start = std::chrono::steady_clock::now();
+        const int64_t cpu0 = thread_cpu_ns();
         for (int k = 0; (p = posted_.load(std::memory_order_acquire)) == seen; ++k) {
           cpu_relax();
-          if ((k & 63) == 63 && std::chrono::steady_clock::now() > until) break;
+          if ((k & 255) != 255) continue;
+          const auto now = std::chrono::steady_clock::now();
+          if (now - start > kHelperSpin) break;
+          const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(now - start).count();
+          if (wall - (thread_cpu_ns() - cpu0) > kSlowLostNs) break;
         }
         if (p == seen) {
           std::unique_lock<std::mutex> lk(m_);
@@ -170,7 +185,8 @@ class Team {
   // Only the caller holding the team changes these.
   int helpers_ = 0;  // started so far
   std::chrono::steady_clock::duration penalty_{0};
-  std::chrono::steady_clock::time_point serial_until_{};
+  std::chrono::steady_clock::time_point serial_until_{}, last_end_{};
+  int64_t last_end_cpu_ = 0;
   std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
   std::mutex m_;
   std::condition_variable cv_;

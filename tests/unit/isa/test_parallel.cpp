@@ -27,9 +27,10 @@ struct Threads {
   ~Threads() { set_host_threads_for_testing(0); }
 };
 
-// The threads that ran a parallel_for of `runs` runs whose first run waits (up to 5 s, where there are
-// helpers) until another thread has run one: a helper must wake and join while the job is open.
-std::set<std::thread::id> threads_that_joined(int64_t runs) {
+// The threads that ran a parallel_for of `runs` runs whose first run waits (up to `patience`, where there
+// are helpers) until another thread has run one: a helper must wake and join while the job is open.
+std::set<std::thread::id> threads_that_joined(int64_t runs,
+                                              std::chrono::microseconds patience = std::chrono::seconds(5)) {
   std::mutex m;
   std::set<std::thread::id> ids;
   std::atomic<int> entered{0};
@@ -40,7 +41,7 @@ std::set<std::thread::id> threads_that_joined(int64_t runs) {
     }
     entered.fetch_add(1);
     if (b == 0 && host_threads() > 1) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      const auto until = std::chrono::steady_clock::now() + patience;
       while (entered.load() < 2 && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -96,6 +97,20 @@ TEST_CASE("parallel_for shares its runs with helper threads, and runs alone on o
     const auto ids = threads_that_joined(64);
     CHECK(ids == std::set<std::thread::id>{std::this_thread::get_id()});
   }
+}
+
+TEST_CASE("after a job that lost its CPU, jobs run on the caller alone for a while", "[parallel]") {
+  Threads t(2);
+  REQUIRE(threads_that_joined(8).size() == 2);
+  // A job whose runs sleep: whoever runs them is off its CPU for 2 ms, and the caller either sleeps or
+  // waits for the helper that does.
+  parallel_for(2, 1, true, [](int64_t, int64_t) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); });
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ids = threads_that_joined(64, std::chrono::milliseconds(2));
+  if (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(5))  // inside the 10 ms penalty
+    CHECK(ids == std::set<std::thread::id>{std::this_thread::get_id()});
+  set_host_threads_for_testing(2);  // forgets the slow job
+  CHECK(threads_that_joined(8).size() == 2);
 }
 
 TEST_CASE("a parallel_for inside another runs on its own thread alone", "[parallel]") {
