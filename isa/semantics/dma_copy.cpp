@@ -9,6 +9,7 @@
 // simulator checked that every in-range idx stays inside the HBM tensor before execution.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include <fmt/format.h>
@@ -56,8 +57,14 @@ void copy(const Instr& in, const TileView& dst, const TileView& src) {
   if (!accumulate && src.dtype == dst.dtype && src.partitions == dst.partitions && se == de) {
     const auto [slo, shi] = span(src);
     const auto [dlo, dhi] = span(dst);
-    if (shi <= dlo || dhi <= slo) {  // apart (e.g. HBM and SBUF): row by row through a small buffer
-      uint8_t* row = bscratch(0, se * ses);
+    if (shi <= dlo || dhi <= slo) {  // apart (e.g. HBM and SBUF): row by row
+      if (src.contiguous() && dst.contiguous()) {  // each row one block of bytes on both sides
+        for (uint32_t p = 0; p < src.partitions; ++p)
+          std::memcpy(dst.base + static_cast<int64_t>(p) * dst.partition_stride_bytes,
+                      src.base + static_cast<int64_t>(p) * src.partition_stride_bytes, static_cast<size_t>(se * ses));
+        return;
+      }
+      uint8_t* row = bscratch(0, se * ses);  // through a small buffer
       for (uint32_t p = 0; p < src.partitions; ++p) {
         gather_bytes(src, p, row);
         scatter_bytes(dst, p, row);

@@ -47,7 +47,7 @@ constexpr auto kSlowLost = std::chrono::microseconds(50);
 constexpr int64_t kLostShare = 5;
 constexpr int64_t kSlowLostNs = std::chrono::duration_cast<std::chrono::nanoseconds>(kSlowLost).count();
 constexpr std::chrono::steady_clock::duration kMinPenalty = std::chrono::milliseconds(10),
-                                               kMaxPenalty = std::chrono::seconds(2);
+                                               kMaxPenalty = std::chrono::milliseconds(160);
 
 int64_t thread_cpu_ns() {
   timespec ts{};
