@@ -46,8 +46,8 @@ constexpr auto kSlowWait = std::chrono::microseconds(100);
 constexpr auto kSlowLost = std::chrono::microseconds(50);
 constexpr int64_t kLostShare = 5;
 constexpr int64_t kSlowLostNs = std::chrono::duration_cast<std::chrono::nanoseconds>(kSlowLost).count();
-constexpr std::chrono::steady_clock::duration kMinPenalty = std::chrono::milliseconds(10),
-                                               kMaxPenalty = std::chrono::milliseconds(160);
+constexpr std::chrono::steady_clock::duration kMinPenalty = std::chrono::milliseconds(5),
+                                               kMaxPenalty = std::chrono::milliseconds(40);
 
 int64_t thread_cpu_ns() {
   timespec ts{};
