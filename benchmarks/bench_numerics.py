@@ -3,7 +3,7 @@ simulation should cost at most 2x the numpy reference).
 
 For each case: the wall time of ``kernel.simulate(*args)`` (trace + numerics + timing, the Python path a
 user takes; with the sanitizer off and on) and of ``reference(*args)`` (the library's fp32 numpy
-reference), medians of N runs after a warm-up, and their ratio.
+reference), medians of N runs after a pause and a warm-up, and their ratio.
 
     PYTHONPATH=python:build/python python3 benchmarks/bench_numerics.py [N]
 """
@@ -14,6 +14,7 @@ import time
 from nsim import kernels as K
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+PAUSE = 0.5  # seconds before each measurement
 
 CASES = [
     ("softmax (4, 1024, 1024) bf16", K.softmax, K.softmax_ref, lambda: K.softmax_inputs(0, shape=(4, 1024, 1024))),
@@ -24,6 +25,10 @@ CASES = [
 
 
 def median_time(fn):
+    # Each measurement starts after a pause: numpy's OpenBLAS threads keep polling for ~0.2 s after a
+    # matmul, taking the second vCPU from whatever runs next (nsim then leaves its helper thread idle,
+    # isa/semantics/parallel.h), so without it a case's nsim runs would pay for its reference's.
+    time.sleep(PAUSE)
     fn()  # warm-up
     ts = []
     for _ in range(N):
