@@ -226,44 +226,43 @@ const float* pack_a(const float* a, int64_t k, int64_t m) {
 // computed the same way by whichever thread takes it.
 constexpr int64_t kParallelMacs = int64_t{1} << 21;
 
-// Column blocks outermost (the packed block stays in L1 for every row block), then rows Big at a time,
-// then 4, then 1 (the blocks pack_a laid out).
-template <bool Fma>
-__attribute__((target("avx2,fma"))) void gemm_avx2(const float* a, int64_t k, int64_t m, const float* b, int64_t n,
-                                                   float* c, int64_t ldc, bool accumulate) {
-  constexpr int Big = 6;  // 12 accumulators, of 16 registers
-  const int64_t n16 = n / 16 * 16;
-  const float* ap = n16 > 0 ? pack_a<Big>(a, k, m) : nullptr;
-  parallel_for(n16 / 16, 1, k * m * n >= kParallelMacs, [&](int64_t b0, int64_t b1) {
-    for (int64_t j = b0 * 16; j < b1 * 16; j += 16) {
-      const float* bp = pack_b<16>(b, k, n, j);
-      int64_t i = 0;
-      for (; i + Big <= m; i += Big) block16<Big, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
-      for (; i + 4 <= m; i += 4) block16<4, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
-      for (; i < m; ++i) block16<1, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
-    }
-  });
-  if (n16 < n)
-    for (int64_t i = 0; i < m; ++i) row_tail(a, k, m, b, n, c, ldc, accumulate, i, n16);
-}
+// The two kernels' shapes: W columns per block (two vectors), Big rows per block (the most accumulators
+// the registers hold), and the R x W block.
+struct Avx2Kernel {
+  static constexpr int W = 16, Big = 6;  // 12 accumulators, of 16 registers
+  template <int R, bool Fma>
+  static void block(const float* ap, int64_t k, const float* bp, float* c, int64_t ldc, bool acc, int64_t i, int64_t j) {
+    block16<R, Fma>(ap, k, bp, c, ldc, acc, i, j);
+  }
+};
+struct Avx512Kernel {
+  static constexpr int W = 32, Big = 8;  // 16 accumulators
+  template <int R, bool Fma>
+  static void block(const float* ap, int64_t k, const float* bp, float* c, int64_t ldc, bool acc, int64_t i, int64_t j) {
+    block32<R, Fma>(ap, k, bp, c, ldc, acc, i, j);
+  }
+};
 
-template <bool Fma>
-__attribute__((target("avx512f"))) void gemm_avx512(const float* a, int64_t k, int64_t m, const float* b, int64_t n,
-                                                    float* c, int64_t ldc, bool accumulate) {
-  constexpr int Big = 8;  // 16 accumulators
-  const int64_t n32 = n / 32 * 32;
-  const float* ap = n32 > 0 ? pack_a<Big>(a, k, m) : nullptr;
-  parallel_for(n32 / 32, 1, k * m * n >= kParallelMacs, [&](int64_t b0, int64_t b1) {
-    for (int64_t j = b0 * 32; j < b1 * 32; j += 32) {
-      const float* bp = pack_b<32>(b, k, n, j);
+// Column blocks outermost (the packed block stays in L1 for every row block), then rows Big at a time,
+// then 4, then 1 (the blocks pack_a laid out). (No target attribute of its own: the blocks and the tail
+// carry theirs.)
+template <class Kernel, bool Fma>
+void gemm_vector(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c, int64_t ldc,
+                 bool accumulate) {
+  constexpr int W = Kernel::W, Big = Kernel::Big;
+  const int64_t nw = n / W * W;
+  const float* ap = nw > 0 ? pack_a<Big>(a, k, m) : nullptr;
+  parallel_for(nw / W, 1, k * m * n >= kParallelMacs, [&](int64_t b0, int64_t b1) {
+    for (int64_t j = b0 * W; j < b1 * W; j += W) {
+      const float* bp = pack_b<W>(b, k, n, j);
       int64_t i = 0;
-      for (; i + Big <= m; i += Big) block32<Big, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
-      for (; i + 4 <= m; i += 4) block32<4, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
-      for (; i < m; ++i) block32<1, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+      for (; i + Big <= m; i += Big) Kernel::template block<Big, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+      for (; i + 4 <= m; i += 4) Kernel::template block<4, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+      for (; i < m; ++i) Kernel::template block<1, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
     }
   });
-  if (n32 < n)
-    for (int64_t i = 0; i < m; ++i) row_tail(a, k, m, b, n, c, ldc, accumulate, i, n32);
+  if (nw < n)
+    for (int64_t i = 0; i < m; ++i) row_tail(a, k, m, b, n, c, ldc, accumulate, i, nw);
 }
 
 bool has_fma() {
@@ -293,9 +292,11 @@ void gemm_tn(const float* a, int64_t k, int64_t m, const float* b, int64_t n, fl
   if (gemm_tn_vectorized()) {
     const bool fused = has_fma() && gemm_products_exact(a, k * m, b, k * n);
     if (has_avx512())
-      fused ? gemm_avx512<true>(a, k, m, b, n, c, ldc, accumulate) : gemm_avx512<false>(a, k, m, b, n, c, ldc, accumulate);
+      fused ? gemm_vector<Avx512Kernel, true>(a, k, m, b, n, c, ldc, accumulate)
+            : gemm_vector<Avx512Kernel, false>(a, k, m, b, n, c, ldc, accumulate);
     else
-      fused ? gemm_avx2<true>(a, k, m, b, n, c, ldc, accumulate) : gemm_avx2<false>(a, k, m, b, n, c, ldc, accumulate);
+      fused ? gemm_vector<Avx2Kernel, true>(a, k, m, b, n, c, ldc, accumulate)
+            : gemm_vector<Avx2Kernel, false>(a, k, m, b, n, c, ldc, accumulate);
     return;
   }
 #endif
