@@ -38,7 +38,7 @@ constexpr int kCallerSpins = 4096;
 // kept the caller waiting longer than kSlowWait after its own share (a helper lost its CPU mid-run), or
 // when the caller was off its CPU for more than kSlowLost and 1/kLostShare of the job (counted from the
 // last job's end when the helpers polled since): more threads want to run than there are CPUs, ours
-// included (another busy process, or a BLAS library's threads, which poll for ~0.1 s after each call).
+// included (another busy process, or OpenBLAS's threads, which poll for ~0.2 s after each call).
 // The penalty doubles with each slow job, from kMinPenalty up to kMaxPenalty, and halves with each fast
 // one: a slow job costs up to a scheduler time slice (milliseconds), a job on the caller alone only
 // what the helpers would have saved of it (tens of microseconds).

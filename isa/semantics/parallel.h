@@ -25,13 +25,13 @@ int host_threads();
 /// returns; return when every call started has returned. f must share its work out dynamically (a helper
 /// may join late or not at all) and must not throw. Everything runs on the caller alone when there is no
 /// helper, when the helpers are busy with another caller (a second host thread simulating, or a nested
-/// call), and for a while after a helper kept the caller waiting (its CPU was taken by another process:
-/// then waiting for it costs more than it saves).
+/// call), and for a while after a job that found the CPUs taken: the caller waited for a helper, or lost
+/// its own CPU (then sharing costs more than it saves; parallel.cpp).
 void run_shared(void (*f)(void* ctx), void* ctx);
 
 /// body(b, e) over [0, count) in runs of `grain` items ([b, e), the last run may be shorter), shared
 /// between host threads where `worth_it`: each thread takes the next run while there is one. Where not
-/// worth it, or with fewer than two runs, body(0, count) here.
+/// worth it, with fewer than two runs, or with one host thread: body(0, count) here.
 template <class F>
 void parallel_for(int64_t count, int64_t grain, bool worth_it, F&& body) {
   const int64_t runs = grain > 0 ? (count + grain - 1) / grain : 0;
