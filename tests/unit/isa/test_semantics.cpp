@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "isa/semantics/parallel.h"
 #include "isa/semantics/semantics.h"
 
 using namespace nsim;
@@ -590,6 +591,46 @@ TEST_CASE("load_stationary + multiply_moving: fp32 matmul, accumulate, bf16 dst"
     vs[1] = m2.v;
     CHECK(code_of(mk(Opcode::kMultiplyMoving, Engine::kTensor), vs, st) == ErrorCode::kShapeMismatch);
   }
+}
+
+TEST_CASE("multiply_moving gives the same bits on 1, 2 and 4 host threads", "[semantics][parallel]") {
+  // [128, 128] x [128, 520] bf16: big enough that the moving tile's conversion (>= 2^15 elements) and the
+  // product (>= 2^21 multiply-adds) are shared between threads (isa/semantics/parallel.h); a strided
+  // moving view, and a column tail past the last 32-column block; into fp32 and into bf16 PSUM, accumulating.
+  const uint32_t K = 128, M = 128, N = 520;
+  Tile s = tile(DType::kBFloat16, K, {M});
+  Tile m = tile_ap(DType::kBFloat16, K, {N}, {1}, N + 8);
+  s.fill([](uint32_t, int64_t) { return urand(-1.0f, 1.0f); });
+  m.fill([](uint32_t, int64_t) { return urand(-4.0f, 4.0f); });
+  // Another moving tile of the same shape, multiplied on one thread before each run: the conversion's
+  // buffer then holds its values, so a row the run did not convert shows.
+  Tile other = tile_ap(DType::kBFloat16, K, {N}, {1}, N + 8);
+  other.fill([](uint32_t, int64_t) { return urand(-4.0f, 4.0f); });
+  std::vector<std::vector<uint8_t>> results;
+  for (int threads : {1, 2, 4}) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      sem::set_host_threads_for_testing(1);
+      ArchState st;
+      Views vs{};
+      vs[0] = s.v;
+      execute(mk(Opcode::kLoadStationary, Engine::kTensor), vs, st);
+      Tile scratch = tile(DType::kFloat32, M, {N});
+      vs[0] = scratch.v;
+      vs[1] = other.v;
+      Instr mm = mk(Opcode::kMultiplyMoving, Engine::kTensor);
+      execute(mm, vs, st);
+      sem::set_host_threads_for_testing(threads);
+      Tile d = tile(dt, M, {N});
+      d.fill([](uint32_t p, int64_t j) { return static_cast<float>((p + j) % 7); });
+      vs[0] = d.v;
+      vs[1] = m.v;
+      mm.flags = kAccumulate;
+      execute(mm, vs, st);
+      results.push_back(d.buf);
+    }
+  }
+  sem::set_host_threads_for_testing(0);
+  for (size_t i = 2; i < results.size(); ++i) CHECK(results[i] == results[i % 2]);  // same dst dtype
 }
 
 TEST_CASE("multiply_moving transpose mode is bit-exact and double_row", "[semantics]") {
