@@ -11,6 +11,7 @@
 
 #include "engines/cost.h"
 #include "engines/trace_recorder.h"
+#include "isa/semantics/gemm.h"
 #include "sim/host_memory.h"
 #include "sim/trace.h"
 
@@ -65,6 +66,11 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
   st_.generation = p_.generation;
   sources_.push_back(SourceLoc{});
   if (opts_.check && opts_.numerics) checker_ = std::make_unique<engines::Checker>(p_.mem);
+  // The sanitizer reads an instruction's results right after it: products are then computed in place.
+  if (opts_.numerics && opts_.async_product && !checker_) {
+    gemm_async_ = std::make_unique<isa::sem::AsyncGemm>();
+    st_.async_gemm = gemm_async_.get();
+  }
   if (opts_.dependency_bound) asap_ = std::make_unique<engines::DepTracker>(dep_config(p_), latency_table(p_));
   if (!opts_.trace_path.empty()) {
     const std::string process = opts_.core_index >= 0 ? fmt::format("NeuronCore {} ({}, LNC=2)", opts_.core_index, p_.name)
@@ -155,6 +161,7 @@ void Simulator::write_hbm(const std::string& name, const void* data, size_t byte
 }
 
 const uint8_t* Simulator::hbm_for_copy(const std::string& name) const {
+  numerics_done();
   const memory::HbmTensor& t = mem_.hbm_tensor(name);
   // The copy needs as much host memory again as the tensor's storage (found by the fuzz driver: a
   // 2 GiB output read back under a 3 GiB address-space limit ended in std::bad_alloc, E901).
@@ -262,6 +269,10 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::Dep
   if (opts_.numerics) {
     isa::Views v{};
     for (int i = 0; i < info.num_slots; ++i) v[static_cast<size_t>(i)] = mem_.resolve_slot(in, i);
+    if (gemm_async_) {
+      if (gemm_async_->pending()) wait_for_product(in, v);
+      forget_written(in, v);
+    }
     if (checker_) checker_->before(in, v, seq_, where, tags);
     try {
       isa::execute(in, v, st_);
@@ -278,6 +289,34 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::Dep
   known_ready_ = nullptr;
   known_regions_ = nullptr;
   return t;
+}
+
+void Simulator::wait_for_product(const Instr& in, const isa::Views& v) {
+  // An operand in the bytes the pending product writes: it must be complete first. (multiply_moving's dst
+  // excepted: its exec waits before writing it, after converting its moving operand meanwhile.) A side
+  // addressed at run time may reach past its view: then always.
+  if (isa::indirect_slot(in) >= 0) {
+    gemm_async_->wait();
+    return;
+  }
+  for (int i = in.op == Opcode::kMultiplyMoving ? 1 : 0; i < isa::kMaxSlots; ++i) {
+    if (gemm_async_->writes(v[static_cast<size_t>(i)])) {
+      gemm_async_->wait();
+      return;
+    }
+  }
+}
+
+void Simulator::forget_written(const Instr& in, const isa::Views& v) {
+  // The moving tiles kept converted (isa::sem::AsyncGemm) that `in` may write. A side addressed at run
+  // time may reach past its view: then all.
+  const isa::OpInfo& info = isa::op_info(in.op);
+  const int indirect = isa::indirect_slot(in);
+  for (int i = 0; i < info.num_slots; ++i) {
+    if (!info.slots[static_cast<size_t>(i)].written) continue;
+    if (i == indirect) gemm_async_->forget_all();
+    else gemm_async_->forget(v[static_cast<size_t>(i)]);
+  }
 }
 
 const Simulator::Sig& Simulator::signature(const Instr& in, const SourceLoc& where) {
@@ -543,7 +582,14 @@ Ps Simulator::watermark() const {
   return std::max(w, start_floor_);
 }
 
+void Simulator::numerics_done() const {
+  if (!gemm_async_) return;
+  gemm_async_->wait();
+  gemm_async_->forget_all();  // the caller may write any memory
+}
+
 void Simulator::finish() {
+  numerics_done();
   if (finished_) return;
   finished_ = true;
   stats_.finish();

@@ -72,6 +72,10 @@ struct SimOptions {
   /// Work out verification, operand extents, costs and byte counts once per instruction signature
   /// (engines/sig_cache.h). Off: once per instruction, with the same results (for tests).
   bool signature_cache = true;
+  /// multiply_moving's product may run on host threads behind the next instructions, and a moving tile
+  /// multiplied again unwritten is not converted again (isa::sem::AsyncGemm; numerics on, sanitizer off).
+  /// The same outputs either way (tests/unit/engines/test_async_product.cpp).
+  bool async_product = true;
 };
 
 class Simulator {
@@ -85,7 +89,17 @@ class Simulator {
 
   const sim::Config& config() const { return cfg_; }
   const engines::CoreParams& params() const { return p_; }
-  memory::Memory& memory() { return mem_; }
+  /// The memory, with every instruction submitted so far complete (a product running behind, see
+  /// numerics_done(), is waited for).
+  memory::Memory& memory() {
+    numerics_done();
+    return mem_;
+  }
+  /// Wait for the numerics still running behind the instructions submitted (multiply_moving's product
+  /// on host threads, isa::sem::AsyncGemm). submit() waits by itself for an instruction that touches the
+  /// memory the product writes; the accessors here (memory(), arch_state(), reading HBM, finish()) wait,
+  /// and make the product forget the moving tiles it kept converted (their caller may write memory).
+  void numerics_done() const;
   bool numerics() const { return opts_.numerics; }
 
   // ---- tensors
@@ -205,7 +219,10 @@ class Simulator {
   const RunCounters& counters() const { return stats_.counters(); }
   /// Stats with names, units and descriptions (call after finish()).
   sim::StatsRegistry stats() const;
-  isa::ArchState& arch_state() { return st_; }
+  isa::ArchState& arch_state() {
+    numerics_done();
+    return st_;
+  }
   /// The sanitizer's reports (empty without SimOptions::check).
   const std::vector<engines::CheckReport>& check_reports() const;
   /// The same, to annotate (names of the tensors): nullptr without the sanitizer.
@@ -221,6 +238,10 @@ class Simulator {
   /// Verify `in` (the checks of its offsets only, when its signature passed before) and return what its
   /// signature determines (engines/sig_cache.h); valid until the next call.
   const Sig& signature(const isa::Instr& in, const SourceLoc& where);
+  /// Wait for the pending product when an operand of `in` (views v) overlaps what it writes.
+  void wait_for_product(const isa::Instr& in, const isa::Views& v);
+  /// Tell st_.async_gemm which memory `in` (views v) writes.
+  void forget_written(const isa::Instr& in, const isa::Views& v);
   void fill_signature(Sig& e, const isa::Instr& in, uint64_t h);
   InstrTiming schedule(const isa::Instr& in, const Sig& sig);
   [[noreturn]] void throw_interrupted() const;
@@ -264,6 +285,9 @@ class Simulator {
   engines::TensorEngine tensor_;
   engines::DmaEngines dma_;
   isa::ArchState st_;
+  /// multiply_moving's product behind the next instructions (numerics on, sanitizer off): st_.async_gemm.
+  /// (After mem_ and st_: destroyed first, waiting for the product.)
+  std::unique_ptr<isa::sem::AsyncGemm> gemm_async_;
   engines::RunStats stats_;
   std::vector<SourceLoc> sources_;
   std::unique_ptr<sim::TraceSink> trace_;

@@ -64,6 +64,54 @@ uint8_t* TileView::at(uint32_t p, int64_t flat) const {
   return base + static_cast<int64_t>(p) * partition_stride_bytes + off * dtype_bytes(dtype);
 }
 
+std::pair<const uint8_t*, const uint8_t*> TileView::host_span() const {
+  if (partitions == 0) return {base, base};
+  const int64_t es = dtype_bytes(dtype);
+  int64_t lo = 0, hi = 0;  // bytes from base
+  for (int d = 0; d < nfree; ++d) {
+    const auto du = static_cast<size_t>(d);
+    if (size[du] <= 0) return {base, base};
+    const int64_t reach = (size[du] - 1) * stride[du] * es;
+    (reach < 0 ? lo : hi) += reach;
+  }
+  (partition_stride_bytes < 0 ? lo : hi) += static_cast<int64_t>(partitions - 1) * partition_stride_bytes;
+  return {base + lo, base + hi + es};
+}
+
+bool TileView::same_as(const TileView& o) const {
+  if (base != o.base || dtype != o.dtype || partitions != o.partitions ||
+      partition_stride_bytes != o.partition_stride_bytes || nfree != o.nfree)
+    return false;
+  for (int d = 0; d < nfree; ++d)
+    if (size[static_cast<size_t>(d)] != o.size[static_cast<size_t>(d)] ||
+        stride[static_cast<size_t>(d)] != o.stride[static_cast<size_t>(d)])
+      return false;
+  return true;
+}
+
+bool may_overlap(const TileView& a, const TileView& b) {
+  if (!a.valid() || !b.valid()) return false;
+  const auto [alo, ahi] = a.host_span();
+  const auto [blo, bhi] = b.host_span();
+  if (alo >= ahi || blo >= bhi || ahi <= blo || bhi <= alo) return false;
+  const int64_t pitch = a.partition_stride_bytes;
+  if (pitch <= 0 || b.partition_stride_bytes != pitch) return true;
+  // Partition q of a view starting at lo holds bytes [lo + q * pitch, lo + q * pitch + len) with len its
+  // span less the other partitions. Measured from a's first byte: rows of `pitch` bytes, b's partitions
+  // from row r0 at column `first` (when a partition's bytes reach past its row, the next row's too).
+  const int64_t alen = (ahi - alo) - static_cast<int64_t>(a.partitions - 1) * pitch;
+  const int64_t blen = (bhi - blo) - static_cast<int64_t>(b.partitions - 1) * pitch;
+  if (alen > pitch || blen > pitch) return true;
+  const int64_t from = blo - alo;
+  const int64_t r0 = from >= 0 ? from / pitch : -((-from + pitch - 1) / pitch);
+  const int64_t first = from - r0 * pitch;  // [0, pitch)
+  // b's bytes in a row: [first, first + blen), then [0, first + blen - pitch) in the next row.
+  const int64_t an = a.partitions;
+  const auto rows_meet = [&](int64_t r) { return r < an && r + static_cast<int64_t>(b.partitions) > 0; };
+  if (rows_meet(r0) && first < alen) return true;
+  return first + blen > pitch && rows_meet(r0 + 1);
+}
+
 namespace {
 
 /// Call f(ptr, n, stride_bytes, flat0) for every innermost run of partition p, in row-major order.

@@ -3,6 +3,8 @@
 #include "isa/semantics/gemm.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -79,8 +81,8 @@ float as_float(uint32_t u) {
 }
 }  // namespace
 
-bool gemm_products_exact(const float* a, int64_t na, const float* b, int64_t nb) {
-  const Range ra = range_of(a, na), rb = range_of(b, nb);
+namespace {
+bool products_exact(const Range& ra, const Range& rb) {
   if ((ra.low | rb.low) != 0) return false;             // a value with more than 12 significant bits
   if (ra.max >= 0x7F800000u || rb.max >= 0x7F800000u) return false;  // Inf or NaN
   if (ra.min1 == 0xFFFFFFFFu || rb.min1 == 0xFFFFFFFFu) return true;  // one side all zeros: products are +-0
@@ -89,6 +91,11 @@ bool gemm_products_exact(const float* a, int64_t na, const float* b, int64_t nb)
   const double hi = static_cast<double>(as_float(ra.max)) * as_float(rb.max);
   const double lo = static_cast<double>(as_float(ra.min1 + 1)) * as_float(rb.min1 + 1);
   return hi < 0x1p127 && lo >= 0x1p-126;
+}
+}  // namespace
+
+bool gemm_products_exact(const float* a, int64_t na, const float* b, int64_t nb) {
+  return products_exact(range_of(a, na), range_of(b, nb));
 }
 
 #ifdef NSIM_GEMM_AVX2
@@ -201,12 +208,20 @@ const float* pack_b(const float* b, int64_t k, int64_t n, int64_t j0) {
   return buf.data();
 }
 
+// B's whole blocks of W columns, each packed as pack_b does, one after the other: block j / W at j * k.
+template <int W>
+void pack_blocks(const float* b, int64_t k, int64_t n, std::vector<float>& out) {
+  const int64_t nw = n / W * W;
+  out.resize(static_cast<size_t>(k * nw));
+  for (int64_t j = 0; j < nw; j += W)
+    for (int64_t p = 0; p < k; ++p) std::memcpy(out.data() + j * k + p * W, b + p * n + j, W * sizeof(float));
+}
+
 // A's columns in the blocks the kernels take them (R columns from column i, for rows i.. of C: R = Big
 // while they last, then 4, then 1), each interleaved as ap[i * k + p * R + r] = A(p, i + r): the R values
 // a step of the kernel broadcasts lie together.
 template <int Big>
-const float* pack_a(const float* a, int64_t k, int64_t m) {
-  thread_local std::vector<float> buf;
+const float* pack_a(const float* a, int64_t k, int64_t m, std::vector<float>& buf) {
   buf.resize(static_cast<size_t>(k * m));
   int64_t i = 0;
   auto rows = [&](int R) {
@@ -219,6 +234,11 @@ const float* pack_a(const float* a, int64_t k, int64_t m) {
   while (i + 4 <= m) rows(4);
   while (i < m) rows(1);
   return buf.data();
+}
+template <int Big>
+const float* pack_a(const float* a, int64_t k, int64_t m) {
+  thread_local std::vector<float> buf;
+  return pack_a<Big>(a, k, m, buf);
 }
 
 // Products of at least this many multiply-adds are shared between host threads by column blocks
@@ -243,23 +263,32 @@ struct Avx512Kernel {
   }
 };
 
-// Column blocks outermost (the packed block stays in L1 for every row block), then rows Big at a time,
-// then 4, then 1 (the blocks pack_a laid out). (No target attribute of its own: the blocks and the tail
+// Column blocks [b0, b1) of W columns (the packed block stays in L1 for every row block), rows Big at a
+// time, then 4, then 1 (the blocks pack_a laid out in ap). (No target attribute of its own: the blocks
 // carry theirs.)
+// With Packed, b holds B's whole blocks already packed, one after the other (pack_blocks).
+template <class Kernel, bool Fma, bool Packed = false>
+void column_blocks(const float* ap, int64_t k, int64_t m, const float* b, int64_t n, float* c, int64_t ldc,
+                   bool accumulate, int64_t b0, int64_t b1) {
+  constexpr int W = Kernel::W, Big = Kernel::Big;
+  for (int64_t j = b0 * W; j < b1 * W; j += W) {
+    const float* bp = Packed ? b + j * k : pack_b<W>(b, k, n, j);
+    int64_t i = 0;
+    for (; i + Big <= m; i += Big) Kernel::template block<Big, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+    for (; i + 4 <= m; i += 4) Kernel::template block<4, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+    for (; i < m; ++i) Kernel::template block<1, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
+  }
+}
+
+// The whole blocks shared between host threads, then the columns past the last whole block.
 template <class Kernel, bool Fma>
 void gemm_vector(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c, int64_t ldc,
                  bool accumulate) {
-  constexpr int W = Kernel::W, Big = Kernel::Big;
+  constexpr int W = Kernel::W;
   const int64_t nw = n / W * W;
-  const float* ap = nw > 0 ? pack_a<Big>(a, k, m) : nullptr;
+  const float* ap = nw > 0 ? pack_a<Kernel::Big>(a, k, m) : nullptr;
   parallel_for(nw / W, 1, k * m * n >= kParallelMacs, [&](int64_t b0, int64_t b1) {
-    for (int64_t j = b0 * W; j < b1 * W; j += W) {
-      const float* bp = pack_b<W>(b, k, n, j);
-      int64_t i = 0;
-      for (; i + Big <= m; i += Big) Kernel::template block<Big, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
-      for (; i + 4 <= m; i += 4) Kernel::template block<4, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
-      for (; i < m; ++i) Kernel::template block<1, Fma>(ap + i * k, k, bp, c, ldc, accumulate, i, j);
-    }
+    column_blocks<Kernel, Fma>(ap, k, m, b, n, c, ldc, accumulate, b0, b1);
   });
   if (nw < n)
     for (int64_t i = 0; i < m; ++i) row_tail(a, k, m, b, n, c, ldc, accumulate, i, nw);
@@ -305,6 +334,152 @@ void gemm_tn(const float* a, int64_t k, int64_t m, const float* b, int64_t n, fl
 
 void gemm_tn(const float* a, int64_t k, int64_t m, const float* b, int64_t n, float* c) {
   gemm_tn(a, k, m, b, n, c, n, false);
+}
+
+// ---------------------------------------------------------------- AsyncGemm
+
+struct AsyncGemm::Impl {
+  // A moving view's values as fp32 (k x n, row-major) and their Range (for the fused kernels).
+  struct Moving {
+    TileView view;
+    std::vector<float> values;
+    std::vector<float> packed;  // values' whole blocks of `packed_w` columns (pack_blocks); 0: not yet
+    int packed_w = 0;
+    Range range;
+    bool valid = false;
+    uint64_t used = 0;  // last use (least recently used is replaced)
+  };
+  std::array<Moving, kKeptMoving> mov;
+  int next_mov = -1;     // moving() of the next run
+  int pending_mov = -1;  // read by the pending product
+  uint64_t clock = 0;
+  // Packed A: the pending product's (slot `cur`) and the next one's.
+  std::vector<float> a[2];
+  int cur = 0;
+  SharedJob job;
+  // The product started last (read by the threads running it).
+  std::atomic<int64_t> next{0};
+  int64_t blocks = 0, k = 0, m = 0, n = 0, ldc = 0;
+  const float* ap = nullptr;
+  const float* bp = nullptr;
+  float* c = nullptr;
+  bool accumulate = false;
+  void (*body)(const Impl&, int64_t, int64_t) = nullptr;
+  TileView out;  // C as a view, while the job is started
+
+  static void run_blocks(void* ctx) {
+    Impl& j = *static_cast<Impl*>(ctx);
+    for (int64_t r; (r = j.next.fetch_add(1, std::memory_order_relaxed)) < j.blocks;) j.body(j, r, r + 1);
+  }
+#ifdef NSIM_GEMM_AVX2
+  template <class Kernel, bool Fma>
+  static void blocks_of(const Impl& j, int64_t b0, int64_t b1) {
+    column_blocks<Kernel, Fma, true>(j.ap, j.k, j.m, j.bp, j.n, j.c, j.ldc, j.accumulate, b0, b1);
+  }
+  template <class Kernel>
+  void start(const float* a_in, Moving& b_in, int64_t k_in, int64_t m_in, int64_t n_in, float* c_in,
+             int64_t ldc_in, bool acc, bool fused) {
+    constexpr int W = Kernel::W;
+    const int64_t nw = n_in / W * W;
+    const float* packed = nw > 0 ? pack_a<Kernel::Big>(a_in, k_in, m_in, a[cur ^ 1]) : nullptr;
+    if (b_in.packed_w != W) {  // (never the pending product's B: that one is packed)
+      pack_blocks<W>(b_in.values.data(), k_in, n_in, b_in.packed);
+      b_in.packed_w = W;
+    }
+    wait();  // the pending product reads this struct and its buffers until now
+    cur ^= 1;
+    pending_mov = next_mov;
+    ap = packed, bp = b_in.packed.data(), c = c_in;
+    k = k_in, m = m_in, n = n_in, ldc = ldc_in, accumulate = acc;
+    body = fused ? &blocks_of<Kernel, true> : &blocks_of<Kernel, false>;
+    if (nw < n)  // the columns past the last whole block, here and now
+      for (int64_t i = 0; i < m; ++i) row_tail(a_in, k, m, b_in.values.data(), n, c, ldc, accumulate, i, nw);
+    blocks = nw / W;
+    next.store(0, std::memory_order_relaxed);
+    if (blocks >= 2 && k * m * n >= kParallelMacs && job.start(&run_blocks, this)) {
+      out = TileView{};
+      out.base = reinterpret_cast<uint8_t*>(c);
+      out.dtype = DType::kFloat32;
+      out.partitions = static_cast<uint32_t>(m);
+      out.partition_stride_bytes = ldc * static_cast<int64_t>(sizeof(float));
+      out.nfree = 1;
+      out.size[0] = n;
+      out.stride[0] = 1;
+      return;
+    }
+    run_blocks(this);  // on this thread alone, as gemm_tn's parallel_for would
+  }
+#endif
+  void wait() {
+    job.finish();
+    pending_mov = -1;
+  }
+};
+
+AsyncGemm::AsyncGemm() : impl_(std::make_unique<Impl>()) {}
+AsyncGemm::~AsyncGemm() { impl_->wait(); }
+
+float* AsyncGemm::moving(const TileView& mov, int64_t elems, bool& converted) {
+  Impl& j = *impl_;
+  int pick = -1;
+  for (int i = 0; i < kKeptMoving; ++i) {
+    Impl::Moving& e = j.mov[static_cast<size_t>(i)];
+    if (e.valid && e.view.same_as(mov) && static_cast<int64_t>(e.values.size()) == elems) {
+      pick = i;
+      break;
+    }
+  }
+  converted = pick >= 0;
+  if (pick < 0) {  // the least recently used entry the pending product does not read
+    for (int i = 0; i < kKeptMoving; ++i) {
+      if (i == j.pending_mov) continue;
+      if (pick < 0 || j.mov[static_cast<size_t>(i)].used < j.mov[static_cast<size_t>(pick)].used) pick = i;
+    }
+    Impl::Moving& e = j.mov[static_cast<size_t>(pick)];
+    e.view = mov;
+    e.values.resize(static_cast<size_t>(elems));
+    e.packed_w = 0;
+    e.valid = false;  // until run() (which sets its range)
+  }
+  Impl::Moving& e = j.mov[static_cast<size_t>(pick)];
+  e.used = ++j.clock;
+  j.next_mov = pick;
+  return e.values.data();
+}
+
+void AsyncGemm::run(const float* a, int64_t k, int64_t m, int64_t n, float* c, int64_t ldc, bool accumulate) {
+  Impl& j = *impl_;
+  Impl::Moving& mv = j.mov[static_cast<size_t>(j.next_mov)];
+  const float* b = mv.values.data();
+  if (!mv.valid) {
+    mv.range = range_of(b, k * n);
+    mv.valid = true;
+  }
+#ifdef NSIM_GEMM_AVX2
+  if (gemm_tn_vectorized()) {
+    const bool fused = has_fma() && products_exact(range_of(a, k * m), mv.range);  // (before waiting)
+    if (has_avx512()) j.start<Avx512Kernel>(a, mv, k, m, n, c, ldc, accumulate, fused);
+    else j.start<Avx2Kernel>(a, mv, k, m, n, c, ldc, accumulate, fused);
+    return;
+  }
+#endif
+  j.wait();
+  gemm_tn_portable(a, k, m, b, n, c, ldc, accumulate);
+}
+
+void AsyncGemm::wait() { impl_->wait(); }
+
+bool AsyncGemm::pending() const { return impl_->job.started(); }
+
+bool AsyncGemm::writes(const TileView& v) const { return impl_->job.started() && may_overlap(impl_->out, v); }
+
+void AsyncGemm::forget(const TileView& v) {
+  for (Impl::Moving& e : impl_->mov)
+    if (e.valid && may_overlap(e.view, v)) e.valid = false;
+}
+
+void AsyncGemm::forget_all() {
+  for (Impl::Moving& e : impl_->mov) e.valid = false;
 }
 
 }  // namespace nsim::isa::sem

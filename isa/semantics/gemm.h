@@ -7,6 +7,9 @@
 /// (gemm_products_exact: bf16, fp16, fp8 inputs) the vector kernels use fused multiply-adds, which then
 /// round the same way.
 #include <cstdint>
+#include <memory>
+
+#include "isa/semantics/semantics.h"
 
 namespace nsim::isa::sem {
 
@@ -25,5 +28,44 @@ bool gemm_tn_vectorized();
 /// range. gemm_tn then uses fused multiply-adds where the CPU has them: with exact products they give the
 /// same bits as the separate multiply and add.
 bool gemm_products_exact(const float* a, int64_t na, const float* b, int64_t nb);
+
+/// gemm_tn(a, k, m, b, n, c, ldc, accumulate) that may still be running on host threads when it returns
+/// (sem::SharedJob), so the caller goes on with the next instructions meanwhile: multiply_moving's
+/// product behind the work up to the next instruction that needs its result. Until wait(), the product
+/// writes C's rows (writes()), and reads its own copies of A (packed) and B (moving()), never the caller's.
+/// The bits are gemm_tn's: every column is computed by the same code, whichever thread does it.
+///
+/// B is kept converted per moving view: a view multiplied again while none of its bytes was written
+/// since (forget(): the owner reports every write) is not converted again (matmul loops reuse their
+/// moving tiles across the stationary ones).
+class AsyncGemm {
+ public:
+  AsyncGemm();
+  ~AsyncGemm();  ///< waits
+  AsyncGemm(const AsyncGemm&) = delete;
+  AsyncGemm& operator=(const AsyncGemm&) = delete;
+  /// The next run()'s B (k x n = `elems` floats, row-major) for moving view `mov`: when `converted` comes
+  /// back true it holds mov's values already, else the caller writes them. Not read by the pending product.
+  float* moving(const TileView& mov, int64_t elems, bool& converted);
+  /// Start C (+)= A^T B with B from the last moving() (after the pending product, which it waits for).
+  /// `a` is only read before run() returns.
+  void run(const float* a, int64_t k, int64_t m, int64_t n, float* c, int64_t ldc, bool accumulate);
+  /// Return when the pending product, if any, is complete (this thread takes the blocks left).
+  void wait();
+  bool pending() const;
+  /// Whether the pending product may write bytes of `v`'s elements (may_overlap with C).
+  bool writes(const TileView& v) const;
+  /// Bytes of `v` were written (or, with no view, any memory may have been): drop the conversions of
+  /// the moving views they may overlap.
+  void forget(const TileView& v);
+  void forget_all();
+
+  /// Moving views kept converted at most (tests).
+  static constexpr int kKeptMoving = 32;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace nsim::isa::sem

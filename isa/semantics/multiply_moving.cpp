@@ -76,18 +76,27 @@ void exec_kMultiplyMoving(const Instr& in, const Views& v, ArchState& st) {
     fail(ErrorCode::kShapeMismatch, in,
          fmt::format("dst must be [{}, {}] (M x N), got [{}, {}]", M, N, dst.partitions, dst.elems()));
 
+  // The common case may run its product behind the next instructions (st.async_gemm): the moving tile
+  // is converted into the AsyncGemm's buffer while a pending product still runs. Every other case
+  // writes dst here and now, after the pending product.
+  AsyncGemm* async = st.async_gemm;
+  const bool behind = async != nullptr && !mx && !dbl && (in.flags & kIsTranspose) == 0 && fp32_rows(dst);
+  if (async != nullptr && !behind) async->wait();
+
   thread_local RowMat mv, res;
-  mv.resize(static_cast<Eigen::Index>(R), static_cast<Eigen::Index>(N));
+  if (!behind) mv.resize(static_cast<Eigen::Index>(R), static_cast<Eigen::Index>(N));
   if (mx) {
     float* vals = fscratch(0, R * N);
     mx_decode(in, mov, v[2], vals);
     for (int64_t r = 0; r < R; ++r)
       for (int64_t n = 0; n < N; ++n) mv(r, n) = vals[r * N + n];
   } else if (!dbl) {  // large operands converted by host threads, a run of rows each (sem::parallel_for)
-    float* rows = mv.data();  // (mv is thread_local: a helper names its own)
-    parallel_for(K, kConvertRows, K * N >= kParallelConvert, [&](int64_t k0, int64_t k1) {
-      for (int64_t k = k0; k < k1; ++k) read_row(mov, static_cast<uint32_t>(k), rows + k * N);
-    });
+    bool converted = false;  // (behind: kept from an earlier product of the same, unwritten, view)
+    float* rows = behind ? async->moving(mov, K * N, converted) : mv.data();  // (mv is thread_local)
+    if (!converted)
+      parallel_for(K, kConvertRows, K * N >= kParallelConvert, [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) read_row(mov, static_cast<uint32_t>(k), rows + k * N);
+      });
   } else {
     float* row = fscratch(0, F);
     for (int64_t k = 0; k < K; ++k) {
@@ -134,6 +143,11 @@ void exec_kMultiplyMoving(const Instr& in, const Views& v, ArchState& st) {
     }
   }
 
+  if (behind) {  // straight into PSUM, C = A^T B or C = C + A^T B, maybe still running on return
+    async->run(st.stationary.data(), R, M, N, reinterpret_cast<float*>(dst.base),
+               dst.partition_stride_bytes / static_cast<int64_t>(sizeof(float)), accumulate);
+    return;
+  }
   if (fp32_rows(dst)) {  // straight into PSUM: C = A^T B, or C = C + A^T B
     gemm_tn(st.stationary.data(), R, M, mv.data(), N, reinterpret_cast<float*>(dst.base),
             dst.partition_stride_bytes / static_cast<int64_t>(sizeof(float)), accumulate);

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -85,14 +86,21 @@ class Team {
 
   // Run f(ctx) here and on the helpers that join, on a team acquired by the caller.
   void run(int threads, void (*f)(void*), void* ctx) {
+    if (!open(threads, f, ctx)) {
+      f(ctx);
+      return;
+    }
+    close(f, ctx);
+  }
+
+  // Post f(ctx) to the helpers (which join while it is open) and return true; false, posting nothing,
+  // while a slow job's penalty lasts.
+  bool open(int threads, void (*f)(void*), void* ctx) {
     if (g_forget_slow.exchange(false, std::memory_order_relaxed)) {
       penalty_ = {};
       serial_until_ = {};
     }
-    if (std::chrono::steady_clock::now() < serial_until_) {
-      f(ctx);
-      return;
-    }
+    if (std::chrono::steady_clock::now() < serial_until_) return false;
     while (helpers_ < threads - 1) {  // start helpers on first need (no job is open)
       ++helpers_;
       const uint64_t now = posted_.load(std::memory_order_relaxed);
@@ -100,11 +108,11 @@ class Team {
     }
     // The CPU time the caller loses is counted from the job's start, or from the last job's end when
     // that is recent: the helpers then polled in between, taking CPU time too.
-    auto wall0 = std::chrono::steady_clock::now();
-    int64_t cpu0 = thread_cpu_ns();
-    if (wall0 - last_end_ < kHelperSpin) {
-      wall0 = last_end_;
-      cpu0 = last_end_cpu_;
+    wall0_ = std::chrono::steady_clock::now();
+    cpu0_ = thread_cpu_ns();
+    if (wall0_ - last_end_ < kHelperSpin) {
+      wall0_ = last_end_;
+      cpu0_ = last_end_cpu_;
     }
     f_ = f;
     ctx_ = ctx;
@@ -116,6 +124,11 @@ class Team {
       posted_.store(gen, std::memory_order_release);
     }
     cv_.notify_all();
+    return true;
+  }
+
+  // The open job: run f(ctx) here too, close it and wait for the helpers inside.
+  void close(void (*f)(void*), void* ctx) {
     f(ctx);
     uint64_t g = gate_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
     auto waited = std::chrono::steady_clock::duration::zero();
@@ -133,8 +146,8 @@ class Team {
     // than there are CPUs, ours included).
     last_end_ = std::chrono::steady_clock::now();
     last_end_cpu_ = thread_cpu_ns();
-    const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(last_end_ - wall0).count();
-    const int64_t lost = wall - (last_end_cpu_ - cpu0);
+    const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(last_end_ - wall0_).count();
+    const int64_t lost = wall - (last_end_cpu_ - cpu0_);
     if (waited > kSlowWait || (lost > kSlowLostNs && lost * kLostShare > wall)) {
       penalty_ = std::clamp(penalty_ * 2, kMinPenalty, kMaxPenalty);
       serial_until_ = std::chrono::steady_clock::now() + penalty_;
@@ -185,8 +198,8 @@ class Team {
   // Only the caller holding the team changes these.
   int helpers_ = 0;  // started so far
   std::chrono::steady_clock::duration penalty_{0};
-  std::chrono::steady_clock::time_point serial_until_{}, last_end_{};
-  int64_t last_end_cpu_ = 0;
+  std::chrono::steady_clock::time_point serial_until_{}, last_end_{}, wall0_{};
+  int64_t last_end_cpu_ = 0, cpu0_ = 0;
   std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
   std::mutex m_;
   std::condition_variable cv_;
@@ -231,6 +244,28 @@ int host_threads() {
 void set_host_threads_for_testing(int n) {
   g_threads_override.store(std::clamp(n, 0, kMaxThreads));
   g_forget_slow.store(true);
+}
+
+bool SharedJob::start(void (*f)(void*), void* ctx) {
+  if (team_ != nullptr) return false;
+  const int n = host_threads();
+  Team* t = n > 1 ? team() : nullptr;
+  if (t == nullptr || !t->try_acquire()) return false;
+  if (!t->open(n, f, ctx)) {
+    t->release();
+    return false;
+  }
+  team_ = t;
+  f_ = f;
+  ctx_ = ctx;
+  return true;
+}
+
+void SharedJob::finish() {
+  if (team_ == nullptr) return;
+  Team* t = static_cast<Team*>(std::exchange(team_, nullptr));
+  t->close(f_, ctx_);
+  t->release();
 }
 
 void run_shared(void (*f)(void*), void* ctx) {

@@ -29,6 +29,30 @@ int host_threads();
 /// its own CPU (then sharing costs more than it saves; parallel.cpp).
 void run_shared(void (*f)(void* ctx), void* ctx);
 
+/// A job run_shared would run, split in two: start() hands f(ctx) to the helpers and returns at once, so
+/// the caller can go on with other work while they run it; finish() then runs f(ctx) on the caller too
+/// and returns when every call started has returned. While a job is started, the helpers serve no other
+/// caller (run_shared then runs on its caller alone). f has run_shared's contract (shared out dynamically:
+/// the helpers may do all of it, some of it, or none, and finish() the rest).
+class SharedJob {
+ public:
+  SharedJob() = default;
+  SharedJob(const SharedJob&) = delete;
+  SharedJob& operator=(const SharedJob&) = delete;
+  ~SharedJob() { finish(); }
+  /// Start f(ctx) on the helpers and return true; false, starting nothing, when run_shared would run it on
+  /// the caller alone (no helper, the helpers busy or backing off) or a job is already started here.
+  bool start(void (*f)(void* ctx), void* ctx);
+  /// Complete the started job, if any (the caller takes what the helpers have not).
+  void finish();
+  bool started() const { return team_ != nullptr; }
+
+ private:
+  void* team_ = nullptr;
+  void (*f_)(void*) = nullptr;
+  void* ctx_ = nullptr;
+};
+
 /// body(b, e) over [0, count) in runs of `grain` items ([b, e), the last run may be shorter), shared
 /// between host threads where `worth_it`: each thread takes the next run while there is one. Where not
 /// worth it, with fewer than two runs, or with one host thread: body(0, count) here.

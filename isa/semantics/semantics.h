@@ -4,6 +4,7 @@
 /// Engines compute in fp32: inputs are widened with load_f32, results narrowed with store_f32 (RNE).
 #include <Eigen/Dense>
 #include <array>
+#include <utility>
 #include <cstdint>
 
 #include "isa/isa.h"
@@ -27,7 +28,17 @@ struct TileView {
   bool contiguous() const;
   /// Address of element `flat` (row-major over the free dims) of partition p.
   uint8_t* at(uint32_t p, int64_t flat) const;
+  /// Host bytes [first, last) that hold the view's elements (the span from its lowest to its highest
+  /// element address, gaps included).
+  std::pair<const uint8_t*, const uint8_t*> host_span() const;
+  /// Identical views (same memory, dtype and access pattern).
+  bool same_as(const TileView& o) const;
 };
+
+/// False when no byte of a's elements can be a byte of b's: compared partition by partition (each one's
+/// span) when both views' partitions are the same distance apart, else by host_span(). May say true for
+/// views that only interleave.
+bool may_overlap(const TileView& a, const TileView& b);
 
 /// Read partition p's elements (row-major over free dims) widened to fp32 into out[0..elems()).
 void read_row(const TileView& v, uint32_t p, float* out);
@@ -40,6 +51,10 @@ void write_row(const TileView& v, uint32_t p, const float* in);
 /// Same as read_row/write_row but raw integers (bit-vector ops; no fp32 path).
 void read_row_int(const TileView& v, uint32_t p, int64_t* out);
 void write_row_int(const TileView& v, uint32_t p, const int64_t* in);
+
+namespace sem {
+class AsyncGemm;
+}
 
 /// Architectural state the semantics read and write besides memory.
 struct ArchState {
@@ -54,6 +69,9 @@ struct ArchState {
   /// Engine). A counter-based splitmix64 stream: deterministic, not bit-compatible with hardware XORWOW.
   std::array<uint64_t, kNumEngines> rng{0x9E3779B97F4A7C15ull, 0x9E3779B97F4A7C15ull, 0x9E3779B97F4A7C15ull,
                                         0x9E3779B97F4A7C15ull, 0x9E3779B97F4A7C15ull};
+  /// Where multiply_moving's product may run behind the next instructions (sem::AsyncGemm; its owner
+  /// waits for it before anything but execute() reads what it writes): nullptr = computed in place.
+  sem::AsyncGemm* async_gemm = nullptr;
 };
 
 /// Views indexed like the opcode's slots (absent optional slots have base == nullptr).
