@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "isa/semantics/parallel.h"
@@ -223,16 +224,16 @@ void pack_blocks(const float* b, int64_t k, int64_t n, std::vector<float>& out) 
 template <int Big>
 const float* pack_a(const float* a, int64_t k, int64_t m, std::vector<float>& buf) {
   buf.resize(static_cast<size_t>(k * m));
-  int64_t i = 0;
-  auto rows = [&](int R) {
-    float* d = buf.data() + i * k;
-    for (int64_t p = 0; p < k; ++p)
-      for (int r = 0; r < R; ++r) d[p * R + r] = a[p * m + i + r];
-    i += R;
-  };
-  while (i + Big <= m) rows(Big);
-  while (i + 4 <= m) rows(4);
-  while (i < m) rows(1);
+  // Row by row of A (read in order), each row's R-column pieces to their blocks (R a constant: one
+  // fixed-size copy each).
+  const int64_t big = m / Big * Big, four = big + (m - big) / 4 * 4;
+  for (int64_t p = 0; p < k; ++p) {
+    const float* row = a + p * m;
+    int64_t i = 0;
+    for (; i < big; i += Big) std::memcpy(buf.data() + i * k + p * Big, row + i, Big * sizeof(float));
+    for (; i < four; i += 4) std::memcpy(buf.data() + i * k + p * 4, row + i, 4 * sizeof(float));
+    for (; i < m; ++i) buf[static_cast<size_t>(i * k + p)] = row[i];
+  }
   return buf.data();
 }
 template <int Big>
