@@ -66,8 +66,7 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
   st_.generation = p_.generation;
   sources_.push_back(SourceLoc{});
   if (opts_.check && opts_.numerics) checker_ = std::make_unique<engines::Checker>(p_.mem);
-  // The sanitizer reads an instruction's results right after it: products are then computed in place.
-  if (opts_.numerics && opts_.async_product && !checker_) {
+  if (opts_.numerics && opts_.async_product) {
     gemm_async_ = std::make_unique<isa::sem::AsyncGemm>();
     st_.async_gemm = gemm_async_.get();
   }
@@ -279,6 +278,8 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::Dep
     } catch (const Error& e) {
       throw Error(e.code(), e.message(), where);
     }
+    // The sanitizer reads an instruction's results right after it: a product is complete first.
+    if (checker_ && gemm_async_) gemm_async_->wait();
     if (checker_) checker_->after(in, v, seq_, where, tags);
   }
   not_before_ = not_before;

@@ -72,8 +72,9 @@ struct SimOptions {
   /// Work out verification, operand extents, costs and byte counts once per instruction signature
   /// (engines/sig_cache.h). Off: once per instruction, with the same results (for tests).
   bool signature_cache = true;
-  /// multiply_moving's product may run on host threads behind the next instructions, and a moving tile
-  /// multiplied again unwritten is not converted again (isa::sem::AsyncGemm; numerics on, sanitizer off).
+  /// multiply_moving's product may run on host threads behind the next instructions (not with the
+  /// sanitizer, which reads its results at once), and a moving tile multiplied again unwritten is not
+  /// converted again (isa::sem::AsyncGemm; numerics on).
   /// The same outputs either way (tests/unit/engines/test_async_product.cpp).
   bool async_product = true;
 };
@@ -285,7 +286,7 @@ class Simulator {
   engines::TensorEngine tensor_;
   engines::DmaEngines dma_;
   isa::ArchState st_;
-  /// multiply_moving's product behind the next instructions (numerics on, sanitizer off): st_.async_gemm.
+  /// multiply_moving's product behind the next instructions (numerics on): st_.async_gemm.
   /// (After mem_ and st_: destroyed first, waiting for the product.)
   std::unique_ptr<isa::sem::AsyncGemm> gemm_async_;
   engines::RunStats stats_;

@@ -183,3 +183,44 @@ TEST_CASE("gemm_tn gives the same bits on 1, 2 and 4 host threads", "[parallel][
     }
   }
 }
+
+TEST_CASE("a started SharedJob runs on the helpers while the caller goes on, and finish() completes it", "[parallel]") {
+  Threads t(2);
+  struct Ctx {
+    std::atomic<int64_t> next{0};
+    std::vector<std::atomic<int>> hits = std::vector<std::atomic<int>>(256);
+    std::mutex m;
+    std::set<std::thread::id> ids;
+  } ctx;
+  auto f = [](void* p) {
+    Ctx& c = *static_cast<Ctx*>(p);
+    for (int64_t i; (i = c.next.fetch_add(1)) < 256;) {
+      c.hits[static_cast<size_t>(i)].fetch_add(1);
+      std::lock_guard<std::mutex> lk(c.m);
+      c.ids.insert(std::this_thread::get_id());
+    }
+  };
+  SharedJob job;
+  REQUIRE(job.start(f, &ctx));
+  CHECK(job.started());
+  CHECK_FALSE(job.start(f, &ctx));  // one job at a time
+  // While it is started, the helpers serve no other caller: a parallel_for runs on this thread alone.
+  std::set<std::thread::id> inner;
+  parallel_for(64, 1, true, [&](int64_t, int64_t) { inner.insert(std::this_thread::get_id()); });
+  CHECK(inner == std::set<std::thread::id>{std::this_thread::get_id()});
+  // The helper takes items before finish() (it may take all of them).
+  for (int i = 0; i < 5000 && ctx.next.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  CHECK(ctx.next.load() > 0);
+  job.finish();
+  CHECK_FALSE(job.started());
+  int once = 0;
+  for (auto& h : ctx.hits) once += h.load() == 1;
+  CHECK(once == 256);
+  bool helper = false;  // the items taken before finish() were a helper's
+  for (const auto& id : ctx.ids) helper = helper || id != std::this_thread::get_id();
+  CHECK(helper);
+  job.finish();  // nothing started: no-op
+  // With one host thread nothing starts (the caller then runs the work itself).
+  Threads one(1);
+  CHECK_FALSE(job.start(f, &ctx));
+}
