@@ -74,8 +74,8 @@ struct SimOptions {
   bool signature_cache = true;
   /// multiply_moving's product may run on host threads behind the next instructions (not with the
   /// sanitizer, which reads its results at once), and a moving tile multiplied again unwritten is not
-  /// converted again (isa::sem::AsyncGemm; numerics on).
-  /// The same outputs either way (tests/unit/engines/test_async_product.cpp).
+  /// converted again (isa::sem::AsyncGemm; numerics on). The same outputs either way
+  /// (tests/unit/engines/test_async_product.cpp).
   bool async_product = true;
 };
 

@@ -351,6 +351,7 @@ struct AsyncGemm::Impl {
     uint64_t used = 0;  // last use (least recently used is replaced)
   };
   std::array<Moving, kKeptMoving> mov;
+  int kept = 0;          // entries valid (forget() on every written operand: nothing to do while 0)
   int next_mov = -1;     // moving() of the next run
   int pending_mov = -1;  // read by the pending product
   uint64_t clock = 0;
@@ -440,6 +441,7 @@ float* AsyncGemm::moving(const TileView& mov, int64_t elems, bool& converted) {
     e.view = mov;
     e.values.resize(static_cast<size_t>(elems));
     e.packed_w = 0;
+    j.kept -= e.valid;
     e.valid = false;  // until run() (which sets its range)
   }
   Impl::Moving& e = j.mov[static_cast<size_t>(pick)];
@@ -455,6 +457,7 @@ void AsyncGemm::run(const float* a, int64_t k, int64_t m, int64_t n, float* c, i
   if (!mv.valid) {
     mv.range = range_of(b, k * n);
     mv.valid = true;
+    ++j.kept;
   }
 #ifdef NSIM_GEMM_AVX2
   if (gemm_tn_vectorized()) {
@@ -475,12 +478,20 @@ bool AsyncGemm::pending() const { return impl_->job.started(); }
 bool AsyncGemm::writes(const TileView& v) const { return impl_->job.started() && may_overlap(impl_->out, v); }
 
 void AsyncGemm::forget(const TileView& v) {
-  for (Impl::Moving& e : impl_->mov)
-    if (e.valid && may_overlap(e.view, v)) e.valid = false;
+  Impl& j = *impl_;
+  if (j.kept == 0) return;
+  for (Impl::Moving& e : j.mov)
+    if (e.valid && may_overlap(e.view, v)) {
+      e.valid = false;
+      --j.kept;
+    }
 }
 
 void AsyncGemm::forget_all() {
-  for (Impl::Moving& e : impl_->mov) e.valid = false;
+  Impl& j = *impl_;
+  if (j.kept == 0) return;
+  for (Impl::Moving& e : j.mov) e.valid = false;
+  j.kept = 0;
 }
 
 }  // namespace nsim::isa::sem

@@ -55,12 +55,12 @@ class AsyncGemm {
   bool pending() const;
   /// Whether the pending product may write bytes of `v`'s elements (may_overlap with C).
   bool writes(const TileView& v) const;
-  /// Bytes of `v` were written (or, with no view, any memory may have been): drop the conversions of
-  /// the moving views they may overlap.
+  /// Bytes of `v` were written: drop the conversions of the moving views they may overlap.
   void forget(const TileView& v);
+  /// Any memory may have been written: drop every conversion.
   void forget_all();
 
-  /// Moving views kept converted at most (tests).
+  /// Moving views kept converted at most (the least recently used one is replaced).
   static constexpr int kKeptMoving = 32;
 
  private:
