@@ -90,7 +90,9 @@ TEST_CASE("parallel_for shares its runs with helper threads, and runs alone on o
     const auto ids = threads_that_joined(64);
     CHECK(ids.size() >= 2);
     CHECK(ids.size() <= static_cast<size_t>(threads));
-    CHECK(ids.count(std::this_thread::get_id()) == 1);  // the caller takes part
+    // Not checked: that the caller ran a run. The helpers may take them all while the caller is off its
+    // CPU between posting the job and running it (seen in CI with 4 threads on 2 CPUs); run_shared's
+    // contract allows it.
   }
   {
     Threads t(1);
@@ -102,6 +104,9 @@ TEST_CASE("parallel_for shares its runs with helper threads, and runs alone on o
 TEST_CASE("after a job that lost its CPU, jobs run on the caller alone for a while", "[parallel]") {
   Threads t(2);
   REQUIRE(threads_that_joined(8).size() == 2);
+  // That job may itself have been judged slow (the caller waited for the helper, on a loaded machine):
+  // forget it, so the sleeping job below is shared and sets the penalty checked.
+  set_host_threads_for_testing(2);
   // A job whose runs sleep: whoever runs them is off its CPU for 2 ms, and the caller either sleeps or
   // waits for the helper that does.
   parallel_for(2, 1, true, [](int64_t, int64_t) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); });
