@@ -5,13 +5,18 @@
 
 namespace nsim::frontend {
 
-void write_inputs(const Kernel& k, Simulator& sim, const std::map<std::string, std::vector<uint8_t>>& given,
-                  uint64_t seed) {
+InputViews views_of(const std::map<std::string, std::vector<uint8_t>>& bytes) {
+  InputViews v;
+  for (const auto& [name, b] : bytes) v[name] = {b.data(), b.size()};
+  return v;
+}
+
+void write_inputs(const Kernel& k, Simulator& sim, const InputViews& given, uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (const auto& t : k.tensors) {
     if (t.space != isa::Space::kHbm || t.kind != TensorKind::kInput) continue;
     if (auto it = given.find(t.name); it != given.end()) {
-      sim.write_hbm(t.name, it->second.data(), it->second.size());
+      sim.write_hbm(t.name, it->second.data, it->second.size);
       continue;
     }
     // Generated straight into the tensor's storage: a temporary copy doubled the host memory a large

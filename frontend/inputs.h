@@ -10,10 +10,20 @@
 
 namespace nsim::frontend {
 
-/// Write every input tensor of `k` into `sim`: the bytes in `given` (already in the tensor's dtype
-/// and size) where present, else seeded random values — N(0, 1) for floats, small integers in
-/// [-8, 8] ([0, 8] unsigned), 0/1 for bool — drawn in tensor order from one generator seeded `seed`.
-void write_inputs(const Kernel& k, Simulator& sim, const std::map<std::string, std::vector<uint8_t>>& given,
-                  uint64_t seed);
+/// The bytes of one given input, already in its tensor's dtype and size, owned by the caller (the CLI's
+/// converted .npy data; the Python module's numpy array itself, so that a large input is not held twice).
+struct InputBytes {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+using InputViews = std::map<std::string, InputBytes>;
+
+/// Views of byte vectors (the vectors must outlive the views).
+InputViews views_of(const std::map<std::string, std::vector<uint8_t>>& bytes);
+
+/// Write every input tensor of `k` into `sim`: the bytes in `given` where present, else seeded random
+/// values — N(0, 1) for floats, small integers in [-8, 8] ([0, 8] unsigned), 0/1 for bool — drawn in
+/// tensor order from one generator seeded `seed`.
+void write_inputs(const Kernel& k, Simulator& sim, const InputViews& given, uint64_t seed);
 
 }  // namespace nsim::frontend

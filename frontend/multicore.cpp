@@ -119,7 +119,7 @@ MultiCoreRun::MultiCoreRun(const Kernel& launch, const sim::Config& cfg, const S
 
 MultiCoreRun::~MultiCoreRun() = default;
 
-void MultiCoreRun::write_inputs(const std::map<std::string, std::vector<uint8_t>>& given, uint64_t seed) {
+void MultiCoreRun::write_inputs(const InputViews& given, uint64_t seed) {
   frontend::write_inputs(launch_, *sims_[0], given, seed);
 }
 

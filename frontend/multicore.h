@@ -20,6 +20,7 @@
 
 #include "engines/check/race.h"
 #include "engines/simulator.h"
+#include "frontend/inputs.h"
 #include "frontend/ir.h"
 #include "sim/config.h"
 #include "sim/stats.h"
@@ -36,7 +37,7 @@ class MultiCoreRun {
   MultiCoreRun& operator=(const MultiCoreRun&) = delete;
 
   /// Write the launch's inputs (write_inputs over Kernel::tensors, into the shared HBM).
-  void write_inputs(const std::map<std::string, std::vector<uint8_t>>& given, uint64_t seed);
+  void write_inputs(const InputViews& given, uint64_t seed);
   /// Run both programs to the end; then finish every core and merge the trace files (also when the run
   /// stops with an error: a limit E416 (SimOptions limits apply per core), a signal E417, a rendezvous error).
   void run();

@@ -442,7 +442,7 @@ void load_inputs(const RunArgs& a, const frontend::Kernel& k, Simulator& sim) {
     const auto& t = k.tensors[static_cast<size_t>(k.find_tensor(name))];
     bytes[name] = frontend::to_dtype(arr, t.dtype, t.shape, fmt::format("input '{}'", t.name));
   }
-  frontend::write_inputs(k, sim, bytes, a.seed);
+  frontend::write_inputs(k, sim, frontend::views_of(bytes), a.seed);
 }
 
 void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::StatsRegistry& st, uint64_t instrs) {

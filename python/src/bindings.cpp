@@ -88,17 +88,38 @@ uint8_t* array_data(const py::object& contiguous) {
       py::cast<uintptr_t>(contiguous.attr("__array_interface__")["data"].cast<py::tuple>()[0]));
 }
 
-// Bytes of a C-contiguous numpy array.
-std::vector<uint8_t> to_vec(const py::object& contiguous) {
-  const auto nbytes = contiguous.attr("nbytes").cast<size_t>();
-  const uint8_t* p = nbytes ? array_data(contiguous) : nullptr;
-  return std::vector<uint8_t>(p, p + nbytes);
+// An input's bytes in its tensor's dtype. Where the array already has that dtype: a view of the
+// C-contiguous array itself (the caller's, when it is contiguous), kept alive by `array`, so a large input
+// is not held twice on the host; its bytes are copied once, into the simulator's HBM. Else a converted
+// copy in `bytes`. Only destroyed with the GIL held (`array`).
+struct InputData {
+  py::object array;
+  std::vector<uint8_t> bytes;
+  const uint8_t* data = nullptr;  // into `array` or `bytes` (a moved vector keeps its buffer)
+  size_t size = 0;
+  frontend::InputBytes view() const { return {data, size}; }
+};
+
+InputData view_of(py::object contiguous) {
+  InputData d;
+  d.size = contiguous.attr("nbytes").cast<size_t>();
+  d.data = d.size ? array_data(contiguous) : nullptr;
+  d.array = std::move(contiguous);
+  return d;
+}
+
+InputData copy_of(std::vector<uint8_t> bytes) {
+  InputData d;
+  d.bytes = std::move(bytes);
+  d.data = d.bytes.data();
+  d.size = d.bytes.size();
+  return d;
 }
 
 // Convert a numpy array (any numeric/bool dtype, or an ml_dtypes dtype) to the bytes of tensor `t`.
 // Arrays are handled through numpy's Python API only (no pybind11 numpy internals), so the module
 // works with any numpy (1.x or 2.x) whatever pybind11 version it was built with.
-std::vector<uint8_t> input_bytes(const frontend::Tensor& t, const py::handle& obj) {
+InputData input_data(const frontend::Tensor& t, const py::handle& obj) {
   py::module_ np = py::module_::import("numpy");
   py::object arr = np.attr("ascontiguousarray")(obj);
   const auto shape = arr.attr("shape").cast<std::vector<int64_t>>();
@@ -111,9 +132,9 @@ std::vector<uint8_t> input_bytes(const frontend::Tensor& t, const py::handle& ob
   const auto itemsize = dt.attr("itemsize").cast<int>();
   const int eb = dtype_bytes(t.dtype);
   const auto n = arr.attr("size").cast<int64_t>();
-  if (dname == dtype_name(t.dtype) && itemsize == eb) return to_vec(arr);  // same dtype: raw bytes
+  if (dname == dtype_name(t.dtype) && itemsize == eb) return view_of(arr);  // same dtype: raw bytes
   if (dtype_is_mx_x4(t.dtype)) {  // no cast path: the packed bits as they are (x4 structured dtype or uint)
-    if (itemsize == eb && (kind == "V" || kind == "u")) return to_vec(arr);
+    if (itemsize == eb && (kind == "V" || kind == "u")) return view_of(arr);
     throw Error(ErrorCode::kBadInput,
                 fmt::format("input '{}': an {} tensor takes the packed bits only ({}-byte unsigned or the x4 dtype), "
                             "got numpy dtype '{}' (there is no cast path to an MX x4 type)",
@@ -128,14 +149,14 @@ std::vector<uint8_t> input_bytes(const frontend::Tensor& t, const py::handle& ob
       std::memcpy(&x, v + static_cast<size_t>(i) * 8, 8);
       store_int(t.dtype, &bytes[static_cast<size_t>(i * eb)], x);
     }
-    return bytes;
+    return copy_of(std::move(bytes));
   }
   if (kind != "f" && kind != "i" && kind != "u" && kind != "b" && kind != "V")
     throw Error(ErrorCode::kBadInput,
                 fmt::format("input '{}': numpy dtype '{}' cannot be converted to {}", t.name, dname, dtype_name(t.dtype)));
   const py::object f = np.attr("ascontiguousarray")(arr, py::arg("dtype") = np.attr("float32"));
   if (n) store_f32_n(t.dtype, bytes.data(), reinterpret_cast<const float*>(array_data(f)), n);
-  return bytes;
+  return copy_of(std::move(bytes));
 }
 
 // numpy dtype of an nsim dtype: native where numpy has it, ml_dtypes for bf16/fp8, float32 for tf32.
@@ -233,7 +254,12 @@ class PyEagerSession {
       t.space = isa::Space::kHbm;
       t.dtype = *dt;
       t.shape = shape;
-      s_.add_hbm(name, shape, *dt, array.is_none() ? std::vector<uint8_t>{} : input_bytes(t, array));
+      std::vector<uint8_t> bytes;
+      if (!array.is_none()) {
+        InputData d = input_data(t, array);
+        bytes = d.array ? std::vector<uint8_t>(d.data, d.data + d.size) : std::move(d.bytes);
+      }
+      s_.add_hbm(name, shape, *dt, std::move(bytes));
       return 0;
     });
   }
@@ -329,15 +355,18 @@ py::tuple simulate_kernel(const frontend::Kernel& k, const py::dict& inputs, con
                           const py::object& progress) {
   const sim::Config cfg = load_cfg(a.config, a.overrides);
   const bool timing_only = a.timing_only;
-  // Inputs are converted up front (needs the GIL); names and shapes are checked before running.
-  std::map<std::string, std::vector<uint8_t>> given;
+  // Inputs are converted up front (needs the GIL); names and shapes are checked before running. The
+  // arrays viewed are read during the run, without the GIL (as the kernel's own inputs: another Python
+  // thread writing them meanwhile races with the run).
+  std::map<std::string, InputData> given;
+  frontend::InputViews views;
   for (const auto& [key, value] : inputs) {
     const std::string name = py::str(key);
     const int id = k.find_tensor(name);
     if (id < 0 || k.tensors[static_cast<size_t>(id)].kind != frontend::TensorKind::kInput ||
         k.tensors[static_cast<size_t>(id)].space != isa::Space::kHbm)
       throw Error(ErrorCode::kBadInput, fmt::format("input '{}' is not an input tensor of kernel '{}'", name, k.name));
-    if (!timing_only) given[name] = input_bytes(k.tensors[static_cast<size_t>(id)], value);
+    if (!timing_only) views[name] = (given[name] = input_data(k.tensors[static_cast<size_t>(id)], value)).view();
   }
   SimOptions opts;
   opts.numerics = !timing_only;
@@ -355,7 +384,7 @@ py::tuple simulate_kernel(const frontend::Kernel& k, const py::dict& inputs, con
     {
       py::gil_scoped_release nogil;
       mc.emplace(k, cfg, opts);
-      if (!timing_only) mc->write_inputs(given, a.seed);
+      if (!timing_only) mc->write_inputs(views, a.seed);
       mc->run();
       stats.emplace(mc->stats());
       if (!timing_only)
@@ -376,7 +405,7 @@ py::tuple simulate_kernel(const frontend::Kernel& k, const py::dict& inputs, con
     sim.emplace(cfg, opts);
     frontend::verify_kernel(k, sim->params());
     frontend::Lowering::allocate_hbm(k, *sim);
-    if (!timing_only) frontend::write_inputs(k, *sim, given, a.seed);
+    if (!timing_only) frontend::write_inputs(k, *sim, views, a.seed);
     frontend::Lowering low(k, *sim);
     // progress(instructions, simulated_ns) once the run takes over 2 s, about once a second
     // (frontend/progress.h), with the GIL held only for the call.

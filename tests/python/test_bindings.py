@@ -70,6 +70,23 @@ def test_bf16_raw_bits_and_fp32_conversion_agree():
     np.testing.assert_array_equal(y_bf16["y"].view(np.uint16), y_f64["y"].view(np.uint16))
 
 
+def test_inputs_in_the_tensor_dtype_are_read_in_place_whatever_their_layout():
+    # An input already in the tensor's dtype is read straight from the caller's array (no copy of it is
+    # kept on the host): a strided view or a Fortran-ordered array gives the same bits as a C-contiguous
+    # one, and the caller's array is left as it was.
+    x = reference.make_inputs(NAME, seed=8)["x"]
+    want, _ = nsim.simulate_json(KERNEL, inputs={"x": x})
+    wide = np.zeros((2, 128, 1024), dtype=BF16)
+    wide[..., 1::2] = x
+    before = wide.copy()
+    strided, _ = nsim.simulate_json(KERNEL, inputs={"x": wide[..., 1::2]})
+    fortran, _ = nsim.simulate_json(KERNEL, inputs={"x": np.asfortranarray(x)})
+    for out in (strided, fortran):
+        np.testing.assert_array_equal(out["y"].view(np.uint16), want["y"].view(np.uint16))
+    np.testing.assert_array_equal(wide.view(np.uint16), before.view(np.uint16))
+    np.testing.assert_array_equal(want["y"].view(np.uint16), nsim.simulate_json(KERNEL, inputs={"x": x})[0]["y"].view(np.uint16))
+
+
 def test_random_inputs_are_seeded():
     a, _ = nsim.simulate_json(KERNEL, seed=7)
     b, _ = nsim.simulate_json(KERNEL, seed=7)
