@@ -173,6 +173,11 @@ const uint8_t* Simulator::hbm_for_copy(const std::string& name) const {
   return mem_.hbm_data(name);
 }
 
+memory::Buffer Simulator::take_hbm(const std::string& name) {
+  numerics_done();
+  return mem_.take_hbm_data(name);
+}
+
 std::vector<uint8_t> Simulator::read_hbm(const std::string& name) const {
   const uint8_t* d = hbm_for_copy(name);
   const int64_t bytes = mem_.hbm_tensor(name).bytes;

@@ -110,6 +110,9 @@ class Simulator {
   /// The bytes of HBM tensor `name` (memory::HbmTensor::bytes of them) for the caller to copy into a buffer
   /// of its own, nullptr when never written (all zero); throws HostMemory (sim/errors.def) when the host lacks the memory for that copy.
   const uint8_t* hbm_for_copy(const std::string& name) const;
+  /// The storage of HBM tensor `name`, moved out once the run is over (the Python module hands outputs
+  /// to numpy this way, without a copy): the tensor has none afterwards. Empty without numerics.
+  memory::Buffer take_hbm(const std::string& name);
   /// A contiguous tile [partitions, free...] in SBUF or PSUM (E204/E206 when full, E202 over 128).
   isa::Operand alloc_tile(isa::Space space, uint32_t partitions, const std::vector<int64_t>& free_shape, DType dt);
   void free_tile(const isa::Operand& tile);

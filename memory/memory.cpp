@@ -153,6 +153,11 @@ uint8_t* Memory::hbm_data(const std::string& name) {
 }
 const uint8_t* Memory::hbm_data(const std::string& name) const { return const_cast<Memory*>(this)->hbm_data(name); }
 
+Buffer Memory::take_hbm_data(const std::string& name) {
+  const HbmTensor& t = hbm_tensor(name);
+  return std::move(hbm_->blocks.at(t.addr).data);
+}
+
 int64_t Memory::alloc_onchip(Space space, int64_t bytes_per_partition) {
   RangeAllocator& a = space == Space::kPsum ? psum_alloc_ : sbuf_alloc_;
   auto off = a.alloc(bytes_per_partition);

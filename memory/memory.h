@@ -89,6 +89,9 @@ class Memory {
   void share_hbm(const Memory& owner) { hbm_ = owner.hbm_; }
   uint8_t* hbm_data(const std::string& name);
   const uint8_t* hbm_data(const std::string& name) const;
+  /// Move the storage of HBM tensor `name` out (empty without storage): the tensor has none afterwards.
+  /// For handing a finished run's outputs to the caller without copying them.
+  Buffer take_hbm_data(const std::string& name);
 
   /// Allocate a tile of `bytes_per_partition` on `num_partitions` partitions starting at 0.
   /// E204 (SBUF) / E206 (PSUM) when it does not fit. Returns the byte offset within each partition.

@@ -200,6 +200,27 @@ py::object output_array(const frontend::Tensor& t, const std::vector<uint8_t>& d
   return output_array(t, data.data(), data.size());
 }
 
+/// An output's bytes handed to numpy without a copy: the simulator's HBM storage of the tensor, exposed
+/// through the buffer protocol (_nsim._HostBytes); the array made over it keeps it alive and writable.
+struct HostBytes {
+  memory::Buffer b;
+};
+
+/// A new numpy array of output tensor `t` over its HBM storage `b`, moved out of the simulator (zeros
+/// when empty: no numerics).
+py::object output_array(const frontend::Tensor& t, memory::Buffer b) {
+  if (b.empty()) return output_array(t, nullptr, 0);
+  py::object dt = numpy_dtype(t.dtype);
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  if (static_cast<size_t>(n) * dt.attr("itemsize").cast<size_t>() != b.size())
+    throw Error(ErrorCode::kInternal, fmt::format("output '{}': {} bytes of HBM storage, {} expected", t.name, b.size(),
+                                                  static_cast<size_t>(n) * dt.attr("itemsize").cast<size_t>()));
+  py::object holder = py::cast(HostBytes{std::move(b)});
+  py::module_ np = py::module_::import("numpy");
+  return np.attr("frombuffer")(holder, py::arg("dtype") = dt).attr("reshape")(py::cast(t.shape));
+}
+
 py::list lines_list(const std::vector<Simulator::LineStats>& stats) {
   py::list out;
   for (const auto& l : stats) {
@@ -424,13 +445,13 @@ py::tuple simulate_kernel(const frontend::Kernel& k, const py::dict& inputs, con
     }
     stats.emplace(sim->stats());
   }
-  // Outputs straight from the simulator's HBM into new numpy arrays (one copy).
+  // Outputs: numpy arrays over the simulator's HBM storage, moved out of it (no copy; the simulator is
+  // done with it).
   py::dict outputs;
   if (!timing_only)
     for (const auto& t : k.tensors)
       if (t.space == isa::Space::kHbm && t.kind == frontend::TensorKind::kOutput)
-        outputs[py::str(t.name)] = output_array(t, sim->hbm_for_copy(t.name),
-                                                static_cast<size_t>(sim->memory().hbm_tensor(t.name).bytes));
+        outputs[py::str(t.name)] = output_array(t, sim->take_hbm(t.name));
   return py::make_tuple(outputs, stats_dict(*stats), lines_list(sim->line_stats()), lazy_yaml(cfg),
                         check_list(sim->check_reports()));
 }
@@ -931,6 +952,12 @@ py::list error_codes_py() {
 }  // namespace
 
 PYBIND11_MODULE(_nsim, m) {
+  py::class_<HostBytes>(m, "_HostBytes", py::buffer_protocol(),
+                        "The bytes of an output array, handed over from the simulator's HBM (internal).")
+      .def_buffer([](HostBytes& h) {
+        return py::buffer_info(h.b.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(h.b.size())}, {py::ssize_t{1}});
+      });
   m.doc() = "nsim simulator core (private; use the `nsim` package)";
 
   g_nsim_error = PyErr_NewException("_nsim.NsimError", PyExc_Exception, nullptr);

@@ -87,6 +87,24 @@ def test_inputs_in_the_tensor_dtype_are_read_in_place_whatever_their_layout():
     np.testing.assert_array_equal(want["y"].view(np.uint16), nsim.simulate_json(KERNEL, inputs={"x": x})[0]["y"].view(np.uint16))
 
 
+def test_outputs_are_the_simulators_hbm_handed_over_writable_and_independent_of_later_runs():
+    # Outputs are numpy arrays over the run's HBM storage (no copy): each run's are its own, they outlive
+    # the simulator, and writing one changes nothing else.
+    x = reference.make_inputs(NAME, seed=9)["x"]
+    first, _ = nsim.simulate_json(KERNEL, inputs={"x": x})
+    y1 = first["y"]
+    kept = y1.copy()
+    assert y1.flags.writeable and y1.flags.c_contiguous and y1.shape == (2, 128, 512)
+    second, _ = nsim.simulate_json(KERNEL, inputs={"x": (x.astype(np.float32) * 2).astype(BF16)})
+    np.testing.assert_array_equal(y1.view(np.uint16), kept.view(np.uint16))  # the second run wrote its own
+    assert not np.shares_memory(y1, second["y"])
+    del first, second
+    import gc
+    gc.collect()
+    y1[0, 0, 0] = 1.0
+    assert float(y1[0, 0, 0]) == 1.0 and np.array_equal(y1[1].view(np.uint16), kept[1].view(np.uint16))
+
+
 def test_random_inputs_are_seeded():
     a, _ = nsim.simulate_json(KERNEL, seed=7)
     b, _ = nsim.simulate_json(KERNEL, seed=7)
