@@ -105,6 +105,35 @@ def test_outputs_are_the_simulators_hbm_handed_over_writable_and_independent_of_
     assert float(y1[0, 0, 0]) == 1.0 and np.array_equal(y1[1].view(np.uint16), kept[1].view(np.uint16))
 
 
+_HOST_MEMORY_SCRIPT = """
+import resource, sys
+import numpy as np, ml_dtypes
+sys.path[:0] = sys.argv[1:]
+from nsim import kernels as K
+a = np.ones((128 * 512, 512), dtype=ml_dtypes.bfloat16)  # 64 MiB each
+b = np.ones((128 * 512, 512), dtype=ml_dtypes.bfloat16)
+K.tensor_add.options(check=False).simulate(a[:128], b[:128])  # SBUF, PSUM and the pool set up
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out, _ = K.tensor_add.options(check=False).simulate(a, b)
+assert float(np.asarray(out[-1], np.float32).min()) == 2.0
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+def test_a_run_holds_its_inputs_and_outputs_once():
+    # Two 64 MiB inputs and a 64 MiB output: the run's HBM holds the three (192 MiB), the inputs are read
+    # from the caller's arrays and the output array is that HBM storage. Copies of them (as before:
+    # each input converted into a vector, the output copied out of HBM) would add another 192 MiB.
+    import subprocess
+
+    paths = [os.path.join(REPO_ROOT, "build", "python"), os.path.join(REPO_ROOT, "python")]
+    r = subprocess.run([sys.executable, "-c", _HOST_MEMORY_SCRIPT] + paths, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    grew = int(r.stdout.split()[-1])
+    assert grew < 240 << 20, "peak RSS grew by {} MiB".format(grew >> 20)  # either copy alone: >= 256 MiB
+
+
 def test_random_inputs_are_seeded():
     a, _ = nsim.simulate_json(KERNEL, seed=7)
     b, _ = nsim.simulate_json(KERNEL, seed=7)
