@@ -173,6 +173,11 @@ const uint8_t* Simulator::hbm_for_copy(const std::string& name) const {
   return mem_.hbm_data(name);
 }
 
+const uint8_t* Simulator::hbm_bytes(const std::string& name) const {
+  numerics_done();
+  return mem_.hbm_data(name);
+}
+
 memory::Buffer Simulator::take_hbm(const std::string& name) {
   numerics_done();
   return mem_.take_hbm_data(name);

@@ -110,6 +110,9 @@ class Simulator {
   /// The bytes of HBM tensor `name` (memory::HbmTensor::bytes of them) for the caller to copy into a buffer
   /// of its own, nullptr when never written (all zero); throws HostMemory (sim/errors.def) when the host lacks the memory for that copy.
   const uint8_t* hbm_for_copy(const std::string& name) const;
+  /// The bytes of HBM tensor `name` (memory::HbmTensor::bytes of them) as they are once the run is over,
+  /// in place (the CLI writes its --outputs files from them); nullptr without storage.
+  const uint8_t* hbm_bytes(const std::string& name) const;
   /// The storage of HBM tensor `name`, moved out once the run is over (the Python module hands outputs
   /// to numpy this way, without a copy): the tensor has none afterwards. Empty without numerics.
   memory::Buffer take_hbm(const std::string& name);

@@ -1,5 +1,7 @@
 #include "frontend/npy.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <cstring>
@@ -227,10 +229,10 @@ std::vector<uint8_t> to_dtype(const NpyArray& a, DType dt, const std::vector<int
   return out;
 }
 
-void write_npy(const std::string& path, const std::vector<uint8_t>& data, DType dt, const std::vector<int64_t>& shape,
+void write_npy(const std::string& path, const uint8_t* data, size_t bytes, DType dt, const std::vector<int64_t>& shape,
                bool raw) {
   std::string descr;
-  std::vector<uint8_t> body = data;
+  bool widen = false;
   switch (dt) {
     case DType::kFloat32: descr = "<f4"; break;
     case DType::kFloat16: descr = "<f2"; break;
@@ -248,10 +250,7 @@ void write_npy(const std::string& path, const std::vector<uint8_t>& data, DType 
       if (raw) {
         descr = fmt::format("|V{}", dtype_bytes(dt));
       } else {  // bf16, fp8, tf32: widen exactly to float32
-        const size_t n = data.size() / static_cast<size_t>(dtype_bytes(dt));
-        body.resize(n * 4);
-        for (size_t i = 0; i < n; ++i)
-          store_f32(DType::kFloat32, &body[i * 4], load_f32(dt, &data[i * static_cast<size_t>(dtype_bytes(dt))]));
+        widen = true;
         descr = "<f4";
       }
   }
@@ -270,7 +269,23 @@ void write_npy(const std::string& path, const std::vector<uint8_t>& data, DType 
   const char hlb[2] = {static_cast<char>(hl & 0xff), static_cast<char>(hl >> 8)};
   f.write(hlb, 2);
   f.write(header.data(), static_cast<std::streamsize>(header.size()));
-  f.write(reinterpret_cast<const char*>(body.data()), static_cast<std::streamsize>(body.size()));
+  // The body a block at a time (widened, or zeros without data), else straight from `data`.
+  const auto eb = static_cast<size_t>(dtype_bytes(dt));
+  if (data != nullptr && !widen) {
+    f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  } else {
+    constexpr size_t kBlock = 16384;  // elements
+    std::vector<uint8_t> block(kBlock * 4);
+    const size_t n = bytes / eb, out_eb = widen ? 4 : eb;
+    for (size_t i = 0; i < n; i += kBlock) {
+      const size_t m = std::min(kBlock, n - i);
+      if (data == nullptr) std::fill(block.begin(), block.begin() + static_cast<std::ptrdiff_t>(m * out_eb), uint8_t{0});
+      else
+        for (size_t j = 0; j < m; ++j) store_f32(DType::kFloat32, &block[j * 4], load_f32(dt, data + (i + j) * eb));
+      f.write(reinterpret_cast<const char*>(block.data()), static_cast<std::streamsize>(m * out_eb));
+    }
+  }
+  if (!f) throw Error(ErrorCode::kCannotWrite, fmt::format("{}: cannot write", path));
 }
 
 }  // namespace nsim::frontend

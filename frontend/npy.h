@@ -28,7 +28,12 @@ std::vector<uint8_t> to_dtype(const NpyArray& a, DType dt, const std::vector<int
 
 /// Write raw tensor bytes of dtype `dt` as .npy. bf16/fp8/tf32 have no numpy descr: they are written
 /// as float32 (an exact widening) unless `raw` (then as "<V2"/"<V1" bits, view with ml_dtypes).
-void write_npy(const std::string& path, const std::vector<uint8_t>& data, DType dt, const std::vector<int64_t>& shape,
+/// Streamed from `data` (`bytes` of them; nullptr: zeros), widened a block at a time: no copy of the tensor.
+void write_npy(const std::string& path, const uint8_t* data, size_t bytes, DType dt, const std::vector<int64_t>& shape,
                bool raw = false);
+inline void write_npy(const std::string& path, const std::vector<uint8_t>& data, DType dt,
+                      const std::vector<int64_t>& shape, bool raw = false) {
+  write_npy(path, data.data(), data.size(), dt, shape, raw);
+}
 
 }  // namespace nsim::frontend

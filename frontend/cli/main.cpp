@@ -534,8 +534,9 @@ int cmd_run_multicore(const RunArgs& a, const frontend::Kernel& k, const sim::Co
     fs::create_directories(a.outputs);
     for (const auto& t : k.tensors)
       if (t.space == isa::Space::kHbm && t.kind == frontend::TensorKind::kOutput)
-        frontend::write_npy((fs::path(a.outputs) / (t.name + ".npy")).string(), mc.core(0).read_hbm(t.name), t.dtype,
-                            t.shape, a.raw_outputs);
+        frontend::write_npy((fs::path(a.outputs) / (t.name + ".npy")).string(), mc.core(0).hbm_bytes(t.name),
+                            static_cast<size_t>(mc.core(0).memory().hbm_tensor(t.name).bytes), t.dtype, t.shape,
+                            a.raw_outputs);
   }
   if (!a.stats.empty()) {
     std::ofstream f(a.stats);
@@ -629,7 +630,8 @@ int cmd_run(const RunArgs& a) {
     fs::create_directories(a.outputs);
     for (const auto& t : k.tensors)
       if (t.space == isa::Space::kHbm && t.kind == frontend::TensorKind::kOutput)
-        frontend::write_npy((fs::path(a.outputs) / (t.name + ".npy")).string(), sim.read_hbm(t.name), t.dtype, t.shape,
+        frontend::write_npy((fs::path(a.outputs) / (t.name + ".npy")).string(), sim.hbm_bytes(t.name),
+                            static_cast<size_t>(sim.memory().hbm_tensor(t.name).bytes), t.dtype, t.shape,
                             a.raw_outputs);
   }
   if (!a.stats.empty()) {

@@ -30,13 +30,11 @@ def test_every_regression_input_is_ok_or_a_coded_user_error():
     assert len(results) == len(REGRESSIONS)
     bad = [(os.path.basename(p), o, d) for p, o, d in results if o in fuzz.FAILURES]
     assert not bad
-    # Where a regression names the code it must now get, it gets it ("expect_python", where the Python
-    # module's answer differs from the C++ entry points' "expect", which nsim_fuzz's replay checks).
+    # Where a regression names the code it must now get, it gets it.
     by_path = {p: (o, d) for p, o, d in results}
     for p in REGRESSIONS:
         with open(p) as f:
-            case = json.load(f)
-        want = case.get("expect_python", case.get("expect"))
+            want = json.load(f).get("expect")
         if want:
             outcome, detail = by_path[p]
             assert (outcome == "ok") if want == "ok" else (want in detail), (os.path.basename(p), outcome, detail)
