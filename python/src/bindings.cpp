@@ -182,24 +182,6 @@ py::object numpy_dtype(DType dt) {
   }
 }
 
-/// A new numpy array of output tensor `t` holding `bytes` bytes at `data` (nullptr: zeros).
-py::object output_array(const frontend::Tensor& t, const uint8_t* data, size_t bytes) {
-  py::module_ np = py::module_::import("numpy");
-  py::object dt = numpy_dtype(t.dtype);
-  int64_t n = 1;
-  for (int64_t d : t.shape) n *= d;
-  const auto want = static_cast<size_t>(n) * dt.attr("itemsize").cast<size_t>();
-  if (want != bytes)
-    throw Error(ErrorCode::kInternal, fmt::format("output '{}': {} bytes read from HBM, {} expected", t.name, bytes, want));
-  py::tuple shape = py::cast(t.shape);
-  py::object out = np.attr(data ? "empty" : "zeros")(shape, py::arg("dtype") = dt);
-  if (data && bytes) std::memcpy(array_data(out), data, bytes);
-  return out;
-}
-py::object output_array(const frontend::Tensor& t, const std::vector<uint8_t>& data) {
-  return output_array(t, data.data(), data.size());
-}
-
 /// An output's bytes handed to numpy without a copy: the simulator's HBM storage of the tensor, exposed
 /// through the buffer protocol (_nsim._HostBytes); the array made over it keeps it alive and writable.
 struct HostBytes {
@@ -207,18 +189,19 @@ struct HostBytes {
 };
 
 /// A new numpy array of output tensor `t` over its HBM storage `b`, moved out of the simulator (zeros
-/// when empty: no numerics).
+/// when empty: no storage).
 py::object output_array(const frontend::Tensor& t, memory::Buffer b) {
-  if (b.empty()) return output_array(t, nullptr, 0);
+  py::module_ np = py::module_::import("numpy");
   py::object dt = numpy_dtype(t.dtype);
+  py::tuple shape = py::cast(t.shape);
+  if (b.empty()) return np.attr("zeros")(shape, py::arg("dtype") = dt);
   int64_t n = 1;
   for (int64_t d : t.shape) n *= d;
-  if (static_cast<size_t>(n) * dt.attr("itemsize").cast<size_t>() != b.size())
-    throw Error(ErrorCode::kInternal, fmt::format("output '{}': {} bytes of HBM storage, {} expected", t.name, b.size(),
-                                                  static_cast<size_t>(n) * dt.attr("itemsize").cast<size_t>()));
+  const auto want = static_cast<size_t>(n) * dt.attr("itemsize").cast<size_t>();
+  if (want != b.size())
+    throw Error(ErrorCode::kInternal, fmt::format("output '{}': {} bytes of HBM storage, {} expected", t.name, b.size(), want));
   py::object holder = py::cast(HostBytes{std::move(b)});
-  py::module_ np = py::module_::import("numpy");
-  return np.attr("frombuffer")(holder, py::arg("dtype") = dt).attr("reshape")(py::cast(t.shape));
+  return np.attr("frombuffer")(holder, py::arg("dtype") = dt).attr("reshape")(shape);
 }
 
 py::list lines_list(const std::vector<Simulator::LineStats>& stats) {
@@ -399,7 +382,7 @@ py::tuple simulate_kernel(const frontend::Kernel& k, const py::dict& inputs, con
   opts.max_sim_time_ns = a.max_sim_time_ns;
   std::optional<Simulator> sim;
   if (!k.core_programs.empty()) {  // an LNC=2 launch (frontend/multicore.h)
-    std::map<std::string, std::vector<uint8_t>> raw_outputs;
+    std::map<std::string, memory::Buffer> raw_outputs;  // the shared HBM's storage, moved out (no copy)
     std::optional<frontend::MultiCoreRun> mc;
     std::optional<sim::StatsRegistry> stats;
     {
@@ -411,11 +394,12 @@ py::tuple simulate_kernel(const frontend::Kernel& k, const py::dict& inputs, con
       if (!timing_only)
         for (const auto& t : k.tensors)
           if (t.space == isa::Space::kHbm && t.kind == frontend::TensorKind::kOutput)
-            raw_outputs[t.name] = mc->core(0).read_hbm(t.name);
+            raw_outputs[t.name] = mc->core(0).take_hbm(t.name);
     }
     py::dict outputs;
     for (const auto& t : k.tensors)
-      if (auto it = raw_outputs.find(t.name); it != raw_outputs.end()) outputs[py::str(t.name)] = output_array(t, it->second);
+      if (auto it = raw_outputs.find(t.name); it != raw_outputs.end())
+        outputs[py::str(t.name)] = output_array(t, std::move(it->second));
     py::list lines = lines_list(mc->line_stats());
     py::list reports = check_list(mc->check_reports());
     return py::make_tuple(outputs, stats_dict(*stats), lines, lazy_yaml(cfg), reports);
