@@ -23,14 +23,14 @@ bool EagerSession::has_tensor(const std::string& name) const {
   return tiles_.count(name) != 0 || mem_.has_hbm_tensor(name);
 }
 
-void EagerSession::add_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt,
-                           const std::vector<uint8_t>& bytes) {
+void EagerSession::add_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt, const uint8_t* data,
+                           size_t size) {
   const memory::HbmTensor& t = mem_.alloc_hbm(name, shape, dt);
-  if (bytes.empty()) return;
-  if (static_cast<int64_t>(bytes.size()) != t.bytes)
-    throw Error(ErrorCode::kBadInput, fmt::format("eager: HBM tensor '{}' holds {} bytes, {} were given", name,
-                                                  t.bytes, bytes.size()));
-  std::memcpy(mem_.hbm_data(name), bytes.data(), bytes.size());
+  if (size == 0) return;
+  if (static_cast<int64_t>(size) != t.bytes)
+    throw Error(ErrorCode::kBadInput,
+                fmt::format("eager: HBM tensor '{}' holds {} bytes, {} were given", name, t.bytes, size));
+  std::memcpy(mem_.hbm_data(name), data, size);
 }
 
 int64_t EagerSession::place(const Tensor& t, int64_t bytes) {

@@ -22,8 +22,8 @@ class EagerSession {
  public:
   explicit EagerSession(const sim::Config& cfg);
 
-  /// Declare HBM tensor `name` with `bytes` as contents (empty: the unwritten-memory sentinel).
-  void add_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt, const std::vector<uint8_t>& bytes);
+  /// Declare HBM tensor `name` with the `size` bytes at `data` as contents (none: the unwritten-memory sentinel).
+  void add_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt, const uint8_t* data, size_t size);
   bool has_tensor(const std::string& name) const;
   /// Execute the ops of the kernel.json text `fragment`: its HBM tensors are declared if new (no
   /// contents), its alloc statements place tiles not seen before, its ops run in order. Returns the

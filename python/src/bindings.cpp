@@ -258,12 +258,8 @@ class PyEagerSession {
       t.space = isa::Space::kHbm;
       t.dtype = *dt;
       t.shape = shape;
-      std::vector<uint8_t> bytes;
-      if (!array.is_none()) {
-        InputData d = input_data(t, array);
-        bytes = d.array ? std::vector<uint8_t>(d.data, d.data + d.size) : std::move(d.bytes);
-      }
-      s_.add_hbm(name, shape, *dt, std::move(bytes));
+      const InputData d = array.is_none() ? InputData{} : input_data(t, array);  // copied once, into HBM
+      s_.add_hbm(name, shape, *dt, d.data, d.size);
       return 0;
     });
   }
