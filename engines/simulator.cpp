@@ -159,20 +159,6 @@ void Simulator::write_hbm(const std::string& name, const void* data, size_t byte
   if (uint8_t* d = mem_.hbm_data(name)) std::memcpy(d, data, bytes);
 }
 
-const uint8_t* Simulator::hbm_for_copy(const std::string& name) const {
-  numerics_done();
-  const memory::HbmTensor& t = mem_.hbm_tensor(name);
-  // The copy needs as much host memory again as the tensor's storage (found by the fuzz driver: a
-  // 2 GiB output read back under a 3 GiB address-space limit ended in std::bad_alloc, E901).
-  if (const int64_t avail = sim::host_memory_available(); avail >= 0 && t.bytes > avail)
-    throw Error(ErrorCode::kHostMemory,
-                fmt::format("reading HBM tensor '{}' back needs {} bytes ({:.2f} GiB) of host memory for its copy, but "
-                            "only {} bytes ({:.2f} GiB) are available; use a smaller shape, or do not ask for its values",
-                            name, t.bytes, static_cast<double>(t.bytes) / (1 << 30), avail,
-                            static_cast<double>(avail) / (1 << 30)));
-  return mem_.hbm_data(name);
-}
-
 const uint8_t* Simulator::hbm_bytes(const std::string& name) const {
   numerics_done();
   return mem_.hbm_data(name);
@@ -184,8 +170,16 @@ memory::Buffer Simulator::take_hbm(const std::string& name) {
 }
 
 std::vector<uint8_t> Simulator::read_hbm(const std::string& name) const {
-  const uint8_t* d = hbm_for_copy(name);
   const int64_t bytes = mem_.hbm_tensor(name).bytes;
+  // The copy needs as much host memory again as the tensor's storage (found by the fuzz driver: a
+  // 2 GiB output read back under a 3 GiB address-space limit ended in std::bad_alloc, E901).
+  if (const int64_t avail = sim::host_memory_available(); avail >= 0 && bytes > avail)
+    throw Error(ErrorCode::kHostMemory,
+                fmt::format("reading HBM tensor '{}' back needs {} bytes ({:.2f} GiB) of host memory for its copy, but "
+                            "only {} bytes ({:.2f} GiB) are available; use a smaller shape, or do not ask for its values",
+                            name, bytes, static_cast<double>(bytes) / (1 << 30), avail,
+                            static_cast<double>(avail) / (1 << 30)));
+  const uint8_t* d = hbm_bytes(name);
   if (!d) return std::vector<uint8_t>(static_cast<size_t>(bytes), 0);
   return std::vector<uint8_t>(d, d + bytes);
 }

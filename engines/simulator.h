@@ -106,10 +106,9 @@ class Simulator {
   // ---- tensors
   const memory::HbmTensor& alloc_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt);
   void write_hbm(const std::string& name, const void* data, size_t bytes);
+  /// A copy of HBM tensor `name` once the run is over (zeros without storage); throws HostMemory
+  /// (sim/errors.def) when the host lacks the memory for that copy.
   std::vector<uint8_t> read_hbm(const std::string& name) const;
-  /// The bytes of HBM tensor `name` (memory::HbmTensor::bytes of them) for the caller to copy into a buffer
-  /// of its own, nullptr when never written (all zero); throws HostMemory (sim/errors.def) when the host lacks the memory for that copy.
-  const uint8_t* hbm_for_copy(const std::string& name) const;
   /// The bytes of HBM tensor `name` (memory::HbmTensor::bytes of them) as they are once the run is over,
   /// in place (the CLI writes its --outputs files from them); nullptr without storage.
   const uint8_t* hbm_bytes(const std::string& name) const;
