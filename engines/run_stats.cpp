@@ -1,6 +1,7 @@
 #include "engines/run_stats.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace nsim {
 
@@ -243,6 +244,80 @@ void RunStats::fold(Ps w, bool is_dma, uint64_t seq) {
   if ((seq % kFoldEvery) == 0) fold_active(w);
 }
 
+void RunStats::sample(Sample& out) const {
+  if (lk_on_) flush_lockstep();
+  // The counters without the unions (a copy of those would forward into this object's any_active).
+  const auto& src = c_;
+  auto& dst = out.c;
+  dst.engine = src.engine;
+  dst.dma = src.dma;
+  dst.opcode_count = src.opcode_count;
+  dst.opcode_time = src.opcode_time;
+  dst.engine_opcode_count = src.engine_opcode_count;
+  dst.engine_opcode_time = src.engine_opcode_time;
+  dst.dma_transfers = src.dma_transfers;
+  dst.dma_descriptors = src.dma_descriptors;
+  dst.hbm_read = src.hbm_read, dst.hbm_write = src.hbm_write, dst.sbuf_read = src.sbuf_read;
+  dst.sbuf_write = src.sbuf_write, dst.psum_read = src.psum_read, dst.psum_write = src.psum_write;
+  dst.matmul_flops = src.matmul_flops, dst.transpose_flops = src.transpose_flops;
+  dst.adjusted_matmul_flops = src.adjusted_matmul_flops, dst.adjusted_transpose_flops = src.adjusted_transpose_flops;
+  dst.mx_matmul_flops = src.mx_matmul_flops;
+  dst.matmul_instructions = src.matmul_instructions;
+  out.dma_active = c_.dma_active.total();
+  out.any_active = c_.any_active.total() + (stage_hi_ >= 0 ? stage_hi_ - stage_lo_ : 0);
+  for (size_t i = 0; i < out.dma_class_active.size(); ++i) out.dma_class_active[i] = c_.dma_class_active[i].total();
+  out.per_loc = per_loc_;
+}
+
+void RunStats::add_repeats(const Sample& a, const Sample& b, uint64_t k, Ps dt) {
+  if (lk_on_) flush_lockstep();
+  const auto n = static_cast<int64_t>(k);
+  // Each additive field x: x += k (b.x - a.x).
+  auto rep = [n](auto& x, auto xa, auto xb) { x += static_cast<std::remove_reference_t<decltype(x)>>(n) * (xb - xa); };
+  auto track = [&](TrackCounters& t, const TrackCounters& ta, const TrackCounters& tb) {
+    rep(t.instructions, ta.instructions, tb.instructions);
+    rep(t.busy, ta.busy, tb.busy);
+    rep(t.busy_union, ta.busy_union, tb.busy_union);
+    rep(t.instr_time, ta.instr_time, tb.instr_time);
+    rep(t.active, ta.active_so_far(), tb.active_so_far());
+    rep(t.flops, ta.flops, tb.flops);
+    rep(t.bytes, ta.bytes, tb.bytes);
+  };
+  for (size_t e = 0; e < c_.engine.size(); ++e) track(c_.engine[e], a.c.engine[e], b.c.engine[e]);
+  for (size_t e = 0; e < c_.dma.size(); ++e) track(c_.dma[e], a.c.dma[e], b.c.dma[e]);
+  for (size_t o = 0; o < c_.opcode_count.size(); ++o) {
+    rep(c_.opcode_count[o], a.c.opcode_count[o], b.c.opcode_count[o]);
+    rep(c_.opcode_time[o], a.c.opcode_time[o], b.c.opcode_time[o]);
+    for (size_t e = 0; e < c_.engine_opcode_count.size(); ++e) {
+      rep(c_.engine_opcode_count[e][o], a.c.engine_opcode_count[e][o], b.c.engine_opcode_count[e][o]);
+      rep(c_.engine_opcode_time[e][o], a.c.engine_opcode_time[e][o], b.c.engine_opcode_time[e][o]);
+    }
+  }
+  rep(c_.dma_transfers, a.c.dma_transfers, b.c.dma_transfers);
+  rep(c_.dma_descriptors, a.c.dma_descriptors, b.c.dma_descriptors);
+  rep(c_.hbm_read, a.c.hbm_read, b.c.hbm_read);
+  rep(c_.hbm_write, a.c.hbm_write, b.c.hbm_write);
+  rep(c_.sbuf_read, a.c.sbuf_read, b.c.sbuf_read);
+  rep(c_.sbuf_write, a.c.sbuf_write, b.c.sbuf_write);
+  rep(c_.psum_read, a.c.psum_read, b.c.psum_read);
+  rep(c_.psum_write, a.c.psum_write, b.c.psum_write);
+  rep(c_.matmul_flops, a.c.matmul_flops, b.c.matmul_flops);
+  rep(c_.transpose_flops, a.c.transpose_flops, b.c.transpose_flops);
+  rep(c_.adjusted_matmul_flops, a.c.adjusted_matmul_flops, b.c.adjusted_matmul_flops);
+  rep(c_.adjusted_transpose_flops, a.c.adjusted_transpose_flops, b.c.adjusted_transpose_flops);
+  rep(c_.mx_matmul_flops, a.c.mx_matmul_flops, b.c.mx_matmul_flops);
+  rep(c_.matmul_instructions, a.c.matmul_instructions, b.c.matmul_instructions);
+  c_.dma_active.add_length(n * (b.dma_active - a.dma_active));
+  c_.any_active.add_length(n * (b.any_active - a.any_active));
+  for (size_t i = 0; i < c_.dma_class_active.size(); ++i)
+    c_.dma_class_active[i].add_length(n * (b.dma_class_active[i] - a.dma_class_active[i]));
+  for (size_t i = 0; i < per_loc_.size() && i < a.per_loc.size() && i < b.per_loc.size(); ++i) {
+    rep(per_loc_[i].first, a.per_loc[i].first, b.per_loc[i].first);
+    rep(per_loc_[i].second, a.per_loc[i].second, b.per_loc[i].second);
+  }
+  skipped_time_ += dt;
+}
+
 void RunStats::finish() {
   for (auto& t : c_.engine) t.close();
   if (lk_on_) flush_lockstep();
@@ -252,6 +327,8 @@ void RunStats::finish() {
   c_.dma_active.close();
   for (auto& u : c_.dma_class_active) u.close();
   c_.any_active.close();
+  c_.end += skipped_time_;
+  skipped_time_ = 0;
 }
 
 }  // namespace engines

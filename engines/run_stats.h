@@ -47,6 +47,8 @@ struct TrackCounters {
   uint64_t bytes = 0;
   void add_interval(sim::Ps s, sim::Ps e);
   void close();
+  /// active with the interval still open: the union so far.
+  sim::Ps active_so_far() const { return active + (cur_hi >= 0 ? cur_hi - cur_lo : 0); }
 };
 
 /// DMA trigger classes (which engine generated the descriptors): Sync = static (dge none),
@@ -113,8 +115,25 @@ class RunStats {
   void fold(sim::Ps w, bool dma, uint64_t seq);
   /// Whether fold() has work after instruction `seq` (a DMA, or every kFoldEvery instructions).
   static bool fold_due(bool dma, uint64_t seq) { return dma || (seq % kFoldEvery) == 0; }
+  /// Instructions between two folds of the active-time unions (samples this many instructions apart
+  /// are taken at the same phase of the folding).
+  static constexpr uint64_t fold_every() { return kFoldEvery; }
   /// Close every counter (idempotent use is the caller's: call once).
   void finish();
+
+  /// The counters at one point of the run (SimOptions::fast_forward: two samples a whole number of
+  /// loop periods apart give what one period adds).
+  struct Sample {
+    RunCounters c;  ///< additive fields only are read (the unions' lengths are below)
+    sim::Ps dma_active = 0, any_active = 0;
+    std::array<sim::Ps, kNumDmaClasses> dma_class_active{};
+    std::vector<std::pair<uint64_t, sim::Ps>> per_loc;
+  };
+  void sample(Sample& out) const;
+  /// Count `k` more times what the run added from `a` to `b` (a later sample): instructions, times,
+  /// bytes, FLOPs, active-time unions, per-line counters; the run ends `dt` later than its simulated
+  /// instructions do (end() includes it).
+  void add_repeats(const Sample& a, const Sample& b, uint64_t k, sim::Ps dt);
 
   /// A new source location id (ids index the per-line counters).
   void add_source() { per_loc_.emplace_back(0, 0); }
@@ -124,8 +143,11 @@ class RunStats {
     if (lk_on_) flush_lockstep();
     return c_;
   }
-  /// The latest instruction end so far (counters().end without the lockstep flush: read per instruction).
-  sim::Ps end() const { return c_.end; }
+  /// The latest instruction end so far (counters().end without the lockstep flush: read per
+  /// instruction), plus the time of the iterations skipped (add_repeats) until finish() adds it to end.
+  sim::Ps end() const { return c_.end + skipped_time_; }
+  /// end() without the skipped time: the clock the simulated instructions run on.
+  sim::Ps local_end() const { return c_.end; }
 
  private:
   void account_bytes(const Bytes& b);
@@ -151,6 +173,7 @@ class RunStats {
   bool lk_on_ = false;
   sim::Ps stage_lo_ = 0, stage_hi_ = -1;  ///< staged engine activity, not yet in c_.any_active (empty: hi < 0)
   std::vector<std::pair<uint64_t, sim::Ps>> per_loc_;
+  sim::Ps skipped_time_ = 0;  ///< add_repeats' dt, summed (in c_.end after finish())
 };
 
 }  // namespace engines

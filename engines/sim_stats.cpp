@@ -23,6 +23,8 @@ sim::StatsRegistry Simulator::stats() const {
   r.add("neuroncore_cycle_count", base.ps_to_cycles(c_.end), "cycles", "total_time at the profiler base clock (clock.sync)");
   // Share of total_time; 0 for an empty run.
   auto pct = [&](Ps t) { return c_.end ? 100.0 * static_cast<double>(t) / static_cast<double>(c_.end) : 0.0; };
+  r.add("fast_forward.skipped_instructions", static_cast<double>(skipped_instructions_), "count",
+        "instructions of loop iterations counted as repeats, not simulated (SimOptions::fast_forward)");
   r.add("total_exec_time", c_.end > c_.start ? sim::ps_to_ns(c_.end - c_.start) : 0.0, "ns",
         "first instruction start to the end of the last instruction or DMA packet");
   const Ps any_active = c_.any_active.total();

@@ -593,6 +593,28 @@ void Simulator::numerics_done() const {
   gemm_async_->forget_all();  // the caller may write any memory
 }
 
+uint64_t Simulator::timing_digest() const {
+  // Times before the watermark all act alike (nothing later starts before it): they count as it.
+  const Ps base = stats_.local_end(), w = watermark();
+  uint64_t h = 0x9E3779B97F4A7C15ull;
+  auto mix = [&h, base, w](Ps t) {
+    h ^= static_cast<uint64_t>(std::max(t, w) - base) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  };
+  mix(w);
+  for (int e = 0; e < isa::kNumEngines; ++e) mix(stream_.next_issue(static_cast<isa::Engine>(e)));
+  mix(tensor_.next_issue());
+  for (int q = 0; q < p_.dma_queues; ++q) mix(dma_.queue_free(q));
+  for (int e = 0; e < p_.dma_engines; ++e) mix(dma_.data_last_end(e));
+  return h;
+}
+
+void Simulator::add_repeats(const engines::RunStats::Sample& a, const engines::RunStats::Sample& b, uint64_t k,
+                            uint64_t instructions, Ps dt) {
+  stats_.add_repeats(a, b, k, dt);
+  seq_ += k * instructions;
+  skipped_instructions_ += k * instructions;
+}
+
 void Simulator::finish() {
   numerics_done();
   if (finished_) return;

@@ -77,6 +77,12 @@ struct SimOptions {
   /// converted again (isa::sem::AsyncGemm; numerics on). The same outputs either way
   /// (tests/unit/engines/test_async_product.cpp).
   bool async_product = true;
+  /// Timing-only runs: once a loop's iterations repeat (the engines and DMA queues at the same times
+  /// relative to the run's end, each iteration adding the same time), skip the iterations in the
+  /// middle and count them as repeats of those measured (docs/timing-model.md, "Fast-forward").
+  /// An approximation, off by default; ignored with numerics, a trace, the analyzer, an instruction
+  /// listener, the sanitizer or LNC=2.
+  bool fast_forward = false;
 };
 
 class Simulator {
@@ -203,6 +209,26 @@ class Simulator {
   const memory::DmaSplit& last_dma_split() const { return last_split_; }
   const engines::DmaEngines::Transfer& last_dma_transfer() const { return last_transfer_; }
 
+  // ---- fast-forward (SimOptions::fast_forward; the lowering decides what to skip, frontend/lower.h)
+  /// Whether iterations may be skipped in this run (the option set and nothing that needs every
+  /// instruction: numerics, trace, analyzer, listeners, sanitizer, a second core).
+  bool fast_forward_allowed() const {
+    return opts_.fast_forward && !opts_.numerics && !trace_ && !asap_ && listeners_.empty() && !checker_ &&
+           opts_.core_index < 0 && !peer_;
+  }
+  /// The timing state that decides what later instructions do, relative to the run's end so far:
+  /// each engine's next issue and each DMA queue's next setup, hashed.
+  uint64_t timing_digest() const;
+  /// The end of the instructions simulated so far, without skipped time.
+  sim::Ps local_time() const { return stats_.local_end(); }
+  void sample_stats(engines::RunStats::Sample& out) const { stats_.sample(out); }
+  /// Count `k` repeats of what ran from sample `a` to sample `b` (`instructions` instructions) as if
+  /// simulated: counters, per-line stats, instruction indexes, and `dt` more time at the end.
+  void add_repeats(const engines::RunStats::Sample& a, const engines::RunStats::Sample& b, uint64_t k,
+                   uint64_t instructions, sim::Ps dt);
+  /// Instructions counted by add_repeats (not simulated one by one).
+  uint64_t skipped_instructions() const { return skipped_instructions_; }
+
   // ---- results
   /// Work attributed to one kernel source location.
   struct LineStats {
@@ -301,6 +327,7 @@ class Simulator {
   bool finished_ = false;
   std::vector<InstrListener> listeners_;
   uint64_t seq_ = 0;  ///< program-order index of the next instruction
+  uint64_t skipped_instructions_ = 0;  ///< add_repeats
   std::array<int64_t, 2> onchip_peak_{-1, -1};  ///< set_onchip_peak (SBUF, PSUM); -1 = not set
   std::unique_ptr<engines::DepTracker> asap_;
   std::unique_ptr<engines::Checker> checker_;  ///< SimOptions::check with numerics

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 
 namespace nsim::frontend {
 
@@ -426,10 +427,12 @@ bool Lowering::next(Instr& out) {
                                     l.var, lim),
                         l.loc);
           }
+          if (ff_.on != 0) fast_forward_at(l, v);
           f.pc = 0;
           continue;
         }
       }
+      if (ff_.depth == stack_.size()) ff_.depth = 0;  // the instance followed ends
       stack_.pop_back();
       continue;
     }
@@ -478,6 +481,118 @@ void Lowering::run() {
   }
   if (record_) write_occupancy();
   name_check_reports();
+}
+
+namespace {
+int64_t iterations_left(const Loop& l, int64_t v) {  // v: the value of the iteration about to begin
+  if (l.step > 0) return v < l.stop ? (l.stop - v + l.step - 1) / l.step : 0;
+  return v > l.stop ? (v - l.stop - l.step - 1) / -l.step : 0;
+}
+}  // namespace
+
+void Lowering::fast_forward_start(const Loop& l, int64_t v) {
+  ff_.depth = stack_.size();
+  ff_.iters = 0;
+  ff_.period = 0;
+  ff_.run.fill(0);
+  ff_.last = {emitted_, sim_.instructions(), sim_.local_time(), 0};
+  // Tiles allocated in the body: how often per iteration (their rotating buffer advances that much).
+  ff_.allocs.clear();
+  ff_.align = 1;
+  struct Walk {
+    const Kernel& k;
+    std::vector<std::pair<size_t, int64_t>>& out;
+    void body(const std::vector<Stmt>& b, int64_t times) {
+      for (const Stmt& s : b) {
+        if (s.kind == Stmt::Kind::kAlloc) out.emplace_back(static_cast<size_t>(s.index), times);
+        if (s.kind == Stmt::Kind::kLoop) {
+          const Loop& inner = k.loops[static_cast<size_t>(s.index)];
+          body(inner.body, times * std::max<int64_t>(0, inner.trip_count()));
+        }
+      }
+    }
+  } walk{k_, ff_.allocs};
+  walk.body(l.body, 1);
+  for (const auto& [t, n] : ff_.allocs) {
+    const int bufs = std::max(1, placements_[t].bufs);
+    ff_.align = std::lcm(ff_.align, static_cast<int64_t>(bufs));
+  }
+  (void)v;
+}
+
+void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
+  if (ff_.on < 0) ff_.on = sim_.fast_forward_allowed() ? 1 : 0;
+  if (ff_.on == 0) return;
+  const size_t d = stack_.size();
+  Frame& f = stack_.back();
+  if (ff_.depth && ff_.depth < d) return;  // a loop inside the one followed
+  if (f.ff_done) return;
+  // Iterations between the two samples: enough for the scheduler's window to turn over several times.
+  const int64_t window = std::max<int64_t>(1, sim_.params().schedule_window);
+  if (!ff_.depth) {
+    if (iterations_left(l, v) < 64) {
+      f.ff_done = true;
+      return;
+    }
+    fast_forward_start(l, v);
+    if (ff_.align > 64) f.ff_done = true, ff_.depth = 0;
+    return;
+  }
+  FastForward::Step now{emitted_, sim_.instructions(), sim_.local_time(), sim_.timing_digest()};
+  const FastForward::Step step{now.emitted - ff_.last.emitted, now.committed - ff_.last.committed,
+                               now.time - ff_.last.time, now.digest};
+  ff_.last = now;
+  ++ff_.iters;
+  auto stop_following = [&] {
+    f.ff_done = true;
+    ff_.depth = 0;
+  };
+  if (step.emitted == 0) return stop_following();
+  for (int p = 1; p <= FastForward::kMaxPeriod; ++p) {
+    const auto pi = static_cast<size_t>(p);
+    ff_.run[pi] = ff_.iters > p && ff_.ring[static_cast<size_t>((ff_.iters - p) % FastForward::kMaxPeriod)] == step
+                      ? ff_.run[pi] + 1
+                      : 0;
+  }
+  ff_.ring[static_cast<size_t>(ff_.iters % FastForward::kMaxPeriod)] = step;
+  const int64_t need = std::max<int64_t>(16, (2 * window + static_cast<int64_t>(step.emitted) - 1) /
+                                                 static_cast<int64_t>(step.emitted));
+  const int64_t left = iterations_left(l, v);
+  if (left < 2 * need) return stop_following();  // too few left to gain anything
+  if (ff_.period == 0) {
+    if (ff_.iters > 8 * need) return stop_following();  // not periodic: give up on this instance
+    for (int p = 1; p <= FastForward::kMaxPeriod; ++p) {
+      if (ff_.run[static_cast<size_t>(p)] < need) continue;
+      ff_.period = p;
+      ff_.at_a = ff_.iters;
+      ff_.abs_a = now;
+      sim_.sample_stats(ff_.a);
+      break;
+    }
+    return;
+  }
+  const int64_t since = ff_.iters - ff_.at_a;
+  if (ff_.run[static_cast<size_t>(ff_.period)] < need + since) {  // the repetition broke: measure again
+    ff_.period = 0;
+    return;
+  }
+  const int64_t span = std::lcm(static_cast<int64_t>(ff_.period), ff_.align);
+  if (since < need || since % span != 0 ||
+      (now.committed - ff_.abs_a.committed) % engines::RunStats::fold_every() != 0)  // the same phase of the folds
+    return;
+  // Sample b: `since` iterations after a, the same state relative to the end. Skip k repeats of them,
+  // keeping `need` iterations at the end to run as simulated (the loop's tail and what follows).
+  const uint64_t instrs = now.committed - ff_.abs_a.committed;
+  const int64_t k = (left - need) / since;
+  if (k < 1 || instrs != static_cast<uint64_t>(since) * step.emitted) return stop_following();
+  sim_.sample_stats(ff_.b);
+  const int64_t skip = k * since;
+  sim_.add_repeats(ff_.a, ff_.b, static_cast<uint64_t>(k), instrs, k * (now.time - ff_.abs_a.time));
+  v += skip * l.step;
+  for (const auto& [t, n] : ff_.allocs) alloc_count_[t] += skip * n;
+  emitted_ += static_cast<uint64_t>(skip) * step.emitted;
+  idle_since_ = emitted_;
+  stop_following();
 }
 
 int Lowering::op_of_source(uint32_t loc) const {

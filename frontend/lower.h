@@ -134,8 +134,13 @@ class Lowering {
   struct Frame {
     const std::vector<Stmt>* body;
     size_t pc;
-    int loop;  ///< loop id whose body this is, -1 at top level
+    int loop;             ///< loop id whose body this is, -1 at top level
+    bool ff_done = false; ///< fast-forward: this loop instance is not followed (again)
   };
+  /// SimOptions::fast_forward, at the start of each iteration of a loop (after the first): follow one
+  /// loop instance; once its iterations repeat, count the middle ones as repeats and jump over them.
+  void fast_forward_at(const Loop& l, int64_t& v);
+  void fast_forward_start(const Loop& l, int64_t v);
   bool lower_op(const Op& op, isa::Instr& out);
   /// Name the tensors of the sanitizer's reports (by the op each instruction came from).
   void name_check_reports();
@@ -180,6 +185,30 @@ class Lowering {
     int64_t offset;
   };
   std::unordered_map<uint64_t, LiveRange> live_;  ///< (tensor, instance) -> first start, last end, storage
+
+  /// Fast-forward state (docs/timing-model.md, "Fast-forward"): the loop instance followed.
+  struct FastForward {
+    static constexpr int kMaxPeriod = 8;
+    int on = -1;            ///< -1: not decided yet (at the first boundary), 0 no, 1 yes
+    size_t depth = 0;       ///< stack depth of the loop instance followed (0: none)
+    int64_t iters = 0;      ///< boundaries of it seen since following began
+    int64_t align = 1;      ///< iterations skipped are a multiple of this (rotating buffers)
+    std::vector<std::pair<size_t, int64_t>> allocs;  ///< tensor, alloc executions per iteration
+    /// What one iteration did: instructions lowered and issued, time added, and the timing state after.
+    struct Step {
+      uint64_t emitted = 0, committed = 0;
+      sim::Ps time = 0;
+      uint64_t digest = 0;
+      bool operator==(const Step&) const = default;
+    };
+    Step last;                                 ///< absolute values at the previous boundary
+    std::array<Step, kMaxPeriod> ring{};       ///< the last steps, by iters % kMaxPeriod
+    std::array<int64_t, kMaxPeriod + 1> run{}; ///< run[p]: steps in a row equal to the step p before
+    int period = 0;                            ///< 0: not periodic yet; else sample a is taken
+    int64_t at_a = 0;
+    Step abs_a;
+    engines::RunStats::Sample a, b;
+  } ff_;
 };
 
 }  // namespace nsim::frontend

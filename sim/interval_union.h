@@ -71,6 +71,10 @@ class IntervalUnion {
   /// union over all engines only once the watermark reaches them.
   void forward_to(IntervalUnion* target) { fwd_ = target; }
 
+  /// Count `d` more of union length without intervals (a loop's iterations the lowering skipped,
+  /// SimOptions::fast_forward: their share of the union, measured over iterations simulated).
+  void add_length(Ps d) { done_ += d; }
+
   /// Fold everything (end of the run); what is added afterwards is clipped.
   void close() { fold(INT64_MAX); }
 

@@ -74,7 +74,7 @@ struct KernelArgs {
 struct RunArgs : KernelArgs {
   std::string inputs, outputs, trace, stats, instructions, dma;
   uint64_t seed = 0;
-  bool timing_only = false, raw_outputs = false;
+  bool timing_only = false, raw_outputs = false, fast_forward = false;
   bool stats_table = false;  ///< --stats-table
   bool quiet = false;        ///< --quiet: no progress line
   bool check = false;        ///< --check: the sanitizer
@@ -287,6 +287,10 @@ void build_cli(CLI::App& app, Parsed& p) {
                 "after the summary, print every stat as a table grouped by engine / dma /\n"
                 "memory / flops: value, unit, description (docs/profiling.md, \"Stats\")");
   run->add_flag("--timing-only", r.timing_only, "skip numerics (same timing, no outputs)");
+  run->add_flag("--fast-forward", r.fast_forward,
+                "with --timing-only: once a loop's iterations repeat, count its middle iterations\n"
+                "as repeats of those simulated instead of simulating them (an approximation:\n"
+                "docs/timing-model.md, \"Fast-forward\"; not with --trace)");
   run->add_flag("--check", r.check,
                 "the sanitizer: report reads of never-written SBUF/PSUM, accumulation into\n"
                 "never-written PSUM, the first NaN/Inf made from finite inputs and values clipped\n"
@@ -549,6 +553,10 @@ int cmd_run_multicore(const RunArgs& a, const frontend::Kernel& k, const sim::Co
 }
 
 int cmd_run(const RunArgs& a) {
+  if (a.fast_forward && (!a.timing_only || !a.trace.empty() || !a.instructions.empty() || !a.dma.empty()))
+    usage_error("--fast-forward needs --timing-only and cannot be used with --trace, --instructions or --dma "
+                "(they need every instruction simulated)",
+                "run");
   const frontend::Kernel k = load_kernel(a);
   const sim::Config cfg = engines::load_config(config_name(a.config), a.overrides);
   const uint64_t declared = k.core_programs.empty() ? 1 : k.core_programs.size();
@@ -565,6 +573,7 @@ int cmd_run(const RunArgs& a) {
   opts.trace_window_start_ns = a.trace_window_start_ns, opts.trace_window_end_ns = a.trace_window_end_ns;
   opts.max_instructions = a.max_instructions;
   opts.max_sim_time_ns = a.max_sim_time_ns;
+  opts.fast_forward = a.fast_forward;
   opts.stop = &g_stop_signal;
   install_stop_handlers();
   if (!k.core_programs.empty()) return cmd_run_multicore(a, k, cfg, opts);

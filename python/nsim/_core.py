@@ -521,9 +521,12 @@ def _progress_reporter(progress):
 
 
 def _run_options(config: Any, seed: Any, trace_limit: Any, max_instructions: Any, max_sim_time_ns: Any,
-                 trace_window: Any) -> Dict[str, Any]:
+                 trace_window: Any, fast_forward: Any = False) -> Dict[str, Any]:
     """The checked keyword arguments of _nsim's simulate (bad ones raise TypeError / ValueError)."""
+    if not isinstance(fast_forward, (bool, type(None))):
+        raise TypeError("fast_forward must be True or False, not {!r}".format(fast_forward))
     opts: Dict[str, Any] = {
+        "fast_forward": bool(fast_forward),
         "config": _check_str(config, "config"),
         "seed": _check_int(seed, "seed", 0, 2 ** 63 - 1),
         "trace_limit": 0 if trace_limit is None else _check_int(trace_limit, "trace_limit", 0, 2 ** 63 - 1),
@@ -566,6 +569,8 @@ def _input_arrays(inputs: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
 def _simulate(kernel: "LoadedKernel", arrays: Dict[str, Any], opts: Dict[str, Any], overrides: Any,
               timing_only: bool, trace: Any, check: bool, progress: Any) -> Tuple[dict, "Profile"]:
     ovr = _overrides(overrides)
+    if opts.get("fast_forward") and (not timing_only or trace is not None):
+        raise ValueError("fast_forward needs timing_only=True and no trace (a trace needs every instruction simulated)")
     report, close = _progress_reporter(progress)
     try:
         outputs, stats, lines, config_yaml, reports = _call(
@@ -615,9 +620,10 @@ class LoadedKernel:
                  check: bool = False,
                  max_instructions: Optional[int] = None,
                  max_sim_time_ns: Optional[float] = None,
-                 progress: Union[None, bool, Callable[[int, float], Any]] = None) -> Tuple[dict, "Profile"]:
+                 progress: Union[None, bool, Callable[[int, float], Any]] = None,
+                 fast_forward: bool = False) -> Tuple[dict, "Profile"]:
         """Simulate this kernel: the arguments and result of ``nsim.simulate_json`` (see there)."""
-        opts = _run_options(config, seed, trace_limit, max_instructions, max_sim_time_ns, trace_window)
+        opts = _run_options(config, seed, trace_limit, max_instructions, max_sim_time_ns, trace_window, fast_forward)
         return _simulate(self, _input_arrays(inputs), opts, overrides, timing_only, trace, check, progress)
 
     def check(self, *, config: str = "trn2", overrides: Union[None, Mapping[str, Any], Sequence[str]] = None) -> None:
@@ -654,7 +660,8 @@ def simulate_json(kernel: Union[KernelLike, LoadedKernel], *, inputs: Optional[M
                   check: bool = False,
                   max_instructions: Optional[int] = None,
                   max_sim_time_ns: Optional[float] = None,
-                  progress: Union[None, bool, Callable[[int, float], Any]] = None) -> Tuple[dict, Profile]:
+                  progress: Union[None, bool, Callable[[int, float], Any]] = None,
+                  fast_forward: bool = False) -> Tuple[dict, Profile]:
     """Simulate a kernel.json (dict, JSON text, path or ``nsim.load_kernel`` result) on one NeuronCore, or on the two physical cores of
     an LNC=2 launch when the kernel.json declares ``"cores": 2`` (docs/lnc.md; ``kernel[2].to_json(...)``).
 
@@ -673,9 +680,14 @@ def simulate_json(kernel: Union[KernelLike, LoadedKernel], *, inputs: Optional[M
     takes over 2 s, then about once a second and once more at the end (counts increase); True shows a
     tqdm bar when tqdm is installed, else a line on stderr; None/False: nothing (the default). Runs of
     an LNC=2 launch report no progress.
+    fast_forward: with timing_only (and no trace), once a loop's iterations repeat exactly (the engines and DMA
+    queues in the same state relative to the run's end, each iteration adding the same time), its middle
+    iterations are counted as repeats of those simulated instead of being simulated: long loops run in a
+    fraction of the time. An approximation (docs/timing-model.md, "Fast-forward"): stats equal the full
+    simulation's where the loop is steady; ``fast_forward.skipped_instructions`` counts what was skipped.
     Bad arguments raise TypeError / ValueError naming the argument; everything else is an NsimError.
     """
-    opts = _run_options(config, seed, trace_limit, max_instructions, max_sim_time_ns, trace_window)
+    opts = _run_options(config, seed, trace_limit, max_instructions, max_sim_time_ns, trace_window, fast_forward)
     if inputs is not None and not isinstance(inputs, Mapping):
         raise TypeError("inputs must be a dict {{tensor name: array}}, not {}".format(type(inputs).__name__))
     loaded = load_kernel(kernel)

@@ -27,7 +27,8 @@ __all__ = ["Kernel", "options", "simulate", "OPTION_DEFAULTS", "PLATFORM_CONFIG"
 
 #: Every nsim run option and its default (the keyword arguments of ``nsim.simulate_json``).
 OPTION_DEFAULTS = {"config": "trn2", "overrides": None, "timing_only": False, "trace": None, "seed": 0,
-                   "trace_limit": None, "trace_window": None, "check": True, "loops": None}
+                   "trace_limit": None, "trace_window": None, "check": True, "loops": None,
+                   "fast_forward": False}
 
 #: Options of the tracer, not of the simulation (not passed to ``nsim.simulate_json``).
 _TRACE_ONLY = ("loops",)
@@ -49,12 +50,14 @@ def _given(**opts):
 
 @contextlib.contextmanager
 def options(*, config=_UNSET, overrides=_UNSET, timing_only=_UNSET, trace=_UNSET, seed=_UNSET,
-            trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET, loops=_UNSET, progress=_UNSET):
+            trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET, loops=_UNSET, progress=_UNSET,
+            fast_forward=_UNSET):
     """``with nsim.options(config="trn1", timing_only=True): ...`` — defaults for every kernel run in the
     block (options not given keep the enclosing defaults; blocks nest; restored on exit). An option
     given by ``kernel.options(...)`` wins over these defaults."""
     new = _given(config=config, overrides=overrides, timing_only=timing_only, trace=trace, seed=seed,
-                 trace_limit=trace_limit, trace_window=trace_window, check=check, loops=loops, progress=progress)
+                 trace_limit=trace_limit, trace_window=trace_window, check=check, loops=loops, progress=progress,
+                 fast_forward=fast_forward)
     if "loops" in new and new["loops"] is not None:
         _tracer.loops_mode(new["loops"])
     cur = _CONTEXT.get() or {}
@@ -141,16 +144,19 @@ class Kernel:
                 obj.__dict__.update(kw)
 
     def options(self, *, config=_UNSET, overrides=_UNSET, timing_only=_UNSET, trace=_UNSET, seed=_UNSET,
-                trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET, loops=_UNSET, progress=_UNSET):
+                trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET, loops=_UNSET, progress=_UNSET,
+                fast_forward=_UNSET):
         """This kernel with nsim options set: ``config`` (preset name, default "trn2"), ``overrides`` (dict
         or ["key=value"]), ``timing_only`` (skip numerics; returned tensors are None), ``trace`` (path of a
         Perfetto trace to write), ``seed``, ``trace_limit``, ``trace_window`` (as ``nsim.simulate_json``),
         ``check`` (the sanitizer, docs/debugging.md: True (default) warns with CheckWarning, "strict" raises,
         False skips it), ``loops`` (how the tracer treats nl.affine_range / nl.sequential_range: "keep" them as
         kernel-IR loops where it can, the default, or "unroll" every iteration; docs/kernel-json.md "Loops
-        from the Python tracer"), ``progress`` (as ``nsim.simulate_json``). Options not given keep their current values."""
+        from the Python tracer"), ``progress`` and ``fast_forward`` (as ``nsim.simulate_json``). Options not given keep
+        their current values."""
         new = _given(config=config, overrides=overrides, timing_only=timing_only, trace=trace, seed=seed,
-                     trace_limit=trace_limit, trace_window=trace_window, check=check, loops=loops, progress=progress)
+                     trace_limit=trace_limit, trace_window=trace_window, check=check, loops=loops, progress=progress,
+                 fast_forward=fast_forward)
         if "loops" in new and new["loops"] is not None:
             _tracer.loops_mode(new["loops"])
         return self._derive(_opts=dict(self._opts, **new))

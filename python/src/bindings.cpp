@@ -347,6 +347,7 @@ struct RunArgs {
   bool check = false;
   uint64_t max_instructions = 0;
   double max_sim_time_ns = 0.0;
+  bool fast_forward = false;
 };
 
 /// Verify, lower and simulate a parsed kernel: (outputs, stats dict, lines, config_yaml, check_reports).
@@ -376,6 +377,7 @@ py::tuple simulate_kernel(const frontend::Kernel& k, const py::dict& inputs, con
   opts.trace_window_start_ns = a.trace_window.first, opts.trace_window_end_ns = a.trace_window.second;
   opts.max_instructions = a.max_instructions;
   opts.max_sim_time_ns = a.max_sim_time_ns;
+  opts.fast_forward = a.fast_forward;
   std::optional<Simulator> sim;
   if (!k.core_programs.empty()) {  // an LNC=2 launch (frontend/multicore.h)
     std::map<std::string, memory::Buffer> raw_outputs;  // the shared HBM's storage, moved out (no copy)
@@ -440,12 +442,12 @@ py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, con
                      const std::vector<std::string>& overrides, bool timing_only, const std::string& trace_path,
                      uint64_t seed, const std::string& filename, uint64_t trace_limit,
                      std::pair<double, double> trace_window, bool check, uint64_t max_instructions,
-                     double max_sim_time_ns, const py::object& progress) {
+                     double max_sim_time_ns, const py::object& progress, bool fast_forward) {
   return guarded([&]() -> py::tuple {
     const frontend::Kernel k = frontend::parse_kernel_json(kernel_json, filename);
     return simulate_kernel(k, inputs,
                            RunArgs{config, overrides, timing_only, trace_path, seed, trace_limit, trace_window, check,
-                                   max_instructions, max_sim_time_ns},
+                                   max_instructions, max_sim_time_ns, fast_forward},
                            progress);
   });
 }
@@ -547,11 +549,11 @@ class PyKernel {
   py::tuple simulate(const py::dict& inputs, const std::string& config, const std::vector<std::string>& overrides,
                      bool timing_only, const std::string& trace_path, uint64_t seed, uint64_t trace_limit,
                      std::pair<double, double> trace_window, bool check, uint64_t max_instructions,
-                     double max_sim_time_ns, const py::object& progress) const {
+                     double max_sim_time_ns, const py::object& progress, bool fast_forward) const {
     return guarded([&]() -> py::tuple {
       return simulate_kernel(k_, inputs,
                              RunArgs{config, overrides, timing_only, trace_path, seed, trace_limit, trace_window,
-                                     check, max_instructions, max_sim_time_ns},
+                                     check, max_instructions, max_sim_time_ns, fast_forward},
                              progress);
     });
   }
@@ -963,13 +965,16 @@ PYBIND11_MODULE(_nsim, m) {
         py::arg("seed") = 0, py::arg("filename") = "kernel.json", py::arg("trace_limit") = 0,
         py::arg("trace_window") = std::pair<double, double>{0.0, 0.0}, py::arg("check") = false,
         py::arg("max_instructions") = 0, py::arg("max_sim_time_ns") = 0.0, py::arg("progress") = py::none(),
+        py::arg("fast_forward") = false,
         "Parse, verify and simulate a kernel.json text. Returns (outputs, stats, lines, config_yaml,\n"
         "check_reports); stats: the nested dict of the stats JSON; check: run the sanitizer (numerics only), whose\n"
         "reports are dicts.\n"
         "progress: None, or called as progress(instructions, simulated_ns) once the run takes over 2 s, about\n"
         "once a second, and once more at the end (a single-core run; NSIM_PROGRESS_INTERVAL=<s> sets both).\n"
         "trace_limit: keep the N earliest trace slices (0 = all); trace_window: (start_ns, end_ns), keep slices\n"
-        "overlapping [start, end) (end 0 = no end). max_instructions / max_sim_time_ns: E416 when exceeded (0 = none).");
+        "overlapping [start, end) (end 0 = no end). max_instructions / max_sim_time_ns: E416 when exceeded (0 = none).\n"
+        "fast_forward: timing-only runs skip the middle iterations of loops whose iterations repeat, counted as\n"
+        "repeats (SimOptions::fast_forward; an approximation, docs/timing-model.md).");
   py::class_<PyKernel>(m, "Kernel",
                        "A kernel.json read once into nsim's IR and simulated any number of times (nsim.load_kernel).")
       .def(py::init<const std::string&, const std::string&>(), py::arg("kernel_json"),
@@ -984,6 +989,7 @@ PYBIND11_MODULE(_nsim, m) {
            py::arg("trace_path") = "", py::arg("seed") = 0, py::arg("trace_limit") = 0,
            py::arg("trace_window") = std::pair<double, double>{0.0, 0.0}, py::arg("check") = false,
            py::arg("max_instructions") = 0, py::arg("max_sim_time_ns") = 0.0, py::arg("progress") = py::none(),
+           py::arg("fast_forward") = false,
            "Verify, lower and simulate: the arguments and result of run_kernel (without the text).")
       .def("check", &PyKernel::check, py::arg("config") = "trn2", py::arg("overrides") = std::vector<std::string>{},
            "Verify for a configuration, as check_kernel; raises NsimError.")

@@ -1,0 +1,116 @@
+"""fast_forward=True (docs/timing-model.md, "Fast-forward"): a timing-only run counts the middle iterations of a
+loop whose iterations repeat instead of simulating them. A user relies on: the same stats as the full run for a
+steady loop, the option refused where it cannot apply, and the kernel option reaching the simulator."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import require_core  # noqa: E402
+
+_core, ml_dtypes = require_core()
+
+import nsim  # noqa: E402
+from nsim import nki  # noqa: E402
+import nsim.nki.isa as nisa  # noqa: E402
+import nsim.nki.language as nl  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _long_softmax(n):
+    """examples/softmax_2x128x512.json with its batch loop run n times (sequential, one HBM row)."""
+    with open(os.path.join(ROOT, "examples", "softmax_2x128x512.json")) as f:
+        k = json.load(f)
+    loop = k["body"][0]["loop"]
+    loop["stop"], loop["kind"] = n, "sequential"
+    return json.loads(json.dumps(k).replace('"index": ["b",', '"index": [0,'))
+
+
+def _flat(stats, prefix=""):
+    out = {}
+    for key, v in stats.items():
+        if isinstance(v, dict) and "value" in v:
+            out[prefix + key] = v["value"]
+        elif isinstance(v, dict):
+            out.update(_flat(v, prefix + key + "."))
+    return out
+
+
+def test_a_steady_loop_gives_the_full_runs_stats():
+    k = nsim.load_kernel(_long_softmax(3000))  # 21,000 instructions
+    _, full = k.simulate(timing_only=True)
+    _, ff = k.simulate(timing_only=True, fast_forward=True)
+    assert full.stat("fast_forward.skipped_instructions") == 0
+    assert ff.stat("fast_forward.skipped_instructions") > 10000
+    a, b = _flat(full.stats), _flat(ff.stats)
+    assert a.keys() == b.keys()
+    assert {n: v for n, v in a.items() if not n.startswith("fast_forward.")} == \
+        {n: v for n, v in b.items() if not n.startswith("fast_forward.")}
+    assert ff.total_time_ns == full.total_time_ns
+    assert ff.lines == full.lines
+
+
+def test_the_option_is_refused_where_it_cannot_apply(tmp_path):
+    k = _long_softmax(8)
+    with pytest.raises(ValueError, match="timing_only"):
+        nsim.simulate_json(k, fast_forward=True)
+    with pytest.raises(ValueError, match="trace"):
+        nsim.simulate_json(k, timing_only=True, fast_forward=True, trace=str(tmp_path / "t.json"))
+    with pytest.raises(TypeError, match="fast_forward"):
+        nsim.simulate_json(k, timing_only=True, fast_forward="yes")
+
+
+@nki.jit
+def scale_rows(x):
+    """A public-style NKI kernel: one [128, 512] tile per iteration, scaled on ScalarE and stored."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.load(x[i * 128:(i + 1) * 128, :])
+        y = nl.multiply(t, 2.0)
+        nl.store(out[i * 128:(i + 1) * 128, :], value=y)
+    return out
+
+
+def test_kernel_option_reaches_the_simulator():
+    # 2,000 iterations of 3 instructions; a list-scheduler window of 128 instructions (compiler.window) lets
+    # the repetition show within a few hundred iterations (2 x 128 / 3 = 86 repeating iterations per sample).
+    x = np.zeros((128 * 2000, 64), ml_dtypes.bfloat16)
+    small = {"compiler.window": 128}
+    _, full = scale_rows.options(timing_only=True, overrides=small).simulate(x)
+    _, ff = scale_rows.options(timing_only=True, overrides=small, fast_forward=True).simulate(x)
+    assert ff.stat("fast_forward.skipped_instructions") > 4000  # of 6,000
+    a, b = _flat(full.stats), _flat(ff.stats)
+    assert [n for n in a if a[n] != b[n]] == ["fast_forward.skipped_instructions"]
+    with nsim.options(timing_only=True, overrides=small, fast_forward=True):
+        _, ctx = scale_rows.simulate(x)
+    assert ctx.stat("fast_forward.skipped_instructions") == ff.stat("fast_forward.skipped_instructions")
+
+
+@pytest.mark.skipif(not os.path.exists(__import__("conftest").NSIM_BIN), reason="nsim CLI not built")
+def test_cli(tmp_path):
+    import subprocess
+    from conftest import NSIM_BIN
+
+    kpath = tmp_path / "softmax_long.json"
+    kpath.write_text(json.dumps(_long_softmax(3000)))
+
+    def run(*args):
+        return subprocess.run([NSIM_BIN, "run", str(kpath), *args], capture_output=True, text=True, timeout=120)
+
+    for bad in ([], ["--timing-only", "--trace", str(tmp_path / "t.json")],
+                ["--timing-only", "--instructions", str(tmp_path / "i.csv")]):
+        r = run("--fast-forward", *bad)
+        assert r.returncode == 2 and "NSIM-E414" in r.stderr and "--fast-forward" in r.stderr, (bad, r.stderr)
+    stats = {}
+    for flag in ([], ["--fast-forward"]):
+        out = tmp_path / "stats{}.json".format(len(flag))
+        r = run("--timing-only", "--quiet", "--stats", str(out), *flag)
+        assert r.returncode == 0, r.stderr
+        stats[len(flag)] = json.loads(out.read_text())
+    full, ff = stats[0], stats[1]
+    assert ff["instructions"] == full["instructions"] == 21000
+    assert ff["stats"]["fast_forward"]["skipped_instructions"]["value"] > 10000
+    assert ff["stats"]["total_time"] == full["stats"]["total_time"]
+    assert ff["lines"] == full["lines"]

@@ -1,0 +1,136 @@
+// SimOptions::fast_forward (frontend/lower.h, Lowering::fast_forward_at): a timing-only run skips the
+// middle iterations of a loop whose iterations repeat and counts them as repeats of those measured.
+// What a user relies on: the same stats as the full simulation where the loop is steady (here: every
+// stat and per-line counter equal), a bounded error where it is not (a recurrence through HBM), and
+// nothing skipped where it must not be (numerics, short loops, an instruction listener).
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "engines/simulator.h"
+#include "frontend/ir.h"
+#include "frontend/lower.h"
+
+using namespace nsim;
+using namespace nsim::frontend;
+
+namespace {
+
+/// A row softmax over `n` sequential iterations of [128, 512] bf16 (examples/softmax_2x128x512.json's
+/// body). `load` / `store`: the HBM index expressions of the load and the store (b: the loop variable).
+std::string softmax_kernel(int n, const std::string& load = "b", const std::string& store = "b", int rows = -1) {
+  const int r = rows > 0 ? rows : n;
+  return fmt::format(R"({{"nsim_kernel": 1, "name": "softmax_loop", "tensors": [
+ {{"name": "x", "buffer": "hbm", "kind": "input", "dtype": "bfloat16", "shape": [{r}, 128, 512]}},
+ {{"name": "y", "buffer": "hbm", "kind": "output", "dtype": "bfloat16", "shape": [{r}, 128, 512]}}],
+ "body": [{{"loop": {{"var": "b", "start": 0, "stop": {n}, "step": 1, "kind": "sequential", "body": [
+  {{"alloc": {{"name": "x_t", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 512]}}}},
+  {{"alloc": {{"name": "row_max", "buffer": "sbuf", "dtype": "float32", "shape": [128, 1]}}}},
+  {{"alloc": {{"name": "neg_max", "buffer": "sbuf", "dtype": "float32", "shape": [128, 1]}}}},
+  {{"alloc": {{"name": "exp_t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 512]}}}},
+  {{"alloc": {{"name": "row_sum", "buffer": "sbuf", "dtype": "float32", "shape": [128, 1]}}}},
+  {{"alloc": {{"name": "inv_sum", "buffer": "sbuf", "dtype": "float32", "shape": [128, 1]}}}},
+  {{"alloc": {{"name": "y_t", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 512]}}}},
+  {{"op": "dma_copy", "dst": "x_t", "src": {{"tensor": "{src}", "index": ["{load}", {{"start": 0, "size": 128}}, {{"start": 0, "size": 512}}]}}, "loc": {{"file": "k.py", "line": 1}}}},
+  {{"op": "tensor_reduce", "dst": "row_max", "data": "x_t", "alu0": "maximum", "axis_count": 0, "loc": {{"file": "k.py", "line": 2}}}},
+  {{"op": "tensor_scalar", "dst": "neg_max", "data": "row_max", "alu0": "multiply", "flags": ["has_imm0"], "imm": [-1.0, 0.0, 1.0, 0.0], "loc": {{"file": "k.py", "line": 3}}}},
+  {{"op": "activation", "dst": "exp_t", "data": "x_t", "bias": "neg_max", "reduce_res": "row_sum", "act": "exp", "alu1": "add", "reduce_cmd": "reset_reduce", "loc": {{"file": "k.py", "line": 4}}}},
+  {{"op": "reciprocal", "dst": "inv_sum", "data": "row_sum", "loc": {{"file": "k.py", "line": 5}}}},
+  {{"op": "tensor_scalar", "dst": "y_t", "data": "exp_t", "operand0": "inv_sum", "alu0": "multiply", "loc": {{"file": "k.py", "line": 6}}}},
+  {{"op": "dma_copy", "dst": {{"tensor": "y", "index": ["{store}", {{"start": 0, "size": 128}}, {{"start": 0, "size": 512}}]}}, "src": "y_t", "loc": {{"file": "k.py", "line": 7}}}}
+ ]}}}}]}})",
+                     fmt::arg("n", n), fmt::arg("r", r), fmt::arg("load", load), fmt::arg("store", store),
+                     fmt::arg("src", load == "b" || load == "0" ? "x" : "y"));
+}
+
+struct Result {
+  std::map<std::string, double> stats;
+  std::vector<Simulator::LineStats> lines;
+  uint64_t instructions = 0;
+  uint64_t lowered = 0;
+};
+
+Result run(const std::string& json, bool fast_forward, bool numerics = false, bool listener = false) {
+  const Kernel k = parse_kernel_json(json);
+  SimOptions o;
+  o.numerics = numerics;
+  o.fast_forward = fast_forward;
+  auto sim = Simulator::from_preset("trn2", {}, o);
+  verify_kernel(k, sim->params());
+  if (listener) sim->add_instr_listener([](const isa::Instr&, const InstrTiming&) {});
+  Lowering low(k, *sim);
+  low.run();
+  sim->finish();
+  Result r;
+  const sim::StatsRegistry st = sim->stats();
+  for (const auto& s : st.entries()) r.stats[s.name] = s.value;
+  r.lines = sim->line_stats();
+  r.instructions = sim->instructions();
+  r.lowered = low.instructions();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("fast-forward: a steady loop gives every stat of the full simulation", "[fast_forward]") {
+  // 3,000 iterations of 7 instructions. The list scheduler's window (compiler.window = 1024
+  // instructions) fills over the first ~146 iterations; the steps repeat with period 2 (rotating
+  // buffers); sample a after 2 x 1024 / 7 = 293 repeating iterations, sample b 293 (rounded to the
+  // period and to 8 instructions) later, and the iterations between b and the last 293 are skipped.
+  for (const char* idx : {"b", "0"}) {  // distinct HBM rows per iteration, and one row for all
+    INFO("HBM index " << idx);
+    const std::string k = softmax_kernel(3000, idx, idx);
+    const Result full = run(k, false), ff = run(k, true);
+    CHECK(full.stats.at("fast_forward.skipped_instructions") == 0);
+    const double skipped = ff.stats.at("fast_forward.skipped_instructions");
+    CHECK(skipped >= 10000);  // most of the 21,000
+    CHECK(ff.instructions == full.instructions);
+    CHECK(ff.lowered == full.lowered);
+    CHECK(ff.instructions == 21000);
+    for (const auto& [name, v] : full.stats) {
+      if (name.rfind("fast_forward.", 0) == 0) continue;
+      INFO(name);
+      CHECK(ff.stats.at(name) == v);
+    }
+    REQUIRE(ff.lines.size() == full.lines.size());
+    for (size_t i = 0; i < full.lines.size(); ++i) {
+      CHECK(ff.lines[i].loc.line == full.lines[i].loc.line);
+      CHECK(ff.lines[i].instructions == full.lines[i].instructions);
+      CHECK(ff.lines[i].instr_time == full.lines[i].instr_time);
+    }
+  }
+}
+
+TEST_CASE("fast-forward: a recurrence through HBM stays within one iteration of the full time", "[fast_forward]") {
+  // Iteration b reads row b of y, which iteration b - 1 wrote: after a skip the first iteration
+  // simulated again does not wait for the (skipped) write of its predecessor, so the run may end up
+  // to about one iteration early; the rest repeats exactly.
+  const std::string k = softmax_kernel(3000, "b", "b + 1", 3001);
+  const Result full = run(k, false), ff = run(k, true);
+  CHECK(ff.stats.at("fast_forward.skipped_instructions") > 0);
+  const double t_full = full.stats.at("total_time"), t_ff = ff.stats.at("total_time");
+  const double per_iter = t_full / 3000;
+  CHECK(std::abs(t_ff - t_full) <= per_iter);
+  CHECK(ff.instructions == full.instructions);
+}
+
+TEST_CASE("fast-forward: nothing is skipped where every instruction is needed", "[fast_forward]") {
+  const std::string k = softmax_kernel(3000, "0", "0");
+  SECTION("numerics on") {
+    const Result r = run(k, true, /*numerics=*/true);
+    CHECK(r.stats.at("fast_forward.skipped_instructions") == 0);
+  }
+  SECTION("an instruction listener (instruction tables, analysis)") {
+    const Result r = run(k, true, false, /*listener=*/true);
+    CHECK(r.stats.at("fast_forward.skipped_instructions") == 0);
+  }
+  SECTION("a loop too short to repeat over two windows") {
+    const Result full = run(softmax_kernel(200), false), ff = run(softmax_kernel(200), true);
+    CHECK(ff.stats.at("fast_forward.skipped_instructions") == 0);
+    CHECK(ff.stats.at("total_time") == full.stats.at("total_time"));
+  }
+}
