@@ -491,6 +491,7 @@ int64_t iterations_left(const Loop& l, int64_t v) {  // v: the value of the iter
 }  // namespace
 
 void Lowering::fast_forward_start(const Loop& l, int64_t v) {
+  if (!ff_.samples) ff_.samples = std::make_unique<std::array<engines::RunStats::Sample, 2>>();
   ff_.depth = stack_.size();
   ff_.iters = 0;
   ff_.period = 0;
@@ -566,7 +567,7 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
       ff_.period = p;
       ff_.at_a = ff_.iters;
       ff_.abs_a = now;
-      sim_.sample_stats(ff_.a);
+      sim_.sample_stats((*ff_.samples)[0]);
       break;
     }
     return;
@@ -585,9 +586,9 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   const uint64_t instrs = now.committed - ff_.abs_a.committed;
   const int64_t k = (left - need) / since;
   if (k < 1 || instrs != static_cast<uint64_t>(since) * step.emitted) return stop_following();
-  sim_.sample_stats(ff_.b);
+  sim_.sample_stats((*ff_.samples)[1]);
   const int64_t skip = k * since;
-  sim_.add_repeats(ff_.a, ff_.b, static_cast<uint64_t>(k), instrs, k * (now.time - ff_.abs_a.time));
+  sim_.add_repeats((*ff_.samples)[0], (*ff_.samples)[1], static_cast<uint64_t>(k), instrs, k * (now.time - ff_.abs_a.time));
   v += skip * l.step;
   for (const auto& [t, n] : ff_.allocs) alloc_count_[t] += skip * n;
   emitted_ += static_cast<uint64_t>(skip) * step.emitted;

@@ -207,7 +207,9 @@ class Lowering {
     int period = 0;                            ///< 0: not periodic yet; else sample a is taken
     int64_t at_a = 0;
     Step abs_a;
-    engines::RunStats::Sample a, b;
+    /// The counters at samples a and b, made when a loop is first followed (a sample is a copy of the
+    /// run's counters, whose interval unions reserve ~160 KB: runs without fast-forward do not pay it).
+    std::unique_ptr<std::array<engines::RunStats::Sample, 2>> samples;
   } ff_;
 };
 

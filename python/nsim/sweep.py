@@ -83,7 +83,7 @@ def _run_point(task: Dict[str, Any]) -> Dict[str, Any]:
     row = dict(task["row"])
     try:
         _, prof = _loaded(task["kernel"]).simulate(config=task["config"], overrides=task["overrides"],
-                                                   timing_only=True)
+                                                   timing_only=True, fast_forward=task.get("fast_forward", False))
     except _core.NsimError as e:
         row["status"] = getattr(e, "code", None) or str(e).split(":", 1)[0]
         row["error"] = str(e)
@@ -119,7 +119,7 @@ def _progress(total: int, show: bool):
 
 def sweep(kernels: Union[KernelSpec, Sequence[KernelSpec]], grid: Mapping[str, Sequence[Any]], *,
           config: str = "trn2", jobs: Optional[int] = None, backend: str = "process",
-          progress: bool = False) -> List[Dict[str, Any]]:
+          progress: bool = False, fast_forward: bool = False) -> List[Dict[str, Any]]:
     """Simulate every kernel at every point of `grid` (timing-only); one row (dict) per (kernel, point),
     in kernel order then grid order: kernel, config, status ("ok" or the error code), error (if any),
     each grid key, bound (the verdict of Profile.bound) and the STAT_COLUMNS stats.
@@ -127,7 +127,8 @@ def sweep(kernels: Union[KernelSpec, Sequence[KernelSpec]], grid: Mapping[str, S
     kernels: kernel.json paths, dicts or JSON texts, or callables taking the grid's kernel parameters by
     keyword and returning one of those. jobs: worker processes (default: the CPU count; 1 = in this
     process). backend: "process" or "ray" (ray must be installed; a running cluster is used if
-    ray.init() finds one)."""
+    ray.init() finds one). fast_forward: count the repeating iterations of long loops instead of simulating
+    them (``simulate_json(fast_forward=True)``; docs/timing-model.md, "Fast-forward")."""
     if not isinstance(kernels, (list, tuple)):
         kernels = [kernels]
     if backend not in ("process", "ray"):
@@ -153,7 +154,7 @@ def sweep(kernels: Union[KernelSpec, Sequence[KernelSpec]], grid: Mapping[str, S
                 row = {"kernel": name, "config": config, "status": None, "error": None}
                 row.update(params)
                 row.update(point)
-                tasks.append({"row": row, "kernel": text, "config": config,
+                tasks.append({"row": row, "kernel": text, "config": config, "fast_forward": bool(fast_forward),
                               "overrides": {k: v for k, v in point.items()}})
     step, close = _progress(len(tasks), progress)
     try:
@@ -300,6 +301,8 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m nsim.sweep") -
     ap.add_argument("-j", "--jobs", type=int, default=None, help="worker processes (default: CPU count)")
     ap.add_argument("--ray", action="store_true", help="run the points on Ray (pip install ray)")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--fast-forward", action="store_true",
+                    help="count the repeating iterations of long loops instead of simulating them (docs/timing-model.md)")
     args = ap.parse_args(argv)
     try:
         grid = _parse_grid(args.grid)
@@ -310,7 +313,8 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m nsim.sweep") -
             raise ValueError("not configuration keys of {!r}: {} (`nsim config {}` lists them)".format(
                 args.config, ", ".join(unknown), args.config))
         rows = sweep(args.kernel, grid, config=args.config, jobs=args.jobs,
-                     backend="ray" if args.ray else "process", progress=not args.quiet)
+                     backend="ray" if args.ray else "process", progress=not args.quiet,
+                     fast_forward=args.fast_forward)
         if os.fspath(args.out).endswith(".parquet"):
             write_parquet(rows, args.out)
         else:

@@ -2304,6 +2304,14 @@ class Tracer:
         self._latest = (key, self._site_last.get(key))
         self._site_last[key] = nm
 
+    def retarget(self, stmt, dst):
+        """Point the destination of a statement already emitted at ``dst`` (an access dict or name: Beta 1
+        ``t[k] = nl.load(..)`` and ``psum[...] += nc_matmul(..)`` write the view directly), with its loop
+        indices written as kernel-IR expressions as emit() does."""
+        stmt["dst"] = dst
+        if self._symbolic:
+            self._ir_values(stmt)
+
     def unused_storage(self, nm):
         """The tile just made with storage ``nm`` will never be accessed (Beta 1 ``t[i] = nl.load(..)``
         writes ``t[i]`` directly): its line's next tile may take that storage again, so a line whose tiles

@@ -114,3 +114,17 @@ def test_cli(tmp_path):
     assert ff["stats"]["fast_forward"]["skipped_instructions"]["value"] > 10000
     assert ff["stats"]["total_time"] == full["stats"]["total_time"]
     assert ff["lines"] == full["lines"]
+
+
+def test_sweep_with_fast_forward():
+    # An architecture study over HBM bandwidth of a long loop: the same kernel times either way, in one
+    # process (jobs=1), with the iterations counted where they repeat.
+    import nsim.sweep as sw
+
+    k = _long_softmax(3000)
+    grid = {"hbm.bw": ["45GB/s", "2900GB/s"]}
+    full = sw.sweep(k, grid, jobs=1)
+    ff = sw.sweep(k, grid, jobs=1, fast_forward=True)
+    assert [r["status"] for r in ff] == ["ok", "ok"]
+    assert [r["total_time"] for r in ff] == [r["total_time"] for r in full]
+    assert ff[0]["total_time"] > ff[1]["total_time"]  # the slower HBM takes longer

@@ -72,12 +72,19 @@ def test_beta1_dynamic_src_ir_is_one_tensor_copy_with_offsets(b1):
     """One tensor_copy per column, its src the static column 0 moved by ``offsets[0, j]`` x 1 element at run time;
     the index bound is the 512 columns (every value keeps the (128, 1) window inside the row)."""
     src, off = np.zeros((128, 512), np.float32), np.zeros((1, 4), np.int32)
-    ops = [s for s in _ops(_gather_cols(b1), src, off) if "offsets" in s]
+    ops = [s for s in _ops(_gather_cols(b1).options(loops="unroll"), src, off) if "offsets" in s]
     assert len(ops) == 4
     for j, s in enumerate(ops):
         assert s["iimm"] == [512, 1]
         assert set(s["flags"]) == {"indirect_scalar", "dynamic_addr"}
         assert s["offsets"] == {"tensor": "offsets_sbuf", "index": [{"start": 0, "size": 1}, {"start": j, "size": 1}]}
+    # With the loop kept (the default), the one tensor_copy of the body takes column `idx` of the offsets
+    # (the arange subscript ``out_sbuf[ix, idx]`` has a loop index in it).
+    kept = [s for s in _ops(_gather_cols(b1), src, off) if "offsets" in s]
+    assert len(kept) == 1
+    assert kept[0]["iimm"] == [512, 1]
+    assert kept[0]["offsets"] == {"tensor": "offsets_sbuf",
+                                  "index": [{"start": 0, "size": 1}, {"start": "idx", "size": 1}]}
 
 
 def test_beta1_dynamic_src_middle_dim_and_static_start(b1):
@@ -135,8 +142,10 @@ def test_beta1_dynamic_dst_scatters_columns(b1):
     for j in range(6):
         want[:, off[0, j]] = upd[:, j]
     np.testing.assert_array_equal(k(base, upd, off), want)
-    ops = [s for s in _ops(k, base, upd, off) if "offsets" in s]
+    ops = [s for s in _ops(k.options(loops="unroll"), base, upd, off) if "offsets" in s]
     assert len(ops) == 6 and all("indirect_dst" in s["flags"] for s in ops)
+    kept = [s for s in _ops(k, base, upd, off) if "offsets" in s]  # the loop kept: one copy, column j
+    assert len(kept) == 1 and kept[0]["offsets"]["index"][1] == {"start": "j", "size": 1}
 
 
 def test_beta1_dynamic_src_dtype_engine_and_ds_form(b1):

@@ -169,12 +169,14 @@ def _idx_err(msg):
 
 class IndexExpr:
     """An affine integer array ``offset + sum_a coef[a] * i_a`` where ``i_a`` runs over ``0..shape[a]-1``
-    (numpy-broadcastable ``shape``)."""
+    (numpy-broadcastable ``shape``). ``offset`` is an int, or a tracer.Sym (affine in the indices of the loops
+    the tracer keeps: ``i * 128 + ix`` in an ``nl.affine_range`` body); whatever needs its int value (a mask)
+    makes the tracer unroll that loop."""
 
     __slots__ = ("offset", "coefs", "shape")
 
     def __init__(self, offset, coefs, shape):
-        self.offset = int(offset)
+        self.offset = offset if isinstance(offset, _tr.Sym) else int(offset)
         self.coefs = {int(a): int(c) for a, c in coefs.items() if c != 0 and shape[a] > 1}
         # terms on size-1 axes are constants: fold them into the offset (i_a == 0 there)
         self.shape = tuple(int(s) for s in shape)
@@ -200,6 +202,8 @@ class IndexExpr:
             return None
         if isinstance(x, (int, np.integer)):
             return IndexExpr(int(x), {}, ())
+        if isinstance(x, _tr.Sym):
+            return IndexExpr(x.resolved(), {}, ())
         return None
 
     def _combine(self, other, sign):
@@ -695,8 +699,8 @@ class Tensor(NkiTensor):
             # accumulate into this view. A result the kernel also keeps (`r = nc_matmul(..); p += r`) keeps
             # its own matmul; an accumulating copy of the instruction is emitted.
             if hasattr(_sys, "getrefcount") and _sys.getrefcount(other) <= 3 and _sys.getrefcount(other._st) <= 2:
-                mm["dst"] = self.access()
                 mm["flags"] = flags
+                tr.retarget(mm, self.access())
                 tr.written.add(self.name)
                 other._mm = None
             else:
@@ -961,7 +965,7 @@ def _retarget_fresh(view, value):
         src = stmt["src"]
         if (src if isinstance(src, str) else src.get("tensor")) == view.name:
             return False  # an on-chip copy of the same tensor: keep the two steps
-    stmt["dst"] = view.access()
+    tr.retarget(stmt, view.access())
     tr.written.add(view.name)
     tr.unused_storage(value.name)
     if stmt["op"] == "nc_matmul":
