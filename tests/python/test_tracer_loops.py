@@ -161,9 +161,12 @@ def test_examples_give_the_same_outputs_with_loops_kept():
     assert any(kept)
 
 
-def test_a_beta1_arange_subscript_with_the_loop_index_keeps_the_loop():
-    """The NKI tutorial's Beta 1 RMSNorm indexes HBM as ``a_tensor[i * 128 + ix, iy]`` (``ix``, ``iy``: nl.arange):
-    the index expression's offset is symbolic, so the loop is kept; the outputs are the unrolled trace's."""
+@pytest.mark.parametrize("rows,masked,trips", [(128 * 6, False, [6]), (128 * 6, True, [6]), (128 * 6 + 44, True, None)])
+def test_a_beta1_arange_subscript_with_the_loop_index_keeps_the_loop(rows, masked, trips):
+    """The NKI tutorial's Beta 1 RMSNorm indexes HBM as ``a_tensor[i * 128 + ix, iy]`` (``ix``, ``iy``: nl.arange)
+    and masks the last, partial tile with ``mask=(i * 128 + ix < num_rows)``: the index expression's offset is
+    symbolic, so the loop is kept; a mask that holds in every iteration leaves it whole, one that does not
+    (rows not a multiple of 128) peels the first and last iterations. The outputs are the unrolled trace's."""
     from nsim import compat
     was = compat.installed()
     compat.install()
@@ -177,18 +180,20 @@ def test_a_beta1_arange_subscript_with_the_loop_index_keeps_the_loop():
             ix = bnl.arange(128)[:, None]
             iw = bnl.arange(1)[:, None]
             iy = bnl.arange(a_tensor.shape[1])[None, :]
+            num_rows = a_tensor.shape[0]
             g_tile = bnl.load(g_tensor.reshape((1, g_tensor.shape[0]))[iw, iy])
-            for i in bnl.affine_range(a_tensor.shape[0] // 128):
-                a_tile = bnl.load(a_tensor[i * 128 + ix, iy])
+            for i in bnl.affine_range((num_rows + 127) // 128):
+                m = (i * 128 + ix < num_rows) if masked else None
+                a_tile = bnl.load(a_tensor[i * 128 + ix, iy], mask=m)
                 square_sum = bnl.sum(bnl.square(a_tile), axis=[1])
                 rms_reciprocal = bnl.rsqrt(square_sum / a_tensor.shape[1])
                 out_tile = bnl.multiply(a_tile, rms_reciprocal)
-                out_tile[...] = bnl.multiply(out_tile, g_tile.broadcast_to((128, g_tensor.shape[0])))
-                bnl.store(out_tensor[i * 128 + ix, iy], value=out_tile)
+                out_tile[...] = bnl.multiply(out_tile, g_tile.broadcast_to((128, g_tensor.shape[0])), mask=m)
+                bnl.store(out_tensor[i * 128 + ix, iy], value=out_tile, mask=m)
             return out_tensor
 
         rng = np.random.default_rng(5)
-        a = rng.standard_normal((128 * 6, 64)).astype(np.float32)
+        a = rng.standard_normal((rows, 64)).astype(np.float32)
         g = rng.standard_normal((64,)).astype(np.float32)
         (ku, ou, _pu), (kk, ok, _pk) = _both_ways(rmsnorm_kernel, (a, g))
     finally:
@@ -196,11 +201,42 @@ def test_a_beta1_arange_subscript_with_the_loop_index_keeps_the_loop():
             compat.uninstall()
     _assert_same_outputs(ou, ok)
     loops = _loops(kk)
-    assert [lp["stop"] for lp in loops] == [6]
+    assert loops
+    if trips is not None:
+        assert [lp["stop"] for lp in loops] == trips
     (ir_k, exec_k), (ir_u, exec_u) = tracer.count_ops(kk["body"]), tracer.count_ops(ku["body"])
     assert exec_k == exec_u and ir_k < ir_u  # the same ops executed, the body's recorded once
     ref = a / np.sqrt((a * a).sum(axis=1, keepdims=True) / 64) * g
     np.testing.assert_allclose(ok, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_mask_that_is_not_made_of_inequalities_unrolls_the_loop():
+    """``|`` in a mask on the loop index: whether it holds everywhere cannot be read off the corners of the
+    index range, so the loop is unrolled (the same outputs either way)."""
+    from nsim import compat
+    was = compat.installed()
+    compat.install()
+    try:
+        import neuronxcc.nki as bnki
+        import neuronxcc.nki.language as bnl
+
+        @bnki.jit
+        def copy_rows(a_tensor):
+            out_tensor = bnl.ndarray(a_tensor.shape, dtype=a_tensor.dtype, buffer=bnl.shared_hbm)
+            ix = bnl.arange(128)[:, None]
+            iy = bnl.arange(a_tensor.shape[1])[None, :]
+            for i in bnl.affine_range(a_tensor.shape[0] // 128):
+                t = bnl.load(a_tensor[i * 128 + ix, iy])
+                bnl.store(out_tensor[i * 128 + ix, iy], value=t, mask=(i * 128 + ix < 100000) | (iy < 0))
+            return out_tensor
+
+        a = np.arange(128 * 4 * 8, dtype=np.float32).reshape(128 * 4, 8)
+        (ku, ou, _pu), (kk, ok, _pk) = _both_ways(copy_rows, (a,))
+    finally:
+        if not was:
+            compat.uninstall()
+    _assert_same_outputs(ou, ok)
+    assert not _loops(kk)
 
 
 # ---------------------------------------------------------------------------------------------------------------

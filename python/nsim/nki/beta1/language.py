@@ -40,8 +40,9 @@ _MASK_MSG = ("nsim: mask= is not implemented yet for Beta-1 kernels (affine pred
              "planned); restrict the index ranges instead")
 
 
-def _eval_expr(e, shape):
-    """Values of an index expression (or int) broadcast to ``shape`` (left-aligned padding)."""
+def _eval_expr(e, shape, env=None):
+    """Values of an index expression (or int) broadcast to ``shape`` (left-aligned padding). ``env``: values
+    of the open loop indices ({tracer.LoopVar: int}) for a symbolic offset (mask_box)."""
     if isinstance(e, (bool, np.bool_)):
         return np.full(shape, bool(e))
     x = IndexExpr._lift(e)
@@ -51,7 +52,11 @@ def _eval_expr(e, shape):
     if x.ndim > nd:
         raise make_error("BadMask", "mask has more dims ({}) than the instruction ({})".format(
             x.ndim, nd))
-    v = np.full(shape, x.offset, dtype=np.int64)
+    off = x.offset
+    if isinstance(off, _tr.Sym) and env is not None:
+        c, terms = off._open()
+        off = c + _b.sum(k * env[v] for v, k in terms)
+    v = np.full(shape, off, dtype=np.int64)
     for a, c in x.coefs.items():
         if x.shape[a] != shape[a]:
             raise make_error("BadMask", "mask axis {} has size {} but the instruction has {}".format(
@@ -66,20 +71,60 @@ _CMPF = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_eq
          "!=": np.not_equal, "&": np.logical_and, "|": np.logical_or}
 
 
-def _eval_mask(m, shape):
+def _eval_mask(m, shape, env=None):
     if isinstance(m, (bool, np.bool_)):
         return np.full(shape, bool(m))
     if not isinstance(m, _Mask):
         raise make_error("BadMask", "err_unsupported_expression_in_mask: {!r}".format(m))
     if m.op in ("&", "|"):
-        return _CMPF[m.op](_eval_mask(m.a, shape), _eval_mask(m.b, shape))
-    return _CMPF[m.op](_eval_expr(m.a, shape), _eval_expr(m.b, shape))
+        return _CMPF[m.op](_eval_mask(m.a, shape, env), _eval_mask(m.b, shape, env))
+    return _CMPF[m.op](_eval_expr(m.a, shape, env), _eval_expr(m.b, shape, env))
+
+
+def _mask_loop_vars(m, out):
+    """The open loop indices (tracer.LoopVar) in the offsets of mask ``m``; False when ``m`` is not made of
+    <, <=, >, >= and & only (then whether it holds everywhere cannot be read off its corners)."""
+    if isinstance(m, (bool, np.bool_)):
+        return True
+    if not isinstance(m, _Mask):
+        return True  # reported by _eval_mask
+    if m.op == "&":
+        return _mask_loop_vars(m.a, out) and _mask_loop_vars(m.b, out)
+    found = []
+    for e in (m.a, m.b):
+        x = IndexExpr._lift(e)
+        if x is not None and isinstance(x.offset, _tr.Sym):
+            found.extend(v for v in x.offset.vars() if v not in found)
+    for v in found:
+        if v not in out:
+            out.append(v)
+    return not found or m.op in ("<", "<=", ">", ">=")
+
+
+def _symbolic_mask_box(mask, shape, loop_vars, convex):
+    """mask_box of a mask over the index of loops the tracer keeps: the whole shape when the mask holds
+    everywhere in every iteration (each element's condition is linear in the indices, so holding at every
+    corner of their ranges is holding everywhere), else the loop is peeled (its first and last iterations
+    run with int indices: ``i * 128 + ix < n`` on a last, partial tile) or unrolled."""
+    full = [(0, n) for n in shape]
+    if convex:
+        import itertools
+        corners = itertools.product(*[(v.lo, v.hi) for v in loop_vars])
+        if _b.all(np.all(_eval_mask(mask, shape, dict(zip(loop_vars, c)))) for c in corners):
+            return full
+    inner = _b.max(loop_vars, key=lambda v: v.depth)
+    raise _tr._NeedsConcrete("a mask on the loop index '{}' that does not hold everywhere in every "
+                             "iteration".format(inner.name), inner.key, peel=True)
 
 
 def mask_box(mask, shape):
     """The rectangle [(lo, hi), ...] of ``shape`` where ``mask`` holds; None when it holds nowhere.
     Non-rectangular masks are not supported yet."""
     shape = tuple(int(n) for n in shape)
+    loop_vars = []
+    convex = _mask_loop_vars(mask, loop_vars)
+    if loop_vars:
+        return _symbolic_mask_box(mask, shape, loop_vars, convex)
     m = np.broadcast_to(_eval_mask(mask, shape), shape)
     if not m.any():
         return None
