@@ -128,6 +128,7 @@ class RunStats {
     sim::Ps dma_active = 0, any_active = 0;
     std::array<sim::Ps, kNumDmaClasses> dma_class_active{};
     std::vector<std::pair<uint64_t, sim::Ps>> per_loc;
+    sim::Ps throttled = 0;  ///< TensorE's throttled time (the Simulator's, not a RunStats counter)
   };
   void sample(Sample& out) const;
   /// Count `k` more times what the run added from `a` to `b` (a later sample): instructions, times,

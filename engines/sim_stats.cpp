@@ -157,7 +157,7 @@ sim::StatsRegistry Simulator::stats() const {
   }
   r.add("bound.latency_threshold_percent", p_.latency_bound_percent, "%",
         "analysis.latency_bound_percent: below this share of the time busy, the kernel is latency-bound");
-  r.add("tensor.throttled_time", sim::ps_to_ns(tensor_.throttled_time()), "ns", "TensorE time lost to power throttling");
+  r.add("tensor.throttled_time", sim::ps_to_ns(tensor_.throttled_time() + skipped_throttled_), "ns", "TensorE time lost to power throttling");
   for (int o = 0; o < isa::kNumOpcodes; ++o) {
     const auto oi = static_cast<size_t>(o);
     if (!c_.opcode_count[oi]) continue;

@@ -605,12 +605,17 @@ uint64_t Simulator::timing_digest() const {
   mix(tensor_.next_issue());
   for (int q = 0; q < p_.dma_queues; ++q) mix(dma_.queue_free(q));
   for (int e = 0; e < p_.dma_engines; ++e) mix(dma_.data_last_end(e));
+  // TensorE's power throttle (its ramp and trailing-window busy time), relative to the end.
+  tensor_.pipes().throttle_state(base, [&h](Ps v) {
+    h ^= static_cast<uint64_t>(v) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  });
   return h;
 }
 
 void Simulator::add_repeats(const engines::RunStats::Sample& a, const engines::RunStats::Sample& b, uint64_t k,
                             uint64_t instructions, Ps dt) {
   stats_.add_repeats(a, b, k, dt);
+  skipped_throttled_ += static_cast<Ps>(k) * (b.throttled - a.throttled);
   seq_ += k * instructions;
   skipped_instructions_ += k * instructions;
 }

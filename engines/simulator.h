@@ -221,7 +221,10 @@ class Simulator {
   uint64_t timing_digest() const;
   /// The end of the instructions simulated so far, without skipped time.
   sim::Ps local_time() const { return stats_.local_end(); }
-  void sample_stats(engines::RunStats::Sample& out) const { stats_.sample(out); }
+  void sample_stats(engines::RunStats::Sample& out) const {
+    stats_.sample(out);
+    out.throttled = tensor_.throttled_time();
+  }
   /// Count `k` repeats of what ran from sample `a` to sample `b` (`instructions` instructions) as if
   /// simulated: counters, per-line stats, instruction indexes, and `dt` more time at the end.
   void add_repeats(const engines::RunStats::Sample& a, const engines::RunStats::Sample& b, uint64_t k,
@@ -328,6 +331,7 @@ class Simulator {
   std::vector<InstrListener> listeners_;
   uint64_t seq_ = 0;  ///< program-order index of the next instruction
   uint64_t skipped_instructions_ = 0;  ///< add_repeats
+  sim::Ps skipped_throttled_ = 0;      ///< add_repeats: TensorE throttled time of the repeats
   std::array<int64_t, 2> onchip_peak_{-1, -1};  ///< set_onchip_peak (SBUF, PSUM); -1 = not set
   std::unique_ptr<engines::DepTracker> asap_;
   std::unique_ptr<engines::Checker> checker_;  ///< SimOptions::check with numerics

@@ -27,6 +27,20 @@ class TensorPipes {
   /// Earliest time the next Tensor instruction could start (for trace watermarks).
   sim::Ps next_issue() const { return std::min(ls_free_, mm_free_); }
   sim::Ps throttled_time() const { return throttled_; }
+  /// The throttle's state relative to time `base` (fast-forward, Simulator::timing_digest): how far the
+  /// ramp has gone (clamped where it stops mattering), the busy intervals kept for the trailing window
+  /// (their number, summed length, oldest start and newest end). Calls `mix` with each value.
+  template <class Mix>
+  void throttle_state(sim::Ps base, Mix&& mix) const {
+    if (!p_.throttle.enabled) return;
+    mix(started_ ? std::min(base - ramp_start_, std::max(p_.throttle.ramp, p_.throttle.window)) : -1);
+    mix(count_);
+    mix(ring_sum_);
+    if (count_ > 0) {
+      mix(base - ring_[static_cast<size_t>(head_)].first);
+      mix(base - ring_[static_cast<size_t>((head_ + count_ - 1) % kRing)].second);
+    }
+  }
 
  private:
   double throttle_limit(sim::Ps t);
@@ -63,6 +77,7 @@ class TensorEngine {
   sim::Ps duration_estimate(const isa::Instr& in) const;
   sim::Ps next_issue() const { return pipes_.next_issue(); }
   sim::Ps throttled_time() const { return pipes_.throttled_time(); }
+  const TensorPipes& pipes() const { return pipes_; }
 
  private:
   const CoreParams& p_;
