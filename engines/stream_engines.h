@@ -59,6 +59,14 @@ class StreamEngines {
   /// Time `in` would keep engine `e` busy (its II; for a DMA, the trigger), and its start-to-end duration.
   sim::Ps busy_estimate(const isa::Instr& in, isa::Engine e) const;
   sim::Ps duration_estimate(const isa::Instr& in, isa::Engine e) const;
+  /// The shared ports' next free times (to `time`) and the activation table set ScalarE holds (to `raw`):
+  /// fast-forward, Simulator::timing_digest.
+  template <class Time, class Raw>
+  void shared_state(Time&& time, Raw&& raw) const {
+    time(excl_sbuf_free_);
+    time(excl_psum_free_);
+    raw(scalar_table_set_);
+  }
   /// When engine `e` may issue its next instruction.
   sim::Ps next_issue(isa::Engine e) const { return next_issue_[static_cast<size_t>(e)]; }
 

@@ -91,6 +91,8 @@ class DmaEngines {
   int hbm_active_at(sim::Ps t) const;
   /// End of the latest data piece booked on DMA engine `e`.
   sim::Ps data_last_end(int e) const { return lane_[lane_of_[static_cast<size_t>(e)]].data.last_end(); }
+  /// End of the latest HBM piece booked on DMA engine `e`.
+  sim::Ps hbm_last_end(int e) const { return lane_[lane_of_[static_cast<size_t>(e)]].hbm.last_end(); }
   /// When `queue` may start the next setup.
   sim::Ps queue_free(int queue) const { return setup_free_[static_cast<size_t>(queue % p_.dma_queues)]; }
 

@@ -27,18 +27,21 @@ class TensorPipes {
   /// Earliest time the next Tensor instruction could start (for trace watermarks).
   sim::Ps next_issue() const { return std::min(ls_free_, mm_free_); }
   sim::Ps throttled_time() const { return throttled_; }
-  /// The throttle's state relative to time `base` (fast-forward, Simulator::timing_digest): how far the
-  /// ramp has gone (clamped where it stops mattering), the busy intervals kept for the trailing window
-  /// (their number, summed length, oldest start and newest end). Calls `mix` with each value.
-  template <class Mix>
-  void throttle_state(sim::Ps base, Mix&& mix) const {
+  /// The pipes' state (fast-forward, Simulator::timing_digest): when each pipe frees up and the weights are
+  /// ready, passed to `time` (absolute times); how far the throttle's ramp has gone before `base` (clamped
+  /// where it stops mattering) and the busy intervals kept for its trailing window (their number, summed
+  /// length, how long before `base` the oldest starts and the newest ends, clamped at the window), to `raw`.
+  template <class Time, class Raw>
+  void state(sim::Ps base, Time&& time, Raw&& raw) const {
+    for (sim::Ps t : {ls_free_, mm_free_, mm_last_start_, weights_ready_}) time(t);
     if (!p_.throttle.enabled) return;
-    mix(started_ ? std::min(base - ramp_start_, std::max(p_.throttle.ramp, p_.throttle.window)) : -1);
-    mix(count_);
-    mix(ring_sum_);
+    const sim::Ps far = std::max(p_.throttle.ramp, p_.throttle.window);
+    raw(started_ ? std::min(base - ramp_start_, far) : -1);
+    raw(count_);
+    raw(ring_sum_);
     if (count_ > 0) {
-      mix(base - ring_[static_cast<size_t>(head_)].first);
-      mix(base - ring_[static_cast<size_t>((head_ + count_ - 1) % kRing)].second);
+      raw(std::min(base - ring_[static_cast<size_t>(head_)].first, far));
+      raw(std::min(base - ring_[static_cast<size_t>((head_ + count_ - 1) % kRing)].second, far));
     }
   }
 
@@ -78,6 +81,8 @@ class TensorEngine {
   sim::Ps next_issue() const { return pipes_.next_issue(); }
   sim::Ps throttled_time() const { return pipes_.throttled_time(); }
   const TensorPipes& pipes() const { return pipes_; }
+  /// The weights held (their dtype and rows: the next MultiplyMoving's cost depends on them).
+  std::pair<int, int64_t> weights() const { return {static_cast<int>(stationary_dtype_), stationary_m_}; }
 
  private:
   const CoreParams& p_;
