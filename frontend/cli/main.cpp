@@ -452,6 +452,9 @@ void load_inputs(const RunArgs& a, const frontend::Kernel& k, Simulator& sim) {
 void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::StatsRegistry& st, uint64_t instrs) {
   const double total = st.get("total_time");
   fmt::print("kernel {} on {}: {} instructions\n", k.name, sim.params().name, instrs);
+  if (const uint64_t skipped = sim.skipped_instructions())
+    fmt::print("fast-forward    {} of them counted as repeats of loop iterations simulated, not simulated one by one\n",
+               skipped);
   fmt::print("total time      {:.1f} ns  ({:.0f} cycles at {:.2f} GHz)\n", total, st.get("neuroncore_cycle_count"),
              sim.params().clk(isa::Engine::kSync).ghz());
   fmt::print("engine          active %   instructions\n");

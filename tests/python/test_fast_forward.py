@@ -108,6 +108,7 @@ def test_cli(tmp_path):
         out = tmp_path / "stats{}.json".format(len(flag))
         r = run("--timing-only", "--quiet", "--stats", str(out), *flag)
         assert r.returncode == 0, r.stderr
+        assert ("counted as repeats" in r.stdout) == bool(flag)  # the summary says what was not simulated
         stats[len(flag)] = json.loads(out.read_text())
     full, ff = stats[0], stats[1]
     assert ff["instructions"] == full["instructions"] == 21000
