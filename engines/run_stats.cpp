@@ -318,6 +318,17 @@ void RunStats::add_repeats(const Sample& a, const Sample& b, uint64_t k, Ps dt) 
   skipped_time_ += dt;
 }
 
+bool RunStats::repeats_fit(const Sample& a, const Sample& b, uint64_t k, Ps dt) {
+  constexpr double kLimit = 72057594037927936.0;  // 2^56
+  const auto bytes = [](const RunCounters& c) {
+    return static_cast<double>(c.hbm_read + c.hbm_write + c.sbuf_read + c.sbuf_write + c.psum_read + c.psum_write);
+  };
+  const double n = static_cast<double>(k);
+  const double grow = std::max({static_cast<double>(dt), bytes(b.c) - bytes(a.c),
+                                static_cast<double>(b.c.dma_descriptors - a.c.dma_descriptors)});
+  return dt >= 0 && n * grow < kLimit && bytes(b.c) + n * (bytes(b.c) - bytes(a.c)) < kLimit;
+}
+
 void RunStats::finish() {
   for (auto& t : c_.engine) t.close();
   if (lk_on_) flush_lockstep();

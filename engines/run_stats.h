@@ -135,6 +135,9 @@ class RunStats {
   /// bytes, FLOPs, active-time unions, per-line counters; the run ends `dt` later than its simulated
   /// instructions do (end() includes it).
   void add_repeats(const Sample& a, const Sample& b, uint64_t k, sim::Ps dt);
+  /// Whether k repeats of a..b (`dt` of time) keep every counter far from overflowing (below 2^56, which
+  /// leaves room for the summed times of overlapping instructions).
+  static bool repeats_fit(const Sample& a, const Sample& b, uint64_t k, sim::Ps dt);
 
   /// A new source location id (ids index the per-line counters).
   void add_source() { per_loc_.emplace_back(0, 0); }

@@ -587,8 +587,11 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   const int64_t k = (left - need) / since;
   if (k < 1 || instrs != static_cast<uint64_t>(since) * step.emitted) return stop_following();
   sim_.sample_stats((*ff_.samples)[1]);
+  const sim::Ps dt = now.time - ff_.abs_a.time;
+  if (!engines::RunStats::repeats_fit((*ff_.samples)[0], (*ff_.samples)[1], static_cast<uint64_t>(k), dt))
+    return stop_following();  // the counters would overflow (a loop of ~2^40 iterations): simulate it
   const int64_t skip = k * since;
-  sim_.add_repeats((*ff_.samples)[0], (*ff_.samples)[1], static_cast<uint64_t>(k), instrs, k * (now.time - ff_.abs_a.time));
+  sim_.add_repeats((*ff_.samples)[0], (*ff_.samples)[1], static_cast<uint64_t>(k), instrs, k * dt);
   v += skip * l.step;
   for (const auto& [t, n] : ff_.allocs) alloc_count_[t] += skip * n;
   emitted_ += static_cast<uint64_t>(skip) * step.emitted;

@@ -250,3 +250,38 @@ TEST_CASE("fast-forward: a matmul loop under TensorE's power throttle gives the 
     CHECK(ff.stats.at(name) == v);
   }
 }
+
+TEST_CASE("fast-forward: a huge loop is counted while its counters fit, simulated beyond", "[fast_forward]") {
+  // One [128, f] fp32 tensor_scalar per iteration on a tile allocated before the loop.
+  auto kernel = [](int64_t n, int f = 64) {
+    return fmt::format(R"({{"nsim_kernel": 1, "name": "huge", "tensors": [
+ {{"name": "y", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [128, {f}]}}],
+ "body": [{{"alloc": {{"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, {f}]}}}},
+  {{"op": "memset", "dst": "t", "imm": [0.0, 0.0, 0.0, 0.0]}},
+  {{"loop": {{"var": "i", "start": 0, "stop": {n}, "step": 1, "kind": "sequential", "body": [
+   {{"op": "tensor_scalar", "dst": "t", "data": "t", "alu0": "add", "flags": ["has_imm0"], "imm": [1.0, 0.0, 1.0, 0.0]}}]}}}},
+  {{"op": "dma_copy", "dst": "y", "src": "t"}}]}})",
+                       fmt::arg("n", n), fmt::arg("f", f));
+  };
+  SECTION("2^30 iterations: counted, in well under a second") {
+    const Result r = run(kernel(int64_t{1} << 30), true);
+    CHECK(r.instructions == (uint64_t{1} << 30) + 2);
+    CHECK(r.stats.at("fast_forward.skipped_instructions") > 1e9);
+    // every iteration adds the same time, so the total is about 2^30 times one iteration's
+    const Result small = run(kernel(4096), false);
+    const double per_iter = small.stats.at("engine.vector.busy_time") / 4096;
+    CHECK(r.stats.at("engine.vector.busy_time") == Approx(per_iter * (1 << 30)).epsilon(1e-3));
+  }
+  SECTION("2^40 iterations of [128, 4096]: ~2^62 ps in all, so the loop is simulated (and stopped by a limit)") {
+    const Kernel k = parse_kernel_json(kernel(int64_t{1} << 40, 4096));
+    SimOptions o;
+    o.numerics = false;
+    o.fast_forward = true;
+    o.max_instructions = 200000;
+    auto sim = Simulator::from_preset("trn2", {}, o);
+    verify_kernel(k, sim->params());
+    Lowering low(k, *sim);
+    CHECK_THROWS_WITH(low.run(), Catch::Contains("E416") || Catch::Contains("instruction limit"));
+    CHECK(sim->skipped_instructions() == 0);
+  }
+}
