@@ -499,7 +499,7 @@ void Lowering::fast_forward_start(const Loop& l, int64_t v) {
   ff_.last = {emitted_, sim_.instructions(), sim_.local_time(), 0};
   // Tiles allocated in the body: how often per iteration (their rotating buffer advances that much).
   ff_.allocs.clear();
-  ff_.align = 1;
+  ff_.align = ff_align_;
   struct Walk {
     const Kernel& k;
     std::vector<std::pair<size_t, int64_t>>& out;
@@ -578,8 +578,11 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
     return;
   }
   const int64_t span = std::lcm(static_cast<int64_t>(ff_.period), ff_.align);
-  if (since < need || since % span != 0 ||
-      (now.committed - ff_.abs_a.committed) % engines::RunStats::fold_every() != 0)  // the same phase of the folds
+  // Whole cycles of instruction-counted state: the active-time unions' folds and the scheduler's refreshes.
+  const auto instr_align = static_cast<uint64_t>(
+      std::lcm(static_cast<int64_t>(engines::RunStats::fold_every()), static_cast<int64_t>(ff_instr_align_)));
+  if (since < need || since % span != 0 || (now.committed - ff_.abs_a.committed) % instr_align != 0 ||
+      (now.emitted - ff_.abs_a.emitted) % instr_align != 0)
     return;
   // Sample b: `since` iterations after a, the same state relative to the end. Skip k repeats of them,
   // keeping `need` iterations at the end to run as simulated (the loop's tail and what follows).

@@ -58,6 +58,14 @@ class Lowering {
   /// (the CLI's progress line); none = no cost.
   using Progress = std::function<void(uint64_t instructions, sim::Ps simulated)>;
   void set_progress(Progress fn) { progress_ = std::move(fn); }
+  /// Fast-forward skips a multiple of `iterations` iterations (with the periods it measures and the
+  /// rotating-buffer depths) that is also a multiple of `instructions` instructions: state of the list
+  /// scheduler that cycles with the count of reads of a chunk or of instructions admitted
+  /// (frontend/compiler/scheduler.cpp) keeps its phase.
+  void set_fast_forward_align(int iterations, int instructions) {
+    ff_align_ = std::max(1, iterations);
+    ff_instr_align_ = std::max(1, instructions);
+  }
   /// Index (into Kernel::ops) of the op the last instruction from next() belongs to.
   int last_op() const { return last_op_; }
   /// Index (into Kernel::ops) of the op whose instructions carry source id `loc` (Instr::loc); -1 if none.
@@ -186,6 +194,7 @@ class Lowering {
   };
   std::unordered_map<uint64_t, LiveRange> live_;  ///< (tensor, instance) -> first start, last end, storage
 
+  int ff_align_ = 1, ff_instr_align_ = 1;  ///< set_fast_forward_align
   /// Fast-forward state (docs/timing-model.md, "Fast-forward"): the loop instance followed.
   struct FastForward {
     static constexpr int kMaxPeriod = 8;

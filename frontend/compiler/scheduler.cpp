@@ -502,6 +502,9 @@ struct Scheduler::Impl {
     n_waiting = 0;
   }
 
+  /// Admissions between two refreshes of the critical-path heights.
+  uint64_t height_refresh() const { return std::max<uint64_t>(16, static_cast<uint64_t>(p.schedule_window) / 2); }
+
   void compute_heights() {
     for (uint64_t s = next; s-- > base;) {
       Node& x = node(s);
@@ -656,7 +659,7 @@ struct Scheduler::Impl {
   bool prepare() {
     if (has_pick) return true;
     const uint64_t window = static_cast<uint64_t>(p.schedule_window);
-    const uint64_t refresh = std::max<uint64_t>(16, window / 2);
+    const uint64_t refresh = height_refresh();
     {
       while (next - base < window && admit())
         if (++since_heights >= refresh) compute_heights();
@@ -683,7 +686,12 @@ struct Scheduler::Impl {
   }
 };
 
-Scheduler::Scheduler(const Kernel& k, Lowering& low, Simulator& sim) : impl_(new Impl(k, low, sim, stats_)) {}
+Scheduler::Scheduler(const Kernel& k, Lowering& low, Simulator& sim) : impl_(new Impl(k, low, sim, stats_)) {
+  // A chunk read in every iteration cycles through its reader list every kReaders reads, adding edges at
+  // the end of each cycle, and the critical-path heights are refreshed every height_refresh() admissions
+  // (ties between equal starts go by them): fast-forward keeps both phases by skipping whole cycles.
+  low.set_fast_forward_align(Chunk::kReaders, static_cast<int>(impl_->height_refresh()));
+}
 Scheduler::~Scheduler() { delete impl_; }
 void Scheduler::run() { impl_->run(); }
 bool Scheduler::prepare() { return impl_->prepare(); }

@@ -50,5 +50,9 @@ def broadcast_row(row_hbm, d, dtype=nl.float32):
 
 
 def row_blocks(n):
-    """(start, rows) of the <= 128-row blocks covering n rows (the last one may be ragged)."""
-    return [(r0, min(P, n - r0)) for r0 in range(0, n, P)]
+    """(start, rows) of the <= 128-row blocks covering n rows (the last one may be ragged), as an
+    nl.affine_range loop: the tracer keeps it as a kernel-IR loop (its first and last blocks peeled when the
+    last one is ragged)."""
+    for b in nl.affine_range(cdiv(n, P)):
+        r0 = b * P
+        yield r0, min(P, n - r0)
