@@ -490,7 +490,7 @@ int64_t iterations_left(const Loop& l, int64_t v) {  // v: the value of the iter
 }
 }  // namespace
 
-void Lowering::fast_forward_start(const Loop& l, int64_t v) {
+void Lowering::fast_forward_start(const Loop& l) {
   if (!ff_.samples) ff_.samples = std::make_unique<std::array<engines::RunStats::Sample, 2>>();
   ff_.depth = stack_.size();
   ff_.iters = 0;
@@ -518,7 +518,6 @@ void Lowering::fast_forward_start(const Loop& l, int64_t v) {
     const int bufs = std::max(1, placements_[t].bufs);
     ff_.align = std::lcm(ff_.align, static_cast<int64_t>(bufs));
   }
-  (void)v;
 }
 
 void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
@@ -528,15 +527,13 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   Frame& f = stack_.back();
   if (ff_.depth && ff_.depth < d) return;  // a loop inside the one followed
   if (f.ff_done) return;
-  // Iterations between the two samples: enough for the scheduler's window to turn over several times.
-  const int64_t window = std::max<int64_t>(1, sim_.params().schedule_window);
   if (!ff_.depth) {
-    if (iterations_left(l, v) < 64) {
+    if (iterations_left(l, v) < FastForward::kMinLoop) {
       f.ff_done = true;
       return;
     }
-    fast_forward_start(l, v);
-    if (ff_.align > 64) f.ff_done = true, ff_.depth = 0;
+    fast_forward_start(l);
+    if (ff_.align > FastForward::kMaxAlign) f.ff_done = true, ff_.depth = 0;
     return;
   }
   FastForward::Step now{emitted_, sim_.instructions(), sim_.local_time(), sim_.timing_digest()};
@@ -556,12 +553,16 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
                       : 0;
   }
   ff_.ring[static_cast<size_t>(ff_.iters % FastForward::kMaxPeriod)] = step;
-  const int64_t need = std::max<int64_t>(16, (2 * window + static_cast<int64_t>(step.emitted) - 1) /
-                                                 static_cast<int64_t>(step.emitted));
+  // Repeating steps over `need` iterations, enough for the scheduler's window to turn over kWindowTurns times,
+  // before each sample; `need` iterations are also left to simulate at the end.
+  const int64_t window = std::max<int64_t>(1, sim_.params().schedule_window);
+  const auto per_iter = static_cast<int64_t>(step.emitted);
+  const int64_t need =
+      std::max(FastForward::kMinNeed, (FastForward::kWindowTurns * window + per_iter - 1) / per_iter);
   const int64_t left = iterations_left(l, v);
   if (left < 2 * need) return stop_following();  // too few left to gain anything
   if (ff_.period == 0) {
-    if (ff_.iters > 8 * need) return stop_following();  // not periodic: give up on this instance
+    if (ff_.iters > FastForward::kGiveUp * need) return stop_following();  // not periodic: give up on this instance
     for (int p = 1; p <= FastForward::kMaxPeriod; ++p) {
       if (ff_.run[static_cast<size_t>(p)] < need) continue;
       ff_.period = p;

@@ -148,7 +148,7 @@ class Lowering {
   /// SimOptions::fast_forward, at the start of each iteration of a loop (after the first): follow one
   /// loop instance; once its iterations repeat, count the middle ones as repeats and jump over them.
   void fast_forward_at(const Loop& l, int64_t& v);
-  void fast_forward_start(const Loop& l, int64_t v);
+  void fast_forward_start(const Loop& l);
   bool lower_op(const Op& op, isa::Instr& out);
   /// Name the tensors of the sanitizer's reports (by the op each instruction came from).
   void name_check_reports();
@@ -197,7 +197,12 @@ class Lowering {
   int ff_align_ = 1, ff_instr_align_ = 1;  ///< set_fast_forward_align
   /// Fast-forward state (docs/timing-model.md, "Fast-forward"): the loop instance followed.
   struct FastForward {
-    static constexpr int kMaxPeriod = 8;
+    static constexpr int kMaxPeriod = 8;         ///< longest period of the steps looked for (iterations)
+    static constexpr int64_t kMinLoop = 64;      ///< loop instances with fewer iterations left are not followed
+    static constexpr int64_t kWindowTurns = 2;   ///< `need`: repeating steps over this many scheduler windows,
+    static constexpr int64_t kMinNeed = 16;      ///< and at least this many iterations
+    static constexpr int64_t kGiveUp = 8;        ///< not periodic within kGiveUp x need iterations: stop
+    static constexpr int64_t kMaxAlign = 64;     ///< iteration alignment beyond this: not followed
     int on = -1;            ///< -1: not decided yet (at the first boundary), 0 no, 1 yes
     size_t depth = 0;       ///< stack depth of the loop instance followed (0: none)
     int64_t iters = 0;      ///< boundaries of it seen since following began
