@@ -1102,10 +1102,14 @@ __attribute__((target_clones("avx2", "default"))) bool same_signature(const Inst
 }
 
 uint64_t signature_hash(const Instr& in) {
-  // A few words that tell apart the instructions of one kernel (op, engine, flags, ALU ops; each operand's
-  // space, dtype, partitions and first free size); same_signature decides.
+  // A few words that tell apart the instructions of one kernel (op, engine, flags, ALU ops; the DMA queue,
+  // reduced axes and immediates; each operand's space, dtype, partitions and first free size);
+  // same_signature decides. (Without the queue, a kernel spreading its loads over four queues gave four
+  // signatures of one hash, which evicted each other from their two-way set on every load.)
   constexpr uint64_t kMul = 0x9e3779b97f4a7c15ULL;
+  static_assert(offsetof(Instr, dma_queue) / 8 == 1 && offsetof(Instr, imm) + sizeof(Instr::imm) <= 4 * 8);
   uint64_t h = word(in, 0) & kSigMask[0];
+  for (size_t w = 1; w < 4; ++w) h = (h ^ (word(in, w) & kSigMask[w])) * kMul;
   for (size_t k = 0; k < static_cast<size_t>(kMaxSlots); ++k) {
     const size_t w = offsetof(Instr, opnd) / 8 + k * kOperandWords;
     h = (h ^ (word(in, w) & kSigMask[w])) * kMul;

@@ -203,3 +203,25 @@ TEST_CASE("signature cache: same_signature sees every field but the offsets and 
   CHECK(differs([](Instr& c) { c.opnd[4].dtype = DType::kBFloat16; }));  // an absent operand's fields too
   CHECK(differs([](Instr& c) { c.opnd[2].space = Space::kSbuf; }));
 }
+
+TEST_CASE("signature cache: the hash tells apart what a kernel's loads and loops vary", "[sigcache]") {
+  // The cache is two-way set-associative by signature_hash: signatures of one hash evict each other.
+  // Loads spread over DMA queues (the compiler's round robin), reductions over different axes and
+  // activations with a per-iteration scale must not share a hash, or every such instruction misses.
+  Instr a = instr(Opcode::kDmaCopy, Engine::kSync,
+                  {Operand::tile(Space::kSbuf, DType::kFloat32, 0, 0, 128, {4}),
+                   Operand::tile(Space::kSbuf, DType::kFloat32, 64, 0, 128, {4})});
+  auto hash_differs = [&](auto&& change) {
+    Instr c = a;
+    change(c);
+    return isa::signature_hash(a) != isa::signature_hash(c);
+  };
+  for (uint8_t q = 1; q < 16; ++q) CHECK(hash_differs([q](Instr& c) { c.dma_queue = q; }));
+  CHECK(hash_differs([](Instr& c) { c.axis_count = 2; }));
+  CHECK(hash_differs([](Instr& c) { c.imm[0] = 0.5f; }));
+  CHECK(hash_differs([](Instr& c) { c.imm[2] = 2.0f; }));
+  CHECK(hash_differs([](Instr& c) { c.imm[3] = -1.0f; }));
+  CHECK(hash_differs([](Instr& c) { c.op = Opcode::kTensorCopy; }));
+  CHECK(hash_differs([](Instr& c) { c.opnd[1].num_partitions = 64; }));
+  CHECK_FALSE(hash_differs([](Instr& c) { c.opnd[0].offset = 4096; }));  // offsets are not part of it
+}
