@@ -30,8 +30,10 @@ std::vector<DepTracker::Page> DepTracker::make_pages(int64_t nq, int64_t row) {
     // On chip (a few pages): room for every segment a page can hold, so that no access allocates.
     v[p].beg.reserve(static_cast<size_t>(kPageChunks));
     v[p].ent.reserve(static_cast<size_t>(kPageChunks * nq));
+    v[p].uni.reserve(static_cast<size_t>(kPageChunks));
     v[p].beg.push_back(static_cast<int64_t>(p) << kPageShift);
     v[p].ent.resize(static_cast<size_t>(nq));
+    v[p].uni.push_back(1);
   }
   return v;
 }
@@ -59,6 +61,7 @@ void DepTracker::reserve_hbm(int64_t bytes) {
     Page& last = hbm_.back();
     last.beg.push_back(hbm_row_);
     last.ent.emplace_back();
+    last.uni.push_back(1);
     index_segs(last, last.beg.size() - 1);
   }
   const int64_t pages = (n + kPageChunks - 1) / kPageChunks;
@@ -66,6 +69,7 @@ void DepTracker::reserve_hbm(int64_t bytes) {
     hbm_.emplace_back();
     hbm_.back().beg.push_back(p << kPageShift);
     hbm_.back().ent.emplace_back();
+    hbm_.back().uni.push_back(1);
   }
   hbm_row_ = n;
 }
@@ -93,23 +97,31 @@ void DepTracker::scan(const Range& r, F&& f) {
   const int64_t p0 = r.c0 >> kPageShift, p1 = r.c1 >> kPageShift;
   const auto nq = static_cast<size_t>(r.nq);
   const size_t i0 = find_seg(r.base[p0], r.c0), i1 = find_seg(r.base[p1], r.c1);
+  // A segment whose quadrants hold one entry (Page::uni) is visited in the first quadrant only: its
+  // later visits would repeat an entry already seen, which changes no answer.
   if (p0 == p1) {  // the common case: one page, segments [i0, i1]
-    const Entry* e = r.base[p0].ent.data();
+    const Page& pg = r.base[p0];
+    const Entry* e = pg.ent.data();
     if (i0 == i1) {  // one segment (a tile accessed whole): its quadrants' entries follow each other
-      for (const Entry *x = e + i0 * nq + static_cast<size_t>(r.q0), *end = e + i0 * nq + static_cast<size_t>(r.q1) + 1;
-           x != end; ++x)
+      const Entry* x = e + i0 * nq + static_cast<size_t>(r.q0);
+      if (pg.uni[i0]) {
         f(*x);
+        return;
+      }
+      for (const Entry* end = e + i0 * nq + static_cast<size_t>(r.q1) + 1; x != end; ++x) f(*x);
       return;
     }
     for (auto q = static_cast<size_t>(r.q0); q <= static_cast<size_t>(r.q1); ++q)
-      for (size_t i = i0; i <= i1; ++i) f(e[i * nq + q]);
+      for (size_t i = i0; i <= i1; ++i)
+        if (q == static_cast<size_t>(r.q0) || !pg.uni[i]) f(e[i * nq + q]);
     return;
   }
   for (auto q = static_cast<size_t>(r.q0); q <= static_cast<size_t>(r.q1); ++q)
     for (int64_t p = p0; p <= p1; ++p) {
       const Page& pg = r.base[p];
       const Entry* e = pg.ent.data() + q;
-      for (size_t i = p == p0 ? i0 : 0, last = p == p1 ? i1 : pg.beg.size() - 1; i <= last; ++i) f(e[i * nq]);
+      for (size_t i = p == p0 ? i0 : 0, last = p == p1 ? i1 : pg.beg.size() - 1; i <= last; ++i)
+        if (q == static_cast<size_t>(r.q0) || !pg.uni[i]) f(e[i * nq]);
     }
 }
 
@@ -118,45 +130,62 @@ void DepTracker::apply(const Range& r, F&& f) {
   if (r.q1 < r.q0) return;
   const auto nq = static_cast<size_t>(r.nq);
   const auto q0 = static_cast<size_t>(r.q0), q1 = static_cast<size_t>(r.q1);
+  const bool all_q = q0 == 0 && q1 + 1 == nq;  // every quadrant: a uniform segment stays uniform
   for (int64_t p = r.c0 >> kPageShift, p1 = r.c1 >> kPageShift; p <= p1; ++p) {
     Page& pg = r.base[p];
     std::vector<int64_t>& beg = pg.beg;
     std::vector<Entry>& ent = pg.ent;
+    std::vector<uint8_t>& uni = pg.uni;
     const int64_t lo = std::max(r.c0, p << kPageShift);
     const int64_t hi = std::min(r.c1, ((p + 1) << kPageShift) - 1);
     const int64_t page_end = std::min(r.row, (p + 1) << kPageShift);
     auto at = [&](size_t i) { return ent.begin() + static_cast<std::ptrdiff_t>(i * nq); };
-    auto same = [&](size_t i, size_t j) { return std::equal(at(i), at(i) + static_cast<std::ptrdiff_t>(nq), at(j)); };
+    auto same = [&](size_t i, size_t j) {  // two uniform segments: their first entries decide
+      return uni[i] && uni[j] ? ent[i * nq] == ent[j * nq]
+                              : std::equal(at(i), at(i) + static_cast<std::ptrdiff_t>(nq), at(j));
+    };
     auto dup = [&](size_t i, int64_t b) {  // segment i split at chunk b: a copy of it starts at b
       beg.insert(beg.begin() + static_cast<std::ptrdiff_t>(i + 1), b);
       ent.insert(at(i + 1), nq, Entry{});
       std::copy(at(i), at(i) + static_cast<std::ptrdiff_t>(nq), at(i + 1));
+      uni.insert(uni.begin() + static_cast<std::ptrdiff_t>(i + 1), uni[i]);
     };
-    auto drop = [&](size_t i) {
+    auto drop = [&](size_t i, size_t keep) {  // segment i, equal to its neighbour `keep`, goes
+      uni[keep] = static_cast<uint8_t>(uni[keep] | uni[i]);
       beg.erase(beg.begin() + static_cast<std::ptrdiff_t>(i));
       ent.erase(at(i), at(i) + static_cast<std::ptrdiff_t>(nq));
+      uni.erase(uni.begin() + static_cast<std::ptrdiff_t>(i));
+    };
+    // f on segment i's quadrants [q0, q1]: once for a uniform segment taken whole (copied to the other
+    // quadrants), else on each, the segment then uniform only if it was and f saw every quadrant.
+    auto update = [&](size_t i) {
+      if (uni[i] && all_q) {
+        Entry& e0 = ent[i * nq];
+        if (!f(e0)) return false;
+        std::fill(at(i) + 1, at(i) + static_cast<std::ptrdiff_t>(nq), e0);
+        return true;
+      }
+      bool changed = false;
+      for (size_t q = q0; q <= q1; ++q) changed |= f(ent[i * nq + q]);
+      if (changed && !all_q) uni[i] = 0;
+      return changed;
     };
     size_t moved = beg.size();  // the first segment whose index changed (split or merge)
     if (const size_t i = find_seg(pg, lo); beg[i] == lo && (i + 1 < beg.size() ? beg[i + 1] : page_end) == hi + 1) {
       // The common case: the range is exactly one segment (a tile accessed whole): no split.
-      bool changed = false;
-      for (size_t q = q0; q <= q1; ++q) {
-        Entry& e = ent[i * nq + q];
-        changed |= f(e);
-      }
-      if (!changed) continue;
+      if (!update(i)) continue;
       bool merged = false;
-      if (i + 1 < beg.size() && same(i, i + 1)) drop(i + 1), merged = true;
+      if (i + 1 < beg.size() && same(i, i + 1)) drop(i + 1, i), merged = true;
       size_t j = i;
-      if (j > 0 && same(j - 1, j)) drop(j--), merged = true;
+      if (j > 0 && same(j - 1, j)) drop(j, j - 1), --j, merged = true;
       if (merged) index_segs(pg, j);
       continue;
     }
     for (size_t i = find_seg(pg, lo); i < beg.size() && beg[i] <= hi; ++i) {
       bool changed = false;
-      for (size_t q = q0; q <= q1; ++q) {
+      for (size_t q = q0; q <= q1 && !changed; ++q) {
         Entry ne = ent[i * nq + q];
-        changed |= f(ne);
+        changed = f(ne);
       }
       if (!changed) continue;
       const int64_t end = i + 1 < beg.size() ? beg[i + 1] : page_end;
@@ -170,15 +199,15 @@ void DepTracker::apply(const Range& r, F&& f) {
         ++i;
         moved = std::min(moved, i);
       }
-      for (size_t q = q0; q <= q1; ++q) f(ent[i * nq + q]);
+      update(i);
       if (i > 0 && same(i - 1, i)) {  // merge into the left neighbour
-        drop(i);
+        drop(i, i - 1);
         --i;
         moved = std::min(moved, i);
       }
       // Merge the right neighbour when equal (inside [lo, hi] it would map to itself: f is idempotent).
       if (i + 1 < beg.size() && same(i, i + 1)) {
-        drop(i + 1);
+        drop(i + 1, i);
         moved = std::min(moved, i);
       }
     }

@@ -76,9 +76,14 @@ class DepTracker {
   /// A page's segments: segment i covers chunks [beg[i], beg[i + 1]) (the last up to the page's end) of
   /// every quadrant row, with the entry of quadrant q at ent[i * quadrants + q]. The quadrants of a
   /// space share segment borders, so an access spanning them looks its chunk up once.
+  /// uni[i] set: segment i holds one entry in every quadrant (a tile accessed across all its quadrants
+  /// by every instruction so far). A scan then visits one quadrant's entry: the others repeat it, and a
+  /// repeated entry changes no answer (the earliest of equal times is kept). Set only when known (it may
+  /// be clear for a segment whose quadrants happen to agree).
   struct Page {
     std::vector<int64_t> beg;  ///< sorted; beg[0] is the page's first chunk
     std::vector<Entry> ent;
+    std::vector<uint8_t> uni;  ///< by segment
     std::array<uint8_t, kPageChunks> seg{};  ///< by chunk within the page: the index of its segment
   };
   /// The chunks one operand covers: quadrants [q0,q1] x chunks [c0,c1]; computed once per operand.
