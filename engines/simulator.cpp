@@ -459,8 +459,10 @@ engines::DepTracker::Ready Simulator::ready_for(const Instr& in, const engines::
   return known_ready_ ? *known_ready_ : deps_.ready(static_cast<uint8_t>(in.engine), rg);
 }
 
-void Simulator::schedule_asap(const Instr& in, const Sig& sig, uint8_t cls, Ps dur) {
-  const auto rg = regions(in, sig, *asap_);
+void Simulator::schedule_asap(const Instr& in, const Sig& sig, const engines::DepTracker::Regions& on_deps, uint8_t cls,
+                              Ps dur) {
+  // The regions found for deps_ name the same chunks of asap_ (both trackers grow HBM together).
+  const auto rg = asap_->same_layout(deps_) ? asap_->rebased(on_deps, deps_) : regions(in, sig, *asap_);
   const Ps end = asap_->ready(cls, rg).time + dur;
   asap_->record(cls, seq_, rg, end, end);
   asap_end_ = std::max(asap_end_, end);
@@ -488,7 +490,7 @@ InstrTiming Simulator::schedule_stream(const Instr& in, const Sig& sig) {
   const engines::StreamEngines::Issue is = stream_.issue(sig.plan, in.engine, std::max(rd.time, not_before_));
   const Ps end = is.start + is.busy + is.latency;
   deps_.record(cls, seq_, rg, end, end);
-  if (asap_) schedule_asap(in, sig, cls, end - is.start);
+  if (asap_) schedule_asap(in, sig, rg, cls, end - is.start);
   InstrTiming t{is.start, end, is.start + is.busy};
   set_wait(t, rd, free, seq_);
   t.flops = sig.flops;
@@ -512,7 +514,7 @@ InstrTiming Simulator::schedule_barrier(const Instr& in, const Sig& sig) {
   const engines::StreamEngines::Issue is = stream_.trigger(in, std::max(rd.time, not_before_));
   const Ps end = is.start + is.busy;
   deps_.record(cls, seq_, rg, end, end);
-  if (asap_) schedule_asap(in, sig, cls, end - is.start);
+  if (asap_) schedule_asap(in, sig, rg, cls, end - is.start);
   InstrTiming t{is.start, end, end};
   set_wait(t, rd, free, seq_);
   engines::RunStats::Detail d;
@@ -531,7 +533,7 @@ InstrTiming Simulator::schedule_tensor(const Instr& in, const Sig& sig) {
   const engines::TensorEngine::Issue is = tensor_.issue(in, std::max(rd.time, not_before_));
   const engines::TensorPipes::Slot& s = is.slot;
   deps_.record(cls, seq_, rg, s.end, s.end);
-  if (asap_) schedule_asap(in, sig, cls, s.end - s.start);
+  if (asap_) schedule_asap(in, sig, rg, cls, s.end - s.start);
   InstrTiming t{s.start, s.end, s.start + s.ii};
   set_wait(t, rd, free, seq_);
   t.flops = is.flops;
@@ -562,7 +564,7 @@ InstrTiming Simulator::schedule_dma(const Instr& in, const Sig& sig) {
     Ps piece = 0;
     for (int k = 0; k < split.engines; ++k)
       piece = std::max(piece, tr.piece_end[static_cast<size_t>(k)] - tr.piece_start[static_cast<size_t>(k)]);
-    schedule_asap(in, sig, kClassDma, p_.dma_setup + piece);
+    schedule_asap(in, sig, rg, kClassDma, p_.dma_setup + piece);
   }
   if (!listeners_.empty()) last_split_ = split, last_transfer_ = tr;
   InstrTiming t{trig.start, tr.done, trig.start + trig.busy};

@@ -306,7 +306,8 @@ class Simulator {
   /// The operands' ready time for `in` on its engine (submit()'s known_ready when given).
   engines::DepTracker::Ready ready_for(const isa::Instr& in, const engines::DepTracker::Regions& rg) const;
   /// Dependency-bound schedule of one instruction of class `cls` that took `dur` (SimOptions::dependency_bound).
-  void schedule_asap(const isa::Instr& in, const Sig& sig, uint8_t cls, sim::Ps dur);
+  void schedule_asap(const isa::Instr& in, const Sig& sig, const engines::DepTracker::Regions& on_deps, uint8_t cls,
+                     sim::Ps dur);
 
   sim::Config cfg_;
   engines::CoreParams p_;

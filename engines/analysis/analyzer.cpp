@@ -166,6 +166,11 @@ struct Analyzer::State {
   size_t act_next = 0;
   std::array<std::pair<Operand, uint32_t>, 8> transpose_out{};
   size_t transpose_next = 0;
+  // Their byte extents (Operand::byte_extent), kept beside them: every instruction checks its output
+  // against all 16 (forget_overwritten).
+  using Extent = std::pair<int64_t, int64_t>;
+  std::array<Extent, 8> act_ext{}, transpose_ext{};
+  uint8_t act_live = 0, transpose_live = 0;  ///< bit i: entry i of the ring holds an output
   std::vector<std::pair<size_t, uint64_t>> pending;  ///< this transfer's bits, committed at its end
   double hbm_read = 0, hbm_reload = 0, hbm_write = 0;
   // stationary of the next matmuls
@@ -443,6 +448,8 @@ void Analyzer::State::on_tensor(const Instr& in, const InstrTiming& t, LineAgg& 
     la.transpose_busy += busy;
     forget_overwritten(in);
     transpose_out[transpose_next] = {in.slot(0), in.loc};
+    transpose_ext[transpose_next] = in.slot(0).byte_extent();
+    transpose_live = static_cast<uint8_t>(transpose_live | (1u << transpose_next));
     transpose_next = (transpose_next + 1) % transpose_out.size();
     return;
   }
@@ -475,23 +482,30 @@ void Analyzer::State::on_tensor(const Instr& in, const InstrTiming& t, LineAgg& 
 }
 
 
-bool overlaps(const Operand& a, const Operand& b) {
-  if (a.space != b.space || !a.present()) return false;
+namespace {
+// Whether operands a and b (of byte extents ae, be) may share a byte: same space, partitions and extents overlap.
+inline bool overlaps(const Operand& a, std::pair<int64_t, int64_t> ae, const Operand& b, std::pair<int64_t, int64_t> be) {
+  if (a.space != b.space) return false;
   if (a.start_partition + a.num_partitions <= b.start_partition || b.start_partition + b.num_partitions <= a.start_partition)
     return false;
-  const auto [alo, ahi] = a.byte_extent();
-  const auto [blo, bhi] = b.byte_extent();
-  return alo < bhi && blo < ahi;
+  return ae.first < be.second && be.first < ae.second;
 }
+}  // namespace
 
 void Analyzer::State::forget_overwritten(const Instr& in) {
   // An output overwritten (by anything) is no longer the activation's or the transpose's result.
   const Operand& dst = in.slot(0);
-  if (dst.space == Space::kHbm || !dst.present()) return;
-  for (Operand& o : act_out)
-    if (overlaps(o, dst)) o = Operand{};
-  for (auto& [o, line] : transpose_out)
-    if (overlaps(o, dst)) o = Operand{};
+  if (dst.space == Space::kHbm || !dst.present() || !(act_live | transpose_live)) return;
+  const auto ext = dst.byte_extent();
+  for (unsigned m = act_live; m; m &= m - 1) {
+    const auto i = static_cast<size_t>(__builtin_ctz(m));
+    if (overlaps(act_out[i], act_ext[i], dst, ext)) act_out[i] = Operand{}, act_live = static_cast<uint8_t>(act_live & ~(1u << i));
+  }
+  for (unsigned m = transpose_live; m; m &= m - 1) {
+    const auto i = static_cast<size_t>(__builtin_ctz(m));
+    if (overlaps(transpose_out[i].first, transpose_ext[i], dst, ext))
+      transpose_out[i].first = Operand{}, transpose_live = static_cast<uint8_t>(transpose_live & ~(1u << i));
+  }
 }
 
 void Analyzer::State::on_elementwise(const Instr& in, const InstrTiming& t, LineAgg& la) {
@@ -508,6 +522,8 @@ void Analyzer::State::on_elementwise(const Instr& in, const InstrTiming& t, Line
   forget_overwritten(in);
   if (in.op == Opcode::kActivation && !in.slot(reduce_res).present()) {
     act_out[act_next] = in.slot(0);
+    act_ext[act_next] = in.slot(0).byte_extent();
+    act_live = static_cast<uint8_t>(act_live | (1u << act_next));
     act_next = (act_next + 1) % act_out.size();
   } else if (in.op == Opcode::kTensorReduce &&
              (in.alu0 == AluOp::kAdd || in.alu0 == AluOp::kMaximum || in.alu0 == AluOp::kMinimum)) {
