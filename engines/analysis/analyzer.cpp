@@ -304,40 +304,80 @@ void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
     const int64_t b0 = (lo - base) / g, b1 = (hi - 1 - base) / g;
     return (b1 - b0 >= 63 ? ~uint64_t{0} : ((uint64_t{1} << (b1 - b0 + 1)) - 1)) << b0;
   };
-  auto touch = [&](int64_t lo, int64_t len) {
+  // Bytes counted in this call, added to the (integer-valued) double totals once at the end: the same
+  // sums, since every partial sum is an integer far below 2^53.
+  int64_t roundtrip = 0, reload = 0;
+  int max_loads = la.max_loads;
+  const int64_t full_bits = (chunk - 1) / g + 1;  // mask bits of a whole chunk (bits_of(base, base + chunk))
+  const uint64_t full = full_bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << full_bits) - 1;
+  // `once`: this transfer touches no chunk of [lo, lo + len) again, so its bits are committed at once
+  // instead of through `pending`.
+  auto touch = [&](int64_t lo, int64_t len, bool once) {
     const int64_t hi = lo + len;
     if (lo < 0 || hi <= lo) return;
-    const auto c1 = static_cast<size_t>((hi - 1) / chunk);
+    const auto c0 = static_cast<size_t>(lo / chunk), c1 = static_cast<size_t>((hi - 1) / chunk);
     if (c1 >= loads.size()) {
       loads.resize(c1 + 1, 0);
       loaded_bits.resize(c1 + 1, 0);
       stamp.resize(c1 + 1, 0);
       written.resize(c1 + 1, 0);
     }
-    for (auto c = static_cast<size_t>(lo / chunk); c <= c1; ++c) {
-      if (write) {
-        loads[c] = 0;  // new data: reading it later is not a reload
-        loaded_bits[c] = 0;
-        written[c] = 1;
-        continue;
-      }
-      const int64_t clo = std::max<int64_t>(lo, static_cast<int64_t>(c) * chunk);
-      const int64_t chi = std::min<int64_t>(hi, static_cast<int64_t>(c + 1) * chunk);
-      if (written[c]) la.hbm_roundtrip += static_cast<double>(chi - clo);
-      const uint64_t bits = bits_of(clo, chi, c);
-      if (const uint64_t again = loaded_bits[c] & bits) {  // bytes an earlier transfer loaded
-        const double rb = std::min<double>(static_cast<double>(chi - clo),
-                                           static_cast<double>(std::popcount(again) * g));
-        la.hbm_reload += rb;
-        hbm_reload += rb;
-      }
-      pending.emplace_back(c, bits);
-      if (stamp[c] != transfer) {  // counted once per transfer
-        stamp[c] = transfer;
-        if (loads[c] < UINT8_MAX) ++loads[c];
-        la.max_loads = std::max<int>(la.max_loads, loads[c]);
-      }
+    if (write) {  // new data: reading it later is not a reload
+      std::fill(loads.begin() + static_cast<std::ptrdiff_t>(c0), loads.begin() + static_cast<std::ptrdiff_t>(c1) + 1, 0);
+      std::fill(loaded_bits.begin() + static_cast<std::ptrdiff_t>(c0), loaded_bits.begin() + static_cast<std::ptrdiff_t>(c1) + 1, 0);
+      std::fill(written.begin() + static_cast<std::ptrdiff_t>(c0), written.begin() + static_cast<std::ptrdiff_t>(c1) + 1, 1);
+      return;
     }
+    // A chunk of this read: round trip, reload and load counts. `once`: no other touch of this transfer
+    // reaches the chunk, so its stamp (which counts a chunk once per transfer) is not needed: a later
+    // transfer has a new number.
+    auto read_chunk = [&](size_t c, int64_t clo, int64_t chi) {
+      if (written[c]) roundtrip += chi - clo;
+      const uint64_t bits = bits_of(clo, chi, c);
+      if (const uint64_t again = loaded_bits[c] & bits)  // bytes an earlier transfer loaded
+        reload += std::min<int64_t>(chi - clo, std::popcount(again) * g);
+      if (once) loaded_bits[c] |= bits;
+      else pending.emplace_back(c, bits);
+      if (!once) {
+        if (stamp[c] == transfer) return;
+        stamp[c] = transfer;
+      }
+      if (loads[c] < UINT8_MAX) ++loads[c];
+      max_loads = std::max<int>(max_loads, loads[c]);
+    };
+    auto span = [&](size_t c) {
+      const int64_t base = static_cast<int64_t>(c) * chunk;
+      return std::pair<int64_t, int64_t>{std::max<int64_t>(lo, base), std::min<int64_t>(hi, base + chunk)};
+    };
+    if (!once) {
+      for (size_t c = c0; c <= c1; ++c) read_chunk(c, span(c).first, span(c).second);
+      return;
+    }
+    // Once: the partial chunks at the ends as above, the whole chunks between them in a tight loop
+    // (all mask bits set: a reload of every loaded bit counts min(chunk, bits * g) = the chunk when
+    // every bit was loaded).
+    auto m0 = static_cast<int64_t>(c0), m1 = static_cast<int64_t>(c1);
+    if (const auto [a, b] = span(c0); b - a < chunk) read_chunk(c0, a, b), ++m0;
+    if (m1 >= m0)
+      if (const auto [a, b] = span(c1); b - a < chunk) read_chunk(c1, a, b), --m1;
+    for (int64_t c = m0; c <= m1; ++c) {
+      const auto i = static_cast<size_t>(c);
+      if (written[i]) roundtrip += chunk;
+      const uint64_t old = loaded_bits[i];
+      if (const uint64_t again = old & full) reload += again == full ? chunk : std::min<int64_t>(chunk, std::popcount(again) * g);
+      loaded_bits[i] = old | full;
+      const uint8_t l = loads[i] < UINT8_MAX ? static_cast<uint8_t>(loads[i] + 1) : loads[i];
+      loads[i] = l;
+      max_loads = std::max<int>(max_loads, l);
+    }
+  };
+  auto done = [&] {
+    for (const auto& [c, b] : pending) loaded_bits[c] |= b;  // this transfer's bytes are now "loaded before"
+    pending.clear();
+    la.hbm_roundtrip += static_cast<double>(roundtrip);
+    la.hbm_reload += static_cast<double>(reload);
+    hbm_reload += static_cast<double>(reload);
+    la.max_loads = max_loads;
   };
   // Rows back to back, each one contiguous run, with row borders on mask bits (g): one run of all rows
   // touches the same chunks with the same bits, and counts the same bytes (each row's share of a chunk
@@ -345,9 +385,8 @@ void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
   const uint32_t rows = std::max<uint32_t>(o.num_partitions, 1);
   if (inner == 0 && rows > 1 && o.offset >= 0 && o.partition_step * eb == run_bytes && chunk % g == 0 && o.offset % g == 0 &&
       run_bytes % g == 0) {
-    touch(o.offset, run_bytes * rows);
-    for (const auto& [c, b] : pending) loaded_bits[c] |= b;
-    pending.clear();
+    touch(o.offset, run_bytes * rows, true);
+    done();
     return;
   }
   std::array<int64_t, isa::kMaxFreeDims> idx{};
@@ -357,7 +396,7 @@ void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
     while (true) {
       int64_t off = row;
       for (int d = 0; d < inner; ++d) off += idx[static_cast<size_t>(d)] * o.stride[static_cast<size_t>(d)] * eb;
-      touch(off, run_bytes);
+      touch(off, run_bytes, rows == 1 && inner == 0);  // a single run: each chunk once
       int d = inner - 1;
       for (; d >= 0; --d) {
         const auto i = static_cast<size_t>(d);
@@ -367,8 +406,7 @@ void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
       if (d < 0) break;
     }
   }
-  for (const auto& [c, b] : pending) loaded_bits[c] |= b;  // this transfer's bytes are now "loaded before"
-  pending.clear();
+  done();
 }
 
 void Analyzer::State::on_dma(const Instr& in, const InstrTiming& t, LineAgg& la) {
