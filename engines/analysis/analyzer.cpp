@@ -281,6 +281,45 @@ void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
   }
 }
 
+namespace {
+// The whole chunks [0, n) of one read, each touched once by its transfer (every mask bit `full`): how
+// many were written by the kernel, how many had every bit loaded before, whether any had only some;
+// then every bit is marked loaded and each chunk's load count goes up by one (saturating). In passes
+// the compiler vectorises. `before` keeps the old bits when some chunk was partly loaded (the caller
+// counts those one by one).
+struct WholeChunks {
+  int64_t written = 0, full_again = 0;
+  bool partial = false;
+  int max_loads = 0;
+  std::vector<uint64_t> before;
+};
+__attribute__((target_clones("avx2", "default"))) WholeChunks read_whole(const uint8_t* written, uint64_t* bits,
+                                                                       uint8_t* loads, size_t n, uint64_t full) {
+  WholeChunks r;
+  int64_t w = 0, nf = 0;
+  uint64_t part = 0;
+  for (size_t i = 0; i < n; ++i) w += written[i] != 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t a = bits[i] & full;
+    nf += a == full;
+    part |= static_cast<uint64_t>(a != 0) & static_cast<uint64_t>(a != full);
+  }
+  r.written = w;
+  r.full_again = nf;
+  r.partial = part != 0;
+  if (r.partial) r.before.assign(bits, bits + n);
+  for (size_t i = 0; i < n; ++i) bits[i] |= full;
+  uint8_t mx = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t l = static_cast<uint8_t>(loads[i] + (loads[i] != UINT8_MAX));
+    loads[i] = l;
+    mx = std::max(mx, l);
+  }
+  r.max_loads = mx;
+  return r;
+}
+}  // namespace
+
 void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
   // Walk the contiguous byte runs of an HBM access pattern: rows, then the free dims outside the
   // innermost contiguous run.
@@ -360,15 +399,16 @@ void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
     if (const auto [a, b] = span(c0); b - a < chunk) read_chunk(c0, a, b), ++m0;
     if (m1 >= m0)
       if (const auto [a, b] = span(c1); b - a < chunk) read_chunk(c1, a, b), --m1;
-    for (int64_t c = m0; c <= m1; ++c) {
-      const auto i = static_cast<size_t>(c);
-      if (written[i]) roundtrip += chunk;
-      const uint64_t old = loaded_bits[i];
-      if (const uint64_t again = old & full) reload += again == full ? chunk : std::min<int64_t>(chunk, std::popcount(again) * g);
-      loaded_bits[i] = old | full;
-      const uint8_t l = loads[i] < UINT8_MAX ? static_cast<uint8_t>(loads[i] + 1) : loads[i];
-      loads[i] = l;
-      max_loads = std::max<int>(max_loads, l);
+    if (m1 >= m0) {
+      const auto i0 = static_cast<size_t>(m0), n = static_cast<size_t>(m1 - m0 + 1);
+      const WholeChunks w = read_whole(written.data() + i0, loaded_bits.data() + i0, loads.data() + i0, n, full);
+      roundtrip += w.written * chunk;
+      reload += w.full_again * chunk;
+      if (w.partial)  // chunks with some of their bits loaded before (rare): counted as read_chunk does
+        for (size_t i = i0; i < i0 + n; ++i)
+          if (const uint64_t again = w.before[i - i0] & full; again && again != full)
+            reload += std::min<int64_t>(chunk, std::popcount(again) * g);
+      max_loads = std::max<int>(max_loads, w.max_loads);
     }
   };
   auto done = [&] {

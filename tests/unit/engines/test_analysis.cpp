@@ -189,6 +189,32 @@ TEST_CASE("reloaded HBM bytes are counted exactly for back-to-back and strided r
   CHECK(bytes == (64.0 + 96.0) * 160.0);
 }
 
+TEST_CASE("a chunk loaded in part, then whole inside a longer transfer, counts the part again", "[analysis]") {
+  // w: [256, 40] fp32, 160 B rows. Load 1: row 0 (bytes [0, 160): 64 B chunks 0 and 1 whole, chunk 2's
+  // first 32 B). Load 2: rows [0, 4) (bytes [0, 640): chunks 0..9 whole, chunk 2 among them). Reloaded:
+  // chunks 0 and 1 (128 B) and the 32 B of chunk 2, the first row's 160 B; not chunk 2's 64 B.
+  auto s = analysed_sim();
+  engines::Analyzer an(*s);
+  const auto& w = s->alloc_hbm("w", {256, 40}, DType::kFloat32);
+  const uint32_t line = s->add_source(SourceLoc{"k.py", 9, "kernel"});
+  for (uint32_t rows : {1u, 4u}) {
+    Operand t = s->alloc_tile(Space::kSbuf, 4, {40}, DType::kFloat32);
+    t.num_partitions = rows;
+    Instr ld = instr(Opcode::kDmaCopy, Engine::kSync, {t, hbm_rows(w, 0, rows)});
+    ld.loc = line;
+    s->submit(ld);
+  }
+  s->finish();
+  const engines::AnalysisReport r = an.report();
+  INFO(r.to_text());
+  double bytes = -1;
+  for (const auto& x : r.findings)
+    if (x.kind == "redundant_dma")
+      for (const auto& [k, v] : x.metrics)
+        if (k == "reload_bytes") bytes = v;
+  CHECK(bytes == 160.0);
+}
+
 TEST_CASE("loading the same HBM rows three times is one redundant-DMA finding", "[analysis]") {
   auto s = analysed_sim();
   engines::Analyzer an(*s);
