@@ -282,19 +282,18 @@ void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
 }
 
 namespace {
-// The whole chunks [0, n) of one read, each touched once by its transfer (every mask bit `full`): how
-// many were written by the kernel, how many had every bit loaded before, whether any had only some;
+// The whole chunks [0, n) of one read, each touched once by its transfer (every mask bit `full`, g bytes
+// per bit, `chunk` bytes each): how many the kernel wrote, how many bytes were loaded before (a chunk
+// with every bit loaded counts whole, one with some bits min(chunk, bits * g), as for a partial chunk);
 // then every bit is marked loaded and each chunk's load count goes up by one (saturating). In passes
-// the compiler vectorises. `before` keeps the old bits when some chunk was partly loaded (the caller
-// counts those one by one).
+// the compiler vectorises (a partly loaded chunk, rare, costs a scalar pass).
 struct WholeChunks {
-  int64_t written = 0, full_again = 0;
-  bool partial = false;
+  int64_t written = 0, reload = 0;
   int max_loads = 0;
-  std::vector<uint64_t> before;
 };
 __attribute__((target_clones("avx2", "default"))) WholeChunks read_whole(const uint8_t* written, uint64_t* bits,
-                                                                       uint8_t* loads, size_t n, uint64_t full) {
+                                                                       uint8_t* loads, size_t n, uint64_t full,
+                                                                       int64_t chunk, int64_t g) {
   WholeChunks r;
   int64_t w = 0, nf = 0;
   uint64_t part = 0;
@@ -305,9 +304,10 @@ __attribute__((target_clones("avx2", "default"))) WholeChunks read_whole(const u
     part |= static_cast<uint64_t>(a != 0) & static_cast<uint64_t>(a != full);
   }
   r.written = w;
-  r.full_again = nf;
-  r.partial = part != 0;
-  if (r.partial) r.before.assign(bits, bits + n);
+  r.reload = nf * chunk;
+  if (part)
+    for (size_t i = 0; i < n; ++i)
+      if (const uint64_t a = bits[i] & full; a && a != full) r.reload += std::min<int64_t>(chunk, std::popcount(a) * g);
   for (size_t i = 0; i < n; ++i) bits[i] |= full;
   uint8_t mx = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -401,13 +401,10 @@ void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
       if (const auto [a, b] = span(c1); b - a < chunk) read_chunk(c1, a, b), --m1;
     if (m1 >= m0) {
       const auto i0 = static_cast<size_t>(m0), n = static_cast<size_t>(m1 - m0 + 1);
-      const WholeChunks w = read_whole(written.data() + i0, loaded_bits.data() + i0, loads.data() + i0, n, full);
+      const WholeChunks w =
+          read_whole(written.data() + i0, loaded_bits.data() + i0, loads.data() + i0, n, full, chunk, g);
       roundtrip += w.written * chunk;
-      reload += w.full_again * chunk;
-      if (w.partial)  // chunks with some of their bits loaded before (rare): counted as read_chunk does
-        for (size_t i = i0; i < i0 + n; ++i)
-          if (const uint64_t again = w.before[i - i0] & full; again && again != full)
-            reload += std::min<int64_t>(chunk, std::popcount(again) * g);
+      reload += w.reload;
       max_loads = std::max<int>(max_loads, w.max_loads);
     }
   };
