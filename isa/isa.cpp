@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 #include <type_traits>
 
 namespace nsim::isa {
@@ -227,18 +228,29 @@ int64_t Operand::contiguous_runs_per_partition() const {
   return std::max<int64_t>(1, elems_per_partition() / run);
 }
 
-std::string Operand::str() const {
-  if (!present()) return "-";
-  std::string s = fmt::format("{}@{}[{}:{}]+{}", dtype_name(dtype), space_name(space), start_partition,
-                              start_partition + num_partitions, offset);
-  if (space == Space::kHbm) s += fmt::format(" pstep={}", partition_step);
-  std::string sz, st;
-  for (int d = 0; d < nfree; ++d) {
-    const auto i = static_cast<size_t>(d);
-    sz += fmt::format("{}{}", d ? "," : "", size[i]);
-    st += fmt::format("{}{}", d ? "," : "", stride[i]);
+namespace {
+// Operand::str() appended to `out` (disassemble() writes every operand into one buffer).
+void operand_to(const Operand& o, fmt::memory_buffer& out) {
+  if (!o.present()) {
+    out.push_back('-');
+    return;
   }
-  return s + fmt::format(" [{}][{}]", sz, st);
+  auto it = std::back_inserter(out);
+  fmt::format_to(it, "{}@{}[{}:{}]+{}", dtype_name(o.dtype), space_name(o.space), o.start_partition,
+                 o.start_partition + o.num_partitions, o.offset);
+  if (o.space == Space::kHbm) fmt::format_to(it, " pstep={}", o.partition_step);
+  out.append(std::string_view(" ["));
+  for (int d = 0; d < o.nfree; ++d) fmt::format_to(it, "{}{}", d ? "," : "", o.size[static_cast<size_t>(d)]);
+  out.append(std::string_view("]["));
+  for (int d = 0; d < o.nfree; ++d) fmt::format_to(it, "{}{}", d ? "," : "", o.stride[static_cast<size_t>(d)]);
+  out.push_back(']');
+}
+}  // namespace
+
+std::string Operand::str() const {
+  fmt::memory_buffer b;
+  operand_to(*this, b);
+  return fmt::to_string(b);
 }
 
 Operand Operand::tile(Space space, DType dt, int64_t offset, uint32_t start_partition, uint32_t num_partitions,
@@ -290,23 +302,28 @@ Instr make_instr(Opcode op, Engine engine, std::initializer_list<Operand> operan
 // ---------------------------------------------------------------- disassembly
 
 std::string disassemble(const Instr& in) {
+  // One buffer for the whole text (the trace formats one per instruction).
   const OpInfo& info = op_info(in.op);
-  std::string s = fmt::format("{}.{}", info.mnemonic, engine_name(in.engine));
+  fmt::memory_buffer b;
+  auto it = std::back_inserter(b);
+  fmt::format_to(it, "{}.{}", info.mnemonic, engine_name(in.engine));
   switch (info.cost) {
     case CostClass::kActivation:
-    case CostClass::kActivationReduce: s += fmt::format(" func={}", act_name(in.act)); break;
+    case CostClass::kActivationReduce: fmt::format_to(it, " func={}", act_name(in.act)); break;
     case CostClass::kDma:
-    case CostClass::kDmaTranspose: s += fmt::format(" queue={}", in.dma_queue); break;
+    case CostClass::kDmaTranspose: fmt::format_to(it, " queue={}", in.dma_queue); break;
     default:
-      if (in.alu0 != AluOp::kBypass) s += fmt::format(" op0={}", alu_name(in.alu0));
-      if (in.alu1 != AluOp::kBypass) s += fmt::format(" op1={}", alu_name(in.alu1));
+      if (in.alu0 != AluOp::kBypass) fmt::format_to(it, " op0={}", alu_name(in.alu0));
+      if (in.alu1 != AluOp::kBypass) fmt::format_to(it, " op1={}", alu_name(in.alu1));
   }
-  if (in.flags & kAccumulate) s += " acc";
+  if (in.flags & kAccumulate) b.append(std::string_view(" acc"));
   for (int i = 0; i < info.num_slots; ++i) {
     const Operand& o = in.slot(i);
-    if (o.present()) s += fmt::format(" {}={}", info.slots[static_cast<size_t>(i)].name, o.str());
+    if (!o.present()) continue;
+    fmt::format_to(it, " {}=", info.slots[static_cast<size_t>(i)].name);
+    operand_to(o, b);
   }
-  return s;
+  return fmt::to_string(b);
 }
 
 // ---------------------------------------------------------------- verification

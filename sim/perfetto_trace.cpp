@@ -37,12 +37,15 @@ namespace {
 /// A protobuf message being encoded.
 struct Pb {
   std::string b;
-  void varint(uint64_t v) {
+  void varint(uint64_t v) {  // into a local buffer, then one append
+    char x[10];
+    size_t n = 0;
     while (v >= 0x80) {
-      b.push_back(static_cast<char>((v & 0x7f) | 0x80));
+      x[n++] = static_cast<char>((v & 0x7f) | 0x80);
       v >>= 7;
     }
-    b.push_back(static_cast<char>(v));
+    x[n++] = static_cast<char>(v);
+    b.append(x, n);
   }
   void tag(int field, int wire) { varint((static_cast<uint64_t>(field) << 3) | static_cast<uint64_t>(wire)); }
   void u64(int f, uint64_t v) {
