@@ -54,7 +54,7 @@ void TraceRecorder::instr_slice(const isa::Instr& in, int track, const InstrTimi
   std::vector<TraceArg> args;
   args.reserve(12);
   args.push_back(TraceArg::string("opcode", isa::op_info(in.op).mnemonic));
-  args.push_back(TraceArg::string("instr", isa::disassemble(in)));
+  if (sink_.wants_disassembly()) args.push_back(TraceArg::string("instr", isa::disassemble(in)));
   args.push_back(TraceArg::string("src", loc.str()));
   if (!loc.stack.empty()) args.push_back(TraceArg::string("stack", loc.stack));  // kernel > helper > (src)
   args.push_back(TraceArg::integer("index", static_cast<int64_t>(t.index)));

@@ -663,12 +663,8 @@ void PerfettoTraceWriter::emit_slice(const TraceSlice& s) {
   m.event.u64(11, tu);
   m.event.u64(10, m.intern(m.names, 2, s.name));
   for (const TraceArg& a : s.args) {
-    // The disassembly is unique per instruction (nothing to intern): the protobuf trace leaves it out
-    // (`nsim disasm` and the --instructions table have it, by index).
-    // `opcode` repeats the slice's name.
-    if (a.kind == TraceArg::Kind::kText && (std::strcmp(a.key, "instr") == 0 ||
-                                            (std::strcmp(a.key, "opcode") == 0 && a.text == s.name)))
-      continue;
+    // `opcode` repeats the slice's name. (The disassembly is not asked for: wants_disassembly.)
+    if (a.kind == TraceArg::Kind::kText && std::strcmp(a.key, "opcode") == 0 && a.text == s.name) continue;
     m.ann.clear();
     m.ann.u64(1, m.intern(m.arg_names, 3, a.key));
     if (a.kind == TraceArg::Kind::kInt) m.ann.i64(4, a.i);

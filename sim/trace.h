@@ -56,6 +56,9 @@ class TraceSink {
   /// Whether a slice [start, start + dur) would be kept now (nothing counted): callers that keep
   /// per-slice state (the occupancy counter tracks) skip what the trace will not show.
   virtual bool keeps(Ps /*start*/, Ps /*dur*/) const { return true; }
+  /// Whether instruction slices should carry the disassembly (the `instr` argument): the protobuf
+  /// trace leaves it out (unique per instruction, nothing to intern), so callers skip formatting it.
+  virtual bool wants_disassembly() const { return true; }
   /// Every future slice starts at or after `t`: earlier buffered slices may be written out.
   virtual void watermark(Ps t) = 0;
   /// A counter track `name` (e.g. SBUF bytes in use) takes `value` from time `t` on. Counter
@@ -179,6 +182,8 @@ class PerfettoTraceWriter : public OrderedTraceSink {
   /// `pid`: the process of this trace (one per core of an LNC=2 launch; their files concatenate).
   PerfettoTraceWriter(const std::string& path, std::string process_name, TraceFilter filter = {}, int pid = 1);
   ~PerfettoTraceWriter() override;
+  /// The disassembly is unique per instruction: `nsim disasm` and the --instructions table have it, by index.
+  bool wants_disassembly() const override { return false; }
 
  protected:
   void emit_track(int track, const std::string& name) override;
