@@ -37,7 +37,11 @@ namespace {
 /// A protobuf message being encoded.
 struct Pb {
   std::string b;
-  void varint(uint64_t v) {  // into a local buffer, then one append
+  void varint(uint64_t v) {  // one byte (tags, small values: most), else into a local buffer, then one append
+    if (v < 0x80) {
+      b.push_back(static_cast<char>(v));
+      return;
+    }
     char x[10];
     size_t n = 0;
     while (v >= 0x80) {
@@ -206,10 +210,14 @@ class Deflater {
       block(bw, i, end, end == syms_.size());
     }
     bw.align();
-    uint32_t a = 1, b = 0;  // Adler-32, big-endian
-    for (unsigned char c : in) {
-      a = (a + c) % 65521;
-      b = (b + a) % 65521;
+    uint32_t a = 1, b = 0;  // Adler-32, big-endian: sums reduced every 5552 bytes (zlib's NMAX: b stays below 2^32)
+    for (size_t i = 0; i < in.size();) {
+      for (const size_t end = std::min(in.size(), i + 5552); i < end; ++i) {
+        a += static_cast<unsigned char>(in[i]);
+        b += a;
+      }
+      a %= 65521;
+      b %= 65521;
     }
     const uint32_t adler = (b << 16) | a;
     for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<char>((adler >> s) & 0xff));
