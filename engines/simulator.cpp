@@ -426,23 +426,24 @@ InstrTiming Simulator::schedule(const Instr& in, const Sig& sig) {
   return t;
 }
 
-void Simulator::regions_into(const Instr& in, const engines::DepTracker& on, engines::DepTracker::Regions& r) const {
+void Simulator::regions_into(const Instr& in, const engines::DepTracker& on, engines::DepTracker::Regions& r,
+                             const Extent* ext) const {
   // Split an instruction's operands into the regions it reads and writes (table-derived roles).
   r.nr = r.nw = 0;
   const isa::OpInfo& info = isa::op_info(in.op);
-  const int indirect = isa::indirect_slot(in);
+  const int indirect = ext ? -1 : isa::indirect_slot(in);
   for (int i = 0; i < info.num_slots; ++i) {
     const Operand& o = in.slot(i);
     if (!o.present()) continue;
     // An indirect side's rows are runtime values: it depends on every row they may reach.
-    const engines::DepTracker::Range rr = i == indirect ? on.range_of(o, isa::slot_extent(in, i)) : on.range_of(o);
+    const engines::DepTracker::Range rr = ext ? on.range_of(o, ext[i])
+                                          : i == indirect ? on.range_of(o, isa::slot_extent(in, i)) : on.range_of(o);
     if (info.slots[static_cast<size_t>(i)].written) r.writes[static_cast<size_t>(r.nw++)] = rr;
     else r.reads[static_cast<size_t>(r.nr++)] = rr;
   }
 }
 
-engines::DepTracker::Regions Simulator::regions(const Instr& in, const Sig& sig, const engines::DepTracker& on) {
-  engines::DepTracker::Regions r;
+void Simulator::sig_regions(const Instr& in, const Sig& sig, const engines::DepTracker& on, engines::DepTracker::Regions& r) {
   auto range = [&](const Sig::Access& a) {
     const std::pair<int64_t, int64_t> ext{in.opnd[a.slot].offset + a.lo, in.opnd[a.slot].offset + a.hi};
     return a.space == Space::kHbm ? on.range_of(in.opnd[a.slot], ext)
@@ -452,7 +453,6 @@ engines::DepTracker::Regions Simulator::regions(const Instr& in, const Sig& sig,
   for (int i = 0; i < sig.nw; ++i) r.writes[static_cast<size_t>(i)] = range(sig.writes[static_cast<size_t>(i)]);
   r.nr = sig.nr;
   r.nw = sig.nw;
-  return r;
 }
 
 engines::DepTracker::Ready Simulator::ready_for(const Instr& in, const engines::DepTracker::Regions& rg) const {
@@ -462,7 +462,9 @@ engines::DepTracker::Ready Simulator::ready_for(const Instr& in, const engines::
 void Simulator::schedule_asap(const Instr& in, const Sig& sig, const engines::DepTracker::Regions& on_deps, uint8_t cls,
                               Ps dur) {
   // The regions found for deps_ name the same chunks of asap_ (both trackers grow HBM together).
-  const auto rg = asap_->same_layout(deps_) ? asap_->rebased(on_deps, deps_) : regions(in, sig, *asap_);
+  engines::DepTracker::Regions rg;
+  if (asap_->same_layout(deps_)) asap_->rebased(on_deps, deps_, rg);
+  else sig_regions(in, sig, *asap_, rg);
   const Ps end = asap_->ready(cls, rg).time + dur;
   asap_->record(cls, seq_, rg, end, end);
   asap_end_ = std::max(asap_end_, end);

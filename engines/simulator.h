@@ -151,17 +151,19 @@ class Simulator {
   /// The same with the tag of the access that sets it (pass to submit() as known_ready).
   engines::DepTracker::Ready operands_ready_tag(const isa::Instr& in, isa::Engine e) const;
   /// The same, leaving the operands' dependency regions in `rg` (for submit()'s known_regions).
-  engines::DepTracker::Ready operands_ready_tag(const isa::Instr& in, isa::Engine e,
-                                                engines::DepTracker::Regions& rg) const {
-    regions_into(in, deps_, rg);
+  /// `ext`: the operands' isa::slot_extent by slot when the caller has them (the lowering does), else nullptr.
+  using Extent = std::pair<int64_t, int64_t>;
+  engines::DepTracker::Ready operands_ready_tag(const isa::Instr& in, isa::Engine e, engines::DepTracker::Regions& rg,
+                                                const Extent* ext = nullptr) const {
+    regions_into(in, deps_, rg, ext);
     return deps_.ready(static_cast<uint8_t>(e), rg);
   }
   /// operands_ready_tag() for every engine in the bitmask `engines`, in one pass (out by engine); the
   /// regions are left in `rg`.
   void operands_ready_multi(const isa::Instr& in, uint8_t engines,
                             std::array<engines::DepTracker::Ready, engines::kNumClasses>& out,
-                            engines::DepTracker::Regions& rg) const {
-    regions_into(in, deps_, rg);
+                            engines::DepTracker::Regions& rg, const Extent* ext = nullptr) const {
+    regions_into(in, deps_, rg, ext);
     deps_.ready_multi(engines, rg, out);
   }
   /// Changes when regions computed before may no longer be used (HBM tracking grew).
@@ -293,14 +295,16 @@ class Simulator {
   }
   engines::DepTracker::Regions regions(const isa::Instr& in) const { return regions(in, deps_); }
   /// regions() written into `r` (no copy of the whole struct).
-  void regions_into(const isa::Instr& in, const engines::DepTracker& on, engines::DepTracker::Regions& r) const;
-  /// regions() from the operand extents of `in`'s signature.
-  static engines::DepTracker::Regions regions(const isa::Instr& in, const Sig& sig, const engines::DepTracker& on);
+  void regions_into(const isa::Instr& in, const engines::DepTracker& on, engines::DepTracker::Regions& r,
+                    const Extent* ext = nullptr) const;
+  /// regions() from the operand extents of `in`'s signature, written into `r`.
+  static void sig_regions(const isa::Instr& in, const Sig& sig, const engines::DepTracker& on,
+                          engines::DepTracker::Regions& r);
   /// The regions of `in` on deps_: submit()'s known_regions when given, else computed into `scratch`.
   const engines::DepTracker::Regions& regions_for(const isa::Instr& in, const Sig& sig,
                                                   engines::DepTracker::Regions& scratch) const {
     if (known_regions_) return *known_regions_;
-    scratch = regions(in, sig, deps_);
+    sig_regions(in, sig, deps_, scratch);  // (in place: a Regions is ~700 bytes)
     return scratch;
   }
   /// The operands' ready time for `in` on its engine (submit()'s known_ready when given).

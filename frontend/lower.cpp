@@ -309,7 +309,7 @@ bool eval_exact(const Affine& f, const std::vector<int64_t>& vars, int64_t& out)
 }
 }  // namespace
 
-Operand Lowering::operand_of(size_t oi, size_t slot, const Access& a, bool keep_dims) {
+Operand Lowering::operand_of(size_t oi, size_t slot, const Access& a, std::pair<int64_t, int64_t>& ext, bool keep_dims) {
   OperandForm& f = forms_[oi * isa::kMaxSlots + slot];
   const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
   if (!f.ready || f.keep != keep_dims) {
@@ -340,15 +340,21 @@ Operand Lowering::operand_of(size_t oi, size_t slot, const Access& a, bool keep_
     o.offset = 0;
     o.start_partition = 0;
     f.shape = o;
+    f.extent = o.byte_extent();
     f.keep = keep_dims;
     f.ready = true;
   }
   int64_t off = 0;
-  if (!f.exact || !eval_exact(f.offset, vars_, off) || __builtin_add_overflow(off, base_of(a.tensor), &off))
-    return access_operand(t, a, vars_, base_of(a.tensor), keep_dims);
+  if (!f.exact || !eval_exact(f.offset, vars_, off) || __builtin_add_overflow(off, base_of(a.tensor), &off)) {
+    const Operand o = access_operand(t, a, vars_, base_of(a.tensor), keep_dims);
+    ext = o.byte_extent();
+    return o;
+  }
   Operand o = f.shape;
   o.offset = off;
   if (on_chip(t.space)) o.start_partition = static_cast<uint16_t>(f.partition.eval(vars_));
+  // byte_extent() of o: the shape's extent moved by the offset (its offsets are verified to stay in memory).
+  ext = {off + f.extent.first, off + f.extent.second};
   return o;
 }
 
@@ -357,14 +363,15 @@ bool Lowering::lower_op(const Op& op, Instr& out) {
   last_op_ = static_cast<int>(oi);
   const int opc = opcode_[oi];
   const Instr* t = &tmpl_[2 * oi];
+  last_ext_ = &ext_;
   if (opc == kNcMatmul) {  // (dst, stationary, moving) -> load_stationary, multiply_moving
     out = t[0];
     pending_ = t[1];
-    out.opnd[0] = operand_of(oi, 1, *op.operands[1]);
-    if (op.operands[3]) out.opnd[1] = operand_of(oi, 3, *op.operands[3]);  // MX scales (nc_matmul_mx)
-    pending_.opnd[0] = operand_of(oi, 0, *op.operands[0]);
-    pending_.opnd[1] = operand_of(oi, 2, *op.operands[2]);
-    if (op.operands[4]) pending_.opnd[2] = operand_of(oi, 4, *op.operands[4]);
+    out.opnd[0] = operand_of(oi, 1, *op.operands[1], ext_[0]);
+    if (op.operands[3]) out.opnd[1] = operand_of(oi, 3, *op.operands[3], ext_[1]);  // MX scales (nc_matmul_mx)
+    pending_.opnd[0] = operand_of(oi, 0, *op.operands[0], pending_ext_[0]);
+    pending_.opnd[1] = operand_of(oi, 2, *op.operands[2], pending_ext_[1]);
+    if (op.operands[4]) pending_.opnd[2] = operand_of(oi, 4, *op.operands[4], pending_ext_[2]);
     has_pending_ = true;
     return true;
   }
@@ -373,16 +380,18 @@ bool Lowering::lower_op(const Op& op, Instr& out) {
   for (size_t i = 0; i < isa::kMaxSlots; ++i) {
     if (!op.operands[i]) continue;
     const Access& a = *op.operands[i];
-    out.opnd[i] = operand_of(oi, i, a, keep && i == 1);
+    out.opnd[i] = operand_of(oi, i, a, ext_[i], keep && i == 1);
   }
-  if (const int side = isa::indirect_slot(out); side >= 0 && on_chip(out.opnd[static_cast<size_t>(side)].space)) {
+  const int side = isa::indirect_slot(out);
+  if (side >= 0) ext_[static_cast<size_t>(side)] = isa::slot_extent(out, side);  // the rows an index may reach
+  if (side >= 0 && on_chip(out.opnd[static_cast<size_t>(side)].space)) {
     // A dynamic tensor_copy: every in-range runtime index keeps the moving side inside its tile's row (as
     // verify_kernel's check_indirect_reach; the buffer bound alone would let it read a neighbouring tile).
     const int ti = op.operands[static_cast<size_t>(side)]->tensor;
     const Tensor& t = k_.tensors[static_cast<size_t>(ti)];
     int64_t row = dtype_bytes(t.dtype);
     for (size_t d = 1; d < t.shape.size(); ++d) row *= t.shape[d];
-    const int64_t end = isa::slot_extent(out, side).second;
+    const int64_t end = ext_[static_cast<size_t>(side)].second;
     if (end > base_of(ti) + row)
       throw Error(ErrorCode::kOutOfBounds,
                   fmt::format("{}: operand '{}' of tile '{}': an index up to iimm[0] - 1 = {} moves it to bytes [.., {}) "
@@ -404,6 +413,7 @@ bool Lowering::next(Instr& out) {
   if (progress_ && (emitted_ & 0xFFFF) == 0xFFFF) progress_(emitted_ + 1, sim_.total_time());
   if (has_pending_) {
     out = pending_;
+    last_ext_ = &pending_ext_;
     has_pending_ = false;
     ++emitted_;
     return true;

@@ -68,6 +68,11 @@ class Lowering {
   }
   /// Index (into Kernel::ops) of the op the last instruction from next() belongs to.
   int last_op() const { return last_op_; }
+  /// The byte extents of the last instruction from next(), by slot (isa::slot_extent of each present
+  /// operand; absent slots hold nothing): worked out from the op's operand forms, so the compiler's
+  /// conflict tracking and the dependency regions (Simulator::operands_ready_multi) need not recompute them.
+  using Extents = std::array<std::pair<int64_t, int64_t>, isa::kMaxSlots>;
+  const Extents& last_extents() const { return *last_ext_; }
   /// Index (into Kernel::ops) of the op whose instructions carry source id `loc` (Instr::loc); -1 if none.
   int op_of_source(uint32_t loc) const;
   /// "dst=ct data1=at data2=bt": the tensors of op `op` by slot, in the kernel's names.
@@ -155,7 +160,9 @@ class Lowering {
   /// access_operand() of slot `slot` of op `oi` for the current loop variables: the first call works out the
   /// operand's shape and its byte offset and start partition as affine forms of the loop variables; the
   /// later ones evaluate the two forms alone (the shape does not depend on the variables).
-  isa::Operand operand_of(size_t oi, size_t slot, const Access& a, bool keep_dims = false);
+  /// `ext`: the operand's byte extent (isa::Operand::byte_extent).
+  isa::Operand operand_of(size_t oi, size_t slot, const Access& a, std::pair<int64_t, int64_t>& ext,
+                          bool keep_dims = false);
   int64_t base_of(int tensor) const;   ///< HBM address, or byte offset of the tile buffer in use
   int buffer_of(int tensor) const;     ///< rotating-buffer index in use (0 for HBM tensors)
 
@@ -173,6 +180,7 @@ class Lowering {
     bool keep = false;
     bool exact = true;   ///< the forms' coefficients fit int64 (else access_operand every time)
     isa::Operand shape;  ///< the operand at offset 0 and start partition 0
+    std::pair<int64_t, int64_t> extent;  ///< shape.byte_extent(): the operand's extent from its offset
     Affine offset;       ///< bytes from the tensor's base
     Affine partition;    ///< on chip: the start partition
   };
@@ -180,6 +188,8 @@ class Lowering {
   std::vector<int8_t> queue_base_;         ///< per op: automatic DMA queue base (0 loads, 4 stores), -1 fixed
   std::vector<int64_t> hbm_addr_;          ///< per tensor: byte address of HBM tensors
   isa::Instr pending_{};                   ///< second half of an nc_matmul
+  Extents ext_{}, pending_ext_{};          ///< last_extents() of the instruction lowered last, of pending_
+  const Extents* last_ext_ = &ext_;
   bool has_pending_ = false;
   uint64_t emitted_ = 0;
   uint64_t idle_since_ = 0;       ///< emitted_ when the current run of loop iterations without instructions began

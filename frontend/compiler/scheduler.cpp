@@ -38,6 +38,7 @@ int popcount8(uint8_t m) { return __builtin_popcount(m); }
 struct Scheduler::Impl {
   struct Node {
     std::array<Instr, 2> in;  ///< an nc_matmul's LoadStationary + MultiplyMoving issue as one unit
+    std::array<Lowering::Extents, 2> ext;  ///< their operands' byte extents (Lowering::last_extents)
     int n = 1;
     uint64_t seq = 0;
     int op = -1;
@@ -71,6 +72,7 @@ struct Scheduler::Impl {
   bool lowering_done = false;
   bool has_held = false;
   Instr held{};
+  Lowering::Extents held_ext{};
   int held_op = -1;
   uint64_t since_heights = 0;
   /// The scheduling front: the earliest start of any ready instruction at the last issue. Every
@@ -209,10 +211,10 @@ struct Scheduler::Impl {
     c.readers[c.nr++] = x.seq;
   }
 
-  void access(const Instr& in, int slot, Node& x, bool write) {
+  void access(const Instr& in, const Lowering::Extents& ext, int slot, Node& x, bool write) {
     const Operand& o = in.slot(slot);
     if (!o.present()) return;
-    const auto [lo, hi] = isa::slot_extent(in, slot);
+    const auto [lo, hi] = ext[static_cast<size_t>(slot)];  // isa::slot_extent(in, slot)
     if (hi <= lo) return;
     if (o.space == Space::kHbm) {  // operands stay inside one tensor (bounds are checked first)
       auto it = std::upper_bound(hbm_ranges.begin(), hbm_ranges.end(), lo,
@@ -337,9 +339,10 @@ struct Scheduler::Impl {
     return r;
   }
 
-  bool pull(Instr& in, int& oi) {
+  bool pull(Instr& in, Lowering::Extents& ext, int& oi) {
     if (has_held) {
       in = held;
+      ext = held_ext;
       oi = held_op;
       has_held = false;
       return true;
@@ -349,6 +352,7 @@ struct Scheduler::Impl {
       lowering_done = true;
       return false;
     }
+    ext = low.last_extents();
     oi = low.last_op();
     return true;
   }
@@ -357,7 +361,7 @@ struct Scheduler::Impl {
   bool admit() {
     int oi = -1;
     Node& x = node(next);  // lowered straight into its window slot (an Instr is ~600 bytes)
-    if (!pull(x.in[0], oi)) return false;
+    if (!pull(x.in[0], x.ext[0], oi)) return false;
     const Instr& a = x.in[0];
     x.n = 1;
     x.seq = next;
@@ -375,12 +379,13 @@ struct Scheduler::Impl {
     if (a.op == Opcode::kLoadStationary) {
       Instr& b = x.in[1];
       int ob = -1;
-      if (pull(b, ob)) {
+      if (pull(b, x.ext[1], ob)) {
         if (b.op == Opcode::kMultiplyMoving && ob == oi) {
           x.n = 2;
           raw_stationary = false;  // an nc_matmul: the pair issues together
         } else {
           held = b;
+          held_ext = x.ext[1];
           held_op = ob;
           has_held = true;
         }
@@ -391,11 +396,12 @@ struct Scheduler::Impl {
     preds_scratch.clear();
     for (int j = 0; j < x.n; ++j) {
       const Instr& in = x.in[static_cast<size_t>(j)];
+      const Lowering::Extents& ext = x.ext[static_cast<size_t>(j)];
       const isa::OpInfo& info = isa::op_info(in.op);
       for (int i = 0; i < info.num_slots; ++i)
-        if (!info.slots[static_cast<size_t>(i)].written) access(in, i, x, false);
+        if (!info.slots[static_cast<size_t>(i)].written) access(in, ext, i, x, false);
       for (int i = 0; i < info.num_slots; ++i)
-        if (info.slots[static_cast<size_t>(i)].written) access(in, i, x, true);
+        if (info.slots[static_cast<size_t>(i)].written) access(in, ext, i, x, true);
     }
     if (raw_stationary) {  // LoadStationary/MultiplyMoving written as separate ops share the PE weights
       if (last_stationary) add_edge(last_stationary - 1, x);
@@ -480,8 +486,8 @@ struct Scheduler::Impl {
   // so the operands' ready times are final: kept for issue_one() and handed to the simulator.
   void make_ready(Node& x) {
     std::array<engines::DepTracker::Ready, engines::kNumClasses> rd;
-    sim.operands_ready_multi(x.in[0], x.engines, rd, x.rg0);
-    if (x.n == 2) x.rd1 = sim.operands_ready_tag(x.in[1], Engine::kTensor, x.rg1);
+    sim.operands_ready_multi(x.in[0], x.engines, rd, x.rg0, x.ext[0].data());
+    if (x.n == 2) x.rd1 = sim.operands_ready_tag(x.in[1], Engine::kTensor, x.rg1, x.ext[1].data());
     x.rg_epoch = sim.regions_epoch();
     for (int e = 0; e < isa::kNumEngines; ++e)
       if (x.engines & (1u << e)) {
