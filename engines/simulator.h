@@ -164,7 +164,9 @@ class Simulator {
                             std::array<engines::DepTracker::Ready, engines::kNumClasses>& out,
                             engines::DepTracker::Regions& rg, const Extent* ext = nullptr) const {
     regions_into(in, deps_, rg, ext);
-    deps_.ready_multi(engines, rg, out);
+    if (engines & (engines - 1)) return deps_.ready_multi(engines, rg, out);
+    out.fill(engines::DepTracker::Ready{});  // one engine: the cheaper single-class scan
+    if (engines) out[static_cast<size_t>(__builtin_ctz(engines))] = deps_.ready(static_cast<uint8_t>(__builtin_ctz(engines)), rg);
   }
   /// Changes when regions computed before may no longer be used (HBM tracking grew).
   uint64_t regions_epoch() const { return regions_epoch_; }
