@@ -162,7 +162,12 @@ void DepTracker::apply(const Range& r, F&& f) {
       if (uni[i] && all_q) {
         Entry& e0 = ent[i * nq];
         if (!f(e0)) return false;
-        std::fill(at(i) + 1, at(i) + static_cast<std::ptrdiff_t>(nq), e0);
+        if (nq == 4) {  // SBUF's four quadrants: three stores, not a loop
+          Entry* q = &e0;
+          q[1] = q[2] = q[3] = e0;
+        } else {
+          std::fill(at(i) + 1, at(i) + static_cast<std::ptrdiff_t>(nq), e0);
+        }
         return true;
       }
       bool changed = false;
