@@ -102,6 +102,16 @@ struct Scheduler::Impl {
   std::vector<int16_t> op_engines;
   std::vector<std::array<Ps, isa::kNumEngines>> op_cost;  ///< per op and engine; -1 = not estimated yet
   std::vector<char> op_uses_acc;
+  /// What admit() needs of an op's instruction (or pair) that is the same for each of its instructions: worked
+  /// out at its first (n = 0: not yet; else the instruction count it was worked out for).
+  struct OpFacts {
+    int n = 0;
+    uint8_t engines = 0, free_uses = 0;
+    bool acc = false, rng = false, auto_queue = false;
+    Ps min_cost = 0;
+    std::array<Ps, isa::kNumEngines> cost{};
+  };
+  std::vector<OpFacts> op_facts;
   std::array<uint64_t, isa::kNumEngines> last_acc{};  ///< seq + 1 of the last accumulator user per engine
   std::array<uint64_t, isa::kNumEngines> fence{};  ///< seq + 1 of the last core_barrier per engine
   uint64_t last_rng = 0;  ///< seq + 1 of the last PRNG-state user (any engine: set_rng_seed seeds two)
@@ -155,6 +165,7 @@ struct Scheduler::Impl {
     unknown.fill(-1);
     op_cost.assign(k.ops.size(), unknown);
     op_uses_acc.assign(k.ops.size(), 0);
+    op_facts.assign(k.ops.size(), OpFacts{});
     last_of_op.assign(k.ops.size(), 0);
     runs_after.resize(k.ops.size());
     waiting_for.resize(k.ops.size());
@@ -408,12 +419,14 @@ struct Scheduler::Impl {
       last_stationary = x.seq + 1;
     }
     const Instr& head = x.in[static_cast<size_t>(x.n - 1)];
-    if (uses_acc(oi, head)) {  // accumulator registers: keep their users' order on each engine
+    OpFacts scratch;
+    const OpFacts& f = facts_of(oi, x, scratch);
+    if (f.acc) {  // accumulator registers: keep their users' order on each engine
       uint64_t& l = last_acc[static_cast<size_t>(head.engine)];
       if (l) add_edge(l - 1, x);
       l = x.seq + 1;
     }
-    if (uses_rng(head.op)) {  // the PRNG state: its users stay in program order
+    if (f.rng) {  // the PRNG state: its users stay in program order
       if (last_rng) add_edge(last_rng - 1, x);
       last_rng = x.seq + 1;
     }
@@ -447,10 +460,10 @@ struct Scheduler::Impl {
       }
       waiting_for[static_cast<size_t>(oi)].clear();
       last_of_op[static_cast<size_t>(oi)] = x.seq + 1;
-      x.auto_queue = isa::is_dma(a.op) && !op.dma_queue && p.dma_queues_per_trigger > 1;
     }
-    x.engines = x.n == 2 ? isa::engine_bit(Engine::kTensor) : candidates(oi, a);
-    x.free_uses = engines::StreamEngines::uses(a);
+    x.auto_queue = f.auto_queue;
+    x.engines = f.engines;
+    x.free_uses = f.free_uses;
     // core_barrier blocks its engine (LNC=2): after every earlier instruction that may run there,
     // before every later one.
     if (head.op == Opcode::kCoreBarrier) {
@@ -462,24 +475,43 @@ struct Scheduler::Impl {
       for (int e = 0; e < isa::kNumEngines; ++e)
         if ((x.engines & (1u << e)) && fence[static_cast<size_t>(e)]) add_edge(fence[static_cast<size_t>(e)] - 1, x);
     }
+    x.cost = f.cost;
+    x.min_cost = f.min_cost;
+    if (x.npred == 0) make_ready(x);
+    return true;
+  }
+
+  /// The OpFacts of node x (just pulled, of op oi): op_facts[oi], worked out at the op's first instruction
+  /// (into `scratch` without an op).
+  const OpFacts& facts_of(int oi, const Node& x, OpFacts& scratch) {
+    OpFacts& f = oi >= 0 ? op_facts[static_cast<size_t>(oi)] : scratch;
+    if (f.n == x.n) return f;
+    const Instr& a = x.in[0];
+    const Instr& head = x.in[static_cast<size_t>(x.n - 1)];
+    f.n = x.n;
+    f.acc = uses_acc(oi, head);
+    f.rng = uses_rng(head.op);
+    f.auto_queue = oi >= 0 && isa::is_dma(a.op) && !k.ops[static_cast<size_t>(oi)].dma_queue && p.dma_queues_per_trigger > 1;
+    f.engines = x.n == 2 ? isa::engine_bit(Engine::kTensor) : candidates(oi, a);
+    f.free_uses = engines::StreamEngines::uses(a);
     // Durations depend on the op's shapes and dtypes, the same for each of its instructions: once per op.
     std::array<Ps, isa::kNumEngines>* cached = oi >= 0 ? &op_cost[static_cast<size_t>(oi)] : nullptr;
+    f.cost.fill(0);
     for (int e = 0; e < isa::kNumEngines; ++e) {
-      if (!(x.engines & (1u << e))) continue;
+      if (!(f.engines & (1u << e))) continue;
       Ps c = cached ? (*cached)[static_cast<size_t>(e)] : -1;
       if (c < 0) {
         c = 0;
         for (int j = 0; j < x.n; ++j) c += sim.duration_estimate(x.in[static_cast<size_t>(j)], static_cast<Engine>(e));
         if (cached) (*cached)[static_cast<size_t>(e)] = c;
       }
-      x.cost[static_cast<size_t>(e)] = c;
+      f.cost[static_cast<size_t>(e)] = c;
     }
-    x.min_cost = INT64_MAX;
+    f.min_cost = INT64_MAX;
     for (int e = 0; e < isa::kNumEngines; ++e)
-      if (x.engines & (1u << e)) x.min_cost = std::min(x.min_cost, x.cost[static_cast<size_t>(e)]);
-    if (x.min_cost == INT64_MAX) x.min_cost = 0;
-    if (x.npred == 0) make_ready(x);
-    return true;
+      if (f.engines & (1u << e)) f.min_cost = std::min(f.min_cost, f.cost[static_cast<size_t>(e)]);
+    if (f.min_cost == INT64_MAX) f.min_cost = 0;
+    return f;
   }
 
   // Nothing x depends on can issue after this (its predecessors have, its successors wait for it),
