@@ -21,6 +21,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <numeric>
 
 namespace nsim::frontend {
@@ -310,6 +312,13 @@ bool eval_exact(const Affine& f, const std::vector<int64_t>& vars, int64_t& out)
 }  // namespace
 
 Operand Lowering::operand_of(size_t oi, size_t slot, const Access& a, std::pair<int64_t, int64_t>& ext, bool keep_dims) {
+  Operand o;
+  operand_into(oi, slot, a, o, ext, keep_dims);
+  return o;
+}
+
+void Lowering::operand_into(size_t oi, size_t slot, const Access& a, Operand& out, std::pair<int64_t, int64_t>& ext,
+                            bool keep_dims) {
   OperandForm& f = forms_[oi * isa::kMaxSlots + slot];
   const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
   if (!f.ready || f.keep != keep_dims) {
@@ -346,16 +355,15 @@ Operand Lowering::operand_of(size_t oi, size_t slot, const Access& a, std::pair<
   }
   int64_t off = 0;
   if (!f.exact || !eval_exact(f.offset, vars_, off) || __builtin_add_overflow(off, base_of(a.tensor), &off)) {
-    const Operand o = access_operand(t, a, vars_, base_of(a.tensor), keep_dims);
-    ext = o.byte_extent();
-    return o;
+    out = access_operand(t, a, vars_, base_of(a.tensor), keep_dims);
+    ext = out.byte_extent();
+    return;
   }
-  Operand o = f.shape;
-  o.offset = off;
-  if (on_chip(t.space)) o.start_partition = static_cast<uint16_t>(f.partition.eval(vars_));
-  // byte_extent() of o: the shape's extent moved by the offset (its offsets are verified to stay in memory).
+  out = f.shape;
+  out.offset = off;
+  if (on_chip(t.space)) out.start_partition = static_cast<uint16_t>(f.partition.eval(vars_));
+  // byte_extent() of out: the shape's extent moved by the offset (its offsets are verified to stay in memory).
   ext = {off + f.extent.first, off + f.extent.second};
-  return o;
 }
 
 bool Lowering::lower_op(const Op& op, Instr& out) {
@@ -375,12 +383,18 @@ bool Lowering::lower_op(const Op& op, Instr& out) {
     has_pending_ = true;
     return true;
   }
-  out = t[0];
+  // The template's fields before the operands and its source location; its operands (none: templates
+  // have none) where the op has none, the others written in place (an Instr is ~600 bytes, an operand 88).
+  static_assert(offsetof(Instr, loc) == offsetof(Instr, opnd) + sizeof(Instr::opnd), "opnd is followed by loc only");
+  std::memcpy(static_cast<void*>(&out), &t[0], offsetof(Instr, opnd));
+  out.loc = t[0].loc;
   const bool keep = opc == static_cast<int>(Opcode::kTensorReduce) && op.axis_count != 0;
   for (size_t i = 0; i < isa::kMaxSlots; ++i) {
-    if (!op.operands[i]) continue;
-    const Access& a = *op.operands[i];
-    out.opnd[i] = operand_of(oi, i, a, ext_[i], keep && i == 1);
+    if (!op.operands[i]) {
+      out.opnd[i] = t[0].opnd[i];
+      continue;
+    }
+    operand_into(oi, i, *op.operands[i], out.opnd[i], ext_[i], keep && i == 1);
   }
   const int side = isa::indirect_slot(out);
   if (side >= 0) ext_[static_cast<size_t>(side)] = isa::slot_extent(out, side);  // the rows an index may reach

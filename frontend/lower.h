@@ -163,6 +163,9 @@ class Lowering {
   /// `ext`: the operand's byte extent (isa::Operand::byte_extent).
   isa::Operand operand_of(size_t oi, size_t slot, const Access& a, std::pair<int64_t, int64_t>& ext,
                           bool keep_dims = false);
+  /// operand_of() written into `out`.
+  void operand_into(size_t oi, size_t slot, const Access& a, isa::Operand& out, std::pair<int64_t, int64_t>& ext,
+                    bool keep_dims = false);
   int64_t base_of(int tensor) const;   ///< HBM address, or byte offset of the tile buffer in use
   int buffer_of(int tensor) const;     ///< rotating-buffer index in use (0 for HBM tensors)
 
