@@ -259,9 +259,8 @@ struct Scheduler::Impl {
 
   /// A copy of state `i` touched by x, as a new state.
   uint32_t touched(uint32_t i, Node& x, bool write) {
-    Chunk c = states[i];
-    touch(c, x, write);
-    states.push_back(c);
+    states.push_back(states[i]);  // (push_back copies its argument before it reallocates)
+    touch(states.back(), x, write);
     return static_cast<uint32_t>(states.size() - 1);
   }
 
