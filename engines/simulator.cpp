@@ -407,12 +407,12 @@ void Simulator::run(const std::function<bool(Instr&)>& next) {
 }
 
 InstrTiming Simulator::schedule(const Instr& in, const Sig& sig) {
-  InstrTiming t;
   const bool dma = isa::is_dma(in.op);
-  if (sig.stream) t = schedule_stream(in, sig);
-  else if (isa::op_info(in.op).cost == isa::CostClass::kBarrier) t = schedule_barrier(in, sig);
-  else if (dma) t = schedule_dma(in, sig);
-  else t = schedule_tensor(in, sig);
+  // (One expression: the result is built in place, not zeroed and then copied.)
+  InstrTiming t = sig.stream                                                       ? schedule_stream(in, sig)
+                  : isa::op_info(in.op).cost == isa::CostClass::kBarrier ? schedule_barrier(in, sig)
+                  : dma                                                  ? schedule_dma(in, sig)
+                                                                         : schedule_tensor(in, sig);
   // No later instruction or DMA packet starts before the watermark: prune and fold up to it.
   if (engines::RunStats::fold_due(dma, seq_) || trace_) {
     const Ps w = watermark();
