@@ -72,7 +72,7 @@ void RunStats::on_instr(const Instr& in, const InstrTiming& t, const Detail& d) 
   c_.end = std::max(c_.end, t.end);
 }
 
-void RunStats::engine_slot(Engine e, Ps start, Ps end, Ps busy, double flops) {
+inline void RunStats::engine_slot(Engine e, Ps start, Ps end, Ps busy, double flops) {
   TrackCounters& tc = c_.engine[static_cast<size_t>(e)];
   ++tc.instructions;
   tc.busy += busy;

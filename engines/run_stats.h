@@ -155,7 +155,7 @@ class RunStats {
 
  private:
   void account_bytes(const Bytes& b);
-  void engine_slot(isa::Engine e, sim::Ps start, sim::Ps end, sim::Ps busy, double flops);
+  [[gnu::always_inline]] inline void engine_slot(isa::Engine e, sim::Ps start, sim::Ps end, sim::Ps busy, double flops);
   void dma(const isa::Instr& in, const InstrTiming& t, const Detail& d);
   /// Engine activity [s, e) for total_active_time (staged, then added to RunCounters::any_active).
   void note_active(sim::Ps s, sim::Ps e);

@@ -234,8 +234,7 @@ void Simulator::throw_interrupted() const {
                                                    sim::ps_to_ns(total_time())));
 }
 
-void Simulator::check_limits() const {
-  check_stop();
+void Simulator::throw_limit() const {
   if (opts_.max_instructions > 0 && seq_ >= opts_.max_instructions)
     throw Error(ErrorCode::kResourceLimit,
                 fmt::format("instruction limit reached: the kernel runs more than {} instructions (max_instructions, "

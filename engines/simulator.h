@@ -284,7 +284,14 @@ class Simulator {
   void fill_signature(Sig& e, const isa::Instr& in, uint64_t h);
   InstrTiming schedule(const isa::Instr& in, const Sig& sig);
   [[noreturn]] void throw_interrupted() const;
-  void check_limits() const;  ///< E416/E417 before an instruction is accepted
+  /// E416/E417 before an instruction is accepted (inline: it runs for every instruction; the errors out of line).
+  void check_limits() const {
+    check_stop();
+    if ((opts_.max_instructions > 0 && seq_ >= opts_.max_instructions) ||
+        (opts_.max_sim_time_ns > 0 && sim::ps_to_ns(total_time()) > opts_.max_sim_time_ns))
+      throw_limit();
+  }
+  void throw_limit() const;  ///< the E416 of the limit reached
   InstrTiming schedule_dma(const isa::Instr& in, const Sig& sig);
   InstrTiming schedule_tensor(const isa::Instr& in, const Sig& sig);
   InstrTiming schedule_stream(const isa::Instr& in, const Sig& sig);
