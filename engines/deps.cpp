@@ -48,8 +48,10 @@ DepTracker::DepTracker(const Config& cfg, const LatencyTable& lat) : cfg_(cfg), 
   // The page vectors never change size: range_of keeps their data pointers.
   sbuf_sp_ = {sbuf_.data(), sbuf_row_, (sbuf_row_ + kPageChunks - 1) / kPageChunks, sbuf_nq_, cfg.partitions};
   psum_sp_ = {psum_.data(), psum_row_, (psum_row_ + kPageChunks - 1) / kPageChunks, psum_nq_, cfg.psum_partitions};
-  for (int k = 0; k < 62; ++k)
+  for (int k = 0; k < 62; ++k) {
     if (cfg.chunk_bytes == int64_t{1} << k) chunk_shift_ = k;
+    if (cfg.hbm_chunk_bytes == int64_t{1} << k) hbm_chunk_shift_ = k;
+  }
 }
 
 void DepTracker::reserve_hbm(int64_t bytes) {
@@ -86,8 +88,10 @@ DepTracker::Range DepTracker::hbm_range(std::pair<int64_t, int64_t> ext) const {
   const int64_t n = hbm_row_;
   const auto pages = static_cast<int64_t>(hbm_.size());
   if (n == 0) return {hbm_.data(), 0, -1, 0, -1, 0, 0, 1};  // no HBM tensors: nothing to track
-  const int64_t c0 = std::clamp<int64_t>(lo / cfg_.hbm_chunk_bytes, 0, n - 1);
-  const int64_t c1 = std::clamp<int64_t>((hi - 1) / cfg_.hbm_chunk_bytes, 0, n - 1);
+  // (A shift floors where the division truncates: they differ for negative offsets only, which clamp to chunk 0.)
+  const int sh = hbm_chunk_shift_;
+  const int64_t c0 = std::clamp<int64_t>(sh >= 0 ? lo >> sh : lo / cfg_.hbm_chunk_bytes, 0, n - 1);
+  const int64_t c1 = std::clamp<int64_t>(sh >= 0 ? (hi - 1) >> sh : (hi - 1) / cfg_.hbm_chunk_bytes, 0, n - 1);
   return {hbm_.data(), 0, 0, c0, c1, n, pages, 1};
 }
 

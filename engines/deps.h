@@ -179,7 +179,8 @@ class DepTracker {
 
   Config cfg_;
   OnChip sbuf_sp_, psum_sp_;
-  int chunk_shift_ = -1;  ///< log2(chunk_bytes) when a power of two
+  int chunk_shift_ = -1;      ///< log2(chunk_bytes) when a power of two
+  int hbm_chunk_shift_ = -1;  ///< log2(hbm_chunk_bytes) when a power of two (a shift, not a division, per access)
   LatencyTable lat_;
   int64_t sbuf_row_, psum_row_, hbm_row_ = 0;
   int64_t sbuf_nq_, psum_nq_;

@@ -30,6 +30,7 @@ struct Chunk {
 };
 
 constexpr int64_t kHbmChunk = 65536;
+static_assert((kHbmChunk & (kHbmChunk - 1)) == 0, "HbmRange::shift divides by it");
 
 int popcount8(uint8_t m) { return __builtin_popcount(m); }
 
@@ -94,6 +95,7 @@ struct Scheduler::Impl {
     int64_t lo, hi;
     bool written;
     int64_t chunk = kHbmChunk;  ///< bytes per chunk (grows for huge tensors: at most ~1M chunks each)
+    int shift = 0;              ///< log2(chunk): offsets into the tensor are >= 0, so a shift divides
     size_t first = 0;           ///< index of its first chunk in `hbm`
   };
   std::vector<HbmRange> hbm_ranges;  ///< sorted by lo
@@ -155,6 +157,7 @@ struct Scheduler::Impl {
     for (HbmRange& r : hbm_ranges) {
       if (!r.written) continue;
       while ((r.hi - r.lo) / r.chunk > (int64_t{1} << 20)) r.chunk *= 2;
+      while ((int64_t{1} << r.shift) < r.chunk) ++r.shift;
       r.first = nchunks;
       nchunks += static_cast<size_t>((r.hi - r.lo + r.chunk - 1) / r.chunk);
     }
@@ -233,7 +236,7 @@ struct Scheduler::Impl {
       if (it == hbm_ranges.begin()) return;
       const HbmRange& r = *std::prev(it);
       if (!r.written || hi > r.hi) return;  // a read-only tensor never conflicts
-      touch_run(hbm.data() + r.first + (lo - r.lo) / r.chunk, hbm.data() + r.first + (hi - 1 - r.lo) / r.chunk, x, write);
+      touch_run(hbm.data() + r.first + ((lo - r.lo) >> r.shift), hbm.data() + r.first + ((hi - 1 - r.lo) >> r.shift), x, write);
       return;
     }
     std::vector<uint32_t>& tab = o.space == Space::kPsum ? psum : sbuf;
