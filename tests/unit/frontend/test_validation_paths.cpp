@@ -344,3 +344,53 @@ TEST_CASE("validation paths: a dynamic tensor_copy reaching past its tile row is
     CHECK(p.full.code == p.check.code);
   }
 }
+
+namespace {
+/// Lower `k` (timing-only) and check every instruction's Lowering::last_extents against isa::slot_extent
+/// of each present operand (the list scheduler's conflict tables and dependency regions use the former).
+/// Returns the instructions checked.
+int check_extents(const frontend::Kernel& k) {
+  auto s = Simulator::from_preset("trn2", {}, SimOptions{false, ""});
+  Lowering::allocate_hbm(k, *s);
+  Lowering l(k, *s);
+  isa::Instr in;
+  int n = 0;
+  while (l.next(in)) {
+    ++n;
+    for (int i = 0; i < isa::op_info(in.op).num_slots; ++i) {
+      if (!in.slot(i).present()) continue;
+      INFO(isa::disassemble(in) << " slot " << i);
+      CHECK(l.last_extents()[static_cast<size_t>(i)] == isa::slot_extent(in, i));
+    }
+  }
+  return n;
+}
+}  // namespace
+
+TEST_CASE("lowering: each instruction's extents are its operands' slot extents", "[lower]") {
+  // An indirect scatter (its HBM side widened by the indices' reach) at a start moved by the loop variable.
+  CHECK(check_extents(indirect_scatter("[64, 64]", "0", true)) == 5);
+  // nc_matmul pairs (the second instruction's extents come with the pending half), a strided PSUM read, a
+  // dst moved by the loop variable, and a reduce keeping its dims.
+  KB b;
+  const int a = b.input("a", {128, 128}, DType::kBFloat16);
+  const int bm = b.input("b", {128, 512}, DType::kBFloat16);
+  const int c = b.output("c", {128, 1536});
+  const int r = b.output("r", {128, 3});
+  const int at = b.tile("at", {128, 128}, DType::kBFloat16);
+  const int bt = b.tile("bt", {128, 512}, DType::kBFloat16);
+  const int rt = b.tile("rt", {128, 3});
+  b.op("dma_copy", {W(at), W(a)});
+  b.op("dma_copy", {W(bt), W(bm)});
+  const int i = b.loop("i", 0, 3);
+  const int p = b.psum("p", {128, 512});
+  const int s1 = b.tile("s1", {128, 512});
+  b.op("nc_matmul", {W(p), W(at), W(bt)});
+  b.op("tensor_copy", {X(s1, {D(0, 128), D(0, 256)}), X(p, {D(0, 128), D(0, 256, 2)})});
+  b.op("tensor_reduce", {X(rt, {D(0, 128), D(A(i, 1), 1)}), W(s1)});
+  b.op("dma_copy", {X(c, {D(0, 128), D(A(i, 512), 512)}), W(s1)});
+  b.end();
+  b.op("dma_copy", {W(r), W(rt)});
+  REQUIRE_NOTHROW(verify_kernel(b.k, engines::CoreParams::from_config(engines::load_config("trn2"))));
+  CHECK(check_extents(b.k) == 2 + 3 * 5 + 1);
+}
