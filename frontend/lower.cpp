@@ -311,12 +311,6 @@ bool eval_exact(const Affine& f, const std::vector<int64_t>& vars, int64_t& out)
 }
 }  // namespace
 
-Operand Lowering::operand_of(size_t oi, size_t slot, const Access& a, std::pair<int64_t, int64_t>& ext, bool keep_dims) {
-  Operand o;
-  operand_into(oi, slot, a, o, ext, keep_dims);
-  return o;
-}
-
 void Lowering::operand_into(size_t oi, size_t slot, const Access& a, Operand& out, std::pair<int64_t, int64_t>& ext,
                             bool keep_dims) {
   OperandForm& f = forms_[oi * isa::kMaxSlots + slot];
@@ -375,11 +369,11 @@ bool Lowering::lower_op(const Op& op, Instr& out) {
   if (opc == kNcMatmul) {  // (dst, stationary, moving) -> load_stationary, multiply_moving
     out = t[0];
     pending_ = t[1];
-    out.opnd[0] = operand_of(oi, 1, *op.operands[1], ext_[0]);
-    if (op.operands[3]) out.opnd[1] = operand_of(oi, 3, *op.operands[3], ext_[1]);  // MX scales (nc_matmul_mx)
-    pending_.opnd[0] = operand_of(oi, 0, *op.operands[0], pending_ext_[0]);
-    pending_.opnd[1] = operand_of(oi, 2, *op.operands[2], pending_ext_[1]);
-    if (op.operands[4]) pending_.opnd[2] = operand_of(oi, 4, *op.operands[4], pending_ext_[2]);
+    operand_into(oi, 1, *op.operands[1], out.opnd[0], ext_[0]);
+    if (op.operands[3]) operand_into(oi, 3, *op.operands[3], out.opnd[1], ext_[1]);  // MX scales (nc_matmul_mx)
+    operand_into(oi, 0, *op.operands[0], pending_.opnd[0], pending_ext_[0]);
+    operand_into(oi, 2, *op.operands[2], pending_.opnd[1], pending_ext_[1]);
+    if (op.operands[4]) operand_into(oi, 4, *op.operands[4], pending_.opnd[2], pending_ext_[2]);
     has_pending_ = true;
     return true;
   }

@@ -160,10 +160,7 @@ class Lowering {
   /// access_operand() of slot `slot` of op `oi` for the current loop variables: the first call works out the
   /// operand's shape and its byte offset and start partition as affine forms of the loop variables; the
   /// later ones evaluate the two forms alone (the shape does not depend on the variables).
-  /// `ext`: the operand's byte extent (isa::Operand::byte_extent).
-  isa::Operand operand_of(size_t oi, size_t slot, const Access& a, std::pair<int64_t, int64_t>& ext,
-                          bool keep_dims = false);
-  /// operand_of() written into `out`.
+  /// It is written into `out`, its byte extent (isa::Operand::byte_extent) into `ext`.
   void operand_into(size_t oi, size_t slot, const Access& a, isa::Operand& out, std::pair<int64_t, int64_t>& ext,
                     bool keep_dims = false);
   int64_t base_of(int tensor) const;   ///< HBM address, or byte offset of the tile buffer in use
@@ -187,7 +184,7 @@ class Lowering {
     Affine offset;       ///< bytes from the tensor's base
     Affine partition;    ///< on chip: the start partition
   };
-  std::vector<OperandForm> forms_;         ///< per op and slot (kMaxSlots per op): operand_of()
+  std::vector<OperandForm> forms_;         ///< per op and slot (kMaxSlots per op): operand_into()
   std::vector<int8_t> queue_base_;         ///< per op: automatic DMA queue base (0 loads, 4 stores), -1 fixed
   std::vector<int64_t> hbm_addr_;          ///< per tensor: byte address of HBM tensors
   isa::Instr pending_{};                   ///< second half of an nc_matmul

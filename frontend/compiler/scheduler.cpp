@@ -101,9 +101,6 @@ struct Scheduler::Impl {
   std::vector<HbmRange> hbm_ranges;  ///< sorted by lo
 
   // Per op: candidate engines (computed at its first instruction), accumulator use, order group.
-  std::vector<int16_t> op_engines;
-  std::vector<std::array<Ps, isa::kNumEngines>> op_cost;  ///< per op and engine; -1 = not estimated yet
-  std::vector<char> op_uses_acc;
   /// What admit() needs of an op's instruction (or pair) that is the same for each of its instructions: worked
   /// out at its first (n = 0: not yet; else the instruction count it was worked out for).
   struct OpFacts {
@@ -163,11 +160,6 @@ struct Scheduler::Impl {
     }
     hbm.resize(nchunks);
     states_limit = std::max<size_t>(size_t{1} << 16, (sbuf.size() + psum.size() + hbm.size()) / 4);
-    op_engines.assign(k.ops.size(), -1);
-    std::array<Ps, isa::kNumEngines> unknown;
-    unknown.fill(-1);
-    op_cost.assign(k.ops.size(), unknown);
-    op_uses_acc.assign(k.ops.size(), 0);
     op_facts.assign(k.ops.size(), OpFacts{});
     last_of_op.assign(k.ops.size(), 0);
     runs_after.resize(k.ops.size());
@@ -298,7 +290,6 @@ struct Scheduler::Impl {
     const uint8_t fixed = isa::engine_bit(in.engine);
     if (oi < 0 || !p.auto_placement || k.ops[static_cast<size_t>(oi)].engine || in.op == Opcode::kCoreBarrier)
       return fixed;  // a core_barrier blocks the engine it names (its default: GpSimd)
-    if (op_engines[static_cast<size_t>(oi)] >= 0) return static_cast<uint8_t>(op_engines[static_cast<size_t>(oi)]);
     uint8_t m = fixed;
     const isa::OpInfo& info = isa::op_info(in.op);
     if (isa::is_dma(in.op)) {
@@ -332,7 +323,6 @@ struct Scheduler::Impl {
         }
       }
     }
-    op_engines[static_cast<size_t>(oi)] = m;
     return m;
   }
 
@@ -341,14 +331,12 @@ struct Scheduler::Impl {
            op == Opcode::kRandGetState || op == Opcode::kRand2;
   }
 
-  bool uses_acc(int oi, const Instr& in) {
-    if (oi >= 0 && op_uses_acc[static_cast<size_t>(oi)]) return op_uses_acc[static_cast<size_t>(oi)] == 2;
+  static bool uses_acc(const Instr& in) {
     // tensor_scalar_cumulative scans through the registers whatever its reduce_cmd
     bool r = in.reduce_cmd != isa::ReduceCmd::kIdle || in.op == Opcode::kTensorScalarCumulative;
     const isa::OpInfo& info = isa::op_info(in.op);
     for (int i = 0; i < info.num_slots; ++i)
       if (in.slot(i).present() && std::string_view(info.slots[static_cast<size_t>(i)].name) == "reduce_res") r = true;
-    if (oi >= 0) op_uses_acc[static_cast<size_t>(oi)] = r ? 2 : 1;
     return r;
   }
 
@@ -491,23 +479,17 @@ struct Scheduler::Impl {
     const Instr& a = x.in[0];
     const Instr& head = x.in[static_cast<size_t>(x.n - 1)];
     f.n = x.n;
-    f.acc = uses_acc(oi, head);
+    f.acc = uses_acc(head);
     f.rng = uses_rng(head.op);
     f.auto_queue = oi >= 0 && isa::is_dma(a.op) && !k.ops[static_cast<size_t>(oi)].dma_queue && p.dma_queues_per_trigger > 1;
     f.engines = x.n == 2 ? isa::engine_bit(Engine::kTensor) : candidates(oi, a);
     f.free_uses = engines::StreamEngines::uses(a);
-    // Durations depend on the op's shapes and dtypes, the same for each of its instructions: once per op.
-    std::array<Ps, isa::kNumEngines>* cached = oi >= 0 ? &op_cost[static_cast<size_t>(oi)] : nullptr;
+    // Durations depend on the op's shapes and dtypes, the same for each of its instructions.
     f.cost.fill(0);
     for (int e = 0; e < isa::kNumEngines; ++e) {
       if (!(f.engines & (1u << e))) continue;
-      Ps c = cached ? (*cached)[static_cast<size_t>(e)] : -1;
-      if (c < 0) {
-        c = 0;
-        for (int j = 0; j < x.n; ++j) c += sim.duration_estimate(x.in[static_cast<size_t>(j)], static_cast<Engine>(e));
-        if (cached) (*cached)[static_cast<size_t>(e)] = c;
-      }
-      f.cost[static_cast<size_t>(e)] = c;
+      for (int j = 0; j < x.n; ++j)
+        f.cost[static_cast<size_t>(e)] += sim.duration_estimate(x.in[static_cast<size_t>(j)], static_cast<Engine>(e));
     }
     f.min_cost = INT64_MAX;
     for (int e = 0; e < isa::kNumEngines; ++e)
