@@ -166,7 +166,7 @@ void DepTracker::apply(const Range& r, F&& f) {
       if (uni[i] && all_q) {
         Entry& e0 = ent[i * nq];
         if (!f(e0)) return false;
-        if (nq == 4) {  // SBUF's four quadrants: three stores, not a loop
+        if (nq == 4) {  // four quadrants (SBUF and PSUM on every preset): three stores, not a loop
           Entry* q = &e0;
           q[1] = q[2] = q[3] = e0;
         } else {
