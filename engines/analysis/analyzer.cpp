@@ -160,6 +160,22 @@ struct Analyzer::State {
   std::vector<uint32_t> stamp;
   std::vector<uint8_t> written;  ///< per chunk: this kernel wrote it (reading it back is a round trip)
   uint32_t transfer = 0;
+  // The chunks in blocks of kBlock: uni[b] set means every chunk of block b holds the loads, loaded_bits
+  // and written of its first chunk (the others' entries are stale), so a transfer covering whole blocks
+  // costs one update per block instead of one per chunk (a 128 KiB load is 2,048 chunks of 64 B, 32
+  // blocks). A block is spelled out chunk by chunk (spell) before any access to part of it. Stamps are
+  // left as they are: a stale one names an earlier transfer, never the one reading the chunk.
+  static constexpr int kBlockShift = 6;
+  static constexpr size_t kBlock = size_t{1} << kBlockShift;
+  std::vector<uint8_t> uni;
+  void spell(size_t b) {
+    if (!uni[b]) return;
+    uni[b] = 0;
+    const size_t f = b << kBlockShift;
+    std::fill_n(loads.begin() + static_cast<std::ptrdiff_t>(f + 1), kBlock - 1, loads[f]);
+    std::fill_n(loaded_bits.begin() + static_cast<std::ptrdiff_t>(f + 1), kBlock - 1, loaded_bits[f]);
+    std::fill_n(written.begin() + static_cast<std::ptrdiff_t>(f + 1), kBlock - 1, written[f]);
+  }
   // The outputs of the latest activations without an accumulated reduction, and of the latest PE
   // transposes (small rings).
   std::array<Operand, 8> act_out{};
@@ -355,22 +371,36 @@ void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
     const int64_t hi = lo + len;
     if (lo < 0 || hi <= lo) return;
     const auto c0 = static_cast<size_t>(lo / chunk), c1 = static_cast<size_t>((hi - 1) / chunk);
-    if (c1 >= loads.size()) {
-      loads.resize(c1 + 1, 0);
-      loaded_bits.resize(c1 + 1, 0);
-      stamp.resize(c1 + 1, 0);
-      written.resize(c1 + 1, 0);
+    if (c1 >= loads.size()) {  // whole blocks of zeros (a zero block is uniform)
+      const size_t n = ((c1 >> kBlockShift) + 1) << kBlockShift;
+      loads.resize(n, 0);
+      loaded_bits.resize(n, 0);
+      stamp.resize(n, 0);
+      written.resize(n, 0);
+      uni.resize(n >> kBlockShift, 1);
     }
     if (write) {  // new data: reading it later is not a reload
-      std::fill(loads.begin() + static_cast<std::ptrdiff_t>(c0), loads.begin() + static_cast<std::ptrdiff_t>(c1) + 1, 0);
-      std::fill(loaded_bits.begin() + static_cast<std::ptrdiff_t>(c0), loaded_bits.begin() + static_cast<std::ptrdiff_t>(c1) + 1, 0);
-      std::fill(written.begin() + static_cast<std::ptrdiff_t>(c0), written.begin() + static_cast<std::ptrdiff_t>(c1) + 1, 1);
+      for (size_t b = c0 >> kBlockShift; b <= c1 >> kBlockShift; ++b) {
+        const size_t f = b << kBlockShift, a = std::max(c0, f), z = std::min(c1, f + kBlock - 1);
+        if (a == f && z == f + kBlock - 1) {  // the whole block: its first chunk speaks for it
+          uni[b] = 1;
+          loads[f] = 0;
+          loaded_bits[f] = 0;
+          written[f] = 1;
+          continue;
+        }
+        spell(b);
+        std::fill(loads.begin() + static_cast<std::ptrdiff_t>(a), loads.begin() + static_cast<std::ptrdiff_t>(z) + 1, 0);
+        std::fill(loaded_bits.begin() + static_cast<std::ptrdiff_t>(a), loaded_bits.begin() + static_cast<std::ptrdiff_t>(z) + 1, 0);
+        std::fill(written.begin() + static_cast<std::ptrdiff_t>(a), written.begin() + static_cast<std::ptrdiff_t>(z) + 1, 1);
+      }
       return;
     }
     // A chunk of this read: round trip, reload and load counts. `once`: no other touch of this transfer
     // reaches the chunk, so its stamp (which counts a chunk once per transfer) is not needed: a later
     // transfer has a new number.
     auto read_chunk = [&](size_t c, int64_t clo, int64_t chi) {
+      spell(c >> kBlockShift);
       if (written[c]) roundtrip += chi - clo;
       const uint64_t bits = bits_of(clo, chi, c);
       if (const uint64_t again = loaded_bits[c] & bits)  // bytes an earlier transfer loaded
@@ -400,12 +430,33 @@ void Analyzer::State::count_hbm(const Operand& o, bool write, LineAgg& la) {
     if (m1 >= m0)
       if (const auto [a, b] = span(c1); b - a < chunk) read_chunk(c1, a, b), --m1;
     if (m1 >= m0) {
-      const auto i0 = static_cast<size_t>(m0), n = static_cast<size_t>(m1 - m0 + 1);
-      const WholeChunks w =
-          read_whole(written.data() + i0, loaded_bits.data() + i0, loads.data() + i0, n, full, chunk, g);
-      roundtrip += w.written * chunk;
-      reload += w.reload;
-      max_loads = std::max<int>(max_loads, w.max_loads);
+      // Chunk by chunk in runs (read_whole), but a uniform block taken whole as one chunk times kBlock.
+      const auto w0 = static_cast<size_t>(m0), w1 = static_cast<size_t>(m1);
+      size_t run0 = w0;  // the chunk-by-chunk run [run0, c) not yet read
+      auto flush = [&](size_t end) {
+        if (end <= run0) return;
+        const WholeChunks w = read_whole(written.data() + run0, loaded_bits.data() + run0, loads.data() + run0,
+                                         end - run0, full, chunk, g);
+        roundtrip += w.written * chunk;
+        reload += w.reload;
+        max_loads = std::max<int>(max_loads, w.max_loads);
+      };
+      for (size_t b = w0 >> kBlockShift; b <= w1 >> kBlockShift; ++b) {
+        const size_t f = b << kBlockShift, a = std::max(w0, f), z = std::min(w1, f + kBlock - 1);
+        if (!(uni[b] && a == f && z == f + kBlock - 1)) {
+          spell(b);
+          continue;  // part of the run
+        }
+        flush(f);
+        run0 = f + kBlock;
+        const auto k = static_cast<int64_t>(kBlock);
+        if (written[f]) roundtrip += k * chunk;
+        if (const uint64_t x = loaded_bits[f] & full) reload += k * (x == full ? chunk : std::min<int64_t>(chunk, std::popcount(x) * g));
+        loaded_bits[f] |= full;
+        loads[f] = static_cast<uint8_t>(loads[f] + (loads[f] != UINT8_MAX));
+        max_loads = std::max<int>(max_loads, loads[f]);
+      }
+      flush(w1 + 1);
     }
   };
   auto done = [&] {
