@@ -267,23 +267,23 @@ Lowering::Lowering(const Kernel& k, Simulator& sim) : k_(k), sim_(sim) {
       queue_base_[i] = static_cast<int8_t>(t[0].dma_queue);
   }
   alloc_count_.assign(nt, 0);
+  buf_.assign(nt, 0);
+  base_.assign(nt, 0);
+  for (size_t t = 0; t < nt; ++t) rotate(t);
   vars_.assign(k.loops.size(), 0);
   stack_.reserve(16);
   stack_.push_back(Frame{&k.body, 0, -1});
 }
 
-int64_t Lowering::base_of(int tensor) const {
-  const auto t = static_cast<size_t>(tensor);
+void Lowering::rotate(size_t t) {
   const TilePlacement& pl = placements_[t];
-  if (pl.tensor < 0) return hbm_addr_[t];
-  return pl.offset + buffer_of(tensor) * pl.stride;
-}
-
-int Lowering::buffer_of(int tensor) const {
-  const auto t = static_cast<size_t>(tensor);
-  const TilePlacement& pl = placements_[t];
-  if (pl.tensor < 0 || alloc_count_[t] <= 0) return 0;
-  return static_cast<int>((alloc_count_[t] - 1) % pl.bufs);
+  if (pl.tensor < 0) {
+    buf_[t] = 0;
+    base_[t] = hbm_addr_[t];
+    return;
+  }
+  buf_[t] = alloc_count_[t] <= 0 ? 0 : static_cast<int>((alloc_count_[t] - 1) % pl.bufs);
+  base_[t] = pl.offset + buf_[t] * pl.stride;
 }
 
 namespace {
@@ -456,7 +456,10 @@ bool Lowering::next(Instr& out) {
     }
     const Stmt& s = (*f.body)[f.pc++];
     switch (s.kind) {
-      case Stmt::Kind::kAlloc: ++alloc_count_[static_cast<size_t>(s.index)]; break;
+      case Stmt::Kind::kAlloc:
+        ++alloc_count_[static_cast<size_t>(s.index)];
+        rotate(static_cast<size_t>(s.index));
+        break;
       case Stmt::Kind::kLoop: {
         const Loop& l = k_.loops[static_cast<size_t>(s.index)];
         if (l.trip_count() <= 0) break;
@@ -615,7 +618,10 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   const int64_t skip = k * since;
   sim_.add_repeats((*ff_.samples)[0], (*ff_.samples)[1], static_cast<uint64_t>(k), instrs, k * dt);
   v += skip * l.step;
-  for (const auto& [t, n] : ff_.allocs) alloc_count_[t] += skip * n;
+  for (const auto& [t, n] : ff_.allocs) {
+    alloc_count_[t] += skip * n;
+    rotate(t);
+  }
   emitted_ += static_cast<uint64_t>(skip) * step.emitted;
   idle_since_ = emitted_;
   stop_following();

@@ -163,13 +163,19 @@ class Lowering {
   /// It is written into `out`, its byte extent (isa::Operand::byte_extent) into `ext`.
   void operand_into(size_t oi, size_t slot, const Access& a, isa::Operand& out, std::pair<int64_t, int64_t>& ext,
                     bool keep_dims = false);
-  int64_t base_of(int tensor) const;   ///< HBM address, or byte offset of the tile buffer in use
-  int buffer_of(int tensor) const;     ///< rotating-buffer index in use (0 for HBM tensors)
+  /// HBM address, or byte offset of the tile buffer in use.
+  int64_t base_of(int tensor) const { return base_[static_cast<size_t>(tensor)]; }
+  /// Rotating-buffer index in use (0 for HBM tensors).
+  int buffer_of(int tensor) const { return buf_[static_cast<size_t>(tensor)]; }
+  /// Work out buf_ and base_ of tensor t from its alloc count (at its allocs: not a division per operand).
+  void rotate(size_t t);
 
   const Kernel& k_;
   Simulator& sim_;
   std::vector<TilePlacement> placements_;  ///< by tensor id (tensor -1 for non-tiles)
   std::vector<int64_t> alloc_count_;       ///< per tensor: executions of its alloc (buffer rotation)
+  std::vector<int> buf_;                   ///< per tensor: (alloc_count_ - 1) mod its buffers (0 for HBM)
+  std::vector<int64_t> base_;              ///< per tensor: its HBM address, or its buffer in use's offset
   std::vector<int64_t> vars_;              ///< loop variable values by loop id
   std::vector<uint32_t> op_loc_;           ///< source-location id per op
   std::vector<Frame> stack_;
