@@ -290,22 +290,44 @@ void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Read
   }
 }
 
+template <class F>
+bool DepTracker::apply_whole(const Range& r, F&& f) {
+  // One page, the range exactly one uniform segment across every quadrant, and the updated entry equal to
+  // neither neighbour (which would merge): the entry is updated in place, as apply() would.
+  if (r.q1 < r.q0 || (r.c0 >> kPageShift) != (r.c1 >> kPageShift) || r.q0 != 0 || r.q1 + 1 != r.nq) return false;
+  const int64_t p = r.c0 >> kPageShift;
+  Page& pg = r.base[p];
+  const size_t i = find_seg(pg, r.c0), n = pg.beg.size();
+  if (pg.beg[i] != r.c0 || !pg.uni[i]) return false;
+  if ((i + 1 < n ? pg.beg[i + 1] : std::min(r.row, (p + 1) << kPageShift)) != r.c1 + 1) return false;
+  const auto nq = static_cast<size_t>(r.nq);
+  Entry* e0 = pg.ent.data() + i * nq;
+  Entry ne = *e0;
+  if (!f(ne)) return true;  // nothing changes
+  if (i + 1 < n && (!pg.uni[i + 1] || e0[nq] == ne)) return false;
+  if (i > 0 && (!pg.uni[i - 1] || *(e0 - nq) == ne)) return false;
+  for (size_t q = 0; q < nq; ++q) e0[q] = ne;
+  return true;
+}
+
 void DepTracker::record(uint8_t cls, uint64_t id, const Regions& rg, sim::Ps read_end, sim::Ps write_end) {
   const uint32_t t = tag(cls, id);
+  auto rd = [&](Entry& e) {
+    if (read_end < e.r_end || (read_end == e.r_end && e.r_tag == t)) return false;
+    e.r_end = read_end;
+    e.r_tag = t;
+    return true;
+  };
+  auto wr = [&](Entry& e) {
+    if (write_end < e.w_end || (write_end == e.w_end && e.w_tag == t)) return false;
+    e.w_end = write_end;
+    e.w_tag = t;
+    return true;
+  };
   for (int i = 0; i < rg.nr; ++i)
-    apply(rg.reads[static_cast<size_t>(i)], [&](Entry& e) {
-      if (read_end < e.r_end || (read_end == e.r_end && e.r_tag == t)) return false;
-      e.r_end = read_end;
-      e.r_tag = t;
-      return true;
-    });
+    if (!apply_whole(rg.reads[static_cast<size_t>(i)], rd)) apply(rg.reads[static_cast<size_t>(i)], rd);
   for (int i = 0; i < rg.nw; ++i)
-    apply(rg.writes[static_cast<size_t>(i)], [&](Entry& e) {
-      if (write_end < e.w_end || (write_end == e.w_end && e.w_tag == t)) return false;
-      e.w_end = write_end;
-      e.w_tag = t;
-      return true;
-    });
+    if (!apply_whole(rg.writes[static_cast<size_t>(i)], wr)) apply(rg.writes[static_cast<size_t>(i)], wr);
 }
 
 size_t DepTracker::segments() const {

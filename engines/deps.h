@@ -166,6 +166,10 @@ class DepTracker {
   /// a second call changes nothing), splitting and merging segments.
   template <class F>
   static void apply(const Range& r, F&& f);
+  /// apply() for its common case, a whole tile: r one uniform segment of one page across every quadrant,
+  /// which f changes into an entry equal to neither neighbour. False (nothing done) otherwise.
+  template <class F>
+  static bool apply_whole(const Range& r, F&& f);
   /// The pages of a row of `row` chunks with `nq` quadrants, each one zero segment.
   static std::vector<Page> make_pages(int64_t nq, int64_t row);
 
