@@ -102,7 +102,8 @@ class FlatTracker {
 
 }  // namespace
 
-TEST_CASE("dependency tracking: the run-length encoding answers as one entry per chunk does", "[deps]") {
+namespace {
+DepTracker::Config flat_test_config() {
   DepTracker::Config c;
   c.partitions = 128;
   c.sbuf_bytes = 24 * 1024;  // 384 chunks per quadrant: two pages, the second partial
@@ -110,60 +111,93 @@ TEST_CASE("dependency tracking: the run-length encoding answers as one entry per
   c.psum_bytes = 2048;
   c.chunk_bytes = 64;
   c.hbm_chunk_bytes = 256;
+  return c;
+}
+
+/// 3,000 random instructions of 1-4 accesses each through DepTracker and FlatTracker: every class's ready
+/// time and producer must agree. `access(pick, limit, a)` draws access a's partitions and byte extent in a
+/// space of `limit` bytes. Returns the segments the tracker holds at the end and the HBM bytes it tracks.
+template <class Access>
+std::pair<size_t, int64_t> check_against_flat(uint32_t seed, Access&& access) {
+  const DepTracker::Config c = flat_test_config();
   DepTracker::LatencyTable lat{};
   for (int p = 0; p < engines::kNumClasses; ++p)
     for (int q = 0; q < engines::kNumClasses; ++q)
       lat[static_cast<size_t>(p)][static_cast<size_t>(q)] = p == engines::kClassDma ? 7 : (p != q ? 3 : 0);
-  for (uint32_t seed : {1u, 2u, 3u}) {
-    DepTracker d(c, lat);
-    FlatTracker f(c, lat);
-    std::mt19937 rng(seed);
-    auto pick = [&rng](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
-    int64_t hbm_bytes = 0;
-    // Boundaries drawn from a few tile edges, so that accesses share edges (as tiles do) and also split them.
-    auto edge = [&](int64_t limit) { return pick(0, 1) ? pick(0, 12) * (limit / 12) : pick(0, limit); };
-    for (uint64_t id = 0; id < 3000; ++id) {
-      if (id % 500 == 0) {  // HBM grows between accesses (tensors allocated as the kernel runs)
-        hbm_bytes += pick(1, 40) * 100 + 17;
-        d.reserve_hbm(hbm_bytes);
-        f.reserve_hbm(hbm_bytes);
-      }
-      std::vector<FlatTracker::Acc> acc;
-      DepTracker::Regions rg;
-      const int n = static_cast<int>(pick(1, 4));
-      for (int i = 0; i < n; ++i) {
-        FlatTracker::Acc a;
-        const int sp = static_cast<int>(pick(0, 2));
-        a.o.space = sp == 0 ? Space::kSbuf : sp == 1 ? Space::kPsum : Space::kHbm;
-        const int64_t limit = sp == 0 ? c.sbuf_bytes + 100 : sp == 1 ? c.psum_bytes : hbm_bytes + 300;
-        a.o.start_partition = static_cast<uint16_t>(pick(0, 1) ? 0 : pick(0, 127));
-        a.o.num_partitions = static_cast<uint32_t>(pick(0, 1) ? 128 - a.o.start_partition : pick(1, 128 - a.o.start_partition));
-        int64_t lo = edge(limit), hi = edge(limit);
-        if (lo > hi) std::swap(lo, hi);
-        a.ext = {lo, hi};
-        a.written = i == 0 || pick(0, 3) == 0;
-        acc.push_back(a);
-        auto& slot = a.written ? rg.writes[static_cast<size_t>(rg.nw++)] : rg.reads[static_cast<size_t>(rg.nr++)];
-        slot = d.range_of(a.o, a.ext);
-      }
-      const auto cls = static_cast<uint8_t>(pick(0, engines::kNumClasses - 1));
-      std::array<DepTracker::Ready, engines::kNumClasses> multi;
-      d.ready_multi(0x3F, rg, multi);
-      for (uint8_t k = 0; k < engines::kNumClasses; ++k) {
-        const DepTracker::Ready want = f.ready(k, acc), got = d.ready(k, rg);
-        INFO("seed " << seed << " instruction " << id << " class " << int(k));
-        REQUIRE(got.time == want.time);
-        REQUIRE(got.tag == want.tag);
-        REQUIRE(multi[k].time == want.time);
-      }
-      // Ends mostly increase (program order) but not always (a DMA finishing before an earlier one).
-      const sim::Ps end = static_cast<sim::Ps>(id) * 10 + pick(0, 40);
-      const sim::Ps read_end = pick(0, 3) == 0 ? end - pick(0, 30) : end;
-      d.record(cls, id, rg, read_end, end);
-      f.record(cls, id, acc, read_end, end);
+  DepTracker d(c, lat);
+  FlatTracker f(c, lat);
+  std::mt19937 rng(seed);
+  auto pick = [&rng](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int64_t hbm_bytes = 0;
+  for (uint64_t id = 0; id < 3000; ++id) {
+    if (id % 500 == 0) {  // HBM grows between accesses (tensors allocated as the kernel runs)
+      hbm_bytes += pick(1, 40) * 100 + 17;
+      d.reserve_hbm(hbm_bytes);
+      f.reserve_hbm(hbm_bytes);
     }
+    std::vector<FlatTracker::Acc> acc;
+    DepTracker::Regions rg;
+    const int n = static_cast<int>(pick(1, 4));
+    for (int i = 0; i < n; ++i) {
+      FlatTracker::Acc a;
+      const int sp = static_cast<int>(pick(0, 2));
+      a.o.space = sp == 0 ? Space::kSbuf : sp == 1 ? Space::kPsum : Space::kHbm;
+      access(pick, sp == 0 ? c.sbuf_bytes + 100 : sp == 1 ? c.psum_bytes : hbm_bytes + 300, a);
+      a.written = i == 0 || pick(0, 3) == 0;
+      acc.push_back(a);
+      auto& slot = a.written ? rg.writes[static_cast<size_t>(rg.nw++)] : rg.reads[static_cast<size_t>(rg.nr++)];
+      slot = d.range_of(a.o, a.ext);
+    }
+    const auto cls = static_cast<uint8_t>(pick(0, engines::kNumClasses - 1));
+    std::array<DepTracker::Ready, engines::kNumClasses> multi;
+    d.ready_multi(0x3F, rg, multi);
+    for (uint8_t k = 0; k < engines::kNumClasses; ++k) {
+      const DepTracker::Ready want = f.ready(k, acc), got = d.ready(k, rg);
+      INFO("seed " << seed << " instruction " << id << " class " << int(k));
+      REQUIRE(got.time == want.time);
+      REQUIRE(got.tag == want.tag);
+      REQUIRE(multi[k].time == want.time);
+    }
+    // Ends mostly increase (program order) but not always (a DMA finishing before an earlier one).
+    const sim::Ps end = static_cast<sim::Ps>(id) * 10 + pick(0, 40);
+    const sim::Ps read_end = pick(0, 3) == 0 ? end - pick(0, 30) : end;
+    d.record(cls, id, rg, read_end, end);
+    f.record(cls, id, acc, read_end, end);
+  }
+  return {d.segments(), hbm_bytes};
+}
+}  // namespace
+
+TEST_CASE("dependency tracking: the run-length encoding answers as one entry per chunk does", "[deps]") {
+  const DepTracker::Config c = flat_test_config();
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    // Boundaries drawn from a few tile edges, so that accesses share edges (as tiles do) and also split them.
+    const auto [segments, hbm_bytes] = check_against_flat(seed, [](auto& pick, int64_t limit, FlatTracker::Acc& a) {
+      auto edge = [&](int64_t lim) { return pick(0, 1) ? pick(0, 12) * (lim / 12) : pick(0, lim); };
+      a.o.start_partition = static_cast<uint16_t>(pick(0, 1) ? 0 : pick(0, 127));
+      a.o.num_partitions = static_cast<uint32_t>(pick(0, 1) ? 128 - a.o.start_partition : pick(1, 128 - a.o.start_partition));
+      int64_t lo = edge(limit), hi = edge(limit);
+      if (lo > hi) std::swap(lo, hi);
+      a.ext = {lo, hi};
+    });
     // Far fewer segments than chunks: neighbouring chunks accessed together stay one segment.
-    CHECK(d.segments() < static_cast<size_t>(4 * (c.sbuf_bytes / 64 + c.psum_bytes / 64) + hbm_bytes / 256));
+    CHECK(segments < static_cast<size_t>(4 * (c.sbuf_bytes / 64 + c.psum_bytes / 64) + hbm_bytes / 256));
+  }
+}
+
+TEST_CASE("dependency tracking: whole tiles, then parts of them, answer as one entry per chunk does", "[deps]") {
+  // Mostly whole tiles across every partition (DepTracker updates such a segment in place, all quadrants at
+  // once), sometimes a few partitions or a part of a tile, which must then see every quadrant's entry.
+  for (uint32_t seed : {4u, 5u, 6u}) {
+    check_against_flat(seed, [](auto& pick, int64_t limit, FlatTracker::Acc& a) {
+      const int64_t tile = std::max<int64_t>(64, limit / 16 / 64 * 64);  // 16 tiles of whole chunks
+      const int64_t k = pick(0, limit / tile - 1);
+      const bool whole = pick(0, 3) != 0;
+      a.o.start_partition = static_cast<uint16_t>(whole || pick(0, 1) ? 0 : pick(0, 127));
+      a.o.num_partitions = static_cast<uint32_t>(whole || pick(0, 1) ? 128 - a.o.start_partition : pick(1, 128 - a.o.start_partition));
+      a.ext = {k * tile, (k + 1) * tile};
+      if (!whole && pick(0, 1)) a.ext = {k * tile + pick(0, tile / 2), (k + 1) * tile - pick(0, tile / 2 - 1)};
+    });
   }
 }
 
