@@ -306,7 +306,11 @@ bool DepTracker::apply_whole(const Range& r, F&& f) {
   if (!f(ne)) return true;  // nothing changes
   if (i + 1 < n && (!pg.uni[i + 1] || e0[nq] == ne)) return false;
   if (i > 0 && (!pg.uni[i - 1] || *(e0 - nq) == ne)) return false;
-  for (size_t q = 0; q < nq; ++q) e0[q] = ne;
+  if (nq == 4) {  // four quadrants (SBUF and PSUM on every preset): four stores, not a loop
+    e0[0] = e0[1] = e0[2] = e0[3] = ne;
+  } else {
+    std::fill_n(e0, nq, ne);
+  }
   return true;
 }
 
