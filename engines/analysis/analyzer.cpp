@@ -109,6 +109,11 @@ class RecStore {
     ++n_;
     return true;
   }
+  /// Record i's source line and track (operator[]'s loc and track, without its times).
+  std::pair<uint32_t, int> loc_track(size_t i) const {
+    const uint32_t lt = blocks_[i / kBlock][i % kBlock].loc_track;
+    return {lt >> 8, static_cast<int>(lt & 0xff)};
+  }
   Rec operator[](size_t i) const {
     const Packed& p = blocks_[i / kBlock][i % kBlock];
     const Ps dur = p.dur == kLongDur ? long_durs_.at(i) : static_cast<Ps>(p.dur);
@@ -214,8 +219,8 @@ struct Analyzer::State {
   void on_elementwise(const Instr& in, const InstrTiming& t, LineAgg& la);
   void forget_overwritten(const Instr& in);
   void count_hbm(const Operand& o, bool write, LineAgg& la);
-  int producer_track(const InstrTiming& t) const;
-  uint32_t producer_loc(const InstrTiming& t) const;
+  /// The source line (0: unknown) and track of the producer `t` waited for.
+  std::pair<uint32_t, int> producer(const InstrTiming& t) const;
 };
 
 Analyzer::Analyzer(Simulator& sim) : s_(std::make_shared<State>()) {
@@ -233,16 +238,10 @@ Analyzer::Analyzer(Simulator& sim) : s_(std::make_shared<State>()) {
   sim.add_instr_listener([keep](const Instr& in, const InstrTiming& t) { keep->on_instr(in, t); });
 }
 
-int Analyzer::State::producer_track(const InstrTiming& t) const {
+std::pair<uint32_t, int> Analyzer::State::producer(const InstrTiming& t) const {
   if (t.waited_for >= 0 && static_cast<uint64_t>(t.waited_for) < recs.size())
-    return recs[static_cast<size_t>(t.waited_for)].track;
-  return t.waited_class == kClassDma ? kQueueTrack0 : t.waited_class;  // beyond the records: the class only
-}
-
-uint32_t Analyzer::State::producer_loc(const InstrTiming& t) const {
-  if (t.waited_for >= 0 && static_cast<uint64_t>(t.waited_for) < recs.size())
-    return recs[static_cast<size_t>(t.waited_for)].loc;
-  return 0;
+    return recs.loc_track(static_cast<size_t>(t.waited_for));
+  return {0, t.waited_class == kClassDma ? kQueueTrack0 : t.waited_class};  // beyond the records: the class only
 }
 
 void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
@@ -264,11 +263,12 @@ void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
     const Ps data_wait = std::max<Ps>(0, std::min(t.ready, t.start) - cur);
     if (data_wait > 0 && t.waited_for >= 0) {
       wait[e] += data_wait;
-      const auto track = static_cast<size_t>(producer_track(t));
+      const auto [pl, ptrack] = producer(t);
+      const auto track = static_cast<size_t>(ptrack);
       if (track >= waited_on[e].size()) waited_on[e].resize(track + 1, 0);
       waited_on[e][track] += data_wait;
       // The producer's line was seen before (no resize here: `la` stays valid).
-      if (const uint32_t pl = producer_loc(t); pl < lines.size()) lines[pl].waited_by[e] += data_wait;
+      if (pl < lines.size()) lines[pl].waited_by[e] += data_wait;
       other_wait[e] += t.start - cur - data_wait;
     } else {
       other_wait[e] += t.start - cur;
