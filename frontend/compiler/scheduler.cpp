@@ -27,6 +27,9 @@ struct Chunk {
   uint64_t writer = 0;  ///< seq + 1 of the last writer admitted; 0 = none
   std::array<uint64_t, kReaders> readers{};  ///< seqs of the readers admitted since
   uint8_t nr = 0;
+  /// The table entries [own0, own1] this state was made for (Scheduler::Impl::touch_run). While all of them
+  /// still refer to it, nothing else does: the state was only ever given to them.
+  uint32_t *own0 = nullptr, *own1 = nullptr;
 };
 
 constexpr int64_t kHbmChunk = 65536;
@@ -236,19 +239,25 @@ struct Scheduler::Impl {
     if (lo / chip_chunk <= last) touch_run(tab.data() + lo / chip_chunk, tab.data() + last, x, write);
   }
 
-  /// touch() every chunk of [first, last]: each distinct state once, into a new state; the chunks that
-  /// held it take the new one (add_edge keeps each predecessor once, so a state's edges are the same
-  /// whichever of its chunks is touched).
+  /// touch() every chunk of [first, last]: each stretch of chunks holding one state once, into a new state
+  /// the stretch's chunks take (add_edge keeps each predecessor once, so a state's edges are the same
+  /// whichever of its chunks is touched). A state that only this stretch refers to (the tile's own, made
+  /// by its previous access) is touched in place instead.
   void touch_run(uint32_t* first, uint32_t* last, Node& x, bool write) {
     if (states.size() >= states_limit) compact_states();
-    uint32_t before = *first, after = touched(before, x, write);
-    *first = after;
-    for (uint32_t* c = first + 1; c <= last; ++c) {
-      if (*c != before) {
-        before = *c;
-        after = touched(before, x, write);
+    for (uint32_t* c = first; c <= last;) {
+      const uint32_t before = *c;
+      uint32_t* e = c;
+      while (e < last && e[1] == before) ++e;
+      if (Chunk& st = states[before]; before != 0 && st.own0 == c && st.own1 == e) {
+        touch(st, x, write);
+      } else {
+        const uint32_t after = touched(before, x, write);
+        states[after].own0 = c;
+        states[after].own1 = e;
+        std::fill(c, e + 1, after);
       }
-      *c = after;
+      c = e + 1;
     }
   }
 

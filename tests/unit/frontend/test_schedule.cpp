@@ -260,3 +260,29 @@ TEST_CASE("schedule: TensorE keeps program order among matmuls ready at once") {
   for (const InstrTiming& t : g1) g1_end = std::max(g1_end, t.end);
   CHECK(r.by_line.at(50).at(0).start < g1_end);
 }
+
+TEST_CASE("schedule: writing part of a tile orders only the later accesses to that part") {
+  // t ([128, 1024] fp32: 64 chunks of 64 B per partition) is loaded whole (line 50), which leaves its chunks
+  // one conflict state. Line 52 then writes its first half from L, whose long load (line 51) it waits for;
+  // line 53 reads t's second half. Line 53 depends on line 50 alone: the list scheduler issues it before
+  // line 52, as soon as t is loaded. (The state of t's chunks is updated in place only when nothing but the
+  // accessed chunks refers to it; touched in place here, the second half would take line 52 as its writer.)
+  KB b;
+  const int x = b.input("x", {128, 1024});
+  const int t = b.tile("t", {128, 1024}, DType::kFloat32, 0, 40);
+  const int l = b.tile("l", {128, 1024}, DType::kFloat32, 0, 41);
+  const int u = b.tile("u", {128, 512}, DType::kFloat32, 0, 42);
+  const int out = b.output("y", {128, 512});
+  b.op("dma_copy", {W(t), W(x)}, 50);
+  b.op("dma_copy", {W(l), W(x)}, 51);
+  b.ts(X(t, {D(0, 128), D(0, 512)}), X(l, {D(0, 128), D(0, 512)}), isa::AluOp::kMultiply, 2.0f, 52);
+  const int a = b.op("activation", {W(u), X(t, {D(0, 128), D(512, 512)})}, 53);
+  b.o(a).act = isa::ActFunc::kExp;
+  b.op("dma_copy", {W(out), W(u)}, 54);
+  const Run r = simulate(b.k, {});
+  const InstrTiming& half = r.by_line.at(52).at(0);
+  const InstrTiming& other = r.by_line.at(53).at(0);
+  INFO("line 52 starts at " << half.start << " ps, line 53 at " << other.start << " ps");
+  CHECK(other.start < half.start);
+  CHECK(other.start >= r.by_line.at(50).at(0).end);
+}
