@@ -99,12 +99,13 @@ bench: build
 # Profile-guided build in $(PGO_BUILD)/ (docs/performance.md): instrumented binaries, a training run of
 # kernels through the CLI (benchmarks/pgo_train.sh; not the benchmarks, which measure the result), then the
 # same tree rebuilt with the profiles. Two builds: ~2x the time of `make build`.
+PGO_DIR     = $(abspath $(PGO_BUILD))/pgo-profile
 pgo: deps
-	cmake -S . -B $(PGO_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DNSIM_PGO=generate $(CMAKE_ARGS)
-	rm -rf $(PGO_BUILD)/pgo-profile
+	cmake -S . -B $(PGO_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) -DNSIM_PGO=generate -DNSIM_PGO_DIR=$(PGO_DIR)
+	rm -rf $(PGO_DIR)
 	cmake --build $(PGO_BUILD) -j $(JOBS) --target nsim
 	benchmarks/pgo_train.sh $(PGO_BUILD)/nsim
-	cmake -S . -B $(PGO_BUILD) -DNSIM_PGO=use
+	cmake -S . -B $(PGO_BUILD) -DNSIM_PGO=use -DNSIM_PGO_DIR=$(PGO_DIR)
 	cmake --build $(PGO_BUILD) -j $(JOBS) --target nsim bench_simulator
 	@if cmake --build $(PGO_BUILD) --target help | grep -q '^_nsim:'; then cmake --build $(PGO_BUILD) -j $(JOBS) --target _nsim; fi
 
