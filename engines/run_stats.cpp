@@ -101,11 +101,10 @@ void RunStats::dma(const Instr& in, const InstrTiming& t, const Detail& d) {
                                    : in.engine == Engine::kGpsimd ? DmaClass::kSoftwareDynamic : DmaClass::kStatic)];
   // Equal pieces at equal times on every engine: one update of the shared counter (lockstep), which
   // starts when the engines' interval states are equal and ends at the first transfer that differs.
+  // (Every engine has a piece, all pieces alike, all moved over one interval.)
   const int n = p_.dma_engines;
-  bool uniform = split.uniform && split.engines == n && n > 0 && split.piece[0].bytes > 0;
-  for (size_t k = 1; uniform && k < static_cast<size_t>(n); ++k)
-    uniform = split.piece[k].bytes == split.piece[0].bytes && split.piece[k].descriptors == split.piece[0].descriptors &&
-              tr.piece_start[k] == tr.piece_start[0] && tr.piece_end[k] == tr.piece_end[0];
+  const uint32_t all = n >= 32 ? ~0u : (1u << n) - 1;
+  const bool uniform = split.uniform && split.engines == n && n > 0 && split.used == all && tr.same_times;
   if (uniform && !lk_on_ && dma_states_equal()) {
     lk_ = TrackCounters{};
     lk_.cur_lo = c_.dma[0].cur_lo;

@@ -24,6 +24,15 @@ class ClockDomain {
   double period_ps_ = 1000.0;
 };
 
+/// std::llround for a non-negative x (a duration in picoseconds), without the library call: the same
+/// integer for every x in [0, 2^62) (halves round up, as llround's away from zero does); anything else
+/// goes to std::llround. (i = trunc(x) exactly, and x - i is exact: x and i are within a factor of two.)
+inline int64_t round_nonneg(double x) {
+  if (!(x >= 0.0 && x < 0x1p62)) return std::llround(x);
+  const auto i = static_cast<int64_t>(x);
+  return i + (x - static_cast<double>(i) >= 0.5 ? 1 : 0);
+}
+
 inline double ps_to_ns(Ps t) { return static_cast<double>(t) / 1000.0; }
 /// Nanoseconds (non-negative) to picoseconds, rounded to nearest.
 inline Ps ns_to_ps(double ns) { return static_cast<Ps>(ns * 1000.0 + 0.5); }

@@ -230,9 +230,10 @@ DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const mem
   auto duration = [&](const memory::DmaPiece& pc) {
     const double desc = static_cast<double>(std::max<int64_t>(1, pc.descriptors));
     const double per_desc_ns = std::max(static_cast<double>(pc.bytes) / desc / bw, sim::ps_to_ns(p_.dma_desc_min));
-    return static_cast<Ps>(std::llround(desc * per_desc_ns * 1000.0));
+    return sim::round_nonneg(desc * per_desc_ns * 1000.0);
   };
   t.data_start = INT64_MAX;
+  t.same_times = true;  // until two pieces differ (book)
   t.done = setup_end;
   // Book `members` (engines of lane l, all with pieces of duration dur) once on the lane's calendars:
   // the packet moves data for `dur`; the engine then idles dma.transfer_gap before its next packet.
@@ -247,6 +248,7 @@ DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const mem
       t.piece_start[ei] = start;
       t.piece_end[ei] = end;
     }
+    if (t.data_start != INT64_MAX && (start != t.data_start || end != t.done)) t.same_times = false;
     t.data_start = std::min(t.data_start, start);
     t.done = std::max(t.done, end);
   };

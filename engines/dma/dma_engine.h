@@ -75,6 +75,8 @@ class DmaEngines {
     sim::Ps done = 0;        ///< last piece end
     std::array<sim::Ps, memory::kMaxDmaEngines> piece_start{};
     std::array<sim::Ps, memory::kMaxDmaEngines> piece_end{};
+    /// Every engine with a piece moves it over the same interval (all its piece_start / piece_end equal).
+    bool same_times = false;
   };
   /// Time a transfer triggered at `trigger_start` on `queue`; `efficiency` scales the bandwidth
   /// (dma_transpose). Updates engine and queue state. Pieces of engines at or beyond dma.engines are

@@ -24,7 +24,7 @@ TensorPipes::Slot TensorPipes::multiply(Ps ready, double ii_cycles, bool needs_l
   if (needs_ls_pipe) s.start = std::max(s.start, ls_free_);
   s.limit = throttle_limit(s.start);
   const Ps ii_full = clk_.cycles_to_ps(ii_cycles);
-  s.ii = static_cast<Ps>(std::llround(static_cast<double>(ii_full) / s.limit));
+  s.ii = sim::round_nonneg(static_cast<double>(ii_full) / s.limit);
   throttled_ += s.ii - ii_full;
   s.end = s.start + s.ii + clk_.cycles_to_ps(p_.mm_latency);
   mm_free_ = s.start + s.ii;

@@ -211,3 +211,18 @@ TEST_CASE("ClockDomain ps_to_cycles round trip", "[sim][time]") {
   // ps -> cycles -> ps is the identity.
   for (Ps t : {Ps{0}, Ps{1}, Ps{357}, Ps{999}, Ps{182857}, Ps{123'456'789}}) CHECK(c.cycles_to_ps(c.ps_to_cycles(t)) == t);
 }
+
+TEST_CASE("round_nonneg rounds as std::llround does", "[sim][time]") {
+  using nsim::sim::round_nonneg;
+  // Halves and their neighbours, where adding 0.5 and truncating goes wrong (0.49999999999999994 + 0.5
+  // rounds to 1.0 in double arithmetic), huge values, and what falls back to llround.
+  for (double x : {0.0, 0.5, 1.5, 2.5, 0.49999999999999994, std::nextafter(0.5, 1.0), 4503599627370495.5,
+                   4503599627370497.0, 9007199254740993.0, 0x1p62 - 1024.0, 0x1p62, 1e300, -0.5, -2.5, -1e-300})
+    CHECK(round_nonneg(x) == std::llround(x));
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> frac(0.0, 1.0);
+  for (int i = 0; i < 100000; ++i) {
+    const double x = std::ldexp(frac(rng), static_cast<int>(rng() % 64)) + static_cast<double>(rng() % 4) * 0.5;
+    REQUIRE(round_nonneg(x) == std::llround(x));
+  }
+}
