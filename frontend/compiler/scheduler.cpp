@@ -30,6 +30,9 @@ struct Chunk {
   /// The table entries [own0, own1] this state was made for (Scheduler::Impl::touch_run). While all of them
   /// still refer to it, nothing else does: the state was only ever given to them.
   uint32_t *own0 = nullptr, *own1 = nullptr;
+  /// Table entries referring to this state (kept for the states made by touch_run): while it equals
+  /// own1 - own0 + 1, every entry of [own0, own1] holds the state, and no other entry does.
+  int64_t refs = 0;
 };
 
 constexpr int64_t kHbmChunk = 65536;
@@ -248,13 +251,20 @@ struct Scheduler::Impl {
     for (uint32_t* c = first; c <= last;) {
       const uint32_t before = *c;
       uint32_t* e = c;
-      while (e < last && e[1] == before) ++e;
-      if (Chunk& st = states[before]; before != 0 && st.own0 == c && st.own1 == e) {
+      Chunk& st = states[before];
+      // The stretch holding `before` from c: all of [own0, own1] when it still holds the state whole (then
+      // nothing past it does), else found chunk by chunk.
+      if (before != 0 && st.own0 == c && st.own1 <= last && st.refs == st.own1 - st.own0 + 1) e = st.own1;
+      else
+        while (e < last && e[1] == before) ++e;
+      if (before != 0 && st.own0 == c && st.own1 == e) {
         touch(st, x, write);
       } else {
+        st.refs -= e - c + 1;  // (states[0]'s count is not kept)
         const uint32_t after = touched(before, x, write);
         states[after].own0 = c;
         states[after].own1 = e;
+        states[after].refs = e - c + 1;
         std::fill(c, e + 1, after);
       }
       c = e + 1;
