@@ -95,7 +95,15 @@ DmaEngines::DmaEngines(const CoreParams& p)
 
 namespace {
 inline int low_bit(uint32_t m) { return __builtin_ctz(m); }
-inline int bits(uint32_t m) { return __builtin_popcount(m); }
+inline int bits(uint32_t m) {
+#ifdef __POPCNT__
+  return __builtin_popcount(m);
+#else  // a baseline x86-64 build calls libgcc for __builtin_popcount: the same count inline
+  m -= (m >> 1) & 0x55555555u;
+  m = (m & 0x33333333u) + ((m >> 2) & 0x33333333u);
+  return static_cast<int>((((m + (m >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
+#endif
+}
 }  // namespace
 
 void DmaEngines::reset_lanes(bool shared) {

@@ -38,7 +38,8 @@ struct Chunk {
 constexpr int64_t kHbmChunk = 65536;
 static_assert((kHbmChunk & (kHbmChunk - 1)) == 0, "HbmRange::shift divides by it");
 
-int popcount8(uint8_t m) { return __builtin_popcount(m); }
+/// More than one bit of m set (without a popcount, a library call on a baseline x86-64 build).
+bool several(uint8_t m) { return (m & (m - 1)) != 0; }
 
 }  // namespace
 
@@ -551,8 +552,10 @@ struct Scheduler::Impl {
       Node& x = node(s);
       if (x.done) continue;
       Ps h = 0;
+      // A successor is in the window (admitted after x, or a with_schedule wait still >= base); an issued
+      // one has height 0 (commit), which changes no maximum.
       for (uint64_t q : x.succ)
-        if (live(q)) h = std::max(h, node(q).height);
+        if (q >= base) h = std::max(h, node(q).height);
       x.height = h + x.min_cost;
     }
     since_heights = 0;
@@ -681,9 +684,10 @@ struct Scheduler::Impl {
     }
     if (const Instr* m = moving_of(x)) pe_group = m->opnd[0].offset;
     if (low.recording_occupancy()) low.note_tile_uses(x.uses, start, end);
-    if (best_engine != default_engine && popcount8(x.engines) > 1) ++st.placed;
+    if (best_engine != default_engine && several(x.engines)) ++st.placed;
     st.instructions += static_cast<uint64_t>(x.n);
     x.done = true;
+    x.height = 0;  // compute_heights() reads issued successors as 0
     for (uint64_t q : x.tsucc)
       if (live(q)) node(q).not_before = std::max(node(q).not_before, end);
     for (uint64_t q : x.succ) {  // an instruction ordered after x starts no earlier than x
