@@ -56,6 +56,11 @@ class SigCache {
     }
     return nullptr;
   }
+  /// Mark entry `e` (of this table) used, as find() does on a hit.
+  void touch(const SigInfo* e) {
+    const auto i = static_cast<size_t>(e - e_.get());
+    mru_[i / 2] = static_cast<uint8_t>(i % 2);
+  }
   /// The entry to overwrite for a new signature of hash `h` (the caller fills it).
   SigInfo& victim(uint64_t h) {
     if (!e_) {

@@ -330,16 +330,28 @@ const Simulator::Sig& Simulator::signature(const Instr& in, const SourceLoc& whe
     fill_signature(*sig_scratch_, in, 0);
     return *sig_scratch_;
   }
+  const size_t loc = in.loc < sources_.size() ? in.loc : 0;  // (an unknown id reads as no location, as source() does)
+  const size_t hi = loc * isa::kNumEngines + static_cast<size_t>(in.engine);
+  if (hi >= sig_hint_.size()) sig_hint_.resize(std::max(hi + 1, sources_.size() * isa::kNumEngines), nullptr);
+  Sig*& hint = sig_hint_[hi];
+  // The signature passed verify(): only the checks of the offsets remain. When one fails, verify()
+  // throws the error a run without the cache gives.
+  if (hint && hint->valid && hint->key.op == in.op && hint->key.dma_queue == in.dma_queue &&
+      isa::same_signature(hint->key, in)) {
+    sigs_.touch(hint);
+    if (!hint->place.fits(in)) isa::verify(in, limits_, where);
+    return *hint;
+  }
   const uint64_t h = isa::signature_hash(in);
   if (Sig* e = sigs_.find(in, h)) {
-    // The signature passed verify(): only the checks of the offsets remain. When one fails, verify()
-    // throws the error a run without the cache gives.
     if (!e->place.fits(in)) isa::verify(in, limits_, where);
+    hint = e;
     return *e;
   }
   isa::verify(in, limits_, where);
   Sig& e = sigs_.victim(h);
   fill_signature(e, in, h);
+  hint = &e;
   return e;
 }
 

@@ -360,6 +360,10 @@ class Simulator {
   memory::DmaSplit last_split_{};
   engines::DmaEngines::Transfer last_transfer_{};
   engines::SigCache sigs_;
+  /// By source id x engine: the entry the last instruction of that line on that engine used (the
+  /// instructions of one op share its signature; checked with same_signature before use, which skips the
+  /// hash and the set lookup). Entries may have been overwritten since: the check catches it.
+  std::vector<Sig*> sig_hint_;
   std::unique_ptr<Sig> sig_scratch_;  ///< the entry of every instruction without SimOptions::signature_cache
 };
 
