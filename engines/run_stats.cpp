@@ -88,7 +88,7 @@ void RunStats::dma(const Instr& in, const InstrTiming& t, const Detail& d) {
   // The trigger occupies its engine; the data moves on the DMA engines.
   engine_slot(in.engine, t.start, t.start + d.busy, d.busy, 0);
   ++c_.dma_transfers;
-  const size_t q = static_cast<size_t>(in.dma_queue % p_.dma_queues);
+  const size_t q = in.dma_queue < p_.dma_queues ? in.dma_queue : static_cast<size_t>(in.dma_queue % p_.dma_queues);
   if (!c_.dma_queue_used[q]) {
     c_.dma_queue_used[q] = true;
     ++c_.dma_queues_used;

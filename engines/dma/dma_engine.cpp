@@ -208,7 +208,7 @@ int DmaEngines::hbm_active_at(Ps t) const {
 DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const memory::DmaSplit& split,
                                           double efficiency) {
   Transfer t;
-  Ps& qfree = setup_free_[static_cast<size_t>(queue % p_.dma_queues)];
+  Ps& qfree = setup_free_[queue_index(queue)];
   t.setup_start = std::max(trigger_start, qfree);
   const Ps setup_end = t.setup_start + p_.dma_setup;
   // Back-to-back transfers on one queue have period max(setup, data) + gap (neuroncore.md 3.3).

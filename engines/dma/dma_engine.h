@@ -96,7 +96,11 @@ class DmaEngines {
   /// End of the latest HBM piece booked on DMA engine `e`.
   sim::Ps hbm_last_end(int e) const { return lane_[lane_of_[static_cast<size_t>(e)]].hbm.last_end(); }
   /// When `queue` may start the next setup.
-  sim::Ps queue_free(int queue) const { return setup_free_[static_cast<size_t>(queue % p_.dma_queues)]; }
+  sim::Ps queue_free(int queue) const { return setup_free_[queue_index(queue)]; }
+  /// The queue's index (queue ids wrap modulo dma.queues; a division only for an id past them).
+  size_t queue_index(int queue) const {
+    return static_cast<size_t>(queue >= 0 && queue < p_.dma_queues ? queue : queue % p_.dma_queues);
+  }
 
  private:
   struct Lane {

@@ -94,6 +94,9 @@ struct Scheduler::Impl {
   // an access touches each distinct state once and the rest of its chunks move to the result by index
   // (touch_run). States are copied on write; unreferenced ones are dropped by compact_states().
   int64_t chip_chunk = 64;
+  int chip_shift = -1;  ///< log2(chip_chunk) when a power of two (a shift, not a division, per access)
+  /// By engine: engines::trigger_queue(p, engine, q) for q < dma.queues_per_trigger (at least one).
+  std::array<std::vector<int>, isa::kNumEngines> trigger_queues;
   std::vector<Chunk> states{Chunk{}};  ///< states[0]: no writer, no readers
   size_t states_limit = 0;             ///< compact when `states` grows past this
   std::vector<uint32_t> sbuf, psum;
@@ -135,6 +138,11 @@ struct Scheduler::Impl {
     while (cap < static_cast<uint64_t>(std::max(2, p.schedule_window))) cap <<= 1;
     ring.resize(cap);
     chip_chunk = std::max<int64_t>(4, p.dep_chunk_bytes);
+    for (int s2 = 0; s2 < 62; ++s2)
+      if (chip_chunk == int64_t{1} << s2) chip_shift = s2;
+    for (int e = 0; e < isa::kNumEngines; ++e)
+      for (int q = 0; q < std::max(1, p.dma_queues_per_trigger); ++q)
+        trigger_queues[static_cast<size_t>(e)].push_back(engines::trigger_queue(p, static_cast<Engine>(e), q));
     sbuf.resize(static_cast<size_t>(p.mem.sbuf_bytes_per_partition / chip_chunk + 1));
     psum.resize(static_cast<size_t>(p.mem.psum_bytes_per_partition() / chip_chunk + 1));
     // HBM tensors the kernel writes; reads of the others never conflict.
@@ -239,8 +247,11 @@ struct Scheduler::Impl {
       return;
     }
     std::vector<uint32_t>& tab = o.space == Space::kPsum ? psum : sbuf;
-    const int64_t last = std::min<int64_t>((hi - 1) / chip_chunk, static_cast<int64_t>(tab.size()) - 1);
-    if (lo / chip_chunk <= last) touch_run(tab.data() + lo / chip_chunk, tab.data() + last, x, write);
+    // (A shift where the division gives the same: a non-negative offset and a power-of-two chunk.)
+    const auto chunk_of = [&](int64_t b) { return b >= 0 && chip_shift >= 0 ? b >> chip_shift : b / chip_chunk; };
+    const int64_t first = std::max<int64_t>(0, chunk_of(lo));  // (a negative offset fails verify() at submit)
+    const int64_t last = std::min<int64_t>(chunk_of(hi - 1), static_cast<int64_t>(tab.size()) - 1);
+    if (first <= last) touch_run(tab.data() + first, tab.data() + last, x, write);
   }
 
   /// touch() every chunk of [first, last]: each stretch of chunks holding one state once, into a new state
@@ -663,9 +674,10 @@ struct Scheduler::Impl {
       Instr& in = x.in[static_cast<size_t>(j)];
       in.engine = best_engine;
       if (x.auto_queue) {  // the trigger engine's queue that frees up first
-        int q_best = engines::trigger_queue(p, best_engine, 0);
-        for (int q = 1; q < p.dma_queues_per_trigger; ++q) {
-          const int id = engines::trigger_queue(p, best_engine, q);
+        const std::vector<int>& qs = trigger_queues[static_cast<size_t>(best_engine)];
+        int q_best = qs[0];
+        for (size_t q = 1; q < qs.size(); ++q) {
+          const int id = qs[q];
           if (sim.dma_queue_free(id) < sim.dma_queue_free(q_best)) q_best = id;
         }
         in.dma_queue = static_cast<uint8_t>(q_best);
