@@ -91,7 +91,7 @@ bool same_dma_shape(const Operand& a, const Operand& b) {
 }
 
 const DmaSplit& DmaSplitCache::get(const Operand& dst, const Operand& src) {
-  for (int k = 0, i = last_; k < n_; ++k, i = (i + 1) % n_) {  // entries [0, n_) are filled
+  for (int k = 0, i = last_; k < n_; ++k, i = i + 1 < n_ ? i + 1 : 0) {  // entries [0, n_) are filled
     const Entry& en = e_[static_cast<size_t>(i)];
     if (same_dma_shape(en.dst, dst) && same_dma_shape(en.src, src)) {
       last_ = i;

@@ -87,7 +87,7 @@ std::string queue_name(const CoreParams& p, int queue) {
 }
 
 DmaEngines::DmaEngines(const CoreParams& p)
-    : p_(p), setup_free_(static_cast<size_t>(p.dma_queues), 0), splits_(p.dma_engines, p.partitions_per_engine) {
+    : p_(p), desc_min_ns_(sim::ps_to_ns(p.dma_desc_min)), setup_free_(static_cast<size_t>(p.dma_queues), 0), splits_(p.dma_engines, p.partitions_per_engine) {
   const int n = std::clamp(p.dma_engines, 1, memory::kMaxDmaEngines);
   all_ = n == 32 ? ~0u : (1u << n) - 1;
   reset_lanes(true);
@@ -237,7 +237,7 @@ DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const mem
   // A piece of `bytes` in `desc` contiguous buffers takes desc * max(bytes / desc / bw, dma.desc_min).
   auto duration = [&](const memory::DmaPiece& pc) {
     const double desc = static_cast<double>(std::max<int64_t>(1, pc.descriptors));
-    const double per_desc_ns = std::max(static_cast<double>(pc.bytes) / desc / bw, sim::ps_to_ns(p_.dma_desc_min));
+    const double per_desc_ns = std::max(static_cast<double>(pc.bytes) / desc / bw, desc_min_ns_);
     return sim::round_nonneg(desc * per_desc_ns * 1000.0);
   };
   t.data_start = INT64_MAX;

@@ -113,6 +113,7 @@ class DmaEngines {
   void merge_lanes();
 
   const CoreParams& p_;
+  double desc_min_ns_;  ///< dma.desc_min in ns (a division per transfer otherwise)
   std::vector<sim::Ps> setup_free_;                  // per queue
   std::array<Lane, memory::kMaxDmaEngines> lane_{};  // at most one lane per engine
   std::array<uint8_t, memory::kMaxDmaEngines> lane_of_{};
