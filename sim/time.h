@@ -26,7 +26,7 @@ class ClockDomain {
 
 /// std::llround for a non-negative x (a duration in picoseconds), without the library call: the same
 /// integer for every x in [0, 2^62) (halves round up, as llround's away from zero does); anything else
-/// goes to std::llround. (i = trunc(x) exactly, and x - i is exact: x and i are within a factor of two.)
+/// goes to std::llround. (i = trunc(x) exactly, and x - i is exact: i = 0, or i <= x < 2i.)
 inline int64_t round_nonneg(double x) {
   if (!(x >= 0.0 && x < 0x1p62)) return std::llround(x);
   const auto i = static_cast<int64_t>(x);
