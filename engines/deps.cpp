@@ -244,49 +244,46 @@ DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const {
 }
 
 void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Ready, kNumClasses>& out) const {
-  // One pass keeping, per producer class, the latest end (and its tag) of: writers of what is read,
-  // writers of what is written, readers of what is written. Then each consumer class takes the max
-  // over producer classes with its hand-off latency (same-class WAR/WAW need no wait). The masks name
-  // the producer classes seen, so the combination visits only those (usually one or two of six).
-  std::array<Ready, kNumClasses> raw{}, waw{}, war{};
-  unsigned mraw = 0, mw = 0;  // producer classes with a raw entry; with a waw or war entry
-  auto keep = [](Ready& m, sim::Ps at, uint32_t tag) {
-    if (at > m.time) m = {at, tag};
+  // One pass collecting what ready() considers, in its order: the writers of what is read (RAW), then per
+  // entry of what is written its writer (WAW) and its readers (WAR). Each class then takes the first of the
+  // latest (end + hand-off latency), skipping same-class WAW and WAR, as ready()'s scan would: the same time
+  // and the same producer. (Usually a few entries: a region of one uniform segment is one entry.)
+  struct Cand {
+    sim::Ps end;
+    uint32_t tag;
+    bool raw;
+  };
+  std::array<Cand, 32> cand;
+  size_t n = 0;
+  bool more = false;  // past the array: ready() per class instead
+  auto add = [&](sim::Ps end, uint32_t tag, bool raw) {
+    if (n < cand.size()) cand[n++] = {end, tag, raw};
+    else more = true;
   };
   for (int i = 0; i < rg.nr; ++i)
     scan(rg.reads[static_cast<size_t>(i)], [&](const Entry& e) {
-      if (e.w_end) {
-        const uint8_t pc = tag_class(e.w_tag);
-        keep(raw[pc], e.w_end, e.w_tag);
-        mraw |= 1u << pc;
-      }
+      if (e.w_end) add(e.w_end, e.w_tag, true);
     });
   for (int i = 0; i < rg.nw; ++i)
     scan(rg.writes[static_cast<size_t>(i)], [&](const Entry& e) {
-      if (e.w_end) {
-        const uint8_t pc = tag_class(e.w_tag);
-        keep(waw[pc], e.w_end, e.w_tag);
-        mw |= 1u << pc;
-      }
-      if (e.r_end) {
-        const uint8_t pc = tag_class(e.r_tag);
-        keep(war[pc], e.r_end, e.r_tag);
-        mw |= 1u << pc;
-      }
+      if (e.w_end) add(e.w_end, e.w_tag, false);
+      if (e.r_end) add(e.r_end, e.r_tag, false);
     });
   out.fill(Ready{});
   for (unsigned cm = classes & ((1u << kNumClasses) - 1); cm; cm &= cm - 1) {
     const auto c = static_cast<size_t>(__builtin_ctz(cm));
-    Ready& t = out[c];
-    // Producer classes in ascending order, as the full scan visited them (ties keep the first tag).
-    for (unsigned pm = mraw | (mw & ~(1u << c)); pm; pm &= pm - 1) {
-      const auto pi = static_cast<size_t>(__builtin_ctz(pm));
-      const sim::Ps l = lat_[pi][c];
-      if (raw[pi].time) keep(t, raw[pi].time + l, raw[pi].tag);
-      if (pi == c) continue;
-      if (waw[pi].time) keep(t, waw[pi].time + l, waw[pi].tag);
-      if (war[pi].time) keep(t, war[pi].time + l, war[pi].tag);
+    if (more) {
+      out[c] = ready(static_cast<uint8_t>(c), rg);
+      continue;
     }
+    Ready t;
+    for (size_t k = 0; k < n; ++k) {
+      const auto pc = static_cast<size_t>(tag_class(cand[k].tag));
+      if (!cand[k].raw && pc == c) continue;  // same-class WAW and WAR need no wait
+      const sim::Ps at = cand[k].end + lat_[pc][c];
+      if (at > t.time) t = {at, cand[k].tag};
+    }
+    out[c] = t;
   }
 }
 

@@ -134,7 +134,8 @@ class DepTracker {
   };
   Ready ready(uint8_t cls, const Regions& r) const;
   /// ready() for every class in `classes` (bit c = class c) in one pass over the chunks (the
-  /// scheduler's engine placement; ready() stays the cheaper single-class scan of the hot path).
+  /// scheduler's engine placement; ready() stays the cheaper single-class scan of the hot path): the
+  /// same times and the same producers, ties included.
   void ready_multi(uint8_t classes, const Regions& r, std::array<Ready, kNumClasses>& out) const;
   /// Record that instruction `id` of class `cls` reads its read regions until `read_end` and writes
   /// its write regions, done at `write_end`.

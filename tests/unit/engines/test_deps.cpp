@@ -157,6 +157,7 @@ std::pair<size_t, int64_t> check_against_flat(uint32_t seed, Access&& access) {
       REQUIRE(got.time == want.time);
       REQUIRE(got.tag == want.tag);
       REQUIRE(multi[k].time == want.time);
+      REQUIRE(multi[k].tag == want.tag);
     }
     // Ends mostly increase (program order) but not always (a DMA finishing before an earlier one).
     const sim::Ps end = static_cast<sim::Ps>(id) * 10 + pick(0, 40);
