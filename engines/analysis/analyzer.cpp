@@ -165,12 +165,12 @@ struct Analyzer::State {
   std::vector<uint32_t> stamp;
   std::vector<uint8_t> written;  ///< per chunk: this kernel wrote it (reading it back is a round trip)
   uint32_t transfer = 0;
-  // The chunks in blocks of kBlock: uni[b] set means every chunk of block b holds the loads, loaded_bits
+  // The chunks in blocks of kBlock (256): uni[b] set means every chunk of block b holds the loads, loaded_bits
   // and written of its first chunk (the others' entries are stale), so a transfer covering whole blocks
-  // costs one update per block instead of one per chunk (a 128 KiB load is 2,048 chunks of 64 B, 32
+  // costs one update per block instead of one per chunk (a 128 KiB load is 2,048 chunks of 64 B, 8
   // blocks). A block is spelled out chunk by chunk (spell) before any access to part of it. Stamps are
   // left as they are: a stale one names an earlier transfer, never the one reading the chunk.
-  static constexpr int kBlockShift = 6;
+  static constexpr int kBlockShift = 8;
   static constexpr size_t kBlock = size_t{1} << kBlockShift;
   std::vector<uint8_t> uni;
   void spell(size_t b) {
@@ -745,7 +745,10 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
   std::vector<Ps> crit_by_line(s.lines.size(), 0);
   r.critical_path = s.recs_complete && !s.recs.empty();
   if (r.critical_path) {
-    std::map<std::string, Ps> by_track;
+    // By track index while walking (a name per record cost a string each), by name at the end.
+    std::vector<Ps> own_by_track;
+    Ps waits = 0;
+    bool any_wait = false;
     int64_t cur = 0;
     for (size_t i = 1; i < s.recs.size(); ++i)
       if (s.recs[i].end > s.recs[static_cast<size_t>(cur)].end) cur = static_cast<int64_t>(i);
@@ -754,13 +757,19 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       const Rec rc = s.recs[static_cast<size_t>(cur)];
       const Ps own = std::max<Ps>(0, std::min(bound_at, rc.end) - rc.start);
       const Ps gap = std::max<Ps>(0, bound_at - std::max(rc.start, std::min(bound_at, rc.end)));
-      by_track[track_name(*s.p, rc.track)] += own;
-      if (gap) by_track["waits (hand-off, pipes, ports)"] += gap;
+      if (rc.track >= own_by_track.size()) own_by_track.resize(rc.track + size_t{1}, -1);
+      Ps& o = own_by_track[rc.track];
+      o = std::max<Ps>(o, 0) + own;
+      if (gap) waits += gap, any_wait = true;
       if (rc.loc < crit_by_line.size()) crit_by_line[rc.loc] += own;
       bound_at = rc.start;
       if (rc.pred >= cur) break;  // never loops (producers precede their consumers)
       cur = rc.pred;
     }
+    std::map<std::string, Ps> by_track;
+    for (size_t k = 0; k < own_by_track.size(); ++k)
+      if (own_by_track[k] >= 0) by_track[track_name(*s.p, static_cast<int>(k))] += own_by_track[k];
+    if (any_wait) by_track["waits (hand-off, pipes, ports)"] += waits;
     if (bound_at > 0) by_track["start (nothing to run)"] += bound_at;
     for (const auto& [k, v] : by_track) r.critical_path_by_track.emplace_back(k, ns(v));
     std::stable_sort(r.critical_path_by_track.begin(), r.critical_path_by_track.end(),

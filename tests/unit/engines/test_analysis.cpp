@@ -393,8 +393,8 @@ TEST_CASE("a one-row matmul is a pe_broadcast finding, not an under-fill", "[ana
 }
 
 TEST_CASE("reloads, round trips and load counts match a byte-by-byte reference on random transfers", "[analysis]") {
-  // The analyzer counts per 64 B chunk (analysis.reload_chunk_bytes) in blocks of 64 chunks, a whole
-  // uniform block at once. Random loads and stores of w ([96, 600] fp32: 2,400 B rows, 56 blocks) mix
+  // The analyzer counts per 64 B chunk (analysis.reload_chunk_bytes) in blocks of 256 chunks, a whole
+  // uniform block at once. Random loads and stores of w ([96, 600] fp32: 2,400 B rows, 14 blocks) mix
   // whole-row runs of many blocks, column slices (strided rows), every other row and partition
   // broadcasts (one row loaded again by each partition, within one transfer). Reference, at 64 B chunks
   // (one mask bit per byte, so the counts are exact): a load's reload is the bytes it reads that an
