@@ -521,20 +521,53 @@ void Lowering::fast_forward_start(const Loop& l) {
   // Tiles allocated in the body: how often per iteration (their rotating buffer advances that much).
   ff_.allocs.clear();
   ff_.align = ff_align_;
+  // Also the HBM tensors the body accesses: one it both reads and writes through different accesses (its
+  // index expressions differ: y[b + 1] = f(y[b])) may carry a dependency from one iteration to a later one at
+  // another address, which the iterations skipped would hold and the dependency tracker would not learn. Such
+  // a loop is not followed (distance_dep). Reads and writes through one access touch, in each iteration, the
+  // rows that iteration writes (private to it, or the same rows in every iteration): nothing is missed.
+  struct HbmUse {
+    const Access* first = nullptr;
+    bool read = false, written = false, same = true;
+  };
   struct Walk {
     const Kernel& k;
+    const std::vector<int>& opcode;
     std::vector<std::pair<size_t, int64_t>>& out;
+    std::vector<HbmUse> hbm;
     void body(const std::vector<Stmt>& b, int64_t times) {
       for (const Stmt& s : b) {
         if (s.kind == Stmt::Kind::kAlloc) out.emplace_back(static_cast<size_t>(s.index), times);
+        if (s.kind == Stmt::Kind::kOp) op(static_cast<size_t>(s.index));
         if (s.kind == Stmt::Kind::kLoop) {
           const Loop& inner = k.loops[static_cast<size_t>(s.index)];
           body(inner.body, times * std::max<int64_t>(0, inner.trip_count()));
         }
       }
     }
-  } walk{k_, ff_.allocs};
+    void op(size_t oi) {
+      const int opc = opcode[oi];
+      if (opc == kUnknownOp) return;
+      const isa::OpInfo& info = info_of(opc);
+      const Op& o = k.ops[oi];
+      for (size_t i = 0; i < isa::kMaxSlots; ++i) {
+        if (!o.operands[i]) continue;
+        const Access& a = *o.operands[i];
+        if (a.tensor < 0 || static_cast<size_t>(a.tensor) >= k.tensors.size() ||
+            k.tensors[static_cast<size_t>(a.tensor)].space != isa::Space::kHbm)
+          continue;
+        if (hbm.size() < k.tensors.size()) hbm.resize(k.tensors.size());
+        HbmUse& u = hbm[static_cast<size_t>(a.tensor)];
+        const bool w = i < static_cast<size_t>(info.num_slots) && info.slots[i].written;
+        (w ? u.written : u.read) = true;
+        if (!u.first) u.first = &a;
+        else if (!(*u.first == a)) u.same = false;
+      }
+    }
+  } walk{k_, opcode_, ff_.allocs, {}};
   walk.body(l.body, 1);
+  ff_.distance_dep = false;
+  for (const HbmUse& u : walk.hbm) ff_.distance_dep |= u.read && u.written && !u.same;
   for (const auto& [t, n] : ff_.allocs) {
     const int bufs = std::max(1, placements_[t].bufs);
     ff_.align = std::lcm(ff_.align, static_cast<int64_t>(bufs));
@@ -554,7 +587,7 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
       return;
     }
     fast_forward_start(l);
-    if (ff_.align > FastForward::kMaxAlign) f.ff_done = true, ff_.depth = 0;
+    if (ff_.align > FastForward::kMaxAlign || ff_.distance_dep) f.ff_done = true, ff_.depth = 0;
     return;
   }
   FastForward::Step now{emitted_, sim_.instructions(), sim_.local_time(), sim_.timing_digest()};

@@ -224,6 +224,8 @@ class Lowering {
     int64_t iters = 0;      ///< boundaries of it seen since following began
     int64_t align = 1;      ///< iterations skipped are a multiple of this (rotating buffers)
     std::vector<std::pair<size_t, int64_t>> allocs;  ///< tensor, alloc executions per iteration
+    /// The body reads and writes an HBM tensor through different accesses (fast_forward_start): not followed.
+    bool distance_dep = false;
     /// What one iteration did: instructions lowered and issued, time added, and the timing state after.
     struct Step {
       uint64_t emitted = 0, committed = 0;
