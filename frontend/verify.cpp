@@ -368,8 +368,18 @@ class Verifier {
     if (!reachable) return;
 
     // The instruction(s) of the first iteration through isa::verify.
-    std::vector<int64_t> vars(k_.loops.size(), 0);
+    // (One vector for every op, its enclosing loops' entries set here and cleared on leaving: a fresh one per
+    // op cost a pass over every loop of the kernel, quadratic in a kernel of many loops.)
+    std::vector<int64_t>& vars = vars_;
+    vars.resize(k_.loops.size(), 0);
     for (int lid : stack_) vars[static_cast<size_t>(lid)] = first_[static_cast<size_t>(lid)];
+    struct Clear {
+      std::vector<int64_t>& v;
+      const std::vector<int>& ids;
+      ~Clear() {
+        for (int lid : ids) v[static_cast<size_t>(lid)] = 0;
+      }
+    } clear{vars, stack_};
     std::array<Operand, isa::kMaxSlots> o{};
     const bool keep = opcode_ == static_cast<int>(Opcode::kTensorReduce) && op.axis_count != 0;
     for (int i = 0; i < isa::kMaxSlots; ++i) {
@@ -528,6 +538,7 @@ class Verifier {
   std::vector<TilePlacement> placements_;
   std::vector<int64_t> hbm_addr_;
   std::vector<int64_t> lo_, hi_, first_;  ///< per loop id: variable range and first value
+  std::vector<int64_t> vars_;             ///< check_op: the enclosing loops' first values, 0 elsewhere
   std::vector<char> active_;               ///< per loop id: encloses the current statement
   std::vector<int> stack_;                 ///< enclosing loop ids, outermost first
   std::vector<int> alloc_depth_;           ///< per tile: loop depth of its alloc while in scope, else -1
