@@ -52,6 +52,7 @@ struct Scheduler::Impl {
     int op = -1;
     uint8_t engines = 0;      ///< candidate engines (one bit when fixed)
     uint8_t free_uses = 0;    ///< in[0]'s StreamEngines::uses(): what its engine's free time depends on
+    Engine home = Engine::kVector;  ///< in[0].engine as lowered: the default engine (ties go to it)
     bool auto_queue = false;
     bool done = false;
     int npred = 0;
@@ -65,6 +66,9 @@ struct Scheduler::Impl {
     engines::DepTracker::Regions rg0, rg1;  ///< in[0]'s and in[1]'s dependency regions (make_ready)
     uint64_t rg_epoch = 0;                  ///< sim.regions_epoch() when they were computed
     Ps not_before = 0;
+    /// The PSUM offset its MultiplyMoving accumulates into (an open accumulation group continues there), or -1:
+    /// choose() reads it for every ready node, without going to the instructions' cache lines.
+    int64_t acc_psum = -1;
     Lowering::TileUses uses{};  ///< with a trace: the tiles it touches (occupancy track)
   };
 
@@ -483,6 +487,9 @@ struct Scheduler::Impl {
       last_of_op[static_cast<size_t>(oi)] = x.seq + 1;
     }
     x.auto_queue = f.auto_queue;
+    x.home = a.engine;
+    const Instr* mv = moving_of(x);
+    x.acc_psum = mv != nullptr && (mv->flags & isa::kAccumulate) ? mv->opnd[0].offset : -1;
     x.engines = f.engines;
     x.free_uses = f.free_uses;
     // core_barrier blocks its engine (LNC=2): after every earlier instruction that may run there,
@@ -588,11 +595,7 @@ struct Scheduler::Impl {
   }
 
   /// Node x is a matmul accumulating into the PSUM tile of TensorE's last matmul (its open group).
-  bool continues_group(const Node& x) const {
-    if (pe_group < 0) return false;
-    const Instr* m = moving_of(x);
-    return m != nullptr && (m->flags & isa::kAccumulate) && m->opnd[0].offset == pe_group;
-  }
+  bool continues_group(const Node& x) const { return pe_group >= 0 && x.acc_psum == pe_group; }
 
   /// Choose the ready instruction that can start first (ties: the open accumulation group, the critical path,
   /// program order).
@@ -606,7 +609,7 @@ struct Scheduler::Impl {
     for (size_t i = 0; i < ready.size(); ++i) {
       Node& x = node(ready[i]);
       Ps s_x = INT64_MAX, f_x = INT64_MAX;
-      Engine e_x = x.in[0].engine;
+      Engine e_x = x.home;
       for (int e = 0; e < isa::kNumEngines; ++e) {
         if (!(x.engines & (1u << e))) continue;
         const auto ee = static_cast<Engine>(e);
@@ -615,7 +618,7 @@ struct Scheduler::Impl {
         const Ps f = s + x.cost[static_cast<size_t>(e)];
         // A pair's LoadStationary may start before its matmul's operands are ready: bound by its own.
         front = std::min(front, std::max({x.rd0[static_cast<size_t>(e)].time, x.not_before, free}));
-        if (f < f_x || (f == f_x && ee == x.in[0].engine)) {
+        if (f < f_x || (f == f_x && ee == x.home)) {
           f_x = f;
           s_x = s;
           e_x = ee;

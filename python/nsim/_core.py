@@ -683,8 +683,9 @@ def simulate_json(kernel: Union[KernelLike, LoadedKernel], *, inputs: Optional[M
     fast_forward: with timing_only (and no trace), once a loop's iterations repeat exactly (the engines and DMA
     queues in the same state relative to the run's end, each iteration adding the same time), its middle
     iterations are counted as repeats of those simulated instead of being simulated: long loops run in a
-    fraction of the time. An approximation (docs/timing-model.md, "Fast-forward"): stats equal the full
-    simulation's where the loop is steady; ``fast_forward.skipped_instructions`` counts what was skipped.
+    fraction of the time (docs/timing-model.md, "Fast-forward"): stats equal the full simulation's where the
+    loop is steady; a loop that reads and writes an HBM tensor through different accesses (a recurrence,
+    ``y[b + 1] = f(y[b])``) is simulated whole. ``fast_forward.skipped_instructions`` counts what was skipped.
     Bad arguments raise TypeError / ValueError naming the argument; everything else is an NsimError.
     """
     opts = _run_options(config, seed, trace_limit, max_instructions, max_sim_time_ns, trace_window, fast_forward)
