@@ -550,6 +550,9 @@ void Lowering::fast_forward_start(const Loop& l) {
       if (opc == kUnknownOp) return;
       const isa::OpInfo& info = info_of(opc);
       const Op& o = k.ops[oi];
+      // A gather / scatter (runtime offsets in slot 2) may reach any row of its HBM side whatever its access says.
+      const bool indirect = (opc == static_cast<int>(Opcode::kDmaCopy) || opc == static_cast<int>(Opcode::kTensorCopy)) &&
+                            o.operands[2].has_value();
       for (size_t i = 0; i < isa::kMaxSlots; ++i) {
         if (!o.operands[i]) continue;
         const Access& a = *o.operands[i];
@@ -562,6 +565,7 @@ void Lowering::fast_forward_start(const Loop& l) {
         (w ? u.written : u.read) = true;
         if (!u.first) u.first = &a;
         else if (!(*u.first == a)) u.same = false;
+        if (indirect) u.same = false;
       }
     }
   } walk{k_, opcode_, ff_.allocs, {}};
