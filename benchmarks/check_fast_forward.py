@@ -7,7 +7,7 @@ or the load's own expression). Loads from y through another expression than the 
 iterations through HBM, which fast-forward must not skip over. Every kernel runs `nsim run --timing-only` with and
 without `--fast-forward`; the stats JSON (fast_forward.* removed) must be identical.
 
-    python3 benchmarks/check_fast_forward.py [--nsim build/nsim] [--kernels 40] [--iterations 3000]
+    python3 benchmarks/check_fast_forward.py [--nsim PATH (default: this checkout's build/nsim)] [--kernels 40] [--iterations 3000]
 
 Prints one line per kernel and a summary; exits 1 if any kernel's stats differ.
 """
@@ -68,7 +68,8 @@ def stats(nsim, path, ff, tmp):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--nsim", default="build/nsim")
+    # build/nsim of this checkout, wherever it lives and whatever the working directory
+    ap.add_argument("--nsim", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "nsim"))
     ap.add_argument("--kernels", type=int, default=40)
     ap.add_argument("--iterations", type=int, default=3000)
     a = ap.parse_args()
