@@ -50,6 +50,9 @@ def main():
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bench_simulator"))
     ap.add_argument("--quick", action="store_true", help="skip the S=32768 attention and nsim analyze at 10 M")
     args = ap.parse_args()
+    for exe in (args.nsim, args.bench):
+        if not os.access(exe, os.X_OK):
+            raise SystemExit("{} is not built: run `make build` first (or pass --nsim / --bench)".format(exe))
     rows = []
 
     # 1. bench_simulator: medians of 3 repetitions
