@@ -53,6 +53,11 @@ struct Access {
   /// the operand's rows (HBM) / free dims follow it. Empty = row-major (0, 1, ...). A permuted view
   /// (permute, .T, rearrange) pairs its elements in this order.
   std::vector<int> order;
+  /// A re-dimensioned view (kernel.json `"shape"`): the tensor's elements taken row-major with this shape
+  /// (the same element count; on chip the same partition dim first), which `dims` and `order` then index.
+  /// It splits a dim in two where an access visits it with two strides (the NKI tutorial's transpose
+  /// `out[i_p, i_x * ny + i_y] = in[i_p, i_y * nx + i_x]`). Empty = the tensor's shape.
+  std::vector<int64_t> shape;
   bool operator==(const Access&) const = default;
 };
 
@@ -75,6 +80,18 @@ struct Tensor {
   int64_t address = -1;
   bool operator==(const Tensor&) const = default;
 };
+
+/// A shape as text, "[128, 512]" (error messages).
+inline std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+/// The shape access `a` of tensor `t` indexes: its re-dimensioned shape, or the tensor's.
+inline const std::vector<int64_t>& access_shape(const Tensor& t, const Access& a) {
+  return a.shape.empty() ? t.shape : a.shape;
+}
 
 /// A tile op: an nki.isa instruction (an OP row of isa/opcodes.def), or a frontend op (a MACRO row:
 /// nc_matmul, lowered to load_stationary + multiply_moving).

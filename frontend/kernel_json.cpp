@@ -828,7 +828,7 @@ class Reader {
     if (!v.is_object())
       fail(ErrorCode::kWrongType, v, path,
            fmt::format("expected a tensor name or {{\"tensor\": name, \"index\": [...]}}, found {}", v.type_name()), loc);
-    check_keys(v, path, {"tensor", "index", "order", "dtype"}, loc);
+    check_keys(v, path, {"tensor", "shape", "index", "order", "dtype"}, loc);
     const Value& tv = require(v, "tensor", path, loc);
     a.tensor = lookup_tensor(tv, get_string(tv, path + ".tensor", loc), path + ".tensor", loc);
     const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
@@ -840,31 +840,49 @@ class Reader {
                          "size", q(t.name), dtype_name(t.dtype), dtype_bytes(t.dtype), dtype_name(*a.dtype),
                          dtype_bytes(*a.dtype)), loc);
     }
+    if (const Value* sv = v.find("shape")) {  // a re-dimensioned view: the elements row-major with this shape
+      const bool chip = t.space != isa::Space::kHbm;
+      const Path sp = path + ".shape";
+      a.shape = read_shape(*sv, sp, chip ? kMaxOnChipDims : kMaxHbmDims, t.dtype, loc);
+      int64_t n = 1, m = 1;  // (read_shape keeps the byte size of either within int64)
+      for (int64_t d : a.shape) n *= d;
+      for (int64_t d : t.shape) m *= d;
+      if (n != m)
+        fail(ErrorCode::kBadReshape, *sv, sp,
+             fmt::format("a view of tensor {} (shape {}, {} elements) as shape {} ({} elements): a re-dimensioned "
+                         "view keeps the element count", q(t.name), shape_str(t.shape), m, shape_str(a.shape), n), loc);
+      if (chip && a.shape[0] != t.shape[0])
+        fail(ErrorCode::kBadReshape, *sv, sp,
+             fmt::format("a view of tile {} (shape {}) as shape {}: the partition dim (dim 0, size {}) stays dim 0 "
+                         "with the same size", q(t.name), shape_str(t.shape), shape_str(a.shape), t.shape[0]), loc);
+      if (a.shape == t.shape) a.shape.clear();
+    }
+    const std::vector<int64_t>& sh = access_shape(t, a);
     const Value* idx = v.find("index");
-    if (!idx && !v.find("order")) return a;
+    if (!idx && !v.find("order") && a.shape.empty()) return a;
     if (idx) expect_array(*idx, path + ".index", loc);
     const size_t given = idx ? idx->size() : 0;
-    if (given > t.shape.size())
+    if (given > sh.size())
       fail(ErrorCode::kWrongType, *idx, path + ".index",
-           fmt::format("{} index entries for tensor {} with {} dims", given, q(t.name), t.shape.size()), loc);
-    for (size_t i = 0; i < t.shape.size(); ++i) {
+           fmt::format("{} index entries for tensor {} with {} dims", given, q(t.name), sh.size()), loc);
+    for (size_t i = 0; i < sh.size(); ++i) {
       if (i < given) {
-        a.dims.push_back(read_dim((*idx)[i], (path + ".index")[i], t.shape[i], loc));
+        a.dims.push_back(read_dim((*idx)[i], (path + ".index")[i], sh[i], loc));
       } else {
-        a.dims.push_back(DimAccess{Affine{}, t.shape[i], 1, false});
+        a.dims.push_back(DimAccess{Affine{}, sh[i], 1, false});
       }
     }
     if (const Value* ord = v.find("order")) {
       const Path op = path + ".order";
       expect_array(*ord, op, loc);
-      std::vector<char> seen(t.shape.size(), 0);
-      if (ord->size() != t.shape.size())
+      std::vector<char> seen(sh.size(), 0);
+      if (ord->size() != sh.size())
         fail(ErrorCode::kWrongType, *ord, op,
              fmt::format("{} entries for tensor {} with {} dims (a permutation of its dims)", ord->size(), q(t.name),
-                         t.shape.size()), loc);
+                         sh.size()), loc);
       for (size_t i = 0; i < ord->size(); ++i) {
         const int d = static_cast<int>(get_int((*ord)[i], op[i], 0,
-                                               static_cast<int64_t>(t.shape.size()) - 1, loc));
+                                               static_cast<int64_t>(sh.size()) - 1, loc));
         if (seen[static_cast<size_t>(d)]) fail(ErrorCode::kWrongType, (*ord)[i], op[i], fmt::format("dim {} twice", d), loc);
         seen[static_cast<size_t>(d)] = 1;
         a.order.push_back(d);
@@ -1180,7 +1198,7 @@ class Writer {
   Value access(const Access& a) const {
     if (a.tensor < 0 || static_cast<size_t>(a.tensor) >= k_.tensors.size()) bad(fmt::format("access of tensor id {} out of range", a.tensor));
     const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
-    if (a.dims.empty() && a.order.empty() && !a.dtype) return Value::string(t.name);
+    if (a.dims.empty() && a.order.empty() && !a.dtype && a.shape.empty()) return Value::string(t.name);
     Value idx = Value::array();
     for (const DimAccess& d : a.dims) {
       if (!d.broadcast && d.size == 1 && d.step == 1) {
@@ -1200,6 +1218,7 @@ class Writer {
     }
     Value v = Value::object();
     v.set("tensor", Value::string(t.name));
+    if (!a.shape.empty()) v.set("shape", shape(a.shape));
     if (!a.dims.empty()) v.set("index", std::move(idx));
     if (!a.order.empty()) {
       Value ord = Value::array();

@@ -42,12 +42,6 @@ int64_t round_up(int64_t v, int64_t a) { return a <= 1 ? v : (v + a - 1) / a * a
 
 bool on_chip(Space s) { return s == Space::kSbuf || s == Space::kPsum; }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += fmt::format("{}{}", i ? ", " : "", s[i]);
-  return r + "]";
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------ shared building blocks
@@ -67,7 +61,8 @@ std::vector<TilePlacement> Lowering::plan_tiles(const Kernel& k, const engines::
 
 Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::vector<int64_t>& vars, int64_t base,
                                  bool keep_dims) {
-  const int rank = static_cast<int>(t.shape.size());
+  const std::vector<int64_t>& shape = access_shape(t, a);  // (a re-dimensioned view indexes its own shape)
+  const int rank = static_cast<int>(shape.size());
   const int64_t eb = dtype_bytes(t.dtype);
   const bool chip = on_chip(t.space);
   if (rank < 1 || rank > kMaxRank)
@@ -80,7 +75,7 @@ Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::ve
   int64_t s = 1;
   for (int d = rank - 1; d >= 0; --d) {
     st[d] = s;
-    s *= t.shape[static_cast<size_t>(d)];
+    s *= shape[static_cast<size_t>(d)];
   }
 
   Operand o;
@@ -111,7 +106,7 @@ Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::ve
                                                   t.name, a.order.size(), rank));
   for (int i = 0; i < rank; ++i) {
     const int d = a.order.empty() ? i : a.order[static_cast<size_t>(i)];  // the dims in visiting order
-    int64_t start = 0, size = t.shape[static_cast<size_t>(d)], step = 1;
+    int64_t start = 0, size = shape[static_cast<size_t>(d)], step = 1;
     bool bc = false;
     if (!a.dims.empty()) {
       const DimAccess& da = a.dims[static_cast<size_t>(d)];
@@ -324,12 +319,13 @@ void Lowering::operand_into(size_t oi, size_t slot, const Access& a, Operand& ou
     f.partition = Affine{};
     f.exact = true;
     if (!a.dims.empty()) {
-      const int rank = static_cast<int>(t.shape.size());
+      const std::vector<int64_t>& shape = access_shape(t, a);
+      const int rank = static_cast<int>(shape.size());
       std::array<int64_t, kMaxRank> st{};
       int64_t sz = 1;
       for (int d = rank - 1; d >= 0 && f.exact; --d) {
         st[static_cast<size_t>(d)] = sz;
-        f.exact = !__builtin_mul_overflow(sz, t.shape[static_cast<size_t>(d)], &sz) || d == 0;
+        f.exact = !__builtin_mul_overflow(sz, shape[static_cast<size_t>(d)], &sz) || d == 0;
       }
       const int64_t eb = dtype_bytes(t.dtype);
       for (int i = 0; i < rank && f.exact; ++i) {

@@ -30,12 +30,6 @@ constexpr int kMaxRank = 8;
 
 bool on_chip(Space s) { return s == Space::kSbuf || s == Space::kPsum; }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += fmt::format("{}{}", i ? ", " : "", s[i]);
-  return r + "]";
-}
-
 class Verifier {
  public:
   Verifier(const Kernel& k, const engines::CoreParams& p) : k_(k), p_(p), lim_(p.limits()) {}
@@ -270,11 +264,23 @@ class Verifier {
       fail(ErrorCode::kUnknownName,
            fmt::format("operand '{}' uses tile '{}' outside the scope of its alloc statement (before it, or after "
                        "the loop body that allocates it)", slot_name(slot), t.name));
+    if (!a.shape.empty()) {  // a re-dimensioned view: the same elements, the partition dim kept
+      int64_t n = 1, m = 1;
+      bool over = false;
+      for (int64_t d : a.shape) over |= d < 1 || __builtin_mul_overflow(n, d, &n);
+      for (int64_t d : t.shape) m *= d;
+      if (over || n != m || (chip && a.shape[0] != t.shape[0]))
+        fail(ErrorCode::kBadReshape,
+             fmt::format("operand '{}' views tensor '{}' {} as shape {}: a re-dimensioned view keeps the element "
+                         "count{}", slot_name(slot), t.name, shape_str(t.shape), shape_str(a.shape),
+                         chip ? " and the partition dim" : ""));
+    }
+    const std::vector<int64_t>& shape = access_shape(t, a);
     if (a.dims.empty()) return;
-    if (a.dims.size() != t.shape.size())
+    if (a.dims.size() != shape.size())
       fail(ErrorCode::kBadIndex, fmt::format("operand '{}' indexes tensor '{}' {} with {} dims, expected {}",
-                                             slot_name(slot), t.name, shape_str(t.shape), a.dims.size(),
-                                             t.shape.size()));
+                                             slot_name(slot), t.name, shape_str(shape), a.dims.size(),
+                                             shape.size()));
     for (size_t d = 0; d < a.dims.size(); ++d) {
       const DimAccess& da = a.dims[d];
       const int di = static_cast<int>(d);
@@ -300,7 +306,7 @@ class Verifier {
       int64_t span = 0;
       if (!da.broadcast && __builtin_mul_overflow(da.size - 1, da.step, &span))
         fail(ErrorCode::kIndexOutOfBounds, fmt::format("operand '{}' dim {}: index overflows", slot_name(slot), d));
-      const int64_t dim = t.shape[d];
+      const int64_t dim = shape[d];
       int64_t lo = 0, hi = 0;
       if (__builtin_add_overflow(mn, std::min<int64_t>(0, span), &lo) ||
           __builtin_add_overflow(mx, std::max<int64_t>(0, span), &hi))
@@ -310,7 +316,7 @@ class Verifier {
         fail(ErrorCode::kIndexOutOfBounds,
              fmt::format("operand '{}' dim {} of tensor '{}' {}: indices [{}, {}] over all iterations, expected "
                          "within [0, {}) (start {}, size {}, step {}; {} at {})",
-                         slot_name(slot), d, t.name, shape_str(t.shape), lo, hi, dim, high ? mx : mn, da.size,
+                         slot_name(slot), d, t.name, shape_str(shape), lo, hi, dim, high ? mx : mn, da.size,
                          da.broadcast ? 0 : da.step, high ? "highest" : "lowest", corner(da.start, high)));
       }
     }
@@ -490,16 +496,17 @@ class Verifier {
     const int64_t bank = lim_.psum_bank_bytes;
     if (lim_.generation >= 4 || bank <= 0 || first.space != Space::kPsum || a.dims.empty()) return;
     const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
+    const std::vector<int64_t>& shape = access_shape(t, a);
     const int64_t eb = dtype_bytes(t.dtype);
     std::vector<std::pair<int, int64_t>> coef;  // (loop id, bytes per unit of its variable)
     int64_t stride = 1;
-    for (size_t d = t.shape.size(); d-- > 1;) {
+    for (size_t d = shape.size(); d-- > 1;) {
       for (auto [id, c] : a.dims[d].start.terms) {
         auto it = std::find_if(coef.begin(), coef.end(), [&](const auto& e) { return e.first == id; });
         if (it == coef.end()) coef.emplace_back(id, c * stride * eb);
         else it->second += c * stride * eb;
       }
-      stride *= t.shape[d];
+      stride *= shape[d];
     }
     int64_t combos = 1;
     for (const auto& [id, c] : coef) {

@@ -53,12 +53,6 @@ int64_t region_bytes(const TilePlacement& pl) {
   return pl.stride * std::max(1, pl.bufs);
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += fmt::format("{}{}", i ? ", " : "", s[i]);
-  return r + "]";
-}
-
 std::string loc_str(const SourceLoc& l) {
   if (l.file.empty() && l.line <= 0) return "unknown line";
   return fmt::format("{}:{}", l.file.empty() ? "?" : l.file, l.line);
@@ -422,6 +416,7 @@ Ivs value_ranges(const Kernel& k, const Walk& w, size_t t, const std::vector<siz
         u.slot == ((uop.flags & isa::kIndirectDst) ? 0 : 1))
       return {};
     const Access& a = *uop.operands[static_cast<size_t>(u.slot)];
+    if (!a.shape.empty()) return {};  // a re-dimensioned view: its dims are not the tile's
     if (!a.dims.empty() && a.dims.size() != rank) return {};
     for (size_t d = 0; d < a.dims.size(); ++d) {
       const DimAccess& da = a.dims[d];

@@ -809,6 +809,45 @@ def ir_index(shape, offset, pat, chip):
     return idx, order
 
 
+def ir_redim(shape, offset, pat, chip):
+    """For a view ``ir_index`` cannot place on ``shape`` (two strides over one dim: the NKI tutorial's transpose
+    ``out_tile[i_p, i_x * ny + i_y] = ...``): the same elements re-dimensioned row-major (on chip the partition
+    dim kept) so that each stride of ``pat`` steps along a dim of its own, as (shape, index, order) for a
+    kernel-IR access with ``"shape"`` (docs/kernel-json.md); None when no such shape exists (overlapping or
+    broadcast dims, a stride that does not divide the one outside it, a symbolic offset)."""
+    if not isinstance(offset, (int, np.integer)):
+        return None
+    shape = [int(x) for x in shape]
+    free = list(pat)
+    if chip:  # the partition dim stays dim 0: the rest of the pattern steps within a partition
+        fsize = int(np.prod(shape[1:], dtype=np.int64))
+        if not free or (free[0][0] != fsize and free[0][1] != 1):
+            return None
+        lead, free = [shape[0]], free[1:]
+    else:
+        fsize, lead = int(np.prod(shape, dtype=np.int64)), []
+    items = _merge(free)
+    strides = sorted({s for s, _c, _v in items}, reverse=True)
+    if len(strides) != len(items) or any(s <= 0 for s in strides):
+        return None
+    dims, outer = [], fsize
+    for s in strides:
+        if s >= outer or outer % s:
+            return None
+        dims.append(outer // s)
+        outer = s
+    if outer > 1:
+        dims.append(outer)
+    new = lead + dims
+    if new == shape:
+        return None
+    try:
+        idx, order = ir_index(new, offset, pat, chip)
+    except _NotExpressible:
+        return None
+    return new, idx, order
+
+
 _INT32_MAX = 2 ** 31 - 1
 
 
@@ -1322,8 +1361,8 @@ class NkiTensor:
         (merge), so their rules apply: on chip the partition axis stays first and alone; a merge needs the
         permuted axes adjacent in memory (BadReshape). A permutation of the tensor's own dims is an access with
         an ``order`` (docs/kernel-json.md); a view that splits one dim of the tensor and moves the parts apart
-        (the example above on a 2-D tensor) has no kernel-IR access, since an access visits each dim once:
-        BadView when an instruction uses it (declare the tensor with the split shape, or transpose)."""
+        (the example above on a 2-D tensor) is an access with a ``shape`` (the tensor re-dimensioned, then
+        permuted: ``ir_redim``)."""
         fixed = dict(fixed_sizes or {})
         src, dst = list(src_pattern), list(dst_pattern)
         shape = tuple(self.shape)
@@ -1502,9 +1541,16 @@ class NkiTensor:
             try:
                 idx, order = ir_index(base.shape, off, pat, base.buffer in ON_CHIP)
             except _NotExpressible as e:
-                raise make_error("BadView", "the view {} of tensor '{}' (shape {}) cannot be expressed "
-                                 "as a kernel-IR access: {} (copy it into a fresh tile first)".format(
-                                     tuple(self.shape), self.name, base.shape, e))
+                redim = ir_redim(base.shape, off, pat, base.buffer in ON_CHIP)
+                if redim is None:
+                    raise make_error("BadView", "the view {} of tensor '{}' (shape {}) cannot be expressed "
+                                     "as a kernel-IR access: {} (copy it into a fresh tile first)".format(
+                                         tuple(self.shape), self.name, base.shape, e))
+                shape, idx, order = redim  # the tensor's elements with a finer shape (kernel.json "shape")
+                acc = {"tensor": base.name, "shape": list(shape), "index": idx}
+                if order is not None:
+                    acc["order"] = order
+                return acc
             if order is not None:  # a permuted view (permute, .T, rearrange): the dims in visiting order
                 return {"tensor": base.name, "index": idx, "order": order}
             if all(isinstance(e, dict) and "broadcast" not in e and e["start"] == 0 and e["size"] == n and

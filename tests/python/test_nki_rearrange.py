@@ -72,16 +72,15 @@ def test_rearrange_hbm_permute_of_the_leading_dim():
 
 
 @pytest.mark.parametrize("on_chip", [False, True])
-def test_rearrange_that_splits_a_dim_and_moves_the_parts_apart_is_a_view_error(on_chip):
+def test_rearrange_that_splits_a_dim_and_moves_the_parts_apart(on_chip):
     """The spec's example ``(('b', ('h', 'w')), ('b', 'w', 'h'), {'h': 4})`` on a (128, 32) tensor: both parts come
-    from dim 1, and a kernel-IR access visits each dim of the tensor once (in any order), so the view has no
-    access: BadView (documented) when an instruction uses it; the fix is a tensor with the split shape (or a
-    transpose instruction)."""
-    a = np.zeros((128, 32), np.float32)
-    with pytest.raises(NsimError) as e:
-        _via_dma(("b", ("h", "w")), ("b", "w", "h"), {"h": 4}, (128, 8, 4), on_chip)(a)
-    assert _code(e.value) == _errors.code("BadView"), str(e.value)
-    assert "twice" in str(e.value)
+    from dim 1, which a kernel-IR access of the (128, 32) tensor visits once; the tracer writes it as an access of
+    the tensor re-dimensioned (128, 4, 8) and visited (0, 2, 1) (kernel.json "shape")."""
+    a = _rng(7).standard_normal((128, 32)).astype(np.float32)
+    k = _via_dma(("b", ("h", "w")), ("b", "w", "h"), {"h": 4}, (128, 8, 4), on_chip)
+    np.testing.assert_array_equal(k(a), a.reshape(128, 4, 8).transpose(0, 2, 1))
+    accs = [v for s in k.to_json(a)["body"] for v in s.values() if isinstance(v, dict) and "tensor" in v]
+    assert [(v["shape"], v["order"]) for v in accs if "shape" in v] == [([128, 4, 8], [0, 2, 1])]
 
 
 def test_rearrange_beta1_tile(b1):
@@ -179,3 +178,37 @@ def test_kernel_json_bad_order(order):
     k["body"][3]["src"]["order"] = [0, 2, 1]
     outs, _ = simulate_json(k, inputs={"x": x})
     np.testing.assert_array_equal(outs["y"], x.transpose(0, 2, 1))
+
+
+def _redim_kernel(dst):
+    """x (128, 60) -> s; r = s through `dst` (an access of r (128, 60)); y = r."""
+    return {"nsim_kernel": 1, "name": "redim",
+            "tensors": [{"name": "x", "buffer": "hbm", "shape": [128, 60], "dtype": "float32", "kind": "input"},
+                        {"name": "y", "buffer": "hbm", "shape": [128, 60], "dtype": "float32", "kind": "output"}],
+            "body": [{"alloc": {"name": "s", "shape": [128, 60], "dtype": "float32", "buffer": "sbuf"}},
+                     {"alloc": {"name": "r", "shape": [128, 60], "dtype": "float32", "buffer": "sbuf"}},
+                     {"op": "dma_copy", "dst": "s", "src": "x"},
+                     {"op": "tensor_copy", "dst": dst,
+                      "src": {"tensor": "s", "shape": [128, 6, 10], "index": [{"size": 128}, {"size": 6}, {"size": 10}]}},
+                     {"op": "dma_copy", "dst": "y", "src": "r"}]}
+
+
+def test_kernel_json_redimensioned_access():
+    """A re-dimensioned access ("shape"): the NKI transpose tutorial's out[i_p, i_x * 6 + i_y] as r viewed
+    (128, 10, 6) visited (0, 2, 1); the elements of the tensor in row-major order with the access's shape.
+    Errors: another element count or partition dim (E427 BadReshape), an index past the access's dim (E408)."""
+    from nsim import simulate_json
+    x = _rng(6).standard_normal((128, 60)).astype(np.float32)
+    good = {"tensor": "r", "shape": [128, 10, 6], "index": [{"size": 128}, {"size": 10}, {"size": 6}],
+            "order": [0, 2, 1]}
+    outs, _ = simulate_json(_redim_kernel(good), inputs={"x": x})
+    np.testing.assert_array_equal(outs["y"], x.reshape(128, 6, 10).transpose(0, 2, 1).reshape(128, 60))
+    for shape, name in (([128, 10, 5], "BadReshape"), ([64, 10, 12], "BadReshape")):
+        with pytest.raises(NsimError) as e:
+            simulate_json(_redim_kernel(dict(good, shape=shape)), inputs={"x": x})
+        assert _code(e.value) == _errors.code(name), str(e.value)
+    oob = dict(good, index=[{"size": 128}, {"start": 1, "size": 10}, {"size": 6}])
+    with pytest.raises(NsimError) as e:
+        simulate_json(_redim_kernel(oob), inputs={"x": x})
+    assert _code(e.value) == _errors.code("IndexOutOfBounds"), str(e.value)
+    assert "[128, 10, 6]" in str(e.value)
