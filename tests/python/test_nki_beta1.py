@@ -29,7 +29,7 @@ def b1():
     import neuronxcc.nki.language as nl
 
     mods = {}
-    for name in ("beta1_tensor_add", "beta1_softmax", "beta1_matmul", "beta1_rmsnorm"):
+    for name in ("beta1_tensor_add", "beta1_softmax", "beta1_matmul", "beta1_rmsnorm", "beta1_tutorials"):
         spec = importlib.util.spec_from_file_location("nsim_test_" + name, os.path.join(KDIR, name + ".py"))
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod
@@ -466,6 +466,85 @@ def test_rmsnorm_masked_tail(b1, dtype):
     g = _rand((1, 512), dtype, 29, 0.5, 1.5)
     got = nki.simulate_kernel(k.nki_rmsnorm_kernel, a, g)
     _close(got, k.reference_rmsnorm(a, g), dtype)
+
+
+def test_tutorial_avgpool(b1):
+    """The average-pool tutorial: nl.mgrid advanced indexing, a sum over two of five dims."""
+    nki, _, _, m = b1
+    x = _rand((64, 32, 48), np.float32, 40)
+    got = nki.simulate_kernel(m["beta1_tutorials"].tensor_avgpool_kernel, x, 2)
+    np.testing.assert_allclose(got, x.reshape(64, 16, 2, 24, 2).mean(axis=(2, 4)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_tutorial_transpose2d(b1, dtype):
+    """The f1/f2 transpose tutorial: ``out_tile[i_p, i_x * ny + i_y] = nl.copy(in_tile[i_p, i_y * nx + i_x])``
+    visits one dim of out_tile with two strides, written as a re-dimensioned access (kernel.json "shape")."""
+    nki, _, _, m = b1
+    k = m["beta1_tutorials"].tensor_transpose2D_kernel_
+    x = _rand((128, 6 * 10), dtype, 41)
+    got = nki.simulate_kernel(k, x, (6, 10))
+    np.testing.assert_array_equal(got, x.reshape(128, 6, 10).transpose(0, 2, 1).reshape(128, 60))
+    shaped = [v for s in k.to_json(x, (6, 10))["body"] for v in s.values() if isinstance(v, dict) and "tensor" in v and "shape" in v]
+    assert [(v["shape"], v.get("order")) for v in shaped] == [([128, 10, 6], [0, 2, 1])]
+
+
+@pytest.mark.parametrize("kernel", ["nki_layernorm_kernel_v1", "nki_layernorm_kernel_v2"])
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_tutorial_layernorm(b1, kernel, dtype):
+    """The LayerNorm tutorial, both versions: a row tail (300 rows), and in v2 bn_stats over a 512-wide
+    arange window masked to the 500 columns there are."""
+    nki, _, _, m = b1
+    t = m["beta1_tutorials"]
+    x = _rand((300, 500), dtype, 42)
+    g = _rand((500,), dtype, 43, 0.5, 1.5)
+    b = _rand((500,), dtype, 44)
+    got = nki.simulate_kernel(getattr(t, kernel), x, 1e-5, g, b)
+    _close(got, t.reference_layernorm(x, 1e-5, g, b), dtype)
+
+
+def test_tutorial_mamba_v1(b1):
+    """The Mamba v1 sample: tensor_tensor_scan, partition broadcasts, and ``scanC_accum[...] += scanC`` on an
+    SBUF tile across an affine_range over states: an associative accumulation the sanitizer does not report."""
+    import warnings
+    nki, _, _, m = b1
+    t = m["beta1_tutorials"]
+    rs = np.random.default_rng(46)
+    delta = rs.uniform(0, 0.1, (2, 256, 64)).astype(np.float32)
+    u = rs.standard_normal((2, 256, 64)).astype(np.float32)
+    A = -rs.uniform(0.5, 1.5, (256, 3)).astype(np.float32)
+    B = rs.standard_normal((2, 3, 64)).astype(np.float32)
+    C = rs.standard_normal((2, 3, 64)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a sanitizer report is a CheckWarning
+        got, prof = t.mamba_v1.simulate(delta, u, A, B, C)
+    assert prof.check_reports == []
+    np.testing.assert_allclose(got, t.reference_mamba(delta, u, A, B, C), rtol=1e-4, atol=1e-5)
+
+
+def test_masked_bn_stats_partitions(b1):
+    """bn_stats / bn_aggr under a mask over partitions and free elements: the masked rows' statistics of the
+    masked columns; the other rows of the result are not written (dst keeps its values)."""
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 2), nl.float32, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(64)[None, :]
+        x = nl.load(a)
+        st = nl.full((128, 6), 0.0, nl.float32)
+        nisa.bn_stats(x[ip, jf], mask=(ip < 100) & (jf < 40), dst=st)
+        mv = nl.full((128, 2), -1.0, nl.float32)
+        nisa.bn_aggr(st, mask=(ip < 100), dst=mv)
+        nl.store(out, mv)
+        return out
+
+    a = _rand((128, 64), np.float32, 45)
+    got = nki.simulate_kernel(k, a)
+    np.testing.assert_allclose(got[:100, 0], a[:100, :40].mean(axis=1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[:100, 1], a[:100, :40].var(axis=1), rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(got[100:], -1.0)
 
 
 def test_transposed_arange_windows(b1):

@@ -463,10 +463,26 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
     return None if dst is not None else out
 
 
+def _masked_stats(fn, data, width, mask, dtype, dst):
+    """bn_stats / bn_aggr under ``mask=`` (evaluated over the input space, §3.8): ``fn`` reads the part of
+    ``data`` inside the mask's rectangle and writes the ``width`` outputs of its partitions; the result's
+    other partitions stay unwritten (a fresh result records the written part, as masked_reduce does)."""
+    out = dst if dst is not None else _new((data.shape[0], width), _dt(dtype, data.dtype))
+    box = mask_box(mask, tuple(data.shape))
+    if box is not None:
+        obox = [tuple(box[0]), (0, width)]
+        fn(dst=_restrict(out, obox), data=_restrict(data, box))
+        if dst is None:
+            out._box = obox
+    return None if dst is not None else out
+
+
 def bn_stats(data, *, mask=None, dtype=None, dst=None, **kwargs):
-    """A fresh ``(P, 6)`` tile of (count, mean, M2) for the even and the odd free positions."""
-    _check_mask(mask, "nisa.bn_stats")
+    """A fresh ``(P, 6)`` tile of (count, mean, M2) for the even and the odd free positions; under ``mask=``
+    (the NKI layernorm tutorial's ``j * bn_stats_fmax + i_f < hidden``) of the elements inside the mask."""
     _tile(data, "bn_stats")
+    if _is_mask(mask):
+        return _masked_stats(_n.bn_stats, data, 6, mask, dtype, dst)
     out = dst if dst is not None else _new((data.shape[0], 6), _dt(dtype, data.dtype))
     _n.bn_stats(dst=out, data=data)
     return None if dst is not None else out
@@ -474,8 +490,9 @@ def bn_stats(data, *, mask=None, dtype=None, dst=None, **kwargs):
 
 def bn_aggr(data, *, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh ``(P, 2)`` tile ``[mean, var]`` aggregated from bn_stats (count, mean, M2) triples."""
-    _check_mask(mask, "nisa.bn_aggr")
     _tile(data, "bn_aggr")
+    if _is_mask(mask):
+        return _masked_stats(_n.bn_aggr, data, 2, mask, dtype, dst)
     out = dst if dst is not None else _new((data.shape[0], 2), _dt(dtype, data.dtype))
     _n.bn_aggr(dst=out, data=data)
     return None if dst is not None else out
