@@ -353,7 +353,11 @@ class Verifier {
       const Access& d = *op.operands[0];
       const Tensor& t = k_.tensors[static_cast<size_t>(d.tensor)];
       written_[static_cast<size_t>(d.tensor)] = 1;
-      const bool accumulate = (op.flags & isa::kAccumulate) != 0;
+      // `t += x` (tensor_tensor dst = data1 with a reduction operator) gives the same result in any iteration
+      // order: the spec's associative accumulation, allowed in an affine_range like the accumulate flag.
+      const bool inplace = opcode_ == static_cast<int>(Opcode::kTensorTensor) && op.operands[1] && *op.operands[1] == d &&
+                           isa::alu_reduce_legal(op.alu0);
+      const bool accumulate = (op.flags & isa::kAccumulate) != 0 || inplace;
       for (size_t j = 0; j < stack_.size() && !accumulate; ++j) {
         const int lid = stack_[j];
         const Loop& l = k_.loops[static_cast<size_t>(lid)];

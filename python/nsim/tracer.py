@@ -1739,6 +1739,15 @@ def check_info(check):
     return _CHECK_TABLE[check]
 
 
+def _inplace_accumulation(stmt):
+    """``dst = dst <op> x``: a tensor_tensor whose dst is the same access as its data1, with a reduction operator
+    of the ALU table (add, subtract, multiply, maximum, ...), as ``t[...] += x`` writes it. Such updates give the
+    same result in any order of an affine_range's iterations: the spec's associative accumulation, allowed."""
+    alu = _isa.ALU.get(stmt.get("alu0"))
+    return (stmt.get("op") == "tensor_tensor" and alu is not None and alu["reduce"] and
+            stmt.get("dst") is not None and stmt.get("dst") == stmt.get("data1"))
+
+
 def _exact_region(v, tracer):
     """Per dim of the tensor (start, count, step) of an IR access (a name: the whole tensor)."""
     if isinstance(v, str):
@@ -2557,9 +2566,13 @@ class Tracer:
         of an enclosing affine_range wrote, to a tensor that is not the iteration's own."""
         if "accumulate" in (stmt.get("flags") or ()):
             return  # accumulation (PSUM matmul groups, dma_copy +=) is a legal reduction across iterations
+        # `t[...] += x` on a tile (the NKI mamba sample's scanC_accum): its accumulator is the same in any
+        # iteration order, so neither its read (data1) nor its write is checked; the write is still recorded,
+        # so another access of t in a later iteration is.
+        acc = ("dst", "data1") if _inplace_accumulation(stmt) else ()
         read_slots = _isa.READ_SLOTS
         for slot, v in stmt.items():  # loop-carried reads: bytes another iteration wrote
-            if slot not in read_slots:
+            if slot not in read_slots or slot in acc:
                 continue
             name = v if isinstance(v, str) else v["tensor"]
             reg = None
@@ -2590,7 +2603,7 @@ class Tracer:
                                 raise _NeedsConcrete("the sanitizer's affine_range check of an enclosing unrolled "
                                                      "loop", x.key)
                 seen = f.writes.setdefault(name, [])
-                if not f.reported:
+                if not f.reported and slot not in acc:
                     for it, r, loc in seen:
                         if it != f.iteration and _regions_overlap(r, reg):
                             f.reported = True

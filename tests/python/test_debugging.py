@@ -645,3 +645,36 @@ def test_check_dma_race_ignores_disjoint_columns_of_a_shared_tensor():
     out, prof = k.options(check=True)[2].simulate(a)
     np.testing.assert_array_equal(out, a)
     assert prof.check_reports == []
+
+
+def test_check_affine_range_inplace_accumulation():
+    """``acc = acc + x`` on an SBUF tile made outside an affine_range (Beta 1 writes it ``acc[...] += x``: the NKI
+    mamba sample's scanC_accum): an associative accumulation, legal in any iteration order, so not reported; a
+    plain read of acc inside the loop (the running value, which depends on the order) still is."""
+    a = np.random.RandomState(9).rand(4, 128, 64).astype(np.float32)
+
+    def make(read_running):
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+            acc = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=acc, value=0.0)
+            for i in nl.affine_range(4):
+                x = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=x, src=a[i])
+                nisa.tensor_tensor(dst=acc, data1=acc, data2=x, op=nl.add)
+                if read_running:
+                    y = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+                    nisa.tensor_scalar(dst=y, data=acc, op0=nl.multiply, operand0=2.0)  # BUG-RUNNING
+                    nisa.dma_copy(dst=out, src=y)
+            if not read_running:
+                nisa.dma_copy(dst=out, src=acc)
+            return out
+        return k
+
+    assert _reports(make(False), a) == []
+    got, _ = make(False).simulate(a)
+    np.testing.assert_allclose(got, a.sum(axis=0), rtol=1e-5, atol=1e-5)
+    reps = _reports(make(True), a)
+    assert [r["check"] for r in reps] == ["affine-write-conflict"]
+    assert reps[0]["tensor"] == "acc" and reps[0]["line"] == _line_of("# BUG-RUNNING")

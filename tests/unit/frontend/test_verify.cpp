@@ -391,7 +391,7 @@ TEST_CASE("verify: E409 an output that is never written", "[verify]") {
 }
 
 TEST_CASE("verify: E410 affine_range iterations writing one location", "[verify][affine]") {
-  auto build = [](frontend::LoopKind kind, bool accumulate, bool tile_inside) {
+  auto build = [](frontend::LoopKind kind, bool accumulate, bool tile_inside, AluOp alu = AluOp::kDivide) {
     KB b;
     const int x = b.input("x", {512, 64});
     const int y = b.output("y", {128, 64});
@@ -405,7 +405,7 @@ TEST_CASE("verify: E410 affine_range iterations writing one location", "[verify]
       b.ts(W(u), W(t), AluOp::kAdd, 1.0f, 70);  // u is fresh each iteration: fine
     }
     const int add = b.op("tensor_tensor", {W(acc), W(acc), W(t)}, 71);  // acc is outside the loop
-    b.o(add).alu0 = AluOp::kAdd;
+    b.o(add).alu0 = alu;
     if (accumulate) b.o(add).flags = isa::kAccumulate;
     b.end();
     b.op("dma_copy", {W(y), W(acc)});
@@ -414,6 +414,10 @@ TEST_CASE("verify: E410 affine_range iterations writing one location", "[verify]
   CHECK_VERIFY_ERROR(build(frontend::LoopKind::kAffine, false, true), "trn2", ErrorCode::kAffineWriteConflict, 71);
   CHECK_NOTHROW(verify_kernel(build(frontend::LoopKind::kSequential, false, true), params("trn2")));
   CHECK_NOTHROW(verify_kernel(build(frontend::LoopKind::kAffine, true, true), params("trn2")));
+  // acc = acc <op> t with a reduction operator (`acc += t`, the NKI mamba sample's scanC_accum): the same result
+  // in any iteration order, an associative accumulation the spec allows; acc / t (above) is not one.
+  CHECK_NOTHROW(verify_kernel(build(frontend::LoopKind::kAffine, false, true, AluOp::kAdd), params("trn2")));
+  CHECK_NOTHROW(verify_kernel(build(frontend::LoopKind::kAffine, false, true, AluOp::kMaximum), params("trn2")));
 
   SECTION("an HBM store that ignores the loop variable") {
     KB b;
