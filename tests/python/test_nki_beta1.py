@@ -522,6 +522,58 @@ def test_tutorial_mamba_v1(b1):
     np.testing.assert_allclose(got, t.reference_mamba(delta, u, A, B, C), rtol=1e-4, atol=1e-5)
 
 
+def test_masked_off_instructions_causal_attention_scores(b1):
+    """The causal pattern of the flash attention samples: ``forward_mask = q_tile_idx * 128 >= k_i * 128`` (a
+    bool in every iteration) on ``qk_psum[...] += nisa.nc_matmul(..., mask=forward_mask)`` and on
+    ``nisa.affine_select(..., on_true_tile=qk_psum[...], mask=forward_mask)``. A False mask issues nothing (the
+    blocks above the diagonal keep the -9984 the kernel filled in); affine_select's PSUM on_true is copied to
+    SBUF first (GpSimd has no PSUM port)."""
+    import warnings
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def causal_scores(q, k):
+        d, S = q.shape
+        out = nl.ndarray((S, S), dtype=np.float32, buffer=nl.shared_hbm)
+        ip_qk = nl.arange(128)[:, None]
+        if_qk = nl.arange(128)[None, :]
+        k_sb = nl.load(k)
+        for q_tile_idx in nl.affine_range(S // 128):
+            q_local_tile = nl.load(q[:, nl.ds(q_tile_idx * 128, 128)])
+            qk_res_buf = nl.full((nl.par_dim(128), S), -9984.0, dtype=np.float32)
+            for k_i in nl.affine_range(S // 128):
+                forward_mask = q_tile_idx * 128 >= k_i * 128
+                qk_psum = nl.zeros((nl.par_dim(128), 128), dtype=np.float32, buffer=nl.psum)
+                qk_psum[ip_qk, if_qk] += nisa.nc_matmul(moving=k_sb[:, nl.ds(k_i * 128, 128)],
+                                                        stationary=q_local_tile, mask=forward_mask)
+                qk_res_buf[:, nl.ds(k_i * 128, 128)] = nisa.affine_select(
+                    pred=(q_tile_idx * 128 + ip_qk >= k_i * 128 + if_qk),
+                    on_true_tile=qk_psum[ip_qk, if_qk], on_false_value=-9984.0, dtype=np.float32, mask=forward_mask)
+            nl.store(out[nl.ds(q_tile_idx * 128, 128), :], qk_res_buf)
+        return out
+
+    q = _rand((64, 512), np.float32, 47)
+    k = _rand((64, 512), np.float32, 48)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no sanitizer report: nothing reads what the skipped ones did not write
+        got, _ = causal_scores.simulate(q, k)
+    want = np.where(np.tril(np.ones((512, 512), bool)), q.T @ k, np.float32(-9984.0))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    ops = [s["op"] for s in executed_ops(causal_scores.last_json["body"])]
+    assert ops.count("nc_matmul") == 4 * 5 // 2 and ops.count("affine_select") == 4 * 5 // 2
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tutorial_sd_attention(b1, causal):
+    """The fused self-attention tutorial for small head sizes (S=512, d=64, bf16 matmuls): causal, its
+    affine_select reads the PSUM scores (copied to SBUF for GpSimd)."""
+    nki, _, _, m = b1
+    t = m["beta1_tutorials"]
+    q, k, v = (_rand((512, 64), np.float32, s) for s in (49, 50, 51))
+    got = nki.simulate_kernel(t.fused_self_attn_for_SD_small_head_size, q, k, v, causal)
+    _close(got, t.reference_sd_attention(q, k, v, causal), BF16)
+
+
 def test_masked_bn_stats_partitions(b1):
     """bn_stats / bn_aggr under a mask over partitions and free elements: the masked rows' statistics of the
     masked columns; the other rows of the result are not written (dst keeps its values)."""

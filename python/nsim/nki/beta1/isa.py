@@ -13,7 +13,7 @@ from ...tracer import NkiTensor, make_error, KernelError, OperandError
 from .. import isa as _n
 from .. import language as _nnl
 from . import language as _nl
-from .language import _check_mask, _is_mask, IndexExpr, BlockTensor, masked_elementwise, mask_box, _restrict
+from .language import _check_mask, _is_mask, IndexExpr, BlockTensor, masked_elementwise, mask_box, _restrict, skipped
 
 # enums and constants of the new dialect (the Tier-2 instructions are wrapped below, spec §2.2 "Beta 1")
 from ..isa import (  # noqa: F401
@@ -190,10 +190,16 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
               tile_position=(), tile_size=(), mask=None, dst=None, **kwargs):
     """A fresh fp32 PSUM tile ``[M, N] = stationary.T @ moving``; ``psum[...] += nisa.nc_matmul(...)``
-    accumulates into ``psum[...]`` instead."""
-    _check_mask(mask, "nisa.nc_matmul")
+    accumulates into ``psum[...]`` instead. ``mask=False`` (the flash attention samples' causal
+    ``forward_mask`` above the diagonal) issues nothing."""
     _tile(stationary, "nc_matmul")
     _tile(moving, "nc_matmul")
+    if skipped(mask):
+        return None if dst is not None else _nothing(
+            (stationary.shape[-1] if stationary.ndim == 2 else stationary.size // stationary.shape[0],
+             moving.shape[-1] if moving.ndim == 2 else moving.size // moving.shape[0]),
+            stationary.dtype if is_transpose else np.float32, "psum")
+    _check_mask(mask, "nisa.nc_matmul")
     perf = kwargs.get("perf_mode")
     perf = _n.matmul_perf_mode.double_row if perf and "double_row" in str(perf) else _n.matmul_perf_mode.none
     if dst is not None:
@@ -213,10 +219,12 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, dst=None, **kwargs):
-    _check_mask(mask, "nisa.nc_transpose")
     _tile(data, "nc_transpose")
     p = data.shape[0]
     f = data.size // p
+    if skipped(mask):
+        return None if dst is not None else _nothing((f, p), _dt(dtype, data.dtype), "sbuf")
+    _check_mask(mask, "nisa.nc_transpose")
     if dst is not None:
         _n.nc_transpose(dst=dst, data=data, engine=engine)
         return None
@@ -397,6 +405,14 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     """``out = on_true_tile where pred else on_false_value``; ``pred`` (one comparison of affine index
     expressions) is lowered to the new-dialect pattern ``cmp(offset + p*cm + sum step*i, 0)``."""
     _tile(on_true_tile, "affine_select")
+    if on_true_tile.buffer == "psum" and not skipped(mask):
+        # GpSimd has no PSUM port: the (masked part of the) tile is copied to SBUF first, the copy the compiler
+        # makes for the attention samples' `affine_select(on_true_tile=qk_psum[...])` (docs/timing-model.md)
+        box = mask_box(mask, tuple(on_true_tile.shape)) if _is_mask(mask) else [(0, n) for n in on_true_tile.shape]
+        if box is not None:
+            sb = _new(on_true_tile.shape, on_true_tile.dtype)
+            _n.tensor_copy(dst=_restrict(sb, box), src=_restrict(on_true_tile, box))
+            on_true_tile = sb
     shape = tuple(on_true_tile.shape)
     if len(shape) > 5:
         raise make_error("BadMask", "nisa.affine_select: at most 4 free dims")
@@ -407,6 +423,8 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     if _is_mask(mask):
         box = mask_box(mask, shape)
         if box is None:
+            if dst is None:
+                out._box = ()  # masked off everywhere: nothing written
             return None if dst is not None else out
         lo, sizes = [l for l, _ in box], [h - l for l, h in box]
         src, res = _restrict(on_true_tile, box), _restrict(out, box)
@@ -463,6 +481,14 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
     return None if dst is not None else out
 
 
+def _nothing(shape, dtype, buffer):
+    """The value of an instruction masked off (mask=False): a fresh tile with nothing written, so that assigning
+    it or ``+=``-ing it changes nothing (language.skipped)."""
+    out = _new(shape, dtype, buffer)
+    out._box = ()
+    return out
+
+
 def _masked_stats(fn, data, width, mask, dtype, dst):
     """bn_stats / bn_aggr under ``mask=`` (evaluated over the input space, §3.8): ``fn`` reads the part of
     ``data`` inside the mask's rectangle and writes the ``width`` outputs of its partitions; the result's
@@ -474,6 +500,8 @@ def _masked_stats(fn, data, width, mask, dtype, dst):
         fn(dst=_restrict(out, obox), data=_restrict(data, box))
         if dst is None:
             out._box = obox
+    elif dst is None:
+        out._box = ()  # masked off everywhere: nothing written
     return None if dst is not None else out
 
 

@@ -8,7 +8,10 @@ What differs from ``nsim.nki.language`` (spec §1.2, §3.6, §3.8):
 - ``nl.arange`` / ``nl.mgrid`` affine index expressions in subscripts (mapped to start/size/step views);
 - ``nl.par_dim`` block dims: ``nl.ndarray((n, nl.par_dim(128), F))`` is a :class:`BlockTensor` whose
   ``t[i]`` is a ``(128, F)`` tile (storage: one ``(128, n, F)`` tile);
-- value-returning functions accept ``mask=`` (only ``None``/``True``; masks are not implemented yet);
+- ``mask=``: a comparison of ``nl.arange`` expressions (and loop indices) holding on a rectangle of the
+  instruction's index space restricts it to that rectangle (most value functions and nisa ops;
+  :func:`mask_box`); a bool mask (a comparison of loop indices in an unrolled loop) that is False issues
+  nothing (:func:`skipped`), one that is True is no mask; a few nisa ops reject other masks (NotImplementedError);
 - launch-grid queries ``program_id`` / ``num_programs`` / ``program_ndim``.
 """
 from __future__ import annotations
@@ -119,8 +122,11 @@ def _symbolic_mask_box(mask, shape, loop_vars, convex):
 
 def mask_box(mask, shape):
     """The rectangle [(lo, hi), ...] of ``shape`` where ``mask`` holds; None when it holds nowhere.
-    Non-rectangular masks are not supported yet."""
+    Non-rectangular masks are not supported yet. A Python or numpy bool (``q_tile_idx * 128 >= k_i * 128`` in
+    an unrolled loop: the flash attention samples' ``forward_mask``) holds everywhere or nowhere."""
     shape = tuple(int(n) for n in shape)
+    if isinstance(mask, (bool, np.bool_)):
+        return [(0, n) for n in shape] if mask else None
     loop_vars = []
     convex = _mask_loop_vars(mask, loop_vars)
     if loop_vars:
@@ -143,6 +149,13 @@ def mask_box(mask, shape):
 
 def _is_mask(mask):
     return mask is not None and mask is not True
+
+
+def skipped(mask):
+    """``mask=False`` (a bool: a comparison of loop indices in an unrolled loop): the instruction is not issued.
+    Its value-returning form gives a tile with nothing written (``_box == ()``): assigning it or ``+=``-ing it
+    into a tile changes nothing, as on hardware, where the masked-off instruction does not run."""
+    return isinstance(mask, (bool, np.bool_)) and not mask
 
 
 def _box_onto(box, shape, target):
@@ -195,7 +208,7 @@ def _restrict(view, box):
 
 def _check_mask(mask, what=""):
     """Masks: ``None`` / ``True`` accepted; anything else is not implemented yet."""
-    if mask is None or mask is True:
+    if mask is None or mask is True or (isinstance(mask, np.bool_) and mask):
         return
     if mask is False:
         raise NotImplementedError("nsim: mask=False (skip the instruction) is not supported yet" +
@@ -719,6 +732,8 @@ class Tensor(NkiTensor):
             if value._st is view._st and value._dims == view._dims:
                 return  # `t[idx] += x`: __iadd__ did the work
         box = value._box if isinstance(value, Tensor) else None
+        if box == ():
+            return  # the value of a masked-off instruction (mask=False): nothing was written
         vbox = _box_onto(box, tuple(value.shape), tuple(view.shape)) if box is not None else None
         if vbox is not None:
             # `res[...] = f(x, mask=m)`: only the masked part of the result exists (on hardware the masked
@@ -733,6 +748,9 @@ class Tensor(NkiTensor):
     # --- PSUM accumulation ----------------------------------------------------------------------
     def __iadd__(self, other):
         tr = _tr.current("+=")
+        if isinstance(other, Tensor) and other._box == ():  # a masked-off instruction's value: adds nothing
+            self._iadd = True
+            return self
         mm = getattr(other, "_mm", None) if isinstance(other, Tensor) else None
         if mm is not None and self.buffer == "psum" and tr.body and tr.body[-1] is mm:
             if self.shape[0] != other.shape[0] or self.size != other.size:
@@ -973,6 +991,8 @@ class BlockTensor:
             if value._st is view._st and value._dims == view._dims:
                 return
         box = value._box if isinstance(value, Tensor) else None
+        if box == ():
+            return  # the value of a masked-off instruction (mask=False): nothing was written
         vbox = _box_onto(box, tuple(value.shape), tuple(view.shape)) if box is not None else None
         if vbox is not None:
             # `res[...] = f(x, mask=m)`: only the masked part of the result exists (on hardware the masked
@@ -1305,9 +1325,10 @@ def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
     shape = tuple(_b.max((t.shape for t in tiles), key=lambda s: int(np.prod(s))))
     box = mask_box(mask, shape)
     res_full = None
-    if box is None:
+    if box is None:  # masked off everywhere: nothing runs, nothing is written
         if out is None:
-            raise NotImplementedError("nsim: an all-false mask on a value-returning function")
+            out = _nl._new_tile(shape, dtype if dtype is not None else tiles[0].dtype)
+            out._box = ()
         return out
     sub = []
     for a in args:
@@ -1346,6 +1367,8 @@ def masked_reduce(fn, x, axis, keepdims, mask, what):
     res = out if keepdims else _nl._drop(out, axes)
     if box is not None and isinstance(res, Tensor):
         res._box = [tuple(lh) for a, lh in enumerate(obox) if keepdims or a not in axes]
+    elif box is None and isinstance(res, Tensor):
+        res._box = ()  # masked off everywhere: nothing written
     return res
 
 
