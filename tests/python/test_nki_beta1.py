@@ -574,6 +574,47 @@ def test_tutorial_sd_attention(b1, causal):
     _close(got, t.reference_sd_attention(q, k, v, causal), BF16)
 
 
+_BOOL_MASK_OPS = {
+    # name: (body(nl, nisa, r, x, a, mask) writing r, the opcode it issues, numpy of the same with x = a)
+    "activation": (lambda nl, nisa, r, x, a, m: r.__setitem__(Ellipsis, nisa.activation(np.exp, x, mask=m)),
+                   "activation", lambda a: np.exp(a)),
+    "tensor_scalar": (lambda nl, nisa, r, x, a, m: r.__setitem__(Ellipsis, nisa.tensor_scalar(x, np.multiply, 2.0,
+                                                                                          mask=m)),
+                      "tensor_scalar", lambda a: 2 * a),
+    "nl.exp": (lambda nl, nisa, r, x, a, m: r.__setitem__(Ellipsis, nl.exp(x, mask=m)), "activation",
+               lambda a: np.exp(a)),
+    "nc_transpose": (lambda nl, nisa, r, x, a, m: r.__setitem__(Ellipsis, nisa.nc_transpose(x, mask=m)),
+                     "nc_transpose", lambda a: a.T),
+    "nl.matmul": (lambda nl, nisa, r, x, a, m: r.__setitem__(Ellipsis, nl.matmul(x, x, transpose_x=True, mask=m)),
+                  "nc_matmul", lambda a: a.T @ a),
+    "nl.load": (lambda nl, nisa, r, x, a, m: r.__setitem__(Ellipsis, nl.load(a, mask=m)), "dma_copy",
+                lambda a: a),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BOOL_MASK_OPS))
+def test_bool_masks_issue_or_skip(b1, name):
+    """A bool mask (a comparison of loop indices in an unrolled loop): True is no mask, False issues nothing and
+    leaves the destination as it was. Iteration 0 of ``i in range(2)`` has ``i >= 1`` False."""
+    nki, nl, nisa, _ = b1
+    body, opcode, ref = _BOOL_MASK_OPS[name]
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        r = nl.full((128, 128), 7.0, nl.float32)
+        for i in nl.affine_range(2):
+            body(nl, nisa, r, x, a, i >= 1)
+        nl.store(out, r)
+        return out
+
+    a = _rand((128, 128), np.float32, 52)
+    np.testing.assert_allclose(k(a), ref(a), rtol=1e-5, atol=1e-4)
+    ops = [s["op"] for s in executed_ops(k.last_json["body"])]
+    assert ops.count(opcode) == (1 if opcode != "dma_copy" else 3)  # (dma_copy: x's load and the store too)
+
+
 def test_masked_bn_stats_partitions(b1):
     """bn_stats / bn_aggr under a mask over partitions and free elements: the masked rows' statistics of the
     masked columns; the other rows of the result are not written (dst keeps its values)."""

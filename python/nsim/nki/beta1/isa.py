@@ -269,7 +269,6 @@ def reciprocal(data, *, mask=None, dtype=None, dst=None, **kwargs):
 def iota(expr, dtype, *, mask=None, dst=None, **kwargs):
     """``nisa.iota(expr, dtype)``: a tile holding the values of the affine index expression ``expr``
     (e.g. ``nl.arange(128)[:, None] * 4 + nl.arange(64)[None, :]``)."""
-    _check_mask(mask, "nisa.iota")
     e = IndexExpr._lift(expr)
     if e is None:
         raise make_error("BadOperandKind", "nisa.iota: expr must be an nl.arange / nl.mgrid expression "
@@ -279,6 +278,9 @@ def iota(expr, dtype, *, mask=None, dst=None, **kwargs):
     if e.ndim < 2:
         e = e._pad(2)
     shape = e.shape
+    if skipped(mask):
+        return None if dst is not None else _nothing(shape, dtype, "sbuf")
+    _check_mask(mask, "nisa.iota")
     pattern = [[e.coefs.get(a, 0), shape[a]] for a in range(1, e.ndim)]
     out = dst if dst is not None else _new(shape, dtype)
     _n.iota(dst=out, pattern=pattern, offset=e.offset, channel_multiplier=e.coefs.get(0, 0))

@@ -1397,7 +1397,12 @@ def transpose(x, *, dtype=None, mask=None, **kwargs):
 
 
 def matmul(x, y, *, transpose_x=False, mask=None, **kwargs):
-    """``nl.matmul``: a fresh fp32 PSUM tile; ``psum[...] += nl.matmul(...)`` accumulates."""
+    """``nl.matmul``: a fresh fp32 PSUM tile; ``psum[...] += nl.matmul(...)`` accumulates; ``mask=False``
+    issues nothing."""
+    if skipped(mask):
+        out = _nl._new_tile((x.shape[-1] if transpose_x else x.shape[0], y.shape[-1]), np.float32, "psum")
+        out._box = ()
+        return out
     _check_mask(mask, "nl.matmul")
     out = _nl.matmul(x, y, transpose_x=transpose_x)
     tr = _tr.current("nl.matmul")
@@ -1424,6 +1429,8 @@ def load(src, *, mask=None, dtype=None, **kwargs):
     box = mask_box(mask, src.shape)
     if box is not None:
         _nisa.dma_copy(dst=_restrict(out, box), src=_restrict(src, box))
+    else:
+        out._box = ()  # masked off everywhere: nothing loaded
     return out
 
 
