@@ -589,7 +589,35 @@ _BOOL_MASK_OPS = {
                   "nc_matmul", lambda a: a.T @ a),
     "nl.load": (lambda nl, nisa, r, x, a, m: r.__setitem__(Ellipsis, nl.load(a, mask=m)), "dma_copy",
                 lambda a: a),
+    "nl.dropout": (lambda nl, nisa, r, x, a, m: r.__setitem__(Ellipsis, nl.dropout(x, rate=0.0, mask=m)),
+                   "dropout", lambda a: a),
+    "activation+reduce_res": (lambda nl, nisa, r, x, a, m: r.__setitem__(Ellipsis, nisa.activation(
+        np.exp, x, reduce_op=np.add, reduce_res=nl.ndarray((128, 1), nl.float32), mask=m)), "activation",
+        lambda a: np.exp(a)),
 }
+
+
+def test_masked_activation_reduce_res(b1):
+    """nisa.activation(..., reduce_res=, reduce_cmd=reset_reduce, mask=rows < 100): the masked rows and their
+    sums; the rest untouched."""
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 65), nl.float32, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None]
+        x = nl.load(a)
+        r = nl.full((128, 65), -1.0, nl.float32)
+        r[:, 0:64] = nisa.activation(np.exp, x, reduce_op=np.add, reduce_res=r[:, 64:65],
+                                     reduce_cmd=nisa.reduce_cmd.reset_reduce, mask=(ip < 100))
+        nl.store(out, r)
+        return out
+
+    a = _rand((128, 64), np.float32, 53)
+    got = k(a)
+    np.testing.assert_allclose(got[:100, :64], np.exp(a[:100]), rtol=1e-5)
+    np.testing.assert_allclose(got[:100, 64], np.exp(a[:100]).sum(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(got[100:], -1.0)
 
 
 @pytest.mark.parametrize("name", sorted(_BOOL_MASK_OPS))

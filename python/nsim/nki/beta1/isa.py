@@ -46,8 +46,10 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
                mask=None, dtype=None, dst=None, **kwargs):
     _tile(data, "activation")
     if _is_mask(mask):
-        if reduce_res is not None:
-            raise NotImplementedError("nsim: mask= with reduce_res is not supported yet")
+        if reduce_res is not None:  # the masked rows' reductions (reduce_res restricted to them too)
+            return _masked(lambda d, b, sc, rr: activation(op, d, bias=b, scale=sc, reduce_op=reduce_op,
+                                                          reduce_res=rr, reduce_cmd=reduce_cmd, dtype=dtype),
+                           (data, bias, scale, reduce_res), mask, "nisa.activation", dtype, dst)
         return _masked(lambda d, b, sc: activation(op, d, bias=b, scale=sc, dtype=dtype), (data, bias, scale),
                        mask, "nisa.activation", dtype, dst)
     out = dst if dst is not None else _new(data.shape, _dt(dtype, data.dtype))
@@ -652,8 +654,10 @@ def sequence_bounds(*, segment_ids, dtype=None, dst=None, **kwargs):
 
 def dropout(data, prob, *, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh tile: ``data`` with each element zeroed with probability ``prob`` (no rescaling)."""
-    _check_mask(mask, "nisa.dropout")
     _tile(data, "dropout")
+    if skipped(mask):
+        return None if dst is not None else _nothing(data.shape, _dt(dtype, data.dtype), "sbuf")
+    _check_mask(mask, "nisa.dropout")
     out = dst if dst is not None else _new(data.shape, _dt(dtype, data.dtype))
     _n.dropout(dst=out, data=data, prob=prob)
     return None if dst is not None else out

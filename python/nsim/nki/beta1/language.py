@@ -1675,6 +1675,10 @@ def gather_flattened(data, indices, axis=0, *, dtype=None, mask=None):
 
 def dropout(x, rate, *, dtype=None, mask=None, **kwargs):
     """``nl.dropout(x, rate)`` (Beta 1): a fresh tile, each element zeroed with probability ``rate``."""
+    if skipped(mask):
+        out = _nl._new_tile(x.shape, dtype if dtype is not None else x.dtype)
+        out._box = ()
+        return out
     _check_mask(mask, "nl.dropout")
     return _nl.dropout(x, rate, dtype=dtype)
 
