@@ -643,6 +643,45 @@ def test_bool_masks_issue_or_skip(b1, name):
     assert ops.count(opcode) == (1 if opcode != "dma_copy" else 3)  # (dma_copy: x's load and the store too)
 
 
+def test_flash_fwd_idioms(b1):
+    """Idioms of the flash attention sample: a ``@nki.jit(mode='trace')`` helper called from the kernel with
+    keyword tiles, ``nisa.get_nc_version()`` branches (dma_transpose on gen3, nc_transpose through PSUM before),
+    ``nl.zeros(..., lazy_initialization=True)`` and a scalar assigned to a PSUM tile."""
+    nki, nl, nisa, _ = b1
+
+    @nki.jit(mode="trace")
+    def transpose_p_local(p_local_transposed, p_local, LARGE_TILE_SZ):
+        for i in nl.affine_range(LARGE_TILE_SZ // 512):
+            if nisa.get_nc_version() == nisa.nc_version.gen3:
+                p_local_t_tmp = nl.ndarray((nl.par_dim(128), 512), buffer=nl.sbuf, dtype=p_local.dtype)
+            else:
+                p_local_t_tmp = nl.ndarray((nl.par_dim(128), 512), buffer=nl.psum, dtype=np.float32)
+            for j in nl.affine_range(512 // 128):
+                j_128_slice = nl.ds(j * 128, 128)
+                i_j_128_slice = nl.ds(i * 512 + j * 128, 128)
+                if nisa.get_nc_version() == nisa.nc_version.gen3:
+                    p_local_t_tmp[:, j_128_slice] = nisa.dma_transpose(p_local[:, i_j_128_slice])
+                else:
+                    p_local_t_tmp[:, j_128_slice] = nisa.nc_transpose(p_local[:, i_j_128_slice])
+            p_local_transposed[:, nl.ds(i * 512, 512)] = nl.copy(p_local_t_tmp, dtype=p_local_transposed.dtype)
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 1024), dtype=a.dtype, buffer=nl.shared_hbm)
+        acc = nl.zeros((nl.par_dim(128), 1024), dtype=np.float32, buffer=nl.sbuf, lazy_initialization=True)
+        ps = nl.ndarray((nl.par_dim(128), 512), dtype=np.float32, buffer=nl.psum)
+        ps[:, :] = 0
+        transpose_p_local(p_local_transposed=acc, p_local=nl.load(a), LARGE_TILE_SZ=1024)
+        acc[:, 0:512] += ps
+        nl.store(out, acc)
+        return out
+
+    a = _rand((128, 1024), np.float32, 54)
+    for config in ("trn1", "trn2"):
+        got = k.options(config=config).simulate(a)[0]
+        np.testing.assert_array_equal(got, a.reshape(128, 8, 128).transpose(2, 1, 0).reshape(128, 1024))
+
+
 def test_masked_bn_stats_partitions(b1):
     """bn_stats / bn_aggr under a mask over partitions and free elements: the masked rows' statistics of the
     masked columns; the other rows of the result are not written (dst keeps its values)."""

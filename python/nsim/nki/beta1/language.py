@@ -1252,15 +1252,17 @@ def _fill(t, value):
     return t
 
 
-def zeros(shape, dtype, *, buffer=None, name="", **kwargs):
+def zeros(shape, dtype, *, buffer=None, name="", lazy_initialization=False, **kwargs):
+    """``nl.zeros``. ``lazy_initialization=`` (the flash attention samples' accumulators; not in the spec) is
+    accepted and changes nothing: the tile is zero-filled as without it (decision, docs/timing-model.md)."""
     return _fill(ndarray(shape, dtype, buffer=buffer, name=name), 0)
 
 
-def ones(shape, dtype, *, buffer=None, name="", **kwargs):
+def ones(shape, dtype, *, buffer=None, name="", lazy_initialization=False, **kwargs):
     return _fill(ndarray(shape, dtype, buffer=buffer, name=name), 1)
 
 
-def full(shape, fill_value, dtype, *, buffer=None, name="", **kwargs):
+def full(shape, fill_value, dtype, *, buffer=None, name="", lazy_initialization=False, **kwargs):
     return _fill(ndarray(shape, dtype, buffer=buffer, name=name), fill_value)
 
 
