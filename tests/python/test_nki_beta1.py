@@ -682,6 +682,68 @@ def test_flash_fwd_idioms(b1):
         np.testing.assert_array_equal(got, a.reshape(128, 8, 128).transpose(2, 1, 0).reshape(128, 1024))
 
 
+def test_flash_fwd_accumulators(b1):
+    """The flash attention sample's online-softmax bookkeeping: o/l/m accumulators as nl.zeros with two block
+    dims before the partition dim (``(n_tile_q, q_h_per_k_h, par_dim(128), d)``) or after it, their views
+    (``o_buffer[i, h]``, ``l_buffer[:, i, h]``) passed to a trace-mode core function updated over a
+    sequential loop; activation_reduce into a column of a tile, nl.log / exp / maximum on (P,) values."""
+    nki, nl, nisa, _ = b1
+    par_dim = nl.par_dim
+
+    @nki.jit(mode='trace')
+    def core(x_tile, o_buffer, l_buffer, m_buffer, initialize):
+      max_ = nisa.tensor_reduce(np.max, x_tile[:, :], axis=(1,), dtype=np.float32, negate=False)
+      if initialize:
+        m_buffer[:, 0] = nl.copy(max_)
+        m_current = max_
+      else:
+        m_previous = nl.copy(m_buffer[:, 0])
+        m_buffer[:, 0] = nl.maximum(m_previous, max_)
+        m_current = m_buffer[:, 0]
+        alpha = nisa.activation(np.exp, m_previous, bias=-1*m_current, scale=1.0)
+      p_partial_sum = nl.ndarray((par_dim(128), 2), dtype=np.float32)
+      p_local = nl.ndarray((par_dim(128), 512), dtype=nl.bfloat16)
+      for k_r_i in nl.affine_range(2):
+        sl = nl.ds(k_r_i * 256, 256)
+        p_local[:, sl] = nisa.activation_reduce(np.exp, x_tile[:, sl], bias=-1 * m_current, scale=1.0,
+                                                reduce_op=nl.add, reduce_res=p_partial_sum[:, k_r_i], dtype=nl.bfloat16)
+      ps = nl.sum(p_partial_sum, axis=1, dtype=np.float32)
+      if initialize:
+        o_buffer[:, :] = nl.copy(p_local[:, 0:64])
+        l_buffer[:, 0] = nl.add(nl.log(ps), max_)
+      else:
+        o_buffer[:, :] = nl.add(nl.multiply(o_buffer[:, :], alpha), p_local[:, 0:64])
+        l_prev = l_buffer[:, 0]
+        l_exp = nl.add(nl.exp(nl.subtract(l_prev, m_current)), ps)
+        l_buffer[:, 0] = nl.add(m_current, nl.log(l_exp))
+
+    @nki.jit
+    def k(x):
+      nt, nh = 2, 2
+      o = nl.ndarray((nt, nh, 128, 64), dtype=np.float32, buffer=nl.shared_hbm)
+      lse = nl.ndarray((nh, 128, nt), dtype=np.float32, buffer=nl.shared_hbm)
+      o_buffer = nl.zeros((nt, nh, par_dim(128), 64), dtype=np.float32, buffer=nl.sbuf, lazy_initialization=True)
+      l_buffer = nl.zeros((par_dim(128), nt, nh), dtype=np.float32, buffer=nl.sbuf, lazy_initialization=True)
+      m_buffer = nl.zeros((nt, nh, par_dim(128), 1), dtype=np.float32, buffer=nl.sbuf, lazy_initialization=True)
+      for j in nl.sequential_range(3):
+        for i in nl.affine_range(nt):
+          for h in nl.affine_range(nh):
+            xt = nl.load(x[j, i, h])
+            core(x_tile=xt, o_buffer=o_buffer[i, h], l_buffer=l_buffer[:, i, h], m_buffer=m_buffer[i, h], initialize=(j == 0))
+      for i in nl.affine_range(nt):
+        for h in nl.affine_range(nh):
+          nl.store(o[i, h], o_buffer[i, h])
+          nl.store(lse[h, :, i], l_buffer[:, i, h])
+      return o, lse
+
+    x = _rand((3, 2, 2, 128, 512), np.float32, 55)
+    o, lse = k(x)
+    m = x.max(axis=(0, 4))
+    np.testing.assert_allclose(lse.transpose(2, 0, 1), np.log(np.exp(x - m[None, ..., None]).sum(axis=(0, 4))) + m,
+                               rtol=1e-5, atol=1e-5)
+    _close(o, np.exp(x[..., :64] - m[None, ..., None]).sum(axis=0), BF16)  # p_local is bf16
+
+
 def test_masked_bn_stats_partitions(b1):
     """bn_stats / bn_aggr under a mask over partitions and free elements: the masked rows' statistics of the
     masked columns; the other rows of the result are not written (dst keeps its values)."""
