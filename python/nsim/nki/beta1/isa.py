@@ -13,7 +13,8 @@ from ...tracer import NkiTensor, make_error, KernelError, OperandError
 from .. import isa as _n
 from .. import language as _nnl
 from . import language as _nl
-from .language import _check_mask, _is_mask, IndexExpr, BlockTensor, masked_elementwise, mask_box, _restrict, skipped
+from .language import (_check_mask, _is_mask, IndexExpr, BlockTensor, masked_elementwise, mask_box, _restrict,
+                       skipped, nothing as _nothing)
 
 # enums and constants of the new dialect (the Tier-2 instructions are wrapped below, spec §2.2 "Beta 1")
 from ..isa import (  # noqa: F401
@@ -483,14 +484,6 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
     _n.tensor_scalar_reduce(dst=out, data=data, op0=op0, operand0=operand0, reduce_op=reduce_op,
                             reduce_res=reduce_res, reverse0=reverse0, **extra)
     return None if dst is not None else out
-
-
-def _nothing(shape, dtype, buffer):
-    """The value of an instruction masked off (mask=False): a fresh tile with nothing written, so that assigning
-    it or ``+=``-ing it changes nothing (language.skipped)."""
-    out = _new(shape, dtype, buffer)
-    out._box = ()
-    return out
 
 
 def _masked_stats(fn, data, width, mask, dtype, dst):

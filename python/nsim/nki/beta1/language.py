@@ -158,6 +158,14 @@ def skipped(mask):
     return isinstance(mask, (bool, np.bool_)) and not mask
 
 
+def nothing(shape, dtype, buffer="sbuf"):
+    """The value of an instruction masked off everywhere: a fresh tile with nothing written (``_box == ()``), so
+    that assigning it or ``+=``-ing it changes nothing (:func:`skipped`)."""
+    out = _nl._new_tile(tuple(shape), dtype, buffer)
+    out._box = ()
+    return out
+
+
 def _box_onto(box, shape, target):
     """``box`` (one (lo, hi) per dim of ``shape``) on a ``target`` shape holding the same dims with size-1
     dims added or left out (``res[:, 0] = ...`` assigns a (P,) result to a (P, 1) view); None when the
@@ -1328,10 +1336,7 @@ def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
     box = mask_box(mask, shape)
     res_full = None
     if box is None:  # masked off everywhere: nothing runs, nothing is written
-        if out is None:
-            out = _nl._new_tile(shape, dtype if dtype is not None else tiles[0].dtype)
-            out._box = ()
-        return out
+        return out if out is not None else nothing(shape, dtype if dtype is not None else tiles[0].dtype)
     sub = []
     for a in args:
         if isinstance(a, NkiTensor) and tuple(a.shape) == shape:
@@ -1402,9 +1407,7 @@ def matmul(x, y, *, transpose_x=False, mask=None, **kwargs):
     """``nl.matmul``: a fresh fp32 PSUM tile; ``psum[...] += nl.matmul(...)`` accumulates; ``mask=False``
     issues nothing."""
     if skipped(mask):
-        out = _nl._new_tile((x.shape[-1] if transpose_x else x.shape[0], y.shape[-1]), np.float32, "psum")
-        out._box = ()
-        return out
+        return nothing((x.shape[-1] if transpose_x else x.shape[0], y.shape[-1]), np.float32, "psum")
     _check_mask(mask, "nl.matmul")
     out = _nl.matmul(x, y, transpose_x=transpose_x)
     tr = _tr.current("nl.matmul")
@@ -1678,9 +1681,7 @@ def gather_flattened(data, indices, axis=0, *, dtype=None, mask=None):
 def dropout(x, rate, *, dtype=None, mask=None, **kwargs):
     """``nl.dropout(x, rate)`` (Beta 1): a fresh tile, each element zeroed with probability ``rate``."""
     if skipped(mask):
-        out = _nl._new_tile(x.shape, dtype if dtype is not None else x.dtype)
-        out._box = ()
-        return out
+        return nothing(x.shape, dtype if dtype is not None else x.dtype)
     _check_mask(mask, "nl.dropout")
     return _nl.dropout(x, rate, dtype=dtype)
 
