@@ -794,3 +794,179 @@ def test_transposed_arange_windows(b1):
     a = _rand((128, 64), seed=30)
     np.testing.assert_array_equal(store_t(a), a.T)
     np.testing.assert_array_equal(load_t(a), a.T)
+
+
+# --------------------------------------------------------------------------------------------------
+# masks on matmuls, transposes and iota (spec §3.8: operand masks restrict K, M and N separately)
+# --------------------------------------------------------------------------------------------------
+
+
+def _matmul_tails(nki, nl, nisa):
+    """A Beta-1 tiled matmul for any K, M, N, written as such kernels are: every tile loaded, multiplied and
+    stored under masks that clip the tails (``k * TILE_K + i_k < K``)."""
+
+    @nki.jit
+    def matmul_tails(lhsT, rhs, TILE_N=512):
+        K, M = lhsT.shape
+        _, N = rhs.shape
+        result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+        TILE_K = nl.tile_size.pmax
+        TILE_M = nl.tile_size.gemm_stationary_fmax
+        i_k = nl.arange(TILE_K)[:, None]
+        i_m = nl.arange(TILE_M)[None, :]
+        i_n = nl.arange(TILE_N)[None, :]
+        i_res_p = nl.arange(TILE_M)[:, None]
+        for m in nl.affine_range((M + TILE_M - 1) // TILE_M):
+            for n in nl.affine_range((N + TILE_N - 1) // TILE_N):
+                res_psum = nl.zeros((TILE_M, TILE_N), nl.float32, buffer=nl.psum)
+                for k in nl.affine_range((K + TILE_K - 1) // TILE_K):
+                    lhsT_tile = nl.load(lhsT[k * TILE_K + i_k, m * TILE_M + i_m],
+                                        mask=((k * TILE_K + i_k < K) & (m * TILE_M + i_m < M)))
+                    rhs_tile = nl.load(rhs[k * TILE_K + i_k, n * TILE_N + i_n],
+                                       mask=((k * TILE_K + i_k < K) & (n * TILE_N + i_n < N)))
+                    res_psum += nisa.nc_matmul(lhsT_tile[i_k, i_m], rhs_tile[i_k, i_n],
+                                               mask=((k * TILE_K + i_k < K) & (m * TILE_M + i_m < M)
+                                                     & (n * TILE_N + i_n < N)))
+                res_sb = nl.copy(res_psum, dtype=result.dtype)
+                nl.store(result[m * TILE_M + i_res_p, n * TILE_N + i_n], value=res_sb,
+                         mask=((m * TILE_M + i_res_p < M) & (n * TILE_N + i_n < N)))
+        return result
+
+    return matmul_tails
+
+
+@pytest.mark.parametrize("K,M,N,tile_n", [(300, 200, 700, 512), (300, 200, 300, 128), (256, 128, 512, 512)])
+def test_masked_matmul_tails(b1, K, M, N, tile_n):
+    """nc_matmul's operand mask: each condition restricts the operand dims its index expression indexes (K: both
+    partitions, M: the stationary's free dim, N: the moving's), also when M and N tiles have one size (tile_n=128:
+    i_m and i_n tell them apart). The partial tiles multiply only their K rows, M and N columns: the result equals
+    numpy's; the matmuls of the last K tile contract 300 - 256 = 44 rows."""
+    nki, nl, nisa, _ = b1
+    k = _matmul_tails(nki, nl, nisa)
+    a, b = _rand((K, M), np.float32, 60), _rand((K, N), np.float32, 61)
+    np.testing.assert_allclose(k(a, b, TILE_N=tile_n), a.T @ b, rtol=1e-4, atol=1e-3)
+    mms = [s for s in executed_ops(k.last_json["body"]) if s["op"] == "nc_matmul"]
+    tiles = -(-K // 128) * -(-M // 128) * -(-N // tile_n)
+    assert len(mms) == tiles
+    if K % 128:  # the last K tile's matmuls read only its K % 128 partitions
+        assert any(s["moving"]["index"][0]["size"] == K % 128 for s in mms if isinstance(s["moving"], dict))
+
+
+def test_masked_nl_matmul_operand_and_result_masks(b1):
+    """nl.matmul(mask=): conditions on each operand's free index (``i_lhs_f < 64``, ``i_rhs_f < 256``) restrict M
+    and N; a condition on the result's own index (``i_res_p < 32``: a variable neither operand is indexed with)
+    restricts the result rows. Only that part of the PSUM tile is accumulated; the rest keeps its zeros. The
+    same with transpose_x=False (x is [M, K])."""
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(lhsT, rhs, which):
+        out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+        i_lhs_p, i_lhs_f = nl.mgrid[0:128, 0:128]
+        i_rhs_p, i_rhs_f = nl.mgrid[0:128, 0:512]
+        i_res_p = nl.arange(128)[:, None]
+        a = nl.load(lhsT)
+        b = nl.load(rhs)
+        res = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+        if which == 0:
+            res[...] += nl.matmul(a[i_lhs_p, i_lhs_f], b[i_rhs_p, i_rhs_f], transpose_x=True,
+                                  mask=((i_lhs_f < 64) & (i_rhs_f < 256)))
+        elif which == 1:
+            res[...] += nl.matmul(a[i_lhs_p, i_lhs_f], b[i_rhs_p, i_rhs_f], transpose_x=True, mask=(i_res_p < 32))
+        else:  # x = a as [M, K]: i_lhs_f indexes K here
+            res[...] += nl.matmul(a[i_lhs_p, i_lhs_f], b[i_rhs_p, i_rhs_f], mask=((i_lhs_f < 100) & (i_lhs_p < 64)))
+        nl.store(out, nl.copy(res))
+        return out
+
+    a, b = _rand((128, 128), np.float32, 62), _rand((128, 512), np.float32, 63)
+    ref = np.zeros((128, 512), np.float32)
+    ref[:64, :256] = (a.T @ b)[:64, :256]
+    np.testing.assert_allclose(k(a, b, 0), ref, rtol=1e-4, atol=1e-3)
+    ref = np.zeros((128, 512), np.float32)
+    ref[:32] = (a.T @ b)[:32]
+    np.testing.assert_allclose(k(a, b, 1), ref, rtol=1e-4, atol=1e-3)
+    ref = np.zeros((128, 512), np.float32)
+    ref[:64] = a[:64, :100] @ b[:100]
+    np.testing.assert_allclose(k(a, b, 2), ref, rtol=1e-4, atol=1e-3)
+
+
+def test_masked_matmul_ambiguous_and_off(b1):
+    """One variable indexing both operands' free dims cannot say which it restricts: NotImplementedError naming
+    the fix. A mask that holds nowhere issues no matmul and adds nothing."""
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(lhsT, rhs, which):
+        out = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+        i_p, i_f = nl.mgrid[0:128, 0:128]
+        a = nl.load(lhsT)
+        b = nl.load(rhs)
+        res = nl.zeros((128, 128), nl.float32, buffer=nl.psum)
+        res[...] += nisa.nc_matmul(a[i_p, i_f], b[i_p, i_f], mask=(i_f < 64) if which == 0 else (i_p < 0))
+        nl.store(out, nl.copy(res))
+        return out
+
+    a, b = _rand((128, 128), np.float32, 64), _rand((128, 128), np.float32, 65)
+    with pytest.raises(NotImplementedError, match="either operand"):
+        k(a, b, 0)
+    np.testing.assert_array_equal(k(a, b, 1), np.zeros((128, 128), np.float32))
+    assert "nc_matmul" not in [s["op"] for s in executed_ops(k.last_json["body"])]
+
+
+@pytest.mark.parametrize("form", ["nc_transpose", "nc_transpose_out", "nc_transpose_bf16", "nl.transpose",
+                                  "nl.transpose_bf16", "load_transpose2d", "dma_transpose"])
+def test_masked_transposes(b1, form):
+    """A transpose under mask=: a condition on the input's index (``i_p < 100`` on ``x[i_p, i_f]``) or on the
+    result's (``i_out_f < 100``) transposes that part only; assigned into a tile, the rest keeps its value."""
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((64, 128), nl.float32, buffer=nl.shared_hbm)
+        i_p, i_f = nl.mgrid[0:128, 0:64]
+        i_out_f = nl.arange(128)[None, :]
+        t = nl.load(x)
+        o = nl.full((64, 128), 7.0, nl.float32)
+        if form == "nc_transpose":
+            o[...] = nisa.nc_transpose(t[i_p, i_f], mask=(i_p < 100))
+        elif form == "nc_transpose_out":
+            o[...] = nisa.nc_transpose(t[i_p, i_f], mask=(i_out_f < 100))
+        elif form == "nc_transpose_bf16":  # the written part is cast (a copy of that part only)
+            o[...] = nisa.nc_transpose(t[i_p, i_f], mask=(i_p < 100), dtype=nl.bfloat16)
+        elif form == "nl.transpose_bf16":
+            o[...] = nl.transpose(t[i_p, i_f], mask=(i_p < 100), dtype=nl.bfloat16)
+        elif form == "nl.transpose":
+            o[...] = nl.transpose(t[i_p, i_f], mask=(i_p < 100))
+        elif form == "load_transpose2d":
+            o[...] = nl.load_transpose2d(x[i_p, i_f], mask=(i_p < 100))
+        else:
+            o[...] = nisa.dma_transpose(t[i_p, i_f], mask=(i_p < 100))
+        nl.store(out, o)
+        return out
+
+    x = _rand((128, 64), np.float32, 66)
+    ref = np.full((64, 128), 7.0, np.float32)
+    ref[:, :100] = x[:100].T
+    if form.endswith("bf16"):
+        np.testing.assert_allclose(k(x), ref, rtol=1e-2, atol=1e-2)
+    else:
+        np.testing.assert_array_equal(k(x), ref)
+
+
+def test_masked_iota(b1):
+    """nisa.iota(expr, mask=): the expression's values on the mask's rectangle, written there only."""
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k():
+        out = nl.ndarray((128, 64), nl.int32, buffer=nl.shared_hbm)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(64)[None, :]
+        t = nl.full((128, 64), -1, nl.int32)
+        t[i_p, i_f] = nisa.iota(i_p * 64 + i_f + 5, dtype=nl.int32, mask=((i_f >= 8) & (i_f < 40) & (i_p >= 3)))
+        nl.store(out, t)
+        return out
+
+    ref = np.full((128, 64), -1, np.int32)
+    ref[3:, 8:40] = (np.arange(128)[:, None] * 64 + np.arange(64) + 5)[3:, 8:40]
+    np.testing.assert_array_equal(k(), ref)

@@ -14,6 +14,7 @@ from .. import isa as _n
 from .. import language as _nnl
 from . import language as _nl
 from .language import (_check_mask, _is_mask, IndexExpr, BlockTensor, masked_elementwise, mask_box, _restrict,
+                       masked_matmul, transpose_mask, _boxed, cast_box,
                        skipped, nothing as _nothing)
 
 # enums and constants of the new dialect (the Tier-2 instructions are wrapped below, spec §2.2 "Beta 1")
@@ -202,9 +203,16 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
             (stationary.shape[-1] if stationary.ndim == 2 else stationary.size // stationary.shape[0],
              moving.shape[-1] if moving.ndim == 2 else moving.size // moving.shape[0]),
             stationary.dtype if is_transpose else np.float32, "psum")
-    _check_mask(mask, "nisa.nc_matmul")
     perf = kwargs.get("perf_mode")
     perf = _n.matmul_perf_mode.double_row if perf and "double_row" in str(perf) else _n.matmul_perf_mode.none
+    if _is_mask(mask):
+        if dst is not None or is_transpose:
+            raise NotImplementedError("nsim: nisa.nc_matmul under mask= with dst= or is_transpose=True")
+
+        def issue(out, s, mv):
+            return _n.nc_matmul(dst=out, stationary=s, moving=mv, is_stationary_onezero=is_stationary_onezero,
+                                is_moving_onezero=is_moving_onezero, accumulate=False, perf_mode=perf).stmt
+        return masked_matmul(stationary, moving, mask, "nisa.nc_matmul", issue)
     if dst is not None:
         _n.nc_matmul(dst=dst, stationary=stationary, moving=moving, is_stationary_onezero=is_stationary_onezero,
                      is_moving_onezero=is_moving_onezero, is_transpose=is_transpose,
@@ -227,15 +235,22 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, dst=None
     f = data.size // p
     if skipped(mask):
         return None if dst is not None else _nothing((f, p), _dt(dtype, data.dtype), "sbuf")
-    _check_mask(mask, "nisa.nc_transpose")
+    boxes = None
+    if _is_mask(mask):
+        boxes = transpose_mask(mask, data, "nisa.nc_transpose")
+        if boxes is None:
+            return None if dst is not None else _nothing((f, p), _dt(dtype, data.dtype), "sbuf")
+        data = _restrict(data, boxes[0])
     if dst is not None:
-        _n.nc_transpose(dst=dst, data=data, engine=engine)
+        _n.nc_transpose(dst=dst if boxes is None else _restrict(dst, boxes[1]), data=data, engine=engine)
         return None
     eng = _n._engine(engine, "nc_transpose")
     if eng is None:
         eng = "vector" if p <= 32 and f <= 32 else "tensor"
     out = _new((f, p), data.dtype, "psum" if eng == "tensor" else "sbuf")
-    _n.nc_transpose(dst=out, data=data, engine=eng)
+    _n.nc_transpose(dst=out if boxes is None else _boxed(out, boxes[1]), data=data, engine=eng)
+    if boxes is not None and out._box is not None:
+        return cast_box(out, dtype, boxes[1])
     if dtype is not None and np.dtype(dtype) != out.dtype:
         return _nnl.copy_(out, dtype=dtype)
     return out
@@ -283,10 +298,17 @@ def iota(expr, dtype, *, mask=None, dst=None, **kwargs):
     shape = e.shape
     if skipped(mask):
         return None if dst is not None else _nothing(shape, dtype, "sbuf")
-    _check_mask(mask, "nisa.iota")
-    pattern = [[e.coefs.get(a, 0), shape[a]] for a in range(1, e.ndim)]
     out = dst if dst is not None else _new(shape, dtype)
-    _n.iota(dst=out, pattern=pattern, offset=e.offset, channel_multiplier=e.coefs.get(0, 0))
+    target = out
+    if _is_mask(mask):  # the expression's values on the mask's rectangle, written there
+        box = mask_box(mask, shape)
+        if box is None:
+            return None if dst is not None else _nothing(shape, dtype, "sbuf")
+        e = IndexExpr(e.offset + sum(c * box[a][0] for a, c in e.coefs.items()), e.coefs,
+                      [hi - lo for lo, hi in box])
+        target = _restrict(out, box) if dst is not None else _boxed(out, box)
+    pattern = [[e.coefs.get(a, 0), e.shape[a]] for a in range(1, e.ndim)]
+    _n.iota(dst=target, pattern=pattern, offset=e.offset, channel_multiplier=e.coefs.get(0, 0))
     return None if dst is not None else out
 
 
@@ -332,15 +354,26 @@ def _cast(out, dtype):
 
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh SBUF tile ``src.transpose(axes)`` (2-D only in nsim); ``dtype`` != src adds a cast."""
-    _check_mask(mask, "nisa.dma_transpose")
     _tile(src, "dma_transpose")
     extra = {k: kwargs[k] for k in ("dge_mode", "oob_mode") if k in kwargs}
-    if dst is not None:
-        _n.dma_transpose(dst=dst, src=src, axes=axes, **extra)
-        return None
     shape = tuple(src.shape)[::-1] if axes is None else tuple(src.shape[int(a)] for a in axes)
+    if skipped(mask):
+        return None if dst is not None else _nothing(shape, _dt(dtype, src.dtype), "sbuf")
+    boxes = None
+    if _is_mask(mask):
+        if axes is not None and tuple(int(a) for a in axes) != (1, 0):
+            raise NotImplementedError("nsim: nisa.dma_transpose under mask= transposes 2-D tiles only")
+        boxes = transpose_mask(mask, src, "nisa.dma_transpose")
+        if boxes is None:
+            return None if dst is not None else _nothing(shape, _dt(dtype, src.dtype), "sbuf")
+        src = _restrict(src, boxes[0])
+    if dst is not None:
+        _n.dma_transpose(dst=dst if boxes is None else _restrict(dst, boxes[1]), src=src, axes=axes, **extra)
+        return None
     out = _new(shape, src.dtype)
-    _n.dma_transpose(dst=out, src=src, axes=axes, **extra)
+    _n.dma_transpose(dst=out if boxes is None else _boxed(out, boxes[1]), src=src, axes=axes, **extra)
+    if boxes is not None and out._box is not None:
+        return cast_box(out, dtype, boxes[1])
     return _cast(out, dtype)
 
 

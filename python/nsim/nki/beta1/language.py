@@ -147,6 +147,98 @@ def mask_box(mask, shape):
     return box
 
 
+def _mask_leaves(m):
+    """The conjuncts of mask ``m``: the leaves of its ``&`` tree."""
+    if isinstance(m, _Mask) and m.op == "&":
+        return _mask_leaves(m.a) + _mask_leaves(m.b)
+    return [m]
+
+
+def _mask_terms(m):
+    """The compared terms of mask ``m`` (index expressions, ints, loop indices)."""
+    if isinstance(m, _Mask):
+        return _mask_terms(m.a) + _mask_terms(m.b)
+    return [m]
+
+
+def _srcs(exprs):
+    """The nl.arange / nl.mgrid tokens of index expressions (IndexExpr.src; others have none)."""
+    out = set()
+    for x in exprs:
+        out |= getattr(x, "src", frozenset())
+    return out
+
+
+def operand_mask_ranges(mask, spaces, what):
+    """A mask over the index spaces of an instruction's operands (spec §3.8: ``nc_matmul`` / ``nl.matmul`` take
+    operand masks restricting K, M and N separately; a transpose's mask is over its input or its output).
+    ``spaces``: ``[(shape, dims, keys, is_output)]``, each naming its axes (``dims``: e.g. ``("k", "m")``) and
+    holding the subscript items the operand was indexed with (``keys``; None for the output). Each ``&``-conjunct
+    of the mask belongs to the spaces whose subscripts are built from the same ``nl.arange`` / ``nl.mgrid``
+    variables as its terms (``k * 128 + i_k < K`` names the operands indexed with ``i_k``); one built from other
+    variables, to the output space (its sizes permitting); without variables to go by, to the operand spaces its
+    axis sizes fit (the output's only when no operand's does). One that fits operands on different dims is
+    ambiguous (NotImplementedError: index the operands with the expressions the mask compares). Returns ``{dim: (lo, hi)}``, or None where the mask holds
+    nowhere."""
+    ranges = {}
+    for shape, dims, _, _ in spaces:
+        for n, d in zip(shape, dims):
+            ranges[d] = (0, int(n))
+    for leaf in _mask_leaves(mask):
+        if isinstance(leaf, (bool, np.bool_)):
+            if not leaf:
+                return None
+            continue
+        objs = _mask_terms(leaf)
+        xs = [x for x in (IndexExpr._lift(o) for o in objs) if x is not None]
+        axes = sorted({a for x in xs for a in x.coefs})
+
+        def fits(shape):
+            return _b.all(x.ndim <= len(shape) and _b.all(x.shape[a] == shape[a] for a in x.coefs) for x in xs)
+
+        cands = [sp for sp in spaces if fits(sp[0])]
+        if axes:
+            named = [sp for sp in cands if sp[2] and _srcs(xs) & _srcs(IndexExpr._lift(k) for k in sp[2])]
+            ops, outs = [sp for sp in cands if not sp[3]], [sp for sp in cands if sp[3]]
+            # variables no operand was indexed with: the result's, when the operands were indexed with others
+            foreign = _srcs(xs) and _b.any(sp[2] for sp in spaces if not sp[3])
+            cands = named or ((outs or ops) if foreign else (ops or outs))
+        else:
+            cands = spaces[:1]  # no index expression: holds everywhere or nowhere
+        if not cands:
+            raise make_error("BadMask", "{}: a mask condition of axis sizes {} fits none of the operands ({})".format(
+                what, [x.shape for x in xs if x.coefs], ", ".join(str(tuple(sp[0])) for sp in spaces)))
+        if len({tuple(sp[1][a] for a in axes) for sp in cands}) > 1:
+            raise NotImplementedError("nsim: {}: a mask condition could restrict either operand ({}); index the "
+                                      "operands with the nl.arange/nl.mgrid expressions the mask compares".format(
+                                          what, ", ".join(str(tuple(sp[0])) for sp in cands)))
+        shape, dims = cands[0][0], cands[0][1]
+        box = mask_box(leaf, shape)
+        if box is None:
+            return None
+        for a in (axes if axes else ()):
+            lo, hi = ranges[dims[a]]
+            ranges[dims[a]] = (_b.max(lo, box[a][0]), _b.min(hi, box[a][1]))
+            if ranges[dims[a]][0] >= ranges[dims[a]][1]:
+                return None
+    return ranges
+
+
+def transpose_mask(mask, data, what):
+    """The boxes of a masked 2-D transpose of ``data`` ``(P, F)``: ``(input box, output box)``, or None where the
+    mask holds nowhere. The mask compares the input's index expressions (``i_p < n`` on ``data[i_p, i_f]``) or
+    the output's."""
+    if data.ndim != 2:
+        raise NotImplementedError("nsim: {} under mask= needs a 2-D tile, got shape {}".format(
+            what, tuple(data.shape)))
+    p, f = (int(n) for n in data.shape)
+    r = operand_mask_ranges(mask, [((p, f), ("p", "f"), getattr(data, "_keys", None), False),
+                                   ((f, p), ("f", "p"), None, True)], what)
+    if r is None:
+        return None
+    return [r["p"], r["f"]], [r["f"], r["p"]]
+
+
 def _is_mask(mask):
     return mask is not None and mask is not True
 
@@ -239,9 +331,12 @@ class IndexExpr:
     the tracer keeps: ``i * 128 + ix`` in an ``nl.affine_range`` body); whatever needs its int value (a mask)
     makes the tracer unroll that loop."""
 
-    __slots__ = ("offset", "coefs", "shape")
+    __slots__ = ("offset", "coefs", "shape", "src")
 
-    def __init__(self, offset, coefs, shape):
+    def __init__(self, offset, coefs, shape, src=frozenset()):
+        # src: the nl.arange / nl.mgrid objects (their tokens) the expression is built from: a mask names an
+        # operand by the index expressions it shares with the operand's subscript (operand_mask_ranges)
+        self.src = src
         self.offset = offset if isinstance(offset, _tr.Sym) else int(offset)
         self.coefs = {int(a): int(c) for a, c in coefs.items() if c != 0 and shape[a] > 1}
         # terms on size-1 axes are constants: fold them into the offset (i_a == 0 there)
@@ -256,7 +351,7 @@ class IndexExpr:
 
     def _pad(self, nd):
         k = nd - len(self.shape)
-        return IndexExpr(self.offset, {a + k: c for a, c in self.coefs.items()}, (1,) * k + self.shape)
+        return IndexExpr(self.offset, {a + k: c for a, c in self.coefs.items()}, (1,) * k + self.shape, self.src)
 
     @staticmethod
     def _lift(x):
@@ -286,7 +381,7 @@ class IndexExpr:
         coefs = dict(a.coefs)
         for ax, c in b.coefs.items():
             coefs[ax] = coefs.get(ax, 0) + sign * c
-        return IndexExpr(a.offset + sign * b.offset, coefs, shape)
+        return IndexExpr(a.offset + sign * b.offset, coefs, shape, a.src | b.src)
 
     def __add__(self, other):
         return self._combine(other, 1)
@@ -301,12 +396,12 @@ class IndexExpr:
         return r
 
     def __neg__(self):
-        return IndexExpr(-self.offset, {a: -c for a, c in self.coefs.items()}, self.shape)
+        return IndexExpr(-self.offset, {a: -c for a, c in self.coefs.items()}, self.shape, self.src)
 
     def __mul__(self, other):
         if isinstance(other, (int, np.integer)) and not isinstance(other, (bool, np.bool_)):
             k = int(other)
-            return IndexExpr(self.offset * k, {a: c * k for a, c in self.coefs.items()}, self.shape)
+            return IndexExpr(self.offset * k, {a: c * k for a, c in self.coefs.items()}, self.shape, self.src)
         return NotImplemented
 
     __rmul__ = __mul__
@@ -365,16 +460,26 @@ class _Mask:
                          "expression cannot drive Python control flow")
 
 
+_SRC = [0]
+
+
+def _new_src():
+    """A fresh token for an nl.arange / nl.mgrid index variable (IndexExpr.src)."""
+    _SRC[0] += 1
+    return frozenset((_SRC[0],))
+
+
 class _Arange1D:
     """``nl.arange(start, stop)`` before it gets a shape with ``[:, None]`` / ``[None, :]``."""
 
-    __slots__ = ("start", "n")
+    __slots__ = ("start", "n", "src")
 
     def __init__(self, start, n):
         self.start, self.n = int(start), int(n)
+        self.src = _new_src()
 
     def _expr(self):
-        return IndexExpr(self.start, {0: 1}, (self.n,))
+        return IndexExpr(self.start, {0: 1}, (self.n,), self.src)
 
     def __getitem__(self, key):
         if not isinstance(key, tuple):
@@ -394,7 +499,7 @@ class _Arange1D:
                 raise _idx_err("nl.arange(...)[{!r}]: use ':' and None only".format(k))
         if axis is None:
             raise _idx_err("nl.arange(...)[...] needs one ':'")
-        return IndexExpr(self.start, {axis: 1}, shape)
+        return IndexExpr(self.start, {axis: 1}, shape, self.src)
 
     def __getattr__(self, name):
         raise AttributeError(name)
@@ -467,7 +572,7 @@ class _MGrid:
                 raise _idx_err("nl.mgrid: empty range {}:{}".format(a, k.stop))
             shape = [1] * nd
             shape[i] = n
-            out.append(IndexExpr(a, {i: 1}, shape))
+            out.append(IndexExpr(a, {i: 1}, shape, _new_src()))
         return _MGridResult(out)
 
 
@@ -533,7 +638,7 @@ class Tensor(NkiTensor):
     """A Beta-1 tensor / view: NkiTensor + tile operators, item assignment, PSUM ``+=`` and arange
     indexing."""
 
-    __slots__ = ("_mm", "_iadd", "_adv", "_t2d", "_box")
+    __slots__ = ("_mm", "_iadd", "_adv", "_t2d", "_box", "_keys")
 
     def __init__(self, storage, dims=None, tracer=None):
         NkiTensor.__init__(self, storage, dims, tracer)
@@ -542,6 +647,7 @@ class Tensor(NkiTensor):
         self._iadd = False  # set by __iadd__; recognised (and cleared) by __setitem__
         self._adv = None  # arange views: (base view, index items, result shape, out-of-bounds message)
         self._t2d = False  # a transposed 2-D arange view (storage order dims; only nl.load / nl.store)
+        self._keys = None  # arange views: the subscript's items as written (operand_mask_ranges)
 
     @property
     def shape(self):
@@ -646,7 +752,9 @@ class Tensor(NkiTensor):
                         raise make_error("BadSubscript", "index expressions do not broadcast")
                     rshape[a] = s
         if _b.any(len(e.coefs) > 1 for e in items):
-            return self._affine_view(items, rshape, defer_oob)
+            v = self._affine_view(items, rshape, defer_oob)
+            v._keys = tuple(key)
+            return v
         dims = [list(d) for d in self._dims]
         axis_of = {}  # storage dim -> result axis
         consts = []
@@ -707,6 +815,7 @@ class Tensor(NkiTensor):
             dims[0][3] = True  # on-chip views keep the partition dim
         v = type(self)(self._st, dims, self._tracer)
         v._adv = (self, items, tuple(rshape), oob)
+        v._keys = tuple(key)
         return v
 
     def _affine_view(self, items, rshape, defer_oob):
@@ -760,6 +869,14 @@ class Tensor(NkiTensor):
             self._iadd = True
             return self
         mm = getattr(other, "_mm", None) if isinstance(other, Tensor) else None
+        box = other._box if isinstance(other, Tensor) else None
+        target = self
+        if box is not None:  # a masked result: only its written part is added, to that part of self
+            vbox = _box_onto(box, tuple(other.shape), tuple(self.shape))
+            if vbox is None:
+                raise make_error("ShapeMismatch", "+=: destination {} and masked value {} differ".format(
+                    tuple(self.shape), tuple(other.shape)))
+            target = _restrict(self, vbox)
         if mm is not None and self.buffer == "psum" and tr.body and tr.body[-1] is mm:
             if self.shape[0] != other.shape[0] or self.size != other.size:
                 raise make_error("ShapeMismatch", "psum += matmul: destination {} and matmul result {} "
@@ -771,14 +888,16 @@ class Tensor(NkiTensor):
             # its own matmul; an accumulating copy of the instruction is emitted.
             if hasattr(_sys, "getrefcount") and _sys.getrefcount(other) <= 3 and _sys.getrefcount(other._st) <= 2:
                 mm["flags"] = flags
-                tr.retarget(mm, self.access())
+                tr.retarget(mm, target.access())
                 tr.written.add(self.name)
                 other._mm = None
             else:
                 dup = _copy.deepcopy({k: v for k, v in mm.items() if k != "loc"})
-                dup["dst"] = self.access()
+                dup["dst"] = target.access()
                 dup["flags"] = flags
                 tr.emit(dup)
+        elif box is not None:
+            target += _restrict(other, box)
         else:
             if self.buffer == "hbm":
                 raise make_error("BadBuffer", "+= on an HBM tensor is not supported (load, add, store)")
@@ -1398,19 +1517,84 @@ def mean(x, axis, *, dtype=None, keepdims=False, mask=None, **kwargs):
     return _nl.mean(x, axis, dtype=dtype, keepdims=keepdims)
 
 
+def _boxed(out, box):
+    """``out`` restricted to ``box``, marking ``out`` as written only there (a masked instruction's result)."""
+    if _b.all(lo == 0 and hi == n for (lo, hi), n in zip(box, out.shape)):
+        return out
+    out._box = [tuple(b) for b in box]
+    return _restrict(out, box)
+
+
 def transpose(x, *, dtype=None, mask=None, **kwargs):
-    _check_mask(mask, "nl.transpose")
-    return _nl.transpose(x, dtype=dtype)
+    """``nl.transpose``; under ``mask=`` (over x's index expressions or the result's) only the masked part is
+    transposed into the fresh result (the rest stays unwritten)."""
+    shape = (x.shape[1], x.shape[0]) if x.ndim == 2 else tuple(x.shape)
+    if skipped(mask):
+        return nothing(shape, dtype if dtype is not None else x.dtype, "psum")
+    if not _is_mask(mask):
+        return _nl.transpose(x, dtype=dtype)
+    boxes = transpose_mask(mask, x, "nl.transpose")
+    if boxes is None:
+        return nothing(shape, dtype if dtype is not None else x.dtype, "psum")
+    out = _nl._new_tile(shape, x.dtype, "psum")
+    _nisa.nc_transpose(dst=_boxed(out, boxes[1]), data=_nl._to_sbuf(_restrict(x, boxes[0])))
+    return cast_box(out, dtype, boxes[1])
+
+
+def _boxed(out, box):
+    """``out`` restricted to ``box``, marking ``out`` as written only there (a masked instruction's result)."""
+    if _b.all(lo == 0 and hi == n for (lo, hi), n in zip(box, out.shape)):
+        return out
+    out._box = [tuple(b) for b in box]
+    return _restrict(out, box)
+
+
+def cast_box(out, dtype, box):
+    """A masked result ``out`` (written in ``box`` only) as ``dtype``: the written part copied with a cast."""
+    if dtype is None or np.dtype(dtype) == out.dtype:
+        return out
+    cast = _nl._new_tile(tuple(out.shape), dtype)
+    _nisa.tensor_copy(dst=_boxed(cast, box), src=_restrict(out, box))
+    return cast
+
+
+def masked_matmul(stat, mov, mask, what, issue, stat_dims=("k", "m")):
+    """A matmul under ``mask=``: operand masks restricting K (the partitions of both), M (the stationary's free
+    dim) and N (the moving's free dim) separately (spec §3.8), or conditions on the result's index expressions.
+    ``stat_dims``: the stationary operand's dims as passed (``("m", "k")``: nl.matmul's x without transpose_x).
+    ``issue(dst, stat, mov)`` issues the matmul of the restricted operands into ``dst``, the masked part of a
+    fresh fp32 ``[M, N]`` PSUM tile, and returns its statement; the rest of the result stays unwritten
+    (``psum[...] += ...`` adds only that part)."""
+    for t, nm in ((stat, "stationary"), (mov, "moving")):
+        if not isinstance(t, NkiTensor) or t.ndim != 2:
+            raise NotImplementedError("nsim: {} under mask= needs 2-D operands ({} is {})".format(
+                what, nm, tuple(t.shape) if isinstance(t, NkiTensor) else t))
+    size = dict(zip(stat_dims, (int(n) for n in stat.shape)))
+    m, n = size["m"], int(mov.shape[1])
+    r = operand_mask_ranges(mask, [(tuple(stat.shape), stat_dims, getattr(stat, "_keys", None), False),
+                                   ((int(mov.shape[0]), n), ("k", "n"), getattr(mov, "_keys", None), False),
+                                   ((m, n), ("m", "n"), None, True)], what)
+    if r is None:
+        return nothing((m, n), np.float32, "psum")
+    out = _nl._new_tile((m, n), np.float32, "psum")
+    out._mm = issue(_boxed(out, [r["m"], r["n"]]), _restrict(stat, [r[d] for d in stat_dims]),
+                    _restrict(mov, [r["k"], r["n"]]))
+    return out
 
 
 def matmul(x, y, *, transpose_x=False, mask=None, **kwargs):
     """``nl.matmul``: a fresh fp32 PSUM tile; ``psum[...] += nl.matmul(...)`` accumulates; ``mask=False``
-    issues nothing."""
+    issues nothing; a mask (:func:`masked_matmul`) computes the part of the result it selects."""
     if skipped(mask):
         return nothing((x.shape[-1] if transpose_x else x.shape[0], y.shape[-1]), np.float32, "psum")
-    _check_mask(mask, "nl.matmul")
-    out = _nl.matmul(x, y, transpose_x=transpose_x)
     tr = _tr.current("nl.matmul")
+    if _is_mask(mask):
+        def issue(dst, s, mv):
+            _nisa.nc_matmul(dst=dst, stationary=_nl._to_sbuf(s) if transpose_x else _nl.copy_(_nl.transpose(s)),
+                            moving=_nl._to_sbuf(mv), accumulate=False)
+            return tr.body[-1]
+        return masked_matmul(x, y, mask, "nl.matmul", issue, ("k", "m") if transpose_x else ("m", "k"))
+    out = _nl.matmul(x, y, transpose_x=transpose_x)
     if tr.body and tr.body[-1].get("op") == "nc_matmul":
         out._mm = tr.body[-1]
     return out
@@ -1466,12 +1650,22 @@ def store(dst, value, *, mask=None, **kwargs):
 
 
 def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
-    _check_mask(mask, "nl.load_transpose2d")
+    """``nl.load_transpose2d``: an SBUF tile ``src.T`` (a DMA transpose); under ``mask=`` (over src's index
+    expressions or the result's) only the masked part is loaded (the rest stays unwritten)."""
     tr = _tr.current("nl.load_transpose2d")
     if src.ndim != 2:
         raise make_error("BadRank", "nl.load_transpose2d needs a 2-D source")
-    out = tr.tile("sbuf", src.dtype, (src.shape[1], src.shape[0]))
-    _nisa.dma_transpose(dst=out, src=src)
+    shape = (src.shape[1], src.shape[0])
+    if skipped(mask):
+        return nothing(shape, dtype if dtype is not None else src.dtype)
+    boxes = transpose_mask(mask, src, "nl.load_transpose2d") if _is_mask(mask) else [[(0, n) for n in src.shape],
+                                                                                        [(0, n) for n in shape]]
+    if boxes is None:
+        return nothing(shape, dtype if dtype is not None else src.dtype)
+    out = tr.tile("sbuf", src.dtype, shape)
+    _nisa.dma_transpose(dst=_boxed(out, boxes[1]), src=_restrict(src, boxes[0]))
+    if out._box is not None:
+        return cast_box(out, dtype, boxes[1])
     if dtype is not None and np.dtype(dtype) != out.dtype:
         return _nl.copy_(out, dtype=dtype)
     return out
