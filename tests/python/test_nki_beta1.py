@@ -970,3 +970,35 @@ def test_masked_iota(b1):
     ref = np.full((128, 64), -1, np.int32)
     ref[3:, 8:40] = (np.arange(128)[:, None] * 64 + np.arange(64) + 5)[3:, 8:40]
     np.testing.assert_array_equal(k(), ref)
+
+
+def test_none_in_subscripts(b1):
+    """None in a subscript inserts a size-1 dim (spec §3.8), with slices, ints and ``...``, on tiles and HBM."""
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(x, which):
+        t = nl.load(x)
+        if which == 0:
+            out = nl.ndarray((128, 1, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, t[:, None, :])
+        elif which == 1:
+            out = nl.ndarray((64, 32, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, t[0:64, 0:32, None])
+        elif which == 2:
+            out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, nl.exp(t[..., None][:, :, 0]))
+        elif which == 3:
+            out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, nl.load(x[None, :, :][0]))
+        else:
+            out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, t[:, 5, None])
+        return out
+
+    x = _rand((128, 64), np.float32, 67)
+    np.testing.assert_array_equal(k(x, 0), x[:, None, :])
+    np.testing.assert_array_equal(k(x, 1), x[:64, :32, None])
+    np.testing.assert_allclose(k(x, 2), np.exp(x), rtol=1e-5)
+    np.testing.assert_array_equal(k(x, 3), x)
+    np.testing.assert_array_equal(k(x, 4), x[:, 5, None])

@@ -678,8 +678,27 @@ class Tensor(NkiTensor):
         if any(_is_expr(x) for x in k):
             return self._adv_index(k)
         if any(x is None for x in k):
-            raise NotImplementedError("nsim: None (new axis) in a Beta-1 subscript is not supported yet")
+            return self._new_axes(k)
         return NkiTensor.__getitem__(self, key)
+
+    def _new_axes(self, key):
+        """``t[:, None, :]`` (spec §3.8: None in a subscript inserts a size-1 dim): the view of the other items
+        with size-1 dims added where the Nones stand in the result."""
+        rest = tuple(x for x in key if x is not None)
+        explicit = _b.sum(1 for x in rest if x is not Ellipsis)
+        pos, out = [], 0
+        for x in key:
+            if x is None:
+                pos.append(out)
+                out += 1
+            elif x is Ellipsis:
+                out += self.ndim - explicit
+            elif not isinstance(x, (int, np.integer)):
+                out += 1  # a slice keeps its dim (an int drops it)
+        v = NkiTensor.__getitem__(self, rest) if rest else self
+        for p in pos:
+            v = v.expand_dim(p)
+        return v
 
     def _runtime_index(self, key):
         """``src[i_p, idx_tile[0, j] + i_f]`` / ``src[i_p, idx_tile[0, j], i_z]`` on an on-chip tile (the Beta-1
