@@ -1002,3 +1002,31 @@ def test_none_in_subscripts(b1):
     np.testing.assert_allclose(k(x, 2), np.exp(x), rtol=1e-5)
     np.testing.assert_array_equal(k(x, 3), x)
     np.testing.assert_array_equal(k(x, 4), x[:, 5, None])
+
+
+def test_nki_profile_writes_timeline_and_report(b1, tmp_path, capsys):
+    """``@nki.profile(working_directory=..., save_trace_name=...)`` as the NKI profiling tutorial writes it: the
+    kernel runs once (its result as usual) and its Perfetto timeline and analysis report land in the directory,
+    named after save_trace_name (default: the kernel's name)."""
+    nki, nl, nisa, _ = b1
+    from neuronxcc.nki import profile
+
+    wd = tmp_path / "profiles"
+
+    @profile(working_directory=str(wd), save_neff_name="file.neff", save_trace_name="profile.ntff", profile_nth=2)
+    def add(a, b):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a) + nl.load(b))
+        return out
+
+    a = _rand((128, 512), np.float32, 68)
+    np.testing.assert_array_equal(add(a, a), a + a)
+    trace, report = wd / "profile.pftrace", wd / "profile.analysis.txt"
+    assert trace.stat().st_size > 0
+    text = report.read_text()
+    assert text.startswith("nsim analysis: add on trn2") and "Bounds" in text
+    assert str(trace) in capsys.readouterr().err
+
+    named = nki.profile(add.fn, working_directory=str(wd))
+    named(a, a)
+    assert (wd / "add.pftrace").exists() and (wd / "add.analysis.txt").exists()

@@ -152,6 +152,44 @@ class BenchmarkKernel(Kernel):
             self._record(benchmark_result=BenchmarkResult(float(ns or 0.0) / 1000.0))
 
 
+class ProfileKernel(Kernel):
+    """``nki.profile(working_directory=, save_trace_name=, ...)``: runs once on nsim and writes the run's profile
+    into ``working_directory`` (created if missing): the Perfetto timeline ``<name>.pftrace`` (open it in
+    ui.perfetto.dev) and ``nsim analyze``'s report ``<name>.analysis.txt`` (bounds, critical path, findings by
+    source line), where ``<name>`` is ``save_trace_name`` without its extension (default: the kernel's name).
+    Existing files are overwritten; ``save_neff_name``, ``profile_nth`` and ``additional_compile_opt`` have no
+    effect (there is no NEFF, and every run of nsim is the same)."""
+
+    def profile_paths(self):
+        """(trace path, report path), or None without a working_directory."""
+        import os
+        wd = self.kwargs.get("working_directory")
+        if not wd:
+            return None
+        name = self.kwargs.get("save_trace_name") or getattr(self.fn, "__name__", "kernel")
+        stem = os.path.splitext(os.path.basename(str(name)))[0] or "profile"
+        return os.path.join(str(wd), stem + ".pftrace"), os.path.join(str(wd), stem + ".analysis.txt")
+
+    def _effective(self, legacy=None):
+        eff = super()._effective(legacy)
+        paths = self.profile_paths()
+        if paths is not None and not eff.get("trace"):
+            import os
+            os.makedirs(os.path.dirname(paths[0]) or ".", exist_ok=True)
+            eff["trace"] = paths[0]
+        return eff
+
+    def _after_run(self, prof):
+        paths = self.profile_paths()
+        if prof is None or paths is None:
+            return
+        import sys
+        with open(paths[1], "w") as f:
+            f.write(str(prof.analyze()))
+        print("nsim: profile of {} written to {} and {}".format(getattr(self.fn, "__name__", "kernel"), *paths),
+              file=sys.stderr)
+
+
 def _deco(cls, kernel, kwargs):
     if kernel is None:
         return lambda f: _deco(cls, f, kwargs)
@@ -184,8 +222,11 @@ def benchmark(kernel=None, warmup=10, iters=100, **kwargs):
 
 
 def profile(kernel=None, working_directory=None, **kwargs):
-    """``nki.profile(...)``: runs once on nsim (no profile files are written yet)."""
-    return _deco(Kernel, kernel, kwargs)
+    """``nki.profile(...)``: runs once on nsim and writes its timeline and analysis into ``working_directory``
+    (:class:`ProfileKernel`)."""
+    if working_directory is not None:
+        kwargs["working_directory"] = working_directory
+    return _deco(ProfileKernel, kernel, kwargs)
 
 
 @_tracer.user_facing
