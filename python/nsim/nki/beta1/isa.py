@@ -262,7 +262,9 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, dst=None, *
         out = dst if dst is not None else _new(shp, dtype)
         box = mask_box(mask, shp)
         if box is not None:
-            memset(shp, value, out.dtype, engine=engine, dst=_restrict(out, box))
+            memset(shp, value, out.dtype, engine=engine, dst=_restrict(out, box) if dst is not None else _boxed(out, box))
+        elif dst is None:
+            out._box = ()  # masked off everywhere: nothing written
         return None if dst is not None else out
     if dst is not None:
         _n.memset(dst=dst, value=value, engine=engine)
@@ -465,7 +467,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
                 out._box = ()  # masked off everywhere: nothing written
             return None if dst is not None else out
         lo, sizes = [l for l, _ in box], [h - l for l, h in box]
-        src, res = _restrict(on_true_tile, box), _restrict(out, box)
+        src, res = _restrict(on_true_tile, box), _restrict(out, box) if dst is not None else _boxed(out, box)
     offset = d.offset + sum(c * lo[ax] for ax, c in d.coefs.items())
     pattern = [[d.coefs.get(ax, 0), sizes[ax]] for ax in range(1, len(shape))] or [[0, 1]]
     _n.affine_select(dst=res, pattern=pattern, channel_multiplier=d.coefs.get(0, 0), on_true_tile=src,

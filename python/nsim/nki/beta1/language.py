@@ -867,19 +867,10 @@ class Tensor(NkiTensor):
             value._iadd = False
             if value._st is view._st and value._dims == view._dims:
                 return  # `t[idx] += x`: __iadd__ did the work
-        box = value._box if isinstance(value, Tensor) else None
-        if box == ():
-            return  # the value of a masked-off instruction (mask=False): nothing was written
-        vbox = _box_onto(box, tuple(value.shape), tuple(view.shape)) if box is not None else None
-        if vbox is not None:
-            # `res[...] = f(x, mask=m)`: only the masked part of the result exists (on hardware the masked
-            # instruction writes res directly and leaves the rest of it alone)
-            assign(_restrict(view, vbox), _restrict(value, box))
-            return
+        # (a temporary: referenced by the caller's evaluation, this frame and getrefcount's argument)
         fresh = isinstance(value, Tensor) and hasattr(_sys, "getrefcount") and _sys.getrefcount(value) <= 3 \
             and _sys.getrefcount(value._st) <= 2
-        if not (fresh and _retarget_fresh(view, value)):
-            assign(view, value)
+        _store(view, value, fresh)
 
     # --- PSUM accumulation ----------------------------------------------------------------------
     def __iadd__(self, other):
@@ -1136,19 +1127,9 @@ class BlockTensor:
             value._iadd = False
             if value._st is view._st and value._dims == view._dims:
                 return
-        box = value._box if isinstance(value, Tensor) else None
-        if box == ():
-            return  # the value of a masked-off instruction (mask=False): nothing was written
-        vbox = _box_onto(box, tuple(value.shape), tuple(view.shape)) if box is not None else None
-        if vbox is not None:
-            # `res[...] = f(x, mask=m)`: only the masked part of the result exists (on hardware the masked
-            # instruction writes res directly and leaves the rest of it alone)
-            assign(_restrict(view, vbox), _restrict(value, box))
-            return
         fresh = isinstance(value, Tensor) and hasattr(_sys, "getrefcount") and _sys.getrefcount(value) <= 3 \
             and _sys.getrefcount(value._st) <= 2
-        if not (fresh and _retarget_fresh(view, value)):
-            assign(view, value)
+        _store(view, value, fresh)
 
     def __bool__(self):
         raise make_error("TensorTruthValue", "the truth value of a tensor is ambiguous")
@@ -1158,18 +1139,46 @@ _RETARGET_OPS = frozenset(("dma_copy", "activation", "tensor_tensor", "tensor_sc
                            "memset", "iota", "reciprocal", "nc_matmul", "nc_transpose"))
 
 
-def _retarget_fresh(view, value):
+def _store(view, value, fresh):
+    """``t[idx] = value`` (Tensor and BlockTensor ``__setitem__``): a ``fresh`` temporary's instruction writes the
+    view directly when it can (:func:`_retarget_fresh`), else the value is copied. A masked result (``_box``) is
+    stored in its written part only (on hardware the masked instruction writes ``t[idx]`` directly and leaves the
+    rest of it alone); a masked-off one (``_box == ()``) stores nothing."""
+    box = value._box if isinstance(value, Tensor) else None
+    if box == ():
+        return
+    vbox = _box_onto(box, tuple(value.shape), tuple(view.shape)) if box is not None else None
+    if vbox is not None:
+        if not (fresh and _retarget_fresh(view, value, box)):
+            assign(_restrict(view, vbox), _restrict(value, box))
+        return
+    if not (fresh and _retarget_fresh(view, value)):
+        assign(view, value)
+
+
+def _retarget_fresh(view, value, box=None, reuse=True):
     """``t[idx] = <fresh temporary>``: when the instruction that just produced the temporary (the last one
     emitted) wrote exactly it, let that instruction write ``t[idx]`` instead (no extra copy; the
-    conversion to t.dtype happens in the instruction's output cast). Returns True when done."""
+    conversion to t.dtype happens in the instruction's output cast). ``box``: a masked result, of which the
+    instruction wrote that part (``t[...] = nl.load(x, mask=m)``): it writes that part of ``t[idx]`` instead.
+    ``reuse``: the temporary's storage may go to its line's next tile (not for a masked value function's
+    internal result: that made the iterations of a kept loop trace differently). Returns True when done."""
     tr = _tr.active()
     if tr is None or not tr.body or not value.is_full() or value.buffer != view.buffer:
         return False
     if tuple(value.shape) != tuple(view.shape) or view.buffer == "hbm":
         return False
-    stmt = tr.body[-1]
-    if stmt.get("op") not in _RETARGET_OPS or stmt.get("dst") != value.name:
+    i = len(tr.body) - 1
+    while i > 0 and "alloc" in tr.body[i]:  # (tiles allocated since: no access in between)
+        if tr.body[i]["alloc"].get("name") == view.name:
+            return False  # the view's own tile is younger than the instruction
+        i -= 1
+    stmt = tr.body[i]
+    wrote = value.name if box is None else _restrict(value, box).access()
+    if stmt.get("op") not in _RETARGET_OPS or stmt.get("dst") != wrote:
         return False
+    if box is not None:
+        view = _restrict(view, box)
     if stmt["op"] in ("nc_matmul", "nc_transpose") and view.dtype != value.dtype:
         return False
     if stmt["op"] == "dma_copy" and isinstance(stmt.get("src"), (str, dict)):
@@ -1178,7 +1187,8 @@ def _retarget_fresh(view, value):
             return False  # an on-chip copy of the same tensor: keep the two steps
     tr.retarget(stmt, view.access())
     tr.written.add(view.name)
-    tr.unused_storage(value.name)
+    if reuse:
+        tr.unused_storage(value.name)
     if stmt["op"] == "nc_matmul":
         value._mm = None
     return True
@@ -1465,8 +1475,8 @@ class B1OpCode(OpCode):
 
 def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
     """Run the element-wise value function ``fn`` only inside the mask's rectangle: the tile arguments of the
-    full shape are restricted to it, the result is copied into that part of a fresh full-size tile (the
-    rest stays unwritten)."""
+    full shape are restricted to it, and its instruction writes that part of a fresh full-size tile (``out``:
+    that part of ``out``; the rest stays unwritten)."""
     tiles = [a for a in args if isinstance(a, NkiTensor)]
     if not tiles:
         raise make_error("BadOperandKind", "{}: no tile operand".format(what))
@@ -1483,11 +1493,21 @@ def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
             sub.append(NkiTensor.__getitem__(a, (slice(box[0][0], box[0][1]),) + (slice(None),) * (a.ndim - 1)))
         else:
             sub.append(a)
+    fresh = out is None
+    if fresh:  # made before fn's instruction, which can then write into it (its dtype as fn's result will be)
+        dt = dtype
+        for t in ([] if dtype is not None else tiles):
+            dt = t.dtype if dt is None else _nl.promote(dt, t.dtype)
+        out = _nl._new_tile(shape, dt)
     r = fn(*sub)
-    if out is None:
-        out = _nl._new_tile(shape, dtype if dtype is not None else r.dtype)
+    if fresh and dtype is None and np.dtype(r.dtype) != np.dtype(out.dtype):
+        out = _nl._new_tile(shape, r.dtype)  # (fn promoted otherwise: the result takes its dtype)
     res_full = _restrict(out, box)
-    _nisa.tensor_copy(dst=res_full, src=r)
+    # the instruction that made r writes that part of out instead (as the masked instruction does on hardware);
+    # a copy only where it cannot (r is one of the arguments, or the last instruction did not write r)
+    own = isinstance(r, NkiTensor) and not _b.any(isinstance(a, NkiTensor) and a._st is r._st for a in sub)
+    if not (own and _retarget_fresh(res_full, r, reuse=False)):
+        _nisa.tensor_copy(dst=res_full, src=r)
     if isinstance(out, Tensor) and res_full is not out:
         out._box = [tuple(b) for b in box]
     return out
@@ -1636,7 +1656,7 @@ def load(src, *, mask=None, dtype=None, **kwargs):
     out = _nl._new_tile(src.shape, dtype if dtype is not None else src.dtype)
     box = mask_box(mask, src.shape)
     if box is not None:
-        _nisa.dma_copy(dst=_restrict(out, box), src=_restrict(src, box))
+        _nisa.dma_copy(dst=_boxed(out, box), src=_restrict(src, box))
     else:
         out._box = ()  # masked off everywhere: nothing loaded
     return out
