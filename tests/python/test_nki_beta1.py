@@ -892,7 +892,8 @@ def test_masked_nl_matmul_operand_and_result_masks(b1):
 
 def test_masked_matmul_ambiguous_and_off(b1):
     """One variable indexing both operands' free dims cannot say which it restricts: NotImplementedError naming
-    the fix. A mask that holds nowhere issues no matmul and adds nothing."""
+    the fix; one that fits no operand is NSIM-E438. A mask that holds nowhere issues no matmul and adds nothing."""
+    import nsim as nsim_errors
     nki, nl, nisa, _ = b1
 
     @nki.jit
@@ -902,13 +903,17 @@ def test_masked_matmul_ambiguous_and_off(b1):
         a = nl.load(lhsT)
         b = nl.load(rhs)
         res = nl.zeros((128, 128), nl.float32, buffer=nl.psum)
-        res[...] += nisa.nc_matmul(a[i_p, i_f], b[i_p, i_f], mask=(i_f < 64) if which == 0 else (i_p < 0))
+        i_x = nl.arange(7)[None, :]
+        m = (i_f < 64) if which == 0 else (i_p < 0) if which == 1 else (i_x < 3)
+        res[...] += nisa.nc_matmul(a[i_p, i_f], b[i_p, i_f], mask=m)
         nl.store(out, nl.copy(res))
         return out
 
     a, b = _rand((128, 128), np.float32, 64), _rand((128, 128), np.float32, 65)
     with pytest.raises(NotImplementedError, match="either operand"):
         k(a, b, 0)
+    with pytest.raises(nsim_errors.KernelError, match="NSIM-E438.*fits none of the operands"):
+        k(a, b, 2)  # a condition of another size than any operand's dims
     np.testing.assert_array_equal(k(a, b, 1), np.zeros((128, 128), np.float32))
     assert "nc_matmul" not in [s["op"] for s in executed_ops(k.last_json["body"])]
 
