@@ -94,8 +94,9 @@ class KernelError(NsimError):
     """Family kernel (E4xx): the kernel IR and the NKI frontends (syntax, names, indices, loops, inputs)."""
 
 
-class NotSupportedError(KernelError):
-    """Family not_supported (E4xx): an NKI function or feature that nsim does not support yet."""
+class NotSupportedError(KernelError, NotImplementedError):
+    """Family not_supported (E4xx): an NKI function or feature that nsim does not support yet (also a
+    NotImplementedError, for code that catches that)."""
 
 
 class InternalError(NsimError):

@@ -35,7 +35,7 @@ operators, ``nl.arange``/``nl.mgrid`` indexing, ``nl.par_dim`` block dims, PSUM 
 ``neuronxcc.nki.isa`` -> ``nsim.nki.beta1.isa`` (value-returning instructions), ``neuronxcc.nki.typing``
 and ``neuronxcc.nki.compiler`` -> ``nsim.nki.beta1.typing`` / ``.compiler``; ``neuronxcc.nki.isa.constants``
 is the new dialect's enum module. ``mask=`` takes rectangular predicates (and bools); non-rectangular ones and
-transposed arange accesses outside ``nl.load`` / ``nl.store`` raise NotImplementedError.
+transposed arange accesses outside ``nl.load`` / ``nl.store`` raise ``NotSupportedError``.
 
 ``NKI_SIMULATOR=1`` needs nothing: nsim always simulates. ``python -m nsim run script.py`` installs
 these aliases and then runs the script as ``__main__``.

@@ -73,7 +73,8 @@ ConfigError = _core_cls("ConfigError", NsimError)
 AccessError = _core_cls("AccessError", NsimError)
 OperandError = _core_cls("OperandError", NsimError)
 KernelError = _core_cls("KernelError", NsimError)
-NotSupportedError = _core_cls("NotSupportedError", KernelError)
+NotSupportedError = _core_cls("NotSupportedError", KernelError) if _core is not None else \
+    type("NotSupportedError", (KernelError, NotImplementedError), {"__module__": __name__})
 InternalError = _core_cls("InternalError", NsimError)
 
 def _real_dir(path):

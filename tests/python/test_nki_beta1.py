@@ -1066,3 +1066,23 @@ def test_masked_load_into_a_view_writes_it_directly(b1):
         np.testing.assert_allclose(k(x), np.exp(x), rtol=1e-5)
     ops = [s["op"] for s in executed_ops(k.last_json["body"])]
     assert "tensor_copy" not in ops and ops.count("dma_copy") == 4
+
+
+def test_unsupported_beta1_forms_are_nsim_errors(b1):
+    """What nsim does not support yet is NSIM-E446 (NotSupportedError, also a NotImplementedError) at the kernel's
+    line, not a bare NotImplementedError from inside nsim."""
+    import nsim
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def nonrect(a):
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(64)[None, :]
+        return nl.load(a[i_p, i_f], mask=(i_p < i_f))
+
+    with pytest.raises(nsim.NotSupportedError) as e:
+        nonrect(_rand((128, 64)))
+    assert e.value.code == "NSIM-E446" and isinstance(e.value, NotImplementedError)
+    assert e.value.file == __file__ and "non-rectangular" in e.value.message
+    with pytest.raises(nsim.NotSupportedError, match="Beta-1 API"):
+        nsim.nki.benchmark(nonrect.fn)

@@ -107,5 +107,7 @@ def trace_kernel(kernel, *args, **kwargs):
     return _as_kernel(kernel).to_json(*args, **kwargs)
 
 
-def benchmark(kernel=None, **kw):  # minimal; Beta-1 style helpers are out of scope here
-    raise NotImplementedError("nki.benchmark is not implemented yet in nsim")
+def benchmark(kernel=None, **kw):
+    """Beta 1 only (nki-api.md lists nki.benchmark for the old dialect): a NotSupportedError names what to use instead."""
+    raise _tracer.make_error("NotSupported", "nki.benchmark is a Beta-1 API (neuronxcc.nki.benchmark); in the new "
+                             "dialect, kernel.simulate(...) returns the Profile of the run (total_time_ns)")

@@ -207,7 +207,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     perf = _n.matmul_perf_mode.double_row if perf and "double_row" in str(perf) else _n.matmul_perf_mode.none
     if _is_mask(mask):
         if dst is not None or is_transpose:
-            raise NotImplementedError("nsim: nisa.nc_matmul under mask= with dst= or is_transpose=True")
+            raise make_error("NotSupported", "nisa.nc_matmul under mask= with dst= or is_transpose=True")
 
         def issue(out, s, mv):
             return _n.nc_matmul(dst=out, stationary=s, moving=mv, is_stationary_onezero=is_stationary_onezero,
@@ -262,7 +262,8 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, dst=None, *
         out = dst if dst is not None else _new(shp, dtype)
         box = mask_box(mask, shp)
         if box is not None:
-            memset(shp, value, out.dtype, engine=engine, dst=_restrict(out, box) if dst is not None else _boxed(out, box))
+            part = _restrict(out, box) if dst is not None else _boxed(out, box)
+            memset(shp, value, out.dtype, engine=engine, dst=part)
         elif dst is None:
             out._box = ()  # masked off everywhere: nothing written
         return None if dst is not None else out
@@ -322,7 +323,7 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
         if box is None:
             return None
         if tuple(src.shape) != tuple(dst.shape):
-            raise NotImplementedError("nsim: masked dma_copy needs src and dst of the same shape")
+            raise make_error("NotSupported", "masked dma_copy needs src and dst of the same shape")
         dst, src = _restrict(dst, box), _restrict(src, box)
     _n.dma_copy(dst=_tile(dst, "dma_copy"), src=_tile(src, "dma_copy"), oob_mode=oob_mode, dge_mode=dge_mode,
                 engine=kwargs.get("engine", engine.unknown), dst_rmw_op=dst_rmw_op)
@@ -364,7 +365,7 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, dst=None, **kwargs):
     boxes = None
     if _is_mask(mask):
         if axes is not None and tuple(int(a) for a in axes) != (1, 0):
-            raise NotImplementedError("nsim: nisa.dma_transpose under mask= transposes 2-D tiles only")
+            raise make_error("NotSupported", "nisa.dma_transpose under mask= transposes 2-D tiles only")
         boxes = transpose_mask(mask, src, "nisa.dma_transpose")
         if boxes is None:
             return None if dst is not None else _nothing(shape, _dt(dtype, src.dtype), "sbuf")
@@ -587,7 +588,7 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
         start = range_start
         if box is not None:
             if len(shape) != 2 and any(b != (0, n) for b, n in zip(box[1:], shape[1:])):
-                raise NotImplementedError("nsim: range_select with a free-dim mask needs a 2-D tile")
+                raise make_error("NotSupported", "range_select with a free-dim mask needs a 2-D tile")
             start = range_start + (box[1][0] if len(shape) == 2 else 0)
         return _masked(lambda t, b0, b1, rr: range_select(on_true_tile=t, comp_op0=comp_op0, comp_op1=comp_op1,
                                                           bound0=b0, bound1=b1, reduce_cmd=reduce_cmd,

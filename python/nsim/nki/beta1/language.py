@@ -11,7 +11,7 @@ What differs from ``nsim.nki.language`` (spec §1.2, §3.6, §3.8):
 - ``mask=``: a comparison of ``nl.arange`` expressions (and loop indices) holding on a rectangle of the
   instruction's index space restricts it to that rectangle (most value functions and nisa ops;
   :func:`mask_box`); a bool mask (a comparison of loop indices in an unrolled loop) that is False issues
-  nothing (:func:`skipped`), one that is True is no mask; a few nisa ops reject other masks (NotImplementedError);
+  nothing (:func:`skipped`), one that is True is no mask; a few nisa ops reject other masks (NotSupportedError);
 - launch-grid queries ``program_id`` / ``num_programs`` / ``program_ndim``.
 """
 from __future__ import annotations
@@ -39,8 +39,8 @@ for _n in ("bfloat16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2", "float8_e8
     if hasattr(_nl, _n):
         globals()[_n] = getattr(_nl, _n)
 
-_MASK_MSG = ("nsim: mask= is not implemented yet for Beta-1 kernels (affine predicates on nl.arange are "
-             "planned); restrict the index ranges instead")
+_MASK_MSG = ("mask= is not supported yet here (it is on loads, stores, element-wise and value functions, "
+             "reductions, matmuls, transposes, iota, memset and affine_select); restrict the index ranges instead")
 
 
 def _eval_expr(e, shape, env=None):
@@ -140,10 +140,10 @@ def mask_box(mask, shape):
         idx = np.nonzero(proj)[0]
         lo, hi = int(idx[0]), int(idx[-1]) + 1
         if not proj[lo:hi].all():
-            raise NotImplementedError("nsim: non-rectangular masks are not supported yet")
+            raise make_error("NotSupported", "non-rectangular masks are not supported yet")
         box.append((lo, hi))
     if not m[tuple(slice(lo, hi) for lo, hi in box)].all():
-        raise NotImplementedError("nsim: non-rectangular masks are not supported yet")
+        raise make_error("NotSupported", "non-rectangular masks are not supported yet")
     return box
 
 
@@ -178,8 +178,8 @@ def operand_mask_ranges(mask, spaces, what):
     variables as its terms (``k * 128 + i_k < K`` names the operands indexed with ``i_k``); one built from other
     variables, to the output space (its sizes permitting); without variables to go by, to the operand spaces its
     axis sizes fit (the output's only when no operand's does). One that fits operands on different dims is
-    ambiguous (NotImplementedError: index the operands with the expressions the mask compares). Returns ``{dim: (lo, hi)}``, or None where the mask holds
-    nowhere."""
+    ambiguous (NotSupportedError: index the operands with the expressions the mask compares). Returns
+    ``{dim: (lo, hi)}``, or None where the mask holds nowhere."""
     ranges = {}
     for shape, dims, _, _ in spaces:
         for n, d in zip(shape, dims):
@@ -209,7 +209,7 @@ def operand_mask_ranges(mask, spaces, what):
             raise make_error("BadMask", "{}: a mask condition of axis sizes {} fits none of the operands ({})".format(
                 what, [x.shape for x in xs if x.coefs], ", ".join(str(tuple(sp[0])) for sp in spaces)))
         if len({tuple(sp[1][a] for a in axes) for sp in cands}) > 1:
-            raise NotImplementedError("nsim: {}: a mask condition could restrict either operand ({}); index the "
+            raise make_error("NotSupported", "{}: a mask condition could restrict either operand ({}); index the "
                                       "operands with the nl.arange/nl.mgrid expressions the mask compares".format(
                                           what, ", ".join(str(tuple(sp[0])) for sp in cands)))
         shape, dims = cands[0][0], cands[0][1]
@@ -229,7 +229,7 @@ def transpose_mask(mask, data, what):
     mask holds nowhere. The mask compares the input's index expressions (``i_p < n`` on ``data[i_p, i_f]``) or
     the output's."""
     if data.ndim != 2:
-        raise NotImplementedError("nsim: {} under mask= needs a 2-D tile, got shape {}".format(
+        raise make_error("NotSupported", "{} under mask= needs a 2-D tile, got shape {}".format(
             what, tuple(data.shape)))
     p, f = (int(n) for n in data.shape)
     r = operand_mask_ranges(mask, [((p, f), ("p", "f"), getattr(data, "_keys", None), False),
@@ -288,7 +288,7 @@ def _restrict(view, box):
     if isinstance(view, Tensor) and view._adv is not None:
         base, items, rshape, _ = view._adv
         if tuple(rshape) != tuple(view.shape) or len(box) != len(rshape):
-            raise NotImplementedError("nsim: this masked access is not supported yet (shape {} vs index space "
+            raise make_error("NotSupported", "this masked access is not supported yet (shape {} vs index space "
                                       "{})".format(tuple(view.shape), rshape))
         new = []
         for e in items:
@@ -302,18 +302,18 @@ def _restrict(view, box):
                                  shp))
         return base._adv_index(tuple(new), defer_oob=False)
     if len(box) != view.ndim:
-        raise NotImplementedError("nsim: mask of {} dims on a view of shape {}".format(len(box), tuple(view.shape)))
+        raise make_error("NotSupported", "mask of {} dims on a view of shape {}".format(len(box), tuple(view.shape)))
     return NkiTensor.__getitem__(view, tuple(slice(lo, hi) for lo, hi in box))
 
 
 def _check_mask(mask, what=""):
-    """Masks: ``None`` / ``True`` accepted; anything else is not implemented yet."""
+    """Masks: ``None`` / ``True`` accepted; anything else is not supported yet by the op (NotSupportedError)."""
     if mask is None or mask is True or (isinstance(mask, np.bool_) and mask):
         return
     if mask is False:
-        raise NotImplementedError("nsim: mask=False (skip the instruction) is not supported yet" +
-                                  (" ({})".format(what) if what else ""))
-    raise NotImplementedError(_MASK_MSG + (" ({})".format(what) if what else ""))
+        raise make_error("NotSupported", "mask=False (skip the instruction) is not supported yet" +
+                         (" ({})".format(what) if what else ""))
+    raise make_error("NotSupported", _MASK_MSG + (" ({})".format(what) if what else ""))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -441,8 +441,8 @@ class IndexExpr:
 
 
 class _Mask:
-    """A comparison of index expressions (a Beta-1 mask predicate); evaluated only by nsim's mask
-    support, which is not implemented yet."""
+    """A comparison of index expressions (a Beta-1 mask predicate), evaluated by :func:`mask_box` and
+    :func:`operand_mask_ranges`."""
 
     def __init__(self, a, b, op):
         self.a, self.b, self.op = a, b, op
@@ -660,7 +660,7 @@ class Tensor(NkiTensor):
 
     def access(self, indirect_ok=False):
         if self._t2d:
-            raise NotImplementedError("nsim: a transposed arange access (partition index on a later dim) is "
+            raise make_error("NotSupported", "a transposed arange access (partition index on a later dim) is "
                                       "supported only as the HBM operand of nl.load / nl.store")
         if self._adv is not None and self._adv[3]:
             # an out-of-bounds arange view is only usable under a mask that clips it
@@ -781,7 +781,7 @@ class Tensor(NkiTensor):
         for vd, (bi, e) in enumerate(zip(kept, items)):
             start, size, step, _ = dims[bi]
             if len(e.coefs) > 1:
-                raise NotImplementedError("nsim: an index item that depends on several arange axes ({}) is "
+                raise make_error("NotSupported", "an index item that depends on several arange axes ({}) is "
                                           "not supported yet".format(e))
             if not e.coefs:
                 i = e.offset
@@ -794,7 +794,7 @@ class Tensor(NkiTensor):
             (a, c), = e.coefs.items()
             n = rshape[a]
             if c < 0:
-                raise NotImplementedError("nsim: negative arange strides are not supported yet")
+                raise make_error("NotSupported", "negative arange strides are not supported yet")
             first, last = e.offset, e.offset + (n - 1) * c
             if first < 0 or last >= size:
                 oob = oob or ("err_tensor_access_out_of_bound: index range {}..{} is out of bounds for dim {} of "
@@ -803,7 +803,7 @@ class Tensor(NkiTensor):
                 if not defer_oob:
                     raise make_error("IndexOutOfBounds", oob)
             if a in axis_of.values():
-                raise NotImplementedError("nsim: two index items on the same arange axis (a diagonal access) "
+                raise make_error("NotSupported", "two index items on the same arange axis (a diagonal access) "
                                           "are not supported")
             axis_of[bi] = a
             dims[bi] = [start + first * step, n, step * c, True]
@@ -813,7 +813,7 @@ class Tensor(NkiTensor):
             v._t2d = True
             return v
         if order != sorted(order):
-            raise NotImplementedError("nsim: transposed arange accesses (the partition index on a later dim) "
+            raise make_error("NotSupported", "transposed arange accesses (the partition index on a later dim) "
                                       "are not supported yet; use nisa.nc_transpose / dma_transpose")
         # result axes not driven by any item: size-1 (else a broadcast read, not supported)
         used = set(axis_of.values())
@@ -821,7 +821,7 @@ class Tensor(NkiTensor):
             if a in used:
                 continue
             if rshape[a] != 1:
-                raise NotImplementedError("nsim: arange axis {} of size {} does not index any dim".format(
+                raise make_error("NotSupported", "arange axis {} of size {} does not index any dim".format(
                     a, rshape[a]))
             lo = _b.max([bi for bi, ax in axis_of.items() if ax < a], default=-1)
             hi = _b.min([bi for bi, ax in axis_of.items() if ax > a], default=len(dims))
@@ -1101,7 +1101,7 @@ class BlockTensor:
         for x in k[:self._nb]:
             e = IndexExpr._lift(x)
             if e is None or e.coefs:
-                raise NotImplementedError("nsim: block dims must be indexed with ints or loop indices (got "
+                raise make_error("NotSupported", "block dims must be indexed with ints or loop indices (got "
                                           "{!r})".format(x))
             blk.append(e.offset)
         if self._placed is not None:
@@ -1606,7 +1606,7 @@ def masked_matmul(stat, mov, mask, what, issue, stat_dims=("k", "m")):
     (``psum[...] += ...`` adds only that part)."""
     for t, nm in ((stat, "stationary"), (mov, "moving")):
         if not isinstance(t, NkiTensor) or t.ndim != 2:
-            raise NotImplementedError("nsim: {} under mask= needs 2-D operands ({} is {})".format(
+            raise make_error("NotSupported", "{} under mask= needs 2-D operands ({} is {})".format(
                 what, nm, tuple(t.shape) if isinstance(t, NkiTensor) else t))
     size = dict(zip(stat_dims, (int(n) for n in stat.shape)))
     m, n = size["m"], int(mov.shape[1])
@@ -1644,7 +1644,7 @@ def load(src, *, mask=None, dtype=None, **kwargs):
     (the rest of the tile stays unwritten)."""
     if isinstance(src, Tensor) and src._t2d:
         if _is_mask(mask):
-            raise NotImplementedError("nsim: masks on transposed arange accesses are not supported yet")
+            raise make_error("NotSupported", "masks on transposed arange accesses are not supported yet")
         s = src._storage_order()
         out = _tr.current("nl.load").tile("sbuf", src.dtype, (s.shape[1], s.shape[0]))
         _nisa.dma_transpose(dst=out, src=s)
@@ -1668,7 +1668,7 @@ def store(dst, value, *, mask=None, **kwargs):
         raise make_error("TileInference", "err_failed_to_infer_tile_from_local_tensor")
     if isinstance(dst, Tensor) and dst._t2d:
         if _is_mask(mask):
-            raise NotImplementedError("nsim: masks on transposed arange accesses are not supported yet")
+            raise make_error("NotSupported", "masks on transposed arange accesses are not supported yet")
         d = dst._storage_order()
         if not isinstance(value, NkiTensor) or tuple(value.shape) != (d.shape[1], d.shape[0]):
             raise make_error("ShapeMismatch", "nl.store: a transposed window of shape {} needs a value "
@@ -1730,7 +1730,7 @@ def softmax(x, axis=-1, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
     _check_mask(mask, "nl.softmax")
     _nl._tensor_arg(x, "softmax")
     if x.ndim != 2 or int(axis) not in (1, -1):
-        raise NotImplementedError("nsim: nl.softmax supports 2-D tiles over axis 1 only")
+        raise make_error("NotSupported", "nl.softmax supports 2-D tiles over axis 1 only")
     mx = _nl._new_tile((x.shape[0], 1), np.float32)
     _nisa.tensor_reduce(dst=mx, op=_nl.maximum, data=x, axis=1, negate=True)
     e = _nl._new_tile(x.shape, np.float32)
