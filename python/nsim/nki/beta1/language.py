@@ -1493,30 +1493,44 @@ def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
             sub.append(NkiTensor.__getitem__(a, (slice(box[0][0], box[0][1]),) + (slice(None),) * (a.ndim - 1)))
         else:
             sub.append(a)
-    fresh = out is None
-    if fresh:  # made before fn's instruction, which can then write into it (its dtype as fn's result will be)
-        dt = dtype
+    if out is None:
+        guess = dtype
         for t in ([] if dtype is not None else tiles):
-            dt = t.dtype if dt is None else _nl.promote(dt, t.dtype)
-        out = _nl._new_tile(shape, dt)
-    r = fn(*sub)
-    if fresh and dtype is None and np.dtype(r.dtype) != np.dtype(out.dtype):
-        out = _nl._new_tile(shape, r.dtype)  # (fn promoted otherwise: the result takes its dtype)
-    res_full = _restrict(out, box)
-    # the instruction that made r writes that part of out instead (as the masked instruction does on hardware);
-    # a copy only where it cannot (r is one of the arguments, or the last instruction did not write r)
-    own = isinstance(r, NkiTensor) and not _b.any(isinstance(a, NkiTensor) and a._st is r._st for a in sub)
-    if not (own and _retarget_fresh(res_full, r, reuse=False)):
-        _nisa.tensor_copy(dst=res_full, src=r)
-    if isinstance(out, Tensor) and res_full is not out:
+            guess = t.dtype if guess is None else _nl.promote(guess, t.dtype)
+        out = _run_into(fn, sub, shape, box, dtype, guess)
+    else:
+        _write_part(out, box, fn(*sub), sub)
+    if isinstance(out, Tensor) and _restrict(out, box) is not out:
         out._box = [tuple(b) for b in box]
     return out
 
 
+def _run_into(fn, args, shape, box, dtype, guess):
+    """``fn(*args)`` (a value function) written into the ``box`` part of a fresh tile of ``shape``, returned. The
+    tile is made first (``dtype``, else the ``guess`` of fn's result dtype; made again if fn's result has
+    another), so that fn's instruction can write into it."""
+    out = _nl._new_tile(shape, dtype if dtype is not None else guess)
+    r = fn(*args)
+    if dtype is None and np.dtype(r.dtype) != np.dtype(out.dtype):
+        out = _nl._new_tile(shape, r.dtype)
+    _write_part(out, box, r, args)
+    return out
+
+
+def _write_part(out, box, r, args):
+    """Put ``r`` (a value function's result on ``args``) in the ``box`` part of ``out``: the instruction that made
+    r writes there instead (as the masked instruction does on hardware); a copy only where it cannot (r is one
+    of the arguments, or the last instruction did not write r whole)."""
+    part = _restrict(out, box)
+    own = isinstance(r, NkiTensor) and not _b.any(isinstance(a, NkiTensor) and a._st is r._st for a in args)
+    if not (own and _retarget_fresh(part, r, reuse=False)):
+        _nisa.tensor_copy(dst=part, src=r)
+
+
 def masked_reduce(fn, x, axis, keepdims, mask, what):
     """A reduction under ``mask=`` (evaluated over the input space, §3.8): ``fn`` (a keepdims reduction) runs
-    on the part of ``x`` inside the mask's rectangle; its result fills that part of a fresh result tile
-    (result positions outside the mask stay unwritten)."""
+    on the part of ``x`` inside the mask's rectangle and writes that part of a fresh result tile (result
+    positions outside the mask stay unwritten)."""
     if not isinstance(x, NkiTensor):
         raise make_error("BadOperandKind", "{}: x must be a tile, got {!r}".format(what, x))
     axes = _nl._axes(x, axis, what.split(".")[-1])
@@ -1525,10 +1539,8 @@ def masked_reduce(fn, x, axis, keepdims, mask, what):
     if box is None:
         out = _nl._new_tile(kshape, x.dtype)
     else:
-        r = fn(_restrict(x, box))
-        out = _nl._new_tile(kshape, r.dtype)
         obox = [(0, 1) if a in axes else lh for a, lh in enumerate(box)]
-        _nisa.tensor_copy(dst=_restrict(out, obox), src=r)
+        out = _run_into(fn, (_restrict(x, box),), kshape, obox, None, x.dtype)
     res = out if keepdims else _nl._drop(out, axes)
     if box is not None and isinstance(res, Tensor):
         res._box = [tuple(lh) for a, lh in enumerate(obox) if keepdims or a not in axes]
