@@ -210,8 +210,8 @@ def operand_mask_ranges(mask, spaces, what):
                 what, [x.shape for x in xs if x.coefs], ", ".join(str(tuple(sp[0])) for sp in spaces)))
         if len({tuple(sp[1][a] for a in axes) for sp in cands}) > 1:
             raise make_error("NotSupported", "{}: a mask condition could restrict either operand ({}); index the "
-                                      "operands with the nl.arange/nl.mgrid expressions the mask compares".format(
-                                          what, ", ".join(str(tuple(sp[0])) for sp in cands)))
+                             "operands with the nl.arange/nl.mgrid expressions the mask compares".format(
+                                 what, ", ".join(str(tuple(sp[0])) for sp in cands)))
         shape, dims = cands[0][0], cands[0][1]
         box = mask_box(leaf, shape)
         if box is None:
@@ -289,7 +289,7 @@ def _restrict(view, box):
         base, items, rshape, _ = view._adv
         if tuple(rshape) != tuple(view.shape) or len(box) != len(rshape):
             raise make_error("NotSupported", "this masked access is not supported yet (shape {} vs index space "
-                                      "{})".format(tuple(view.shape), rshape))
+                             "{})".format(tuple(view.shape), rshape))
         new = []
         for e in items:
             if not e.coefs:
@@ -661,7 +661,7 @@ class Tensor(NkiTensor):
     def access(self, indirect_ok=False):
         if self._t2d:
             raise make_error("NotSupported", "a transposed arange access (partition index on a later dim) is "
-                                      "supported only as the HBM operand of nl.load / nl.store")
+                             "supported only as the HBM operand of nl.load / nl.store")
         if self._adv is not None and self._adv[3]:
             # an out-of-bounds arange view is only usable under a mask that clips it
             raise make_error("IndexOutOfBounds", self._adv[3])
@@ -782,7 +782,7 @@ class Tensor(NkiTensor):
             start, size, step, _ = dims[bi]
             if len(e.coefs) > 1:
                 raise make_error("NotSupported", "an index item that depends on several arange axes ({}) is "
-                                          "not supported yet".format(e))
+                                 "not supported yet".format(e))
             if not e.coefs:
                 i = e.offset
                 if not 0 <= i < size:
@@ -804,7 +804,7 @@ class Tensor(NkiTensor):
                     raise make_error("IndexOutOfBounds", oob)
             if a in axis_of.values():
                 raise make_error("NotSupported", "two index items on the same arange axis (a diagonal access) "
-                                          "are not supported")
+                                 "are not supported")
             axis_of[bi] = a
             dims[bi] = [start + first * step, n, step * c, True]
         order = [axis_of[bi] for bi in sorted(axis_of)]
@@ -814,7 +814,7 @@ class Tensor(NkiTensor):
             return v
         if order != sorted(order):
             raise make_error("NotSupported", "transposed arange accesses (the partition index on a later dim) "
-                                      "are not supported yet; use nisa.nc_transpose / dma_transpose")
+                             "are not supported yet; use nisa.nc_transpose / dma_transpose")
         # result axes not driven by any item: size-1 (else a broadcast read, not supported)
         used = set(axis_of.values())
         for a in range(nd):
@@ -1102,7 +1102,7 @@ class BlockTensor:
             e = IndexExpr._lift(x)
             if e is None or e.coefs:
                 raise make_error("NotSupported", "block dims must be indexed with ints or loop indices (got "
-                                          "{!r})".format(x))
+                                 "{!r})".format(x))
             blk.append(e.offset)
         if self._placed is not None:
             blocks, slot_of, f0 = self._placed
