@@ -1568,14 +1568,6 @@ def mean(x, axis, *, dtype=None, keepdims=False, mask=None, **kwargs):
     return _nl.mean(x, axis, dtype=dtype, keepdims=keepdims)
 
 
-def _boxed(out, box):
-    """``out`` restricted to ``box``, marking ``out`` as written only there (a masked instruction's result)."""
-    if _b.all(lo == 0 and hi == n for (lo, hi), n in zip(box, out.shape)):
-        return out
-    out._box = [tuple(b) for b in box]
-    return _restrict(out, box)
-
-
 def transpose(x, *, dtype=None, mask=None, **kwargs):
     """``nl.transpose``; under ``mask=`` (over x's index expressions or the result's) only the masked part is
     transposed into the fresh result (the rest stays unwritten)."""
