@@ -1086,3 +1086,41 @@ def test_unsupported_beta1_forms_are_nsim_errors(b1):
     assert e.value.file == __file__ and "non-rectangular" in e.value.message
     with pytest.raises(nsim.NotSupportedError, match="Beta-1 API"):
         nsim.nki.benchmark(nonrect.fn)
+
+
+def test_masked_softmax_var_dropout(b1):
+    """nl.softmax / nl.var / nl.dropout under mask=: computed on the mask's rectangle (softmax over its columns,
+    the variance of its elements), written there only; the rest of the destination keeps its value."""
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 256), nl.float32, buffer=nl.shared_hbm)
+        var = nl.ndarray((128, 1), nl.float32, buffer=nl.shared_hbm)
+        drop = nl.ndarray((128, 256), nl.float32, buffer=nl.shared_hbm)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(256)[None, :]
+        t = nl.load(x)
+        o = nl.full((128, 256), 5.0, nl.float32)
+        o[i_p, i_f] = nl.softmax(t[i_p, i_f], axis=1, mask=(i_p < 100) & (i_f < 200))
+        nl.store(out, o)
+        v = nl.full((128, 1), -1.0, nl.float32)
+        v[...] = nl.var(t[i_p, i_f], axis=1, mask=(i_p < 90) & (i_f >= 16))
+        nl.store(var, v)
+        d = nl.full((128, 256), 5.0, nl.float32)
+        d[i_p, i_f] = nl.dropout(t[i_p, i_f], 0.0, mask=(i_p >= 64))
+        nl.store(drop, d)
+        return out, var, drop
+
+    x = _rand((128, 256), np.float32, 70)
+    o, v, d = k(x)
+    ref = np.full((128, 256), 5.0, np.float32)
+    e = np.exp(x[:100, :200] - x[:100, :200].max(1, keepdims=True))
+    ref[:100, :200] = e / e.sum(1, keepdims=True)
+    np.testing.assert_allclose(o, ref, rtol=1e-5, atol=1e-6)
+    rv = np.full((128, 1), -1.0, np.float32)
+    rv[:90, 0] = x[:90, 16:].var(1)
+    np.testing.assert_allclose(v, rv, rtol=1e-4, atol=1e-6)
+    rd = np.full((128, 256), 5.0, np.float32)
+    rd[64:] = x[64:]  # rate 0 keeps every element
+    np.testing.assert_allclose(d, rd, rtol=1e-6)

@@ -40,7 +40,8 @@ for _n in ("bfloat16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2", "float8_e8
         globals()[_n] = getattr(_nl, _n)
 
 _MASK_MSG = ("mask= is not supported yet here (it is on loads, stores, element-wise and value functions, "
-             "reductions, matmuls, transposes, iota, memset and affine_select); restrict the index ranges instead")
+             "reductions, softmax, matmuls, transposes, iota, memset and affine_select); restrict the index ranges "
+             "instead")
 
 
 def _eval_expr(e, shape, env=None):
@@ -1730,8 +1731,11 @@ def broadcast_to(src, *, shape, **kwargs):
 
 
 def softmax(x, axis=-1, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
-    """``nl.softmax`` over the last free dim: max (V), exp(x - max) with sum (S), reciprocal * (V)."""
-    _check_mask(mask, "nl.softmax")
+    """``nl.softmax`` over the last free dim: max (V), exp(x - max) with sum (S), reciprocal * (V). Under
+    ``mask=`` the softmax of the masked rectangle (over its columns), written there only."""
+    if _is_mask(mask):
+        return masked_elementwise(lambda t: softmax(t, axis, dtype=dtype, compute_dtype=compute_dtype), (x,), mask,
+                                  "nl.softmax", dtype)
     _nl._tensor_arg(x, "softmax")
     if x.ndim != 2 or int(axis) not in (1, -1):
         raise make_error("NotSupported", "nl.softmax supports 2-D tiles over axis 1 only")
@@ -1790,8 +1794,10 @@ def all(x, axis, *, dtype=None, mask=None, **kwargs):  # noqa: A001 - NKI name
 
 
 def var(x, axis, *, dtype=None, mask=None, **kwargs):
-    """``nl.var(x, axis)``: population variance over ``axis`` (reduced dims kept)."""
-    _check_mask(mask, "nl.var")
+    """``nl.var(x, axis)``: population variance over ``axis`` (reduced dims kept); under ``mask=`` of the masked
+    elements (the count is the mask's)."""
+    if _is_mask(mask):
+        return masked_reduce(lambda t: _nl.var(t, axis, dtype=dtype), x, axis, True, mask, "nl.var")
     return _nl.var(x, axis, dtype=dtype)
 
 
@@ -1919,7 +1925,8 @@ def dropout(x, rate, *, dtype=None, mask=None, **kwargs):
     """``nl.dropout(x, rate)`` (Beta 1): a fresh tile, each element zeroed with probability ``rate``."""
     if skipped(mask):
         return nothing(x.shape, dtype if dtype is not None else x.dtype)
-    _check_mask(mask, "nl.dropout")
+    if _is_mask(mask):
+        return masked_elementwise(lambda t: _nl.dropout(t, rate, dtype=dtype), (x,), mask, "nl.dropout", dtype)
     return _nl.dropout(x, rate, dtype=dtype)
 
 
