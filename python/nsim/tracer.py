@@ -1823,12 +1823,12 @@ def _alloc_names(stmts, out=None):
     return out
 
 
-def _allocates_psum(body):
-    """True when statements ``body`` (nested loops included) allocate a PSUM tile."""
+def _allocates_tiles(body):
+    """True when statements ``body`` (nested loops included) allocate a tile."""
     for st in body:
-        if "alloc" in st and st["alloc"].get("buffer") == "psum":
+        if "alloc" in st:
             return True
-        if "loop" in st and _allocates_psum(st["loop"].get("body", [])):
+        if "loop" in st and _allocates_tiles(st["loop"].get("body", [])):
             return True
     return False
 
@@ -2045,13 +2045,14 @@ class Tracer:
         elif len(mid) >= 2:
             yield from self._record_loop(mid, kind, key, f)
             loop = self.body[-1].get("loop") if self.body else None
-            if loop is not None and _allocates_psum(loop.get("body", [])):
-                # Peeled, a line's PSUM tiles would be three allocations (first iteration, the loop, the last),
-                # each with its own rotating buffers, where the unrolled loop rotates one: three times the
-                # banks of 8, and the iterations around the loop serialise on the rest. Recorded two
-                # iterations per pass instead, over the line's storages (_record_loop).
-                raise _NeedsConcrete("a peeled loop's body allocates PSUM tiles (peeling would triple their "
-                                     "banks)", key, pair=True)
+            if loop is not None and _allocates_tiles(loop.get("body", [])):
+                # Peeled, a line's tiles would be three allocations (first iteration, the loop, the last), each
+                # with its own rotating buffers, where the unrolled loop rotates one over two storages: PSUM's 8
+                # banks run out, and SBUF tiles get deeper buffers than the compiler gives (a kept trace up to
+                # 11 % faster than the unrolled one). Recorded two iterations per pass instead, over the line's
+                # storages (_record_loop): the unrolled trace's storages and time.
+                raise _NeedsConcrete("a peeled loop's body allocates tiles (peeled, each would take two more "
+                                     "buffers)", key, pair=True)
         else:
             yield from mid
         yield r[-1]
@@ -2061,7 +2062,7 @@ class Tracer:
         indices 2*step*k + start and 2*step*k + start + step of a loop over k in range(len(r) // 2) (``r`` has
         an even length), and the body's tiles are allocated as in the enclosing body, before the loop: a
         line's tiles rotate over the storages its tiles outside the loop use (two per line), as in the
-        unrolled trace. A peeled loop allocating PSUM tiles is recorded so (_peeled_loop)."""
+        unrolled trace. A peeled loop allocating tiles is recorded so (_peeled_loop)."""
         loc = ({"file": f.f_code.co_filename, "line": _lineno(f), "function": f.f_code.co_name}
                if user_loc is _default_user_loc else user_loc())  # (export_from_library.py substitutes user_loc)
         m = _FOR_RE.match(linecache.getline(key[0], key[1]) or "")

@@ -377,12 +377,16 @@ def first_iteration_special(x):
 
 
 def test_a_comparison_that_differs_between_iterations_peels_the_loop():
-    x = np.random.default_rng(1).standard_normal((512, 64)).astype(np.float32)
-    (_ku, ou, _pu), (kk, ok, _pk) = _both_ways(first_iteration_special, (x,))
+    """Iterations 0 and 15 run with their int index; the 14 between are a pair loop (its body allocates a tile:
+    recorded two iterations per pass over the line's storages), so the kept trace's time is the unrolled one's
+    (peeled one per pass, the tile had two more buffers: 10,587 ns against 11,657 ns unrolled)."""
+    x = np.random.default_rng(1).standard_normal((2048, 64)).astype(np.float32)
+    (_ku, ou, pu), (kk, ok, pk) = _both_ways(first_iteration_special, (x,))
     _assert_same_outputs(ou, ok)
-    np.testing.assert_allclose(ok, x.reshape(4, 128, 64).sum(0), rtol=1e-5)
+    np.testing.assert_allclose(ok, x.reshape(16, 128, 64).sum(0), rtol=1e-5)
     [lp] = _loops(kk)
-    assert (lp["start"], lp["stop"]) == (1, 3)  # iteration 0 and 3 run with their int index
+    assert (lp["start"], lp["stop"]) == (0, 7)  # 7 pairs of iterations
+    assert pk.total_time_ns == pu.total_time_ns
 
 
 @nki.jit
@@ -432,18 +436,21 @@ def divided(x):
     return out
 
 
-@pytest.mark.parametrize("kern,shape,kept", [(ragged, (600, 16), (1, 4)), (divided, (256, 16), None)])
+@pytest.mark.parametrize("kern,shape,kept", [(ragged, (2000, 16), (0, 7)), (ragged, (600, 16), ()),
+                                             (divided, (256, 16), None)])
 def test_index_dependent_bodies_are_peeled_or_unrolled(kern, shape, kept):
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
     (_ku, ou, _pu), (kk, ok, _pk) = _both_ways(kern, (x,))
     _assert_same_outputs(ou, ok)
     np.testing.assert_array_equal(ok, x)
     loops = _loops(kk)
-    if kept is None:  # divided: a non-exact // of the index cannot be peeled away
+    if not kept:  # divided: a non-exact // of the index cannot be peeled away; ragged of 5 tiles: too few to pair
         assert not loops
-    else:  # ragged: min(128, n - 128 i) is 128 for i = 1..3: peeled (i = 0 and the short i = 4 run unrolled)
+    else:  # ragged: min(128, n - 128 i) is 128 for i = 1..14: peeled (i = 0 and the short i = 15 run with their
+        # int index) and, its body allocating a tile, recorded in 7 pairs: the unrolled trace's time
         [lp] = loops
         assert (lp["start"], lp["stop"]) == kept
+        assert _pk.total_time_ns == _pu.total_time_ns
 
 
 @nki.jit
@@ -678,14 +685,15 @@ def test_count_ops_counts_a_loops_ops_once_in_the_ir_and_once_per_iteration_exec
 
 
 def test_a_kernel_traced_again_starts_from_its_loop_decisions():
-    # the first trace finds that the loop must be peeled (`if i == 0`) by a second attempt; tracing the kernel
-    # again with arguments of the same kind starts from that decision: one attempt, the same IR
+    # the first trace finds that the loop must be peeled (`if i == 0`) by a second attempt, and paired (its body
+    # allocates a tile) by a third; tracing the kernel again with arguments of the same kind starts from those
+    # decisions: one attempt, the same IR
     x = np.random.default_rng(5).standard_normal((512, 64)).astype(np.float32)
     k = first_iteration_special.options(loops="keep", check=False)
     tracer._LOOP_PLANS.clear()  # (an earlier test may have traced it so)
     del ATTEMPTS[:]
     first = k.to_json(x)
-    assert len(ATTEMPTS) == 2
+    assert len(ATTEMPTS) == 3
     del ATTEMPTS[:]
     assert k.to_json(x) == first
     assert len(ATTEMPTS) == 1
