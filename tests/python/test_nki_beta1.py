@@ -1,5 +1,6 @@
 """The Beta-1 NKI dialect (``neuronxcc.nki`` -> nsim.nki.beta1): tutorial-style kernels run through
 ``nsim.compat.install()``, ``nki.simulate_kernel`` and the jit call, checked against numpy."""
+import json
 import importlib.util
 import os
 import sys
@@ -1124,3 +1125,21 @@ def test_masked_softmax_var_dropout(b1):
     rd = np.full((128, 256), 5.0, np.float32)
     rd[64:] = x[64:]  # rate 0 keeps every element
     np.testing.assert_allclose(d, rd, rtol=1e-6)
+
+
+def test_masked_tiled_matmul_keeps_its_loops(b1):
+    """The tiled matmul with masked tails at 1000^3: the masks on the outer loops' indices inside the K loop hold
+    in every iteration between the first and the last, so the loops are kept (peeled, and paired: their bodies
+    allocate tiles) instead of unrolled, with the unrolled trace's instructions and simulated time."""
+    import nsim
+    nki, nl, nisa, _ = b1
+    k = _matmul_tails(nki, nl, nisa)
+    a, b = _rand((1000, 1000), np.float32, 71), _rand((1000, 1000), np.float32, 72)
+    res = []
+    for mode in ("unroll", "keep"):
+        _, prof = k.options(loops=mode, timing_only=True).simulate(a, b)
+        n = json.loads(prof.to_stats_json())["instructions"]
+        res.append((prof.total_time_ns, len(json.dumps(k.last_json)), n))
+    (t_u, size_u, n_u), (t_k, size_k, n_k) = res
+    assert t_k == t_u and n_k == n_u == 560
+    assert size_k < size_u / 2

@@ -131,7 +131,21 @@ def mask_box(mask, shape):
     loop_vars = []
     convex = _mask_loop_vars(mask, loop_vars)
     if loop_vars:
-        return _symbolic_mask_box(mask, shape, loop_vars, convex)
+        # conditions on kept loops' indices must hold everywhere; the others give the rectangle
+        # (``(m * 128 + i_m < M) & (n * 512 + i_n < N)`` with m kept and n, in a peeled iteration, an int)
+        sym, rest = [], True
+        for leaf in _mask_leaves(mask):
+            lv = []
+            c = _mask_loop_vars(leaf, lv)
+            if lv:
+                sym.append((leaf, lv, c))
+            else:
+                rest = leaf if rest is True else _Mask(rest, leaf, "&")
+        if rest is True:
+            return _symbolic_mask_box(mask, shape, loop_vars, convex)
+        for leaf, lv, c in sym:
+            _symbolic_mask_box(leaf, shape, lv, c)
+        return mask_box(rest, shape)
     m = np.broadcast_to(_eval_mask(mask, shape), shape)
     if not m.any():
         return None
