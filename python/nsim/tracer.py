@@ -2261,13 +2261,19 @@ class Tracer:
                              "dim first), got shape {}".format(shape))
         frame = user_frame()
         hint = None if name else assigned_name(frame)
-        # The pool of reusable storage is per allocation site (file, line) and kind: a tile takes the storage
-        # of a dead tile made by the same nl.ndarray line, as the compiler rotates one allocation's buffers
-        # over a loop's iterations. Tiles of different lines never share here (the compiler model's
-        # liveness allocation decides that): sharing by kind alone put, say, a loop's input tile and its
-        # result tile (same shape) in one storage, an ordering the compiled kernel does not have. A reused
+        # The pool of reusable storage is per allocation site (file, line, and the line that called it) and
+        # kind: a tile takes the storage of a dead tile made by the same nl.ndarray line, as the compiler rotates
+        # one allocation's buffers over a loop's iterations. Tiles of different lines never share here (the
+        # compiler model's liveness allocation decides that): sharing by kind alone put, say, a loop's input
+        # tile and its result tile (same shape) in one storage, an ordering the compiled kernel does not have.
+        # A helper's line called from two places is two allocations, as after inlining (by line alone, the
+        # unrolled trace rotated a helper's tiles for K^T and for each query block over one line's two
+        # storages, where the kept trace gives the K^T loop its own buffers: attention 4-25 % apart). A reused
         # storage keeps its first name.
-        key = (buffer, dt, shape) if frame is None else (buffer, dt, shape, frame.f_code.co_filename, _lineno(frame))
+        caller = frame.f_back if frame is not None else None
+        key = (buffer, dt, shape) if frame is None else (
+            buffer, dt, shape, frame.f_code.co_filename, _lineno(frame),
+            caller.f_code.co_filename if caller is not None else None, _lineno(caller) if caller is not None else 0)
         if self._broken is not None:
             raise _NeedsConcrete("a loop recorded symbolically was left early", self._broken)
         recs = self._recs
