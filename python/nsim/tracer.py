@@ -2278,7 +2278,7 @@ class Tracer:
             raise _NeedsConcrete("a loop recorded symbolically was left early", self._broken)
         recs = self._recs
         if recs and recs[-1].pairs and not name and address is None:
-            # a loop recorded two iterations per pass (a peeled loop allocating PSUM): the tile takes its line's
+            # a loop recorded two iterations per pass (a peeled loop allocating tiles): the tile takes its line's
             # storages as the enclosing body (or the kernel) would, its alloc statement before the loop
             pairs = recs[_body_rec_index(recs) + 1:]
             saved, self.body = self.body, pairs[0].outer_body

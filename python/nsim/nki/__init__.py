@@ -108,6 +108,7 @@ def trace_kernel(kernel, *args, **kwargs):
 
 
 def benchmark(kernel=None, **kw):
-    """Beta 1 only (nki-api.md lists nki.benchmark for the old dialect): a NotSupportedError names what to use instead."""
+    """Beta 1 only (nki-api.md lists nki.benchmark for the old dialect): a NotSupportedError names what to use
+    instead."""
     raise _tracer.make_error("NotSupported", "nki.benchmark is a Beta-1 API (neuronxcc.nki.benchmark); in the new "
                              "dialect, kernel.simulate(...) returns the Profile of the run (total_time_ns)")
