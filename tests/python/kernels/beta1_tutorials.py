@@ -1,10 +1,11 @@
 """Beta-1 NKI tutorial kernels (``neuronxcc.nki``), as the public tutorials write them: 2-D average pooling
 (``nl.mgrid`` advanced indexing), the f1/f2 transpose by access patterns (``out[i_p, i_x * ny + i_y]``: two
 strides over one dim) and LayerNorm v1 (nl value functions) and v2 (``nisa.bn_stats`` under a free-dim mask,
-``nisa.bn_aggr``, a two-op ``nisa.tensor_scalar``), the Mamba v1 sample (``tensor_tensor_scan``, an SBUF
-``+=`` accumulation across an ``affine_range``) and the fused self-attention tutorial for small head sizes
-(``load_transpose2d``, ``nc_transpose``, ``affine_select`` on a PSUM tile when causal). No nsim imports; the
-tutorial's own 2-space indentation kept."""
+``nisa.bn_aggr``, a two-op ``nisa.tensor_scalar``), the Mamba samples v1 to v3 (``tensor_tensor_scan``, an
+SBUF ``+=`` accumulation across an ``affine_range``; v2 loads delta and u once per channel tile; v3 tiles the
+sequence into 512-wide steps and carries the scan's last column into the next step's ``initial``) and the
+fused self-attention tutorial for small head sizes (``load_transpose2d``, ``nc_transpose``, ``affine_select``
+on a PSUM tile when causal). No nsim imports; the tutorial's own 2-space indentation kept."""
 import math
 
 import numpy as np
@@ -135,6 +136,82 @@ def mamba_v1(delta, u, A, B, C):
             channel_start = i_channel_tile * channel_psize
             nl.store(output[i_batch, channel_start:channel_start + channel_psize, 0:seq_len],
                      scanC_accum[i_channel_tile, 0:channel_psize, 0:seq_len])
+    return output
+
+
+@nki.jit
+def mamba_v2(delta, u, A, B, C):
+    batch_size, channels, seq_len = delta.shape
+    output = nl.ndarray((batch_size, channels, seq_len), dtype=delta.dtype, buffer=nl.shared_hbm)
+    _, state_size = A.shape
+    assert channels % 128 == 0
+    channel_psize = nl.tile_size.pmax
+    n_channel_tile = channels // channel_psize
+    for i_batch in nl.affine_range(batch_size):
+        for i_channel_tile in nl.affine_range(n_channel_tile):
+            channel_start = i_channel_tile * channel_psize
+            scanC_accum = nl.zeros((channel_psize, seq_len), dtype=delta.dtype)
+            delta_i = nl.load(delta[i_batch, channel_start:channel_start + channel_psize, 0:seq_len])
+            u_i = nl.load(u[i_batch, channel_start:channel_start + channel_psize, 0:seq_len])
+            for i_state in nl.affine_range(state_size):
+                A_i = nl.load(A[channel_start:channel_start + channel_psize, i_state])
+                deltaA = nisa.activation(op=nl.exp, data=delta_i, scale=A_i)
+                B_i = nl.load(B[i_batch, i_state:i_state + 1, 0:seq_len])
+                deltaU = nisa.tensor_tensor(delta_i, u_i, op=nl.multiply)
+                B_i_bcast = B_i.broadcast_to((channel_psize, seq_len))
+                deltaBu = nisa.tensor_tensor(deltaU, B_i_bcast, op=nl.multiply)
+                scan_res = nki.isa.tensor_tensor_scan(deltaA, deltaBu, initial=0, op0=np.multiply, op1=np.add)
+                C_i = nl.load(C[i_batch, i_state:i_state + 1, 0:seq_len])
+                C_i_bcast = C_i.broadcast_to((channel_psize, seq_len))
+                scanC = nisa.tensor_tensor(scan_res, C_i_bcast, op=nl.multiply)
+                scanC_accum[0:channel_psize, 0:seq_len] += scanC
+            nl.store(output[i_batch, channel_start:channel_start + channel_psize, 0:seq_len],
+                     scanC_accum[0:channel_psize, 0:seq_len])
+    return output
+
+
+@nki.jit
+def mamba_v3(delta, u, A, B, C):
+    batch_size, channels, seq_len = delta.shape
+    output = nl.ndarray((batch_size, channels, seq_len), dtype=delta.dtype, buffer=nl.shared_hbm)
+    _, state_size = A.shape
+    assert channels % 128 == 0
+    channel_psize = nl.tile_size.pmax
+    n_channel_tile = channels // channel_psize
+    seq_len_fsize = 512
+    assert seq_len % seq_len_fsize == 0
+    n_seq_len_tile = seq_len // seq_len_fsize
+    for i_batch in nl.affine_range(batch_size):
+        for i_channel_tile in nl.affine_range(n_channel_tile):
+            channel_start = i_channel_tile * channel_psize
+            scanC_accum = nl.zeros((channel_psize, seq_len), dtype=delta.dtype)
+            delta_i = nl.load(delta[i_batch, channel_start:channel_start + channel_psize, 0:seq_len])
+            u_i = nl.load(u[i_batch, channel_start:channel_start + channel_psize, 0:seq_len])
+            for i_state in nl.affine_range(state_size):
+                A_i = nl.load(A[channel_start:channel_start + channel_psize, i_state])
+                B_i = nl.load(B[i_batch, i_state:i_state + 1, 0:seq_len])
+                C_i = nl.load(C[i_batch, i_state:i_state + 1, 0:seq_len])
+                scan_init = nl.zeros((channel_psize, 1), dtype=delta_i.dtype)
+                for i_seq_len_tile in nl.static_range(n_seq_len_tile):
+                    seq_len_start = i_seq_len_tile * seq_len_fsize
+                    deltaA = nisa.activation(op=nl.exp,
+                                             data=delta_i[0:channel_psize, seq_len_start:seq_len_start + seq_len_fsize],
+                                             scale=A_i)
+                    deltaU = nisa.tensor_tensor(delta_i[0:channel_psize, seq_len_start:seq_len_start + seq_len_fsize],
+                                                u_i[0:channel_psize, seq_len_start:seq_len_start + seq_len_fsize],
+                                                op=nl.multiply)
+                    B_i_bcast = B_i[0:1, seq_len_start:seq_len_start + seq_len_fsize].broadcast_to(
+                        (channel_psize, seq_len_fsize))
+                    deltaBu = nisa.tensor_tensor(deltaU, B_i_bcast, op=nl.multiply)
+                    scan_res = nki.isa.tensor_tensor_scan(deltaA, deltaBu, initial=scan_init,
+                                                          op0=np.multiply, op1=np.add)
+                    scan_init[...] = scan_res[0:channel_psize, seq_len_fsize - 1]
+                    C_i_bcast = C_i[0:1, seq_len_start:seq_len_start + seq_len_fsize].broadcast_to(
+                        (channel_psize, seq_len_fsize))
+                    scanC = nisa.tensor_tensor(scan_res, C_i_bcast, op=nl.multiply)
+                    scanC_accum[0:channel_psize, seq_len_start:seq_len_start + seq_len_fsize] += scanC
+            nl.store(output[i_batch, channel_start:channel_start + channel_psize, 0:seq_len],
+                     scanC_accum[0:channel_psize, 0:seq_len])
     return output
 
 
