@@ -71,6 +71,7 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
     st_.async_gemm = gemm_async_.get();
   }
   if (opts_.dependency_bound) asap_ = std::make_unique<engines::DepTracker>(dep_config(p_), latency_table(p_));
+  if (opts_.free_pe_helpers) pe_free_ = std::make_unique<engines::PeResults>();
   if (!opts_.trace_path.empty()) {
     const std::string process = opts_.core_index >= 0 ? fmt::format("NeuronCore {} ({}, LNC=2)", opts_.core_index, p_.name)
                                                       : fmt::format("NeuronCore ({})", p_.name);
@@ -419,13 +420,23 @@ void Simulator::run(const std::function<bool(Instr&)>& next) {
   while (next(in)) submit(in);
 }
 
+inline InstrTiming Simulator::schedule_on_engine(const Instr& in, const Sig& sig, bool dma) {
+  return sig.stream                                           ? schedule_stream(in, sig)
+         : isa::op_info(in.op).cost == isa::CostClass::kBarrier ? schedule_barrier(in, sig)
+         : dma                                                  ? schedule_dma(in, sig)
+                                                                : schedule_tensor(in, sig);
+}
+
+InstrTiming Simulator::schedule_what_if(const Instr& in, const Sig& sig) {
+  InstrTiming t = frees(in) ? schedule_free(in, sig) : schedule_on_engine(in, sig, isa::is_dma(in.op));
+  pe_free_->note(in);
+  return t;
+}
+
 InstrTiming Simulator::schedule(const Instr& in, const Sig& sig) {
   const bool dma = isa::is_dma(in.op);
   // (One expression: the result is built in place, not zeroed and then copied.)
-  InstrTiming t = sig.stream                                                       ? schedule_stream(in, sig)
-                  : isa::op_info(in.op).cost == isa::CostClass::kBarrier ? schedule_barrier(in, sig)
-                  : dma                                                  ? schedule_dma(in, sig)
-                                                                         : schedule_tensor(in, sig);
+  InstrTiming t = pe_free_ ? schedule_what_if(in, sig) : schedule_on_engine(in, sig, dma);
   // No later instruction or DMA packet starts before the watermark: prune and fold up to it.
   if (engines::RunStats::fold_due(dma, seq_) || trace_) {
     const Ps w = watermark();
@@ -534,6 +545,33 @@ InstrTiming Simulator::schedule_barrier(const Instr& in, const Sig& sig) {
   set_wait(t, rd, free, seq_);
   engines::RunStats::Detail d;
   d.busy = is.busy;
+  d.bytes = &sig.bytes;
+  stats_.on_instr(in, t, d);
+  return t;
+}
+
+bool Simulator::frees(const Instr& in) const {
+  using P = engines::PeResults;
+  const uint8_t f = opts_.free_pe_helpers;
+  if ((f & P::kBroadcast) && P::broadcast_weights(in)) return true;
+  const P::Kind k = P::helper_kind(in);
+  if (k != P::kNone) return (f & k) != 0;
+  return (f & pe_free_->copy_of(in)) != 0;
+}
+
+InstrTiming Simulator::schedule_free(const Instr& in, const Sig& sig) {
+  // A what-if of `nsim analyze` (SimOptions::free_pe_helpers): no engine time; the instruction's results are
+  // there when its operands are, so what reads them waits for what it read.
+  engines::DepTracker::Regions scratch;
+  const engines::DepTracker::Regions& rg = regions_for(in, sig, scratch);
+  const auto cls = static_cast<uint8_t>(in.engine);
+  const engines::DepTracker::Ready rd = ready_for(in, rg);
+  const Ps at = std::max(rd.time, not_before_);
+  deps_.record(cls, seq_, rg, at, at);
+  if (asap_) schedule_asap(in, sig, rg, cls, 0);
+  InstrTiming t{at, at, at};
+  set_wait(t, rd, at, seq_);
+  engines::RunStats::Detail d;
   d.bytes = &sig.bytes;
   stats_.on_instr(in, t, d);
   return t;

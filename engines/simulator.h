@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "engines/analysis/pe_results.h"
 #include "engines/check/checker.h"
 #include "engines/deps.h"
 #include "engines/dma/dma_engine.h"
@@ -83,6 +84,11 @@ struct SimOptions {
   /// An approximation, off by default; ignored with numerics, a trace, the analyzer, an instruction
   /// listener, the sanitizer or LNC=2.
   bool fast_forward = false;
+  /// `nsim analyze`'s what-if runs (frontend/analyze.cpp; docs/profiling.md "How the savings are estimated"):
+  /// the PE-array helpers of these kinds (bits of engines::PeResults::Kind: transposes, partition
+  /// broadcasts with the load_stationary of their one-row weights) and the copies of their PSUM results
+  /// take no engine time: each is done when its operands are ready. Timing-only; 0 = off.
+  uint8_t free_pe_helpers = 0;
 };
 
 class Simulator {
@@ -210,6 +216,9 @@ class Simulator {
   /// During the call of a DMA instruction, last_dma_split() / last_dma_transfer() describe it.
   using InstrListener = std::function<void(const isa::Instr&, const InstrTiming&)>;
   void add_instr_listener(InstrListener fn) { listeners_.push_back(std::move(fn)); }
+  /// SimOptions::free_pe_helpers: whether `in`, submitted now, would take no engine time (one of the helpers
+  /// to free, or a copy of one's result); the list scheduler then neither waits for its engine nor costs it.
+  bool would_free(const isa::Instr& in) const { return pe_free_ && frees(in); }
   const memory::DmaSplit& last_dma_split() const { return last_split_; }
   const engines::DmaEngines::Transfer& last_dma_transfer() const { return last_transfer_; }
 
@@ -296,6 +305,12 @@ class Simulator {
   InstrTiming schedule_tensor(const isa::Instr& in, const Sig& sig);
   InstrTiming schedule_stream(const isa::Instr& in, const Sig& sig);
   InstrTiming schedule_barrier(const isa::Instr& in, const Sig& sig);
+  bool frees(const isa::Instr& in) const;
+  InstrTiming schedule_free(const isa::Instr& in, const Sig& sig);
+  /// schedule() with SimOptions::free_pe_helpers: schedule_free() or schedule_on_engine(), then the ring.
+  InstrTiming schedule_what_if(const isa::Instr& in, const Sig& sig);
+  /// The instruction on its engine (or DMA queue): stream, barrier, DMA or TensorE.
+  InstrTiming schedule_on_engine(const isa::Instr& in, const Sig& sig, bool dma);
   sim::Ps watermark() const;
   engines::DepTracker::Regions regions(const isa::Instr& in, const engines::DepTracker& on) const {
     engines::DepTracker::Regions r;
@@ -349,6 +364,7 @@ class Simulator {
   std::array<int64_t, 2> onchip_peak_{-1, -1};  ///< set_onchip_peak (SBUF, PSUM); -1 = not set
   std::unique_ptr<engines::DepTracker> asap_;
   std::unique_ptr<engines::Checker> checker_;  ///< SimOptions::check with numerics
+  std::unique_ptr<engines::PeResults> pe_free_;  ///< SimOptions::free_pe_helpers: the helpers' results in PSUM
   sim::Ps start_floor_ = 0;  ///< set_start_floor()
   sim::Ps not_before_ = 0;  ///< submit()'s extra constraint for the instruction being scheduled
   const engines::DepTracker::Ready* known_ready_ = nullptr;  ///< submit()'s known_ready, during schedule()

@@ -1,5 +1,6 @@
 #include "engines/analysis/analyzer.h"
 
+#include "engines/analysis/pe_results.h"
 #include "engines/bounds.h"
 
 #include <fmt/format.h>
@@ -62,6 +63,8 @@ struct LineAgg {
   Ps split_reduce_busy = 0;
   uint64_t evictions = 0;  ///< copies of a PE transpose's PSUM result (to SBUF)
   Ps eviction_busy = 0;
+  uint64_t broadcast_copies = 0;  ///< copies of a partition broadcast's PSUM result (to SBUF)
+  Ps broadcast_copy_busy = 0;
   double underfill_lost_ps = 0, fp32_lost_ps = 0;
   int64_t min_k = INT64_MAX, min_m = INT64_MAX, min_n = INT64_MAX;
   // every engine
@@ -71,11 +74,7 @@ struct LineAgg {
   Ps critical = 0;  ///< time of this line's instructions on the critical path
 };
 
-bool same_view(const Operand& a, const Operand& b) {
-  return a.space == b.space && a.dtype == b.dtype && a.nfree == b.nfree && a.start_partition == b.start_partition &&
-         a.num_partitions == b.num_partitions && a.offset == b.offset && a.partition_step == b.partition_step &&
-         a.size == b.size && a.stride == b.stride;
-}
+bool same_view(const Operand& a, const Operand& b) { return PeResults::same_view(a, b); }
 
 /// One instruction, for the critical-path walk.
 struct Rec {
@@ -181,17 +180,16 @@ struct Analyzer::State {
     std::fill_n(loaded_bits.begin() + static_cast<std::ptrdiff_t>(f + 1), kBlock - 1, loaded_bits[f]);
     std::fill_n(written.begin() + static_cast<std::ptrdiff_t>(f + 1), kBlock - 1, written[f]);
   }
-  // The outputs of the latest activations without an accumulated reduction, and of the latest PE
-  // transposes (small rings).
+  // The outputs of the latest activations without an accumulated reduction (a small ring), and of the
+  // latest PE transposes and partition broadcasts (PeResults).
   std::array<Operand, 8> act_out{};
   size_t act_next = 0;
-  std::array<std::pair<Operand, uint32_t>, 8> transpose_out{};
-  size_t transpose_next = 0;
+  PeResults pe;
   // Their byte extents (Operand::byte_extent), kept beside them: every instruction checks its output
-  // against all 16 (forget_overwritten).
+  // against them (forget_overwritten).
   using Extent = std::pair<int64_t, int64_t>;
-  std::array<Extent, 8> act_ext{}, transpose_ext{};
-  uint8_t act_live = 0, transpose_live = 0;  ///< bit i: entry i of the ring holds an output
+  std::array<Extent, 8> act_ext{};
+  uint8_t act_live = 0;  ///< bit i: entry i of the ring holds an output
   std::vector<std::pair<size_t, uint64_t>> pending;  ///< this transfer's bits, committed at its end
   double hbm_read = 0, hbm_reload = 0, hbm_write = 0;
   // stationary of the next matmuls
@@ -569,20 +567,16 @@ void Analyzer::State::on_tensor(const Instr& in, const InstrTiming& t, LineAgg& 
     stat_fp32 = st.dtype == DType::kFloat32;
     return;
   }
-  if (in.op != Opcode::kMultiplyMoving || (in.flags & isa::kIsTranspose)) {  // a transpose on the PE array
+  forget_overwritten(in);  // its PSUM output (a transpose's or a broadcast's is remembered)
+  const PeResults::Kind helper = PeResults::helper_kind(in);
+  if (helper == PeResults::kTranspose) {  // a transpose on the PE array
     ++la.transposes;
     la.transpose_busy += busy;
-    forget_overwritten(in);
-    transpose_out[transpose_next] = {in.slot(0), in.loc};
-    transpose_ext[transpose_next] = in.slot(0).byte_extent();
-    transpose_live = static_cast<uint8_t>(transpose_live | (1u << transpose_next));
-    transpose_next = (transpose_next + 1) % transpose_out.size();
     return;
   }
   const Operand& mv = in.slot(1);
   const int64_t k = mv.num_partitions, m = stat_m, nfree = mv.elems_per_partition();
-  forget_overwritten(in);  // the matmul's PSUM output
-  if (k == 1) {  // a contraction over one row: ones^T @ row puts the row on every output partition
+  if (helper == PeResults::kBroadcast) {  // a contraction over one row: ones^T @ row puts the row on every output partition
     ++la.broadcasts;
     la.broadcast_busy += busy;
     return;
@@ -608,43 +602,36 @@ void Analyzer::State::on_tensor(const Instr& in, const InstrTiming& t, LineAgg& 
 }
 
 
-namespace {
-// Whether operands a and b (of byte extents ae, be) may share a byte: same space, partitions and extents overlap.
-inline bool overlaps(const Operand& a, std::pair<int64_t, int64_t> ae, const Operand& b, std::pair<int64_t, int64_t> be) {
-  if (a.space != b.space) return false;
-  if (a.start_partition + a.num_partitions <= b.start_partition || b.start_partition + b.num_partitions <= a.start_partition)
-    return false;
-  return ae.first < be.second && be.first < ae.second;
-}
-}  // namespace
-
 void Analyzer::State::forget_overwritten(const Instr& in) {
-  // An output overwritten (by anything) is no longer the activation's or the transpose's result.
+  // An output overwritten (by anything) is no longer the activation's, the transpose's or the broadcast's
+  // result; a transpose's or a broadcast's own output is remembered (PeResults::note).
+  pe.note(in);
   const Operand& dst = in.slot(0);
-  if (dst.space == Space::kHbm || !dst.present() || !(act_live | transpose_live)) return;
+  if (dst.space == Space::kHbm || !dst.present() || !act_live) return;
   const auto ext = dst.byte_extent();
   for (unsigned m = act_live; m; m &= m - 1) {
     const auto i = static_cast<size_t>(__builtin_ctz(m));
-    if (overlaps(act_out[i], act_ext[i], dst, ext)) act_out[i] = Operand{}, act_live = static_cast<uint8_t>(act_live & ~(1u << i));
-  }
-  for (unsigned m = transpose_live; m; m &= m - 1) {
-    const auto i = static_cast<size_t>(__builtin_ctz(m));
-    if (overlaps(transpose_out[i].first, transpose_ext[i], dst, ext))
-      transpose_out[i].first = Operand{}, transpose_live = static_cast<uint8_t>(transpose_live & ~(1u << i));
+    if (PeResults::overlaps(act_out[i], act_ext[i], dst, ext))
+      act_out[i] = Operand{}, act_live = static_cast<uint8_t>(act_live & ~(1u << i));
   }
 }
 
 void Analyzer::State::on_elementwise(const Instr& in, const InstrTiming& t, LineAgg& la) {
   const int reduce_res = 4;  // activation's reduce_res slot (isa/opcodes.def)
-  // A copy out of a PE transpose's PSUM result: part of the transpose's cost (the fix, a transposed
-  // load, needs neither).
-  if (in.slot(1).space == Space::kPsum)
-    for (const auto& [o, line] : transpose_out)
-      if (o.present() && same_view(o, in.slot(1))) {
-        ++la.evictions;
-        la.eviction_busy += t.issue - t.start;
-        break;
-      }
+  // A copy out of a PE transpose's or a partition broadcast's PSUM result: part of the helper's cost (the
+  // fixes, a transposed load or a stride-0 DMA, need neither).
+  switch (pe.copy_of(in)) {
+    case PeResults::kTranspose:
+      ++la.evictions;
+      la.eviction_busy += t.issue - t.start;
+      break;
+    case PeResults::kBroadcast:
+      ++la.broadcast_copies;
+      la.broadcast_copy_busy += t.issue - t.start;
+      break;
+    default:
+      break;
+  }
   forget_overwritten(in);
   if (in.op == Opcode::kActivation && !in.slot(reduce_res).present()) {
     act_out[act_next] = in.slot(0);
@@ -1028,11 +1015,32 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     if (nb) {
       bc.title = fmt::format("{} matmuls contract over one row: a partition broadcast on the PE array", nb);
       bc.detail = "A matmul with a one-row stationary (ones^T @ row) copies a row onto every partition using "
-                  "TensorE time that matmuls could use. Load the row onto every partition with one stride-0 DMA "
+                  "TensorE time that matmuls could use, and the row's copy out of PSUM takes an element-wise "
+                  "engine's time. Load the row onto every partition with one stride-0 DMA "
                   "instead (new dialect: nisa.dma_copy(dst=t, src=b.broadcast(0, 128)); Beta 1: "
                   "nl.load(b.broadcast_to((128, n)))), once before the loop, and add it while evacuating PSUM "
                   "(tensor_tensor, or activation bias=).";
       bc.metrics = {{"matmuls", static_cast<double>(nb)}};
+      // The copies of the broadcast rows out of PSUM are part of their cost: listed after the broadcasting
+      // lines (the same line when nl.broadcast_to made both).
+      std::stable_sort(bc.lines.begin(), bc.lines.end(), [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
+      const size_t first_copy = bc.lines.size();
+      uint64_t ncopies = 0;
+      for (size_t i = 1; i < s.lines.size(); ++i) {
+        const LineAgg& la = s.lines[i];
+        if (!la.broadcast_copies) continue;
+        ncopies += la.broadcast_copies;
+        double lbusy = 0;
+        for (Ps b : la.busy) lbusy += ns(b);
+        const double save = saving_of(i, ns(la.broadcast_copy_busy), lbusy, 1);
+        bc.saving_ns += save;
+        bc.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.broadcast_copies, save,
+                            fmt::format("{} copies of broadcast rows out of PSUM, {:.0f} ns busy", la.broadcast_copies,
+                                        ns(la.broadcast_copy_busy))});
+      }
+      std::stable_sort(bc.lines.begin() + static_cast<std::ptrdiff_t>(first_copy), bc.lines.end(),
+                       [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
+      bc.metrics.emplace_back("copies", static_cast<double>(ncopies));
       r.findings.push_back(std::move(bc));
     }
     // The copies of the transposes' results out of PSUM are part of their cost: listed after the
@@ -1129,7 +1137,8 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
   }
   // Rank, drop the negligible ones, order each finding's lines by time.
   for (auto& f : r.findings) {
-    if (f.kind != "engine_bound" && f.kind != "serialization" && f.kind != "pe_transpose")  // (ordered above)
+    if (f.kind != "engine_bound" && f.kind != "serialization" && f.kind != "pe_transpose" &&
+        f.kind != "pe_broadcast")  // (ordered above)
       std::stable_sort(f.lines.begin(), f.lines.end(), [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
   }
   rank_findings(r, min_saving_ns);

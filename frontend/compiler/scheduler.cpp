@@ -585,6 +585,9 @@ struct Scheduler::Impl {
   Ps pick_start = 0, pick_front = 0;
   Engine pick_engine = Engine::kVector;
 
+  /// SimOptions::free_pe_helpers is on: some instructions take no engine time (Simulator::would_free).
+  const bool what_if = sim.options().free_pe_helpers != 0;
+
   /// PSUM offset of the last matmul TensorE issued whose accumulation group may still be open (-1: none).
   int64_t pe_group = -1;
 
@@ -600,6 +603,13 @@ struct Scheduler::Impl {
   /// Choose the ready instruction that can start first (ties: the open accumulation group, the critical path,
   /// program order).
   void choose() {
+    if (what_if) choose_among<true>();
+    else choose_among<false>();
+  }
+
+  /// choose(); kWhatIf: SimOptions::free_pe_helpers is on (a separate instance: the test stays out of the loop).
+  template <bool kWhatIf>
+  void choose_among() {
     size_t best = 0;
     Ps best_start = INT64_MAX, best_height = -1;
     Ps front = INT64_MAX;  // the earliest any ready instruction could still start, on any of its engines
@@ -610,6 +620,15 @@ struct Scheduler::Impl {
       Node& x = node(ready[i]);
       Ps s_x = INT64_MAX, f_x = INT64_MAX;
       Engine e_x = x.home;
+      if (kWhatIf && sim.would_free(x.in[0])) {
+        // nsim analyze's what-if runs: an instruction taking no engine time starts when its operands are ready.
+        for (int e = 0; e < isa::kNumEngines; ++e) {
+          if (!(x.engines & (1u << e))) continue;
+          const Ps s = x.ready_at[static_cast<size_t>(e)];
+          front = std::min(front, std::max(x.rd0[static_cast<size_t>(e)].time, x.not_before));
+          if (s < s_x || (s == s_x && static_cast<Engine>(e) == x.home)) s_x = f_x = s, e_x = static_cast<Engine>(e);
+        }
+      } else
       for (int e = 0; e < isa::kNumEngines; ++e) {
         if (!(x.engines & (1u << e))) continue;
         const auto ee = static_cast<Engine>(e);

@@ -392,6 +392,103 @@ TEST_CASE("a one-row matmul is a pe_broadcast finding, not an under-fill", "[ana
   CHECK(find_kind(r, "pe_underfill") == nullptr);
 }
 
+TEST_CASE("the copies of a partition broadcast's PSUM result belong to the pe_broadcast finding", "[analysis]") {
+  // nl.broadcast_to of a [1, 512] SBUF row: ones^T @ row into PSUM (line 5), copied to SBUF (line 6). A
+  // stride-0 DMA, the fix, needs neither. A one-row matmul accumulated into a matmul's PSUM tile (a bias
+  // added on the PE array, line 7) is a broadcast too, but its copy (line 8) copies the matmul's result.
+  auto s = analysed_sim();
+  engines::Analyzer an(*s);
+  const uint32_t l5 = s->add_source(SourceLoc{"k.py", 5, "kernel"});
+  const uint32_t l6 = s->add_source(SourceLoc{"k.py", 6, "kernel"});
+  const uint32_t l7 = s->add_source(SourceLoc{"k.py", 7, "kernel"});
+  const uint32_t l8 = s->add_source(SourceLoc{"k.py", 8, "kernel"});
+  Operand ones = s->alloc_tile(Space::kSbuf, 1, {128}, DType::kBFloat16);
+  Operand row = s->alloc_tile(Space::kSbuf, 1, {512}, DType::kBFloat16);
+  Operand x = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+  Operand y = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
+  Operand ps = s->alloc_tile(Space::kPsum, 128, {512}, DType::kFloat32);
+  Operand sb = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  auto at = [](Instr in, uint32_t loc) {
+    in.loc = loc;
+    return in;
+  };
+  for (int i = 0; i < 6; ++i) {
+    s->submit(at(instr(Opcode::kLoadStationary, Engine::kTensor, {ones}), l5));
+    s->submit(at(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, row}), l5));
+    s->submit(at(instr(Opcode::kTensorCopy, Engine::kVector, {sb, ps}), l6));
+  }
+  for (int i = 0; i < 4; ++i) {
+    s->submit(at(instr(Opcode::kLoadStationary, Engine::kTensor, {x}), l7));
+    s->submit(at(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, y}), l7));
+    s->submit(at(instr(Opcode::kLoadStationary, Engine::kTensor, {ones}), l7));
+    Instr bias = at(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, row}), l7);
+    bias.flags |= isa::kAccumulate;
+    s->submit(bias);
+    s->submit(at(instr(Opcode::kTensorCopy, Engine::kVector, {sb, ps}), l8));
+  }
+  s->finish();
+  const engines::AnalysisReport r = an.report();
+  INFO(r.to_text());
+  const engines::Finding* f = find_kind(r, "pe_broadcast");
+  REQUIRE(f != nullptr);
+  CHECK(metric(*f, "matmuls") == 10);
+  CHECK(metric(*f, "copies") == 6);
+  REQUIRE(f->lines.size() == 3);  // the broadcasting lines, then the copying line
+  CHECK(f->lines[2].loc.line == 6);
+  CHECK(f->lines[2].count == 6);
+  for (const auto& l : f->lines) CHECK(l.loc.line != 8);
+}
+
+TEST_CASE("free_pe_helpers: broadcasts, their weights and copies take no engine time; nothing else changes",
+          "[analysis][what-if]") {
+  // nsim analyze's what-if run for pe_broadcast (SimOptions::free_pe_helpers, frontend/analyze.cpp). The same
+  // stream on two simulators: a broadcast (weights, one-row matmul, PSUM copy), a transpose and a matmul.
+  auto run = [](uint8_t free) {
+    SimOptions o;
+    o.numerics = false;
+    o.free_pe_helpers = free;
+    auto s = Simulator::from_preset("trn2", {}, o);
+    Operand ones = s->alloc_tile(Space::kSbuf, 1, {128}, DType::kBFloat16);
+    Operand row = s->alloc_tile(Space::kSbuf, 1, {512}, DType::kBFloat16);
+    Operand x = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+    Operand y = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
+    Operand ps = s->alloc_tile(Space::kPsum, 128, {512}, DType::kFloat32);
+    Operand pt = s->alloc_tile(Space::kPsum, 128, {128}, DType::kBFloat16);
+    Operand sb = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+    Operand xt = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+    Operand out = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+    std::vector<InstrTiming> t;
+    t.push_back(s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {ones})));  // 0
+    t.push_back(s->submit(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, row})));
+    t.push_back(s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {sb, ps})));  // 2: the broadcast's copy
+    t.push_back(s->submit(vec_scale(out, sb)));                                    // 3: reads the broadcast row
+    t.push_back(s->submit(instr(Opcode::kNcTranspose, Engine::kTensor, {pt, x})));  // 4
+    t.push_back(s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {xt, pt})));  // 5: the transpose's copy
+    t.push_back(s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {x})));   // 6: a matmul
+    t.push_back(s->submit(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, y})));
+    s->finish();
+    return t;
+  };
+  const std::vector<InstrTiming> full = run(0), bc = run(engines::PeResults::kBroadcast),
+                                 both = run(engines::PeResults::kBroadcast | engines::PeResults::kTranspose);
+  for (int i : {0, 1, 2}) {  // freed: done when their operands are (none written here: at once)
+    CHECK(full[static_cast<size_t>(i)].end > full[static_cast<size_t>(i)].start);
+    CHECK(bc[static_cast<size_t>(i)].start == bc[static_cast<size_t>(i)].end);
+    CHECK(bc[static_cast<size_t>(i)].end == 0);
+  }
+  // The scale still waits for the (freed) copy's result and takes its own time.
+  CHECK(bc[3].end - bc[3].start == full[3].end - full[3].start);
+  CHECK(bc[3].start < full[3].start);
+  // The transpose and its copy keep their cost unless transposes are freed too.
+  CHECK(bc[4].end - bc[4].start == full[4].end - full[4].start);
+  CHECK(bc[5].end > bc[5].start);
+  CHECK(both[4].start == both[4].end);
+  CHECK(both[5].start == both[5].end);
+  // The matmul keeps its cost; TensorE is free for it earlier.
+  CHECK(bc[7].end - bc[7].start == full[7].end - full[7].start);
+  CHECK(bc[7].start < full[7].start);
+}
+
 TEST_CASE("reloads, round trips and load counts match a byte-by-byte reference on random transfers", "[analysis]") {
   // The analyzer counts per 64 B chunk (analysis.reload_chunk_bytes) in blocks of 256 chunks, a whole
   // uniform block at once. Random loads and stores of w ([96, 600] fp32: 2,400 B rows, 14 blocks) mix

@@ -1,0 +1,96 @@
+#pragma once
+/// The results of the latest PE-array helpers still unchanged in PSUM: transposes, and partition broadcasts
+/// (a matmul contracting over one row, `ones^T @ row`, that starts its accumulation group). A copy reading one
+/// of them exactly (an element-wise op whose input is that PSUM view) is part of the helper's cost: the fixes
+/// `nsim analyze` suggests (a transposed load or layout; a stride-0 DMA of the row) need neither the helper nor
+/// the copy. One definition for the Analyzer (the pe_transpose / pe_broadcast findings and their copy lines)
+/// and for the simulator's what-if run that frees them (SimOptions::free_pe_helpers: those findings'
+/// re-simulated estimates), so both see the same instructions.
+#include <array>
+#include <cstdint>
+#include <utility>
+
+#include "isa/isa.h"
+
+namespace nsim::engines {
+
+class PeResults {
+ public:
+  /// Kinds of helper (bits, as SimOptions::free_pe_helpers takes them).
+  enum Kind : uint8_t { kNone = 0, kTranspose = 1, kBroadcast = 2 };
+
+  /// What a TensorE instruction other than load_stationary is: a transpose on the PE array (any TensorE op
+  /// but multiply_moving, or one in transpose mode), a contraction over one row (K = 1), or a matmul (kNone).
+  static Kind helper_kind(const isa::Instr& in) {
+    if (in.engine != isa::Engine::kTensor || isa::is_dma(in.op) || in.op == isa::Opcode::kLoadStationary) return kNone;
+    if (in.op != isa::Opcode::kMultiplyMoving || (in.flags & isa::kIsTranspose)) return kTranspose;
+    return in.slot(1).num_partitions == 1 ? kBroadcast : kNone;
+  }
+  /// A load_stationary of a one-row stationary: the weights of a partition broadcast.
+  static bool broadcast_weights(const isa::Instr& in) {
+    return in.op == isa::Opcode::kLoadStationary && in.slot(0).num_partitions == 1;
+  }
+
+  /// The kind of helper result `in` copies out of PSUM (its input is exactly one of the remembered
+  /// results), else kNone. Ask before note(in).
+  Kind copy_of(const isa::Instr& in) const {
+    if (in.engine == isa::Engine::kTensor || isa::is_dma(in.op) || !live_) return kNone;
+    const isa::Operand& src = in.slot(1);
+    if (src.space != isa::Space::kPsum) return kNone;
+    for (unsigned m = live_; m; m &= m - 1) {
+      const auto i = static_cast<size_t>(__builtin_ctz(m));
+      if (same_view(out_[i], src)) return kind_[i];
+    }
+    return kNone;
+  }
+
+  /// Every instruction, in issue order: forget the results its output overwrites, then remember its own
+  /// when it is a helper (a one-row contraction only when it starts its accumulation group: one accumulated
+  /// into a matmul's PSUM tile is not a copy of the row alone).
+  void note(const isa::Instr& in) {
+    const isa::Operand& dst = in.slot(0);
+    const isa::OpInfo& info = isa::op_info(in.op);
+    const bool writes = info.num_slots > 0 && info.slots[0].written;  // (load_stationary's slot 0 is read)
+    if (live_ && writes && dst.present() && dst.space != isa::Space::kHbm) {
+      const auto ext = dst.byte_extent();
+      for (unsigned m = live_; m; m &= m - 1) {
+        const auto i = static_cast<size_t>(__builtin_ctz(m));
+        if (overlaps(out_[i], ext_[i], dst, ext)) live_ = static_cast<uint8_t>(live_ & ~(1u << i));
+      }
+    }
+    Kind k = helper_kind(in);
+    if (k == kBroadcast && (in.flags & isa::kAccumulate)) k = kNone;
+    if (k == kNone) return;
+    out_[next_] = dst;
+    ext_[next_] = dst.byte_extent();
+    kind_[next_] = k;
+    live_ = static_cast<uint8_t>(live_ | (1u << next_));
+    next_ = (next_ + 1) % kRing;
+  }
+
+  /// Two operands viewing the same elements the same way.
+  static bool same_view(const isa::Operand& a, const isa::Operand& b) {
+    return a.space == b.space && a.dtype == b.dtype && a.nfree == b.nfree && a.start_partition == b.start_partition &&
+           a.num_partitions == b.num_partitions && a.offset == b.offset && a.partition_step == b.partition_step &&
+           a.size == b.size && a.stride == b.stride;
+  }
+  /// Whether operands a and b (of byte extents ae, be) may share a byte: same space, partitions and extents overlap.
+  static bool overlaps(const isa::Operand& a, std::pair<int64_t, int64_t> ae, const isa::Operand& b,
+                       std::pair<int64_t, int64_t> be) {
+    if (a.space != b.space) return false;
+    if (a.start_partition + a.num_partitions <= b.start_partition ||
+        b.start_partition + b.num_partitions <= a.start_partition)
+      return false;
+    return ae.first < be.second && be.first < ae.second;
+  }
+
+ private:
+  static constexpr size_t kRing = 8;  ///< the latest 8 results (a transposed block's copies follow within a few)
+  std::array<isa::Operand, kRing> out_{};
+  std::array<std::pair<int64_t, int64_t>, kRing> ext_{};
+  std::array<Kind, kRing> kind_{};
+  uint8_t live_ = 0;  ///< bit i: entry i holds a result
+  size_t next_ = 0;
+};
+
+}  // namespace nsim::engines
