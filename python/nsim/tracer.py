@@ -814,11 +814,23 @@ def ir_redim(shape, offset, pat, chip):
     """For a view ``ir_index`` cannot place on ``shape`` (two strides over one dim: the NKI tutorial's transpose
     ``out_tile[i_p, i_x * ny + i_y] = ...``): the same elements re-dimensioned row-major (on chip the partition
     dim kept) so that each stride of ``pat`` steps along a dim of its own, as (shape, index, order) for a
-    kernel-IR access with ``"shape"`` (docs/kernel-json.md); None when no such shape exists (overlapping or
-    broadcast dims, a stride that does not divide the one outside it, a symbolic offset)."""
+    kernel-IR access with ``"shape"`` (docs/kernel-json.md); or, for broadcast (stride-0) dims with no dim of
+    the tensor left to sit on, the tensor's shape with size-1 dims added for them (before its dims; on chip after
+    the partition dim). None when no such shape exists (overlapping dims, broadcasts beside a second stride
+    over one dim, a stride that does not divide the one outside it, a symbolic offset)."""
     if not isinstance(offset, (int, np.integer)):
         return None
     shape = [int(x) for x in shape]
+    nb = sum(1 for s, _c, _v in _merge(pat) if s == 0)
+    if nb:  # broadcast dims without a dim of the tensor to sit on (a 1-D bias read as (128, n)): size-1 dims added
+        new = [shape[0]] + [1] * nb + shape[1:] if chip else [1] * nb + shape
+        if chip and len(new) > 5:  # (the partition dim and at most 4 free dims)
+            return None
+        try:
+            idx, order = ir_index(new, offset, pat, chip)
+        except _NotExpressible:
+            return None
+        return new, idx, order
     free = list(pat)
     if chip:  # the partition dim stays dim 0: the rest of the pattern steps within a partition
         fsize = int(np.prod(shape[1:], dtype=np.int64))

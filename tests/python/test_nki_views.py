@@ -195,6 +195,38 @@ def test_new_broadcast_to_hbm_is_one_stride0_dma():
     assert "nc_matmul" not in _ops(k, a, b)
 
 
+
+def test_new_broadcast_of_1d_hbm_vector_is_one_stride0_dma():
+    """A 1-D vector (a LayerNorm gamma, a bias) loaded onto every partition: ``g.reshape((1, d)).broadcast(0,
+    128)`` (new dialect) or ``nl.broadcast_to(g.reshape((1, d)), (128, d))``. The tensor has no dim for the
+    stride-0 partition dim to sit on, so the access re-dimensions it as (1, d) (kernel.json ``"shape"``); it
+    raised NSIM-E428. One DMA, no matmul."""
+    @nki.jit
+    def k(x, g, b):
+        d = g.shape[0]
+        out = nl.ndarray((128, d), dtype=x.dtype, buffer=nl.shared_hbm)
+        gb = nl.ndarray((128, d), dtype=g.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=gb, src=g.reshape((1, d)).broadcast(0, 128))
+        bb = nl.load(nl.broadcast_to(b.reshape((1, d)), (128, d)))
+        xs = nl.ndarray((128, d), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xs, src=x)
+        r = nl.ndarray((128, d), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=r, data1=xs, data2=gb, op=nl.multiply)
+        nl.store(out, nl.add(r, bb))
+        return out
+
+    x, g, b = _rand((128, 256), seed=3), _rand((256,), seed=4), _rand((256,), seed=5)
+    _close(k(x, g, b), x * g + b)
+    body = k.to_json(x, g, b)["body"]
+    for name in ("g", "b"):
+        dmas = [s for s in body if s.get("op") == "dma_copy" and isinstance(s.get("src"), dict)
+                and s["src"]["tensor"] == name]
+        assert len(dmas) == 1, dmas
+        assert dmas[0]["src"]["shape"] == [1, 256]
+        assert dmas[0]["src"]["index"][0] == {"start": 0, "broadcast": 128}
+    assert "nc_matmul" not in _ops(k, x, g, b)
+
+
 def test_new_broadcast_to_sbuf_partition_and_free():
     @nki.jit
     def k(b, c):
