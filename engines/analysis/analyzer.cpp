@@ -955,6 +955,28 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
   const double tensor_busy = ns(c.engine[static_cast<size_t>(Engine::kTensor)].busy);
   {
     Finding under, f32, tr, bc;
+    // The copies of a PE helper's results out of PSUM (a transpose's, a broadcast's) are part of its cost: their
+    // lines are listed after the helper's own (which the fix changes; the same line when one call made both),
+    // each part sorted by saving. Returns the number of copies.
+    auto add_copies = [&](Finding& f, uint64_t LineAgg::*count, Ps LineAgg::*busy, const char* what) {
+      std::stable_sort(f.lines.begin(), f.lines.end(), [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
+      const size_t first = f.lines.size();
+      uint64_t n = 0;
+      for (size_t i = 1; i < s.lines.size(); ++i) {
+        const LineAgg& la = s.lines[i];
+        if (!(la.*count)) continue;
+        n += la.*count;
+        double lbusy = 0;
+        for (Ps b : la.busy) lbusy += ns(b);
+        const double save = saving_of(i, ns(la.*busy), lbusy, 1);
+        f.saving_ns += save;
+        f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.*count, save,
+                           fmt::format("{} copies of {} out of PSUM, {:.0f} ns busy", la.*count, what, ns(la.*busy))});
+      }
+      std::stable_sort(f.lines.begin() + static_cast<std::ptrdiff_t>(first), f.lines.end(),
+                       [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
+      return n;
+    };
     under.kind = "pe_underfill";
     f32.kind = "fp32_matmul";
     tr.kind = "pe_transpose";
@@ -1021,45 +1043,11 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
                   "nl.load(b.broadcast_to((128, n)))), once before the loop, and add it while evacuating PSUM "
                   "(tensor_tensor, or activation bias=).";
       bc.metrics = {{"matmuls", static_cast<double>(nb)}};
-      // The copies of the broadcast rows out of PSUM are part of their cost: listed after the broadcasting
-      // lines (the same line when nl.broadcast_to made both).
-      std::stable_sort(bc.lines.begin(), bc.lines.end(), [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
-      const size_t first_copy = bc.lines.size();
-      uint64_t ncopies = 0;
-      for (size_t i = 1; i < s.lines.size(); ++i) {
-        const LineAgg& la = s.lines[i];
-        if (!la.broadcast_copies) continue;
-        ncopies += la.broadcast_copies;
-        double lbusy = 0;
-        for (Ps b : la.busy) lbusy += ns(b);
-        const double save = saving_of(i, ns(la.broadcast_copy_busy), lbusy, 1);
-        bc.saving_ns += save;
-        bc.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.broadcast_copies, save,
-                            fmt::format("{} copies of broadcast rows out of PSUM, {:.0f} ns busy", la.broadcast_copies,
-                                        ns(la.broadcast_copy_busy))});
-      }
-      std::stable_sort(bc.lines.begin() + static_cast<std::ptrdiff_t>(first_copy), bc.lines.end(),
-                       [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
-      bc.metrics.emplace_back("copies", static_cast<double>(ncopies));
+      bc.metrics.emplace_back("copies", static_cast<double>(add_copies(bc, &LineAgg::broadcast_copies,
+                                                                       &LineAgg::broadcast_copy_busy, "broadcast rows")));
       r.findings.push_back(std::move(bc));
     }
-    // The copies of the transposes' results out of PSUM are part of their cost: listed after the
-    // transposing lines (which the fix changes).
-    std::stable_sort(tr.lines.begin(), tr.lines.end(), [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
-    const size_t first_eviction = tr.lines.size();
-    for (size_t i = 1; i < s.lines.size(); ++i) {
-      const LineAgg& la = s.lines[i];
-      if (!la.evictions) continue;
-      double lbusy = 0;
-      for (Ps b : la.busy) lbusy += ns(b);
-      const double save = saving_of(i, ns(la.eviction_busy), lbusy, 1);
-      tr.saving_ns += save;
-      tr.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.evictions, save,
-                          fmt::format("{} copies of transposed tiles out of PSUM, {:.0f} ns busy", la.evictions,
-                                      ns(la.eviction_busy))});
-    }
-    std::stable_sort(tr.lines.begin() + static_cast<std::ptrdiff_t>(first_eviction), tr.lines.end(),
-                     [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
+    add_copies(tr, &LineAgg::evictions, &LineAgg::eviction_busy, "transposed tiles");
     const double share = tensor_busy > 0 ? 100.0 * tbusy / tensor_busy : 0.0;
     if (nt && share > s.transpose_share) {
       tr.title = fmt::format("PE-array transposes take {:.0f}% of TensorE time ({} transposes)", share, nt);

@@ -822,15 +822,26 @@ def ir_redim(shape, offset, pat, chip):
         return None
     shape = [int(x) for x in shape]
     nb = sum(1 for s, _c, _v in _merge(pat) if s == 0)
-    if nb:  # broadcast dims without a dim of the tensor to sit on (a 1-D bias read as (128, n)): size-1 dims added
-        new = [shape[0]] + [1] * nb + shape[1:] if chip else [1] * nb + shape
-        if chip and len(new) > 5:  # (the partition dim and at most 4 free dims)
-            return None
-        try:
-            idx, order = ir_index(new, offset, pat, chip)
-        except _NotExpressible:
-            return None
-        return new, idx, order
+    new = _redim_broadcast(shape, nb, chip) if nb else _redim_strides(shape, pat, chip)
+    if new is None or new == shape:
+        return None
+    try:
+        idx, order = ir_index(new, offset, pat, chip)
+    except _NotExpressible:
+        return None
+    return new, idx, order
+
+
+def _redim_broadcast(shape, nb, chip):
+    """``shape`` with ``nb`` size-1 dims for broadcast dims to sit on (a 1-D bias read as (128, n)): before its dims,
+    on chip after the partition dim (at most 4 free dims); None past that."""
+    new = [shape[0]] + [1] * nb + shape[1:] if chip else [1] * nb + shape
+    return None if chip and len(new) > 5 else new
+
+
+def _redim_strides(shape, pat, chip):
+    """``shape`` re-dimensioned row-major so that each stride of ``pat`` steps along a dim of its own; None when
+    the strides do not nest."""
     free = list(pat)
     if chip:  # the partition dim stays dim 0: the rest of the pattern steps within a partition
         fsize = int(np.prod(shape[1:], dtype=np.int64))
@@ -851,14 +862,7 @@ def ir_redim(shape, offset, pat, chip):
         outer = s
     if outer > 1:
         dims.append(outer)
-    new = lead + dims
-    if new == shape:
-        return None
-    try:
-        idx, order = ir_index(new, offset, pat, chip)
-    except _NotExpressible:
-        return None
-    return new, idx, order
+    return lead + dims
 
 
 _INT32_MAX = 2 ** 31 - 1
