@@ -392,6 +392,17 @@ TEST_CASE("a one-row matmul is a pe_broadcast finding, not an under-fill", "[ana
   CHECK(find_kind(r, "pe_underfill") == nullptr);
 }
 
+/// The tiles of the PE-helper tests: a broadcast's one-row weights and row, a matmul's operands, a PSUM tile
+/// and an SBUF tile to copy it to.
+struct PeTiles {
+  Operand ones, row, x, y, ps, sb;
+  static PeTiles on(Simulator& s) {
+    return {s.alloc_tile(Space::kSbuf, 1, {128}, DType::kBFloat16), s.alloc_tile(Space::kSbuf, 1, {512}, DType::kBFloat16),
+            s.alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16), s.alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16),
+            s.alloc_tile(Space::kPsum, 128, {512}, DType::kFloat32), s.alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32)};
+  }
+};
+
 TEST_CASE("the copies of a partition broadcast's PSUM result belong to the pe_broadcast finding", "[analysis]") {
   // nl.broadcast_to of a [1, 512] SBUF row: ones^T @ row into PSUM (line 5), copied to SBUF (line 6). A
   // stride-0 DMA, the fix, needs neither. A one-row matmul accumulated into a matmul's PSUM tile (a bias
@@ -402,12 +413,7 @@ TEST_CASE("the copies of a partition broadcast's PSUM result belong to the pe_br
   const uint32_t l6 = s->add_source(SourceLoc{"k.py", 6, "kernel"});
   const uint32_t l7 = s->add_source(SourceLoc{"k.py", 7, "kernel"});
   const uint32_t l8 = s->add_source(SourceLoc{"k.py", 8, "kernel"});
-  Operand ones = s->alloc_tile(Space::kSbuf, 1, {128}, DType::kBFloat16);
-  Operand row = s->alloc_tile(Space::kSbuf, 1, {512}, DType::kBFloat16);
-  Operand x = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
-  Operand y = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
-  Operand ps = s->alloc_tile(Space::kPsum, 128, {512}, DType::kFloat32);
-  Operand sb = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  const auto [ones, row, x, y, ps, sb] = PeTiles::on(*s);
   auto at = [](Instr in, uint32_t loc) {
     in.loc = loc;
     return in;
@@ -448,13 +454,8 @@ TEST_CASE("free_pe_helpers: broadcasts, their weights and copies take no engine 
     o.numerics = false;
     o.free_pe_helpers = free;
     auto s = Simulator::from_preset("trn2", {}, o);
-    Operand ones = s->alloc_tile(Space::kSbuf, 1, {128}, DType::kBFloat16);
-    Operand row = s->alloc_tile(Space::kSbuf, 1, {512}, DType::kBFloat16);
-    Operand x = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
-    Operand y = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
-    Operand ps = s->alloc_tile(Space::kPsum, 128, {512}, DType::kFloat32);
+    const auto [ones, row, x, y, ps, sb] = PeTiles::on(*s);
     Operand pt = s->alloc_tile(Space::kPsum, 128, {128}, DType::kBFloat16);
-    Operand sb = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
     Operand xt = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
     Operand out = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
     std::vector<InstrTiming> t;
