@@ -31,10 +31,12 @@ class PeResults {
     return in.op == isa::Opcode::kLoadStationary && in.slot(0).num_partitions == 1;
   }
 
-  /// The kind of helper result `in` copies out of PSUM (its input is exactly one of the remembered
-  /// results), else kNone. Ask before note(in).
+  /// The kind of helper result `in` copies out of PSUM (a tensor_copy or a copy activation whose input is
+  /// exactly one of the remembered results), else kNone: work done on the result (an exp of transposed
+  /// scores) is still needed after the fix. Ask before note(in).
   Kind copy_of(const isa::Instr& in) const {
-    if (in.engine == isa::Engine::kTensor || isa::is_dma(in.op) || !live_) return kNone;
+    if (!live_ || (in.op != isa::Opcode::kTensorCopy && (in.op != isa::Opcode::kActivation || in.act != isa::ActFunc::kCopy)))
+      return kNone;
     const isa::Operand& src = in.slot(1);
     if (src.space != isa::Space::kPsum) return kNone;
     for (unsigned m = live_; m; m &= m - 1) {
