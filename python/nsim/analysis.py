@@ -27,8 +27,8 @@ class Analysis:
                 bounds [{name, ns, what}], idle [{engine, busy_ns, wait_ns, other_wait_ns, tail_ns,
                 waited_on {track: ns}}], critical_path {available, by_track {track: ns}, lines [...]},
                 findings [{kind, title, detail, saving_ns, method, metrics {..}, lines [{src, file,
-                line, function, stack, count, ns, note}]}] (largest saving first; method: "bound" or
-                "re-simulated (...)")
+                line, function, stack, count, ns, note}]}] (largest saving first; method: "bound",
+                "re-simulated (...)", or "bound (larger than the saving re-simulated (...))")
     """
 
     def __init__(self, text: str, json_text: str):
