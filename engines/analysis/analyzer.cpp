@@ -673,8 +673,11 @@ std::string engine_advice(const std::string& e) {
            "nisa.engine.gpsimd, or engine unset); fuse scale and bias into the activation itself; group activations "
            "that use the same function table (each switch costs scalar.act_table_load).";
   if (e == "gpsimd")
-    return "GpSimd streams slowest: move its element-wise ops to VectorE (engine=nisa.engine.vector) or leave "
-           "engine= unset; keep GpSimd for iota/affine_select/partition work only it does.";
+    return "GpSimd streams slowest: fuse passes over the same data (two ALU ops in one tensor_scalar, op0 and "
+           "op1, rather than nl.subtract then nl.multiply); move element-wise ops to VectorE or ScalarE "
+           "(engine=nisa.engine.vector / nisa.engine.scalar; Beta 1: nisa.vector_engine / nisa.scalar_engine; "
+           "nl.* calls go where the compiler model finishes them first when they issue); keep GpSimd for "
+           "iota/affine_select/partition work only it does.";
   if (e == "sync")
     return "Sync spends its time triggering DMAs: make transfers bigger (>= 2 KiB per partition), or trigger some "
            "from ScalarE/GpSimd (dma_copy engine=nisa.engine.scalar / nisa.engine.gpsimd).";
