@@ -1,9 +1,9 @@
 #pragma once
 /// The results of the latest PE-array helpers still unchanged in PSUM: transposes, and partition broadcasts
-/// (a matmul contracting over one row, `ones^T @ row`, that starts its accumulation group). A copy reading one
-/// of them exactly (an element-wise op whose input is that PSUM view) is part of the helper's cost: the fixes
-/// `nsim analyze` suggests (a transposed load or layout; a stride-0 DMA of the row) need neither the helper nor
-/// the copy. One definition for the Analyzer (the pe_transpose / pe_broadcast findings and their copy lines)
+/// (a matmul contracting over one row, `ones^T @ row`, that starts its accumulation group). A copy of one of
+/// them (a tensor_copy or copy activation whose input is exactly that PSUM view) is part of the helper's cost:
+/// the fixes `nsim analyze` suggests (a transposed load or layout; a stride-0 DMA of the row) need neither the
+/// helper nor the copy. One definition for the Analyzer (the pe_transpose / pe_broadcast findings and their copy lines)
 /// and for the simulator's what-if run that frees them (SimOptions::free_pe_helpers: those findings'
 /// re-simulated estimates), so both see the same instructions.
 #include <array>
