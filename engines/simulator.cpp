@@ -335,26 +335,33 @@ const Simulator::Sig& Simulator::signature(const Instr& in, const SourceLoc& whe
   // (A line's transfers rotate over their engine's queues, which the signature includes: one entry per
   // queue modulo kHintQueues.)
   const size_t hi = (loc * isa::kNumEngines + static_cast<size_t>(in.engine)) * kHintQueues + (in.dma_queue % kHintQueues);
-  if (hi >= sig_hint_.size()) sig_hint_.resize(std::max(hi + 1, sources_.size() * isa::kNumEngines * kHintQueues), nullptr);
-  Sig*& hint = sig_hint_[hi];
+  if (hi >= sig_hint_.size()) sig_hint_.resize(std::max(hi + 1, sources_.size() * isa::kNumEngines * kHintQueues));
+  SigHint& hint = sig_hint_[hi];
   // The signature passed verify(): only the checks of the offsets remain. When one fails, verify()
   // throws the error a run without the cache gives.
-  if (hint && hint->valid && hint->key.op == in.op && hint->key.dma_queue == in.dma_queue &&
-      isa::same_signature(hint->key, in)) {
-    sigs_.touch(hint);
-    if (!hint->place.fits(in)) isa::verify(in, limits_, where);
-    return *hint;
+  const auto matches = [&](const Sig* e) {
+    return e && e->valid && e->key.op == in.op && e->key.dma_queue == in.dma_queue && isa::same_signature(e->key, in);
+  };
+  if (matches(hint.latest) || (matches(hint.other) && (std::swap(hint.latest, hint.other), true))) {
+    Sig* e = hint.latest;
+    sigs_.touch(e);
+    if (!e->place.fits(in)) isa::verify(in, limits_, where);
+    return *e;
   }
+  const auto remember = [&hint](Sig* e) {
+    hint.other = hint.latest;
+    hint.latest = e;
+  };
   const uint64_t h = isa::signature_hash(in);
   if (Sig* e = sigs_.find(in, h)) {
     if (!e->place.fits(in)) isa::verify(in, limits_, where);
-    hint = e;
+    remember(e);
     return *e;
   }
   isa::verify(in, limits_, where);
   Sig& e = sigs_.victim(h);
   fill_signature(e, in, h);
-  hint = &e;
+  remember(&e);
   return e;
 }
 

@@ -376,11 +376,16 @@ class Simulator {
   memory::DmaSplit last_split_{};
   engines::DmaEngines::Transfer last_transfer_{};
   engines::SigCache sigs_;
-  /// By source id x engine x DMA queue (modulo kHintQueues): the entry the last instruction of that line
-  /// on that engine (and queue) used. The instructions of one op share its signature; checked with
+  /// By source id x engine x DMA queue (modulo kHintQueues): the entries the last two signatures of that
+  /// line on that engine (and queue) used, the latest first (a matmul line alternates a load_stationary
+  /// and a multiply_moving on TensorE). The instructions of one op share its signature; checked with
   /// same_signature before use, which skips the hash and the set lookup. Entries may have been
   /// overwritten since: the check catches it.
-  std::vector<Sig*> sig_hint_;
+  struct SigHint {
+    Sig* latest = nullptr;
+    Sig* other = nullptr;
+  };
+  std::vector<SigHint> sig_hint_;
   static constexpr size_t kHintQueues = 4;
   std::unique_ptr<Sig> sig_scratch_;  ///< the entry of every instruction without SimOptions::signature_cache
 };
