@@ -138,6 +138,20 @@ Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::ve
   return o;
 }
 
+void Lowering::transposed_hbm_rows(Operand& o) {
+  // An HBM side indexed by integers before its 2-D part (the flash attention sample's
+  // nl.load_transpose2d(v[b, h][:, cols])) is one row holding both dims: its first free dim is the row
+  // dim the transpose swaps. (The same elements and bytes: only the split into rows changes.)
+  if (!o.present() || o.space != Space::kHbm || o.num_partitions != 1 || o.nfree < 2) return;
+  o.num_partitions = static_cast<uint32_t>(o.size[0]);
+  o.partition_step = o.stride[0];
+  for (size_t d = 1; d < o.nfree; ++d) {
+    o.size[d - 1] = o.size[d];
+    o.stride[d - 1] = o.stride[d];
+  }
+  --o.nfree;
+}
+
 int Lowering::assemble(const Op& op, int opcode, const std::array<Operand, isa::kMaxSlots>& opnd, int buf,
                        Instr out[2]) {
   Instr in;
@@ -168,6 +182,8 @@ int Lowering::assemble(const Op& op, int opcode, const std::array<Operand, isa::
   }
   in.op = static_cast<Opcode>(opcode);
   in.opnd = opnd;
+  if (in.op == Opcode::kDmaTranspose)
+    for (Operand& o : in.opnd) transposed_hbm_rows(o);
   if (isa::is_dma(in.op)) {
     const bool store = opnd[0].space == Space::kHbm && opnd[1].present() && opnd[1].space != Space::kHbm;
     in.engine = op.engine.value_or(store ? Engine::kGpsimd : Engine::kSync);
@@ -336,6 +352,7 @@ void Lowering::operand_into(size_t oi, size_t slot, const Access& a, Operand& ou
         else f.exact = !__builtin_mul_overflow(st[static_cast<size_t>(d)], eb, &k) && add_scaled(f.offset, start, k);
       }
     }
+    if (opcode_[oi] == static_cast<int>(Opcode::kDmaTranspose)) transposed_hbm_rows(o);
     o.offset = 0;
     o.start_partition = 0;
     f.shape = o;
@@ -346,6 +363,7 @@ void Lowering::operand_into(size_t oi, size_t slot, const Access& a, Operand& ou
   int64_t off = 0;
   if (!f.exact || !eval_exact(f.offset, vars_, off) || __builtin_add_overflow(off, base_of(a.tensor), &off)) {
     out = access_operand(t, a, vars_, base_of(a.tensor), keep_dims);
+    if (opcode_[oi] == static_cast<int>(Opcode::kDmaTranspose)) transposed_hbm_rows(out);
     ext = out.byte_extent();
     return;
   }

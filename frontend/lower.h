@@ -134,6 +134,9 @@ class Lowering {
   /// The operand of access `a` to tensor `t` for loop-variable values `vars`. `base`: the tensor's
   /// byte address (HBM) or the byte offset of the tile buffer in use (on-chip). Size-1 dims are
   /// dropped and contiguous dims merged unless `keep_dims`; E310 with more than 4 free dims left.
+  /// A dma_transpose's HBM side given as one row (integer indices before its 2-D part): its first free dim
+  /// becomes the rows.
+  static void transposed_hbm_rows(isa::Operand& o);
   static isa::Operand access_operand(const Tensor& t, const Access& a, const std::vector<int64_t>& vars,
                                      int64_t base, bool keep_dims = false);
 

@@ -36,6 +36,27 @@ def test_dma_transpose(b1):
         np.testing.assert_array_equal(o2, np.asarray(a, np.float32).T)
 
 
+def test_dma_transpose_of_an_integer_indexed_hbm_view(b1):
+    """The 2-D part of ``v[b, h]`` transposed (``nl.load_transpose2d(v[0, 1][:, cols])`` and
+    ``nisa.dma_transpose(v[0, 1, :, cols])``): before, the view's rows were its leading integer-indexed dim
+    (one row of 128 x 128) and NSIM-E310 refused it."""
+    nki, nl, nisa = b1
+
+    @nki.jit
+    def k(v):
+        out = nl.ndarray((2, 128, 64), v.dtype, buffer=nl.shared_hbm)
+        vt = nl.load_transpose2d(v[0, 1][:, nl.ds(256, 128)])
+        nl.store(out[0], vt[:, 0:64])
+        nl.store(out[1], nisa.dma_transpose(v[0, 1, 0:64, nl.ds(128, 128)]))
+        return out
+
+    v = _rand((1, 2, 128, 512), np.float32, seed=3)
+    for config in ("trn1", "trn2"):
+        got = k.options(config=config)(v)
+        np.testing.assert_array_equal(got[0], v[0, 1][:, 256:384].T[:, 0:64])
+        np.testing.assert_array_equal(got[1], v[0, 1, 0:64, 128:256].T)
+
+
 def test_iota_and_reciprocal(b1):
     nki, nl, nisa = b1
 
