@@ -1171,6 +1171,15 @@ def _store(view, value, fresh):
         assign(view, value)
 
 
+def _widening_transpose(stmt, view):
+    """A transpose into a float32 tile (the flash attention sample's bf16 ``p_local`` transposed into a float32
+    PSUM tile, ``p_local_t_tmp[:, j] = nisa.nc_transpose(p_local[:, j])``), or on VectorE, whose output
+    cast converts any dtype: the instruction writes the tile directly (decision, docs/timing-model.md: on
+    TensorE the compiler transposes as a matmul with an identity, which writes float32 PSUM and is exact for
+    every narrower float input). A TensorE transpose into a narrower PSUM tile keeps its copy."""
+    return stmt["op"] == "nc_transpose" and (stmt.get("engine") == "vector" or view.dtype == "float32")
+
+
 def _retarget_fresh(view, value, box=None, reuse=True):
     """``t[idx] = <fresh temporary>``: when the instruction that just produced the temporary (the last one
     emitted) wrote exactly it, let that instruction write ``t[idx]`` instead (no extra copy; the
@@ -1194,7 +1203,7 @@ def _retarget_fresh(view, value, box=None, reuse=True):
         return False
     if box is not None:
         view = _restrict(view, box)
-    if stmt["op"] in ("nc_matmul", "nc_transpose") and view.dtype != value.dtype:
+    if stmt["op"] in ("nc_matmul", "nc_transpose") and view.dtype != value.dtype and not _widening_transpose(stmt, view):
         return False
     if stmt["op"] == "dma_copy" and isinstance(stmt.get("src"), (str, dict)):
         src = stmt["src"]
