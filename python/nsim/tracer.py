@@ -2316,20 +2316,34 @@ class Tracer:
             free = self._pool_free.get(key)
             if free and self.reuse_tiles and not name and address is None:
                 # reuse a dead tile allocated earlier in this pass of the body (its alloc runs every iteration)
-                for j, nm in enumerate(free):
-                    if nm in rec.names and nm != self._site_last.get(key):
-                        del free[j]
-                        self._took(key, nm)
-                        rec.local.add(nm)
-                        if hint:
-                            self._vars.setdefault(nm, []).append(hint)
-                        if self._affine:
-                            self._birth[nm] = frozenset(f.stamp for f in self._affine)
-                        st = _Storage(nm, buffer, dt, shape)
-                        rec.storages.append(weakref.ref(st))
-                        self._track(st, key)
-                        self.open_groups.pop(nm, None)
-                        return self.tensor_cls(st, None, self)
+                j = 0
+                while j < len(free):
+                    nm = free[j]
+                    if nm not in rec.names:
+                        if nm in self._loop_names and not any(nm in r.names for r in self._recs):
+                            # a tile of a pass that has ended: no pass can take it again (a pass's names are
+                            # its own new tiles); dropped, else the list grows with every pass of every
+                            # loop of this line and each tile made scans it (the flash attention sample,
+                            # 16 heads at seq 16384: most of the trace's time)
+                            del free[j]
+                            continue
+                        j += 1
+                        continue
+                    if nm == self._site_last.get(key):
+                        j += 1
+                        continue
+                    del free[j]
+                    self._took(key, nm)
+                    rec.local.add(nm)
+                    if hint:
+                        self._vars.setdefault(nm, []).append(hint)
+                    if self._affine:
+                        self._birth[nm] = frozenset(f.stamp for f in self._affine)
+                    st = _Storage(nm, buffer, dt, shape)
+                    rec.storages.append(weakref.ref(st))
+                    self._track(st, key)
+                    self.open_groups.pop(nm, None)
+                    return self.tensor_cls(st, None, self)
             nm = self.unique_name(name or hint or "t", numbered=not (name or hint))
             self._took(key, nm)
             rec.names.add(nm)
