@@ -207,24 +207,76 @@ bool contains(const Ivs& a, int64_t x) {
   return false;
 }
 
+/// The placed tiles whose lifetimes may meet a given one: placed tiles filed by the span of their lifetime
+/// (first start to last end) in buckets of statements, so pack() looks only at the tiles whose spans
+/// overlap the new tile's, not at every tile placed so far (an unrolled kernel has 10^5 tiles: the
+/// flash attention sample's 16 heads at seq 16384 spent 69 % of its run in pack()). A tile spanning many
+/// buckets is kept in one list visited every time instead.
+class SpanIndex {
+ public:
+  SpanIndex(const std::vector<size_t>& order, const std::vector<Ivs>& iv) : iv_(iv), seen_(iv.size(), 0) {
+    int64_t tmax = 0;
+    for (size_t i : order)
+      if (!iv[i].empty()) tmax = std::max(tmax, iv[i].back().second);
+    const int64_t nb = std::clamp<int64_t>(static_cast<int64_t>(order.size()), 1, kMaxBuckets);
+    width_ = tmax / nb + 1;
+    bucket_.resize(static_cast<size_t>(tmax / width_ + 1));
+  }
+  void add(size_t j) {
+    if (iv_[j].empty()) return;
+    const int64_t b0 = iv_[j].front().first / width_, b1 = iv_[j].back().second / width_;
+    if (b1 - b0 >= kLongBuckets) {
+      long_.push_back(j);
+      return;
+    }
+    for (int64_t b = b0; b <= b1; ++b) bucket_[static_cast<size_t>(b)].push_back(j);
+  }
+  /// Calls f(j) once for every added tile j whose span overlaps tile i's (a superset of those i meets).
+  template <class F>
+  void candidates(size_t i, F&& f) {
+    if (iv_[i].empty()) return;
+    ++stamp_;
+    const auto visit = [&](size_t j) {
+      if (seen_[j] == stamp_) return;
+      seen_[j] = stamp_;
+      f(j);
+    };
+    for (size_t j : long_) visit(j);
+    const int64_t b0 = iv_[i].front().first / width_,
+                  b1 = std::min<int64_t>(iv_[i].back().second / width_, static_cast<int64_t>(bucket_.size()) - 1);
+    for (int64_t b = b0; b <= b1; ++b)
+      for (size_t j : bucket_[static_cast<size_t>(b)]) visit(j);
+  }
+
+ private:
+  static constexpr int64_t kMaxBuckets = int64_t{1} << 16, kLongBuckets = 64;
+  const std::vector<Ivs>& iv_;
+  std::vector<uint64_t> seen_;
+  uint64_t stamp_ = 0;
+  int64_t width_ = 1;
+  std::vector<std::vector<size_t>> bucket_;
+  std::vector<size_t> long_;
+};
+
 /// Greedy packing of (bytes x lifetime) rectangles in `order`; returns the extent. Tiles with a
 /// manual address (`fixed` >= 0) keep it and are placed first; the others go around them.
 int64_t pack(const std::vector<size_t>& order, const std::vector<int64_t>& size, const std::vector<Ivs>& iv,
              int64_t unit, bool best_fit, const std::vector<int64_t>& fixed, std::vector<int64_t>& off) {
-  std::vector<size_t> placed;
+  SpanIndex placed(order, iv);
   std::vector<std::pair<int64_t, int64_t>> busy;
   int64_t extent = 0;
   for (size_t i : order)
     if (fixed[i] >= 0) {
       off[i] = fixed[i];
       extent = std::max(extent, std::min(kSumCap, fixed[i] + size[i]));
-      placed.push_back(i);
+      placed.add(i);
     }
   for (size_t i : order) {
     if (fixed[i] >= 0) continue;
     busy.clear();
-    for (size_t j : placed)
+    placed.candidates(i, [&](size_t j) {
       if (meets(iv[i], iv[j])) busy.emplace_back(off[j], std::min(kSumCap, off[j] + size[j]));
+    });
     std::sort(busy.begin(), busy.end());
     int64_t cursor = 0, best = -1, best_gap = std::numeric_limits<int64_t>::max();
     for (auto [o, e] : busy) {
@@ -244,7 +296,7 @@ int64_t pack(const std::vector<size_t>& order, const std::vector<int64_t>& size,
     if (best < 0) best = cursor;
     off[i] = best;
     extent = std::max(extent, std::min(kSumCap, best + size[i]));
-    placed.push_back(i);
+    placed.add(i);
   }
   return extent;
 }
