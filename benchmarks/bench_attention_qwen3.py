@@ -1,9 +1,12 @@
 """The flagship case-study shape of issue 12: one Qwen3-0.6B attention layer, timing-only, from Python.
 
     PYTHONPATH=python:build/python python3 benchmarks/bench_attention_qwen3.py [--seq 16384] [--unroll]
+        [--kernel library|nki-samples]
 
 Qwen3-0.6B: 16 query heads, 8 kv heads, head dim 128, causal; the library's ``flash_attention_gqa`` on trn2
-with ``timing_only=True``. Prints the wall time of the whole run and of its parts (tracing, simulation: the
+with ``timing_only=True``, or (``--kernel nki-samples``) the public nki-samples ``flash_fwd`` as written
+(tests/python/kernels/nki_samples_attention.py: q (1, 16, 128, S), k (1, 8, 128, S), v (1, 8, S, 128), launched
+``flash_fwd[1, 8]``, causal, training; its Python ``if`` on loop indices unrolls its loops). Prints the wall time of the whole run and of its parts (tracing, simulation: the
 kernel dict goes to the core as Python objects), the kernel's ops in the traced IR, the kernel.json size, the instructions simulated and
 the peak RSS of the process. Loops are kept as loops (``loops="keep"``, the tracer's default); ``--unroll``
 traces with every loop unrolled (``loops="unroll"``). One shape per process (peak RSS is per process).
@@ -21,6 +24,7 @@ def main():
     ap.add_argument("--hkv", type=int, default=8)
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--unroll", action="store_true", help="force every loop unrolled while tracing")
+    ap.add_argument("--kernel", choices=("library", "nki-samples"), default="library")
     args = ap.parse_args()
 
     import numpy as np
@@ -33,17 +37,36 @@ def main():
     q = np.zeros((args.hq, args.seq, args.d), bf16)
     k = np.zeros((args.hkv, args.seq, args.d), bf16)
     v = np.zeros((args.hkv, args.seq, args.d), bf16)
-    kern = flash_attention_gqa.options(config="trn2", timing_only=True, loops="unroll" if args.unroll else "keep")
+    loops = "unroll" if args.unroll else "keep"
+    if args.kernel == "library":
+        kern = flash_attention_gqa.options(config="trn2", timing_only=True, loops=loops)
+        kargs = (q, k, v, True)
+    else:
+        import importlib.util
+        import os
+        from nsim import compat
+        compat.install()
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python", "kernels",
+                            "nki_samples_attention.py")
+        spec = importlib.util.spec_from_file_location("nki_samples_attention", path)
+        sample = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sample)
+        kern = sample.flash_fwd.options(config="trn2", timing_only=True, loops=loops)[1, args.hkv]
+        q = np.zeros((1, args.hq, args.d, args.seq), bf16)
+        k = np.zeros((1, args.hkv, args.d, args.seq), bf16)
+        v = np.zeros((1, args.hkv, args.seq, args.d), bf16)
+        kargs = (q, k, v, None)
     t1 = time.perf_counter()
-    tres = kern.trace(q, k, v, True)
+    tres = kern.trace(*kargs)
     t2 = time.perf_counter()
     _ret, _outs, prof = tracer.run(tres, config="trn2", timing_only=True)  # the dict goes to C++ as objects
     t3 = time.perf_counter()
     text, _ = _core._kernel_text(tres.kernel)  # for its size only (not on the simulate path)
     ir_ops, exec_ops = tracer.count_ops(tres.kernel["body"])
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print("qwen3-0.6B attention S={} hq={} hkv={} d={} ({}), trn2 timing-only".format(
-        args.seq, args.hq, args.hkv, args.d, "unrolled" if args.unroll else "loops kept"))
+    print("qwen3-0.6B attention S={} hq={} hkv={} d={} ({}, {}), trn2 timing-only".format(
+        args.seq, args.hq, args.hkv, args.d, "flash_attention_gqa" if args.kernel == "library" else "nki-samples flash_fwd",
+        "unrolled" if args.unroll else "loops kept"))
     print("  wall           {:8.2f} s  (inputs {:.2f}, trace {:.2f}, simulate {:.2f})".format(
         t3 - t0, t1 - t0, t2 - t1, t3 - t2))
     print("  ops in IR      {:8d}  (executed {})".format(ir_ops, exec_ops))
