@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <unordered_map>
 
 #include "frontend/lower.h"
 
@@ -61,13 +62,15 @@ class Verifier {
   // ---------------------------------------------------------------- tensors and structure
 
   void check_tensors() {
+    std::unordered_map<std::string_view, size_t> first;  // name -> its first tensor (a pairwise scan was quadratic)
+    first.reserve(k_.tensors.size());
     for (size_t t = 0; t < k_.tensors.size(); ++t) {
       const Tensor& ten = k_.tensors[t];
       auto fail = [&](ErrorCode c, const std::string& msg) {
         throw Error(c, fmt::format("tensor #{} '{}': {}", t, ten.name, msg), ten.loc);
       };
-      for (size_t u = 0; u < t; ++u)
-        if (k_.tensors[u].name == ten.name) fail(ErrorCode::kDuplicateName, fmt::format("name also used by tensor #{}", u));
+      if (const auto [it, fresh] = first.emplace(ten.name, t); !fresh)
+        fail(ErrorCode::kDuplicateName, fmt::format("name also used by tensor #{}", it->second));
       if (ten.space == Space::kNone) fail(ErrorCode::kWrongType, "has no memory space (expected hbm, sbuf or psum)");
       if (dtype_bytes(ten.dtype) <= 0) fail(ErrorCode::kWrongType, "has an invalid dtype");
       if (ten.shape.empty()) fail(ErrorCode::kShapeMismatch, "has an empty shape, expected at least one dim");
