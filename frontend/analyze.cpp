@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "engines/params.h"
+#include "frontend/compiler/allocate.h"
 #include "frontend/lower.h"
 #include "frontend/multicore.h"
 
@@ -141,10 +142,11 @@ engines::AnalysisReport analyze_kernel(const Kernel& k, const sim::Config& cfg) 
     r = analyze_multicore(k, cfg, opts);
   } else {
     Simulator sim(cfg, opts);
-    verify_kernel(k, sim.params());
+    AllocationPlan plan;
+    verify_kernel(k, sim.params(), &plan);
     Lowering::allocate_hbm(k, sim);
     engines::Analyzer analyzer(sim);
-    Lowering low(k, sim);
+    Lowering low(k, sim, &plan);
     low.run();
     sim.finish();
     r = analyzer.report(k.name);

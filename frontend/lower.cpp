@@ -213,7 +213,7 @@ void Lowering::allocate_hbm(const Kernel& k, Simulator& sim) {
   }
 }
 
-Lowering::Lowering(const Kernel& k, Simulator& sim) : k_(k), sim_(sim) {
+Lowering::Lowering(const Kernel& k, Simulator& sim, const AllocationPlan* given) : k_(k), sim_(sim) {
   allocate_hbm(k, sim);
   const size_t nt = k.tensors.size();
   hbm_addr_.assign(nt, 0);
@@ -226,7 +226,13 @@ Lowering::Lowering(const Kernel& k, Simulator& sim) : k_(k), sim_(sim) {
     // The plan places tiles (tiles with disjoint lifetimes may share bytes) within one region per
     // space, allocated here; placements are offsets into it. PSUM regions start on a bank boundary.
     const int64_t sbuf_used = sa.used(), psum_used = pa.used();
-    const AllocationPlan plan = allocate_tiles(k, sim.params(), sa.capacity() - sbuf_used, pa.capacity() - psum_used);
+    // verify_kernel's plan assumed the whole of each memory: usable while nothing is allocated yet.
+    const memory::MemoryConfig& mem = sim.params().mem;
+    const bool whole = sbuf_used == 0 && psum_used == 0 && sa.capacity() == mem.sbuf_bytes_per_partition &&
+                       pa.capacity() == mem.psum_bytes_per_partition();
+    AllocationPlan own;
+    if (!given || !whole) own = allocate_tiles(k, sim.params(), sa.capacity() - sbuf_used, pa.capacity() - psum_used);
+    const AllocationPlan& plan = given && whole ? *given : own;
     placements_ = plan.tiles;
     warnings_ = plan.warnings;
     for (const std::string& w : warnings_) fmt::print(stderr, "nsim: warning: {}\n", w);

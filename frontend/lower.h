@@ -28,7 +28,10 @@ namespace nsim::frontend {
 /// generation, SBUF/PSUM capacity of the tiles (with their rotating buffers), index ranges in bounds,
 /// outputs written, affine_range iterations writing one location. Throws nsim::Error with the op,
 /// operand, expected vs found and the op's source line.
-void verify_kernel(const Kernel& k, const engines::CoreParams& p);
+/// `plan`: where to keep the tile allocation the check works out, for a Lowering of the same kernel on a
+/// simulator with these parameters and nothing allocated yet (it then need not work it out again).
+struct AllocationPlan;
+void verify_kernel(const Kernel& k, const engines::CoreParams& p, AllocationPlan* plan = nullptr);
 
 /// Where a tile was placed.
 struct TilePlacement {
@@ -42,7 +45,9 @@ struct TilePlacement {
 /// their names, or lets Lowering allocate them: see allocate_hbm).
 class Lowering {
  public:
-  Lowering(const Kernel& k, Simulator& sim);
+  /// `plan`: the allocation verify_kernel() worked out for `k` on these parameters (nullptr: work it out);
+  /// used only while nothing is allocated on chip (it assumed the whole memory).
+  Lowering(const Kernel& k, Simulator& sim, const AllocationPlan* plan = nullptr);
   /// Allocate every HBM tensor of the kernel in `sim` (inputs and outputs), if not already there.
   static void allocate_hbm(const Kernel& k, Simulator& sim);
 

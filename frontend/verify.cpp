@@ -13,6 +13,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "frontend/compiler/allocate.h"
 #include "frontend/lower.h"
 
 namespace nsim::frontend {
@@ -35,10 +36,14 @@ class Verifier {
  public:
   Verifier(const Kernel& k, const engines::CoreParams& p) : k_(k), p_(p), lim_(p.limits()) {}
 
-  void run() {
+  void run(AllocationPlan* plan_out) {
     check_tensors();
     check_structure();
-    placements_ = Lowering::plan_tiles(k_, p_);
+    {
+      AllocationPlan plan = allocate_tiles(k_, p_);
+      placements_ = plan.tiles;
+      if (plan_out) *plan_out = std::move(plan);
+    }
     hbm_addresses();
     const size_t nl = k_.loops.size(), nt = k_.tensors.size();
     lo_.assign(nl, 0);
@@ -564,13 +569,13 @@ class Verifier {
 
 }  // namespace
 
-void verify_kernel(const Kernel& k, const engines::CoreParams& p) {
+void verify_kernel(const Kernel& k, const engines::CoreParams& p, AllocationPlan* plan) {
   if (!k.core_programs.empty())
     throw Error(ErrorCode::kMultiCoreLaunch,
                 fmt::format("kernel '{}' is a {}-core launch (\"cores\" in kernel.json): this tool runs one core; use "
                             "`nsim run` or nsim.simulate_json, which run every core",
                             k.name, k.core_programs.size()));
-  Verifier(k, p).run();
+  Verifier(k, p).run(plan);
 }
 
 }  // namespace nsim::frontend

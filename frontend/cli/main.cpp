@@ -29,6 +29,7 @@
 #include "engines/params.h"
 #include "engines/bounds.h"
 #include "engines/simulator.h"
+#include "frontend/compiler/allocate.h"
 #include "frontend/analyze.h"
 #include "frontend/disasm.h"
 #include "frontend/diff.h"
@@ -581,12 +582,13 @@ int cmd_run(const RunArgs& a) {
   install_stop_handlers();
   if (!k.core_programs.empty()) return cmd_run_multicore(a, k, cfg, opts);
   Simulator sim(cfg, opts);
-  frontend::verify_kernel(k, sim.params());
+  frontend::AllocationPlan plan;  // worked out once, by the verifier, for the lowering
+  frontend::verify_kernel(k, sim.params(), &plan);
   frontend::Lowering::allocate_hbm(k, sim);
   if (!a.timing_only) load_inputs(a, k, sim);
   // --instructions / --dma: CSV tables written while the simulation runs (frontend/tables.h).
   frontend::TableWriter tables(sim, a.instructions, a.dma);
-  frontend::Lowering low(k, sim);
+  frontend::Lowering low(k, sim, &plan);
   // Progress on stderr once the run takes over 2 s: instructions, simulated time, rate (about once a
   // second; frontend/progress.h).
   frontend::ProgressClock clock;
@@ -709,9 +711,10 @@ std::string diff_side(const std::string& path, const std::string& config, const 
   SimOptions opts;
   opts.numerics = false;  // timing does not depend on the data
   Simulator sim(cfg, opts);
-  frontend::verify_kernel(k, sim.params());
+  frontend::AllocationPlan plan;
+  frontend::verify_kernel(k, sim.params(), &plan);
   frontend::Lowering::allocate_hbm(k, sim);
-  frontend::Lowering low(k, sim);
+  frontend::Lowering low(k, sim, &plan);
   low.run();
   sim.finish();
   simulated = true;

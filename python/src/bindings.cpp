@@ -20,6 +20,7 @@
 #include "engines/bounds.h"
 #include "engines/params.h"
 #include "engines/simulator.h"
+#include "frontend/compiler/allocate.h"
 #include "frontend/analyze.h"
 #include "frontend/disasm.h"
 #include "frontend/eager.h"
@@ -406,10 +407,11 @@ py::tuple simulate_kernel(const frontend::Kernel& k, const py::dict& inputs, con
   {
     py::gil_scoped_release nogil;
     sim.emplace(cfg, opts);
-    frontend::verify_kernel(k, sim->params());
+    frontend::AllocationPlan plan;  // worked out once, by the verifier, for the lowering
+    frontend::verify_kernel(k, sim->params(), &plan);
     frontend::Lowering::allocate_hbm(k, *sim);
     if (!timing_only) frontend::write_inputs(k, *sim, views, a.seed);
-    frontend::Lowering low(k, *sim);
+    frontend::Lowering low(k, *sim, &plan);
     // progress(instructions, simulated_ns) once the run takes over 2 s, about once a second
     // (frontend/progress.h), with the GIL held only for the call.
     frontend::ProgressClock clock;
@@ -669,10 +671,11 @@ std::pair<uint64_t, uint64_t> write_tables(const std::string& kernel_json, const
     SimOptions opts;
     opts.numerics = false;  // the timing does not depend on the data
     Simulator sim(cfg, opts);
-    frontend::verify_kernel(k, sim.params());
+    frontend::AllocationPlan plan;
+    frontend::verify_kernel(k, sim.params(), &plan);
     frontend::Lowering::allocate_hbm(k, sim);
     frontend::TableWriter tables(sim, instructions_path, dma_path);
-    frontend::Lowering low(k, sim);
+    frontend::Lowering low(k, sim, &plan);
     low.run();
     sim.finish();
     tables.close();

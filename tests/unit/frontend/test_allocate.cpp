@@ -152,6 +152,47 @@ TEST_CASE("allocate: tiles of two sequential loops share storage", "[allocate]")
   CHECK(s->stats().get("memory.sbuf_peak_bytes_per_partition") == 137600);
 }
 
+TEST_CASE("allocate: the verifier's plan goes to the lowering only while nothing is allocated", "[allocate]") {
+  // One loop whose body tile takes 30% of trn2's SBUF (68800 of 229376 B per buffer). verify_kernel works
+  // the allocation out once, for the whole of SBUF: two buffers (60%). The lowering of a fresh simulator
+  // takes that plan as is (same placements, same run). With 50% of SBUF already taken the plan no longer
+  // holds: the lowering works the allocation out again and gives the tile one buffer, which fits (with the
+  // plan's two buffers the region would not fit: E204).
+  KB b;
+  const int x = b.input("x", {512, 17200});
+  const int y = b.output("y", {512, 17200});
+  const int i = b.loop("i", 0, 4, 1, LoopKind::kAffine, 10);
+  const int t = b.tile("t", {128, 17200}, DType::kFloat32, 0, 11);
+  b.op("dma_copy", {W(t), X(x, {D(A(i, 128), 128), D(0, 17200)})}, 12);
+  b.ts(W(t), W(t), AluOp::kAdd, 1.0f, 13);
+  b.op("dma_copy", {X(y, {D(A(i, 128), 128), D(0, 17200)}), W(t)}, 14);
+  b.end();
+  const auto ti = static_cast<size_t>(t);
+
+  auto s = make_sim(false);
+  frontend::AllocationPlan plan;
+  verify_kernel(b.k, s->params(), &plan);
+  CHECK(plan.tiles[ti].stride == 68800);
+  CHECK(plan.tiles[ti].bufs == 2);
+  Lowering with(b.k, *s, &plan);
+  CHECK(with.placements()[ti].bufs == 2);
+  with.run();
+  s->finish();
+  auto s2 = make_sim(false);
+  Lowering without(b.k, *s2);
+  without.run();
+  s2->finish();
+  CHECK(s->total_time() == s2->total_time());
+
+  auto s3 = make_sim(false);
+  s3->alloc_tile(Space::kSbuf, 128, {229376 / 2 / 4}, DType::kFloat32);  // half of a partition
+  Lowering half(b.k, *s3, &plan);
+  CHECK(half.placements()[ti].bufs == 1);
+  half.run();
+  s3->finish();
+  CHECK(half.instructions() == 12);
+}
+
 TEST_CASE("allocate: loop-body tiles totalling 4x SBUF, never more than half live, simulate", "[allocate]") {
   // 8 sequential loops, each with two double-buffered [128, 7168] fp32 tiles: 4 x 57344 = 229376 B
   // (all of trn2's SBUF / 2 ... x 8 loops = 4x SBUF over the run), at most 114688 B live at once.
