@@ -1,4 +1,6 @@
 """Shared fixtures of the Python tests: repository paths and the nsim CLI binary."""
+import contextlib
+import importlib.util
 import os
 import sys
 
@@ -87,20 +89,41 @@ def pytest_configure(config):
     config.addinivalue_line("filterwarnings", "error::nsim.tracer.CheckWarning")
 
 
-@pytest.fixture(scope="module")
-def b1():
-    """The Beta-1 dialect through nsim's compat layer: yields (nki, nl, nisa) of ``neuronxcc.nki``; restores
-    sys.modules afterwards (a test module may define its own ``b1`` yielding more)."""
+@contextlib.contextmanager
+def beta1_modules(*paths):
+    """nsim's compat layer installed (``import neuronxcc.nki`` works) and the kernel files at ``paths``
+    imported as modules ``nsim_test_<file stem>``: yields the list of modules; afterwards sys.modules is
+    restored (and compat uninstalled if it was not installed before)."""
     from nsim import compat
     prefixes = ("nki", "neuronxcc")
     was = compat.installed()
     before = {n for n in sys.modules if n.split(".", 1)[0] in prefixes}
     compat.install()
-    import neuronxcc.nki as bnki
-    import neuronxcc.nki.isa as bnisa
-    import neuronxcc.nki.language as bnl
-    yield bnki, bnl, bnisa
-    if not was:
-        compat.uninstall()
-        for n in [n for n in sys.modules if n.split(".", 1)[0] in prefixes and n not in before]:
-            sys.modules.pop(n, None)
+    mods = []
+    try:
+        for path in paths:
+            name = "nsim_test_" + os.path.splitext(os.path.basename(str(path)))[0]
+            spec = importlib.util.spec_from_file_location(name, str(path))
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
+            mods.append(mod)
+        yield mods
+    finally:
+        for mod in mods:
+            sys.modules.pop(mod.__name__, None)
+        if not was:
+            compat.uninstall()
+            for n in [n for n in sys.modules if n.split(".", 1)[0] in prefixes and n not in before]:
+                sys.modules.pop(n, None)
+
+
+@pytest.fixture(scope="module")
+def b1():
+    """The Beta-1 dialect through nsim's compat layer: yields (nki, nl, nisa) of ``neuronxcc.nki``; restores
+    sys.modules afterwards (a test module may define its own ``b1`` yielding more)."""
+    with beta1_modules():
+        import neuronxcc.nki as bnki
+        import neuronxcc.nki.isa as bnisa
+        import neuronxcc.nki.language as bnl
+        yield bnki, bnl, bnisa

@@ -1,48 +1,29 @@
 """The Beta-1 NKI dialect (``neuronxcc.nki`` -> nsim.nki.beta1): tutorial-style kernels run through
 ``nsim.compat.install()``, ``nki.simulate_kernel`` and the jit call, checked against numpy."""
 import json
-import importlib.util
 import os
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import executed_ops, require_core  # noqa: E402
+from conftest import beta1_modules, executed_ops, require_core  # noqa: E402
 
 _core, ml_dtypes = require_core()
 
-from nsim import compat  # noqa: E402
-
 BF16 = ml_dtypes.bfloat16
 KDIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
-_PREFIXES = ("nki", "neuronxcc")
 
 
 @pytest.fixture(scope="module")
 def b1():
     """compat installed; yields (nki, nl, nisa, kernel modules); restores sys.modules afterwards."""
-    was = compat.installed()
-    before = {n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES}
-    compat.install()
-    import neuronxcc.nki as nki
-    import neuronxcc.nki.isa as nisa
-    import neuronxcc.nki.language as nl
-
-    mods = {}
-    for name in ("beta1_tensor_add", "beta1_softmax", "beta1_matmul", "beta1_rmsnorm", "beta1_tutorials"):
-        spec = importlib.util.spec_from_file_location("nsim_test_" + name, os.path.join(KDIR, name + ".py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-        mods[name] = mod
-    yield nki, nl, nisa, mods
-    for name in mods:
-        sys.modules.pop("nsim_test_" + name, None)
-    if not was:
-        compat.uninstall()
-        for n in [n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES and n not in before]:
-            sys.modules.pop(n, None)
+    names = ("beta1_tensor_add", "beta1_softmax", "beta1_matmul", "beta1_rmsnorm", "beta1_tutorials")
+    with beta1_modules(*(os.path.join(KDIR, name + ".py") for name in names)) as mods:
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.isa as nisa
+        import neuronxcc.nki.language as nl
+        yield nki, nl, nisa, dict(zip(names, mods))
 
 
 from numeric_helpers import close as _close, rand as _rand  # noqa: E402

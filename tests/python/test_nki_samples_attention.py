@@ -2,41 +2,25 @@
 unmodified sample code) run through ``nsim.compat``: its outputs and log-sum-exp against numpy for the
 sample's configurations (causal and not, GQA, logit bias, V given transposed on trn1 and trn2, inference,
 fp32, bf16 lse), and what its timing must show."""
-import importlib.util
 import os
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import executed_ops, require_core  # noqa: E402
+from conftest import beta1_modules, executed_ops, require_core  # noqa: E402
 
 _core, ml_dtypes = require_core()
-from nsim import compat  # noqa: E402
 from numeric_helpers import close  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
 KDIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
-_PREFIXES = ("nki", "neuronxcc")
 
 
 @pytest.fixture(scope="module")
 def fa():
     """The sample's module, imported with compat installed; sys.modules restored afterwards."""
-    was = compat.installed()
-    before = {n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES}
-    compat.install()
-    spec = importlib.util.spec_from_file_location("nsim_test_nki_samples_attention",
-                                                  os.path.join(KDIR, "nki_samples_attention.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop(spec.name, None)
-    if not was:
-        compat.uninstall()
-        for n in [n for n in sys.modules if n.split(".", 1)[0] in _PREFIXES and n not in before]:
-            sys.modules.pop(n, None)
+    with beta1_modules(os.path.join(KDIR, "nki_samples_attention.py")) as (mod,):
+        yield mod
 
 
 def _inputs(b, h, kh, d, s, seed, bias=False):

@@ -1,14 +1,12 @@
 """docs/tutorial.md's story holds: examples/tutorial/rmsnorm_loop.py (an RMSNorm written like public
 Beta-1 kernels) gives numpy's result, the analyzer names the two defects on their lines, the fix it points
 to saves about what the findings estimate, and faster HBM alone buys little."""
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import require_core  # noqa: E402
+from conftest import beta1_modules, require_core  # noqa: E402
 
 _core, _ = require_core()
 
@@ -17,16 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def tut():
-    from nsim import compat
-    was = compat.installed()
-    spec = importlib.util.spec_from_file_location("nsim_tutorial", ROOT / "examples" / "tutorial" / "rmsnorm_loop.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop(spec.name, None)
-    if not was:
-        compat.uninstall()
+    with beta1_modules(ROOT / "examples" / "tutorial" / "rmsnorm_loop.py") as (mod,):
+        yield mod
 
 
 def _line(mod, text):
