@@ -134,3 +134,22 @@ def test_flash_fwd_lnc2_launch(fa):
         np.testing.assert_array_equal(a, b)
     _check(fa, two, q, k, v, None, True)
     assert 0.5 * t_one < t_two < 0.65 * t_one
+
+
+def test_flash_fwd_dropout(fa):
+    """Training with dropout (``dropout_p=0.1``): the sample loads its seed with ``nl.load(seed[0])`` (one
+    element of a 1-D HBM tensor: a [1, 1] tile; an IndexError before), seeds ``nl.random_seed`` per 512
+    columns and drops probabilities after their row sums, so lse is the one without dropout; o is
+    deterministic for a seed, differs for another, and stays close to o without dropout (kept values
+    are scaled by 1 / (1 - p))."""
+    q, k, v, _ = _inputs(1, 1, 1, 128, 2048, 6)
+
+    def run(seed):
+        return fa.flash_fwd[1, 1](q, k, v, np.array([seed], np.int32), dropout_p=0.1)
+
+    (o1, l1), (o1b, _), (o2, _) = run(7), run(7), run(8)
+    o0, l0 = fa.flash_fwd[1, 1](q, k, v, None)
+    np.testing.assert_array_equal(l1, l0)
+    np.testing.assert_array_equal(o1, o1b)
+    assert not np.array_equal(o1, o2) and not np.array_equal(o1, o0)
+    assert np.corrcoef(o1.ravel(), o0.ravel())[0, 1] > 0.8

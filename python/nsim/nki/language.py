@@ -869,6 +869,8 @@ def load(src, dtype=None, name=None, **kwargs):
     _tr.current("nl.load")
     if not isinstance(src, NkiTensor):
         raise make_error("BadOperandKind", "nl.load: src must be a tensor, got {!r}".format(src))
+    if src.ndim == 0:  # one element (the flash attention sample's nl.load(seed[0])): a [1, 1] tile
+        src = src.reshape((1, 1))
     if src.shape[0] > 128:
         raise make_error("TooManyPartitions", "nl.load: the first dim ({}) becomes the partition dim and "
                          "must be <= 128".format(src.shape[0]))
