@@ -572,3 +572,23 @@ def test_beta1_loop_reduce_over_column_blocks(b1, op, ref):
     got, prof = k.simulate(x)
     _close(got, ref(x.reshape(128, 4, 128), axis=1))
     assert prof.check_reports == []
+
+
+@pytest.mark.parametrize("dialect", ["new", "beta1"])
+def test_load_and_store_one_element(b1, dialect):
+    """``nl.load(x[1])`` and ``nl.store(out[2], t)`` / ``nl.store(out[0], 3.0)`` on 1-D HBM tensors (the flash
+    attention sample loads its dropout seed with ``nl.load(seed[0])``): one element as a [1, 1] tile; the
+    other elements untouched. Before, an IndexError out of the tracer."""
+    jit, L = (nki.jit, nl) if dialect == "new" else (b1[0].jit, b1[1])
+
+    @jit
+    def k(x):
+        out = L.ndarray((4,), dtype=L.float32, buffer=L.shared_hbm)
+        t = L.load(x[1])
+        assert tuple(t.shape) == (1, 1)
+        L.store(out[2], t)
+        L.store(out[0], 3.0)
+        return out
+
+    got = k(np.array([1.0, 2.0, 3.0, 4.0], np.float32))
+    np.testing.assert_array_equal(got[[0, 2]], [3.0, 2.0])

@@ -884,6 +884,8 @@ def store(dst, value, name=None, **kwargs):
     _tr.current("nl.store")
     if not isinstance(dst, NkiTensor):
         raise make_error("BadOperandKind", "nl.store: dst must be a tensor, got {!r}".format(dst))
+    if dst.ndim == 0:  # one element: as a [1, 1] view (nl.load's counterpart)
+        dst = dst.reshape((1, 1))
     isa = _isa()
     if _is_scalar(value):
         if dst.shape[0] > 128:
