@@ -521,6 +521,23 @@ def _progress_reporter(progress):
     return line, close
 
 
+def _trace_progress_reporter(name: str) -> Tuple[Callable[[int], None], Callable[[], None]]:
+    """(report(statements), close()) for the tracing of a kernel run with ``progress=True``: once tracing took
+    2 s, at most once a second, the line ``nsim: tracing NAME: N statements, T s`` on stderr (the simulator's
+    clock, _nsim.ProgressClock: NSIM_PROGRESS_INTERVAL=<s> sets both)."""
+    clock = _nsim.ProgressClock()
+
+    def report(n: int) -> None:
+        if clock.due():
+            sys.stderr.write("\rnsim: tracing {}: {:,} statements, {:.1f} s   ".format(name, n, clock.elapsed()))
+            sys.stderr.flush()
+
+    def close() -> None:
+        if clock.shown():
+            sys.stderr.write("\n")
+    return report, close
+
+
 def _run_options(config: Any, seed: Any, trace_limit: Any, max_instructions: Any, max_sim_time_ns: Any,
                  trace_window: Any, fast_forward: Any = False) -> Dict[str, Any]:
     """The checked keyword arguments of _nsim's simulate (bad ones raise TypeError / ValueError)."""

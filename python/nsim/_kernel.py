@@ -152,7 +152,8 @@ class Kernel:
         ``check`` (the sanitizer, docs/debugging.md: True (default) warns with CheckWarning, "strict" raises,
         False skips it), ``loops`` (how the tracer treats nl.affine_range / nl.sequential_range: "keep" them as
         kernel-IR loops where it can, the default, or "unroll" every iteration; docs/kernel-json.md "Loops
-        from the Python tracer"), ``progress`` and ``fast_forward`` (as ``nsim.simulate_json``). Options not given keep
+        from the Python tracer"), ``progress`` and ``fast_forward`` (as ``nsim.simulate_json``; ``progress=True`` also
+        shows the tracing of a kernel that takes over 2 s to trace). Options not given keep
         their current values."""
         new = _given(config=config, overrides=overrides, timing_only=timing_only, trace=trace, seed=seed,
                      trace_limit=trace_limit, trace_window=trace_window, check=check, loops=loops, progress=progress,
@@ -240,14 +241,27 @@ class Kernel:
         if _tracer.active() is not None:
             raise _tracer.make_error("NestedKernel", "nested kernel tracing")
         eff = self._effective()
-        kw = dict(name=getattr(self.fn, "__name__", "kernel"), tensor_cls=self._tensor_cls, schedule=self._schedule,
+        name = getattr(self.fn, "__name__", "kernel")
+        kw = dict(name=name, tensor_cls=self._tensor_cls, schedule=self._schedule,
                   config=eff["config"], overrides=eff.get("overrides"),
                   check=bool(eff.get("check")) and not eff.get("timing_only"), loops=eff.get("loops"))
-        cores = self._cores()
-        if cores > 1:  # LNC=2: one program per physical core (docs/lnc.md)
-            tres = _tracer.trace_lnc(self._launch_fn(), args, kwargs, cores, **kw)
-        else:
-            tres = _tracer.trace(self._launch_fn(), args, kwargs, **kw)
+        close = None
+        if eff.get("progress") is True:  # a long trace shows its progress too (a callable sees the run's only)
+            try:
+                from . import _core
+            except ImportError:  # tracing without the simulator built: no clock
+                _core = None
+            if _core is not None:
+                kw["progress"], close = _core._trace_progress_reporter(name)
+        try:
+            cores = self._cores()
+            if cores > 1:  # LNC=2: one program per physical core (docs/lnc.md)
+                tres = _tracer.trace_lnc(self._launch_fn(), args, kwargs, cores, **kw)
+            else:
+                tres = _tracer.trace(self._launch_fn(), args, kwargs, **kw)
+        finally:
+            if close is not None:
+                close()
         self._record(last_json=tres.kernel)
         return tres
 

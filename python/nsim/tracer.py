@@ -2013,6 +2013,7 @@ class Tracer:
         self._loop_names = set()  # tiles allocated in loop bodies (never reused outside their pass)
         self._symbolic = False  # a loop was recorded symbolically (statements may hold Sym values)
         self._nstmts = 0
+        self.progress = _progress_hook  # progress(statements) every PROGRESS_STATEMENTS statements, or None
 
     # ---- loops kept as loops ----------------------------------------------------------------------
     def resolve_alias(self, name):
@@ -2452,6 +2453,8 @@ class Tracer:
         if self._broken is not None:
             raise _NeedsConcrete("a loop recorded symbolically was left early", self._broken)
         self._nstmts += 1
+        if self.progress is not None and self._nstmts % PROGRESS_STATEMENTS == 0:
+            self.progress(self._nstmts)
         if self._nstmts > MAX_TRACED_STATEMENTS:
             raise make_error("ResourceLimit", "resource limit: the kernel traced more than {} statements "
                              "(loops that cannot be kept are unrolled while tracing); raise "
@@ -2970,28 +2973,34 @@ def _plan_key(fn, args, kwargs, check, lnc, config, overrides):
 
 #: NSIM_EXPLAIN_LOOPS=1: print on stderr which loop is unrolled and why, each time trace() starts again.
 _EXPLAIN_LOOPS = os.environ.get("NSIM_EXPLAIN_LOOPS", "") not in ("", "0")
+_progress_hook = None  # trace()'s ``progress`` while it runs (each attempt's Tracer takes it)
+PROGRESS_STATEMENTS = 4096  # statements between two calls of a trace's progress hook
 
 #: How often trace() may start again with one more loop unrolled (a guard: each retry unrolls a new loop).
 MAX_TRACE_RETRIES = 64
 
 
 def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=None, overrides=None, check=False,
-          lnc=None, loops=None):
+          lnc=None, loops=None, progress=None):
     """Run ``fn`` under a fresh tracer; return a TraceResult. ``tensor_cls``: the NkiTensor subclass the
     tensors of this kernel are made of (a dialect frontend's view class). ``schedule``: with_schedule
     edges [(after, [before, ...]), ...], checked against the op labels once the kernel has run.
 
     Loops are kept as loops where the tracer can (Tracer.symbolic_loop); when recording a loop
     symbolically fails, the kernel is traced again from the start with that loop (its source line)
-    unrolled. An error of the kernel itself is reported as the fully unrolled trace reports it."""
+    unrolled. An error of the kernel itself is reported as the fully unrolled trace reports it. ``progress``:
+    called as ``progress(statements)`` every 4,096 statements a trace records (each attempt counts from 0)."""
     # The cyclic garbage collector is paused while the kernel runs: tracing allocates many small
     # containers that live until the trace ends, and the collections they trigger rescanned them (5 % of
     # a flash attention's simulate(), docs/performance.md). Cycles made meanwhile are collected after.
+    global _progress_hook
     gc_was = gc.isenabled()
     gc.disable()
+    _progress_hook = progress
     try:
         return _trace(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc, loops)
     finally:
+        _progress_hook = None
         if gc_was:
             gc.enable()
 

@@ -978,6 +978,14 @@ PYBIND11_MODULE(_nsim, m) {
         "overlapping [start, end) (end 0 = no end). max_instructions / max_sim_time_ns: E416 when exceeded (0 = none).\n"
         "fast_forward: timing-only runs skip the middle iterations of loops whose iterations repeat, counted as\n"
         "repeats (SimOptions::fast_forward; an approximation, docs/timing-model.md).");
+  py::class_<frontend::ProgressClock>(m, "ProgressClock",
+                                     "When to show the progress of a long step (frontend/progress.h): due() is true\n"
+                                     "once the step took 2 s, then at most once a second (NSIM_PROGRESS_INTERVAL=<s>\n"
+                                     "sets both); the tracer's progress line uses it as the simulator's does.")
+      .def(py::init<>())
+      .def("due", &frontend::ProgressClock::due, "Whether to report now.")
+      .def("elapsed", &frontend::ProgressClock::elapsed, "Seconds since the clock was made.")
+      .def("shown", &frontend::ProgressClock::shown, "Whether due() ever returned true.");
   py::class_<PyKernel>(m, "Kernel",
                        "A kernel.json read once into nsim's IR and simulated any number of times (nsim.load_kernel).")
       .def(py::init<const std::string&, const std::string&>(), py::arg("kernel_json"),

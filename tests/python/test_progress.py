@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 
+import numpy as np
 import pytest
 
 import nsim
@@ -82,3 +83,31 @@ def test_simulate_json_progress_true_and_bad_values(monkeypatch, capsys):
         raise KeyError("stop here")
     with pytest.raises(KeyError, match="stop here"):
         nsim.simulate_json(long_kernel(), timing_only=True, progress=boom)
+
+
+def test_kernel_progress_covers_a_long_trace(monkeypatch, capsys):
+    """``progress=True`` on a Python kernel also shows the tracing of a long kernel (the public flash attention
+    sample at seq 16384 traces for about a minute before anything is simulated): ``nsim: tracing NAME: N
+    statements, T s`` every 4,096 statements traced once due, ended by a newline; nothing without it."""
+    monkeypatch.setenv("NSIM_PROGRESS_INTERVAL", "0")
+    from nsim import nki
+    import nsim.nki.language as nl
+
+    @nki.jit
+    def chain(x):
+        out = nl.ndarray((128, 4), nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        for _ in range(4200):  # a Python loop: every step traced (its tiles reuse two storages)
+            t = nl.add(t, 1.0)
+        nl.store(out, t)
+        return out
+
+    x = np.zeros((128, 4), np.float32)
+    chain.options(timing_only=True, progress=True)(x)
+    err = capsys.readouterr().err
+    lines = [s for s in err.replace("\r", "\n").splitlines() if s.strip()]
+    assert [s for s in lines if s.startswith("nsim: tracing")] == \
+        [s for s in lines if re.match(r"nsim: tracing chain: 4,096 statements, [0-9.]+ s\s*$", s)] != []
+    assert err.endswith("\n")
+    chain.options(timing_only=True)(x)
+    assert "tracing" not in capsys.readouterr().err
