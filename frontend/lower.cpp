@@ -262,7 +262,14 @@ Lowering::Lowering(const Kernel& k, Simulator& sim, const AllocationPlan* given)
   opcode_.resize(k.ops.size());
   op_loc_.resize(k.ops.size());
   tmpl_.resize(2 * k.ops.size());
-  forms_.resize(k.ops.size() * isa::kMaxSlots);
+  form_base_.resize(k.ops.size());
+  size_t nforms = 0;
+  for (size_t i = 0; i < k.ops.size(); ++i) {
+    form_base_[i] = static_cast<uint32_t>(nforms);
+    for (const auto& a : k.ops[i].operands) nforms += a ? 1 : 0;
+  }
+  if (nforms > UINT32_MAX) throw Error(ErrorCode::kResourceLimit, fmt::format("{} operands: more than a kernel may have", nforms));
+  forms_.resize(nforms);
   queue_base_.assign(k.ops.size(), -1);
   for (size_t i = 0; i < k.ops.size(); ++i) {
     const Op& op = k.ops[i];
@@ -274,11 +281,11 @@ Lowering::Lowering(const Kernel& k, Simulator& sim, const AllocationPlan* given)
     for (size_t s = 0; s < isa::kMaxSlots; ++s)
       if (op.operands[s] && op.operands[s]->tensor >= 0 && static_cast<size_t>(op.operands[s]->tensor) < nt)
         spaces[s].space = k.tensors[static_cast<size_t>(op.operands[s]->tensor)].space;
-    Instr* t = &tmpl_[2 * i];
+    Instr t[2];
     assemble(op, opcode_[i], spaces, 0, t);
     for (int j = 0; j < 2; ++j) {
-      t[j].opnd = {};
       t[j].loc = op_loc_[i];
+      tmpl_[2 * i + static_cast<size_t>(j)].set(t[j]);
     }
     if (opcode_[i] >= 0 && isa::is_dma(static_cast<Opcode>(opcode_[i])) && !op.dma_queue)
       queue_base_[i] = static_cast<int8_t>(t[0].dma_queue);
@@ -328,9 +335,8 @@ bool eval_exact(const Affine& f, const std::vector<int64_t>& vars, int64_t& out)
 }
 }  // namespace
 
-void Lowering::operand_into(size_t oi, size_t slot, const Access& a, Operand& out, std::pair<int64_t, int64_t>& ext,
+void Lowering::operand_into(size_t oi, OperandForm& f, const Access& a, Operand& out, std::pair<int64_t, int64_t>& ext,
                             bool keep_dims) {
-  OperandForm& f = forms_[oi * isa::kMaxSlots + slot];
   const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
   if (!f.ready || f.keep != keep_dims) {
     // access_operand checks the access and gives the shape; the offset and start partition follow its
@@ -384,31 +390,36 @@ bool Lowering::lower_op(const Op& op, Instr& out) {
   const auto oi = static_cast<size_t>(&op - k_.ops.data());
   last_op_ = static_cast<int>(oi);
   const int opc = opcode_[oi];
-  const Instr* t = &tmpl_[2 * oi];
+  const Head* t = &tmpl_[2 * oi];
+  OperandForm* f = &forms_[form_base_[oi]];  // one per operand the op has, in slot order
   last_ext_ = &ext_;
   if (opc == kNcMatmul) {  // (dst, stationary, moving) -> load_stationary, multiply_moving
-    out = t[0];
-    pending_ = t[1];
-    operand_into(oi, 1, *op.operands[1], out.opnd[0], ext_[0]);
-    if (op.operands[3]) operand_into(oi, 3, *op.operands[3], out.opnd[1], ext_[1]);  // MX scales (nc_matmul_mx)
-    operand_into(oi, 0, *op.operands[0], pending_.opnd[0], pending_ext_[0]);
-    operand_into(oi, 2, *op.operands[2], pending_.opnd[1], pending_ext_[1]);
-    if (op.operands[4]) operand_into(oi, 4, *op.operands[4], pending_.opnd[2], pending_ext_[2]);
+    // (dst, stationary and moving are always there (verify_kernel): their forms are f[0..2], then the
+    // scales' in slot order.)
+    t[0].into(out);
+    out.opnd = {};
+    t[1].into(pending_);
+    pending_.opnd = {};
+    OperandForm* scale = f + 3;
+    operand_into(oi, f[1], *op.operands[1], out.opnd[0], ext_[0]);
+    if (op.operands[3]) operand_into(oi, *scale++, *op.operands[3], out.opnd[1], ext_[1]);  // MX scales (nc_matmul_mx)
+    operand_into(oi, f[0], *op.operands[0], pending_.opnd[0], pending_ext_[0]);
+    operand_into(oi, f[2], *op.operands[2], pending_.opnd[1], pending_ext_[1]);
+    if (op.operands[4]) operand_into(oi, *scale, *op.operands[4], pending_.opnd[2], pending_ext_[2]);
     has_pending_ = true;
     return true;
   }
-  // The template's fields before the operands and its source location; its operands (none: templates
-  // have none) where the op has none, the others written in place (an Instr is ~600 bytes, an operand 88).
+  // The template's fields before the operands and its source location; no operand where the op has none,
+  // the others written in place (an Instr is ~600 bytes, an operand 96).
   static_assert(offsetof(Instr, loc) == offsetof(Instr, opnd) + sizeof(Instr::opnd), "opnd is followed by loc only");
-  std::memcpy(static_cast<void*>(&out), &t[0], offsetof(Instr, opnd));
-  out.loc = t[0].loc;
+  t[0].into(out);
   const bool keep = opc == static_cast<int>(Opcode::kTensorReduce) && op.axis_count != 0;
   for (size_t i = 0; i < isa::kMaxSlots; ++i) {
     if (!op.operands[i]) {
-      out.opnd[i] = t[0].opnd[i];
+      out.opnd[i] = Operand{};
       continue;
     }
-    operand_into(oi, i, *op.operands[i], out.opnd[i], ext_[i], keep && i == 1);
+    operand_into(oi, *f++, *op.operands[i], out.opnd[i], ext_[i], keep && i == 1);
   }
   const int side = isa::indirect_slot(out);
   if (side >= 0) ext_[static_cast<size_t>(side)] = isa::slot_extent(out, side);  // the rows an index may reach

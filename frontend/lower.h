@@ -10,7 +10,9 @@
 /// reuse of a buffer creates the write-after-read dependency it would on hardware. nc_matmul becomes load_stationary +
 /// multiply_moving. DMA transfers are split into descriptors by the DMA model (memory/dma.h).
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -169,7 +171,8 @@ class Lowering {
   /// operand's shape and its byte offset and start partition as affine forms of the loop variables; the
   /// later ones evaluate the two forms alone (the shape does not depend on the variables).
   /// It is written into `out`, its byte extent (isa::Operand::byte_extent) into `ext`.
-  void operand_into(size_t oi, size_t slot, const Access& a, isa::Operand& out, std::pair<int64_t, int64_t>& ext,
+  struct OperandForm;
+  void operand_into(size_t oi, OperandForm& f, const Access& a, isa::Operand& out, std::pair<int64_t, int64_t>& ext,
                     bool keep_dims = false);
   /// HBM address, or byte offset of the tile buffer in use.
   int64_t base_of(int tensor) const { return base_[static_cast<size_t>(tensor)]; }
@@ -188,7 +191,23 @@ class Lowering {
   std::vector<uint32_t> op_loc_;           ///< source-location id per op
   std::vector<Frame> stack_;
   std::vector<int> opcode_;                ///< per op: opcode_of(name)
-  std::vector<isa::Instr> tmpl_;           ///< per op: its instruction(s) without operands (2 per op)
+  /// An instruction's fields before its operands (isa::Instr up to `opnd`) and its source location: what an
+  /// op's instruction holds but its operands (~110 bytes, not a ~600-byte Instr: a kernel with its loops
+  /// unrolled has hundreds of thousands of ops).
+  struct Head {
+    std::array<unsigned char, offsetof(isa::Instr, opnd)> bytes;
+    uint32_t loc = 0;
+    void set(const isa::Instr& in) {
+      std::memcpy(bytes.data(), &in, bytes.size());
+      loc = in.loc;
+    }
+    /// `out` with these fields, its operands untouched.
+    void into(isa::Instr& out) const {
+      std::memcpy(static_cast<void*>(&out), bytes.data(), bytes.size());
+      out.loc = loc;
+    }
+  };
+  std::vector<Head> tmpl_;                 ///< per op: its instruction(s) without operands (2 per op)
   struct OperandForm {
     bool ready = false;
     bool keep = false;
@@ -198,7 +217,8 @@ class Lowering {
     Affine offset;       ///< bytes from the tensor's base
     Affine partition;    ///< on chip: the start partition
   };
-  std::vector<OperandForm> forms_;         ///< per op and slot (kMaxSlots per op): operand_into()
+  std::vector<OperandForm> forms_;         ///< per op, one per operand it has (in slot order): operand_into()
+  std::vector<uint32_t> form_base_;        ///< per op: the index in forms_ of its first operand's form
   std::vector<int8_t> queue_base_;         ///< per op: automatic DMA queue base (0 loads, 4 stores), -1 fixed
   std::vector<int64_t> hbm_addr_;          ///< per tensor: byte address of HBM tensors
   isa::Instr pending_{};                   ///< second half of an nc_matmul
