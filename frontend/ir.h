@@ -5,6 +5,7 @@
 /// verify_kernel(), lowered lazily to isa::Instr by Lowering.
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -182,6 +183,13 @@ class Value;
 /// The same from a JSON value built in memory (the Python binding converts a kernel dict without
 /// writing its text); messages then carry the JSON path without a line and column.
 Kernel parse_kernel_value(const json::Value& root, const std::string& filename);
+/// A kernel's "body" given statement by statement: calls fn(i, statement) for each, in order, and returns true;
+/// or, when the body is not an array, returns false with it in `whole` (read_body's error is reported).
+using BodySource = std::function<bool(const std::function<void(size_t, json::Value)>& fn, json::Value& whole)>;
+/// parse_kernel_value of a top level without "body", whose statements come from `body` one at a time (no
+/// DOM of the whole body is held: a Python kernel dict of millions of statements, as a kernel.json text
+/// is read). A multi-core launch (core_programs, cores) is not read this way.
+Kernel parse_kernel_value(const json::Value& root, const BodySource& body, const std::string& filename);
 /// Write kernel.json (stable key order; parse(write(k)) == k).
 std::string write_kernel_json(const Kernel& k);
 

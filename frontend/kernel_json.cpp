@@ -246,15 +246,21 @@ class Reader {
       }
       if (root && !root->find("core_programs") && !root->find("cores")) {
         root->set_pos(st.object_line(), st.object_column());
-        return read_root(*root, has_body ? &st : nullptr, body);
+        if (!has_body) return read_root(*root, nullptr);
+        const BodySource each = [&](const std::function<void(size_t, Value)>& fn, Value& whole) {
+          if (st.for_each_element(body, fn)) return true;
+          whole = st.parse_at(body);
+          return false;
+        };
+        return read_root(*root, &each);
       }
     }
     const Value root = json::parse(text, file_);
-    return read_root(root, nullptr, {});
+    return read_root(root, nullptr);
   }
 
-  /// The top level, its "body" either in `root` or, with a stream, at `body` in it.
-  Kernel read_root(const Value& root, json::Stream* st, const json::Stream::Mark& body) {
+  /// The top level, its "body" either in `root` or, with `body`, read from there statement by statement.
+  Kernel read_root(const Value& root, const BodySource* body) {
     if (!root.is_object())
       fail(ErrorCode::kWrongType, root, "(top level)", fmt::format("expected an object, found {}", root.type_name()));
     const Value* ver = root.find("nsim_kernel");
@@ -266,12 +272,11 @@ class Reader {
            fmt::format("unsupported schema version {}, this nsim reads version {}", describe(*ver), kKernelSchemaVersion));
     if (root.find("core_programs") || root.find("cores")) return read_launch(root);
     check_keys(root, "(top level)", {"nsim_kernel", "name", "tensors", "body", "schedule", "stacks"});
-    return read_program(root, "", st, body);
+    return read_program(root, "", body);
   }
 
   /// One core's program: {"name", "tensors", "body", "schedule"} (the single-core top level).
-  Kernel read_program(const Value& root, const std::string& prefix_text, json::Stream* st = nullptr,
-                      const json::Stream::Mark& body_at = {}) {
+  Kernel read_program(const Value& root, const std::string& prefix_text, const BodySource* each = nullptr) {
     const std::string top = prefix_text.empty() ? "(top level)" : prefix_text;
     const Path prefix(prefix_text);
     if (const Value* n = root.find("name")) k_.name = get_string(*n, prefix + "name");
@@ -284,13 +289,12 @@ class Reader {
       expect_array(*ts, prefix + "tensors");
       for (size_t i = 0; i < ts->size(); ++i) read_hbm_tensor((*ts)[i], (prefix + "tensors")[i]);
     }
-    if (st) {  // the body of a stream, statement by statement
+    if (each) {  // the body from its source, statement by statement
       const Path bp = prefix + "body";
       std::vector<Stmt> body;
-      const bool array = st->for_each_element(body_at, [&](size_t i, Value v) {
-        body.push_back(read_stmt(v, bp[i], 0));
-      });
-      if (!array) expect_array(st->parse_at(body_at), bp);  // the error read_body gives
+      Value whole;
+      const bool array = (*each)([&](size_t i, Value v) { body.push_back(read_stmt(v, bp[i], 0)); }, whole);
+      if (!array) expect_array(whole, bp);  // the error read_body gives
       k_.body = std::move(body);
       return std::move(k_);
     }
@@ -1308,7 +1312,11 @@ class Writer {
 Kernel parse_kernel_json(std::string_view text, const std::string& filename) { return Reader(filename).read(text); }
 
 Kernel parse_kernel_value(const json::Value& root, const std::string& filename) {
-  return Reader(filename).read_root(root, nullptr, {});
+  return Reader(filename).read_root(root, nullptr);
+}
+
+Kernel parse_kernel_value(const json::Value& root, const BodySource& body, const std::string& filename) {
+  return Reader(filename).read_root(root, &body);
 }
 
 std::string write_kernel_json(const Kernel& k) { return Writer(k).write(); }

@@ -472,8 +472,55 @@ class FromPython {
     }
   }
 
+  /// A single-core kernel dict read with its "body" converted one statement at a time, as a kernel.json
+  /// text is read (parse_kernel_value with a BodySource): the converted values of a kernel with its loops
+  /// unrolled outweigh the kernel they describe (~4 KB per op), and held whole they set a run's peak memory.
+  /// None when the dict needs convert() (no "body" list, a multi-core launch) or the text path.
+  std::optional<frontend::Kernel> read_streamed(py::handle obj, const std::string& filename) {
+    PyObject* d = obj.ptr();
+    if (!PyDict_Check(d)) return std::nullopt;
+    PyObject* body = PyDict_GetItemString(d, "body");  // borrowed
+    if (body == nullptr || !PyList_Check(body) || PyDict_GetItemString(d, "core_programs") ||
+        PyDict_GetItemString(d, "cores"))
+      return std::nullopt;
+    try {
+      frontend::json::Value top = frontend::json::Value::object();
+      PyObject *key = nullptr, *item = nullptr;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(d, &pos, &key, &item)) {
+        const std::string k = key_of(key);
+        if (k != "body") top.set(k, value(item, 1));
+      }
+      const py::object keep = py::reinterpret_borrow<py::object>(body);  // the list outlives the reading
+      const frontend::BodySource each = [&](const std::function<void(size_t, frontend::json::Value)>& fn,
+                                            frontend::json::Value&) {
+        // (The list may not change while it is read: the statements' own conversion calls no Python code
+        // but the fallback of non-JSON values, which get their own objects.)
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(body); ++i) {
+          PyObject* st = PyList_GET_ITEM(body, i);
+          fn(static_cast<size_t>(i), value(py::handle(st), 2));
+        }
+        return true;
+      };
+      return frontend::parse_kernel_value(top, each, filename);
+    } catch (const NotDirect&) {
+      return std::nullopt;
+    }
+  }
+
  private:
   struct NotDirect {};
+  /// A dict key as UTF-8; NotDirect for what json.dumps would treat otherwise.
+  static std::string key_of(PyObject* key) {
+    if (!PyUnicode_Check(key)) throw NotDirect{};
+    Py_ssize_t n = 0;
+    const char* u = PyUnicode_AsUTF8AndSize(key, &n);
+    if (u == nullptr) {
+      PyErr_Clear();
+      throw NotDirect{};
+    }
+    return std::string(u, static_cast<size_t>(n));
+  }
   using Value = frontend::json::Value;
   py::handle fallback_;
 
@@ -508,16 +555,7 @@ class FromPython {
       v.reserve(static_cast<size_t>(PyDict_Size(p)));
       PyObject *key = nullptr, *item = nullptr;
       Py_ssize_t pos = 0;
-      while (PyDict_Next(p, &pos, &key, &item)) {
-        if (!PyUnicode_Check(key)) throw NotDirect{};
-        Py_ssize_t n = 0;
-        const char* u = PyUnicode_AsUTF8AndSize(key, &n);
-        if (u == nullptr) {
-          PyErr_Clear();
-          throw NotDirect{};
-        }
-        v.set(std::string(u, static_cast<size_t>(n)), value(item, depth + 1));
-      }
+      while (PyDict_Next(p, &pos, &key, &item)) v.set(key_of(key), value(item, depth + 1));
       return v;
     }
     if (PyList_Check(p) || PyTuple_Check(p)) {
@@ -544,7 +582,10 @@ class PyKernel {
   /// A kernel dict read without its JSON text (FromPython); None when it needs the text path.
   static std::optional<PyKernel> from_object(const py::handle& obj, const py::handle& fallback,
                                              const std::string& filename) {
-    std::optional<frontend::json::Value> v = FromPython(fallback).convert(obj);
+    FromPython from(fallback);
+    std::optional<frontend::Kernel> k = guarded([&] { return from.read_streamed(obj, filename); });
+    if (k) return PyKernel(std::move(*k), filename);
+    std::optional<frontend::json::Value> v = from.convert(obj);
     if (!v) return std::nullopt;
     return guarded([&] { return PyKernel(frontend::parse_kernel_value(*v, filename), filename); });
   }

@@ -150,6 +150,45 @@ def test_dict_values_json_would_write_differently_take_the_text_path():
     assert str(e.value).startswith(e.value.code + ": <dict>: body[0]")
 
 
+def test_dict_body_read_statement_by_statement_as_the_text_is():
+    # A kernel dict's body goes to C++ one statement at a time (the converted values of an unrolled kernel
+    # outweigh the kernel; held whole they set the run's peak memory): the same IR as its text, the same
+    # errors, at the same JSON paths, whichever statement holds them.
+    path = os.path.join(EX, "swiglu.json")  # 12 statements at the top level: 6 allocs, 6 loops
+    kj = json.loads(open(path).read())
+    assert len(kj["body"]) == 12
+    h = nsim.load_kernel(kj)
+    assert h._text is None
+    assert h._handle.to_json() == nsim._core._nsim.Kernel(json.dumps(kj), "k.json").to_json()
+    _, a = h.simulate(timing_only=True)
+    _, b = nsim.simulate_json(path, timing_only=True)
+    assert a.stats == b.stats
+    # a bad op in a later statement: its path, from the dict and from the text
+    bad = json.loads(json.dumps(kj))
+    bad["body"][9]["loop"]["body"].append({"op": "no_such_op"})
+    for k in (bad, json.dumps(bad)):
+        with pytest.raises(nsim.KernelError) as e:
+            nsim.load_kernel(k)
+        assert e.value.code == _errors.code("UnknownOp") and "body[9].loop.body[" in str(e.value)
+    # a value json.dumps writes differently in a later statement (NaN): the text path's error, as before
+    nan = json.loads(json.dumps(kj))
+    nan["body"][8]["loop"]["stop"] = float("nan")
+    with pytest.raises(nsim.KernelError) as e:
+        nsim.load_kernel(nan)
+    assert e.value.code == _errors.code("JsonSyntax")
+    # numpy scalars in a statement convert as json.dumps(default=...) does
+    npk = json.loads(json.dumps(kj))
+    npk["body"][8]["loop"]["stop"] = np.int64(npk["body"][8]["loop"]["stop"])
+    assert nsim.load_kernel(npk)._handle.to_json() == h._handle.to_json()
+    # a body that is not a list: the error of the text
+    for body in ({"op": "x"}, "x"):
+        for k in ({"nsim_kernel": 1, "tensors": [], "body": body},
+                  json.dumps({"nsim_kernel": 1, "tensors": [], "body": body})):
+            with pytest.raises(nsim.KernelError) as e:
+                nsim.load_kernel(k)
+            assert e.value.code == _errors.code("WrongType")
+
+
 def test_bad_input_gives_coded_errors(tmp_path):
     with pytest.raises(nsim.KernelError) as e:
         nsim.load_kernel('{"nsim_kernel": 1, "body": [')
