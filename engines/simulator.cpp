@@ -332,10 +332,8 @@ const Simulator::Sig& Simulator::signature(const Instr& in, const SourceLoc& whe
     return *sig_scratch_;
   }
   const size_t loc = in.loc < sources_.size() ? in.loc : 0;  // (an unknown id reads as no location, as source() does)
-  // (A line's transfers rotate over their engine's queues, which the signature includes: one entry per
-  // queue modulo kHintQueues.)
-  const size_t hi = (loc * isa::kNumEngines + static_cast<size_t>(in.engine)) * kHintQueues + (in.dma_queue % kHintQueues);
-  if (hi >= sig_hint_.size()) sig_hint_.resize(std::max(hi + 1, sources_.size() * isa::kNumEngines * kHintQueues));
+  const size_t hi = loc * kHintSlots + hint_slot(in);
+  if (hi >= sig_hint_.size()) sig_hint_.resize(std::max(hi + 1, sources_.size() * kHintSlots));
   SigHint& hint = sig_hint_[hi];
   // The signature passed verify(): only the checks of the offsets remain. When one fails, verify()
   // throws the error a run without the cache gives.

@@ -376,17 +376,24 @@ class Simulator {
   memory::DmaSplit last_split_{};
   engines::DmaEngines::Transfer last_transfer_{};
   engines::SigCache sigs_;
-  /// By source id x engine x DMA queue (modulo kHintQueues): the entries the last two signatures of that
-  /// line on that engine (and queue) used, the latest first (a matmul line alternates a load_stationary
-  /// and a multiply_moving on TensorE). The instructions of one op share its signature; checked with
-  /// same_signature before use, which skips the hash and the set lookup. Entries may have been
-  /// overwritten since: the check catches it.
+  /// By source id x slot (hint_slot: the engine, or for a transfer its DMA queue modulo 4): the entries the
+  /// last two signatures of that line on that engine (or queue) used, the latest first (a matmul line
+  /// alternates a load_stationary and a multiply_moving on TensorE). The instructions of one op share its
+  /// signature; checked with same_signature before use, which skips the hash and the set lookup. Entries
+  /// may have been overwritten since, or be another engine's (slots are shared modulo kHintSlots): the
+  /// check catches it. (kHintSlots per line, not one per engine and queue: a kernel with its loops
+  /// unrolled has a line per op, hundreds of thousands.)
   struct SigHint {
     Sig* latest = nullptr;
     Sig* other = nullptr;
   };
   std::vector<SigHint> sig_hint_;
-  static constexpr size_t kHintQueues = 4;
+  static constexpr size_t kHintSlots = 8;
+  /// Compute instructions by engine (slots 0-3; a non-transfer on Sync shares TensorE's), transfers by queue
+  /// (slots 4-7: a line's transfers rotate over their engine's queues, which the signature includes).
+  static size_t hint_slot(const isa::Instr& in) {
+    return isa::is_dma(in.op) ? 4 + (in.dma_queue & 3u) : static_cast<size_t>(in.engine) & 3u;
+  }
   std::unique_ptr<Sig> sig_scratch_;  ///< the entry of every instruction without SimOptions::signature_cache
 };
 
