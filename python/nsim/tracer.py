@@ -1965,6 +1965,9 @@ class Tracer:
         self.body = []
         self.stacks = []  # interned call stacks (kernel.json "stacks"); ops' loc["stack"] indexes it
         self._stack_ids = {}
+        # (code, line, stack id) -> the loc dict of the ops there: one dict per line and call stack, shared
+        # by its ops (a kernel with its loops unrolled has a loc per op; ~200 bytes each).
+        self._locs = {}
         self.names = set()
         self.storage = {}  # name -> _Storage (strong, for HBM) / meta
         self.buffers = {}  # name -> buffer
@@ -2479,18 +2482,26 @@ class Tracer:
         """user_loc() plus the index of its call stack in self.stacks (when the line is not in the kernel
         function itself: a helper's or a library kernel's line)."""
         f = user_frame(1)  # (our caller, emit, is the tracer's)
-        if user_loc is _default_user_loc:  # (examples/export_from_library.py substitutes user_loc)
-            loc = ({"file": f.f_code.co_filename, "line": _lineno(f), "function": f.f_code.co_name} if f is not None
-                   else {"file": "", "line": 0, "function": ""})
-        else:
-            loc = user_loc()
         st = user_stack(f) if f is not None else ""
+        i = None
         if st:
             i = self._stack_ids.get(st)
             if i is None:
                 i = self._stack_ids[st] = len(self.stacks)
                 self.stacks.append(st)
-            loc["stack"] = i
+        if user_loc is not _default_user_loc:  # (examples/export_from_library.py substitutes user_loc)
+            loc = user_loc()
+            if i is not None:
+                loc["stack"] = i
+            return loc
+        key = (f.f_code, _lineno(f), i) if f is not None else None
+        loc = self._locs.get(key)
+        if loc is None:
+            loc = ({"file": f.f_code.co_filename, "line": key[1], "function": f.f_code.co_name} if f is not None
+                   else {"file": "", "line": 0, "function": ""})
+            if i is not None:
+                loc["stack"] = i
+            self._locs[key] = loc
         return loc
 
     def _operands(self, stmt):
