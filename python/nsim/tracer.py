@@ -1867,6 +1867,12 @@ def _body_rec(recs):
 _FOR_RE = re.compile(r"^\s*(?:async\s+)?for\s+([A-Za-z_]\w*)\s+in\b")
 
 
+#: The third part of the key of a launch grid's loop (file, line of the kernel's def, GRID_LOOP, dim): a Beta-1
+#: kernel's grid instances are traced as loops over their program ids where their statements do not depend on
+#: them (nki/beta1/__init__.py, Kernel._launch_fn).
+GRID_LOOP = "grid"
+
+
 class _Rec:
     """One loop being recorded symbolically."""
 
@@ -2025,7 +2031,7 @@ class Tracer:
             name = a[name]
         return name
 
-    def symbolic_loop(self, r, kind):
+    def symbolic_loop(self, r, kind, key=None, loc=None, name=None):
         """A generator recording the body of a loop over ``r`` with a symbolic index, or None when the loop
         is to be unrolled (forced, with the sanitizer on, or after a failed attempt: trace() traces the
         kernel again with the loop's source line in ``self.unroll``).
@@ -2041,15 +2047,17 @@ class Tracer:
         of the body, or an error in it: the loop is unrolled."""
         if self.unroll_all:
             return None
-        f = user_frame()
-        key = (f.f_code.co_filename, _lineno(f)) if f is not None else None
+        f = None
+        if key is None:  # a loop of the kernel: its `for` line
+            f = user_frame()
+            key = (f.f_code.co_filename, _lineno(f)) if f is not None else None
         if key is None or key in self.unroll or self._broken is not None:
             return None
         if key in self.peel:
-            return self._peeled_loop(r, kind, key, f)
-        return self._record_loop(r, kind, key, f)
+            return self._peeled_loop(r, kind, key, f, loc, name)
+        return self._record_loop(r, kind, key, f, loc=loc, name=name)
 
-    def _peeled_loop(self, r, kind, key, f):
+    def _peeled_loop(self, r, kind, key, f, loc=None, name=None):
         """The first and the last iteration run with their int index, the ones between are recorded as a
         loop (a body that differs only in its first / last iteration: ``if c == 0``, ``accumulate=j > 0``)."""
         yield r[0]
@@ -2059,11 +2067,11 @@ class Tracer:
                 yield mid[0]
                 mid = mid[1:]
             if len(mid) >= 4:
-                yield from self._record_loop(mid, kind, key, f, pairs=True)
+                yield from self._record_loop(mid, kind, key, f, pairs=True, loc=loc, name=name)
             else:
                 yield from mid
         elif len(mid) >= 2:
-            yield from self._record_loop(mid, kind, key, f)
+            yield from self._record_loop(mid, kind, key, f, loc=loc, name=name)
             loop = self.body[-1].get("loop") if self.body else None
             if loop is not None and _allocates_tiles(loop.get("body", [])):
                 # Peeled, a line's tiles would be three allocations (first iteration, the loop, the last), each
@@ -2077,16 +2085,21 @@ class Tracer:
             yield from mid
         yield r[-1]
 
-    def _record_loop(self, r, kind, key, f, pairs=False):
+    def _record_loop(self, r, kind, key, f, pairs=False, loc=None, name=None):
         """Record the loop over ``r`` (see symbolic_loop). ``pairs``: each pass runs two iterations, with the
         indices 2*step*k + start and 2*step*k + start + step of a loop over k in range(len(r) // 2) (``r`` has
         an even length), and the body's tiles are allocated as in the enclosing body, before the loop: a
         line's tiles rotate over the storages its tiles outside the loop use (two per line), as in the
-        unrolled trace. A peeled loop allocating tiles is recorded so (_peeled_loop)."""
-        loc = ({"file": f.f_code.co_filename, "line": _lineno(f), "function": f.f_code.co_name}
-               if user_loc is _default_user_loc else user_loc())  # (export_from_library.py substitutes user_loc)
-        m = _FOR_RE.match(linecache.getline(key[0], key[1]) or "")
-        base = m.group(1) if m and m.group(1) != "_" else "i"
+        unrolled trace. A peeled loop allocating tiles is recorded so (_peeled_loop). ``loc`` and ``name``: the
+        loop's location and variable name when it is not a `for` of the kernel (a launch grid's)."""
+        if loc is None:
+            loc = ({"file": f.f_code.co_filename, "line": _lineno(f), "function": f.f_code.co_name}
+                   if user_loc is _default_user_loc else user_loc())  # (export_from_library.py substitutes user_loc)
+        if name is None:
+            m = _FOR_RE.match(linecache.getline(key[0], key[1]) or "")
+            base = m.group(1) if m and m.group(1) != "_" else "i"
+        else:
+            base = name
         taken = {x.var.name for x in self._recs}
         name, n = base, 1
         while name in taken:
@@ -2248,10 +2261,12 @@ class Tracer:
                 return n
 
     # tensors
-    def hbm_tensor(self, name, dtype, shape, kind="internal", loc=None, private=False):
+    def hbm_tensor(self, name, dtype, shape, kind="internal", loc=None, private=False, grid_shared=False):
         """A kernel-level HBM tensor. ``private``: a ``private_hbm`` tensor, which under LNC=2 is this core's
-        own (its name carries the core, so the launch's programs never share it)."""
-        if self._recs:
+        own (its name carries the core, so the launch's programs never share it). ``grid_shared``: the one
+        tensor of a launch grid's instances (a ``shared_hbm`` tensor of a Beta-1 kernel launched on a grid),
+        made by the first: it may be made in the body of a launch grid's loop (GRID_LOOP keys)."""
+        if self._recs and not (grid_shared and all(len(x.key) == 4 and x.key[2] == GRID_LOOP for x in self._recs)):
             raise _NeedsConcrete("an HBM tensor made in the loop body")
         dt = dtype_name(dtype)
         shape = tuple(int(s) for s in shape)

@@ -75,9 +75,16 @@ def test_tensor_add_grid_writes_argument(b1):
     c2 = np.zeros_like(a)
     nki.baremetal(k.nki_tensor_add_kernel_)[2, 2](a, b, c2)
     _close(c2, a + b)
-    # the four instances run in one traced kernel: 4 x (2 loads + add + store)
-    ops = [s["op"] for s in k.nki_tensor_add_kernel_.last_json["body"] if "op" in s]
-    assert ops.count("tensor_tensor") == 4
+    # the four instances run in one traced kernel: 4 x (2 loads + add + store), their statements traced once,
+    # as loops over the program ids (pid0 over pid1), each instance's tile at its ids
+    body = k.nki_tensor_add_kernel_.last_json["body"]
+    loops = [s["loop"] for s in body if "loop" in s]
+    assert len(loops) == 1 and loops[0]["var"] == "pid0" and loops[0]["stop"] == 2
+    inner = loops[0]["body"][0]["loop"]
+    assert inner["var"] == "pid1" and inner["stop"] == 2
+    assert [s["op"] for s in inner["body"] if "op" in s].count("tensor_tensor") == 1
+    # (and the prologue's copy of the written argument c into its output)
+    assert [s["op"] for s in executed_ops(body)].count("tensor_tensor") == 4 and len(executed_ops(body)) == 1 + 16
 
 
 def test_tensor_add_grid_shared_output(b1):
@@ -204,6 +211,70 @@ def test_program_queries(b1):
     o = np.zeros((1, 1), np.float32)
     k0(o)
     assert o[0, 0] == 1.0
+
+
+def test_launch_grid_traced_as_loops_where_instances_agree(b1):
+    # The instances of a launch grid are traced as loops over their program ids (one recording, the ids
+    # symbolic) where their statements agree; an instance whose statements depend on its id (a Python `if`
+    # on it, an HBM tensor of its own) has its grid dim unrolled, as every instance was traced before.
+    nki, nl, _, _ = b1
+
+    @nki.jit
+    def scale(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        i = nl.program_id(0)
+        t = nl.load(x[i * 128:(i + 1) * 128, :])
+        nl.store(out[i * 128:(i + 1) * 128, :], t * 2.0)
+        return out
+
+    @nki.jit
+    def first_differs(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        i = nl.program_id(0)
+        t = nl.load(x[i * 128:(i + 1) * 128, :])
+        if i == 0:  # Python control flow on the program id
+            t = t + 1.0
+        nl.store(out[i * 128:(i + 1) * 128, :], t * 2.0)
+        return out
+
+    @nki.jit
+    def own_hbm(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        i = nl.program_id(0)
+        tmp = nl.ndarray((128, 64), x.dtype, buffer=nl.hbm)  # each instance's own HBM scratch
+        nl.store(tmp, nl.load(x[i * 128:(i + 1) * 128, :]))
+        nl.store(out[i * 128:(i + 1) * 128, :], nl.load(tmp) * 2.0)
+        return out
+
+    x = _rand((512, 64), seed=41)
+    got = scale[4](x)
+    _close(got, 2 * x)
+    body = scale.last_json["body"]
+    loops = [st["loop"] for st in body if "loop" in st]
+    assert len(loops) == 1 and loops[0]["var"] == "pid" and (loops[0]["start"], loops[0]["stop"]) == (0, 4)
+    assert len([st for st in loops[0]["body"] if "op" in st]) == 3  # load, multiply, store: recorded once
+    assert len(executed_ops(body)) == 3 * 4
+
+    want = 2 * x
+    want[:128] = 2 * (x[:128] + 1.0)
+    _close(first_differs[4](x), want)
+    body = first_differs.last_json["body"]
+    assert not any("loop" in st for st in body)  # unrolled: every instance traced
+    assert [st["op"] for st in body if "op" in st].count("dma_copy") == 2 * 4
+
+    _close(own_hbm[4](x), 2 * x)
+    assert not any("loop" in st for st in own_hbm.last_json["body"])
+    assert len([t for t in own_hbm.last_json["tensors"] if t["kind"] == "internal"]) == 4
+
+    # the kept grid and the instances traced one by one (loops="unroll"): the same instructions and outputs
+    res = []
+    for mode in ("unroll", "keep"):
+        out, prof = scale[4].options(loops=mode).simulate(x)
+        res.append((out, json.loads(prof.to_stats_json())["instructions"], prof.total_time_ns))
+    (o_u, n_u, t_u), (o_k, n_k, t_k) = res
+    np.testing.assert_array_equal(o_u, o_k)
+    assert n_u == n_k == 3 * 4
+    assert abs(t_k - t_u) <= 0.02 * t_u, (t_k, t_u)
 
 
 def test_tile_operators_and_assignment(b1):

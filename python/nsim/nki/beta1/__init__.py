@@ -66,6 +66,30 @@ def _core_of(ids, grid, cores):
     return core
 
 
+def _run_grid(tr, fn, grid, args, kwargs, st, ids=()):
+    """Run the instances of a launch grid one after the other (``ids``: the program ids of the dims before).
+    Each dim of more than one instance is a loop the tracer keeps where it can (Tracer.symbolic_loop: the
+    instances' statements recorded once, with the program id symbolic), as a ``sequential_range`` of the
+    kernel would be: an unrolled public kernel (Python ``if`` on its loop indices) launched on a [1, 8] grid is
+    traced once, not eight times. Where an instance's statements depend on its program id (a Python ``if`` on
+    it, an HBM tensor of its own), the tracer unrolls the dim's loop, as the instances ran before."""
+    d = len(ids)
+    if d == len(grid):
+        st["ids"], st["shared_k"] = ids, 0
+        return fn(*args, **kwargs)
+    r = range(grid[d])
+    it = None
+    code = getattr(fn, "__code__", None)
+    if grid[d] > 1 and code is not None:
+        loc = {"file": code.co_filename, "line": code.co_firstlineno, "function": code.co_name}
+        it = tr.symbolic_loop(r, "sequential", key=(code.co_filename, code.co_firstlineno, _tracer.GRID_LOOP, d),
+                              loc=loc, name="pid{}".format(d) if len(grid) > 1 else "pid")
+    ret = None
+    for i in (r if it is None else it):
+        ret = _run_grid(tr, fn, grid, args, kwargs, st, ids + (i,))
+    return ret
+
+
 class Kernel(_kernel.Kernel):
     """A Beta-1 kernel (``@nki.jit``, ``nki.baremetal``, ``nki.benchmark``, ``nki.trace``): the shared
     :class:`nsim._kernel.Kernel` (``.simulate``, ``.options``, ``.with_schedule``) plus launch grids:
@@ -104,11 +128,14 @@ class Kernel(_kernel.Kernel):
             me, lnc = getattr(tr, "lnc", (0, 1))
             ret = None
             try:
-                for ids in itertools.product(*(range(g) for g in grid)):
-                    if lnc > 1 and _core_of(ids, grid, cores) != me:
-                        continue  # another physical core's instance (LNC=2: nl.nc in the grid)
-                    st["ids"], st["shared_k"] = ids, 0
-                    ret = fn(*args, **kwargs)
+                if lnc > 1:
+                    for ids in itertools.product(*(range(g) for g in grid)):
+                        if _core_of(ids, grid, cores) != me:
+                            continue  # another physical core's instance (LNC=2: nl.nc in the grid)
+                        st["ids"], st["shared_k"] = ids, 0
+                        ret = fn(*args, **kwargs)
+                else:
+                    ret = _run_grid(tr, fn, grid, args, kwargs, st)
             finally:
                 for k in ("grid", "ids", "shared", "shared_k"):
                     st.pop(k, None)

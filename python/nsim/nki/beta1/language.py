@@ -1378,7 +1378,7 @@ def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
                                      "instances ({} {} vs {} {})".format(k, tuple(t.shape), t.dtype, dims,
                                                                          np.dtype(dtype)))
                 return t
-            t = tr.hbm_tensor(name or None, dtype, dims)
+            t = tr.hbm_tensor(name or None, dtype, dims, grid_shared=True)
             lst.append(t)
             return t
         return tr.hbm_tensor(name or None, dtype, dims, private=str(buffer) != "shared_hbm")
