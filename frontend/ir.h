@@ -186,10 +186,14 @@ Kernel parse_kernel_value(const json::Value& root, const std::string& filename);
 /// A kernel's "body" given statement by statement: calls fn(i, statement) for each, in order, and returns true;
 /// or, when the body is not an array, returns false with it in `whole` (read_body's error is reported).
 using BodySource = std::function<bool(const std::function<void(size_t, json::Value)>& fn, json::Value& whole)>;
-/// parse_kernel_value of a top level without "body", whose statements come from `body` one at a time (no
-/// DOM of the whole body is held: a Python kernel dict of millions of statements, as a kernel.json text
-/// is read). A multi-core launch (core_programs, cores) is not read this way.
-Kernel parse_kernel_value(const json::Value& root, const BodySource& body, const std::string& filename);
+/// Bodies given statement by statement (BodySource), by token: token 0 is the kernel's "body"; a loop whose
+/// "body" value is an empty array at position (line -1, column t) takes body t.
+using BodySources =
+    std::function<bool(int token, const std::function<void(size_t, json::Value)>& fn, json::Value& whole)>;
+/// parse_kernel_value of a top level without "body", whose statements come from `bodies` one at a time, and
+/// so do the bodies of loops marked with a token (no DOM of a whole body is held: a Python kernel dict of
+/// millions of statements, as a kernel.json text is read). A multi-core launch is not read this way.
+Kernel parse_kernel_value(const json::Value& root, const BodySources& bodies, const std::string& filename);
 /// Write kernel.json (stable key order; parse(write(k)) == k).
 std::string write_kernel_json(const Kernel& k);
 

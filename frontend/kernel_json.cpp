@@ -210,6 +210,8 @@ class Path {
 class Reader {
  public:
   explicit Reader(const std::string& filename) : file_(filename) {}
+  /// Loop bodies given by token (parse_kernel_value with BodySources).
+  void set_deferred(const BodySources* d) { deferred_ = d; }
 
   Kernel read(std::string_view text) {
     // A single-core kernel.json is read as a stream: every top-level member but "body" as a DOM, then
@@ -354,6 +356,7 @@ class Reader {
 
  private:
   const std::string& file_;
+  const BodySources* deferred_ = nullptr;
   Kernel k_;
   std::vector<std::string> stacks_;  ///< the "stacks" table: call stacks referenced by loc.stack
   std::unordered_map<std::string, int> tensor_ids_;
@@ -615,7 +618,16 @@ class Reader {
     k_.loops.push_back(l);
     if (const Value* b = v.find("body")) {
       scope_.emplace_back(l.var, id);
-      std::vector<Stmt> body = read_body(*b, path + ".body", depth + 1);
+      std::vector<Stmt> body;
+      if (deferred_ && b->line() < 0 && b->is_array() && b->size() == 0) {  // its statements from its source
+        const Path bp = path + ".body";
+        Value whole;
+        const bool array =
+            (*deferred_)(b->column(), [&](size_t i, Value s) { body.push_back(read_stmt(s, bp[i], depth + 1)); }, whole);
+        if (!array) expect_array(whole, bp);
+      } else {
+        body = read_body(*b, path + ".body", depth + 1);
+      }
       scope_.pop_back();
       k_.loops[static_cast<size_t>(id)].body = std::move(body);
     }
@@ -1315,8 +1327,13 @@ Kernel parse_kernel_value(const json::Value& root, const std::string& filename) 
   return Reader(filename).read_root(root, nullptr);
 }
 
-Kernel parse_kernel_value(const json::Value& root, const BodySource& body, const std::string& filename) {
-  return Reader(filename).read_root(root, &body);
+Kernel parse_kernel_value(const json::Value& root, const BodySources& bodies, const std::string& filename) {
+  Reader r(filename);
+  r.set_deferred(&bodies);
+  const BodySource top = [&](const std::function<void(size_t, json::Value)>& fn, json::Value& whole) {
+    return bodies(0, fn, whole);
+  };
+  return r.read_root(root, &top);
 }
 
 std::string write_kernel_json(const Kernel& k) { return Writer(k).write(); }

@@ -472,10 +472,11 @@ class FromPython {
     }
   }
 
-  /// A single-core kernel dict read with its "body" converted one statement at a time, as a kernel.json
-  /// text is read (parse_kernel_value with a BodySource): the converted values of a kernel with its loops
-  /// unrolled outweigh the kernel they describe (~4 KB per op), and held whole they set a run's peak memory.
-  /// None when the dict needs convert() (no "body" list, a multi-core launch) or the text path.
+  /// A single-core kernel dict read with its "body" converted one statement at a time, and a loop statement's
+  /// body likewise, as a kernel.json text is read (parse_kernel_value with BodySources): the converted values of
+  /// a kernel with its loops unrolled outweigh the kernel they describe (~4 KB per op), and held whole they set
+  /// a run's peak memory. None when the dict needs convert() (no "body" list, a multi-core launch) or the text
+  /// path.
   std::optional<frontend::Kernel> read_streamed(py::handle obj, const std::string& filename) {
     PyObject* d = obj.ptr();
     if (!PyDict_Check(d)) return std::nullopt;
@@ -491,15 +492,14 @@ class FromPython {
         const std::string k = key_of(key);
         if (k != "body") top.set(k, value(item, 1));
       }
-      const py::object keep = py::reinterpret_borrow<py::object>(body);  // the list outlives the reading
-      const frontend::BodySource each = [&](const std::function<void(size_t, frontend::json::Value)>& fn,
-                                            frontend::json::Value&) {
-        // (The list may not change while it is read: the statements' own conversion calls no Python code
-        // but the fallback of non-JSON values, which get their own objects.)
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(body); ++i) {
-          PyObject* st = PyList_GET_ITEM(body, i);
-          fn(static_cast<size_t>(i), value(py::handle(st), 2));
-        }
+      // (The lists are the dict's, alive while it is read: borrowed. Their statements' conversion calls no
+      // Python code but the fallback of non-JSON values, which get their own objects.)
+      bodies_.assign(1, {body, 2});
+      const frontend::BodySources each = [&](int token, const std::function<void(size_t, frontend::json::Value)>& fn,
+                                             frontend::json::Value&) {
+        const auto [list, depth] = bodies_[static_cast<size_t>(token)];
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i)
+          fn(static_cast<size_t>(i), statement(py::handle(PyList_GET_ITEM(list, i)), depth));
         return true;
       };
       return frontend::parse_kernel_value(top, each, filename);
@@ -510,6 +510,36 @@ class FromPython {
 
  private:
   struct NotDirect {};
+  using Value = frontend::json::Value;
+  /// read_streamed's bodies by token (0: the kernel's): the list and the depth of its statements.
+  std::vector<std::pair<PyObject*, int>> bodies_;
+
+  /// A statement at `depth` for read_streamed: a loop's members converted but its body, which becomes an
+  /// empty array at position (-1, token) (frontend::BodySources), read when the loop is; anything else whole.
+  Value statement(py::handle obj, int depth) {
+    PyObject* p = obj.ptr();
+    PyObject* lp = PyDict_Check(p) && PyDict_Size(p) == 1 ? PyDict_GetItemString(p, "loop") : nullptr;
+    PyObject* body = lp != nullptr && PyDict_Check(lp) ? PyDict_GetItemString(lp, "body") : nullptr;
+    if (body == nullptr || !PyList_Check(body) || depth + 2 > frontend::json::kMaxDepth) return value(obj, depth);
+    Value loop = Value::object();
+    loop.reserve(static_cast<size_t>(PyDict_Size(lp)));
+    PyObject *key = nullptr, *item = nullptr;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(lp, &pos, &key, &item)) {
+      std::string k = key_of(key);
+      if (k == "body") {
+        Value marker = Value::array();
+        marker.set_pos(-1, static_cast<int>(bodies_.size()));
+        bodies_.emplace_back(body, depth + 3);
+        loop.set(std::move(k), std::move(marker));
+      } else {
+        loop.set(std::move(k), value(item, depth + 2));
+      }
+    }
+    Value st = Value::object();
+    st.set("loop", std::move(loop));
+    return st;
+  }
   /// A dict key as UTF-8; NotDirect for what json.dumps would treat otherwise.
   static std::string key_of(PyObject* key) {
     if (!PyUnicode_Check(key)) throw NotDirect{};
@@ -521,7 +551,6 @@ class FromPython {
     }
     return std::string(u, static_cast<size_t>(n));
   }
-  using Value = frontend::json::Value;
   py::handle fallback_;
 
   Value value(py::handle obj, int depth) {

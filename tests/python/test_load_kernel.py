@@ -151,7 +151,7 @@ def test_dict_values_json_would_write_differently_take_the_text_path():
 
 
 def test_dict_body_read_statement_by_statement_as_the_text_is():
-    # A kernel dict's body goes to C++ one statement at a time (the converted values of an unrolled kernel
+    # A kernel dict's body, and each loop's, goes to C++ one statement at a time (the converted values of an unrolled kernel
     # outweigh the kernel; held whole they set the run's peak memory): the same IR as its text, the same
     # errors, at the same JSON paths, whichever statement holds them.
     path = os.path.join(EX, "swiglu.json")  # 12 statements at the top level: 6 allocs, 6 loops
@@ -180,6 +180,27 @@ def test_dict_body_read_statement_by_statement_as_the_text_is():
     npk = json.loads(json.dumps(kj))
     npk["body"][8]["loop"]["stop"] = np.int64(npk["body"][8]["loop"]["stop"])
     assert nsim.load_kernel(npk)._handle.to_json() == h._handle.to_json()
+    # loops' bodies too are read statement by statement: an error two loops deep, a NaN there, a loop body that
+    # is not a list
+    assert "loop" in kj["body"][9]["loop"]["body"][0]
+    deep = json.loads(json.dumps(kj))
+    deep["body"][9]["loop"]["body"][0]["loop"]["body"].insert(1, {"op": "no_such_op"})
+    for k in (deep, json.dumps(deep)):
+        with pytest.raises(nsim.KernelError) as e:
+            nsim.load_kernel(k)
+        assert e.value.code == _errors.code("UnknownOp") and "body[9].loop.body[0].loop.body[1]" in str(e.value)
+    deep = json.loads(json.dumps(kj))
+    deep["body"][9]["loop"]["body"][0]["loop"]["body"][0]["nan"] = float("nan")
+    with pytest.raises(nsim.KernelError) as e:
+        nsim.load_kernel(deep)
+    assert e.value.code == _errors.code("JsonSyntax")
+    for inner in ({"op": "x"}, 3):
+        deep = json.loads(json.dumps(kj))
+        deep["body"][9]["loop"]["body"][0]["loop"]["body"] = inner
+        for k in (deep, json.dumps(deep)):
+            with pytest.raises(nsim.KernelError) as e:
+                nsim.load_kernel(k)
+            assert e.value.code == _errors.code("WrongType") and "body[9].loop.body[0].loop.body" in str(e.value)
     # a body that is not a list: the error of the text
     for body in ({"op": "x"}, "x"):
         for k in ({"nsim_kernel": 1, "tensors": [], "body": body},
