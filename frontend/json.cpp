@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -196,6 +197,24 @@ class Parser {
   }
   /// The value at the current position, as a DOM, nested `depth` levels deep; the position is left after it.
   Value parse_value(int depth) { return value(depth); }
+  /// Where a loop statement's body starts, and the depth of that array (Stream::for_each_statement).
+  using Bodies = std::vector<std::pair<Stream::Mark, int>>;
+  /// value(depth) for a statement of a body read statement by statement, except that a loop statement
+  /// ({"loop": {..., "body": [...], ...}}) has its body skipped: in its place an empty array at position
+  /// (-1, t), the body's start in bodies[t], read when the loop is (no DOM of a whole loop body is held).
+  /// Anything else, and anything unusual in a loop statement (another member, a duplicate name, a syntax
+  /// error, nesting too deep), is parsed by value() from the start, which reports it as it always has.
+  Value statement(int depth, Bodies& bodies) {
+    const Stream::Mark start = mark();
+    const size_t nb = bodies.size();
+    try {
+      if (std::optional<Value> v = loop_statement(depth, bodies)) return std::move(*v);
+    } catch (const Error&) {  // value() reports it, in its order
+    }
+    bodies.resize(nb);
+    seek(start);
+    return value(depth);
+  }
   /// At an array: '[' consumed, true; else false (nothing consumed).
   bool begin_array() {
     if (p_ >= t_.size() || t_[p_] != '[') return false;
@@ -225,6 +244,61 @@ class Parser {
   }
 
  private:
+  /// statement()'s loop statement, or nullopt (the position anywhere: statement() starts again).
+  std::optional<Value> loop_statement(int depth, Bodies& bodies) {
+    // Depths as value(depth) gives them: the statement's members at depth + 1, the loop's at depth + 2, the
+    // body's elements at depth + 3.
+    if (depth + 3 > kMaxDepth || p_ >= t_.size() || t_[p_] != '{') return std::nullopt;
+    const int line = line_, col = col_at(p_);
+    ++p_;
+    skip_ws();
+    if (p_ >= t_.size() || t_[p_] != '"' || string() != "loop") return std::nullopt;
+    skip_ws();
+    if (p_ >= t_.size() || t_[p_] != ':') return std::nullopt;
+    ++p_;
+    skip_ws();
+    if (p_ >= t_.size() || t_[p_] != '{') return std::nullopt;
+    Value loop = Value::object();
+    loop.set_pos(line_, col_at(p_));
+    ++p_;
+    bool body = false;
+    for (bool first = true;; first = false) {
+      skip_ws();
+      if (p_ >= t_.size()) return std::nullopt;
+      if (t_[p_] == '}' && !first) break;
+      if (!first) {
+        if (t_[p_] != ',') return std::nullopt;
+        ++p_;
+        skip_ws();
+      }
+      if (p_ >= t_.size() || t_[p_] != '"') return std::nullopt;
+      std::string key = string();
+      if (loop.find(key)) return std::nullopt;  // a duplicate name
+      skip_ws();
+      if (p_ >= t_.size() || t_[p_] != ':') return std::nullopt;
+      ++p_;
+      skip_ws();
+      if (key == "body" && p_ < t_.size() && t_[p_] == '[') {
+        Value marker = Value::array();
+        marker.set_pos(-1, static_cast<int>(bodies.size()));
+        bodies.emplace_back(mark(), depth + 2);
+        skip_value();
+        loop.set(std::move(key), std::move(marker));
+        body = true;
+      } else {
+        loop.set(std::move(key), value(depth + 2));
+      }
+    }
+    ++p_;  // the loop's }
+    skip_ws();
+    if (!body || p_ >= t_.size() || t_[p_] != '}') return std::nullopt;
+    ++p_;
+    Value st = Value::object();
+    st.set_pos(line, col);
+    st.set("loop", std::move(loop));
+    return st;
+  }
+
   bool end_object() {
     ++p_;  // }
     skip_ws();
@@ -640,6 +714,7 @@ Value parse(std::string_view text, const std::string& filename) { return Parser(
 struct Stream::Impl {
   std::string file;  // the parser refers to it: a copy, so a temporary name given to Stream is fine
   Parser parser;
+  Parser::Bodies bodies;  // for_each_statement's bodies by token
   Impl(std::string_view text, const std::string& filename) : file(filename), parser(text, file) {}
 };
 
@@ -671,6 +746,37 @@ bool Stream::for_each_element(const Mark& m, const std::function<void(size_t, Va
   for (size_t i = 0; p.next_element(i == 0); ++i) fn(i, p.parse_value(2));  // in a member's array
   p.seek(here);
   return true;
+}
+
+int Stream::add_body(const Mark& m) {
+  impl_->bodies.emplace_back(m, 1);  // a member of the top-level object
+  return static_cast<int>(impl_->bodies.size() - 1);
+}
+bool Stream::for_each_statement(int token, const std::function<void(size_t, Value)>& fn) {
+  Parser& p = impl_->parser;
+  const auto [m, depth] = impl_->bodies.at(static_cast<size_t>(token));
+  const Mark here = p.mark();
+  p.seek(m);
+  if (!p.begin_array()) {
+    p.seek(here);
+    return false;
+  }
+  for (size_t i = 0; p.next_element(i == 0); ++i) {
+    Value v = p.statement(depth + 1, impl_->bodies);  // (may add bodies: `m` and `depth` are copies)
+    const Mark after = p.mark();
+    fn(i, std::move(v));  // (may read a loop's body, which moves the position)
+    p.seek(after);
+  }
+  p.seek(here);
+  return true;
+}
+Value Stream::parse_body(int token) {
+  const auto [m, depth] = impl_->bodies.at(static_cast<size_t>(token));
+  const Mark here = impl_->parser.mark();
+  impl_->parser.seek(m);
+  Value v = impl_->parser.parse_value(depth);
+  impl_->parser.seek(here);
+  return v;
 }
 
 // ---------------------------------------------------------------- writer

@@ -128,6 +128,14 @@ class Stream {
   /// When the value at `m` is an array: calls fn(i, element) for each element in order, each parsed
   /// just before its call, and returns true; false (nothing called) when it is not an array.
   bool for_each_element(const Mark& m, const std::function<void(size_t, Value)>& fn);
+  /// A body of statements read statement by statement, nested loops' bodies too: add_body(m) gives the token
+  /// of the array at `m` (a member of the top-level object); for_each_statement(token, fn) is
+  /// for_each_element of it, except that a loop statement's "body" is left out, an empty array at position
+  /// (line -1, column t): for_each_statement(t, fn) reads it in turn, when the loop is read. parse_body(token)
+  /// is the whole value (for the error of a body that is not an array).
+  int add_body(const Mark& m);
+  bool for_each_statement(int token, const std::function<void(size_t, Value)>& fn);
+  Value parse_body(int token);
 
  private:
   struct Impl;

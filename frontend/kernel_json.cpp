@@ -249,10 +249,16 @@ class Reader {
       if (root && !root->find("core_programs") && !root->find("cores")) {
         root->set_pos(st.object_line(), st.object_column());
         if (!has_body) return read_root(*root, nullptr);
-        const BodySource each = [&](const std::function<void(size_t, Value)>& fn, Value& whole) {
-          if (st.for_each_element(body, fn)) return true;
-          whole = st.parse_at(body);
+        // The body, and each loop's body in it, statement by statement.
+        const BodySources bodies = [&](int token, const std::function<void(size_t, Value)>& fn, Value& whole) {
+          if (st.for_each_statement(token, fn)) return true;
+          whole = st.parse_body(token);
           return false;
+        };
+        set_deferred(&bodies);
+        const int top = st.add_body(body);
+        const BodySource each = [&](const std::function<void(size_t, Value)>& fn, Value& whole) {
+          return bodies(top, fn, whole);
         };
         return read_root(*root, &each);
       }

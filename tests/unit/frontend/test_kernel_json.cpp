@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "frontend/ir.h"
@@ -224,6 +225,67 @@ TEST_CASE("kernel_json: nested loops and dims", "[kernel_json]") {
   CHECK(out.dims[1].start == Affine{0, {{1, 127}}});
   CHECK(k.ops[3].flags == isa::kAccumulate);
   check_round_trip(k);
+}
+
+TEST_CASE("kernel_json: loop bodies are read statement by statement, as the whole document reads them", "[kernel_json]") {
+  // A kernel.json text's body, and each loop's body in it, is read one statement at a time (no DOM of a
+  // whole loop body: the launch grid of a public kernel makes it one top-level loop): the same kernel, and
+  // the same errors where they are reported, as the whole-document DOM gives.
+  const Kernel dom = parse_kernel_value(json::parse(kNested, "k.json"), "k.json");
+  CHECK(parse_kernel_json(kNested, "k.json") == dom);
+  CHECK(parse_kernel_json(kDocExample) == parse_kernel_value(json::parse(kDocExample), "kernel.json"));
+  const std::string inner = R"({"loop": {"var": "j", "stop": 2, "body": [
+  {"op": "memset", "dst": "t"},
+  BAD]}})";
+  const auto nested = [&](const std::string& bad) {
+    std::string b = inner;
+    b.replace(b.find("BAD"), 3, bad);
+    return wrap(R"({"loop": {"var": "i", "stop": 2, "body": [)" + b + "]}}");
+  };
+  // an unknown op two loops deep: its path and line (4: the text's fourth line)
+  const Error unknown = kernel_error(nested(R"({"op": "no_such_op"})"));
+  CHECK(unknown.code() == ErrorCode::kUnknownOp);
+  CHECK_THAT(unknown.message(), Catch::Contains("body[1].loop.body[0].loop.body[1]"));
+  CHECK_THAT(unknown.message(), Catch::Contains("k.json:4:"));
+  // a syntax error there: json::parse's message
+  for (const std::string& bad : {std::string(R"({"op": "memset", "dst": "t",})"), std::string(R"({"op" "memset"})"),
+                                 std::string(R"({"op": "memset", "op": "memset"})")}) {
+    INFO(bad);
+    const std::string text = nested(bad);
+    std::string want;
+    try {
+      json::parse(text, "k.json");
+    } catch (const Error& e) {
+      want = e.message();
+    }
+    REQUIRE_FALSE(want.empty());
+    const Error e = kernel_error(text);
+    CHECK(e.code() == ErrorCode::kJsonSyntax);
+    CHECK(e.message() == want);
+  }
+  // loop statements the statement reader leaves to the whole parse: another member, a duplicate loop field, a
+  // body that is not an array, a loop without a body: the errors the DOM gives
+  for (const std::string& odd :
+       {std::string(R"({"loop": {"var": "j", "stop": 2, "body": []}, "op": "memset"})"),
+        std::string(R"({"loop": {"var": "j", "var": "k", "stop": 2, "body": []}})"),
+        std::string(R"({"loop": {"var": "j", "stop": 2, "body": {"op": "memset", "dst": "t"}}})"),
+        std::string(R"({"loop": {"var": "j", "stop": 2}})"), std::string(R"({"loop": {"var": "j", "stop": -1, "body": [
+          {"op": "no_such_op"}]}})")}) {
+    INFO(odd);
+    const std::string text = wrap(R"({"loop": {"var": "i", "stop": 2, "body": [)" + odd + "]}}");
+    std::optional<Error> want;
+    try {
+      parse_kernel_value(json::parse(text, "k.json"), "k.json");
+    } catch (const Error& e) {
+      want = e;
+    }
+    if (!want) {
+      CHECK(parse_kernel_json(text, "k.json") == parse_kernel_value(json::parse(text, "k.json"), "k.json"));
+      continue;
+    }
+    const Error e = kernel_error(text);
+    CHECK(e.code() == want->code());
+  }
 }
 
 TEST_CASE("kernel_json: all immediates and nc_matmul", "[kernel_json]") {
