@@ -210,6 +210,43 @@ def test_dict_body_read_statement_by_statement_as_the_text_is():
             assert e.value.code == _errors.code("WrongType")
 
 
+def test_dict_statements_converted_only_when_read():
+    # What makes reading statement by statement hold no whole body: a statement (a loop's too) is converted
+    # only when the reader comes to it. An error in an earlier statement stops the reading before a later
+    # statement is converted (an array's conversion, json.dumps's fallback, is recorded).
+    calls = []
+
+    class Recorded(np.ndarray):
+        def tolist(self):
+            calls.append(1)
+            return super().tolist()
+
+    kj = json.loads(open(os.path.join(EX, "swiglu.json")).read())
+    assert "loop" in kj["body"][9]
+    def later(stmts):  # an alloc whose shape is a recorded array, after the error
+        stmts.append({"alloc": {"name": "late", "buffer": "sbuf", "dtype": "float32",
+                                "shape": np.array([128, 4]).view(Recorded)}})
+
+    top = json.loads(json.dumps(kj))
+    top["body"].insert(2, {"op": "no_such_op"})  # a top-level statement
+    later(top["body"])
+    inner = json.loads(json.dumps(kj))
+    inner["body"][9]["loop"]["body"].insert(0, {"op": "no_such_op"})  # the first statement of a loop's body
+    later(inner["body"][9]["loop"]["body"])
+    for k, where in ((top, "body[2]"), (inner, "body[9].loop.body[0]")):
+        calls.clear()
+        with pytest.raises(nsim.KernelError) as e:
+            nsim.load_kernel(k)
+        assert e.value.code == _errors.code("UnknownOp") and where in str(e.value)
+        assert calls == [], where
+    # read to the end, the recorded array converts as json.dumps would
+    ok = json.loads(json.dumps(kj))
+    later(ok["body"][9]["loop"]["body"])
+    calls.clear()
+    nsim.load_kernel(ok)
+    assert calls == [1]
+
+
 def test_bad_input_gives_coded_errors(tmp_path):
     with pytest.raises(nsim.KernelError) as e:
         nsim.load_kernel('{"nsim_kernel": 1, "body": [')
