@@ -109,6 +109,9 @@ struct Op {
   uint16_t flags = 0;
   std::array<float, 4> imm = isa::kImmDefault;
   std::array<int32_t, 10> iimm = isa::kIimmDefault;
+  /// iimm entries given as index expressions over loop variables (iota / affine_select: the pattern's offset
+  /// moving with a loop), evaluated per instance (Lowering::apply_iimm); iimm holds 0 there.
+  std::vector<std::pair<uint8_t, Affine>> iimm_expr;
   std::array<uint8_t, 32> shuffle{};
   uint8_t axis_count = 0;
   std::optional<int> dma_queue;

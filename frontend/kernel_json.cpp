@@ -1012,9 +1012,30 @@ class Reader {
       } else if (key == "iimm") {
         expect_array(f, fp, op.loc);
         if (f.size() > 10) fail(ErrorCode::kWrongType, f, fp, fmt::format("at most 10 values, found {}", f.size()), op.loc);
-        for (size_t j = 0; j < f.size(); ++j)
+        for (size_t j = 0; j < f.size(); ++j) {
+          if (f[j].is_string()) {  // an index expression (iota / affine_select), evaluated per instance
+            if (op.name != "iota" && op.name != "affine_select")
+              fail(ErrorCode::kWrongType, f[j], fp[j],
+                   fmt::format("expected an integer, found a string: iimm takes index expressions for iota and "
+                               "affine_select only"),
+                   op.loc);
+            Affine a = read_expr(f[j], fp[j], op.loc);
+            if (!a.is_const()) {
+              op.iimm[j] = 0;
+              op.iimm_expr.emplace_back(static_cast<uint8_t>(j), std::move(a));
+              continue;
+            }
+            if (a.c < std::numeric_limits<int32_t>::min() || a.c > std::numeric_limits<int32_t>::max())
+              fail(ErrorCode::kWrongType, f[j], fp[j],
+                   fmt::format("integer {} is out of range [{}, {}]", a.c, std::numeric_limits<int32_t>::min(),
+                               std::numeric_limits<int32_t>::max()),
+                   op.loc);
+            op.iimm[j] = static_cast<int32_t>(a.c);
+            continue;
+          }
           op.iimm[j] = static_cast<int32_t>(get_int(f[j], fp[j], std::numeric_limits<int32_t>::min(),
                                                     std::numeric_limits<int32_t>::max(), op.loc));
+        }
       } else if (key == "shuffle") {
         expect_array(f, fp, op.loc);
         if (f.size() != 32) fail(ErrorCode::kWrongType, f, fp, fmt::format("expected 32 values, found {}", f.size()), op.loc);
@@ -1305,9 +1326,13 @@ class Writer {
     {
       size_t n = 10;
       while (n > 0 && o.iimm[n - 1] == kIimmDefault[n - 1]) --n;
+      for (const auto& [j, e] : o.iimm_expr) n = std::max(n, static_cast<size_t>(j) + 1);
       if (n) {
         Value a = Value::array();
-        for (size_t i = 0; i < n; ++i) a.push(Value::integer(o.iimm[i]));
+        for (size_t i = 0; i < n; ++i) {
+          auto e = std::find_if(o.iimm_expr.begin(), o.iimm_expr.end(), [&](const auto& x) { return x.first == i; });
+          a.push(e != o.iimm_expr.end() ? expr(e->second) : Value::integer(o.iimm[i]));
+        }
         v.set("iimm", std::move(a));
       }
     }

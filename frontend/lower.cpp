@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 namespace nsim::frontend {
@@ -193,6 +194,17 @@ int Lowering::assemble(const Op& op, int opcode, const std::array<Operand, isa::
   }
   out[0] = in;
   return 1;
+}
+
+void Lowering::apply_iimm_exprs(const Op& op, const std::vector<int64_t>& vars, Instr& out) {
+  for (const auto& [j, e] : op.iimm_expr) {
+    const int64_t v = e.eval(vars);
+    if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+      throw Error(ErrorCode::kBadArgument,
+                  fmt::format("{}: iimm[{}] = {} in this iteration, outside the int32 an immediate holds", op.name, j, v),
+                  op.loc);
+    out.iimm[j] = static_cast<int32_t>(v);
+  }
 }
 
 // ------------------------------------------------------------------ Lowering
@@ -413,6 +425,7 @@ bool Lowering::lower_op(const Op& op, Instr& out) {
   // the others written in place (an Instr is ~600 bytes, an operand 96).
   static_assert(offsetof(Instr, loc) == offsetof(Instr, opnd) + sizeof(Instr::opnd), "opnd is followed by loc only");
   t[0].into(out);
+  apply_iimm(op, vars_, out);
   const bool keep = opc == static_cast<int>(Opcode::kTensorReduce) && op.axis_count != 0;
   for (size_t i = 0; i < isa::kMaxSlots; ++i) {
     if (!op.operands[i]) {

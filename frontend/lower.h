@@ -152,6 +152,12 @@ class Lowering {
   /// on-chip side of a DMA, for the automatic queue. Returns the number of instructions.
   static int assemble(const Op& op, int opcode, const std::array<isa::Operand, isa::kMaxSlots>& opnd, int buf,
                       isa::Instr out[2]);
+  /// The iimm entries op `op` gives as index expressions (Op::iimm_expr), for loop variable values `vars`,
+  /// into `out` (an int32 each, else E312 BadArgument).
+  static void apply_iimm(const Op& op, const std::vector<int64_t>& vars, isa::Instr& out) {
+    if (!op.iimm_expr.empty()) apply_iimm_exprs(op, vars, out);
+  }
+  static void apply_iimm_exprs(const Op& op, const std::vector<int64_t>& vars, isa::Instr& out);
 
  private:
   struct Frame {

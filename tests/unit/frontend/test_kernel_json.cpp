@@ -663,3 +663,32 @@ TEST_CASE("kernel_json: E412 duplicate names", "[kernel_json][errors]") {
       {"name": "x", "buffer": "hbm", "dtype": "float32", "shape": [4]}], "body": []})")
             .code() == ErrorCode::kDuplicateName);
 }
+
+TEST_CASE("kernel_json: iota / affine_select iimm entries may be index expressions", "[kernel_json]") {
+  const std::string body = R"({"loop": {"var": "i", "stop": 4, "body": [
+      {"op": "iota", "dst": "t", "iimm": ["128*i + 5", 1, 0, 1, 0, 1, 0, 1, -1, 512]},
+      {"op": "affine_select", "dst": "t", "on_true": "t", "alu0": "greater_equal", "imm": [-9984], "iimm": ["-512*i", 1, 0, 1, 0, 1, 0, 1, -1, "512"]}]}})";
+  const Kernel k = parse_kernel_json(wrap(body));
+  REQUIRE(k.ops.size() == 2);
+  REQUIRE(k.ops[0].iimm_expr.size() == 1);
+  CHECK(k.ops[0].iimm_expr[0].first == 0);
+  CHECK(k.ops[0].iimm_expr[0].second.c == 5);
+  CHECK(k.ops[0].iimm_expr[0].second.terms == std::vector<std::pair<int, int64_t>>{{0, 128}});
+  CHECK(k.ops[0].iimm[0] == 0);
+  CHECK(k.ops[0].iimm[9] == 512);
+  REQUIRE(k.ops[1].iimm_expr.size() == 1);  // "512" has no variable: an int
+  CHECK(k.ops[1].iimm[9] == 512);
+  check_round_trip(k);
+  CHECK_THAT(write_kernel_json(k), Catch::Contains("\"128*i + 5\""));
+
+  // only those two ops take expressions; the expression is checked as an index is
+  Error e = kernel_error(wrap(R"({"loop": {"var": "i", "stop": 4, "body": [{"op": "memset", "dst": "t", "iimm": ["i"]}]}})"));
+  CHECK(e.code() == ErrorCode::kWrongType);
+  CHECK_THAT(e.message(), Catch::Contains("iota and affine_select only"));
+  e = kernel_error(wrap(R"({"loop": {"var": "i", "stop": 4, "body": [{"op": "iota", "dst": "t", "iimm": ["2*j"]}]}})"));
+  CHECK(e.code() == ErrorCode::kUnknownName);
+  e = kernel_error(wrap(R"({"loop": {"var": "i", "stop": 4, "body": [{"op": "iota", "dst": "t", "iimm": ["2*i*i"]}]}})"));
+  CHECK(e.code() == ErrorCode::kBadIndex);
+  e = kernel_error(wrap(R"({"op": "iota", "dst": "t", "iimm": ["4294967296"]})"));
+  CHECK(e.code() == ErrorCode::kWrongType);
+}

@@ -433,3 +433,47 @@ TEST_CASE("lowering: explicit engines and queues are kept and HBM tensors are re
   }
   CHECK(thrown);
 }
+
+TEST_CASE("lowering: an iimm index expression takes each iteration's value", "[lower]") {
+  const char* text = R"({"nsim_kernel": 1, "tensors": [{"name": "y", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [512, 4]}],
+"body": [{"loop": {"var": "i", "stop": 4, "body": [
+  {"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 4]}},
+  {"op": "iota", "dst": "t", "iimm": ["128*i", 1, 0, 1, 0, 1, 0, 1, 1000, 4]},
+  {"op": "dma_copy", "dst": {"tensor": "y", "index": [{"start": "128*i", "size": 128}, {"size": 4}]}, "src": "t"}]}}]})";
+  const frontend::Kernel k = frontend::parse_kernel_json(text);
+  {
+    auto s = make_sim(false);
+    verify_kernel(k, s->params());
+    frontend::Lowering::allocate_hbm(k, *s);
+    Lowering l(k, *s);
+    const auto v = drain(l);
+    REQUIRE(v.size() == 8);
+    for (size_t it = 0; it < 4; ++it) CHECK(v[2 * it].iimm[0] == static_cast<int32_t>(128 * it));
+  }
+  // y[r, c] = r + 1000 c: offset 128 i + partition p + 1000 c
+  auto s = make_sim(true);
+  frontend::Lowering::allocate_hbm(k, *s);
+  Lowering l(k, *s);
+  l.run();
+  s->finish();
+  const std::vector<uint8_t> bytes = s->read_hbm("y");
+  REQUIRE(bytes.size() == 512 * 4 * sizeof(float));
+  std::vector<float> y(512 * 4);
+  std::memcpy(y.data(), bytes.data(), bytes.size());
+  for (int r = 0; r < 512; ++r)
+    for (int c = 0; c < 4; ++c) CHECK(y[static_cast<size_t>(r * 4 + c)] == static_cast<float>(r + 1000 * c));
+
+  // a value past int32 in some iteration: E312 at that instance, with the op's source line
+  const std::string big = std::string(text).replace(std::string(text).find("\"128*i\", 1,"), 7, "\"1000000000*i\"");
+  const frontend::Kernel kb = frontend::parse_kernel_json(big);
+  auto s2 = make_sim(false);
+  frontend::Lowering::allocate_hbm(kb, *s2);
+  Lowering l2(kb, *s2);
+  try {
+    drain(l2);
+    FAIL("expected E312");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kBadArgument);
+    CHECK_THAT(e.message(), Catch::Contains("iimm[0] = 3000000000"));
+  }
+}
