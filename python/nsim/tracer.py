@@ -7,8 +7,10 @@ nc_matmul ``accumulate=None`` bookkeeping.
 Loops: ``nl.affine_range`` / ``nl.sequential_range`` bodies are recorded once with a symbolic index (a
 :class:`Sym`) and become kernel-IR loops when the body's Python control flow does not depend on the index
 (Tracer.symbolic_loop has the rules); otherwise :func:`trace` traces the kernel again with that loop peeled
-(first and last iteration with int indices, the rest a loop) or unrolled (the Python body runs every
-iteration and emits constant indices: the semantics of sequential execution). docs/kernel-json.md "Loops
+(first and last iteration with int indices, the rest a loop), recorded in pieces (a comparison of the index that
+changes in the middle: _narrow; pieces that allocate tiles are written out iteration by iteration, as unrolled)
+or unrolled (the Python body runs every iteration and emits constant indices: the semantics of sequential
+execution). docs/kernel-json.md "Loops
 from the Python tracer" explains when loops are kept. Loops are kept by default (:data:`LOOPS`); the kernel
 option ``loops="unroll"`` (or NSIM_LOOPS=unroll) unrolls every loop; NSIM_EXPLAIN_LOOPS=1 says why a loop
 was not kept.
@@ -406,23 +408,28 @@ class _NeedsConcrete(BaseException):
     None for the innermost loop being recorded). A BaseException, so that ``except Exception`` in user code
     or in nsim does not swallow it."""
 
-    def __init__(self, why, key=None, peel=False, pair=False):
+    def __init__(self, why, key=None, peel=False, pair=False, expand=False):
         super().__init__(why)
         self.why, self.key = why, key
         self.peel = peel  # running the first and last iterations concretely may help (Tracer.symbolic_loop)
         self.pair = pair  # the peeled loop's middle is to be recorded two iterations per pass (_record_loop)
+        self.expand = expand  # the loop is to be recorded and written out iteration by iteration (_record_piece)
 
 
 class LoopVar:
     """The index of a loop being recorded symbolically: ``name`` in the IR, values ``range(start, stop,
     step)``; ``final`` is its last value once the loop is done (a Sym over closed loops is an int)."""
 
-    __slots__ = ("name", "lo", "hi", "final", "key", "depth")
+    __slots__ = ("name", "lo", "hi", "final", "key", "depth", "step", "split")
 
-    def __init__(self, name, r, key, depth):
+    def __init__(self, name, r, key, depth, split=False):
         self.name, self.key, self.depth = name, key, depth
         self.lo, self.hi = min(r[0], r[-1]), max(r[0], r[-1])
         self.final = None
+        self.step = abs(r.step)
+        # its range may be narrowed while a pass of its body runs (a comparison whose outcome would differ
+        # between iterations: _narrow); the loop is then recorded in pieces (Tracer._record_loop)
+        self.split = split and r.step > 0
 
 
 class Sym:
@@ -618,10 +625,16 @@ class Sym:
         """The comparison when its outcome is the same in every iteration, else the loop cannot stay symbolic
         (a comparison that differs between iterations: the loop is peeled or unrolled)."""
         lo, hi = self._range_of_diff(o)
-        a, b = test(lo), test(hi)
-        if lo == hi or (a == b and (what in ("<", "<=", ">", ">=") or not (lo <= 0 <= hi))):
-            return a
-        inner = max(self._open()[1], key=lambda vk: vk[0].depth)[0]
+        if _constant(test, what, lo, hi):
+            return test(lo)
+        d = self - o
+        r = _narrow(d, test, what)
+        if r is not None:
+            return r
+        # the loop to peel: the outermost whose range could not be narrowed, else the innermost
+        vs = [v for v, _ in d._open()[1]]
+        fixed = [v for v in vs if not v.split]
+        inner = min(fixed, key=lambda v: v.depth) if fixed else max(vs, key=lambda v: v.depth)
         raise _NeedsConcrete("a comparison ({}) of the loop index '{}' that differs between iterations".format(
             what, inner.name), inner.key, peel=True)
 
@@ -648,6 +661,66 @@ class Sym:
 
     def __format__(self, spec):
         return format(self._need("formatting"), spec)
+
+
+def _constant(test, what, lo, hi):
+    """The outcome of ``test`` on a value known only to lie in [lo, hi] is the same for all of them."""
+    return lo == hi or (test(lo) == test(hi) and (what in ("<", "<=", ">", ">=") or not (lo <= 0 <= hi)))
+
+
+#: Most pieces a loop is recorded in (Tracer._record_loop) before it is unrolled instead.
+MAX_PIECES = 16
+
+
+def _narrow(d, test, what):
+    """A comparison of the affine ``d`` (a Sym) with 0 whose outcome differs between iterations of the loops
+    being recorded: the ranges of those loops are narrowed (each to a prefix of its remaining iterations) until
+    the outcome is the same over all of them, the outcome of the first iteration; None when that takes narrowing a
+    loop that cannot be recorded in pieces. Outermost loop first, each to its longest prefix on which the outcome holds whatever the
+    inner loops' indices; where no prefix does, to its longest prefix on which it holds at the inner loops'
+    first indices, and then the inner ones are narrowed the same way. Outcomes decided earlier in the pass stay
+    true on the narrower ranges (docs/kernel-json.md "Loops recorded in pieces")."""
+    c, terms = d._open()
+    vs = sorted((v for v, _ in terms if v.split), key=lambda v: v.depth)
+    if not vs:
+        return None
+    want = test(c + sum(k * v.lo for v, k in terms))
+    old = [(v, v.hi) for v in vs]
+
+    def holds():
+        return _constant(test, what, d.lo(), d.hi())
+
+    def longest(v):  # the largest hi of v (a prefix of its values) on which holds(), or None
+        full = v.hi
+        n = (full - v.lo) // v.step
+        good, lo_m, hi_m = None, 0, n
+        while lo_m <= hi_m:
+            m = (lo_m + hi_m) // 2
+            v.hi = v.lo + m * v.step
+            if holds():
+                good, lo_m = v.hi, m + 1
+            else:
+                hi_m = m - 1
+        v.hi = full
+        return good
+
+    for j, v in enumerate(vs):
+        t = longest(v)
+        if t is not None:
+            v.hi = t
+            return want
+        inner = [(u, u.hi) for u in vs[j + 1:]]
+        for u, _ in inner:
+            u.hi = u.lo
+        t = longest(v)  # (the first point alone always holds: at worst v's first index)
+        for u, h in inner:
+            u.hi = h
+        v.hi = v.lo if t is None else t
+    if not holds():  # a loop that cannot be narrowed (recorded two iterations per pass) makes it differ
+        for v, h in old:
+            v.hi = h
+        return None
+    return want
 
 
 def var_sym(var, k=1):
@@ -1828,6 +1901,85 @@ def _renamed(stmts, fn):
     return out
 
 
+_EXPR_TERM = re.compile(r"([+-]?)(?:(\d+)\*)?([A-Za-z_]\w*)$|([+-]?)(\d+)$")
+
+
+def _substituted(e, values):
+    """The index expression ``e`` (a Sym.expr() string, or an int) with the loop variables of ``values`` (name ->
+    int) replaced by their values: an int when no variable is left, else the expression of the rest."""
+    if not isinstance(e, str):
+        return e
+    c, terms = 0, []
+    for tok in re.findall(r"[+-]?[^+-]+", e.replace(" ", "")):
+        m = _EXPR_TERM.match(tok)
+        if m is None:  # (not an expression Sym.expr() writes)
+            raise ValueError("cannot substitute into the index expression {!r}".format(e))
+        if m.group(5) is not None:
+            c += int(m.group(5)) * (-1 if m.group(4) == "-" else 1)
+            continue
+        k = int(m.group(2) or 1) * (-1 if m.group(1) == "-" else 1)
+        if m.group(3) in values:
+            c += k * values[m.group(3)]
+        else:
+            terms.append((m.group(3), k))
+    if not terms:
+        return c
+    parts = []
+    for v, k in terms:
+        term = v if abs(k) == 1 else "{}*{}".format(abs(k), v)
+        parts.append(("- " if k < 0 else "+ ") + term if parts else ("-" if k < 0 else "") + term)
+    if c:
+        parts.append("{} {}".format("-" if c < 0 else "+", abs(c)))
+    return " ".join(parts)
+
+
+def _iimm_uses(stmts, var):
+    """True when an op of ``stmts`` (nested loops included) has an iimm entry whose expression uses ``var``."""
+    pat = None
+    for st in stmts:
+        if "loop" in st:
+            if _iimm_uses(st["loop"].get("body", []), var):
+                return True
+            continue
+        for e in st.get("iimm") or ():
+            if isinstance(e, str):
+                pat = pat or re.compile(r"\b{}\b".format(re.escape(var)))
+                if pat.search(e):
+                    return True
+    return False
+
+
+def _expand_into(stmts, values, ren, slots, out):
+    """Copies of ``stmts`` into ``out`` with the loop variables of ``values`` (name -> int) substituted and the
+    tiles of ``ren`` renamed."""
+    for st in stmts:
+        if "alloc" in st:
+            a = st["alloc"]
+            out.append({"alloc": dict(a, name=ren.get(a["name"], a["name"]))})
+        elif "loop" in st:
+            lp = dict(st["loop"])
+            lp["body"] = []
+            _expand_into(st["loop"].get("body", []), values, ren, slots, lp["body"])
+            out.append({"loop": lp})
+        else:
+            new = dict(st)
+            for k, v in st.items():
+                if k in slots and v is not None:
+                    if isinstance(v, str):
+                        new[k] = ren.get(v, v)
+                    else:
+                        d = dict(v, tensor=ren.get(v["tensor"], v["tensor"]))
+                        idx = v.get("index")
+                        if idx:
+                            d["index"] = [_substituted(e, values) if not isinstance(e, dict) else
+                                          dict(e, start=_substituted(e["start"], values)) if "start" in e else e
+                                          for e in idx]
+                        new[k] = d
+                elif k == "iimm":
+                    new[k] = [_substituted(e, values) for e in v]
+            out.append(new)
+
+
 def _alloc_names(stmts, out=None):
     """Names of the tiles allocated in ``stmts`` (loop bodies too), in program order."""
     out = [] if out is None else out
@@ -1852,7 +2004,7 @@ def _allocates_tiles(body):
 def _body_rec_index(recs):
     """Index in ``recs`` of the innermost loop being recorded that is not a pair loop (-1: none)."""
     j = len(recs) - 1
-    while j >= 0 and recs[j].pairs:
+    while j >= 0 and (recs[j].pairs or recs[j].pool):
         j -= 1
     return j
 
@@ -1877,7 +2029,7 @@ class _Rec:
     """One loop being recorded symbolically."""
 
     __slots__ = ("key", "var", "kind", "checking", "storages", "names", "local", "written", "read", "site_allocs",
-                 "pairs", "outer_body")
+                 "pairs", "outer_body", "pool")
 
     def __init__(self, key, var, kind, pairs=False, outer_body=None):
         self.key, self.var, self.kind, self.checking, self.storages = key, var, kind, False, []
@@ -1886,6 +2038,8 @@ class _Rec:
         self.names = set()  # tiles allocated by the current pass itself (only these may be reused in it)
         self.local = set()  # tiles allocated in the current pass, in loops inside it too
         self.site_allocs = {}  # pool key -> alloc statements of the current pass's new storages for it
+        # recorded to be written out iteration by iteration (Tracer._record_piece): its tiles taken as a pair loop's
+        self.pool = False
         self.written, self.read = set(), set()  # the sanitizer's check: tensors not made in the body
 
 
@@ -2016,6 +2170,7 @@ class Tracer:
         self.unroll = set()
         self.peel = set()  # loops whose first and last iterations run unrolled, the others symbolically
         self.pair = set()  # peeled loops whose other iterations are recorded two per pass (_record_loop)
+        self.expand = set()  # loops recorded and written out iteration by iteration (_record_piece)
         self.unroll_all = True  # trace() sets it from the loops mode
         self._broken = None
         self._alias = {}
@@ -2053,7 +2208,7 @@ class Tracer:
             key = (f.f_code.co_filename, _lineno(f)) if f is not None else None
         if key is None or key in self.unroll or self._broken is not None:
             return None
-        if key in self.peel:
+        if key in self.peel and key not in self.expand:
             return self._peeled_loop(r, kind, key, f, loc, name)
         return self._record_loop(r, kind, key, f, loc=loc, name=name)
 
@@ -2071,9 +2226,10 @@ class Tracer:
             else:
                 yield from mid
         elif len(mid) >= 2:
+            before = len(self.body)
             yield from self._record_loop(mid, kind, key, f, loc=loc, name=name)
-            loop = self.body[-1].get("loop") if self.body else None
-            if loop is not None and _allocates_tiles(loop.get("body", [])):
+            if any("loop" in st and (st["loop"].get("loc") or {}).get("line") == key[1] and
+                   _allocates_tiles(st["loop"].get("body", [])) for st in self.body[before:]):
                 # Peeled, a line's tiles would be three allocations (first iteration, the loop, the last), each
                 # with its own rotating buffers, where the unrolled loop rotates one over two storages: PSUM's 8
                 # banks run out, and SBUF tiles get deeper buffers than the compiler gives (a kept trace up to
@@ -2091,7 +2247,13 @@ class Tracer:
         an even length), and the body's tiles are allocated as in the enclosing body, before the loop: a
         line's tiles rotate over the storages its tiles outside the loop use (two per line), as in the
         unrolled trace. A peeled loop allocating tiles is recorded so (_peeled_loop). ``loc`` and ``name``: the
-        loop's location and variable name when it is not a `for` of the kernel (a launch grid's)."""
+        loop's location and variable name when it is not a `for` of the kernel (a launch grid's).
+
+        Where a comparison of the index (a Python ``if`` on it, ``mask=i >= j``) would differ between
+        iterations, the loop is recorded in pieces: the comparison narrows the range being recorded to the
+        iterations on which its outcome is that of the first (_narrow), the pass is run again over that range,
+        and the rest of the range is recorded the same way after it; a piece of one iteration runs with its int
+        index, as unrolled. Past MAX_PIECES pieces the remaining iterations run unrolled."""
         if loc is None:
             loc = ({"file": f.f_code.co_filename, "line": _lineno(f), "function": f.f_code.co_name}
                    if user_loc is _default_user_loc else user_loc())  # (export_from_library.py substitutes user_loc)
@@ -2100,37 +2262,91 @@ class Tracer:
             base = m.group(1) if m and m.group(1) != "_" else "i"
         else:
             base = name
+        if pairs:
+            yield from self._record_piece(r, kind, key, loc, base, True)
+            return
+        expand = key in self.expand
+        pos, pieces = 0, 0
+        while pos < len(r):
+            pieces += 1
+            if pieces > MAX_PIECES:
+                yield from r[pos:]
+                return
+            pos += yield from self._record_piece(r[pos:], kind, key, loc, base, False, pos > 0, expand)
+
+    def _record_piece(self, r, kind, key, loc, base, pairs, split_from=False, expand=False):
+        """Record the first iterations of the loop over ``r`` (as many as its comparisons allow, see _record_loop);
+        the number of iterations recorded. ``split_from``: pieces of the loop came before. ``expand``: written out
+        iteration by iteration (_expand_piece), its tiles taken from the enclosing body's pool as a pair loop's."""
+        if len(r) == 1 and not pairs:
+            yield r[0]
+            return 1
         taken = {x.var.name for x in self._recs}
         name, n = base, 1
         while name in taken:
             name, n = "{}{}".format(base, n), n + 1
         saved = self.body
+        whole = len(r)
         if pairs:  # the loop variable counts pairs of iterations
             firsts, coef = (r.start, r.start + r.step), 2 * r.step
             r = range(len(r) // 2)
         else:  # the loop variable takes r's values
             firsts, coef = (0,), 1
-        var = LoopVar(name, r, key, len(self._recs))
+        # Its range may be narrowed (recorded in pieces) once the loop is peeled, where the unrolled trace was the
+        # other way, or written out (expand): a loop that peeling keeps stays as it was.
+        var = LoopVar(name, r, key, len(self._recs), split=not pairs and (key in self.peel or expand))
         rec = _Rec(key, var, kind, pairs, saved)
-        passes = 1 if any(x.checking for x in self._recs) else 2
-        bodies = []
+        rec.pool = expand
+        # (written out, the two passes' bodies alternate: both are run, whatever the enclosing loop's pass)
+        passes = 2 if expand or not any(x.checking for x in self._recs) else 1
+        bodies, outside, every = [], [], []
+        single = False
+        dropped = 0  # passes run again over a narrower range
         self._symbolic = True
         self._recs.append(rec)
         try:
-            for p in range(passes):
-                rec.checking = p == 1
+            while len(bodies) < passes:
+                rec.checking = len(bodies) >= 1
                 rec.storages = []
                 rec.names, rec.local, rec.site_allocs = set(), set(), {}
                 self.body = []
+                hi = var.hi
                 for c in firsts:
                     yield Sym(c, ((var, coef),))
-                bodies.append((self.body, rec.storages, rec.local))
-                if p == 0:
-                    for ref in rec.storages:
-                        st = ref()
-                        if st is not None:
-                            st.stale = key
-                    st = None  # (a storage held here would never die: its line could not take it again)
+                every.append(rec.storages)
+                outer = self._recs[-2] if len(self._recs) > 1 else None
+                if outer is not None:
+                    outer.storages.extend(rec.storages)
+                    outer.local.update(rec.local)
+                narrowed = var.hi != hi  # a comparison narrowed the range: the pass is run again over it
+                if narrowed and rec.checking:
+                    raise _NeedsConcrete("the loop body differs between iterations", key, peel=True)
+                if narrowed and expand and var.hi == var.lo:  # one iteration: this pass's body is it, as unrolled
+                    bodies.append(self.body)
+                    break
+                dropped += narrowed
+                if not narrowed:
+                    if not expand and not pairs and (
+                            ((split_from or var.hi != r[-1]) and _allocates_tiles(self.body))
+                            or _iimm_uses(self.body, name)):
+                        # Written out iteration by iteration where the unrolled trace is the model and a loop would
+                        # change the kernel's timing: a piece of a loop split by its comparisons whose body
+                        # allocates tiles (as a loop of its own, each piece's tiles take rotating buffers of their
+                        # own, never sharing storage within the body: PSUM ran short and the flash attention sample
+                        # ran 5-28 % longer than unrolled), and a body whose iota / affine_select pattern moves with
+                        # the index (kept, the sample's mask loop ran up to 39 % longer). The kernel is traced
+                        # again with every instance of the loop so (docs/kernel-json.md "Loops recorded in pieces").
+                        raise _NeedsConcrete("its pieces allocate tiles, or its index moves an iota / affine_select "
+                                             "pattern: written out", key, expand=True)
+                    bodies.append(self.body)
+                    outside.append(rec.local.difference(_alloc_names(self.body)))
+                    if expand:  # a third pass where the second is not the last iteration's (_expand_piece)
+                        passes = 2 if dropped % 2 == ((var.hi - var.lo) // var.step + 1) % 2 else 3
+                if len(bodies) < passes and not expand:
+                    self._stale(rec.storages, key)  # tiles of a pass that is not the last: an earlier iteration's
+                if var.hi == var.lo:  # one iteration: run as unrolled
+                    single = True
+                    break
         except GeneratorExit:  # break / return / an exception left the body
             if self._broken is None:
                 self._broken = key
@@ -2139,33 +2355,79 @@ class Tracer:
             self.body = saved
             if self._recs and self._recs[-1] is rec:
                 self._recs.pop()
-        body = bodies[0][0]
-        if passes == 2:
-            b2 = bodies[1][0]
-            if self._canon(body) != self._canon(b2):
+        if expand and len(bodies) == 1 and var.hi == var.lo:
+            var.final = r[0]
+            self.body.extend(self._expand_piece(bodies, name, r[:1], dropped))
+            return 1
+        if single:
+            self._stale(every[-1], key)
+            var.final = r[0]
+            yield r[0]
+            return 1
+        body = bodies[0]
+        for j in range(1, len(bodies)):
+            if self._canon(bodies[j - 1], outside[j - 1]) != self._canon(bodies[j], outside[j]):
                 raise _NeedsConcrete("the loop body differs between iterations", key, peel=True)
+        b2 = bodies[-1]
+        count = (var.hi - var.lo) // var.step + 1
+        if expand:
+            if any("alloc" in st for b in bodies for st in b):  # a named or placed tile (its own alloc)
+                raise _NeedsConcrete("a loop written out allocates a named or placed tile", key)
+            var.final = r[count - 1]
+            self.body.extend(self._expand_piece(bodies, name, r[:count], dropped))
+            return count
+        if passes == 2:
             for n2, n1 in zip(_alloc_names(b2), _alloc_names(body)):
                 if n2 != n1:
                     self._alias[n2] = n1
+        if not pairs:
+            r = r[:count]
         var.final = r[-1]
-        if self._recs:
-            outer = self._recs[-1]
-            for _b, sts, names in bodies:
-                outer.storages.extend(sts)
-                outer.local.update(names)
         if kind == "affine" and self._write_conflict(body, name):
             kind = "sequential"  # verify_kernel would reject it as an affine loop; the unrolled trace had none
         lp = {"var": name, "start": r.start, "stop": r.stop, "step": r.step, "kind": kind, "body": body,
               "loc": loc}
         self.body.append({"loop": lp})
+        return whole if pairs else count
 
-    def _canon(self, stmts):
-        """``stmts`` with the tiles they allocate numbered in order (names of other tensors kept)."""
+    def _expand_piece(self, bodies, var, piece, dropped):
+        """The statements of a loop over ``var`` for each index of ``piece`` in turn, as the unrolled trace writes
+        them. ``bodies``: its passes, each taking its tiles from the enclosing body's pool as an unrolled iteration
+        would (a line's tiles alternate over two storages: consecutive passes take them in turn, after the
+        ``dropped`` passes a comparison narrowed); iteration k is written with a pass that took its storages as
+        iteration k would, the last with the last pass (its tiles are the ones the kernel's Python variables hold
+        after the loop; _record_piece runs a third pass where the second is not the last iteration's). Tiles of
+        loops inside the body are new in each iteration, as unrolled (the recorded names where a pass's body is
+        first written, and the last pass's in the last iteration)."""
+        slots = _slot_rank()
+        inner = [_alloc_names(b) for b in bodies]
+        out, used = [], [False] * len(bodies)
+        n, m = len(piece), len(bodies) - 1
+        for k, value in enumerate(piece):
+            which = m if k == n - 1 else (0 if k % 2 == dropped % 2 else 1)
+            keep = k == n - 1 if which == m else not used[which]
+            ren = {} if keep else {nm: self.unique_name(nm) for nm in inner[which]}
+            used[which] = True
+            _expand_into(bodies[which], {var: value}, ren, slots, out)
+        return out
+
+    @staticmethod
+    def _stale(storages, key):
+        """Mark the tiles of ``storages`` (weak references) as an earlier iteration's of the loop ``key``."""
+        for ref in storages:
+            st = ref()
+            if st is not None:
+                st.stale = key
+
+    def _canon(self, stmts, outside=()):
+        """``stmts`` with the tiles they allocate numbered in order (names of other tensors kept); the tiles of
+        ``outside`` (a pass's tiles taken from the enclosing body's pool, _record_piece: storages that two
+        consecutive iterations take in turn) as one name."""
         local = {}
         for i, nm in enumerate(_alloc_names(stmts)):
             local[nm] = "#{}".format(i)
         res = self.resolve_alias
-        return _renamed(stmts, lambda n: local.get(n) or local.get(res(n)) or res(n))
+        return _renamed(stmts, lambda n: local.get(n) or local.get(res(n)) or ("#o" if n in outside else res(n)))
 
     def _write_conflict(self, body, var):
         """True when an op of ``body`` writes (not accumulates) a location of a tensor not allocated in it whose
@@ -2217,7 +2479,10 @@ class Tracer:
                 stmt[k] = v
             elif (t is list or t is tuple) and k != "loc":
                 if any(type(x) is Sym for x in v):
-                    stmt[k] = [x._need("an immediate '{}'".format(k)) if type(x) is Sym else x for x in v]
+                    # iota's / affine_select's pattern (iimm) may hold index expressions; other immediates not
+                    expr = k == "iimm" and stmt.get("op") in ("iota", "affine_select")
+                    stmt[k] = [(x.expr() if expr else x._need("an immediate '{}'".format(k))) if type(x) is Sym else x
+                               for x in v]
 
     def eager(self):
         """The eager-values state of this kernel (created on first use: kernels that never look at a
@@ -2312,7 +2577,7 @@ class Tracer:
         if self._broken is not None:
             raise _NeedsConcrete("a loop recorded symbolically was left early", self._broken)
         recs = self._recs
-        if recs and recs[-1].pairs and not name and address is None:
+        if recs and (recs[-1].pairs or recs[-1].pool) and not name and address is None:
             # a loop recorded two iterations per pass (a peeled loop allocating tiles): the tile takes its line's
             # storages as the enclosing body (or the kernel) would, its alloc statement before the loop
             pairs = recs[_body_rec_index(recs) + 1:]
@@ -2956,9 +3221,9 @@ class _Retry(BaseException):
     """Internal: trace the kernel again with the loop ``key`` peeled (``peel``) or unrolled (``key`` None:
     every loop)."""
 
-    def __init__(self, key, why, peel=False, pair=False):
+    def __init__(self, key, why, peel=False, pair=False, expand=False):
         super().__init__(why)
-        self.key, self.why, self.peel, self.pair = key, why, peel, pair
+        self.key, self.why, self.peel, self.pair, self.expand = key, why, peel, pair, expand
 
 
 #: Loop decisions (loops unrolled, peeled, paired; everything unrolled) of the last trace of a kernel function for
@@ -3032,28 +3297,33 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=No
 
 
 def _trace(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc, loops):
-    unroll, peel, pair, unroll_all = set(), set(), set(), loops_mode(loops) == "unroll"
+    unroll, peel, pair, expand, unroll_all = set(), set(), set(), set(), loops_mode(loops) == "unroll"
     plan_key = None if unroll_all else _plan_key(fn, args, kwargs, check, lnc, config, overrides)
     plan = _LOOP_PLANS.get(plan_key) if plan_key is not None else None
     if plan is not None:  # this kernel's loop decisions for these argument kinds, from its last trace
-        unroll, peel, pair, unroll_all = set(plan[0]), set(plan[1]), set(plan[2]), plan[3]
+        unroll, peel, pair, unroll_all, expand = set(plan[0]), set(plan[1]), set(plan[2]), plan[3], set(plan[4])
     for _attempt in range(MAX_TRACE_RETRIES + 1):
         try:
             tres = _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc,
-                               unroll, peel, unroll_all, pair)
+                               unroll, peel, unroll_all, pair, expand)
             if plan_key is not None:
                 if len(_LOOP_PLANS) >= _MAX_LOOP_PLANS:
                     _LOOP_PLANS.clear()
-                _LOOP_PLANS[plan_key] = (frozenset(unroll), frozenset(peel), frozenset(pair), unroll_all)
+                _LOOP_PLANS[plan_key] = (frozenset(unroll), frozenset(peel), frozenset(pair), unroll_all,
+                                         frozenset(expand))
             return tres
         except _Retry as e:
             peeling = e.peel and e.key is not None and e.key not in peel and e.key not in unroll
             pairing = e.pair and e.key in peel and e.key not in pair and e.key not in unroll
+            expanding = e.expand and e.key is not None and e.key not in expand and e.key not in unroll
             if _EXPLAIN_LOOPS:
                 sys.stderr.write("nsim: {} the loop at {}: {}\n".format(
-                    "peeling" if peeling else "pairing the iterations of" if pairing else "unrolling",
+                    "writing out" if expanding else "peeling" if peeling else
+                    "pairing the iterations of" if pairing else "unrolling",
                     "{}:{}".format(os.path.basename(e.key[0]), e.key[1]) if e.key else "(every loop)", e.why))
-            if peeling:
+            if expanding:
+                expand.add(e.key)
+            elif peeling:
                 peel.add(e.key)
             elif pairing:
                 pair.add(e.key)
@@ -3065,11 +3335,11 @@ def _trace(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, chec
             else:
                 unroll.add(e.key)
     return _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc, unroll, peel,
-                       True, pair)
+                       True, pair, expand)
 
 
 def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc, unroll, peel,
-                unroll_all, pair=frozenset()):
+                unroll_all, pair=frozenset(), expand=frozenset()):
     sig = inspect.signature(fn)
     try:
         bound = sig.bind(*args, **kwargs)
@@ -3083,7 +3353,7 @@ def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides,
     tr.check = bool(check)
     if lnc is not None:
         tr.lnc = (int(lnc[0]), int(lnc[1]))
-    tr.unroll, tr.peel, tr.pair = unroll, peel, pair
+    tr.unroll, tr.peel, tr.pair, tr.expand = unroll, peel, pair, expand
     tr.unroll_all = unroll_all
     arrays = tr.arguments  # IR name -> (caller array, tensor)
     call_args = {}
@@ -3109,7 +3379,7 @@ def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides,
             raise
         except _NeedsConcrete as e:
             key = e.key or (tr._recs[-1].key if tr._recs else None) or tr._broken
-            raise _Retry(key, e.why, e.peel, e.pair) from None
+            raise _Retry(key, e.why, e.peel, e.pair, e.expand) from None
         except BaseException as e:
             if not tr._symbolic:
                 raise

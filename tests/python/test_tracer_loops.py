@@ -706,3 +706,142 @@ def test_a_kernel_traced_again_starts_from_its_loop_decisions():
     del ATTEMPTS[:]
     k.to_json(x[:384])
     assert len(ATTEMPTS) == 2
+
+
+# ---- loops recorded in pieces (docs/kernel-json.md "Loops recorded in pieces")
+
+BODY_RUNS = []
+
+
+@nki.jit
+def threshold_in_the_middle(x):
+    """A comparison that changes at iteration 5 of 16, the body allocating nothing: the loop is peeled, and its
+    middle is recorded as two loops, [1, 5) and [5, 15)."""
+    n, f = x.shape
+    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+    for i in nl.sequential_range(n // 128):
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        if i < 5:
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+    return out
+
+
+def test_a_comparison_that_changes_in_the_middle_keeps_the_loop_in_pieces():
+    x = np.random.default_rng(11).standard_normal((16 * 128, 64)).astype(np.float32)
+    (ku, ou, pu), (kk, ok, pk) = _both_ways(threshold_in_the_middle, (x,))
+    _assert_same_outputs(ou, ok)
+    want = x.copy()
+    want[:5 * 128] *= 2
+    np.testing.assert_array_equal(ok, want)
+    # peeled (iterations 0 and 15 with their int index), the 14 between in two pieces
+    assert sorted((lp["start"], lp["stop"]) for lp in _loops(kk)) == [(1, 5), (5, 15)]
+    assert _executed_ops(kk["body"]) == _executed_ops(ku["body"])
+    assert pk.total_time_ns == pu.total_time_ns  # the same instructions over the same storages
+
+
+@nki.jit
+def scaled_from_row_block(x, first):
+    """Each iteration allocates its tile; row blocks from ``first`` on are scaled (a causal-mask-like threshold)."""
+    n, f = x.shape
+    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n // 128):
+        BODY_RUNS.append(1)
+        t = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        if i >= first:
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=0.5)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+    return out
+
+
+def test_pieces_that_allocate_tiles_are_written_out_as_unrolled_from_few_runs_of_the_body():
+    """Pieces of a loop whose body allocates tiles are written out iteration by iteration (as a loop, each piece's
+    tiles would take rotating buffers of their own): the unrolled trace's instructions, storages and time, from a
+    few runs of the Python body per piece instead of one per iteration."""
+    x = np.random.default_rng(12).standard_normal((32 * 128, 64)).astype(np.float32)
+    (ku, ou, pu), (kk, ok, pk) = _both_ways(scaled_from_row_block, (x, 11))
+    _assert_same_outputs(ou, ok)
+    want = x.copy()
+    want[11 * 128:] *= 0.5
+    np.testing.assert_array_equal(ok, want)
+    assert not _loops(kk)  # written out
+    assert pk.total_time_ns == pu.total_time_ns
+    # traced again (the loop decisions remembered): the body runs a few times per piece, not 32 times
+    BODY_RUNS.clear()
+    scaled_from_row_block.options(loops="keep").trace(x, 11)
+    assert 0 < len(BODY_RUNS) <= 8, len(BODY_RUNS)
+    BODY_RUNS.clear()
+    scaled_from_row_block.options(loops="unroll").trace(x, 11)
+    assert len(BODY_RUNS) == 32
+
+
+@nki.jit
+def causal_row_blocks(x):
+    """out[r, c] = x[r, c] where r >= c, else -9984: an affine_select whose offset moves with the loop index."""
+    n, f = x.shape
+    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n // 128):
+        t = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        m = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.affine_select(dst=m, pattern=[[-1, f]], channel_multiplier=1, on_true_tile=t, on_false_value=-9984.0,
+                           cmp_op=nl.greater_equal, offset=i * 128)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=m)
+    return out
+
+
+def test_an_affine_select_offset_moving_with_the_index_is_written_out():
+    x = np.random.default_rng(13).standard_normal((8 * 128, 512)).astype(np.float32)
+    (ku, ou, pu), (kk, ok, pk) = _both_ways(causal_row_blocks, (x,))
+    _assert_same_outputs(ou, ok)
+    r, c = np.indices(x.shape)
+    np.testing.assert_array_equal(ok, np.where(r >= c, x, np.float32(-9984.0)))
+    assert not _loops(kk)
+    assert sorted(s["iimm"][0] for s, _ in _walk(kk["body"]) if s.get("op") == "affine_select") == \
+        [128 * i for i in range(8)]
+    assert pk.total_time_ns == pu.total_time_ns
+
+
+@nki.jit
+def lower_triangle_blocks(x):
+    """Two loops: block (i, j) is copied where j <= i, zeroed above the diagonal (a comparison of two indices)."""
+    n, _ = x.shape
+    nb = n // 128
+    out = nl.ndarray((n, n), x.dtype, buffer=nl.shared_hbm)
+    z = nl.ndarray((128, 128), x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=z, value=0.0)
+    t = nl.ndarray((128, 128), x.dtype, buffer=nl.sbuf)
+    for i in nl.sequential_range(nb):
+        for j in nl.sequential_range(nb):
+            if j <= i:
+                nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128])
+                nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128], src=t)
+            else:
+                nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128], src=z)
+    return out
+
+
+def test_a_comparison_of_two_loop_indices_gives_the_unrolled_outputs():
+    x = np.random.default_rng(14).standard_normal((12 * 128, 12 * 128)).astype(np.float32)
+    (ku, ou, pu), (kk, ok, pk) = _both_ways(lower_triangle_blocks, (x,))
+    _assert_same_outputs(ou, ok)
+    b = np.arange(x.shape[0]) // 128
+    np.testing.assert_array_equal(ok, np.where(b[None, :] <= b[:, None], x, 0))
+    assert _executed_ops(kk["body"]) == _executed_ops(ku["body"])
+    assert _loops(kk)  # the row blocks in pieces: below the diagonal, above it
+    assert pk.total_time_ns == pu.total_time_ns
+
+
+@pytest.mark.parametrize("expr, values, want", [
+    ("128*i + 64", {"i": 3}, 448),
+    ("-512*k_i + 128*i - 2048", {"i": 20}, "-512*k_i + 512"),
+    ("- i - 5", {"i": 2}, -7),
+    ("i", {}, "i"),
+    (7, {"i": 1}, 7),
+    ("2*i - 3*j", {"j": 1}, "2*i - 3"),
+    ("2*i - 3*j", {"i": 1}, "-3*j + 2"),
+])
+def test_index_expressions_are_substituted_as_the_tracer_writes_them(expr, values, want):
+    assert tracer._substituted(expr, values) == want

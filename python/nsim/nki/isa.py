@@ -519,7 +519,9 @@ def _pattern_iimm(pattern, offset, channel_multiplier, what):
     if len(pat) > 4:
         raise make_error("BadOperandKind", "{}: at most 4 [step, num] pairs, got {}".format(what, len(pat)))
     pat = [[0, 1]] * (4 - len(pat)) + pat
-    iimm = [int(offset), int(channel_multiplier)]
+    # the offset may move with a loop kept as a loop (an index expression in the IR, evaluated per iteration)
+    offset = offset.resolved() if isinstance(offset, _tr.Sym) else int(offset)
+    iimm = [offset, int(channel_multiplier)]
     for s, n in pat:
         iimm += [s, n]
     return iimm
