@@ -1909,6 +1909,17 @@ def _substituted(e, values):
     int) replaced by their values: an int when no variable is left, else the expression of the rest."""
     if not isinstance(e, str):
         return e
+    for var, value in values.items():
+        e = _substituted1(e, var, value)
+        if not isinstance(e, str):
+            break
+    return e
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _substituted1(e, var, value):
+    """_substituted of one variable (a written-out loop repeats the same few expressions, value by value)."""
+    values = {var: value}
     c, terms = 0, []
     for tok in re.findall(r"[+-]?[^+-]+", e.replace(" ", "")):
         m = _EXPR_TERM.match(tok)
@@ -1949,9 +1960,10 @@ def _iimm_uses(stmts, var):
     return False
 
 
-def _expand_into(stmts, values, ren, slots, out):
-    """Copies of ``stmts`` into ``out`` with the loop variables of ``values`` (name -> int) substituted and the
-    tiles of ``ren`` renamed."""
+def _expand_into(stmts, var, value, ren, slots, out):
+    """Copies of ``stmts`` into ``out`` with the loop variable ``var`` taking ``value`` and the tiles of ``ren``
+    renamed."""
+    sub = _substituted1
     for st in stmts:
         if "alloc" in st:
             a = st["alloc"]
@@ -1959,7 +1971,7 @@ def _expand_into(stmts, values, ren, slots, out):
         elif "loop" in st:
             lp = dict(st["loop"])
             lp["body"] = []
-            _expand_into(st["loop"].get("body", []), values, ren, slots, lp["body"])
+            _expand_into(st["loop"].get("body", []), var, value, ren, slots, lp["body"])
             out.append({"loop": lp})
         else:
             new = dict(st)
@@ -1971,12 +1983,12 @@ def _expand_into(stmts, values, ren, slots, out):
                         d = dict(v, tensor=ren.get(v["tensor"], v["tensor"]))
                         idx = v.get("index")
                         if idx:
-                            d["index"] = [_substituted(e, values) if not isinstance(e, dict) else
-                                          dict(e, start=_substituted(e["start"], values)) if "start" in e else e
-                                          for e in idx]
+                            d["index"] = [(sub(e, var, value) if type(e) is str else e) if type(e) is not dict else
+                                          dict(e, start=sub(e["start"], var, value)) if type(e.get("start")) is str
+                                          else e for e in idx]
                         new[k] = d
                 elif k == "iimm":
-                    new[k] = [_substituted(e, values) for e in v]
+                    new[k] = [sub(e, var, value) if type(e) is str else e for e in v]
             out.append(new)
 
 
@@ -2408,7 +2420,7 @@ class Tracer:
             keep = k == n - 1 if which == m else not used[which]
             ren = {} if keep else {nm: self.unique_name(nm) for nm in inner[which]}
             used[which] = True
-            _expand_into(bodies[which], {var: value}, ren, slots, out)
+            _expand_into(bodies[which], var, value, ren, slots, out)
         return out
 
     @staticmethod
