@@ -2265,7 +2265,8 @@ class Tracer:
         iterations, the loop is recorded in pieces: the comparison narrows the range being recorded to the
         iterations on which its outcome is that of the first (_narrow), the pass is run again over that range,
         and the rest of the range is recorded the same way after it; a piece of one iteration runs with its int
-        index, as unrolled. Past MAX_PIECES pieces the remaining iterations run unrolled."""
+        index, as unrolled. Past MAX_PIECES pieces, or after two such pieces of one iteration in a row, the
+        remaining iterations run unrolled."""
         if loc is None:
             loc = ({"file": f.f_code.co_filename, "line": _lineno(f), "function": f.f_code.co_name}
                    if user_loc is _default_user_loc else user_loc())  # (export_from_library.py substitutes user_loc)
@@ -2278,13 +2279,17 @@ class Tracer:
             yield from self._record_piece(r, kind, key, loc, base, True)
             return
         expand = key in self.expand
-        pos, pieces = 0, 0
+        pos, pieces, singles = 0, 0, 0
         while pos < len(r):
             pieces += 1
-            if pieces > MAX_PIECES:
+            if pieces > MAX_PIECES or singles >= 2:
+                # Past MAX_PIECES, or after two pieces of one iteration in a row (each cost a pass over the rest of
+                # the range before its own: the loop's comparisons change at every index), the rest runs unrolled.
                 yield from r[pos:]
                 return
-            pos += yield from self._record_piece(r[pos:], kind, key, loc, base, False, pos > 0, expand)
+            n = yield from self._record_piece(r[pos:], kind, key, loc, base, False, pos > 0, expand)
+            singles = singles + 1 if n == 1 and not expand else 0
+            pos += n
 
     def _record_piece(self, r, kind, key, loc, base, pairs, split_from=False, expand=False):
         """Record the first iterations of the loop over ``r`` (as many as its comparisons allow, see _record_loop);
