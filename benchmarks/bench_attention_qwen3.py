@@ -6,7 +6,8 @@
 Qwen3-0.6B: 16 query heads, 8 kv heads, head dim 128, causal; the library's ``flash_attention_gqa`` on trn2
 with ``timing_only=True``, or (``--kernel nki-samples``) the public nki-samples ``flash_fwd`` as written
 (tests/python/kernels/nki_samples_attention.py: q (1, 16, 128, S), k (1, 8, 128, S), v (1, 8, S, 128), launched
-``flash_fwd[1, 8]``, causal, training; its Python ``if`` on loop indices unrolls its loops). Prints the wall time of the whole run and of its parts (tracing, simulation: the
+``flash_fwd[1, 8]``, causal, training; its Python ``if`` on loop indices splits its loops into pieces, written
+out iteration by iteration: docs/kernel-json.md "Loops recorded in pieces"). Prints the wall time of the whole run and of its parts (tracing, simulation: the
 kernel dict goes to the core as Python objects), the kernel's ops in the traced IR, the kernel.json size, the instructions simulated and
 the peak RSS of the process. Loops are kept as loops (``loops="keep"``, the tracer's default); ``--unroll``
 traces with every loop unrolled (``loops="unroll"``). One shape per process (peak RSS is per process).

@@ -96,6 +96,13 @@ def main():
         ok = wall <= 10 and rss <= 1000 * 1000 if seq == 16384 else True
         rows.append((what, "{:.2f} s (trace {}, simulate {}), {:,} KB peak RSS".format(
             wall, m.group(3), m.group(4), rss), verdict(ok)))
+    # ... and the same layer with the public nki-samples flash_fwd as written (its Python `if` on loop indices)
+    out, _, rss = run(py("bench_attention_qwen3.py", "--seq", 16384, "--kernel", "nki-samples"))
+    m = re.search(r"wall\s+([\d.]+) s\s+\(inputs ([\d.]+), trace ([\d.]+), simulate ([\d.]+)\)", out)
+    wall = float(m.group(1))
+    rows.append(("... the public nki-samples `flash_fwd`, S=16384, <= 10 s and <= 1 GB",
+                 "{:.2f} s (trace {}, simulate {}), {:,} KB peak RSS".format(wall, m.group(3), m.group(4), rss),
+                 verdict(wall <= 10 and rss <= 1000 * 1000)))
 
     # 4. The 1024^3 GEMM, timing-only (a loaded kernel run again: what a sweep does)
     out, _, _ = run(py("bench_gemm_timing.py", 20))
