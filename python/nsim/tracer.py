@@ -668,8 +668,11 @@ def _constant(test, what, lo, hi):
     return lo == hi or (test(lo) == test(hi) and (what in ("<", "<=", ">", ">=") or not (lo <= 0 <= hi)))
 
 
-#: Most pieces a loop is recorded in (Tracer._record_loop) before it is unrolled instead.
+#: Most pieces a loop is recorded in (Tracer._record_loop) before the rest of it is unrolled instead, and most pieces
+#: of one iteration in a row (each costs a pass over the rest of the range first: the loop's comparisons change at
+#: every index).
 MAX_PIECES = 16
+MAX_SINGLE_PIECES = 2
 
 
 def _narrow(d, test, what):
@@ -2282,7 +2285,7 @@ class Tracer:
         pos, pieces, singles = 0, 0, 0
         while pos < len(r):
             pieces += 1
-            if pieces > MAX_PIECES or singles >= 2:
+            if pieces > MAX_PIECES or singles >= MAX_SINGLE_PIECES:
                 # Past MAX_PIECES, or after two pieces of one iteration in a row (each cost a pass over the rest of
                 # the range before its own: the loop's comparisons change at every index), the rest runs unrolled.
                 yield from r[pos:]

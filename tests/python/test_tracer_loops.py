@@ -783,6 +783,7 @@ def causal_row_blocks(x):
     n, f = x.shape
     out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(n // 128):
+        BODY_RUNS.append(1)
         t = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
         m = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
@@ -802,6 +803,9 @@ def test_an_affine_select_offset_moving_with_the_index_is_written_out():
     assert sorted(s["iimm"][0] for s, _ in _walk(kk["body"]) if s.get("op") == "affine_select") == \
         [128 * i for i in range(8)]
     assert pk.total_time_ns == pu.total_time_ns
+    BODY_RUNS.clear()  # traced again (the decisions remembered): the body runs for two or three passes, not 8 times
+    causal_row_blocks.options(loops="keep").trace(x)
+    assert 0 < len(BODY_RUNS) <= 3, len(BODY_RUNS)
 
 
 @nki.jit
@@ -814,6 +818,7 @@ def lower_triangle_blocks(x):
     nisa.memset(dst=z, value=0.0)
     t = nl.ndarray((128, 128), x.dtype, buffer=nl.sbuf)
     for i in nl.sequential_range(nb):
+        BODY_RUNS.append(1)
         for j in nl.sequential_range(nb):
             if j <= i:
                 nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128])
@@ -832,6 +837,21 @@ def test_a_comparison_of_two_loop_indices_gives_the_unrolled_outputs():
     assert _executed_ops(kk["body"]) == _executed_ops(ku["body"])
     assert _loops(kk)  # the row blocks in pieces: below the diagonal, above it
     assert pk.total_time_ns == pu.total_time_ns
+    # the outer loop's thresholds differ at every index: after two one-iteration pieces (each a pass over the rest
+    # of the range first, then the iteration) the rest runs unrolled, one run of the body per iteration
+    runs = {}
+    for singles in (tracer.MAX_SINGLE_PIECES, 1000):
+        old, tracer.MAX_SINGLE_PIECES = tracer.MAX_SINGLE_PIECES, singles
+        try:
+            tracer._LOOP_PLANS.clear()
+            lower_triangle_blocks.options(loops="keep").trace(x)
+            BODY_RUNS.clear()
+            kk2 = lower_triangle_blocks.options(loops="keep").trace(x).kernel
+        finally:
+            tracer.MAX_SINGLE_PIECES = old
+        runs[singles] = len(BODY_RUNS)
+        assert _executed_ops(kk2["body"]) == _executed_ops(kk["body"])
+    assert runs[tracer.MAX_SINGLE_PIECES] < runs[1000], runs
 
 
 @pytest.mark.parametrize("expr, values, want", [
