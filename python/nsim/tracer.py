@@ -2354,7 +2354,7 @@ class Tracer:
                         # allocates tiles (as a loop of its own, each piece's tiles take rotating buffers of their
                         # own, never sharing storage within the body: PSUM ran short and the flash attention sample
                         # ran 5-28 % longer than unrolled), and a body whose iota / affine_select pattern moves with
-                        # the index (kept, the sample's mask loop ran up to 39 % longer). The kernel is traced
+                        # the index (with its mask loop kept, the sample ran 18-39 % longer). The kernel is traced
                         # again with every instance of the loop so (docs/kernel-json.md "Loops recorded in pieces").
                         raise _NeedsConcrete("its pieces allocate tiles, or its index moves an iota / affine_select "
                                              "pattern: written out", key, expand=True)
