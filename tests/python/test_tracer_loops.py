@@ -710,7 +710,27 @@ def test_a_kernel_traced_again_starts_from_its_loop_decisions():
 
 # ---- loops recorded in pieces (docs/kernel-json.md "Loops recorded in pieces")
 
-BODY_RUNS = []
+BODY_RUNS = []  # one entry per run of a test kernel's loop body (the Python that traces it)
+
+
+def _kept_as_unrolled(kernel, args, want):
+    """The kept trace of ``kernel`` against the unrolled one: the same outputs (``want``), executed ops and time;
+    the kept kernel dict."""
+    (ku, ou, pu), (kk, ok, pk) = _both_ways(kernel, args)
+    _assert_same_outputs(ou, ok)
+    np.testing.assert_array_equal(ok, want)
+    assert _executed_ops(kk["body"]) == _executed_ops(ku["body"])
+    assert pk.total_time_ns == pu.total_time_ns  # the same instructions over the same storages
+    return kk
+
+
+def _body_runs(kernel, *args, loops="keep"):
+    """Runs of the loop body (BODY_RUNS) while ``kernel`` is traced once more (its loop decisions remembered) and the
+    kernel dict traced."""
+    kernel.options(loops=loops).trace(*args)
+    BODY_RUNS.clear()
+    k = kernel.options(loops=loops).trace(*args).kernel
+    return len(BODY_RUNS), k
 
 
 @nki.jit
@@ -730,15 +750,11 @@ def threshold_in_the_middle(x):
 
 def test_a_comparison_that_changes_in_the_middle_keeps_the_loop_in_pieces():
     x = np.random.default_rng(11).standard_normal((16 * 128, 64)).astype(np.float32)
-    (ku, ou, pu), (kk, ok, pk) = _both_ways(threshold_in_the_middle, (x,))
-    _assert_same_outputs(ou, ok)
     want = x.copy()
     want[:5 * 128] *= 2
-    np.testing.assert_array_equal(ok, want)
+    kk = _kept_as_unrolled(threshold_in_the_middle, (x,), want)
     # peeled (iterations 0 and 15 with their int index), the 14 between in two pieces
     assert sorted((lp["start"], lp["stop"]) for lp in _loops(kk)) == [(1, 5), (5, 15)]
-    assert _executed_ops(kk["body"]) == _executed_ops(ku["body"])
-    assert pk.total_time_ns == pu.total_time_ns  # the same instructions over the same storages
 
 
 @nki.jit
@@ -761,20 +777,14 @@ def test_pieces_that_allocate_tiles_are_written_out_as_unrolled_from_few_runs_of
     tiles would take rotating buffers of their own): the unrolled trace's instructions, storages and time, from a
     few runs of the Python body per piece instead of one per iteration."""
     x = np.random.default_rng(12).standard_normal((32 * 128, 64)).astype(np.float32)
-    (ku, ou, pu), (kk, ok, pk) = _both_ways(scaled_from_row_block, (x, 11))
-    _assert_same_outputs(ou, ok)
     want = x.copy()
     want[11 * 128:] *= 0.5
-    np.testing.assert_array_equal(ok, want)
+    kk = _kept_as_unrolled(scaled_from_row_block, (x, 11), want)
     assert not _loops(kk)  # written out
-    assert pk.total_time_ns == pu.total_time_ns
-    # traced again (the loop decisions remembered): the body runs a few times per piece, not 32 times
-    BODY_RUNS.clear()
-    scaled_from_row_block.options(loops="keep").trace(x, 11)
-    assert 0 < len(BODY_RUNS) <= 8, len(BODY_RUNS)
-    BODY_RUNS.clear()
-    scaled_from_row_block.options(loops="unroll").trace(x, 11)
-    assert len(BODY_RUNS) == 32
+    # the body runs a few times per piece, not 32 times
+    runs, _ = _body_runs(scaled_from_row_block, x, 11)
+    assert 0 < runs <= 8, runs
+    assert _body_runs(scaled_from_row_block, x, 11, loops="unroll")[0] == 32
 
 
 @nki.jit
@@ -795,17 +805,13 @@ def causal_row_blocks(x):
 
 def test_an_affine_select_offset_moving_with_the_index_is_written_out():
     x = np.random.default_rng(13).standard_normal((8 * 128, 512)).astype(np.float32)
-    (ku, ou, pu), (kk, ok, pk) = _both_ways(causal_row_blocks, (x,))
-    _assert_same_outputs(ou, ok)
     r, c = np.indices(x.shape)
-    np.testing.assert_array_equal(ok, np.where(r >= c, x, np.float32(-9984.0)))
+    kk = _kept_as_unrolled(causal_row_blocks, (x,), np.where(r >= c, x, np.float32(-9984.0)))
     assert not _loops(kk)
     assert sorted(s["iimm"][0] for s, _ in _walk(kk["body"]) if s.get("op") == "affine_select") == \
         [128 * i for i in range(8)]
-    assert pk.total_time_ns == pu.total_time_ns
-    BODY_RUNS.clear()  # traced again (the decisions remembered): the body runs for two or three passes, not 8 times
-    causal_row_blocks.options(loops="keep").trace(x)
-    assert 0 < len(BODY_RUNS) <= 3, len(BODY_RUNS)
+    runs, _ = _body_runs(causal_row_blocks, x)  # two or three passes, not 8 times
+    assert 0 < runs <= 3, runs
 
 
 @nki.jit
@@ -830,13 +836,9 @@ def lower_triangle_blocks(x):
 
 def test_a_comparison_of_two_loop_indices_gives_the_unrolled_outputs():
     x = np.random.default_rng(14).standard_normal((12 * 128, 12 * 128)).astype(np.float32)
-    (ku, ou, pu), (kk, ok, pk) = _both_ways(lower_triangle_blocks, (x,))
-    _assert_same_outputs(ou, ok)
     b = np.arange(x.shape[0]) // 128
-    np.testing.assert_array_equal(ok, np.where(b[None, :] <= b[:, None], x, 0))
-    assert _executed_ops(kk["body"]) == _executed_ops(ku["body"])
+    kk = _kept_as_unrolled(lower_triangle_blocks, (x,), np.where(b[None, :] <= b[:, None], x, 0))
     assert _loops(kk)  # the row blocks in pieces: below the diagonal, above it
-    assert pk.total_time_ns == pu.total_time_ns
     # the outer loop's thresholds differ at every index: after two one-iteration pieces (each a pass over the rest
     # of the range first, then the iteration) the rest runs unrolled, one run of the body per iteration
     runs = {}
@@ -844,12 +846,9 @@ def test_a_comparison_of_two_loop_indices_gives_the_unrolled_outputs():
         old, tracer.MAX_SINGLE_PIECES = tracer.MAX_SINGLE_PIECES, singles
         try:
             tracer._LOOP_PLANS.clear()
-            lower_triangle_blocks.options(loops="keep").trace(x)
-            BODY_RUNS.clear()
-            kk2 = lower_triangle_blocks.options(loops="keep").trace(x).kernel
+            runs[singles], kk2 = _body_runs(lower_triangle_blocks, x)
         finally:
             tracer.MAX_SINGLE_PIECES = old
-        runs[singles] = len(BODY_RUNS)
         assert _executed_ops(kk2["body"]) == _executed_ops(kk["body"])
     assert runs[tracer.MAX_SINGLE_PIECES] < runs[1000], runs
 
