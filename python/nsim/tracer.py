@@ -1907,21 +1907,11 @@ def _renamed(stmts, fn):
 _EXPR_TERM = re.compile(r"([+-]?)(?:(\d+)\*)?([A-Za-z_]\w*)$|([+-]?)(\d+)$")
 
 
-def _substituted(e, values):
-    """The index expression ``e`` (a Sym.expr() string, or an int) with the loop variables of ``values`` (name ->
-    int) replaced by their values: an int when no variable is left, else the expression of the rest."""
-    if not isinstance(e, str):
-        return e
-    for var, value in values.items():
-        e = _substituted1(e, var, value)
-        if not isinstance(e, str):
-            break
-    return e
-
-
 @functools.lru_cache(maxsize=1 << 16)
-def _substituted1(e, var, value):
-    """_substituted of one variable (a written-out loop repeats the same few expressions, value by value)."""
+def _substituted(e, var, value):
+    """The index expression ``e`` (a Sym.expr() string) with the loop variable ``var`` replaced by ``value``: an int
+    when no variable is left, else the expression of the rest (cached: a written-out loop repeats the same few
+    expressions, value by value)."""
     values = {var: value}
     c, terms = 0, []
     for tok in re.findall(r"[+-]?[^+-]+", e.replace(" ", "")):
@@ -1966,7 +1956,7 @@ def _iimm_uses(stmts, var):
 def _expand_into(stmts, var, value, ren, slots, out):
     """Copies of ``stmts`` into ``out`` with the loop variable ``var`` taking ``value`` and the tiles of ``ren``
     renamed."""
-    sub = _substituted1
+    sub = _substituted
     for st in stmts:
         if "alloc" in st:
             a = st["alloc"]
