@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 namespace nsim::engines {
@@ -124,6 +125,16 @@ CoreParams CoreParams::from_config(const sim::Config& c) {
                   fmt::format("compiler.dma_queues_per_trigger: expected 1..{} (dma.queues_per_engine), found {}",
                               p.dma_queues, q));
   }
+  // PE tiling: tile sizes are the smallest tile x 2^k up to the array (TensorEngine keeps one state per cell of
+  // the smallest tiles: at most kMaxPeTiles a side).
+  for (const auto& [key, min, all] : {std::tuple{"tensor.row_tile_min", p.row_tile_min, p.pe_rows},
+                                      std::tuple{"tensor.col_tile_min", p.col_tile_min, p.pe_cols}}) {
+    const int n = min > 0 && all % min == 0 ? all / min : 0;
+    if (n < 1 || n > kMaxPeTiles || (n & (n - 1)) != 0)
+      throw Error(ErrorCode::kConfigBadValue,
+                  fmt::format("{}: expected the PE array's {} divided by a power of two up to {}, found {}", key, all,
+                              kMaxPeTiles, min));
+  }
   {
     const std::string alloc = c.get_string("compiler.allocation");
     if (alloc != "liveness" && alloc != "static")
@@ -147,6 +158,8 @@ isa::Limits CoreParams::limits() const {
   l.hbm_bytes = mem.hbm_bytes;
   l.pe_rows = pe_rows;
   l.pe_cols = pe_cols;
+  l.row_tile_min = row_tile_min;
+  l.col_tile_min = col_tile_min;
   l.moving_fmax = moving_fmax;
   l.moving_fmax_bf16 = moving_fmax_bf16;
   l.dst_bf16 = dst_bf16;

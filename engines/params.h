@@ -29,6 +29,9 @@ struct ThrottleParams {
   double reengage_util = 0;
 };
 
+/// PE tiling: the most tiles of the smallest size along either side of the PE array (tensor.row_tile_min / col_tile_min).
+inline constexpr int kMaxPeTiles = 8;
+
 struct CoreParams {
   std::string name;
   int generation = 0;
@@ -36,6 +39,7 @@ struct CoreParams {
 
   // TensorE
   int pe_rows = 0, pe_cols = 0;
+  int row_tile_min = 0, col_tile_min = 0;  ///< PE tiling: the smallest row / column tile
   int64_t moving_fmax = 0, moving_fmax_bf16 = 0;
   double mm_min_ii = 0;
   int ls_speedup = 0;

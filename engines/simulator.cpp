@@ -672,9 +672,7 @@ uint64_t Simulator::timing_digest() const {
   auto raw = [&h](int64_t v) { h ^= static_cast<uint64_t>(v) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2); };
   stream_.shared_state(mix, raw);         // shared SBUF/PSUM ports, ScalarE's activation table
   tensor_.pipes().state(base, mix, raw);  // TensorE's pipes and power throttle
-  const auto [wdt, wm] = tensor_.weights();
-  raw(wdt);
-  raw(wm);
+  tensor_.weights_state(raw);             // the weights TensorE holds
   return h;
 }
 

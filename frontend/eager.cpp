@@ -101,7 +101,7 @@ uint64_t EagerSession::run(const std::string& fragment) {
     }
     isa::Instr ins[2];
     const int m = Lowering::assemble(op, opc, opnd, 0, ins);
-    Lowering::apply_iimm(op, vars, ins[0]);
+    for (int j = 0; j < m; ++j) Lowering::apply_iimm(op, vars, ins[j]);
     for (int j = 0; j < m; ++j) {
       const isa::Instr& in = ins[j];
       isa::verify(in, limits_, op.loc);

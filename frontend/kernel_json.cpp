@@ -1013,11 +1013,11 @@ class Reader {
         expect_array(f, fp, op.loc);
         if (f.size() > 10) fail(ErrorCode::kWrongType, f, fp, fmt::format("at most 10 values, found {}", f.size()), op.loc);
         for (size_t j = 0; j < f.size(); ++j) {
-          if (f[j].is_string()) {  // an index expression (iota / affine_select), evaluated per instance
-            if (op.name != "iota" && op.name != "affine_select")
+          if (f[j].is_string()) {  // an index expression (isa::kIimmExprOps), evaluated per instance
+            if (!isa::iimm_takes_exprs(op.name))
               fail(ErrorCode::kWrongType, f[j], fp[j],
-                   fmt::format("expected an integer, found a string: iimm takes index expressions for iota and "
-                               "affine_select only"),
+                   fmt::format("expected an integer, found a string: iimm takes index expressions for {} only",
+                               fmt::join(isa::kIimmExprOps, ", ")),
                    op.loc);
             Affine a = read_expr(f[j], fp[j], op.loc);
             if (!a.is_const()) {

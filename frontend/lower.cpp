@@ -418,6 +418,8 @@ bool Lowering::lower_op(const Op& op, Instr& out) {
     operand_into(oi, f[0], *op.operands[0], pending_.opnd[0], pending_ext_[0]);
     operand_into(oi, f[2], *op.operands[2], pending_.opnd[1], pending_ext_[1]);
     if (op.operands[4]) operand_into(oi, *scale, *op.operands[4], pending_.opnd[2], pending_ext_[2]);
+    apply_iimm(op, vars_, out);  // the PE tile (iimm) of both halves may move with a loop
+    apply_iimm(op, vars_, pending_);
     has_pending_ = true;
     return true;
   }

@@ -317,6 +317,8 @@ std::string disassemble(const Instr& in) {
       if (in.alu1 != AluOp::kBypass) fmt::format_to(it, " op1={}", alu_name(in.alu1));
   }
   if (in.flags & kAccumulate) b.append(std::string_view(" acc"));
+  if ((in.op == Opcode::kLoadStationary || in.op == Opcode::kMultiplyMoving) && in.iimm[2] > 0)  // PE tiling
+    fmt::format_to(it, " tile=[{}:{}, {}:{}]", in.iimm[0], in.iimm[0] + in.iimm[2], in.iimm[1], in.iimm[1] + in.iimm[3]);
   for (int i = 0; i < info.num_slots; ++i) {
     const Operand& o = in.slot(i);
     if (!o.present()) continue;
@@ -518,6 +520,30 @@ void verify_mx(const Instr& in, const Limits& lim, const SourceLoc& where) {
 /// Ops that take one input (unary arithmetic, invert, bypass) ignore their scalar operand, so it
 /// may be absent (the semantics' ignores_operand).
 bool ignores_operand(AluOp op) { return alu_arity(op) == 1; }
+
+/// PE tiling of a load_stationary / multiply_moving (iimm = [row, col, rows, cols]; rows 0 = the whole array): tile
+/// sizes are the smallest tile (Limits::row_tile_min / col_tile_min) x 2^k up to the array, positions multiples of
+/// the size inside it, and the matmul's contraction K and stationary width M fit the tile (nki-api.md 2.1).
+void verify_pe_tile(const Instr& in, const Limits& lim, const SourceLoc& where, int64_t k, int64_t m) {
+  const int64_t row = in.iimm[0], col = in.iimm[1], rows = in.iimm[2], cols = in.iimm[3];
+  if (rows == 0) return;
+  const auto bad = [&](const char* what, int64_t pos, int64_t size, int64_t min, int64_t all) {
+    bool ok = size >= min && min > 0 && all % size == 0 && size % min == 0 && pos >= 0 && pos % size == 0 &&
+              pos + size <= all;
+    for (int64_t v = size / std::max<int64_t>(min, 1); ok && v > 1; v /= 2) ok = v % 2 == 0;  // min x 2^k
+    if (!ok)
+      fail(ErrorCode::kBadArgument, in, where,
+           fmt::format("PE tile {}: size {} at {} must be {} x 2^k up to {} at a multiple of the size inside the "
+                       "array (tile_position / tile_size, iimm[0..3])", what, size, pos, min, all));
+  };
+  bad("rows", row, rows, lim.row_tile_min, lim.pe_rows);
+  bad("columns", col, cols, lim.col_tile_min, lim.pe_cols);
+  if (k > rows || m > cols)
+    fail(ErrorCode::kMatmulLimit, in, where,
+         fmt::format("a [{}, {}] (K x M) matmul does not fit its {} x {} PE tile", k, m, rows, cols));
+  if ((in.flags & kDoubleRow) && cols < lim.pe_cols)
+    fail(ErrorCode::kBadArgument, in, where, "double_row cannot use column tiling (a PE tile narrower than the array)");
+}
 
 /// Operand rules that depend on the op's flags and immediates (which operands it reads, the shape a
 /// reduction or pattern implies): the rules the semantics (isa/semantics) need, stated here so that
@@ -938,6 +964,7 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
       if (s.num_partitions > k_max || m > lim.pe_cols)
         fail(ErrorCode::kMatmulLimit, in, where,
              fmt::format("stationary [{}, {}] exceeds the PE array ({} x {})", s.num_partitions, m, k_max, lim.pe_cols));
+      verify_pe_tile(in, lim, where, s.num_partitions, m);
       break;
     }
     case Opcode::kMultiplyMoving: {
@@ -950,6 +977,7 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
              fmt::format("moving has {} partitions (contraction), the PE array has {} rows", mv.num_partitions, lim.pe_rows));
       if (n > nmax)
         fail(ErrorCode::kMatmulLimit, in, where, fmt::format("moving free size {} exceeds {}", n, nmax));
+      verify_pe_tile(in, lim, where, mv.num_partitions, d.num_partitions);
       if (d.elems_per_partition() != n)
         fail(ErrorCode::kElementCountMismatch, in, where,
              fmt::format("dst has {} elements per partition, moving has {}", d.elems_per_partition(), n));

@@ -237,6 +237,16 @@ std::string_view flag_name(int bit);
 /// the activation scale (1); iimm holds offset, channel_multiplier and four [step, num] pattern pairs with num 1.
 inline constexpr std::array<float, 4> kImmDefault{0.0f, 0.0f, 1.0f, 0.0f};
 inline constexpr std::array<int32_t, 10> kIimmDefault{0, 0, 0, 1, 0, 1, 0, 1, 0, 1};
+/// The ops (kernel.json names) whose iimm entries may be index expressions of the enclosing loops, evaluated per
+/// instance: the pattern of iota / affine_select (offset moving with a loop), and a matmul's PE tile
+/// (iimm = [row, column, rows, columns], the position moving with a loop). Others take integers only.
+inline constexpr std::array<std::string_view, 6> kIimmExprOps{"iota",      "affine_select",   "nc_matmul",
+                                                              "nc_matmul_mx", "load_stationary", "multiply_moving"};
+inline bool iimm_takes_exprs(std::string_view op) {
+  for (std::string_view n : kIimmExprOps)
+    if (n == op) return true;
+  return false;
+}
 
 /// One instruction of the stream. Plain data, fixed size: the hot loop never allocates.
 struct Instr {
@@ -302,6 +312,8 @@ struct Limits {
   int64_t hbm_bytes = 0;
   int pe_rows = 0;
   int pe_cols = 0;
+  int row_tile_min = 0;  ///< PE tiling (load_stationary / multiply_moving iimm[0..3]): smallest row tile
+  int col_tile_min = 0;  ///< ... and column tile
   int64_t moving_fmax = 0;
   int64_t moving_fmax_bf16 = 0;
   bool dst_bf16 = false;

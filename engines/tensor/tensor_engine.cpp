@@ -7,35 +7,88 @@ namespace nsim::engines {
 
 using sim::Ps;
 
-TensorPipes::Slot TensorPipes::load_stationary(Ps ready, double ii_cycles) {
+TensorPipes::Tile TensorPipes::tile_of(const isa::Instr& in) const {
+  const int rows = in.iimm[2];
+  if (rows <= 0 || (in.op != isa::Opcode::kLoadStationary && in.op != isa::Opcode::kMultiplyMoving))
+    return {0, rows_, 0, cols_};
+  // (verify() checked the tile: sizes the smallest tile x 2^k, positions multiples of the size inside the array)
+  const int rt = std::max(1, p_.row_tile_min), ct = std::max(1, p_.col_tile_min);
+  const int r0 = in.iimm[0] / rt, c0 = in.iimm[1] / ct;
+  return {r0, std::min(rows_, r0 + std::max(1, rows / rt)), c0, std::min(cols_, c0 + std::max(1, in.iimm[3] / ct))};
+}
+
+TensorPipes::Cell TensorPipes::gather(const Tile& t) {
+  if (!tiled_) {
+    if (whole(t)) return whole_;
+    tiled_ = true;  // the first tiled instruction: every cell starts from the common state
+    cells_.fill(whole_);
+  }
+  Cell c;
+  for (int r = t.r0; r < t.r1; ++r)
+    for (int k = t.c0; k < t.c1; ++k) {
+      const Cell& x = cells_[static_cast<size_t>(r * cols_ + k)];
+      c.ls_free = std::max(c.ls_free, x.ls_free);
+      c.mm_free = std::max(c.mm_free, x.mm_free);
+      c.mm_last_start = std::max(c.mm_last_start, x.mm_last_start);
+      c.weights_ready = std::max(c.weights_ready, x.weights_ready);
+    }
+  return c;
+}
+
+void TensorPipes::scatter(const Tile& t, const Cell& c) {
+  if (!tiled_) {
+    whole_ = c;
+    return;
+  }
+  for (int r = t.r0; r < t.r1; ++r)
+    for (int k = t.c0; k < t.c1; ++k) cells_[static_cast<size_t>(r * cols_ + k)] = c;
+}
+
+Ps TensorPipes::next_issue() const {
+  if (!tiled_) return std::min(whole_.ls_free, whole_.mm_free);
+  Ps t = INT64_MAX;
+  for (int i = 0; i < rows_ * cols_; ++i) t = std::min({t, cells_[static_cast<size_t>(i)].ls_free, cells_[static_cast<size_t>(i)].mm_free});
+  return t;
+}
+
+TensorPipes::Slot TensorPipes::load_stationary(Ps ready, double ii_cycles, const Tile& t) {
+  Cell c = gather(t);
   Slot s;
   // Background load: the shadow weight buffer is free once the previous MM started using its weights.
-  s.start = std::max({ready, ls_free_, mm_last_start_});
+  s.start = std::max({ready, c.ls_free, c.mm_last_start});
   s.ii = clk_.cycles_to_ps(ii_cycles);
   s.end = s.start + s.ii;
-  ls_free_ = s.end;
-  weights_ready_ = s.end;
+  c.ls_free = s.end;
+  c.weights_ready = s.end;
+  scatter(t, c);
   return s;
 }
 
-TensorPipes::Slot TensorPipes::multiply(Ps ready, double ii_cycles, bool needs_ls_pipe) {
+TensorPipes::Slot TensorPipes::multiply(Ps ready, double ii_cycles, bool needs_ls_pipe, const Tile& t) {
+  Cell c = gather(t);
   Slot s;
-  s.start = std::max({ready, mm_free_, weights_ready_});
-  if (needs_ls_pipe) s.start = std::max(s.start, ls_free_);
+  s.start = std::max({ready, c.mm_free, c.weights_ready});
+  if (needs_ls_pipe) s.start = std::max(s.start, c.ls_free);
   s.limit = throttle_limit(s.start);
   const Ps ii_full = clk_.cycles_to_ps(ii_cycles);
   s.ii = sim::round_nonneg(static_cast<double>(ii_full) / s.limit);
   throttled_ += s.ii - ii_full;
   s.end = s.start + s.ii + clk_.cycles_to_ps(p_.mm_latency);
-  mm_free_ = s.start + s.ii;
-  mm_last_start_ = s.start;
-  if (needs_ls_pipe) ls_free_ = std::max(ls_free_, mm_free_);
+  c.mm_free = s.start + s.ii;
+  c.mm_last_start = s.start;
+  if (needs_ls_pipe) c.ls_free = std::max(c.ls_free, c.mm_free);
+  scatter(t, c);
   note_busy(s.start, s.start + s.ii);
   return s;
 }
 
 void TensorPipes::note_busy(Ps s, Ps e) {
   if (!p_.throttle.enabled) return;
+  // Matmuls on PE tiles overlap: the array is busy over the union of their intervals (untiled, each starts
+  // after the previous one's end and nothing is clipped).
+  s = std::max(s, busy_end_);
+  if (e <= s) return;
+  busy_end_ = e;
   if (count_ == kRing) {  // full: drop the oldest
     auto [os, oe] = ring_[static_cast<size_t>(head_)];
     ring_sum_ -= oe - os;
@@ -72,22 +125,36 @@ double TensorPipes::throttle_limit(Ps t) {
   return th.start_util + (1.0 - th.start_util) * frac;
 }
 
+void TensorEngine::load_weights(const TensorPipes::Tile& t, const Weights& w, bool whole) {
+  if (whole) {
+    weights_[0] = w;
+    uniform_ = true;
+    return;
+  }
+  if (uniform_) std::fill(weights_.begin() + 1, weights_.end(), weights_[0]);
+  uniform_ = false;
+  for (int r = t.r0; r < t.r1; ++r)
+    for (int k = t.c0; k < t.c1; ++k) weights_[static_cast<size_t>(r * cols_ + k)] = w;
+}
+
 TensorEngine::Issue TensorEngine::issue(const isa::Instr& in, Ps ready) {
   using isa::CostClass;
   Issue r;
   const CostClass cls = isa::op_info(in.op).cost;  // the cost class column of isa/opcodes.def
+  const TensorPipes::Tile t = pipes_.tile_of(in);
   if (cls == CostClass::kLoadStationary) {
-    r.slot = pipes_.load_stationary(ready, load_stationary_ii(p_, in));
-    stationary_dtype_ = in.slot(0).dtype;
-    stationary_m_ = in.slot(0).elems_per_partition() / ((in.flags & isa::kDoubleRow) ? 2 : 1);
+    r.slot = pipes_.load_stationary(ready, load_stationary_ii(p_, in), t);
+    load_weights(t, {in.slot(0).dtype, in.slot(0).elems_per_partition() / ((in.flags & isa::kDoubleRow) ? 2 : 1)},
+                 pipes_.whole(t));
   } else if (cls == CostClass::kMultiplyMoving) {
-    r.slot = pipes_.multiply(ready, multiply_moving_ii(p_, in, stationary_dtype_, stationary_m_), false);
-    r.flops = instr_flops(in, stationary_m_);
+    const Weights& w = weights_of(t);
+    r.slot = pipes_.multiply(ready, multiply_moving_ii(p_, in, w.dtype, w.m), false, t);
+    r.flops = instr_flops(in, w.m);
     // bf16-equivalent: the larger multiplier of the two inputs (fp32 x bf16 = fp32, fp8 x bf16 = 1).
     r.adjusted_flops = r.flops * std::max(p_.adjusted_flops[static_cast<size_t>(in.slot(1).dtype)],
-                                          p_.adjusted_flops[static_cast<size_t>(stationary_dtype_)]);
+                                          p_.adjusted_flops[static_cast<size_t>(w.dtype)]);
   } else {  // PE transpose: the data goes in as the weights, against an identity of its dtype
-    r.slot = pipes_.multiply(ready, pe_transpose_ii(p_, in), true);
+    r.slot = pipes_.multiply(ready, pe_transpose_ii(p_, in), true, t);
     r.flops = instr_flops(in, 0);
     r.adjusted_flops = r.flops * p_.adjusted_flops[static_cast<size_t>(in.slot(1).dtype)];
   }
@@ -99,8 +166,10 @@ Ps TensorEngine::busy_estimate(const isa::Instr& in) const {
   const sim::ClockDomain& clk = p_.clk(isa::Engine::kTensor);
   const CostClass cls = isa::op_info(in.op).cost;
   if (cls == CostClass::kLoadStationary) return clk.cycles_to_ps(load_stationary_ii(p_, in));
-  if (cls == CostClass::kMultiplyMoving)
-    return clk.cycles_to_ps(multiply_moving_ii(p_, in, stationary_dtype_, stationary_m_));
+  if (cls == CostClass::kMultiplyMoving) {
+    const Weights& w = weights_of(pipes_.tile_of(in));
+    return clk.cycles_to_ps(multiply_moving_ii(p_, in, w.dtype, w.m));
+  }
   return clk.cycles_to_ps(pe_transpose_ii(p_, in));
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 /// TensorE timing: a LoadStationary pipe that loads the next weights in the background, a
 /// MultiplyMoving pipe, and power throttling (neuroncore.md 3.1, 3.4).
+#include <algorithm>
 #include <array>
 
 #include "engines/cost.h"
@@ -9,9 +10,24 @@
 
 namespace nsim::engines {
 
+/// TensorE's two pipes, per cell of the PE array (PE tiling, neuroncore.md 2.4 and 3.1: matmuls on disjoint tiles
+/// run side by side). The array is a grid of cells of the smallest tile (tensor.row_tile_min x col_tile_min); an
+/// instruction occupies the cells of its tile (all of them untiled) and starts when all of them can. Until a tiled
+/// instruction comes every cell holds the same state, kept once (`whole_`): an untiled kernel is timed as before.
 class TensorPipes {
  public:
-  explicit TensorPipes(const CoreParams& p) : p_(p), clk_(p.clk(isa::Engine::kTensor)) {}
+  explicit TensorPipes(const CoreParams& p)
+      : p_(p), clk_(p.clk(isa::Engine::kTensor)), rows_(p.pe_rows / std::max(1, p.row_tile_min)),
+        cols_(p.pe_cols / std::max(1, p.col_tile_min)) {}
+
+  /// The cells [r0, r1) x [c0, c1) of the grid an instruction occupies.
+  struct Tile {
+    int r0 = 0, r1 = 0, c0 = 0, c1 = 0;
+  };
+  /// The tile of a load_stationary / multiply_moving / PE transpose (iimm[0..3], nki-api.md 2.1): the whole array
+  /// when untiled (iimm[2] = 0).
+  Tile tile_of(const isa::Instr& in) const;
+  bool whole(const Tile& t) const { return t.r0 == 0 && t.r1 == rows_ && t.c0 == 0 && t.c1 == cols_; }
 
   struct Slot {
     sim::Ps start = 0;
@@ -20,12 +36,12 @@ class TensorPipes {
     double limit = 1; ///< throttle utilisation limit applied
   };
   /// LoadStationary of `ii_cycles`, ready at `ready`: waits for the previous MM to take the weights.
-  Slot load_stationary(sim::Ps ready, double ii_cycles);
+  Slot load_stationary(sim::Ps ready, double ii_cycles, const Tile& t);
   /// MultiplyMoving / PE transpose of `ii_cycles`, ready at `ready`, using the last loaded weights.
   /// `needs_ls_pipe` (transposes) also waits for the LS pipe, since the data goes in as weights.
-  Slot multiply(sim::Ps ready, double ii_cycles, bool needs_ls_pipe);
-  /// Earliest time the next Tensor instruction could start (for trace watermarks).
-  sim::Ps next_issue() const { return std::min(ls_free_, mm_free_); }
+  Slot multiply(sim::Ps ready, double ii_cycles, bool needs_ls_pipe, const Tile& t);
+  /// Earliest time the next Tensor instruction could start (for trace watermarks): on the cell that frees first.
+  sim::Ps next_issue() const;
   sim::Ps throttled_time() const { return throttled_; }
   /// The pipes' state (fast-forward, Simulator::timing_digest): when each pipe frees up and the weights are
   /// ready, passed to `time` (absolute times); how far the throttle's ramp has gone before `base` (clamped
@@ -33,7 +49,11 @@ class TensorPipes {
   /// length, how long before `base` the oldest starts and the newest ends, clamped at the window), to `raw`.
   template <class Time, class Raw>
   void state(sim::Ps base, Time&& time, Raw&& raw) const {
-    for (sim::Ps t : {ls_free_, mm_free_, mm_last_start_, weights_ready_}) time(t);
+    for (sim::Ps t : {whole_.ls_free, whole_.mm_free, whole_.mm_last_start, whole_.weights_ready}) time(t);
+    raw(tiled_);
+    if (tiled_)
+      for (int i = 0; i < rows_ * cols_; ++i)
+        for (sim::Ps t : {cells_[i].ls_free, cells_[i].mm_free, cells_[i].mm_last_start, cells_[i].weights_ready}) time(t);
     if (!p_.throttle.enabled) return;
     const sim::Ps far = std::max(p_.throttle.ramp, p_.throttle.window);
     raw(started_ ? std::min(base - ramp_start_, far) : -1);
@@ -49,9 +69,21 @@ class TensorPipes {
   double throttle_limit(sim::Ps t);
   void note_busy(sim::Ps s, sim::Ps e);
 
+  /// One cell's pipes: when each pipe frees up, when its last MultiplyMoving started, when its weights are loaded.
+  struct Cell {
+    sim::Ps ls_free = 0, mm_free = 0, mm_last_start = 0, weights_ready = 0;
+  };
+  /// The state of a tile (the latest of its cells' times) and, after the instruction, its cells set to `c`.
+  Cell gather(const Tile& t);
+  void scatter(const Tile& t, const Cell& c);
+
   const CoreParams& p_;
   sim::ClockDomain clk_;
-  sim::Ps ls_free_ = 0, mm_free_ = 0, mm_last_start_ = 0, weights_ready_ = 0;
+  int rows_, cols_;  ///< cells of the grid along each side
+  Cell whole_;       ///< every cell's state while tiled_ is false; afterwards unused
+  bool tiled_ = false;
+  std::array<Cell, kMaxPeTiles * kMaxPeTiles> cells_{};  ///< by row * cols_ + column, once tiled_
+  sim::Ps busy_end_ = 0;  ///< the end of the last busy interval noted (tiles overlap: the throttle sees their union)
   // Throttle state: ramp start and a ring of recent MM busy intervals (bounded: no allocation).
   bool started_ = false;
   sim::Ps ramp_start_ = 0;
@@ -66,7 +98,7 @@ class TensorPipes {
 /// the next MultiplyMoving's cost and FLOPs depend on).
 class TensorEngine {
  public:
-  explicit TensorEngine(const CoreParams& p) : p_(p), pipes_(p) {}
+  explicit TensorEngine(const CoreParams& p) : p_(p), pipes_(p), cols_(p.pe_cols / std::max(1, p.col_tile_min)) {}
 
   struct Issue {
     TensorPipes::Slot slot;
@@ -81,14 +113,32 @@ class TensorEngine {
   sim::Ps next_issue() const { return pipes_.next_issue(); }
   sim::Ps throttled_time() const { return pipes_.throttled_time(); }
   const TensorPipes& pipes() const { return pipes_; }
-  /// The weights held (their dtype and rows: the next MultiplyMoving's cost depends on them).
-  std::pair<int, int64_t> weights() const { return {static_cast<int>(stationary_dtype_), stationary_m_}; }
+  /// The weights held (their dtype and rows: the next MultiplyMoving's cost depends on them), passed to `raw`
+  /// (fast-forward, Simulator::timing_digest): once, or per cell of the PE array once tiles hold their own.
+  template <class Raw>
+  void weights_state(Raw&& raw) const {
+    raw(uniform_);
+    for (size_t i = 0, n = uniform_ ? 1 : weights_.size(); i < n; ++i) {
+      raw(static_cast<int64_t>(weights_[i].dtype));
+      raw(weights_[i].m);
+    }
+  }
 
  private:
+  struct Weights {
+    DType dtype = DType::kBFloat16;
+    int64_t m = 0;
+  };
   const CoreParams& p_;
   TensorPipes pipes_;
-  DType stationary_dtype_ = DType::kBFloat16;
-  int64_t stationary_m_ = 0;
+  /// The weights of a tile (those of its first cell) and, at a LoadStationary, of each of its cells.
+  const Weights& weights_of(const TensorPipes::Tile& t) const {
+    return weights_[uniform_ ? 0 : static_cast<size_t>(t.r0 * cols_ + t.c0)];
+  }
+  void load_weights(const TensorPipes::Tile& t, const Weights& w, bool whole);
+  std::array<Weights, kMaxPeTiles * kMaxPeTiles> weights_{};  ///< by cell, as TensorPipes numbers them
+  bool uniform_ = true;  ///< every cell holds weights_[0] (no tiled LoadStationary yet, or a whole-array one since)
+  int cols_;  ///< cells per row of the grid
 };
 
 }  // namespace nsim::engines

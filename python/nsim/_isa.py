@@ -65,6 +65,8 @@ def _tables() -> Dict[str, Any]:
         "FLAGS": tuple(x.instr_flags()),
         "IMM_DEFAULT": tuple(imm),
         "IIMM_DEFAULT": tuple(iimm),
+        #: ops whose iimm entries may be loop index expressions (isa::kIimmExprOps)
+        "IIMM_EXPR_OPS": frozenset(x.iimm_expr_ops()),
         "PARAMS": tuple(x.param_schema()),
         #: ALU operators an instruction argument accepts (isa/alu_sets.def), in table order
         "ALU_SETS": {k: tuple(v) for k, v in x.alu_sets().items()},

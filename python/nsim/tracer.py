@@ -1938,12 +1938,15 @@ def _substituted(e, var, value):
 
 
 def _iimm_uses(stmts, var):
-    """True when an op of ``stmts`` (nested loops included) has an iimm entry whose expression uses ``var``."""
+    """True when an iota or affine_select of ``stmts`` (nested loops included) has a pattern entry (iimm) whose
+    expression uses ``var``. (A matmul's PE tile moving with the index keeps its loop a loop.)"""
     pat = None
     for st in stmts:
         if "loop" in st:
             if _iimm_uses(st["loop"].get("body", []), var):
                 return True
+            continue
+        if st.get("op") not in ("iota", "affine_select"):
             continue
         for e in st.get("iimm") or ():
             if isinstance(e, str):
@@ -2489,8 +2492,9 @@ class Tracer:
                 stmt[k] = v
             elif (t is list or t is tuple) and k != "loc":
                 if any(type(x) is Sym for x in v):
-                    # iota's / affine_select's pattern (iimm) may hold index expressions; other immediates not
-                    expr = k == "iimm" and stmt.get("op") in ("iota", "affine_select")
+                    # iota's / affine_select's pattern and a matmul's PE tile (iimm) may hold index expressions
+                    # (_isa.IIMM_EXPR_OPS); other immediates not
+                    expr = k == "iimm" and stmt.get("op") in _isa.IIMM_EXPR_OPS
                     stmt[k] = [(x.expr() if expr else x._need("an immediate '{}'".format(k))) if type(x) is Sym else x
                                for x in v]
 

@@ -1175,6 +1175,10 @@ PYBIND11_MODULE(_nsim, m) {
                               std::vector<int32_t>(isa::kIimmDefault.begin(), isa::kIimmDefault.end()));
       },
       "(imm, iimm): the default immediates of an op (isa::kImmDefault, kIimmDefault).");
+  m.def(
+      "iimm_expr_ops",
+      [] { return std::vector<std::string>(isa::kIimmExprOps.begin(), isa::kIimmExprOps.end()); },
+      "The ops whose iimm entries may be loop index expressions (isa::kIimmExprOps).");
   m.def("param_schema", &param_schema_py,
         "The configuration parameters (engines/params.def): [{key, kind, unit, min, max, description}].");
   m.def("config_values", &config_values_py, py::arg("config") = "trn2",

@@ -366,7 +366,27 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         flags.append("onezero")
     if perf_mode not in (None, matmul_perf_mode.none, "none"):
         flags.append("double_row")
-    return _op("nc_matmul", dst=dst, stationary=stationary, moving=moving, flags=flags)
+    return _op("nc_matmul", dst=dst, stationary=stationary, moving=moving, flags=flags,
+               iimm=_pe_tile(tile_position, tile_size, "nc_matmul"))
+
+
+def _pe_tile(tile_position, tile_size, opname):
+    """The iimm of a matmul on a tile of the PE array, ``[row, column, rows, columns]`` (nki-api.md 2.1 PE tiling: matmuls
+    on disjoint tiles run side by side), or None without tiling. Both arguments are (row, column) pairs or both are
+    omitted; the sizes, alignment and fit are verify()'s rules (isa/isa.cpp verify_pe_tile: BadImmediate / MatmulLimit
+    at the call's line when the kernel runs)."""
+    pos = tuple(tile_position) if tile_position else ()
+    size = tuple(tile_size) if tile_size else ()
+    if not pos and not size:
+        return None
+    if len(pos) != 2 or len(size) != 2:
+        raise make_error("BadArgument", "{}: tile_position and tile_size must both be (row, column) pairs or both be "
+                         "omitted, got {!r} and {!r}".format(opname, tile_position, tile_size))
+    # the position may move with a loop kept as a loop (an index expression in the IR, evaluated per iteration)
+    vals = [x.resolved() if isinstance(x, _tr.Sym) else int(x) for x in pos] + [int(x) for x in size]
+    if vals[2] < 1 or vals[3] < 1:
+        raise make_error("BadArgument", "{}: tile_size must be positive, got {!r}".format(opname, tile_size))
+    return vals
 
 
 def _bias_scale(bias, scale, opname):
@@ -1056,7 +1076,7 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
     tr = _tr.current("nisa.nc_matmul_mx")
     flags = ["accumulate"] if tr.matmul_accumulates(dst, accumulate) else []
     return _op("nc_matmul_mx", dst=dst, stationary=stationary, moving=moving, stationary_scale=stationary_scale,
-               moving_scale=moving_scale, flags=flags)
+               moving_scale=moving_scale, flags=flags, iimm=_pe_tile(tile_position, tile_size, "nc_matmul_mx"))
 
 
 def rand2(dst, min, max, name=None, **kwargs):  # noqa: A002 - the NKI parameter names

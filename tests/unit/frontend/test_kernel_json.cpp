@@ -681,10 +681,12 @@ TEST_CASE("kernel_json: iota / affine_select iimm entries may be index expressio
   check_round_trip(k);
   CHECK_THAT(write_kernel_json(k), Catch::Contains("\"128*i + 5\""));
 
-  // only those two ops take expressions; the expression is checked as an index is
+  // only those ops (and the matmuls' PE tile, isa::kIimmExprOps) take expressions; the expression is checked as an
+  // index is
   Error e = kernel_error(wrap(R"({"loop": {"var": "i", "stop": 4, "body": [{"op": "memset", "dst": "t", "iimm": ["i"]}]}})"));
   CHECK(e.code() == ErrorCode::kWrongType);
-  CHECK_THAT(e.message(), Catch::Contains("iota and affine_select only"));
+  CHECK_THAT(e.message(), Catch::Contains("for iota, affine_select, nc_matmul, nc_matmul_mx, load_stationary, "
+                                          "multiply_moving only"));
   e = kernel_error(wrap(R"({"loop": {"var": "i", "stop": 4, "body": [{"op": "iota", "dst": "t", "iimm": ["2*j"]}]}})"));
   CHECK(e.code() == ErrorCode::kUnknownName);
   e = kernel_error(wrap(R"({"loop": {"var": "i", "stop": 4, "body": [{"op": "iota", "dst": "t", "iimm": ["2*i*i"]}]}})"));

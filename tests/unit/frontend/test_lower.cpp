@@ -434,6 +434,33 @@ TEST_CASE("lowering: explicit engines and queues are kept and HBM tensors are re
   CHECK(thrown);
 }
 
+TEST_CASE("lowering: an nc_matmul's PE tile moving with a loop index reaches both halves", "[lower][pe_tiling]") {
+  // Four K = 32 matmuls on the four 32-row tiles of trn2's PE array (iimm = [row, col, rows, cols]): the
+  // load_stationary and the multiply_moving of iteration q both get row 32 q.
+  const char* text = R"({"nsim_kernel": 1, "tensors": [{"name": "a", "buffer": "hbm", "kind": "input", "dtype": "bfloat16", "shape": [128, 128]}],
+"body": [{"alloc": {"name": "s", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 128]}},
+  {"op": "dma_copy", "dst": "s", "src": "a"},
+  {"loop": {"var": "q", "stop": 4, "body": [
+  {"alloc": {"name": "p", "buffer": "psum", "dtype": "float32", "shape": [128, 128]}},
+  {"op": "nc_matmul", "dst": "p", "stationary": {"tensor": "s", "index": [{"start": "32*q", "size": 32}, {"size": 128}]},
+   "moving": {"tensor": "s", "index": [{"start": "32*q", "size": 32}, {"size": 128}]}, "iimm": ["32*q", 0, 32, 128]}]}}]})";
+  const frontend::Kernel k = frontend::parse_kernel_json(text);
+  auto s = make_sim(false);
+  verify_kernel(k, s->params());
+  frontend::Lowering::allocate_hbm(k, *s);
+  Lowering l(k, *s);
+  const auto v = drain(l);
+  REQUIRE(v.size() == 9);  // the load, then four (load_stationary, multiply_moving) pairs
+  for (size_t q = 0; q < 4; ++q)
+    for (size_t h = 0; h < 2; ++h) {
+      const isa::Instr& in = v[1 + 2 * q + h];
+      CHECK(in.op == (h == 0 ? isa::Opcode::kLoadStationary : isa::Opcode::kMultiplyMoving));
+      CHECK(in.iimm[0] == static_cast<int32_t>(32 * q));
+      CHECK(in.iimm[2] == 32);
+      CHECK(in.iimm[3] == 128);
+    }
+}
+
 TEST_CASE("lowering: an iimm index expression takes each iteration's value", "[lower]") {
   const char* text = R"({"nsim_kernel": 1, "tensors": [{"name": "y", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [512, 4]}],
 "body": [{"loop": {"var": "i", "stop": 4, "body": [

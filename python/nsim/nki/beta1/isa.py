@@ -211,12 +211,14 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
 
         def issue(out, s, mv):
             return _n.nc_matmul(dst=out, stationary=s, moving=mv, is_stationary_onezero=is_stationary_onezero,
-                                is_moving_onezero=is_moving_onezero, accumulate=False, perf_mode=perf).stmt
+                                is_moving_onezero=is_moving_onezero, accumulate=False, tile_position=tile_position,
+                                tile_size=tile_size, perf_mode=perf).stmt
         return masked_matmul(stationary, moving, mask, "nisa.nc_matmul", issue)
     if dst is not None:
         _n.nc_matmul(dst=dst, stationary=stationary, moving=moving, is_stationary_onezero=is_stationary_onezero,
                      is_moving_onezero=is_moving_onezero, is_transpose=is_transpose,
-                     accumulate=kwargs.get("accumulate"), perf_mode=perf)
+                     accumulate=kwargs.get("accumulate"), tile_position=tile_position, tile_size=tile_size,
+                     perf_mode=perf)
         return None
     m = stationary.shape[-1] if stationary.ndim == 2 else stationary.size // stationary.shape[0]
     n = moving.shape[-1] if moving.ndim == 2 else moving.size // moving.shape[0]
@@ -224,7 +226,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     out = _new((m, n), odt, "psum")
     ins = _n.nc_matmul(dst=out, stationary=stationary, moving=moving, is_stationary_onezero=is_stationary_onezero,
                        is_moving_onezero=is_moving_onezero, is_transpose=is_transpose, accumulate=False,
-                       perf_mode=perf)
+                       tile_position=tile_position, tile_size=tile_size, perf_mode=perf)
     out._mm = ins.stmt
     return out
 
