@@ -159,3 +159,30 @@ def test_tile_position_without_tile_size_is_an_error():
     a, b, _ = _inputs()
     with pytest.raises(nsim.NsimError, match="tile_position and tile_size must both be"):
         half(a, b)
+
+
+def test_fast_forward_keeps_the_tiles_state():
+    """A long loop of tiled matmuls: fast-forward (the digest covers every tile's pipes and weights) skips
+    iterations and ends at the full simulation's time, to the picosecond."""
+    @nki.jit
+    def loop(a_t, b):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        at = nl.ndarray((128, 128), dtype=a_t.dtype, buffer=nl.sbuf)
+        bt = nl.ndarray((128, 512), dtype=b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=at, src=a_t)
+        nisa.dma_copy(dst=bt, src=b)
+        for i in nl.sequential_range(4000):
+            ps = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            for g in nl.static_range(GROUPS):
+                nisa.nc_matmul(dst=ps, stationary=at[32 * g:32 * g + 32, :], moving=bt[32 * g:32 * g + 32, :],
+                               tile_position=(32 * g, 0), tile_size=(32, 128))
+            o = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=o, src=ps)
+            nisa.dma_copy(dst=out, src=o)
+        return out
+
+    a, b = np.zeros((128, 128), BF16), np.zeros((128, 512), BF16)
+    _, full = loop.options(timing_only=True).simulate(a, b)
+    _, ff = loop.options(timing_only=True, fast_forward=True).simulate(a, b)
+    assert ff.stats["fast_forward"]["skipped_instructions"]["value"] > 0
+    assert ff.total_time_ns == full.total_time_ns
