@@ -37,6 +37,15 @@ std::vector<Instr> drain(Lowering& l) {
   return v;
 }
 
+// The instructions of a verified kernel, lowered for a timing-only simulator.
+std::vector<Instr> lowered(const frontend::Kernel& k) {
+  auto s = make_sim(false);
+  verify_kernel(k, s->params());
+  frontend::Lowering::allocate_hbm(k, *s);
+  Lowering l(k, *s);
+  return drain(l);
+}
+
 }  // namespace
 
 TEST_CASE("lowering: loads, compute and stores become the expected instructions", "[lower]") {
@@ -444,12 +453,7 @@ TEST_CASE("lowering: an nc_matmul's PE tile moving with a loop index reaches bot
   {"alloc": {"name": "p", "buffer": "psum", "dtype": "float32", "shape": [128, 128]}},
   {"op": "nc_matmul", "dst": "p", "stationary": {"tensor": "s", "index": [{"start": "32*q", "size": 32}, {"size": 128}]},
    "moving": {"tensor": "s", "index": [{"start": "32*q", "size": 32}, {"size": 128}]}, "iimm": ["32*q", 0, 32, 128]}]}}]})";
-  const frontend::Kernel k = frontend::parse_kernel_json(text);
-  auto s = make_sim(false);
-  verify_kernel(k, s->params());
-  frontend::Lowering::allocate_hbm(k, *s);
-  Lowering l(k, *s);
-  const auto v = drain(l);
+  const auto v = lowered(frontend::parse_kernel_json(text));
   REQUIRE(v.size() == 9);  // the load, then four (load_stationary, multiply_moving) pairs
   for (size_t q = 0; q < 4; ++q)
     for (size_t h = 0; h < 2; ++h) {
@@ -469,11 +473,7 @@ TEST_CASE("lowering: an iimm index expression takes each iteration's value", "[l
   {"op": "dma_copy", "dst": {"tensor": "y", "index": [{"start": "128*i", "size": 128}, {"size": 4}]}, "src": "t"}]}}]})";
   const frontend::Kernel k = frontend::parse_kernel_json(text);
   {
-    auto s = make_sim(false);
-    verify_kernel(k, s->params());
-    frontend::Lowering::allocate_hbm(k, *s);
-    Lowering l(k, *s);
-    const auto v = drain(l);
+    const auto v = lowered(k);
     REQUIRE(v.size() == 8);
     for (size_t it = 0; it < 4; ++it) CHECK(v[2 * it].iimm[0] == static_cast<int32_t>(128 * it));
   }
