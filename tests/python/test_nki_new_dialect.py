@@ -323,3 +323,40 @@ def test_matmul_accumulate_group_ends_at_eviction():
     ref = 2 * (a.T @ b)
     np.testing.assert_allclose(out[:, 0, :], ref, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(out[:, 1, :], ref, rtol=1e-4, atol=1e-3)
+
+
+def test_dma_priority_is_gen4_only_and_tensor_copy_dtype_warns():
+    """nki-api.md 2.1 / 4.3: ``priority=`` of dma_copy / dma_transpose exists on gen4 only (NotOnGeneration before);
+    on trn3 it is accepted and times the transfer as without (the QoS arbitration is not modelled). 1.3: a
+    ``tensor_copy(dtype=)`` that differs from dst's dtype warns, dst's dtype is written."""
+    def make(prio):
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a, priority=prio)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+        return k
+
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    with pytest.raises(nsim.NsimError) as ei:
+        make(1).options(config="trn2").simulate(a)
+    assert ei.value.code == "NSIM-E313" and "priority" in str(ei.value)
+    out, p1 = make(1).options(config="trn3").simulate(a)
+    np.testing.assert_array_equal(out, a)
+    assert p1.total_time_ns == make(None).options(config="trn3").simulate(a)[1].total_time_ns
+
+    @nki.jit
+    def copy_as(a):
+        out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+        u = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.tensor_copy(dst=u, src=t, dtype=nl.bfloat16)
+        nisa.dma_copy(dst=out, src=u)
+        return out
+
+    with pytest.warns(UserWarning, match="dtype=bfloat16 differs from dst's float32"):
+        out = copy_as(a)
+    np.testing.assert_array_equal(out, a)  # float32 written: exact

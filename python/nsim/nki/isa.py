@@ -5,6 +5,7 @@ Every instruction builds one op statement and hands it to ``nsim.tracer.emit``.
 from __future__ import annotations
 
 import enum
+import warnings
 
 import numpy as np
 
@@ -179,10 +180,19 @@ def _rcmd(c):
 # --------------------------------------------------------------------------------------------------
 
 
+def _priority(priority, opname):
+    """``priority=`` of a DMA (0-3, the QoS classes of the gen4 DMA arbitration): gen4 only (nki-api.md 2.1, 4.3);
+    the arbitration is not modelled (the transfer is timed as without)."""
+    if priority is not None and get_nc_version() < nc_version.gen4:
+        raise make_error("NotOnGeneration", "{}: priority= needs gen4 (trn3), this core is nc_version {}".format(
+            opname, int(get_nc_version())))
+
+
 def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, engine=engine.unknown,
              name=None, **kwargs):
     _t(dst, "dst", "dma_copy")
     _t(src, "src", "dma_copy")
+    _priority(priority, "dma_copy")
     flags = []
     rmw = kwargs.get("dst_rmw_op")
     if rmw is not None:  # Beta 1 / 0.2: dst += src (accumulating DMA)
@@ -268,7 +278,11 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None, **kwargs
     """``dst = cast(src)`` per partition. One side may be an on-chip view with a runtime offset
     (``t.ap(..., scalar_offset=sbuf_scalar, indirect_dim=d)``, ``t.select(d, sbuf_scalar)``, ``nl.ds(sbuf_scalar,
     n)``; Beta 1: ``tensor_copy_dynamic_src/dst``): the copy then reads (writes) the view moved by that value
-    at run time, at the dynamic-copy cost (docs/isa.md)."""
+    at run time, at the dynamic-copy cost (docs/isa.md). ``dtype=`` (in the nki-samples matmul tutorial, not in the 0.6
+    signature) is accepted: the dtype of ``dst`` wins, with a warning when they differ (nki-api.md 1.3)."""
+    if dtype is not None and isinstance(dst, NkiTensor) and _tr._dtype_name(dtype) != _tr._dtype_name(dst.dtype):
+        warnings.warn("nisa.tensor_copy: dtype={} differs from dst's {}; dst's dtype is written".format(
+            _tr._dtype_name(dtype), _tr._dtype_name(dst.dtype)), UserWarning, stacklevel=2)
     return _tensor_copy(dst, src, engine)
 
 
@@ -558,6 +572,7 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
                   name=None, **kwargs):
     _t(dst, "dst", "dma_transpose")
     _t(src, "src", "dma_transpose")
+    _priority(priority, "dma_transpose")
     if src.ndim != 2 or dst.ndim != 2:
         raise make_error("NotSupported", "dma_transpose: only the 2-D form is supported by nsim yet "
                          "(src shape {}, dst shape {})".format(tuple(src.shape), tuple(dst.shape)))
