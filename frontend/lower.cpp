@@ -183,7 +183,7 @@ int Lowering::assemble(const Op& op, int opcode, const std::array<Operand, isa::
   }
   in.op = static_cast<Opcode>(opcode);
   in.opnd = opnd;
-  if (in.op == Opcode::kDmaTranspose)
+  if (in.op == Opcode::kDmaTranspose && op.iimm[0] <= 1)  // (the 2-D form: iimm[0] = middle elements)
     for (Operand& o : in.opnd) transposed_hbm_rows(o);
   if (isa::is_dma(in.op)) {
     const bool store = opnd[0].space == Space::kHbm && opnd[1].present() && opnd[1].space != Space::kHbm;
@@ -376,7 +376,7 @@ void Lowering::operand_into(size_t oi, OperandForm& f, const Access& a, Operand&
         else f.exact = !__builtin_mul_overflow(st[static_cast<size_t>(d)], eb, &k) && add_scaled(f.offset, start, k);
       }
     }
-    if (opcode_[oi] == static_cast<int>(Opcode::kDmaTranspose)) transposed_hbm_rows(o);
+    if (opcode_[oi] == static_cast<int>(Opcode::kDmaTranspose) && k_.ops[oi].iimm[0] <= 1) transposed_hbm_rows(o);
     o.offset = 0;
     o.start_partition = 0;
     f.shape = o;
@@ -387,7 +387,7 @@ void Lowering::operand_into(size_t oi, OperandForm& f, const Access& a, Operand&
   int64_t off = 0;
   if (!f.exact || !eval_exact(f.offset, vars_, off) || __builtin_add_overflow(off, base_of(a.tensor), &off)) {
     out = access_operand(t, a, vars_, base_of(a.tensor), keep_dims);
-    if (opcode_[oi] == static_cast<int>(Opcode::kDmaTranspose)) transposed_hbm_rows(out);
+    if (opcode_[oi] == static_cast<int>(Opcode::kDmaTranspose) && k_.ops[oi].iimm[0] <= 1) transposed_hbm_rows(out);
     ext = out.byte_extent();
     return;
   }

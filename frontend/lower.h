@@ -142,7 +142,7 @@ class Lowering {
   /// byte address (HBM) or the byte offset of the tile buffer in use (on-chip). Size-1 dims are
   /// dropped and contiguous dims merged unless `keep_dims`; E310 with more than 4 free dims left.
   /// A dma_transpose's HBM side given as one row (integer indices before its 2-D part): its first free dim
-  /// becomes the rows.
+  /// becomes the rows. (The 2-D form only: a 3-D / 4-D one, iimm[0] > 1, keeps its rows.)
   static void transposed_hbm_rows(isa::Operand& o);
   static isa::Operand access_operand(const Tensor& t, const Access& a, const std::vector<int64_t>& vars,
                                      int64_t base, bool keep_dims = false);

@@ -948,12 +948,22 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
              "a dynamic tensor_copy takes one runtime offset for all partitions (the indirect_scalar flag)");
       verify_offsets(in, lim, where);
       break;
-    case Opcode::kDmaTranspose:
-      if (in.slot(0).total_elems() != in.slot(1).total_elems() ||
-          in.slot(0).num_partitions != in.slot(1).elems_per_partition())
+    case Opcode::kDmaTranspose: {
+      // src [a, f] with f = m x c (iimm[0] = m, the middle elements of a 3-D / 4-D transpose; 0 or 1: 2-D) -> dst
+      // [c, m x a] (isa/semantics/dma_transpose.cpp)
+      const int64_t m = in.iimm[0], a = in.slot(1).num_partitions, f = in.slot(1).elems_per_partition();
+      if (m < 0)
+        fail(ErrorCode::kBadArgument, in, where, fmt::format("iimm[0] (middle elements) must be >= 0, got {}", m));
+      const int64_t mm = std::max<int64_t>(m, 1);
+      if (f % mm != 0 || in.slot(0).num_partitions != f / mm || in.slot(0).elems_per_partition() != mm * a)
         fail(ErrorCode::kShapeMismatch, in, where,
-             fmt::format("dst must be the transpose of src [{}, {}], got [{}, {}]", in.slot(1).num_partitions,
-                         in.slot(1).elems_per_partition(), in.slot(0).num_partitions, in.slot(0).elems_per_partition()));
+             mm == 1 ? fmt::format("dst must be the transpose of src [{}, {}], got [{}, {}]", a, f,
+                                   in.slot(0).num_partitions, in.slot(0).elems_per_partition())
+                     : fmt::format("dst must be the transpose of src [{}, {}, {}] (middle dims {} kept), [{}, {}, {}], "
+                                   "got [{}, {}] per partition",
+                                   a, mm, f / mm, mm, f / mm, mm, a, in.slot(0).num_partitions,
+                                   in.slot(0).elems_per_partition()));
+    }
       if (in.slot(0).dtype != in.slot(1).dtype)
         fail(ErrorCode::kBadDtype, in, where, "src and dst dtypes must be equal");
       break;

@@ -360,3 +360,53 @@ def test_dma_priority_is_gen4_only_and_tensor_copy_dtype_warns():
     with pytest.warns(UserWarning, match="dtype=bfloat16 differs from dst's float32"):
         out = copy_as(a)
     np.testing.assert_array_equal(out, a)  # float32 written: exact
+
+
+def test_dma_transpose_3d_and_4d_forms():
+    """nki-api.md 2.1: dma_transpose's (2, 1, 0) and (3, 1, 2, 0) forms (the default of their rank) swap the first and
+    last dims and keep the middle ones: from HBM (one row too) and from SBUF, and Beta 1's value-returning call with
+    the default axes of a 4-D tile."""
+    @nki.jit
+    def t3(x):
+        out = nl.ndarray((x.shape[2], x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
+        d = nl.ndarray((x.shape[2], x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=d, src=x)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+
+    @nki.jit
+    def t4(x):
+        out = nl.ndarray((32, 3, 5, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        s = nl.ndarray((4, 3, 5, 32), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=x)
+        d = nl.ndarray((32, 3, 5, 4), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=d, src=s, axes=(3, 1, 2, 0))
+        nisa.dma_copy(dst=out, src=d)
+        return out
+
+    rng = np.random.default_rng(5)
+    for shape in ((16, 8, 64), (1, 8, 64)):
+        x = rng.standard_normal(shape).astype(BF16)
+        np.testing.assert_array_equal(t3(x), x.transpose(2, 1, 0))
+    y = rng.standard_normal((4, 3, 5, 32)).astype(BF16)
+    np.testing.assert_array_equal(t4(y), y.transpose(3, 1, 2, 0))
+
+    import nsim.nki.beta1 as b1
+
+    @b1.jit
+    def b4(x):
+        out = b1.language.ndarray((32, 3, 5, 4), dtype=x.dtype, buffer=b1.language.shared_hbm)
+        t = b1.isa.dma_transpose(b1.language.load(x))
+        b1.language.store(out, value=t)
+        return out
+
+    np.testing.assert_array_equal(b4(y), y.transpose(3, 1, 2, 0))
+
+    @nki.jit
+    def wrong_axes(x):
+        d = nl.ndarray((16, 8, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=d, src=x, axes=(0, 2, 1))
+        return None
+
+    with pytest.raises(nsim.NsimError, match=r"3-D transpose needs axes=\(2, 1, 0\)"):
+        wrong_axes(rng.standard_normal((16, 64, 8)).astype(BF16))

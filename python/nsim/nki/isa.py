@@ -568,23 +568,34 @@ def _npat(pattern):
     return n
 
 
+#: The transposes dma_transpose does, by rank (nki-api.md 2.1; each the default axes of its rank): the first and last
+#: dims swap, the middle ones stay (iimm[0] = their elements; isa/semantics/dma_transpose.cpp).
+DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown, oob_mode=oob_mode.error,
                   name=None, **kwargs):
     _t(dst, "dst", "dma_transpose")
     _t(src, "src", "dma_transpose")
     _priority(priority, "dma_transpose")
-    if src.ndim != 2 or dst.ndim != 2:
-        raise make_error("NotSupported", "dma_transpose: only the 2-D form is supported by nsim yet "
-                         "(src shape {}, dst shape {})".format(tuple(src.shape), tuple(dst.shape)))
-    if axes is not None and tuple(int(a) for a in axes) != (1, 0):
-        raise make_error("BadArgument", "dma_transpose: a 2-D transpose needs axes=(1, 0), got "
-                         "{!r}".format(axes))
-    if tuple(dst.shape) != (src.shape[1], src.shape[0]):
+    forms = DMA_TRANSPOSE_AXES
+    if src.ndim not in forms or dst.ndim != src.ndim:
+        raise make_error("BadArgument", "dma_transpose: src and dst must both be 2-D, 3-D or 4-D, got shapes {} and "
+                         "{}".format(tuple(src.shape), tuple(dst.shape)))
+    form = forms[src.ndim]
+    if axes is not None and tuple(int(a) for a in axes) != form:
+        raise make_error("BadArgument", "dma_transpose: a {}-D transpose needs axes={}, got {!r}".format(
+            src.ndim, form, axes))
+    want = tuple(src.shape[a] for a in form)
+    if tuple(dst.shape) != want:
         raise make_error("ShapeMismatch", "dma_transpose: src is {} so dst must be {}, got {}".format(
-            tuple(src.shape), (src.shape[1], src.shape[0]), tuple(dst.shape)))
+            tuple(src.shape), want, tuple(dst.shape)))
     if dst.dtype != src.dtype:
         raise make_error("BadDtype", "dma_transpose: src and dst dtypes differ ({} vs {})".format(
             src.dtype, dst.dtype))
+    middle = int(np.prod(src.shape[1:-1], dtype=np.int64))
+    if src.ndim > 2:
+        return _op("dma_transpose", dst=dst, src=src, iimm=[middle])
     return _op("dma_transpose", dst=dst, src=src)
 
 

@@ -292,6 +292,31 @@ TEST_CASE("dma_transpose is a byte-exact 2-D transpose", "[semantics]") {
   CHECK(code_of(mk(Opcode::kDmaTranspose, Engine::kSync), vs, st) == ErrorCode::kShapeMismatch);
 }
 
+TEST_CASE("dma_transpose with middle dims (iimm[0]): the 3-D / 4-D forms swap the first and last dims", "[semantics]") {
+  // src [a = 3, m = 2, c = 4] (free elements k c + j), dst [c = 4, m = 2, a = 3] (free elements k a + i):
+  // dst[j][k a + i] = src[i][k c + j], numpy's src.transpose(2, 1, 0) (the 4-D (3, 1, 2, 0) form is the same with
+  // m the product of its two middle dims).
+  ArchState st;
+  Tile src = tile(DType::kBFloat16, 3, {8});
+  for (uint32_t i = 0; i < 3; ++i)
+    for (int64_t e = 0; e < 8; ++e) src.setbits(i, e, 0x3f00u + i * 16 + static_cast<uint32_t>(e));
+  Tile dst = tile(DType::kBFloat16, 4, {6}, 2);
+  Views vs{};
+  vs[0] = dst.v;
+  vs[1] = src.v;
+  Instr in = mk(Opcode::kDmaTranspose, Engine::kSync);
+  in.iimm[0] = 2;
+  execute(in, vs, st);
+  for (uint32_t j = 0; j < 4; ++j)
+    for (int64_t k = 0; k < 2; ++k)
+      for (int64_t i = 0; i < 3; ++i) CHECK(dst.bits(j, k * 3 + i) == src.bits(static_cast<uint32_t>(i), k * 4 + j));
+  // the 2-D reading of the same operands (dst [8, 3]) does not fit dst [4, 6]: the middle count decides the shape
+  in.iimm[0] = 0;
+  CHECK(code_of(in, vs, st) == ErrorCode::kShapeMismatch);
+  in.iimm[0] = 3;  // 8 elements are not 3 x c
+  CHECK(code_of(in, vs, st) == ErrorCode::kShapeMismatch);
+}
+
 TEST_CASE("tensor_copy: bit-exact same dtype, fp32 path on Scalar, casts", "[semantics]") {
   ArchState st;
   Tile src = tile(DType::kInt32, 2, {3});

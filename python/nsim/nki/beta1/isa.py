@@ -358,10 +358,12 @@ def _cast(out, dtype):
 
 
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, dst=None, **kwargs):
-    """A fresh SBUF tile ``src.transpose(axes)`` (2-D only in nsim); ``dtype`` != src adds a cast."""
+    """A fresh SBUF tile ``src.transpose(axes)`` (2-D, or 3-D / 4-D with axes (2, 1, 0) / (3, 1, 2, 0), the default of
+    each rank); ``dtype`` != src adds a cast."""
     _tile(src, "dma_transpose")
     extra = {k: kwargs[k] for k in ("dge_mode", "oob_mode") if k in kwargs}
-    shape = tuple(src.shape)[::-1] if axes is None else tuple(src.shape[int(a)] for a in axes)
+    form = _n.DMA_TRANSPOSE_AXES.get(src.ndim, tuple(range(src.ndim))[::-1]) if axes is None else axes
+    shape = tuple(src.shape[int(a)] for a in form)
     if skipped(mask):
         return None if dst is not None else _nothing(shape, _dt(dtype, src.dtype), "sbuf")
     boxes = None
