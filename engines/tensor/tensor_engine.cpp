@@ -7,21 +7,19 @@ namespace nsim::engines {
 
 using sim::Ps;
 
-TensorPipes::Tile TensorPipes::tile_of(const isa::Instr& in) const {
-  const int rows = in.iimm[2];
-  if (rows <= 0 || (in.op != isa::Opcode::kLoadStationary && in.op != isa::Opcode::kMultiplyMoving))
-    return {0, rows_, 0, cols_};
+TensorPipes::Tile TensorPipes::tile_in(const isa::Instr& in) const {
+  if (in.op != isa::Opcode::kLoadStationary && in.op != isa::Opcode::kMultiplyMoving) return {0, rows_, 0, cols_, true};
   // (verify() checked the tile: sizes the smallest tile x 2^k, positions multiples of the size inside the array)
   const int rt = std::max(1, p_.row_tile_min), ct = std::max(1, p_.col_tile_min);
   const int r0 = in.iimm[0] / rt, c0 = in.iimm[1] / ct;
-  return {r0, std::min(rows_, r0 + std::max(1, rows / rt)), c0, std::min(cols_, c0 + std::max(1, in.iimm[3] / ct))};
+  const int r1 = std::min(rows_, r0 + std::max(1, in.iimm[2] / rt)), c1 = std::min(cols_, c0 + std::max(1, in.iimm[3] / ct));
+  return {r0, r1, c0, c1, r0 == 0 && r1 == rows_ && c0 == 0 && c1 == cols_};
 }
 
-TensorPipes::Cell TensorPipes::gather(const Tile& t) {
+TensorPipes::Cell TensorPipes::gather_cells(const Tile& t) {
   if (!tiled_) {
-    if (whole(t)) return whole_;
     tiled_ = true;  // the first tiled instruction: every cell starts from the common state
-    cells_.fill(whole_);
+    cells_.assign(static_cast<size_t>(rows_ * cols_), whole_);
   }
   Cell c;
   for (int r = t.r0; r < t.r1; ++r)
@@ -35,24 +33,19 @@ TensorPipes::Cell TensorPipes::gather(const Tile& t) {
   return c;
 }
 
-void TensorPipes::scatter(const Tile& t, const Cell& c) {
-  if (!tiled_) {
-    whole_ = c;
-    return;
-  }
+void TensorPipes::scatter_cells(const Tile& t, const Cell& c) {
   for (int r = t.r0; r < t.r1; ++r)
     for (int k = t.c0; k < t.c1; ++k) cells_[static_cast<size_t>(r * cols_ + k)] = c;
 }
 
-Ps TensorPipes::next_issue() const {
-  if (!tiled_) return std::min(whole_.ls_free, whole_.mm_free);
+Ps TensorPipes::next_issue_of_cells() const {
   Ps t = INT64_MAX;
-  for (int i = 0; i < rows_ * cols_; ++i) t = std::min({t, cells_[static_cast<size_t>(i)].ls_free, cells_[static_cast<size_t>(i)].mm_free});
+  for (const Cell& c : cells_) t = std::min({t, c.ls_free, c.mm_free});
   return t;
 }
 
-TensorPipes::Slot TensorPipes::load_stationary(Ps ready, double ii_cycles, const Tile& t) {
-  Cell c = gather(t);
+// The two pipes' rules on one state: the whole array's (updated in place) or a tile's gathered from its cells.
+[[gnu::always_inline]] inline TensorPipes::Slot TensorPipes::load_stationary_on(Cell& c, Ps ready, double ii_cycles) {
   Slot s;
   // Background load: the shadow weight buffer is free once the previous MM started using its weights.
   s.start = std::max({ready, c.ls_free, c.mm_last_start});
@@ -60,12 +53,11 @@ TensorPipes::Slot TensorPipes::load_stationary(Ps ready, double ii_cycles, const
   s.end = s.start + s.ii;
   c.ls_free = s.end;
   c.weights_ready = s.end;
-  scatter(t, c);
   return s;
 }
 
-TensorPipes::Slot TensorPipes::multiply(Ps ready, double ii_cycles, bool needs_ls_pipe, const Tile& t) {
-  Cell c = gather(t);
+[[gnu::always_inline]] inline TensorPipes::Slot TensorPipes::multiply_on(Cell& c, Ps ready, double ii_cycles,
+                                                                        bool needs_ls_pipe) {
   Slot s;
   s.start = std::max({ready, c.mm_free, c.weights_ready});
   if (needs_ls_pipe) s.start = std::max(s.start, c.ls_free);
@@ -77,8 +69,25 @@ TensorPipes::Slot TensorPipes::multiply(Ps ready, double ii_cycles, bool needs_l
   c.mm_free = s.start + s.ii;
   c.mm_last_start = s.start;
   if (needs_ls_pipe) c.ls_free = std::max(c.ls_free, c.mm_free);
-  scatter(t, c);
   note_busy(s.start, s.start + s.ii);
+  return s;
+}
+
+template <bool kWhole>
+TensorPipes::Slot TensorPipes::load_stationary(Ps ready, double ii_cycles, const Tile& t) {
+  if (kWhole) return load_stationary_on(whole_, ready, ii_cycles);
+  Cell c = gather_cells(t);
+  const Slot s = load_stationary_on(c, ready, ii_cycles);
+  scatter_cells(t, c);
+  return s;
+}
+
+template <bool kWhole>
+TensorPipes::Slot TensorPipes::multiply(Ps ready, double ii_cycles, bool needs_ls_pipe, const Tile& t) {
+  if (kWhole) return multiply_on(whole_, ready, ii_cycles, needs_ls_pipe);
+  Cell c = gather_cells(t);
+  const Slot s = multiply_on(c, ready, ii_cycles, needs_ls_pipe);
+  scatter_cells(t, c);
   return s;
 }
 
@@ -125,41 +134,41 @@ double TensorPipes::throttle_limit(Ps t) {
   return th.start_util + (1.0 - th.start_util) * frac;
 }
 
-void TensorEngine::load_weights(const TensorPipes::Tile& t, const Weights& w, bool whole) {
-  if (whole) {
-    weights_[0] = w;
-    uniform_ = true;
-    return;
-  }
-  if (uniform_) std::fill(weights_.begin() + 1, weights_.end(), weights_[0]);
+void TensorEngine::load_tile_weights(const TensorPipes::Tile& t, const Weights& w) {
+  if (uniform_) cells_.assign(static_cast<size_t>(pipes_.cells()), whole_);
   uniform_ = false;
   for (int r = t.r0; r < t.r1; ++r)
-    for (int k = t.c0; k < t.c1; ++k) weights_[static_cast<size_t>(r * cols_ + k)] = w;
+    for (int k = t.c0; k < t.c1; ++k) cells_[static_cast<size_t>(r * cols_ + k)] = w;
 }
 
-TensorEngine::Issue TensorEngine::issue(const isa::Instr& in, Ps ready) {
+template <bool kWhole>
+TensorEngine::Issue TensorEngine::issue_on(const isa::Instr& in, Ps ready) {
   using isa::CostClass;
   Issue r;
   const CostClass cls = isa::op_info(in.op).cost;  // the cost class column of isa/opcodes.def
-  const TensorPipes::Tile t = pipes_.tile_of(in);
+  const TensorPipes::Tile t = kWhole ? TensorPipes::Tile{} : pipes_.tile_of(in);
   if (cls == CostClass::kLoadStationary) {
-    r.slot = pipes_.load_stationary(ready, load_stationary_ii(p_, in), t);
-    load_weights(t, {in.slot(0).dtype, in.slot(0).elems_per_partition() / ((in.flags & isa::kDoubleRow) ? 2 : 1)},
-                 pipes_.whole(t));
+    r.slot = pipes_.load_stationary<kWhole>(ready, load_stationary_ii(p_, in), t);
+    const Weights w{in.slot(0).dtype, in.slot(0).elems_per_partition() / ((in.flags & isa::kDoubleRow) ? 2 : 1)};
+    if (kWhole) whole_ = w;  // (never tiled: the weights are uniform)
+    else load_weights(t, w);
   } else if (cls == CostClass::kMultiplyMoving) {
-    const Weights& w = weights_of(t);
-    r.slot = pipes_.multiply(ready, multiply_moving_ii(p_, in, w.dtype, w.m), false, t);
+    const Weights& w = kWhole ? whole_ : weights_of(t);
+    r.slot = pipes_.multiply<kWhole>(ready, multiply_moving_ii(p_, in, w.dtype, w.m), false, t);
     r.flops = instr_flops(in, w.m);
     // bf16-equivalent: the larger multiplier of the two inputs (fp32 x bf16 = fp32, fp8 x bf16 = 1).
     r.adjusted_flops = r.flops * std::max(p_.adjusted_flops[static_cast<size_t>(in.slot(1).dtype)],
                                           p_.adjusted_flops[static_cast<size_t>(w.dtype)]);
   } else {  // PE transpose: the data goes in as the weights, against an identity of its dtype
-    r.slot = pipes_.multiply(ready, pe_transpose_ii(p_, in), true, t);
+    r.slot = pipes_.multiply<kWhole>(ready, pe_transpose_ii(p_, in), true, t);
     r.flops = instr_flops(in, 0);
     r.adjusted_flops = r.flops * p_.adjusted_flops[static_cast<size_t>(in.slot(1).dtype)];
   }
   return r;
 }
+
+template TensorEngine::Issue TensorEngine::issue_on<true>(const isa::Instr& in, Ps ready);
+template TensorEngine::Issue TensorEngine::issue_on<false>(const isa::Instr& in, Ps ready);
 
 Ps TensorEngine::busy_estimate(const isa::Instr& in) const {
   using isa::CostClass;

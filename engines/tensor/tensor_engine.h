@@ -3,6 +3,7 @@
 /// MultiplyMoving pipe, and power throttling (neuroncore.md 3.1, 3.4).
 #include <algorithm>
 #include <array>
+#include <vector>
 
 #include "engines/cost.h"
 #include "engines/params.h"
@@ -20,14 +21,15 @@ class TensorPipes {
       : p_(p), clk_(p.clk(isa::Engine::kTensor)), rows_(p.pe_rows / std::max(1, p.row_tile_min)),
         cols_(p.pe_cols / std::max(1, p.col_tile_min)) {}
 
-  /// The cells [r0, r1) x [c0, c1) of the grid an instruction occupies.
+  /// The cells [r0, r1) x [c0, c1) of the grid an instruction occupies; `all`: every cell.
   struct Tile {
     int r0 = 0, r1 = 0, c0 = 0, c1 = 0;
+    bool all = true;
   };
-  /// The tile of a load_stationary / multiply_moving / PE transpose (iimm[0..3], nki-api.md 2.1): the whole array
-  /// when untiled (iimm[2] = 0).
-  Tile tile_of(const isa::Instr& in) const;
-  bool whole(const Tile& t) const { return t.r0 == 0 && t.r1 == rows_ && t.c0 == 0 && t.c1 == cols_; }
+  /// The tile of a load_stationary / multiply_moving (iimm[0..3], nki-api.md 2.1); the whole array when untiled
+  /// (iimm[2] = 0) and for every other instruction (a PE transpose).
+  Tile tile_of(const isa::Instr& in) const { return in.iimm[2] <= 0 ? Tile{0, rows_, 0, cols_, true} : tile_in(in); }
+  int cells() const { return rows_ * cols_; }
 
   struct Slot {
     sim::Ps start = 0;
@@ -35,13 +37,17 @@ class TensorPipes {
     sim::Ps end = 0;  ///< start + ii + latency
     double limit = 1; ///< throttle utilisation limit applied
   };
-  /// LoadStationary of `ii_cycles`, ready at `ready`: waits for the previous MM to take the weights.
+  /// LoadStationary of `ii_cycles` on tile `t`, ready at `ready`: waits for the previous MM to take the weights.
+  /// kWhole: an untiled instruction while no tile was ever used (the one state; `t` unused).
+  template <bool kWhole>
   Slot load_stationary(sim::Ps ready, double ii_cycles, const Tile& t);
   /// MultiplyMoving / PE transpose of `ii_cycles`, ready at `ready`, using the last loaded weights.
   /// `needs_ls_pipe` (transposes) also waits for the LS pipe, since the data goes in as weights.
+  template <bool kWhole>
   Slot multiply(sim::Ps ready, double ii_cycles, bool needs_ls_pipe, const Tile& t);
+  bool tiled() const { return tiled_; }  ///< some instruction used a tile (the cells hold the state since)
   /// Earliest time the next Tensor instruction could start (for trace watermarks): on the cell that frees first.
-  sim::Ps next_issue() const;
+  sim::Ps next_issue() const { return tiled_ ? next_issue_of_cells() : std::min(whole_.ls_free, whole_.mm_free); }
   sim::Ps throttled_time() const { return throttled_; }
   /// The pipes' state (fast-forward, Simulator::timing_digest): when each pipe frees up and the weights are
   /// ready, passed to `time` (absolute times); how far the throttle's ramp has gone before `base` (clamped
@@ -51,9 +57,8 @@ class TensorPipes {
   void state(sim::Ps base, Time&& time, Raw&& raw) const {
     for (sim::Ps t : {whole_.ls_free, whole_.mm_free, whole_.mm_last_start, whole_.weights_ready}) time(t);
     raw(tiled_);
-    if (tiled_)
-      for (int i = 0; i < rows_ * cols_; ++i)
-        for (sim::Ps t : {cells_[i].ls_free, cells_[i].mm_free, cells_[i].mm_last_start, cells_[i].weights_ready}) time(t);
+    for (const Cell& c : cells_)
+      for (sim::Ps t : {c.ls_free, c.mm_free, c.mm_last_start, c.weights_ready}) time(t);
     if (!p_.throttle.enabled) return;
     const sim::Ps far = std::max(p_.throttle.ramp, p_.throttle.window);
     raw(started_ ? std::min(base - ramp_start_, far) : -1);
@@ -73,16 +78,21 @@ class TensorPipes {
   struct Cell {
     sim::Ps ls_free = 0, mm_free = 0, mm_last_start = 0, weights_ready = 0;
   };
-  /// The state of a tile (the latest of its cells' times) and, after the instruction, its cells set to `c`.
-  Cell gather(const Tile& t);
-  void scatter(const Tile& t, const Cell& c);
+  Slot load_stationary_on(Cell& c, sim::Ps ready, double ii_cycles);
+  Slot multiply_on(Cell& c, sim::Ps ready, double ii_cycles, bool needs_ls_pipe);
+  /// The state of a tile (the latest of its cells' times; the first tiled instruction makes the cells) and, after
+  /// the instruction, its cells set to `c`.
+  Cell gather_cells(const Tile& t);
+  void scatter_cells(const Tile& t, const Cell& c);
+  Tile tile_in(const isa::Instr& in) const;  ///< tile_of a tiled matmul half
+  sim::Ps next_issue_of_cells() const;
 
   const CoreParams& p_;
   sim::ClockDomain clk_;
   int rows_, cols_;  ///< cells of the grid along each side
   Cell whole_;       ///< every cell's state while tiled_ is false; afterwards unused
   bool tiled_ = false;
-  std::array<Cell, kMaxPeTiles * kMaxPeTiles> cells_{};  ///< by row * cols_ + column, once tiled_
+  std::vector<Cell> cells_;  ///< by row * cols_ + column, made at the first tiled instruction (out of the hot object)
   sim::Ps busy_end_ = 0;  ///< the end of the last busy interval noted (tiles overlap: the throttle sees their union)
   // Throttle state: ramp start and a ring of recent MM busy intervals (bounded: no allocation).
   bool started_ = false;
@@ -106,7 +116,10 @@ class TensorEngine {
     double adjusted_flops = 0;  ///< bf16-equivalent (CoreParams::adjusted_flops of the input dtypes)
   };
   /// Issue LoadStationary, MultiplyMoving or a PE transpose whose operands are ready at `ready`.
-  Issue issue(const isa::Instr& in, sim::Ps ready);
+  Issue issue(const isa::Instr& in, sim::Ps ready) {
+    // Untiled while no tile was ever used: the whole array's one state (as before PE tiling, at its cost).
+    return in.iimm[2] <= 0 && !pipes_.tiled() ? issue_on<true>(in, ready) : issue_on<false>(in, ready);
+  }
   /// Its II (before throttling) and start-to-end duration if `in` were issued now.
   sim::Ps busy_estimate(const isa::Instr& in) const;
   sim::Ps duration_estimate(const isa::Instr& in) const;
@@ -118,10 +131,13 @@ class TensorEngine {
   template <class Raw>
   void weights_state(Raw&& raw) const {
     raw(uniform_);
-    for (size_t i = 0, n = uniform_ ? 1 : weights_.size(); i < n; ++i) {
-      raw(static_cast<int64_t>(weights_[i].dtype));
-      raw(weights_[i].m);
-    }
+    raw(static_cast<int64_t>(whole_.dtype));
+    raw(whole_.m);
+    if (!uniform_)
+      for (const Weights& w : cells_) {
+        raw(static_cast<int64_t>(w.dtype));
+        raw(w.m);
+      }
   }
 
  private:
@@ -133,11 +149,22 @@ class TensorEngine {
   TensorPipes pipes_;
   /// The weights of a tile (those of its first cell) and, at a LoadStationary, of each of its cells.
   const Weights& weights_of(const TensorPipes::Tile& t) const {
-    return weights_[uniform_ ? 0 : static_cast<size_t>(t.r0 * cols_ + t.c0)];
+    return uniform_ ? whole_ : cells_[static_cast<size_t>(t.r0 * cols_ + t.c0)];
   }
-  void load_weights(const TensorPipes::Tile& t, const Weights& w, bool whole);
-  std::array<Weights, kMaxPeTiles * kMaxPeTiles> weights_{};  ///< by cell, as TensorPipes numbers them
-  bool uniform_ = true;  ///< every cell holds weights_[0] (no tiled LoadStationary yet, or a whole-array one since)
+  template <bool kWhole>
+  Issue issue_on(const isa::Instr& in, sim::Ps ready);  ///< issue(); kWhole as TensorPipes'
+  void load_weights(const TensorPipes::Tile& t, const Weights& w) {
+    if (t.all) {
+      whole_ = w;
+      uniform_ = true;
+    } else {
+      load_tile_weights(t, w);
+    }
+  }
+  void load_tile_weights(const TensorPipes::Tile& t, const Weights& w);
+  Weights whole_;        ///< every cell's weights while uniform_
+  bool uniform_ = true;  ///< every cell holds whole_ (no tiled LoadStationary yet, or a whole-array one since)
+  std::vector<Weights> cells_;  ///< by cell, as TensorPipes numbers them (made at the first tiled LoadStationary)
   int cols_;  ///< cells per row of the grid
 };
 
