@@ -410,3 +410,53 @@ def test_dma_transpose_3d_and_4d_forms():
 
     with pytest.raises(nsim.NsimError, match=r"3-D transpose needs axes=\(2, 1, 0\)"):
         wrong_axes(rng.standard_normal((16, 64, 8)).astype(BF16))
+
+
+def test_dge_mode_picks_the_trigger_engine_and_hwdge_is_checked():
+    """nki-api.md 2.1: dge_mode has no functional effect; it names how descriptors are made, so (engine= unset) it
+    picks the trigger (none: Sync's static descriptors, swdge: GpSimd, hwdge: a sequencer, costed on Scalar at
+    dma.hwdge_instr); hwdge needs gen3+ and a copy without a cast; an explicit engine= wins. dma_transpose's hwdge
+    path has its shape rules."""
+    def make(mode, engine=None, out_dtype=None):
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 64), dtype=out_dtype or a.dtype, buffer=nl.sbuf)
+            kw = {} if engine is None else {"engine": engine}
+            nisa.dma_copy(dst=t, src=a, dge_mode=mode, **kw)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+        return k
+
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+
+    def trigger(mode, engine=None):
+        body = make(mode, engine).options(config="trn2").trace(a).kernel["body"]
+        return [st.get("engine") for st in body if st.get("op") == "dma_copy"][0]
+
+    assert trigger(nisa.dge_mode.none) == "sync"
+    assert trigger(nisa.dge_mode.swdge) == "gpsimd"
+    assert trigger(nisa.dge_mode.hwdge) == "scalar"
+    assert trigger(nisa.dge_mode.unknown) is None  # the compiler model places it
+    assert trigger(nisa.dge_mode.hwdge, nisa.engine.sync) == "sync"
+    out, prof = make(nisa.dge_mode.hwdge).options(config="trn2").simulate(a)
+    np.testing.assert_array_equal(out, a)
+    assert prof.stats["engine"]["scalar"]["instruction_count"]["value"] == 1  # the hwdge trigger
+    with pytest.raises(nsim.NsimError) as ei:
+        make(nisa.dge_mode.hwdge).options(config="trn1").simulate(a)
+    assert ei.value.code == "NSIM-E313"
+    with pytest.raises(nsim.NsimError, match="hwdge copies without a cast"):
+        make(nisa.dge_mode.hwdge, out_dtype=nl.bfloat16).options(config="trn2").simulate(a)
+
+    @nki.jit
+    def tr(x):
+        d = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=d, src=x, dge_mode=nisa.dge_mode.hwdge)
+        out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+
+    x = np.arange(16 * 128, dtype=np.float32).reshape(16, 128).astype(BF16)
+    np.testing.assert_array_equal(tr(x), x.T)  # [16, 128] bf16: the hwdge shape
+    with pytest.raises(nsim.NsimError, match="dge_mode=hwdge needs a 2-byte dtype"):
+        tr(np.zeros((32, 128), BF16))  # 2-D hwdge needs src.shape[0] == 16

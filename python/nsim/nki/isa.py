@@ -203,7 +203,7 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     if dst.size != src.size:
         raise make_error("ElementCountMismatch", "dma_copy: dst has {} elements, src has {}".format(
             dst.size, src.size))
-    eng = _engine(engine, "dma_copy")
+    eng = _dge_trigger(dge_mode, _engine(engine, "dma_copy"), dst, src, "dma_copy")
     fields = {}
     if dst.is_indirect() or src.is_indirect():
         if dst.is_indirect() and src.is_indirect():
@@ -265,6 +265,26 @@ def _dge(m):
         return dge_mode(int(m)).name
     except (TypeError, ValueError):
         raise make_error("BadArgument", "bad dge_mode {!r}".format(m))
+
+
+#: The trigger engine of each descriptor-generation mode (neuroncore.md 3.3: static descriptors from Sync, software DGE
+#: on GpSimd, hardware DGE on a sequencer; nsim costs hwdge's trigger (dma.hwdge_instr) on Scalar).
+_DGE_TRIGGER = {"none": "sync", "swdge": "gpsimd", "hwdge": "scalar"}
+
+
+def _dge_trigger(mode, eng, dst, src, opname):
+    """The trigger engine of a DMA given its ``dge_mode`` (nki-api.md 2.1): the mode's engine (_DGE_TRIGGER) unless
+    ``engine=`` names one or the mode is unknown (the compiler picks), checking that hwdge is on gen3+ and copies
+    without a cast."""
+    m = _dge(mode)
+    if m == "hwdge":
+        if get_nc_version() < nc_version.gen3:
+            raise make_error("NotOnGeneration", "{}: dge_mode=hwdge needs gen3 or later (nc_version {})".format(
+                opname, int(get_nc_version())))
+        if _tr._dtype_name(dst.dtype) != _tr._dtype_name(src.dtype):
+            raise make_error("BadDtype", "{}: dge_mode=hwdge copies without a cast: src is {}, dst {}".format(
+                opname, _tr._dtype_name(src.dtype), _tr._dtype_name(dst.dtype)))
+    return eng if eng is not None else _DGE_TRIGGER.get(m)
 
 
 def _oob_skip(m):
@@ -593,10 +613,18 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
     if dst.dtype != src.dtype:
         raise make_error("BadDtype", "dma_transpose: src and dst dtypes differ ({} vs {})".format(
             src.dtype, dst.dtype))
+    eng = _dge_trigger(dge_mode, None, dst, src, "dma_transpose")
+    if eng == "scalar":  # the hwdge path's shape rules (nki-api.md 2.1)
+        lead, inner = int(src.shape[0]), int(src.shape[-1])
+        ok = np.dtype(src.dtype).itemsize == 2 and inner <= 128 and (
+            lead == 16 if src.ndim == 2 else lead in (1, 2, 4, 8, 16) and lead * int(src.shape[-2]) % 16 == 0)
+        if not ok:
+            raise make_error("BadArgument", "dma_transpose: dge_mode=hwdge needs a 2-byte dtype, src.shape[-1] <= 128 "
+                             "and src.shape[0] == 16 (2-D) or in (1, 2, 4, 8, 16) with src.shape[0] * "
+                             "src.shape[-2] a multiple of 16 (3-D / 4-D), got {} {}".format(tuple(src.shape),
+                                                                                            np.dtype(src.dtype)))
     middle = int(np.prod(src.shape[1:-1], dtype=np.int64))
-    if src.ndim > 2:
-        return _op("dma_transpose", dst=dst, src=src, iimm=[middle])
-    return _op("dma_transpose", dst=dst, src=src)
+    return _op("dma_transpose", engine=eng, dst=dst, src=src, iimm=[middle] if src.ndim > 2 else None)
 
 
 def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **kwargs):
