@@ -585,15 +585,17 @@ void Analyzer::State::on_tensor(const Instr& in, const InstrTiming& t, LineAgg& 
   la.min_k = std::min(la.min_k, k);
   la.min_m = std::min(la.min_m, m);
   la.min_n = std::min(la.min_n, nfree);
-  // Ideal: the same FLOPs on the full array at one column per cycle.
-  const double peak_per_ps = 2.0 * p->pe_rows * p->pe_cols * p->clk(Engine::kTensor).ghz() / kPsPerNs;
+  // Ideal: the same FLOPs on the full array at one column per cycle. A matmul on a PE tile (iimm[0..3]) has its
+  // tile's rows and columns: the other tiles' matmuls run beside it, so only the tile it leaves unused is lost.
+  const int64_t rows = in.iimm[2] > 0 ? in.iimm[2] : p->pe_rows, cols = in.iimm[2] > 0 ? in.iimm[3] : p->pe_cols;
+  const double peak_per_ps = 2.0 * static_cast<double>(rows * cols) * p->clk(Engine::kTensor).ghz() / kPsPerNs;
   const double ideal = 2.0 * static_cast<double>(k * m * nfree) / peak_per_ps;
   const double lost = std::max(0.0, static_cast<double>(busy) - ideal);
   if (stat_fp32 || mv.dtype == DType::kFloat32) {
     ++la.fp32;
     la.fp32_busy += busy;
     la.fp32_lost_ps += static_cast<double>(busy) * (1.0 - 1.0 / p->fp32_factor);
-  } else if (k < p->pe_rows || m < p->pe_cols || nfree < mm_eff_n) {
+  } else if (k < rows || m < cols || nfree < mm_eff_n) {
     ++la.underfill;
     if (static_cast<double>(nfree) < p->mm_min_ii) ++la.narrow;
     la.underfill_busy += busy;
@@ -1025,8 +1027,10 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       under.detail = fmt::format(
           "A matmul costs at least tensor.mm_min_ii cycles and one cycle per moving column whatever its size: "
           "contract over all {} partitions (K), use {} stationary columns (M) and a moving free size (N) of {} "
-          "(one PSUM bank of fp32) so each instruction does the most work.",
-          p.pe_rows, p.pe_cols, s.mm_eff_n);
+          "(one PSUM bank of fp32) so each instruction does the most work. Independent matmuls with a small K (or "
+          "M) can instead share the array: nc_matmul(..., tile_position=(row, col), tile_size=(rows, cols)) puts "
+          "each on a tile of {} x 2^k rows (and {} x 2^k columns), and matmuls on disjoint tiles run side by side.",
+          p.pe_rows, p.pe_cols, s.mm_eff_n, p.row_tile_min, p.col_tile_min);
       under.metrics = {{"matmuls", static_cast<double>(nu)}, {"narrow_matmuls", static_cast<double>(nn)}};
       r.findings.push_back(std::move(under));
     }

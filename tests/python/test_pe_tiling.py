@@ -186,3 +186,16 @@ def test_fast_forward_keeps_the_tiles_state():
     _, ff = loop.options(timing_only=True, fast_forward=True).simulate(a, b)
     assert ff.stats["fast_forward"]["skipped_instructions"]["value"] > 0
     assert ff.total_time_ns == full.total_time_ns
+
+
+def test_analyzer_suggests_tiles_and_the_fix_saves_at_least_its_estimate():
+    """`pe_underfill` names PE tiling for small-K matmuls; a tiled matmul fills its tile (no finding), and tiling
+    the kernel saves at least what the finding estimated."""
+    a, b, _ = _inputs()
+    _, pu = _small_k(False).options(config="trn2").simulate(a, b)
+    _, pt = _small_k(True).options(config="trn2").simulate(a, b)
+    fu = {f["kind"]: f for f in pu.analyze().data["findings"]}
+    ft = {f["kind"]: f for f in pt.analyze().data["findings"]}
+    assert "pe_underfill" in fu and "tile_position" in fu["pe_underfill"]["detail"]
+    assert "pe_underfill" not in ft
+    assert pu.total_time_ns - pt.total_time_ns >= fu["pe_underfill"]["saving_ns"]
