@@ -333,3 +333,44 @@ TEST_CASE("C28: trn1 fp32 [128,1024] load is 16 packets of 32 KiB", "[timing][dm
     CHECK(s->counters().dma[static_cast<size_t>(e)].bytes == 32768);
   }
 }
+
+TEST_CASE("C4/C8: a DMA's trigger, its first packet, and the hwdge trigger on ScalarE", "[timing][dma]") {
+  auto s = make_sim("trn2");
+  const engines::CoreParams& p = s->params();
+  const auto& h = s->alloc_hbm("x", {128, 512}, DType::kBFloat16);
+  Operand a = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
+  Operand b = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
+  // C4: trigger start -> first packet = dma.setup (800 ns; published 0.62-1.0 us, Sync-triggered and swdge).
+  const InstrTiming sync = s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {a, hbm_rows(h, 0, 128)}));
+  CHECK(ns(sync.data_start - sync.start) == Approx(ns(p.dma_setup)).margin(0.01));
+  CHECK(ns(sync.data_start - sync.start) >= 620);
+  CHECK(ns(sync.data_start - sync.start) <= 1000);
+  // C8: a hwdge DMA (triggered from ScalarE's sequencer) holds its trigger engine dma.hwdge_instr = 600 ns
+  // (published ~600 ns, +-20 %); a static-descriptor trigger on Sync sync.trigger_instr = 80 ns (spec 70-90 ns).
+  Instr hw = instr(Opcode::kDmaCopy, Engine::kScalar, {b, hbm_rows(h, 0, 128)});
+  hw.dma_queue = 1;
+  const InstrTiming scalar = s->submit(hw);
+  CHECK(ns(scalar.issue - scalar.start) == Approx(ns(p.hwdge_instr)).margin(0.01));
+  CHECK(ns(scalar.issue - scalar.start) == Approx(600).epsilon(0.20));
+  CHECK(ns(sync.issue - sync.start) == Approx(80).margin(10));
+}
+
+TEST_CASE("C25: dma_transpose moves data at <= 0.9 (HBM->SBUF) and <= 0.5 (SBUF->SBUF) of a copy's rate", "[timing][dma]") {
+  // The same [128, 128] bf16 bytes (16 engines x 2 KiB): a copy's packet takes 2048 B / min(23, 362.5 / 16) B/ns
+  // = 90.4 ns (C2); a transpose's the same bytes at dma.transpose_eff_* of that rate: 90.4 / 0.9 = 100.4 ns from
+  // HBM, 2048 / 23 / 0.5 = 178.1 ns SBUF->SBUF (not HBM-capped).
+  auto packet = [](Opcode op, bool from_hbm) {
+    auto s = make_sim("trn2");
+    const auto& h = s->alloc_hbm("x", {128, 128}, DType::kBFloat16);
+    Operand dst = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+    Operand src = from_hbm ? hbm_rows(h, 0, 128) : s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+    if (from_hbm) src.size[0] = 128;
+    const InstrTiming t = s->submit(instr(op, Engine::kSync, {dst, src}));
+    return ns(t.end - t.data_start);
+  };
+  const double copy_hbm = packet(Opcode::kDmaCopy, true), copy_sbuf = packet(Opcode::kDmaCopy, false);
+  CHECK(copy_hbm == Approx(2048 / (362.5 / 16)).margin(0.05));
+  CHECK(packet(Opcode::kDmaTranspose, true) == Approx(copy_hbm / 0.9).margin(0.05));
+  CHECK(copy_sbuf == Approx(2048 / 23.0).margin(0.05));
+  CHECK(packet(Opcode::kDmaTranspose, false) == Approx(copy_sbuf / 0.5).margin(0.05));
+}
