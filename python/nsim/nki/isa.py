@@ -407,7 +407,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
 def _pe_tile(tile_position, tile_size, opname):
     """The iimm of a matmul on a tile of the PE array, ``[row, column, rows, columns]`` (nki-api.md 2.1 PE tiling: matmuls
     on disjoint tiles run side by side), or None without tiling. Both arguments are (row, column) pairs or both are
-    omitted; the sizes, alignment and fit are verify()'s rules (isa/isa.cpp verify_pe_tile: BadImmediate / MatmulLimit
+    omitted; the sizes, alignment and fit are verify()'s rules (isa/isa.cpp verify_pe_tile: BadArgument / MatmulLimit
     at the call's line when the kernel runs)."""
     pos = tuple(tile_position) if tile_position else ()
     size = tuple(tile_size) if tile_size else ()
