@@ -184,6 +184,11 @@ class Simulator {
   sim::Ps engine_free(uint8_t u, isa::Engine e) const {
     return e == isa::Engine::kTensor && !(u & engines::StreamEngines::kUsesDma) ? tensor_.next_issue() : stream_.free(u, e);
   }
+  /// engine_free(u, e) of `in` itself: on TensorE with PE tiles in use, when `in`'s tile can issue.
+  sim::Ps engine_free(const isa::Instr& in, uint8_t u, isa::Engine e) const {
+    return e == isa::Engine::kTensor && tensor_.tiled() && !(u & engines::StreamEngines::kUsesDma) ? tensor_.next_issue(in)
+                                                                                                    : engine_free(u, e);
+  }
   /// Time `in` keeps engine `e` busy (its II; for a DMA, the trigger instruction).
   sim::Ps busy_estimate(const isa::Instr& in, isa::Engine e) const;
   /// Start to end of `in` on `e`, for priorities (a DMA: trigger, setup and its data at full rate).

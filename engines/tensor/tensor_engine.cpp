@@ -73,22 +73,46 @@ Ps TensorPipes::next_issue_of_cells() const {
   return s;
 }
 
+// Untiled, the starts never go back (each waits for the previous one's pipe), so last_start_ is only kept; on tiles
+// an instruction also waits for it (in-order issue: a tile that is free does not let a later matmul pass an earlier
+// one still waiting for its own tile).
 template <bool kWhole>
 TensorPipes::Slot TensorPipes::load_stationary(Ps ready, double ii_cycles, const Tile& t) {
-  if (kWhole) return load_stationary_on(whole_, ready, ii_cycles);
+  if (kWhole) {
+    const Slot s = load_stationary_on(whole_, ready, ii_cycles);
+    last_start_ = s.start;
+    return s;
+  }
   Cell c = gather_cells(t);
-  const Slot s = load_stationary_on(c, ready, ii_cycles);
+  const Slot s = load_stationary_on(c, std::max(ready, last_start_), ii_cycles);
   scatter_cells(t, c);
+  last_start_ = s.start;
   return s;
 }
 
 template <bool kWhole>
 TensorPipes::Slot TensorPipes::multiply(Ps ready, double ii_cycles, bool needs_ls_pipe, const Tile& t) {
-  if (kWhole) return multiply_on(whole_, ready, ii_cycles, needs_ls_pipe);
+  if (kWhole) {
+    const Slot s = multiply_on(whole_, ready, ii_cycles, needs_ls_pipe);
+    last_start_ = s.start;
+    return s;
+  }
   Cell c = gather_cells(t);
-  const Slot s = multiply_on(c, ready, ii_cycles, needs_ls_pipe);
+  const Slot s = multiply_on(c, std::max(ready, last_start_), ii_cycles, needs_ls_pipe);
   scatter_cells(t, c);
+  last_start_ = s.start;
   return s;
+}
+
+Ps TensorPipes::next_issue(const Tile& t) const {
+  if (!tiled_) return std::min(whole_.ls_free, whole_.mm_free);
+  Ps f = last_start_;
+  for (int r = t.r0; r < t.r1; ++r)
+    for (int k = t.c0; k < t.c1; ++k) {
+      const Cell& x = cells_[static_cast<size_t>(r * cols_ + k)];
+      f = std::max(f, x.mm_free);  // (a matmul's LS loads in the background: the tile's MM pipe decides)
+    }
+  return f;
 }
 
 void TensorPipes::note_busy(Ps s, Ps e) {

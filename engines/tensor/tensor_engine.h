@@ -48,6 +48,10 @@ class TensorPipes {
   bool tiled() const { return tiled_; }  ///< some instruction used a tile (the cells hold the state since)
   /// Earliest time the next Tensor instruction could start (for trace watermarks): on the cell that frees first.
   sim::Ps next_issue() const { return tiled_ ? next_issue_of_cells() : std::min(whole_.ls_free, whole_.mm_free); }
+  /// The same for an instruction on tile `t` (the list scheduler's estimate): once tiles are in use, when the MM
+  /// pipes of all its cells are free, and not before the last TensorE instruction started (the engine issues in
+  /// order: a matmul on a free tile overlaps the ones still streaming on others, it does not pass them).
+  sim::Ps next_issue(const Tile& t) const;
   sim::Ps throttled_time() const { return throttled_; }
   /// The pipes' state (fast-forward, Simulator::timing_digest): when each pipe frees up and the weights are
   /// ready, passed to `time` (absolute times); how far the throttle's ramp has gone before `base` (clamped
@@ -94,6 +98,7 @@ class TensorPipes {
   bool tiled_ = false;
   std::vector<Cell> cells_;  ///< by row * cols_ + column, made at the first tiled instruction (out of the hot object)
   sim::Ps busy_end_ = 0;  ///< the end of the last busy interval noted (tiles overlap: the throttle sees their union)
+  sim::Ps last_start_ = 0;  ///< the start of the last instruction issued (in-order issue across tiles)
   // Throttle state: ramp start and a ring of recent MM busy intervals (bounded: no allocation).
   bool started_ = false;
   sim::Ps ramp_start_ = 0;
@@ -124,6 +129,9 @@ class TensorEngine {
   sim::Ps busy_estimate(const isa::Instr& in) const;
   sim::Ps duration_estimate(const isa::Instr& in) const;
   sim::Ps next_issue() const { return pipes_.next_issue(); }
+  /// next_issue() of `in` (its PE tile's cells once tiles are in use).
+  sim::Ps next_issue(const isa::Instr& in) const { return pipes_.tiled() ? pipes_.next_issue(pipes_.tile_of(in)) : next_issue(); }
+  bool tiled() const { return pipes_.tiled(); }
   sim::Ps throttled_time() const { return pipes_.throttled_time(); }
   const TensorPipes& pipes() const { return pipes_; }
   /// The weights held (their dtype and rows: the next MultiplyMoving's cost depends on them), passed to `raw`

@@ -632,7 +632,7 @@ struct Scheduler::Impl {
       for (int e = 0; e < isa::kNumEngines; ++e) {
         if (!(x.engines & (1u << e))) continue;
         const auto ee = static_cast<Engine>(e);
-        const Ps free = sim.engine_free(x.free_uses, ee);
+        const Ps free = sim.engine_free(x.in[0], x.free_uses, ee);  // (a matmul: its PE tile's)
         const Ps s = std::max(x.ready_at[static_cast<size_t>(e)], free);
         const Ps f = s + x.cost[static_cast<size_t>(e)];
         // A pair's LoadStationary may start before its matmul's operands are ready: bound by its own.
