@@ -92,6 +92,7 @@ class IntervalUnion {
 
  private:
   using Iv = std::pair<Ps, Ps>;
+  static constexpr int kScanSteps = 8;  ///< linear steps of merge()'s searches before a binary search
 
   [[gnu::noinline]] void fold_slow(Ps watermark) {
     if (!fwd_) {
@@ -138,12 +139,20 @@ class IntervalUnion {
 
   // [s, e) starts before the last pending interval: merge it with every pending interval it
   // overlaps or touches (ends are sorted too, since the intervals are disjoint and sorted). New
-  // intervals land near the end, so scan from there.
+  // intervals usually land near the end: a few steps back from there, then a binary search (DMA
+  // packets forwarded into the union over all engines land near the front of up to `max_pending`).
   void merge(Ps s, Ps e) {
+    const auto base = iv_.begin();
     size_t j = iv_.size();  // first interval starting after e
-    while (j > head_ && iv_[j - 1].first > e) --j;
+    for (int k = 0; k < kScanSteps && j > head_ && iv_[j - 1].first > e; ++k) --j;
+    if (j > head_ && iv_[j - 1].first > e)
+      j = static_cast<size_t>(std::upper_bound(base + static_cast<std::ptrdiff_t>(head_), base + static_cast<std::ptrdiff_t>(j), e,
+                                               [](Ps v, const Iv& x) { return v < x.first; }) - base);
     size_t i = j;  // first interval of [i, j) ending at or after s
-    while (i > head_ && iv_[i - 1].second >= s) --i;
+    for (int k = 0; k < kScanSteps && i > head_ && iv_[i - 1].second >= s; ++k) --i;
+    if (i > head_ && iv_[i - 1].second >= s)
+      i = static_cast<size_t>(std::lower_bound(base + static_cast<std::ptrdiff_t>(head_), base + static_cast<std::ptrdiff_t>(i), s,
+                                               [](const Iv& x, Ps v) { return x.second < v; }) - base);
     if (i == j) {
       if (iv_.size() - head_ == max_) {  // at the bound: fold the earliest one early
         if (i == head_) {                 // that is [s, e) itself

@@ -193,6 +193,34 @@ TEST_CASE("IntervalUnion: random intervals under a watermark match a brute-force
   }
 }
 
+TEST_CASE("IntervalUnion: intervals landing deep in a long pending list match a brute-force union", "[stats][interval]") {
+  // Far-future intervals (DMA packets scheduled ahead) keep hundreds pending; the searches of merge()
+  // then go past their few linear steps into a binary search. Some intervals span many pending ones.
+  std::mt19937_64 rng(777);
+  for (int round = 0; round < 10; ++round) {
+    IntervalUnion u;
+    std::vector<std::pair<Ps, Ps>> all;
+    Ps wm = 0;
+    size_t max_pending = 0;
+    for (int i = 0; i < 4000; ++i) {
+      const Ps s = wm + static_cast<Ps>(rng() % 100000);
+      const Ps e = s + static_cast<Ps>(rng() % 10 == 0 ? rng() % 3000 : rng() % 40);
+      u.add(s, e);
+      all.emplace_back(s, e);
+      if (rng() % 8 == 0) {
+        wm += static_cast<Ps>(rng() % 100);
+        u.fold(wm);
+      }
+      max_pending = std::max(max_pending, u.pending());
+      if (i % 400 == 0) CHECK(u.total() == brute_union(all));
+    }
+    u.close();
+    CHECK(u.total() == brute_union(all));
+    CHECK(u.clipped() == 0);
+    CHECK(max_pending > 150);  // the long lists this case is about
+  }
+}
+
 // ------------------------------------------------------------------------------------------------
 // DMA active time: the union over DMA engines
 // ------------------------------------------------------------------------------------------------
