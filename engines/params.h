@@ -69,6 +69,7 @@ struct CoreParams {
   sim::Ps sem_latency = 0, trigger_instr = 0;
   int dma_engines = 0, dma_queues = 0, partitions_per_engine = 0;
   double dma_engine_bw = 0;  ///< bytes per ns
+  double dma_store_bw_factor = 1;  ///< a store's engine bandwidth / dma_engine_bw
   sim::Ps hwdge_instr = 0, swdge_instr = 0, dma_setup = 0, dma_transfer_gap = 0, dma_desc_min = 0,
           dma_completion_to_waiter = 0;
   double dma_transpose_eff_hbm2sbuf = 0, dma_transpose_eff_sbuf2sbuf = 0;

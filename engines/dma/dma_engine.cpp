@@ -206,7 +206,7 @@ int DmaEngines::hbm_active_at(Ps t) const {
 }
 
 DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const memory::DmaSplit& split,
-                                          double efficiency) {
+                                          double efficiency, bool store) {
   Transfer t;
   Ps& qfree = setup_free_[queue_index(queue)];
   t.setup_start = std::max(trigger_start, qfree);
@@ -227,8 +227,8 @@ DmaEngines::Transfer DmaEngines::transfer(int queue, Ps trigger_start, const mem
       if ((l.members & idle) && l.hbm.busy_at(setup_end)) active += bits(l.members & idle);
     }
   }
-  double hbm_bw = split.touches_hbm ? std::min(p_.dma_engine_bw, p_.hbm_bw / std::max(1, active))
-                                    : p_.dma_engine_bw;
+  const double engine_bw = store ? p_.dma_engine_bw * p_.dma_store_bw_factor : p_.dma_engine_bw;
+  double hbm_bw = split.touches_hbm ? std::min(engine_bw, p_.hbm_bw / std::max(1, active)) : engine_bw;
   // LNC=2: both cores' engines moving HBM data share one stack (hbm.stack_bw).
   if (split.touches_hbm && peer_)
     hbm_bw = std::min(hbm_bw, p_.hbm_stack_bw / std::max(1, active + peer_->hbm_active_at(setup_end)));

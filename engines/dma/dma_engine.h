@@ -79,9 +79,10 @@ class DmaEngines {
     bool same_times = false;
   };
   /// Time a transfer triggered at `trigger_start` on `queue`; `efficiency` scales the bandwidth
-  /// (dma_transpose). Updates engine and queue state. Pieces of engines at or beyond dma.engines are
-  /// ignored (a split of this core has split.engines == dma.engines).
-  Transfer transfer(int queue, sim::Ps trigger_start, const memory::DmaSplit& split, double efficiency);
+  /// (dma_transpose); a `store` (SBUF or PSUM to HBM) moves at dma.engine_bw x dma.store_bw_factor
+  /// per engine before the HBM share. Updates engine and queue state. Pieces of engines at or beyond
+  /// dma.engines are ignored (a split of this core has split.engines == dma.engines).
+  Transfer transfer(int queue, sim::Ps trigger_start, const memory::DmaSplit& split, double efficiency, bool store);
   /// No future transfer is triggered before t; `t_hbm` (<= t): the same for the HBM calendars, which the
   /// peer core of an LNC=2 launch also reads (the minimum of both cores' watermarks).
   void prune(sim::Ps t, sim::Ps t_hbm);

@@ -482,10 +482,16 @@ void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::S
   // A resource capped by another: what-if runs that raise it change nothing.
   const engines::CoreParams& p = sim.params();
   const double dma_bw = p.dma_engines * p.dma_engine_bw;
-  if (p.hbm_bw > dma_bw)
+  const double store_bw = dma_bw * p.dma_store_bw_factor;
+  if (p.hbm_bw > std::max(dma_bw, store_bw))
     fmt::print("note            hbm.bw ({:.1f} B/ns) is above what the {} DMA engines move ({} x dma.engine_bw {:.1f} = {:.1f} "
-               "B/ns): HBM traffic is capped by the DMA engines, raising hbm.bw further changes nothing\n",
-               p.hbm_bw, p.dma_engines, p.dma_engines, p.dma_engine_bw, dma_bw);
+               "B/ns{}): HBM traffic is capped by the DMA engines, raising hbm.bw further changes nothing\n",
+               p.hbm_bw, p.dma_engines, p.dma_engines, p.dma_engine_bw, dma_bw,
+               store_bw > dma_bw ? fmt::format(", stores {:.1f} B/ns", store_bw) : std::string());
+  else if (p.hbm_bw > dma_bw)
+    fmt::print("note            hbm.bw ({:.1f} B/ns) is above what the {} DMA engines load ({} x dma.engine_bw {:.1f} = {:.1f} "
+               "B/ns): raising hbm.bw speeds up only stores (x dma.store_bw_factor {:.2f}: up to {:.1f} B/ns)\n",
+               p.hbm_bw, p.dma_engines, p.dma_engines, p.dma_engine_bw, dma_bw, p.dma_store_bw_factor, store_bw);
   const auto lines = sim.line_stats();
   if (!lines.empty()) fmt::print("busiest source lines (summed instruction time):\n");
   for (size_t i = 0; i < lines.size() && i < 5; ++i)

@@ -160,6 +160,12 @@ def test_run_notes_hbm_bandwidth_capped_by_the_dma_engines(kernel):
     r = nsim("run", kernel, "--timing-only", "-p", "hbm.bw=725GB/s")
     assert r.returncode == 0
     assert "capped by the DMA engines" in r.stdout and "368.0 B/ns" in r.stdout
+    # stores move at 368 x dma.store_bw_factor 1.16 = 426.9 B/ns: between the two, only stores gain
+    assert "stores 426.9 B/ns" in r.stdout
+    r = nsim("run", kernel, "--timing-only", "-p", "hbm.bw=400GB/s")
+    assert r.returncode == 0
+    assert "speeds up only stores" in r.stdout and "up to 426.9 B/ns" in r.stdout
+    assert "changes nothing" not in r.stdout
 
 
 def test_long_runs_show_progress_on_stderr_unless_quiet(tmp_path):

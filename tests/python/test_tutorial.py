@@ -41,12 +41,14 @@ def test_the_loop(tut, capsys):
     saved = prof1.total_time_ns - prof2.total_time_ns
     estimated = red["saving_ns"]
     assert saved > 0 and estimated / 2 <= saved <= 2 * estimated
-    # v2 is DMA-bound, and doubling HBM bandwidth alone buys little: 16 DMA engines x 23 B/ns = 368 GB/s
+    # v2 is DMA-bound, and doubling HBM bandwidth alone buys little: loads are capped at 16 DMA engines x
+    # 23 B/ns = 368 GB/s (1.5 % above 362.5), stores at 368 x dma.store_bw_factor 1.16 = 427 GB/s (18 % above);
+    # half its bytes are stores, so the DMA time can shrink by at most ~8 %
     assert prof2.bound == "dma"
     from nsim.sweep import sweep
     a, g = tut.inputs()
     rows = sweep(lambda: tut.rmsnorm_v2.to_json(a, g), {"hbm.bw": ["362.5GB/s", "725GB/s"]}, jobs=1)
     t = [r["total_time"] for r in rows]
-    assert t[1] < t[0] and t[1] > 0.95 * t[0]
+    assert t[1] < t[0] and t[1] > 0.90 * t[0]
     out = capsys.readouterr().out
     assert "v2:" in out and "faster" in out

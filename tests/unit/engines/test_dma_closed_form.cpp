@@ -46,7 +46,7 @@ struct PerEngine {
       hbm[static_cast<size_t>(e)].prune(t_hbm);
     }
   }
-  DmaEngines::Transfer transfer(int queue, Ps trigger, const DmaSplit& split, double eff) {
+  DmaEngines::Transfer transfer(int queue, Ps trigger, const DmaSplit& split, double eff, bool store) {
     DmaEngines::Transfer t;
     Ps& qfree = setup_free[static_cast<size_t>(queue % p.dma_queues)];
     t.setup_start = std::max(trigger, qfree);
@@ -56,7 +56,8 @@ struct PerEngine {
     if (split.touches_hbm)
       for (int e = 0; e < p.dma_engines; ++e)
         active += split.piece[static_cast<size_t>(e)].bytes > 0 || hbm[static_cast<size_t>(e)].busy_at(setup_end);
-    double bw = split.touches_hbm ? std::min(p.dma_engine_bw, p.hbm_bw / std::max(1, active)) : p.dma_engine_bw;
+    const double engine_bw = p.dma_engine_bw * (store ? p.dma_store_bw_factor : 1.0);
+    double bw = split.touches_hbm ? std::min(engine_bw, p.hbm_bw / std::max(1, active)) : engine_bw;
     if (split.touches_hbm && peer)
       bw = std::min(bw, p.hbm_stack_bw / std::max(1, active + peer->hbm_active_at(setup_end)));
     t.data_start = INT64_MAX;
@@ -145,9 +146,10 @@ int run_stream(const CoreParams& p, uint32_t seed, int n, bool peer) {
     const double eff = rng() % 5 == 0 ? p.dma_transpose_eff_sbuf2sbuf : 1.0;
     const size_t c = peer ? rng() % 2 : 0;  // the core that moves it
     trigger[c] += static_cast<Ps>(rng() % 3 == 0 ? 0 : rng() % 400000);  // bursts and gaps
-    const auto want = ref[c].transfer(queue, trigger[c], split, eff);
-    check_same(want, fast[c].transfer(queue, trigger[c], split, eff), split);
-    check_same(want, slow[c].transfer(queue, trigger[c], split, eff), split);
+    const bool store = dst.space == Space::kHbm && src.space != Space::kHbm;
+    const auto want = ref[c].transfer(queue, trigger[c], split, eff, store);
+    check_same(want, fast[c].transfer(queue, trigger[c], split, eff, store), split);
+    check_same(want, slow[c].transfer(queue, trigger[c], split, eff, store), split);
     most_lanes = std::max(most_lanes, fast[c].lanes());
     CHECK(slow[c].lanes() == p.dma_engines);
     if (rng() % 4 == 0) {  // no later trigger on core c before trigger[c]
@@ -203,10 +205,10 @@ TEST_CASE("DMA closed form: one lane for full tiles, split and merged again for 
   const Operand x = Operand::tile(Space::kHbm, DType::kBFloat16, 0, 0, 128, {512});
   const Operand xh = Operand::tile(Space::kHbm, DType::kBFloat16, 0, 0, 64, {512});
   CHECK(d.lanes() == 1);
-  const auto a = d.transfer(0, 0, d.split(full, x), 1.0);
+  const auto a = d.transfer(0, 0, d.split(full, x), 1.0, false);
   CHECK(d.lanes() == 1);  // every engine moved the same piece
   // 64 partitions: engines 0-7 get a piece, 8-15 none: two lanes.
-  const auto b = d.transfer(1, 0, d.split(half, xh), 1.0);
+  const auto b = d.transfer(1, 0, d.split(half, xh), 1.0, false);
   CHECK(d.lanes() == 2);
   CHECK(b.piece_start[0] > 0);
   CHECK(b.piece_end[8] == 0);  // no piece on engine 8
