@@ -385,6 +385,34 @@ TEST_CASE("C4/C8: a DMA's trigger, its first packet, and the hwdge trigger on Sc
   CHECK(ns(sync.issue - sync.start) == Approx(80).margin(10));
 }
 
+TEST_CASE("C7: a semaphore through a small DMA to the next compute engine takes ~1300 ns", "[timing][dma]") {
+  // neuroncore.md C7 ("DMA semaphore-to-start latency, cross-engine ~1300 ns", doc, +-30 %) read as the fixed
+  // latency a DMA puts between two compute engines (docs/timing-model.md, calibration table): VectorE writes a
+  // [128, 4] fp32 tile, a Sync-triggered DMA copies it SBUF -> SBUF, ScalarE reads the copy.
+  //   VectorE end -> trigger start      sync.engine_sem_latency    30 ns
+  //   trigger start -> first packet     dma.setup                 800 ns
+  //   packet (16 B per partition, 8 partitions per engine = 128 B in 8 descriptors): 8 x dma.desc_min = 80 ns
+  //   last packet -> ScalarE start      dma.completion_to_waiter  300 ns
+  // = 1210 ns (within 30 % of 1300).
+  auto s = make_sim("trn2");
+  const engines::CoreParams& p = s->params();
+  Operand a = s->alloc_tile(Space::kSbuf, 128, {4}, DType::kFloat32);
+  Operand b = s->alloc_tile(Space::kSbuf, 128, {4}, DType::kFloat32);
+  Operand c = s->alloc_tile(Space::kSbuf, 128, {4}, DType::kFloat32);
+  Instr w = instr(Opcode::kMemset, Engine::kVector, {a});
+  const InstrTiming vec = s->submit(w);
+  const InstrTiming dma = s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {b, a}));
+  Instr r = instr(Opcode::kActivation, Engine::kScalar, {c, b});
+  r.act = isa::ActFunc::kCopy;
+  const InstrTiming act = s->submit(r);
+  CHECK(ns(dma.start - vec.end) == Approx(ns(p.sem_latency)).margin(0.01));
+  CHECK(ns(dma.data_start - dma.start) == Approx(ns(p.dma_setup)).margin(0.01));
+  CHECK(ns(dma.end - dma.data_start) == Approx(8 * ns(p.dma_desc_min)).margin(0.01));
+  CHECK(ns(act.start - dma.end) == Approx(ns(p.dma_completion_to_waiter)).margin(0.01));
+  CHECK(ns(act.start - vec.end) == Approx(1210).margin(0.01));
+  CHECK(ns(act.start - vec.end) == Approx(1300).epsilon(0.30));
+}
+
 TEST_CASE("C25: dma_transpose moves data at <= 0.9 (HBM->SBUF) and <= 0.5 (SBUF->SBUF) of a copy's rate", "[timing][dma]") {
   // The same [128, 128] bf16 bytes (16 engines x 2 KiB): a copy's packet takes 2048 B / min(23, 362.5 / 16) B/ns
   // = 90.4 ns (C2); a transpose's the same bytes at dma.transpose_eff_* of that rate: 90.4 / 0.9 = 100.4 ns from
