@@ -65,6 +65,10 @@ struct AnalysisReport {
   std::vector<Bound> bounds;  ///< largest first
   std::string bottleneck;     ///< the bound verdict (engines/bounds.h): a resource or "latency"
   double top_share_percent = 0;  ///< the largest resource bound as a share of the kernel time
+  /// TensorE's useful work: the model FLOPs at the PE array's peak (MX matmuls at the MX peak), in ns;
+  /// its busy time above this is what PE-array advice can save.
+  double tensor_useful_ns = 0;
+  double tensor_full_percent = 90;  ///< analysis.tensor_full_percent
   std::vector<EngineIdle> idle;
   bool critical_path = false;  ///< false when the kernel had more instructions than recorded
   std::vector<std::pair<std::string, double>> critical_path_by_track;  ///< largest first; sums to total_ns

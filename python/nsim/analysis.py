@@ -24,6 +24,7 @@ class Analysis:
 
     text        the readable report (also str(analysis))
     data        the JSON report as a dict: kernel, config, total_time_ns, instructions, bottleneck,
+                top_share_percent, tensor_useful_ns (TensorE's model FLOPs at the PE array's peak),
                 bounds [{name, ns, what}], idle [{engine, busy_ns, wait_ns, other_wait_ns, tail_ns,
                 waited_on {track: ns}}], critical_path {available, by_track {track: ns}, lines [...]},
                 findings [{kind, title, detail, saving_ns, method, metrics {..}, lines [{src, file,

@@ -320,7 +320,7 @@ def test_json_outputs_keep_their_keys(tmp_path, kernel):
     assert r.returncode == 0, r.stderr
     a = json.loads(r.stdout)
     assert _keys(a) == ["kernel", "config", "total_time_ns", "instructions", "bottleneck", "top_share_percent",
-                        "bounds", "idle", "critical_path", "findings"]
+                        "tensor_useful_ns", "bounds", "idle", "critical_path", "findings"]
     assert all(_keys(b) == ["name", "ns", "what"] for b in a["bounds"])
     assert all(_keys(i) == ["engine", "busy_ns", "wait_ns", "other_wait_ns", "tail_ns", "waited_on"] for i in a["idle"])
     assert _keys(a["critical_path"]) == ["available", "by_track", "lines"]
