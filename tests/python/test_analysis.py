@@ -390,22 +390,6 @@ def kernel_with_engine(a):
 
 
 @nki.jit
-def tensor_heavy(lhsT, rhs):
-    out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
-    lt = nl.ndarray((128, 128), lhsT.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=lt, src=lhsT)
-    rt = nl.ndarray((128, 512), rhs.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=rt, src=rhs)
-    ps = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
-    for i in nl.sequential_range(256):
-        nisa.nc_matmul(dst=ps, stationary=lt, moving=rt, accumulate=True)
-    res = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=res, src=ps)
-    nisa.dma_copy(dst=out, src=res)
-    return out
-
-
-@nki.jit
 def tensor_heavy_transposing(lhsT, rhs):
     # 256 full bf16 matmuls (512 cycles each) and 64 PE transposes of a [128, 128] tile (128 cycles each):
     # the transposes are 64 x 128 / (256 x 512 + 64 x 128) = 5.9 % of TensorE's busy time, under
