@@ -197,21 +197,32 @@ bool Checker::verified_hit(const Operand& o, uint8_t key) const {
   return false;
 }
 
-void Checker::verified_add(const Operand& o, uint8_t key) {
+bool Checker::verified_exact(const Operand& o, uint8_t key) const {
+  const auto [lo, hi] = o.byte_extent();
+  const int64_t p0 = o.start_partition, p1 = p0 + o.num_partitions;
+  for (const Verified& v : verified_)
+    if (v.exact && v.space == o.space && v.key == key && v.p0 <= p0 && p1 <= v.p1 && v.lo <= lo && hi <= v.hi)
+      return true;
+  return false;
+}
+
+void Checker::verified_add(const Operand& o, uint8_t key, bool exact) {
   if (!covers_extent(o)) return;
   const auto [lo, hi] = o.byte_extent();
-  verified_[verified_next_] = {o.space, key, o.start_partition, int64_t{o.start_partition} + o.num_partitions, lo, hi};
+  verified_[verified_next_] = {o.space, key, exact, o.start_partition, int64_t{o.start_partition} + o.num_partitions, lo, hi};
   verified_next_ = (verified_next_ + 1) % kVerified;
 }
 
 void Checker::verified_drop(const Operand& o, uint8_t key) {
-  // Bytes written with tag `key` stay good for regions of that key and of key 0 (kTagAny is good for all).
-  if (key == kTagAny) return;
+  // Bytes written with tag `key` stay good for regions of that key and of key 0 (kTagAny is good for all),
+  // but a region they overlap holds `key` bytes now: exact only if that is its key.
   const auto [lo, hi] = o.byte_extent();
   const int64_t p0 = o.start_partition, p1 = p0 + o.num_partitions;
-  for (Verified& v : verified_)
-    if (v.space == o.space && v.key != 0 && v.key != key && v.p0 < p1 && p0 < v.p1 && v.lo < hi && lo < v.hi)
-      v.space = isa::Space::kNone;
+  for (Verified& v : verified_) {
+    if (v.space != o.space || !(v.p0 < p1 && p0 < v.p1 && v.lo < hi && lo < v.hi)) continue;
+    if (key != kTagAny && v.key != 0 && v.key != key) v.space = isa::Space::kNone;
+    else if (v.key != key) v.exact = false;
+  }
 }
 
 void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
@@ -281,8 +292,9 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     memory::Buffer& sh = shadow(o.space);
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
     const uint8_t key = tags && (*tags)[static_cast<size_t>(s)] ? (*tags)[static_cast<size_t>(s)] : kTagAny;
+    if (verified_exact(o, key)) continue;  // its bytes hold `key` already (and lie inside the dirty columns)
     verified_drop(o, key);
-    verified_add(o, key);  // (written below: every byte of the operand's runs gets `key`)
+    verified_add(o, key, true);  // (written below: every byte of the operand's runs gets `key`)
     int64_t& dlo = o.space == Space::kPsum ? psum_lo_ : sbuf_lo_;
     int64_t& dhi = o.space == Space::kPsum ? psum_hi_ : sbuf_hi_;
     for_each_run(o, [&](uint32_t p, int64_t, int64_t off, int64_t n, int64_t step) {
@@ -307,6 +319,7 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     return;
   }
   if (first_[static_cast<size_t>(CheckKind::kNanProduced)] > 0) return;  // only the first one matters
+  if (!reads_results(in)) return;  // (its product may still be running: see reads_results)
   for (float x : in.imm)
     if (!std::isfinite(x)) return;  // an infinite immediate (a -inf mask or initial value) is intended
   // ... as is an immediate beyond the destination dtype's range (fp32.min as a bf16 mask value: -inf)

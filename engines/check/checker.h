@@ -109,6 +109,13 @@ class Checker {
   /// bytes this allocation has not written). `index`: its program-order index.
   void before(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
               const SlotTags* tags = nullptr);
+  /// Whether after(in) reads the values `in` wrote (else it only marks the bytes written, and an
+  /// asynchronous product need not be complete first). False for a multiply_moving accumulating into an
+  /// fp32 PSUM tile: its destination is also its input, so a NaN there was never produced from finite
+  /// inputs by it (the NaN check below could not report it), and no narrowing cast can happen.
+  static bool reads_results(const isa::Instr& in) {
+    return !(in.op == isa::Opcode::kMultiplyMoving && (in.flags & isa::kAccumulate) && in.slot(0).dtype == DType::kFloat32);
+  }
   /// After it executed: marks its written on-chip bytes and looks for the first NaN/Inf produced.
   void after(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
              const SlotTags* tags = nullptr);
@@ -140,13 +147,17 @@ class Checker {
   struct Verified {
     isa::Space space = isa::Space::kNone;
     uint8_t key = 0;
+    bool exact = false;  ///< every shadow byte is `key` (added by a write of that tag; a kTagAny write clears it)
     int64_t p0 = 0, p1 = 0, lo = 0, hi = 0;
   };
   static constexpr size_t kVerified = 64;
   std::array<Verified, kVerified> verified_{};
   size_t verified_next_ = 0;
   bool verified_hit(const isa::Operand& o, uint8_t key) const;
-  void verified_add(const isa::Operand& o, uint8_t key);
+  /// Every shadow byte of o's extent already holds `key` (a region an earlier write of that tag made exact):
+  /// writing it again changes nothing (an accumulating matmul's PSUM tile, a tile rewritten in a loop).
+  bool verified_exact(const isa::Operand& o, uint8_t key) const;
+  void verified_add(const isa::Operand& o, uint8_t key, bool exact = false);
   void verified_drop(const isa::Operand& o, uint8_t key);
 };
 

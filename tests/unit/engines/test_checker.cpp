@@ -2,6 +2,9 @@
 // the buggy stream with the slot and element range, and not on the fixed one.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <vector>
+
 #include "engines/check/race.h"
 #include "kernel_builder.h"
 
@@ -91,6 +94,44 @@ TEST_CASE("checker reports the first NaN or Inf made from finite inputs only", "
   CHECK(r.str().find("NSIM-W503 nan-produced") == 0);
 }
 
+TEST_CASE("checker reports a matmul overflowing from finite inputs, not the accumulations after it", "[check]") {
+  // [128, 128] x [128, 512] fp32 products (large enough to run behind the next instructions, sem::AsyncGemm): the
+  // first, starting its accumulation group, overflows to inf from finite 1e30 inputs (128 x 1e60); the sanitizer
+  // reads its results once complete. The accumulating matmuls after it add into that inf: their destination is
+  // their input, so nothing is "produced" (Checker::reads_results), and the simulator does not wait for their
+  // products before the next instruction; what reads their PSUM tile does, and sees the values.
+  auto s = checked_sim();
+  const Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+  const Operand mv = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  const Operand ps = s->alloc_tile(Space::kPsum, 128, {512}, DType::kFloat32);
+  const Operand out = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+  for (const Operand& o : {st, mv}) {
+    Instr big = instr(Opcode::kMemset, Engine::kVector, {o});
+    big.imm[0] = 1e30f;
+    s->submit(big);
+  }
+  s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+  const Instr first = instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv});
+  Instr acc = first;
+  acc.flags = isa::kAccumulate;
+  CHECK(engines::Checker::reads_results(first));
+  CHECK_FALSE(engines::Checker::reads_results(acc));
+  s->submit(first);
+  for (int i = 0; i < 3; ++i) s->submit(acc);
+  s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {out, ps}));
+  s->finish();
+  REQUIRE(s->check_reports().size() == 1);
+  const engines::CheckReport& r = s->check_reports()[0];
+  CHECK(r.kind == engines::CheckKind::kNanProduced);
+  CHECK(r.op == "multiply_moving");
+  CHECK(r.instruction == 3);  // the first matmul (after the two memsets and the load_stationary)
+  CHECK(r.detail.find("inf") != std::string::npos);
+  // the copy read the complete products: inf everywhere
+  std::vector<float> got(512);
+  isa::read_row(s->memory().resolve(out), 127, got.data());
+  for (float x : got) CHECK(std::isinf(x));
+}
+
 TEST_CASE("checker is off unless asked for and needs numerics", "[check]") {
   auto s = checked_sim(false);
   const Operand a = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
@@ -117,6 +158,34 @@ TEST_CASE("checker with allocation tags reports a read of bytes another allocati
   CHECK(s->check_reports().empty());
   s->set_slot_tags(&r_second);
   s->submit(add(o, t, t));  // the next allocation of that storage reads before writing: stale
+  s->finish();
+  REQUIRE(s->check_reports().size() == 1);
+  CHECK(s->check_reports()[0].kind == engines::CheckKind::kUninitializedRead);
+  CHECK(s->check_reports()[0].detail.find("reads 8192 sbuf never-written elements of data1") != std::string::npos);
+}
+
+TEST_CASE("checker: a write that repeats its tag over bytes already holding it marks nothing, unless an untagged write came between", "[check]") {
+  // After a write of tag a, the shadow bytes of that extent hold a (an exact region, Checker::verified_exact):
+  // writing them again with a changes nothing and is skipped (an accumulating matmul's PSUM tile). A write
+  // through an untagged operand into part of them leaves kTagAny bytes, which every reader accepts: the next
+  // write of a must mark them a again, or a reader of another allocation would pass there.
+  auto s = checked_sim();
+  const Operand t = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const Operand o = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const Operand part = Operand::tile(Space::kSbuf, DType::kFloat32, t.offset, 0, 128, {16});
+  const uint8_t a = engines::slot_tag(7, 1), b = engines::slot_tag(7, 2), out = engines::slot_tag(8, 1);
+  REQUIRE(a != b);
+  engines::SlotTags wa{a}, wany{}, rb{out, b, b};
+  s->set_slot_tags(&wa);
+  s->submit(memset0(t));
+  s->set_slot_tags(&wa);
+  s->submit(memset0(t));  // the same tag again: skipped
+  s->set_slot_tags(&wany);
+  s->submit(memset0(part));  // 16 columns now kTagAny
+  s->set_slot_tags(&wa);
+  s->submit(memset0(t));  // must mark all 64 columns a again
+  s->set_slot_tags(&rb);
+  s->submit(add(o, t, t));  // allocation b reads what a wrote: every element stale, the 16 columns too
   s->finish();
   REQUIRE(s->check_reports().size() == 1);
   CHECK(s->check_reports()[0].kind == engines::CheckKind::kUninitializedRead);
