@@ -339,7 +339,7 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     float bv = 0;
     if (finite_row(v, row, &bp, &bi, &bv)) continue;
     // Non-finite output: were the inputs finite? (the matmul's stationary operand was loaded earlier)
-    bool inputs_finite = true;
+    bool inputs_finite = in.op != isa::Opcode::kMultiplyMoving || stationary_finite_;
     for (int r = 0; r < info.num_slots && inputs_finite; ++r) {
       const isa::TileView& u = views[static_cast<size_t>(r)];
       const bool reads = !info.slots[static_cast<size_t>(r)].written || (r == 0 && (in.flags & isa::kAccumulate));

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "engines/check/race.h"
@@ -130,6 +131,25 @@ TEST_CASE("checker reports a matmul overflowing from finite inputs, not the accu
   std::vector<float> got(512);
   isa::read_row(s->memory().resolve(out), 127, got.data());
   for (float x : got) CHECK(std::isinf(x));
+}
+
+TEST_CASE("checker: a matmul whose stationary weights hold inf did not produce its inf", "[check]") {
+  // The weights were loaded by an earlier load_stationary; an inf among them reaches the output, which is
+  // then not "produced from finite inputs" (before, only the moving operand was looked at).
+  auto s = checked_sim();
+  const Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+  const Operand mv = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const Operand ps = s->alloc_tile(Space::kPsum, 128, {64}, DType::kFloat32);
+  Instr inf = instr(Opcode::kMemset, Engine::kVector, {st});
+  inf.imm[0] = std::numeric_limits<float>::infinity();
+  s->submit(inf);  // (an infinite immediate is intended: no report)
+  Instr one = instr(Opcode::kMemset, Engine::kVector, {mv});
+  one.imm[0] = 1.0f;
+  s->submit(one);
+  s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+  s->submit(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv}));
+  s->finish();
+  CHECK(s->check_reports().empty());
 }
 
 TEST_CASE("checker is off unless asked for and needs numerics", "[check]") {
