@@ -409,8 +409,7 @@ Ps Simulator::duration_estimate(const Instr& in, Engine e) const {
   if (isa::is_dma(in.op)) {
     const Operand& o = in.slot(0);
     const double bytes = static_cast<double>(o.total_elems() * dtype_bytes(o.dtype));
-    const bool store = o.space == Space::kHbm && in.slot(1).space != Space::kHbm;
-    const double bw = p_.dma_engine_bw * (store ? p_.dma_store_bw_factor : 1.0) *
+    const double bw = p_.dma_engine_bw * (memory::is_store(o, in.slot(1)) ? p_.dma_store_bw_factor : 1.0) *
                       std::max(1, std::min<int>(p_.dma_engines, static_cast<int>(o.num_partitions)));
     return stream_.busy_estimate(in, e) + p_.dma_setup + sim::ns_to_ps(bytes / std::min(bw, p_.hbm_bw));
   }
@@ -619,8 +618,7 @@ InstrTiming Simulator::schedule_dma(const Instr& in, const Sig& sig) {
   double eff = 1.0;
   if (isa::op_info(in.op).cost == isa::CostClass::kDmaTranspose)
     eff = src.space == Space::kHbm ? p_.dma_transpose_eff_hbm2sbuf : p_.dma_transpose_eff_sbuf2sbuf;
-  const bool store = dst.space == Space::kHbm && src.space != Space::kHbm;
-  const engines::DmaEngines::Transfer tr = dma_.transfer(in.dma_queue, trig.start, split, eff, store);
+  const engines::DmaEngines::Transfer tr = dma_.transfer(in.dma_queue, trig.start, split, eff, memory::is_store(dst, src));
   deps_.record(kClassDma, seq_, rg, tr.done, tr.done);
   if (asap_) {  // its own time, without queueing behind other transfers: setup (from the trigger), longest piece
     Ps piece = 0;

@@ -31,6 +31,11 @@ struct DmaSplit {
 /// larger count of contiguous runs of the two sides.
 DmaSplit split_transfer(const isa::Operand& dst, const isa::Operand& src, int engines, int partitions_per_engine);
 
+/// A store: a transfer writing HBM from SBUF or PSUM (its engines move at dma.store_bw_factor x dma.engine_bw).
+inline bool is_store(const isa::Operand& dst, const isa::Operand& src) {
+  return dst.space == isa::Space::kHbm && src.space != isa::Space::kHbm;
+}
+
 /// True when split_transfer gives the same split for (a, a2) as for (b, b2) whatever the offsets: every
 /// field it reads but the offset (space, dtype, partitions, partition step, free sizes and strides).
 bool same_dma_shape(const isa::Operand& a, const isa::Operand& b);

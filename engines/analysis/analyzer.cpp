@@ -520,8 +520,8 @@ void Analyzer::State::on_dma(const Instr& in, const InstrTiming& t, LineAgg& la)
       ++la.dma_small;
       la.dma_small_bytes += bytes;
       la.dma_small_engine_time += engine_time;
-      const bool store = dst.space == Space::kHbm && src.space != Space::kHbm;
-      la.dma_small_ideal_ps += bytes / (p->dma_engine_bw * (store ? p->dma_store_bw_factor : 1.0)) * kPsPerNs;
+      la.dma_small_ideal_ps +=
+          bytes / (p->dma_engine_bw * (memory::is_store(dst, src) ? p->dma_store_bw_factor : 1.0)) * kPsPerNs;
       la.dma_small_queue_time += t.end - t.start;
       la.dma_small_partitions += chip->num_partitions;
       la.dma_min_bpp = std::min(la.dma_min_bpp, bpp);

@@ -146,7 +146,7 @@ int run_stream(const CoreParams& p, uint32_t seed, int n, bool peer) {
     const double eff = rng() % 5 == 0 ? p.dma_transpose_eff_sbuf2sbuf : 1.0;
     const size_t c = peer ? rng() % 2 : 0;  // the core that moves it
     trigger[c] += static_cast<Ps>(rng() % 3 == 0 ? 0 : rng() % 400000);  // bursts and gaps
-    const bool store = dst.space == Space::kHbm && src.space != Space::kHbm;
+    const bool store = nsim::memory::is_store(dst, src);
     const auto want = ref[c].transfer(queue, trigger[c], split, eff, store);
     check_same(want, fast[c].transfer(queue, trigger[c], split, eff, store), split);
     check_same(want, slow[c].transfer(queue, trigger[c], split, eff, store), split);
