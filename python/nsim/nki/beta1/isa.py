@@ -35,6 +35,22 @@ def _new(shape, dtype, buffer="sbuf"):
     return _nnl._new_tile(tuple(shape), dtype, buffer)
 
 
+def _pe_operand(x):
+    """A TensorE operand: a temporary the kernel got back from a TensorE instruction (its result in PSUM, never
+    assigned to a tensor of the kernel's own) is moved to SBUF first, as the compiler moves it (TensorE reads
+    SBUF only). The nki-samples flash attention backward passes ``nisa.nc_transpose`` results straight to
+    ``nisa.nc_matmul``. A PSUM tensor the kernel declared stays an error (docs/timing-model.md)."""
+    if getattr(x, "_pe_tmp", False) and x.buffer == "psum":
+        return _nnl.copy_(x)
+    return x
+
+
+def _pe_result(out):
+    if out is not None:
+        out._pe_tmp = True
+    return out
+
+
 def _dt(dtype, default):
     return np.dtype(dtype) if dtype is not None else np.dtype(default)
 
@@ -203,6 +219,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
             (stationary.shape[-1] if stationary.ndim == 2 else stationary.size // stationary.shape[0],
              moving.shape[-1] if moving.ndim == 2 else moving.size // moving.shape[0]),
             stationary.dtype if is_transpose else np.float32, "psum")
+    stationary, moving = _pe_operand(stationary), _pe_operand(moving)
     perf = kwargs.get("perf_mode")
     perf = _n.matmul_perf_mode.double_row if perf and "double_row" in str(perf) else _n.matmul_perf_mode.none
     if _is_mask(mask):
@@ -213,7 +230,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
             return _n.nc_matmul(dst=out, stationary=s, moving=mv, is_stationary_onezero=is_stationary_onezero,
                                 is_moving_onezero=is_moving_onezero, accumulate=False, tile_position=tile_position,
                                 tile_size=tile_size, perf_mode=perf).stmt
-        return masked_matmul(stationary, moving, mask, "nisa.nc_matmul", issue)
+        return _pe_result(masked_matmul(stationary, moving, mask, "nisa.nc_matmul", issue))
     if dst is not None:
         _n.nc_matmul(dst=dst, stationary=stationary, moving=moving, is_stationary_onezero=is_stationary_onezero,
                      is_moving_onezero=is_moving_onezero, is_transpose=is_transpose,
@@ -228,7 +245,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
                        is_moving_onezero=is_moving_onezero, is_transpose=is_transpose, accumulate=False,
                        tile_position=tile_position, tile_size=tile_size, perf_mode=perf)
     out._mm = ins.stmt
-    return out
+    return _pe_result(out)
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, dst=None, **kwargs):
@@ -252,10 +269,10 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, dst=None
     out = _new((f, p), data.dtype, "psum" if eng == "tensor" else "sbuf")
     _n.nc_transpose(dst=out if boxes is None else _boxed(out, boxes[1]), data=data, engine=eng)
     if boxes is not None and out._box is not None:
-        return cast_box(out, dtype, boxes[1])
+        return _pe_result(cast_box(out, dtype, boxes[1]))
     if dtype is not None and np.dtype(dtype) != out.dtype:
         return _nnl.copy_(out, dtype=dtype)
-    return out
+    return _pe_result(out)
 
 
 def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, dst=None, **kwargs):

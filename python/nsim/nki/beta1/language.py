@@ -653,10 +653,11 @@ class Tensor(NkiTensor):
     """A Beta-1 tensor / view: NkiTensor + tile operators, item assignment, PSUM ``+=`` and arange
     indexing."""
 
-    __slots__ = ("_mm", "_iadd", "_adv", "_t2d", "_box", "_keys")
+    __slots__ = ("_mm", "_iadd", "_adv", "_t2d", "_box", "_keys", "_pe_tmp")
 
     def __init__(self, storage, dims=None, tracer=None):
         NkiTensor.__init__(self, storage, dims, tracer)
+        self._pe_tmp = False  # a TensorE result in PSUM returned as a temporary (nisa.nc_transpose / nc_matmul)
         self._box = None  # a masked result: the part of it that was written ([(lo, hi)] per dim)
         self._mm = None  # the nc_matmul statement that produced this fresh PSUM tile (for `+=`)
         self._iadd = False  # set by __iadd__; recognised (and cleared) by __setitem__
@@ -1231,7 +1232,11 @@ class _LoopReduce:
 def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None):
     """``T[idx] = nl.loop_reduce(x, op=np.add, loop_indices=(i,))`` (Beta 1): ``T[idx] = op(T[idx], x)``, a
     reduction over the loop iterations (not reported as an affine_range write conflict). nsim policy (spec
-    §2.3): the first assignment to a region that nothing wrote yet stores ``x``."""
+    §2.3): the first assignment to a region that nothing wrote yet stores ``x``. ``mask=False`` (the flash
+    attention backward sample's causal mask of a tile pair above the diagonal) reduces nothing."""
+    if skipped(mask):
+        _tr.current("nl.loop_reduce")
+        return _LoopReduce(None, op)
     _check_mask(mask, "nl.loop_reduce")
     _tr.current("nl.loop_reduce")
     if not isinstance(x, NkiTensor) and not _isscalar(x):
@@ -1244,6 +1249,8 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None):
 
 def _assign_loop_reduce(dst, r):
     tr = _tr.current("nl.loop_reduce")
+    if r.x is None or (isinstance(r.x, Tensor) and r.x._box == ()):
+        return None  # masked off: T[idx] keeps its value
     st = tr.dialect_state
     regions, only = st.setdefault("loop_reduce_regions", set()), st.setdefault("loop_reduce_only", set())
     key = (dst.name, repr(dst.access()))
