@@ -590,8 +590,9 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
     TilePlacement& pl = plan.tiles[t];
     pl.tensor = static_cast<int>(t);
     pl.stride = round_up(tile_bytes(ten), ten.space == Space::kPsum ? bank : align);
-    automatic[t] = ten.bufs <= 0;
-    pl.bufs = init_bufs[t] = ten.bufs > 0 ? ten.bufs : (plan.lifetimes[t].in_loop ? 2 : 1);
+    // A tile placed by address= keeps that address in every iteration: no rotating buffers of the allocator's.
+    automatic[t] = ten.bufs <= 0 && ten.address < 0;
+    pl.bufs = init_bufs[t] = ten.bufs > 0 ? ten.bufs : (plan.lifetimes[t].in_loop && ten.address < 0 ? 2 : 1);
   }
 
   // A tile with rotating buffers overlaps consecutive iterations of the loop it rotates over (the
@@ -630,9 +631,17 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
   // while both are live is placed by the allocator instead (as AWS's simulator, every tensor keeps its
   // own storage; nki-api.md 3.1), with a warning (compiler.md 4: overlapping live tiles are an error
   // on hardware).
+  // The bytes a manual tile covers: its buffers, the last one only its own bytes, not the allocator's rounding (an
+  // address= need not be a multiple of the alignment: the nki-samples rmsnorm_qkv packs a 4-byte tile at 256 and
+  // the next tile at 260).
+  auto manual_bytes = [&](size_t t) {
+    const TilePlacement& pl = plan.tiles[t];
+    const int64_t r = region_bytes(pl);
+    return r >= kHuge ? r : r - (pl.stride - std::min(pl.stride, tile_bytes(k.tensors[t])));
+  };
   for (size_t t = 0; t < nt; ++t) {
     if (plan.tiles[t].tensor < 0 || k.tensors[t].address < 0) continue;
-    const int64_t lo = k.tensors[t].address, hi = lo + region_bytes(plan.tiles[t]);
+    const int64_t lo = k.tensors[t].address, hi = lo + manual_bytes(t);
     const int64_t first = rot_lo[t] >= 0 && init_bufs[t] > 1 ? rot_lo[t] : plan.lifetimes[t].first;
     const int64_t last = rot_lo[t] >= 0 && init_bufs[t] > 1 ? rot_hi[t] : plan.lifetimes[t].last;
     bool clash = false;
@@ -641,7 +650,7 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
       const int64_t ufirst = rot_lo[u] >= 0 && init_bufs[u] > 1 ? rot_lo[u] : plan.lifetimes[u].first;
       const int64_t ulast = rot_lo[u] >= 0 && init_bufs[u] > 1 ? rot_hi[u] : plan.lifetimes[u].last;
       const bool live = first <= ulast && ufirst <= last;
-      const bool bytes = lo < fixed[u] + region_bytes(plan.tiles[u]) && fixed[u] < hi;
+      const bool bytes = lo < fixed[u] + manual_bytes(u) && fixed[u] < hi;
       if (!live || !bytes) continue;
       clash = true;
       if (p.strict_allocation)

@@ -2142,6 +2142,7 @@ class Tracer:
         self.shapes = {}  # name -> shape
         self.counter = itertools.count()
         self.open_groups = {}  # psum tensor name -> set of regions with an open accumulation group
+        self.unwritten_psum = set()  # PSUM tiles nothing wrote since their allocation (Beta-1 `+=` starts a group)
         self.written = set()
         self.read = set()
         self.pool = {}  # (buffer, dtype, shape, file, line) -> list of weakrefs of dead-able tile storages
@@ -2640,7 +2641,7 @@ class Tracer:
                     st = _Storage(nm, buffer, dt, shape)
                     rec.storages.append(weakref.ref(st))
                     self._track(st, key)
-                    self.open_groups.pop(nm, None)
+                    self._fresh_storage(nm, buffer)
                     return self.tensor_cls(st, None, self)
             nm = self.unique_name(name or hint or "t", numbered=not (name or hint))
             self._took(key, nm)
@@ -2680,7 +2681,7 @@ class Tracer:
                 self._note_birth(nm, hint)
                 st = _Storage(nm, buffer, dt, shape)
                 self._track(st, key)
-                self.open_groups.pop(nm, None)
+                self._fresh_storage(nm, buffer)
                 return self.tensor_cls(st, None, self)
         nm = self.unique_name(name or hint or "t", numbered=not (name or hint))
         self._took(key, nm)
@@ -2718,8 +2719,15 @@ class Tracer:
         if self._affine:
             self._birth[nm] = frozenset(f.stamp for f in self._affine)
 
+    def _fresh_storage(self, nm, buffer):
+        """Storage ``nm`` starts a new tile: no accumulation group is open on it, nothing has written it."""
+        self.open_groups.pop(nm, None)
+        if buffer == "psum":
+            self.unwritten_psum.add(nm)
+
     def _alloc_storage(self, nm, buffer, dt, shape, address):
         """New storage ``nm`` and its alloc statement."""
+        self._fresh_storage(nm, buffer)
         st = _Storage(nm, buffer, dt, shape)
         self.buffers[nm] = buffer
         self.shapes[nm] = shape
@@ -2840,6 +2848,7 @@ class Tracer:
             name = v if isinstance(v, str) else v["tensor"]
             if slot in _isa.OUT_SLOTS:
                 self.written.add(name)
+                self.unwritten_psum.discard(name)
             else:
                 self.read.add(name)
             if self.buffers.get(name) != "psum":  # only PSUM regions carry accumulation groups

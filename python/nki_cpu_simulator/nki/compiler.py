@@ -113,6 +113,10 @@ class Placement(str):
             mods = tuple(int(m) for m in (self.params.get(key) or ()))
             if psum and not mods:
                 mods = tuple(int(m) for m in (self.params.get("num_free_tiles") or ()))
+            # Entries past the block dims that are 1 name one tile, which a tensor without those dims is: the
+            # nki-samples rmsnorm_qkv gives its 2-D PSUM accumulator num_bank_tiles=(1,).
+            while len(mods) > len(blocks) and mods[-1] == 1:
+                mods = mods[:-1]
             if len(mods) > len(blocks) or any(m < 1 for m in mods):
                 raise ValueError("{!r}: {} must have one positive entry per block dim of a tensor with block "
                                  "dims {}".format(self, key, blocks))

@@ -907,7 +907,11 @@ class Tensor(NkiTensor):
             if self.shape[0] != other.shape[0] or self.size != other.size:
                 raise make_error("ShapeMismatch", "psum += matmul: destination {} and matmul result {} "
                                  "differ".format(tuple(self.shape), tuple(other.shape)))
-            flags = [f for f in mm.get("flags", []) if f != "accumulate"] + ["accumulate"]
+            # `+=` adds to what the tile holds; onto a PSUM tile nothing wrote since its allocation it starts the
+            # accumulation group (the matmul overwrites), as the compiler does with a `+=` into an
+            # `nl.ndarray(buffer=nl.psum)` (the nki-samples rmsnorm_qkv's accumulator; docs/timing-model.md).
+            fresh_dst = self.name in tr.unwritten_psum
+            flags = [f for f in mm.get("flags", []) if f != "accumulate"] + ([] if fresh_dst else ["accumulate"])
             # `psum += nisa.nc_matmul(...)`: the result tile is a temporary (referenced only by the
             # evaluation stack, this frame and getrefcount's argument) -> retarget the just-emitted matmul to
             # accumulate into this view. A result the kernel also keeps (`r = nc_matmul(..); p += r`) keeps
@@ -916,6 +920,7 @@ class Tensor(NkiTensor):
                 mm["flags"] = flags
                 tr.retarget(mm, target.access())
                 tr.written.add(self.name)
+                tr.unwritten_psum.discard(self.name)
                 other._mm = None
             else:
                 dup = _copy.deepcopy({k: v for k, v in mm.items() if k != "loc"})
@@ -1152,7 +1157,8 @@ class BlockTensor:
 
 
 _RETARGET_OPS = frozenset(("dma_copy", "activation", "tensor_tensor", "tensor_scalar", "tensor_copy", "tensor_reduce",
-                           "memset", "iota", "reciprocal", "nc_matmul", "nc_transpose"))
+                           "memset", "iota", "reciprocal", "nc_matmul", "nc_transpose", "activation_reduce",
+                           "scalar_tensor_tensor", "affine_select"))
 
 
 def _store(view, value, fresh):
