@@ -2143,6 +2143,7 @@ class Tracer:
         self.counter = itertools.count()
         self.open_groups = {}  # psum tensor name -> set of regions with an open accumulation group
         self.unwritten_psum = set()  # PSUM tiles nothing wrote since their allocation (Beta-1 `+=` starts a group)
+        self._pending_fill = {}  # tile name -> (body list, memset): a whole-tile fill nothing accessed since
         self.written = set()
         self.read = set()
         self.pool = {}  # (buffer, dtype, shape, file, line) -> list of weakrefs of dead-able tile storages
@@ -2701,6 +2702,8 @@ class Tracer:
         ``t[k] = nl.load(..)`` and ``psum[...] += nc_matmul(..)`` write the view directly), with its loop
         indices written as kernel-IR expressions as emit() does."""
         stmt["dst"] = dst
+        if self._pending_fill:
+            self._dead_fills(stmt)
         if self._symbolic:
             self._ir_values(stmt)
 
@@ -2838,7 +2841,32 @@ class Tracer:
             return True
         return all(x0 <= y1 and y0 <= x1 for (x0, x1), (y0, y1) in zip(a, b))
 
+    def note_fill(self, name):
+        """The statement just emitted fills tile ``name`` whole (Beta-1 ``nl.zeros`` / ``ones`` / ``full``). If the
+        next instruction that accesses the tile writes all of it without reading it, the fill is a dead store and
+        is dropped, as the compiler drops it (the nki-samples flash attention zeroes its PSUM scores before every
+        ``qk_psum[:, :] = nl.matmul(...)``; docs/timing-model.md)."""
+        self._pending_fill[name] = (self.body, self.body[-1])
+
+    def _dead_fills(self, stmt):
+        """Settle the pending fills of the tiles ``stmt`` accesses: a whole-tile write that reads nothing of the
+        tile (no accumulation) makes the fill dead; any other access keeps it."""
+        ops = list(self._operands(stmt))
+        for name in {v if isinstance(v, str) else v["tensor"] for _, v in ops} & self._pending_fill.keys():
+            lst, fill = self._pending_fill.pop(name)
+            if fill is stmt or "accumulate" in (stmt.get("flags") or ()):
+                continue
+            reads = any(slot not in _isa.OUT_SLOTS and (v if isinstance(v, str) else v["tensor"]) == name
+                        for slot, v in ops)
+            if not reads and any(slot in _isa.OUT_SLOTS and v == name for slot, v in ops):
+                for i in range(len(lst) - 1, -1, -1):
+                    if lst[i] is fill:
+                        del lst[i]
+                        break
+
     def _track_accesses(self, stmt):
+        if self._pending_fill:
+            self._dead_fills(stmt)
         if self._affine:
             self._affine_writes(stmt)
         if self.check and self._recs:

@@ -1346,3 +1346,43 @@ def test_masked_tiled_matmul_keeps_its_loops(b1):
     (t_u, size_u, n_u), (t_k, size_k, n_k) = res
     assert t_k == t_u and n_k == n_u == 560
     assert size_k < size_u / 2
+
+
+def test_fill_overwritten_whole_is_dropped(b1):
+    """``nl.zeros`` (``ones``, ``full``) then a write of the whole tile that reads nothing of it: the fill is a dead
+    store, which the compiler drops (the nki-samples flash attention zeroes its PSUM scores before each
+    ``qk_psum[:, :] = nl.matmul(...)``). A partial write, an accumulation (``+=``) or a read first keeps it; the
+    values are the same either way."""
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(a, w):
+        out = nl.ndarray((4, 128, 128), dtype=np.float32, buffer=nl.shared_hbm)
+        over = nl.zeros((128, 128), dtype=np.float32, buffer=nl.psum)  # overwritten whole by a matmul: dropped
+        over[:, :] = nl.matmul(nl.load(a), nl.load(w), transpose_x=True)
+        loaded = nl.full((128, 128), 3.0, dtype=np.float32)  # overwritten whole by a load: dropped
+        loaded[...] = nl.load(w)
+        part = nl.zeros((128, 128), dtype=np.float32)  # half overwritten: kept
+        part[:, 0:64] = nl.load(w[:, 0:64])
+        acc = nl.zeros((128, 128), dtype=np.float32, buffer=nl.psum)  # accumulated into: kept
+        acc[...] += nisa.nc_matmul(nl.load(a), nl.load(w))
+        nl.store(out[0], value=nl.copy(over))
+        nl.store(out[1], value=loaded)
+        nl.store(out[2], value=part)
+        nl.store(out[3], value=nl.copy(acc))
+        return out
+
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal((128, 128)) / 8).astype(np.float32)
+    w = rng.standard_normal((128, 128)).astype(np.float32)
+    got = np.asarray(k(a, w))
+    mm = a.astype(np.float64).T @ w.astype(np.float64)
+    _close(got[0], mm)
+    _close(got[1], w)
+    _close(got[2][:, :64], w[:, :64])
+    assert (got[2][:, 64:] == 0).all()
+    _close(got[3], mm)
+    src = open(__file__).read().splitlines()
+    fills = [s.get("loc", {}).get("line") for s in executed_ops(k.last_json["body"]) if s["op"] == "memset"]
+    kept = [i for i, t in enumerate(src, 1) if "= nl.zeros(" in t and t.endswith(": kept")]
+    assert sorted(fills) == sorted(kept)

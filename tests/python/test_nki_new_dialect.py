@@ -460,3 +460,37 @@ def test_dge_mode_picks_the_trigger_engine_and_hwdge_is_checked():
     np.testing.assert_array_equal(tr(x), x.T)  # [16, 128] bf16: the hwdge shape
     with pytest.raises(nsim.NsimError, match="dge_mode=hwdge needs a 2-byte dtype"):
         tr(np.zeros((32, 128), BF16))  # 2-D hwdge needs src.shape[0] == 16
+
+
+def test_zeros_overwritten_whole_is_dropped():
+    """``nl.zeros`` then an instruction writing the whole tile without reading it (``nc_matmul`` with
+    ``accumulate=None``: the zeroing closed no group, so the matmul overwrites): a dead store the compiler drops.
+    With ``accumulate=True`` the matmul reads the zeros: kept. The values are the same either way."""
+
+    @nki.jit
+    def k(a, w):
+        out = nl.ndarray((2, 128, 128), dtype=np.float32, buffer=nl.shared_hbm)
+        at = nl.ndarray((128, 128), dtype=np.float32)
+        nisa.dma_copy(dst=at, src=a)
+        wt = nl.ndarray((128, 128), dtype=np.float32)
+        nisa.dma_copy(dst=wt, src=w)
+        p = nl.zeros((128, 128), dtype=np.float32, buffer=nl.psum)  # overwritten: dropped
+        nisa.nc_matmul(dst=p, stationary=at, moving=wt)
+        q = nl.zeros((128, 128), dtype=np.float32, buffer=nl.psum)  # accumulated into: kept
+        nisa.nc_matmul(dst=q, stationary=at, moving=wt, accumulate=True)
+        for i, t in enumerate((p, q)):
+            r = nl.ndarray((128, 128), dtype=np.float32)
+            nisa.tensor_copy(dst=r, src=t)
+            nisa.dma_copy(dst=out[i], src=r)
+        return out
+
+    rng = np.random.default_rng(6)
+    a = (rng.standard_normal((128, 128)) / 8).astype(np.float32)
+    w = rng.standard_normal((128, 128)).astype(np.float32)
+    got = np.asarray(k(a, w))
+    want = a.astype(np.float64).T @ w.astype(np.float64)
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[1], want, rtol=1e-5, atol=1e-5)
+    kept = [i for i, t in enumerate(open(__file__).read().splitlines(), 1) if "accumulated into: kept" in t
+            and "nl.zeros(" in t]
+    assert [s.get("loc", {}).get("line") for s in executed_ops(k.last_json["body"]) if s["op"] == "memset"] == kept

@@ -153,3 +153,18 @@ def test_flash_fwd_dropout(fa):
     np.testing.assert_array_equal(o1, o1b)
     assert not np.array_equal(o1, o2) and not np.array_equal(o1, o0)
     assert np.corrcoef(o1.ravel(), o0.ravel())[0, 1] > 0.8
+
+
+def test_flash_fwd_zeroed_scores_overwritten_are_dropped(fa):
+    """``qk_psum = nl.zeros(...)`` then ``qk_psum[:, :] = nl.matmul(...)`` under the causal mask's ``if``: where the
+    matmul runs, it overwrites the whole tile before anything reads it, so the compiler drops the zeroing; the
+    K tiles wholly right of the diagonal keep it (their zeros go into the ``affine_select``). Seq 2048: 16 query
+    tiles x 4 K tiles of 512, of which 40 need the matmul (test_flash_fwd_causal_skips_masked_matmuls): 24
+    zeroings of [128, 512] fp32 PSUM on VectorE remain of 64, and the outputs are unchanged."""
+    q, k, v, _ = _inputs(1, 1, 1, 128, 2048, 6)
+    res, _ = _run(fa, q, k, v)
+    _check(fa, res, q, k, v, None, True)
+    line = next(i for i, text in enumerate(open(fa.__file__).read().splitlines(), 1)
+                if "qk_psum = nl.zeros(" in text)
+    ops = executed_ops(fa.flash_fwd.last_json["body"])
+    assert sum(s["op"] == "memset" and s.get("loc", {}).get("line") == line for s in ops) == 64 - 40

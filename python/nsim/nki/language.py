@@ -311,7 +311,9 @@ def _fill_new(shape, value, dtype, buffer, name):
                          "SBUF tensor and dma_copy it)")
     if np.issubdtype(t.dtype, np.integer) or t.dtype == np.bool_:
         value = _tr.int_immediate(value, "fill value")
-    return _fill(t, value)
+    _fill(t, value)
+    _tr.current("nl.zeros").note_fill(t.name)  # dropped if the tile is next overwritten whole (a dead store)
+    return t
 
 
 def zeros_like(x, dtype=None, buffer=None, name="", **kwargs):

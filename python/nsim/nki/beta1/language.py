@@ -1442,12 +1442,14 @@ def _fill(t, value):
     if np.issubdtype(st.dtype, np.integer) or st.dtype == np.bool_:
         value = _tr.int_immediate(value, "fill value")
     _nisa.memset(st, value)
+    _tr.current("nl.zeros").note_fill(st.name)
     return t
 
 
 def zeros(shape, dtype, *, buffer=None, name="", lazy_initialization=False, **kwargs):
     """``nl.zeros``. ``lazy_initialization=`` (the flash attention samples' accumulators; not in the spec) is
-    accepted and changes nothing: the tile is zero-filled as without it (decision, docs/timing-model.md)."""
+    accepted and changes nothing: the tile is zero-filled as without it, and the fill dropped when the tile is
+    next overwritten whole (a dead store; decision, docs/timing-model.md)."""
     return _fill(ndarray(shape, dtype, buffer=buffer, name=name), 0)
 
 
