@@ -2841,19 +2841,35 @@ class Tracer:
             return True
         return all(x0 <= y1 and y0 <= x1 for (x0, x1), (y0, y1) in zip(a, b))
 
-    def note_fill(self, name):
+    def note_fill(self, name, zero=False):
         """The statement just emitted fills tile ``name`` whole (Beta-1 ``nl.zeros`` / ``ones`` / ``full``). If the
         next instruction that accesses the tile writes all of it without reading it, the fill is a dead store and
         is dropped, as the compiler drops it (the nki-samples flash attention zeroes its PSUM scores before every
-        ``qk_psum[:, :] = nl.matmul(...)``; docs/timing-model.md)."""
-        self._pending_fill[name] = (self.body, self.body[-1])
+        ``qk_psum[:, :] = nl.matmul(...)``; docs/timing-model.md). ``zero``: a fill with 0 (fold_zero_fill)."""
+        self._pending_fill[name] = (self.body, self.body[-1], zero)
+
+    def fold_zero_fill(self, name, access):
+        """``psum += matmul`` as the next access of a zero-filled PSUM tile, written next to the fill (the same body,
+        no loop in between: every pass of a loop does both), onto the whole tile: the matmul may start the
+        accumulation group instead (0 + x is x), so the fill is dropped and the caller makes the matmul overwrite, as
+        the compiler folds the zeroing into the group's first matmul. True when folded."""
+        ent = self._pending_fill.get(name)
+        if ent is None or not ent[2] or ent[0] is not self.body or access != name or self.buffers.get(name) != "psum":
+            return False
+        del self._pending_fill[name]
+        lst, fill = ent[0], ent[1]
+        for i in range(len(lst) - 1, -1, -1):
+            if lst[i] is fill:
+                del lst[i]
+                return True
+        return False
 
     def _dead_fills(self, stmt):
         """Settle the pending fills of the tiles ``stmt`` accesses: a whole-tile write that reads nothing of the
         tile (no accumulation) makes the fill dead; any other access keeps it."""
         ops = list(self._operands(stmt))
         for name in {v if isinstance(v, str) else v["tensor"] for _, v in ops} & self._pending_fill.keys():
-            lst, fill = self._pending_fill.pop(name)
+            lst, fill, _ = self._pending_fill.pop(name)
             if fill is stmt or "accumulate" in (stmt.get("flags") or ()):
                 continue
             reads = any(slot not in _isa.OUT_SLOTS and (v if isinstance(v, str) else v["tensor"]) == name

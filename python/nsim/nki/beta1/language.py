@@ -910,7 +910,7 @@ class Tensor(NkiTensor):
             # `+=` adds to what the tile holds; onto a PSUM tile nothing wrote since its allocation it starts the
             # accumulation group (the matmul overwrites), as the compiler does with a `+=` into an
             # `nl.ndarray(buffer=nl.psum)` (the nki-samples rmsnorm_qkv's accumulator; docs/timing-model.md).
-            fresh_dst = self.name in tr.unwritten_psum
+            fresh_dst = self.name in tr.unwritten_psum or (box is None and tr.fold_zero_fill(self.name, target.access()))
             flags = [f for f in mm.get("flags", []) if f != "accumulate"] + ([] if fresh_dst else ["accumulate"])
             # `psum += nisa.nc_matmul(...)`: the result tile is a temporary (referenced only by the
             # evaluation stack, this frame and getrefcount's argument) -> retarget the just-emitted matmul to
@@ -1442,7 +1442,7 @@ def _fill(t, value):
     if np.issubdtype(st.dtype, np.integer) or st.dtype == np.bool_:
         value = _tr.int_immediate(value, "fill value")
     _nisa.memset(st, value)
-    _tr.current("nl.zeros").note_fill(st.name)
+    _tr.current("nl.zeros").note_fill(st.name, zero=not isinstance(value, bool) and value == 0)
     return t
 
 
