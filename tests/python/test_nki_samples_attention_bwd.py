@@ -181,3 +181,18 @@ def test_declared_psum_tensor_as_matmul_operand_is_an_error(fb):
     import nsim
     with pytest.raises(nsim.OperandError, match="NSIM-E301.*must be in sbuf"):
         bad(np.ones((128, 128), dtype=BF16))
+
+
+def test_flash_attn_bwd_lnc2_launch(fb):
+    """``flash_attn_bwd[1, nl.nc(2)]`` on trn2: the two heads on the two physical cores give the gradients of the
+    one-core ``[1, 2]`` launch, in a little over half its time (each core runs one head; they share HBM)."""
+    _, _, nl, _ = fb
+    q, k, v, dy, _, o, lse, _ = _inputs(fb, 1, 2, 128, 1024, True, seed=16)
+    one, p_one = _run(fb, q, k, v, o, dy, lse, causal=True)
+    mod = fb[0]
+    two = mod.flash_attn_bwd[1, nl.nc(2)](*(x.astype(BF16) for x in (q, k, v, o, dy)), lse, None,
+                                          use_causal_mask=True, mixed_precision=True)
+    p_two = mod.flash_attn_bwd.last_profile
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, np.asarray(b, np.float64))
+    assert 0.5 * p_one.total_time_ns < p_two.total_time_ns < 0.6 * p_one.total_time_ns
