@@ -1126,8 +1126,28 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
                                  : ".");
         f.metrics.push_back({"useful_ns", ideal_ns});
       }
+      // The longest dependency chain longer than the engine's busy time: the chain, not the engine's
+      // throughput, sets the kernel time. Moving work to other engines shortens it only where they run
+      // the work faster (the flash attention backward sample's PSUM copies moved from VectorE to ScalarE:
+      // 69.2 -> 71.0 us); faster or fewer instructions on it, or independent work overlapping it, help.
+      const double chain = ns(sim.dependency_bound());
+      const bool chain_bound = sim.dependency_bound() >= 0 && chain > top.ns &&
+                               static_cast<Engine>(engine) != Engine::kTensor;
+      const std::string advice =
+          chain_bound
+              ? fmt::format("The longest dependency chain ({:.0f} ns) is longer than this engine's busy time and runs "
+                            "through its instructions: the kernel waits on the chain, not on the engine, so moving work "
+                            "to another engine helps only where that engine runs it faster (engine= unset lets the "
+                            "compiler model pick the one that finishes first). Shorten the chain: fewer or faster "
+                            "instructions on it (fuse passes over the same data: two ALU ops in one tensor_scalar, a "
+                            "scale, bias or copy folded into the activation that produces the data; 16-bit operands "
+                            "enable VectorE's 2x/4x modes), or give the engines independent work to overlap with it "
+                            "(another tile or head in flight).",
+                            chain)
+              : engine_advice(top.name);
+      if (chain_bound) f.metrics.push_back({"dependency_chain_ns", chain});
       f.detail = fmt::format("No other resource needs more than {:.0f} ns ({}).{} {} Its busiest lines:", next,
-                             verdict.bounds.size() > 1 ? verdict.bounds[1].name : "-", useful, engine_advice(top.name));
+                             verdict.bounds.size() > 1 ? verdict.bounds[1].name : "-", useful, advice);
       for (size_t i = 1; i < s.lines.size(); ++i)
         if (s.lines[i].busy[ei] > 0)
           f.lines.push_back({loc_of(static_cast<uint32_t>(i)), s.lines[i].count[ei], ns(s.lines[i].busy[ei]),
