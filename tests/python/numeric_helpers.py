@@ -11,3 +11,8 @@ def close(got, want, dtype=np.float32):
     """fp32 tolerance 1e-5, anything narrower (bf16) 1e-2."""
     tol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-2
     np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
+
+
+def rounded(x, dtype):
+    """``x`` rounded to ``dtype`` (a kernel's store of an intermediate), as float64 for the rest of a reference."""
+    return np.asarray(x).astype(dtype).astype(np.float64)

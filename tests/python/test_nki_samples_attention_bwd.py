@@ -10,7 +10,7 @@ import pytest
 from conftest import beta1_modules, executed_ops, require_core  # noqa: E402
 
 _core, ml_dtypes = require_core()
-from numeric_helpers import close  # noqa: E402
+from numeric_helpers import close, rounded  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
 KDIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
@@ -27,7 +27,7 @@ def fb():
 
 
 def _bf(x):
-    return np.asarray(x).astype(BF16).astype(np.float64)
+    return rounded(x, BF16)
 
 
 def reference_bf16(q, k, v, o, dy, lse_tiles, causal, logit_bias=None):
