@@ -2864,13 +2864,24 @@ class Tracer:
                 return True
         return False
 
+    # Instructions that write every element of their destination (when no flag below restricts them), and the
+    # flags that make a write partial or read-modify-write: only these writes make a fill dead.
+    _WHOLE_WRITERS = frozenset(("activate2", "activation", "activation_reduce", "affine_select", "dma_copy",
+                                "dma_transpose", "exponential", "iota", "memset", "nc_matmul", "nc_transpose",
+                                "reciprocal", "scalar_tensor_tensor", "tensor_copy", "tensor_reduce",
+                                "tensor_scalar", "tensor_tensor", "tensor_tensor_scan"))
+    _PARTIAL_FLAGS = frozenset(("accumulate", "dynamic_addr", "indirect_dst", "indirect_scalar", "oob_skip",
+                                "reverse_pred"))
+
     def _dead_fills(self, stmt):
         """Settle the pending fills of the tiles ``stmt`` accesses: a whole-tile write that reads nothing of the
-        tile (no accumulation) makes the fill dead; any other access keeps it."""
+        tile, by an instruction that writes every element (not predicated, accumulating or addressed at run
+        time), makes the fill dead; any other access keeps it."""
         ops = list(self._operands(stmt))
         for name in {v if isinstance(v, str) else v["tensor"] for _, v in ops} & self._pending_fill.keys():
             lst, fill, _ = self._pending_fill.pop(name)
-            if fill is stmt or "accumulate" in (stmt.get("flags") or ()):
+            if fill is stmt or stmt.get("op") not in self._WHOLE_WRITERS or \
+                    self._PARTIAL_FLAGS.intersection(stmt.get("flags") or ()):
                 continue
             reads = any(slot not in _isa.OUT_SLOTS and (v if isinstance(v, str) else v["tensor"]) == name
                         for slot, v in ops)

@@ -1355,12 +1355,13 @@ def test_fill_overwritten_whole_is_dropped(b1):
     store, which the compiler drops (the nki-samples flash attention zeroes its PSUM scores before each
     ``qk_psum[:, :] = nl.matmul(...)``). A partial write, an accumulation (``+=``) or a read first keeps it; the
     values are the same either way. A zero fill followed by ``+=`` next to it (no loop in between) is folded
-    into the first matmul, which starts the accumulation group; with a loop in between it is kept."""
+    into the first matmul, which starts the accumulation group; with a loop in between it is kept. A write of
+    some elements (a predicated copy) keeps it."""
     nki, nl, nisa, _ = b1
 
     @nki.jit
     def k(a, w):
-        out = nl.ndarray((5, 128, 128), dtype=np.float32, buffer=nl.shared_hbm)
+        out = nl.ndarray((6, 128, 128), dtype=np.float32, buffer=nl.shared_hbm)
         over = nl.zeros((128, 128), dtype=np.float32, buffer=nl.psum)  # overwritten whole by a matmul: dropped
         over[:, :] = nl.matmul(nl.load(a), nl.load(w), transpose_x=True)
         loaded = nl.full((128, 128), 3.0, dtype=np.float32)  # overwritten whole by a load: dropped
@@ -1372,11 +1373,14 @@ def test_fill_overwritten_whole_is_dropped(b1):
             acc[...] += nisa.nc_matmul(nl.load(a), nl.load(w))
         one = nl.zeros((128, 128), dtype=np.float32, buffer=nl.psum)  # accumulated into next to it: folded
         one[...] += nisa.nc_matmul(nl.load(a), nl.load(w))
+        pred = nl.zeros((128, 128), dtype=np.float32)  # a predicated copy writes some elements: kept
+        nisa.tensor_copy_predicated(src=nl.load(w), dst=pred, predicate=nl.greater(nl.load(w), 0.0))
         nl.store(out[0], value=nl.copy(over))
         nl.store(out[1], value=loaded)
         nl.store(out[2], value=part)
         nl.store(out[3], value=nl.copy(acc))
         nl.store(out[4], value=nl.copy(one))
+        nl.store(out[5], value=pred)
         return out
 
     rng = np.random.default_rng(5)
@@ -1390,8 +1394,9 @@ def test_fill_overwritten_whole_is_dropped(b1):
     assert (got[2][:, 64:] == 0).all()
     _close(got[3], 2 * mm)
     _close(got[4], mm)
+    _close(got[5], np.where(w > 0, w, 0.0))
     src = open(__file__).read().splitlines()
     fills = [s.get("loc", {}).get("line") for s in executed_ops(k.last_json["body"]) if s["op"] == "memset"]
     kept = [i for i, t in enumerate(src, 1) if "= nl.zeros(" in t and t.endswith(": kept")]
-    assert len(kept) == 2
+    assert len(kept) == 3
     assert sorted(fills) == sorted(kept)
