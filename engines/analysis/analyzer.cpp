@@ -1145,7 +1145,12 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
                             "(another tile or head in flight).",
                             chain)
               : engine_advice(top.name);
-      if (chain_bound) f.metrics.push_back({"dependency_chain_ns", chain});
+      if (chain_bound) {
+        f.metrics.push_back({"dependency_chain_ns", chain});
+        f.title = fmt::format("{} engine is the busiest: busy {:.0f} ns = {:.0f}% of the kernel time, on a dependency "
+                              "chain of {:.0f} ns",
+                              top.name, top.ns, total > 0 ? 100.0 * top.ns / total : 0.0, chain);
+      }
       f.detail = fmt::format("No other resource needs more than {:.0f} ns ({}).{} {} Its busiest lines:", next,
                              verdict.bounds.size() > 1 ? verdict.bounds[1].name : "-", useful, advice);
       for (size_t i = 1; i < s.lines.size(); ++i)
