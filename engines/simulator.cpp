@@ -282,9 +282,12 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::Dep
     } catch (const Error& e) {
       throw Error(e.code(), e.message(), where);
     }
-    // The sanitizer reads an instruction's results right after it: a product is complete first (unless
-    // it only marks the bytes written: an accumulating matmul).
-    if (checker_ && gemm_async_ && engines::Checker::reads_results(in)) gemm_async_->wait();
+    // The sanitizer reads an instruction's results right after it: a matmul's product is complete first
+    // (unless it only marks the bytes written: an accumulating matmul into fp32 PSUM). Any other instruction
+    // waited above for a product whose bytes it reads or writes; a product still running then is such an
+    // accumulation elsewhere (no value the sanitizer reads, no narrowing cast it counts), so it runs on.
+    if (checker_ && gemm_async_ && in.op == Opcode::kMultiplyMoving && engines::Checker::reads_results(in))
+      gemm_async_->wait();
     if (checker_) checker_->after(in, v, seq_, where, tags);
   }
   not_before_ = not_before;
