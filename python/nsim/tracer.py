@@ -2876,11 +2876,13 @@ class Tracer:
     def _dead_fills(self, stmt):
         """Settle the pending fills of the tiles ``stmt`` accesses: a whole-tile write that reads nothing of the
         tile, by an instruction that writes every element (not predicated, accumulating or addressed at run
-        time), makes the fill dead; any other access keeps it."""
+        time), in the same body as the fill, makes the fill dead; any other access keeps it."""
         ops = list(self._operands(stmt))
         for name in {v if isinstance(v, str) else v["tensor"] for _, v in ops} & self._pending_fill.keys():
             lst, fill, _ = self._pending_fill.pop(name)
-            if fill is stmt or stmt.get("op") not in self._WHOLE_WRITERS or \
+            # (a write in a loop after the fill might run no iteration: a runtime trip count, dynamic_range or
+            # while_loop, may be 0; only a write next to the fill, in the same body, surely overwrites it)
+            if fill is stmt or lst is not self.body or stmt.get("op") not in self._WHOLE_WRITERS or \
                     self._PARTIAL_FLAGS.intersection(stmt.get("flags") or ()):
                 continue
             reads = any(slot not in _isa.OUT_SLOTS and (v if isinstance(v, str) else v["tensor"]) == name

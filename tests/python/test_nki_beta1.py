@@ -1356,12 +1356,12 @@ def test_fill_overwritten_whole_is_dropped(b1):
     ``qk_psum[:, :] = nl.matmul(...)``). A partial write, an accumulation (``+=``) or a read first keeps it; the
     values are the same either way. A zero fill followed by ``+=`` next to it (no loop in between) is folded
     into the first matmul, which starts the accumulation group; with a loop in between it is kept. A write of
-    some elements (a predicated copy) keeps it."""
+    some elements (a predicated copy), or a write in a loop after the fill, keeps it."""
     nki, nl, nisa, _ = b1
 
     @nki.jit
     def k(a, w):
-        out = nl.ndarray((6, 128, 128), dtype=np.float32, buffer=nl.shared_hbm)
+        out = nl.ndarray((7, 128, 128), dtype=np.float32, buffer=nl.shared_hbm)
         over = nl.zeros((128, 128), dtype=np.float32, buffer=nl.psum)  # overwritten whole by a matmul: dropped
         over[:, :] = nl.matmul(nl.load(a), nl.load(w), transpose_x=True)
         loaded = nl.full((128, 128), 3.0, dtype=np.float32)  # overwritten whole by a load: dropped
@@ -1374,6 +1374,9 @@ def test_fill_overwritten_whole_is_dropped(b1):
         one = nl.zeros((128, 128), dtype=np.float32, buffer=nl.psum)  # accumulated into next to it: folded
         one[...] += nisa.nc_matmul(nl.load(a), nl.load(w))
         pred = nl.zeros((128, 128), dtype=np.float32)  # a predicated copy writes some elements: kept
+        looped = nl.zeros((128, 128), dtype=np.float32)  # overwritten in a loop (which might run no iteration): kept
+        for i in nl.sequential_range(2):
+            looped[...] = nl.load(w)
         nisa.tensor_copy_predicated(src=nl.load(w), dst=pred, predicate=nl.greater(nl.load(w), 0.0))
         nl.store(out[0], value=nl.copy(over))
         nl.store(out[1], value=loaded)
@@ -1381,6 +1384,7 @@ def test_fill_overwritten_whole_is_dropped(b1):
         nl.store(out[3], value=nl.copy(acc))
         nl.store(out[4], value=nl.copy(one))
         nl.store(out[5], value=pred)
+        nl.store(out[6], value=looped)
         return out
 
     rng = np.random.default_rng(5)
@@ -1395,8 +1399,9 @@ def test_fill_overwritten_whole_is_dropped(b1):
     _close(got[3], 2 * mm)
     _close(got[4], mm)
     _close(got[5], np.where(w > 0, w, 0.0))
+    _close(got[6], w)
     src = open(__file__).read().splitlines()
     fills = [s.get("loc", {}).get("line") for s in executed_ops(k.last_json["body"]) if s["op"] == "memset"]
     kept = [i for i, t in enumerate(src, 1) if "= nl.zeros(" in t and t.endswith(": kept")]
-    assert len(kept) == 3
+    assert len(kept) == 4
     assert sorted(fills) == sorted(kept)
