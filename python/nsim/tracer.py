@@ -2143,7 +2143,7 @@ class Tracer:
         self.counter = itertools.count()
         self.open_groups = {}  # psum tensor name -> set of regions with an open accumulation group
         self.unwritten_psum = set()  # PSUM tiles nothing wrote since their allocation (Beta-1 `+=` starts a group)
-        self._pending_fill = {}  # tile name -> (body list, memset): a whole-tile fill nothing accessed since
+        self._pending_fill = {}  # tile name -> (body list, memset, zero?): a whole-tile fill nothing accessed since
         self.written = set()
         self.read = set()
         self.pool = {}  # (buffer, dtype, shape, file, line) -> list of weakrefs of dead-able tile storages
