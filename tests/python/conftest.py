@@ -118,6 +118,17 @@ def beta1_modules(*paths):
                 sys.modules.pop(n, None)
 
 
+@contextlib.contextmanager
+def beta1_sample(filename):
+    """A public kernel file of tests/python/kernels/ imported as beta1_modules() imports it: yields (module,
+    neuronxcc.nki, its language module, its isa module)."""
+    with beta1_modules(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", filename)) as (mod,):
+        import neuronxcc.nki as nki
+        import neuronxcc.nki.isa as nisa
+        import neuronxcc.nki.language as nl
+        yield mod, nki, nl, nisa
+
+
 @pytest.fixture(scope="module")
 def b1():
     """The Beta-1 dialect through nsim's compat layer: yields (nki, nl, nisa) of ``neuronxcc.nki``; restores

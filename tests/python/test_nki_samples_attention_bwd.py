@@ -2,28 +2,22 @@
 tests/python/kernels/nki_samples_attention_bwd.py, sample code as the sample writes it) run through
 ``nsim.compat``: dq, dk and dv against numpy (causal and not, logit bias, head size 64, 128-wide K tiles,
 float32), its dropout path, and what its timing must show."""
-import os
-
 import numpy as np
 import pytest
 
-from conftest import beta1_modules, executed_ops, require_core  # noqa: E402
+from conftest import beta1_sample, executed_ops, require_core  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rounded  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
-KDIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 
 
 @pytest.fixture(scope="module")
 def fb():
-    """The sample's module, imported with compat installed; sys.modules restored afterwards."""
-    with beta1_modules(os.path.join(KDIR, "nki_samples_attention_bwd.py")) as (mod,):
-        import neuronxcc.nki.language as nl
-        import neuronxcc.nki.isa as nisa
-        import neuronxcc.nki as nki
-        yield mod, nki, nl, nisa
+    """The sample's module with nki, nl and nisa, compat installed; sys.modules restored afterwards."""
+    with beta1_sample("nki_samples_attention_bwd.py") as sample:
+        yield sample
 
 
 def _bf(x):

@@ -3,28 +3,22 @@ tests/python/kernels/nki_samples_rmsnorm_qkv.py, sample code as the sample write
 kernel, run through ``nsim.compat``: its output against numpy on trn1 and trn2 (including a sequence that is not a
 multiple of 128 and a head dim below 512, both masked), its placement taken as written, and the Beta-1
 semantics it relies on: ``+=`` of matmuls into a PSUM tile nothing wrote since its allocation."""
-import os
-
 import numpy as np
 import pytest
 
-from conftest import beta1_modules, require_core  # noqa: E402
+from conftest import beta1_sample, require_core  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rounded  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
-KDIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 
 
 @pytest.fixture(scope="module")
 def rq():
-    """The sample's module, imported with compat installed; sys.modules restored afterwards."""
-    with beta1_modules(os.path.join(KDIR, "nki_samples_rmsnorm_qkv.py")) as (mod,):
-        import neuronxcc.nki as nki
-        import neuronxcc.nki.isa as nisa
-        import neuronxcc.nki.language as nl
-        yield mod, nki, nl, nisa
+    """The sample's module with nki, nl and nisa, compat installed; sys.modules restored afterwards."""
+    with beta1_sample("nki_samples_rmsnorm_qkv.py") as sample:
+        yield sample
 
 
 def _bf(x):
