@@ -190,3 +190,19 @@ def test_flash_attn_bwd_lnc2_launch(fb):
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, np.asarray(b, np.float64))
     assert 0.5 * p_one.total_time_ns < p_two.total_time_ns < 0.6 * p_one.total_time_ns
+
+
+def test_values_assigned_into_tiles_are_written_there(fb):
+    """``softmax_dx_local[:, :] = nisa.scalar_tensor_tensor(...)`` and ``qk_res_buf[:, :] = nisa.affine_select(...)``:
+    the instruction writes the kernel's tile directly, as ``t[...] = nisa.activation(...)`` does; no copy of a
+    temporary follows it (the affine_select's one copy is of its PSUM input: GpSimd cannot read PSUM)."""
+    q, k, v, dy, _, o, lse, _ = _inputs(fb, 1, 1, 128, 512, True, seed=17)
+    _run(fb, q, k, v, o, dy, lse, causal=True)
+    lines = open(fb[0].__file__).read().splitlines()
+    ops = executed_ops(fb[0].flash_attn_bwd.last_json["body"])
+    for pattern, op, copies in (("softmax_dx_local[:, :] = nisa.scalar_tensor_tensor(", "scalar_tensor_tensor", 0),
+                                ("qk_res_buf[:, :] = nisa.affine_select(", "affine_select", 1)):
+        at = {i for i, text in enumerate(lines, 1) if pattern in text}  # (the bias and no-bias branches)
+        here = [s["op"] for s in ops if s.get("loc", {}).get("line") in at]
+        # seq 512: one K tile of 512 x 4 Q tiles, all on or left of the diagonal
+        assert here.count(op) == 4 and here.count("tensor_copy") == 4 * copies, (pattern, here)
