@@ -743,3 +743,48 @@ TEST_CASE("allocate: the multi-buffering fallback follows the peak as it moves b
   CHECK(bufs('C') == std::vector<int>{1, 1, 1, 1, 2, 2});
   CHECK(plan.psum_peak == 8 * 2048);
 }
+
+TEST_CASE("allocate: the multi-buffering fallback takes the largest tile live at the peak, over nested loops",
+          "[allocate][bufs]") {
+  // Outer loop O with PSUM tiles O0 (1 bank) and O1 (2 banks), inner loop I with I0 and I1 (1 bank each), all
+  // double-buffered: 2 + 4 + 2 + 2 = 10 banks live inside I, 8 available. O's tiles rotate over O's
+  // statements, I's over I's: different intervals. The fallback takes the largest stride live at the peak:
+  // O1 (10 -> 8 banks), and the others keep their buffers (taking I0 first, the smaller tile of the inner
+  // loop, would need two steps and leave I0 and I1 single-buffered).
+  KB b;
+  const int a = b.input("a", {128, 128}, DType::kBFloat16);
+  const int bm = b.input("b", {128, 512}, DType::kBFloat16);
+  const int y = b.output("y", {1024, 512});
+  const int at = b.tile("at", {128, 128}, DType::kBFloat16);
+  const int bt = b.tile("bt", {128, 512}, DType::kBFloat16);
+  b.op("dma_copy", {W(at), W(a)});
+  b.op("dma_copy", {W(bt), W(bm)});
+  const int o = b.loop("o", 0, 2, 1, LoopKind::kSequential, 10);
+  const int o0 = b.psum("O0", {128, 512}, 0, 11);
+  const int o1 = b.psum("O1", {128, 1024}, 0, 12);
+  b.op("nc_matmul", {W(o0), W(at), W(bt)}, 13);
+  b.op("nc_matmul", {X(o1, {D(0, 128), D(0, 512)}), W(at), W(bt)}, 14);
+  const int i = b.loop("i", 0, 2, 1, LoopKind::kSequential, 15);
+  const int i0 = b.psum("I0", {128, 512}, 0, 16);
+  const int i1 = b.psum("I1", {128, 512}, 0, 17);
+  const int s = b.tile("s", {128, 512}, DType::kFloat32, 0, 18);
+  b.op("nc_matmul", {W(i0), W(at), W(bt)}, 19);
+  b.op("nc_matmul", {W(i1), W(at), W(bt)}, 20);
+  b.o(b.op("tensor_tensor", {W(s), W(s), W(i0)}, 21)).alu0 = AluOp::kAdd;
+  b.o(b.op("tensor_tensor", {W(s), W(s), W(i1)}, 21)).alu0 = AluOp::kAdd;
+  b.o(b.op("tensor_tensor", {W(s), W(s), W(o0)}, 22)).alu0 = AluOp::kAdd;
+  b.o(b.op("tensor_tensor", {W(s), W(s), X(o1, {D(0, 128), D(0, 512)})}, 23)).alu0 = AluOp::kAdd;
+  b.op("dma_copy", {X(y, {D(Affine{0, {{o, 256}, {i, 128}}}, 128), D(0, 512)}), W(s)}, 24);
+  b.end();
+  b.end();
+  const auto p = params("trn2");
+  REQUIRE_NOTHROW(verify_kernel(b.k, p));
+  const auto plan = allocate_tiles(b.k, p);
+  auto bufs = [&](int t) { return plan.tiles[static_cast<size_t>(t)].bufs; };
+  CHECK(plan.tiles[static_cast<size_t>(o1)].stride == 4096);
+  CHECK(bufs(o0) == 2);
+  CHECK(bufs(o1) == 1);
+  CHECK(bufs(i0) == 2);
+  CHECK(bufs(i1) == 2);
+  CHECK(plan.psum_peak == 8 * 2048);
+}
