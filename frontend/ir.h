@@ -59,6 +59,11 @@ struct Access {
   /// It splits a dim in two where an access visits it with two strides (the NKI tutorial's transpose
   /// `out[i_p, i_x * ny + i_y] = in[i_p, i_y * nx + i_x]`). Empty = the tensor's shape.
   std::vector<int64_t> shape;
+  /// A strided view (kernel.json `"strides"`, with `"shape"`): the element strides of the dims of `shape`
+  /// over the tensor's elements (on chip: strides[0] is the partition step, the tile's free element count), in
+  /// place of the row-major strides of `shape`. It expresses a read whose dims overlap, such as the 3x3 /
+  /// stride-2 windows `t[i_p, 2 * i_h + i_kh, 2 * i_w + i_kw]` of a max pool; sources only. Empty = row-major.
+  std::vector<int64_t> strides;
   bool operator==(const Access&) const = default;
 };
 

@@ -850,7 +850,7 @@ class Reader {
     if (!v.is_object())
       fail(ErrorCode::kWrongType, v, path,
            fmt::format("expected a tensor name or {{\"tensor\": name, \"index\": [...]}}, found {}", v.type_name()), loc);
-    check_keys(v, path, {"tensor", "shape", "index", "order", "dtype"}, loc);
+    check_keys(v, path, {"tensor", "shape", "strides", "index", "order", "dtype"}, loc);
     const Value& tv = require(v, "tensor", path, loc);
     a.tensor = lookup_tensor(tv, get_string(tv, path + ".tensor", loc), path + ".tensor", loc);
     const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
@@ -869,15 +869,30 @@ class Reader {
       int64_t n = 1, m = 1;  // (read_shape keeps the byte size of either within int64)
       for (int64_t d : a.shape) n *= d;
       for (int64_t d : t.shape) m *= d;
-      if (n != m)
+      if (const Value* tv2 = v.find("strides")) {  // a strided view: any element count, the strides given
+        const Path tp = path + ".strides";
+        expect_array(*tv2, tp, loc);
+        if (tv2->size() != a.shape.size())
+          fail(ErrorCode::kWrongType, *tv2, tp,
+               fmt::format("{} strides for a view of shape {} (one per dim)", tv2->size(), shape_str(a.shape)), loc);
+        for (size_t i = 0; i < tv2->size(); ++i)
+          a.strides.push_back(get_int((*tv2)[i], tp[i], 1, std::numeric_limits<int64_t>::max(), loc));
+        if (chip && a.strides[0] != m / t.shape[0])
+          fail(ErrorCode::kBadReshape, *tv2, tp,
+               fmt::format("a strided view of tile {} (shape {}): strides[0] is the partition step, {} (found {})",
+                           q(t.name), shape_str(t.shape), m / t.shape[0], a.strides[0]), loc);
+      } else if (n != m) {
         fail(ErrorCode::kBadReshape, *sv, sp,
              fmt::format("a view of tensor {} (shape {}, {} elements) as shape {} ({} elements): a re-dimensioned "
                          "view keeps the element count", q(t.name), shape_str(t.shape), m, shape_str(a.shape), n), loc);
+      }
       if (chip && a.shape[0] != t.shape[0])
         fail(ErrorCode::kBadReshape, *sv, sp,
              fmt::format("a view of tile {} (shape {}) as shape {}: the partition dim (dim 0, size {}) stays dim 0 "
                          "with the same size", q(t.name), shape_str(t.shape), shape_str(a.shape), t.shape[0]), loc);
-      if (a.shape == t.shape) a.shape.clear();
+      if (a.shape == t.shape && a.strides.empty()) a.shape.clear();
+    } else if (v.find("strides")) {
+      fail(ErrorCode::kWrongType, *v.find("strides"), path + ".strides", "\"strides\" needs \"shape\"", loc);
     }
     const std::vector<int64_t>& sh = access_shape(t, a);
     const Value* idx = v.find("index");
@@ -1262,6 +1277,7 @@ class Writer {
     Value v = Value::object();
     v.set("tensor", Value::string(t.name));
     if (!a.shape.empty()) v.set("shape", shape(a.shape));
+    if (!a.strides.empty()) v.set("strides", shape(a.strides));
     if (!a.dims.empty()) v.set("index", std::move(idx));
     if (!a.order.empty()) {
       Value ord = Value::array();

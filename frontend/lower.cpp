@@ -75,7 +75,7 @@ Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::ve
   int64_t st[kMaxRank];
   int64_t s = 1;
   for (int d = rank - 1; d >= 0; --d) {
-    st[d] = s;
+    st[d] = a.strides.empty() ? s : a.strides[static_cast<size_t>(d)];  // (a strided view gives its own)
     s *= shape[static_cast<size_t>(d)];
   }
 
@@ -364,7 +364,7 @@ void Lowering::operand_into(size_t oi, OperandForm& f, const Access& a, Operand&
       std::array<int64_t, kMaxRank> st{};
       int64_t sz = 1;
       for (int d = rank - 1; d >= 0 && f.exact; --d) {
-        st[static_cast<size_t>(d)] = sz;
+        st[static_cast<size_t>(d)] = a.strides.empty() ? sz : a.strides[static_cast<size_t>(d)];
         f.exact = !__builtin_mul_overflow(sz, shape[static_cast<size_t>(d)], &sz) || d == 0;
       }
       const int64_t eb = dtype_bytes(t.dtype);

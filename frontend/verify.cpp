@@ -277,18 +277,37 @@ class Verifier {
       bool over = false;
       for (int64_t d : a.shape) over |= d < 1 || __builtin_mul_overflow(n, d, &n);
       for (int64_t d : t.shape) m *= d;
-      if (over || n != m || (chip && a.shape[0] != t.shape[0]))
+      if (!a.strides.empty()) {  // a strided view (its bounds are checked on the elements it reaches, below)
+        if (a.strides.size() != a.shape.size() || (chip && (a.shape[0] != t.shape[0] || a.strides[0] != m / t.shape[0])))
+          fail(ErrorCode::kBadReshape,
+               fmt::format("operand '{}' views tensor '{}' {} as shape {} with {} strides: one stride per dim{}",
+                           slot_name(slot), t.name, shape_str(t.shape), shape_str(a.shape), a.strides.size(),
+                           chip ? ", the partition dim kept, strides[0] the partition step" : ""));
+        if (slot == 0)
+          fail(ErrorCode::kBadIndex,
+               fmt::format("operand '{}' writes tensor '{}' {} through a strided view (shape {}): its elements may "
+                           "overlap, so it can only be read", slot_name(slot), t.name, shape_str(t.shape),
+                           shape_str(a.shape)));
+      } else if (over || n != m || (chip && a.shape[0] != t.shape[0]))
         fail(ErrorCode::kBadReshape,
              fmt::format("operand '{}' views tensor '{}' {} as shape {}: a re-dimensioned view keeps the element "
                          "count{}", slot_name(slot), t.name, shape_str(t.shape), shape_str(a.shape),
                          chip ? " and the partition dim" : ""));
     }
     const std::vector<int64_t>& shape = access_shape(t, a);
+    if (a.dims.empty() && !a.strides.empty())
+      fail(ErrorCode::kBadIndex, fmt::format("operand '{}' is a strided view of tensor '{}' without an index",
+                                             slot_name(slot), t.name));
     if (a.dims.empty()) return;
     if (a.dims.size() != shape.size())
       fail(ErrorCode::kBadIndex, fmt::format("operand '{}' indexes tensor '{}' {} with {} dims, expected {}",
                                              slot_name(slot), t.name, shape_str(shape), a.dims.size(),
                                              shape.size()));
+    // A strided view: each dim's indices stay >= 0, the elements reached within the tensor (per partition
+    // on chip; the partition dim checked as a dim).
+    const bool strided = !a.strides.empty();
+    int64_t reach = 0, numel = 1;
+    for (size_t d = chip ? 1 : 0; strided && d < t.shape.size(); ++d) numel *= t.shape[d];
     for (size_t d = 0; d < a.dims.size(); ++d) {
       const DimAccess& da = a.dims[d];
       const int di = static_cast<int>(d);
@@ -319,6 +338,17 @@ class Verifier {
       if (__builtin_add_overflow(mn, std::min<int64_t>(0, span), &lo) ||
           __builtin_add_overflow(mx, std::max<int64_t>(0, span), &hi))
         fail(ErrorCode::kIndexOutOfBounds, fmt::format("operand '{}' dim {}: index overflows", slot_name(slot), d));
+      if (strided && !(chip && d == 0)) {
+        int64_t r = 0;
+        if (lo < 0 || __builtin_mul_overflow(hi, a.strides[d], &r) || __builtin_add_overflow(reach, r, &reach) ||
+            reach >= numel)
+          fail(ErrorCode::kIndexOutOfBounds,
+               fmt::format("operand '{}' dim {} of a strided view (shape {}, strides {}) of tensor '{}' {}: indices "
+                           "[{}, {}] reach element {}{}, expected within [0, {})", slot_name(slot), d,
+                           shape_str(shape), shape_str(a.strides), t.name, shape_str(t.shape), lo, hi, reach,
+                           chip ? " of a partition" : "", numel));
+        continue;
+      }
       if (lo < 0 || hi >= dim) {
         const bool high = hi >= dim;
         fail(ErrorCode::kIndexOutOfBounds,

@@ -908,6 +908,41 @@ def ir_redim(shape, offset, pat, chip):
     return new, idx, order
 
 
+def ir_strided(shape, offset, pat, chip):
+    """For a view neither ``ir_index`` nor ``ir_redim`` can express because its dims overlap (the 3x3 / stride-2
+    windows ``t[i_p, 2 * i_h + i_kh, 2 * i_w + i_kw]`` of a max pool): a kernel-IR access with ``"shape"`` and
+    ``"strides"`` (docs/kernel-json.md), the view's own dims with their element strides, which the hardware's
+    access patterns take as they are (it can only be read: the kernel IR rejects it as a destination). None when
+    the view has a broadcast (stride-0) or negative stride, more free dims than an instruction takes, a symbolic
+    offset, or (on chip) does not keep the partition dim first."""
+    if not isinstance(offset, (int, np.integer)) or not pat or any(s <= 0 for s, _c in pat):
+        return None
+    shape = [int(x) for x in shape]
+    if chip:
+        fsize = int(np.prod(shape[1:], dtype=np.int64))
+        if pat[0][0] != fsize and pat[0][1] != 1:
+            return None
+        if len(pat) > 5 or offset // fsize + pat[0][1] > shape[0]:
+            return None
+        strides, sizes = [fsize] + [s for s, _c in pat[1:]], [c for _s, c in pat]
+        starts, rem = [offset // fsize], offset % fsize
+    else:
+        strides, sizes = [s for s, _c in pat], [c for _s, c in pat]
+        starts, rem = [], offset
+    # the offset as starts on the dims, greatest stride first (the bounds are checked on the elements reached)
+    first = 1 if chip else 0
+    starts += [0] * (len(pat) - first)
+    for k in sorted(range(first, len(pat)), key=lambda k: -strides[k]):
+        starts[k], rem = divmod(rem, strides[k]) if strides[k] else (0, rem)
+    if rem:
+        return None
+    idx = [{"start": int(a), "size": int(c)} for a, c in zip(starts, sizes)]
+    dims = [int(c) for c in sizes]
+    if chip:
+        dims[0] = shape[0]  # the tile's partitions, of which the index takes a range
+    return {"shape": dims, "strides": [int(x) for x in strides], "index": idx}
+
+
 def _redim_broadcast(shape, nb, chip):
     """``shape`` with ``nb`` size-1 dims for broadcast dims to sit on (a 1-D bias read as (128, n)): before its dims,
     on chip after the partition dim (at most 4 free dims); None past that."""
@@ -1635,6 +1670,9 @@ class NkiTensor:
                 idx, order = ir_index(base.shape, off, pat, base.buffer in ON_CHIP)
             except _NotExpressible as e:
                 redim = ir_redim(base.shape, off, pat, base.buffer in ON_CHIP)
+                strided = None if redim is not None else ir_strided(base.shape, off, pat, base.buffer in ON_CHIP)
+                if strided is not None:  # an overlapping read (max-pool windows): kernel.json "strides"
+                    return dict({"tensor": base.name}, **strided)
                 if redim is None:
                     raise make_error("BadView", "the view {} of tensor '{}' (shape {}) cannot be expressed "
                                      "as a kernel-IR access: {} (copy it into a fresh tile first)".format(

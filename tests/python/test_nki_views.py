@@ -419,17 +419,46 @@ def test_b1_two_axis_index_load_store(b1):
     _close(o2, a.reshape(128, 32, 2).max(2))
 
 
-def test_b1_overlapping_windows_error(b1):
+def test_b1_overlapping_windows(b1):
+    """Overlapping windows (width 3, stride 2: ``t[i_p, 2 * i_f + i_k]``) are numpy advanced indexing (spec
+    §3.8) and one hardware access pattern (§2.0: a source may visit an element twice): read in place as a
+    kernel.json strided view, by the reduction and by a DMA from HBM (they raised NSIM-E428). Also the 3x3 /
+    stride-2 windows of a 2-D max pool (4 free dims), and a 2-D window of an HBM tensor. Writing through such a
+    view is an error (its elements may overlap)."""
     bnki, bnl, _ = b1
 
     @bnki.jit
-    def k(a):
+    def k(a, b):
+        out = bnl.ndarray((128, 31), dtype=a.dtype, buffer=bnl.shared_hbm)
+        out2 = bnl.ndarray((128, 31, 3), dtype=a.dtype, buffer=bnl.shared_hbm)
+        out3 = bnl.ndarray((128, 4, 4), dtype=a.dtype, buffer=bnl.shared_hbm)
         i_p, i_f, i_k = bnl.mgrid[0:128, 0:31, 0:3]
         t = bnl.load(a)
-        bnl.sum(t[i_p, 2 * i_f + i_k], axis=2)
+        bnl.store(out, value=bnl.sum(t[i_p, 2 * i_f + i_k], axis=2))
+        bnl.store(out2, value=bnl.load(a[i_p, 2 * i_f + i_k]))
+        j_p, j_h, j_kh, j_w, j_kw = bnl.mgrid[0:128, 0:4, 0:3, 0:4, 0:3]
+        tb = bnl.load(b)
+        bnl.store(out3, value=bnl.max(tb[j_p, 2 * j_h + j_kh, 2 * j_w + j_kw], axis=[2, 4]))
+        return out, out2, out3
 
-    with pytest.raises(NsimError, match="cannot be expressed"):
-        k(_rand((128, 64)))
+    a = _rand((128, 64), seed=13)
+    b = _rand((128, 9, 9), seed=14)
+    o, o2, o3 = k(a, b)
+    win = np.stack([a[:, 2 * np.arange(31) + j] for j in range(3)], axis=2)
+    _close(o2, win)
+    _close(o, win.sum(axis=2))
+    want = np.array([[b[:, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max(axis=(1, 2)) for j in range(4)] for i in range(4)])
+    _close(o3, want.transpose(2, 0, 1))
+
+    @bnki.jit
+    def bad(a):
+        i_p, i_f, i_k = bnl.mgrid[0:128, 0:31, 0:3]
+        t = bnl.load(a)
+        t[i_p, 2 * i_f + i_k] = bnl.load(a[i_p, 2 * i_f + i_k])
+        return a
+
+    with pytest.raises(NsimError, match="through a strided view.*can only be read"):
+        bad(_rand((128, 64)))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -383,6 +383,29 @@ TEST_CASE("kernel_json: a re-dimensioned access (shape) reads, round-trips and k
             .code() == ErrorCode::kWrongType);
 }
 
+TEST_CASE("kernel_json: a strided access (shape + strides) reads and round-trips", "[kernel_json]") {
+  // t [128, 512] read as the overlapping windows [128, 7, 3, 7, 3] of a 16 x 32 image per partition (width 3,
+  // stride 2 in both dims: strides 64, 32, 2, 1; strides[0] = 512, the partition step); any element count.
+  const Kernel k = parse_kernel_json(wrap(
+      R"({"alloc": {"name": "w", "buffer": "sbuf", "dtype": "float32", "shape": [128, 7, 3, 7, 3]}},
+         {"op": "tensor_copy", "dst": "w", "src": {"tensor": "t", "shape": [128, 7, 3, 7, 3], "strides": [512, 64, 32, 2, 1], "index": [{"size": 128}, {"size": 7}, {"size": 3}, {"size": 7}, {"size": 3}]}})"));
+  REQUIRE(k.ops.size() == 1);
+  const Access& a = *k.ops[0].operands[1];
+  CHECK(a.shape == std::vector<int64_t>{128, 7, 3, 7, 3});
+  CHECK(a.strides == std::vector<int64_t>{512, 64, 32, 2, 1});
+  check_round_trip(k);
+  CHECK_THAT(write_kernel_json(k), Catch::Contains(R"("strides": [512, 64, 32, 2, 1],)"));
+  // without shape, one stride per dim, the partition step, positive strides
+  CHECK(kernel_error(wrap(R"({"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "strides": [512, 1], "index": [{"size": 128}]}})"))
+            .code() == ErrorCode::kWrongType);
+  CHECK(kernel_error(wrap(R"({"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "shape": [128, 512], "strides": [1], "index": [{"size": 128}]}})"))
+            .code() == ErrorCode::kWrongType);
+  CHECK(kernel_error(wrap(R"({"op": "dma_copy", "dst": "x", "src": {"tensor": "t", "shape": [128, 256], "strides": [256, 2], "index": [{"size": 128}]}})"))
+            .code() == ErrorCode::kBadReshape);
+  CHECK(kernel_error(wrap(R"({"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "shape": [128, 512], "strides": [512, 0], "index": [{"size": 128}]}})"))
+            .code() == ErrorCode::kWrongType);
+}
+
 TEST_CASE("kernel_json: writer omits defaults and writes expressions", "[kernel_json]") {
   Kernel k;
   k.name = "built";
