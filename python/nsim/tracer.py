@@ -1879,19 +1879,59 @@ def _inplace_accumulation(stmt):
             stmt.get("dst") is not None and stmt.get("dst") == stmt.get("data1"))
 
 
+class _Region(tuple):
+    """(start, count, step) per dim of an IR access, with ``layout`` = (shape, element strides) of the dims it
+    indexes: the tensor's own, or those of a re-dimensioned access (``"shape"``/``"strides"``)."""
+    layout = None
+
+
 def _exact_region(v, tracer):
     """Per dim of the tensor (start, count, step) of an IR access (a name: the whole tensor)."""
     if isinstance(v, str):
-        return tuple((0, n, 1) for n in tracer.shapes.get(v, ()))
-    out = []
-    for e in v.get("index", []):
-        if isinstance(e, (int, Sym)):
-            out.append((e, 1, 1))
-        elif "broadcast" in e:
-            out.append((e.get("start", 0), 1, 1))
-        else:
-            out.append((e.get("start", 0), e.get("size", 1), e.get("step", 1)))
-    return tuple(out)
+        shape = tuple(tracer.shapes.get(v, ()))
+        out = [(0, n, 1) for n in shape]
+    else:
+        shape = tuple(v.get("shape") or tracer.shapes.get(v["tensor"], ()))
+        out = []
+        for e in v.get("index", []):
+            if isinstance(e, (int, Sym)):
+                out.append((e, 1, 1))
+            elif "broadcast" in e:
+                out.append((e.get("start", 0), 1, 1))
+            else:
+                out.append((e.get("start", 0), e.get("size", 1), e.get("step", 1)))
+    reg = _Region(out)
+    strides = v.get("strides") if isinstance(v, dict) else None
+    if not strides:
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.append(acc)
+            acc *= int(n)
+        strides.reverse()
+    reg.layout = (tuple(int(n) for n in shape), tuple(int(s) for s in strides))
+    return reg
+
+
+def _flat_overlap(a, b):
+    """Whether two regions of one tensor with different layouts (one access re-dimensioned by a reshape: rows
+    of a ``(B*S, H)`` view of a ``(B, S, H)`` tensor) share an element, compared on the tensor's flat elements;
+    True when that cannot be decided cheaply (symbolic starts, huge regions)."""
+    flats = []
+    for reg in (a, b):
+        shape, strides = reg.layout
+        dims = list(reg) + [(0, n, 1) for n in shape[len(reg):]]
+        if len(dims) != len(strides) or any(not isinstance(s, (int, np.integer)) for s, _n, _k in dims):
+            return True
+        if int(np.prod([n for _s, n, _k in dims], dtype=np.int64)) > 1 << 22:
+            return True
+        flat = np.zeros((), np.int64)
+        for (s, n, k), st in zip(dims, strides):
+            flat = np.add.outer(flat, (int(s) + int(k) * np.arange(int(n), dtype=np.int64)) * int(st))
+        flats.append(flat.ravel())
+    fa, fb = flats
+    if fa.size == 0 or fb.size == 0 or fa.max() < fb.min() or fb.max() < fa.min():
+        return False
+    return bool(np.isin(fa, fb).any())
 
 
 def _dims_overlap(a, b):
@@ -1906,6 +1946,9 @@ def _dims_overlap(a, b):
 
 
 def _regions_overlap(a, b):
+    la, lb = getattr(a, "layout", None), getattr(b, "layout", None)
+    if la is not None and lb is not None and la != lb:
+        return _flat_overlap(a, b)
     if len(a) != len(b):
         return True
     return all(_dims_overlap(x, y) for x, y in zip(a, b))
