@@ -482,10 +482,14 @@ class Generator {
   }
 
   void mutate_shape(Json& root) {
-    std::vector<Node> c = select(root, [](const Node& n) { return n.key == "shape" && n.node->is_array(); });
+    // A tensor's or a view's shape, or a strided view's strides (kernel.json "strides").
+    std::vector<Node> c = select(root, [](const Node& n) {
+      return (n.key == "shape" || n.key == "strides") && n.node->is_array();
+    });
     if (c.empty()) return mutate_any(root);
-    Json& s = *pick(c).node;
-    if (chance(0.25) || s.empty()) return mutate_array(s, "shape");
+    const Node& picked = pick(c);
+    Json& s = *picked.node;
+    if (chance(0.25) || s.empty()) return mutate_array(s, picked.key);
     Json& d = s[below(s.size())];
     if (chance(0.5) && d.is_number_integer()) {  // e.g. 128 -> 256; wraps (in unsigned arithmetic: no UB)
       const uint64_t k = chance(0.5) ? 2 : 3;
