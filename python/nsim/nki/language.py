@@ -761,9 +761,9 @@ def _axes(x, axis, what):
 
 
 def _reduce_into(alu, x, axes, dt):
-    """Reduce the free ``axes`` of ``x`` (kept as size 1). Trailing axes: one tensor_reduce; other axes
-    (e.g. ``axis=[2, 4]`` of average pooling) are folded afterwards with element-wise ops over their
-    slices (n - 1 tensor_tensor per axis)."""
+    """Reduce the free ``axes`` of ``x`` (kept as size 1). Trailing axes: one tensor_reduce; other axes of an
+    on-chip tile (e.g. ``axis=[2, 4]`` of pooling) are permuted to the end of a view, also one tensor_reduce;
+    elsewhere they are folded afterwards with element-wise ops over their slices (n - 1 tensor_tensor per axis)."""
     nd = x.ndim
     trail = []
     for a in reversed(range(1, nd)):
@@ -773,6 +773,13 @@ def _reduce_into(alu, x, axes, dt):
             break
     rest = [a for a in axes if a not in trail]
     isa = _isa()
+    if rest and x.buffer in _tr.ON_CHIP:
+        # spec §3.6: the reduced axes are permuted to the end (a view) and reduced by one tensor_reduce, whose
+        # result holds the kept elements in their order (as the keepdims shape does)
+        keep = [a for a in range(nd) if a not in axes]
+        r = _new_tile([1 if i in axes else s for i, s in enumerate(x.shape)], dt)
+        isa.tensor_reduce(dst=r, op=alu, data=x.permute(keep + list(axes)), axis=list(range(len(keep), nd)))
+        return r
     r = x
     if trail:
         kshape = [1 if i in trail else s for i, s in enumerate(x.shape)]

@@ -1074,9 +1074,12 @@ class BlockTensor:
     """An on-chip tensor with block dims before the partition dim: ``(b0, .., par_dim(P), F..)``.
     Storage: one ``(P, b0, .., F..)`` tile; ``t[i0, ..]`` (all block dims indexed) is a tile."""
 
-    def __init__(self, tile, nblock, placed=None):
+    def __init__(self, tile, nblock, placed=None, merged=None):
         self._t = tile
         self._nb = nblock
+        # More block and free dims than a tile has (P + blocks + free > 5): (logical block dims, logical first
+        # free dim F0); the storage is then (P, blocks * F0, F1..), block k at [k * F0, (k + 1) * F0) of dim 1.
+        self._merged = merged
         # Manual placement (an ncc allocator): (logical block dims, slot_of, logical first free dim or
         # None); the storage is then (P, slots, F0 padded to the slot stride, F1..).
         self._placed = placed
@@ -1090,6 +1093,9 @@ class BlockTensor:
             if f0 is not None:
                 free = (f0,) + free[1:]
             return _tr.Shape(tuple(blocks) + s[:1] + tuple(free))
+        if self._merged is not None:
+            blocks, f0 = self._merged
+            return _tr.Shape(tuple(blocks) + s[:1] + (f0,) + s[2:])
         return _tr.Shape(s[1:1 + self._nb] + s[:1] + s[1 + self._nb:])
 
     @property
@@ -1134,6 +1140,15 @@ class BlockTensor:
             t = self._t[(slice(None), slot_of(tuple(blk)))]
             if f0 is not None:
                 t = t[(slice(None), slice(0, f0))]
+        elif self._merged is not None:
+            blocks, f0 = self._merged
+            flat = 0
+            for b, n in zip(blk, blocks):
+                if isinstance(b, (int, np.integer)) and not 0 <= b < n:
+                    raise make_error("IndexOutOfBounds", "block index {} is outside the tensor's block dims "
+                                     "{}".format(tuple(blk), tuple(blocks)))
+                flat = flat * n + b
+            t = self._t[(slice(None), slice(flat * f0, (flat + 1) * f0))]
         else:
             t = self._t[(slice(None),) + tuple(blk)]
         rest = k[self._nb:]
@@ -1187,6 +1202,20 @@ def _widening_transpose(stmt, view):
     return stmt["op"] == "nc_transpose" and (stmt.get("engine") == "vector" or view.dtype == "float32")
 
 
+def _whole_shape(value):
+    """The shape of the storage of ``value`` when it covers it whole: its own shape, or for a 1-D result (a (P, 1)
+    tile viewed as (P,), which behaves as (P, 1): spec §3.10) the storage's (P, 1); else None."""
+    if value.is_full():
+        return tuple(value.shape)
+    st = value._st
+    if isinstance(st, _tr._ViewStorage) or len(value._dims) != len(st.shape):
+        return None
+    for d, n in zip(value._dims, st.shape):
+        if isinstance(d[0], _tr.Sym) or d[0] != 0 or d[1] != n or d[2] != 1 or not (d[3] or n == 1):
+            return None
+    return tuple(st.shape)
+
+
 def _retarget_fresh(view, value, box=None, reuse=True):
     """``t[idx] = <fresh temporary>``: when the instruction that just produced the temporary (the last one
     emitted) wrote exactly it, let that instruction write ``t[idx]`` instead (no extra copy; the
@@ -1195,9 +1224,10 @@ def _retarget_fresh(view, value, box=None, reuse=True):
     ``reuse``: the temporary's storage may go to its line's next tile (not for a masked value function's
     internal result: that made the iterations of a kept loop trace differently). Returns True when done."""
     tr = _tr.active()
-    if tr is None or not tr.body or not value.is_full() or value.buffer != view.buffer:
+    whole = _whole_shape(value) if box is None else (tuple(value.shape) if value.is_full() else None)
+    if tr is None or not tr.body or whole is None or value.buffer != view.buffer:
         return False
-    if tuple(value.shape) != tuple(view.shape) or view.buffer == "hbm":
+    if whole != tuple(view.shape) or view.buffer == "hbm":
         return False
     i = len(tr.body) - 1
     while i > 0 and "alloc" in tr.body[i]:  # (tiles allocated since: no access in between)
@@ -1205,7 +1235,7 @@ def _retarget_fresh(view, value, box=None, reuse=True):
             return False  # the view's own tile is younger than the instruction
         i -= 1
     stmt = tr.body[i]
-    wrote = value.name if box is None else _restrict(value, box).access()
+    wrote = (value.name if value.is_full() else value.access()) if box is None else _restrict(value, box).access()
     if stmt.get("op") not in _RETARGET_OPS or stmt.get("dst") != wrote:
         return False
     if box is not None:
@@ -1403,6 +1433,12 @@ def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
         storage = (dims[p],) + dims[:p] + dims[p + 1:]
         if len(storage) == 2:
             storage = storage + (1,)
+        if len(storage) > 5:
+            # a logical list of tiles (spec §1.2): only each (P, F..) tile is limited to 5 dims, not the number
+            # of block dims; lay the blocks one after the other along the first free dim
+            free = dims[p + 1:] or (1,)
+            t = tr.tile(b, dtype, (dims[p], int(np.prod(dims[:p])) * free[0]) + free[1:], name=name or None)
+            return BlockTensor(t, p, merged=(dims[:p], free[0]))
         return BlockTensor(tr.tile(b, dtype, storage, name=name or None), p)
     if len(dims) == 1:
         return _nl._new_tile(dims, dtype, b)
