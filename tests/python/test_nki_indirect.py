@@ -221,6 +221,43 @@ def test_beta1_scatter_store_and_atomic_rmw(b1):
     np.testing.assert_allclose(acc, want_acc, rtol=1e-5, atol=1e-5)
 
 
+def test_beta1_masked_gather_and_scatter_add(b1):
+    """A MoE token dispatch in the Beta-1 dialect (tests/python/test_moe_style_kernels.py): the slots of an
+    expert's capacity past its token count hold an out-of-range id (T) and are masked off (``mask=(i_p <
+    n_valid)``, spec §3.8: masked-out index positions are neither read nor bounds-checked), the columns past 48
+    too; the gather (``nl.load``), the combine (``nl.store`` of the loaded rows plus the update, then
+    ``nl.atomic_rmw`` and ``dma_copy(dst_rmw_op=np.add)``) touch only the valid rows and columns. nsim used to
+    refuse a mask on a row-indexed view (NSIM-E446 'a view of the indirect view cannot be taken')."""
+    _nki, bnl, bnisa = b1
+
+    @_nki.jit
+    def k(hidden, ids, n_valid):
+        T, H = hidden.shape
+        out = bnl.ndarray((T, H), dtype=hidden.dtype, buffer=bnl.shared_hbm)
+        i_t = bnl.arange(T)[:, None]
+        i_h = bnl.arange(H)[None, :]
+        bnl.store(out[i_t, i_h], value=bnl.zeros((T, H), dtype=hidden.dtype))
+        C = ids.shape[0]
+        i_c = bnl.arange(C)[:, None]
+        idx = bnl.load(ids)
+        valid = (i_c < n_valid) & (i_h < 48)
+        x = bnl.load(hidden[idx[i_c, 0], i_h], mask=valid)
+        cur = bnl.load(out[idx[i_c, 0], i_h], mask=valid)
+        bnl.store(out[idx[i_c, 0], i_h], value=bnl.add(cur, x, mask=valid), mask=valid)
+        bnl.atomic_rmw(out[idx[i_c, 0], i_h], value=x, op=np.add, mask=valid)
+        bnisa.dma_copy(dst=out[idx[i_c, 0], i_h], src=x, dst_rmw_op=np.add, mask=valid)
+        return out
+
+    T, n_valid = 40, 5
+    hidden = _rng(8).standard_normal((T, 64)).astype(np.float32)
+    ids = np.full((16, 1), T, np.int32)  # unused capacity slots: out of range
+    ids[:n_valid, 0] = [3, 17, 0, 39, 22]
+    out = k(hidden, ids, n_valid)
+    want = np.zeros_like(hidden)
+    want[ids[:n_valid, 0], :48] = 3 * hidden[ids[:n_valid, 0], :48]
+    np.testing.assert_array_equal(out, want)
+
+
 def test_beta1_indirect_index_on_a_free_dim_is_refused(b1):
     _nki, bnl, _ = b1
 

@@ -295,6 +295,25 @@ def _box_onto(box, shape, target):
     return out if i == len(shape) else None
 
 
+def _restrict_rows(view, box):
+    """The part inside ``box`` of a row gather/scatter view ``hbm[idx_tile[i_p, 0], i_f]`` (spec §3.8; a
+    vector-offset view, §3.9): partitions [lo, hi) keep their own row indices ``idx_tile[lo:hi]`` (a row's
+    address comes from its index alone: the pattern's partition step is 0); the free dims are cut as in a
+    static view. A mask on such a load/store (a capacity bound ``i_p < n_valid``) restricts it this way."""
+    _, off, pat = view._flat()
+    if len(box) != len(pat):
+        raise make_error("NotSupported", "mask of {} dims on a view of shape {}".format(len(box), tuple(view.shape)))
+    ind = view._ind
+    (lo0, hi0), new = box[0], [(0, box[0][1] - box[0][0])]
+    for (s, _n), (lo, hi) in zip(pat[1:], box[1:]):
+        off += s * lo
+        new.append((s, hi - lo))
+    v = view._static()._pattern_view(off, new)
+    v._ind = _tr.Indirection(NkiTensor.__getitem__(ind.offsets, (slice(lo0, hi0),)), False, ind.bound, ind.stride,
+                             ind.dim)
+    return v
+
+
 def _restrict(view, box):
     """The part of the (arange or tile) view inside ``box`` (coordinates of the view's shape)."""
     if tuple(n for n in (hi - lo for lo, hi in box)) == tuple(view.shape):
@@ -316,6 +335,8 @@ def _restrict(view, box):
             new.append(IndexExpr(e.offset + _b.sum(c * box[a][0] for a, c in e.coefs.items()), dict(e.coefs),
                                  shp))
         return base._adv_index(tuple(new), defer_oob=False)
+    if isinstance(view, NkiTensor) and view.is_indirect() and not view._ind.scalar:
+        return _restrict_rows(view, box)
     if len(box) != view.ndim:
         raise make_error("NotSupported", "mask of {} dims on a view of shape {}".format(len(box), tuple(view.shape)))
     return NkiTensor.__getitem__(view, tuple(slice(lo, hi) for lo, hi in box))
@@ -2006,7 +2027,16 @@ def dropout(x, rate, *, dtype=None, mask=None, **kwargs):
 
 def atomic_rmw(dst, value, op, *, mask=None):
     """``nl.atomic_rmw(dst, value, op)`` (Beta 1): ``dst = op(dst, value)`` on an HBM view, usually with
-    indirect (tile) indices ``dst[idx_tile[i_p, 0], i_f]``; ``op`` only ``np.add``."""
+    indirect (tile) indices ``dst[idx_tile[i_p, 0], i_f]``; ``op`` only ``np.add``. A mask (rectangular, as
+    on ``nl.store``) updates only the positions where it holds."""
+    if _is_mask(mask) and not isinstance(mask, (bool, np.bool_)):
+        box = mask_box(mask, dst.shape)
+        if box is None:
+            return
+        if isinstance(value, NkiTensor) and tuple(value.shape) == tuple(dst.shape):
+            value = _restrict(value, box)
+        dst = _restrict(dst, box)
+        mask = None
     _check_mask(mask, "nl.atomic_rmw")
     _nl.atomic_rmw(dst, value, op)
 
