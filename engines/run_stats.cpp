@@ -188,16 +188,21 @@ RunStats::Bytes RunStats::bytes_of(const Instr& in) {
   Bytes b;
   if (in.op == Opcode::kCoreBarrier) return b;  // a barrier names its tensor, moves no bytes
   const isa::OpInfo& info = isa::op_info(in.op);
+  // An accumulating DMA (dst += src: a scatter-add, dma_compute) reads its destination as well as writing it.
+  const bool rmw = in.op == Opcode::kDmaCopy && (in.flags & isa::kAccumulate) != 0;
   for (int i = 0; i < info.num_slots; ++i) {
     const Operand& o = in.slot(i);
     if (!o.present()) continue;
     const bool written = info.slots[static_cast<size_t>(i)].written;
     const auto bytes = static_cast<uint64_t>(o.total_elems() * dtype_bytes(o.dtype));
-    switch (o.space) {
-      case Space::kHbm: (written ? b.hbm_write : b.hbm_read) += bytes; break;
-      case Space::kSbuf: (written ? b.sbuf_write : b.sbuf_read) += bytes; break;
-      case Space::kPsum: (written ? b.psum_write : b.psum_read) += bytes; break;
-      case Space::kNone: break;
+    for (const bool w : {written, false}) {
+      switch (o.space) {
+        case Space::kHbm: (w ? b.hbm_write : b.hbm_read) += bytes; break;
+        case Space::kSbuf: (w ? b.sbuf_write : b.sbuf_read) += bytes; break;
+        case Space::kPsum: (w ? b.psum_write : b.psum_read) += bytes; break;
+        case Space::kNone: break;
+      }
+      if (!(written && rmw)) break;  // (the read of an accumulating DMA's destination: a second pass)
     }
   }
   return b;

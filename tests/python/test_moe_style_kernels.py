@@ -187,8 +187,8 @@ def test_expert_mlp_instruction_counts(moe):
 def test_expert_mlp_time_follows_weight_bytes(moe):
     """A decode-sized batch (T = 32 tokens, top 2) is weight-streaming: each expert loads 3 x H x I weights and
     runs matmuls whose moving side is only C <= 32 columns wide. So
-    - HBM reads are the weights plus, per capacity slot, one row of tokens (at most E x C rows) plus the
-      dispatch metadata;
+    - HBM reads are the weights plus, per capacity slot, one row of tokens gathered (at most E x C rows) and one
+      row of the output the scatter-add reads back (its read-modify-write), plus the dispatch metadata;
     - doubling the experts (8 -> 16) at the same T roughly doubles the time (1.6x to 2.4x);
     - bf16 weights and tokens halve the weight bytes and take less time than fp32."""
     T, H, I, k = 32, 512, 512, 2
@@ -203,7 +203,7 @@ def test_expert_mlp_time_follows_weight_bytes(moe):
         weights = E * 3 * H * I * isz
         meta = ids.nbytes + tws.nbytes
         rd = prof.stat("memory.hbm_read_bytes")
-        assert weights + (ids < T).sum() * H * isz + meta <= rd <= weights + ids.size * H * isz + meta, (E, dtype)
+        assert weights + 2 * (ids < T).sum() * H * isz + meta <= rd <= weights + 2 * ids.size * H * isz + meta, (E, dtype)
         res[(E, np.dtype(dtype).name)] = (prof.total_time_ns, rd)
     t8, t16, tb = res[(8, "float32")][0], res[(16, "float32")][0], res[(8, "bfloat16")][0]
     assert 1.6 * t8 <= t16 <= 2.4 * t8, res

@@ -286,6 +286,23 @@ TEST_CASE("dma.active_time is the union of packets over DMA engines, not their s
   }
 }
 
+TEST_CASE("an accumulating DMA (a scatter-add) counts its destination's bytes as read and written", "[stats][dma]") {
+  // A store SBUF -> HBM of [8, 1024] fp32 (32 KiB): 32768 B read from SBUF, written to HBM. The same store
+  // accumulating (dst += src: nisa.dma_compute, dst_rmw_op) also reads the 32 KiB of HBM it adds to.
+  auto s = make_sim("trn2");
+  const auto& h = s->alloc_hbm("y", {128, 1024}, DType::kFloat32);
+  Operand t = s->alloc_tile(Space::kSbuf, 8, {1024}, DType::kFloat32);
+  Instr st = instr(Opcode::kDmaCopy, Engine::kSync, {hbm_rows(h, 0, 8), t});
+  s->submit(st);
+  Instr acc = instr(Opcode::kDmaCopy, Engine::kSync, {hbm_rows(h, 8, 8), t});
+  acc.flags = isa::kAccumulate;
+  s->submit(acc);
+  s->finish();
+  CHECK(stat(*s, "memory.sbuf_read_bytes") == 2 * 32768);
+  CHECK(stat(*s, "memory.hbm_write_bytes") == 2 * 32768);
+  CHECK(stat(*s, "memory.hbm_read_bytes") == 32768);  // the accumulating store's read of its destination
+}
+
 TEST_CASE("a DMA packet that fills an earlier gap of its DMA engine counts in the engine's active time",
           "[stats][dma]") {
   // One DMA engine (partitions 0-7), three 2 KiB loads (packet d = 2048 / 23 = 89 ns). T1 (Sync,
