@@ -724,7 +724,11 @@ TEST_CASE("allocate: the multi-buffering fallback follows the peak as it moves b
   for (const auto& [name, n] : std::vector<std::pair<char, int>>{{'A', 5}, {'B', 3}, {'C', 6}}) {
     const int l = b.loop(std::string(1, name), 0, 4, 1, LoopKind::kSequential, line++);
     const int s = b.tile(nm("s", name), {128, 128}, DType::kFloat32, 0, line++);
-    for (int t = 0; t < n; ++t) tiles[name].push_back(b.psum(std::string(1, name) + std::to_string(t), {128, 128}, 0, line++));
+    for (int t = 0; t < n; ++t) {
+      std::string tn(1, name);  // (appended, not operator+: GCC 12's false -Wrestrict, see nm above)
+      tn += std::to_string(t);
+      tiles[name].push_back(b.psum(tn, {128, 128}, 0, line++));
+    }
     for (int t : tiles[name]) b.op("nc_matmul", {W(t), W(at), W(at)}, line++);
     for (int t : tiles[name]) b.o(b.op("tensor_tensor", {W(s), W(s), W(t)}, line++)).alu0 = AluOp::kAdd;
     b.op("dma_copy", {X(y, {D(A(l, 128), 128), D(0, 128)}), W(s)}, line++);
