@@ -129,6 +129,18 @@ def beta1_sample(filename):
         yield mod, nki, nl, nisa
 
 
+def sample_fixture(filename, module_only=False):
+    """A module-scoped fixture yielding what ``beta1_sample(filename)`` yields (the kernel file's module only with
+    ``module_only``): ``rq = sample_fixture("nki_samples_rmsnorm_qkv.py")`` in a test module of a public kernel."""
+    @pytest.fixture(scope="module")
+    def fixture():
+        with beta1_sample(filename) as sample:
+            yield sample[0] if module_only else sample
+    fixture.__doc__ = "The kernels of tests/python/kernels/{} (compat installed; sys.modules restored after).".format(
+        filename)
+    return fixture
+
+
 @pytest.fixture(scope="module")
 def b1():
     """The Beta-1 dialect through nsim's compat layer: yields (nki, nl, nisa) of ``neuronxcc.nki``; restores

@@ -8,7 +8,7 @@ slower, the ranking of four configurations is stable and explained by bytes / DM
 import numpy as np
 import pytest
 
-from conftest import beta1_sample, executed_ops, require_core  # noqa: E402
+from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rounded  # noqa: E402
@@ -16,11 +16,7 @@ from numeric_helpers import close, rounded  # noqa: E402
 BF16 = ml_dtypes.bfloat16
 
 
-@pytest.fixture(scope="module")
-def at():
-    """The kernel module with neuronxcc.nki, its language and isa modules; sys.modules restored afterwards."""
-    with beta1_sample("autotune_style_gemm.py") as sample:
-        yield sample
+at = sample_fixture("autotune_style_gemm.py")
 
 
 def _ints(shape, seed):

@@ -9,7 +9,7 @@ vector writing the DMA into the tile, and ``nl.max(view, axis=[2, 4])`` as one r
 import numpy as np
 import pytest
 
-from conftest import beta1_sample, executed_ops, require_core  # noqa: E402
+from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rand, rounded  # noqa: E402
@@ -17,11 +17,7 @@ from numeric_helpers import close, rand, rounded  # noqa: E402
 BF16 = ml_dtypes.bfloat16
 
 
-@pytest.fixture(scope="module")
-def cs():
-    """The kernels' module with nki, nl and nisa, compat installed; sys.modules restored afterwards."""
-    with beta1_sample("cs149_style_kernels.py") as sample:
-        yield sample
+cs = sample_fixture("cs149_style_kernels.py")
 
 
 def op_counts(kernel):

@@ -11,7 +11,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from conftest import beta1_sample, executed_ops, require_core  # noqa: E402
+from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rounded  # noqa: E402
@@ -19,11 +19,7 @@ from numeric_helpers import close, rounded  # noqa: E402
 BF16 = ml_dtypes.bfloat16
 
 
-@pytest.fixture(scope="module")
-def moe():
-    """The kernel module (new dialect through nsim.compat); sys.modules restored afterwards."""
-    with beta1_sample("moe_style_kernels.py") as sample:
-        yield sample[0]
+moe = sample_fixture("moe_style_kernels.py", module_only=True)
 
 
 def _randn(shape, dtype, seed, scale=1.0):

@@ -6,7 +6,7 @@ taken as written, and the instruction counts its loops imply."""
 import numpy as np
 import pytest
 
-from conftest import beta1_sample, executed_ops, require_core  # noqa: E402
+from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rounded  # noqa: E402
@@ -14,11 +14,7 @@ from numeric_helpers import close, rounded  # noqa: E402
 BF16 = ml_dtypes.bfloat16
 
 
-@pytest.fixture(scope="module")
-def aa():
-    """The sample's module with nki, nl and nisa, compat installed; sys.modules restored afterwards."""
-    with beta1_sample("nki_samples_allocated_attention.py") as sample:
-        yield sample
+aa = sample_fixture("nki_samples_allocated_attention.py")
 
 
 def reference(q, k, v, causal, mixed_precision):

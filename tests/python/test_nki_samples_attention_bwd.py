@@ -5,7 +5,7 @@ float32), its dropout path, and what its timing must show."""
 import numpy as np
 import pytest
 
-from conftest import beta1_sample, executed_ops, require_core  # noqa: E402
+from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rounded  # noqa: E402
@@ -13,11 +13,7 @@ from numeric_helpers import close, rounded  # noqa: E402
 BF16 = ml_dtypes.bfloat16
 
 
-@pytest.fixture(scope="module")
-def fb():
-    """The sample's module with nki, nl and nisa, compat installed; sys.modules restored afterwards."""
-    with beta1_sample("nki_samples_attention_bwd.py") as sample:
-        yield sample
+fb = sample_fixture("nki_samples_attention_bwd.py")
 
 
 def _bf(x):

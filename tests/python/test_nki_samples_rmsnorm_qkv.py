@@ -6,7 +6,7 @@ semantics it relies on: ``+=`` of matmuls into a PSUM tile nothing wrote since i
 import numpy as np
 import pytest
 
-from conftest import beta1_sample, require_core  # noqa: E402
+from conftest import require_core, sample_fixture  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rounded  # noqa: E402
@@ -14,11 +14,7 @@ from numeric_helpers import close, rounded  # noqa: E402
 BF16 = ml_dtypes.bfloat16
 
 
-@pytest.fixture(scope="module")
-def rq():
-    """The sample's module with nki, nl and nisa, compat installed; sys.modules restored afterwards."""
-    with beta1_sample("nki_samples_rmsnorm_qkv.py") as sample:
-        yield sample
+rq = sample_fixture("nki_samples_rmsnorm_qkv.py")
 
 
 def _bf(x):

@@ -7,7 +7,7 @@ view (kernel.json ``"strides"``), as the hardware's access patterns do."""
 import numpy as np
 import pytest
 
-from conftest import beta1_sample, executed_ops, require_core  # noqa: E402
+from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rounded  # noqa: E402
@@ -15,11 +15,7 @@ from numeric_helpers import close, rounded  # noqa: E402
 BF16 = ml_dtypes.bfloat16
 
 
-@pytest.fixture(scope="module")
-def vs():
-    """The sample's module with nki, nl and nisa, compat installed; sys.modules restored afterwards."""
-    with beta1_sample("nki_samples_vision.py") as sample:
-        yield sample
+vs = sample_fixture("nki_samples_vision.py")
 
 
 def reference_select_and_scatter(operand, source):
