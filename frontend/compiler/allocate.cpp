@@ -427,23 +427,24 @@ int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size,
   return extent;
 }
 
+/// Whether intervals `v` lie within positions [0, positions) (what PeakTree and PickIndex hold).
+bool within(const Ivs& v, int64_t positions) {
+  for (auto [l, h] : v)
+    if (l < 0 || h >= positions || h < l) return false;
+  return true;
+}
+
 /// peak_of() kept up to date while tiles change one at a time (the fallback from multi-buffering below
 /// drops one tile's rotating buffers per step: recomputing the peak from scratch each step was quadratic,
 /// 5 s of the nki-samples flash_attn_bwd at seq 16384, 6,000 steps over 6,000 PSUM tiles). Live bytes per
 /// position in a segment tree with range add: a tile's intervals added or removed in O(log positions),
-/// the peak and its first position read at the root. The same answers as peak_of() (positions in
-/// [0, positions), sums below kSumCap: usable() says whether they are).
+/// the peak and its first position read at the root. The same answers as peak_of() for intervals within its
+/// positions and sums below kSumCap.
 class PeakTree {
  public:
   explicit PeakTree(int64_t positions) : n_(std::max<int64_t>(1, positions)) {
     mx_.assign(static_cast<size_t>(4 * n_), 0);
     lz_.assign(static_cast<size_t>(4 * n_), 0);
-  }
-  /// Whether intervals `v` of a tile fit the tree's positions.
-  bool fits(const Ivs& v) const {
-    for (auto [l, h] : v)
-      if (l < 0 || h >= n_ || h < l) return false;
-    return true;
   }
   void add(const Ivs& v, int64_t bytes) {
     for (auto [l, h] : v) update(1, 0, n_ - 1, l, h, bytes);
@@ -500,11 +501,6 @@ class PickIndex {
     all_ = cand;  // in order of preference: the node lists built in this order stay sorted
     for (size_t t : cand)
       for (auto [l, h] : iv[t]) file(1, 0, n_ - 1, l, h, t);
-  }
-  static bool fits(const Ivs& v, int64_t positions) {
-    for (auto [l, h] : v)
-      if (l < 0 || h >= positions || h < l) return false;
-    return true;
   }
   /// The preferred live tile whose intervals hold position x (-1: none).
   template <class Alive>
@@ -864,34 +860,29 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
         else iv[t] = {{plan.lifetimes[t].first, plan.lifetimes[t].last}};
       };
       for (size_t t : ids) lay_out(t);
-      // The peak kept by a PeakTree while the fallback below changes one tile per step (peak_of()'s
-      // answers; it is used when some position or sum falls outside what the tree holds).
+      // The fallback below changes one tile per step: from its first step on, the peak is kept by a PeakTree
+      // (peak_of()'s answers) and the tile to take found by a PickIndex. Both are built only then (a kernel
+      // whose tiles fit at once pays nothing for them), and not when some interval falls outside their
+      // positions or the bytes could saturate (then peak_of() and a pass over the tiles, as without them).
       std::optional<PeakTree> tree;
-      {
+      std::optional<PickIndex> picks;
+      bool indexed = false;
+      const auto index = [&] {
+        indexed = true;
+        const int64_t positions = plan.statements + 1;
         int64_t sum = 0;
         bool ok = plan.statements > 0;
-        for (size_t t : ids) sum = std::min(kSumCap, sum + size[t]);
-        tree.emplace(plan.statements + 1);
-        for (size_t t : ids) ok = ok && tree->fits(iv[t]);
-        if (ok && sum < kSumCap) {
-          for (size_t t : ids) tree->add(iv[t], size[t]);
-        } else {
-          tree.reset();
-        }
-      }
-      // The tiles the fallback may pick, indexed (PickIndex; the pass over every tile when some interval
-      // falls outside its positions).
-      std::optional<PickIndex> picks;
-      {
         std::vector<size_t> cand;
-        bool ok = true;
-        for (size_t t : ids)
-          if (automatic[t] && plan.tiles[t].bufs > 1) {
-            cand.push_back(t);
-            ok = ok && PickIndex::fits(iv[t], plan.statements + 1);
-          }
-        if (ok) picks.emplace(plan.statements + 1, std::move(cand), iv, plan.tiles);
-      }
+        for (size_t t : ids) {
+          sum = std::min(kSumCap, sum + size[t]);
+          ok = ok && within(iv[t], positions);
+          if (automatic[t] && plan.tiles[t].bufs > 1) cand.push_back(t);
+        }
+        if (!ok || sum >= kSumCap) return;
+        tree.emplace(positions);
+        for (size_t t : ids) tree->add(iv[t], size[t]);
+        picks.emplace(positions, std::move(cand), iv, plan.tiles);
+      };
       const auto alive = [&](size_t t) { return plan.tiles[t].bufs > 1; };
       for (;;) {
         std::tie(peak, peak_at) = tree && tree->peak().first > 0 ? tree->peak() : peak_of(ids, size, iv);
@@ -939,6 +930,7 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
         // Fall back from automatic multi-buffering to one buffer, largest tiles first: those live at
         // the peak while the peak does not fit, any while only the packing does not.
         int pick = -1;
+        if (!indexed) index();
         if (picks) {
           pick = packed ? picks->any(alive) : picks->at(peak_at, alive);
         } else {
@@ -954,7 +946,7 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
           plan.tiles[t].bufs = 1;
           lay_out(t);
           if (tree) {
-            if (tree->fits(iv[t])) tree->add(iv[t], size[t]);
+            if (within(iv[t], plan.statements + 1)) tree->add(iv[t], size[t]);
             else tree.reset();
           }
           continue;
