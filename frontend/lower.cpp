@@ -139,11 +139,20 @@ Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::ve
   return o;
 }
 
-void Lowering::transposed_hbm_rows(Operand& o) {
+void Lowering::transposed_hbm_rows(Operand& o, int64_t cols) {
   // An HBM side indexed by integers before its 2-D part (the flash attention sample's
   // nl.load_transpose2d(v[b, h][:, cols])) is one row holding both dims: its first free dim is the row
   // dim the transpose swaps. (The same elements and bytes: only the split into rows changes.)
-  if (!o.present() || o.space != Space::kHbm || o.num_partitions != 1 || o.nfree < 2) return;
+  if (!o.present() || o.space != Space::kHbm || o.num_partitions != 1) return;
+  if (o.nfree == 1 && cols > 0 && o.size[0] > cols && o.size[0] % cols == 0) {
+    // ... and when the 2-D part is contiguous (k_cache[b, h, rows, :]) its two dims were merged into one free
+    // dim: the other side's partitions are this side's columns (a 2-D transpose pairs [a, c] with [c, a]).
+    o.num_partitions = static_cast<uint32_t>(o.size[0] / cols);
+    o.partition_step = o.stride[0] * cols;
+    o.size[0] = cols;
+    return;
+  }
+  if (o.nfree < 2) return;
   o.num_partitions = static_cast<uint32_t>(o.size[0]);
   o.partition_step = o.stride[0];
   for (size_t d = 1; d < o.nfree; ++d) {
@@ -183,8 +192,12 @@ int Lowering::assemble(const Op& op, int opcode, const std::array<Operand, isa::
   }
   in.op = static_cast<Opcode>(opcode);
   in.opnd = opnd;
-  if (in.op == Opcode::kDmaTranspose && op.iimm[0] <= 1)  // (the 2-D form: iimm[0] = middle elements)
-    for (Operand& o : in.opnd) transposed_hbm_rows(o);
+  if (in.op == Opcode::kDmaTranspose && op.iimm[0] <= 1) {  // (the 2-D form: iimm[0] = middle elements)
+    // each side's columns: the other side's partitions, when it is on chip
+    const int64_t cols[2] = {in.opnd[1].space != Space::kHbm ? in.opnd[1].num_partitions : 0,
+                             in.opnd[0].space != Space::kHbm ? in.opnd[0].num_partitions : 0};
+    for (size_t i = 0; i < in.opnd.size(); ++i) transposed_hbm_rows(in.opnd[i], i < 2 ? cols[i] : 0);
+  }
   if (isa::is_dma(in.op)) {
     const bool store = opnd[0].space == Space::kHbm && opnd[1].present() && opnd[1].space != Space::kHbm;
     in.engine = op.engine.value_or(store ? Engine::kGpsimd : Engine::kSync);
@@ -347,6 +360,22 @@ bool eval_exact(const Affine& f, const std::vector<int64_t>& vars, int64_t& out)
 }
 }  // namespace
 
+int64_t Lowering::transpose_cols(size_t oi, const Access& a) const {
+  // The partitions of the other side (dst: slot 0, src: slot 1) of the 2-D dma_transpose op `oi` whose
+  // access `a` is: the number of columns of `a`'s side. 0 when it is not known (then nothing is split).
+  const Op& op = k_.ops[oi];
+  for (size_t s = 0; s < 2; ++s) {
+    const auto& other = op.operands[1 - s];
+    if (!op.operands[s] || &*op.operands[s] != &a || !other || other->tensor < 0 ||
+        static_cast<size_t>(other->tensor) >= k_.tensors.size())
+      continue;
+    const Tensor& t = k_.tensors[static_cast<size_t>(other->tensor)];
+    if (t.space == Space::kHbm) return 0;
+    return static_cast<int64_t>(access_operand(t, *other, vars_, 0).num_partitions);
+  }
+  return 0;
+}
+
 void Lowering::operand_into(size_t oi, OperandForm& f, const Access& a, Operand& out, std::pair<int64_t, int64_t>& ext,
                             bool keep_dims) {
   const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
@@ -376,7 +405,8 @@ void Lowering::operand_into(size_t oi, OperandForm& f, const Access& a, Operand&
         else f.exact = !__builtin_mul_overflow(st[static_cast<size_t>(d)], eb, &k) && add_scaled(f.offset, start, k);
       }
     }
-    if (opcode_[oi] == static_cast<int>(Opcode::kDmaTranspose) && k_.ops[oi].iimm[0] <= 1) transposed_hbm_rows(o);
+    if (opcode_[oi] == static_cast<int>(Opcode::kDmaTranspose) && k_.ops[oi].iimm[0] <= 1)
+      transposed_hbm_rows(o, transpose_cols(oi, a));
     o.offset = 0;
     o.start_partition = 0;
     f.shape = o;
@@ -387,7 +417,8 @@ void Lowering::operand_into(size_t oi, OperandForm& f, const Access& a, Operand&
   int64_t off = 0;
   if (!f.exact || !eval_exact(f.offset, vars_, off) || __builtin_add_overflow(off, base_of(a.tensor), &off)) {
     out = access_operand(t, a, vars_, base_of(a.tensor), keep_dims);
-    if (opcode_[oi] == static_cast<int>(Opcode::kDmaTranspose) && k_.ops[oi].iimm[0] <= 1) transposed_hbm_rows(out);
+    if (opcode_[oi] == static_cast<int>(Opcode::kDmaTranspose) && k_.ops[oi].iimm[0] <= 1)
+      transposed_hbm_rows(out, transpose_cols(oi, a));
     ext = out.byte_extent();
     return;
   }

@@ -201,6 +201,27 @@ _default_user_loc = user_loc
 
 _ASSIGN_RE = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
 _ASSIGNED = {}  # (file, line) -> the variable a statement assigns to, or None
+_STMT_START = {}  # file -> {continuation line of a multi-line simple statement: the statement's first line}
+
+
+def _statement_start(filename, line):
+    """The first line of the simple statement of ``filename`` that spans ``line`` (``line`` itself when it starts
+    one, or when the file cannot be parsed). A call on a continuation line (``offset = nisa.iota(...,`` /
+    ``dtype=nl.int32).broadcast_to(shape)``: Python reports the line of ``.broadcast_to``) belongs to the statement
+    that begins above it, not to a ``dtype=`` keyword there."""
+    starts = _STMT_START.get(filename)
+    if starts is None:
+        starts = _STMT_START[filename] = {}
+        try:
+            import ast
+            tree = ast.parse("".join(linecache.getlines(filename)))
+        except (SyntaxError, ValueError):
+            tree = None
+        for node in (ast.walk(tree) if tree is not None else ()):
+            if isinstance(node, ast.stmt) and not hasattr(node, "body") and (node.end_lineno or 0) > node.lineno:
+                for ln in range(node.lineno + 1, node.end_lineno + 1):
+                    starts[ln] = node.lineno
+    return starts.get(line, line)
 
 
 def assigned_name(f=None):
@@ -213,7 +234,7 @@ def assigned_name(f=None):
     key = (f.f_code.co_filename, _lineno(f))
     v = _ASSIGNED.get(key, False)
     if v is False:
-        m = _ASSIGN_RE.match(linecache.getline(key[0], key[1]) or "")
+        m = _ASSIGN_RE.match(linecache.getline(key[0], _statement_start(*key)) or "")
         v = _ASSIGNED[key] = m.group(1) if m and m.group(1) not in ("_", "__") else None
     return v
 

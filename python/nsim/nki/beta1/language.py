@@ -674,7 +674,7 @@ class Tensor(NkiTensor):
     """A Beta-1 tensor / view: NkiTensor + tile operators, item assignment, PSUM ``+=`` and arange
     indexing."""
 
-    __slots__ = ("_mm", "_iadd", "_adv", "_t2d", "_box", "_keys", "_pe_tmp")
+    __slots__ = ("_mm", "_iadd", "_adv", "_t2d", "_t2d_oob", "_box", "_keys", "_pe_tmp")
 
     def __init__(self, storage, dims=None, tracer=None):
         NkiTensor.__init__(self, storage, dims, tracer)
@@ -684,6 +684,7 @@ class Tensor(NkiTensor):
         self._iadd = False  # set by __iadd__; recognised (and cleared) by __setitem__
         self._adv = None  # arange views: (base view, index items, result shape, out-of-bounds message)
         self._t2d = False  # a transposed 2-D arange view (storage order dims; only nl.load / nl.store)
+        self._t2d_oob = None  # such a view reaching out of bounds: the message (usable only under a clipping mask)
         self._keys = None  # arange views: the subscript's items as written (operand_mask_ranges)
 
     @property
@@ -691,9 +692,16 @@ class Tensor(NkiTensor):
         s = NkiTensor.shape.fget(self)
         return _tr.Shape(tuple(reversed(s))) if self._t2d else s
 
-    def _storage_order(self):
-        """This transposed view as a plain view in storage order (shape reversed)."""
-        return NkiTensor(self._st, self._dims, self._tracer)
+    def _storage_order(self, box=None):
+        """This transposed view as a plain view in storage order (shape reversed). ``box``: the part of it
+        inside ``box`` (coordinates of the transposed view's shape, a mask's rectangle); without one, a view
+        reaching out of bounds raises (its mask must clip it)."""
+        v = NkiTensor(self._st, self._dims, self._tracer)
+        if box is None:
+            if self._t2d_oob:
+                raise make_error("IndexOutOfBounds", self._t2d_oob)
+            return v
+        return NkiTensor.__getitem__(v, tuple(slice(lo, hi) for lo, hi in reversed(box)))
 
     def access(self, indirect_ok=False):
         if self._t2d:
@@ -775,13 +783,21 @@ class Tensor(NkiTensor):
             raise make_error("ShapeMismatch", "indirect indices must be one per partition, (P, 1); got a tile of "
                              "shape {}".format(tuple(t.shape)))
         rest = tuple(key[1:])
+        # the static part: row 0 and the other items (every partition starts there; its row comes from the
+        # index alone, so the tensor may have fewer rows than there are partitions)
         if _b.any(_is_expr(x) for x in rest):  # the other items are arange/mgrid expressions
-            static = self._adv_index((arange(n)[:, None],) + rest, defer_oob=False)
+            static = self._adv_index((arange(1)[:, None],) + rest, defer_oob=False)
         else:
-            static = self[(slice(0, 1),) + rest] if n == 1 else NkiTensor.__getitem__(self, (slice(0, n),) + rest)
+            static = self[(slice(0, 1),) + rest]
         if t.ndim == 1:
             t = t.reshape((n, 1))
-        return static.ap(static._flat()[2], vector_offset=t)
+        v = static.ap([(0, n)] + list(static._flat()[2][1:]), vector_offset=t)
+        # The tile selects rows of the tensor indexed here (a reshape such as vLLM's flattened KV cache, or an
+        # int-indexed view), not rows of its storage: row p starts idx[p] x the step of this view's first dim,
+        # and the valid indices are [0, self.shape[0]).
+        row_step, rows = self._flat()[2][0]
+        v._ind = _tr.Indirection(t, False, int(rows), int(row_step))
+        return v
 
     def _adv_index(self, key, defer_oob=True):
         if any(isinstance(x, (slice, DynSlice)) or x is Ellipsis or x is None for x in key):
@@ -845,9 +861,11 @@ class Tensor(NkiTensor):
             axis_of[bi] = a
             dims[bi] = [start + first * step, n, step * c, True]
         order = [axis_of[bi] for bi in sorted(axis_of)]
-        if order == [1, 0] and nd == 2 and self._st.buffer == "hbm" and not oob:
+        if order == [1, 0] and nd == 2 and self._st.buffer == "hbm":
             v = type(self)(self._st, dims, self._tracer)
             v._t2d = True
+            v._t2d_oob = oob  # (an out-of-bounds window: only under a mask that clips it)
+            v._keys = tuple(key)
             return v
         if order != sorted(order):
             raise make_error("NotSupported", "transposed arange accesses (the partition index on a later dim) "
@@ -1194,7 +1212,46 @@ class BlockTensor:
 
 _RETARGET_OPS = frozenset(("dma_copy", "activation", "tensor_tensor", "tensor_scalar", "tensor_copy", "tensor_reduce",
                            "memset", "iota", "reciprocal", "nc_matmul", "nc_transpose", "activation_reduce",
-                           "scalar_tensor_tensor", "affine_select"))
+                           "scalar_tensor_tensor", "affine_select", "dma_transpose"))
+# instructions that move bytes without an output cast: they write a view directly only of the value's dtype
+_NO_CAST_OPS = frozenset(("dma_transpose",))
+
+
+def _mentions(stmt, name, skip=()):
+    """True when kernel.json statement ``stmt`` accesses tensor ``name`` in a field other than ``skip``."""
+    def walk(x):
+        if isinstance(x, str):
+            return x == name
+        if isinstance(x, dict):
+            return x.get("tensor") == name or _b.any(walk(v) for v in x.values())
+        if isinstance(x, (list, tuple)):
+            return _b.any(walk(v) for v in x)
+        return False
+    if "alloc" in stmt:
+        return stmt["alloc"].get("name") == name
+    return _b.any(walk(v) for k, v in stmt.items() if k not in skip and k != "loc")
+
+
+def _where_fill(tr, i, stmt, wrote, value, view):
+    """``t[idx] = nl.where(cond, x, y)``: the value was made by two instructions, a fill (memset, or a copy of
+    ``y``) and then the predicated copy of ``x`` (``stmt``, at ``tr.body[i]``). Returns the fill when it is the
+    last access to the temporary before ``stmt`` and nothing in between nor ``stmt``'s operands touch the view
+    (then both may write the view directly), else None."""
+    if stmt.get("op") != "tensor_copy_predicated" or view.dtype != value.dtype:
+        return None
+    if _mentions(stmt, value.name, skip=("dst",)) or _mentions(stmt, view.name, skip=("dst",)):
+        return None
+    j = i - 1
+    while j >= 0 and not _mentions(tr.body[j], value.name):
+        if _mentions(tr.body[j], view.name):
+            return None
+        j -= 1
+    first = tr.body[j] if j >= 0 else None
+    if first is None or first.get("op") not in ("memset", "tensor_copy") or first.get("dst") != wrote:
+        return None
+    if _mentions(first, value.name, skip=("dst",)):
+        return None
+    return first
 
 
 def _store(view, value, fresh):
@@ -1256,17 +1313,26 @@ def _retarget_fresh(view, value, box=None, reuse=True):
             return False  # the view's own tile is younger than the instruction
         i -= 1
     stmt = tr.body[i]
-    wrote = (value.name if value.is_full() else value.access()) if box is None else _restrict(value, box).access()
-    if stmt.get("op") not in _RETARGET_OPS or stmt.get("dst") != wrote:
+    # (a whole value: the instruction wrote the tile itself, also when the value is its (P, 1) tile viewed as (P,))
+    if box is not None:
+        wrote = _restrict(value, box).access()
+    else:
+        wrote = value.access() if stmt.get("dst") == value.access() else value.name
+    fill = _where_fill(tr, i, stmt, wrote, value, view) if box is None else None
+    if (stmt.get("op") not in _RETARGET_OPS and fill is None) or stmt.get("dst") != wrote:
         return False
     if box is not None:
         view = _restrict(view, box)
     if stmt["op"] in ("nc_matmul", "nc_transpose") and view.dtype != value.dtype and not _widening_transpose(stmt, view):
         return False
-    if stmt["op"] == "dma_copy" and isinstance(stmt.get("src"), (str, dict)):
+    if stmt["op"] in _NO_CAST_OPS and view.dtype != value.dtype:
+        return False
+    if stmt["op"] in ("dma_copy", "dma_transpose") and isinstance(stmt.get("src"), (str, dict)):
         src = stmt["src"]
         if (src if isinstance(src, str) else src.get("tensor")) == view.name:
             return False  # an on-chip copy of the same tensor: keep the two steps
+    if fill is not None:
+        tr.retarget(fill, view.access())
     tr.retarget(stmt, view.access())
     tr.written.add(view.name)
     if reuse:
@@ -1743,11 +1809,15 @@ def load(src, *, mask=None, dtype=None, **kwargs):
     """``nl.load(src, mask=, dtype=)``; a mask (rectangular) loads only the positions where it holds
     (the rest of the tile stays unwritten)."""
     if isinstance(src, Tensor) and src._t2d:
-        if _is_mask(mask):
-            raise make_error("NotSupported", "masks on transposed arange accesses are not supported yet")
-        s = src._storage_order()
-        out = _tr.current("nl.load").tile("sbuf", src.dtype, (s.shape[1], s.shape[0]))
-        _nisa.dma_transpose(dst=out, src=s)
+        # a transposed window (``k[j * 128 + i_f, i_p]``): a DMA transpose; under a mask (over the window's
+        # index expressions: ``j * 128 + i_f < S`` on a ragged last tile) only the part where it holds
+        box = mask_box(mask, src.shape) if _is_mask(mask) else [(0, int(n)) for n in src.shape]
+        if box is None:
+            return nothing(tuple(src.shape), dtype if dtype is not None else src.dtype)
+        out = _tr.current("nl.load").tile("sbuf", src.dtype, tuple(src.shape))
+        _nisa.dma_transpose(dst=_boxed(out, box), src=src._storage_order(box if _is_mask(mask) else None))
+        if out._box is not None:
+            return cast_box(out, dtype, box)
         return out if dtype is None or np.dtype(dtype) == out.dtype else _nl.copy_(out, dtype=dtype)
     if not _is_mask(mask):
         return _nl.load(src, dtype=dtype)
@@ -1767,12 +1837,16 @@ def store(dst, value, *, mask=None, **kwargs):
     if isinstance(value, BlockTensor):
         raise make_error("TileInference", "err_failed_to_infer_tile_from_local_tensor")
     if isinstance(dst, Tensor) and dst._t2d:
-        if _is_mask(mask):
-            raise make_error("NotSupported", "masks on transposed arange accesses are not supported yet")
-        d = dst._storage_order()
-        if not isinstance(value, NkiTensor) or tuple(value.shape) != (d.shape[1], d.shape[0]):
+        if not isinstance(value, NkiTensor) or tuple(value.shape) != tuple(dst.shape):
             raise make_error("ShapeMismatch", "nl.store: a transposed window of shape {} needs a value "
-                             "of that shape".format((d.shape[1], d.shape[0])))
+                             "of that shape".format(tuple(dst.shape)))
+        box = None
+        if _is_mask(mask):  # only the part of the window where the mask holds (a ragged last tile)
+            box = mask_box(mask, dst.shape)
+            if box is None:
+                return
+            value = _restrict(value, box)
+        d = dst._storage_order(box)
         if value.buffer == "psum" or value.dtype != d.dtype:
             value = _nl.copy_(value, dtype=d.dtype)
         _nisa.dma_transpose(dst=d, src=value)
