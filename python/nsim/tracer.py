@@ -3348,10 +3348,14 @@ def trace_lnc(fn, args, kwargs, lnc, name=None, **kw):
         for t in r.kernel["tensors"]:
             if t["kind"] == "output":
                 outputs.add(t["name"])
-    for r in results:
+    written = [_written_tensors(r.kernel["body"]) for r in results]
+    # an output that no program writes stays an output of every program, so that verify reports it
+    # (OutputNotWritten, as for one core) instead of the launch returning None for it
+    unwritten = {n for n in outputs if not any(n in w for w in written)}
+    for r, wrote in zip(results, written):
         k = {key: v for key, v in r.kernel.items() if key not in ("nsim_kernel", "name")}
         # an output of the launch is an output of each program that writes it (verify: outputs are written)
-        wrote = _written_tensors(k["body"])
+        wrote = wrote | unwritten
         k["tensors"] = [dict(t, kind="output" if t["name"] in wrote else "internal")
                         if t["name"] in outputs and t["kind"] != "input" else dict(t) for t in k["tensors"]]
         body = []
