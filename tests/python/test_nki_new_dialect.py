@@ -362,6 +362,48 @@ def test_dma_priority_is_gen4_only_and_tensor_copy_dtype_warns():
     np.testing.assert_array_equal(out, a)  # float32 written: exact
 
 
+def test_dma_copy_of_psum_warns_in_the_new_dialect_only(b1):
+    """nki-api.md 2.1: a PSUM source or destination of dma_copy is legal in Beta 1 / 0.2 and rejected since 0.3.
+    nsim runs it in both dialects (the values are right) and warns, at the kernel's line, when new-dialect code
+    calls it; Beta-1 code (``nisa.dma_copy`` and ``nl.store`` of a PSUM tile) does not warn."""
+    import warnings
+    a = np.arange(128 * 128, dtype=np.float32).reshape(128, 128) / 1000
+    b = np.eye(128, dtype=np.float32)
+
+    @nki.jit
+    def evict_by_dma(a, b):
+        out = nl.ndarray((128, 128), np.float32, buffer=nl.shared_hbm)
+        at = nl.ndarray((128, 128), a.dtype, buffer=nl.sbuf)
+        bt = nl.ndarray((128, 128), b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=at, src=a)
+        nisa.dma_copy(dst=bt, src=b)
+        ps = nl.ndarray((128, 128), np.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=ps, stationary=at, moving=bt)
+        nisa.dma_copy(dst=out, src=ps)
+        return out
+
+    with pytest.warns(UserWarning, match="src is in PSUM; NKI 0.3 and later reject") as rec:
+        out = evict_by_dma(a, b)
+    np.testing.assert_allclose(out, a.T, rtol=1e-5)
+    assert [w.filename for w in rec if "PSUM" in str(w.message)] == [__file__]
+
+    bnki, bnl, bnisa = b1
+
+    @bnki.jit
+    def beta1_evict(a, b):
+        out = bnl.ndarray((128, 128), dtype=np.float32, buffer=bnl.shared_hbm)
+        ps = bnl.ndarray((128, 128), dtype=np.float32, buffer=bnl.psum)
+        ps[...] = bnisa.nc_matmul(bnl.load(a), bnl.load(b))
+        bnisa.dma_copy(dst=out, src=ps)
+        bnl.store(out, value=ps)
+        return out
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        out = beta1_evict(a, b)
+    np.testing.assert_allclose(out, a.T, rtol=1e-5)
+
+
 def test_dma_transpose_3d_and_4d_forms():
     """nki-api.md 2.1: dma_transpose's (2, 1, 0) and (3, 1, 2, 0) forms (the default of their rank) swap the first and
     last dims and keep the middle ones: from HBM (one row too) and from SBUF, and Beta 1's value-returning call with

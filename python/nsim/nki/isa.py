@@ -5,6 +5,8 @@ Every instruction builds one op statement and hands it to ``nsim.tracer.emit``.
 from __future__ import annotations
 
 import enum
+import os
+import sys
 import warnings
 
 import numpy as np
@@ -13,6 +15,8 @@ from .. import _isa
 from .. import tracer as _tr
 from ..tracer import NkiTensor, make_error, KernelError, OperandError
 from . import language as _nl
+
+_API_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_api.py")
 
 # --------------------------------------------------------------------------------------------------
 # Enums (§2.5)
@@ -188,6 +192,15 @@ def _priority(priority, opname):
             opname, int(get_nc_version())))
 
 
+def _user_call():
+    """Whether the new-dialect function calling this was called by the user's kernel (not by a Beta-1 twin or
+    another nsim function): the first frame above it outside nki/_api.py's wrapper is not nsim's."""
+    f = sys._getframe(2)
+    while f is not None and os.path.abspath(f.f_code.co_filename) == _API_FILE:
+        f = f.f_back
+    return f is not None and not _tr._is_internal(f.f_code.co_filename)
+
+
 def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, engine=engine.unknown,
              name=None, **kwargs):
     _t(dst, "dst", "dma_copy")
@@ -203,6 +216,11 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     if dst.size != src.size:
         raise make_error("ElementCountMismatch", "dma_copy: dst has {} elements, src has {}".format(
             dst.size, src.size))
+    psum = [side for side, v in (("dst", dst), ("src", src)) if v.buffer == "psum"]
+    if psum and _user_call():  # (Beta 1 and nsim's own conveniences call it too: PSUM is legal there)
+        warnings.warn("nisa.dma_copy: {} is in PSUM; NKI 0.3 and later reject a PSUM source or destination of a "
+                      "DMA (copy between PSUM and SBUF with nisa.tensor_copy); nsim runs it as Beta 1 / 0.2 did "
+                      "(nki-api.md 2.1)".format(" and ".join(psum)), UserWarning, stacklevel=3)
     eng = _dge_trigger(dge_mode, _engine(engine, "dma_copy"), dst, src, "dma_copy")
     fields = {}
     if dst.is_indirect() or src.is_indirect():
