@@ -588,6 +588,8 @@ class Sym:
         c, t = self._open()
         if c % i == 0 and all(k % i == 0 for _, k in t):
             return Sym.make(c // i, [(v, k // i) for v, k in t])
+        if i > 0 and self.lo() // i == self.hi() // i:  # the same quotient in every iteration
+            return self.lo() // i
         return self._need("a non-exact floor division") // i
 
     def __mod__(self, o):
@@ -597,6 +599,8 @@ class Sym:
         c, t = self._open()
         if all(k % i == 0 for _, k in t):
             return c % i
+        if i > 0 and self.lo() // i == self.hi() // i:  # no wrap in any iteration: x % i = x - q * i
+            return self - (self.lo() // i) * i
         return self._need("a modulo") % i
 
     def __rfloordiv__(self, o):
@@ -799,7 +803,9 @@ class _ViewStorage(_Storage):
 
     def __init__(self, base, offset, strides, shape):
         _Storage.__init__(self, base.name, base.buffer, base.dtype, shape)
-        self.base, self.offset, self.strides = base, int(offset), tuple(int(s) for s in strides)
+        # (the offset may be affine in the indices of loops being recorded: a view moved by a loop index)
+        self.base, self.offset = base, offset if isinstance(offset, Sym) else int(offset)
+        self.strides = tuple(int(s) for s in strides)
 
 
 def _rowmajor(shape):
@@ -1583,9 +1589,10 @@ class NkiTensor:
         pat = [(int(p[0]), int(p[1])) for p in pattern]
         if not pat or any(n < 1 for _, n in pat):
             raise make_error("BadView", ".ap: bad pattern {}".format(pattern))
-        off += int(offset or 0)
+        off += offset if isinstance(offset, Sym) else int(offset or 0)
         if scalar_offset is None and vector_offset is None:
             return base._pattern_view(off, pat)
+        off = int(off)  # (a runtime offset on a view moved by a loop index: the loop is unrolled)
         if scalar_offset is not None and vector_offset is not None:
             raise make_error("BadView", ".ap: scalar_offset and vector_offset are mutually exclusive")
         d = int(indirect_dim)
@@ -1705,7 +1712,8 @@ class NkiTensor:
                 return acc
             if order is not None:  # a permuted view (permute, .T, rearrange): the dims in visiting order
                 return {"tensor": base.name, "index": idx, "order": order}
-            if all(isinstance(e, dict) and "broadcast" not in e and e["start"] == 0 and e["size"] == n and
+            if all(isinstance(e, dict) and "broadcast" not in e and not isinstance(e["start"], Sym) and
+                   e["start"] == 0 and e["size"] == n and
                    e.get("step", 1) == 1 for e, n in zip(idx, base.shape)):
                 return base.name
             return {"tensor": base.name, "index": idx}

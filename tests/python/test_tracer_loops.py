@@ -458,6 +458,82 @@ def test_index_dependent_bodies_are_peeled_or_unrolled(kern, shape, kept):
 
 
 @nki.jit
+def ap_moved_by_the_index(a):
+    """New-dialect views moved by the loop index: ``.ap(offset=)`` (the nki-library style) and ``.T`` of a sliced
+    HBM view (the tutorials' transposed store)."""
+    n, f = a.shape
+    out = nl.ndarray((n, f), a.dtype, buffer=nl.shared_hbm)
+    out_t = nl.ndarray((f, n), a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n // 128):
+        t = nl.ndarray((128, f), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a.ap([[f, 128], [1, f]], offset=i * 128 * f))
+        u = nl.ndarray((128, f), a.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=u, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out.ap([[f, 128], [1, f]], offset=i * 128 * f), src=u)
+        nisa.dma_copy(dst=out_t[:, i * 128:(i + 1) * 128].T, src=t)
+    return out, out_t
+
+
+@nki.jit
+def ap_column_blocks(a):
+    """``.ap(offset=j * 64)``: 64-column blocks of the first 128 rows; the block's row, (64 j) // f, is 0 in every
+    iteration and its column (64 j) % f is 64 j."""
+    n, f = a.shape
+    out = nl.ndarray((128, f), a.dtype, buffer=nl.shared_hbm)
+    for j in nl.affine_range(f // 64):
+        t = nl.ndarray((128, 64), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a.ap([[f, 128], [1, 64]], offset=j * 64))
+        nisa.dma_copy(dst=out[:, j * 64:(j + 1) * 64], src=t)
+    return out
+
+
+@nki.jit
+def ap_half_rows(a):
+    """An ``.ap`` offset of half a row per iteration: the row it starts in is not affine in the index."""
+    n, f = a.shape
+    out = nl.ndarray((n // 4, f), a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n // 4):
+        t = nl.ndarray((1, f // 2), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a.ap([[f, 1], [1, f // 2]], offset=i * (2 * f + f // 2)))
+        nisa.dma_copy(dst=out[i:i + 1, 0:f // 2], src=t)
+        nisa.dma_copy(dst=out[i:i + 1, f // 2:f], src=t)
+    return out
+
+
+def test_views_moved_by_the_index_through_ap_and_T_keep_the_loop():
+    """A view whose flat offset is affine in the index (``.ap(offset=i * 128 * f)``, ``out[:, i*128:...].T``) keeps
+    the loop (was unrolled: the view's offset needed an int); its row start ``(i * 128 * f // f) % n`` is affine
+    since the quotient of ``// n`` is the same in every iteration; so is a column block's row ``(64 j) // f`` (0).
+    Same outputs and time as the unrolled trace."""
+    a = np.random.default_rng(7).standard_normal((1024, 256)).astype(np.float32)
+    (ku, ou, pu), (kk, ok, pk) = _both_ways(ap_moved_by_the_index, (a,))
+    _assert_same_outputs(ou, ok)
+    np.testing.assert_array_equal(ok[0], 2 * a)
+    np.testing.assert_array_equal(ok[1], a.T)
+    [lp] = _loops(kk)
+    assert (lp["start"], lp["stop"]) == (0, 8) and _executed_ops(kk["body"]) == _executed_ops(ku["body"]) == 32
+    assert len([s for s in lp["body"] if "op" in s]) == 4 and len(kk["body"]) == 1  # the whole body, once
+    assert pk.total_time_ns == pu.total_time_ns
+    (ku, ou, pu), (kk, ok, pk) = _both_ways(ap_column_blocks, (a,))
+    np.testing.assert_array_equal(ok, a[:128])
+    [lp] = _loops(kk)
+    assert (lp["start"], lp["stop"]) == (0, 4) and len(kk["body"]) == 1
+    assert pk.total_time_ns == pu.total_time_ns
+
+
+def test_a_view_offset_whose_row_is_not_affine_in_the_index_unrolls_the_loop():
+    """Half a row more per iteration: the row (i * 2.5 rows) // 1 row changes by a non-integer step, which no
+    affine index expresses: the loop is unrolled (as before), with the same outputs."""
+    a = np.arange(40 * 8, dtype=np.float32).reshape(40, 8)
+    (_ku, ou, _pu), (kk, ok, _pk) = _both_ways(ap_half_rows, (a,))
+    _assert_same_outputs(ou, ok)
+    flat = a.reshape(-1)
+    want = np.stack([flat[i * 20:i * 20 + 4] for i in range(10)])
+    np.testing.assert_array_equal(ok, np.concatenate([want, want], axis=1))
+    assert not _loops(kk)
+
+
+@nki.jit
 def reads_values(x):
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
