@@ -3049,6 +3049,11 @@ class Tracer:
                 if any(name in x.local for x in inner):
                     continue
                 if not self._moves_apart(v, rec.var):
+                    if stmt["op"] in ("nc_matmul", "nc_matmul_mx") and self.buffers.get(name) == "psum":
+                        # a matmul opening an accumulation group (accumulate=None on a tile not made in the body):
+                        # peeled, the group's first matmul runs with its int index and the others accumulate
+                        raise _NeedsConcrete("an accumulation group opened in the body of the loop", rec.key,
+                                             peel=True)
                     raise _NeedsConcrete("the sanitizer's affine_range check: a write that may not move with the "
                                          "index", rec.key)
                 rec.written.add(name)
@@ -3156,10 +3161,11 @@ class Tracer:
         PSUM region (and no other instruction touched it since)."""
         if accumulate is not None:
             return bool(accumulate)
-        if self._recs:  # the answer must be the same in every iteration: a tile made in the body
-            st = dst._st.base if isinstance(dst._st, _ViewStorage) else dst._st
-            if st.name not in self._recs[-1].local:
-                raise _NeedsConcrete("nc_matmul(accumulate=None) on a tile not made in the loop body")
+        # In a loop recorded symbolically the answer must be the same in every iteration: it is, when it is the
+        # same in the body's two passes (the statements are compared; a difference peels the loop, whose first
+        # iteration, the group's first matmul, then runs with its int index). The region's membership in
+        # open_groups at the end of a pass is set by the body's last access to it, the same in every pass, so
+        # from the second pass on every iteration starts from the same membership.
         acc = dst.access()
         name, reg = self._region_of(acc, self)
         return reg in self.open_groups.get(name, ())

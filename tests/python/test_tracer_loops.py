@@ -534,6 +534,74 @@ def test_a_view_offset_whose_row_is_not_affine_in_the_index_unrolls_the_loop():
 
 
 @nki.jit
+def k_accumulation(a_t, b):
+    """The new dialect's matmul: a PSUM tile made per M block, its K loop accumulating with accumulate=None."""
+    K, M = a_t.shape
+    _, N = b.shape
+    out = nl.ndarray((M, N), np.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(M // 128):
+        ps = nl.ndarray((128, N), np.float32, buffer=nl.psum)
+        for k in nl.affine_range(K // 128):
+            at = nl.ndarray((128, 128), a_t.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=at, src=a_t[k * 128:(k + 1) * 128, m * 128:(m + 1) * 128])
+            bt = nl.ndarray((128, N), b.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=bt, src=b[k * 128:(k + 1) * 128, :])
+            nisa.nc_matmul(dst=ps, stationary=at, moving=bt)
+        o = nl.ndarray((128, N), np.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=o, src=ps)
+        nisa.dma_copy(dst=out[m * 128:(m + 1) * 128, :], src=o)
+    return out
+
+
+@nki.jit
+def psum_rewritten(a_t, b):
+    """A PSUM tile made outside an affine_range, each iteration's product evicted: not an accumulation."""
+    K, _ = a_t.shape
+    _, N = b.shape
+    out = nl.ndarray((K, N), np.float32, buffer=nl.shared_hbm)
+    ps = nl.ndarray((128, N), np.float32, buffer=nl.psum)
+    for k in nl.affine_range(K // 128):
+        at = nl.ndarray((128, 128), a_t.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=at, src=a_t[k * 128:(k + 1) * 128, 0:128])
+        bt = nl.ndarray((128, N), b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=bt, src=b[k * 128:(k + 1) * 128, :])
+        nisa.nc_matmul(dst=ps, stationary=at, moving=bt)
+        o = nl.ndarray((128, N), np.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=o, src=ps)
+        nisa.dma_copy(dst=out[k * 128:(k + 1) * 128, :], src=o)
+    return out
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_k_loop_accumulating_with_accumulate_none_is_peeled_not_unrolled(check):
+    """``nc_matmul(dst=ps, accumulate=None)`` in a K loop into a PSUM tile made outside it: the first matmul
+    overwrites, the others accumulate. Was unrolled; now peeled (k = 0 with its int index, the others recorded and
+    accumulating), with the sanitizer on or off: the same outputs and time as the unrolled trace."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((1024, 256)).astype(np.float32)
+    b = rng.standard_normal((1024, 512)).astype(np.float32)
+    (ku, ou, pu), (kk, ok, pk) = _both_ways(k_accumulation, (a, b), check=check)
+    _assert_same_outputs(ou, ok)
+    np.testing.assert_allclose(ok, a.T @ b, rtol=1e-4, atol=1e-3)
+    assert len(kk["body"]) == 1 and len(_loops(kk)) == 2  # the M loop, and the K loop inside it
+    assert _executed_ops(kk["body"]) == _executed_ops(ku["body"])
+    assert pk.total_time_ns == pu.total_time_ns
+
+
+def test_a_psum_tile_rewritten_by_every_iteration_is_still_reported():
+    """The same pattern without accumulation (each product evicted): peeling does not help, the loop is unrolled
+    and the sanitizer reports the PSUM tile that two affine_range iterations write, as before."""
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((512, 128)).astype(np.float32)
+    b = rng.standard_normal((512, 256)).astype(np.float32)
+    with pytest.warns(tracer.CheckWarning, match="NSIM-W504 affine-write-conflict: nc_matmul on 'ps'"):
+        out, _ = psum_rewritten.options(loops="keep", check=True).simulate(a, b)
+    np.testing.assert_allclose(out, np.concatenate([a[k * 128:(k + 1) * 128, :128].T @ b[k * 128:(k + 1) * 128]
+                                                    for k in range(4)]), rtol=1e-4, atol=1e-3)
+    assert not _loops(psum_rewritten.to_json())
+
+
+@nki.jit
 def reads_values(x):
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
