@@ -1696,6 +1696,13 @@ class NkiTensor:
             base, off, pat = self._flat()
             try:
                 idx, order = ir_index(base.shape, off, pat, base.buffer in ON_CHIP)
+            except _NeedsConcrete:
+                # moved by a loop index across dims of the tensor (a row tile of x.reshape((B * S, H)) crossing
+                # a batch): as an index of the reshape itself, when it is one of the whole tensor
+                acc = self._reshape_access(base)
+                if acc is None:
+                    raise
+                return acc
             except _NotExpressible as e:
                 redim = ir_redim(base.shape, off, pat, base.buffer in ON_CHIP)
                 strided = None if redim is not None else ir_strided(base.shape, off, pat, base.buffer in ON_CHIP)
@@ -1731,6 +1738,25 @@ class NkiTensor:
                     d["step"] = step
                 idx.append(d)
         return {"tensor": self._st.name, "index": idx}
+
+    def _reshape_access(self, base):
+        """The access of this view of a whole-tensor row-major reshape (the view storage's own dims, kernel.json
+        ``"shape"``), or None when its storage is not one."""
+        vs = self._st
+        n = int(np.prod(base.shape, dtype=np.int64))
+        if (isinstance(vs.offset, Sym) or vs.offset != 0 or int(np.prod(vs.shape, dtype=np.int64)) != n or
+                list(vs.strides) != _rowmajor(vs.shape) or
+                (base.buffer in ON_CHIP and (len(vs.shape) < 2 or vs.shape[0] != base.shape[0]))):
+            return None
+        idx = []
+        for start, size, step, kept in self._dims:
+            if not kept:
+                idx.append(start)
+            elif step == 0:
+                idx.append({"start": start, "broadcast": size})
+            else:
+                idx.append({"start": start, "size": size} if step == 1 else {"start": start, "size": size, "step": step})
+        return {"tensor": base.name, "shape": [int(x) for x in vs.shape], "index": idx}
 
     def region(self):
         """Per storage dim (first, last, step) for overlap tests."""
@@ -1943,21 +1969,29 @@ def _exact_region(v, tracer):
 
 def _flat_overlap(a, b):
     """Whether two regions of one tensor with different layouts (one access re-dimensioned by a reshape: rows
-    of a ``(B*S, H)`` view of a ``(B, S, H)`` tensor) share an element, compared on the tensor's flat elements;
-    True when that cannot be decided cheaply (symbolic starts, huge regions)."""
-    flats = []
+    of a ``(B*S, H)`` view of a ``(B, S, H)`` tensor) share an element, compared on the tensor's flat elements.
+    Symbolic starts (a loop being recorded) are compared through the difference of the two regions' first
+    elements, when it is the same in every iteration; True when that cannot be decided cheaply (a difference
+    that depends on the index, huge regions)."""
+    bases, rels = [], []
     for reg in (a, b):
         shape, strides = reg.layout
         dims = list(reg) + [(0, n, 1) for n in shape[len(reg):]]
-        if len(dims) != len(strides) or any(not isinstance(s, (int, np.integer)) for s, _n, _k in dims):
+        if len(dims) != len(strides) or any(not isinstance(s, (int, np.integer, Sym)) for s, _n, _k in dims):
             return True
         if int(np.prod([n for _s, n, _k in dims], dtype=np.int64)) > 1 << 22:
             return True
-        flat = np.zeros((), np.int64)
+        base, rel = 0, np.zeros((), np.int64)
         for (s, n, k), st in zip(dims, strides):
-            flat = np.add.outer(flat, (int(s) + int(k) * np.arange(int(n), dtype=np.int64)) * int(st))
-        flats.append(flat.ravel())
-    fa, fb = flats
+            base = base + (s if isinstance(s, Sym) else int(s)) * int(st)
+            rel = np.add.outer(rel, int(k) * np.arange(int(n), dtype=np.int64) * int(st))
+        bases.append(base)
+        rels.append(rel.ravel())
+    d = bases[0] - bases[1]
+    d = d.resolved() if isinstance(d, Sym) else d
+    if isinstance(d, Sym):
+        return True
+    fa, fb = rels[0] + int(d), rels[1]
     if fa.size == 0 or fb.size == 0 or fa.max() < fb.min() or fb.max() < fa.min():
         return False
     return bool(np.isin(fa, fb).any())

@@ -122,7 +122,7 @@ def test_apply_rotary_pos_emb_matches_numpy(nx, q_shape, n_kv, dtype):
 
 def test_rope_instruction_counts(nx):
     """[2, 3, 130, 32]: 2 seq tiles x 6 heads. Per tile 2 DMAs (cos, sin), per (tile, head) a load and a store;
-    per (tile, head) 4 multiplies, a subtract and an add, on VectorE/GpSimd (no TensorE, no ScalarE). The ragged
+    per (tile, head) 4 multiplies, a subtract and an add, on VectorE/GpSimd (no TensorE, no compute on ScalarE). The ragged
     tile's loads and stores move 2 rows."""
     mod = nx[0]
     x = _randn((2, 3, 130, 32), np.float32, seed=2)
@@ -135,7 +135,9 @@ def test_rope_instruction_counts(nx):
     prof = k.last_profile
     assert prof.stat("engine.matmul_instruction_count") == 0
     assert prof.stat("engine.tensor.instruction_count") == 0
-    assert prof.stat("engine.scalar.instruction_count") == 0
+    # no compute on ScalarE: what runs there is a DMA trigger (gen3's hardware DGE), if any
+    scalar_dmas = prof.stats["engine"]["scalar"].get("opcode", {}).get("dma_copy", {}).get("count", {}).get("value", 0)
+    assert prof.stat("engine.scalar.instruction_count") == scalar_dmas
     assert prof.stat("engine.vector.instruction_count") + prof.stat("engine.gpsimd.instruction_count") == 72
     dmas = [o for o in executed_ops(k.last_json["body"]) if o["op"] == "dma_copy"]
     hbm = lambda o, side, names: isinstance(o[side], dict) and o[side]["tensor"] in names  # noqa: E731

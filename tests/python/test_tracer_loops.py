@@ -602,6 +602,71 @@ def test_a_psum_tile_rewritten_by_every_iteration_is_still_reported():
 
 
 @nki.jit
+def rows_of_a_reshape(x):
+    """nki-library style: row tiles of ``x.reshape((B * S, H))``, which cross a batch boundary when S is not a
+    multiple of 128."""
+    B, S, H = x.shape
+    x2 = x.reshape((B * S, H))
+    out = nl.ndarray((B, S, H), x.dtype, buffer=nl.shared_hbm)
+    o2 = out.reshape((B * S, H))
+    for t in nl.affine_range((B * S) // 128):
+        tile = nl.ndarray((128, H), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x2[nl.ds(t * 128, 128), :])
+        nisa.tensor_scalar(dst=tile, data=tile, op0=nl.add, operand0=1.0)
+        nisa.dma_copy(dst=o2[nl.ds(t * 128, 128), :], src=tile)
+    return out
+
+
+@nki.jit
+def gathered_rows(x, rows):
+    """The nki-samples resize idiom: a row picked by a host-side list indexed with an unrolled inner loop, inside a
+    kept outer loop over a reshape (``out_seqs[b, i:i + 1, :]``)."""
+    B, H, W, C = x.shape
+    out = nl.ndarray((B, 1, len(rows), C), x.dtype, buffer=nl.shared_hbm)
+    xs = x.reshape((B, H * W, C))
+    os_ = out.reshape((B, len(rows), C))
+    for b in nl.affine_range(B):
+        for i in nl.affine_range(len(rows)):
+            r = rows[i]  # a Python list indexed by the index: this loop is unrolled
+            t = nl.ndarray((1, C), x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=xs[b, r:r + 1, :])
+            nisa.dma_copy(dst=os_[b, i:i + 1, :], src=t)
+    return out
+
+
+def test_row_tiles_of_a_reshape_crossing_batches_keep_the_loop():
+    """Rows 128 t .. 128 t + 127 of a (B * S, H) reshape are not affine in t as (b, s) indices of the (B, S, H)
+    tensor (they cross a batch): the access is written on the reshape itself (kernel.json ``"shape"``) and the loop
+    is kept (was unrolled). Same outputs and time as the unrolled trace."""
+    x = np.random.default_rng(13).standard_normal((2, 320, 32)).astype(np.float32)  # 640 rows: tile 2 crosses a batch
+    (ku, ou, pu), (kk, ok, pk) = _both_ways(rows_of_a_reshape, (x,))
+    _assert_same_outputs(ou, ok)
+    np.testing.assert_array_equal(ok, x + 1)
+    [lp] = _loops(kk)
+    assert (lp["start"], lp["stop"]) == (0, 5)
+    loads = [st for st in lp["body"] if st.get("op") == "dma_copy" and isinstance(st["src"], dict)]
+    assert loads[0]["src"]["shape"] == [640, 32] and loads[0]["src"]["index"][0]["start"] == "128*t"
+    assert pk.total_time_ns == pu.total_time_ns
+
+
+def test_rows_of_a_kept_loop_and_an_unrolled_inner_loop_do_not_conflict():
+    """The inner loop is unrolled (a list indexed by its index), the outer one kept: the inner iterations' stores
+    ``os_[b, i:i + 1, :]`` (i = 0 on the tensor's own dims, i = 1 on the reshape's) are compared through the
+    difference of their first elements, which does not depend on b: no false NSIM-W504 (was reported: a symbolic
+    start on two layouts counted as an overlap)."""
+    x = np.arange(2 * 6 * 4, dtype=np.float32).reshape(2, 2, 3, 4)
+    rows = [4, 0, 2]
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tracer.CheckWarning)
+        k = gathered_rows.options(loops="keep", check=True)
+        ok, _ = k.simulate(x, rows)
+    np.testing.assert_array_equal(ok, x.reshape(2, 6, 4)[:, rows, :].reshape(2, 1, 3, 4))
+    [lp] = _loops(k.to_json())
+    assert lp["var"] == "b"
+
+
+@nki.jit
 def reads_values(x):
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
