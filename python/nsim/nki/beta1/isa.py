@@ -214,14 +214,17 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     ``forward_mask`` above the diagonal) issues nothing."""
     _tile(stationary, "nc_matmul")
     _tile(moving, "nc_matmul")
-    if skipped(mask):
-        return None if dst is not None else _nothing(
-            (stationary.shape[-1] if stationary.ndim == 2 else stationary.size // stationary.shape[0],
-             moving.shape[-1] if moving.ndim == 2 else moving.size // moving.shape[0]),
-            stationary.dtype if is_transpose else np.float32, "psum")
-    stationary, moving = _pe_operand(stationary), _pe_operand(moving)
     perf = kwargs.get("perf_mode")
     perf = _n.matmul_perf_mode.double_row if perf and "double_row" in str(perf) else _n.matmul_perf_mode.none
+
+    def free(x):  # M of stationary / N of moving: all free elements; double row: [K, 2, M] and [K, 2, N]
+        if x.ndim == 2 or (perf == _n.matmul_perf_mode.double_row and x.ndim == 3):
+            return x.shape[-1]
+        return x.size // x.shape[0]
+    if skipped(mask):
+        return None if dst is not None else _nothing(
+            (free(stationary), free(moving)), stationary.dtype if is_transpose else np.float32, "psum")
+    stationary, moving = _pe_operand(stationary), _pe_operand(moving)
     if _is_mask(mask):
         if dst is not None or is_transpose:
             raise make_error("NotSupported", "nisa.nc_matmul under mask= with dst= or is_transpose=True")
@@ -237,8 +240,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
                      accumulate=kwargs.get("accumulate"), tile_position=tile_position, tile_size=tile_size,
                      perf_mode=perf)
         return None
-    m = stationary.shape[-1] if stationary.ndim == 2 else stationary.size // stationary.shape[0]
-    n = moving.shape[-1] if moving.ndim == 2 else moving.size // moving.shape[0]
+    m, n = free(stationary), free(moving)
     odt = stationary.dtype if is_transpose else np.float32
     out = _new((m, n), odt, "psum")
     ins = _n.nc_matmul(dst=out, stationary=stationary, moving=moving, is_stationary_onezero=is_stationary_onezero,

@@ -1352,11 +1352,40 @@ class _LoopReduce:
         self.x, self.op = x, op
 
 
+_STORE_OPS = {"STORE_FAST": "f_locals", "STORE_DEREF": "f_locals", "STORE_NAME": "f_locals",
+              "STORE_GLOBAL": "f_globals"}
+_CALL_TARGETS = {}  # (code, instruction offset) -> the name the call's value is bound to, or None
+
+
+def _rebound_name(f):
+    """``(name, namespace)`` when the statement running in frame ``f`` binds the value of the call at its current
+    instruction to a plain name (``b = nl.loop_reduce(...)``: the call is followed by a STORE of ``b``), else None
+    (``T[idx] = ...``, an argument of another call, ...). Decoded from the bytecode once per call site."""
+    key = (f.f_code, f.f_lasti)
+    if key not in _CALL_TARGETS:
+        import dis
+        hit = None
+        for ins in dis.get_instructions(f.f_code):
+            if ins.offset > f.f_lasti:
+                if ins.opname in _STORE_OPS:
+                    hit = (ins.argval, _STORE_OPS[ins.opname])
+                elif ins.opname == "STORE_FAST_LOAD_FAST":  # Python 3.13+: the store fused with the next load
+                    hit = (ins.argval[0], "f_locals")
+                break
+        _CALL_TARGETS[key] = hit
+    return _CALL_TARGETS[key]
+
+
 def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None):
     """``T[idx] = nl.loop_reduce(x, op=np.add, loop_indices=(i,))`` (Beta 1): ``T[idx] = op(T[idx], x)``, a
     reduction over the loop iterations (not reported as an affine_range write conflict). nsim policy (spec
     §2.3): the first assignment to a region that nothing wrote yet stores ``x``. ``mask=False`` (the flash
-    attention backward sample's causal mask of a tile pair above the diagonal) reduces nothing."""
+    attention backward sample's causal mask of a tile pair above the diagonal) reduces nothing.
+
+    The form of the API reference, ``b = nl.loop_reduce(a, op=np.add, loop_indices=[k_i])`` ("the destination
+    tile is also the rhs input to op"): the destination is the tile ``b`` is bound to when the call runs; it is
+    updated in place (``b = op(b, a)``) and returned, so the rebinding keeps it. With ``b`` not yet bound to an
+    on-chip tile the value is a fresh copy of ``a`` (cast to ``dtype``): the reduction's first value."""
     if skipped(mask):
         _tr.current("nl.loop_reduce")
         return _LoopReduce(None, op)
@@ -1367,7 +1396,21 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None):
     _nl.opcode(op, "op")
     if not isinstance(loop_indices, (tuple, list)) and not _is_expr(loop_indices):
         loop_indices = (loop_indices,)
-    return _LoopReduce(x, op)
+    f = _tr.user_frame()
+    target = _rebound_name(f) if f is not None else None
+    if target is None:
+        return _LoopReduce(x, op)
+    name, space = target
+    cur = getattr(f, space).get(name)
+    if isinstance(cur, Tensor) and cur.buffer in _tr.ON_CHIP:
+        _assign_loop_reduce(cur, _LoopReduce(x, op))
+        return cur
+    if _isscalar(x):
+        raise make_error("BadOperandKind", "nl.loop_reduce: '{} = nl.loop_reduce(x, ...)' with a scalar x needs "
+                         "'{}' bound to a tile first".format(name, name))
+    out = _nl._new_tile(x.shape, dtype if dtype is not None else x.dtype)
+    _nisa.tensor_copy(dst=out, src=x)
+    return out
 
 
 def _assign_loop_reduce(dst, r):
