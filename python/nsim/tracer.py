@@ -3070,6 +3070,9 @@ class Tracer:
         writes. What cannot be shown here is checked exactly by unrolling the loop."""
         if "accumulate" in (stmt.get("flags") or ()):
             return
+        # `t[...] += x` (tensor_tensor with dst = data1, a reduction operator): the same in any iteration order, as
+        # in the exact check (_affine_writes); its write is still recorded, so another read of t in the body is not
+        acc = ("dst", "data1") if _inplace_accumulation(stmt) else ()
         recs = self._recs
         for j, rec in enumerate(recs):
             if rec.kind != "affine":
@@ -3082,7 +3085,7 @@ class Tracer:
                 name = v if isinstance(v, str) else v["tensor"]
                 if any(name in x.local for x in inner):
                     continue
-                if not self._moves_apart(v, rec.var):
+                if slot not in acc and not self._moves_apart(v, rec.var):
                     if stmt["op"] in ("nc_matmul", "nc_matmul_mx") and self.buffers.get(name) == "psum":
                         # a matmul opening an accumulation group (accumulate=None on a tile not made in the body):
                         # peeled, the group's first matmul runs with its int index and the others accumulate
@@ -3093,7 +3096,7 @@ class Tracer:
                 rec.written.add(name)
             for slot in _isa.READ_SLOTS:
                 v = stmt.get(slot)
-                if v is None:
+                if v is None or slot in acc:
                     continue
                 name = v if isinstance(v, str) else v["tensor"]
                 if not any(name in x.local for x in inner):

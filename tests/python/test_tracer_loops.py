@@ -667,6 +667,44 @@ def test_rows_of_a_kept_loop_and_an_unrolled_inner_loop_do_not_conflict():
 
 
 @nki.jit
+def sbuf_accumulation(x, read_in_body=False):
+    """``acc = acc + x_i`` over an affine_range (the NKI Mamba tutorial's scanC_accum, new dialect): an in-place
+    tensor_tensor accumulation into an SBUF tile made outside the loop."""
+    n, f = x.shape
+    out = nl.ndarray((128, f), np.float32, buffer=nl.shared_hbm)
+    prefix = nl.ndarray((n, f), np.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, f), np.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    for i in nl.affine_range(n // 128):
+        t = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+        if read_in_body:  # the running sum stored per iteration: order-dependent, checked exactly
+            nisa.dma_copy(dst=prefix[i * 128:(i + 1) * 128, :], src=acc)
+    nisa.dma_copy(dst=out, src=acc)
+    if not read_in_body:
+        nisa.memset(dst=acc, value=0.0)
+        for i in nl.affine_range(n // 128):
+            nisa.dma_copy(dst=prefix[i * 128:(i + 1) * 128, :], src=acc)
+    return out, prefix
+
+
+@pytest.mark.parametrize("read_in_body", [False, True])
+def test_an_in_place_accumulation_over_an_affine_range(read_in_body):
+    """``tensor_tensor(dst=acc, data1=acc, ...)`` with a reduction operator gives the same result in any iteration
+    order: the symbolic affine_range check lets it keep the loop (was unrolled), as the exact check lets it pass.
+    A body that also reads the accumulator otherwise is still unrolled and checked exactly."""
+    x = np.random.default_rng(14).standard_normal((1024, 64)).astype(np.float32)
+    (ku, ou, pu), (kk, ok, pk) = _both_ways(sbuf_accumulation, (x, read_in_body))
+    _assert_same_outputs(ou, ok)
+    np.testing.assert_allclose(ok[0], x.reshape(8, 128, 64).sum(0), rtol=1e-5, atol=1e-5)
+    if read_in_body:
+        np.testing.assert_allclose(ok[1], np.cumsum(x.reshape(8, 128, 64), 0).reshape(1024, 64), rtol=1e-5, atol=1e-5)
+    assert [lp["stop"] for lp in _loops(kk)] == ([] if read_in_body else [8, 8])
+    assert pk.total_time_ns == pu.total_time_ns
+
+
+@nki.jit
 def reads_values(x):
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
