@@ -1925,6 +1925,21 @@ def check_info(check):
     return _CHECK_TABLE[check]
 
 
+def _access_key(v):
+    """A hashable form of an IR access (index expressions by their terms: the same key is the same elements in
+    every iteration)."""
+    def k(x):
+        if isinstance(x, Sym):
+            c, t = x._open()
+            return ("S", c, tuple((id(var), co) for var, co in t)) if t else c
+        if isinstance(x, dict):
+            return tuple(sorted((key, k(val)) for key, val in x.items()))
+        if isinstance(x, (list, tuple)):
+            return tuple(k(e) for e in x)
+        return x
+    return v if isinstance(v, str) else k(v)
+
+
 def _inplace_accumulation(stmt):
     """``dst = dst <op> x``: a tensor_tensor whose dst is the same access as its data1, with a reduction operator
     of the ALU table (add, subtract, multiply, maximum, ...), as ``t[...] += x`` writes it. Such updates give the
@@ -2181,7 +2196,7 @@ class _Rec:
     """One loop being recorded symbolically."""
 
     __slots__ = ("key", "var", "kind", "checking", "storages", "names", "local", "written", "read", "site_allocs",
-                 "pairs", "outer_body", "pool")
+                 "pairs", "outer_body", "pool", "wregs")
 
     def __init__(self, key, var, kind, pairs=False, outer_body=None):
         self.key, self.var, self.kind, self.checking, self.storages = key, var, kind, False, []
@@ -2193,6 +2208,7 @@ class _Rec:
         # recorded to be written out iteration by iteration (Tracer._record_piece): its tiles taken as a pair loop's
         self.pool = False
         self.written, self.read = set(), set()  # the sanitizer's check: tensors not made in the body
+        self.wregs = {}  # ... and per written tensor, the accesses (_access_key) that wrote it
 
 
 class AffineRange:
@@ -2313,6 +2329,7 @@ class Tracer:
         self._affine = []
         self._birth = {}
         self._stamps = itertools.count(1)
+        self.shared_hbm = set()  # names of the shared_hbm tensors the kernel made (its outputs, when returned)
         self.check_reports = []  # reports found while tracing (dicts, as Profile.check_reports)
         self.check = False  # run the tracer's checks (options(check=...))
         self._vars = {}  # tile name -> the variables its storage was assigned to (reuse: several)
@@ -2703,6 +2720,8 @@ class Tracer:
         name = self.unique_name(name or "hbm", numbered=not name)
         if self._affine:
             self._birth[name] = frozenset(f.stamp for f in self._affine)
+        if kind == "internal" and not private:
+            self.shared_hbm.add(name)
         st = _Storage(name, "hbm", dt, shape)
         d = {"name": name, "buffer": "hbm", "kind": kind, "dtype": dt, "shape": list(shape)}
         self.tensors.append(d)
@@ -3094,12 +3113,17 @@ class Tracer:
                     raise _NeedsConcrete("the sanitizer's affine_range check: a write that may not move with the "
                                          "index", rec.key)
                 rec.written.add(name)
+                if slot not in acc:  # (an accumulator is every iteration's: reading it is carried)
+                    rec.wregs.setdefault(name, set()).add(_access_key(v))
             for slot in _isa.READ_SLOTS:
                 v = stmt.get(slot)
                 if v is None or slot in acc:
                     continue
                 name = v if isinstance(v, str) else v["tensor"]
-                if not any(name in x.local for x in inner):
+                if any(name in x.local for x in inner):
+                    continue
+                # a read of exactly what this iteration wrote (its own slice, which moves apart): not carried
+                if _access_key(v) not in rec.wregs.get(name, ()):
                     rec.read.add(name)
             if rec.written & rec.read:
                 raise _NeedsConcrete("the sanitizer's affine_range check: the body reads a tensor it writes",
@@ -3673,10 +3697,36 @@ def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides,
                                  "loc": {"file": "", "line": 0, "function": _PROLOGUE}})
             _retarget(tr.body, rename)
         ret_spec = spec(ret)
+        if ret is None and not writeback:
+            _warn_unreturned(fn, [t["name"] for t in tr.tensors if t["name"] in tr.shared_hbm and
+                                  t["name"] in tr.written])
         tr.name_shared_tiles()
         tr.body[:0] = prologue
         tr.set_schedule(schedule)
     return TraceResult(tr.to_json(), inputs, ret_spec, writeback, tr.check_reports)
+
+
+def _warn_unreturned(fn, names):
+    """A kernel that returns nothing (None) and writes no argument, but writes shared_hbm tensors it made: their
+    values are lost (the usual cause: a forgotten ``return out``). A warning, not an error (docs/debugging.md):
+    the kernel is legal and may be run for its timing only."""
+    if not names:
+        return
+    import warnings
+    code = getattr(fn, "__code__", None)
+    msg = ("kernel {!r} returns None but writes the shared_hbm tensor{} {}: {} values are lost (return {} from the "
+           "kernel)".format(getattr(fn, "__name__", "kernel"), "s" if len(names) > 1 else "",
+                            ", ".join(repr(n) for n in names), "their" if len(names) > 1 else "its",
+                            ", ".join(names)))
+    if code is not None:
+        warnings.warn_explicit(UnreturnedOutputWarning(msg), UnreturnedOutputWarning, code.co_filename,
+                               code.co_firstlineno)
+    else:
+        warnings.warn(UnreturnedOutputWarning(msg), stacklevel=2)
+
+
+class UnreturnedOutputWarning(UserWarning):
+    """A kernel returned None although it wrote shared_hbm tensors it made (their values are lost)."""
 
 
 def _arg(tr, name, val, arrays):

@@ -705,6 +705,39 @@ def test_an_in_place_accumulation_over_an_affine_range(read_in_body):
 
 
 @nki.jit
+def own_slice_reread(x, other=False):
+    """The SD-attention tutorial's score buffer: each iteration writes its column slice of a tile made outside
+    the loop, then reads that slice back (``other``: reads the whole buffer instead, what other iterations
+    write)."""
+    n, f = x.shape
+    out = nl.ndarray((128, n // 128), np.float32, buffer=nl.shared_hbm)
+    buf = nl.ndarray((128, n), np.float32, buffer=nl.sbuf)
+    mx = nl.ndarray((128, n // 128), np.float32, buffer=nl.sbuf)
+    for k in nl.affine_range(n // 128):
+        t = nl.ndarray((128, 128), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[k * 128:(k + 1) * 128, 0:128])
+        nisa.tensor_scalar(dst=buf[:, k * 128:(k + 1) * 128], data=t, op0=nl.multiply, operand0=2.0)
+        src = buf if other else buf[:, k * 128:(k + 1) * 128]
+        nisa.tensor_reduce(dst=mx[:, k:k + 1], data=src, op=nl.maximum, axis=1)
+    nisa.dma_copy(dst=out, src=mx)
+    return out
+
+
+def test_an_iteration_reading_back_its_own_slice_keeps_the_loop_with_the_sanitizer():
+    """With the sanitizer on, a body reading a tensor it writes was always unrolled; reading back exactly the
+    slice this iteration wrote (which moves with the index) is not a loop-carried dependency: kept. Reading the
+    whole buffer (what other iterations write) is still unrolled and checked exactly."""
+    x = np.random.default_rng(15).standard_normal((512, 128)).astype(np.float32)
+    (_ku, ou, pu), (kk, ok, pk) = _both_ways(own_slice_reread, (x,), check=True)
+    _assert_same_outputs(ou, ok)
+    np.testing.assert_allclose(ok, (2 * x).reshape(4, 128, 128).max(axis=2).T, rtol=1e-6)
+    assert [lp["stop"] for lp in _loops(kk)] == [4]
+    assert pk.total_time_ns == pu.total_time_ns
+    (_ku, _ou, _pu), (kk, _ok, _pk) = _both_ways(own_slice_reread, (x, True), check=True)
+    assert not _loops(kk)
+
+
+@nki.jit
 def reads_values(x):
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
