@@ -33,6 +33,9 @@ def check_kwargs(what, kwargs, allowed):
             raise unexpected(what, k)
 
 
+_OUTSIDE = [_tr._errors.code("OutsideKernel")]
+
+
 def _wrap(fn, what, extra, isa):
     sig = inspect.signature(fn)
     params = list(sig.parameters.values())
@@ -65,7 +68,15 @@ def _wrap(fn, what, extra, isa):
             if label is not None and _tr.active() is not None:
                 with _tr.labelled(label):
                     return fn(*args, **kwargs)
-        return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except _tr.KernelError as e:
+            if _tr.active() is not None or getattr(e, "code", None) != _OUTSIDE[0]:
+                raise
+            # called outside a kernel: name the function the user called (not the nl.ndarray nl.zeros calls), at
+            # the user's line, without nsim's frames (no kernel entry point trims them here)
+        raise _tr.make_error("OutsideKernel", "{} can only be called inside an NKI kernel (a function decorated "
+                             "with @nki.jit and called with arrays, or run by nki.simulate)".format(what)) from None
 
     # the accepted keywords, explicitly (``**kwargs`` replaced by keyword-only parameters)
     new_params = [p for p in params if p.kind is not p.VAR_KEYWORD]

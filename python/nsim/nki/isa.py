@@ -409,6 +409,10 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     _t(stationary, "stationary", "nc_matmul")
     _t(moving, "moving", "nc_matmul")
     tr = _tr.current("nisa.nc_matmul")
+    if not tile_size:
+        m = stationary.size // max(1, stationary.shape[0])
+        stationary_limit(m // (1 if perf_mode in (None, matmul_perf_mode.none, "none") else 2),
+                         "nisa.nc_matmul", "stationary {}".format(tuple(stationary.shape)))
     flags = []
     if tr.matmul_accumulates(dst, accumulate):
         flags.append("accumulate")
@@ -420,6 +424,26 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         flags.append("double_row")
     return _op("nc_matmul", dst=dst, stationary=stationary, moving=moving, flags=flags,
                iimm=_pe_tile(tile_position, tile_size, "nc_matmul"))
+
+
+def stationary_limit(m, api, what):
+    """MatmulLimit at the call's line for a stationary operand of M = ``m`` columns (its free size) wider than
+    the PE array: checked here because the kernel's verification would first report the PSUM result of M
+    partitions (a tile of 256 partitions, or a dst that is not M partitions tall), not the matmul."""
+    cols = _nl.tile_size.gemm_stationary_fmax
+    if m > cols:
+        raise make_error("MatmulLimit", "{}: {} has M = {} columns (its free size, the result's partitions), "
+                         "more than the {} columns of the PE array; tile M into pieces of at most {} "
+                         "(nl.tile_size.gemm_stationary_fmax)".format(api, what, m, cols, cols))
+
+
+def transpose_limit(p, f, api):
+    """ShapeMismatch at the call's line for a TensorE transpose of a [p, f] tile larger than the PE array (the
+    kernel's verification would first report the PSUM result of f partitions, not the transpose)."""
+    n = _nl.tile_size.pmax  # the PE array's rows and columns
+    if p > n or f > n:
+        raise make_error("ShapeMismatch", "{}: transpose input [{}, {}] exceeds {} x {} on the tensor engine; "
+                         "transpose it in {} x {} blocks".format(api, p, f, n, n, n, n))
 
 
 def _pe_tile(tile_position, tile_size, opname):

@@ -844,6 +844,7 @@ def transpose(x, dtype=None, name=None, **kwargs):
     if x.ndim != 2:
         raise make_error("BadRank", "nl.transpose: a 2-D tile is needed, got shape {}".format(
             tuple(x.shape)))
+    _isa().transpose_limit(x.shape[0], x.shape[1], "nl.transpose")
     src = _to_sbuf(x)
     out = _new_tile((x.shape[1], x.shape[0]), x.dtype, "psum")
     _isa().nc_transpose(dst=out, data=src)
@@ -860,6 +861,8 @@ def matmul(x, y, transpose_x=False, name=None, **kwargs):
     if x.ndim != 2 or y.ndim != 2:
         raise make_error("BadRank", "nl.matmul: 2-D tiles are needed, got {} and {}".format(
             tuple(x.shape), tuple(y.shape)))
+    _isa().stationary_limit(x.shape[1] if transpose_x else x.shape[0], "nl.matmul",
+                            "x {} (transpose_x={})".format(tuple(x.shape), bool(transpose_x)))
     stat = _to_sbuf(x) if transpose_x else copy_(transpose(x))
     if stat.shape[0] != y.shape[0]:
         raise make_error("ShapeMismatch", "nl.matmul: contraction dims differ: x {} (transpose_x={}) and "

@@ -24,7 +24,10 @@ from ..isa import (  # noqa: F401
     FP32_MIN)
 
 
-def _tile(x, what):
+def _tile(x, what, arg="operand"):
+    if not isinstance(x, (NkiTensor, BlockTensor)):
+        # e.g. None from a helper function that forgot to return its tile (was an AttributeError)
+        raise make_error("BadOperandKind", "nisa.{}: {} must be a tile, got {!r}".format(what, arg, x))
     if isinstance(x, BlockTensor):
         raise make_error("TileInference", "err_failed_to_infer_tile_from_local_tensor: nisa.{} needs a "
                          "tile; index the block dims first".format(what))
@@ -62,7 +65,7 @@ def _masked(fn, args, mask, what, dtype, dst):
 
 def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
                mask=None, dtype=None, dst=None, **kwargs):
-    _tile(data, "activation")
+    _tile(data, "activation", "data")
     if _is_mask(mask):
         if reduce_res is not None:  # the masked rows' reductions (reduce_res restricted to them too)
             return _masked(lambda d, b, sc, rr: activation(op, d, bias=b, scale=sc, reduce_op=reduce_op,
@@ -77,8 +80,8 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
 
 
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown, dst=None, **kwargs):
-    _tile(data1, "tensor_tensor")
-    _tile(data2, "tensor_tensor")
+    _tile(data1, "tensor_tensor", "data1")
+    _tile(data2, "tensor_tensor", "data2")
     if _is_mask(mask):
         return _masked(lambda a, b: tensor_tensor(a, b, op, dtype=dtype, engine=engine), (data1, data2), mask,
                        "nisa.tensor_tensor", dtype, dst)
@@ -89,7 +92,7 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unkn
 
 def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, *, dtype=None,
                   mask=None, engine=engine.unknown, dst=None, **kwargs):
-    _tile(data, "tensor_scalar")
+    _tile(data, "tensor_scalar", "data")
     if _is_mask(mask):
         return _masked(lambda d, o0, o1: tensor_scalar(d, op0, o0, reverse0, op1, o1, reverse1, dtype=dtype,
                                                        engine=engine),
@@ -101,7 +104,7 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, 
 
 
 def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, dst=None, **kwargs):
-    _tile(src, "tensor_copy")
+    _tile(src, "tensor_copy", "src")
     _no_runtime_index(src, dst, "tensor_copy")
     if _is_mask(mask):
         return _masked(lambda x: tensor_copy(x, dtype=dtype, engine=engine), (src,), mask, "nisa.tensor_copy",
@@ -153,7 +156,7 @@ def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown
     if not isinstance(src, NkiTensor):
         raise make_error("BadOperandKind", "nisa.tensor_copy_dynamic_src: src must be a tile view, got {!r}".format(
             src))
-    _tile(src, "tensor_copy_dynamic_src")
+    _tile(src, "tensor_copy_dynamic_src", "src")
     if isinstance(dst, NkiTensor) and dst.is_indirect():
         raise make_error("DynamicIndex", "nisa.tensor_copy_dynamic_src: dst has a runtime index (use "
                          "tensor_copy_dynamic_dst)")
@@ -175,7 +178,7 @@ def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.un
         if not isinstance(v, NkiTensor):
             raise make_error("BadOperandKind", "nisa.tensor_copy_dynamic_dst: {} must be a tile view, got {!r}".format(
                 nm, v))
-    _tile(src, "tensor_copy_dynamic_dst")
+    _tile(src, "tensor_copy_dynamic_dst", "src")
     if src.is_indirect():
         raise make_error("DynamicIndex", "nisa.tensor_copy_dynamic_dst: src has a runtime index (use "
                          "tensor_copy_dynamic_src)")
@@ -188,7 +191,7 @@ def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.un
 
 
 def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, dst=None, **kwargs):
-    _tile(data, "tensor_reduce")
+    _tile(data, "tensor_reduce", "data")
     if _is_mask(mask):
         from .language import masked_reduce
         r = masked_reduce(lambda t: tensor_reduce(op, t, axis, dtype=dtype, negate=negate, keepdims=True), data,
@@ -212,8 +215,8 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     """A fresh fp32 PSUM tile ``[M, N] = stationary.T @ moving``; ``psum[...] += nisa.nc_matmul(...)``
     accumulates into ``psum[...]`` instead. ``mask=False`` (the flash attention samples' causal
     ``forward_mask`` above the diagonal) issues nothing."""
-    _tile(stationary, "nc_matmul")
-    _tile(moving, "nc_matmul")
+    _tile(stationary, "nc_matmul", "stationary")
+    _tile(moving, "nc_matmul", "moving")
     perf = kwargs.get("perf_mode")
     perf = _n.matmul_perf_mode.double_row if perf and "double_row" in str(perf) else _n.matmul_perf_mode.none
 
@@ -251,7 +254,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, dst=None, **kwargs):
-    _tile(data, "nc_transpose")
+    _tile(data, "nc_transpose", "data")
     p = data.shape[0]
     f = data.size // p
     if skipped(mask):
@@ -268,6 +271,8 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, dst=None
     eng = _n._engine(engine, "nc_transpose")
     if eng is None:
         eng = "vector" if p <= 32 and f <= 32 else "tensor"
+    if eng == "tensor":
+        _n.transpose_limit(p, f, "nisa.nc_transpose")
     out = _new((f, p), data.dtype, "psum" if eng == "tensor" else "sbuf")
     _n.nc_transpose(dst=out if boxes is None else _boxed(out, boxes[1]), data=data, engine=eng)
     if boxes is not None and out._box is not None:
@@ -300,7 +305,7 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, dst=None, *
 
 
 def reciprocal(data, *, mask=None, dtype=None, dst=None, **kwargs):
-    _tile(data, "reciprocal")
+    _tile(data, "reciprocal", "data")
     if _is_mask(mask):
         return _masked(lambda x: reciprocal(x, dtype=dtype), (data,), mask, "nisa.reciprocal", dtype, dst)
     out = dst if dst is not None else _new(data.shape, _dt(dtype, data.dtype))
@@ -346,7 +351,7 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
         if tuple(src.shape) != tuple(dst.shape):
             raise make_error("NotSupported", "masked dma_copy needs src and dst of the same shape")
         dst, src = _restrict(dst, box), _restrict(src, box)
-    _n.dma_copy(dst=_tile(dst, "dma_copy"), src=_tile(src, "dma_copy"), oob_mode=oob_mode, dge_mode=dge_mode,
+    _n.dma_copy(dst=_tile(dst, "dma_copy", "dst"), src=_tile(src, "dma_copy", "src"), oob_mode=oob_mode, dge_mode=dge_mode,
                 engine=kwargs.get("engine", engine.unknown), dst_rmw_op=dst_rmw_op)
     return None
 
@@ -379,7 +384,7 @@ def _cast(out, dtype):
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh SBUF tile ``src.transpose(axes)`` (2-D, or 3-D / 4-D with axes (2, 1, 0) / (3, 1, 2, 0), the default of
     each rank); ``dtype`` != src adds a cast."""
-    _tile(src, "dma_transpose")
+    _tile(src, "dma_transpose", "src")
     extra = {k: kwargs[k] for k in ("dge_mode", "oob_mode") if k in kwargs}
     form = _n.DMA_TRANSPOSE_AXES.get(src.ndim, tuple(range(src.ndim))[::-1]) if axes is None else axes
     shape = tuple(src.shape[int(a)] for a in form)
@@ -406,8 +411,8 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, dst=None, **kwargs):
 def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, dtype=None,
                          mask=None, dst=None, **kwargs):
     """``op1(op0(data, operand0), operand1)``; default dtype: data and operand1 promoted (§3.3)."""
-    _tile(data, "scalar_tensor_tensor")
-    _tile(operand1, "scalar_tensor_tensor")
+    _tile(data, "scalar_tensor_tensor", "data")
+    _tile(operand1, "scalar_tensor_tensor", "operand1")
     if _is_mask(mask):
         return _masked(lambda d, o0, o1: scalar_tensor_tensor(data=d, op0=op0, operand0=o0, op1=op1, operand1=o1,
                                                               reverse0=reverse0, reverse1=reverse1, dtype=dtype),
@@ -421,7 +426,7 @@ def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, 
 def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, dst=None,
                       **kwargs):
     """``f(data*scale + bias)`` as a fresh tile; ``reduce_res[:, 0]`` = its reduction over the free dims."""
-    _tile(data, "activation_reduce")
+    _tile(data, "activation_reduce", "data")
     if _is_mask(mask):
         return _masked(lambda d, b, sc, rr: activation_reduce(op, d, reduce_op=reduce_op, reduce_res=rr, bias=b,
                                                               scale=sc, dtype=dtype),
@@ -468,7 +473,7 @@ def _pred_expr(pred, shape):
 def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, dst=None, **kwargs):
     """``out = on_true_tile where pred else on_false_value``; ``pred`` (one comparison of affine index
     expressions) is lowered to the new-dialect pattern ``cmp(offset + p*cm + sum step*i, 0)``."""
-    _tile(on_true_tile, "affine_select")
+    _tile(on_true_tile, "affine_select", "on_true_tile")
     if on_true_tile.buffer == "psum" and not skipped(mask):
         # GpSimd has no PSUM port: the (masked part of the) tile is copied to SBUF first, the copy the compiler
         # makes for the attention samples' `affine_select(on_true_tile=qk_psum[...])` (docs/timing-model.md)
@@ -502,8 +507,8 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
 def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs):
     """Writes ``dst`` (partition shuffle within each 32-partition quadrant); returns ``None``."""
     _check_mask(mask, "nisa.nc_stream_shuffle")
-    _tile(src, "nc_stream_shuffle")
-    _tile(dst, "nc_stream_shuffle")
+    _tile(src, "nc_stream_shuffle", "src")
+    _tile(dst, "nc_stream_shuffle", "dst")
     sm = []
     for m in shuffle_mask:
         e = IndexExpr._lift(m)
@@ -519,8 +524,8 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
                        dst=None, **kwargs):
     """Per-partition scan ``s = op1(op0(data0[i], s), data1[i])`` from ``initial``; default dtype: data0 and
     data1 promoted."""
-    _tile(data0, "tensor_tensor_scan")
-    _tile(data1, "tensor_tensor_scan")
+    _tile(data0, "tensor_tensor_scan", "data0")
+    _tile(data1, "tensor_tensor_scan", "data1")
     if _is_mask(mask):
         return _masked(lambda a, b, i: tensor_tensor_scan(a, b, i, op0, op1, reverse0, reverse1, dtype=dtype),
                        (data0, data1, initial), mask, "nisa.tensor_tensor_scan", dtype, dst)
@@ -533,7 +538,7 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
 def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None, mask=None,
                          dst=None, **kwargs):
     """``op0(data, operand0)`` as a fresh tile; ``reduce_res[:, 0]`` = its ``reduce_op`` reduction."""
-    _tile(data, "tensor_scalar_reduce")
+    _tile(data, "tensor_scalar_reduce", "data")
     if _is_mask(mask):
         return _masked(lambda d, o0, rr: tensor_scalar_reduce(data=d, op0=op0, operand0=o0, reduce_op=reduce_op,
                                                               reduce_res=rr, reverse0=reverse0, dtype=dtype),
@@ -564,7 +569,7 @@ def _masked_stats(fn, data, width, mask, dtype, dst):
 def bn_stats(data, *, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh ``(P, 6)`` tile of (count, mean, M2) for the even and the odd free positions; under ``mask=``
     (the NKI layernorm tutorial's ``j * bn_stats_fmax + i_f < hidden``) of the elements inside the mask."""
-    _tile(data, "bn_stats")
+    _tile(data, "bn_stats", "data")
     if _is_mask(mask):
         return _masked_stats(_n.bn_stats, data, 6, mask, dtype, dst)
     out = dst if dst is not None else _new((data.shape[0], 6), _dt(dtype, data.dtype))
@@ -574,7 +579,7 @@ def bn_stats(data, *, mask=None, dtype=None, dst=None, **kwargs):
 
 def bn_aggr(data, *, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh ``(P, 2)`` tile ``[mean, var]`` aggregated from bn_stats (count, mean, M2) triples."""
-    _tile(data, "bn_aggr")
+    _tile(data, "bn_aggr", "data")
     if _is_mask(mask):
         return _masked_stats(_n.bn_aggr, data, 2, mask, dtype, dst)
     out = dst if dst is not None else _new((data.shape[0], 2), _dt(dtype, data.dtype))
@@ -584,8 +589,8 @@ def bn_aggr(data, *, mask=None, dtype=None, dst=None, **kwargs):
 
 def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None, dtype=None, **kwargs):
     """``dst = src`` where ``(predicate != 0) != reverse_pred`` (src: a tile or a scalar); returns ``None``."""
-    _tile(dst, "tensor_copy_predicated")
-    _tile(predicate, "tensor_copy_predicated")
+    _tile(dst, "tensor_copy_predicated", "dst")
+    _tile(predicate, "tensor_copy_predicated", "predicate")
     if _is_mask(mask):
         box = mask_box(mask, dst.shape)
         if box is None:
@@ -604,7 +609,7 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
                  **kwargs):
     """``out[p, j] = on_true_tile[p, j] if comp_op0(range_start + j, bound0[p]) and comp_op1(.., bound1[p])
     else on_false_value``; optional max-reduction into ``reduce_res``."""
-    _tile(on_true_tile, "range_select")
+    _tile(on_true_tile, "range_select", "on_true_tile")
     if _is_mask(mask):
         shape = tuple(on_true_tile.shape)
         box = mask_box(mask, shape)
@@ -634,7 +639,7 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
 def max8(*, src, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh ``(P, 8)`` tile: the 8 largest values of each partition of ``src``, descending."""
     _check_mask(mask, "nisa.max8")
-    _tile(src, "max8")
+    _tile(src, "max8", "src")
     out = dst if dst is not None else _new((src.shape[0], 8), _dt(dtype, src.dtype))
     _n.max8(dst=out, src=src)
     return None if dst is not None else out
@@ -643,8 +648,8 @@ def max8(*, src, mask=None, dtype=None, dst=None, **kwargs):
 def nc_find_index8(*, data, vals, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh ``(P, 8)`` uint32 tile: the index in ``data[p]`` of each ``vals[p, i]`` (all ones if absent)."""
     _check_mask(mask, "nisa.nc_find_index8")
-    _tile(data, "nc_find_index8")
-    _tile(vals, "nc_find_index8")
+    _tile(data, "nc_find_index8", "data")
+    _tile(vals, "nc_find_index8", "vals")
     out = dst if dst is not None else _new((data.shape[0], 8), _dt(dtype, np.uint32))
     _n.nc_find_index8(dst=out, data=data, vals=vals)
     return None if dst is not None else out
@@ -653,8 +658,8 @@ def nc_find_index8(*, data, vals, mask=None, dtype=None, dst=None, **kwargs):
 def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh tile like ``data`` with the first match of each ``vals[p, i]`` replaced by ``imm``."""
     _check_mask(mask, "nisa.nc_match_replace8")
-    _tile(data, "nc_match_replace8")
-    _tile(vals, "nc_match_replace8")
+    _tile(data, "nc_match_replace8", "data")
+    _tile(vals, "nc_match_replace8", "vals")
     out = dst if dst is not None else _new(data.shape, _dt(dtype, data.dtype))
     _n.nc_match_replace8(dst=out, data=data, vals=vals, imm=imm, dst_idx=dst_idx)
     return None if dst is not None else out
@@ -664,8 +669,8 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
                  **kwargs):
     """A fresh ``(P, V * num_elem_per_idx)`` tile of ``src_buffer``'s dtype (see ``nki.isa.local_gather``)."""
     _check_mask(mask, "nisa.local_gather")
-    _tile(src_buffer, "local_gather")
-    _tile(index, "local_gather")
+    _tile(src_buffer, "local_gather", "src_buffer")
+    _tile(index, "local_gather", "index")
     nv = 16 * int(index.size // index.shape[0]) if num_valid_indices is None else int(num_valid_indices)
     out = dst if dst is not None else _new((src_buffer.shape[0], nv * int(num_elem_per_idx)), src_buffer.dtype)
     _n.local_gather(dst=out, src_buffer=src_buffer, index=index, num_elem_per_idx=num_elem_per_idx,
@@ -676,7 +681,7 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh ``(1, F...)`` tile: ``op`` over the partitions of ``data``."""
     _check_mask(mask, "nisa.tensor_partition_reduce")
-    _tile(data, "tensor_partition_reduce")
+    _tile(data, "tensor_partition_reduce", "data")
     out = dst if dst is not None else _new((1,) + tuple(data.shape[1:]), _dt(dtype, data.dtype))
     _n.tensor_partition_reduce(dst=out, op=op, data=data)
     return None if dst is not None else out
@@ -686,9 +691,9 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
                   reduce_op=np.amax, reverse_pred=False, mask=None, dtype=None, **kwargs):
     """Writes ``dst = where((predicate != 0) != reverse_pred, on_true, on_false)``; returns ``None``."""
     _check_mask(mask, "nisa.select_reduce")
-    _tile(dst, "select_reduce")
-    _tile(predicate, "select_reduce")
-    _tile(on_true, "select_reduce")
+    _tile(dst, "select_reduce", "dst")
+    _tile(predicate, "select_reduce", "predicate")
+    _tile(on_true, "select_reduce", "on_true")
     _n.select_reduce(dst=dst, predicate=predicate, on_true=on_true, on_false=on_false, reduce_res=reduce_res,
                      reduce_cmd=reduce_cmd, reduce_op=reduce_op, reverse_pred=reverse_pred)
     return None
@@ -696,7 +701,7 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
 
 def sequence_bounds(*, segment_ids, dtype=None, dst=None, **kwargs):
     """A fresh ``(1, 2, n)`` tile of run starts / ends of ``segment_ids (1, n)``."""
-    _tile(segment_ids, "sequence_bounds")
+    _tile(segment_ids, "sequence_bounds", "segment_ids")
     n = int(segment_ids.size // segment_ids.shape[0])
     out = dst if dst is not None else _new((1, 2, n), _dt(dtype, segment_ids.dtype))
     _n.sequence_bounds(dst=out, segment_ids=segment_ids)
@@ -706,7 +711,7 @@ def sequence_bounds(*, segment_ids, dtype=None, dst=None, **kwargs):
 
 def dropout(data, prob, *, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh tile: ``data`` with each element zeroed with probability ``prob`` (no rescaling)."""
-    _tile(data, "dropout")
+    _tile(data, "dropout", "data")
     if skipped(mask):
         return None if dst is not None else _nothing(data.shape, _dt(dtype, data.dtype), "sbuf")
     _check_mask(mask, "nisa.dropout")

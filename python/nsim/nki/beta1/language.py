@@ -1776,6 +1776,7 @@ def mean(x, axis, *, dtype=None, keepdims=False, mask=None, **kwargs):
 def transpose(x, *, dtype=None, mask=None, **kwargs):
     """``nl.transpose``; under ``mask=`` (over x's index expressions or the result's) only the masked part is
     transposed into the fresh result (the rest stays unwritten)."""
+    _nl._tensor_arg(x, "transpose")
     shape = (x.shape[1], x.shape[0]) if x.ndim == 2 else tuple(x.shape)
     if skipped(mask):
         return nothing(shape, dtype if dtype is not None else x.dtype, "psum")
@@ -1909,6 +1910,8 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
     """``nl.load_transpose2d``: an SBUF tile ``src.T`` (a DMA transpose); under ``mask=`` (over src's index
     expressions or the result's) only the masked part is loaded (the rest stays unwritten)."""
     tr = _tr.current("nl.load_transpose2d")
+    if not isinstance(src, NkiTensor):
+        raise make_error("BadOperandKind", "nl.load_transpose2d: src must be a tensor, got {!r}".format(src))
     if src.ndim != 2:
         raise make_error("BadRank", "nl.load_transpose2d needs a 2-D source")
     shape = (src.shape[1], src.shape[0])
