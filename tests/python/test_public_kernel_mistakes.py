@@ -237,3 +237,35 @@ def test_b1_call_given_none_names_the_argument(pkm, call, api, arg):
     e = ei.value
     assert e.code == nsim._errors.code("BadOperandKind") and "{}: {} must be a".format(api, arg) in e.message
     assert os.path.realpath(e.file) == os.path.realpath(__file__)
+
+
+@pytest.mark.parametrize("dialect,call,code,fragment", [
+    ("beta1", lambda nl, a: nl.zeros(None, dtype=nl.float32), "NSIM-E429", "a shape is an int or a tuple of ints, got None"),
+    ("beta1", lambda nl, a: nl.ndarray("abc", dtype=nl.float32, buffer=nl.sbuf), "NSIM-E429", "got 'abc'"),
+    ("new", lambda nl, a: nl.ndarray((128, "4"), nl.float32, buffer=nl.sbuf), "NSIM-E429", "got (128, '4')"),
+    ("beta1", lambda nl, a: nl.full((128, 4), "x", dtype=nl.float32), "NSIM-E312", "must be a number, got 'x'"),
+    ("beta1", lambda nl, a: nl.max(nl.load(a), axis=None), "NSIM-E312", "axis must be an int or a tuple of ints"),
+])
+def test_plain_misuse_of_nl_functions_names_the_argument(b1, dialect, call, code, fragment):
+    """Arguments of the wrong kind to creation and reduction functions (a shape of None or with a string, a string
+    fill value, ``axis=None``) raised bare TypeError / ValueError from int() or iteration inside nsim; now the
+    documented code at the user's line, naming the argument."""
+    if dialect == "beta1":
+        bnki, bnl, _bnisa = b1
+        jit, nl = bnki.jit, bnl
+    else:
+        from nsim import nki
+        import nsim.nki.language as nl
+        jit = nki.jit
+
+    @jit
+    def k(a):
+        call(nl, a)  # the mistake
+        return a
+
+    with pytest.raises(nsim.NsimError) as ei:
+        k(z(128, 64))
+    assert ei.value.code == code and fragment in str(ei.value), str(ei.value)
+    # the user's line: the call of the nl function (in the lambda of this test's parameters)
+    assert os.path.basename(ei.value.file) == os.path.basename(__file__)
+    assert ei.value.line == call.__code__.co_firstlineno

@@ -252,9 +252,16 @@ class par_dim(int):  # noqa: N801
     """``nl.par_dim(n)``: accepted in shapes (the new dialect's partition dim is always dim 0)."""
 
 
-def _shape(shape):
-    if isinstance(shape, (int, np.integer)):
+def _shape(shape, what="nl.ndarray"):
+    """A tensor shape as a tuple of ints: an int, or a tuple / list / Shape of ints (BadTensorShape otherwise, not
+    a Python error from int())."""
+    if isinstance(shape, (int, np.integer, _tr.Sym)) and not isinstance(shape, (bool, np.bool_)):
         shape = (shape,)
+    if isinstance(shape, np.ndarray) and shape.ndim == 1:
+        shape = tuple(shape.tolist())
+    if not isinstance(shape, (tuple, list)) or not _b.all(  # (a loop index: int() below unrolls its loop)
+            isinstance(s, (int, np.integer, _tr.Sym)) and not isinstance(s, (bool, np.bool_)) for s in shape):
+        raise make_error("BadTensorShape", "{}: a shape is an int or a tuple of ints, got {!r}".format(what, shape))
     return tuple(int(s) for s in shape)
 
 
@@ -752,6 +759,10 @@ def copy_(x, dtype=None, name=None, **kwargs):
 
 def _axes(x, axis, what):
     nd = x.ndim
+    if not isinstance(axis, (int, np.integer, tuple, list)) or isinstance(axis, (bool, np.bool_)) or (
+            isinstance(axis, (tuple, list)) and not _b.all(isinstance(a, (int, np.integer)) for a in axis)):
+        raise make_error("BadArgument", "nl.{}: axis must be an int or a tuple of ints naming free dims (1..{}) of "
+                         "shape {}, got {!r}".format(what, nd - 1, tuple(x.shape), axis))
     axes = [axis] if isinstance(axis, (int, np.integer)) else list(axis)
     axes = sorted(_b.set(int(a) + nd if int(a) < 0 else int(a) for a in axes))
     if not axes or axes[0] < 1 or axes[-1] >= nd:

@@ -1529,6 +1529,7 @@ def _grid_state():
 
 def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
     tr = _tr.current("nl.ndarray")
+    _nl._shape(shape)  # validated (an int or a tuple of ints; nl.par_dim entries are ints)
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
     shape = tuple(shape)
@@ -1602,6 +1603,9 @@ def _placed_ndarray(tr, buffer, layout, dims, p, dtype, b, name):
 
 def _fill(t, value):
     st = t._t if isinstance(t, BlockTensor) else t
+    if not isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
+        raise make_error("BadArgument", "the fill value of nl.full / zeros / ones must be a number, got {!r}".format(
+            value))
     if st.buffer == "hbm":
         raise make_error("NotSupported", "err_hbm_tensor_with_init_value_not_supported: HBM tensors "
                          "with an initial value are not supported")
