@@ -206,6 +206,27 @@ def test_affine_range_with_a_carried_state(pkm):
     assert ei.value.code == "NSIM-W504" and ei.value.line == mistake_line("n_carried")
 
 
+def test_b1_accumulation_into_a_tile_is_not_reported(b1):
+    """``acc[...] = acc + x`` (and ``acc[...] += x``) over an affine_range is the spec's associative accumulation:
+    the retargeted write's check leaves it alone."""
+    bnki, bl, _bisa = b1
+
+    @bnki.jit
+    def acc_sum(a_input):
+        out = bl.ndarray((128, 512), dtype=np.float32, buffer=bl.shared_hbm)
+        acc = bl.zeros((128, 512), dtype=np.float32, buffer=bl.sbuf)
+        for i in bl.affine_range(a_input.shape[0] // 128):
+            acc[...] = acc + bl.load(a_input[i * 128:(i + 1) * 128, :])
+        bl.store(out, value=acc)
+        return out
+
+    a = np.random.default_rng(3).standard_normal((512, 512)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", nsim.tracer.CheckWarning)
+        out = acc_sum(a)
+    np.testing.assert_allclose(out, a.reshape(4, 128, 512).sum(0), rtol=1e-5, atol=1e-5)
+
+
 def test_writing_an_input_argument_is_allowed(pkm):
     """nki-api.md 1.6: a kernel's writes to an argument are visible in the caller's array (no error, not strict)."""
     a = np.full((128, 64), 3.0, np.float32)
