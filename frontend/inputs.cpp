@@ -1,6 +1,7 @@
 #include "frontend/inputs.h"
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 namespace nsim::frontend {
@@ -44,6 +45,14 @@ void write_inputs(const Kernel& k, Simulator& sim, const InputViews& given, uint
       if (t.dtype == DType::kBool) store_int(t.dtype, &bytes[i], ud(rng) & 1);
       else store_int(t.dtype, &bytes[i], ud(rng));
     }
+  }
+  // Tensors that start as a copy of an input (a written argument's output, kernel.json "init"): copied here,
+  // outside the simulated time, as on hardware the kernel writes the argument's own storage.
+  for (const auto& t : k.tensors) {
+    if (t.space != isa::Space::kHbm || t.init.empty()) continue;
+    uint8_t* dst = sim.memory().hbm_data(t.name);
+    const uint8_t* src = sim.memory().hbm_data(t.init);
+    if (dst && src) std::memcpy(dst, src, static_cast<size_t>(sim.memory().hbm_tensor(t.name).bytes));
   }
 }
 

@@ -84,6 +84,10 @@ struct Tensor {
   /// the kernel's on-chip region; -1 = placed by the allocator. (After `loc`: aggregate initialisers
   /// written before it keep their meaning.)
   int64_t address = -1;
+  /// An HBM tensor's initial contents (kernel.json `"init"`): those of the input tensor of this name, copied
+  /// before the kernel starts and not simulated (a kernel argument written in place: on hardware the
+  /// argument's own storage). Empty = none.
+  std::string init;
   bool operator==(const Tensor&) const = default;
 };
 

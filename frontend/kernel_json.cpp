@@ -509,7 +509,7 @@ class Reader {
 
   void read_hbm_tensor(const Value& v, const Path& base) {
     expect_object(v, base);
-    check_keys(v, base, {"name", "buffer", "kind", "dtype", "shape", "loc"});
+    check_keys(v, base, {"name", "buffer", "kind", "dtype", "shape", "init", "loc"});
     Tensor t;
     if (const Value* l = v.find("loc")) t.loc = read_loc(*l, base + ".loc");
     t.name = read_tensor_name(v, base, t.loc);
@@ -526,6 +526,21 @@ class Reader {
     if (const Value* kd = v.find("kind")) t.kind = static_cast<TensorKind>(get_word(*kd, path + ".kind", kTensorKindNames, "tensor kind", t.loc));
     t.dtype = read_dtype(require(v, "dtype", path, t.loc), path + ".dtype", t.loc);
     t.shape = read_shape(require(v, "shape", path, t.loc), path + ".shape", kMaxHbmDims, t.dtype, t.loc);
+    if (const Value* in = v.find("init")) {  // initial contents: an input declared before it, same dtype and shape
+      t.init = get_string(*in, path + ".init", t.loc);
+      const auto it = tensor_ids_.find(t.init);
+      const Tensor* src = it == tensor_ids_.end() ? nullptr : &k_.tensors[static_cast<size_t>(it->second)];
+      if (!src || src->space != isa::Space::kHbm || src->kind != TensorKind::kInput || t.kind == TensorKind::kInput)
+        fail(ErrorCode::kUnknownName, *in, path + ".init",
+             fmt::format("init {} must name an input tensor declared before this one (which is not an input)",
+                         q(t.init)),
+             t.loc);
+      if (src->dtype != t.dtype || src->shape != t.shape)
+        fail(ErrorCode::kShapeMismatch, *in, path + ".init",
+             fmt::format("init {} is {} {}, this tensor {} {}", q(t.init), dtype_name(src->dtype),
+                         shape_str(src->shape), dtype_name(t.dtype), shape_str(t.shape)),
+             t.loc);
+    }
     add_tensor(std::move(t), v, path);
   }
 
@@ -1190,6 +1205,7 @@ class Writer {
     v.set("shape", shape(t.shape));
     if (alloc && t.bufs != 0) v.set("bufs", Value::integer(t.bufs));
     if (alloc && t.address >= 0) v.set("address", Value::integer(t.address));
+    if (!alloc && !t.init.empty()) v.set("init", Value::string(t.init));
     if (t.loc != SourceLoc{}) v.set("loc", loc(t.loc));
     return v;
   }

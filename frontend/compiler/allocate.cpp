@@ -583,8 +583,11 @@ std::pair<int64_t, int64_t> peak_of(const std::vector<size_t>& ids, const std::v
 /// to the next tile of the same shape), so a tile's first..last access spans values that are never
 /// live together. A backward liveness pass over the tile's elements finds the points where nothing
 /// it holds is read again before being overwritten; the tile is dead across them. Only for tiles
-/// whose accesses all sit at their alloc's loop level with constant indices; a write kills elements
-/// only when it covers all the tile's partitions (slot 0, without accumulate). Empty = not split.
+/// whose accesses all sit at their alloc's loop level with constant indices. Each element's live
+/// partitions are kept as one range (the hull of the reads after it); a write (slot 0, without accumulate)
+/// kills an element when its contiguous partition range covers that range, so the masked reads and writes
+/// of a ragged last tile (rows 0..43 of 128) end the previous value as a whole-tile write does. Empty = not
+/// split.
 Ivs value_ranges(const Kernel& k, const Walk& w, size_t t, const std::vector<size_t>& uses, int64_t& budget) {
   const Tensor& ten = k.tensors[t];
   if (uses.size() < 2 || ten.shape.size() < 2) return {};
@@ -648,7 +651,10 @@ Ivs value_ranges(const Kernel& k, const Walk& w, size_t t, const std::vector<siz
     }
     return true;
   };
-  std::vector<char> live(static_cast<size_t>(elems), 0);
+  // Live partitions [lo, hi) of each free element (lo >= hi: dead).
+  std::vector<int16_t> lo(static_cast<size_t>(elems), 0), hi(static_cast<size_t>(elems), 0);
+  std::vector<uint32_t> killed(static_cast<size_t>(elems), 0);  // == stamp: killed by the current op's write
+  uint32_t stamp = 0;
   int64_t nlive = 0;
   // Positions (ascending) and whether nothing is live just before each.
   std::vector<int64_t> pos;
@@ -657,27 +663,42 @@ Ivs value_ranges(const Kernel& k, const Walk& w, size_t t, const std::vector<siz
     const int64_t here = w.uses[uses[end - 1]].pos;
     size_t first = end - 1;  // the uses of one op (one position): [first, end)
     while (first > 0 && w.uses[uses[first - 1]].pos == here) --first;
+    ++stamp;
     for (int pass = 0; pass < 2; ++pass)  // writes, then reads (an op reads its sources before writing)
       for (size_t i = first; i < end; ++i) {
         const auto& u = w.uses[uses[i]];
         const Op& op = k.ops[static_cast<size_t>(u.op)];
         const Access& a = *op.operands[static_cast<size_t>(u.slot)];
-        const bool full_parts = a.dims.empty() || (a.dims[0].start.c == 0 && a.dims[0].size >= ten.shape[0] &&
-                                                   a.dims[0].step == 1 && !a.dims[0].broadcast);
-        const bool kill = u.slot == 0 && !(op.flags & isa::kAccumulate) && full_parts;
+        // The partitions accessed, [p0, p1) (a strided or broadcast access: its hull, and a write that kills nothing).
+        const DimAccess* pd = a.dims.empty() ? nullptr : &a.dims[0];
+        const bool contiguous = !pd || (pd->step == 1 && !pd->broadcast);
+        const int64_t p0 = pd ? pd->start.c : 0;
+        const int64_t p1 = !pd ? ten.shape[0] : pd->broadcast ? p0 + 1 : p0 + (pd->size - 1) * pd->step + 1;
+        const bool full_parts = contiguous && p0 == 0 && p1 >= ten.shape[0];
+        const bool kill = u.slot == 0 && !(op.flags & isa::kAccumulate) && contiguous;
         if (pass == 0 && kill) {
           if (!visit(a, [&](int64_t e) {
-                if (live[static_cast<size_t>(e)]) {
-                  live[static_cast<size_t>(e)] = 0;
+                const auto i = static_cast<size_t>(e);
+                if (lo[i] < hi[i] && p0 <= lo[i] && hi[i] <= p1) {
+                  lo[i] = hi[i] = 0;
+                  killed[i] = stamp;
                   --nlive;
                 }
               }))
             return {};
-        } else if (pass == 1 && !kill) {
+        } else if (pass == 1 && !(kill && full_parts)) {
+          // A read, or a write that does not cover every partition: live over the hull of what was live
+          // and what it accesses (a write's elements it killed above stay dead).
           if (!visit(a, [&](int64_t e) {
-                if (!live[static_cast<size_t>(e)]) {
-                  live[static_cast<size_t>(e)] = 1;
+                const auto i = static_cast<size_t>(e);
+                if (kill && killed[i] == stamp) return;
+                if (lo[i] >= hi[i]) {
+                  lo[i] = static_cast<int16_t>(p0);
+                  hi[i] = static_cast<int16_t>(p1);
                   ++nlive;
+                } else {
+                  lo[i] = static_cast<int16_t>(std::min<int64_t>(lo[i], p0));
+                  hi[i] = static_cast<int16_t>(std::max<int64_t>(hi[i], p1));
                 }
               }))
             return {};

@@ -3409,16 +3409,13 @@ class TraceResult:
         self.writeback = writeback  # list of (caller array, IR output name)
 
 
-_PROLOGUE = "nsim: copy of written argument"
-
-
 def trace_lnc(fn, args, kwargs, lnc, name=None, **kw):
     """Trace ``fn`` once per physical core of an LNC=``lnc`` launch (``nl.program_id(0)`` = the core) and
     combine the programs into one multi-core kernel dict (docs/kernel-json.md, "Multi-core launches"):
     HBM tensors of the same name are one tensor (arguments and ``shared_hbm``; ``private_hbm`` names
     carry their core). The return value is the last core's (the same shared tensors)."""
     results = [trace(fn, args, kwargs, name=name, lnc=(c, lnc), **kw) for c in range(lnc)]
-    progs, outputs, seen_prologue = [], set(), set()
+    progs, outputs = [], set()
     for r in results:
         for t in r.kernel["tensors"]:
             if t["kind"] == "output":
@@ -3433,26 +3430,9 @@ def trace_lnc(fn, args, kwargs, lnc, name=None, **kw):
         wrote = wrote | unwritten
         k["tensors"] = [dict(t, kind="output" if t["name"] in wrote else "internal")
                         if t["name"] in outputs and t["kind"] != "input" else dict(t) for t in k["tensors"]]
-        body = []
-        for s in k["body"]:  # a written argument's copy (arg -> arg__out) runs once, on the first core
-            if s.get("op") == "dma_copy" and s.get("loc", {}).get("function") == _PROLOGUE:
-                if s["dst"] in seen_prologue:
-                    continue
-                seen_prologue.add(s["dst"])
-            body.append(s)
-        k["body"] = body
+        # (a written argument's output starts as its copy, "init", made before the launch runs: no core
+        # copies it, so no core can overwrite the other's results with it)
         progs.append(k)
-    # ... and every core waits for it before writing the argument: a barrier on the copy's destination
-    # right after the prologue (its writes are ordered after the barrier, which is ordered after the
-    # copy). Without it a core's result could be overwritten by the other core's copy (the sanitizer's
-    # dma-race check, NSIM-W506, found this).
-    shared = sorted(n for n in seen_prologue if all(any(t["name"] == n for t in p["tensors"]) for p in progs))
-    if lnc > 1:
-        for p in progs:
-            n_pro = sum(1 for s in p["body"] if s.get("op") == "dma_copy"
-                        and s.get("loc", {}).get("function") == _PROLOGUE)
-            p["body"][n_pro:n_pro] = [{"op": "core_barrier", "engine": "sync", "dst": n,
-                                      "loc": {"file": "", "line": 0, "function": _PROLOGUE}} for n in shared]
     last = results[-1]
     inputs, writeback, reports = {}, [], []
     for r in results:
@@ -3652,7 +3632,6 @@ def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides,
         # outputs: returned HBM tensors, plus arguments the kernel wrote (copied back to the caller)
         by_name = {t["name"]: t for t in tr.tensors}
         rename = {}
-        prologue = []
         writeback = []
         inputs = {}
         for ir_name, (arr, _t) in arrays.items():
@@ -3686,22 +3665,20 @@ def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides,
                 return (dict, {k: spec(v) for k, v in r.items()})
             return ("value", r)
 
-        # written arguments: input `a` + output `a__out`, prologue DMA a -> a__out, ops retargeted
+        # written arguments: input `a` + output `a__out` that starts as a copy of it ("init": made before the
+        # kernel runs, not simulated: on hardware the kernel writes the argument's own storage), ops retargeted
         if rename:
             for old, new in rename.items():
                 src = by_name[old]
-                d = dict(src, name=new, kind="output")
+                d = dict(src, name=new, kind="output", init=old)
                 tr.tensors.append(d)
                 by_name[new] = d
-                prologue.append({"op": "dma_copy", "dst": new, "src": old,
-                                 "loc": {"file": "", "line": 0, "function": _PROLOGUE}})
             _retarget(tr.body, rename)
         ret_spec = spec(ret)
         if ret is None and not writeback:
             _warn_unreturned(fn, [t["name"] for t in tr.tensors if t["name"] in tr.shared_hbm and
                                   t["name"] in tr.written])
         tr.name_shared_tiles()
-        tr.body[:0] = prologue
         tr.set_schedule(schedule)
     return TraceResult(tr.to_json(), inputs, ret_spec, writeback, tr.check_reports)
 

@@ -134,6 +134,12 @@ def _engine(e, what):
     if name is None or (allowed is not None and name not in allowed):
         raise make_error("BadEngine", "engine {} is not allowed for {} (allowed: {})".format(
             getattr(e, "name", e), what, ", ".join(allowed or ())))
+    if name == "scalar" and what in ("tensor_scalar", "tensor_copy") and get_nc_version() < nc_version.gen3:
+        # nki-api.md 2.1: ScalarE runs tensor_scalar / tensor_copy from gen3 on (isa/opcodes.def allows the
+        # engine for every gen; the scheduler's choice already follows scalar.tensor_ops)
+        raise make_error("NotOnGeneration", "{}: engine=scalar needs gen3 or later (trn2, trn3), this core is "
+                         "nc_version {}; use nisa.activation (op=nl.copy, scale=, bias=) or the vector engine".format(
+                             what, int(get_nc_version())))
     return name
 
 
