@@ -879,6 +879,7 @@ def matmul(x, y, transpose_x=False, name=None, **kwargs):
         raise make_error("ShapeMismatch", "nl.matmul: contraction dims differ: x {} (transpose_x={}) and "
                          "y {}".format(tuple(x.shape), bool(transpose_x), tuple(y.shape)))
     mov = _to_sbuf(y)
+    _isa().matmul_dtype_rules(stat, mov, "nl.matmul")  # (named as called; nc_matmul's own check would say nisa)
     out = _new_tile((stat.shape[1], y.shape[1]), np.float32, "psum")
     _isa().nc_matmul(dst=out, stationary=stat, moving=mov, accumulate=False)
     return out
