@@ -3152,15 +3152,19 @@ class Tracer:
     def _affine_writes(self, stmt):
         """The sanitizer's affine_range check: a write (not an accumulation) to bytes an earlier iteration
         of an enclosing affine_range wrote, to a tensor that is not the iteration's own."""
-        if "accumulate" in (stmt.get("flags") or ()):
+        flags = stmt.get("flags") or ()
+        if "accumulate" in flags:
             return  # accumulation (PSUM matmul groups, dma_copy +=) is a legal reduction across iterations
+        # the runtime-indexed side of an indirect DMA (a scatter's dst, a gather's src): its rows are values the
+        # check cannot see (its static access is row 0 in every iteration), so it is not checked (as NSIM-W506)
+        runtime = (("dst",) if "indirect_dst" in flags else ("src",)) if "offsets" in stmt else ()
         # `t[...] += x` on a tile (the NKI mamba sample's scanC_accum): its accumulator is the same in any
         # iteration order, so neither its read (data1) nor its write is checked; the write is still recorded,
         # so another access of t in a later iteration is.
         acc = ("dst", "data1") if _inplace_accumulation(stmt) else ()
         read_slots = _isa.READ_SLOTS
         for slot, v in stmt.items():  # loop-carried reads: bytes another iteration wrote
-            if slot not in read_slots or slot in acc:
+            if slot not in read_slots or slot in acc or slot in runtime:
                 continue
             name = v if isinstance(v, str) else v["tensor"]
             reg = None
@@ -3176,7 +3180,7 @@ class Tracer:
                         break
         for slot in _isa.WRITTEN_SLOTS:
             v = stmt.get(slot)
-            if v is None:
+            if v is None or slot in runtime:
                 continue
             name = v if isinstance(v, str) else v["tensor"]
             reg = _exact_region(v, self)

@@ -738,7 +738,8 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
     if reverse1:
         flags.append("reverse1")
     return _op("scalar_tensor_tensor", dst=dst, data=data, operand0=fields.get("operand0"), operand1=operand1,
-               alu0=_nl.alu_name(op0, "op0"), alu1=_nl.alu_name(op1, "op1"), flags=flags, imm=_immlist(imm))
+               alu0=_arith_op(op0, "op0", "scalar_tensor_tensor"), alu1=_arith_op(op1, "op1", "scalar_tensor_tensor"),
+               flags=flags, imm=_immlist(imm))
 
 
 def activation_reduce(dst, op, data, reduce_op, reduce_res=None, bias=None, scale=1.0, name=None, **kwargs):
@@ -805,7 +806,22 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
     if reverse1:
         flags.append("reverse1")
     return _op("tensor_tensor_scan", dst=dst, data0=data0, data1=data1, initial=fields.get("initial"),
-               alu0=_nl.alu_name(op0, "op0"), alu1=_nl.alu_name(op1, "op1"), flags=flags, imm=_immlist(imm))
+               alu0=_arith_op(op0, "op0", "tensor_tensor_scan"), alu1=_arith_op(op1, "op1", "tensor_tensor_scan"),
+               flags=flags, imm=_immlist(imm))
+
+
+_BITVEC = _isa.alu_of_class("bitvec")  # isa/alu_ops.def class bitvec
+
+
+def _arith_op(op, what, fn):
+    """The ALU name of ``op`` for an instruction that takes arithmetic ops only (spec §2.2: the scan and
+    scalar_tensor_tensor compute in fp32; a bit-vector op there is a kernel mistake, not a bit pattern)."""
+    name = _nl.alu_name(op, what)
+    if name in _BITVEC:
+        raise make_error("BadArgument", "nisa.{}: {} must be an arithmetic op (add, multiply, maximum, ...), got "
+                         "the bit-vector op nl.{}; use nisa.tensor_tensor / tensor_scalar for bitwise "
+                         "ops".format(fn, what, name))
+    return name
 
 
 _REDUCE_OPS = _isa.ALU_SETS["tensor_scalar_reduce.reduce_op"]

@@ -53,7 +53,9 @@ def _eval_expr(e, shape, env=None):
     if x is None:
         raise make_error("BadMask", "err_unsupported_expression_in_mask: {!r}".format(e))
     nd = len(shape)
-    if x.ndim > nd:
+    # trailing size-1 dims beyond the instruction's are harmless: a 1-D ``ids[i * 128 + i_p]`` (i_p of shape
+    # (128, 1)) is a (128,) view, masked by ``i * 128 + i_p < n``
+    if x.ndim > nd and (_b.any(int(n) != 1 for n in tuple(x.shape)[nd:]) or _b.any(a >= nd for a in x.coefs)):
         raise make_error("BadMask", "mask has more dims ({}) than the instruction ({})".format(
             x.ndim, nd))
     off = x.offset
@@ -304,6 +306,21 @@ def _restrict_rows(view, box):
     if len(box) != len(pat):
         raise make_error("NotSupported", "mask of {} dims on a view of shape {}".format(len(box), tuple(view.shape)))
     ind = view._ind
+    if isinstance(view, Tensor) and view._rows_oob is not None:
+        # free items reaching out of bounds: index again with them cut to the box (raises if still out)
+        base, t, rest, _ = view._rows_oob
+        items = []
+        for x in rest:
+            e = IndexExpr._lift(x)
+            if e is None or not e.coefs:
+                items.append(x)
+                continue
+            shp = list(e.shape)
+            for a in e.coefs:
+                shp[a] = box[a][1] - box[a][0]
+            items.append(IndexExpr(e.offset + _b.sum(c * box[a][0] for a, c in e.coefs.items()), dict(e.coefs), shp))
+        rows = NkiTensor.__getitem__(t, (slice(box[0][0], box[0][1]),))
+        return base._indirect_index((rows,) + tuple(items), defer_oob=False)
     (lo0, hi0), new = box[0], [(0, box[0][1] - box[0][0])]
     for (s, _n), (lo, hi) in zip(pat[1:], box[1:]):
         off += s * lo
@@ -321,7 +338,12 @@ def _restrict(view, box):
             return view
     if isinstance(view, Tensor) and view._adv is not None:
         base, items, rshape, _ = view._adv
-        if tuple(rshape) != tuple(view.shape) or len(box) != len(rshape):
+        vshape, nv = tuple(view.shape), len(view.shape)
+        if len(rshape) > nv == len(box) and tuple(rshape[:nv]) == vshape and _b.all(n == 1 for n in rshape[nv:]):
+            # a 1-D ``ids[i * 128 + i_p]`` (i_p of shape (128, 1)) is a (128,) view of index space (128, 1)
+            box = list(box) + [(0, 1)] * (len(rshape) - nv)
+            vshape = tuple(rshape)
+        if tuple(rshape) != vshape or len(box) != len(rshape):
             raise make_error("NotSupported", "this masked access is not supported yet (shape {} vs index space "
                              "{})".format(tuple(view.shape), rshape))
         new = []
@@ -674,7 +696,7 @@ class Tensor(NkiTensor):
     """A Beta-1 tensor / view: NkiTensor + tile operators, item assignment, PSUM ``+=`` and arange
     indexing."""
 
-    __slots__ = ("_mm", "_iadd", "_adv", "_t2d", "_t2d_oob", "_box", "_keys", "_pe_tmp")
+    __slots__ = ("_mm", "_iadd", "_adv", "_t2d", "_t2d_oob", "_box", "_keys", "_pe_tmp", "_rows_oob")
 
     def __init__(self, storage, dims=None, tracer=None):
         NkiTensor.__init__(self, storage, dims, tracer)
@@ -686,6 +708,8 @@ class Tensor(NkiTensor):
         self._t2d = False  # a transposed 2-D arange view (storage order dims; only nl.load / nl.store)
         self._t2d_oob = None  # such a view reaching out of bounds: the message (usable only under a clipping mask)
         self._keys = None  # arange views: the subscript's items as written (operand_mask_ranges)
+        self._rows_oob = None  # a row gather view whose free items reach out of bounds: (base, idx tile, items,
+        # message); usable only under a mask that clips it (_restrict_rows)
 
     @property
     def shape(self):
@@ -710,12 +734,19 @@ class Tensor(NkiTensor):
         if self._adv is not None and self._adv[3]:
             # an out-of-bounds arange view is only usable under a mask that clips it
             raise make_error("IndexOutOfBounds", self._adv[3])
+        if self._rows_oob is not None:
+            raise make_error("IndexOutOfBounds", self._rows_oob[3])
         return NkiTensor.access(self, indirect_ok)
 
     # --- indexing -----------------------------------------------------------------------------
     def __getitem__(self, key):
         k = key if isinstance(key, tuple) else (key,)
         chip = self.buffer in _tr.ON_CHIP
+        if chip and self.ndim == 1 and len(k) == 2 and isinstance(k[1], (int, np.integer)) and int(k[1]) in (0, -1) \
+                and _is_expr(k[0]):
+            # a (P,) tile (an ``nl.load`` of a 1-D ``ids[i * 128 + i_p]``) is the (P, 1) tile numpy indexing gives
+            # in NKI: ``ids[i_p, 0]`` (an indirect index) addresses its one column
+            k = k[:1]
         if any(_runtime_item(x, chip) is not None for x in k):
             return self._runtime_index(k)
         if any(isinstance(x, NkiTensor) for x in k):
@@ -768,9 +799,11 @@ class Tensor(NkiTensor):
             v = NkiTensor.__getitem__(self, static)
         return v._dynamic(kept[pos], ri.tile)
 
-    def _indirect_index(self, key):
+    def _indirect_index(self, key, defer_oob=True):
         """``data[idx_tile[i_p, 0], i_f]`` / ``data[idx_tile, i_f]`` (spec §3.8): a tile of row indices as the
-        first item of an HBM subscript; partition p reads (or, stored to, writes) row ``idx_tile[p]``."""
+        first item of an HBM subscript; partition p reads (or, stored to, writes) row ``idx_tile[p]``. Free
+        items reaching out of bounds (a ragged last column chunk) are an error only when the view is used
+        without a mask that clips them (``defer_oob``; spec §3.8: masked-out positions are not checked)."""
         t = key[0]
         if not isinstance(t, NkiTensor) or _b.any(isinstance(x, NkiTensor) for x in key[1:]):
             raise make_error("BadSubscript", "err_indirect_indices_free_dim: runtime (tile) indices are allowed only "
@@ -785,8 +818,10 @@ class Tensor(NkiTensor):
         rest = tuple(key[1:])
         # the static part: row 0 and the other items (every partition starts there; its row comes from the
         # index alone, so the tensor may have fewer rows than there are partitions)
+        oob = None
         if _b.any(_is_expr(x) for x in rest):  # the other items are arange/mgrid expressions
-            static = self._adv_index((arange(1)[:, None],) + rest, defer_oob=False)
+            static = self._adv_index((arange(1)[:, None],) + rest, defer_oob=defer_oob)
+            oob = static._adv[3] if static._adv is not None else None
         else:
             static = self[(slice(0, 1),) + rest]
         if t.ndim == 1:
@@ -797,6 +832,8 @@ class Tensor(NkiTensor):
         # and the valid indices are [0, self.shape[0]).
         row_step, rows = self._flat()[2][0]
         v._ind = _tr.Indirection(t, False, int(rows), int(row_step))
+        if oob:
+            v._rows_oob = (self, t, rest, oob)
         return v
 
     def _adv_index(self, key, defer_oob=True):
