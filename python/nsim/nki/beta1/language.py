@@ -291,10 +291,21 @@ def _box_onto(box, shape, target):
         elif n == 1:
             out.append((0, 1))
         else:
-            return None
+            return _box_onto_partitions(box, shape, target)
     while i < len(shape) and shape[i] == 1:
         i += 1
-    return out if i == len(shape) else None
+    return out if i == len(shape) else _box_onto_partitions(box, shape, target)
+
+
+def _box_onto_partitions(box, shape, target):
+    """``box`` restricting only the partitions of ``shape`` (every free element written) on a ``target`` with the
+    same partitions and free element count in other free dims (a masked matmul's [M, N] result ``+=`` into an
+    [M, OH, OW] PSUM view); else None."""
+    if (len(shape) > 1 and len(target) > 1 and shape[0] == target[0]
+            and _b.all(tuple(b) == (0, n) for b, n in zip(box[1:], shape[1:]))
+            and int(np.prod(shape[1:])) == int(np.prod(target[1:]))):
+        return [tuple(box[0])] + [(0, int(n)) for n in target[1:]]
+    return None
 
 
 def _restrict_rows(view, box):
@@ -876,8 +887,13 @@ class Tensor(NkiTensor):
             if not e.coefs:
                 i = e.offset
                 if not 0 <= i < size:
-                    raise make_error("IndexOutOfBounds", "err_tensor_access_out_of_bound: index {} is out "
-                                     "of bounds for dim {} of size {} of tensor '{}'".format(i, vd, size, self.name))
+                    msg = "err_tensor_access_out_of_bound: index {} is out of bounds for dim {} of size {} of " \
+                          "tensor '{}'".format(i, vd, size, self.name)
+                    if not (defer_oob and e.src):
+                        raise make_error("IndexOutOfBounds", msg)
+                    # an arange item over a size-1 axis (``i_h + kh - 1`` of a 1-row image): a constant, out of
+                    # bounds only where a mask may exclude it (spec §3.8), like the ranges below
+                    oob = oob or msg + " (use a mask= that excludes the out-of-bounds positions)"
                 dims[bi] = [start + i * step, 1, step, False]
                 consts.append(bi)
                 continue
@@ -1856,19 +1872,27 @@ def masked_matmul(stat, mov, mask, what, issue, stat_dims=("k", "m")):
     fresh fp32 ``[M, N]`` PSUM tile, and returns its statement; the rest of the result stays unwritten
     (``psum[...] += ...`` adds only that part)."""
     for t, nm in ((stat, "stationary"), (mov, "moving")):
-        if not isinstance(t, NkiTensor) or t.ndim != 2:
-            raise make_error("NotSupported", "{} under mask= needs 2-D operands ({} is {})".format(
-                what, nm, tuple(t.shape) if isinstance(t, NkiTensor) else t))
+        if not isinstance(t, NkiTensor) or t.ndim != 2 and (nm == "stationary" or t.ndim < 2):
+            raise make_error("NotSupported", "{} under mask= needs a 2-D stationary and a moving of 2 or more "
+                             "dims ({} is {})".format(what, nm, tuple(t.shape) if isinstance(t, NkiTensor) else t))
     size = dict(zip(stat_dims, (int(n) for n in stat.shape)))
-    m, n = size["m"], int(mov.shape[1])
+    # the moving's free dims (several: a conv's shifted window [C_in, OH, OW]) are the result's N dims
+    mfree = tuple(int(x) for x in mov.shape[1:])
+    ndims = ("n",) if len(mfree) == 1 else tuple("n{}".format(i) for i in range(len(mfree)))
+    m, n = size["m"], int(np.prod(mfree))
     r = operand_mask_ranges(mask, [(tuple(stat.shape), stat_dims, getattr(stat, "_keys", None), False),
-                                   ((int(mov.shape[0]), n), ("k", "n"), getattr(mov, "_keys", None), False),
-                                   ((m, n), ("m", "n"), None, True)], what)
+                                   ((int(mov.shape[0]),) + mfree, ("k",) + ndims, getattr(mov, "_keys", None), False),
+                                   ((m,) + mfree, ("m",) + ndims, None, True)], what)
     if r is None:
         return nothing((m, n), np.float32, "psum")
-    out = _nl._new_tile((m, n), np.float32, "psum")
-    out._mm = issue(_boxed(out, [r["m"], r["n"]]), _restrict(stat, [r[d] for d in stat_dims]),
-                    _restrict(mov, [r["k"], r["n"]]))
+    nbox = [r[d] for d in ndims]
+    if _b.all(tuple(b) == (0, x) for b, x in zip(nbox, mfree)):
+        out = _nl._new_tile((m, n), np.float32, "psum")  # [M, N] as unmasked; only M (and K) restricted
+        obox = [r["m"], (0, n)]
+    else:
+        out = _nl._new_tile((m,) + mfree, np.float32, "psum")
+        obox = [r["m"]] + nbox
+    out._mm = issue(_boxed(out, obox), _restrict(stat, [r[d] for d in stat_dims]), _restrict(mov, [r["k"]] + nbox))
     return out
 
 
