@@ -124,6 +124,7 @@ class Kernel:
         self._opts = opts
         self._schedule = schedule
         self._root = None
+        self._parent = None  # the kernel this one is a configured copy of (_derive)
         self.last_json = None
         self.last_profile = None
         self.last_outputs = None  # the last run's output arrays by name (the return value shares them)
@@ -131,17 +132,20 @@ class Kernel:
 
     # --- configured copies ----------------------------------------------------------------------
     def _derive(self, **attrs):
-        """A copy of this kernel with ``attrs`` changed; its runs are also recorded on the original."""
+        """A copy of this kernel with ``attrs`` changed; its runs are also recorded on the kernels it was derived
+        from, up to the original (``k = kernel.options(...); k[2](...)`` sets ``k.last_profile`` too)."""
         k = type(self).__new__(type(self))
         k.__dict__.update(self.__dict__)
         k.__dict__.update(attrs)
         k._root = self._root if self._root is not None else self
+        k._parent = self
         return k
 
     def _record(self, **kw):
-        for obj in (self, self._root):
-            if obj is not None:
-                obj.__dict__.update(kw)
+        obj = self
+        while obj is not None:
+            obj.__dict__.update(kw)
+            obj = obj.__dict__.get("_parent")
 
     def options(self, *, config=_UNSET, overrides=_UNSET, timing_only=_UNSET, trace=_UNSET, seed=_UNSET,
                 trace_limit=_UNSET, trace_window=_UNSET, check=_UNSET, loops=_UNSET, progress=_UNSET,

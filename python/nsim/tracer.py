@@ -2385,17 +2385,42 @@ class Tracer:
 
     def _peeled_loop(self, r, kind, key, f, loc=None, name=None):
         """The first and the last iteration run with their int index, the ones between are recorded as a
-        loop (a body that differs only in its first / last iteration: ``if c == 0``, ``accumulate=j > 0``)."""
-        yield r[0]
+        loop (a body that differs only in its first / last iteration: ``if c == 0``, ``accumulate=j > 0``).
+        With the sanitizer on, the iterations of an affine_range that run with their int index are checked
+        against each other as an unrolled loop's are (_affine_writes; the recorded ones by _affine_symbolic)."""
+        frame = _AffineFrame(user_loc(), len(self._recs)) if kind == "affine" and self.check else None
+        try:
+            yield from self._peeled_iterations(r, kind, key, f, loc, name, frame)
+        finally:
+            if frame in self._affine:
+                self._affine.remove(frame)
+
+    def _concrete(self, frame, r, i):
+        """Iteration ``i`` of the loop over ``r`` run with its int index, under ``frame`` (the peeled loop's
+        _AffineFrame, or None) only while it runs: the iterations recorded as a loop are not its."""
+        if frame is None:
+            yield i
+            return
+        frame.iteration, frame.stamp = r.index(i), next(self._stamps)
+        self._affine.append(frame)
+        try:
+            yield i
+        finally:
+            if frame in self._affine:
+                self._affine.remove(frame)
+
+    def _peeled_iterations(self, r, kind, key, f, loc, name, frame):
+        yield from self._concrete(frame, r, r[0])
         mid = r[1:-1]
         if key in self.pair:
             if len(mid) % 2:
-                yield mid[0]
+                yield from self._concrete(frame, r, mid[0])
                 mid = mid[1:]
             if len(mid) >= 4:
                 yield from self._record_loop(mid, kind, key, f, pairs=True, loc=loc, name=name)
             else:
-                yield from mid
+                for i in mid:
+                    yield from self._concrete(frame, r, i)
         elif len(mid) >= 2:
             before = len(self.body)
             yield from self._record_loop(mid, kind, key, f, loc=loc, name=name)
@@ -2409,8 +2434,9 @@ class Tracer:
                 raise _NeedsConcrete("a peeled loop's body allocates tiles (peeled, each would take two more "
                                      "buffers)", key, pair=True)
         else:
-            yield from mid
-        yield r[-1]
+            for i in mid:
+                yield from self._concrete(frame, r, i)
+        yield from self._concrete(frame, r, r[-1])
 
     def _record_loop(self, r, kind, key, f, pairs=False, loc=None, name=None):
         """Record the loop over ``r`` (see symbolic_loop). ``pairs``: each pass runs two iterations, with the

@@ -549,6 +549,16 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
 def nc_transpose(dst, data, engine=engine.unknown, name=None, **kwargs):
     _t(dst, "dst", "nc_transpose")
     _t(data, "data", "nc_transpose")
+    if dst.dtype != data.dtype:  # (Beta 1 casts: its dtype= / dst= go through transpose_into)
+        raise make_error("BadDtype", "nisa.nc_transpose: dst is {} but data is {}: a transpose moves the elements "
+                         "unchanged, dst must have data's dtype; cast when evicting the result (nisa.tensor_copy or "
+                         "nisa.activation into a tile of the other dtype)".format(
+                             _tr.dtype_name(dst.dtype), _tr.dtype_name(data.dtype)))
+    return transpose_into(dst, data, engine)
+
+
+def transpose_into(dst, data, engine=engine.unknown):
+    """nc_transpose of ``data`` into ``dst``, which may be of another dtype (Beta 1: cast on the way)."""
     eng = _engine(engine, "nc_transpose")
     if eng is None:
         p = data.shape[0]

@@ -266,7 +266,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, dst=None
             return None if dst is not None else _nothing((f, p), _dt(dtype, data.dtype), "sbuf")
         data = _restrict(data, boxes[0])
     if dst is not None:
-        _n.nc_transpose(dst=dst if boxes is None else _restrict(dst, boxes[1]), data=data, engine=engine)
+        _n.transpose_into(dst if boxes is None else _restrict(dst, boxes[1]), data, engine)
         return None
     eng = _n._engine(engine, "nc_transpose")
     if eng is None:
