@@ -72,6 +72,59 @@ NSIM_SCAN_CLONES bool all_tagged(const uint8_t* p, int64_t n, uint8_t key) {
   return miss == 0;
 }
 
+/// True when none of the n bytes at p is 0 or tainted (the read of an operand of unknown tag, once a
+/// tainted byte exists; before, memchr for 0 does).
+NSIM_SCAN_CLONES bool all_written(const uint8_t* p, int64_t n) {
+  uint8_t miss = 0;
+  for (int64_t i = 0; i < n; ++i) miss |= static_cast<uint8_t>((p[i] == 0) | (p[i] >> 7));
+  return miss == 0;
+}
+
+/// Whether the instruction's output partition d0 + i depends only on its input partitions s0 + i (every
+/// read operand, (P, 1) vectors included): element-wise and free-axis ops. Such an instruction that reads
+/// never-written (or tainted) bytes reports nothing; the bytes it writes in those partitions become tainted
+/// (computed from never-written data), and what reads them later decides. Not here (they report the read):
+/// DMAs (a store of garbage is the bug), the matmul (load_stationary/multiply_moving: the contraction mixes
+/// the K partitions), nc_transpose, nc_stream_shuffle, tensor_partition_reduce, topk (groups of 16
+/// partitions), local_gather, quantize_mx, sendrecv, the RNG-state writers (set_rng_seed, rand_set_state:
+/// the state is not shadowed), and a tensor_copy with runtime offsets. Register state (VectorE/ScalarE
+/// accumulators carried to a later instruction) is not shadowed: taint does not follow it.
+bool propagates_taint(const Instr& in) {
+  switch (in.op) {
+    case isa::Opcode::kTensorCopy: return !in.slot(2).present();
+    case isa::Opcode::kTensorTensor:
+    case isa::Opcode::kTensorScalar:
+    case isa::Opcode::kActivation:
+    case isa::Opcode::kActivationReduce:
+    case isa::Opcode::kTensorReduce:
+    case isa::Opcode::kScalarTensorTensor:
+    case isa::Opcode::kReciprocal:
+    case isa::Opcode::kAffineSelect:
+    case isa::Opcode::kTensorTensorScan:
+    case isa::Opcode::kTensorScalarReduce:
+    case isa::Opcode::kBnStats:
+    case isa::Opcode::kBnAggr:
+    case isa::Opcode::kTensorCopyPredicated:
+    case isa::Opcode::kRangeSelect:
+    case isa::Opcode::kMax8:
+    case isa::Opcode::kNcFindIndex8:
+    case isa::Opcode::kNcMatchReplace8:
+    case isa::Opcode::kSelectReduce:
+    case isa::Opcode::kTensorScalarCumulative:
+    case isa::Opcode::kSequenceBounds:
+    case isa::Opcode::kNcNGather:
+    case isa::Opcode::kNonzeroWithCount:
+    case isa::Opcode::kDropout:
+    case isa::Opcode::kExponential:
+    case isa::Opcode::kActivate2: return true;
+    default: return false;
+  }
+}
+
+/// Read slots that address memory rather than feed values: garbage there is reported even by an
+/// instruction that propagates taint (nc_n_gather's indices).
+bool address_slot(const Instr& in, int slot) { return in.op == isa::Opcode::kNcNGather && slot == 2; }
+
 /// True when none of the n elements at b (read as the unsigned integers U) has all the exponent bits
 /// `exp` set (inf or NaN).
 template <class U>
@@ -225,10 +278,18 @@ void Checker::verified_drop(const Operand& o, uint8_t key) {
   }
 }
 
+void Checker::verified_drop_all(const Operand& o) {
+  const auto [lo, hi] = o.byte_extent();
+  const int64_t p0 = o.start_partition, p1 = p0 + o.num_partitions;
+  for (Verified& v : verified_)
+    if (v.space == o.space && v.p0 < p1 && p0 < v.p1 && v.lo < hi && lo < v.hi) v.space = isa::Space::kNone;
+}
+
 void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
                      const SlotTags* tags) {
   (void)views;
   casts_before_ = cast_overflows();
+  taint_pending_ = false;
   const isa::OpInfo& info = isa::op_info(in.op);
   const bool acc = (in.flags & isa::kAccumulate) != 0;
   for (int s = 0; s < info.num_slots; ++s) {
@@ -240,23 +301,41 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
     const uint8_t key = tags ? (*tags)[static_cast<size_t>(s)] : 0;
     if (verified_hit(o, key)) continue;  // read whole before, and no write of another tag since
-    // A byte is good when written: by this allocation (or through an operand of unknown tag) when the
-    // operand's tag is known, by anything when it is not.
-    auto good = [key](uint8_t b) { return key == 0 ? b != 0 : (b == key || b == kTagAny); };
-    int64_t bad = 0, first_el = -1, last_el = -1;
+    // A byte is good when written, untainted: by this allocation (or through an operand of unknown tag)
+    // when the operand's tag is known, by anything when it is not. A byte that is neither good nor good but
+    // for kTainted (tainted) is never written (for this allocation).
+    auto good = [key](uint8_t b) { return key == 0 ? b != 0 && !(b & kTainted) : (b == key || b == kTagAny); };
+    auto never = [key](uint8_t b) {
+      const uint8_t t = static_cast<uint8_t>(b & ~kTainted);
+      return key == 0 ? b == 0 : t != key && t != kTagAny;
+    };
+    // An accumulation's destination (W502) counts its never-written elements; its tainted ones only
+    // mark their partitions. Any other read counts (and marks) every bad element.
+    const bool acc_dst = written;
+    int64_t bad = 0, unwritten = 0, first_el = -1, last_el = -1;
     uint32_t first_p = 0, last_p = 0;
+    bool rows_started = false;
     for_each_run(o, [&](uint32_t p, int64_t el0, int64_t off, int64_t n, int64_t step) {
       const uint8_t* base = sh.data() + static_cast<int64_t>(p) * pp + off;
       if (step == eb) {  // a contiguous run with every byte good (the common case): one pass
-        if (key == 0 && std::memchr(base, 0, static_cast<size_t>(n * eb)) == nullptr) return true;
+        if (key == 0 && (taint_seen_ ? all_written(base, n * eb)
+                                     : std::memchr(base, 0, static_cast<size_t>(n * eb)) == nullptr))
+          return true;
         if (key != 0 && all_tagged(base, n * eb, key)) return true;
       }
       for (int64_t i = 0; i < n; ++i) {
         const uint8_t* b = base + i * step;
-        bool ok = true;
-        for (int64_t j = 0; j < eb; ++j) ok &= good(b[j]);
+        bool ok = true, nw = false;
+        for (int64_t j = 0; j < eb; ++j) ok &= good(b[j]), nw |= never(b[j]);
         if (ok) continue;
-        if (bad++ == 0) first_p = p, first_el = el0 + i;
+        ++bad;
+        unwritten += nw;
+        if (!acc_dst || !nw) {
+          if (!rows_started) bad_rows_.assign(o.num_partitions, 0), rows_started = true;
+          bad_rows_[p - o.start_partition] = 1;
+        }
+        if (acc_dst && !nw) continue;
+        if (first_el < 0) first_p = p, first_el = el0 + i;
         last_p = p, last_el = el0 + i;
       }
       return true;
@@ -265,20 +344,50 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
       verified_add(o, key);
       continue;
     }
-    const CheckKind k = written ? CheckKind::kPsumAccumulateUninitialized : CheckKind::kUninitializedRead;
+    // Propagate instead of reporting: an accumulation's own tainted destination bytes (dst partition p
+    // into dst partition p), or any bad input of a per-partition instruction whose written operands have
+    // its partition count (input partition s0 + i -> output partition d0 + i).
+    const uint32_t parts = o.num_partitions;
+    bool maps = acc_dst || (propagates_taint(in) && !address_slot(in, s));
+    for (int w = 0; w < info.num_slots && maps && !acc_dst; ++w) {
+      const Operand& d = in.slot(w);
+      if (d.present() && info.slots[static_cast<size_t>(w)].written && (!on_chip(d.space) || d.num_partitions != parts))
+        maps = false;
+    }
+    if (maps && rows_started) {
+      if (!taint_pending_) taint_rows_.assign(parts, 0), taint_parts_ = parts;
+      if (taint_parts_ == parts)
+        for (uint32_t i = 0; i < parts; ++i) taint_rows_[i] |= bad_rows_[i];
+      else
+        taint_parts_ = 0;  // rows of two partition counts: after() taints every partition it writes
+      taint_pending_ = true;
+      if (!acc_dst) continue;
+    }
+    // Report: the never-written bytes an accumulation adds into (W502: its tainted ones propagate above),
+    // or the bad bytes any other instruction reads (W501).
+    if (acc_dst && unwritten == 0) continue;
+    const int64_t n = acc_dst ? unwritten : bad;
+    const bool tainted = !acc_dst && unwritten < bad;
+    const CheckKind k = acc_dst ? CheckKind::kPsumAccumulateUninitialized : CheckKind::kUninitializedRead;
+    const bool store = isa::is_dma(in.op) && in.slot(0).present() && in.slot(0).space == Space::kHbm;
+    const char* verb = acc_dst ? "accumulates into" : store ? "stores" : "reads";
+    const std::string what =
+        tainted ? fmt::format("{} {} {} element{} of {} that were never written or computed from never-written data",
+                              verb, n, isa::space_name(o.space), n == 1 ? "" : "s", slot_name(in, s))
+                : fmt::format("{} {} {} never-written element{} of {}", verb, n, isa::space_name(o.space),
+                              n == 1 ? "" : "s", slot_name(in, s));
     report(k, in, s, index, where,
-           fmt::format("{} {} {} never-written element{} of {} (of {}), first at partition {} element {}, last at "
-                       "partition {} element {}",
-                       written ? "accumulates into" : "reads", bad, isa::space_name(o.space), bad == 1 ? "" : "s",
-                       slot_name(in, s), o.total_elems(), first_p, first_el, last_p, last_el));
+           fmt::format("{} (of {}), first at partition {} element {}, last at partition {} element {}", what,
+                       o.total_elems(), first_p, first_el, last_p, last_el));
   }
 }
 
 void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
                     const SlotTags* tags) {
   const isa::OpInfo& info = isa::op_info(in.op);
-  // 0. values narrowed out of their destination's range while it executed
-  if (const uint64_t n = cast_overflows() - casts_before_; n > 0) {
+  // 0. values narrowed out of their destination's range while it executed (not by an instruction that
+  // computed from never-written data: its garbage rows would be what overflowed)
+  if (const uint64_t n = cast_overflows() - casts_before_; n > 0 && !taint_pending_) {
     const Operand& d = in.slot(0);
     report(CheckKind::kCastOutOfRange, in, 0, index, where,
            fmt::format("{} value{} did not fit the destination dtype{}{} (integers saturate to their range and NaN "
@@ -292,22 +401,33 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     memory::Buffer& sh = shadow(o.space);
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
     const uint8_t key = tags && (*tags)[static_cast<size_t>(s)] ? (*tags)[static_cast<size_t>(s)] : kTagAny;
-    if (verified_exact(o, key)) continue;  // its bytes hold `key` already (and lie inside the dirty columns)
-    verified_drop(o, key);
-    verified_add(o, key, true);  // (written below: every byte of the operand's runs gets `key`)
+    // Partitions computed from never-written data (before() found them) get key | kTainted; all of them
+    // when this operand's partitions do not match those of the rows.
+    const bool taint = taint_pending_;
+    const bool by_row = taint && o.num_partitions == taint_parts_;
+    if (taint) {
+      taint_seen_ = true;
+      verified_drop_all(o);  // no region may cover a tainted byte
+    } else {
+      if (verified_exact(o, key)) continue;  // its bytes hold `key` already (and lie inside the dirty columns)
+      verified_drop(o, key);
+      verified_add(o, key, true);  // (written below: every byte of the operand's runs gets `key`)
+    }
     int64_t& dlo = o.space == Space::kPsum ? psum_lo_ : sbuf_lo_;
     int64_t& dhi = o.space == Space::kPsum ? psum_hi_ : sbuf_hi_;
     for_each_run(o, [&](uint32_t p, int64_t, int64_t off, int64_t n, int64_t step) {
       uint8_t* base = sh.data() + static_cast<int64_t>(p) * pp + off;
+      const uint8_t mark =
+          taint && (!by_row || taint_rows_[p - o.start_partition]) ? static_cast<uint8_t>(key | kTainted) : key;
       if (n > 0) {  // the run's columns [off + min(0, (n-1) step), off + max(0, (n-1) step) + eb)
         const int64_t last = (n - 1) * step;
         dlo = std::min(dlo, off + std::min<int64_t>(0, last));
         dhi = std::max(dhi, off + std::max<int64_t>(0, last) + eb);
       }
       if (step == eb) {
-        std::memset(base, key, static_cast<size_t>(n * eb));
+        std::memset(base, mark, static_cast<size_t>(n * eb));
       } else {
-        for (int64_t i = 0; i < n; ++i) std::memset(base + i * step, key, static_cast<size_t>(eb));
+        for (int64_t i = 0; i < n; ++i) std::memset(base + i * step, mark, static_cast<size_t>(eb));
       }
       return true;
     });
@@ -319,6 +439,7 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     return;
   }
   if (first_[static_cast<size_t>(CheckKind::kNanProduced)] > 0) return;  // only the first one matters
+  if (taint_pending_) return;  // computed from never-written data: a NaN there is garbage, not produced
   if (!reads_results(in)) return;  // (its product may still be running: see reads_results)
   for (float x : in.imm)
     if (!std::isfinite(x)) return;  // an infinite immediate (a -inf mask or initial value) is intended

@@ -2,7 +2,10 @@
 /// The sanitizer (`nsim run --check`, Python `options(check=True)`): cheap checks on the numerics of a
 /// run that report bugs hardware would hide. It watches every instruction executed with numerics:
 ///  * uninitialized-read: an instruction reads SBUF/PSUM bytes that nothing has written (they read as
-///    the NaN / 4 sentinel: silent garbage on hardware);
+///    the NaN / 4 sentinel: silent garbage on hardware). A per-partition instruction (element-wise and
+///    free-axis ops: propagates_taint() in checker.cpp) reports nothing: it *taints* the bytes it writes in
+///    those partitions (as valgrind's memcheck does), and a DMA, matmul, transpose or other
+///    partition-mixing instruction that reads never-written or tainted bytes reports;
 ///  * psum-accumulate-uninitialized: an accumulating matmul (or accumulating DMA) adds into PSUM/SBUF
 ///    bytes that nothing has written (an accumulation group that was never opened);
 ///  * nan-produced: the first instruction whose result holds NaN/Inf although all its inputs are finite;
@@ -47,7 +50,9 @@ struct CheckInfo {
 /// The table of checks, by CheckKind.
 inline constexpr std::array<CheckInfo, static_cast<size_t>(CheckKind::kCount)> kChecks{{
     {"NSIM-W501", "uninitialized-read",
-     "write the tile before reading it (nisa.memset / a load), or read only the part that was written"},
+     "write the tile before reading it (nisa.memset / a load), or read only the part that was written "
+     "(element-wise ops may compute on the unwritten rows of a ragged tile, but mask the store, and the "
+     "matmul/transpose operands, to the rows that were written)"},
     {"NSIM-W502", "psum-accumulate-uninitialized",
      "start the accumulation group with accumulate=False (or None), or zero the PSUM tile first with nisa.memset"},
     {"NSIM-W503", "nan-produced",
@@ -86,9 +91,13 @@ struct CheckReport {
 /// (tensor, execution of its alloc) into [1, kTagAny); 0 = unknown (HBM, a manual placement, an
 /// instruction whose slots the caller cannot map): such an operand only needs bytes something wrote.
 using SlotTags = std::array<uint8_t, isa::kMaxSlots>;
-inline constexpr uint8_t kTagAny = 255;  ///< shadow byte written through an operand of unknown tag
-/// Tag of allocation `instance` of tile `tensor` (never 0 or kTagAny). Two allocations sharing storage
-/// get the same tag with probability 1/254: a stale read then goes unreported, never the reverse.
+inline constexpr uint8_t kTagAny = 127;  ///< shadow byte written through an operand of unknown tag
+/// Shadow bit over a tag (or kTagAny): the byte was written by that allocation, but computed from
+/// never-written data (a per-partition instruction read garbage there: the taint it carries on).
+inline constexpr uint8_t kTainted = 0x80;
+/// Tag of allocation `instance` of tile `tensor` (in [1, kTagAny): never 0, kTagAny or with kTainted set).
+/// Two allocations sharing storage get the same tag with probability 1/126: a stale read then goes
+/// unreported, never the reverse.
 inline uint8_t slot_tag(int tensor, int64_t instance) {
   uint64_t h = (static_cast<uint64_t>(static_cast<uint32_t>(tensor)) << 40) ^ static_cast<uint64_t>(instance);
   h ^= h >> 33;
@@ -129,8 +138,18 @@ class Checker {
   memory::Buffer& shadow(isa::Space s) { return s == isa::Space::kPsum ? psum_ : sbuf_; }
   int64_t pitch(isa::Space s) const { return s == isa::Space::kPsum ? psum_pitch_ : sbuf_pitch_; }
   void report(CheckKind k, const isa::Instr& in, int slot, uint64_t index, const SourceLoc& where, std::string detail);
+  void verified_drop_all(const isa::Operand& o);
 
-  memory::Buffer sbuf_, psum_;  ///< one byte per byte of storage: 0 = never written, else its writer's tag (pooled)
+  /// One byte per byte of storage (pooled): 0 = never written, else its writer's tag (or kTagAny), with
+  /// kTainted set when the value was computed from never-written data.
+  memory::Buffer sbuf_, psum_;
+  /// Taint (the slow path only: an instruction read bad bytes). taint_seen_: some byte has been written
+  /// tainted (until then a read with no tag needs only nonzero shadow bytes: the memchr fast path).
+  /// before() collects the partitions of the instruction's output (relative to its written operands, which
+  /// have taint_parts_ partitions) that after() writes tainted: taint_rows_[i] != 0, taint_pending_.
+  bool taint_seen_ = false, taint_pending_ = false;
+  uint32_t taint_parts_ = 0;
+  std::vector<uint8_t> taint_rows_, bad_rows_;
   int64_t sbuf_pitch_ = 0, psum_pitch_ = 0;
   /// Byte columns (offsets within a partition) after() may have written, per space: [lo, hi).
   int64_t sbuf_lo_ = INT64_MAX, sbuf_hi_ = 0, psum_lo_ = INT64_MAX, psum_hi_ = 0;
@@ -141,9 +160,9 @@ class Checker {
   std::vector<CheckReport> reports_;
   /// Regions known wholly written, so that a read of bytes inside one skips the scan of its shadow:
   /// partitions [p0, p1) x byte columns [lo, hi) of `space` whose every shadow byte is `key` or kTagAny
-  /// (key 0: nonzero). Added by a read that found its bytes good and by a write (its tag); after() drops
-  /// those a write of another tag overlaps (writes never write 0, so a key-0 region stays good). The
-  /// most recent regions, replaced in turn.
+  /// (key 0: nonzero), none tainted. Added by a read that found its bytes good and by an untainted write
+  /// (its tag); after() drops those a write of another tag overlaps (writes never write 0, so a key-0
+  /// region stays good), and every one a tainted write overlaps. The most recent regions, replaced in turn.
   struct Verified {
     isa::Space space = isa::Space::kNone;
     uint8_t key = 0;

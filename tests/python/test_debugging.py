@@ -313,7 +313,7 @@ def _fresh_read(fixed):
             nisa.memset(dst=acc, value=0.0)
         nisa.tensor_tensor(dst=acc, data1=acc, data2=at, op=nl.add)  # BUG-READ
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=out, src=acc)
+        nisa.dma_copy(dst=out, src=acc)  # BUG-STORE
         return out
     return k
 
@@ -324,11 +324,53 @@ def test_check_uninitialized_read():
     assert len(reps) == 1
     r = reps[0]
     assert r["check"] == "uninitialized-read" and r["code"] == "NSIM-W501"
-    assert r["op"] == "tensor_tensor" and r["tensor"] == "acc"
-    assert r["line"] == _line_of("# BUG-READ") and r["file"] == HERE
-    assert "8192 sbuf never-written elements of data1" in r["detail"]
+    # Since taint propagation (2026-12-05) the element-wise tensor_tensor (# BUG-READ) only taints acc: the
+    # report is at the store of the garbage to HBM.
+    assert r["op"] == "dma_copy" and r["tensor"] == "acc"
+    assert r["line"] == _line_of("# BUG-STORE") and r["file"] == HERE
+    assert "stores 8192 sbuf elements of src that were never written or computed from never-written data" in r["detail"]
     assert "uninitialized-read" in r["message"] and "'acc'" in r["message"] and "Fix:" in r["message"]
     assert _reports(_fresh_read(True), a) == []
+
+
+def test_check_ragged_last_tile_computes_on_unwritten_rows_without_a_report(b1):
+    """The public-kernel pattern: a masked load of the ragged last tile (rows 0..31 of 128), an unmasked
+    element-wise op over all 128 partitions, a masked store of rows 0..31. The garbage rows never leave the chip:
+    the multiply only taints them (no NSIM-W501). Stored unmasked, they reach HBM: one report, at the store."""
+    bnki, bnl = b1
+
+    def make(masked_store):
+        @bnki.jit
+        def k(x):
+            n, f = x.shape
+            out = bnl.ndarray(((n + 127) // 128 * 128, f), dtype=x.dtype, buffer=bnl.shared_hbm)
+            i_p = bnl.arange(128)[:, None]
+            i_f = bnl.arange(f)[None, :]
+            for c in bnl.affine_range((n + 127) // 128):
+                t = bnl.load(x[c * 128 + i_p, i_f], mask=(c * 128 + i_p < n))
+                y = bnl.multiply(t, 2.0)  # RAGGED-MULTIPLY
+                if masked_store:
+                    bnl.store(out[c * 128 + i_p, i_f], value=y, mask=(c * 128 + i_p < n))
+                else:
+                    bnl.store(out[c * 128 + i_p, i_f], value=y)  # RAGGED-STORE
+            return out
+        return k
+
+    x = np.random.default_rng(0).random((160, 64), dtype=np.float32)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out, prof = make(True).options(check=True).simulate(x)
+    assert prof.check_reports == [] and not [m for m in w if issubclass(m.category, tracer.CheckWarning)]
+    np.testing.assert_array_equal(out[:160], 2 * x)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        out, prof = make(False).options(check=True).simulate(x)
+    np.testing.assert_array_equal(out[:160], 2 * x)
+    reps = prof.check_reports
+    assert [(r["code"], r["op"], r["line"], r["count"]) for r in reps] == [
+        ("NSIM-W501", "dma_copy", _line_of("# RAGGED-STORE"), 1)]
+    assert ("stores 6144 sbuf elements of src that were never written or computed from never-written data (of 8192), "
+            "first at partition 32 element 0, last at partition 127 element 63") in reps[0]["detail"]
 
 
 def _reused_storage(fixed):
@@ -342,7 +384,7 @@ def _reused_storage(fixed):
         if fixed:
             nisa.dma_copy(dst=ct, src=b)
         nisa.tensor_scalar(dst=ct, data=ct, op0=nl.multiply, operand0=2.0)  # BUG-STALE
-        nisa.dma_copy(dst=out[:, 64:128], src=ct)
+        nisa.dma_copy(dst=out[:, 64:128], src=ct)  # BUG-STALE-STORE
         return out
     return k
 
@@ -350,8 +392,9 @@ def _reused_storage(fixed):
 def test_check_uninitialized_read_of_storage_an_earlier_tile_wrote():
     # ct is never written, but the compiler model gives it the bytes of `at`, which died before: on
     # hardware (and in nsim's numerics) ct reads a's values, no NaN shows. The shadow remembers which
-    # allocation wrote each byte, so the read is still reported. SBUF is cut to the 256 bytes per
-    # partition of one tile, so ct must take at's bytes (with room, a tile takes bytes unused so far).
+    # allocation wrote each byte, so the read is still reported (at the store of what tensor_scalar computed
+    # from it, since taint propagation). SBUF is cut to the 256 bytes per partition of one tile, so ct must take
+    # at's bytes (with room, a tile takes bytes unused so far).
     a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
     b = np.ones((128, 64), np.float32)
     tight = {"sbuf.bytes_per_partition": "256B"}
@@ -360,8 +403,9 @@ def test_check_uninitialized_read_of_storage_an_earlier_tile_wrote():
         out, prof = _reused_storage(False).options(check=True, overrides=tight).simulate(a, b)
     np.testing.assert_array_equal(out[:, 64:], 2 * a)  # the stale values: storage really is shared
     reps = prof.check_reports
-    assert [(r["check"], r["op"], r["tensor"]) for r in reps] == [("uninitialized-read", "tensor_scalar", "ct")]
-    assert reps[0]["line"] == _line_of("# BUG-STALE") and "8192 sbuf never-written elements" in reps[0]["detail"]
+    assert [(r["check"], r["op"], r["tensor"]) for r in reps] == [("uninitialized-read", "dma_copy", "ct")]
+    assert reps[0]["line"] == _line_of("# BUG-STALE-STORE")
+    assert "stores 8192 sbuf elements of src that were never written or computed" in reps[0]["detail"]
     out, prof = _reused_storage(True).options(check=True, overrides=tight).simulate(a, b)
     assert prof.check_reports == []
     np.testing.assert_array_equal(out[:, 64:], 2 * b)
@@ -379,8 +423,8 @@ def test_check_from_the_command_line(tmp_path):
         if fixed:
             assert "NSIM-W" not in r.stderr
         else:
-            assert "nsim: warning: NSIM-W501 uninitialized-read: tensor_tensor on 'acc'" in r.stderr
-            assert "test_debugging.py:{}".format(_line_of("# BUG-READ")) in r.stderr
+            assert "nsim: warning: NSIM-W501 uninitialized-read: dma_copy on 'acc'" in r.stderr
+            assert "test_debugging.py:{}".format(_line_of("# BUG-STORE")) in r.stderr
         r = subprocess.run([NSIM_BIN, "run", str(path), "-q"], capture_output=True, text=True, timeout=120)
         assert "NSIM-W" not in r.stderr  # off unless asked for
 

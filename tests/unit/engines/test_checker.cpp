@@ -27,6 +27,10 @@ Instr add(const Operand& dst, const Operand& a, const Operand& b) {
   return in;
 }
 
+/// A DMA between on-chip tiles: it reports what it reads never written (or computed from never-written data),
+/// where an element-wise op such as add() only carries the taint on (Checker: propagates_taint).
+Instr dma(const Operand& dst, const Operand& src) { return instr(Opcode::kDmaCopy, Engine::kSync, {dst, src}); }
+
 Instr memset0(const Operand& dst) {
   Instr in = instr(Opcode::kMemset, Engine::kVector, {dst});
   in.imm[0] = 0.0f;
@@ -44,17 +48,19 @@ TEST_CASE("checker reports the first read of never-written SBUF with its slot an
   CHECK(s->check_reports().empty());  // everything read was written
   Operand c = s->alloc_tile(Space::kSbuf, 128, {32}, DType::kFloat32);
   Operand fresh = s->alloc_tile(Space::kSbuf, 128, {32}, DType::kFloat32);
-  s->submit(add(c, c, fresh));  // c and fresh never written
-  s->submit(add(c, c, fresh));  // fresh again (c was written by the first): counted, not described twice
+  // (Since taint propagation, an element-wise tensor_tensor reading them reports nothing: the report moved
+  // to the instruction that moves the data on, here a DMA.)
+  s->submit(dma(c, fresh));  // fresh never written
+  s->submit(dma(c, fresh));  // again: counted, not described twice
   s->finish();
   REQUIRE(s->check_reports().size() == 1);
   const engines::CheckReport& r = s->check_reports()[0];
   CHECK(r.kind == engines::CheckKind::kUninitializedRead);
   CHECK(r.info().code == std::string("NSIM-W501"));
-  CHECK(r.op == "tensor_tensor");
-  CHECK(r.slot == 1);  // data1 is reported first
-  CHECK(r.count == 3);
-  CHECK(r.detail.find("reads 4096 sbuf never-written elements of data1") != std::string::npos);
+  CHECK(r.op == "dma_copy");
+  CHECK(r.slot == 1);
+  CHECK(r.count == 2);
+  CHECK(r.detail.find("reads 4096 sbuf never-written elements of src") != std::string::npos);
   CHECK(r.detail.find("last at partition 127 element 31") != std::string::npos);
 }
 
@@ -162,7 +168,8 @@ TEST_CASE("checker is off unless asked for and needs numerics", "[check]") {
 
 TEST_CASE("checker with allocation tags reports a read of bytes another allocation wrote", "[check]") {
   // Two allocations sharing one tile's storage (as the compiler model's liveness allocation does): the
-  // second reads what the first wrote before writing it itself.
+  // second reads what the first wrote before writing it itself. (The reads are DMAs, which report: an
+  // element-wise reader would only taint its output since taint propagation.)
   auto s = checked_sim();
   const Operand t = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
   const Operand o = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
@@ -172,16 +179,16 @@ TEST_CASE("checker with allocation tags reports a read of bytes another allocati
   s->set_slot_tags(&w);
   s->submit(memset0(t));
   s->set_slot_tags(&r_first);
-  s->submit(add(o, t, t));  // the writer's own allocation reads: fine
+  s->submit(dma(o, t));  // the writer's own allocation reads: fine
   s->set_slot_tags(&r_unknown);
-  s->submit(add(o, t, t));  // untagged operands only need written bytes: fine
+  s->submit(dma(o, t));  // untagged operands only need written bytes: fine
   CHECK(s->check_reports().empty());
   s->set_slot_tags(&r_second);
-  s->submit(add(o, t, t));  // the next allocation of that storage reads before writing: stale
+  s->submit(dma(o, t));  // the next allocation of that storage reads before writing: stale
   s->finish();
   REQUIRE(s->check_reports().size() == 1);
   CHECK(s->check_reports()[0].kind == engines::CheckKind::kUninitializedRead);
-  CHECK(s->check_reports()[0].detail.find("reads 8192 sbuf never-written elements of data1") != std::string::npos);
+  CHECK(s->check_reports()[0].detail.find("reads 8192 sbuf never-written elements of src") != std::string::npos);
 }
 
 TEST_CASE("checker: a write that repeats its tag over bytes already holding it marks nothing, unless an untagged write came between", "[check]") {
@@ -205,11 +212,11 @@ TEST_CASE("checker: a write that repeats its tag over bytes already holding it m
   s->set_slot_tags(&wa);
   s->submit(memset0(t));  // must mark all 64 columns a again
   s->set_slot_tags(&rb);
-  s->submit(add(o, t, t));  // allocation b reads what a wrote: every element stale, the 16 columns too
+  s->submit(dma(o, t));  // allocation b reads what a wrote: every element stale, the 16 columns too
   s->finish();
   REQUIRE(s->check_reports().size() == 1);
   CHECK(s->check_reports()[0].kind == engines::CheckKind::kUninitializedRead);
-  CHECK(s->check_reports()[0].detail.find("reads 8192 sbuf never-written elements of data1") != std::string::npos);
+  CHECK(s->check_reports()[0].detail.find("reads 8192 sbuf never-written elements of src") != std::string::npos);
 }
 
 TEST_CASE("checker: a region found written is scanned again after another allocation writes into it", "[check]") {
@@ -229,27 +236,231 @@ TEST_CASE("checker: a region found written is scanned again after another alloca
   s->submit(memset0(lo));
   s->submit(memset0(hi));
   s->set_slot_tags(&ra);
-  s->submit(add(o, t, t));
-  s->submit(add(o, t, t));
+  s->submit(dma(o, t));
+  s->submit(dma(o, t));
   // a write through an operand of unknown tag keeps the bytes readable by a
   s->set_slot_tags(&wany);
   s->submit(memset0(rows));
   s->set_slot_tags(&ra);
-  s->submit(add(o, t, t));
+  s->submit(dma(o, t));
   CHECK(s->check_reports().empty());
   // allocation b writes 8 partitions of the upper half: a's next read of the whole tile is stale there
   const Operand part = Operand::tile(Space::kSbuf, DType::kFloat32, t.offset + 32 * 4, 100, 8, {32});
   s->set_slot_tags(&wb);
   s->submit(memset0(part));
   s->set_slot_tags(&ra);
-  s->submit(add(o, t, t));
+  s->submit(dma(o, t));
   s->finish();
   REQUIRE(s->check_reports().size() == 1);
   CHECK(s->check_reports()[0].kind == engines::CheckKind::kUninitializedRead);
   INFO(s->check_reports()[0].detail);
-  CHECK(s->check_reports()[0].detail.find("reads 256 sbuf never-written elements of data1 (of 8192), first at "
+  CHECK(s->check_reports()[0].detail.find("reads 256 sbuf never-written elements of src (of 8192), first at "
                                           "partition 100 element 32, last at partition 107 element 63") !=
         std::string::npos);
+}
+
+// ---- taint: per-partition instructions carry never-written data on; DMAs and matmuls report it
+
+namespace {
+
+/// Partitions [p0, p0 + n) of tile t (its free shape {f}).
+Operand rows_of(const Operand& t, uint32_t p0, uint32_t n, int64_t f) {
+  return Operand::tile(t.space, t.dtype, t.offset, p0, n, {f});
+}
+
+Instr scale(const Operand& dst, const Operand& src, float k) {
+  Instr in = instr(Opcode::kTensorScalar, Engine::kVector, {dst, src});
+  in.alu0 = isa::AluOp::kMultiply;
+  in.imm[0] = k;
+  in.flags = isa::kHasImm0;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("checker: element-wise ops over a half-written tile report nothing; a store of the written rows neither",
+          "[check]") {
+  // The ragged-last-tile pattern: a masked load writes rows 0..63, element-wise ops run over all 128, the
+  // masked store writes rows 0..63 back. The garbage rows never leave the chip.
+  auto s = checked_sim();
+  const auto& x = s->alloc_hbm("x", {128, 64}, DType::kFloat32);
+  const auto& out = s->alloc_hbm("out", {128, 64}, DType::kFloat32);
+  const Operand t = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const Operand u = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const Operand v = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  s->submit(dma(rows_of(t, 0, 64, 64), hbm_rows(x, 0, 64)));
+  s->submit(scale(u, t, 2.0f));
+  s->submit(add(v, u, t));
+  Instr ex = instr(Opcode::kActivation, Engine::kScalar, {u, v});
+  ex.act = isa::ActFunc::kExp;
+  s->submit(ex);
+  s->submit(dma(hbm_rows(out, 0, 64), rows_of(u, 0, 64, 64)));
+  s->finish();
+  CHECK(s->check_reports().empty());
+}
+
+TEST_CASE("checker: a store of rows computed from never-written data reports once, at the store", "[check]") {
+  auto s = checked_sim();
+  const auto& x = s->alloc_hbm("x", {128, 64}, DType::kFloat32);
+  const auto& out = s->alloc_hbm("out", {128, 64}, DType::kFloat32);
+  const Operand t = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const Operand u = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const Operand v = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  s->submit(dma(rows_of(t, 0, 64, 64), hbm_rows(x, 0, 64)));
+  s->submit(scale(u, t, 2.0f));
+  s->submit(add(v, u, t));
+  CHECK(s->check_reports().empty());
+  s->submit(dma(hbm_rows(out, 0, 128), v));  // instruction 3: rows 64..127 are garbage
+  s->finish();
+  REQUIRE(s->check_reports().size() == 1);
+  const engines::CheckReport& r = s->check_reports()[0];
+  INFO(r.detail);
+  CHECK(r.kind == engines::CheckKind::kUninitializedRead);
+  CHECK(r.op == "dma_copy");
+  CHECK(r.instruction == 3);
+  CHECK(r.slot == 1);
+  CHECK(r.count == 1);
+  CHECK(r.detail.find("stores 4096 sbuf elements of src that were never written or computed from never-written "
+                      "data (of 8192), first at partition 64 element 0, last at partition 127 element 63") !=
+        std::string::npos);
+}
+
+TEST_CASE("checker: a matmul whose operands have never-written K rows reports at the matmul", "[check]") {
+  // The contraction mixes the K partitions: every output row would hold garbage.
+  for (const bool bad_stationary : {false, true}) {
+    auto s = checked_sim();
+    const Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+    const Operand mv = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+    const Operand ps = s->alloc_tile(Space::kPsum, 128, {64}, DType::kFloat32);
+    const Operand& half = bad_stationary ? st : mv;
+    s->submit(memset0(bad_stationary ? mv : st));
+    s->submit(memset0(rows_of(half, 0, 96, half.size[0])));  // K rows 96..127 never written
+    s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+    s->submit(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv}));
+    s->finish();
+    INFO("bad stationary " << bad_stationary);
+    REQUIRE(s->check_reports().size() == 1);
+    const engines::CheckReport& r = s->check_reports()[0];
+    INFO(r.detail);
+    CHECK(r.kind == engines::CheckKind::kUninitializedRead);
+    CHECK(r.op == (bad_stationary ? "load_stationary" : "multiply_moving"));
+    CHECK(r.detail.find("first at partition 96 element 0") != std::string::npos);
+  }
+}
+
+TEST_CASE("checker: a matmul or transpose of a tainted tile reports, naming the taint", "[check]") {
+  auto s = checked_sim();
+  const Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+  const Operand mv = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const Operand m2 = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const Operand ps = s->alloc_tile(Space::kPsum, 128, {64}, DType::kFloat32);
+  s->submit(memset0(st));
+  s->submit(memset0(rows_of(mv, 0, 100, 64)));
+  s->submit(scale(m2, mv, 0.5f));  // rows 100..127 of m2 tainted: no report
+  s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+  CHECK(s->check_reports().empty());
+  s->submit(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, m2}));
+  s->finish();
+  REQUIRE(s->check_reports().size() == 1);
+  INFO(s->check_reports()[0].detail);
+  CHECK(s->check_reports()[0].op == "multiply_moving");
+  CHECK(s->check_reports()[0].detail.find("reads 1792 sbuf elements of moving that were never written or computed "
+                                          "from never-written data (of 8192), first at partition 100") !=
+        std::string::npos);
+}
+
+TEST_CASE("checker: a tainted tile overwritten by a good write stores without a report", "[check]") {
+  auto s = checked_sim();
+  const auto& out = s->alloc_hbm("out", {128, 64}, DType::kFloat32);
+  const Operand t = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const Operand u = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  s->submit(memset0(rows_of(t, 0, 32, 64)));
+  s->submit(scale(u, t, 3.0f));  // u rows 32..127 tainted
+  s->submit(memset0(t));         // t now all written
+  s->submit(scale(u, t, 3.0f));  // overwrites u from good data: the taint is gone
+  s->submit(dma(hbm_rows(out, 0, 128), u));
+  // a tainted write into part of a region a good read verified (Checker::verified_) is seen again
+  s->submit(memset0(rows_of(t, 0, 32, 64)));
+  const Operand w = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  s->submit(scale(rows_of(u, 40, 8, 64), rows_of(w, 40, 8, 64), 1.0f));  // u rows 40..47 tainted again
+  CHECK(s->check_reports().empty());
+  s->submit(dma(hbm_rows(out, 0, 128), u));
+  s->finish();
+  REQUIRE(s->check_reports().size() == 1);
+  INFO(s->check_reports()[0].detail);
+  CHECK(s->check_reports()[0].detail.find("stores 512 sbuf elements of src that were never written or computed from "
+                                          "never-written data (of 8192), first at partition 40 element 0, last at "
+                                          "partition 47 element 63") != std::string::npos);
+}
+
+TEST_CASE("checker: taint follows tensor_copy through PSUM and partition offsets", "[check]") {
+  // SBUF rows 16..31 never written -> tensor_copy into PSUM partitions 64..127 -> tensor_copy back into SBUF
+  // partitions 0..63 -> DMA: the bad rows are 16..31 of the copies, relative to each operand's first partition.
+  auto s = checked_sim();
+  const auto& out = s->alloc_hbm("out", {128, 32}, DType::kFloat32);
+  const Operand t = s->alloc_tile(Space::kSbuf, 128, {32}, DType::kFloat32);
+  const Operand ps = s->alloc_tile(Space::kPsum, 128, {32}, DType::kFloat32);
+  const Operand u = s->alloc_tile(Space::kSbuf, 128, {32}, DType::kFloat32);
+  s->submit(memset0(rows_of(t, 0, 16, 32)));
+  s->submit(memset0(rows_of(t, 32, 32, 32)));
+  s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {rows_of(ps, 64, 64, 32), rows_of(t, 0, 64, 32)}));
+  s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {rows_of(u, 0, 64, 32), rows_of(ps, 64, 64, 32)}));
+  s->submit(dma(hbm_rows(out, 0, 16), rows_of(u, 0, 16, 32)));    // good rows
+  s->submit(dma(hbm_rows(out, 32, 32), rows_of(u, 32, 32, 32)));  // good rows
+  CHECK(s->check_reports().empty());
+  // an accumulating matmul into the tainted PSUM rows keeps them tainted (no W502: they were written)
+  const Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+  const Operand mv = s->alloc_tile(Space::kSbuf, 128, {32}, DType::kFloat32);
+  s->submit(memset0(st));
+  s->submit(memset0(mv));
+  s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {rows_of(st, 0, 128, 64)}));
+  Instr mm = instr(Opcode::kMultiplyMoving, Engine::kTensor, {rows_of(ps, 64, 64, 32), mv});
+  mm.flags = isa::kAccumulate;
+  s->submit(mm);
+  CHECK(s->check_reports().empty());
+  s->submit(dma(hbm_rows(out, 0, 64), rows_of(ps, 64, 64, 32)));
+  s->submit(dma(hbm_rows(out, 0, 64), rows_of(u, 0, 64, 32)));  // counted
+  s->finish();
+  REQUIRE(s->check_reports().size() == 1);
+  const engines::CheckReport& r = s->check_reports()[0];
+  INFO(r.detail);
+  CHECK(r.count == 2);
+  CHECK(r.detail.find("stores 512 psum elements of src that were never written or computed from never-written data "
+                      "(of 2048), first at partition 80 element 0, last at partition 95 element 31") !=
+        std::string::npos);
+}
+
+TEST_CASE("checker: tainted bytes of one allocation are stale for the next one sharing the storage", "[check]") {
+  // The allocation that wrote them tainted reads them as tainted; another allocation as never written.
+  for (const bool own : {true, false}) {
+    auto s = checked_sim();
+    const Operand t = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+    const Operand u = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+    const Operand o = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+    const uint8_t a = engines::slot_tag(9, 1), b = engines::slot_tag(9, 2), in_tag = engines::slot_tag(10, 1),
+                  out = engines::slot_tag(11, 1);
+    REQUIRE(a != b);
+    CHECK(a < engines::kTagAny);
+    CHECK((a & engines::kTainted) == 0);
+    engines::SlotTags w_in{in_tag}, w_a{a, in_tag}, r_a{out, a}, r_b{out, b};
+    s->set_slot_tags(&w_in);
+    s->submit(memset0(rows_of(t, 0, 64, 64)));
+    s->set_slot_tags(&w_a);
+    s->submit(scale(u, t, 2.0f));  // u (allocation a) rows 64..127 tainted
+    s->set_slot_tags(&r_a);
+    s->submit(dma(rows_of(o, 0, 64, 64), rows_of(u, 0, 64, 64)));  // a's good rows: fine
+    CHECK(s->check_reports().empty());
+    s->set_slot_tags(own ? &r_a : &r_b);
+    s->submit(dma(o, u));  // a: its tainted rows; b reads before writing: all stale, tainted rows included
+    s->finish();
+    INFO("own " << own);
+    REQUIRE(s->check_reports().size() == 1);
+    INFO(s->check_reports()[0].detail);
+    CHECK(s->check_reports()[0].detail.find(
+              own ? "reads 4096 sbuf elements of src that were never written or computed from never-written data "
+                    "(of 8192), first at partition 64 element 0"
+                  : "reads 8192 sbuf never-written elements of src") != std::string::npos);
+  }
 }
 
 // ---- the cross-core dma-race check (engines/check/race.h), driven directly with issue times
@@ -325,7 +536,7 @@ TEST_CASE("checker: a simulator after a checked one starts with every on-chip by
     auto s = checked_sim();
     const Operand a = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
     const Operand b = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
-    s->submit(add(b, a, a));  // a never written in this run, although the last run wrote these bytes
+    s->submit(dma(b, a));  // a never written in this run, although the last run wrote these bytes (a DMA reports)
     s->submit(memset0(a));
     s->finish();
     INFO("round " << round);
