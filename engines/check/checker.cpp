@@ -290,6 +290,7 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
   (void)views;
   casts_before_ = cast_overflows();
   taint_pending_ = false;
+  pending_origin_.set = false;
   const isa::OpInfo& info = isa::op_info(in.op);
   const bool acc = (in.flags & isa::kAccumulate) != 0;
   for (int s = 0; s < info.num_slots; ++s) {
@@ -315,6 +316,7 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
     int64_t bad = 0, unwritten = 0, first_el = -1, last_el = -1;
     uint32_t first_p = 0, last_p = 0;
     bool rows_started = false;
+    uint8_t first_taint = 0;  // the tag of the first tainted byte found (its origin_ entry names where it began)
     for_each_run(o, [&](uint32_t p, int64_t el0, int64_t off, int64_t n, int64_t step) {
       const uint8_t* base = sh.data() + static_cast<int64_t>(p) * pp + off;
       if (step == eb) {  // a contiguous run with every byte good (the common case): one pass
@@ -330,6 +332,8 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
         if (ok) continue;
         ++bad;
         unwritten += nw;
+        for (int64_t j = 0; j < eb && !first_taint; ++j)
+          if (b[j] & kTainted) first_taint = static_cast<uint8_t>(b[j] & ~kTainted);
         if (!acc_dst || !nw) {
           if (!rows_started) bad_rows_.assign(o.num_partitions, 0), rows_started = true;
           bad_rows_[p - o.start_partition] = 1;
@@ -361,6 +365,12 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
       else
         taint_parts_ = 0;  // rows of two partition counts: after() taints every partition it writes
       taint_pending_ = true;
+      // Where the garbage began: this instruction when it reads never-written bytes, else where the
+      // tainted bytes it reads began (carried to what after() writes).
+      if (!pending_origin_.set) {
+        if (unwritten > 0) pending_origin_ = {true, isa::op_info(in.op).mnemonic, slot_name(in, s), where};
+        else if (first_taint && origin_[first_taint].set) pending_origin_ = origin_[first_taint];
+      }
       if (!acc_dst) continue;
     }
     // Report: the never-written bytes an accumulation adds into (W502: its tainted ones propagate above),
@@ -376,9 +386,13 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
                               verb, n, isa::space_name(o.space), n == 1 ? "" : "s", slot_name(in, s))
                 : fmt::format("{} {} {} never-written element{} of {}", verb, n, isa::space_name(o.space),
                               n == 1 ? "" : "s", slot_name(in, s));
+    const Origin* from = tainted && first_taint && origin_[first_taint].set ? &origin_[first_taint] : nullptr;
     report(k, in, s, index, where,
-           fmt::format("{} (of {}), first at partition {} element {}, last at partition {} element {}", what,
-                       o.total_elems(), first_p, first_el, last_p, last_el));
+           fmt::format("{} (of {}), first at partition {} element {}, last at partition {} element {}{}", what,
+                       o.total_elems(), first_p, first_el, last_p, last_el,
+                       from ? fmt::format("; the never-written data was first read by {} ({}) at {}", from->op,
+                                          from->slot, from->loc.str().empty() ? "an unknown line" : from->loc.str())
+                            : ""));
   }
 }
 
@@ -408,6 +422,7 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     if (taint) {
       taint_seen_ = true;
       verified_drop_all(o);  // no region may cover a tainted byte
+      if (pending_origin_.set) origin_[key] = pending_origin_;  // (by tag: kTagAny's entry is shared)
     } else {
       if (verified_exact(o, key)) continue;  // its bytes hold `key` already (and lie inside the dirty columns)
       verified_drop(o, key);

@@ -148,6 +148,15 @@ class Checker {
   /// before() collects the partitions of the instruction's output (relative to its written operands, which
   /// have taint_parts_ partitions) that after() writes tainted: taint_rows_[i] != 0, taint_pending_.
   bool taint_seen_ = false, taint_pending_ = false;
+  /// Where tainted data began: the instruction that first read the never-written bytes it came from (by the
+  /// tag of the tainted bytes; the report of a tainted read names it).
+  struct Origin {
+    bool set = false;
+    std::string op, slot;
+    SourceLoc loc;
+  };
+  std::array<Origin, kTagAny + 1> origin_{};
+  Origin pending_origin_;  ///< before() -> after(): the origin of what this instruction taints
   uint32_t taint_parts_ = 0;
   std::vector<uint8_t> taint_rows_, bad_rows_;
   int64_t sbuf_pitch_ = 0, psum_pitch_ = 0;

@@ -329,6 +329,9 @@ def test_check_uninitialized_read():
     assert r["op"] == "dma_copy" and r["tensor"] == "acc"
     assert r["line"] == _line_of("# BUG-STORE") and r["file"] == HERE
     assert "stores 8192 sbuf elements of src that were never written or computed from never-written data" in r["detail"]
+    # ... and names where the garbage began: the accumulation that read acc before anything wrote it
+    assert r["detail"].endswith("; the never-written data was first read by tensor_tensor (data1) at {}:{} (k)".format(
+        HERE, _line_of("# BUG-READ")))
     assert "uninitialized-read" in r["message"] and "'acc'" in r["message"] and "Fix:" in r["message"]
     assert _reports(_fresh_read(True), a) == []
 

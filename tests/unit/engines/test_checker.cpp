@@ -323,6 +323,9 @@ TEST_CASE("checker: a store of rows computed from never-written data reports onc
   CHECK(r.detail.find("stores 4096 sbuf elements of src that were never written or computed from never-written "
                       "data (of 8192), first at partition 64 element 0, last at partition 127 element 63") !=
         std::string::npos);
+  // where the garbage began: the scale (instruction 1) read t's never-written rows (no source lines here)
+  CHECK(r.detail.find("; the never-written data was first read by tensor_scalar (data) at an unknown line") !=
+        std::string::npos);
 }
 
 TEST_CASE("checker: a matmul whose operands have never-written K rows reports at the matmul", "[check]") {
