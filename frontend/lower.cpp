@@ -139,20 +139,29 @@ Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::ve
   return o;
 }
 
-void Lowering::transposed_hbm_rows(Operand& o, int64_t cols) {
+void Lowering::transposed_hbm_rows(Operand& o, int64_t cols, int64_t middle) {
   // An HBM side indexed by integers before its 2-D part (the flash attention sample's
   // nl.load_transpose2d(v[b, h][:, cols])) is one row holding both dims: its first free dim is the row
-  // dim the transpose swaps. (The same elements and bytes: only the split into rows changes.)
+  // dim the transpose swaps. (The same elements and bytes: only the split into rows changes.) The 3-D / 4-D
+  // forms (`middle` = iimm[0] > 1: [a, m, c] <-> [c, m, a]) likewise (hidden[b, rows, :].reshape((rows, KT, 128)),
+  // a = rows), but only where rows of m x cols elements are what the split leaves: a real leading dim of
+  // one ([1, m, c]) keeps its one row.
   if (!o.present() || o.space != Space::kHbm || o.num_partitions != 1) return;
-  if (o.nfree == 1 && cols > 0 && o.size[0] > cols && o.size[0] % cols == 0) {
+  const int64_t row = cols * std::max<int64_t>(middle, 1);  // elements of one row (cols x the middle dims)
+  if (o.nfree == 1 && cols > 0 && o.size[0] > row && o.size[0] % row == 0) {
     // ... and when the 2-D part is contiguous (k_cache[b, h, rows, :]) its two dims were merged into one free
     // dim: the other side's partitions are this side's columns (a 2-D transpose pairs [a, c] with [c, a]).
-    o.num_partitions = static_cast<uint32_t>(o.size[0] / cols);
-    o.partition_step = o.stride[0] * cols;
-    o.size[0] = cols;
+    o.num_partitions = static_cast<uint32_t>(o.size[0] / row);
+    o.partition_step = o.stride[0] * row;
+    o.size[0] = row;
     return;
   }
   if (o.nfree < 2) return;
+  if (middle > 1) {  // the 3-D / 4-D forms: only when the dims after the first make one row
+    int64_t rest = 1;
+    for (size_t d = 1; d < o.nfree; ++d) rest *= o.size[d];
+    if (cols <= 0 || rest != row) return;
+  }
   o.num_partitions = static_cast<uint32_t>(o.size[0]);
   o.partition_step = o.stride[0];
   for (size_t d = 1; d < o.nfree; ++d) {
@@ -192,11 +201,11 @@ int Lowering::assemble(const Op& op, int opcode, const std::array<Operand, isa::
   }
   in.op = static_cast<Opcode>(opcode);
   in.opnd = opnd;
-  if (in.op == Opcode::kDmaTranspose && op.iimm[0] <= 1) {  // (the 2-D form: iimm[0] = middle elements)
+  if (in.op == Opcode::kDmaTranspose) {  // (iimm[0] = middle elements: 0 or 1 the 2-D form)
     // each side's columns: the other side's partitions, when it is on chip
     const int64_t cols[2] = {in.opnd[1].space != Space::kHbm ? in.opnd[1].num_partitions : 0,
                              in.opnd[0].space != Space::kHbm ? in.opnd[0].num_partitions : 0};
-    for (size_t i = 0; i < in.opnd.size(); ++i) transposed_hbm_rows(in.opnd[i], i < 2 ? cols[i] : 0);
+    for (size_t i = 0; i < in.opnd.size(); ++i) transposed_hbm_rows(in.opnd[i], i < 2 ? cols[i] : 0, op.iimm[0]);
   }
   if (isa::is_dma(in.op)) {
     const bool store = opnd[0].space == Space::kHbm && opnd[1].present() && opnd[1].space != Space::kHbm;
@@ -361,7 +370,7 @@ bool eval_exact(const Affine& f, const std::vector<int64_t>& vars, int64_t& out)
 }  // namespace
 
 int64_t Lowering::transpose_cols(size_t oi, const Access& a) const {
-  // The partitions of the other side (dst: slot 0, src: slot 1) of the 2-D dma_transpose op `oi` whose
+  // The partitions of the other side (dst: slot 0, src: slot 1) of the dma_transpose op `oi` whose
   // access `a` is: the number of columns of `a`'s side. 0 when it is not known (then nothing is split).
   const Op& op = k_.ops[oi];
   for (size_t s = 0; s < 2; ++s) {
@@ -405,8 +414,8 @@ void Lowering::operand_into(size_t oi, OperandForm& f, const Access& a, Operand&
         else f.exact = !__builtin_mul_overflow(st[static_cast<size_t>(d)], eb, &k) && add_scaled(f.offset, start, k);
       }
     }
-    if (opcode_[oi] == static_cast<int>(Opcode::kDmaTranspose) && k_.ops[oi].iimm[0] <= 1)
-      transposed_hbm_rows(o, transpose_cols(oi, a));
+    if (opcode_[oi] == static_cast<int>(Opcode::kDmaTranspose))
+      transposed_hbm_rows(o, transpose_cols(oi, a), k_.ops[oi].iimm[0]);
     o.offset = 0;
     o.start_partition = 0;
     f.shape = o;
@@ -417,8 +426,8 @@ void Lowering::operand_into(size_t oi, OperandForm& f, const Access& a, Operand&
   int64_t off = 0;
   if (!f.exact || !eval_exact(f.offset, vars_, off) || __builtin_add_overflow(off, base_of(a.tensor), &off)) {
     out = access_operand(t, a, vars_, base_of(a.tensor), keep_dims);
-    if (opcode_[oi] == static_cast<int>(Opcode::kDmaTranspose) && k_.ops[oi].iimm[0] <= 1)
-      transposed_hbm_rows(out, transpose_cols(oi, a));
+    if (opcode_[oi] == static_cast<int>(Opcode::kDmaTranspose))
+      transposed_hbm_rows(out, transpose_cols(oi, a), k_.ops[oi].iimm[0]);
     ext = out.byte_extent();
     return;
   }

@@ -142,10 +142,11 @@ class Lowering {
   /// byte address (HBM) or the byte offset of the tile buffer in use (on-chip). Size-1 dims are
   /// dropped and contiguous dims merged unless `keep_dims`; E310 with more than 4 free dims left.
   /// A dma_transpose's HBM side given as one row (integer indices before its 2-D part): its first free dim
-  /// becomes the rows. (The 2-D form only: a 3-D / 4-D one, iimm[0] > 1, keeps its rows.) When its 2-D part
-  /// was merged into one free dim (contiguous rows), `cols` (> 0: the other side's partitions) splits it.
-  static void transposed_hbm_rows(isa::Operand& o, int64_t cols);
-  /// The columns of the side `a` of the 2-D dma_transpose op `oi` (the other side's partitions; 0: unknown).
+  /// becomes the rows. When its 2-D part was merged into one free dim (contiguous rows), `cols` (> 0: the other
+  /// side's partitions) splits it. The 3-D / 4-D forms (`middle` = iimm[0] > 1, the middle elements) split rows of
+  /// `middle` x `cols` elements, and only then (a leading dim of one, [1, m, c], stays one row).
+  static void transposed_hbm_rows(isa::Operand& o, int64_t cols, int64_t middle);
+  /// The columns of the side `a` of the dma_transpose op `oi` (the other side's partitions; 0: unknown).
   int64_t transpose_cols(size_t oi, const Access& a) const;
   static isa::Operand access_operand(const Tensor& t, const Access& a, const std::vector<int64_t>& vars,
                                      int64_t base, bool keep_dims = false);

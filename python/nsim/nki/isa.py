@@ -712,6 +712,10 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
     if dst.dtype != src.dtype:
         raise make_error("BadDtype", "dma_transpose: src and dst dtypes differ ({} vs {})".format(
             src.dtype, dst.dtype))
+    if dst.buffer not in _tr.ON_CHIP and _user_call():  # nki-api.md 2.2: accepted, with a warning
+        warnings.warn("nisa.dma_transpose: dst is in HBM; the NKI 0.6 signature takes an SBUF dst (the 0.4 "
+                      "migration notes show a shared_hbm one); nsim runs it (nki-api.md 2.2)", UserWarning,
+                      stacklevel=3)
     eng = _dge_trigger(dge_mode, None, dst, src, "dma_transpose")
     if eng == "scalar":  # the hwdge path's shape rules (nki-api.md 2.1)
         lead, inner = int(src.shape[0]), int(src.shape[-1])
