@@ -53,6 +53,12 @@ def executed_ops(body):
     return out
 
 
+def op_counts(kernel):
+    """How many instructions of each op the last run of ``kernel`` executed (a Counter by op name)."""
+    import collections
+    return collections.Counter(o["op"] for o in executed_ops(kernel.last_json["body"]))
+
+
 def require_core():
     """For test modules that need the built simulator: skip the whole module unless nsim._core
     imports and its _nsim extension works, and ml_dtypes is installed. Returns (_core, ml_dtypes)."""

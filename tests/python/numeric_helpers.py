@@ -16,3 +16,13 @@ def close(got, want, dtype=np.float32):
 def rounded(x, dtype):
     """``x`` rounded to ``dtype`` (a kernel's store of an intermediate), as float64 for the rest of a reference."""
     return np.asarray(x).astype(dtype).astype(np.float64)
+
+
+def randn(shape, dtype, seed, scale=1.0):
+    """Standard normal values (times ``scale``) of ``shape`` in ``dtype``, from seed ``seed``."""
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(dtype)
+
+
+def f64(a):
+    """``a`` as a float64 array (the precision the numpy references compute in)."""
+    return np.asarray(a, np.float64)

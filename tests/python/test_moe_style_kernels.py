@@ -15,15 +15,12 @@ from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rounded  # noqa: E402
+from numeric_helpers import randn as _randn  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
 
 
 moe = sample_fixture("moe_style_kernels.py", module_only=True)
-
-
-def _randn(shape, dtype, seed, scale=1.0):
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(dtype)
 
 
 def ref_router(x, w, k):

@@ -19,6 +19,7 @@ from conftest import require_core, sample_fixture  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rounded  # noqa: E402
+from numeric_helpers import f64 as _f64  # noqa: E402
 
 import nsim.plot  # noqa: E402
 
@@ -35,10 +36,6 @@ def _randn(shape, dtype=BF16, seed=0, scale=1.0, shift=0.0):
 def _bits(a):
     a = np.asarray(a)
     return a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint32)
-
-
-def _f64(a):
-    return np.asarray(a, np.float64)
 
 
 def _matmuls(prof):

@@ -10,31 +10,20 @@ Also the two nsim fixes these kernels needed: a masked (and, on a ragged last ti
 ``nl.arange`` window in ``nl.load`` / ``nl.store`` (the decode kernel's ``k_cache[b, h, j * 128 + i_f, i_p]``),
 and a 2-D ``dma_transpose`` whose HBM side has integer indices before a contiguous 2-D part (``k_cache[b, h]``:
 its rows were merged into one free dim and the transpose rejected)."""
-from collections import Counter
 
 import numpy as np
 import pytest
 
 from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
+from conftest import op_counts as _ops  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rounded  # noqa: E402
+from numeric_helpers import randn as _randn, f64 as _f64  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
 
 nx = sample_fixture("nxdi_style_kernels.py")
-
-
-def _randn(shape, dtype, seed, scale=1.0):
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(dtype)
-
-
-def _f64(a):
-    return np.asarray(a, np.float64)
-
-
-def _ops(kernel):
-    return Counter(o["op"] for o in executed_ops(kernel.last_json["body"]))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close  # noqa: E402
+from numeric_helpers import randn as _randn  # noqa: E402
 
 import nsim  # noqa: E402
 
@@ -33,10 +34,6 @@ qb1 = sample_fixture("quantized_style_kernels_beta1.py", module_only=True)
 
 def _f64(x):
     return np.asarray(x).astype(np.float64)
-
-
-def _randn(shape, dtype, seed, scale=1.0):
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(dtype)
 
 
 def _ops(kernel):

@@ -27,32 +27,21 @@ The nsim fixes the Beta-1 embedding kernel needed (each of its tests failed befo
 And a kernel mistake that ran silently: a bit-vector op (``np.bitwise_or``) in ``tensor_tensor_scan`` /
 ``scalar_tensor_tensor`` (arithmetic ops only) is now NSIM-E312 at the call's line."""
 import inspect
-from collections import Counter
 
 import numpy as np
 import pytest
 
-from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
+from conftest import require_core, sample_fixture  # noqa: E402
+from conftest import op_counts as _ops  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rounded  # noqa: E402
+from numeric_helpers import randn as _randn, f64 as _f64  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
 
 ss = sample_fixture("scan_sampling_style_kernels.py")
 ssn = sample_fixture("scan_sampling_style_kernels_new.py", module_only=True)
-
-
-def _randn(shape, dtype, seed, scale=1.0):
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(dtype)
-
-
-def _f64(a):
-    return np.asarray(a, np.float64)
-
-
-def _ops(kernel):
-    return Counter(o["op"] for o in executed_ops(kernel.last_json["body"]))
 
 
 def _distinct_logits(B, V, seed, scale=20.0, dtype=np.float32):

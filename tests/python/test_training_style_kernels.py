@@ -17,31 +17,20 @@ rejected with an SBUF overflow (NSIM-E204); and ``nisa.tensor_scalar(engine=nisa
 runs from gen3 on only, ran on trn1 without a word (now NSIM-E313 at the kernel's line)."""
 import json
 import re
-from collections import Counter
 
 import numpy as np
 import pytest
 
 from conftest import beta1_modules, executed_ops, require_core, sample_fixture  # noqa: E402
+from conftest import op_counts as _ops  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rounded  # noqa: E402
+from numeric_helpers import randn as _randn, f64 as _f64  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
 
 tk = sample_fixture("training_style_kernels.py")
-
-
-def _randn(shape, dtype, seed, scale=1.0):
-    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(dtype)
-
-
-def _f64(a):
-    return np.asarray(a, np.float64)
-
-
-def _ops(kernel):
-    return Counter(o["op"] for o in executed_ops(kernel.last_json["body"]))
 
 
 def _name(operand):

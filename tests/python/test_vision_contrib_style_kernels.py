@@ -11,15 +11,16 @@ tile) whose moving operand has two free dims (the shifted window ``x_pad[i_q, s 
 rejected ("needs 2-D operands"), and its masked [M, N] result could not be ``+=``-ed into an [M, OH, OW] PSUM view;
 an arange index item over a size-1 axis that is out of bounds (``i_h + kh - 1`` of a one-row image in the
 depthwise conv's masked tap loads) raised at the subscript even though the load's mask excludes it."""
-from collections import Counter
 
 import numpy as np
 import pytest
 
 from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
+from conftest import op_counts as _ops  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, rounded  # noqa: E402
+from numeric_helpers import f64 as _f64  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
 
@@ -28,14 +29,6 @@ vc = sample_fixture("vision_contrib_style_kernels.py")
 
 def _randn(shape, dtype, seed, scale=1.0, shift=0.0):
     return (np.random.default_rng(seed).standard_normal(shape) * scale + shift).astype(dtype)
-
-
-def _f64(a):
-    return np.asarray(a, np.float64)
-
-
-def _ops(kernel):
-    return Counter(o["op"] for o in executed_ops(kernel.last_json["body"]))
 
 
 def _out(x, dtype):
