@@ -317,9 +317,13 @@ class Verifier {
       if (da.step == 0 && !da.broadcast)
         fail(ErrorCode::kBadIndex,
              fmt::format("operand '{}' dim {} of tensor '{}' has step 0 (use a broadcast)", slot_name(slot), d, t.name));
-      // An indirect dst (scatter) repeats its static row: the rows come from the offsets at run time.
-      const bool scatter_rows = slot == 0 && d == 0 && opcode_ == static_cast<int>(Opcode::kDmaCopy) &&
-                                op_->operands[2] && (op_->flags & isa::kIndirectDst);
+      // An indirect dst (scatter) repeats its static row: the rows come from the offsets at run time. The row
+      // dim is the first one of more than one element (a scatter into rows of a reshape, vLLM's
+      // [blocks * block_size, heads * d] view of a 4-D cache, has size-1 dims before it).
+      const bool scatter_rows = slot == 0 && opcode_ == static_cast<int>(Opcode::kDmaCopy) && op_->operands[2] &&
+                                (op_->flags & isa::kIndirectDst) &&
+                                std::all_of(a.dims.begin(), a.dims.begin() + di,
+                                            [](const DimAccess& p) { return p.size == 1; });
       if (da.broadcast && slot == 0 && !scatter_rows)
         fail(ErrorCode::kBadIndex, fmt::format("operand '{}' dim {} of tensor '{}' broadcasts, but a destination "
                                                "cannot", slot_name(slot), d, t.name));

@@ -1043,7 +1043,7 @@ class Indirection:
 class NkiTensor:
     """A tensor or a view of one. ``dims`` holds one entry per storage dim: [start, size, step, kept]."""
 
-    __slots__ = ("_st", "_dims", "_tracer", "_ind", "_dt", "_shape", "_full", "__weakref__")
+    __slots__ = ("_st", "_dims", "_tracer", "_ind", "_dt", "_shape", "_full", "_oob", "__weakref__")
 
     def __init__(self, storage, dims=None, tracer=None):
         self._st = storage
@@ -1053,6 +1053,9 @@ class NkiTensor:
         self._tracer = tracer
         self._ind = None  # Indirection of a runtime-addressed (gather/scatter) view, else None
         self._dt = None  # IR dtype name of a reinterpreting view (t.view(dtype), same element size), else None
+        # the error of a register / int scalar_offset outside its dim (.ap): raised by the instruction using the
+        # view, unless it is a dma_copy with oob_mode=skip (which then moves nothing)
+        self._oob = None
 
     # --- properties ---------------------------------------------------------------------------
     @property
@@ -1317,6 +1320,7 @@ class NkiTensor:
                              "taken: apply .ap(vector_offset=/scalar_offset=) or vector_select last".format(self.name))
         v = type(self)(storage, dims, self._tracer)
         v._dt = self._dt  # views of a reinterpreting view keep its dtype
+        v._oob = self._oob
         return v
 
     def __setitem__(self, key, value):
@@ -1602,10 +1606,19 @@ class NkiTensor:
         if not 0 <= d < len(shp):
             raise make_error("BadView", ".ap: indirect_dim {} is not a dim of shape {}".format(d, shp))
         stride = int(np.prod(shp[d + 1:], dtype=np.int64))
-        if vector_offset is None and isinstance(scalar_offset, (VirtualRegister, int, np.integer)):
-            # a register (or int) offset is known at trace time: a static access
-            return base._pattern_view(off + register_value(scalar_offset, ".ap(scalar_offset=)") * stride, pat)
         chip = b.buffer != "hbm"
+        if vector_offset is None and isinstance(scalar_offset, (VirtualRegister, int, np.integer)):
+            # a register (or int) offset is known at trace time: a static access, but still one along dim d
+            # (spec §3.9): a value outside it is out of bounds (oob_mode of the instruction), not the next rows
+            val = register_value(scalar_offset, ".ap(scalar_offset=)")
+            bound = self._ap_bound(b, shp, off, pat, d, stride, chip)
+            if 0 <= val < bound:
+                return base._pattern_view(off + val * stride, pat)
+            v = base._pattern_view(off, pat)  # (never transferred)
+            v._oob = ("err_tensor_access_out_of_bound: .ap(scalar_offset=) value {} is outside [0, {}) along dim {} "
+                      "of tensor '{}' {} (oob_mode=error; oob_mode=skip skips the transfer)".format(
+                          val, bound, d, b.name, shp))
+            return v
         if chip and vector_offset is not None:
             raise make_error("NotSupported", ".ap(vector_offset=) on the on-chip tensor '{}' ({}): vector offsets "
                              "select HBM rows (an on-chip view takes a scalar_offset)".format(b.name, b.buffer))
@@ -1629,19 +1642,24 @@ class NkiTensor:
         elif idx.size != 1:
             raise make_error("ShapeMismatch", ".ap(scalar_offset=): needs a (1, 1) tensor, got {}".format(
                 tuple(idx.shape)))
-        if chip:  # within each partition: the free elements of the storage
-            total = int(np.prod(shp[1:], dtype=np.int64))
-            last = off % total + sum(s * (n - 1) for s, n in pat[1:])
-        else:
-            total = int(np.prod(shp, dtype=np.int64))
-            last = off + sum(s * (n - 1) for s, n in pat)
-        bound = min(int(shp[d]), (total - 1 - last) // stride + 1 if stride else int(shp[d]))
+        bound = self._ap_bound(b, shp, off, pat, d, stride, chip)
         if bound < 1 or stride > _INT32_MAX:
             raise make_error("IndexOutOfBounds", ".ap: the static pattern of '{}' leaves no room for a runtime "
                              "offset along dim {}".format(b.name, d))
         v = base._pattern_view(off, pat)
         v._ind = Indirection(idx, vector_offset is None, bound, stride, d if chip else None)
         return v
+
+    @staticmethod
+    def _ap_bound(b, shp, off, pat, d, stride, chip):
+        """The runtime offsets along dim ``d`` that keep ``.ap``'s pattern inside the storage: [0, bound)."""
+        if chip:  # within each partition: the free elements of the storage
+            total = int(np.prod(shp[1:], dtype=np.int64))
+            last = off % total + sum(s * (n - 1) for s, n in pat[1:])
+        else:
+            total = int(np.prod(shp, dtype=np.int64))
+            last = off + sum(s * (n - 1) for s, n in pat)
+        return min(int(shp[d]), (total - 1 - last) // stride + 1 if stride else int(shp[d]))
 
     def get_pattern(self):
         """The view as ``[[stride, count], ...]`` (elements of the storage)."""
@@ -1675,6 +1693,8 @@ class NkiTensor:
         runtime-indexed view (``_ind``) gives its static part only: the instructions that take one (dma_copy,
         tensor_copy) ask for it with ``indirect_ok`` and add the runtime fields; every other use is a DynamicIndex
         error."""
+        if self._oob is not None:
+            raise make_error("IndexOutOfBounds", self._oob)
         if self._ind is not None and not indirect_ok:
             raise make_error("DynamicIndex", "the view of '{}' has a runtime (SBUF-valued) index: only dma_copy and "
                              "tensor_copy (Beta 1: nisa.tensor_copy_dynamic_src/dst) can address it; copy it into "

@@ -228,6 +228,8 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
                       "DMA (copy between PSUM and SBUF with nisa.tensor_copy); nsim runs it as Beta 1 / 0.2 did "
                       "(nki-api.md 2.1)".format(" and ".join(psum)), UserWarning, stacklevel=3)
     eng = _dge_trigger(dge_mode, _engine(engine, "dma_copy"), dst, src, "dma_copy")
+    if (dst._oob or src._oob) and _oob_skip(oob_mode):
+        return None  # a register scalar_offset outside its dim (NkiTensor.ap): the transfer is skipped
     fields = {}
     if dst.is_indirect() or src.is_indirect():
         if dst.is_indirect() and src.is_indirect():
