@@ -83,12 +83,12 @@ NSIM_SCAN_CLONES bool all_written(const uint8_t* p, int64_t n) {
 /// Whether the instruction's output partition d0 + i depends only on its input partitions s0 + i (every
 /// read operand, (P, 1) vectors included): element-wise and free-axis ops. Such an instruction that reads
 /// never-written (or tainted) bytes reports nothing; the bytes it writes in those partitions become tainted
-/// (computed from never-written data), and what reads them later decides. Not here (they report the read):
-/// DMAs (a store of garbage is the bug), the matmul (load_stationary/multiply_moving: the contraction mixes
-/// the K partitions), nc_transpose, nc_stream_shuffle, tensor_partition_reduce, topk (groups of 16
-/// partitions), local_gather, quantize_mx, sendrecv, the RNG-state writers (set_rng_seed, rand_set_state:
-/// the state is not shadowed), and a tensor_copy with runtime offsets. Register state (VectorE/ScalarE
-/// accumulators carried to a later instruction) is not shadowed: taint does not follow it.
+/// (computed from never-written data), and what reads them later decides. The matmul and the transposes
+/// propagate too, by their own maps (Checker::before). Not here (they report the read): DMAs (a store of
+/// garbage is the bug), nc_stream_shuffle, tensor_partition_reduce, topk (groups of 16 partitions),
+/// local_gather, quantize_mx, sendrecv, the RNG-state writers (set_rng_seed, rand_set_state: the state is
+/// not shadowed), and a tensor_copy with runtime offsets. Register state (VectorE/ScalarE accumulators
+/// carried to a later instruction) is not shadowed: taint does not follow it.
 bool propagates_taint(const Instr& in) {
   switch (in.op) {
     case isa::Opcode::kTensorCopy: return !in.slot(2).present();
@@ -114,6 +114,32 @@ bool propagates_taint(const Instr& in) {
     case isa::Opcode::kSequenceBounds:
     case isa::Opcode::kNcNGather:
     case isa::Opcode::kNonzeroWithCount:
+    case isa::Opcode::kDropout:
+    case isa::Opcode::kExponential:
+    case isa::Opcode::kActivate2: return true;
+    default: return false;
+  }
+}
+
+/// Of those, the ones whose output element (p, el) (el row-major over the free dims) depends only on the
+/// input elements (p, el) of the inputs with its element count, and on (P, 1) vectors: a bad input element
+/// taints that one output element (and the whole partition of an output of another element count: a
+/// reduce_res). The others (scans, cumulative ops, reductions, bn_stats, max8, gathers ...) taint the whole
+/// output partition p when any element of input partition p is bad.
+bool elementwise_taint(const Instr& in) {
+  switch (in.op) {
+    case isa::Opcode::kTensorCopy:
+    case isa::Opcode::kTensorTensor:
+    case isa::Opcode::kTensorScalar:
+    case isa::Opcode::kActivation:
+    case isa::Opcode::kActivationReduce:
+    case isa::Opcode::kScalarTensorTensor:
+    case isa::Opcode::kReciprocal:
+    case isa::Opcode::kAffineSelect:
+    case isa::Opcode::kTensorScalarReduce:
+    case isa::Opcode::kTensorCopyPredicated:
+    case isa::Opcode::kRangeSelect:
+    case isa::Opcode::kSelectReduce:
     case isa::Opcode::kDropout:
     case isa::Opcode::kExponential:
     case isa::Opcode::kActivate2: return true;
@@ -285,12 +311,69 @@ void Checker::verified_drop_all(const Operand& o) {
     if (v.space == o.space && v.p0 < p1 && p0 < v.p1 && v.lo < hi && lo < v.hi) v.space = isa::Space::kNone;
 }
 
+void Checker::begin_taint(const Instr& in) {
+  if (taint_pending_) return;
+  const Operand& d = in.slot(0);
+  taint_parts_ = d.num_partitions;
+  taint_elems_ = d.elems_per_partition();
+  taint_mask_.assign(static_cast<size_t>(taint_parts_) * static_cast<size_t>(taint_elems_), 0);
+  taint_pending_ = true;
+}
+
+void Checker::taint_from_stationary(const Instr& in, const isa::Views& views) {
+  begin_taint(in);
+  const auto P = static_cast<int64_t>(taint_parts_), E = taint_elems_;
+  if (st_all_ || P == 0 || E == 0) {
+    taint_all_ = true;
+    return;
+  }
+  uint8_t* out = taint_mask_.data();
+  const uint8_t* st = st_mask_.data();
+  const auto K = static_cast<int64_t>(st_parts_), F = st_elems_;
+  // A transpose (is_transpose, the moving a 0/1 selection matrix, as the semantics checks): dst[m, n] =
+  // stationary[sel[n], m], so a bad stationary element (k, m) taints the output elements (m, n), sel[n] = k.
+  const isa::TileView& mv = views[1];
+  if ((in.flags & isa::kIsTranspose) && !(in.flags & isa::kDoubleRow) && mv.valid() && F == P &&
+      static_cast<int64_t>(mv.partitions) == K && mv.elems() == E) {
+    sel_.assign(static_cast<size_t>(E), -1);
+    row_.resize(static_cast<size_t>(E));
+    bool selection = true;
+    for (int64_t k = 0; k < K && selection; ++k) {
+      isa::read_row(mv, static_cast<uint32_t>(k), row_.data());
+      for (int64_t n = 0; n < E && selection; ++n) {
+        const float x = row_[static_cast<size_t>(n)];
+        if (x == 0.0f) continue;
+        if (x != 1.0f || sel_[static_cast<size_t>(n)] >= 0) selection = false;
+        sel_[static_cast<size_t>(n)] = k;
+      }
+    }
+    if (selection) {
+      for (int64_t n = 0; n < E; ++n) {
+        const int64_t k = sel_[static_cast<size_t>(n)];
+        if (k < 0) continue;
+        for (int64_t m = 0; m < P; ++m)
+          if (st[k * F + m]) out[m * E + n] = 1;
+      }
+      return;
+    }
+  }
+  // A matmul: dst[m, n] = sum_k stationary[k, m] moving[k, n], so a bad stationary element (k, m) taints the
+  // output row m (every n). (double_row: stationary [K, 2, M], element r * M + m; MX: [K, M].)
+  cols_.assign(static_cast<size_t>(P), 0);  // (the output rows)
+  for (int64_t i = 0; i < K * F; ++i)
+    if (st[i]) cols_[static_cast<size_t>((i % F) % P)] = 1;
+  for (int64_t m = 0; m < P; ++m)
+    if (cols_[static_cast<size_t>(m)]) std::memset(out + m * E, 1, static_cast<size_t>(E));
+}
+
 void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
                      const SlotTags* tags) {
-  (void)views;
   casts_before_ = cast_overflows();
   taint_pending_ = false;
+  taint_all_ = false;
   pending_origin_.set = false;
+  const bool load_st = in.op == isa::Opcode::kLoadStationary;
+  if (load_st) st_bad_ = st_all_ = false, st_origin_.set = false;  // the new stationary replaces the last one
   const isa::OpInfo& info = isa::op_info(in.op);
   const bool acc = (in.flags & isa::kAccumulate) != 0;
   for (int s = 0; s < info.num_slots; ++s) {
@@ -311,11 +394,12 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
       return key == 0 ? b == 0 : t != key && t != kTagAny;
     };
     // An accumulation's destination (W502) counts its never-written elements; its tainted ones only
-    // mark their partitions. Any other read counts (and marks) every bad element.
+    // mark their elements. Any other read counts (and marks) every bad element.
     const bool acc_dst = written;
+    const int64_t elems = o.elems_per_partition();
     int64_t bad = 0, unwritten = 0, first_el = -1, last_el = -1;
     uint32_t first_p = 0, last_p = 0;
-    bool rows_started = false;
+    bool marked = false;  // bad_mask_ holds this operand's bad elements (those propagated)
     uint8_t first_taint = 0;  // the tag of the first tainted byte found (its origin_ entry names where it began)
     for_each_run(o, [&](uint32_t p, int64_t el0, int64_t off, int64_t n, int64_t step) {
       const uint8_t* base = sh.data() + static_cast<int64_t>(p) * pp + off;
@@ -335,8 +419,8 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
         for (int64_t j = 0; j < eb && !first_taint; ++j)
           if (b[j] & kTainted) first_taint = static_cast<uint8_t>(b[j] & ~kTainted);
         if (!acc_dst || !nw) {
-          if (!rows_started) bad_rows_.assign(o.num_partitions, 0), rows_started = true;
-          bad_rows_[p - o.start_partition] = 1;
+          if (!marked) bad_mask_.assign(static_cast<size_t>(o.num_partitions) * static_cast<size_t>(elems), 0), marked = true;
+          bad_mask_[static_cast<size_t>(p - o.start_partition) * static_cast<size_t>(elems) + static_cast<size_t>(el0 + i)] = 1;
         }
         if (acc_dst && !nw) continue;
         if (first_el < 0) first_p = p, first_el = el0 + i;
@@ -348,28 +432,80 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
       verified_add(o, key);
       continue;
     }
-    // Propagate instead of reporting: an accumulation's own tainted destination bytes (dst partition p
-    // into dst partition p), or any bad input of a per-partition instruction whose written operands have
-    // its partition count (input partition s0 + i -> output partition d0 + i).
-    const uint32_t parts = o.num_partitions;
-    bool maps = acc_dst || (propagates_taint(in) && !address_slot(in, s));
-    for (int w = 0; w < info.num_slots && maps && !acc_dst; ++w) {
-      const Operand& d = in.slot(w);
-      if (d.present() && info.slots[static_cast<size_t>(w)].written && (!on_chip(d.space) || d.num_partitions != parts))
-        maps = false;
+    // Propagate instead of reporting, by the map from this operand's elements to the output's:
+    //  * same: an accumulation's own tainted destination elements, or any bad input of a per-partition
+    //    instruction whose written operands have its partition count (input partition s0 + i -> output
+    //    partition d0 + i; element by element for an element-wise instruction and equal element counts,
+    //    else the whole partition);
+    //  * transpose: nc_transpose's data, element (p, f) -> (f, p);
+    //  * stationary: load_stationary remembers its bad elements for the matmul after it;
+    //  * moving: multiply_moving's moving element (k, n) taints the output column n (every m);
+    //  * all: the MX scales (every output element).
+    enum class Map { kReport, kSame, kTranspose, kStationary, kMoving, kAll } map = Map::kReport;
+    if (acc_dst) {
+      map = Map::kSame;
+    } else if (load_st) {
+      map = s == 0 ? Map::kStationary : Map::kAll;
+    } else if (in.op == isa::Opcode::kMultiplyMoving) {
+      map = s == 1 ? Map::kMoving : Map::kAll;
+    } else if (in.op == isa::Opcode::kNcTranspose) {
+      map = Map::kTranspose;
+    } else if (propagates_taint(in) && !address_slot(in, s)) {
+      map = Map::kSame;
+      for (int w = 0; w < info.num_slots; ++w) {
+        const Operand& d = in.slot(w);
+        if (d.present() && info.slots[static_cast<size_t>(w)].written && (!on_chip(d.space) || d.num_partitions != o.num_partitions))
+          map = Map::kReport;
+      }
     }
-    if (maps && rows_started) {
-      if (!taint_pending_) taint_rows_.assign(parts, 0), taint_parts_ = parts;
-      if (taint_parts_ == parts)
-        for (uint32_t i = 0; i < parts; ++i) taint_rows_[i] |= bad_rows_[i];
-      else
-        taint_parts_ = 0;  // rows of two partition counts: after() taints every partition it writes
-      taint_pending_ = true;
+    if (map != Map::kReport && marked) {
       // Where the garbage began: this instruction when it reads never-written bytes, else where the
       // tainted bytes it reads began (carried to what after() writes).
-      if (!pending_origin_.set) {
-        if (unwritten > 0) pending_origin_ = {true, isa::op_info(in.op).mnemonic, slot_name(in, s), where};
-        else if (first_taint && origin_[first_taint].set) pending_origin_ = origin_[first_taint];
+      Origin from;
+      if (unwritten > 0) from = {true, isa::op_info(in.op).mnemonic, slot_name(in, s), where};
+      else if (first_taint && origin_[first_taint].set) from = origin_[first_taint];
+      const uint8_t* bm = bad_mask_.data();
+      const auto P = static_cast<int64_t>(o.num_partitions);
+      if (load_st) {
+        if (map == Map::kAll) st_all_ = true;
+        else st_mask_.swap(bad_mask_), st_parts_ = o.num_partitions, st_elems_ = elems, st_bad_ = true;
+        if (!st_origin_.set) st_origin_ = from;
+        continue;  // (load_stationary writes nothing on chip)
+      }
+      begin_taint(in);
+      if (!pending_origin_.set) pending_origin_ = from;
+      uint8_t* out = taint_mask_.data();
+      const auto OP = static_cast<int64_t>(taint_parts_), OE = taint_elems_;
+      switch (map) {
+        case Map::kSame:
+          if (P != OP) {
+            taint_all_ = true;
+          } else if (elems == OE && (acc_dst || elementwise_taint(in))) {
+            for (size_t i = 0; i < taint_mask_.size(); ++i) out[i] |= bm[i];
+          } else {
+            for (int64_t p = 0; p < P; ++p)
+              if (std::find(bm + p * elems, bm + (p + 1) * elems, 1) != bm + (p + 1) * elems)
+                std::memset(out + p * OE, 1, static_cast<size_t>(OE));
+          }
+          break;
+        case Map::kTranspose:
+          if (OP != elems || OE != P) {
+            taint_all_ = true;
+            break;
+          }
+          for (int64_t p = 0; p < P; ++p)
+            for (int64_t f = 0; f < elems; ++f)
+              if (bm[p * elems + f]) out[f * OE + p] = 1;
+          break;
+        case Map::kMoving:  // (double_row: moving [K, 2, N], element r * N + n; MX: [K, N])
+          if (OE == 0) break;
+          cols_.assign(static_cast<size_t>(OE), 0);
+          for (int64_t i = 0; i < P * elems; ++i)
+            if (bm[i]) cols_[static_cast<size_t>((i % elems) % OE)] = 1;
+          for (int64_t m = 0; m < OP; ++m)
+            for (int64_t n = 0; n < OE; ++n) out[m * OE + n] |= cols_[static_cast<size_t>(n)];
+          break;
+        default: taint_all_ = true; break;
       }
       if (!acc_dst) continue;
     }
@@ -394,6 +530,11 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
                                           from->slot, from->loc.str().empty() ? "an unknown line" : from->loc.str())
                             : ""));
   }
+  // The matmul's stationary operand was read by the load_stationary before it.
+  if (in.op == isa::Opcode::kMultiplyMoving && (st_bad_ || st_all_)) {
+    taint_from_stationary(in, views);
+    if (!pending_origin_.set) pending_origin_ = st_origin_;
+  }
 }
 
 void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
@@ -415,10 +556,19 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     memory::Buffer& sh = shadow(o.space);
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
     const uint8_t key = tags && (*tags)[static_cast<size_t>(s)] ? (*tags)[static_cast<size_t>(s)] : kTagAny;
-    // Partitions computed from never-written data (before() found them) get key | kTainted; all of them
-    // when this operand's partitions do not match those of the rows.
+    // Elements computed from never-written data (before() found them) get key | kTainted: by element when
+    // the operand has the output's shape, by partition when only its partition count matches (a reduction's
+    // result), all of them else.
     const bool taint = taint_pending_;
-    const bool by_row = taint && o.num_partitions == taint_parts_;
+    const bool all = taint && (taint_all_ || o.num_partitions != taint_parts_);
+    const bool by_el = taint && !all && o.elems_per_partition() == taint_elems_;
+    if (taint && !all && !by_el) {  // whole partitions: those with any tainted element
+      taint_rows_.assign(taint_parts_, 0);
+      for (uint32_t p = 0; p < taint_parts_; ++p) {
+        const uint8_t* r = taint_mask_.data() + static_cast<int64_t>(p) * taint_elems_;
+        taint_rows_[p] = std::find(r, r + taint_elems_, 1) != r + taint_elems_;
+      }
+    }
     if (taint) {
       taint_seen_ = true;
       verified_drop_all(o);  // no region may cover a tainted byte
@@ -430,16 +580,20 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     }
     int64_t& dlo = o.space == Space::kPsum ? psum_lo_ : sbuf_lo_;
     int64_t& dhi = o.space == Space::kPsum ? psum_hi_ : sbuf_hi_;
-    for_each_run(o, [&](uint32_t p, int64_t, int64_t off, int64_t n, int64_t step) {
+    const uint8_t tainted = static_cast<uint8_t>(key | kTainted);
+    for_each_run(o, [&](uint32_t p, int64_t el0, int64_t off, int64_t n, int64_t step) {
       uint8_t* base = sh.data() + static_cast<int64_t>(p) * pp + off;
-      const uint8_t mark =
-          taint && (!by_row || taint_rows_[p - o.start_partition]) ? static_cast<uint8_t>(key | kTainted) : key;
+      const uint32_t pr = p - o.start_partition;
+      const uint8_t mark = taint && (all || (!by_el && taint_rows_[pr])) ? tainted : key;
       if (n > 0) {  // the run's columns [off + min(0, (n-1) step), off + max(0, (n-1) step) + eb)
         const int64_t last = (n - 1) * step;
         dlo = std::min(dlo, off + std::min<int64_t>(0, last));
         dhi = std::max(dhi, off + std::max<int64_t>(0, last) + eb);
       }
-      if (step == eb) {
+      if (by_el) {
+        const uint8_t* m = taint_mask_.data() + static_cast<int64_t>(pr) * taint_elems_ + el0;
+        for (int64_t i = 0; i < n; ++i) std::memset(base + i * step, m[i] ? tainted : key, static_cast<size_t>(eb));
+      } else if (step == eb) {
         std::memset(base, mark, static_cast<size_t>(n * eb));
       } else {
         for (int64_t i = 0; i < n; ++i) std::memset(base + i * step, mark, static_cast<size_t>(eb));

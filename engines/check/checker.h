@@ -3,9 +3,10 @@
 /// run that report bugs hardware would hide. It watches every instruction executed with numerics:
 ///  * uninitialized-read: an instruction reads SBUF/PSUM bytes that nothing has written (they read as
 ///    the NaN / 4 sentinel: silent garbage on hardware). A per-partition instruction (element-wise and
-///    free-axis ops: propagates_taint() in checker.cpp) reports nothing: it *taints* the bytes it writes in
-///    those partitions (as valgrind's memcheck does), and a DMA, matmul, transpose or other
-///    partition-mixing instruction that reads never-written or tainted bytes reports;
+///    free-axis ops: propagates_taint() in checker.cpp), a transpose (nc_transpose, a matmul with
+///    is_transpose) and a matmul report nothing: they *taint* the output elements computed from the bad
+///    ones (as valgrind's memcheck does), element by element; a DMA or other partition-mixing
+///    instruction that reads never-written or tainted bytes reports;
 ///  * psum-accumulate-uninitialized: an accumulating matmul (or accumulating DMA) adds into PSUM/SBUF
 ///    bytes that nothing has written (an accumulation group that was never opened);
 ///  * nan-produced: the first instruction whose result holds NaN/Inf although all its inputs are finite;
@@ -51,8 +52,8 @@ struct CheckInfo {
 inline constexpr std::array<CheckInfo, static_cast<size_t>(CheckKind::kCount)> kChecks{{
     {"NSIM-W501", "uninitialized-read",
      "write the tile before reading it (nisa.memset / a load), or read only the part that was written "
-     "(element-wise ops may compute on the unwritten rows of a ragged tile, but mask the store, and the "
-     "matmul/transpose operands, to the rows that were written)"},
+     "(element-wise ops, transposes and matmuls may compute on the unwritten rows of a ragged tile, but mask "
+     "the store to the rows and columns computed from written data)"},
     {"NSIM-W502", "psum-accumulate-uninitialized",
      "start the accumulation group with accumulate=False (or None), or zero the PSUM tile first with nisa.memset"},
     {"NSIM-W503", "nan-produced",
@@ -145,9 +146,12 @@ class Checker {
   memory::Buffer sbuf_, psum_;
   /// Taint (the slow path only: an instruction read bad bytes). taint_seen_: some byte has been written
   /// tainted (until then a read with no tag needs only nonzero shadow bytes: the memchr fast path).
-  /// before() collects the partitions of the instruction's output (relative to its written operands, which
-  /// have taint_parts_ partitions) that after() writes tainted: taint_rows_[i] != 0, taint_pending_.
-  bool taint_seen_ = false, taint_pending_ = false;
+  /// before() collects the elements of the instruction's output that after() writes tainted
+  /// (taint_pending_): taint_mask_[p * taint_elems_ + el] != 0 for element el (row-major over the free dims)
+  /// of partition p (relative to the output, slot 0, of taint_parts_ partitions x taint_elems_ elements);
+  /// taint_all_: every element of every written operand. A written operand of taint_parts_ partitions but
+  /// another element count (a reduction's result) gets whole partitions: taint_rows_ (any element of the row).
+  bool taint_seen_ = false, taint_pending_ = false, taint_all_ = false;
   /// Where tainted data began: the instruction that first read the never-written bytes it came from (by the
   /// tag of the tainted bytes; the report of a tainted read names it).
   struct Origin {
@@ -158,7 +162,23 @@ class Checker {
   std::array<Origin, kTagAny + 1> origin_{};
   Origin pending_origin_;  ///< before() -> after(): the origin of what this instruction taints
   uint32_t taint_parts_ = 0;
-  std::vector<uint8_t> taint_rows_, bad_rows_;
+  int64_t taint_elems_ = 0;
+  /// Scratch, reused (the slow path only): bad_mask_ the bad elements of the operand being scanned (its
+  /// partitions x elements), cols_ the output columns a matmul's moving taints, sel_ a transpose's selection.
+  std::vector<uint8_t> taint_mask_, taint_rows_, bad_mask_, cols_;
+  std::vector<int64_t> sel_;
+  /// The loaded stationary's bad elements (load_stationary -> the multiply_moving after it): st_mask_ over
+  /// its st_parts_ x st_elems_ elements when st_bad_; st_all_: all bad (a bad stationary_scale); st_origin_
+  /// where their garbage began.
+  bool st_bad_ = false, st_all_ = false;
+  uint32_t st_parts_ = 0;
+  int64_t st_elems_ = 0;
+  std::vector<uint8_t> st_mask_;
+  Origin st_origin_;
+  /// Starts the pending taint of this instruction's output (slot 0's shape), once.
+  void begin_taint(const isa::Instr& in);
+  /// Taints output elements of a matmul (multiply_moving) from the loaded stationary's bad elements.
+  void taint_from_stationary(const isa::Instr& in, const isa::Views& views);
   int64_t sbuf_pitch_ = 0, psum_pitch_ = 0;
   /// Byte columns (offsets within a partition) after() may have written, per space: [lo, hi).
   int64_t sbuf_lo_ = INT64_MAX, sbuf_hi_ = 0, psum_lo_ = INT64_MAX, psum_hi_ = 0;

@@ -376,6 +376,55 @@ def test_check_ragged_last_tile_computes_on_unwritten_rows_without_a_report(b1):
             "first at partition 32 element 0, last at partition 127 element 63") in reps[0]["detail"]
 
 
+def test_check_ragged_tile_through_transpose_and_matmul(b1):
+    """The nki-samples RMSNorm + QKV pattern, small: a ragged token tile (rows 0..71 of 128 loaded), transposed on
+    the PE (tokens become columns), then the stationary of a matmul (its columns become output rows): the garbage
+    tokens end in output rows 72..127, which the masked store drops: no NSIM-W501 (element-granular taint,
+    2026-12-05; before, the transpose reported). Stored unmasked they reach HBM: one report, at the store, naming
+    the transpose that first read the unwritten rows."""
+    bnki, bnl = b1
+    import neuronxcc.nki.isa as bnisa
+
+    def make(masked_store):
+        @bnki.jit
+        def k(x, w):
+            n, d = x.shape
+            h = w.shape[1]
+            out = bnl.ndarray((128, h), dtype=x.dtype, buffer=bnl.shared_hbm)
+            i_p = bnl.arange(128)[:, None]
+            i_d = bnl.arange(d)[None, :]
+            i_h = bnl.arange(h)[None, :]
+            t = bnl.load(x[i_p, i_d], mask=(i_p < n))
+            tt = bnl.copy(bnisa.nc_transpose(t))  # RAGGED-TRANSPOSE [d, 128 tokens]: token columns n.. garbage
+            y = bnl.copy(bnisa.nc_matmul(tt, bnl.load(w)))  # [128 tokens, h]: rows n.. garbage
+            if masked_store:
+                bnl.store(out[i_p, i_h], value=y, mask=(i_p < n))
+            else:
+                bnl.store(out[i_p, i_h], value=y)  # RAGGED-MM-STORE
+            return out
+        return k
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((72, 128)).astype(np.float32)
+    w = rng.standard_normal((128, 64)).astype(np.float32)
+    with warnings.catch_warnings(record=True) as w_:
+        warnings.simplefilter("always")
+        out, prof = make(True).options(check=True).simulate(x, w)
+    assert prof.check_reports == [] and not [m for m in w_ if issubclass(m.category, tracer.CheckWarning)]
+    np.testing.assert_allclose(out[:72], x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        out, prof = make(False).options(check=True).simulate(x, w)
+    np.testing.assert_allclose(out[:72], x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+    reps = prof.check_reports
+    assert [(r["code"], r["op"], r["line"], r["count"]) for r in reps] == [
+        ("NSIM-W501", "dma_copy", _line_of("# RAGGED-MM-STORE"), 1)]
+    assert ("stores 3584 sbuf elements of src that were never written or computed from never-written data (of 8192), "
+            "first at partition 72 element 0, last at partition 127 element 63") in reps[0]["detail"]
+    assert reps[0]["detail"].endswith("; the never-written data was first read by nc_transpose (data) at {}:{} (k)".format(
+        HERE, _line_of("# RAGGED-TRANSPOSE")))
+
+
 def _reused_storage(fixed):
     @nki.jit
     def k(a, b):

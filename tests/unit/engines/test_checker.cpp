@@ -6,6 +6,8 @@
 #include <limits>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "engines/check/race.h"
 #include "kernel_builder.h"
 
@@ -259,7 +261,7 @@ TEST_CASE("checker: a region found written is scanned again after another alloca
         std::string::npos);
 }
 
-// ---- taint: per-partition instructions carry never-written data on; DMAs and matmuls report it
+// ---- taint: per-partition instructions, transposes and matmuls carry never-written data on; DMAs report it
 
 namespace {
 
@@ -328,10 +330,13 @@ TEST_CASE("checker: a store of rows computed from never-written data reports onc
         std::string::npos);
 }
 
-TEST_CASE("checker: a matmul whose operands have never-written K rows reports at the matmul", "[check]") {
-  // The contraction mixes the K partitions: every output row would hold garbage.
+TEST_CASE("checker: a matmul whose operands have never-written K rows taints every output element", "[check]") {
+  // The contraction mixes the K partitions: every output element holds garbage. Since element-granular taint
+  // (2026-12-05) the matmul itself reports nothing (its output may still be dropped); the store of any
+  // element of it reports, naming the instruction that read the never-written K rows.
   for (const bool bad_stationary : {false, true}) {
     auto s = checked_sim();
+    const auto& out = s->alloc_hbm("out", {128, 64}, DType::kFloat32);
     const Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
     const Operand mv = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
     const Operand ps = s->alloc_tile(Space::kPsum, 128, {64}, DType::kFloat32);
@@ -340,19 +345,26 @@ TEST_CASE("checker: a matmul whose operands have never-written K rows reports at
     s->submit(memset0(rows_of(half, 0, 96, half.size[0])));  // K rows 96..127 never written
     s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
     s->submit(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv}));
-    s->finish();
     INFO("bad stationary " << bad_stationary);
+    CHECK(s->check_reports().empty());
+    s->submit(dma(hbm_rows(out, 5, 1), rows_of(ps, 5, 1, 64)));  // any output row
+    s->finish();
     REQUIRE(s->check_reports().size() == 1);
     const engines::CheckReport& r = s->check_reports()[0];
     INFO(r.detail);
     CHECK(r.kind == engines::CheckKind::kUninitializedRead);
-    CHECK(r.op == (bad_stationary ? "load_stationary" : "multiply_moving"));
-    CHECK(r.detail.find("first at partition 96 element 0") != std::string::npos);
+    CHECK(r.op == "dma_copy");
+    CHECK(r.detail.find("stores 64 psum elements of src that were never written or computed from never-written data "
+                        "(of 64), first at partition 5 element 0") != std::string::npos);
+    CHECK(r.detail.find(bad_stationary ? "first read by load_stationary (stationary)"
+                                       : "first read by multiply_moving (moving)") != std::string::npos);
   }
 }
 
-TEST_CASE("checker: a matmul or transpose of a tainted tile reports, naming the taint", "[check]") {
+TEST_CASE("checker: a matmul of a tainted moving tile taints its output, the store reports naming the taint", "[check]") {
+  // (Before element-granular taint the matmul reported; now its output carries the taint to the store.)
   auto s = checked_sim();
+  const auto& out = s->alloc_hbm("out", {128, 64}, DType::kFloat32);
   const Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
   const Operand mv = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
   const Operand m2 = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
@@ -361,15 +373,139 @@ TEST_CASE("checker: a matmul or transpose of a tainted tile reports, naming the 
   s->submit(memset0(rows_of(mv, 0, 100, 64)));
   s->submit(scale(m2, mv, 0.5f));  // rows 100..127 of m2 tainted: no report
   s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+  s->submit(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, m2}));  // K rows tainted: all of ps
   CHECK(s->check_reports().empty());
-  s->submit(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, m2}));
+  s->submit(dma(hbm_rows(out, 0, 128), ps));
   s->finish();
   REQUIRE(s->check_reports().size() == 1);
   INFO(s->check_reports()[0].detail);
-  CHECK(s->check_reports()[0].op == "multiply_moving");
-  CHECK(s->check_reports()[0].detail.find("reads 1792 sbuf elements of moving that were never written or computed "
-                                          "from never-written data (of 8192), first at partition 100") !=
+  CHECK(s->check_reports()[0].op == "dma_copy");
+  CHECK(s->check_reports()[0].detail.find("stores 8192 psum elements of src that were never written or computed "
+                                          "from never-written data (of 8192), first at partition 0 element 0") !=
         std::string::npos);
+  CHECK(s->check_reports()[0].detail.find("first read by tensor_scalar (data)") != std::string::npos);
+}
+
+TEST_CASE("checker: a transposed half-written tile is tainted by columns; its good columns store cleanly", "[check]") {
+  // [128, 64] with rows 0..71 written -> nc_transpose -> [64, 128] whose columns 72..127 are garbage. The good
+  // columns, copied out element-wise and stored, report nothing; the bad ones report at the store.
+  for (const bool vector : {false, true}) {
+    auto s = checked_sim();
+    const auto& out = s->alloc_hbm("out", {128, 128}, DType::kFloat32);
+    const int64_t P = vector ? 32 : 128, F = vector ? 16 : 64, good = vector ? 20 : 72;
+    const Operand t = s->alloc_tile(Space::kSbuf, static_cast<uint32_t>(P), {F}, DType::kFloat32);
+    const Operand tt = s->alloc_tile(vector ? Space::kSbuf : Space::kPsum, static_cast<uint32_t>(F), {P}, DType::kFloat32);
+    const Operand u = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+    s->submit(memset0(rows_of(t, 0, static_cast<uint32_t>(good), F)));
+    s->submit(instr(Opcode::kNcTranspose, vector ? Engine::kVector : Engine::kTensor, {tt, t}));
+    const auto cols = [&](const Operand& o, int64_t c0, int64_t n) {
+      return Operand::tile(o.space, o.dtype, o.offset + c0 * 4, 0, static_cast<uint32_t>(F), {n});
+    };
+    s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {cols(u, 0, good), cols(tt, 0, good)}));
+    Operand store_good = hbm_rows(out, 0, static_cast<uint32_t>(F));
+    store_good.size[0] = good;
+    s->submit(dma(store_good, cols(u, 0, good)));
+    INFO("vector " << vector);
+    CHECK(s->check_reports().empty());
+    s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {cols(u, good, P - good), cols(tt, good, P - good)}));
+    Operand store_bad = store_good;
+    store_bad.size[0] = P - good;
+    s->submit(dma(store_bad, cols(u, good, P - good)));
+    s->finish();
+    REQUIRE(s->check_reports().size() == 1);
+    const engines::CheckReport& r = s->check_reports()[0];
+    INFO(r.detail);
+    CHECK(r.op == "dma_copy");
+    CHECK(r.instruction == 5);
+    CHECK(r.detail.find(fmt::format("stores {0} sbuf elements of src that were never written or computed from "
+                                    "never-written data (of {0}), first at partition 0 element 0",
+                                    F * (P - good))) != std::string::npos);
+    CHECK(r.detail.find("first read by nc_transpose (data)") != std::string::npos);
+  }
+}
+
+TEST_CASE("checker: a matmul transpose (is_transpose) then a matmul taint the output rows of the garbage tokens",
+          "[check]") {
+  // The nki-samples RMSNorm + QKV pattern: a ragged token tile [128 tokens, 128 features] (tokens 72..127 never
+  // written) is transposed on the PE (stationary = data, moving = identity), copied back, and used as the next
+  // matmul's stationary [K features, M tokens]: output rows m >= 72 are garbage; a store of rows < 72 is clean,
+  // a store of all rows reports.
+  auto s = checked_sim();
+  const auto& out = s->alloc_hbm("out", {128, 64}, DType::kFloat32);
+  const Operand x = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+  const Operand eye = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+  const Operand xt_ps = s->alloc_tile(Space::kPsum, 128, {128}, DType::kFloat32);
+  const Operand xt = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+  const Operand w = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const Operand ps = s->alloc_tile(Space::kPsum, 128, {64}, DType::kFloat32);
+  const Operand y = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  s->submit(memset0(rows_of(x, 0, 72, 128)));
+  s->submit(memset0(eye));
+  for (uint32_t p = 0; p < 128; ++p) {  // the identity
+    Instr one = instr(Opcode::kMemset, Engine::kVector, {Operand::tile(Space::kSbuf, DType::kFloat32, eye.offset + p * 4, p, 1, {1})});
+    one.imm[0] = 1.0f;
+    s->submit(one);
+  }
+  s->submit(memset0(w));
+  s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {x}));
+  Instr tr = instr(Opcode::kMultiplyMoving, Engine::kTensor, {xt_ps, eye});
+  tr.flags = isa::kIsTranspose;
+  s->submit(tr);  // xt_ps[f, token]: columns 72..127 tainted
+  s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {xt, xt_ps}));
+  s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {xt}));  // [K features, M tokens]: columns >= 72 bad
+  s->submit(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, w}));
+  s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {y, ps}));
+  s->submit(dma(hbm_rows(out, 0, 72), rows_of(y, 0, 72, 64)));
+  CHECK(s->check_reports().empty());
+  s->submit(dma(hbm_rows(out, 0, 128), y));
+  s->finish();
+  REQUIRE(s->check_reports().size() == 1);
+  const engines::CheckReport& r = s->check_reports()[0];
+  INFO(r.detail);
+  CHECK(r.op == "dma_copy");
+  CHECK(r.detail.find("stores 3584 sbuf elements of src that were never written or computed from never-written data "
+                      "(of 8192), first at partition 72 element 0, last at partition 127 element 63") != std::string::npos);
+  CHECK(r.detail.find("first read by load_stationary (stationary)") != std::string::npos);
+}
+
+TEST_CASE("checker: a matmul whose stationary has garbage columns taints only those output rows", "[check]") {
+  // stationary [K = 128, M = 128] with every K row written but columns m >= 72 never written (written
+  // element-wise by rows: all 128 partitions, 72 columns): output rows m >= 72 tainted, the others clean.
+  // An element-wise op over the column-tainted stationary tile keeps the column taint.
+  auto s = checked_sim();
+  const auto& out = s->alloc_hbm("out", {128, 64}, DType::kFloat32);
+  const Operand st0 = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+  const Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+  const Operand mv = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const Operand ps = s->alloc_tile(Space::kPsum, 128, {64}, DType::kFloat32);
+  s->submit(memset0(Operand::tile(Space::kSbuf, DType::kFloat32, st0.offset, 0, 128, {72})));
+  s->submit(scale(st, st0, 2.0f));  // columns 72..127 of st tainted, in every partition
+  // (d) the columns of st: its good columns store cleanly, a bad one does not
+  s->submit(dma(hbm_rows(out, 0, 128), Operand::tile(Space::kSbuf, DType::kFloat32, st.offset, 0, 128, {64})));
+  CHECK(s->check_reports().empty());
+  s->submit(memset0(mv));
+  s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+  s->submit(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv}));
+  CHECK(s->check_reports().empty());
+  s->submit(dma(hbm_rows(out, 0, 72), rows_of(ps, 0, 72, 64)));
+  // an accumulation keeps the taint it adds into, and adds its own (here none: a clean stationary)
+  const Operand st2 = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+  s->submit(memset0(st2));
+  s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st2}));
+  Instr acc = instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv});
+  acc.flags = isa::kAccumulate;
+  s->submit(acc);
+  s->submit(dma(hbm_rows(out, 0, 72), rows_of(ps, 0, 72, 64)));
+  CHECK(s->check_reports().empty());
+  s->submit(dma(hbm_rows(out, 0, 128), ps));
+  s->finish();
+  REQUIRE(s->check_reports().size() == 1);
+  const engines::CheckReport& r = s->check_reports()[0];
+  INFO(r.detail);
+  CHECK(r.op == "dma_copy");
+  CHECK(r.detail.find("stores 3584 psum elements of src that were never written or computed from never-written data "
+                      "(of 8192), first at partition 72 element 0, last at partition 127 element 63") != std::string::npos);
+  CHECK(r.detail.find("first read by tensor_scalar (data)") != std::string::npos);
 }
 
 TEST_CASE("checker: a tainted tile overwritten by a good write stores without a report", "[check]") {
