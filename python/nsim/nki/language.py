@@ -199,6 +199,10 @@ max = OpCode("max", "maximum")  # noqa: A001
 min = OpCode("min", "minimum")  # noqa: A001
 prod = OpCode("prod", "multiply")
 identity = _OPS.get("copy")
+# value-only trigonometric functions: ScalarE has no cos/tan table; they lower to a range reduction and sin (§3.6)
+for _n in ("cos", "tan"):
+    _OPS[_n] = OpCode(_n)
+    globals()[_n] = _OPS[_n]
 
 _NP_ALIASES = {
     np.add: "add", np.sum: "add", np.subtract: "subtract", np.multiply: "multiply", np.maximum: "maximum",
@@ -492,6 +496,8 @@ def _call_opcode(op, args, kwargs, prefix="nki.language"):
         return _reduce_call(_REDUCE[n], n, *args, **kwargs)
     if n == "copy":
         return copy_(*args, **kwargs)
+    if n in _TRIG:
+        return _trig_call(n, *args, **kwargs)
     if n in _BINARY:
         return _binary_call(op, *args, **kwargs)
     if n in _NO_VALUE:
@@ -736,6 +742,37 @@ def _unary_act(op, x, dtype=None, name=None, **kwargs):
     _tensor_arg(x, op.name)
     out = _new_tile(x.shape, dtype if dtype is not None else x.dtype)
     _isa().activation(dst=out, op=op, data=x)
+    return out
+
+
+_TRIG = ("cos", "tan")
+
+
+def _sin_shifted(x, shift, period, dtype):
+    """sin(x + shift) into a fresh tile of ``dtype``: the argument range-reduced to [-pi, pi) by one tensor_scalar,
+    ``mod(x + shift + pi, period) - pi`` (the ``- pi`` as the activation's bias), then the sin activation."""
+    red = _new_tile(x.shape, np.float32)
+    _isa().tensor_scalar(dst=red, data=x, op0=_OPS["add"], operand0=float(shift + np.pi), op1=_OPS["mod"],
+                         operand1=float(period))
+    out = _new_tile(x.shape, dtype)
+    _isa().activation(dst=out, op=_OPS["sin"], data=red, bias=-float(np.pi))
+    return out
+
+
+def _trig_call(n, x, dtype=None, name=None, **kwargs):
+    """``nl.cos(x)``: sin(x + pi/2) after a range reduction (2 instructions). ``nl.tan(x)``: sin(r) / cos(r) of
+    the argument reduced to a period pi (r = mod(x + pi/2, pi) - pi/2; 5 instructions)."""
+    _tensor_arg(x, n)
+    dt = dtype if dtype is not None else x.dtype
+    if n == "cos":
+        return _sin_shifted(x, np.pi / 2, 2 * np.pi, dt)
+    red = _new_tile(x.shape, np.float32)
+    _isa().tensor_scalar(dst=red, data=x, op0=_OPS["add"], operand0=float(np.pi / 2), op1=_OPS["mod"],
+                         operand1=float(np.pi))
+    s = _sin_shifted(red, -np.pi / 2, 2 * np.pi, np.float32)
+    c = _sin_shifted(red, 0.0, 2 * np.pi, np.float32)
+    out = _new_tile(x.shape, dt)
+    _isa().tensor_tensor(dst=out, data1=s, data2=c, op=_OPS["divide"])
     return out
 
 
