@@ -694,6 +694,18 @@ def _runtime_item(x, on_chip):
     return None
 
 
+def _scalar_first_item(key):
+    """An HBM subscript ``w[e_tile[0, 0], k * 128 + i_p, i_f]``: a one-element tile first, and another item
+    varying along the result's partition axis. Under numpy semantics (spec §3.8) the (1, 1) value broadcasts
+    over the partitions, so it is one runtime index on the first dim (an expert id), not a row gather of a
+    single partition (``data[idx_tile, i_f]`` with a (P, 1) tile)."""
+    if not key or not isinstance(key[0], NkiTensor) or key[0].size != 1:
+        return False
+    es = [IndexExpr._lift(x) for x in key[1:] if _is_expr(x)]
+    nd = _b.max([2] + [e.ndim for e in es])
+    return _b.any(a + nd - e.ndim == 0 and e.shape[a] > 1 for e in es for a in e.coefs)
+
+
 # --------------------------------------------------------------------------------------------------
 # Tensors with value semantics
 # --------------------------------------------------------------------------------------------------
@@ -754,11 +766,11 @@ class Tensor(NkiTensor):
         k = key if isinstance(key, tuple) else (key,)
         chip = self.buffer in _tr.ON_CHIP
         if chip and self.ndim == 1 and len(k) == 2 and isinstance(k[1], (int, np.integer)) and int(k[1]) in (0, -1) \
-                and _is_expr(k[0]):
+                and (_is_expr(k[0]) or isinstance(k[0], (int, np.integer, slice))):
             # a (P,) tile (an ``nl.load`` of a 1-D ``ids[i * 128 + i_p]``) is the (P, 1) tile numpy indexing gives
-            # in NKI: ``ids[i_p, 0]`` (an indirect index) addresses its one column
-            k = k[:1]
-        if any(_runtime_item(x, chip) is not None for x in k):
+            # in NKI: ``ids[i_p, 0]`` (an indirect index) addresses its one column, ``e_tile[0, 0]`` its first element
+            k = key = k[:1]
+        if any(_runtime_item(x, chip) is not None for x in k) or _scalar_first_item(k):
             return self._runtime_index(k)
         if any(isinstance(x, NkiTensor) for x in k):
             return self._indirect_index(k)
