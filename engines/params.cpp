@@ -163,6 +163,7 @@ isa::Limits CoreParams::limits() const {
   l.moving_fmax = moving_fmax;
   l.moving_fmax_bf16 = moving_fmax_bf16;
   l.dst_bf16 = dst_bf16;
+  l.fp8_double_row = fp8_double_row;
   l.mx_rate = mx_rate;
   return l;
 }

@@ -457,6 +457,10 @@ class Verifier {
              fmt::format("{} takes {} stationary and moving, got {} and {}", op.name,
                          mx_op ? "MX x4-packed (float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4)" : "unpacked (not MX x4)",
                          dtype_name(st.dtype), dtype_name(mv.dtype)));
+      if (!mx_op)
+        if (auto r = isa::matmul_dtype_rule(st.dtype, mv.dtype, lim_, op.flags & isa::kDoubleRow,
+                                            op.flags & isa::kIsTranspose))
+          fail(r->code, r->message);
       const int64_t m = st.elems_per_partition() / ((op.flags & isa::kDoubleRow) ? 2 : 1);
       if (dst.num_partitions != m)
         fail(ErrorCode::kShapeMismatch, fmt::format("dst must have M = {} partitions (the stationary free size), got {}",

@@ -855,6 +855,44 @@ void verify_offsets(const Instr& in, const Limits& lim, const SourceLoc& where) 
 
 }  // namespace
 
+std::optional<RuleBreak> matmul_input_rule(DType t, std::string_view what, const Limits& lim, bool double_row,
+                                           bool transpose) {
+  if (!transpose && t == DType::kFloat8E4M3FN && lim.generation < 4)
+    return RuleBreak{ErrorCode::kNotOnGeneration,
+                     fmt::format("float8_e4m3fn matmul inputs need gen4 (trn3), this core is nc_version {}; use "
+                                 "float8_e4m3 (max 240) on gen2/gen3", lim.generation)};
+  if (!double_row) return std::nullopt;
+  if (!lim.fp8_double_row)
+    return RuleBreak{ErrorCode::kNotOnGeneration,
+                     fmt::format("perf_mode=double_row needs the fp8 double-row mode of gen3 and later (trn2, trn3; "
+                                 "tensor.fp8_double_row), which this core (nc_version {}) does not have; use "
+                                 "perf_mode=none (two matmuls of K = 128)", lim.generation)};
+  if (t != DType::kFloat8E4M3 && t != DType::kFloat8E5M2 && t != DType::kFloat8E4M3FN)
+    return RuleBreak{ErrorCode::kBadDtype,
+                     fmt::format("perf_mode=double_row takes fp8 inputs (float8_e4m3, float8_e5m2; float8_e4m3fn on "
+                                 "gen4), {} is {}; quantize it to fp8 or use perf_mode=none", what, dtype_name(t))};
+  return std::nullopt;
+}
+
+std::optional<RuleBreak> matmul_dtype_rule(DType stationary, DType moving, const Limits& lim, bool double_row,
+                                           bool transpose) {
+  if (!transpose) {
+    const auto wide = [](DType t) { return t == DType::kFloat32 || t == DType::kTFloat32; };
+    if (wide(stationary) != wide(moving))
+      return RuleBreak{ErrorCode::kBadDtype,
+                       fmt::format("stationary is {} and moving is {}: an fp32/tf32 input needs an fp32/tf32 partner; "
+                                   "cast the other operand to float32, or this one to bfloat16",
+                                   dtype_name(stationary), dtype_name(moving))};
+    const auto e4m3 = [](DType a, DType b) { return a == DType::kFloat8E4M3 && b == DType::kFloat8E4M3FN; };
+    if (lim.generation >= 4 && (e4m3(stationary, moving) || e4m3(moving, stationary)))
+      return RuleBreak{ErrorCode::kBadDtype,
+                       fmt::format("stationary is {} and moving is {}: float8_e4m3 and float8_e4m3fn cannot be mixed in "
+                                   "one matmul", dtype_name(stationary), dtype_name(moving))};
+  }
+  if (auto r = matmul_input_rule(stationary, "stationary", lim, double_row, transpose)) return r;
+  return matmul_input_rule(moving, "moving", lim, double_row, transpose);
+}
+
 void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
   if (static_cast<int>(in.op) >= kNumOpcodes)
     throw Error(ErrorCode::kUnknownOpcode, fmt::format("unknown opcode {}", static_cast<int>(in.op)), where);
@@ -975,6 +1013,10 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
         fail(ErrorCode::kMatmulLimit, in, where,
              fmt::format("stationary [{}, {}] exceeds the PE array ({} x {})", s.num_partitions, m, k_max, lim.pe_cols));
       verify_pe_tile(in, lim, where, s.num_partitions, m);
+      if (!is_x4(s.dtype))
+        if (auto r = matmul_input_rule(s.dtype, "stationary", lim, in.flags & kDoubleRow,
+                                       in.flags & kIsTranspose))
+          fail(r->code, in, where, r->message);
       break;
     }
     case Opcode::kMultiplyMoving: {
@@ -988,6 +1030,10 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
       if (n > nmax)
         fail(ErrorCode::kMatmulLimit, in, where, fmt::format("moving free size {} exceeds {}", n, nmax));
       verify_pe_tile(in, lim, where, mv.num_partitions, d.num_partitions);
+      if (!is_x4(mv.dtype))
+        if (auto r = matmul_input_rule(mv.dtype, "moving", lim, in.flags & kDoubleRow,
+                                       in.flags & kIsTranspose))
+          fail(r->code, in, where, r->message);
       if (d.elems_per_partition() != n)
         fail(ErrorCode::kElementCountMismatch, in, where,
              fmt::format("dst has {} elements per partition, moving has {}", d.elems_per_partition(), n));

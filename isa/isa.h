@@ -317,6 +317,7 @@ struct Limits {
   int64_t moving_fmax = 0;
   int64_t moving_fmax_bf16 = 0;
   bool dst_bf16 = false;
+  bool fp8_double_row = false;  ///< nc_matmul perf_mode=double_row available (tensor.fp8_double_row)
   int mx_rate = 0;  ///< MX matmul available when > 0 (gen4)
 };
 
@@ -325,6 +326,24 @@ struct Limits {
 /// every access pattern in its buffer, PSUM bank rules, matmul limits. Throws nsim::Error with the
 /// opcode, slot, expected vs found; `where` is attached as the source location.
 void verify(const Instr& in, const Limits& lim, const SourceLoc& where = {});
+
+/// A rule an operation breaks: its error code and message (without the op's name, which the caller adds).
+struct RuleBreak {
+  ErrorCode code;
+  std::string message;
+};
+/// nc_matmul's input dtype rules (nki-api.md 2.1 "Dtypes" and perf_mode), one operand at a time on a core of
+/// `lim.generation`: float8_e4m3fn is a gen4 input; perf_mode double_row needs the fp8 double-row mode
+/// (`lim.fp8_double_row`, tensor.fp8_double_row: gen3 and later) and fp8 inputs. `what` names the operand
+/// ("stationary", "moving"); a transpose (is_transpose) takes any input dtype. nullopt when `t` may be used.
+std::optional<RuleBreak> matmul_input_rule(DType t, std::string_view what, const Limits& lim, bool double_row,
+                                           bool transpose);
+/// The same for the pair, first the pairing rules: an fp32 / tf32 input needs an fp32 / tf32 partner, and
+/// float8_e4m3 does not mix with float8_e4m3fn; then each input's rules (matmul_input_rule). Checked by the
+/// kernel verifier for nc_matmul ops, by verify() per half (load_stationary, multiply_moving) and by the
+/// Python tracer at the call's line (_nsim.matmul_dtype_rule): the one statement of these rules.
+std::optional<RuleBreak> matmul_dtype_rule(DType stationary, DType moving, const Limits& lim, bool double_row,
+                                           bool transpose);
 
 /// The signature of an instruction: every field but its operands' offsets and its source location. The
 /// instructions of one op or loop body usually share one; verify() gives them the same answer except for

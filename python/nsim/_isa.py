@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Dict, List
 
-__all__ = ["limits", "config_values", "alu_of_class", "alu_of_arity"]
+__all__ = ["limits", "config_values", "alu_of_class", "alu_of_arity", "matmul_dtype_rule"]
 
 
 def _ext():
@@ -113,6 +113,16 @@ def _limits(config: str, overrides: tuple) -> Dict[str, Any]:
 def limits(config: str = "trn2", overrides: Any = None) -> Dict[str, Any]:
     """The operand limits of a configured core (isa::Limits, derived from CoreParams)."""
     return dict(_limits(str(config), tuple(_overrides(overrides))))
+
+
+@functools.lru_cache(maxsize=256)
+def matmul_dtype_rule(stationary: str, moving: str, generation: int, fp8_double_row: bool, double_row: bool = False,
+                      transpose: bool = False):
+    """nc_matmul's input dtype rules (isa::matmul_dtype_rule, isa/isa.cpp): None when dtypes ``stationary`` and
+    ``moving`` (IR names) may be multiplied on a core of that generation, with or without the fp8 double-row mode
+    (tensor.fp8_double_row), else (error name, message) of the first rule broken."""
+    return _ext().matmul_dtype_rule(stationary, moving, int(generation), bool(fp8_double_row), bool(double_row),
+                                    bool(transpose))
 
 
 def __getattr__(name: str):

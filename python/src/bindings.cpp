@@ -963,6 +963,7 @@ py::dict limits_py(const std::string& config, const std::vector<std::string>& ov
   d["moving_fmax"] = l.moving_fmax;
   d["moving_fmax_bf16"] = l.moving_fmax_bf16;
   d["dst_bf16"] = l.dst_bf16;
+  d["fp8_double_row"] = l.fp8_double_row;
   return d;
 }
 
@@ -1192,5 +1193,22 @@ PYBIND11_MODULE(_nsim, m) {
   m.def("error_codes", &error_codes_py,
         "The error-code table (sim/errors.def): one dict per code with code (NSIM-Exxx), name, family, meaning\n"
         "and hint.");
+  m.def(
+      "matmul_dtype_rule",
+      [](const std::string& stationary, const std::string& moving, int generation, bool fp8_double_row,
+         bool double_row, bool transpose) -> py::object {
+        const auto st = dtype_from_name(stationary), mv = dtype_from_name(moving);
+        if (!st || !mv) throw py::value_error("unknown dtype '" + (st ? moving : stationary) + "'");
+        isa::Limits lim;  // (what the rules read of a core's limits)
+        lim.generation = generation;
+        lim.fp8_double_row = fp8_double_row;
+        const auto r = isa::matmul_dtype_rule(*st, *mv, lim, double_row, transpose);
+        if (!r) return py::none();
+        return py::make_tuple(std::string(error_info(r->code).name), r->message);
+      },
+      py::arg("stationary"), py::arg("moving"), py::arg("generation"), py::arg("fp8_double_row"),
+      py::arg("double_row") = false, py::arg("transpose") = false,
+      "nc_matmul's input dtype rules (isa::matmul_dtype_rule): None, or (error name, message) of the first\n"
+      "rule the pair breaks on a core of that generation with (or without) the fp8 double-row mode.");
   m.def("version", [] { return std::string(NSIM_VERSION); }, "nsim version.");
 }

@@ -344,3 +344,35 @@ def test_cli_error_prints_the_fix(tmp_path):
     code = first.split(":", 1)[0]
     from nsim import _errors
     assert fix == "  fix: " + _errors.BY_CODE[code]["hint"]
+
+
+def _double_row_matmul(dtype):
+    """A hand-written kernel.json: one nc_matmul in perf_mode double_row ([128, 2, 128] stationary, [128, 2, 512]
+    moving, both of `dtype`) at mm.py:7."""
+    def tile(name, buffer, dt, shape):
+        return {"alloc": {"name": name, "buffer": buffer, "dtype": dt, "shape": shape}}
+    return {"nsim_kernel": 1, "name": "double_row", "tensors": [], "body": [
+        tile("st", "sbuf", dtype, [128, 256]), tile("mv", "sbuf", dtype, [128, 1024]),
+        tile("ps", "psum", "float32", [128, 512]),
+        {"op": "memset", "engine": "vector", "dst": "st", "imm": [1.0]},
+        {"op": "memset", "engine": "vector", "dst": "mv", "imm": [1.0]},
+        {"op": "nc_matmul", "dst": "ps", "stationary": "st", "moving": "mv", "flags": ["double_row"],
+         "loc": {"file": "mm.py", "line": 7}}]}
+
+
+def test_kernel_json_matmul_dtype_rules(tmp_path):
+    """nc_matmul's dtype rules (nki-api.md 2.1, isa::matmul_dtype_rule) hold for kernel.json as for Python: a bf16
+    double_row matmul, which the cost model would time at twice the hardware's rate, exits 2 with E302 at its line;
+    fp8 runs on trn2; on trn1 (no double-row mode, tensor.fp8_double_row false) it is E313, unless a what-if
+    config turns the mode on."""
+    bad, good = tmp_path / "bf16.json", tmp_path / "fp8.json"
+    bad.write_text(json.dumps(_double_row_matmul("bfloat16")))
+    good.write_text(json.dumps(_double_row_matmul("float8_e4m3")))
+    r = nsim("run", bad, "--timing-only")
+    assert r.returncode == 2 and "NSIM-E302" in r.stderr and "mm.py:7" in r.stderr, r.stderr
+    assert "double_row takes fp8" in r.stderr and "bfloat16" in r.stderr
+    assert nsim("run", good, "--timing-only").returncode == 0
+    r = nsim("run", good, "--timing-only", "--config", "trn1")
+    assert r.returncode == 2 and "NSIM-E313" in r.stderr and "mm.py:7" in r.stderr, r.stderr
+    r = nsim("run", good, "--timing-only", "--config", "trn1", "-p", "tensor.fp8_double_row=true")
+    assert r.returncode == 0, r.stderr

@@ -307,6 +307,17 @@ def test_double_row_needs_gen3(qk):
     qk.fp8_scaled_matmul.options(config="trn1")(*args)  # the plain form runs on trn1
 
 
+def test_double_row_follows_the_config(qk):
+    """Double-row availability is the core's tensor.fp8_double_row (isa::matmul_dtype_rule), so a what-if config
+    may turn the mode off on trn2 or on for trn1."""
+    args, want = _scaled_operands(256, 128, 128, seed=6)
+    msg = _raises("NSIM-E313", qk.fp8_scaled_matmul.options(config="trn2", overrides={"tensor.fp8_double_row": False}),
+                  *args, double_row=True)
+    assert "tensor.fp8_double_row" in msg
+    out = qk.fp8_scaled_matmul.options(config="trn1", overrides={"tensor.fp8_double_row": True})(*args, double_row=True)
+    np.testing.assert_array_equal(_f64(out), want.astype(np.float64))
+
+
 def test_double_row_needs_fp8_inputs(qk):
     args, _ = _scaled_operands(256, 128, 128, seed=2, dtype=BF16)
     msg = _raises("NSIM-E302", qk.fp8_scaled_matmul.options(config="trn2"), *args, double_row=True)

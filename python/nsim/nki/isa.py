@@ -73,18 +73,24 @@ class dma_engine(enum.IntEnum):  # noqa: N801
     gpsimd_dma = 2
 
 
-def get_nc_version():
-    """The generation (the ``generation`` parameter of the preset) NKI_NC_VERSION /
-    NEURON_PLATFORM_TARGET_OVERRIDE names, else that of the configured core (the running kernel's config,
-    else the ``nsim.options`` default)."""
+def _core_values():
+    """The parameters (config_values) of the core NKI_NC_VERSION / NEURON_PLATFORM_TARGET_OVERRIDE names, else
+    of the configured core (the running kernel's config, else the ``nsim.options`` default)."""
     import os
     from .._kernel import PLATFORM_CONFIG
     for var in ("NKI_NC_VERSION", "NEURON_PLATFORM_TARGET_OVERRIDE"):
         v = os.environ.get(var)
         if v and v in PLATFORM_CONFIG:
-            return nc_version(_isa.config_values(PLATFORM_CONFIG[v])["generation"])
+            return _isa.config_values(PLATFORM_CONFIG[v])
     cfg, ovr = _nl._configured()
-    return nc_version(_isa.config_values(cfg, ovr)["generation"])
+    return _isa._config_values(str(cfg), tuple(_isa._overrides(ovr)))  # (the cached dict, read only: per matmul)
+
+
+def get_nc_version():
+    """The generation (the ``generation`` parameter of the preset) NKI_NC_VERSION /
+    NEURON_PLATFORM_TARGET_OVERRIDE names, else that of the configured core (the running kernel's config,
+    else the ``nsim.options`` default)."""
+    return nc_version(_core_values()["generation"])
 
 
 def get_nc_sub_version():
@@ -428,51 +434,25 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         flags.append("is_transpose")
     if is_stationary_onezero or is_moving_onezero:
         flags.append("onezero")
-    if not is_transpose:
-        matmul_dtype_rules(stationary, moving, "nisa.nc_matmul")
-    if perf_mode not in (None, matmul_perf_mode.none, "none"):
-        double_row_rules(stationary, moving, "nisa.nc_matmul")
+    double_row = perf_mode not in (None, matmul_perf_mode.none, "none")
+    matmul_dtype_rules(stationary, moving, "nisa.nc_matmul", double_row, is_transpose)
+    if double_row:
         flags.append("double_row")
     return _op("nc_matmul", dst=dst, stationary=stationary, moving=moving, flags=flags,
                iimm=_pe_tile(tile_position, tile_size, "nc_matmul"))
 
 
-_DOUBLE_ROW_DTYPES = ("float8_e4m3", "float8_e5m2", "float8_e4m3fn")
-_FP32_CLASS = ("float32", "tfloat32")
-
-
-def matmul_dtype_rules(stationary, moving, api):
-    """The pairing rules of nc_matmul's input dtypes (nki-api.md 2.1 Dtypes), at the call's line: an fp32/tf32
-    input needs an fp32/tf32 partner; float8_e4m3fn is a gen4 input and does not mix with float8_e4m3. (The
-    kernel's verification only checks each operand's dtype on its own.)"""
-    names = [_tr.dtype_name(t.dtype) for t in (stationary, moving)]
-    wide = [n in _FP32_CLASS for n in names]
-    if wide[0] != wide[1]:
-        raise make_error("BadDtype", "{}: stationary is {} and moving is {}: an fp32/tf32 input needs an fp32/tf32 "
-                         "partner; cast the other operand to float32, or this one to bfloat16".format(api, *names))
-    if "float8_e4m3fn" in names:
-        if get_nc_version() < nc_version.gen4:
-            raise make_error("NotOnGeneration", "{}: float8_e4m3fn matmul inputs need gen4 (trn3), this core is "
-                             "nc_version {}; use float8_e4m3 (max 240) on gen2/gen3".format(api, int(get_nc_version())))
-        if "float8_e4m3" in names:
-            raise make_error("BadDtype", "{}: stationary is {} and moving is {}: float8_e4m3 and float8_e4m3fn cannot "
-                             "be mixed in one matmul".format(api, *names))
-
-
-def double_row_rules(stationary, moving, api):
-    """perf_mode=double_row (nki-api.md 2.1): gen3 or later, fp8 inputs only. Checked here, at the call's line:
-    the kernel's verification (isa/isa.cpp) only checks the [K, 2, X] shape, and the cost model would otherwise
-    time a bf16 or gen2 double_row matmul at twice the rate the hardware has."""
-    if get_nc_version() < nc_version.gen3:
-        raise make_error("NotOnGeneration", "{}: perf_mode=double_row needs gen3 or later (trn2, trn3), this core is "
-                         "nc_version {}; use perf_mode=none (two matmuls of K = 128)".format(
-                             api, int(get_nc_version())))
-    for what, t in (("stationary", stationary), ("moving", moving)):
-        name = _tr.dtype_name(t.dtype)
-        if name not in _DOUBLE_ROW_DTYPES:
-            raise make_error("BadDtype", "{}: perf_mode=double_row takes fp8 inputs (float8_e4m3, float8_e5m2; "
-                             "float8_e4m3fn on gen4), "
-                             "{} is {}; quantize it to fp8 or use perf_mode=none".format(api, what, name))
+def matmul_dtype_rules(stationary, moving, api, double_row=False, transpose=False):
+    """nc_matmul's input dtype rules (nki-api.md 2.1 Dtypes and perf_mode), at the call's line: an fp32/tf32 input
+    needs an fp32/tf32 partner; float8_e4m3fn is a gen4 input and does not mix with float8_e4m3; double_row needs
+    gen3 or later and fp8 inputs (else nsim would time a bf16 double_row matmul at twice the hardware's rate). The
+    rules are isa::matmul_dtype_rule's (isa/isa.cpp, through ``_nsim``), which the kernel's verification applies to
+    kernel.json too."""
+    core = _core_values()
+    broken = _isa.matmul_dtype_rule(_tr.dtype_name(stationary.dtype), _tr.dtype_name(moving.dtype),
+                                    core["generation"], core["tensor.fp8_double_row"], double_row, transpose)
+    if broken is not None:
+        raise make_error(broken[0], "{}: {}".format(api, broken[1]))
 
 
 def stationary_limit(m, api, what):

@@ -187,6 +187,37 @@ TEST_CASE("verify: E302 an int32 stationary", "[verify]") {
   CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kBadDtype, 43);
 }
 
+TEST_CASE("verify: nc_matmul's dtype pairing and double_row rules (isa::matmul_dtype_rule)", "[verify][matmul]") {
+  // nki-api.md 2.1: an fp32 input needs an fp32 partner; float8_e4m3fn is gen4 only and does not mix with
+  // float8_e4m3; double_row needs gen3+ and fp8 inputs ([K, 2, M] stationary, [K, 2, N] moving).
+  auto matmul = [](DType st, DType mv, bool double_row, int line) {
+    KB b;
+    const int a = b.tile("a", {128, double_row ? 256 : 128}, st);
+    const int m = b.tile("m", {128, double_row ? 1024 : 512}, mv);
+    const int p = b.psum("p", {128, 512});
+    const int op = b.op("nc_matmul", {W(p), W(a), W(m)}, line);
+    if (double_row) b.o(op).flags = isa::kDoubleRow;
+    return b.k;
+  };
+  CHECK_VERIFY_ERROR(matmul(DType::kFloat32, DType::kBFloat16, false, 71), "trn2", ErrorCode::kBadDtype, 71);
+  CHECK_NOTHROW(verify_kernel(matmul(DType::kFloat32, DType::kFloat32, false, 72), params("trn2")));
+  CHECK_VERIFY_ERROR(matmul(DType::kFloat8E4M3FN, DType::kFloat8E4M3FN, false, 73), "trn2", ErrorCode::kNotOnGeneration, 73);
+  CHECK_NOTHROW(verify_kernel(matmul(DType::kFloat8E4M3FN, DType::kFloat8E4M3FN, false, 74), params("trn3")));
+  CHECK_VERIFY_ERROR(matmul(DType::kFloat8E4M3, DType::kFloat8E4M3FN, false, 75), "trn3", ErrorCode::kBadDtype, 75);
+  // double_row: a bf16 pair would be timed at twice the hardware's rate.
+  CHECK_VERIFY_ERROR(matmul(DType::kBFloat16, DType::kBFloat16, true, 76), "trn2", ErrorCode::kBadDtype, 76);
+  CHECK_VERIFY_ERROR(matmul(DType::kFloat8E4M3, DType::kFloat8E4M3, true, 77), "trn1", ErrorCode::kNotOnGeneration, 77);
+  CHECK_NOTHROW(verify_kernel(matmul(DType::kFloat8E4M3, DType::kFloat8E5M2, true, 78), params("trn2")));
+  // The same rules per half of the lowered matmul (isa::verify), for kernels written as the two instructions.
+  const isa::Limits lim = params("trn2").limits();
+  isa::Instr ls = isa::make_instr(isa::Opcode::kLoadStationary, isa::Engine::kTensor,
+                                  {isa::Operand::tile(Space::kSbuf, DType::kBFloat16, 0, 0, 128, {256})});
+  ls.flags = isa::kDoubleRow;
+  CHECK_THROWS_WITH(isa::verify(ls, lim, {}), Catch::Contains("double_row takes fp8") && Catch::Contains("stationary is bfloat16"));
+  ls.opnd[0].dtype = DType::kFloat8E4M3;
+  CHECK_NOTHROW(isa::verify(ls, lim, {}));
+}
+
 TEST_CASE("verify: E304 element counts differ", "[verify]") {
   KB b;
   const int a = b.tile("a", {128, 64});
