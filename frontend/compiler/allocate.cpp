@@ -586,8 +586,9 @@ std::pair<int64_t, int64_t> peak_of(const std::vector<size_t>& ids, const std::v
 /// whose accesses all sit at their alloc's loop level with constant indices. Each element's live
 /// partitions are kept as one range (the hull of the reads after it); a write (slot 0, without accumulate)
 /// kills an element when its contiguous partition range covers that range, so the masked reads and writes
-/// of a ragged last tile (rows 0..43 of 128) end the previous value as a whole-tile write does. Empty = not
-/// split.
+/// of a ragged last tile (rows 0..43 of 128) end the previous value as a whole-tile write does. Accesses in a
+/// loop inside the alloc's loop (a peeled loop's paired iterations) count once, when nothing is live into the
+/// loop's body. Empty = not split.
 Ivs value_ranges(const Kernel& k, const Walk& w, size_t t, const std::vector<size_t>& uses, int64_t& budget) {
   const Tensor& ten = k.tensors[t];
   if (uses.size() < 2 || ten.shape.size() < 2) return {};
@@ -599,7 +600,12 @@ Ivs value_ranges(const Kernel& k, const Walk& w, size_t t, const std::vector<siz
   if (elems > (int64_t{1} << 24) || elems > budget) return {};
   for (size_t ui : uses) {
     const auto& u = w.uses[ui];
-    if (u.loop != w.alloc_loop[t]) return {};
+    // A use in a loop nested in the alloc's (the tracer's peeled loop recorded two iterations per pass allocates
+    // its tiles before the loop): its positions stand for every iteration, valid while no value of the tile is
+    // live into the loop's body (checked where the backward pass below leaves the loop).
+    int ul = u.loop;
+    while (w.depth_of(ul) > w.depth_of(w.alloc_loop[t])) ul = w.up(ul);
+    if (ul != w.alloc_loop[t]) return {};
     const Op& uop = k.ops[static_cast<size_t>(u.op)];
     // A runtime-addressed side (a dynamic tensor_copy, an indirect dma_copy: the `offsets` slot) touches
     // elements only known at run time: no value ranges for this tile.
@@ -704,6 +710,11 @@ Ivs value_ranges(const Kernel& k, const Walk& w, size_t t, const std::vector<siz
             return {};
         }
       }
+    // Leaving (backwards) a loop around this op but not the alloc: a value live here would be live into the loop's
+    // body, carried from an earlier iteration or from before the loop: not split.
+    const int64_t before = first > 0 ? w.uses[uses[first - 1]].pos : -1;
+    for (int l = w.uses[uses[first]].loop; l != w.alloc_loop[t] && l >= 0; l = w.up(l))
+      if (before < w.lo[static_cast<size_t>(l)] && nlive != 0) return {};
     pos.push_back(here);
     dead_before.push_back(nlive == 0);
     end = first;

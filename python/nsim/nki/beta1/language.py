@@ -770,6 +770,10 @@ class Tensor(NkiTensor):
             # a (P,) tile (an ``nl.load`` of a 1-D ``ids[i * 128 + i_p]``) is the (P, 1) tile numpy indexing gives
             # in NKI: ``ids[i_p, 0]`` (an indirect index) addresses its one column, ``e_tile[0, 0]`` its first element
             k = key = k[:1]
+        elif chip and self.ndim == 2 and int(self.shape[1]) == 1 and len(k) == 1 and _is_expr(k[0]):
+            # the converse: ``idx_tile[ix]`` on the (P, 1) tile of ``nl.load(idx[ix])`` (the NKI docs' indirect
+            # DMA examples) selects rows of its one column
+            k = key = (k[0], 0)
         if any(_runtime_item(x, chip) is not None for x in k) or _scalar_first_item(k):
             return self._runtime_index(k)
         if any(isinstance(x, NkiTensor) for x in k):
@@ -1926,6 +1930,17 @@ def matmul(x, y, *, transpose_x=False, mask=None, **kwargs):
     return out
 
 
+def _numpy_index_shape(src):
+    """The tile shape numpy indexing gives an arange subscript whose last index axes are size 1 and index no dim
+    of the tensor (``a[h, i * L + i_p]`` of a 2-D ``a``, ``ids[i * 128 + i_p]`` of a 1-D ``ids``: (L, 1), spec
+    §3.8: the broadcast shape of the items), where the view itself has fewer dims; None when it is the view's."""
+    if isinstance(src, Tensor) and src._adv is not None and not src._t2d:
+        rshape, shp = tuple(src._adv[2]), tuple(src.shape)
+        if len(rshape) > len(shp) and rshape[:len(shp)] == shp and _b.all(n == 1 for n in rshape[len(shp):]):
+            return rshape
+    return None
+
+
 def load(src, *, mask=None, dtype=None, **kwargs):
     """``nl.load(src, mask=, dtype=)``; a mask (rectangular) loads only the positions where it holds
     (the rest of the tile stays unwritten)."""
@@ -1940,14 +1955,20 @@ def load(src, *, mask=None, dtype=None, **kwargs):
         if out._box is not None:
             return cast_box(out, dtype, box)
         return out if dtype is None or np.dtype(dtype) == out.dtype else _nl.copy_(out, dtype=dtype)
+    shp = _numpy_index_shape(src)
     if not _is_mask(mask):
-        return _nl.load(src, dtype=dtype)
+        if shp is None:
+            return _nl.load(src, dtype=dtype)
+        out = _nl._new_tile(shp, dtype if dtype is not None else src.dtype)
+        _nisa.dma_copy(dst=out, src=src)
+        return out
     if not isinstance(src, NkiTensor):
         raise make_error("BadOperandKind", "nl.load: src must be a tensor, got {!r}".format(src))
-    out = _nl._new_tile(src.shape, dtype if dtype is not None else src.dtype)
+    out = _nl._new_tile(shp or src.shape, dtype if dtype is not None else src.dtype)
     box = mask_box(mask, src.shape)
     if box is not None:
-        _nisa.dma_copy(dst=_boxed(out, box), src=_restrict(src, box))
+        obox = list(box) + [(0, 1)] * (len(out.shape) - len(box))
+        _nisa.dma_copy(dst=_boxed(out, obox), src=_restrict(src, box))
     else:
         out._box = ()  # masked off everywhere: nothing loaded
     return out
