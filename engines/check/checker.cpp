@@ -610,6 +610,10 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
   if (first_[static_cast<size_t>(CheckKind::kNanProduced)] > 0) return;  // only the first one matters
   if (taint_pending_) return;  // computed from never-written data: a NaN there is garbage, not produced
   if (!reads_results(in)) return;  // (its product may still be running: see reads_results)
+  // A side addressed at run time (an indirect DMA's gather or scatter rows): its view is the static access, not the
+  // rows moved (a scatter into a fresh output left rows 0..P-1 unwritten: a false report), and a DMA moves values,
+  // it computes none.
+  if (isa::indirect_slot(in) >= 0) return;
   for (float x : in.imm)
     if (!std::isfinite(x)) return;  // an infinite immediate (a -inf mask or initial value) is intended
   // ... as is an immediate beyond the destination dtype's range (fp32.min as a bf16 mask value: -inf)

@@ -939,11 +939,20 @@ def ir_strided(shape, offset, pat, chip):
     """For a view neither ``ir_index`` nor ``ir_redim`` can express because its dims overlap (the 3x3 / stride-2
     windows ``t[i_p, 2 * i_h + i_kh, 2 * i_w + i_kw]`` of a max pool): a kernel-IR access with ``"shape"`` and
     ``"strides"`` (docs/kernel-json.md), the view's own dims with their element strides, which the hardware's
-    access patterns take as they are (it can only be read: the kernel IR rejects it as a destination). None when
-    the view has a broadcast (stride-0) or negative stride, more free dims than an instruction takes, a symbolic
-    offset, or (on chip) does not keep the partition dim first."""
-    if not isinstance(offset, (int, np.integer)) or not pat or any(s <= 0 for s, _c in pat):
+    access patterns take as they are (it can only be read: the kernel IR rejects it as a destination); a negative
+    stride (a Toeplitz window) as its magnitude with an index step of -1. None when the view has a broadcast
+    (stride-0), more free dims than an instruction takes, a symbolic offset, or (on chip) does not keep the
+    partition dim first."""
+    if not isinstance(offset, (int, np.integer)) or not pat or any(s == 0 for s, _c in pat):
         return None
+    # a negative stride (a Toeplitz window ``rel[(S - 1) - i_p + i_f]``) is its magnitude walked backwards: the
+    # dim's index runs from count - 1 down (index step -1), the view's first element is then that many strides on
+    neg = [s < 0 for s, _c in pat]
+    if any(neg):  # (HBM only: on chip a negative partition step is E407)
+        offset = int(offset) + sum(s * (c - 1) for s, c in pat if s < 0)
+        if offset < 0:
+            return None
+        pat = [(-s, c) if s < 0 else (s, c) for s, c in pat]
     shape = [int(x) for x in shape]
     if chip:
         fsize = int(np.prod(shape[1:], dtype=np.int64))
@@ -961,9 +970,12 @@ def ir_strided(shape, offset, pat, chip):
     starts += [0] * (len(pat) - first)
     for k in sorted(range(first, len(pat)), key=lambda k: -strides[k]):
         starts[k], rem = divmod(rem, strides[k]) if strides[k] else (0, rem)
-    if rem:
-        return None
-    idx = [{"start": int(a), "size": int(c)} for a, c in zip(starts, sizes)]
+    if rem:  # an offset finer than every stride (column h of ``rel[r - i_p + i_f, h]``): a size-1 unit-stride dim
+        if len(pat) > (4 if chip else 5):
+            return None
+        strides, sizes, starts, neg = strides + [1], sizes + [1], starts + [rem], neg + [False]
+    idx = [{"start": int(a) + int(c) - 1, "size": int(c), "step": -1} if n else {"start": int(a), "size": int(c)}
+           for a, c, n in zip(starts, sizes, neg)]
     dims = [int(c) for c in sizes]
     if chip:
         dims[0] = shape[0]  # the tile's partitions, of which the index takes a range

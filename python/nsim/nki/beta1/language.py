@@ -915,10 +915,8 @@ class Tensor(NkiTensor):
                 continue
             (a, c), = e.coefs.items()
             n = rshape[a]
-            if c < 0:
-                raise make_error("NotSupported", "negative arange strides are not supported yet")
             first, last = e.offset, e.offset + (n - 1) * c
-            if first < 0 or last >= size:
+            if _b.min(first, last) < 0 or _b.max(first, last) >= size:
                 oob = oob or ("err_tensor_access_out_of_bound: index range {}..{} is out of bounds for dim {} of "
                               "size {} of tensor '{}' (use a mask= that excludes the out-of-bounds "
                               "positions)".format(first, last, vd, size, self.name))
