@@ -495,9 +495,11 @@ class Verifier {
     if (!chip && opcode_ != static_cast<int>(Opcode::kDmaCopy)) return;  // isa::verify refuses it
     // On chip the partition dim is not addressed by the offset: the flat index runs over the free dims.
     const size_t first = chip ? 1 : 0;
+    // (a re-dimensioned access, an .ap pattern that splits a dim, indexes its own shape: same elements)
+    const std::vector<int64_t>& shape = access_shape(t, *a);
     int64_t numel = 1;
-    for (size_t d = first; d < t.shape.size(); ++d)
-      if (__builtin_mul_overflow(numel, t.shape[d], &numel)) return;  // the tensor's own checks refuse it
+    for (size_t d = first; d < shape.size(); ++d)
+      if (__builtin_mul_overflow(numel, shape[d], &numel)) return;  // the tensor's own checks refuse it
     // The last element the static access touches, over all iterations: an affine function of the loop
     // variables (sum of each dim's start x its stride) plus each dim's positive span.
     int64_t last = numel - 1;
@@ -522,7 +524,7 @@ class Verifier {
           ovf |= __builtin_mul_overflow(span, stride, &span);
           ovf |= __builtin_add_overflow(spans, span, &spans);
         }
-        ovf |= __builtin_mul_overflow(stride, t.shape[d], &stride);
+        ovf |= __builtin_mul_overflow(stride, shape[d], &stride);
       }
       int64_t mn = 0, mx = 0;
       if (!ovf) range(flat, slot, 0, mn, mx);

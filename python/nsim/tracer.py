@@ -1267,7 +1267,7 @@ class NkiTensor:
                 free_ints = [b for b in int_dims if b != 0]
                 if free_ints:
                     dims[free_ints[-1]][3] = True
-        return self._derive(self._st, dims)
+        return self._derive(self._st, dims, keep_ind=True)
 
     def broadcast(self, dim, size):
         """A view where the size-1 view dim ``dim`` is repeated ``size`` times (stride 0)."""
@@ -1325,14 +1325,18 @@ class NkiTensor:
         v._dt = self._dt
         return v
 
-    def _derive(self, storage, dims):
-        """A new view of this one. An indirect view's rows are runtime values: no view of it can be taken."""
-        if self._ind is not None:
+    def _derive(self, storage, dims, keep_ind=False):
+        """A new view of this one. An indirect view's rows are runtime values: no view of it can be taken, except
+        (``keep_ind``) a view of some of its elements (indexing, slicing, permute, reshape) when the whole view
+        moves by one runtime offset of an HBM tensor (``select(dim, tensor)``, ``.ap(scalar_offset=)``): the
+        sub-view moves by the same offset, and the valid offsets of the whole view stay valid for it."""
+        if self._ind is not None and not (keep_ind and self._ind.scalar and self._ind.dim is None):
             raise make_error("NotSupported", "a view of the indirect (runtime-indexed) view of '{}' cannot be "
                              "taken: apply .ap(vector_offset=/scalar_offset=) or vector_select last".format(self.name))
         v = type(self)(storage, dims, self._tracer)
         v._dt = self._dt  # views of a reinterpreting view keep its dtype
         v._oob = self._oob
+        v._ind = self._ind
         return v
 
     def __setitem__(self, key, value):
@@ -1362,11 +1366,11 @@ class NkiTensor:
                 pat.append((step * R[k], size))
         return base, off, pat
 
-    def _pattern_view(self, offset, pat):
+    def _pattern_view(self, offset, pat, keep_ind=False):
         """A view of the elements ``offset + sum stride_k * i_k`` of this view's real storage."""
         base = self._st.base if isinstance(self._st, _ViewStorage) else self._st
         vs = _ViewStorage(base, offset, [s for s, _ in pat], [c for _, c in pat])
-        return self._derive(vs, None)
+        return self._derive(vs, None, keep_ind)
 
     def reshape(self, *shape):
         """A view of the same elements (row-major order) with another shape (one ``-1`` allowed). Works on
@@ -1416,7 +1420,7 @@ class NkiTensor:
                 raise make_error("BadReshape", "reshape of the on-chip tensor '{}' from {} to {} would "
                                  "move elements across partitions".format(self.name, tuple(self.shape),
                                                                           tuple(shape)))
-        return self._pattern_view(off, new)
+        return self._pattern_view(off, new, keep_ind=True)
 
     def reshape_dim(self, dim, shape):
         """Split view dim ``dim`` into ``shape`` (one -1 allowed)."""
@@ -1520,7 +1524,7 @@ class NkiTensor:
             raise make_error("BadView", "permute: the partition dim of an on-chip tensor must stay "
                              "first (dims[0] == 0)")
         _base, off, pat = self._flat()
-        return self._pattern_view(off, [pat[d] for d in dims])
+        return self._pattern_view(off, [pat[d] for d in dims], keep_ind=True)
 
     def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
         """``t.rearrange(src_pattern, dst_pattern, fixed_sizes=None)`` (spec §3.9): einops-style split, permute
@@ -2924,7 +2928,15 @@ class Tracer:
         indices written as kernel-IR expressions as emit() does."""
         stmt["dst"] = dst
         if self._pending_fill:
+            # a pending fill retargeted (``t[...] = nl.zeros(..)``) now fills ``dst``, not its temporary: track it
+            # under dst when it fills all of it, else no longer (left under the temporary's name, the next fill of
+            # that storage, the same line's next iteration, deleted it as dead although it wrote t)
+            moved = [(k, ent) for k, ent in self._pending_fill.items() if ent[1] is stmt]
+            for k, _ent in moved:
+                del self._pending_fill[k]
             self._dead_fills(stmt)
+            if moved and isinstance(dst, str):
+                self._pending_fill[dst] = moved[-1][1]
         if self._symbolic:
             self._ir_values(stmt)
 

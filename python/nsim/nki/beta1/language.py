@@ -853,7 +853,15 @@ class Tensor(NkiTensor):
             static = self[(slice(0, 1),) + rest]
         if t.ndim == 1:
             t = t.reshape((n, 1))
-        v = static.ap([(0, n)] + list(static._flat()[2][1:]), vector_offset=t)
+        _b0, s_off, s_pat = static._flat()
+        v = static.ap([(0, n)] + list(s_pat[1:]), vector_offset=t)
+        if s_pat and s_pat[0][1] > 1 and s_pat[0][0]:
+            # a later item also varies along the partitions (``lora_a[ids[i_p, 0], i_p, i_f]``: row idx[p], then
+            # its sub-row p): partition p starts at its static address, moved by idx[p] rows (numpy semantics)
+            if s_pat[0][1] != n:
+                raise make_error("ShapeMismatch", "indirect indices of {} partitions against a partition index of "
+                                 "{} in the other items of tensor '{}'".format(n, s_pat[0][1], self.name))
+            v = static._pattern_view(s_off, [(s_pat[0][0], n)] + list(s_pat[1:]))
         # The tile selects rows of the tensor indexed here (a reshape such as vLLM's flattened KV cache, or an
         # int-indexed view), not rows of its storage: row p starts idx[p] x the step of this view's first dim,
         # and the valid indices are [0, self.shape[0]).
