@@ -939,12 +939,14 @@ def ir_strided(shape, offset, pat, chip):
     """For a view neither ``ir_index`` nor ``ir_redim`` can express because its dims overlap (the 3x3 / stride-2
     windows ``t[i_p, 2 * i_h + i_kh, 2 * i_w + i_kw]`` of a max pool): a kernel-IR access with ``"shape"`` and
     ``"strides"`` (docs/kernel-json.md), the view's own dims with their element strides, which the hardware's
-    access patterns take as they are (it can only be read: the kernel IR rejects it as a destination); a negative
+    access patterns take as they are (a destination only where no two elements meet: verify_kernel); a negative
     stride (a Toeplitz window) as its magnitude with an index step of -1. None when the view has a broadcast
     (stride-0), more free dims than an instruction takes, a symbolic offset, or (on chip) does not keep the
     partition dim first."""
-    if not isinstance(offset, (int, np.integer)) or not pat or any(s == 0 for s, _c in pat):
+    if not isinstance(offset, (int, np.integer)) or not pat or any(s == 0 and c != 1 for s, c in pat):
         return None
+    unit = [s == 0 for s, _c in pat]  # size-1 dims without a stride: any stride does, with start 0 (below)
+    pat = [(s or 1, c) for s, c in pat]
     # a negative stride (a Toeplitz window ``rel[(S - 1) - i_p + i_f]``) is its magnitude walked backwards: the
     # dim's index runs from count - 1 down (index step -1), the view's first element is then that many strides on
     neg = [s < 0 for s, _c in pat]
@@ -969,7 +971,7 @@ def ir_strided(shape, offset, pat, chip):
     first = 1 if chip else 0
     starts += [0] * (len(pat) - first)
     for k in sorted(range(first, len(pat)), key=lambda k: -strides[k]):
-        starts[k], rem = divmod(rem, strides[k]) if strides[k] else (0, rem)
+        starts[k], rem = divmod(rem, strides[k]) if strides[k] and not unit[k] else (0, rem)
     if rem:  # an offset finer than every stride (column h of ``rel[r - i_p + i_f, h]``): a size-1 unit-stride dim
         if len(pat) > (4 if chip else 5):
             return None

@@ -501,3 +501,21 @@ TEST_CASE("verify: ops in a loop that never runs are not bounds-checked", "[veri
   b.end();
   CHECK_NOTHROW(verify_kernel(b.k, params("trn2")));
 }
+
+TEST_CASE("verify: a strided destination is written when no two of its elements meet", "[verify]") {
+  // x [4, 8, 16] written by a [16, 8, 4] tile through the transposed window out[i_f, i_g, i_p] (strides 1, 16,
+  // 128: each past the span of the smaller ones); the overlapping windows of a max pool (steps 2 and 1 over a
+  // row, spans meeting) stay sources only (E407).
+  auto kernel = [](const std::string& strides, const std::string& shape, const std::string& index) {
+    return frontend::parse_kernel_json(
+        R"({"nsim_kernel": 1, "tensors": [{"name": "x", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [4, 8, 16]}],
+            "body": [{"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [16, 32]}},
+                     {"op": "memset", "engine": "vector", "dst": "t", "imm": [1.0]},
+                     {"op": "dma_copy", "dst": {"tensor": "x", "shape": )" + shape + R"(, "strides": )" + strides +
+            R"(, "index": )" + index + R"(}, "src": "t", "loc": {"file": "k.py", "line": 9}}]})",
+        "k.json");
+  };
+  CHECK_NOTHROW(verify_kernel(kernel("[1, 16, 128]", "[16, 8, 4]", R"([{"size": 16}, {"size": 8}, {"size": 4}])"),
+                              params("trn2")));
+  CHECK_VERIFY_ERROR(kernel("[2, 1]", "[16, 32]", R"([{"size": 16}, {"size": 32}])"), "trn2", ErrorCode::kBadIndex, 9);
+}

@@ -354,6 +354,9 @@ def _restrict(view, box):
             # a 1-D ``ids[i * 128 + i_p]`` (i_p of shape (128, 1)) is a (128,) view of index space (128, 1)
             box = list(box) + [(0, 1)] * (len(rshape) - nv)
             vshape = tuple(rshape)
+        elif (len(rshape) > nv and len(box) == len(rshape) and nv and rshape[0] == vshape[0] and
+              _squeezed(rshape) == _squeezed(vshape)):
+            vshape = tuple(rshape)  # a box over the index space (nl.load's tile): its size-1 axes index nothing
         if tuple(rshape) != vshape or len(box) != len(rshape):
             raise make_error("NotSupported", "this masked access is not supported yet (shape {} vs index space "
                              "{})".format(tuple(view.shape), rshape))
@@ -896,9 +899,7 @@ class Tensor(NkiTensor):
                         raise make_error("BadSubscript", "index expressions do not broadcast")
                     rshape[a] = s
         if _b.any(len(e.coefs) > 1 for e in items):
-            v = self._affine_view(items, rshape, defer_oob)
-            v._keys = tuple(key)
-            return v
+            return self._keyed(self._affine_view(items, rshape, defer_oob), key)
         dims = [list(d) for d in self._dims]
         axis_of = {}  # storage dim -> result axis
         consts = []
@@ -931,8 +932,10 @@ class Tensor(NkiTensor):
                 if not defer_oob:
                     raise make_error("IndexOutOfBounds", oob)
             if a in axis_of.values():
+                if self._st.buffer == "hbm":  # a diagonal (``x[i_p, i_p]``): the numpy elements, by their strides
+                    return self._keyed(self._affine_view(items, rshape, defer_oob), key)
                 raise make_error("NotSupported", "two index items on the same arange axis (a diagonal access) "
-                                 "are not supported")
+                                 "of the on-chip tensor '{}' are not supported".format(self.name))
             axis_of[bi] = a
             dims[bi] = [start + first * step, n, step * c, True]
         order = [axis_of[bi] for bi in sorted(axis_of)]
@@ -943,8 +946,10 @@ class Tensor(NkiTensor):
             v._keys = tuple(key)
             return v
         if order != sorted(order):
+            if self._st.buffer == "hbm":  # a transposed window of more dims (``x[i_f, i_g, i_p]``): by its strides
+                return self._keyed(self._affine_view(items, rshape, defer_oob), key)
             raise make_error("NotSupported", "transposed arange accesses (the partition index on a later dim) "
-                             "are not supported yet; use nisa.nc_transpose / dma_transpose")
+                             "of the on-chip tensor '{}' are not supported; use nisa.nc_transpose".format(self.name))
         # result axes not driven by any item: size-1 (else a broadcast read, not supported)
         used = set(axis_of.values())
         for a in range(nd):
@@ -964,6 +969,11 @@ class Tensor(NkiTensor):
             dims[0][3] = True  # on-chip views keep the partition dim
         v = type(self)(self._st, dims, self._tracer)
         v._adv = (self, items, tuple(rshape), oob)
+        v._keys = tuple(key)
+        return v
+
+    @staticmethod
+    def _keyed(v, key):
         v._keys = tuple(key)
         return v
 
@@ -1937,14 +1947,19 @@ def matmul(x, y, *, transpose_x=False, mask=None, **kwargs):
 
 
 def _numpy_index_shape(src):
-    """The tile shape numpy indexing gives an arange subscript whose last index axes are size 1 and index no dim
-    of the tensor (``a[h, i * L + i_p]`` of a 2-D ``a``, ``ids[i * 128 + i_p]`` of a 1-D ``ids``: (L, 1), spec
-    §3.8: the broadcast shape of the items), where the view itself has fewer dims; None when it is the view's."""
+    """The tile shape numpy indexing gives an arange subscript with index axes of size 1 that index no dim of the
+    tensor (``a[h, i * L + i_p]`` of a 2-D ``a``, ``ids[i * 128 + i_p]`` of a 1-D ``ids``: (L, 1); ``x[i_p, i_g]``
+    with i_g = nl.arange(n)[None, None, :]: (P, 1, n); spec §3.8: the broadcast shape of the items), where the view
+    itself has fewer dims (the same elements, the same partitions); None when it is the view's."""
     if isinstance(src, Tensor) and src._adv is not None and not src._t2d:
         rshape, shp = tuple(src._adv[2]), tuple(src.shape)
-        if len(rshape) > len(shp) and rshape[:len(shp)] == shp and _b.all(n == 1 for n in rshape[len(shp):]):
+        if len(rshape) > len(shp) and shp and rshape[0] == shp[0] and _squeezed(rshape) == _squeezed(shp):
             return rshape
     return None
+
+
+def _squeezed(shape):
+    return tuple(n for n in shape if n != 1)
 
 
 def load(src, *, mask=None, dtype=None, **kwargs):
@@ -1971,7 +1986,7 @@ def load(src, *, mask=None, dtype=None, **kwargs):
     if not isinstance(src, NkiTensor):
         raise make_error("BadOperandKind", "nl.load: src must be a tensor, got {!r}".format(src))
     out = _nl._new_tile(shp or src.shape, dtype if dtype is not None else src.dtype)
-    box = mask_box(mask, src.shape)
+    box = mask_box(mask, shp or src.shape)
     if box is not None:
         obox = list(box) + [(0, 1)] * (len(out.shape) - len(box))
         _nisa.dma_copy(dst=_boxed(out, obox), src=_restrict(src, box))
