@@ -27,7 +27,7 @@ def _case(rng):
     result axis, offset), or (None, int). Each result axis of size > 1 is indexed by one item (in any item: a
     transposed window when the partition axis is not the first one indexed), an item by one axis with a coefficient
     in (1, 2, -1) (strided, reversed) or by two (a window ``2 * i_h + i_kh``, ``S - 1 - i_p + i_f``); the other
-    items are ints."""
+    items are ints. Some cases broadcast over the partitions (``x[b + 0 * i_p, i_f]``: numpy repeats the row)."""
     nres = rng.choice((2, 2, 3))
     rshape = [rng.choice((2, 7, 32, 64, 128))] + [rng.choice((1, 3, 8, 16, 40)) for _ in range(nres - 1)]
     ndim = rng.choice((2, 3))
@@ -53,6 +53,14 @@ def _case(rng):
                 all(coefs[e] is None or coefs[e][a] == 0 for e in range(ndim))]
         if free:
             coefs[d][rng.choice(free)] = 1
+    windows = any(c is not None and sum(1 for k in c[1:] if k) > 1 for c in coefs)
+    if rng.random() < 0.15 and not windows:  # a partition broadcast, ``x[b + 0 * i_p, i_f]``: no item varies along
+        # the partitions (with ascending items and no window: a stride-0 dim next to a reversed or an overlapping one
+        # is not one kernel-IR access, E428)
+        for c in coefs:
+            if c is not None:
+                c[0] = 0
+                c[:] = [abs(k) for k in c]
     shape, items = [], []
     for c in coefs:
         if c is None:
@@ -89,11 +97,14 @@ def _nl_items(nl, rshape, items):
         sl[a] = slice(None)
         ar.append(nl.arange(n)[tuple(sl)])
     out = []
+    bcast = not any(c is not None and c[0] for c, _o in items)  # ``0 * i_p`` in the first item makes the partitions
     for coefs, off in items:
         if coefs is None:
             out.append(off)
             continue
         e = None
+        if bcast:
+            e, bcast = 0 * ar[0], False
         for c, x in zip(coefs, ar):
             if c:
                 e = c * x if e is None else e + c * x

@@ -956,8 +956,10 @@ class Tensor(NkiTensor):
             if a in used:
                 continue
             if rshape[a] != 1:
-                raise make_error("NotSupported", "arange axis {} of size {} does not index any dim".format(
-                    a, rshape[a]))
+                if self._st.buffer == "hbm":  # ``x[b + 0 * i_p, i_f]``: numpy broadcasts it (a stride-0 read)
+                    return self._keyed(self._affine_view(items, rshape, defer_oob), key)
+                raise make_error("NotSupported", "arange axis {} of size {} does not index any dim of the on-chip "
+                                 "tensor '{}'".format(a, rshape[a], self.name))
             lo = _b.max([bi for bi, ax in axis_of.items() if ax < a], default=-1)
             hi = _b.min([bi for bi, ax in axis_of.items() if ax > a], default=len(dims))
             for bi in consts:
