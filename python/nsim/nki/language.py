@@ -1136,19 +1136,24 @@ def dropout(x, rate, dtype=None, **kwargs):
 
 def rand(shape, dtype, buffer=None, name="", **kwargs):
     """``nl.rand(shape, dtype)``: a fresh tile of uniform values in [0, 1) from VectorE's seeded PRNG
-    (``nisa.rng``'s 32 random bits, the top 24 of them scaled by 2**-24; seed with ``nl.random_seed``)."""
+    (``nisa.rng``'s 32 random bits, the top 24 of them scaled by 2**-24; seed with ``nl.random_seed``). A narrower
+    float dtype takes only the top bits it holds exactly (bfloat16: 8, scaled by 2**-8), so no value rounds to 1."""
     b = _ir_buffer(buffer) if buffer is not None else "sbuf"
     if b not in ("sbuf", "psum"):
         raise make_error("BadBuffer", "nl.rand: buffer must be sbuf or psum, got {!r}".format(buffer))
-    if not np.issubdtype(np.dtype(dtype), np.floating):
+    try:  # any float dtype, the ml_dtypes ones (bfloat16, fp8) included
+        import ml_dtypes
+        nbits = _b.min(24, ml_dtypes.finfo(np.dtype(dtype)).nmant + 1)
+    except (ImportError, ValueError, TypeError):
         raise make_error("BadDtype", "nl.rand: dtype must be a float dtype, got {}".format(np.dtype(dtype)))
     isa = _isa()
     bits = _new_tile(shape, np.uint32)
     isa.rng(dst=bits)
     top = _new_tile(shape, np.uint32)
-    isa.tensor_scalar(dst=top, data=bits, op0=_OPS["right_shift"], operand0=8)
+    # as many top bits as the dtype holds exactly (24 for fp32, 8 for bf16): the values k / 2**nbits stay < 1
+    isa.tensor_scalar(dst=top, data=bits, op0=_OPS["right_shift"], operand0=32 - nbits)
     out = _new_tile(shape, dtype, buffer=b)
-    isa.tensor_scalar(dst=out, data=top, op0=_OPS["multiply"], operand0=2.0 ** -24)
+    isa.tensor_scalar(dst=out, data=top, op0=_OPS["multiply"], operand0=2.0 ** -nbits)
     return out
 
 

@@ -714,6 +714,8 @@ def dropout(data, prob, *, mask=None, dtype=None, dst=None, **kwargs):
     _tile(data, "dropout", "data")
     if skipped(mask):
         return None if dst is not None else _nothing(data.shape, _dt(dtype, data.dtype), "sbuf")
+    if _is_mask(mask):  # the mask's rectangle only (a (P, 1) prob restricted to its partitions)
+        return _masked(lambda d, pr: dropout(d, pr, dtype=dtype), (data, prob), mask, "nisa.dropout", dtype, dst)
     _check_mask(mask, "nisa.dropout")
     out = dst if dst is not None else _new(data.shape, _dt(dtype, data.dtype))
     _n.dropout(dst=out, data=data, prob=prob)

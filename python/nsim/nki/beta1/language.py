@@ -1054,7 +1054,10 @@ class Tensor(NkiTensor):
                 dup["flags"] = flags
                 tr.emit(dup)
         elif box is not None:
-            target += _restrict(other, box)
+            part = _restrict(other, box)
+            if part is other:  # the mask held everywhere (a full tile): all of the value was written
+                other._box = None
+            target += part
         else:
             if self.buffer == "hbm":
                 raise make_error("BadBuffer", "+= on an HBM tensor is not supported (load, add, store)")
