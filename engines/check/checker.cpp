@@ -366,8 +366,51 @@ void Checker::taint_from_stationary(const Instr& in, const isa::Views& views) {
     if (cols_[static_cast<size_t>(m)]) std::memset(out + m * E, 1, static_cast<size_t>(E));
 }
 
+void Checker::check_registers(const Instr& in, const SourceLoc& where) {
+  using isa::Opcode;
+  using isa::ReduceCmd;
+  reg_taint_slot_ = -1;
+  // Which registers (isa/semantics: ScalarE's for activation / activate2, VectorE's for the reduce ops) and whether
+  // load_reduce loads them (tensor_scalar_cumulative, exponential: an init operand) or reduces onto them (the rest).
+  bool scalar = false, loads = false;
+  switch (in.op) {
+    case Opcode::kActivation:
+    case Opcode::kActivate2:
+    case Opcode::kActivationReduce: scalar = true; break;  // (activation_reduce: always reset_reduce)
+    case Opcode::kTensorScalarCumulative:
+    case Opcode::kExponential: loads = true; break;
+    case Opcode::kTensorScalarReduce:
+    case Opcode::kRangeSelect:
+    case Opcode::kSelectReduce: break;
+    default: return;
+  }
+  const ReduceCmd cmd = in.op == Opcode::kActivationReduce ? ReduceCmd::kResetReduce : in.reduce_cmd;
+  const bool sets = cmd == ReduceCmd::kReset || cmd == ReduceCmd::kResetReduce || (loads && cmd == ReduceCmd::kLoadReduce);
+  auto& set = regs_set_[scalar ? 0 : 1];
+  const uint32_t parts = std::min<uint32_t>(in.slot(0).num_partitions, static_cast<uint32_t>(set.size()));
+  Origin& first = reg_first_[scalar ? 0 : 1];
+  if (sets) {
+    std::fill_n(set.begin(), parts, true);
+    first.set = false;
+    return;
+  }
+  if (std::find(set.begin(), set.begin() + parts, false) == set.begin() + parts) return;
+  // Never-set registers: what this instruction writes from them, reduce_res (reduce / idle) or a scan's dst.
+  const isa::OpInfo& info = isa::op_info(in.op);
+  for (int s = 0; s < info.num_slots; ++s)
+    if (in.slot(s).present() && std::string_view(info.slots[static_cast<size_t>(s)].name) == "reduce_res") reg_taint_slot_ = s;
+  if (in.op == Opcode::kTensorScalarCumulative) reg_taint_slot_ = 0;
+  if (!first.set)  // (a later read of the same garbage names the first)
+    first = {true, std::string(info.mnemonic),
+             fmt::format("{} registers, reduce_cmd={}", scalar ? "ScalarE" : "VectorE",
+                         cmd == ReduceCmd::kIdle ? "idle" : cmd == ReduceCmd::kReduce ? "reduce" : "load_reduce"),
+             where};
+  reg_origin_ = first;
+}
+
 void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
                      const SlotTags* tags) {
+  check_registers(in, where);
   casts_before_ = cast_overflows();
   taint_pending_ = false;
   taint_all_ = false;
@@ -559,8 +602,9 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     // Elements computed from never-written data (before() found them) get key | kTainted: by element when
     // the operand has the output's shape, by partition when only its partition count matches (a reduction's
     // result), all of them else.
-    const bool taint = taint_pending_;
-    const bool all = taint && (taint_all_ || o.num_partitions != taint_parts_);
+    const bool regs = s == reg_taint_slot_;  // written from never-set accumulator registers: all of it
+    const bool taint = taint_pending_ || regs;
+    const bool all = taint && (regs || taint_all_ || o.num_partitions != taint_parts_);
     const bool by_el = taint && !all && o.elems_per_partition() == taint_elems_;
     if (taint && !all && !by_el) {  // whole partitions: those with any tainted element
       taint_rows_.assign(taint_parts_, 0);
@@ -572,7 +616,8 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     if (taint) {
       taint_seen_ = true;
       verified_drop_all(o);  // no region may cover a tainted byte
-      if (pending_origin_.set) origin_[key] = pending_origin_;  // (by tag: kTagAny's entry is shared)
+      const Origin& from = regs && !taint_pending_ ? reg_origin_ : pending_origin_;
+      if (from.set) origin_[key] = from;  // (by tag: kTagAny's entry is shared)
     } else {
       if (verified_exact(o, key)) continue;  // its bytes hold `key` already (and lie inside the dirty columns)
       verified_drop(o, key);

@@ -136,6 +136,13 @@ class Checker {
   size_t size() const { return reports_.size(); }
 
  private:
+  /// An instruction that reads its engine's accumulator registers (reduce_cmd reduce, or idle with a reduce_res)
+  /// where no instruction reset or loaded them yet reads what an earlier kernel left: what it writes from them
+  /// (reduce_res; a scan's dst) is tainted (reg_taint_slot_), reported where the garbage is used (W501).
+  void check_registers(const isa::Instr& in, const SourceLoc& where);
+  /// Registers set (reset or loaded) so far, ScalarE's and VectorE's, by partition.
+  std::array<std::array<bool, 128>, 2> regs_set_{};
+  int reg_taint_slot_ = -1;  ///< before() -> after(): the slot written from never-set registers (-1: none)
   memory::Buffer& shadow(isa::Space s) { return s == isa::Space::kPsum ? psum_ : sbuf_; }
   int64_t pitch(isa::Space s) const { return s == isa::Space::kPsum ? psum_pitch_ : sbuf_pitch_; }
   void report(CheckKind k, const isa::Instr& in, int slot, uint64_t index, const SourceLoc& where, std::string detail);
@@ -159,6 +166,8 @@ class Checker {
     std::string op, slot;
     SourceLoc loc;
   };
+  Origin reg_origin_;  ///< where the never-set registers were first read (with reg_taint_slot_)
+  std::array<Origin, 2> reg_first_{};  ///< by register bank: the first read of its never-set registers
   std::array<Origin, kTagAny + 1> origin_{};
   Origin pending_origin_;  ///< before() -> after(): the origin of what this instruction taints
   uint32_t taint_parts_ = 0;

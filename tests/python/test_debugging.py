@@ -336,6 +336,39 @@ def test_check_uninitialized_read():
     assert _reports(_fresh_read(True), a) == []
 
 
+def _register_sum(cmd):
+    @nki.jit
+    def k(a):
+        at = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=at, src=a)
+        y = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        s = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        kw = {} if cmd is None else {"reduce_cmd": cmd}
+        nisa.activation(dst=y, op=nl.exp, data=at, reduce_op=nl.add, reduce_res=s, **kw)  # REG-READ
+        nisa.activation(dst=y, op=nl.exp, data=at, reduce_op=nl.add, reduce_res=s, reduce_cmd=nisa.reduce_cmd.reduce)
+        out = nl.ndarray((128, 1), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=s)  # REG-STORE
+        return out
+    return k
+
+
+def test_check_accumulator_registers_read_before_any_reset():
+    """activation(reduce_op=, reduce_res=) with the default reduce_cmd=idle writes the registers' value into
+    reduce_res without reducing (spec 2.1), and a `reduce` adds onto them: before any instruction reset them they
+    hold what an earlier kernel left (nsim starts them at 0, the hardware does not promise it). Like never-written
+    memory (valgrind-style), the garbage is reported where it is used: NSIM-W501 at the store of reduce_res, naming
+    the activation that read the registers. None once a reset_reduce starts the sum (the second activation adds
+    onto it), and none when such a reduce_res is never used (tests/python/test_nki_beta1.py's bool masks)."""
+    a = np.full((128, 64), 0.5, np.float32)
+    reps = _reports(_register_sum(None), a)
+    assert [(r["code"], r["op"], r["line"]) for r in reps] == [("NSIM-W501", "dma_copy", _line_of("# REG-STORE"))]
+    assert reps[0]["detail"].endswith("; the never-written data was first read by activation (ScalarE registers, "
+                                      "reduce_cmd=idle) at {}:{} (k)".format(HERE, _line_of("# REG-READ")))
+    k = _register_sum(nisa.reduce_cmd.reset_reduce)
+    assert _reports(k, a) == []
+    np.testing.assert_allclose(k(a), np.full((128, 1), 2 * 64 * np.exp(0.5)), rtol=1e-5)
+
+
 def test_check_ragged_last_tile_computes_on_unwritten_rows_without_a_report(b1):
     """The public-kernel pattern: a masked load of the ragged last tile (rows 0..31 of 128), an unmasked
     element-wise op over all 128 partitions, a masked store of rows 0..31. The garbage rows never leave the chip:
