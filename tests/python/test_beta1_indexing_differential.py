@@ -88,14 +88,20 @@ def _np_items(rshape, items):
     return tuple(out)
 
 
-def _nl_items(nl, rshape, items):
-    """The same items as Beta-1 index expressions of nl.arange."""
+def _whole(nl, rshape):
+    """One nl.arange index array per result axis (``nl.arange(n)[None, :, None]``...): the whole index space."""
     nres = len(rshape)
     ar = []
     for a, n in enumerate(rshape):
         sl = [None] * nres
         sl[a] = slice(None)
         ar.append(nl.arange(n)[tuple(sl)])
+    return tuple(ar)
+
+
+def _nl_items(nl, rshape, items):
+    """The same items as Beta-1 index expressions of nl.arange."""
+    ar = _whole(nl, rshape)
     out = []
     bcast = not any(c is not None and c[0] for c, _o in items)  # ``0 * i_p`` in the first item makes the partitions
     for coefs, off in items:
@@ -112,16 +118,6 @@ def _nl_items(nl, rshape, items):
             e = 0 * ar[0]
         out.append(e + off)
     return tuple(out)
-
-
-def _whole(nl, rshape):
-    nres = len(rshape)
-    ar = []
-    for a, n in enumerate(rshape):
-        sl = [None] * nres
-        sl[a] = slice(None)
-        ar.append(nl.arange(n)[tuple(sl)])
-    return tuple(ar)
 
 
 def _cases(seed):
