@@ -1790,6 +1790,11 @@ def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
             sub.append(_restrict(a, box))
         elif isinstance(a, NkiTensor) and a.shape[0] == shape[0] and _nl._free_elems(a) == 1:
             sub.append(NkiTensor.__getitem__(a, (slice(box[0][0], box[0][1]),) + (slice(None),) * (a.ndim - 1)))
+        elif (isinstance(a, NkiTensor) and a.ndim == len(shape)
+              and _b.all(n == s or n == 1 for n, s in zip(a.shape, shape))):
+            # a broadcasting operand (a [1, F] row against [P, F], spec 3.10): cut its full-size dims to the box
+            sub.append(NkiTensor.__getitem__(a, tuple(slice(lo, hi) if n == s else slice(None)
+                                                      for (lo, hi), n, s in zip(box, a.shape, shape))))
         else:
             sub.append(a)
     if out is None:
