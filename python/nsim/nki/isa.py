@@ -180,7 +180,7 @@ def _imm(vals):
     """imm list up to the last non-default entry."""
     d = list(_isa.IMM_DEFAULT)
     for i, v in vals.items():
-        d[i] = float(v)
+        d[i] = _fimm(v)  # (+-inf / nan as JSON strings: json.dumps would write the invalid -Infinity)
     return d
 
 
@@ -375,7 +375,7 @@ def memset(dst, value, engine=engine.unknown, name=None, **kwargs):
     eng = _engine(engine, "memset")
     if np.issubdtype(dst.dtype, np.integer) or dst.dtype == np.bool_:
         return _op("memset", engine=eng, dst=dst, iimm=[_tr.int_immediate(value, "memset: value")])
-    return _op("memset", engine=eng, dst=dst, imm=[float(value)])
+    return _op("memset", engine=eng, dst=dst, imm=[_fimm(value)])  # (+-inf / nan as JSON strings)
 
 
 def _operand(x, i, fields, flags, what):

@@ -12,6 +12,8 @@ What differs from ``nsim.nki.language`` (spec §1.2, §3.6, §3.8):
   instruction's index space restricts it to that rectangle (most value functions and nisa ops;
   :func:`mask_box`); a bool mask (a comparison of loop indices in an unrolled loop) that is False issues
   nothing (:func:`skipped`), one that is True is no mask; a few nisa ops reject other masks (NotSupportedError);
+  a non-rectangular mask (a padding window ``2 * i_h + i_kh - 1 >= 0``) on loads, stores and element-wise value
+  functions issues one instruction per box of its true region (:func:`mask_boxes`);
 - launch-grid queries ``program_id`` / ``num_programs`` / ``program_ndim``.
 """
 from __future__ import annotations
@@ -123,9 +125,51 @@ def _symbolic_mask_box(mask, shape, loop_vars, convex):
                              "iteration".format(inner.name), inner.key, peel=True)
 
 
+def _mask_rects(m):
+    """The true region of the boolean array ``m`` split into boxes [[(lo, hi), ...], ...] (disjoint): runs of
+    equal rows along axis 0 share the split of one row (recursively), so a padding mask
+    ``(2 * i_h + i_kh - 1 >= 0) & ...`` gives a few boxes per padded edge, not one per element."""
+    if m.ndim == 0:
+        return [[]] if m else []
+    if m.all():
+        return [[(0, int(n)) for n in m.shape]]
+    if not m.any():
+        return []
+    out, i, n = [], 0, m.shape[0]
+    while i < n:
+        j = i + 1
+        while j < n and np.array_equal(m[j], m[i]):
+            j += 1
+        out.extend([(i, j)] + b for b in _mask_rects(m[i]))
+        i = j
+    return out
+
+
+def mask_boxes(mask, shape):
+    """The region of ``shape`` where ``mask`` holds as a list of disjoint boxes (spec §3.8: any mask, also a
+    non-rectangular one such as a padding mask ``2 * i_h + i_kh - 1 >= 0``); ``[]`` when it holds nowhere, one
+    box (mask_box's) when it holds on a rectangle. The caller issues one access per box."""
+    try:
+        box = mask_box(mask, shape)
+    except Exception as e:  # (NotSupportedError: the mask is not a rectangle)
+        if "non-rectangular" not in str(e):
+            raise
+        shape = tuple(int(n) for n in shape)
+        # (conjuncts on the index of a loop the tracer keeps were found to hold everywhere by mask_box)
+        rest = True
+        for leaf in _mask_leaves(mask):
+            lv = []
+            _mask_loop_vars(leaf, lv)
+            if not lv:
+                rest = leaf if rest is True else _Mask(rest, leaf, "&")
+        return [[tuple(b) for b in r] for r in _mask_rects(np.broadcast_to(_eval_mask(rest, shape), shape))]
+    return [] if box is None else [box]
+
+
 def mask_box(mask, shape):
     """The rectangle [(lo, hi), ...] of ``shape`` where ``mask`` holds; None when it holds nowhere.
-    Non-rectangular masks are not supported yet. A Python or numpy bool (``q_tile_idx * 128 >= k_i * 128`` in
+    Non-rectangular masks raise here (loads, stores and element-wise value functions split them with
+    :func:`mask_boxes`). A Python or numpy bool (``q_tile_idx * 128 >= k_i * 128`` in
     an unrolled loop: the flash attention samples' ``forward_mask``) holds everywhere or nowhere."""
     shape = tuple(int(n) for n in shape)
     if isinstance(mask, (bool, np.bool_)):
@@ -722,12 +766,13 @@ class Tensor(NkiTensor):
     """A Beta-1 tensor / view: NkiTensor + tile operators, item assignment, PSUM ``+=`` and arange
     indexing."""
 
-    __slots__ = ("_mm", "_iadd", "_adv", "_t2d", "_t2d_oob", "_box", "_keys", "_pe_tmp", "_rows_oob")
+    __slots__ = ("_mm", "_iadd", "_adv", "_t2d", "_t2d_oob", "_box", "_keys", "_pe_tmp", "_rows_oob", "_parts")
 
     def __init__(self, storage, dims=None, tracer=None):
         NkiTensor.__init__(self, storage, dims, tracer)
         self._pe_tmp = False  # a TensorE result in PSUM returned as a temporary (nisa.nc_transpose / nc_matmul)
         self._box = None  # a masked result: the part of it that was written ([(lo, hi)] per dim)
+        self._parts = None  # a result under a non-rectangular mask: the boxes of it that were written
         self._mm = None  # the nc_matmul statement that produced this fresh PSUM tile (for `+=`)
         self._iadd = False  # set by __iadd__; recognised (and cleared) by __setitem__
         self._adv = None  # arange views: (base view, index items, result shape, out-of-bounds message)
@@ -1352,6 +1397,17 @@ def _store(view, value, fresh):
     box = value._box if isinstance(value, Tensor) else None
     if box == ():
         return
+    if isinstance(value, Tensor) and value._parts is not None:
+        # a non-rectangular masked result: each written box goes to its part of the view; the instructions that
+        # wrote the boxes (one per box, just emitted) write the view directly when they can, else one copy per box
+        vbs = [_box_onto(part, tuple(value.shape), tuple(view.shape)) for part in value._parts]
+        if _b.any(vb is None for vb in vbs):
+            raise make_error("ShapeMismatch", "a masked value of shape {} assigned to a view of shape {}".format(
+                tuple(value.shape), tuple(view.shape)))
+        if not (fresh and _retarget_parts(view, value, vbs)):
+            for part, vb in zip(value._parts, vbs):
+                assign(_restrict(view, vb), _restrict(value, part))
+        return
     vbox = _box_onto(box, tuple(value.shape), tuple(view.shape)) if box is not None else None
     if vbox is not None:
         if not (fresh and _retarget_fresh(view, value, box)):
@@ -1382,6 +1438,39 @@ def _whole_shape(value):
         if isinstance(d[0], _tr.Sym) or d[0] != 0 or d[1] != n or d[2] != 1 or not (d[3] or n == 1):
             return None
     return tuple(st.shape)
+
+
+def _retarget_parts(view, value, vbs):
+    """``t[idx] = <fresh value written in boxes value._parts>`` (a load under a non-rectangular mask): when the last
+    instructions emitted are the ones that wrote those boxes, in order, point each at its part of ``t[idx]``
+    (``vbs``). Returns True when done."""
+    tr = _tr.active()
+    parts = value._parts
+    if tr is None or view.buffer == "hbm" or value.buffer != view.buffer or not value.is_full():
+        return False
+    stmts, i = [], len(tr.body) - 1
+    while i >= 0 and len(stmts) < len(parts):
+        st = tr.body[i]
+        if "alloc" in st:
+            if st["alloc"].get("name") == view.name:
+                return False  # the view's own tile is younger than the instructions
+        elif "op" in st:
+            stmts.append(st)
+        else:
+            return False
+        i -= 1
+    stmts.reverse()
+    if len(stmts) != len(parts):
+        return False
+    for st, part in zip(stmts, parts):
+        if st["op"] not in _RETARGET_OPS or st["op"] in _NO_CAST_OPS or st.get("dst") != _restrict(value, part).access():
+            return False
+        if _mentions(st, view.name, skip=("dst",)):
+            return False
+    for st, vb in zip(stmts, vbs):
+        tr.retarget(st, _restrict(view, vb).access())
+    tr.written.add(view.name)
+    return True
 
 
 def _retarget_fresh(view, value, box=None, reuse=True):
@@ -1780,7 +1869,25 @@ def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
     if not tiles:
         raise make_error("BadOperandKind", "{}: no tile operand".format(what))
     shape = tuple(_b.max((t.shape for t in tiles), key=lambda s: int(np.prod(s))))
-    box = mask_box(mask, shape)
+    boxes = [mask] if isinstance(mask, list) else mask_boxes(mask, shape)  # (a list: one box of a split mask)
+    if len(boxes) > 1:  # a non-rectangular mask: one instruction per box of its true region (spec §3.8)
+        kept = getattr(out, "_box", None)
+        if out is None:
+            guess = dtype
+            for t in ([] if dtype is not None else tiles):
+                guess = t.dtype if guess is None else _nl.promote(guess, t.dtype)
+            out = _nl._new_tile(shape, guess)
+            res = out
+        else:
+            res = None
+        for box in boxes:
+            masked_elementwise(fn, args, list(box), what, dtype, out)
+        if isinstance(out, Tensor):
+            out._box = kept if res is None else None
+        if res is not None:
+            res._parts = [list(b) for b in boxes]
+        return out
+    box = boxes[0] if boxes else None
     res_full = None
     if box is None:  # masked off everywhere: nothing runs, nothing is written
         return out if out is not None else nothing(shape, dtype if dtype is not None else tiles[0].dtype)
@@ -1973,8 +2080,8 @@ def _squeezed(shape):
 
 
 def load(src, *, mask=None, dtype=None, **kwargs):
-    """``nl.load(src, mask=, dtype=)``; a mask (rectangular) loads only the positions where it holds
-    (the rest of the tile stays unwritten)."""
+    """``nl.load(src, mask=, dtype=)``; a mask loads only the positions where it holds (the rest of the tile
+    stays unwritten): one DMA per box of its true region (one for a rectangular mask)."""
     if isinstance(src, Tensor) and src._t2d:
         # a transposed window (``k[j * 128 + i_f, i_p]``): a DMA transpose; under a mask (over the window's
         # index expressions: ``j * 128 + i_f < S`` on a ragged last tile) only the part where it holds
@@ -1996,7 +2103,14 @@ def load(src, *, mask=None, dtype=None, **kwargs):
     if not isinstance(src, NkiTensor):
         raise make_error("BadOperandKind", "nl.load: src must be a tensor, got {!r}".format(src))
     out = _nl._new_tile(shp or src.shape, dtype if dtype is not None else src.dtype)
-    box = mask_box(mask, shp or src.shape)
+    boxes = mask_boxes(mask, shp or src.shape)
+    if len(boxes) > 1:  # a non-rectangular mask (padding): one DMA per box of its true region (spec §3.8)
+        for box in boxes:
+            obox = list(box) + [(0, 1)] * (len(out.shape) - len(box))
+            _nisa.dma_copy(dst=_restrict(out, obox), src=_restrict(src, box))
+        out._parts = [list(b) + [(0, 1)] * (len(out.shape) - len(b)) for b in boxes]
+        return out
+    box = boxes[0] if boxes else None
     if box is not None:
         obox = list(box) + [(0, 1)] * (len(out.shape) - len(box))
         _nisa.dma_copy(dst=_boxed(out, obox), src=_restrict(src, box))
@@ -2006,7 +2120,7 @@ def load(src, *, mask=None, dtype=None, **kwargs):
 
 
 def store(dst, value, *, mask=None, **kwargs):
-    """``nl.store(dst, value, mask=)``; a mask (rectangular) stores only the positions where it holds."""
+    """``nl.store(dst, value, mask=)``; a mask stores only the positions where it holds (one DMA per box)."""
     if isinstance(value, BlockTensor):
         raise make_error("TileInference", "err_failed_to_infer_tile_from_local_tensor")
     if isinstance(dst, Tensor) and dst._t2d:
@@ -2027,12 +2141,12 @@ def store(dst, value, *, mask=None, **kwargs):
     if not _is_mask(mask):
         _nl.store(dst, value)
         return
-    box = mask_box(mask, dst.shape)
-    if box is None:
-        return
-    if isinstance(value, NkiTensor) and tuple(value.shape) == tuple(dst.shape):
-        value = _restrict(value, box)
-    _nl.store(_restrict(dst, box), value)
+    boxes = mask_boxes(mask, dst.shape)  # one DMA per box (a non-rectangular mask gives several; spec §3.8)
+    for box in boxes:
+        part = value
+        if isinstance(value, NkiTensor) and tuple(value.shape) == tuple(dst.shape):
+            part = _restrict(value, box)
+        _nl.store(_restrict(dst, box), part)
 
 
 def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
