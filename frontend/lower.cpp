@@ -212,7 +212,7 @@ int Lowering::assemble(const Op& op, int opcode, const std::array<Operand, isa::
     in.engine = op.engine.value_or(store ? Engine::kGpsimd : Engine::kSync);
     in.dma_queue = static_cast<uint8_t>(op.dma_queue ? *op.dma_queue : (store ? 4 : 0) + buf % 4);
   } else {
-    in.engine = op.engine.value_or(isa::op_info(in.op).default_engine);
+    in.engine = op.engine ? *op.engine : isa::default_engine(in);
   }
   out[0] = in;
   return 1;
@@ -313,8 +313,11 @@ Lowering::Lowering(const Kernel& k, Simulator& sim, const AllocationPlan* given)
     op_loc_[i] = sim.add_source(op.loc);
     std::array<Operand, isa::kMaxSlots> spaces{};
     for (size_t s = 0; s < isa::kMaxSlots; ++s)
-      if (op.operands[s] && op.operands[s]->tensor >= 0 && static_cast<size_t>(op.operands[s]->tensor) < nt)
-        spaces[s].space = k.tensors[static_cast<size_t>(op.operands[s]->tensor)].space;
+      if (op.operands[s] && op.operands[s]->tensor >= 0 && static_cast<size_t>(op.operands[s]->tensor) < nt) {
+        const Tensor& ten = k.tensors[static_cast<size_t>(op.operands[s]->tensor)];
+        spaces[s].space = ten.space;  // (and the dtype: isa::default_engine reads both)
+        spaces[s].dtype = op.operands[s]->dtype.value_or(ten.dtype);
+      }
     Instr t[2];
     assemble(op, opcode_[i], spaces, 0, t);
     for (int j = 0; j < 2; ++j) {

@@ -855,6 +855,18 @@ void verify_offsets(const Instr& in, const Limits& lim, const SourceLoc& where) 
 
 }  // namespace
 
+Engine default_engine(const Instr& in) {
+  if (in.op == Opcode::kTensorTensor) {
+    bool ints = true;
+    for (int i = 0; i < 3; ++i) {
+      const Operand& o = in.slot(i);
+      ints &= o.present() && (o.dtype == DType::kInt32 || o.dtype == DType::kUInt32) && o.space != Space::kPsum;
+    }
+    if (ints) return Engine::kGpsimd;
+  }
+  return op_info(in.op).default_engine;
+}
+
 std::optional<RuleBreak> matmul_input_rule(DType t, std::string_view what, const Limits& lim, bool double_row,
                                            bool transpose) {
   if (!transpose && t == DType::kFloat8E4M3FN && lim.generation < 4)

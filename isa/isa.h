@@ -295,6 +295,11 @@ inline bool dynamic_copy(const Instr& in) {
 /// widened to every row an in-range runtime index may reach (dependencies cannot see the values).
 std::pair<int64_t, int64_t> slot_extent(const Instr& in, int slot);
 
+/// The engine an instruction runs on when its op names none: the op's default engine (isa/opcodes.def), except
+/// a tensor_tensor whose operands are all int32 / uint32 outside PSUM, which runs on GpSimd (nki-api.md 2.1 and 3:
+/// exact integer arithmetic, where VectorE's fp32 path loses precision above 2^24).
+Engine default_engine(const Instr& in);
+
 /// An instruction with its operands in slot order and default immediates.
 Instr make_instr(Opcode op, Engine engine, std::initializer_list<Operand> operands, uint32_t loc = 0);
 

@@ -366,6 +366,7 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **kwa
     _t(dst, "dst", "tensor_tensor")
     _t(data1, "data1", "tensor_tensor")
     _t(data2, "data2", "tensor_tensor")
+    # (engine unset: the kernel's lowering picks isa::default_engine, GpSimd for all-int32 operands, nki-api.md 2.1)
     return _op("tensor_tensor", engine=_engine(engine, "tensor_tensor"), dst=dst,
                data1=data1, data2=data2, alu0=_nl.alu_name(op))
 

@@ -1432,3 +1432,21 @@ TEST_CASE("ISA table: per-instruction ALU sets", "[isa][table]") {
   CHECK(alu_in_set(AluOp::kBypass, AluSet::kActivate2MulOp1));
   for (int i = 0; i < kNumAluSets; ++i) CHECK(alu_set_mask(static_cast<AluSet>(i)) != 0);
 }
+
+TEST_CASE("default_engine: an all-int32 tensor_tensor runs on GpSimd", "[isa]") {
+  // nki-api.md 2.1 / 3: VectorE's fp32 path rounds int32 above 2^24 (16777217 == 16777216), GpSimd computes integers.
+  using nsim::isa::Engine;
+  using nsim::isa::Opcode;
+  using nsim::isa::Operand;
+  using nsim::isa::Space;
+  auto tt = [](DType a, DType b, Space s) {
+    return nsim::isa::make_instr(Opcode::kTensorTensor, Engine::kVector,
+                                 {Operand::tile(s, a, 0, 0, 128, {64}), Operand::tile(Space::kSbuf, a, 0, 0, 128, {64}),
+                                  Operand::tile(Space::kSbuf, b, 0, 0, 128, {64})});
+  };
+  CHECK(nsim::isa::default_engine(tt(DType::kInt32, DType::kInt32, Space::kSbuf)) == Engine::kGpsimd);
+  CHECK(nsim::isa::default_engine(tt(DType::kUInt32, DType::kUInt32, Space::kSbuf)) == Engine::kGpsimd);
+  CHECK(nsim::isa::default_engine(tt(DType::kInt32, DType::kFloat32, Space::kSbuf)) == Engine::kVector);
+  CHECK(nsim::isa::default_engine(tt(DType::kInt32, DType::kInt32, Space::kPsum)) == Engine::kVector);  // GpSimd: no PSUM
+  CHECK(nsim::isa::default_engine(tt(DType::kFloat32, DType::kFloat32, Space::kSbuf)) == Engine::kVector);
+}
