@@ -2567,7 +2567,7 @@ class Tracer:
                 dropped += narrowed
                 if not narrowed:
                     if not expand and not pairs and (
-                            ((split_from or var.hi != r[-1]) and _allocates_tiles(self.body))
+                            ((split_from or var.hi != max(r[0], r[-1])) and _allocates_tiles(self.body))  # (r may descend)
                             or _iimm_uses(self.body, name)):
                         # Written out iteration by iteration where the unrolled trace is the model and a loop would
                         # change the kernel's timing: a piece of a loop split by its comparisons whose body
