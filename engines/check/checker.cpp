@@ -371,15 +371,16 @@ void Checker::check_registers(const Instr& in, const SourceLoc& where) {
   using isa::ReduceCmd;
   reg_taint_slot_ = -1;
   // Which registers (isa/semantics: ScalarE's for activation / activate2, VectorE's for the reduce ops) and whether
-  // load_reduce loads them (tensor_scalar_cumulative, exponential: an init operand) or reduces onto them (the rest).
+  // load_reduce loads them (tensor_scalar_cumulative, exponential, tensor_scalar_reduce: an init operand or imm) or
+  // reduces onto them (the rest).
   bool scalar = false, loads = false;
   switch (in.op) {
     case Opcode::kActivation:
     case Opcode::kActivate2:
     case Opcode::kActivationReduce: scalar = true; break;  // (activation_reduce: always reset_reduce)
     case Opcode::kTensorScalarCumulative:
-    case Opcode::kExponential: loads = true; break;
-    case Opcode::kTensorScalarReduce:
+    case Opcode::kExponential:
+    case Opcode::kTensorScalarReduce: loads = true; break;
     case Opcode::kRangeSelect:
     case Opcode::kSelectReduce: break;
     default: return;

@@ -1000,24 +1000,27 @@ def trunc(x, dtype=None, name=None, **kwargs):
     return _rounding(x, "trunc", dtype)
 
 
-def all(x, axis, dtype=None, name=None, **kwargs):  # noqa: A001 - NKI name
-    """``nl.all(x, axis)``: 1 where every element along ``axis`` is nonzero (logical_and reduction)."""
+def all(x, axis, dtype=None, keepdims=False, name=None, **kwargs):  # noqa: A001 - NKI name
+    """``nl.all(x, axis, keepdims=False)``: 1 where every element along ``axis`` is nonzero (logical_and
+    reduction); spec §3.6 gives the new dialect's ``all`` keepdims (Beta 1's has none)."""
     _tensor_arg(x, "all")
     axes = _axes(x, axis, "all")
     nz = _new_tile(x.shape, np.float32)
     _isa().tensor_scalar(dst=nz, data=x, op0="not_equal", operand0=0.0)
     out = _reduce_into("logical_and", nz, axes, dtype if dtype is not None else x.dtype)
-    return _drop(out, axes)
+    return out if keepdims else _drop(out, axes)
 
 
-def var(x, axis, dtype=None, name=None, **kwargs):
-    """``nl.var(x, axis)``: mean((x - mean(x))^2) over ``axis`` (population variance), reduced dims kept."""
+def var(x, axis, dtype=None, keepdims=None, name=None, **kwargs):
+    """``nl.var(x, axis)``: mean((x - mean(x))^2) over ``axis`` (population variance). Spec §3.6 lists
+    ``keepdims`` in the signature but says the result keeps the reduced dims: they are kept unless
+    ``keepdims=False`` is passed explicitly (then dropped, as numpy does)."""
     _tensor_arg(x, "var")
     m = mean(x, axis, dtype=np.float32, keepdims=True)
     d = _binary_call(_OPS["subtract"], x, m, dtype=np.float32)
     sq = _new_tile(d.shape, np.float32)
     _isa().tensor_tensor(dst=sq, data1=d, data2=d, op="multiply")
-    return mean(sq, axis, dtype=dtype if dtype is not None else x.dtype, keepdims=True)
+    return mean(sq, axis, dtype=dtype if dtype is not None else x.dtype, keepdims=keepdims is None or bool(keepdims))
 
 
 def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None, name=None, **kwargs):

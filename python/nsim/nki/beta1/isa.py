@@ -679,10 +679,19 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
 
 
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, dst=None, **kwargs):
-    """A fresh ``(1, F...)`` tile: ``op`` over the partitions of ``data``."""
-    _check_mask(mask, "nisa.tensor_partition_reduce")
+    """A fresh ``(1, F...)`` tile: ``op`` over the partitions of ``data``; under ``mask=`` (over data's index
+    space, spec 2.3) over the masked partitions, into the masked columns only (the rest stays unwritten)."""
     _tile(data, "tensor_partition_reduce", "data")
     out = dst if dst is not None else _new((1,) + tuple(data.shape[1:]), _dt(dtype, data.dtype))
+    if _is_mask(mask):
+        box = mask_box(mask, tuple(data.shape))
+        if box is not None:
+            obox = [(0, 1)] + [tuple(b) for b in box[1:]]
+            _n.tensor_partition_reduce(dst=_restrict(out, obox), op=op, data=_restrict(data, box))
+        if dst is None and isinstance(out, _nl.Tensor):
+            out._box = () if box is None else obox
+        return None if dst is not None else out
+    _check_mask(mask, "nisa.tensor_partition_reduce")
     _n.tensor_partition_reduce(dst=out, op=op, data=data)
     return None if dst is not None else out
 
