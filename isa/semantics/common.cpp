@@ -514,9 +514,11 @@ float act_apply(ActFunc f, float xf, float alpha) {
     case ActFunc::kSigmoid: r = sigmoid_d(x); break;
     case ActFunc::kRelu: return std::isnan(xf) ? xf : (xf > 0.0f ? xf : 0.0f);
     case ActFunc::kPrelu: r = x >= 0.0 ? x : static_cast<double>(alpha) * x; break;
-    case ActFunc::kGelu: r = 0.5 * x * (1.0 + std::erf(x / kSqrt2)); break;
-    case ActFunc::kGeluDx: r = 0.5 * (1.0 + std::erf(x / kSqrt2)) + x * std::exp(-0.5 * x * x) * kInvSqrt2Pi; break;
-    case ActFunc::kGeluApprxTanh: r = 0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x))); break;
+    // (1 + erf(x / sqrt2)) / 2 as erfc(-x / sqrt2) / 2 and (1 + tanh(z)) / 2 as sigmoid(2z): no cancellation in the
+    // negative tail (gelu(-9) is -1.0e-18, not -0)
+    case ActFunc::kGelu: r = 0.5 * x * std::erfc(-x / kSqrt2); break;
+    case ActFunc::kGeluDx: r = 0.5 * std::erfc(-x / kSqrt2) + x * std::exp(-0.5 * x * x) * kInvSqrt2Pi; break;
+    case ActFunc::kGeluApprxTanh: r = x * sigmoid_d(2.0 * kSqrt2OverPi * (x + 0.044715 * x * x * x)); break;
     case ActFunc::kGeluApprxSigmoid: r = x * sigmoid_d(1.702 * x); break;
     case ActFunc::kGeluApprxSigmoidDx: {
       const double s = sigmoid_d(1.702 * x);

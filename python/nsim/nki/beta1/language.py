@@ -1834,13 +1834,19 @@ def full_like(a, fill_value, dtype=None, *, buffer=None, name="", **kwargs):
 _PREFIX = "neuronxcc.nki.language"
 
 
+_BOOL_RESULT = frozenset(("equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and",
+                          "logical_or", "logical_xor", "logical_not"))
+
+
 class B1OpCode(OpCode):
-    """A Beta-1 op code: the same op code as the new dialect, callable with ``mask=`` (and comparisons
-    default to ``dtype=nl.bool_`` ... kept as the input dtype by nsim, values 1/0)."""
+    """A Beta-1 op code: the same op code as the new dialect, callable with ``mask=``; comparisons and logical
+    functions default to ``dtype=nl.bool_`` (spec §3.3; values 1/0, computed in fp32)."""
 
     __slots__ = ()
 
     def __call__(self, *args, mask=None, **kwargs):
+        if self.name in _BOOL_RESULT and kwargs.get("dtype") is None:
+            kwargs["dtype"] = bool_
         for a in args:
             if isinstance(a, BlockTensor):
                 raise make_error("TileInference", "err_failed_to_infer_tile_from_local_tensor")
