@@ -6,6 +6,9 @@
 // reduce_cmd forced to reset_reduce.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "isa/semantics/internal.h"
 
 namespace nsim::isa {
@@ -33,11 +36,17 @@ void activation_impl(const Instr& in, const Views& v, ArchState& st, ReduceCmd c
   float* y = fscratch(0, n);
   for (uint32_t p = 0; p < dst.partitions; ++p) {
     const float sc = scale.valid() ? scalar_f32(scale, p) : in.imm[2];
-    const float bi = bias.valid() ? scalar_f32(bias, p) : in.imm[3];
+    // A zero bias adds -0 (x + -0 is x, -0 included); with scale 1 too the input passes through as it is (nl.copy is
+    // the identity: -0 and signalling NaNs keep their bits).
+    const float bi = bias.valid() ? scalar_f32(bias, p) : in.imm[3] == 0.0f ? -0.0f : in.imm[3];
     const float* x = row_f32(data, p, y);  // (y itself when the row had to be converted)
-    for (int64_t j = 0; j < n; ++j) {
-      const float prod = x[j] * sc;  // two roundings (no fused multiply-add)
-      y[j] = prod + bi;
+    if (sc == 1.0f && bi == 0.0f && std::signbit(bi)) {
+      if (x != y) std::copy(x, x + n, y);
+    } else {
+      for (int64_t j = 0; j < n; ++j) {
+        const float prod = x[j] * sc;  // two roundings (no fused multiply-add)
+        y[j] = prod + bi;
+      }
     }
     act_apply_row(in.act, y, n, in.imm[1]);
     write_row(dst, p, y);

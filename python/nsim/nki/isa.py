@@ -375,7 +375,11 @@ def memset(dst, value, engine=engine.unknown, name=None, **kwargs):
     _t(dst, "dst", "memset")
     eng = _engine(engine, "memset")
     if np.issubdtype(dst.dtype, np.integer) or dst.dtype == np.bool_:
-        return _op("memset", engine=eng, dst=dst, iimm=[_tr.int_immediate(value, "memset: value")])
+        v = _tr.int_immediate(value, "memset: value")
+        # the immediate is an int32 and store_int wraps modulo 2^bits (docs/dtypes.md): pass v modulo 2^32 so a
+        # uint32 fill of 2^31 ... 2^32 - 1 (0xFFFFFFFF masks) works; bool keeps v != 0
+        v = int(v != 0) if dst.dtype == np.bool_ else (v + 2 ** 31) % 2 ** 32 - 2 ** 31
+        return _op("memset", engine=eng, dst=dst, iimm=[v])
     return _op("memset", engine=eng, dst=dst, imm=[_fimm(value)])  # (+-inf / nan as JSON strings)
 
 
@@ -626,7 +630,13 @@ def _fimm(v):
         return "inf"
     if v == float("-inf"):
         return "-inf"
+    if abs(v) > _F32_MAX:  # the immediate is fp32: round as np.float32 does (to +-inf, or +-max near it)
+        with np.errstate(over="ignore"):
+            return _fimm(np.float32(v))
     return v
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _scalar_or_vector(x, slot, what, imm_index, fields, imm, flags=None, flag=None):
