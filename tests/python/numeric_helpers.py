@@ -26,3 +26,14 @@ def randn(shape, dtype, seed, scale=1.0):
 def f64(a):
     """``a`` as a float64 array (the precision the numpy references compute in)."""
     return np.asarray(a, np.float64)
+
+
+def close_to_max(got, want, dtype):
+    """max |got - want| relative to max |want| below the dtype's tolerance (fp32 1e-5, narrower 1e-2): for outputs
+    that are long sums (attention, recurrences), whose small elements carry the sums' absolute error. Returns it."""
+    tol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-2
+    got = f64(got)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err < tol, err
+    return err

@@ -300,7 +300,7 @@ def _compare(got, ref, want_dt, mode, what):
     return _check_float(got, ref, want_dt, 4e-6, 1e-37, what)  # transcendental
 
 
-def _new_kernel(name, nin):
+def _new_kernel(name, nin, **kw):
     fn = getattr(nl, name)
 
     @nki.jit
@@ -310,7 +310,7 @@ def _new_kernel(name, nin):
             t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
             nisa.dma_copy(dst=t, src=a)
             ts.append(t)
-        r = fn(*ts)
+        r = fn(*ts, **kw)
         out = nl.ndarray(r.shape, r.dtype, buffer=nl.shared_hbm)
         nisa.dma_copy(dst=out, src=r)
         return out
@@ -464,20 +464,7 @@ def test_explicit_dtype(name, dt, out):
     ins, ref, _, mode = _plan(kind, name, dt, seed=5)
     if dt == I32:  # (add only) not an int32 result: the fp32 path, no wrap (§2.0)
         ref = np.add(*[i.astype(np.float32) for i in ins])
-    fn = getattr(nl, name)
-
-    @nki.jit
-    def k(*args):
-        ts = []
-        for a in args:
-            t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=t, src=a)
-            ts.append(t)
-        r = fn(*ts, dtype=out)
-        o = nl.ndarray(r.shape, r.dtype, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=o, src=r)
-        return o
-    got = np.asarray(k(*ins))
+    got = np.asarray(_new_kernel(name, len(ins), dtype=out)(*ins))
     what = "new nl.{}({}, dtype={})".format(name, dt.name, out.name)
     if out == I32:
         _compare(got, np.trunc(np.asarray(ref, np.float32)), out, "exact", what)

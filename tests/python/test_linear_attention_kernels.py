@@ -40,7 +40,7 @@ import pytest
 from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
 
 _core, ml_dtypes = require_core()
-from numeric_helpers import f64 as _f64  # noqa: E402
+from numeric_helpers import close_to_max, f64 as _f64  # noqa: E402
 from numeric_helpers import randn as _randn  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
@@ -56,14 +56,7 @@ def _ops(kernel):
     return collections.Counter(o["op"] for b in bodies for o in executed_ops(b))
 
 
-def _check(got, want, dtype):
-    """max |got - want| relative to max |want|: fp32 1e-5, bf16 1e-2."""
-    tol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-2
-    got = _f64(got)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    err = np.abs(got - want).max() / np.abs(want).max()
-    assert err < tol, err
-    return err
+_check = close_to_max  # (numeric_helpers)
 
 
 def _qkv(H, S, d, dtype, seed):

@@ -36,7 +36,7 @@ import pytest
 from conftest import executed_ops, op_counts, require_core, sample_fixture  # noqa: E402
 
 _core, ml_dtypes = require_core()
-from numeric_helpers import f64 as _f64  # noqa: E402
+from numeric_helpers import close_to_max, f64 as _f64  # noqa: E402
 from numeric_helpers import randn as _randn  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
@@ -45,14 +45,7 @@ rk = sample_fixture("recurrent_kernels.py", module_only=True)
 b1 = sample_fixture("recurrent_kernels_beta1.py", module_only=True)
 
 
-def _check(got, want, dtype):
-    """max |got - want| relative to max |want|: fp32 1e-5, bf16 1e-2."""
-    tol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-2
-    got = _f64(got)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    err = np.abs(got - want).max() / np.abs(want).max()
-    assert err < tol, err
-    return err
+_check = close_to_max  # (numeric_helpers)
 
 
 def _sig(x):
