@@ -47,8 +47,10 @@ struct DimAccess {
 struct Access {
   int tensor = -1;  ///< index into Kernel::tensors
   std::vector<DimAccess> dims;
-  /// A reinterpreting view (`t.view(dtype)`): the same bytes read or written as this dtype, of the tensor's
-  /// element size; nullopt = the tensor's dtype.
+  /// A reinterpreting view (`t.view(dtype)`, `.ap(dtype=)`): the tensor's bytes read or written as this dtype;
+  /// nullopt = the tensor's dtype. Of another element size, the access indexes the tensor with its last dim
+  /// scaled by the ratio of the sizes (a [128, 512] bf16 tile as float32 is [128, 256], as uint8 [128, 1024]):
+  /// kernel.json reading sets `shape` to that (or checks the given one against it; access_base_shape).
   std::optional<DType> dtype;
   /// The order in which the access visits the dims (a permutation of 0..rank-1; on chip order[0] == 0):
   /// the operand's rows (HBM) / free dims follow it. Empty = row-major (0, 1, ...). A permuted view
@@ -101,6 +103,21 @@ inline std::string shape_str(const std::vector<int64_t>& s) {
 /// The shape access `a` of tensor `t` indexes: its re-dimensioned shape, or the tensor's.
 inline const std::vector<int64_t>& access_shape(const Tensor& t, const Access& a) {
   return a.shape.empty() ? t.shape : a.shape;
+}
+
+/// Bytes of one element of access `a` of tensor `t`: of its reinterpreting dtype, else of the tensor's. The
+/// access's index, shape and strides count elements of this size.
+inline int64_t access_elem_bytes(const Tensor& t, const Access& a) { return dtype_bytes(a.dtype.value_or(t.dtype)); }
+
+/// The shape of tensor `t` as access `a` sees it before any re-dimensioning: the tensor's, or through a
+/// reinterpreting dtype of another element size the tensor's bytes as elements of that size (its last dim scaled
+/// by the ratio; 0 when that dim's bytes are not a whole number of elements). An access of another element size
+/// carries this (or a re-dimensioning of it) as its `shape`.
+inline std::vector<int64_t> access_base_shape(const Tensor& t, const Access& a) {
+  std::vector<int64_t> s = t.shape;
+  const int64_t tb = dtype_bytes(t.dtype), vb = access_elem_bytes(t, a);
+  if (tb != vb && !s.empty() && vb > 0) s.back() = (s.back() * tb) % vb ? 0 : s.back() * tb / vb;
+  return s;
 }
 
 /// A tile op: an nki.isa instruction (an OP row of isa/opcodes.def), or a frontend op (a MACRO row:

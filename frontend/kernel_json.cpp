@@ -869,21 +869,27 @@ class Reader {
     const Value& tv = require(v, "tensor", path, loc);
     a.tensor = lookup_tensor(tv, get_string(tv, path + ".tensor", loc), path + ".tensor", loc);
     const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
+    // The shape the access indexes before any re-dimensioning: the tensor's, or for a reinterpreting view of
+    // another element size the tensor's bytes as elements of its dtype (the last dim scaled; spec 3.9 view(dtype)).
+    bool retyped = false;
     if (const Value* dv = v.find("dtype")) {
       a.dtype = read_dtype(*dv, path + ".dtype", loc);
-      if (dtype_bytes(*a.dtype) != dtype_bytes(t.dtype))
+      retyped = dtype_bytes(*a.dtype) != dtype_bytes(t.dtype);
+      if (retyped && (access_base_shape(t, a).back() == 0 || (t.space != isa::Space::kHbm && t.shape.size() < 2)))
         fail(ErrorCode::kBadDtype, *dv, path + ".dtype",
-             fmt::format("a view of tensor {} ({}, {} bytes) as {} ({} bytes): a reinterpreting view keeps the element "
-                         "size", q(t.name), dtype_name(t.dtype), dtype_bytes(t.dtype), dtype_name(*a.dtype),
-                         dtype_bytes(*a.dtype)), loc);
+             fmt::format("a view of tensor {} ({} {}) as {}: the last dim's {} bytes are not a whole number of {}-byte "
+                         "elements (a reinterpreting view scales the last dim by the ratio of the element sizes)",
+                         q(t.name), dtype_name(t.dtype), shape_str(t.shape), dtype_name(*a.dtype),
+                         t.shape.back() * dtype_bytes(t.dtype), dtype_bytes(*a.dtype)), loc);
     }
+    const std::vector<int64_t> base_shape = access_base_shape(t, a);
     if (const Value* sv = v.find("shape")) {  // a re-dimensioned view: the elements row-major with this shape
       const bool chip = t.space != isa::Space::kHbm;
       const Path sp = path + ".shape";
-      a.shape = read_shape(*sv, sp, chip ? kMaxOnChipDims : kMaxHbmDims, t.dtype, loc);
+      a.shape = read_shape(*sv, sp, chip ? kMaxOnChipDims : kMaxHbmDims, a.dtype.value_or(t.dtype), loc);
       int64_t n = 1, m = 1;  // (read_shape keeps the byte size of either within int64)
       for (int64_t d : a.shape) n *= d;
-      for (int64_t d : t.shape) m *= d;
+      for (int64_t d : base_shape) m *= d;
       if (const Value* tv2 = v.find("strides")) {  // a strided view: any element count, the strides given
         const Path tp = path + ".strides";
         expect_array(*tv2, tp, loc);
@@ -898,16 +904,20 @@ class Reader {
                            q(t.name), shape_str(t.shape), m / t.shape[0], a.strides[0]), loc);
       } else if (n != m) {
         fail(ErrorCode::kBadReshape, *sv, sp,
-             fmt::format("a view of tensor {} (shape {}, {} elements) as shape {} ({} elements): a re-dimensioned "
-                         "view keeps the element count", q(t.name), shape_str(t.shape), m, shape_str(a.shape), n), loc);
+             fmt::format("a view of tensor {} (shape {}, {} elements{}) as shape {} ({} elements): a re-dimensioned "
+                         "view keeps the element count", q(t.name), shape_str(base_shape), m,
+                         retyped ? fmt::format(" of {}", dtype_name(*a.dtype)) : std::string(), shape_str(a.shape), n),
+             loc);
       }
       if (chip && a.shape[0] != t.shape[0])
         fail(ErrorCode::kBadReshape, *sv, sp,
              fmt::format("a view of tile {} (shape {}) as shape {}: the partition dim (dim 0, size {}) stays dim 0 "
                          "with the same size", q(t.name), shape_str(t.shape), shape_str(a.shape), t.shape[0]), loc);
-      if (a.shape == t.shape && a.strides.empty()) a.shape.clear();
+      if (a.shape == t.shape && a.strides.empty() && !retyped) a.shape.clear();
     } else if (v.find("strides")) {
       fail(ErrorCode::kWrongType, *v.find("strides"), path + ".strides", "\"strides\" needs \"shape\"", loc);
+    } else if (retyped) {
+      a.shape = base_shape;
     }
     const std::vector<int64_t>& sh = access_shape(t, a);
     const Value* idx = v.find("index");

@@ -64,7 +64,7 @@ Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::ve
                                  bool keep_dims) {
   const std::vector<int64_t>& shape = access_shape(t, a);  // (a re-dimensioned view indexes its own shape)
   const int rank = static_cast<int>(shape.size());
-  const int64_t eb = dtype_bytes(t.dtype);
+  const int64_t eb = access_elem_bytes(t, a);  // (a reinterpreting view of another size counts its own elements)
   const bool chip = on_chip(t.space);
   if (rank < 1 || rank > kMaxRank)
     throw Error(ErrorCode::kShapeMismatch, fmt::format("tensor '{}' has rank {}, expected 1..{}", t.name, rank, kMaxRank));
@@ -81,7 +81,7 @@ Operand Lowering::access_operand(const Tensor& t, const Access& a, const std::ve
 
   Operand o;
   o.space = t.space;
-  o.dtype = a.dtype.value_or(t.dtype);  // a reinterpreting view (same element size) reads the bytes as its dtype
+  o.dtype = a.dtype.value_or(t.dtype);  // a reinterpreting view reads the bytes as its dtype
   int64_t off = 0;  // elements
   int nf = 0;
   auto push = [&](int64_t size, int64_t stride) {
@@ -408,7 +408,7 @@ void Lowering::operand_into(size_t oi, OperandForm& f, const Access& a, Operand&
         st[static_cast<size_t>(d)] = a.strides.empty() ? sz : a.strides[static_cast<size_t>(d)];
         f.exact = !__builtin_mul_overflow(sz, shape[static_cast<size_t>(d)], &sz) || d == 0;
       }
-      const int64_t eb = dtype_bytes(t.dtype);
+      const int64_t eb = access_elem_bytes(t, a);
       for (int i = 0; i < rank && f.exact; ++i) {
         const int d = a.order.empty() ? i : a.order[static_cast<size_t>(i)];
         const Affine& start = a.dims[static_cast<size_t>(d)].start;

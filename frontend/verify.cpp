@@ -272,11 +272,20 @@ class Verifier {
       fail(ErrorCode::kUnknownName,
            fmt::format("operand '{}' uses tile '{}' outside the scope of its alloc statement (before it, or after "
                        "the loop body that allocates it)", slot_name(slot), t.name));
+    // A reinterpreting view of another element size indexes the tensor's bytes as its own elements (its shape
+    // set from the tensor's, the last dim scaled, when kernel.json is read).
+    const std::vector<int64_t> base = access_base_shape(t, a);
+    if (base != t.shape && (a.shape.empty() || base.back() == 0))
+      fail(ErrorCode::kBadDtype,
+           fmt::format("operand '{}' views tensor '{}' ({} {}) as {}: {}", slot_name(slot), t.name,
+                       dtype_name(t.dtype), shape_str(t.shape), dtype_name(a.dtype.value_or(t.dtype)),
+                       base.back() == 0 ? "the last dim's bytes are not a whole number of its elements"
+                                        : "a view of another element size needs its shape"));
     if (!a.shape.empty()) {  // a re-dimensioned view: the same elements, the partition dim kept
       int64_t n = 1, m = 1;
       bool over = false;
       for (int64_t d : a.shape) over |= d < 1 || __builtin_mul_overflow(n, d, &n);
-      for (int64_t d : t.shape) m *= d;
+      for (int64_t d : base) m *= d;
       if (!a.strides.empty()) {  // a strided view (its bounds are checked on the elements it reaches, below)
         if (a.strides.size() != a.shape.size() || (chip && (a.shape[0] != t.shape[0] || a.strides[0] != m / t.shape[0])))
           fail(ErrorCode::kBadReshape,
@@ -307,7 +316,7 @@ class Verifier {
     // on chip; the partition dim checked as a dim).
     const bool strided = !a.strides.empty();
     int64_t reach = 0, numel = 1;
-    for (size_t d = chip ? 1 : 0; strided && d < t.shape.size(); ++d) numel *= t.shape[d];
+    for (size_t d = chip ? 1 : 0; strided && d < base.size(); ++d) numel *= base[d];
     for (size_t d = 0; d < a.dims.size(); ++d) {
       const DimAccess& da = a.dims[d];
       const int di = static_cast<int>(d);
@@ -571,7 +580,7 @@ class Verifier {
     if (lim_.generation >= 4 || bank <= 0 || first.space != Space::kPsum || a.dims.empty()) return;
     const Tensor& t = k_.tensors[static_cast<size_t>(a.tensor)];
     const std::vector<int64_t>& shape = access_shape(t, a);
-    const int64_t eb = dtype_bytes(t.dtype);
+    const int64_t eb = access_elem_bytes(t, a);
     std::vector<std::pair<int, int64_t>> coef;  // (loop id, bytes per unit of its variable)
     int64_t stride = 1;
     for (size_t d = shape.size(); d-- > 1;) {

@@ -808,6 +808,48 @@ class _ViewStorage(_Storage):
         self.strides = tuple(int(s) for s in strides)
 
 
+class _RetypedStorage(_Storage):
+    """The bytes of a real storage ``real`` seen as elements of another size (``t.view(dtype)``, ``.ap(dtype=)``,
+    spec §3.9): dtype ``dtype`` (an IR name), the real shape with its last dim scaled by the ratio of the element
+    sizes. Views of it index it like a storage; their kernel-IR access names the real tensor with this ``dtype``
+    (kernel.json then reads the index against the scaled shape, docs/kernel-json.md)."""
+
+    __slots__ = ("real",)
+
+    def __init__(self, real, dtype, shape):  # (no _Storage.__init__: `stale` is the real storage's)
+        self.name, self.buffer, self.dtype, self.shape = real.name, real.buffer, dtype, tuple(shape)
+        self.real = real
+
+    @property
+    def stale(self):
+        return self.real.stale
+
+    @stale.setter
+    def stale(self, v):
+        self.real.stale = v
+
+
+def _retype(b, off, name, what):
+    """Storage ``b`` (real or retyped) with a view offset ``off`` in its elements, seen as dtype ``name`` of another
+    element size: (the storage to index, the offset in its elements). The real storage itself when ``name`` is its
+    own dtype."""
+    real = b.real if isinstance(b, _RetypedStorage) else b
+    ub, vb, rb = np_dtype(b.dtype).itemsize, np_dtype(name).itemsize, np_dtype(real.dtype).itemsize
+    row = int(real.shape[-1]) * rb
+    if row % vb or (real.buffer in ON_CHIP and len(real.shape) < 2):
+        raise make_error("BadDtype", "{}: the last dim of '{}' {} {} holds {} bytes, not a whole number of {}-byte {} "
+                         "elements (the view scales the last dim by the ratio of the element sizes)".format(
+                             what, real.name, real.dtype, tuple(real.shape), row, vb, name))
+    boff = off * ub
+    if not isinstance(boff, Sym) and boff % vb:
+        raise make_error("BadView", "{}: the view of '{}' starts at byte {}, not at a whole {}-byte {} element".format(
+            what, real.name, boff, vb, name))
+    noff = boff // vb  # (a loop-moved offset: exact division, else the loop is unrolled)
+    if name == real.dtype:
+        return real, noff
+    return _RetypedStorage(real, name, tuple(real.shape[:-1]) + (row // vb,)), noff
+
+
 def _rowmajor(shape):
     st, acc = [1] * len(shape), 1
     for i in reversed(range(len(shape))):
@@ -1450,20 +1492,40 @@ class NkiTensor:
         return self.reshape(s[:dim] + s[dim + 1:])
 
     def view(self, dtype):
-        """``t.view(dtype)``: the same bytes as ``dtype`` (a kernel-IR access with a ``dtype``), for a dtype of
-        the same element size (e.g. packed uint32 data as ``nl.float8_e4m3fn_x4``); the same dtype is the view
-        itself. A view that changes the element size (and so the shape) is not supported yet."""
+        """``t.view(dtype)``: the same bytes as ``dtype`` (a kernel-IR access with a ``dtype``; spec §3.9), as numpy's
+        ``a.view(dtype)``: of the same element size the same shape (packed uint32 data as ``nl.float8_e4m3fn_x4``),
+        of another size the last dim scaled by the ratio of the sizes (a [128, 512] bf16 tile as float32 is
+        [128, 256]), which must then be contiguous with a whole number of elements of the new size. The same dtype
+        is the view itself."""
         name = dtype_name(dtype)
         nd = np_dtype(name)
         if nd == self.dtype:
             return self
-        if nd.itemsize != self.dtype.itemsize:
-            raise make_error("BadDtype", "{}.view({}): reinterpreting a {} tensor ({} bytes per element) as {} "
-                             "bytes per element changes its shape, which is not supported yet by nsim (views of "
-                             "the same element size are)".format(self.name, name, self.dtype,
-                                                                 self.dtype.itemsize, nd.itemsize))
-        v = self._derive(self._st, [list(d) for d in self._dims])
-        v._dt = None if name == self._st.dtype else name
+        if nd.itemsize == self.dtype.itemsize:
+            v = self._derive(self._st, [list(d) for d in self._dims])
+            v._dt = None if name == self._st.dtype else name
+            return v
+        what = "{}.view({})".format(self.name, name)
+        if self._ind is not None:
+            raise make_error("NotSupported", "{}: a runtime-indexed view cannot change its element size (view the "
+                             "tensor first, then index it)".format(what))
+        b, off, pat = self._flat()
+        ub, vb = np_dtype(b.dtype).itemsize, nd.itemsize
+        if not pat or (pat[-1][1] > 1 and pat[-1][0] != 1):
+            raise make_error("BadView", "{}: the last dim of the view {} must be contiguous (its stride is {} "
+                             "elements)".format(what, tuple(self.shape), pat[-1][0] if pat else 0))
+        if (pat[-1][1] * ub) % vb:
+            raise make_error("BadDtype", "{}: the last dim of the view {} holds {} bytes, not a whole number of "
+                             "{}-byte {} elements (the view scales the last dim by the ratio of the element "
+                             "sizes)".format(what, tuple(self.shape), pat[-1][1] * ub, vb, name))
+        for st_, n in pat[:-1]:
+            if n > 1 and (st_ * ub) % vb:
+                raise make_error("BadView", "{}: a stride of {} bytes of the view {} is not a whole number of {}-byte "
+                                 "elements".format(what, st_ * ub, tuple(self.shape), vb))
+        r, noff = _retype(b, off, name, what)
+        npat = [((st_ * ub) // vb if n > 1 else 0, n) for st_, n in pat[:-1]] + [(1, pat[-1][1] * ub // vb)]
+        v = self._derive(_ViewStorage(r, noff, [x for x, _ in npat], [c for _, c in npat]), None)
+        v._dt = name if isinstance(r, _RetypedStorage) else None  # (back to the real tensor's own dtype: None)
         return v
 
     def broadcast_to(self, shape):
@@ -1606,8 +1668,20 @@ class NkiTensor:
         elements after ``offset`` (the pattern's first step is ignored); ``scalar_offset`` (a ``(1, 1)`` SBUF
         int tensor, or a VirtualRegister / int, whose value is known while tracing) adds
         ``value x prod(shape[indirect_dim+1:])`` to the start."""
-        base = self.view(dtype) if dtype is not None else self
-        b, off, _pat = base._flat()
+        base = self
+        if dtype is not None and np_dtype(dtype_name(dtype)).itemsize != self.dtype.itemsize:
+            # the storage's bytes as elements of the new size: offset and steps count those (spec §3.9)
+            if self._ind is not None:
+                raise make_error("NotSupported", ".ap(dtype=) of another element size on a runtime-indexed view")
+            b, off, _pat = self._flat()
+            r, off = _retype(b, off, dtype_name(dtype), ".ap(dtype={})".format(dtype_name(dtype)))
+            base = self._derive(r, None)
+            base._dt = dtype_name(dtype) if isinstance(r, _RetypedStorage) else None
+            b = r
+        else:
+            if dtype is not None:
+                base = self.view(dtype)
+            b, off, _pat = base._flat()
         pat = [(int(p[0]), int(p[1])) for p in pattern]
         if not pat or any(n < 1 for _, n in pat):
             raise make_error("BadView", ".ap: bad pattern {}".format(pattern))
@@ -1988,18 +2062,32 @@ def _inplace_accumulation(stmt):
 
 
 class _Region(tuple):
-    """(start, count, step) per dim of an IR access, with ``layout`` = (shape, element strides) of the dims it
-    indexes: the tensor's own, or those of a re-dimensioned access (``"shape"``/``"strides"``)."""
+    """(start, count, step) per dim of an IR access, with ``layout`` = (shape, element strides, bytes per element)
+    of the dims it indexes: the tensor's own, or those of a re-dimensioned access (``"shape"``/``"strides"``) or
+    of a view of another element size (``"dtype"``: the tensor's last dim scaled)."""
     layout = None
+
+
+def _access_units(v, tracer):
+    """(shape, bytes per element) an IR access indexes before any ``"shape"``: the tensor's, or through a
+    ``"dtype"`` of another element size the tensor's bytes as its elements (as kernel.json reads it)."""
+    name = v if isinstance(v, str) else v["tensor"]
+    shape, tb = tuple(tracer.shapes.get(name, ())), tracer.itemsizes.get(name, 1)
+    if isinstance(v, dict) and "dtype" in v:
+        vb = np_dtype(v["dtype"]).itemsize
+        if vb != tb and shape:
+            return shape[:-1] + (int(shape[-1]) * tb // vb,), vb
+    return shape, tb
 
 
 def _exact_region(v, tracer):
     """Per dim of the tensor (start, count, step) of an IR access (a name: the whole tensor)."""
+    base, unit = _access_units(v, tracer)
     if isinstance(v, str):
-        shape = tuple(tracer.shapes.get(v, ()))
+        shape = base
         out = [(0, n, 1) for n in shape]
     else:
-        shape = tuple(v.get("shape") or tracer.shapes.get(v["tensor"], ()))
+        shape = tuple(v.get("shape") or base)
         out = []
         for e in v.get("index", []):
             if isinstance(e, (int, Sym)):
@@ -2016,7 +2104,7 @@ def _exact_region(v, tracer):
             strides.append(acc)
             acc *= int(n)
         strides.reverse()
-    reg.layout = (tuple(int(n) for n in shape), tuple(int(s) for s in strides))
+    reg.layout = (tuple(int(n) for n in shape), tuple(int(s) for s in strides), unit)
     return reg
 
 
@@ -2027,8 +2115,9 @@ def _flat_overlap(a, b):
     elements, when it is the same in every iteration; True when that cannot be decided cheaply (a difference
     that depends on the index, huge regions)."""
     bases, rels = [], []
+    units = {reg.layout[2] for reg in (a, b)}
     for reg in (a, b):
-        shape, strides = reg.layout
+        shape, strides, unit = reg.layout
         dims = list(reg) + [(0, n, 1) for n in shape[len(reg):]]
         if len(dims) != len(strides) or any(not isinstance(s, (int, np.integer, Sym)) for s, _n, _k in dims):
             return True
@@ -2038,8 +2127,11 @@ def _flat_overlap(a, b):
         for (s, n, k), st in zip(dims, strides):
             base = base + (s if isinstance(s, Sym) else int(s)) * int(st)
             rel = np.add.outer(rel, int(k) * np.arange(int(n), dtype=np.int64) * int(st))
+        rel = rel.ravel()
+        if len(units) > 1:  # views of different element sizes (t.view(dtype)): compared byte by byte
+            base, rel = base * unit, np.add.outer(rel * unit, np.arange(unit, dtype=np.int64)).ravel()
         bases.append(base)
-        rels.append(rel.ravel())
+        rels.append(rel)
     d = bases[0] - bases[1]
     d = d.resolved() if isinstance(d, Sym) else d
     if isinstance(d, Sym):
@@ -2246,7 +2338,7 @@ class _Rec:
         # recorded to be written out iteration by iteration (Tracer._record_piece): its tiles taken as a pair loop's
         self.pool = False
         self.written, self.read = set(), set()  # the sanitizer's check: tensors not made in the body
-        self.wregs = {}  # ... and per written tensor, the accesses (_access_key) that wrote it
+        self.wregs = {}  # ... and per written tensor, the accesses that wrote it ({_access_key: _exact_region})
 
 
 class AffineRange:
@@ -2338,6 +2430,7 @@ class Tracer:
         self.storage = {}  # name -> _Storage (strong, for HBM) / meta
         self.buffers = {}  # name -> buffer
         self.shapes = {}  # name -> shape
+        self.itemsizes = {}  # name -> bytes per element
         self.counter = itertools.count()
         self.open_groups = {}  # psum tensor name -> set of regions with an open accumulation group
         self.unwritten_psum = set()  # PSUM tiles nothing wrote since their allocation (Beta-1 `+=` starts a group)
@@ -2792,6 +2885,7 @@ class Tracer:
         self.storage[name] = st
         self.buffers[name] = "hbm"
         self.shapes[name] = shape
+        self.itemsizes[name] = np_dtype(dt).itemsize
         return self.tensor_cls(st, None, self)
 
     def tile(self, buffer, dtype, shape, name=None, address=None):
@@ -2969,6 +3063,7 @@ class Tracer:
         st = _Storage(nm, buffer, dt, shape)
         self.buffers[nm] = buffer
         self.shapes[nm] = shape
+        self.itemsizes[nm] = np_dtype(dt).itemsize
         alloc = {"name": nm, "buffer": buffer, "dtype": dt, "shape": list(shape)}
         if address is not None:
             alloc["address"] = int(address)
@@ -3057,6 +3152,8 @@ class Tracer:
         if isinstance(v, str):  # the whole tensor: the same key as an explicit full slice
             shape = tracer.shapes.get(v)
             return v, (tuple((0, n - 1) for n in shape) if shape else None)
+        if "dtype" in v and _access_units(v, tracer)[1] != tracer.itemsizes.get(v["tensor"]):
+            return v["tensor"], None  # a view of another element size: taken as the whole tensor
         idx = v.get("index", [])
         reg = []
         for e in idx:
@@ -3186,7 +3283,15 @@ class Tracer:
                                          "index", rec.key)
                 rec.written.add(name)
                 if slot not in acc:  # (an accumulator is every iteration's: reading it is carried)
-                    rec.wregs.setdefault(name, set()).add(_access_key(v))
+                    seen, key = rec.wregs.setdefault(name, {}), _access_key(v)
+                    if key not in seen:
+                        # another write of the tensor in the body: each moves apart, but one iteration's may meet
+                        # another iteration's of the other (regions kept: the IR's starts become text later)
+                        reg = _exact_region(v, self)
+                        if not all(self._writes_apart(u, reg, rec.var) for u in seen.values()):
+                            raise _NeedsConcrete("the sanitizer's affine_range check: two writes of a tensor that "
+                                                 "may meet across iterations", rec.key)
+                        seen[key] = reg
             for slot in _isa.READ_SLOTS:
                 v = stmt.get(slot)
                 if v is None or slot in acc:
@@ -3220,6 +3325,71 @@ class Tracer:
             if inner.hi() - inner.lo() + extent <= abs(k):
                 return True
         return False
+
+    @staticmethod
+    def _writes_apart(ru, rv, var):
+        """True when the writes of regions ``ru`` and ``rv`` (_exact_region) of one tensor in the body of the loop of
+        ``var``, each moving apart on its own, never touch the same element in two different iterations: on some dim
+        of a common layout either their ranges over the whole loop are disjoint, or both move by the same step k and
+        what they touch in one iteration spans at most |k| elements (a window moving by k). False when that cannot
+        be shown (the loop is then checked exactly, unrolled)."""
+        if ru.layout != rv.layout or len(ru) != len(rv):
+            return Tracer._bytes_apart(ru, rv, var)
+
+        def parts(start, n, step):  # (the var's coefficient, the start without it, the lowest / highest offsets)
+            span = (int(n) - 1) * int(step)
+            if not isinstance(start, Sym):
+                return 0, start, min(0, span), max(0, span)
+            c, terms = start._open()
+            k = sum(co for x, co in terms if x is var)
+            return k, Sym.make(c, tuple((x, co) for x, co in terms if x is not var)), min(0, span), max(0, span)
+
+        def lo(x):
+            return x.lo() if isinstance(x, Sym) else x
+
+        def hi(x):
+            return x.hi() if isinstance(x, Sym) else x
+
+        for a, b in zip(ru, rv):
+            (ka, ra, la, ha), (kb, rb, lb, hb) = parts(*a), parts(*b)
+            if hi(a[0]) + ha < lo(b[0]) + lb or hi(b[0]) + hb < lo(a[0]) + la:  # apart over the whole loop
+                return True
+            if ka == kb != 0 and max(hi(ra) + ha, hi(rb) + hb) - min(lo(ra) + la, lo(rb) + lb) < abs(ka):
+                return True  # one window moving by k
+        return Tracer._bytes_apart(ru, rv, var)
+
+    @staticmethod
+    def _bytes_apart(ru, rv, var):
+        """_writes_apart on the tensor's bytes (regions of different layouts: a reshape, a view of another element
+        size): the byte range each touches over the whole loop disjoint, or both moving by the same number of bytes
+        per iteration within one window of that many bytes."""
+        def window(reg):  # (bytes per unit of var, lowest / highest byte without the var's term, the whole range)
+            shape, strides, unit = reg.layout
+            dims = list(reg) + [(0, n, 1) for n in shape[len(reg):]]
+            k, c, lo_, hi_ = 0, 0, 0, 0
+            for (start, n, step), st in zip(dims, strides):
+                span = (int(n) - 1) * int(step) * int(st)
+                lo_, hi_ = lo_ + min(0, span), hi_ + max(0, span)
+                if isinstance(start, Sym):
+                    c0, terms = start._open()
+                    k += sum(co for x, co in terms if x is var) * int(st)
+                    rest = Sym.make(c0, tuple((x, co) for x, co in terms if x is not var))
+                    lo_, hi_ = lo_ + (rest.lo() if isinstance(rest, Sym) else rest) * int(st), \
+                        hi_ + (rest.hi() if isinstance(rest, Sym) else rest) * int(st)
+                else:
+                    lo_, hi_ = lo_ + int(start) * int(st), hi_ + int(start) * int(st)
+            # (strides are positive: a term's lowest value times the stride is the lowest offset)
+            full = (lo_ + min(k * var.lo, k * var.hi), hi_ + max(k * var.lo, k * var.hi))
+            return k * unit, lo_ * unit, hi_ * unit + unit - 1, full[0] * unit, full[1] * unit + unit - 1
+
+        try:
+            ka, la, ha, fla, fha = window(ru)
+            kb, lb, hb, flb, fhb = window(rv)
+        except (TypeError, ValueError):
+            return False
+        if fha < flb or fhb < fla:
+            return True
+        return ka == kb != 0 and max(ha, hb) - min(la, lb) < abs(ka)
 
     def _affine_writes(self, stmt):
         """The sanitizer's affine_range check: a write (not an accumulation) to bytes an earlier iteration

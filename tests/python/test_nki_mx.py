@@ -504,12 +504,29 @@ def test_kernel_views_packed_host_data_as_x4(tname):
     assert {a["dtype"] for a in accs} == {tname}  # the IR carries the reinterpretation
 
 
-def test_view_changing_the_element_size_is_refused():
+def test_view_changing_the_element_size_scales_the_last_dim():
+    # 4-byte uint32 [32, 4] as 2-byte fp4 x4: [32, 8] (spec 3.9; tests/python/test_view_dtype.py), the bits unchanged
     @nki.jit
     def k(x):
-        return _store(_load(x.view(nl.float4_e2m1fn_x4)))  # 4-byte uint32 as 2-byte fp4 x4
+        v = x.view(nl.float4_e2m1fn_x4)
+        assert tuple(v.shape) == (32, 8)
+        out = nl.ndarray((32, 8), nl.float4_e2m1fn_x4, buffer=nl.shared_hbm)
+        t = nl.ndarray((32, 8), nl.float4_e2m1fn_x4, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=v)
+        nisa.dma_copy(dst=out, src=t)
+        return out
 
-    _raises("BadDtype", k.options(config="trn3"), np.zeros((32, 4), np.uint32))
+    x = np.random.default_rng(6).integers(0, 2 ** 32, (32, 4), dtype=np.uint32)
+    out = k.options(config="trn3")(x)
+    assert out.shape == (32, 8)
+    np.testing.assert_array_equal(np.ascontiguousarray(out).view(np.uint16), x.view(np.uint16))
+    # a last dim of bytes that do not divide: 3 x uint8 as fp4 x4 (2 bytes)
+
+    @nki.jit
+    def odd(x):
+        x.view(nl.float4_e2m1fn_x4)
+
+    _raises("BadDtype", odd.options(config="trn3"), np.zeros((32, 3), np.uint8))
 
 
 def test_nc_matmul_mx_row_tiling_has_no_functional_effect():

@@ -335,8 +335,8 @@ TEST_CASE("kernel_json: all immediates and nc_matmul", "[kernel_json]") {
   CHECK(std::isnan(parse_kernel_json(text).ops[5].imm[0]));
 }
 
-TEST_CASE("kernel_json: a reinterpreting access (dtype) reads, round-trips and keeps the element size", "[kernel_json]") {
-  // x is float32 (4 bytes): a view as uint32 or float8_e4m3fn_x4 keeps the size, bfloat16 does not
+TEST_CASE("kernel_json: a reinterpreting access (dtype) reads and round-trips", "[kernel_json]") {
+  // x is float32 (4 bytes): a view as uint32 or float8_e4m3fn_x4 keeps the size (and the tensor's shape)
   const Kernel k = parse_kernel_json(wrap(
       R"({"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "index": [{"size": 128}], "dtype": "uint32"}},
          {"op": "dma_copy", "dst": {"tensor": "t", "dtype": "float8_e4m3fn_x4"}, "src": {"tensor": "x", "index": [{"size": 128}], "dtype": "float8_e4m3fn_x4"}})"));
@@ -348,10 +348,38 @@ TEST_CASE("kernel_json: a reinterpreting access (dtype) reads, round-trips and k
   CHECK(*k.ops[1].operands[0]->dtype == DType::kFloat8E4M3FNX4);
   check_round_trip(k);
   CHECK_THAT(write_kernel_json(k), Catch::Contains(R"({"tensor": "t", "dtype": "float8_e4m3fn_x4"})"));
-  CHECK(kernel_error(wrap(R"({"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "index": [{"size": 128}], "dtype": "bfloat16"}})"))
-            .code() == ErrorCode::kBadDtype);
   CHECK(kernel_error(wrap(R"({"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "dtype": "float9"}})")).code() ==
         ErrorCode::kUnknownName);
+}
+
+TEST_CASE("kernel_json: a reinterpreting access of another element size indexes the tensor's bytes as its elements",
+          "[kernel_json]") {
+  // spec 3.9 view(dtype): the last dim scaled by the ratio of the sizes. x float32 [256, 512] as bfloat16 is
+  // [256, 1024] (the access's shape, set when read); t float32 [128, 512] as uint8 is [128, 2048], of which the
+  // access takes bytes 8 .. 519 of each partition.
+  const Kernel k = parse_kernel_json(wrap(
+      R"({"op": "dma_copy", "dst": {"tensor": "t", "dtype": "bfloat16", "index": [{"size": 128}, {"size": 1024}]},
+          "src": {"tensor": "x", "index": [{"start": 128, "size": 128}], "dtype": "bfloat16"}},
+         {"op": "tensor_copy", "dst": {"tensor": "t", "dtype": "uint8", "index": [{"size": 128}, {"start": 8, "size": 512}]},
+          "src": {"tensor": "t", "dtype": "uint8", "shape": [128, 4, 512], "index": [{"size": 128}, {"start": 1, "size": 1}, {"size": 512}]}})"));
+  REQUIRE(k.ops.size() == 2);
+  const Access& src = *k.ops[0].operands[1];
+  CHECK(src.shape == std::vector<int64_t>{256, 1024});
+  CHECK(src.dims[1].size == 1024);  // the index's missing dims cover the scaled shape
+  CHECK(k.ops[0].operands[0]->shape == std::vector<int64_t>{128, 1024});
+  CHECK(k.ops[1].operands[0]->shape == std::vector<int64_t>{128, 2048});
+  CHECK(k.ops[1].operands[1]->shape == std::vector<int64_t>{128, 4, 512});  // a re-dimensioning of the bytes
+  check_round_trip(k);
+  // A re-dimensioning keeps the count of the new elements; the last dim's bytes must divide. (An index past the
+  // scaled shape is verify()'s E408: tests/python/test_view_dtype.py.)
+  CHECK(kernel_error(wrap(R"({"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "dtype": "bfloat16", "shape": [256, 512], "index": [{"size": 128}]}})"))
+            .code() == ErrorCode::kBadReshape);
+  const std::string odd = R"({"nsim_kernel": 1, "tensors": [{"name": "x", "buffer": "hbm", "kind": "input", "dtype": "bfloat16", "shape": [128, 3]}],
+"body": [{"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 3]}},
+         {"op": "dma_copy", "dst": "t", "src": {"tensor": "x", "dtype": "float32"}}]})";
+  const Error e = kernel_error(odd);
+  CHECK(e.code() == ErrorCode::kBadDtype);
+  CHECK_THAT(e.what(), Catch::Contains("6 bytes are not a whole number of 4-byte elements"));
 }
 
 TEST_CASE("kernel_json: a re-dimensioned access (shape) reads, round-trips and keeps elements and partitions", "[kernel_json]") {

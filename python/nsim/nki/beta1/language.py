@@ -792,6 +792,7 @@ class Tensor(NkiTensor):
         inside ``box`` (coordinates of the transposed view's shape, a mask's rectangle); without one, a view
         reaching out of bounds raises (its mask must clip it)."""
         v = NkiTensor(self._st, self._dims, self._tracer)
+        v._dt = self._dt  # (a reinterpreting view keeps its dtype)
         if box is None:
             if self._t2d_oob:
                 raise make_error("IndexOutOfBounds", self._t2d_oob)
@@ -986,6 +987,7 @@ class Tensor(NkiTensor):
         order = [axis_of[bi] for bi in sorted(axis_of)]
         if order == [1, 0] and nd == 2 and self._st.buffer == "hbm":
             v = type(self)(self._st, dims, self._tracer)
+            v._dt = self._dt
             v._t2d = True
             v._t2d_oob = oob  # (an out-of-bounds window: only under a mask that clips it)
             v._keys = tuple(key)
@@ -1015,6 +1017,7 @@ class Tensor(NkiTensor):
         if self._st.buffer in _tr.ON_CHIP and not dims[0][3] and kept and kept[0] == 0:
             dims[0][3] = True  # on-chip views keep the partition dim
         v = type(self)(self._st, dims, self._tracer)
+        v._dt = self._dt  # (a view of a reinterpreting view keeps its dtype)
         v._adv = (self, items, tuple(rshape), oob)
         v._keys = tuple(key)
         return v
