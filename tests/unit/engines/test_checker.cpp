@@ -280,7 +280,7 @@ Instr scale(const Operand& dst, const Operand& src, float k) {
 
 }  // namespace
 
-TEST_CASE("checker: element-wise ops over a half-written tile report nothing; a store of the written rows neither",
+TEST_CASE("checker: element-wise ops over a half-written tile report nothing, nor does a store of the written rows",
           "[check]") {
   // The ragged-last-tile pattern: a masked load writes rows 0..63, element-wise ops run over all 128, the
   // masked store writes rows 0..63 back. The garbage rows never leave the chip.
@@ -386,7 +386,7 @@ TEST_CASE("checker: a matmul of a tainted moving tile taints its output, the sto
   CHECK(s->check_reports()[0].detail.find("first read by tensor_scalar (data)") != std::string::npos);
 }
 
-TEST_CASE("checker: a transposed half-written tile is tainted by columns; its good columns store cleanly", "[check]") {
+TEST_CASE("checker: a transposed half-written tile is tainted by columns, its good columns store cleanly", "[check]") {
   // [128, 64] with rows 0..71 written -> nc_transpose -> [64, 128] whose columns 72..127 are garbage. The good
   // columns, copied out element-wise and stored, report nothing; the bad ones report at the store.
   for (const bool vector : {false, true}) {

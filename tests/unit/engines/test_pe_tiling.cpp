@@ -73,7 +73,7 @@ TEST_CASE("PE tiling: matmuls on the four 32-row tiles of trn2 run side by side"
   }
 }
 
-TEST_CASE("PE tiling: tiles that share cells wait for each other; trn1 has two 64-row tiles", "[timing][tensor][pe_tiling]") {
+TEST_CASE("PE tiling: tiles that share cells wait for each other, trn1 has two 64-row tiles", "[timing][tensor][pe_tiling]") {
   {  // trn2: a 64-row tile at 0 and a 32-row tile at 32 share cell row 1: the second MM waits for the first's II
     // (13.333 + 213.333 = 226.667 ns; its LS loaded the shadow weights once the first MM started).
     auto s = make_sim("trn2", {"tensor.throttle.enabled=false"});

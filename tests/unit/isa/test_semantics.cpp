@@ -232,7 +232,7 @@ TEST_CASE("row_f32 points into contiguous fp32 rows and converts every other row
     }
 }
 
-TEST_CASE("dma_copy between overlapping views reads all of the source first; apart, row by row", "[semantics]") {
+TEST_CASE("dma_copy between overlapping views reads all of the source first, apart row by row", "[semantics]") {
   ArchState st;
   // one buffer of 3 partitions x 8 fp32 (pitch 8); src = columns 0..5, dst = columns 1..6 of the same rows
   Tile whole = tile(DType::kFloat32, 3, {8});
