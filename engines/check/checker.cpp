@@ -441,6 +441,21 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
     // mark their elements. Any other read counts (and marks) every bad element.
     const bool acc_dst = written;
     const int64_t elems = o.elems_per_partition();
+    // A predicated copy reads only the src elements its predicate selects: the others' garbage goes nowhere.
+    const std::vector<uint8_t>* sel = nullptr;
+    if (in.op == isa::Opcode::kTensorCopyPredicated && s == 1 && views[2].valid() && views[2].elems() == elems &&
+        views[2].partitions == o.num_partitions) {
+      const bool rev = (in.flags & isa::kReversePred) != 0;
+      pred_sel_.assign(static_cast<size_t>(o.num_partitions) * static_cast<size_t>(elems), 0);
+      pred_row_.resize(static_cast<size_t>(elems));
+      for (uint32_t p = 0; p < o.num_partitions; ++p) {
+        isa::read_row(views[2], p, pred_row_.data());
+        for (int64_t e = 0; e < elems; ++e)
+          pred_sel_[static_cast<size_t>(p) * static_cast<size_t>(elems) + static_cast<size_t>(e)] =
+              (pred_row_[static_cast<size_t>(e)] != 0.0f) != rev;
+      }
+      sel = &pred_sel_;
+    }
     int64_t bad = 0, unwritten = 0, first_el = -1, last_el = -1;
     uint32_t first_p = 0, last_p = 0;
     bool marked = false;  // bad_mask_ holds this operand's bad elements (those propagated)
@@ -458,6 +473,9 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
         bool ok = true, nw = false;
         for (int64_t j = 0; j < eb; ++j) ok &= good(b[j]), nw |= never(b[j]);
         if (ok) continue;
+        if (sel && !(*sel)[static_cast<size_t>(p - o.start_partition) * static_cast<size_t>(elems) +
+                           static_cast<size_t>(el0 + i)])
+          continue;  // not selected: not read
         ++bad;
         unwritten += nw;
         for (int64_t j = 0; j < eb && !first_taint; ++j)
@@ -680,11 +698,14 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     if (finite_row(v, row, &bp, &bi, &bv)) continue;
     // Non-finite output: were the inputs finite? (the matmul's stationary operand was loaded earlier)
     bool inputs_finite = in.op != isa::Opcode::kMultiplyMoving || stationary_finite_;
+    // dst is an input too where the op keeps some of its elements: an accumulation, and a predicated copy (an
+    // element whose predicate is false keeps what dst held: the -inf of nl.where(c, x, -inf)'s memset)
+    const bool keeps_dst = (in.flags & isa::kAccumulate) || in.op == isa::Opcode::kTensorCopyPredicated;
     for (int r = 0; r < info.num_slots && inputs_finite; ++r) {
       const isa::TileView& u = views[static_cast<size_t>(r)];
-      const bool reads = !info.slots[static_cast<size_t>(r)].written || (r == 0 && (in.flags & isa::kAccumulate));
+      const bool reads = !info.slots[static_cast<size_t>(r)].written || (r == 0 && keeps_dst);
       if (!u.valid() || !reads || !dtype_is_float(u.dtype)) continue;
-      if (r == s && !(in.flags & isa::kAccumulate)) continue;
+      if (r == s && !keeps_dst) continue;
       inputs_finite = finite_row(u, row, nullptr, nullptr, nullptr);
     }
     if (!inputs_finite) return;

@@ -175,6 +175,8 @@ class Checker {
   /// Scratch, reused (the slow path only): bad_mask_ the bad elements of the operand being scanned (its
   /// partitions x elements), cols_ the output columns a matmul's moving taints, sel_ a transpose's selection.
   std::vector<uint8_t> taint_mask_, taint_rows_, bad_mask_, cols_;
+  std::vector<uint8_t> pred_sel_;  ///< a predicated copy's selected src elements (before())
+  std::vector<float> pred_row_;    ///< (its predicate row)
   std::vector<int64_t> sel_;
   /// The loaded stationary's bad elements (load_stationary -> the multiply_moving after it): st_mask_ over
   /// its st_parts_ x st_elems_ elements when st_bad_; st_all_: all bad (a bad stationary_scale); st_origin_

@@ -1045,16 +1045,20 @@ def where(condition, x, y, dtype=None, name=None, **kwargs):
     _tensor_arg(condition, "where", "condition")
     isa = _isa()
     shape = tuple(condition.shape)
+    for v in (x, y):  # the three broadcast together (numpy.where; a (P, 1) condition selects whole rows)
+        if isinstance(v, NkiTensor):
+            shape = _bshape(shape, v.shape, "nl.where")
     dt = np.dtype(dtype) if dtype is not None else promote(_dt_of(x), _dt_of(y))
     out = _new_tile(shape, dt)
     if _is_scalar(y):
         isa.memset(out, y)
     else:
         isa.tensor_copy(dst=out, src=broadcast_to(y, shape))
-    pred = condition
+    pred = condition if tuple(condition.shape) == shape else broadcast_to(condition, shape)
     if pred.dtype.name not in ("uint8", "int8", "uint16", "int16", "int32", "uint32", "bool"):
+        cond = pred
         pred = _new_tile(shape, np.uint8)
-        isa.tensor_scalar(dst=pred, data=condition, op0="not_equal", operand0=0.0)
+        isa.tensor_scalar(dst=pred, data=cond, op0="not_equal", operand0=0.0)
     isa.tensor_copy_predicated(dst=out, src=x if _is_scalar(x) else broadcast_to(x, shape), predicate=pred)
     return out
 
