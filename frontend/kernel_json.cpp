@@ -111,7 +111,7 @@ std::vector<std::string> alu_names() {
 
 std::vector<std::string> act_names() {
   std::vector<std::string> v;
-#define ACT(e, name) v.emplace_back(name);
+#define ACT(e, name, ...) v.emplace_back(name);
 #include "isa/act_funcs.def"
 #undef ACT
   return v;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <iterator>
+#include <limits>
 #include <type_traits>
 
 namespace nsim::isa {
@@ -56,7 +57,13 @@ constexpr const char* kFlagNames[] = {
 #undef FLAG
 };
 constexpr const char* kAct[] = {
-#define ACT(e, name) name,
+#define ACT(e, name, ...) name,
+#include "isa/act_funcs.def"
+#undef ACT
+};
+constexpr double kAnyInput = std::numeric_limits<double>::infinity();
+constexpr ActRange kActRange[] = {
+#define ACT(e, name, lo, hi, magnitude) {lo, hi, (magnitude) != 0},
 #include "isa/act_funcs.def"
 #undef ACT
 };
@@ -171,6 +178,8 @@ std::optional<AluOp> alu_from_name(std::string_view s) {
     if (s == kAlu[i].name) return static_cast<AluOp>(i);
   return std::nullopt;
 }
+ActRange act_valid_range(ActFunc f) { return kActRange[static_cast<size_t>(f)]; }
+
 std::string_view act_name(ActFunc f) { return kAct[static_cast<int>(f)]; }
 std::optional<ActFunc> act_from_name(std::string_view s) {
   for (size_t i = 0; i < std::size(kAct); ++i)

@@ -119,17 +119,24 @@ std::string_view alu_set_name(AluSet s);  ///< "tensor_partition_reduce.op", ...
 std::string alu_set_members(AluSet s);    ///< "add, average, maximum, ..." (for messages)
 
 enum class ActFunc : uint8_t {
-#define ACT(e, name) e,
+#define ACT(e, name, ...) e,
 #include "isa/act_funcs.def"
 #undef ACT
 };
 inline constexpr int kNumActFuncs = 0
-#define ACT(e, name) +1
+#define ACT(e, name, ...) +1
 #include "isa/act_funcs.def"
 #undef ACT
     ;
 std::string_view act_name(ActFunc f);
 std::optional<ActFunc> act_from_name(std::string_view s);
+/// The input range over which the hardware's activation function is valid (isa/act_funcs.def, spec 3.5):
+/// [lo, hi], of |x| when `magnitude`; infinite bounds for a function valid everywhere.
+struct ActRange {
+  double lo, hi;
+  bool magnitude;
+};
+ActRange act_valid_range(ActFunc f);
 
 /// reduce_cmd of the accumulator registers (spec 2.0).
 enum class ReduceCmd : uint8_t { kIdle = 0, kReset = 1, kReduce = 2, kResetReduce = 3, kLoadReduce = 4 };

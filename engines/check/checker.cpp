@@ -409,9 +409,44 @@ void Checker::check_registers(const Instr& in, const SourceLoc& where) {
   reg_origin_ = first;
 }
 
+void Checker::check_activation_range(const Instr& in, const isa::Views& views, uint64_t index,
+                                     const SourceLoc& where) {
+  // The function's input, data * scale + bias (activation's semantics), against the function's valid range on the
+  // hardware (spec 3.5): the first element outside it is reported. 0 is not checked (log / rsqrt / reciprocal of 0
+  // give an infinity, NSIM-W503's; sqrt(0) is 0), nor are NaN / inf inputs (reported where they were produced).
+  if (in.op != isa::Opcode::kActivation && in.op != isa::Opcode::kActivationReduce) return;
+  const isa::ActRange r = isa::act_valid_range(in.act);
+  if (std::isinf(r.lo) && std::isinf(r.hi)) return;
+  const isa::TileView& data = views[1];
+  if (!data.valid()) return;
+  // the bounds as fp32 rounds them (an input of float(pi) is in range)
+  const auto lo = static_cast<float>(r.lo), hi = static_cast<float>(r.hi);
+  const int64_t n = data.elems();
+  pred_row_.resize(static_cast<size_t>(n));
+  float s1 = 0.0f;
+  for (uint32_t p = 0; p < data.partitions; ++p) {
+    float sc = in.imm[2], bi = in.imm[3];
+    if (views[3].valid()) isa::read_row(views[3], p, &s1), sc = s1;
+    if (views[2].valid()) isa::read_row(views[2], p, &s1), bi = s1;
+    isa::read_row(data, p, pred_row_.data());
+    for (int64_t j = 0; j < n; ++j) {
+      const float x = pred_row_[static_cast<size_t>(j)] * sc + bi;
+      const float v = r.magnitude ? std::fabs(x) : x;
+      if (x == 0.0f || !std::isfinite(x) || (v >= lo && v <= hi)) continue;
+      report(CheckKind::kActivationOutOfRange, in, 1, index, where,
+             fmt::format("{}'s input data * scale + bias is {} at partition {} element {}, outside the valid range "
+                         "{}[{}, {}] of the hardware's function (spec 3.5: nsim computes the true value; the "
+                         "hardware's is invalid there)",
+                         isa::act_name(in.act), x, p, j, r.magnitude ? "+-" : "", r.lo, r.hi));
+      return;
+    }
+  }
+}
+
 void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
                      const SlotTags* tags) {
   check_registers(in, where);
+  check_activation_range(in, views, index, where);
   casts_before_ = cast_overflows();
   taint_pending_ = false;
   taint_all_ = false;

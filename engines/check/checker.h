@@ -39,6 +39,7 @@ enum class CheckKind : uint8_t {
   kAffineWriteConflict,
   kCastOutOfRange,
   kDmaRace,
+  kActivationOutOfRange,
   kCount
 };
 
@@ -67,6 +68,9 @@ inline constexpr std::array<CheckInfo, static_cast<size_t>(CheckKind::kCount)> k
     {"NSIM-W506", "dma-race",
      "order the two cores' accesses with nisa.core_barrier on the shared tensor (or a sendrecv) between the "
      "write and the other core's access, or give each core its own part of the tensor"},
+    {"NSIM-W507", "activation-out-of-range",
+     "bring the function's input (data * scale + bias) into its valid range first: reduce angles to [-pi, pi] before "
+     "sin (nl.sin does: x mod 2pi, then a bias of -pi), clamp before log / sqrt / rsqrt / reciprocal"},
 }};
 
 /// One report of the sanitizer.
@@ -140,6 +144,8 @@ class Checker {
   /// where no instruction reset or loaded them yet reads what an earlier kernel left: what it writes from them
   /// (reduce_res; a scan's dst) is tainted (reg_taint_slot_), reported where the garbage is used (W501).
   void check_registers(const isa::Instr& in, const SourceLoc& where);
+  /// NSIM-W507: an activation's function input outside the function's valid range (isa::act_valid_range).
+  void check_activation_range(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where);
   /// Registers set (reset or loaded) so far, ScalarE's and VectorE's, by partition.
   std::array<std::array<bool, 128>, 2> regs_set_{};
   int reg_taint_slot_ = -1;  ///< before() -> after(): the slot written from never-set registers (-1: none)

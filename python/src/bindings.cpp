@@ -977,7 +977,7 @@ std::vector<std::string> alu_ops() {
 
 std::vector<std::string> act_funcs() {
   return {
-#define ACT(e, name) name,
+#define ACT(e, name, ...) name,
 #include "isa/act_funcs.def"
 #undef ACT
   };

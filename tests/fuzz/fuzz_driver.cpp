@@ -131,7 +131,7 @@ Vocabulary make_vocabulary(const std::vector<Json>& seeds) {
 #define ALU(e, name, ...) v.add("alu0", name), v.add("alu1", name);
 #include "isa/alu_ops.def"
 #undef ALU
-#define ACT(e, name) v.add("act", name);
+#define ACT(e, name, ...) v.add("act", name);
 #include "isa/act_funcs.def"
 #undef ACT
 #define FLAG(e, name, desc) v.add("flags", name);

@@ -807,3 +807,69 @@ def test_check_affine_range_inplace_accumulation():
     reps = _reports(make(True), a)
     assert [r["check"] for r in reps] == ["affine-write-conflict"]
     assert reps[0]["tensor"] == "acc" and reps[0]["line"] == _line_of("# BUG-RUNNING")
+
+
+# --------------------------------------------------------------------------------------------------
+# NSIM-W507: an activation's input outside the valid range of the hardware's function (spec 3.5)
+# --------------------------------------------------------------------------------------------------
+
+
+def _act_kernel(op, scale=1.0, bias=None):
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        o = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=o, op=op, data=t, scale=scale, bias=bias)  # ACT-LINE
+        nisa.dma_copy(dst=out, src=o)
+        return out
+    return k
+
+
+def test_check_activation_input_out_of_range():
+    rng = np.random.default_rng(20)
+    angles = rng.uniform(-3.0, 3.0, (128, 32)).astype(np.float32)
+    assert _reports(_act_kernel(nl.sin), angles) == []
+    wide = angles.copy()
+    wide[5, 7] = 12.5  # an unreduced RoPE angle: the hardware's sin extrapolates a cubic there
+    reps = _reports(_act_kernel(nl.sin), wide)
+    assert [r["check"] for r in reps] == ["activation-out-of-range"]
+    r = reps[0]
+    assert r["code"] == "NSIM-W507" and r["op"] == "activation" and r["line"] == _line_of("# ACT-LINE")
+    assert "12.5 at partition 5 element 7" in r["detail"]
+    # the function's input is data * scale + bias: scale 0.2 brings 12.5 to 2.5 (in range); a bias of 1.0 moves
+    # 2.9 past pi
+    assert _reports(_act_kernel(nl.sin, scale=0.2), wide) == []
+    assert [r["check"] for r in _reports(_act_kernel(nl.sin, bias=1.0), np.full((128, 4), 2.9, np.float32))] == \
+        ["activation-out-of-range"]
+    # arctan on [-pi/2, pi/2]; reciprocal by magnitude (+-[2^-42, 2^42]); log above 2^64. 0 is not checked (log(0)
+    # is -inf: NSIM-W503's), nor is sqrt of 0.
+    assert [r["check"] for r in _reports(_act_kernel(nl.arctan), np.full((128, 4), 2.0, np.float32))] == \
+        ["activation-out-of-range"]
+    assert _reports(_act_kernel(nl.reciprocal), np.full((128, 4), -3.0e-14, np.float32)) != []
+    assert _reports(_act_kernel(nl.reciprocal), np.full((128, 4), -3.0e-6, np.float32)) == []
+    assert _reports(_act_kernel(nl.log), np.full((128, 4), 1e20, np.float32)) != []
+    assert _reports(_act_kernel(nl.sqrt), np.zeros((128, 4), np.float32)) == []
+
+
+def test_nl_sin_reduces_its_argument_first():
+    """nl.sin(x) is a range reduction (one tensor_scalar: x + pi mod 2 pi) and the sin activation with a bias of -pi
+    (spec 3.6), so any angle is in the activation's range: no NSIM-W507, sin within an fp32 phase error of |x|."""
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=out, src=nl.sin(t))
+        return out
+
+    x = (np.random.default_rng(21).standard_normal((128, 64)) * 200).astype(np.float32)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = k(x)
+    assert [m for m in w if issubclass(m.category, tracer.CheckWarning)] == []
+    x64 = x.astype(np.float64)
+    assert (np.abs(got - np.sin(x64)) <= 2 * np.spacing(np.float32(np.abs(x64) + 2 * np.pi)) + 1e-6).all()
+    ops = [s["op"] for s in k.last_json["body"] if "op" in s]
+    assert ops.count("tensor_scalar") == 1 and ops.count("activation") == 1

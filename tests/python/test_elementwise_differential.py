@@ -83,10 +83,10 @@ def _inputs(domain, dt, seed):
     if domain == "pos":  # log / sqrt / rsqrt: inside the valid ranges of §3.5
         v = np.exp(rng.uniform(-20, 20, n))
         v[:6] = [1.0, 0.5, 2.0, 1e-6, 1e6, 3.0]
-    elif domain == "trig":  # sin: [-pi, pi] (§3.5)
-        v = rng.uniform(-np.pi, np.pi, n)
-        v[:5] = [0.0, np.pi / 2, -np.pi / 2, 3.0, -3.0]
-    elif domain == "wide":  # cos / tan: range-reduced in nsim
+    elif domain == "atan":  # arctan: [-pi/2, pi/2] (§3.5; outside it NSIM-W507)
+        v = rng.uniform(-np.pi / 2, np.pi / 2, n)
+        v[:5] = [0.0, 1.0, -1.0, 1.5, -1.5]
+    elif domain == "wide":  # sin / cos / tan: range-reduced by nl.sin / nl.cos / nl.tan (§3.6)
         v = rng.uniform(-30, 30, n)
         v[:4] = [0.0, 1.0, -1.0, 10.0]
     elif domain == "nonzero":
@@ -145,8 +145,8 @@ _UNARY_ACT = {  # name: (reference on float64, domain)
     "mish": (lambda x: x * np.tanh(np.logaddexp(0, x)), "any"),
     "erf": (_erf, "any"), "erf_dx": (lambda x: 2 / np.sqrt(np.pi) * np.exp(-x * x), "any"),
     "sqrt": (np.sqrt, "pos"), "rsqrt": (lambda x: 1 / np.sqrt(x), "pos"), "reciprocal": (lambda x: 1 / x, "nonzero"),
-    "arctan": (np.arctan, "any"), "sign": (np.sign, "any"), "square": (np.square, "any"), "abs": (np.abs, "any"),
-    "sin": (np.sin, "trig"), "cos": (np.cos, "wide"), "tan": (np.tan, "wide"),
+    "arctan": (np.arctan, "atan"), "sign": (np.sign, "any"), "square": (np.square, "any"), "abs": (np.abs, "any"),
+    "sin": (np.sin, "wide"), "cos": (np.cos, "wide"), "tan": (np.tan, "wide"),
 }
 _EXACT_UNARY = {"relu", "sign", "abs", "square"}  # fp32-exact results (square: one rounding)
 _UNARY_ALU = {  # name: (reference on fp32 / int64, domain, dtypes)
@@ -227,7 +227,7 @@ def _plan(kind, name, dt, seed, dialect="new"):
     if kind == "act":
         ref, dom = _UNARY_ACT[name]
         x = _inputs(dom, dt, seed)
-        mode = "exact32" if name in _EXACT_UNARY else ("phase" if name in ("cos", "tan") else "tr")
+        mode = "exact32" if name in _EXACT_UNARY else ("phase" if name in ("sin", "cos", "tan") else "tr")
         return [x], ref(x.astype(np.float32).astype(np.float64)), dt, mode
     if kind == "alu1":
         ref, dom, _ = _UNARY_ALU[name]
@@ -336,11 +336,11 @@ def _check(kind, name, dt, ins, got, ref, want_dt, mode, dialect):
     if name == "logical_not":
         ref = np.asarray(ref).astype(want_dt)
         mode = "exact"
-    if mode == "phase":  # nl.cos / nl.tan: the documented fp32 range reduction (docs/timing-model.md, nl.cos /
-        # nl.tan) costs up to about an ulp of |x| + 2 pi in phase, i.e. that times |f'(x)| in value
+    if mode == "phase":  # nl.sin / nl.cos / nl.tan: the documented fp32 range reduction (docs/timing-model.md,
+        # nl.cos / nl.tan) costs up to about an ulp of |x| + 2 pi in phase, i.e. that times |f'(x)| in value
         x = ins[0].astype(np.float64)
         dphase = 2 * np.spacing(np.float32(np.abs(x) + 2 * np.pi)).astype(np.float64)
-        deriv = np.abs(np.sin(x)) if name == "cos" else 1 + np.tan(x) ** 2
+        deriv = np.abs(np.sin(x)) if name == "cos" else np.abs(np.cos(x)) if name == "sin" else 1 + np.tan(x) ** 2
         ok = np.abs(got.astype(np.float64) - ref) <= dphase * deriv + 4e-6 * np.abs(ref) + \
             (0 if dt == F32 else np.abs(ref) * float(np.finfo(np.float16).eps if dt == F16 else 2.0 ** -7))
         assert got.dtype == dt and got.shape == (P, F)

@@ -496,7 +496,7 @@ def _call_opcode(op, args, kwargs, prefix="nki.language"):
         return _reduce_call(_REDUCE[n], n, *args, **kwargs)
     if n == "copy":
         return copy_(*args, **kwargs)
-    if n in _TRIG:
+    if n in _TRIG or n == "sin":
         return _trig_call(n, *args, **kwargs)
     if n in _BINARY:
         return _binary_call(op, *args, **kwargs)
@@ -760,10 +760,13 @@ def _sin_shifted(x, shift, period, dtype):
 
 
 def _trig_call(n, x, dtype=None, name=None, **kwargs):
-    """``nl.cos(x)``: sin(x + pi/2) after a range reduction (2 instructions). ``nl.tan(x)``: sin(r) / cos(r) of
-    the argument reduced to a period pi (r = mod(x + pi/2, pi) - pi/2; 5 instructions)."""
+    """``nl.sin(x)``: a range reduction and the sin activation (2 instructions, spec 3.6: ScalarE's sin is valid on
+    [-pi, pi] only, 3.5). ``nl.cos(x)``: sin(x + pi/2) likewise. ``nl.tan(x)``: sin(r) / cos(r) of the argument
+    reduced to a period pi (r = mod(x + pi/2, pi) - pi/2; 5 instructions)."""
     _tensor_arg(x, n)
     dt = dtype if dtype is not None else x.dtype
+    if n == "sin":
+        return _sin_shifted(x, 0.0, 2 * np.pi, dt)
     if n == "cos":
         return _sin_shifted(x, np.pi / 2, 2 * np.pi, dt)
     red = _new_tile(x.shape, np.float32)

@@ -27,7 +27,7 @@ constexpr int kNumAlu = 0
 #undef ALU
     ;
 constexpr int kNumAct = 0
-#define ACT(e, name) +1
+#define ACT(e, name, ...) +1
 #include "isa/act_funcs.def"
 #undef ACT
     ;
@@ -1449,4 +1449,25 @@ TEST_CASE("default_engine: an all-int32 tensor_tensor runs on GpSimd", "[isa]") 
   CHECK(nsim::isa::default_engine(tt(DType::kInt32, DType::kFloat32, Space::kSbuf)) == Engine::kVector);
   CHECK(nsim::isa::default_engine(tt(DType::kInt32, DType::kInt32, Space::kPsum)) == Engine::kVector);  // GpSimd: no PSUM
   CHECK(nsim::isa::default_engine(tt(DType::kFloat32, DType::kFloat32, Space::kSbuf)) == Engine::kVector);
+}
+
+TEST_CASE("act_valid_range: the valid input ranges of spec 3.5, from isa/act_funcs.def", "[isa]") {
+  // Bounded: log [2^-64, 2^64], sin [-pi, pi], arctan [-pi/2, pi/2], sqrt [2^-116, 2^118], rsqrt [2^-87, 2^97],
+  // reciprocal +-[2^-42, 2^42] (of |x|); every other function takes any input.
+  const ActRange sin = act_valid_range(ActFunc::kSin);
+  CHECK(sin.lo == Approx(-3.141592653589793));
+  CHECK(sin.hi == Approx(3.141592653589793));
+  CHECK_FALSE(sin.magnitude);
+  CHECK(act_valid_range(ActFunc::kLog).lo == std::ldexp(1.0, -64));
+  CHECK(act_valid_range(ActFunc::kRsqrt).hi == std::ldexp(1.0, 97));
+  const ActRange rec = act_valid_range(ActFunc::kReciprocal);
+  CHECK((rec.magnitude && rec.lo == std::ldexp(1.0, -42) && rec.hi == std::ldexp(1.0, 42)));
+  int bounded = 0;
+  for (int i = 0; i < kNumAct; ++i) {
+    const ActRange r = act_valid_range(static_cast<ActFunc>(i));
+    CHECK(r.lo < r.hi);
+    bounded += !(std::isinf(r.lo) && std::isinf(r.hi));
+  }
+  CHECK(bounded == 6);
+  CHECK(std::isinf(act_valid_range(ActFunc::kExp).hi));
 }

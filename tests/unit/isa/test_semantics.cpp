@@ -783,7 +783,7 @@ TEST_CASE("activation: f(data*scale + bias) with vectors and immediates", "[sema
 TEST_CASE("activation every function through the instruction", "[semantics]") {
   ArchState st;
   const ActFunc all[] = {
-#define ACT(e, name) ActFunc::e,
+#define ACT(e, name, ...) ActFunc::e,
 #include "isa/act_funcs.def"
 #undef ACT
   };
