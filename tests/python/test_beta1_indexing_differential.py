@@ -257,3 +257,30 @@ def test_masked_load_matches_numpy(b1, seed):
             failures.append("{} (mask on item {}): wrong values".format(_describe(shape, rshape, items), d))
     assert checked >= CASES // 4, checked
     assert not failures, "\n".join(failures)
+
+
+def test_non_affine_index_expressions_are_an_nsim_error(b1):
+    """A product of two aranges (``nisa.iota(i_p * i_f)``, ``x[i_p * i_f]``) is not affine: NSIM-E407 BadIndex at the
+    kernel's line (was a bare Python TypeError from ``*``); an integer multiple stays affine."""
+    nki, nl, nisa = b1
+    from nsim.tracer import NsimError
+
+    @nki.jit
+    def product(x):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        i_p, i_f = nl.mgrid[0:128, 0:64]
+        nl.store(out[i_p, i_f], value=nisa.iota(i_p * i_f, dtype=nl.float32))
+        return out
+
+    with pytest.raises(NsimError, match="E407.*product of two nl.arange"):
+        product(np.zeros((128, 64), np.float32))
+
+    @nki.jit
+    def scaled(x):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        i_p, i_f = nl.mgrid[0:128, 0:64]
+        nl.store(out[i_p, i_f], value=nisa.iota(3 * i_p + i_f * 2, dtype=nl.float32))
+        return out
+
+    p, f = np.mgrid[0:128, 0:64]
+    np.testing.assert_array_equal(scaled(np.zeros((128, 64), np.float32)), (3 * p + 2 * f).astype(np.float32))

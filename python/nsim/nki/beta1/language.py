@@ -518,6 +518,9 @@ class IndexExpr:
         if isinstance(other, (int, np.integer)) and not isinstance(other, (bool, np.bool_)):
             k = int(other)
             return IndexExpr(self.offset * k, {a: c * k for a, c in self.coefs.items()}, self.shape, self.src)
+        if isinstance(other, IndexExpr):  # (was a bare TypeError from Python)
+            raise _idx_err("non-affine index expression (a product of two nl.arange / nl.mgrid expressions) is not "
+                           "supported: index expressions are affine (a sum of aranges times integers)")
         return NotImplemented
 
     __rmul__ = __mul__
