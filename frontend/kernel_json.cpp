@@ -875,7 +875,12 @@ class Reader {
     if (const Value* dv = v.find("dtype")) {
       a.dtype = read_dtype(*dv, path + ".dtype", loc);
       retyped = dtype_bytes(*a.dtype) != dtype_bytes(t.dtype);
-      if (retyped && (access_base_shape(t, a).back() == 0 || (t.space != isa::Space::kHbm && t.shape.size() < 2)))
+      if (retyped && t.space != isa::Space::kHbm && t.shape.size() < 2)
+        fail(ErrorCode::kBadDtype, *dv, path + ".dtype",
+             fmt::format("a view of tile {} ({} {}) as {}: a tile of one dim (its partitions) has no free dim for a "
+                         "view of another element size to scale", q(t.name), dtype_name(t.dtype), shape_str(t.shape),
+                         dtype_name(*a.dtype)), loc);
+      if (retyped && access_base_shape(t, a).back() == 0)
         fail(ErrorCode::kBadDtype, *dv, path + ".dtype",
              fmt::format("a view of tensor {} ({} {}) as {}: the last dim's {} bytes are not a whole number of {}-byte "
                          "elements (a reinterpreting view scales the last dim by the ratio of the element sizes)",

@@ -380,6 +380,10 @@ TEST_CASE("kernel_json: a reinterpreting access of another element size indexes 
   const Error e = kernel_error(odd);
   CHECK(e.code() == ErrorCode::kBadDtype);
   CHECK_THAT(e.what(), Catch::Contains("6 bytes are not a whole number of 4-byte elements"));
+  const std::string one_dim = R"({"nsim_kernel": 1, "tensors": [{"name": "x", "buffer": "hbm", "kind": "input", "dtype": "float32", "shape": [128]}],
+"body": [{"alloc": {"name": "u", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128]}},
+         {"op": "dma_copy", "dst": "x", "src": {"tensor": "u", "dtype": "float32"}}]})";
+  CHECK_THAT(kernel_error(one_dim).what(), Catch::Contains("has no free dim"));
 }
 
 TEST_CASE("kernel_json: a re-dimensioned access (shape) reads, round-trips and keeps elements and partitions", "[kernel_json]") {
