@@ -1353,7 +1353,7 @@ class BlockTensor:
 
 _RETARGET_OPS = frozenset(("dma_copy", "activation", "tensor_tensor", "tensor_scalar", "tensor_copy", "tensor_reduce",
                            "memset", "iota", "reciprocal", "nc_matmul", "nc_transpose", "activation_reduce",
-                           "scalar_tensor_tensor", "affine_select", "dma_transpose"))
+                           "scalar_tensor_tensor", "affine_select", "dma_transpose", "bn_stats", "bn_aggr"))
 # instructions that move bytes without an output cast: they write a view directly only of the value's dtype
 _NO_CAST_OPS = frozenset(("dma_transpose",))
 
