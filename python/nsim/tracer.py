@@ -4046,6 +4046,10 @@ def run(tres, config="trn2", **sim_kwargs):
             return None if a is None else a.reshape(v[1])
         if tag is dict:
             return {kk: build(x) for kk, x in v.items()}
+        if tag is list:  # spec 1.6: a tuple/list of tensors -> a tuple of arrays, in order
+            tag = tuple
+        if hasattr(tag, "_fields"):  # a namedtuple takes its fields positionally
+            return tag(*(build(x) for x in v))
         return tag(build(x) for x in v)
 
     for arr, name in tres.writeback:
@@ -4062,7 +4066,12 @@ def run(tres, config="trn2", **sim_kwargs):
     return build(tres.ret_spec), outputs, profile
 
 
-class CheckWarning(UserWarning):
+class NkiWarning(UserWarning):
+    """``nki.NkiWarning`` (spec 4.1): a deprecated-but-accepted form (``nki.jit(mode=...)``, ...) or a hardware rule
+    the kernel may get away with (the sanitizer's reports, :class:`CheckWarning`)."""
+
+
+class CheckWarning(NkiWarning):
     """A report of the sanitizer (``options(check=True)``): ``.report`` is the dict of the report (code,
     check, op, tensor, detail, file, line, function, instruction, count, fix, message)."""
 

@@ -18,6 +18,7 @@ Calling a kernel traces the Python function eagerly into nsim's kernel IR (every
 """
 from __future__ import annotations
 
+import operator
 import warnings
 
 from .. import _kernel
@@ -35,6 +36,9 @@ _PLATFORM = _kernel.PLATFORM_CONFIG
 tensor = NkiTensor
 
 
+NkiWarning = _tracer.NkiWarning  # spec 4.1 (the sanitizer's CheckWarning is one too)
+
+
 class Kernel(_kernel.Kernel):
     """A new-dialect kernel (``@nki.jit``). Calling it with arrays traces and simulates it (spec §1.4,
     §1.8); ``.simulate``, ``.options``, ``.with_schedule``: see :class:`nsim._kernel.Kernel`."""
@@ -48,7 +52,7 @@ class Kernel(_kernel.Kernel):
             raise _tracer.make_error("BadLaunchGrid", "new-dialect kernels take a single LNC degree: kernel[1] or kernel[2]")
         n = getattr(lnc, "lnc_cores", None)  # nl.nc(k)
         try:
-            n = int(lnc) if n is None else int(n)
+            n = operator.index(lnc) if n is None else int(n)  # not int(): 2.5 is no LNC degree
         except (TypeError, ValueError):
             raise _tracer.make_error("BadLaunchGrid", "LNC degree must be 1 or 2, got {!r}".format(lnc)) from None
         if n not in (1, 2):
@@ -59,12 +63,12 @@ class Kernel(_kernel.Kernel):
 def jit(fn=None, **kwargs):
     """``@nki.jit``, ``@nki.jit(**kw)`` or ``nki.jit(fn, **kw)``. Beta-1 kwargs (mode, platform_target,
     ...) are accepted; only platform_target has an effect."""
-    for k in ("mode",):
+    for k in ("mode", "platform_target"):  # spec 1.3: both deprecated in the new dialect
         if k in kwargs:
-            warnings.warn("nki.jit({}=...) is deprecated and ignored by nsim".format(k), DeprecationWarning,
-                          stacklevel=2)
-    if fn is None:
-        return lambda f: jit(f, **kwargs)
+            warnings.warn("nki.jit({}=...) is deprecated{}".format(
+                k, " and ignored by nsim" if k == "mode" else ""), NkiWarning, stacklevel=2)
+    if fn is None:  # not jit(f, **kwargs): that would warn a second time
+        return lambda f: f if isinstance(f, Kernel) and not kwargs else Kernel(f, **kwargs)
     if isinstance(fn, Kernel) and not kwargs:
         return fn
     return Kernel(fn, **kwargs)

@@ -232,7 +232,7 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     if psum and _user_call():  # (Beta 1 and nsim's own conveniences call it too: PSUM is legal there)
         warnings.warn("nisa.dma_copy: {} is in PSUM; NKI 0.3 and later reject a PSUM source or destination of a "
                       "DMA (copy between PSUM and SBUF with nisa.tensor_copy); nsim runs it as Beta 1 / 0.2 did "
-                      "(nki-api.md 2.1)".format(" and ".join(psum)), UserWarning, stacklevel=3)
+                      "(nki-api.md 2.1)".format(" and ".join(psum)), _tr.NkiWarning, stacklevel=3)
     eng = _dge_trigger(dge_mode, _engine(engine, "dma_copy"), dst, src, "dma_copy")
     if (dst._oob or src._oob) and _oob_skip(oob_mode):
         return None  # a register scalar_offset outside its dim (NkiTensor.ap): the transfer is skipped
@@ -334,7 +334,7 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None, dtype=None, **kwargs
     signature) is accepted: the dtype of ``dst`` wins, with a warning when they differ (nki-api.md 1.3)."""
     if dtype is not None and isinstance(dst, NkiTensor) and _tr._dtype_name(dtype) != _tr._dtype_name(dst.dtype):
         warnings.warn("nisa.tensor_copy: dtype={} differs from dst's {}; dst's dtype is written".format(
-            _tr._dtype_name(dtype), _tr._dtype_name(dst.dtype)), UserWarning, stacklevel=2)
+            _tr._dtype_name(dtype), _tr._dtype_name(dst.dtype)), _tr.NkiWarning, stacklevel=2)
     return _tensor_copy(dst, src, engine)
 
 
@@ -707,7 +707,7 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
             src.dtype, dst.dtype))
     if dst.buffer not in _tr.ON_CHIP and _user_call():  # nki-api.md 2.2: accepted, with a warning
         warnings.warn("nisa.dma_transpose: dst is in HBM; the NKI 0.6 signature takes an SBUF dst (the 0.4 "
-                      "migration notes show a shared_hbm one); nsim runs it (nki-api.md 2.2)", UserWarning,
+                      "migration notes show a shared_hbm one); nsim runs it (nki-api.md 2.2)", _tr.NkiWarning,
                       stacklevel=3)
     eng = _dge_trigger(dge_mode, None, dst, src, "dma_transpose")
     if eng == "scalar":  # the hwdge path's shape rules (nki-api.md 2.1)

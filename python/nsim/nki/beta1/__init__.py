@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 
 from ... import _kernel
 from ... import tracer as _tracer
@@ -38,7 +39,11 @@ def _grid_dims(grid):
         grid = (grid,)
     dims, cores = [], []
     for g in grid:
-        n = int(g)
+        try:
+            n = operator.index(g)  # int() would truncate 2.5 or parse "2": no grid size
+        except TypeError:
+            raise _tracer.make_error("BadLaunchGrid", "launch grid sizes must be integers, got {!r}".format(
+                grid)) from None
         if n < 1:
             raise _tracer.make_error("BadLaunchGrid", "launch grid sizes must be >= 1, got {}".format(
                 grid))
