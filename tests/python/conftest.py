@@ -53,6 +53,17 @@ def executed_ops(body):
     return out
 
 
+def run_clean(kernel, *args):
+    """Run ``kernel(*args)`` with every warning (sanitizer reports included) an error: its output."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = kernel(*args)
+    for w in caught:
+        raise AssertionError("unexpected warning: {}".format(w.message))
+    return out
+
+
 def op_counts(kernel):
     """How many instructions of each op the last run of ``kernel`` executed (a Counter by op name)."""
     import collections

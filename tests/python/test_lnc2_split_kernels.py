@@ -35,6 +35,7 @@ import numpy as np
 import pytest
 
 from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
+from conftest import run_clean as _run  # noqa: E402
 
 _core, ml_dtypes = require_core()
 from numeric_helpers import close, close_to_max, f64 as _f64, randn as _randn  # noqa: E402
@@ -48,16 +49,6 @@ lsn = sample_fixture("lnc2_split_kernels_new.py", module_only=True)
 def _launch(k, grid, nl):
     k = k.options(check=True)
     return {None: k, "1": k[1], "2": k[2], "nc2": k[nl.nc(2)]}[grid]
-
-
-def _run(k, *args):
-    """Run kernel ``k`` with every warning (sanitizer reports included) an error."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = k(*args)
-    for w in caught:
-        raise AssertionError("unexpected warning: {}".format(w.message))
-    return out
 
 
 def _bodies(kernel):

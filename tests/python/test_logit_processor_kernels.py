@@ -33,12 +33,12 @@ numpy-exact the first time. The two sanitizer reports met (W503: -3e38 + -3e38 o
 typical-p mask was added onto logits already banned to NEG) and one E204 SBUF overflow (three [B, 8192] fp32 temporaries
 next to a [B, 32768] row) were the kernels' faults, fixed in the kernels.
 """
-import warnings
 
 import numpy as np
 import pytest
 
 from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
+from conftest import run_clean as _run  # noqa: E402
 from conftest import op_counts as _ops  # noqa: E402
 
 _core, ml_dtypes = require_core()
@@ -49,16 +49,6 @@ NEG32 = np.float32(-3.0e38)
 
 lp = sample_fixture("logit_processor_kernels.py", module_only=True)
 lpn = sample_fixture("logit_processor_kernels_new.py", module_only=True)
-
-
-def _run(k, *args):
-    """Run kernel ``k`` with every warning (sanitizer reports included) an error."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = k(*args)
-    for w in caught:
-        raise AssertionError("unexpected warning: {}".format(w.message))
-    return out
 
 
 # --------------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ import numpy as np
 import pytest
 
 from conftest import require_core, sample_fixture  # noqa: E402
+from conftest import run_clean as _run  # noqa: E402
 from conftest import op_counts as _ops  # noqa: E402
 
 _core, ml_dtypes = require_core()
@@ -49,16 +50,6 @@ BF16 = ml_dtypes.bfloat16
 
 ns = sample_fixture("norm_stats_kernels.py")
 nsn = sample_fixture("norm_stats_kernels_new.py", module_only=True)
-
-
-def _run(k, *args):
-    """Run kernel ``k`` with every warning (sanitizer reports included) an error."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = k(*args)
-    for w in caught:
-        raise AssertionError("unexpected warning: {}".format(w.message))
-    return out
 
 
 def _vec(C, seed, lo=None):

@@ -24,12 +24,12 @@ beating the element-granular DMA-only one and the 128-partition interleaved colo
 3-partition planar matmul.
 
 No nsim fix was needed by this family (every kernel ran as written)."""
-import warnings
 
 import numpy as np
 import pytest
 
 from conftest import executed_ops, require_core, sample_fixture  # noqa: E402
+from conftest import run_clean as _run  # noqa: E402
 from conftest import op_counts as _ops  # noqa: E402
 
 _core, ml_dtypes = require_core()
@@ -39,16 +39,6 @@ BF16 = ml_dtypes.bfloat16
 
 pp = sample_fixture("preprocess_kernels.py")
 ppn = sample_fixture("preprocess_kernels_new.py", module_only=True)
-
-
-def _run(k, *args):
-    """Run kernel ``k`` with every warning (sanitizer reports included) an error."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = k(*args)
-    for w in caught:
-        raise AssertionError("unexpected warning: {}".format(w.message))
-    return out
 
 
 # --------------------------------------------------------------------------------------------------

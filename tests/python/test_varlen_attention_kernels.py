@@ -26,12 +26,12 @@ documents the block-skipping variant is clearly (< 0.6x) faster in nsim's timing
 No nsim fix was needed by this family: every kernel ran unmodified on the first try.
 """
 import math
-import warnings
 
 import numpy as np
 import pytest
 
 from conftest import require_core, sample_fixture  # noqa: E402
+from conftest import run_clean as _run  # noqa: E402
 from conftest import op_counts as _ops  # noqa: E402
 
 _core, ml_dtypes = require_core()
@@ -41,16 +41,6 @@ BF16 = ml_dtypes.bfloat16
 
 vl = sample_fixture("varlen_attention_kernels.py", module_only=True)
 vln = sample_fixture("varlen_attention_kernels_new.py", module_only=True)
-
-
-def _run(k, *args):
-    """Run kernel ``k`` with every warning (sanitizer reports included) an error."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = k(*args)
-    for w in caught:
-        raise AssertionError("unexpected warning: {}".format(w.message))
-    return out
 
 
 def _check(out, want, dtype):
