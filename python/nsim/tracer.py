@@ -31,6 +31,7 @@ import re
 import sys
 import threading
 import types
+import warnings
 import weakref
 
 import numpy as np
@@ -3901,6 +3902,11 @@ def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides,
                     raise make_error("BadKernelReturn", "a kernel can only return whole HBM tensors "
                                      "(nl.ndarray(..., buffer=nl.shared_hbm)); got {!r}".format(r))
                 nm = r._st.name
+                if (type(r) is NkiTensor and by_name.get(nm, {}).get("kind") == "internal" and
+                        nm not in tr.shared_hbm):  # (the new dialect's view class; Beta 1 has its own)
+                    warnings.warn("the kernel returns '{}', an nl.hbm (private_hbm) tensor: NKI 0.3 and later reject "
+                                  "returning it; allocate outputs with buffer=nl.shared_hbm (nki-api.md 1.3)".format(
+                                      r._st.name), NkiWarning, stacklevel=2)
                 nm = rename.get(nm, nm)
                 if nm in by_name and by_name[nm]["kind"] != "input":
                     by_name[nm]["kind"] = "output"

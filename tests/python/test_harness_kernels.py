@@ -532,3 +532,31 @@ def test_torch_tensors_in(hk, hkn):
     c = torch.zeros(256, 1024)
     assert nki.simulate_kernel(m.add_out_kernel, a, b, c) is None
     np.testing.assert_allclose(c.numpy(), (a + b).numpy(), rtol=1e-6)
+
+
+def test_returning_a_private_hbm_tensor_warns_in_the_new_dialect(hkn):
+    """Spec 1.3: NKI 0.3+ rejects returning an ``nl.hbm`` (private_hbm) output; nsim runs it with an NkiWarning (it
+    gave none). A ``shared_hbm`` output does not warn (the check is the new dialect's: Beta 1 is not checked)."""
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    def make(buffer):
+        @nki.jit
+        def k(a):
+            out = nl.ndarray(a.shape, a.dtype, buffer=buffer)
+            t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+        return k
+
+    a = _randn((128, 8), np.float32, 40)
+    for buffer, warns in ((nl.hbm, True), (nl.private_hbm, True), (nl.shared_hbm, False)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            np.testing.assert_array_equal(make(buffer)(a), a)
+        got = [w for w in caught if issubclass(w.category, nki.NkiWarning)]
+        assert len(got) == (1 if warns else 0), [str(w.message) for w in caught]
+        if warns:
+            assert "nl.hbm (private_hbm) tensor" in str(got[0].message) and "shared_hbm" in str(got[0].message)
