@@ -3941,7 +3941,6 @@ def _warn_unreturned(fn, names):
     the kernel is legal and may be run for its timing only."""
     if not names:
         return
-    import warnings
     code = getattr(fn, "__code__", None)
     msg = ("kernel {!r} returns None but writes the shared_hbm tensor{} {}: {} values are lost (return {} from the "
            "kernel)".format(getattr(fn, "__name__", "kernel"), "s" if len(names) > 1 else "",
@@ -4089,8 +4088,6 @@ class CheckWarning(NkiWarning):
 def report_checks(reports, strict=False):
     """Issue the sanitizer's reports as CheckWarning warnings attributed to the kernel's line (or, with
     ``strict``, raise the first as a KernelError)."""
-    import warnings
-
     for r in reports:
         if strict:
             # a sanitizer code (NSIM-Wxxx, engines/check/checker.h), not a row of the error table
