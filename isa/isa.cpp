@@ -831,10 +831,13 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
 void verify_offsets(const Instr& in, const Limits& lim, const SourceLoc& where) {
   const int side = indirect_slot(in);
   if (side < 0) {
-    if (in.flags & (kIndirectDst | kIndirectScalar | kOobSkip))
+    if (in.flags & (kIndirectDst | kIndirectScalar | kOobSkip | kUniqueIdx))
       fail(ErrorCode::kMissingOperand, in, where, "indirect flags need the 'offsets' operand");
     return;
   }
+  if ((in.flags & kUniqueIdx) && (in.op != Opcode::kDmaCopy || side != 0 || !(in.flags & kAccumulate)))
+    fail(ErrorCode::kBadArgument, in, where,
+         "the unique_indices flag belongs to a dma_copy accumulating into its indirect dst (a scatter-add)");
   const Operand& ind = in.slot(side);
   const Operand& off = in.slot(2);
   if (off.dtype != DType::kInt32 && off.dtype != DType::kUInt32)

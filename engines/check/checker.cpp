@@ -443,10 +443,40 @@ void Checker::check_activation_range(const Instr& in, const isa::Views& views, u
   }
 }
 
+void Checker::check_unique_indices(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where) {
+  // dma_compute's scatter-add (dst[idx] += src) with unique_indices=True (its default; spec 2.3: the RMW forms
+  // need it): the kernel promises each row once, and the hardware's read-modify-writes of a repeated row may
+  // overlap and lose an update. nsim applies every one (as atomic_rmw does): report the first repeat. Indices
+  // outside the bound are skipped rows (oob_mode=skip) or the DMA's own error.
+  if (in.op != isa::Opcode::kDmaCopy || !(in.flags & isa::kUniqueIdx) || isa::indirect_slot(in) != 0 ||
+      (in.flags & isa::kIndirectScalar))
+    return;
+  const isa::TileView& off = views[2];
+  if (!off.valid() || off.elems() != 1) return;
+  std::vector<std::pair<int64_t, uint32_t>> rows;  // (index, partition of the index tile)
+  rows.reserve(off.partitions);
+  for (uint32_t p = 0; p < off.partitions; ++p) {
+    int64_t i = 0;
+    isa::read_row_int(off, p, &i);
+    if (i >= 0 && i < in.iimm[0]) rows.emplace_back(i, p);
+  }
+  std::sort(rows.begin(), rows.end());
+  for (size_t k = 1; k < rows.size(); ++k)
+    if (rows[k].first == rows[k - 1].first) {
+      report(CheckKind::kDuplicateIndices, in, 2, index, where,
+             fmt::format("the scatter-add promised unique indices (dma_compute unique_indices=True) but partitions {} "
+                         "and {} of its index tile both name row {}: the hardware's read-modify-writes of one row may "
+                         "overlap and lose an update (nsim adds both)",
+                         rows[k - 1].second, rows[k].second, rows[k].first));
+      return;
+    }
+}
+
 void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
                      const SlotTags* tags) {
   check_registers(in, where);
   check_activation_range(in, views, index, where);
+  check_unique_indices(in, views, index, where);
   casts_before_ = cast_overflows();
   taint_pending_ = false;
   taint_all_ = false;

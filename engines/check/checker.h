@@ -40,6 +40,7 @@ enum class CheckKind : uint8_t {
   kCastOutOfRange,
   kDmaRace,
   kActivationOutOfRange,
+  kDuplicateIndices,
   kCount
 };
 
@@ -71,6 +72,9 @@ inline constexpr std::array<CheckInfo, static_cast<size_t>(CheckKind::kCount)> k
     {"NSIM-W507", "activation-out-of-range",
      "bring the function's input (data * scale + bias) into its valid range first: reduce angles to [-pi, pi] before "
      "sin (nl.sin does: x mod 2pi, then a bias of -pi), clamp before log / sqrt / rsqrt / reciprocal"},
+    {"NSIM-W508", "duplicate-indices",
+     "make the scatter's row indices unique (combine the rows of one index on chip first, e.g. by a one-hot matmul), "
+     "or use an atomic scatter-add that applies repeats (Beta 1 nl.atomic_rmw)"},
 }};
 
 /// One report of the sanitizer.
@@ -146,6 +150,8 @@ class Checker {
   void check_registers(const isa::Instr& in, const SourceLoc& where);
   /// NSIM-W507: an activation's function input outside the function's valid range (isa::act_valid_range).
   void check_activation_range(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where);
+  /// NSIM-W508: a scatter-add promised unique indices (isa::kUniqueIdx) whose index tile repeats a row.
+  void check_unique_indices(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where);
   /// Registers set (reset or loaded) so far, ScalarE's and VectorE's, by partition.
   std::array<std::array<bool, 128>, 2> regs_set_{};
   int reg_taint_slot_ = -1;  ///< before() -> after(): the slot written from never-set registers (-1: none)

@@ -4,6 +4,8 @@ Beta-1 ``t[idx_tile[i_p, 0], i_f]`` subscripts, ``nl.atomic_rmw`` and ``dma_copy
 ``oob_mode``; the errors of bad indirect accesses; and the timing facts a kernel author relies on (the
 gather waits for the writes it may read, it is triggered from GpSimd)."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,7 @@ from conftest import require_core  # noqa: E402
 _core, ml_dtypes = require_core()
 
 from nsim import _errors, simulate_json  # noqa: E402
-from nsim import nki  # noqa: E402
+from nsim import nki, tracer  # noqa: E402
 import nsim.nki.isa as nisa  # noqa: E402
 import nsim.nki.language as nl  # noqa: E402
 from nki_helpers import rng as _rng, code_of as _code  # noqa: E402
@@ -328,7 +330,7 @@ def test_dma_compute_sum_and_scatter_add(dtype):
     r = _rng(9)
     a, b, c = (r.standard_normal((128, 64)).astype(dtype) for _ in range(3))
     table = r.standard_normal((256, 64)).astype(dtype)
-    idx = r.integers(0, 256, (128, 1)).astype(np.int32)
+    idx = r.permutation(256)[:128, None].astype(np.int32)  # unique rows: dma_compute's unique_indices=True
     upd = r.standard_normal((128, 64)).astype(dtype)
     out, t = _dma_compute(a, b, c, table, idx, upd)
     f = np.float32
@@ -337,6 +339,57 @@ def test_dma_compute_sum_and_scatter_add(dtype):
     tol = 1e-5 if dtype == np.float32 else 3e-2  # bf16: the sum is rounded to bf16 after each add
     np.testing.assert_allclose(np.asarray(out, f), a.astype(f) + b.astype(f) + c.astype(f), rtol=tol, atol=tol)
     np.testing.assert_allclose(np.asarray(t, f), want_t, rtol=tol, atol=tol)
+
+
+def test_dma_compute_scatter_add_reports_repeated_rows():
+    """dma_compute's scatter-add promises unique rows (unique_indices=True, its default: spec 2.3's RMW forms); a
+    repeated row is NSIM-W508 duplicate-indices (the hardware's read-modify-writes of one row may overlap and lose an
+    update), reported at the dma_compute's line with the two partitions; nsim still adds every row (np.add.at)."""
+    r = _rng(10)
+    a = np.zeros((128, 64), np.float32)
+    table = r.standard_normal((256, 64)).astype(np.float32)
+    upd = r.standard_normal((128, 64)).astype(np.float32)
+    idx = r.permutation(256)[:128, None].astype(np.int32)
+    idx[77, 0] = idx[12, 0]
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        _, t = _dma_compute(a, a, a, table, idx, upd)
+    reps = [x.message.report for x in w if issubclass(x.category, tracer.CheckWarning)]
+    assert [(x["code"], x["check"], x["op"]) for x in reps] == [("NSIM-W508", "duplicate-indices", "dma_copy")]
+    assert "partitions 12 and 77" in reps[0]["detail"] and "row {}".format(idx[12, 0]) in reps[0]["detail"]
+    src = open(__file__).read().splitlines()
+    assert "dst[idx] += src" in src[reps[0]["line"] - 1]
+    want = table.copy()
+    np.add.at(want, idx[:, 0], upd)
+    np.testing.assert_allclose(t, want, rtol=1e-5, atol=1e-5)
+    # an index outside the table is no repeat of a row (oob_mode=skip skips both rows)
+    @nki.jit
+    def skip(table, idx, upd):
+        t = nl.ndarray(table.shape, dtype=table.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=t, src=table)
+        v = t.ap([[64, 128], [1, 64]], vector_offset=nl.load(idx), indirect_dim=0)
+        nisa.dma_compute(v, [v, nl.load(upd)], nl.add, oob_mode=nisa.oob_mode.skip)
+        return t
+    idx = r.permutation(256)[:128, None].astype(np.int32)
+    idx[3, 0] = idx[9, 0] = 1000
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        skip(table, idx, upd)
+    # a gather-add (dst_sbuf += src_hbm[idx]) reads repeated rows: nothing to report
+    @nki.jit
+    def gather(table, idx):
+        out = nl.ndarray((128, 64), dtype=table.dtype, buffer=nl.shared_hbm)
+        acc = nl.ndarray((128, 64), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=0.0)
+        g = table.ap([[64, 128], [1, 64]], vector_offset=nl.load(idx), indirect_dim=0)
+        nisa.dma_compute(acc, [acc, g], nl.add)
+        nisa.dma_copy(dst=out, src=acc)
+        return out
+    idx = np.zeros((128, 1), np.int32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = gather(table, idx)
+    np.testing.assert_allclose(got, np.repeat(table[:1], 128, 0), rtol=1e-6)
 
 
 def test_dma_compute_rejects_what_the_hardware_cannot_do():

@@ -213,6 +213,9 @@ def _user_call():
     return f is not None and not _tr._is_internal(f.f_code.co_filename)
 
 
+_dma_flags = []  # extra flags of the dma_copy calls of a dma_compute (set while it runs)
+
+
 def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, engine=engine.unknown,
              name=None, **kwargs):
     _t(dst, "dst", "dma_copy")
@@ -225,6 +228,7 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
             raise make_error("BadArgument", "dma_copy(dst_rmw_op=): only np.add / nl.add is supported by the "
                              "hardware, got {!r}".format(rmw))
         flags.append("accumulate")
+    flags += _dma_flags  # (dma_compute's unique_indices)
     if dst.size != src.size:
         raise make_error("ElementCountMismatch", "dma_copy: dst has {} elements, src has {}".format(
             dst.size, src.size))
@@ -287,8 +291,14 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
         raise make_error("BadArgument", "dma_compute: an indirect dst (scatter) must also be one of the srcs "
                          "(dst[idx] += src)")
     last = None
-    for i, x in enumerate(rest):
-        last = dma_copy(dst, x, oob_mode=oob_mode, dst_rmw_op=_nl.add if (acc or i) else None)
+    # A scatter-add (dst[idx] += src) promising unique rows: the sanitizer checks the promise (NSIM-W508).
+    global _dma_flags
+    _dma_flags = ["unique_indices"] if unique_indices and acc and dst.is_indirect() else []
+    try:
+        for i, x in enumerate(rest):
+            last = dma_copy(dst, x, oob_mode=oob_mode, dst_rmw_op=_nl.add if (acc or i) else None)
+    finally:
+        _dma_flags = []
     return last
 
 

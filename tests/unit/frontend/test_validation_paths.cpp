@@ -242,12 +242,14 @@ namespace {
 
 /// unit_scatter_add of the fuzz corpus with the scatter (line 20) given `iimm` and the dst's first
 /// (broadcast) dim starting at `start`, optionally inside a loop j in range(2) (start may use j).
-Kernel indirect_scatter(const std::string& iimm, const std::string& start, bool loop) {
+Kernel indirect_scatter(const std::string& iimm, const std::string& start, bool loop,
+                        const std::string& flags = R"J("accumulate", "indirect_dst", "oob_skip")J") {
   const std::string scatter = R"J({"op": "dma_copy", "engine": "gpsimd",
       "dst": {"tensor": "out", "index": [{"start": START, "broadcast": 128}, {"start": 0, "size": 64}]},
-      "src": "t0", "flags": ["accumulate", "indirect_dst", "oob_skip"], "offsets": "it", "iimm": IIMM,
+      "src": "t0", "flags": [FLAGS], "offsets": "it", "iimm": IIMM,
       "loc": {"file": "k.py", "line": 20}})J";
   std::string op = scatter;
+  op.replace(op.find("FLAGS"), 5, flags);
   op.replace(op.find("START"), 5, start);
   op.replace(op.find("IIMM"), 4, iimm);
   if (loop) op = R"J({"loop": {"var": "j", "stop": 2, "kind": "sequential", "body": [)J" + op + "]}}";
@@ -393,4 +395,41 @@ TEST_CASE("lowering: each instruction's extents are its operands' slot extents",
   b.op("dma_copy", {W(r), W(rt)});
   REQUIRE_NOTHROW(verify_kernel(b.k, engines::CoreParams::from_config(engines::load_config("trn2"))));
   CHECK(check_extents(b.k) == 2 + 3 * 5 + 1);
+}
+
+// NSIM-W508 (engines/check/checker.cpp check_unique_indices): an accumulating scatter flagged unique_indices
+// (nisa.dma_compute's scatter-add) whose index tile repeats a row. The kernel's idx input is the data a run
+// generates for an input it is not given (deterministic; 128 indices under the bound 128 with repeats: its first
+// two partitions name one row).
+TEST_CASE("unique_indices: a repeated row of a promised-unique scatter-add is NSIM-W508; the flag elsewhere is E312",
+          "[verify][paths][check]") {
+  const auto reports = [](const Kernel& k) {
+    SimOptions o{true, ""};
+    o.check = true;
+    auto s = Simulator::from_preset("trn2", {}, o);
+    Lowering l(k, *s);
+    l.run();
+    s->finish();
+    return s->check_reports();
+  };
+  const std::string unique = R"J("accumulate", "indirect_dst", "oob_skip", "unique_indices")J";
+  const auto reps = reports(indirect_scatter("[128, 64]", "0", false, unique));
+  REQUIRE(reps.size() == 1);
+  CHECK(reps[0].kind == engines::CheckKind::kDuplicateIndices);
+  CHECK(std::string(reps[0].info().code) == "NSIM-W508");
+  CHECK(reps[0].loc.line == kOpLine);
+  INFO(reps[0].detail);
+  CHECK(reps[0].detail.find("partitions 0 and 1 of its index tile both name row ") != std::string::npos);
+  // the same scatter without the promise (atomic_rmw's, a Beta-1 dma_copy with dst_rmw_op): nothing reported
+  CHECK(reports(indirect_scatter("[128, 64]", "0", false)).empty());
+  // the flag on a scatter that does not accumulate, or without offsets: refused on every path
+  for (const std::string& bad : {std::string(R"J("indirect_dst", "unique_indices")J")}) {
+    const Paths p = run_paths(indirect_scatter("[128, 64]", "0", false, bad));
+    INFO(p.check.what << " | " << p.timing.what << " | " << p.full.what);
+    REQUIRE(p.check.code.has_value());
+    CHECK(*p.check.code == ErrorCode::kBadArgument);
+    CHECK(p.check.line == kOpLine);
+    CHECK(p.timing.code == p.check.code);
+    CHECK(p.full.code == p.check.code);
+  }
 }
