@@ -401,7 +401,7 @@ TEST_CASE("lowering: each instruction's extents are its operands' slot extents",
 // (nisa.dma_compute's scatter-add) whose index tile repeats a row. The kernel's idx input is the data a run
 // generates for an input it is not given (deterministic; 128 indices under the bound 128 with repeats: its first
 // two partitions name one row).
-TEST_CASE("unique_indices: a repeated row of a promised-unique scatter-add is NSIM-W508; the flag elsewhere is E312",
+TEST_CASE("unique_indices: a repeated row of a promised-unique scatter-add is NSIM-W508, the flag elsewhere is E312",
           "[verify][paths][check]") {
   const auto reports = [](const Kernel& k) {
     SimOptions o{true, ""};
