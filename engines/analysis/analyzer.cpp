@@ -48,6 +48,8 @@ struct LineAgg {
   Ps dma_small_queue_time = 0;                        ///< the same, of the small transfers
   double dma_small_partitions = 0;                    ///< summed on-chip partitions of the small transfers
   int64_t dma_min_bpp = INT64_MAX;
+  uint64_t dma_strided = 0;     ///< small transfers by their contiguous runs (enough bytes per partition)
+  double dma_min_run = 1e300;   ///< the smallest average contiguous run (bytes per descriptor) of those
   double hbm_read = 0, hbm_reload = 0;
   double hbm_roundtrip = 0;  ///< HBM bytes read back that this kernel wrote earlier (a spill)
   int max_loads = 0;
@@ -69,6 +71,7 @@ struct LineAgg {
   int64_t min_k = INT64_MAX, min_m = INT64_MAX, min_n = INT64_MAX;
   // every engine
   std::array<Ps, isa::kNumEngines> busy{};
+  Ps trigger_busy = 0;  ///< of busy: DMA triggers (on the engine the line's dma_copy runs on)
   std::array<uint64_t, isa::kNumEngines> count{};
   std::array<Ps, isa::kNumEngines> waited_by{};  ///< how long each engine waited for this line's results
   Ps critical = 0;  ///< time of this line's instructions on the critical path
@@ -250,6 +253,7 @@ void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
   LineAgg& la = line(loc);
   const Ps busy = t.issue - t.start;
   la.busy[e] += busy;
+  if (isa::is_dma(in.op)) la.trigger_busy += busy;
   ++la.count[e];
 
   // Idle attribution along the engine's timeline: `cursor` is when its issue slots were last busy.
@@ -516,7 +520,17 @@ void Analyzer::State::on_dma(const Instr& in, const InstrTiming& t, LineAgg& la)
   const Operand* chip = dst.space != Space::kHbm ? &dst : (src.space != Space::kHbm ? &src : nullptr);
   if (chip && chip->num_partitions > 0) {
     const int64_t bpp = split.total_bytes / chip->num_partitions;
-    if (bpp < dma_eff_bpp) {
+    // A strided side (a transposed load, x[:, k].T) moves one descriptor per contiguous run: runs shorter than
+    // what an engine moves in dma.desc_min are descriptor-bound however many bytes the transfer has.
+    int64_t desc = 0;
+    for (int k = 0; k < split.engines; ++k) desc += split.piece[static_cast<size_t>(k)].descriptors;
+    const double run = desc > 0 ? bytes / static_cast<double>(desc) : bytes;
+    const bool short_runs = run < sim::ps_to_ns(p->dma_desc_min) * p->dma_engine_bw;
+    if (bpp >= dma_eff_bpp && short_runs) {
+      ++la.dma_strided;
+      la.dma_min_run = std::min(la.dma_min_run, run);
+    }
+    if (bpp < dma_eff_bpp || short_runs) {
       ++la.dma_small;
       la.dma_small_bytes += bytes;
       la.dma_small_engine_time += engine_time;
@@ -813,7 +827,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
   {
     Finding f;
     f.kind = "dma_efficiency";
-    uint64_t small = 0;
+    uint64_t small = 0, strided = 0;
     double small_bytes = 0;
     for (size_t i = 1; i < s.lines.size(); ++i) {
       const LineAgg& la = s.lines[i];
@@ -830,28 +844,55 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       f.saving_ns += save;
       small += la.dma_small;
       small_bytes += la.dma_small_bytes;
-      f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.dma_small, save,
-                         fmt::format("{} transfers of {} B/partition or less; {:.0f} transfers of {} B/partition would move "
-                                     "the same bytes ({:.0f} fewer setups of {:.0f} ns); DMA-engine time {:.0f} ns, {:.0f}% above "
-                                     "the bytes at full bandwidth",
-                                     la.dma_small, la.dma_min_bpp, n_eff, s.dma_eff_bpp,
-                                     std::max(0.0, static_cast<double>(la.dma_small) - n_eff), ns(p.dma_setup),
-                                     ns(la.dma_small_engine_time),
-                                     la.dma_small_ideal_ps > 0
-                                         ? 100.0 * (static_cast<double>(la.dma_small_engine_time) / la.dma_small_ideal_ps - 1)
-                                         : 0.0)});
+      const double above = la.dma_small_ideal_ps > 0
+                               ? 100.0 * (static_cast<double>(la.dma_small_engine_time) / la.dma_small_ideal_ps - 1)
+                               : 0.0;
+      if (la.dma_strided == la.dma_small)  // every one by its contiguous runs: a strided access, not a small one
+        f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.dma_small, save,
+                           fmt::format("{} transfers whose contiguous runs average {:.0f} B or less (one descriptor each, "
+                                       "at least {:.0f} ns); DMA-engine time {:.0f} ns, {:.0f}% above the bytes at full "
+                                       "bandwidth",
+                                       la.dma_small, la.dma_min_run, ns(p.dma_desc_min), ns(la.dma_small_engine_time),
+                                       above)});
+      else
+        f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.dma_small, save,
+                           fmt::format("{} transfers of {} B/partition or less{}; {:.0f} transfers of {} B/partition would "
+                                       "move the same bytes ({:.0f} fewer setups of {:.0f} ns); DMA-engine time {:.0f} ns, "
+                                       "{:.0f}% above the bytes at full bandwidth",
+                                       la.dma_small, la.dma_min_bpp,
+                                       la.dma_strided ? fmt::format(" ({} more by contiguous runs of {:.0f} B or less)",
+                                                                    la.dma_strided, la.dma_min_run)
+                                                      : std::string(),
+                                       n_eff, s.dma_eff_bpp,
+                                       std::max(0.0, static_cast<double>(la.dma_small) - n_eff), ns(p.dma_setup),
+                                       ns(la.dma_small_engine_time), above)});
+      strided += la.dma_strided;
     }
     if (small) {
       // However efficient the transfers, the HBM traffic remains.
       f.saving_ns = std::min(f.saving_ns, std::max(0.0, total - std::max(hbm_bound, compute_bound)));
-      f.title = fmt::format("{} DMA transfers move less than {} B per partition", small, s.dma_eff_bpp);
-      f.detail = fmt::format(
-          "Each transfer pays a fixed setup on its queue (dma.setup) and each descriptor at least dma.desc_min, so "
-          "many small transfers waste time ({:.0f} bytes in small transfers). Load bigger tiles: make the free size of each "
-          "partition's row at least {} B (e.g. 512 fp32 / 1024 bf16 elements), or merge several small loads into one.",
-          small_bytes, s.dma_eff_bpp);
+      const double run_bytes = ns(p.dma_desc_min) * p.dma_engine_bw;  // what an engine moves in dma.desc_min
+      const std::string strided_advice = fmt::format(
+          "A transfer whose HBM side is strided (a transposed load such as x[:, k].T, a column) moves one descriptor "
+          "per contiguous run, each at least dma.desc_min: keep the innermost dimension contiguous in HBM (runs of "
+          "{:.0f} B or more), and transpose with nisa.dma_transpose or on chip (nisa.nc_transpose) instead.",
+          run_bytes);
+      if (strided == small) {
+        f.title = fmt::format("{} DMA transfers move contiguous runs under {:.0f} B (strided accesses)", small, run_bytes);
+        f.detail = fmt::format("{:.0f} bytes move in descriptor-bound transfers. {}", small_bytes, strided_advice);
+      } else {
+        f.title = fmt::format("{} DMA transfers move less than {} B per partition", small - strided, s.dma_eff_bpp);
+        if (strided) f.title += fmt::format(", {} in contiguous runs under {:.0f} B", strided, run_bytes);
+        f.detail = fmt::format(
+            "Each transfer pays a fixed setup on its queue (dma.setup) and each descriptor at least dma.desc_min, so "
+            "many small transfers waste time ({:.0f} bytes in small transfers). Load bigger tiles: make the free size of "
+            "each partition's row at least {} B (e.g. 512 fp32 / 1024 bf16 elements), or merge several small loads into "
+            "one.{}",
+            small_bytes, s.dma_eff_bpp, strided ? " " + strided_advice : std::string());
+      }
       f.metrics = {{"transfers", static_cast<double>(small)}, {"bytes", small_bytes},
-                   {"efficient_bytes_per_partition", static_cast<double>(s.dma_eff_bpp)}};
+                   {"efficient_bytes_per_partition", static_cast<double>(s.dma_eff_bpp)},
+                   {"strided_transfers", static_cast<double>(strided)}};
       r.findings.push_back(std::move(f));
     }
   }
@@ -1151,8 +1192,29 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
                               "chain of {:.0f} ns",
                               top.name, top.ns, total > 0 ? 100.0 * top.ns / total : 0.0, chain);
       }
-      f.detail = fmt::format("No other resource needs more than {:.0f} ns ({}).{} {} Its busiest lines:", next,
-                             verdict.bounds.size() > 1 ? verdict.bounds[1].name : "-", useful, advice);
+      // Busy time on a compute engine that is DMA triggers (dma_copy pinned to it: engine=, or dge_mode=hwdge on
+      // ScalarE), when they are its largest part: the advice above is about compute. (Sync's advice is triggers.)
+      Ps triggers = 0;
+      Ps line_max = 0, trigger_line_max = 0;
+      for (size_t i = 1; i < s.lines.size(); ++i) {
+        const Ps tb = s.lines[i].busy[ei] > 0 ? std::min(s.lines[i].trigger_busy, s.lines[i].busy[ei]) : 0;
+        triggers += tb;
+        line_max = std::max(line_max, s.lines[i].busy[ei]);
+        if (tb == s.lines[i].busy[ei]) trigger_line_max = std::max(trigger_line_max, tb);
+      }
+      std::string trigger_advice;
+      if (top.name != "sync" && triggers > 0 && trigger_line_max == line_max) {
+        trigger_advice = fmt::format(
+            " {:.0f} ns of its busy time ({:.0f}%) triggers DMAs, its busiest lines among them: each dma_copy issued "
+            "from {} costs it a trigger instruction. Leave dma_copy's dge_mode (and the new dialect's engine=) unset "
+            "(dge_mode=hwdge triggers from ScalarE or Sync) so the compiler model spreads the triggers over the queues' "
+            "engines, or pin them to an idle one (engine=nisa.engine.sync or nisa.engine.gpsimd); fewer, bigger "
+            "transfers need fewer triggers.",
+            ns(triggers), top.ns > 0 ? 100.0 * ns(triggers) / top.ns : 0.0, top.name);
+        f.metrics.push_back({"dma_trigger_ns", ns(triggers)});
+      }
+      f.detail = fmt::format("No other resource needs more than {:.0f} ns ({}).{} {}{} Its busiest lines:", next,
+                             verdict.bounds.size() > 1 ? verdict.bounds[1].name : "-", useful, advice, trigger_advice);
       for (size_t i = 1; i < s.lines.size(); ++i)
         if (s.lines[i].busy[ei] > 0)
           f.lines.push_back({loc_of(static_cast<uint32_t>(i)), s.lines[i].count[ei], ns(s.lines[i].busy[ei]),
