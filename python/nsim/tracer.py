@@ -1788,6 +1788,9 @@ class NkiTensor:
         error."""
         if self._oob is not None:
             raise make_error("IndexOutOfBounds", self._oob)
+        if getattr(self, "_opmask", None) is not None:
+            raise make_error("NotSupported", "an operand mask t[cond] (spec 3.8) restricts an nc_matmul / nl.matmul "
+                             "operand only; give other instructions mask=cond")
         if self._ind is not None and not indirect_ok:
             raise make_error("DynamicIndex", "the view of '{}' has a runtime (SBUF-valued) index: only dma_copy and "
                              "tensor_copy (Beta 1: nisa.tensor_copy_dynamic_src/dst) can address it; copy it into "

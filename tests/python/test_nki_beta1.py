@@ -1098,6 +1098,61 @@ def test_masked_nl_matmul_operand_and_result_masks(b1):
     np.testing.assert_allclose(k(a, b, 2), ref, rtol=1e-4, atol=1e-3)
 
 
+def test_operand_masks_written_as_subscripts(b1):
+    """Spec §3.8: nc_matmul / nl.matmul take operand masks written as subscripts of the operands
+    (``lhs_T[i_lhs_f <= 64]`` restricts M, ``rhs[i_rhs_f <= 256]`` N; ``t[i_p < K, i_f < M]`` several at once).
+    Was NSIM-E424 (a comparison is no subscript item). The condition belongs to the operand it subscripts, even
+    when both use one nl.arange (as mask= it would be ambiguous); only the selected part of the result is
+    computed, as with mask=. Any other use of such a view is NSIM-E446."""
+    import nsim as nsim_errors
+    nki, nl, nisa, _ = b1
+
+    @nki.jit
+    def k(lhsT, rhs, which):
+        out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+        i_f = nl.arange(128)[None, :]
+        i_rhs_f = nl.arange(512)[None, :]
+        i_p = nl.arange(128)[:, None]
+        a = nl.load(lhsT)
+        b = nl.load(rhs)
+        res = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+        if which == 0:
+            res[...] += nl.matmul(a[i_f <= 64], b[i_rhs_f <= 256], transpose_x=True)
+        elif which == 1:  # the same nl.arange in both operands' conditions: each restricts its own operand
+            sq = nl.zeros((128, 128), nl.float32, buffer=nl.psum)
+            sq[...] += nisa.nc_matmul(a[i_f < 32], a[i_f < 100])
+            nl.store(out[:, 0:128], nl.copy(sq))
+            return out
+        elif which == 4:  # a condition that does not index its operand (b's free size is 512)
+            res[...] += nisa.nc_matmul(a, b[i_f < 100])
+        elif which == 2:  # two conditions: K (the partitions) and M
+            res[...] += nisa.nc_matmul(a[i_p < 96, i_f < 48], b)
+        else:
+            nl.store(out, nl.exp(a[i_f < 10]))
+            return out
+        nl.store(out, nl.copy(res))
+        return out
+
+    a, b = _rand((128, 128), np.float32, 66), _rand((128, 512), np.float32, 67)
+    full = a.T @ b
+    ref = np.zeros((128, 512), np.float32)
+    ref[:65, :257] = full[:65, :257]
+    np.testing.assert_allclose(k(a, b, 0), ref, rtol=1e-4, atol=1e-3)
+    mm = [o for o in executed_ops(k.last_json["body"]) if o["op"] in ("nc_matmul", "multiply_moving")]
+    assert len(mm) == 1
+    got = k(a, b, 1)[:, :128]
+    ref = np.zeros((128, 128), np.float32)
+    ref[:32, :100] = (a.T @ a)[:32, :100]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
+    with pytest.raises(nsim_errors.KernelError, match="NSIM-E438.*does not index the view"):
+        k(a, b, 4)
+    ref = np.zeros((128, 512), np.float32)
+    ref[:48] = a[:96, :48].T @ b[:96]
+    np.testing.assert_allclose(k(a, b, 2), ref, rtol=1e-4, atol=1e-3)
+    with pytest.raises(nsim_errors.KernelError, match="NSIM-E446.*operand mask"):
+        k(a, b, 3)
+
+
 def test_masked_matmul_ambiguous_and_off(b1):
     """One variable indexing both operands' free dims cannot say which it restricts: NotImplementedError naming
     the fix; one that fits no operand is NSIM-E438. A mask that holds nowhere issues no matmul and adds nothing."""

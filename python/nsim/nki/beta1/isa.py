@@ -217,6 +217,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     ``forward_mask`` above the diagonal) issues nothing."""
     _tile(stationary, "nc_matmul", "stationary")
     _tile(moving, "nc_matmul", "moving")
+    stationary, moving, mask = _nl.operand_masks(stationary, moving, mask)
     perf = kwargs.get("perf_mode")
     perf = _n.matmul_perf_mode.double_row if perf and "double_row" in str(perf) else _n.matmul_perf_mode.none
 

@@ -769,7 +769,8 @@ class Tensor(NkiTensor):
     """A Beta-1 tensor / view: NkiTensor + tile operators, item assignment, PSUM ``+=`` and arange
     indexing."""
 
-    __slots__ = ("_mm", "_iadd", "_adv", "_t2d", "_t2d_oob", "_box", "_keys", "_pe_tmp", "_rows_oob", "_parts")
+    __slots__ = ("_mm", "_iadd", "_adv", "_t2d", "_t2d_oob", "_box", "_keys", "_pe_tmp", "_rows_oob", "_parts",
+                 "_opmask")
 
     def __init__(self, storage, dims=None, tracer=None):
         NkiTensor.__init__(self, storage, dims, tracer)
@@ -784,6 +785,7 @@ class Tensor(NkiTensor):
         self._keys = None  # arange views: the subscript's items as written (operand_mask_ranges)
         self._rows_oob = None  # a row gather view whose free items reach out of bounds: (base, idx tile, items,
         # message); usable only under a mask that clips it (_restrict_rows)
+        self._opmask = None  # ``t[cond]``: an operand mask for nc_matmul / nl.matmul (operand_masks)
 
     @property
     def shape(self):
@@ -816,6 +818,8 @@ class Tensor(NkiTensor):
     # --- indexing -----------------------------------------------------------------------------
     def __getitem__(self, key):
         k = key if isinstance(key, tuple) else (key,)
+        if k and _b.all(isinstance(x, _Mask) for x in k):
+            return self._operand_mask(k)
         chip = self.buffer in _tr.ON_CHIP
         if chip and self.ndim == 1 and len(k) == 2 and isinstance(k[1], (int, np.integer)) and int(k[1]) in (0, -1) \
                 and (_is_expr(k[0]) or isinstance(k[0], (int, np.integer, slice))):
@@ -835,6 +839,37 @@ class Tensor(NkiTensor):
         if any(x is None for x in k):
             return self._new_axes(k)
         return NkiTensor.__getitem__(self, key)
+
+    def _operand_mask(self, conds):
+        """``lhs_T[i_lhs_f <= 64]`` (spec §3.8: ``nc_matmul`` / ``nl.matmul`` take operand masks written as
+        subscripts of the operands, restricting M and N separately): the whole view, carrying the mask (several
+        conditions ``t[c0, c1]``: all of them) for the matmul, which applies it as part of its ``mask=``
+        (operand_masks; operand_mask_ranges names this operand by the mask's nl.arange / nl.mgrid variables).
+        Any other use of such a view is an error."""
+        if self._adv is not None or self._t2d or self.is_indirect():
+            raise make_error("NotSupported", "an operand mask t[cond] of an index-expression or runtime-indexed "
+                             "view; write the condition as the matmul's mask= instead")
+        # the conditions' index expressions, tagged as this operand's own (operand_mask_ranges then gives them to
+        # this operand, even where the other operand's subscript or mask uses the same nl.arange)
+        src = _new_src()
+
+        def own(c):
+            if isinstance(c, _Mask):
+                return _Mask(own(c.a), own(c.b), c.op)
+            x = IndexExpr._lift(c)
+            return c if x is None else IndexExpr(x.offset, x.coefs, x.shape, src)
+        m = own(conds[0])
+        for c in conds[1:]:
+            m = _Mask(m, own(c), "&")
+        shape = tuple(int(n) for n in self.shape)
+        for x in _mask_terms(m):
+            if isinstance(x, IndexExpr) and (x.ndim > len(shape) or _b.any(x.shape[a] != shape[a] for a in x.coefs)):
+                raise make_error("BadMask", "operand mask {}[...]: a condition of shape {} does not index the view "
+                                 "of shape {} (left-aligned)".format(self.name, x.shape, shape))
+        v = NkiTensor.__getitem__(self, (slice(None),) * self.ndim)
+        v._opmask = m
+        v._keys = tuple(x for x in _mask_terms(m) if isinstance(x, IndexExpr))
+        return v
 
     def _new_axes(self, key):
         """``t[:, None, :]`` (spec §3.8: None in a subscript inserts a size-1 dim): the view of the other items
@@ -2025,6 +2060,25 @@ def cast_box(out, dtype, box):
     return cast
 
 
+def operand_masks(stat, mov, mask):
+    """The operand masks of ``t[cond]`` views (Tensor._operand_mask) folded into a matmul's ``mask=``: the operands
+    as plain views (keeping the subscript's variables for operand_mask_ranges) and the combined mask."""
+    ms = [x._opmask for x in (stat, mov) if getattr(x, "_opmask", None) is not None]
+    if not ms:
+        return stat, mov, mask
+
+    def plain(x):
+        if getattr(x, "_opmask", None) is None:
+            return x
+        w = NkiTensor.__getitem__(x, (slice(None),) * x.ndim)
+        w._keys = x._keys
+        return w
+    if mask is not False:
+        for m in ms:
+            mask = m if not _is_mask(mask) else _Mask(mask, m, "&")
+    return plain(stat), plain(mov), mask
+
+
 def masked_matmul(stat, mov, mask, what, issue, stat_dims=("k", "m")):
     """A matmul under ``mask=``: operand masks restricting K (the partitions of both), M (the stationary's free
     dim) and N (the moving's free dim) separately (spec §3.8), or conditions on the result's index expressions.
@@ -2060,6 +2114,7 @@ def masked_matmul(stat, mov, mask, what, issue, stat_dims=("k", "m")):
 def matmul(x, y, *, transpose_x=False, mask=None, **kwargs):
     """``nl.matmul``: a fresh fp32 PSUM tile; ``psum[...] += nl.matmul(...)`` accumulates; ``mask=False``
     issues nothing; a mask (:func:`masked_matmul`) computes the part of the result it selects."""
+    x, y, mask = operand_masks(x, y, mask)
     if skipped(mask):
         return nothing((x.shape[-1] if transpose_x else x.shape[0], y.shape[-1]), np.float32, "psum")
     tr = _tr.current("nl.matmul")
