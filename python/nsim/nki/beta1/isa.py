@@ -637,31 +637,66 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
 # --------------------------------------------------------------------------------------------------
 
 
+def _top8_mask(mask, data, what, index_out):
+    """The box of ``data`` (the input space, spec 3.8) where a max8 / nc_find_index8 / nc_match_replace8 ``mask=``
+    holds, None where it holds nowhere. The usual mask is a ragged row count (``t * 128 + i_p < B``): only those
+    partitions are read and written. Where an index is output, a cut of the free dims is accepted only as a
+    prefix of a 2-D tile's columns (``i_v < n``: the indices then count from the tile's column 0 as they must)."""
+    box = mask_box(mask, tuple(data.shape))
+    if (box is not None and index_out and any(tuple(b) != (0, int(n)) for b, n in zip(box[1:], data.shape[1:])) and
+            not (len(data.shape) == 2 and box[1][0] == 0)):
+        raise make_error("NotSupported", "{}: a mask= restricting the free dims is not supported yet (only the "
+                         "partitions); restrict the index ranges instead".format(what))
+    return box
+
+
+def _top8_masked(out, dst, box, obox, issue):
+    if box is not None:
+        issue(obox)
+    if dst is None and isinstance(out, _nl.Tensor):
+        out._box = () if box is None else [tuple(b) for b in obox]
+    return None if dst is not None else out
+
+
 def max8(*, src, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh ``(P, 8)`` tile: the 8 largest values of each partition of ``src``, descending."""
-    _check_mask(mask, "nisa.max8")
     _tile(src, "max8", "src")
     out = dst if dst is not None else _new((src.shape[0], 8), _dt(dtype, src.dtype))
+    if _is_mask(mask):
+        box = _top8_mask(mask, src, "nisa.max8", False)
+        obox = None if box is None else [tuple(box[0]), (0, 8)]
+        return _top8_masked(out, dst, box, obox,
+                            lambda ob: _n.max8(dst=_restrict(out, ob), src=_restrict(src, box)))
     _n.max8(dst=out, src=src)
     return None if dst is not None else out
 
 
 def nc_find_index8(*, data, vals, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh ``(P, 8)`` uint32 tile: the index in ``data[p]`` of each ``vals[p, i]`` (all ones if absent)."""
-    _check_mask(mask, "nisa.nc_find_index8")
     _tile(data, "nc_find_index8", "data")
     _tile(vals, "nc_find_index8", "vals")
     out = dst if dst is not None else _new((data.shape[0], 8), _dt(dtype, np.uint32))
+    if _is_mask(mask):
+        box = _top8_mask(mask, data, "nisa.nc_find_index8", True)
+        obox = None if box is None else [tuple(box[0]), (0, 8)]
+        return _top8_masked(out, dst, box, obox,
+                            lambda ob: _n.nc_find_index8(dst=_restrict(out, ob), data=_restrict(data, box),
+                                                         vals=_restrict(vals, ob)))
     _n.nc_find_index8(dst=out, data=data, vals=vals)
     return None if dst is not None else out
 
 
 def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, dst=None, **kwargs):
     """A fresh tile like ``data`` with the first match of each ``vals[p, i]`` replaced by ``imm``."""
-    _check_mask(mask, "nisa.nc_match_replace8")
     _tile(data, "nc_match_replace8", "data")
     _tile(vals, "nc_match_replace8", "vals")
     out = dst if dst is not None else _new(data.shape, _dt(dtype, data.dtype))
+    if _is_mask(mask):
+        box = _top8_mask(mask, data, "nisa.nc_match_replace8", dst_idx is not None)
+        rows = None if box is None else [tuple(box[0]), (0, 8)]
+        return _top8_masked(out, dst, box, box, lambda ob: _n.nc_match_replace8(
+            dst=_restrict(out, ob), data=_restrict(data, box), vals=_restrict(vals, rows), imm=imm,
+            dst_idx=None if dst_idx is None else _restrict(dst_idx, rows)))
     _n.nc_match_replace8(dst=out, data=data, vals=vals, imm=imm, dst_idx=dst_idx)
     return None if dst is not None else out
 

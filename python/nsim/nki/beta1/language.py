@@ -42,8 +42,8 @@ for _n in ("bfloat16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2", "float8_e8
         globals()[_n] = getattr(_nl, _n)
 
 _MASK_MSG = ("mask= is not supported yet here (it is on loads, stores, element-wise and value functions, "
-             "reductions, softmax, matmuls, transposes, iota, memset and affine_select); restrict the index ranges "
-             "instead")
+             "reductions, softmax, matmuls, transposes, iota, memset, affine_select and the max8 family); restrict the "
+             "index ranges instead")
 
 
 def _eval_expr(e, shape, env=None):
