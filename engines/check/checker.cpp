@@ -414,7 +414,9 @@ void Checker::check_activation_range(const Instr& in, const isa::Views& views, u
   // The function's input, data * scale + bias (activation's semantics), against the function's valid range on the
   // hardware (spec 3.5): the first element outside it is reported. 0 is not checked (log / rsqrt / reciprocal of 0
   // give an infinity, NSIM-W503's; sqrt(0) is 0), nor are NaN / inf inputs (reported where they were produced).
-  if (in.op != isa::Opcode::kActivation && in.op != isa::Opcode::kActivationReduce) return;
+  // activate2 (gen4): the input is v = op1(op0(data, imm0), imm1), its ALU stages as the semantics apply them.
+  const bool act2 = in.op == isa::Opcode::kActivate2;
+  if (in.op != isa::Opcode::kActivation && in.op != isa::Opcode::kActivationReduce && !act2) return;
   const isa::ActRange r = isa::act_valid_range(in.act);
   if (std::isinf(r.lo) && std::isinf(r.hi)) return;
   const isa::TileView& data = views[1];
@@ -424,20 +426,32 @@ void Checker::check_activation_range(const Instr& in, const isa::Views& views, u
   const int64_t n = data.elems();
   pred_row_.resize(static_cast<size_t>(n));
   float s1 = 0.0f;
+  const auto scalar = [&](int slot, uint32_t p, float dflt) {
+    if (!views[static_cast<size_t>(slot)].valid()) return dflt;
+    isa::read_row(views[static_cast<size_t>(slot)], p, &s1);
+    return s1;
+  };
   for (uint32_t p = 0; p < data.partitions; ++p) {
-    float sc = in.imm[2], bi = in.imm[3];
-    if (views[3].valid()) isa::read_row(views[3], p, &s1), sc = s1;
-    if (views[2].valid()) isa::read_row(views[2], p, &s1), bi = s1;
     isa::read_row(data, p, pred_row_.data());
+    float* row = pred_row_.data();
+    if (act2) {
+      const float a = (in.flags & isa::kHasImm0) ? in.imm[0] : scalar(2, p, 0.0f);
+      const float b = (in.flags & isa::kHasImm1) ? in.imm[1] : scalar(3, p, 0.0f);
+      isa::alu_apply_row(in.alu0, row, nullptr, a, n, (in.flags & isa::kReverse0) != 0);
+      isa::alu_apply_row(in.alu1, row, nullptr, b, n, (in.flags & isa::kReverse1) != 0);
+    } else {
+      const float sc = scalar(3, p, in.imm[2]), bi = scalar(2, p, in.imm[3]);
+      for (int64_t j = 0; j < n; ++j) row[j] = row[j] * sc + bi;
+    }
     for (int64_t j = 0; j < n; ++j) {
-      const float x = pred_row_[static_cast<size_t>(j)] * sc + bi;
+      const float x = row[j];
       const float v = r.magnitude ? std::fabs(x) : x;
       if (x == 0.0f || !std::isfinite(x) || (v >= lo && v <= hi)) continue;
       report(CheckKind::kActivationOutOfRange, in, 1, index, where,
-             fmt::format("{}'s input data * scale + bias is {} at partition {} element {}, outside the valid range "
-                         "{}[{}, {}] of the hardware's function (spec 3.5: nsim computes the true value; the "
-                         "hardware's is invalid there)",
-                         isa::act_name(in.act), x, p, j, r.magnitude ? "+-" : "", r.lo, r.hi));
+             fmt::format("{}'s input {} is {} at partition {} element {}, outside the valid range {}[{}, {}] of the "
+                         "hardware's function (spec 3.5: nsim computes the true value; the hardware's is invalid there)",
+                         isa::act_name(in.act), act2 ? "op1(op0(data, imm0), imm1)" : "data * scale + bias", x, p, j,
+                         r.magnitude ? "+-" : "", r.lo, r.hi));
       return;
     }
   }

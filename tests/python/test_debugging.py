@@ -853,6 +853,32 @@ def test_check_activation_input_out_of_range():
     assert _reports(_act_kernel(nl.sqrt), np.zeros((128, 4), np.float32)) == []
 
 
+def test_check_activate2_input_out_of_range():
+    """activate2 (gen4) applies its function to v = op1(op0(data, imm0), imm1): the range check reads that, the
+    reverse flags and a (P, 1) operand included (before 2026-12-05 activate2 was not checked)."""
+    @nki.jit
+    def k(x, b):
+        out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        bt = nl.ndarray(b.shape, nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=bt, src=b)
+        o = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        nisa.activate2(dst=o, op=nl.sin, data=t, imm0=2.0, imm1=bt, op0=nl.multiply,  # ACT2-LINE
+                       op1=nl.subtract, reverse1=True)
+        nisa.dma_copy(dst=out, src=o)
+        return out
+
+    x = np.full((128, 8), 1.0, np.float32)
+    b = np.full((128, 1), 1.5, np.float32)
+    assert _reports(k.options(config="trn3"), x, b) == []  # v = b - 2x = -0.5: in [-pi, pi]
+    b[9, 0] = 6.0  # v = 6 - 2 = 4 at partition 9 (data * scale + bias, as activation reads it, would be 1.0)
+    reps = _reports(k.options(config="trn3"), x, b)
+    assert [(r["code"], r["op"]) for r in reps] == [("NSIM-W507", "activate2")]
+    assert reps[0]["line"] == _line_of("# ACT2-LINE")
+    assert "op1(op0(data, imm0), imm1) is 4 at partition 9 element 0" in reps[0]["detail"]
+
+
 def test_nl_sin_reduces_its_argument_first():
     """nl.sin(x) is a range reduction (one tensor_scalar: x + pi mod 2 pi) and the sin activation with a bias of -pi
     (spec 3.6), so any angle is in the activation's range: no NSIM-W507, sin within an fp32 phase error of |x|."""
