@@ -2208,6 +2208,13 @@ def store(dst, value, *, mask=None, **kwargs):
     if not _is_mask(mask):
         _nl.store(dst, value)
         return
+    shp = _numpy_index_shape(dst)
+    if shp is not None and isinstance(value, NkiTensor) and tuple(value.shape) == shp != tuple(dst.shape):
+        # a 1-D ``out[i * 128 + i_p]`` (index space (128, 1), as nl.load reads it) stored from a (128, 1) tile: the
+        # mask is over the index space, and cuts the value too (as for a view of the value's shape)
+        for box in mask_boxes(mask, shp):
+            _nl.store(_restrict(dst, box), _restrict(value, box))
+        return
     boxes = mask_boxes(mask, dst.shape)  # one DMA per box (a non-rectangular mask gives several; spec §3.8)
     for box in boxes:
         part = value
