@@ -909,8 +909,9 @@ def matmul(x, y, transpose_x=False, name=None, **kwargs):
     x.T @ y; False: x is [M, K] (an extra nc_transpose is inserted) and the result is x @ y."""
     _tensor_arg(x, "matmul", "x")
     _tensor_arg(y, "matmul", "y")
-    if x.ndim != 2 or y.ndim != 2:
-        raise make_error("BadRank", "nl.matmul: 2-D tiles are needed, got {} and {}".format(
+    # y may have several free dims (a [K, R, W] window of an image tile), as nc_matmul's moving operand
+    if x.ndim != 2 or y.ndim < 2:
+        raise make_error("BadRank", "nl.matmul: a 2-D x and an at least 2-D y are needed, got {} and {}".format(
             tuple(x.shape), tuple(y.shape)))
     _isa().stationary_limit(x.shape[1] if transpose_x else x.shape[0], "nl.matmul",
                             "x {} (transpose_x={})".format(tuple(x.shape), bool(transpose_x)))
@@ -920,7 +921,7 @@ def matmul(x, y, transpose_x=False, name=None, **kwargs):
                          "y {}".format(tuple(x.shape), bool(transpose_x), tuple(y.shape)))
     mov = _to_sbuf(y)
     _isa().matmul_dtype_rules(stat, mov, "nl.matmul")  # (named as called; nc_matmul's own check would say nisa)
-    out = _new_tile((stat.shape[1], y.shape[1]), np.float32, "psum")
+    out = _new_tile((stat.shape[1],) + tuple(y.shape[1:]), np.float32, "psum")
     _isa().nc_matmul(dst=out, stationary=stat, moving=mov, accumulate=False)
     return out
 
