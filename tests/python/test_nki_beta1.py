@@ -687,8 +687,10 @@ def test_tutorial_layernorm_v1_broadcast_loaded_once(b1):
     names those lines in a `pe_broadcast` finding; its advice, a 1-D vector loaded once onto every partition by a
     stride-0 DMA (``nl.load(gamma_vector.reshape((1, d)).broadcast_to((128, d)))``, which raised NSIM-E428: no
     dim of the 1-D tensor for the broadcast to sit on), gives the same numbers, no TensorE work and a faster
-    kernel (170.2 against 122.2 us today). The estimate (~9.9 us, the larger of the bound and the re-simulation
-    with the broadcasts free) is low here: the fix also drops the tile made in every iteration."""
+    kernel (132.5 against 126.3 us, kept loops and unrolled alike; 170.2 / 164.7 against 122.2 / 128.9 us kept /
+    unrolled before the tracer's pools told apart the tiles one statement makes through nsim's own calls,
+    2026-12-05), with the estimate (~9.6 us, the larger of the bound and the re-simulation with the broadcasts
+    free) within 2x of the saving."""
     nki, nl, nisa, m = b1
     t = m["beta1_tutorials"]
     import math
@@ -727,7 +729,8 @@ def test_tutorial_layernorm_v1_broadcast_loaded_once(b1):
     got, after = layernorm_v1_loaded_once.simulate(x, 1e-5, g, b)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
     assert after.stat("engine.tensor.active_time") == 0 < before.stat("engine.tensor.active_time")
-    assert after.total_time_ns < before.total_time_ns - f["saving_ns"]
+    saved = before.total_time_ns - after.total_time_ns
+    assert saved > 0 and saved / 2 <= f["saving_ns"] <= 2 * saved, (saved, f["saving_ns"])
 
 
 def test_masked_off_instructions_causal_attention_scores(b1):
