@@ -2919,7 +2919,7 @@ class Tracer:
         caller = frame.f_back if frame is not None else None
         inner, f = [], sys._getframe(1)
         while f is not None and f is not frame:
-            inner.append((f.f_code, f.f_lineno))
+            inner.append(f.f_lineno)  # (lines alone: the sites differ by them; a code object each costs more)
             f = f.f_back
         key = (buffer, dt, shape) if frame is None else (
             buffer, dt, shape, frame.f_code.co_filename, _lineno(frame),
