@@ -57,7 +57,8 @@ struct CoreParams {
   double vector_min_ii = 0, vector_fixed_latency = 0;
   bool vector_perf_modes = false, vector_perf_mode_fp8 = false, vector_fp32_perf_mode = false;
   double vector_reciprocal_factor = 0, vector_bn_aggr_factor = 0, vector_dynamic_copy = 0;
-  double vector_quantize_mx_factor = 0;
+  double vector_quantize_mx_factor = 0, vector_exponential_factor = 0, vector_rand2_factor = 0;
+  double gpsimd_topk_factor = 0;
   double scalar_min_ii = 0, scalar_fixed_latency = 0;
   sim::Ps scalar_act_table_load = 0;
   std::array<int, isa::kNumActFuncs> act_table_set{};  ///< table set per ActFunc; -1 = needs no table

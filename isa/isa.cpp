@@ -1061,6 +1061,9 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
       if (d.elems_per_partition() != n)
         fail(ErrorCode::kElementCountMismatch, in, where,
              fmt::format("dst has {} elements per partition, moving has {}", d.elems_per_partition(), n));
+      if (d.dtype == DType::kBFloat16 && !(in.flags & kIsTranspose) && !lim.dst_bf16)  // tensor.dst_dtypes (spec 1.1)
+        fail(ErrorCode::kNotOnGeneration, in, where,
+             fmt::format("a bf16 PSUM dst needs gen4 (NeuronCore-v4), the config is gen{}; write float32", lim.generation));
       if (d.dtype != DType::kFloat32 && !(in.flags & kIsTranspose) && !(lim.dst_bf16 && d.dtype == DType::kBFloat16))
         fail(ErrorCode::kBadDtype, in, where, fmt::format("PSUM dst must be float32 on gen{}, got {}", lim.generation,
                                                           dtype_name(d.dtype)));

@@ -57,6 +57,9 @@ enum class CostClass : uint8_t {
   kTranspose,       ///< TensorE PE transpose (VectorE: kStream)
   kBarrier,         ///< core_barrier: the cross-core rendezvous (engines/multicore)
   kQuantizeMx,      ///< VectorE: vector.quantize_mx_factor cycles per src element (quantize_mx, gen4)
+  kExponential,     ///< VectorE: vector.exponential_factor cycles per element (exponential, gen4)
+  kRand2,           ///< VectorE: vector.rand2_factor cycles per output element (rand2, gen4); GpSimd: kStream
+  kTopk,            ///< GpSimd: gpsimd.topk_factor cycles per element of the n-vector, + K (topk)
 };
 
 enum class Opcode : uint8_t {

@@ -65,6 +65,12 @@ StreamCost vector_cost(const CoreParams& p, const isa::Instr& in) {
       sh.n = in.slot(1).elems_per_partition();
       factor = p.vector_quantize_mx_factor;
       break;
+    case CostClass::kExponential: sh.passes = 1; factor = p.vector_exponential_factor; break;  // src once
+    case CostClass::kRand2:  // no input: the output's elements
+      sh.passes = 1;
+      sh.n = in.slot(0).elems_per_partition();
+      factor = p.vector_rand2_factor;
+      break;
     // kStream (bn_stats, nc_stream_shuffle, range_select, tensor_copy_predicated: N when src and predicate
     // sit in different SRAMs, 2N when both are in SBUF ...) and nc_transpose: max(MIN_II, passes * N).
     default: break;

@@ -780,6 +780,9 @@ const char* cost_class_name(isa::CostClass c) {
     case C::kBnAggr: return "bn_aggr";
     case C::kBarrier: return "barrier";
     case C::kQuantizeMx: return "quantize_mx";
+    case C::kExponential: return "exponential";
+    case C::kRand2: return "rand2";
+    case C::kTopk: return "topk";
   }
   return "unknown";
 }

@@ -1263,7 +1263,9 @@ def rand2(dst, min, max, name=None, **kwargs):  # noqa: A002 - the NKI parameter
                          "{!r}".format(min, max))
     if not float(min) <= float(max):
         raise make_error("BadArgument", "rand2: min {} must not exceed max {}".format(min, max))
-    return _op("rand2", dst=dst, imm=[_fimm(min), _fimm(max)])
+    # VectorE (its PRNG stream) named explicitly: an unnamed engine let the scheduler's automatic placement move
+    # rand2 to GpSimd, whose stream differs (rand_get_state / rand_set_state(engine=vector) did not replay it)
+    return _op("rand2", dst=dst, imm=[_fimm(min), _fimm(max)], engine=_rng_engine(None, "rand2"))
 
 
 def dropout(dst, data, prob, name=None, **kwargs):

@@ -191,6 +191,29 @@ TEST_CASE("C21: VectorE reciprocal costs 8N, ScalarE reciprocal N", "[timing][ve
   CHECK(ns(sc.issue - sc.start) - 1330 == Approx(256 / 1.4).margin(0.01));
 }
 
+TEST_CASE("v4: VectorE exponential and rand2 cost max(MIN_II, N/4), GpSimd topk 4n + K (trn3)", "[timing][vector]") {
+  // neuroncore.md 3.2: exponential and rand2 (v4) max(MIN_II, N/4) (vector.exponential_factor, vector.rand2_factor
+  // = 0.25), topk 4n + K (gpsimd.topk_factor = 4); trn3 VectorE and GpSimd at 1.2 GHz.
+  auto s = make_sim("trn3");
+  Operand x = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+  Operand e = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+  InstrTiming te = s->submit(instr(Opcode::kExponential, Engine::kVector, {e, x}));
+  CHECK(ns(te.issue - te.start) == Approx(2048 / 4 / 1.2).margin(0.01));  // 512 cycles = 426.7 ns (was 2048)
+  Operand r = s->alloc_tile(Space::kSbuf, 128, {1024}, DType::kFloat32);
+  InstrTiming tr = s->submit(instr(Opcode::kRand2, Engine::kVector, {r}));
+  CHECK(ns(tr.issue - tr.start) == Approx(1024 / 4 / 1.2).margin(0.01));  // 256 cycles = 213.3 ns
+  Operand small = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kFloat32);
+  InstrTiming ts = s->submit(instr(Opcode::kRand2, Engine::kVector, {small}));
+  CHECK(ns(ts.issue - ts.start) == Approx(64 / 1.2).margin(0.01));  // 128 / 4 = 32 < MIN_II = 64 cycles
+  Operand src = s->alloc_tile(Space::kSbuf, 128, {256}, DType::kBFloat16);
+  Operand val = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kBFloat16);
+  Operand idx = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kUInt32);
+  Instr tk = instr(Opcode::kTopk, Engine::kGpsimd, {val, idx, src});
+  tk.iimm[0] = 4096;  // n: 16 partitions x 256 columns of each group's snake
+  InstrTiming tt = s->submit(tk);
+  CHECK(ns(tt.issue - tt.start) == Approx((4 * 4096 + 64) / 1.2).margin(0.01));  // 16,448 cycles = 13,706.7 ns
+}
+
 TEST_CASE("C22: iota N=512 on trn1 is 150 + N = 662 cycles (473 ns)", "[timing][gpsimd]") {
   auto s = make_sim("trn1");
   Operand a = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kInt32);

@@ -1107,9 +1107,11 @@ TEST_CASE("verify rejects a dtype outside the slot's class", "[isa][verify]") {
 
   Instr bn = make(Opcode::kBnAggr, {sb(4, {2}, DType::kInt16), sb(4, {6})});
   CHECK(verify_code(bn) == ErrorCode::kBadDtype);
-  // bf16 PSUM output needs gen4 (dst_bf16), fp32 is fine.
+  // bf16 PSUM output needs gen4 (dst_bf16): before, E313 NotOnGeneration (as float8_e4m3fn); fp32 is fine, int32 never.
   Instr mm = make(Opcode::kMultiplyMoving, {ps(128, {512}, DType::kBFloat16), sb(128, {512}, DType::kBFloat16)});
-  CHECK(verify_code(mm) == ErrorCode::kBadDtype);
+  CHECK(verify_code(mm) == ErrorCode::kNotOnGeneration);
+  Instr mi = make(Opcode::kMultiplyMoving, {ps(128, {512}, DType::kInt32), sb(128, {512}, DType::kBFloat16)});
+  CHECK(verify_code(mi) == ErrorCode::kBadDtype);
   Limits l4 = gen3();
   l4.generation = 4;
   l4.dst_bf16 = true;
