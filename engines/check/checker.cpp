@@ -507,7 +507,15 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
     const memory::Buffer& sh = shadow(o.space);
     const int64_t pp = pitch(o.space), eb = dtype_bytes(o.dtype);
     const uint8_t key = tags ? (*tags)[static_cast<size_t>(s)] : 0;
-    if (verified_hit(o, key)) continue;  // read whole before, and no write of another tag since
+    // The MX scales of nc_matmul_mx (load_stationary's stationary_scale, multiply_moving's moving_scale): the PE
+    // reads one partition per 8 rows of x4 data, (g / 4) * 32 + g % 4 for group g (nki-api.md 2.3, as
+    // isa::sem::mx_decode does), not the whole view: the others are not read (nor counted as read whole).
+    const bool mx_scale = (load_st && s == 1) || (in.op == isa::Opcode::kMultiplyMoving && s == 2);
+    const int64_t mx_groups = mx_scale ? (in.slot(s - 1).num_partitions + 7) / 8 : 0;
+    const auto scale_row_read = [&](uint32_t rel) {
+      return rel % 32 < 4 && static_cast<int64_t>((rel / 32) * 4 + rel % 32) < mx_groups;
+    };
+    if (!mx_scale && verified_hit(o, key)) continue;  // read whole before, and no write of another tag since
     // A byte is good when written, untainted: by this allocation (or through an operand of unknown tag)
     // when the operand's tag is known, by anything when it is not. A byte that is neither good nor good but
     // for kTainted (tainted) is never written (for this allocation).
@@ -540,6 +548,7 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
     bool marked = false;  // bad_mask_ holds this operand's bad elements (those propagated)
     uint8_t first_taint = 0;  // the tag of the first tainted byte found (its origin_ entry names where it began)
     for_each_run(o, [&](uint32_t p, int64_t el0, int64_t off, int64_t n, int64_t step) {
+      if (mx_scale && !scale_row_read(p - o.start_partition)) return true;
       const uint8_t* base = sh.data() + static_cast<int64_t>(p) * pp + off;
       if (step == eb) {  // a contiguous run with every byte good (the common case): one pass
         if (key == 0 && (taint_seen_ ? all_written(base, n * eb)
@@ -570,7 +579,7 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
       return true;
     });
     if (bad == 0) {
-      verified_add(o, key);
+      if (!mx_scale) verified_add(o, key);
       continue;
     }
     // Propagate instead of reporting, by the map from this operand's elements to the output's:

@@ -22,12 +22,12 @@ Also covered: MXFP4 weights (``float4_e2m1fn_x4``), ``float8_e8m0fnu``-typed sca
 4096 columns with fp32 PSUM, 8192 with bf16 PSUM accumulation), LNC = 2 (alternate N tiles per core), and the fp8
 double_row perf mode, whose PE time sits between plain fp8 and MX as the cost model says (1x / 2x / 4x).
 
-The nsim fixes this family needed (their regression tests fail without them): none in Python. One bug needs C++
-and is an xfail (strict): nsim's sanitizer (engines/check/checker.cpp ``Checker::before``) treats the scale operands
-of ``nc_matmul_mx`` as read on every partition of their views, though the instruction reads only the rows of the
-scale placement ((g // 4) * 32 + g % 4 for 8-row group g, nki-api.md 2.3): a scale tile loaded from compact HBM
-scales with one DMA per quadrant gets a false NSIM-W501 uninitialized-read
-(``test_unused_scale_rows_are_not_read``). The kernels work around it by zeroing their scale tiles on GpSimd first.
+The nsim fixes this family needed (their regression tests fail without them): nsim's sanitizer (engines/check/
+checker.cpp ``Checker::before``) treated the scale operands of ``nc_matmul_mx`` as read on every partition of their
+views, though the instruction reads only the rows of the scale placement ((g // 4) * 32 + g % 4 for 8-row group g,
+nki-api.md 2.3): a scale tile loaded from compact HBM scales with one DMA per quadrant got a false NSIM-W501
+uninitialized-read; now only those rows are checked (``test_unused_scale_rows_are_not_read``). (The kernels still
+zero their scale tiles on GpSimd first, as written before the fix.)
 """
 import numpy as np
 import pytest
@@ -187,9 +187,6 @@ def test_one_tile_with_zeroed_scale_rows_matches():
     assert np.all(np.abs(out - ref) <= 1e-5 * mag)
 
 
-@pytest.mark.xfail(strict=True, reason="C++ engines/check/checker.cpp Checker::before: the sanitizer treats an "
-                   "nc_matmul_mx scale operand as read on every partition of its view, not only on the rows the "
-                   "scale placement uses ((g // 4) * 32 + g % 4): a false NSIM-W501 uninitialized-read")
 def test_unused_scale_rows_are_not_read():
     """nc_matmul_mx reads the scale of 8-row group g from partition (g // 4) * 32 + g % 4 only (nki-api.md 2.3):
     a scale tile whose other rows were never written, loaded from compact HBM scales with one DMA per quadrant,
