@@ -2010,6 +2010,8 @@ class _Eager:
         if t._ind is not None:  # its elements move with a runtime value: the static window would mislead
             raise make_error("ValuesUnavailable", "the values of the runtime-indexed view of '{}' are not available: "
                              "copy it into a tile first (tensor_copy / dma_copy)".format(t.name))
+        if t._oob is not None:  # .ap(scalar_offset=reg) out of range: its static window is not what it addresses
+            raise make_error("IndexOutOfBounds", t._oob)
         concrete_only("a value read")
         self.sync()
         base, off, pat = t._flat() if not getattr(t, "_t2d", False) else t._storage_order()._flat()
@@ -3607,16 +3609,19 @@ class NoReorder:
     scheduler keeps such ops in program order. Dynamic loops are not allowed inside (see
     :func:`check_dynamic_loop`). Outside a kernel it does nothing. Also usable as a decorator."""
 
-    __slots__ = ("_tr",)
+    __slots__ = ("_tr", "_prev")
 
     def __init__(self):
         self._tr = None
+        self._prev = 0
 
     def __enter__(self):
         tr = active()
         if tr is not None:
             if tr._reorder_depth == 0:
-                tr.order_group = next(tr._order_groups)
+                # inside a runtime loop (runtime_loop) the block joins the loop's group, kept after the block
+                self._prev = tr.order_group
+                tr.order_group = self._prev or next(tr._order_groups)
             tr._reorder_depth += 1
             self._tr = tr
         return self
@@ -3626,7 +3631,7 @@ class NoReorder:
         if tr is not None:
             tr._reorder_depth -= 1
             if tr._reorder_depth == 0:
-                tr.order_group = 0
+                tr.order_group = self._prev
         return False
 
     def __call__(self, fn):
@@ -3647,6 +3652,37 @@ def check_dynamic_loop(what):
     if tr is not None and tr._reorder_depth:
         raise make_error("DynamicLoopInNoReorder", "{} is a dynamic loop and cannot be used inside a no_reorder "
                          "block (only static loops, which are unrolled, are allowed there)".format(what))
+
+
+class runtime_loop:
+    """``with runtime_loop():`` the body of a runtime loop (``dynamic_range`` / ``fori_loop`` / ``while_loop``),
+    which runs on the sequencers: no reordering across its iterations (spec compiler.md §1), so nsim, which
+    unrolls it while tracing, gives every op emitted inside one ``order_group`` (fresh per outermost runtime
+    loop; a nested one shares it): the scheduler keeps the loop's ops in program order, iterations neither
+    overlap nor get software-pipelined."""
+
+    __slots__ = ("_tr",)
+
+    def __enter__(self):
+        tr = active()
+        self._tr = None
+        if tr is not None and not tr.order_group:
+            tr.order_group = next(tr._order_groups)
+            self._tr = tr
+        return self
+
+    def __exit__(self, *exc):
+        if self._tr is not None:
+            self._tr.order_group = 0
+            self._tr = None
+        return False
+
+
+def runtime_range(r):
+    """Iterate range ``r`` as a runtime loop (:func:`runtime_loop`)."""
+    with runtime_loop():
+        for i in r:
+            yield i
 
 
 # --------------------------------------------------------------------------------------------------

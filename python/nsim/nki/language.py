@@ -375,16 +375,18 @@ def dynamic_range(start, stop=None, step=1):
     _tr.check_dynamic_loop("nl.dynamic_range")
     if stop is None:
         start, stop = 0, start
-    return _tr.check_loop_trips(range(_static_bound(start, "nl.dynamic_range"), _static_bound(stop, "nl.dynamic_range"),
-                                      _static_bound(step, "nl.dynamic_range")), "nl.dynamic_range")
+    # no reordering across a runtime loop's iterations (its ops in program order: tracer.runtime_loop)
+    return _tr.runtime_range(_tr.check_loop_trips(range(_static_bound(start, "nl.dynamic_range"),
+                                                        _static_bound(stop, "nl.dynamic_range"),
+                                                        _static_bound(step, "nl.dynamic_range")), "nl.dynamic_range"))
 
 
 def fori_loop(lower, upper, body_fun, step=1):
     """``nl.fori_loop(lower, upper, body_fun, step=1)``: ``body_fun(i)`` for i in range(lower, upper, step);
     the body must return None. Not allowed inside ``no_reorder``."""
     _tr.check_dynamic_loop("nl.fori_loop")
-    for i in range(_static_bound(lower, "nl.fori_loop"), _static_bound(upper, "nl.fori_loop"),
-                   _static_bound(step, "nl.fori_loop")):
+    for i in _tr.runtime_range(range(_static_bound(lower, "nl.fori_loop"), _static_bound(upper, "nl.fori_loop"),
+                                     _static_bound(step, "nl.fori_loop"))):
         if body_fun(i) is not None:
             raise make_error("NotSupported", "nl.fori_loop: body_fun must return None")
 
@@ -395,10 +397,11 @@ def while_loop(init, body_fun):
     iterations). Not allowed inside ``no_reorder``. Returns the final register."""
     _tr.check_dynamic_loop("nl.while_loop")
     r = init
-    for _ in range(_tr.MAX_LOOP_TRIPS + 1):
-        if _tr.register_value(r, "nl.while_loop") == 0:
-            return r
-        r = body_fun(r)
+    with _tr.runtime_loop():  # no reordering across its iterations
+        for _ in range(_tr.MAX_LOOP_TRIPS + 1):
+            if _tr.register_value(r, "nl.while_loop") == 0:
+                return r
+            r = body_fun(r)
     raise make_error("ResourceLimit", "resource limit: nl.while_loop ran more than nsim.tracer.MAX_LOOP_TRIPS = {} "
                      "iterations (the loop is unrolled while tracing); raise it, or NSIM_MAX_LOOP_TRIPS".format(
                          _tr.MAX_LOOP_TRIPS))
