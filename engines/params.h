@@ -74,6 +74,7 @@ struct CoreParams {
   sim::Ps hwdge_instr = 0, swdge_instr = 0, dma_setup = 0, dma_transfer_gap = 0, dma_desc_min = 0,
           dma_completion_to_waiter = 0;
   double dma_transpose_eff_hbm2sbuf = 0, dma_transpose_eff_sbuf2sbuf = 0;
+  double dma_compute_eff = 0, dma_compute_eff_sbuf = 0;  ///< an accumulating transfer's throughput / a copy's (into HBM / SBUF)
   double hbm_bw = 0;  ///< bytes per ns available to this core
   double hbm_stack_bw = 0;  ///< bytes per ns of one HBM stack, shared by the cores of an LNC=2 launch
   int cores_per_stack = 0;  ///< physical cores on one HBM stack = the largest LNC degree

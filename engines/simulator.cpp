@@ -621,6 +621,8 @@ InstrTiming Simulator::schedule_dma(const Instr& in, const Sig& sig) {
   double eff = 1.0;
   if (isa::op_info(in.op).cost == isa::CostClass::kDmaTranspose)
     eff = src.space == Space::kHbm ? p_.dma_transpose_eff_hbm2sbuf : p_.dma_transpose_eff_sbuf2sbuf;
+  if (in.flags & isa::kAccumulate)  // dma_compute's add (spec 3.3; v4 adds into SBUF at the copy's rate)
+    eff *= dst.space == Space::kHbm ? p_.dma_compute_eff : p_.dma_compute_eff_sbuf;
   const engines::DmaEngines::Transfer tr = dma_.transfer(in.dma_queue, trig.start, split, eff, memory::is_store(dst, src));
   deps_.record(kClassDma, seq_, rg, tr.done, tr.done);
   if (asap_) {  // its own time, without queueing behind other transfers: setup (from the trigger), longest piece

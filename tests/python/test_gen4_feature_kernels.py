@@ -33,8 +33,10 @@ The nsim fixes this family needed (their regression tests fail without them):
   ``test_softmax_vector_exp_story_on_trn3``, ``test_flash_vexp_keeps_vector_time``, ``test_topk_costs_4n_plus_k``,
   ``test_bf16_psum_matmul_on_trn2_is_e313``.
 
-Known nsim gaps left (C++; xfail strict, see each test): no background-transpose lane on v4 TensorE; an
-accumulating DMA is not slower than a copy on v2/v3."""
+- an accumulating DMA was not slower than a copy on v2/v3 (spec 3.3: dma_compute at 0.5 of copy throughput; now
+  ``dma.compute_eff`` / ``dma.compute_eff_sbuf``): ``test_dma_compute_half_rate_before_gen4``.
+
+Known nsim gap left (C++; xfail strict): no background-transpose lane on v4 TensorE."""
 import numpy as np
 import pytest
 
@@ -412,11 +414,11 @@ def test_dma_compute_residual_add_full_rate_on_trn3(g4):
     assert abs(pa.stat("dma.active_time") - pc.stat("dma.active_time")) <= 0.05 * pc.stat("dma.active_time")
 
 
-@pytest.mark.xfail(strict=True, reason="C++: an accumulating DMA (dma_compute / dma_copy dst_rmw_op) costs a plain "
-                   "copy on v2/v3 too (engines/dma: no 0.5 rate for accumulate transfers before gen4)")
 def test_dma_compute_half_rate_before_gen4(g4):
-    """neuroncore.md 3.3: dma_compute runs at 0.5 of copy throughput on v2/v3 (collective compute engines): on trn2
-    the accumulating kernel's DMA time grows by about half the y transfers' (a third or more of the total)."""
+    """neuroncore.md 3.3: dma_compute runs at 0.5 of copy throughput on v2/v3 (collective compute engines;
+    dma.compute_eff / compute_eff_sbuf = 0.5, 1.0 into SBUF on trn3; before 2026-12-05 an accumulating transfer cost
+    a copy everywhere): on trn2 the accumulating kernel's DMA time grows by about half the y transfers' (a third
+    or more of the total)."""
     x, y = randn((512, 2048), np.float32, seed=1), randn((512, 2048), np.float32, seed=2)
     out, pa = _dma_time(g4, "trn2", x, y, True)
     close(out, f64(x) + f64(y))
