@@ -243,6 +243,26 @@ TEST_CASE("C23: tiny instructions: II = MIN_II independent, + fixed latency depe
   CHECK(ns(i3.start - i2.start) == Approx(164 / 1.12).margin(0.01));
 }
 
+TEST_CASE("dma_compute: an accumulating DMA moves at dma.compute_eff x a copy's rate (0.5 on trn2)", "[timing][dma]") {
+  // neuroncore.md 3.3: dma_compute at 0.5 of copy throughput on v2/v3. One engine (partitions 0-3) stores
+  // 4 x 4096 x 2 = 32768 B into HBM: a copy's packet at 23 x 1.16 (dma.store_bw_factor) = 26.68 B/ns takes
+  // 1228.2 ns, an accumulating one at half that rate 2456.4 ns; trigger -> completion adds dma.setup (800 ns).
+  auto s = make_sim("trn2");
+  const engines::CoreParams& p = s->params();
+  const auto& h = s->alloc_hbm("x", {4, 4096}, DType::kBFloat16);
+  Operand src = s->alloc_tile(Space::kSbuf, 4, {4096}, DType::kBFloat16);
+  const double packet_ns = 32768.0 / p.dma_engine_bw;
+  CHECK(p.dma_compute_eff == 0.5);
+  InstrTiming copy = s->submit(instr(Opcode::kDmaCopy, Engine::kSync, {hbm_rows(h, 0, 4), src}));
+  Instr acc = instr(Opcode::kDmaCopy, Engine::kSync, {hbm_rows(h, 0, 4), src});
+  acc.flags = isa::kAccumulate;
+  acc.dma_queue = 1;
+  InstrTiming add = s->submit(acc);
+  CHECK(ns(copy.end - copy.start) == Approx(ns(p.dma_setup) + packet_ns / p.dma_store_bw_factor).margin(0.01));
+  CHECK(ns(copy.end - copy.data_start) == Approx(1228.2).margin(0.1));
+  CHECK(ns(add.end - add.data_start) == Approx(2 * ns(copy.end - copy.data_start)).margin(0.01));
+}
+
 TEST_CASE("C1/C2/C3: trn2 DMA of 32 KiB", "[timing][dma]") {
   auto s = make_sim("trn2");
   const engines::CoreParams& p = s->params();
