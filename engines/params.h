@@ -44,7 +44,7 @@ struct CoreParams {
   double mm_min_ii = 0;
   int ls_speedup = 0;
   double fp32_factor = 0, fp32_onezero_factor = 0, transpose_fp32_factor = 0;
-  bool fp8_double_row = false, dst_bf16 = false;
+  bool fp8_double_row = false, dst_bf16 = false, background_transpose = false;
   int mx_rate = 0;  ///< tensor.mx_rate: MX contraction values per PE row per cycle (0: no MX)
   double mm_latency = 0;
   bool cost_formula_isa = false;

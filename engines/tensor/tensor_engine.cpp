@@ -79,7 +79,7 @@ Ps TensorPipes::next_issue_of_cells() const {
 template <bool kWhole>
 TensorPipes::Slot TensorPipes::load_stationary(Ps ready, double ii_cycles, const Tile& t) {
   if (kWhole) {
-    const Slot s = load_stationary_on(whole_, ready, ii_cycles);
+    const Slot s = load_stationary_on(whole_, bg_used_ ? std::max(ready, last_start_) : ready, ii_cycles);
     last_start_ = s.start;
     return s;
   }
@@ -93,7 +93,7 @@ TensorPipes::Slot TensorPipes::load_stationary(Ps ready, double ii_cycles, const
 template <bool kWhole>
 TensorPipes::Slot TensorPipes::multiply(Ps ready, double ii_cycles, bool needs_ls_pipe, const Tile& t) {
   if (kWhole) {
-    const Slot s = multiply_on(whole_, ready, ii_cycles, needs_ls_pipe);
+    const Slot s = multiply_on(whole_, bg_used_ ? std::max(ready, last_start_) : ready, ii_cycles, needs_ls_pipe);
     last_start_ = s.start;
     return s;
   }
@@ -103,6 +103,26 @@ TensorPipes::Slot TensorPipes::multiply(Ps ready, double ii_cycles, bool needs_l
   last_start_ = s.start;
   return s;
 }
+
+template <bool kWhole>
+TensorPipes::Slot TensorPipes::transpose(Ps ready, double ii_cycles, const Tile& t) {
+  if (kWhole && p_.background_transpose) {
+    // The main lane would start it once its MM and LS pipes are free and its weights loaded (multiply_on with the
+    // LS pipe); the background lane once its own pipe is free. Both after the last instruction TensorE issued.
+    const Ps r = std::max(ready, last_start_);
+    const Ps main = std::max({r, whole_.mm_free, whole_.weights_ready, whole_.ls_free});
+    if (std::max(r, bg_.mm_free) < main) {
+      bg_used_ = true;
+      const Slot s = multiply_on(bg_, r, ii_cycles, false);
+      last_start_ = s.start;
+      return s;
+    }
+  }
+  return multiply<kWhole>(ready, ii_cycles, true, t);
+}
+
+template TensorPipes::Slot TensorPipes::transpose<true>(Ps ready, double ii_cycles, const Tile& t);
+template TensorPipes::Slot TensorPipes::transpose<false>(Ps ready, double ii_cycles, const Tile& t);
 
 Ps TensorPipes::next_issue(const Tile& t) const {
   if (!tiled_) return std::min(whole_.ls_free, whole_.mm_free);
@@ -184,7 +204,7 @@ TensorEngine::Issue TensorEngine::issue_on(const isa::Instr& in, Ps ready) {
     r.adjusted_flops = r.flops * std::max(p_.adjusted_flops[static_cast<size_t>(in.slot(1).dtype)],
                                           p_.adjusted_flops[static_cast<size_t>(w.dtype)]);
   } else {  // PE transpose: the data goes in as the weights, against an identity of its dtype
-    r.slot = pipes_.multiply<kWhole>(ready, pe_transpose_ii(p_, in), true, t);
+    r.slot = pipes_.transpose<kWhole>(ready, pe_transpose_ii(p_, in), t);
     r.flops = instr_flops(in, 0);
     r.adjusted_flops = r.flops * p_.adjusted_flops[static_cast<size_t>(in.slot(1).dtype)];
   }

@@ -45,9 +45,16 @@ class TensorPipes {
   /// `needs_ls_pipe` (transposes) also waits for the LS pipe, since the data goes in as weights.
   template <bool kWhole>
   Slot multiply(sim::Ps ready, double ii_cycles, bool needs_ls_pipe, const Tile& t);
+  /// A PE transpose: multiply() with the LS pipe, or, with tensor.background_transpose (gen4) and the array
+  /// untiled, on the background lane when that one can start it first (still in issue order).
+  template <bool kWhole>
+  Slot transpose(sim::Ps ready, double ii_cycles, const Tile& t);
   bool tiled() const { return tiled_; }  ///< some instruction used a tile (the cells hold the state since)
   /// Earliest time the next Tensor instruction could start (for trace watermarks): on the cell that frees first.
-  sim::Ps next_issue() const { return tiled_ ? next_issue_of_cells() : std::min(whole_.ls_free, whole_.mm_free); }
+  sim::Ps next_issue() const {
+    const sim::Ps t = tiled_ ? next_issue_of_cells() : std::min(whole_.ls_free, whole_.mm_free);
+    return bg_used_ ? std::min(t, bg_.mm_free) : t;
+  }
   /// The same for an instruction on tile `t` (the list scheduler's estimate): once tiles are in use, when the MM
   /// pipes of all its cells are free, and not before the last TensorE instruction started (the engine issues in
   /// order: a matmul on a free tile overlaps the ones still streaming on others, it does not pass them).
@@ -61,6 +68,8 @@ class TensorPipes {
   void state(sim::Ps base, Time&& time, Raw&& raw) const {
     for (sim::Ps t : {whole_.ls_free, whole_.mm_free, whole_.mm_last_start, whole_.weights_ready}) time(t);
     raw(tiled_);
+    raw(bg_used_);
+    if (bg_used_) time(bg_.mm_free), time(last_start_);
     for (const Cell& c : cells_)
       for (sim::Ps t : {c.ls_free, c.mm_free, c.mm_last_start, c.weights_ready}) time(t);
     if (!p_.throttle.enabled) return;
@@ -95,6 +104,8 @@ class TensorPipes {
   sim::ClockDomain clk_;
   int rows_, cols_;  ///< cells of the grid along each side
   Cell whole_;       ///< every cell's state while tiled_ is false; afterwards unused
+  Cell bg_;          ///< the background transpose lane (tensor.background_transpose)
+  bool bg_used_ = false;  ///< a transpose ran on it: untiled instructions then also wait for last_start_ (in order)
   bool tiled_ = false;
   std::vector<Cell> cells_;  ///< by row * cols_ + column, made at the first tiled instruction (out of the hot object)
   sim::Ps busy_end_ = 0;  ///< the end of the last busy interval noted (tiles overlap: the throttle sees their union)

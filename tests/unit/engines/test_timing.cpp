@@ -88,6 +88,30 @@ TEST_CASE("C17: back-to-back PE transposes of [128,128] bf16 take 128 cycles", "
   CHECK(ns(t[5].start - t[4].start) == Approx(128 / 2.8).margin(0.01));
 }
 
+TEST_CASE("v4 background transpose lane: independent PE transposes run two at a time on trn3", "[timing][tensor]") {
+  // neuroncore.md 1.1 / 3.1: v4 TensorE has a second lane usable only by transposes (tensor.background_transpose).
+  // ii = 128 cycles at 2.4 GHz = 53.33 ns. Eight independent [128,128] bf16 transposes into their own PSUM tiles:
+  // trn2 issues one every ii (the 8th starts 7 ii = 373.3 ns after the first), trn3 two at a time on the two
+  // lanes (the 8th starts 3 ii = 160 ns after the first; starts stay in issue order). Power throttling off (C26:
+  // it starts TensorE at half rate on both).
+  for (const char* cfg : {"trn2", "trn3"}) {
+    auto s = make_sim(cfg, {"tensor.throttle.enabled=false"});
+    Operand in = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+    std::vector<InstrTiming> t;
+    for (int i = 0; i < 8; ++i) {
+      Operand out = s->alloc_tile(Space::kPsum, 128, {128}, DType::kBFloat16);
+      t.push_back(s->submit(instr(Opcode::kNcTranspose, Engine::kTensor, {out, in})));
+    }
+    for (int i = 1; i < 8; ++i) CHECK(t[static_cast<size_t>(i)].start >= t[static_cast<size_t>(i) - 1].start);
+    const double ii = 128 / 2.4;
+    CHECK(ns(t[7].start - t[0].start) == Approx((std::string(cfg) == "trn3" ? 3 : 7) * ii).margin(0.01));
+    // a matmul after them waits for the main lane (trn3: its 4th transpose) and never starts before the last one
+    Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+    const InstrTiming ls = s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+    CHECK(ls.start >= t[7].start);
+  }
+}
+
 TEST_CASE("C9: dependent 1-element activations on trn1 issue every 264 cycles (189 ns)", "[timing][scalar]") {
   // busy = max(MIN_II 64, 1) = 64; duration = 64 + scalar.fixed_latency_cycles (200) = 264 cycles.
   // Same-engine RAW: next start = previous end -> period 264 / 1.4 GHz = 188.57 ns.
