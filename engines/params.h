@@ -67,7 +67,7 @@ struct CoreParams {
   int64_t stride_penalty_bytes = 0;
 
   // Sync / DMA / HBM
-  sim::Ps sem_latency = 0, trigger_instr = 0;
+  sim::Ps sem_latency = 0, trigger_instr = 0, register_load_sbuf = 0, register_load_hbm = 0;
   int dma_engines = 0, dma_queues = 0, partitions_per_engine = 0;
   double dma_engine_bw = 0;  ///< bytes per ns
   double dma_store_bw_factor = 1;  ///< a store's engine bandwidth / dma_engine_bw

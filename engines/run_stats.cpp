@@ -186,7 +186,9 @@ void RunStats::flush_lockstep() const {
 
 RunStats::Bytes RunStats::bytes_of(const Instr& in) {
   Bytes b;
-  if (in.op == Opcode::kCoreBarrier) return b;  // a barrier names its tensor, moves no bytes
+  // A barrier names its tensor, moves no bytes; a register_load's 4-byte read is the sequencer's, not an engine's
+  // or a DMA's traffic (the profiler's byte counters count those).
+  if (in.op == Opcode::kCoreBarrier || in.op == Opcode::kRegisterLoad) return b;
   const isa::OpInfo& info = isa::op_info(in.op);
   // An accumulating DMA (dst += src: a scatter-add, dma_compute) reads its destination as well as writing it.
   const bool rmw = in.op == Opcode::kDmaCopy && (in.flags & isa::kAccumulate) != 0;

@@ -257,7 +257,7 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::Dep
   const SourceLoc& where = source(in.loc);
   const Sig& sig = signature(in, where);
   const isa::OpInfo& info = isa::op_info(in.op);
-  if (isa::is_dma(in.op)) {
+  if (isa::is_dma(in.op) || sequencer_op(in)) {  // (the instructions with HBM slots: isa/opcodes.def)
     for (int i = 0; i < info.num_slots; ++i)
       if (in.slot(i).space == Space::kHbm) {
         try {
@@ -387,7 +387,7 @@ void Simulator::fill_signature(Sig& e, const Instr& in, uint64_t h) {
     if (info.slots[static_cast<size_t>(i)].written) e.writes[e.nw++] = a;
     else e.reads[e.nr++] = a;
   }
-  e.stream = info.cost != isa::CostClass::kBarrier && !isa::is_dma(in.op) && in.engine != Engine::kTensor;
+  e.stream = !sequencer_op(in) && !isa::is_dma(in.op) && in.engine != Engine::kTensor;
   if (e.stream) {
     e.plan = stream_.plan(in);
     e.flops = engines::instr_flops(in, 0);
@@ -402,13 +402,13 @@ engines::DepTracker::Ready Simulator::operands_ready_tag(const Instr& in, Engine
 }
 
 Ps Simulator::busy_estimate(const Instr& in, Engine e) const {
-  if (isa::op_info(in.op).cost == isa::CostClass::kBarrier) return stream_.trigger_cost(e);
+  if (sequencer_op(in)) return stream_.sequencer_cost(in, e);
   if (e == Engine::kTensor && !isa::is_dma(in.op)) return tensor_.busy_estimate(in);
   return stream_.busy_estimate(in, e);
 }
 
 Ps Simulator::duration_estimate(const Instr& in, Engine e) const {
-  if (isa::op_info(in.op).cost == isa::CostClass::kBarrier) return stream_.trigger_cost(e);
+  if (sequencer_op(in)) return stream_.sequencer_cost(in, e);
   if (isa::is_dma(in.op)) {
     const Operand& o = in.slot(0);
     const double bytes = static_cast<double>(o.total_elems() * dtype_bytes(o.dtype));
@@ -432,7 +432,7 @@ void Simulator::run(const std::function<bool(Instr&)>& next) {
 
 inline InstrTiming Simulator::schedule_on_engine(const Instr& in, const Sig& sig, bool dma) {
   return sig.stream                                           ? schedule_stream(in, sig)
-         : isa::op_info(in.op).cost == isa::CostClass::kBarrier ? schedule_barrier(in, sig)
+         : sequencer_op(in)                                     ? schedule_barrier(in, sig)
          : dma                                                  ? schedule_dma(in, sig)
                                                                 : schedule_tensor(in, sig);
 }
@@ -542,6 +542,8 @@ InstrTiming Simulator::schedule_barrier(const Instr& in, const Sig& sig) {
   // core_barrier: a semaphore wait in the named engine's sequencer (a trigger-sized instruction). The
   // multi-core driver passes the later of both cores' arrivals as not_before; the barrier writes its
   // `data` tensor so that this core's later accesses to it wait for the barrier.
+  // register_load: the sequencer reads its src (after src's producer) and waits for the value
+  // (StreamEngines::sequencer_cost); what uses the register waits for its end (kernel.json "after").
   engines::DepTracker::Regions scratch;
   const engines::DepTracker::Regions& rg = regions_for(in, sig, scratch);
   const auto cls = static_cast<uint8_t>(in.engine);

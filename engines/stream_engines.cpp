@@ -25,6 +25,12 @@ Ps StreamEngines::trigger_cost(Engine e) const {
   return p_.trigger_instr;
 }
 
+Ps StreamEngines::sequencer_cost(const Instr& in, Engine e) const {
+  if (in.op != isa::Opcode::kRegisterLoad) return trigger_cost(e);
+  // (a register instruction, not a DMA trigger: the plain sequencer instruction time on every engine)
+  return p_.trigger_instr + (in.slot(0).space == Space::kHbm ? p_.register_load_hbm : p_.register_load_sbuf);
+}
+
 uint8_t StreamEngines::uses(const Instr& in) {
   uint8_t u = isa::is_dma(in.op) ? kUsesDma : 0;
   for (int i = 0; i < isa::kMaxSlots; ++i) {
@@ -71,7 +77,7 @@ StreamEngines::Issue StreamEngines::issue(const Plan& pl, Engine e, Ps ready) {
 StreamEngines::Issue StreamEngines::trigger(const Instr& in, Ps ready) {
   Issue r;
   r.start = std::max(next_issue_[static_cast<size_t>(in.engine)], ready);
-  r.busy = trigger_cost(in.engine);
+  r.busy = isa::is_dma(in.op) ? trigger_cost(in.engine) : sequencer_cost(in, in.engine);
   next_issue_[static_cast<size_t>(in.engine)] = r.start + r.busy;
   return r;
 }

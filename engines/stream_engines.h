@@ -73,6 +73,10 @@ class StreamEngines {
  public:
   /// Time a DMA trigger (or a core_barrier's semaphore wait) occupies engine `e`.
   sim::Ps trigger_cost(isa::Engine e) const;
+  /// Time a sequencer instruction (core_barrier, register_load) occupies engine `e`: a core_barrier the engine's
+  /// trigger time; a register_load sync.trigger_instr and the wait for its value (sync.register_load_sbuf / _hbm
+  /// by src's memory) on any engine.
+  sim::Ps sequencer_cost(const isa::Instr& in, isa::Engine e) const;
 
  private:
   StreamCost cost(const isa::Instr& in, isa::Engine e) const;

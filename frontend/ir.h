@@ -146,6 +146,10 @@ struct Op {
   /// Ops of one `no_reorder` block share a group id (> 0): the scheduler keeps them in program
   /// order. 0 = free to reorder.
   int order_group = 0;
+  /// Labels of ops this op waits for: each instance starts no earlier than the end of the nearest earlier
+  /// instance of each (a with_schedule edge of this op alone; the Python tracer's register_load -> the ops
+  /// using the register). Empty = none.
+  std::vector<std::string> after;
   SourceLoc loc;
   bool operator==(const Op&) const = default;
 };

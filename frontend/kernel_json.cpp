@@ -46,7 +46,7 @@ constexpr int kMaxBufs = 1024;
 // Names of the non-slot fields of an op, in the order the writer emits them.
 constexpr std::string_view kOpFields[] = {"op",      "engine", "alu0",    "alu1",       "act",       "reduce_cmd", "flags",
                                           "imm",     "iimm",   "shuffle", "axis_count", "dma_queue", "label",
-                                          "order_group", "loc"};
+                                          "order_group", "after", "loc"};
 // Flag names by bit (isa/flags.def).
 constexpr std::string_view kFlagNames[] = {
 #define FLAG(e, name, meaning) name,
@@ -1093,6 +1093,13 @@ class Reader {
         op.label = get_string(f, fp, op.loc);
       } else if (key == "order_group") {
         op.order_group = static_cast<int>(get_int(f, fp, 0, std::numeric_limits<int32_t>::max(), op.loc));
+      } else if (key == "after") {
+        if (f.is_string()) {
+          op.after.push_back(get_string(f, fp, op.loc));
+        } else {
+          expect_array(f, fp, op.loc);
+          for (size_t j = 0; j < f.size(); ++j) op.after.push_back(get_string(f[j], fp[j], op.loc));
+        }
       }
     }
     const int id = static_cast<int>(k_.ops.size());
@@ -1392,6 +1399,11 @@ class Writer {
     if (o.dma_queue) v.set("dma_queue", Value::integer(*o.dma_queue));
     if (!o.label.empty()) v.set("label", Value::string(o.label));
     if (o.order_group) v.set("order_group", Value::integer(o.order_group));
+    if (!o.after.empty()) {
+      Value a = Value::array();
+      for (const std::string& l : o.after) a.push(Value::string(l));
+      v.set("after", std::move(a));
+    }
     if (o.loc != SourceLoc{}) v.set("loc", loc(o.loc));
     return v;
   }

@@ -982,6 +982,11 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
   };
 
   switch (in.op) {
+    case Opcode::kRegisterLoad:  // a 32-bit register takes one element (spec nki-api.md 2.3)
+      if (in.slot(0).total_elems() != 1)
+        fail(ErrorCode::kShapeMismatch, in, where,
+             fmt::format("register_load: src must be one element ([1] or [1, 1]), got {}", in.slot(0).total_elems()));
+      break;
     case Opcode::kSendrecv:
       if (in.slot(0).dtype != in.slot(1).dtype || in.slot(0).num_partitions != in.slot(1).num_partitions ||
           in.slot(0).elems_per_partition() != in.slot(1).elems_per_partition())

@@ -56,6 +56,7 @@ enum class CostClass : uint8_t {
   kMultiplyMoving,  ///< TensorE
   kTranspose,       ///< TensorE PE transpose (VectorE: kStream)
   kBarrier,         ///< core_barrier: the cross-core rendezvous (engines/multicore)
+  kRegisterLoad,    ///< register_load: a sequencer reads one 32-bit value from SBUF or HBM (sync.register_load_*)
   kQuantizeMx,      ///< VectorE: vector.quantize_mx_factor cycles per src element (quantize_mx, gen4)
   kExponential,     ///< VectorE: vector.exponential_factor cycles per element (exponential, gen4)
   kRand2,           ///< VectorE: vector.rand2_factor cycles per output element (rand2, gen4); GpSimd: kStream

@@ -183,10 +183,19 @@ struct Scheduler::Impl {
     last_of_op.assign(k.ops.size(), 0);
     runs_after.resize(k.ops.size());
     waiting_for.resize(k.ops.size());
-    if (!k.schedule.empty()) {
+    const bool op_edges = std::any_of(k.ops.begin(), k.ops.end(), [](const Op& o) { return !o.after.empty(); });
+    if (!k.schedule.empty() || op_edges) {
       std::unordered_map<std::string, std::vector<int>> by_label;
       for (size_t i = 0; i < k.ops.size(); ++i)
         if (!k.ops[i].label.empty()) by_label[k.ops[i].label].push_back(static_cast<int>(i));
+      for (size_t ai = 0; ai < k.ops.size(); ++ai)  // an op's own "after" labels: edges of that op alone
+        for (const std::string& b : k.ops[ai].after) {
+          auto bb = by_label.find(b);
+          if (bb == by_label.end())
+            throw Error(ErrorCode::kUnknownName,
+                        fmt::format("{}: \"after\": no instruction is labelled '{}'", k.ops[ai].name, b), k.ops[ai].loc);
+          for (int bi : bb->second) runs_after[ai].push_back(bi);
+        }
       for (const ScheduleEdge& e : k.schedule) {
         auto a = by_label.find(e.after);
         if (a == by_label.end())

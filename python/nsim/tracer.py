@@ -263,12 +263,14 @@ class VirtualRegister:
     while tracing, so a register holds its value at trace time: ``register_load`` reads the tensor's current
     value through the eager numerics (the instructions traced so far run in the C++ core), and dynamic loop
     bounds, ``while_loop`` conditions and ``.ap(scalar_offset=reg)`` use that value. Python cannot branch on it
-    directly (``bool``, ``int`` and ``range`` raise TypeError, as in NKI's tracer)."""
+    directly (``bool``, ``int`` and ``range`` raise TypeError, as in NKI's tracer). ``loads``: the labels of the
+    ``register_load`` instructions its value came from; what uses the register waits for them (kernel.json
+    ``"after"``: a view addressed by it, a runtime loop bounded or exited by it)."""
 
-    __slots__ = ("value", "frozen")
+    __slots__ = ("value", "frozen", "loads")
 
-    def __init__(self, value=0, frozen=False):
-        self.value, self.frozen = value, frozen
+    def __init__(self, value=0, frozen=False, loads=()):
+        self.value, self.frozen, self.loads = value, frozen, tuple(loads)
 
     def __bool__(self):
         raise TypeError("a VirtualRegister has no Python truth value; use nl.while_loop")
@@ -280,6 +282,16 @@ class VirtualRegister:
 
     def __repr__(self):
         return "VirtualRegister({})".format(self.value)
+
+
+def register_loads(*vs):
+    """The register_load labels the values ``vs`` (ints or VirtualRegisters) depend on, in order, once each."""
+    out = []
+    for v in vs:
+        for lbl in getattr(v, "loads", ()) if isinstance(v, VirtualRegister) else ():
+            if lbl not in out:
+                out.append(lbl)
+    return tuple(out)
 
 
 def register_value(v, what):
@@ -769,9 +781,10 @@ class DynSlice:
     VirtualRegister (its trace-time value: a static slice), or a one-element on-chip int tensor: a *runtime*
     start (the view gets a runtime offset, spec §3.9 ``scalar_offset``; see :meth:`NkiTensor._dynamic`)."""
 
-    __slots__ = ("start", "size", "step")
+    __slots__ = ("start", "size", "step", "loads")
 
     def __init__(self, start, size, step=1):
+        self.loads = register_loads(start)  # a register start: the view waits for its register_load
         if isinstance(start, VirtualRegister):
             start = register_value(start, "nl.ds(start=)")
         self.start = start if isinstance(start, NkiTensor) else _idx(start)
@@ -1100,7 +1113,7 @@ class Indirection:
 class NkiTensor:
     """A tensor or a view of one. ``dims`` holds one entry per storage dim: [start, size, step, kept]."""
 
-    __slots__ = ("_st", "_dims", "_tracer", "_ind", "_dt", "_shape", "_full", "_oob", "__weakref__")
+    __slots__ = ("_st", "_dims", "_tracer", "_ind", "_dt", "_shape", "_full", "_oob", "_regw", "__weakref__")
 
     def __init__(self, storage, dims=None, tracer=None):
         self._st = storage
@@ -1113,6 +1126,9 @@ class NkiTensor:
         # the error of a register / int scalar_offset outside its dim (.ap): raised by the instruction using the
         # view, unless it is a dma_copy with oob_mode=skip (which then moves nothing)
         self._oob = None
+        # labels of the register_loads whose registers address this view (.ap(scalar_offset=reg), nl.ds(reg, n)):
+        # the instruction using it waits for them (kernel.json "after")
+        self._regw = ()
 
     # --- properties ---------------------------------------------------------------------------
     @property
@@ -1312,7 +1328,11 @@ class NkiTensor:
                 free_ints = [b for b in int_dims if b != 0]
                 if free_ints:
                     dims[free_ints[-1]][3] = True
-        return self._derive(self._st, dims, keep_ind=True)
+        v = self._derive(self._st, dims, keep_ind=True)
+        loads = tuple(lbl for k in key if type(k) is DynSlice for lbl in k.loads)
+        if loads:
+            v._regw = tuple(dict.fromkeys(v._regw + loads))
+        return v
 
     def broadcast(self, dim, size):
         """A view where the size-1 view dim ``dim`` is repeated ``size`` times (stride 0)."""
@@ -1368,6 +1388,7 @@ class NkiTensor:
         """The static part of a runtime-indexed view (the view at runtime offset 0)."""
         v = type(self)(self._st, [list(d) for d in self._dims], self._tracer)
         v._dt = self._dt
+        v._regw = self._regw
         return v
 
     def _derive(self, storage, dims, keep_ind=False):
@@ -1382,6 +1403,7 @@ class NkiTensor:
         v._dt = self._dt  # views of a reinterpreting view keep its dtype
         v._oob = self._oob
         v._ind = self._ind
+        v._regw = self._regw
         return v
 
     def __setitem__(self, key, value):
@@ -1705,9 +1727,13 @@ class NkiTensor:
             # (spec §3.9): a value outside it is out of bounds (oob_mode of the instruction), not the next rows
             val = register_value(scalar_offset, ".ap(scalar_offset=)")
             bound = self._ap_bound(b, shp, off, pat, d, stride, chip)
+            loads = register_loads(scalar_offset)
             if 0 <= val < bound:
-                return base._pattern_view(off + val * stride, pat)
+                v = base._pattern_view(off + val * stride, pat)
+                v._regw = tuple(dict.fromkeys(v._regw + loads))
+                return v
             v = base._pattern_view(off, pat)  # (never transferred)
+            v._regw = tuple(dict.fromkeys(v._regw + loads))
             v._oob = ("err_tensor_access_out_of_bound: .ap(scalar_offset=) value {} is outside [0, {}) along dim {} "
                       "of tensor '{}' {} (oob_mode=error; oob_mode=skip skips the transfer)".format(
                           val, bound, d, b.name, shp))
@@ -2452,6 +2478,10 @@ class Tracer:
         # scheduling directives (spec compiler.md §1): the op label of the running nisa call (name=), the
         # order group of the open `no_reorder` block (0: none) and the kernel's with_schedule edges
         self.label = None
+        # labels every op emitted now waits for (a runtime loop's bound / exit registers: runtime_loop) and the
+        # counter naming register_load instructions
+        self.reg_after = ()
+        self._reg_loads = itertools.count(1)
         self.order_group = 0
         self._reorder_depth = 0
         self._order_groups = itertools.count(1)
@@ -3119,6 +3149,8 @@ class Tracer:
                 stmt["label"] = self.label
             if self.order_group:
                 stmt["order_group"] = self.order_group
+            if self.reg_after:
+                stmt["after"] = list(dict.fromkeys(list(stmt.get("after", ())) + list(self.reg_after)))
             if "loc" not in stmt:
                 stmt["loc"] = self._op_loc()
             self._track_accesses(stmt)
@@ -3659,28 +3691,48 @@ class runtime_loop:
     which runs on the sequencers: no reordering across its iterations (spec compiler.md §1), so nsim, which
     unrolls it while tracing, gives every op emitted inside one ``order_group`` (fresh per outermost runtime
     loop; a nested one shares it): the scheduler keeps the loop's ops in program order, iterations neither
-    overlap nor get software-pipelined."""
+    overlap nor get software-pipelined.
 
-    __slots__ = ("_tr",)
+    The sequencers branch on the loop's registers: ``waits`` (register_load labels, :func:`register_loads`)
+    are added to every op emitted inside (kernel.json ``"after"``), and :meth:`wait_for` sets more (a
+    ``while_loop``'s exit register, loaded again in each iteration: its latest load)."""
+
+    __slots__ = ("_tr", "_waits", "_outer")
+
+    def __init__(self, waits=()):
+        self._waits = tuple(waits)
 
     def __enter__(self):
         tr = active()
         self._tr = None
+        self._outer = None
         if tr is not None and not tr.order_group:
             tr.order_group = next(tr._order_groups)
             self._tr = tr
+        if tr is not None:
+            self._outer = (tr, tr.reg_after)
+            self.wait_for(self._waits)
         return self
 
+    def wait_for(self, waits):
+        """From now on until the loop ends (or the next call), the ops emitted also wait for ``waits``."""
+        if self._outer is not None:
+            tr, outer = self._outer
+            tr.reg_after = tuple(dict.fromkeys(outer + self._waits + tuple(waits)))
+
     def __exit__(self, *exc):
+        if self._outer is not None:
+            self._outer[0].reg_after = self._outer[1]
+            self._outer = None
         if self._tr is not None:
             self._tr.order_group = 0
             self._tr = None
         return False
 
 
-def runtime_range(r):
-    """Iterate range ``r`` as a runtime loop (:func:`runtime_loop`)."""
-    with runtime_loop():
+def runtime_range(r, waits=()):
+    """Iterate range ``r`` as a runtime loop (:func:`runtime_loop`) waiting for ``waits``."""
+    with runtime_loop(waits):
         for i in r:
             yield i
 

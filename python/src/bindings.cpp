@@ -779,6 +779,7 @@ const char* cost_class_name(isa::CostClass c) {
     case C::kScan: return "scan";
     case C::kBnAggr: return "bn_aggr";
     case C::kBarrier: return "barrier";
+    case C::kRegisterLoad: return "register_load";
     case C::kQuantizeMx: return "quantize_mx";
     case C::kExponential: return "exponential";
     case C::kRand2: return "rand2";

@@ -160,15 +160,19 @@ def _t(x, slot, what):
 def _op(name, **fields):
     tr = _tr.current("nisa." + name)
     stmt = {"op": name}
+    waits = ()
     for k, v in fields.items():
         if v is None:
             continue
         if isinstance(v, NkiTensor):
+            waits += v._regw  # a view addressed by a register waits for its register_load
             # the runtime part of a dma_copy / tensor_copy side is in the "offsets" field (_runtime_fields)
             v = v.access(indirect_ok=name in ("dma_copy", "tensor_copy") and k in ("dst", "src"))
         if k == "flags" and not v:
             continue
         stmt[k] = v
+    if waits:
+        stmt["after"] = list(dict.fromkeys(waits))
     return NkiInstruction(tr.emit(stmt))
 
 
@@ -1430,7 +1434,9 @@ def register_move(dst, src):
     """``dst = src`` (an int or a register)."""
     _tr.current("nisa.register_move")
     _tr.concrete_only("nisa.register_move")
-    _dst_reg(dst, "register_move").value = _reg_int(src, "register_move(src=)")
+    d = _dst_reg(dst, "register_move")
+    d.value = _reg_int(src, "register_move(src=)")
+    d.loads = _tr.register_loads(src)
 
 
 def _one_element(t, what, slot):
@@ -1442,12 +1448,22 @@ def _one_element(t, what, slot):
 
 def register_load(dst, src):
     """``dst = src[0]``: the current value of a one-element HBM/SBUF tensor (the instructions traced so far
-    run in the simulator core to produce it; float values are truncated toward zero, as a 32-bit int load)."""
-    _tr.current("nisa.register_load")
+    run in the simulator core to produce it; float values are truncated toward zero, as a 32-bit int load).
+    Emits the ``register_load`` instruction (a sequencer reading ``src``, after its producer), labelled
+    ``register_load#N``: the instructions using the register wait for it (their kernel.json ``"after"``)."""
+    tr = _tr.current("nisa.register_load")
     _tr.concrete_only("nisa.register_load")
     _dst_reg(dst, "register_load")
     v = np.asarray(_one_element(src, "register_load", "src").numpy()).reshape(-1)[0]
-    dst.value = _reg_int(int(v), "register_load")
+    value = _reg_int(int(v), "register_load")
+    label = "register_load#{}".format(next(tr._reg_loads))
+    outer, tr.label = tr.label, label  # (its own label even inside a labelled call: the "after" edges name it)
+    try:
+        _op("register_load", src=src)
+    finally:
+        tr.label = outer
+    dst.value = value
+    dst.loads = (label,)
 
 
 def register_store(dst, src):

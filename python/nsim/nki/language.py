@@ -378,7 +378,8 @@ def dynamic_range(start, stop=None, step=1):
     # no reordering across a runtime loop's iterations (its ops in program order: tracer.runtime_loop)
     return _tr.runtime_range(_tr.check_loop_trips(range(_static_bound(start, "nl.dynamic_range"),
                                                         _static_bound(stop, "nl.dynamic_range"),
-                                                        _static_bound(step, "nl.dynamic_range")), "nl.dynamic_range"))
+                                                        _static_bound(step, "nl.dynamic_range")), "nl.dynamic_range"),
+                             _tr.register_loads(start, stop, step))
 
 
 def fori_loop(lower, upper, body_fun, step=1):
@@ -386,7 +387,7 @@ def fori_loop(lower, upper, body_fun, step=1):
     the body must return None. Not allowed inside ``no_reorder``."""
     _tr.check_dynamic_loop("nl.fori_loop")
     for i in _tr.runtime_range(range(_static_bound(lower, "nl.fori_loop"), _static_bound(upper, "nl.fori_loop"),
-                                     _static_bound(step, "nl.fori_loop"))):
+                                     _static_bound(step, "nl.fori_loop")), _tr.register_loads(lower, upper, step)):
         if body_fun(i) is not None:
             raise make_error("NotSupported", "nl.fori_loop: body_fun must return None")
 
@@ -397,8 +398,9 @@ def while_loop(init, body_fun):
     iterations). Not allowed inside ``no_reorder``. Returns the final register."""
     _tr.check_dynamic_loop("nl.while_loop")
     r = init
-    with _tr.runtime_loop():  # no reordering across its iterations
+    with _tr.runtime_loop() as loop:  # no reordering across its iterations
         for _ in range(_tr.MAX_LOOP_TRIPS + 1):
+            loop.wait_for(_tr.register_loads(r))  # the sequencers branch on r: what follows waits for its load
             if _tr.register_value(r, "nl.while_loop") == 0:
                 return r
             r = body_fun(r)

@@ -524,6 +524,23 @@ TEST_CASE("kernel_json: call stacks are interned in a stacks table and round-tri
   }
 }
 
+TEST_CASE("kernel_json: labels, order groups and an op's \"after\" labels read and round-trip", "[kernel_json]") {
+  // "after" is a label or a list of labels (the Python tracer writes a list: the register_loads an op waits for).
+  const Kernel k = parse_kernel_json(wrap(R"({"alloc": {"name": "r", "buffer": "sbuf", "dtype": "int32", "shape": [1, 1]}},
+    {"op": "register_load", "src": "r", "label": "register_load#1"},
+    {"op": "memset", "dst": "t", "order_group": 2, "after": ["register_load#1"]},
+    {"op": "memset", "dst": "t", "after": "register_load#1"})"));
+  REQUIRE(k.ops.size() == 3);
+  CHECK(k.ops[0].name == "register_load");
+  CHECK(k.ops[0].label == "register_load#1");
+  CHECK(k.ops[1].order_group == 2);
+  CHECK(k.ops[1].after == std::vector<std::string>{"register_load#1"});
+  CHECK(k.ops[2].after == std::vector<std::string>{"register_load#1"});
+  check_round_trip(k);
+  CHECK(kernel_error(wrap(R"({"op": "memset", "dst": "t", "after": 5})")).code() == ErrorCode::kWrongType);
+  CHECK(kernel_error(wrap(R"({"op": "memset", "dst": "t", "after": [1]})")).code() == ErrorCode::kWrongType);
+}
+
 TEST_CASE("kernel_json: the writer's own output of every test kernel re-reads", "[kernel_json]") {
   for (const char* text : {kDocExample, kNested}) {
     const Kernel k = parse_kernel_json(text);

@@ -160,6 +160,52 @@ TEST_CASE("schedule: with_schedule edges order named instructions") {
   }
 }
 
+TEST_CASE("schedule: register_load and the ops waiting for it (op \"after\")") {
+  // A [1, 1] int32 tile t loaded from HBM n (line 20, Sync queue), register_load of t on Sync (line 21, labelled
+  // "r"), and a VectorE memset of an unrelated tile u (line 22): independent of both, it starts at once, before
+  // the load ends. With "after": ["r"] (what the Python tracer writes for an op using the register) it starts
+  // no earlier than the register_load's end. The register_load itself waits for t's producer (a RAW on t) and
+  // keeps its engine sync.trigger_instr + sync.register_load_sbuf = 80 + 100 = 180 ns on trn2; from HBM,
+  // sync.trigger_instr + sync.register_load_hbm = 80 + 600 = 680 ns.
+  KB b;
+  const int n = b.input("n", {1, 1}, DType::kInt32);
+  const int t = b.tile("t", {1, 1}, DType::kInt32, 0, 5);
+  const int u = b.tile("u", {128, 512}, DType::kFloat32, 0, 6);
+  b.op("dma_copy", {W(t), W(n)}, 20);
+  const int rl = b.op("register_load", {W(t)}, 21);
+  b.o(rl).engine = Engine::kSync;
+  b.o(rl).label = std::string("r");
+  const int ms = b.op("memset", {W(u)}, 22);
+  b.o(ms).engine = Engine::kVector;
+  const Run plain = simulate(b.k, {});
+  const InstrTiming& load = plain.by_line.at(20)[0];
+  const InstrTiming& reg = plain.by_line.at(21)[0];
+  CHECK(reg.start >= load.end);
+  CHECK(sim::ps_to_ns(reg.end - reg.start) == Approx(180.0));
+  CHECK(plain.by_line.at(22)[0].start < load.end);
+  b.o(ms).after = {std::string("r")};
+  const Run edged = simulate(b.k, {});
+  CHECK(edged.by_line.at(22)[0].start >= edged.by_line.at(21)[0].end);
+  // An overridden latency is what the sequencer waits.
+  const Run slow = simulate(b.k, {"sync.register_load_sbuf=1us"});
+  CHECK(sim::ps_to_ns(slow.by_line.at(21)[0].end - slow.by_line.at(21)[0].start) == Approx(1080.0));
+  // From HBM: the longer read.
+  b.k.ops[static_cast<size_t>(rl)].operands[0] = W(n);
+  const Run hbm = simulate(b.k, {});
+  CHECK(sim::ps_to_ns(hbm.by_line.at(21)[0].end - hbm.by_line.at(21)[0].start) == Approx(680.0));
+  CHECK(hbm.by_line.at(22)[0].start >= hbm.by_line.at(21)[0].end);
+  // "after" naming no labelled op: the user's error, at the op's line.
+  b.o(ms).after = {std::string("nope")};
+  try {
+    simulate(b.k, {});
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kUnknownName);
+    CHECK(std::string(e.what()).find("nope") != std::string::npos);
+    CHECK(e.loc().line == 22);
+  }
+}
+
 TEST_CASE("schedule: engine-free element-wise ops are spread over VectorE and GpSimd") {
   // 1,000 independent tensor_tensor ops on [128, 32] fp32 SBUF tiles, no engine=: each costs about
   // the engines' minimum II, so VectorE alone is busy for all of them; placed by earliest finish

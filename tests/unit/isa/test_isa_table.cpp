@@ -743,6 +743,15 @@ bool smoke(Opcode op) {
       CHECK(m.get(data, 3, 7) == val(3, 7));
       return true;
     }
+    case Opcode::kRegisterLoad: {  // a sequencer register read: no memory changes; one element only
+      const Operand one = m.sbuf_tile(1, {1});
+      m.set(one, 0, 0, 7.0f);
+      m.run(make(op, {one}));
+      CHECK(m.get(one, 0, 0) == 7.0f);
+      CHECK(verify_code(make(op, {m.sbuf_tile(P, {1})})) == ErrorCode::kShapeMismatch);
+      CHECK(verify_code(make(op, {m.hbm_tile(1, 2)})) == ErrorCode::kShapeMismatch);
+      return true;
+    }
     case Opcode::kRand2: {
       const Operand d = m.sbuf_tile(P, {64});
       Instr in = make(op, {d});
@@ -866,6 +875,8 @@ TEST_CASE("ISA table: slots", "[isa][table]") {
       CHECK(slot0 == "stationary");
     else if (info.op == Opcode::kSetRngSeed || info.op == Opcode::kRandSetState)
       CHECK(slot0 == "src_seeds");  // state-setting ops read their only operand
+    else if (info.op == Opcode::kRegisterLoad)
+      CHECK(slot0 == "src");  // a sequencer register is its destination
     else
       CHECK(slot0 == "dst");
     CHECK(info.slots[0].written == (slot0 == "dst"));
@@ -890,13 +901,13 @@ TEST_CASE("ISA table: slots", "[isa][table]") {
 
 TEST_CASE("ISA table: only the DMA opcodes touch HBM", "[isa][table]") {
   // LNC=2 (docs/lnc.md): sendrecv is a DMA between the two cores' SBUFs; core_barrier names the HBM tensor
-  // both cores wrote but moves no data.
+  // both cores wrote but moves no data. register_load: a sequencer reads a register's value from SBUF or HBM.
   for (const OpInfo& info : op_table()) {
     INFO(info.mnemonic);
     bool any_hbm = false;
     for (int i = 0; i < info.num_slots; ++i) any_hbm = any_hbm || (info.slots[static_cast<size_t>(i)].buffers & HBM);
     if (info.op == Opcode::kSendrecv) CHECK((is_dma(info.op) && !any_hbm));
-    else if (info.op == Opcode::kCoreBarrier) CHECK((!is_dma(info.op) && any_hbm));
+    else if (info.op == Opcode::kCoreBarrier || info.op == Opcode::kRegisterLoad) CHECK((!is_dma(info.op) && any_hbm));
     else CHECK(any_hbm == is_dma(info.op));
   }
 }
