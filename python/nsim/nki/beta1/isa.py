@@ -345,6 +345,26 @@ def iota(expr, dtype, *, mask=None, dst=None, **kwargs):
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
              **kwargs):
     """Beta-1 ``dma_copy`` is keyword-only and writes ``dst``."""
+    if any(isinstance(v, _nl.Tensor) and v._t2d for v in (src, dst)) and dst_rmw_op is None:
+        # a transposed arange window on one side (``x[n0 + i_f, i_dp]``, spec §3.8): a DMA transpose, as
+        # nl.load / nl.store move it; under a mask only the rectangle where the mask holds (a ragged tile)
+        box = None
+        if _is_mask(mask):
+            box = mask_box(mask, dst.shape)
+            if box is None:
+                return None
+        if tuple(src.shape) != tuple(dst.shape):
+            raise make_error("ShapeMismatch", "dma_copy: a transposed window needs src and dst of the same shape, "
+                             "got {} and {}".format(tuple(src.shape), tuple(dst.shape)))
+        if isinstance(src, _nl.Tensor) and src._t2d:
+            s, d = src._storage_order(box), (dst if box is None else _restrict(dst, box))
+        else:
+            s, d = (src if box is None else _restrict(src, box)), dst._storage_order(box)
+        if s.dtype != d.dtype:
+            raise make_error("NotSupported", "dma_copy of a transposed window needs src and dst of one dtype "
+                             "(got {} and {})".format(s.dtype, d.dtype))
+        _n.dma_transpose(dst=d, src=s)
+        return None
     if _is_mask(mask):
         box = mask_box(mask, dst.shape)
         if box is None:
