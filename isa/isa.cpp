@@ -946,6 +946,10 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
   // gen4-only instructions (spec nki-api.md 2.4).
   if ((in.op == Opcode::kExponential || in.op == Opcode::kRand2 || in.op == Opcode::kActivate2) && lim.generation < 4)
     fail(ErrorCode::kNotOnGeneration, in, where, fmt::format("needs gen4 (NeuronCore-v4), the config is gen{}", lim.generation));
+  if (in.op == Opcode::kRangeSelect && lim.generation < 3)  // spec nki-api.md 2.2: "range_select - Vector (gen3+)"
+    fail(ErrorCode::kNotOnGeneration, in, where,
+         fmt::format("needs gen3+ (trn2, trn3), the config is gen{}; mask with affine_select or an iota comparison",
+                     lim.generation));
   if ((in.op == Opcode::kSendrecv || in.op == Opcode::kCoreBarrier) && lim.generation < 3)
     fail(ErrorCode::kNotOnGeneration, in, where,
          fmt::format("needs gen3+ (an LNC=2 launch on trn2 or trn3), the config is gen{}", lim.generation));

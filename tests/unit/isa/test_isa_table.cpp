@@ -448,6 +448,9 @@ bool smoke(Opcode op) {
       in.imm[0] = 0.0f;
       in.imm[1] = -9.0f;
       in.reduce_cmd = ReduceCmd::kResetReduce;
+      Limits gen2 = gen3();
+      gen2.generation = 2;
+      CHECK(verify_code(in, gen2) == ErrorCode::kNotOnGeneration);  // spec 2.2: Vector (gen3+)
       m.run(in);
       for (uint32_t p = 0; p < P; ++p) {
         for (int64_t j = 0; j < F; ++j) CHECK(m.get(d, p, j) == (j >= 2 && j < 5 ? val(p, j) : -9.0f));

@@ -2334,6 +2334,11 @@ def var(x, axis, *, dtype=None, mask=None, **kwargs):
 
 
 def rms_norm(x, w, axis, n, epsilon=1e-06, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
+    """``nl.rms_norm``. Under ``mask=`` (spec 3.6: every value function takes one in Beta 1) the norm of the masked
+    rectangle's rows (over its columns, n as given), written there only: a ragged row tile, as nl.softmax."""
+    if _is_mask(mask):
+        return masked_elementwise(lambda t, g: _nl.rms_norm(t, g, axis, n, epsilon=epsilon, dtype=dtype), (x, w),
+                                  mask, "nl.rms_norm", dtype)
     _check_mask(mask, "nl.rms_norm")
     return _nl.rms_norm(x, w, axis, n, epsilon=epsilon, dtype=dtype)
 
