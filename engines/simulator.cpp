@@ -65,7 +65,7 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
       stats_(p_) {
   st_.generation = p_.generation;
   sources_.push_back(SourceLoc{});
-  if (opts_.check && opts_.numerics) checker_ = std::make_unique<engines::Checker>(p_.mem);
+  if (opts_.check && opts_.numerics) checker_ = std::make_unique<engines::Checker>(p_.mem, p_.generation);
   if (opts_.numerics && opts_.async_product) {
     gemm_async_ = std::make_unique<isa::sem::AsyncGemm>();
     st_.async_gemm = gemm_async_.get();

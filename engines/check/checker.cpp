@@ -211,8 +211,8 @@ std::string CheckReport::str() const {
   return what + fmt::format(". Fix: {}", ci.fix);
 }
 
-Checker::Checker(const memory::MemoryConfig& m)
-    : sbuf_pitch_(m.host_pitch(false)), psum_pitch_(m.host_pitch(true)) {
+Checker::Checker(const memory::MemoryConfig& m, int generation)
+    : sbuf_pitch_(m.host_pitch(false)), psum_pitch_(m.host_pitch(true)), generation_(generation) {
   sbuf_ = memory::Buffer(static_cast<size_t>(m.partitions) * static_cast<size_t>(sbuf_pitch_), memory::Buffer::Zeroed{});
   psum_ = memory::Buffer(static_cast<size_t>(m.psum_partitions) * static_cast<size_t>(psum_pitch_),
                          memory::Buffer::Zeroed{});
@@ -587,7 +587,8 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
     //    instruction whose written operands have its partition count (input partition s0 + i -> output
     //    partition d0 + i; element by element for an element-wise instruction and equal element counts,
     //    else the whole partition);
-    //  * transpose: nc_transpose's data, element (p, f) -> (f, p);
+    //  * transpose: nc_transpose's data, element (p, f) -> (f, p); on a gen2 TensorE (an fp32 matmul with the
+    //    identity, isa/semantics/nc_transpose.cpp: NaN / Inf spread along their output row) -> all of row f;
     //  * stationary: load_stationary remembers its bad elements for the matmul after it;
     //  * moving: multiply_moving's moving element (k, n) taints the output column n (every m);
     //  * all: the MX scales (every output element).
@@ -645,7 +646,10 @@ void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, c
           }
           for (int64_t p = 0; p < P; ++p)
             for (int64_t f = 0; f < elems; ++f)
-              if (bm[p * elems + f]) out[f * OE + p] = 1;
+              if (bm[p * elems + f]) {
+                if (generation_ <= 2 && in.engine == isa::Engine::kTensor) std::memset(out + f * OE, 1, static_cast<size_t>(OE));
+                else out[f * OE + p] = 1;
+              }
           break;
         case Map::kMoving:  // (double_row: moving [K, 2, N], element r * N + n; MX: [K, N])
           if (OE == 0) break;
@@ -786,9 +790,12 @@ void Checker::after(const Instr& in, const isa::Views& views, uint64_t index, co
     if (finite_row(v, row, &bp, &bi, &bv)) continue;
     // Non-finite output: were the inputs finite? (the matmul's stationary operand was loaded earlier)
     bool inputs_finite = in.op != isa::Opcode::kMultiplyMoving || stationary_finite_;
-    // dst is an input too where the op keeps some of its elements: an accumulation, and a predicated copy (an
-    // element whose predicate is false keeps what dst held: the -inf of nl.where(c, x, -inf)'s memset)
-    const bool keeps_dst = (in.flags & isa::kAccumulate) || in.op == isa::Opcode::kTensorCopyPredicated;
+    // dst is an input too where the op keeps some of its elements: an accumulation, a predicated copy (an
+    // element whose predicate is false keeps what dst held: the -inf of nl.where(c, x, -inf)'s memset), and a
+    // stream shuffle whose mask keeps a partition (entry 255, spec nki-api.md 2.2)
+    const bool keeps_dst = (in.flags & isa::kAccumulate) || in.op == isa::Opcode::kTensorCopyPredicated ||
+                           (in.op == isa::Opcode::kNcStreamShuffle &&
+                            std::find(in.shuffle.begin(), in.shuffle.end(), uint8_t{255}) != in.shuffle.end());
     for (int r = 0; r < info.num_slots && inputs_finite; ++r) {
       const isa::TileView& u = views[static_cast<size_t>(r)];
       const bool reads = !info.slots[static_cast<size_t>(r)].written || (r == 0 && keeps_dst);

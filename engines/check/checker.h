@@ -117,7 +117,8 @@ inline uint8_t slot_tag(int tensor, int64_t instance) {
 
 class Checker {
  public:
-  explicit Checker(const memory::MemoryConfig& m);
+  /// `generation`: the NeuronCore generation (a gen2 TensorE transpose is a matmul: its NaN spread, below).
+  Checker(const memory::MemoryConfig& m, int generation);
   /// Clears the shadow bytes it wrote (columns [dirty_lo, dirty_hi) of every partition) and hands the
   /// shadows back zero, so the next Checker takes them without clearing 24 MiB.
   ~Checker();
@@ -203,6 +204,7 @@ class Checker {
   /// Taints output elements of a matmul (multiply_moving) from the loaded stationary's bad elements.
   void taint_from_stationary(const isa::Instr& in, const isa::Views& views);
   int64_t sbuf_pitch_ = 0, psum_pitch_ = 0;
+  int generation_ = 0;
   /// Byte columns (offsets within a partition) after() may have written, per space: [lo, hi).
   int64_t sbuf_lo_ = INT64_MAX, sbuf_hi_ = 0, psum_lo_ = INT64_MAX, psum_hi_ = 0;
   std::vector<float> row_;           ///< scratch row (fp32) of the NaN scan

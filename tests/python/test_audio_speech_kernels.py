@@ -33,12 +33,11 @@ multiply-accumulate needs less engine time in total than the naive multiply + ad
 placement spreads over VectorE and GpSimd).
 
 The nsim fixes this family needed: none in the Python frontend (every kernel ran as written, in both dialects).
-One sanitizer bug in C++ is recorded as a strict xfail
-(``test_ctc_shuffle_shift_across_quadrants_has_no_sanitizer_report``): NSIM-W503 nan-produced is reported,
-falsely, for an ``nc_stream_shuffle`` whose mask leaves some dst partitions unchanged (entry 255) while they still
-hold a fresh tile's NaN fill (engines/check/checker.cpp
-``Checker::after`` counts the kept partitions as produced output: the op's dst is not treated as an input the way
-an accumulation's or a predicated copy's is)."""
+The sanitizer fix this family needed (``test_ctc_shuffle_shift_across_quadrants_has_no_sanitizer_report`` fails
+without it): NSIM-W503 nan-produced was reported, falsely, for an ``nc_stream_shuffle`` whose mask leaves some dst
+partitions unchanged (entry 255, spec 2.2) while they still hold a fresh tile's NaN fill: engines/check/checker.cpp
+``Checker::after`` counted the kept partitions as produced output; such a shuffle's dst is now an input too, as an
+accumulation's or a predicated copy's is."""
 import math
 
 import numpy as np
@@ -524,12 +523,8 @@ def test_ctc_shuffle_shift_within_one_quadrant(san):
     assert _ops(san.ctc_greedy)["nc_stream_shuffle"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="nsim bug (engines/check/checker.cpp Checker::after): NSIM-W503 nan-produced is "
-                   "reported for an nc_stream_shuffle whose mask leaves dst partitions unchanged (255) while those "
-                   "still hold the fresh tile's NaN fill; the shuffle wrote no NaN (spec 2.2 nc_stream_shuffle: 255 "
-                   "leaves dst unchanged) and the partitions are written before anything reads them")
 def test_ctc_shuffle_shift_across_quadrants_has_no_sanitizer_report(san):
-    """T = 300: the shuffle shifts the ids one partition down inside each 32-partition quadrant and leaves each
+    """Regression (a false NSIM-W503 nan-produced before). T = 300: the shuffle shifts the ids one partition down inside each 32-partition quadrant and leaves each
     quadrant's first partition (mask entry 255) for a one-partition DMA from the previous quadrant's last, issued
     after it. Partitions 32, 64 and 96 of the fresh ``prev`` tile are unwritten when the shuffle runs; nothing
     reads them before the DMAs fill them, the decoding is right, and no report is due."""

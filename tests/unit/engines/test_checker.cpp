@@ -16,11 +16,11 @@ using namespace nsim::test;
 
 namespace {
 
-std::unique_ptr<Simulator> checked_sim(bool check = true) {
+std::unique_ptr<Simulator> checked_sim(bool check = true, const std::string& preset = "trn2") {
   SimOptions o;
   o.numerics = true;
   o.check = check;
-  return Simulator::from_preset("trn2", {}, o);
+  return Simulator::from_preset(preset, {}, o);
 }
 
 Instr add(const Operand& dst, const Operand& a, const Operand& b) {
@@ -422,6 +422,47 @@ TEST_CASE("checker: a transposed half-written tile is tainted by columns, its go
                                     F * (P - good))) != std::string::npos);
     CHECK(r.detail.find("first read by nc_transpose (data)") != std::string::npos);
   }
+}
+
+TEST_CASE("checker: on gen2 a TensorE transpose's garbage taints whole output rows, as its NaN spreads", "[check]") {
+  // trn1 computes a TensorE nc_transpose as an fp32 matmul with the identity (isa/semantics/nc_transpose.cpp):
+  // the NaN of the never-written rows 72..127 of a [128, 64] tile spreads along every output row, so even the
+  // "good" columns 0..71 of the [64, 128] result are NaN, and their store is the report (on trn2 it is clean:
+  // the test above).
+  auto s = checked_sim(true, "trn1");
+  const auto& out = s->alloc_hbm("out", {64, 128}, DType::kFloat32);
+  const Operand t = s->alloc_tile(Space::kSbuf, 128, {64}, DType::kFloat32);
+  const Operand tt = s->alloc_tile(Space::kPsum, 64, {128}, DType::kFloat32);
+  const Operand u = s->alloc_tile(Space::kSbuf, 64, {72}, DType::kFloat32);
+  s->submit(memset0(rows_of(t, 0, 72, 64)));
+  s->submit(instr(Opcode::kNcTranspose, Engine::kTensor, {tt, t}));
+  s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {u, Operand::tile(Space::kPsum, DType::kFloat32, tt.offset, 0, 64, {72})}));
+  Operand store = hbm_rows(out, 0, 64);
+  store.size[0] = 72;
+  s->submit(dma(store, u));
+  s->finish();
+  REQUIRE(s->check_reports().size() == 1);
+  const engines::CheckReport& r = s->check_reports()[0];
+  INFO(r.detail);
+  CHECK(r.kind == engines::CheckKind::kUninitializedRead);
+  CHECK(r.op == "dma_copy");
+  CHECK(r.detail.find("stores 4608 sbuf elements of src that were never written or computed from never-written data") !=
+        std::string::npos);
+}
+
+TEST_CASE("checker: a stream shuffle's kept partitions (mask 255) are not a NaN it produced", "[check]") {
+  // nc_stream_shuffle with mask [255, 0, 1, ..., 30]: partition 0 of each quadrant of dst is left as it was (spec
+  // nki-api.md 2.2), here a fresh tile's never-written (NaN) bytes; the shuffle wrote no NaN (W503 said it did).
+  auto s = checked_sim();
+  const Operand src = s->alloc_tile(Space::kSbuf, 128, {8}, DType::kFloat32);
+  const Operand dst = s->alloc_tile(Space::kSbuf, 128, {8}, DType::kFloat32);
+  s->submit(memset0(src));
+  Instr sh = instr(Opcode::kNcStreamShuffle, Engine::kVector, {dst, src});
+  sh.shuffle[0] = 255;
+  for (int i = 1; i < 32; ++i) sh.shuffle[static_cast<size_t>(i)] = static_cast<uint8_t>(i - 1);
+  s->submit(sh);
+  s->finish();
+  CHECK(s->check_reports().empty());
 }
 
 TEST_CASE("checker: a matmul transpose (is_transpose) then a matmul taint the output rows of the garbage tokens",
