@@ -682,13 +682,14 @@ std::string engine_advice(const std::string& e) {
            "broadcasts by a stride-0 DMA from HBM instead of broadcast_to of an SBUF tile (a ones-row matmul).";
   if (e == "vector")
     return "Move element-wise work off VectorE: leave engine= unset on tensor_tensor/tensor_scalar/tensor_copy "
-           "so the compiler model places each op on the engine that finishes first, or pin some to GpSimd "
-           "(engine=nisa.engine.gpsimd; Beta 1: nisa.gpsimd_engine); fold exp/scale/bias/copy and a running sum into one ScalarE activation "
+           "so the compiler model places each op on the engine that finishes first, or pin some tensor_tensor / "
+           "tensor_copy to GpSimd (engine=nisa.engine.gpsimd; Beta 1: nisa.gpsimd_engine; a GpSimd tensor_scalar "
+           "runs rsqrt only); fold exp/scale/bias/copy and a running sum into one ScalarE activation "
            "(activation with bias=, scale=, reduce_res=); fuse passes over the same data; 16-bit operands enable "
            "VectorE's 2x/4x modes.";
   if (e == "scalar")
-    return "Take plain arithmetic off ScalarE (tensor_scalar / tensor_copy with engine=nisa.engine.vector or "
-           "nisa.engine.gpsimd, or engine unset); fuse scale and bias into the activation itself; group activations "
+    return "Take plain arithmetic off ScalarE (tensor_scalar / tensor_copy with engine=nisa.engine.vector, "
+           "tensor_copy with nisa.engine.gpsimd, or engine unset); fuse scale and bias into the activation itself; group activations "
            "that use the same function table (each switch costs scalar.act_table_load).";
   if (e == "gpsimd")
     return "GpSimd streams slowest: fuse passes over the same data (two ALU ops in one tensor_scalar, op0 and "

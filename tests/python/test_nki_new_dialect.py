@@ -362,6 +362,31 @@ def test_dma_priority_is_gen4_only_and_tensor_copy_dtype_warns():
     np.testing.assert_array_equal(out, a)  # float32 written: exact
 
 
+def test_tensor_scalar_on_gpsimd_runs_rsqrt_only():
+    """nki-api.md 2.1 (tensor_scalar engines: "GpSimd only for rsqrt") and 4.3 (``engine=gpsimd`` for a non-rsqrt
+    tensor_scalar is a validation error): NSIM-E306 BadEngine at the call, naming the ops; rsqrt runs there, and an
+    unset engine leaves the choice to the compiler model (compiler.md 2). Regression: any op ran on GpSimd."""
+    def make(op0, op1, eng):
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            nisa.tensor_scalar(dst=t, data=t, op0=op0, operand0=0.0 if op0 is nl.rsqrt else 2.0, op1=op1,
+                               operand1=None if op1 is None else 1.0, engine=eng)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+        return k
+
+    a = np.linspace(0.5, 4.0, 128 * 64, dtype=np.float32).reshape(128, 64)
+    for op0, op1 in ((nl.multiply, None), (nl.multiply, nl.add), (nl.rsqrt, nl.add)):
+        with pytest.raises(nsim.NsimError) as ei:
+            make(op0, op1, nisa.engine.gpsimd)(a)
+        assert ei.value.code == "NSIM-E306" and "engine=gpsimd runs rsqrt only" in str(ei.value), str(ei.value)
+    np.testing.assert_allclose(make(nl.rsqrt, None, nisa.engine.gpsimd)(a), 1 / np.sqrt(a), rtol=1e-5)
+    np.testing.assert_allclose(make(nl.multiply, nl.add, nisa.engine.unknown)(a), a * 2 + 1, rtol=1e-6)
+
+
 def test_dma_copy_of_psum_warns_in_the_new_dialect_only(b1):
     """nki-api.md 2.1: a PSUM source or destination of dma_copy is legal in Beta 1 / 0.2 and rejected since 0.3.
     nsim runs it in both dialects (the values are right) and warns, at the kernel's line, when new-dialect code

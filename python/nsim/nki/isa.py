@@ -426,10 +426,17 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     if reverse1:
         flags.append("reverse1")
     imm = fields.pop("imm", None)
-    return _op("tensor_scalar", engine=_engine(engine, "tensor_scalar"), dst=dst,
+    eng = _engine(engine, "tensor_scalar")
+    alu0, alu1 = _nl.alu_name(op0, "op0"), _nl.alu_name(op1, "op1") if op1 is not None else None
+    if eng == "gpsimd" and {alu0, alu1} - {"rsqrt", None}:
+        # spec nki-api.md 2.1 ("GpSimd only for rsqrt"), 4.3 (engine=gpsimd for a non-rsqrt tensor_scalar is a
+        # validation error); engine unset, the compiler model may still place it there (compiler.md 2)
+        raise make_error("BadEngine", "tensor_scalar: engine=gpsimd runs rsqrt only, got op0={}{}; use "
+                         "nisa.tensor_tensor on GpSimd, the vector or scalar engine, or leave engine unset".format(
+                             alu0, ", op1={}".format(alu1) if alu1 else ""))
+    return _op("tensor_scalar", engine=eng, dst=dst,
                data=data, operand0=fields.get("operand0"), operand1=fields.get("operand1"),
-               alu0=_nl.alu_name(op0, "op0"), alu1=_nl.alu_name(op1, "op1") if op1 is not None else None,
-               flags=flags, imm=_imm(imm) if imm else None)
+               alu0=alu0, alu1=alu1, flags=flags, imm=_imm(imm) if imm else None)
 
 
 _UNARY = _isa.alu_of_arity(1)  # ops that ignore their second operand (isa/alu_ops.def arity 1)
