@@ -4,7 +4,7 @@ checked against a numpy reference (fp32 1e-5, bf16 1e-2), with the edge cases th
 import numpy as np
 import pytest
 
-from conftest import require_core  # noqa: E402
+from conftest import executed_ops, require_core  # noqa: E402
 
 _core, ml_dtypes = require_core()
 
@@ -909,6 +909,16 @@ def test_registers_drive_dynamic_loops_offsets_and_stores():
     _close(out[:384], 2 * x[:384])
     assert cnt.tolist() == [[3, 4]]
     np.testing.assert_array_equal(rows, x[3:131])  # scalar_offset n: rows start at row n
+    # n's register_load is an instruction; what uses n waits for it (kernel.json "after", docs/timing-model.md
+    # "Sequencer registers"): the ops of the loop it bounds, its register_store and the DMA it addresses; trips
+    # (never loaded) adds no wait to its store
+    ops = executed_ops(k.last_json["body"])
+    (rl,) = [o for o in ops if o["op"] == "register_load"]
+    waits = [o for o in ops if o.get("after") == [rl["label"]]]
+    assert all(o.get("after") in (None, [rl["label"]]) for o in ops)
+    # 3 iterations x (load, multiply, store), n's store (memset + DMA to HBM), the addressed DMA
+    assert len(waits) == 3 * 3 + 2 + 1, [(o["op"], o.get("after")) for o in ops]
+    assert [o["op"] for o in ops].count("memset") == 2 and ops.index(rl) < ops.index(waits[0])
     _out, prof = k.options(timing_only=True).simulate(np.array([[1]], np.int32), x)
     _out3, prof3 = k.options(timing_only=True).simulate(np.array([[3]], np.int32), x)
     assert prof3.total_time_ns > prof.total_time_ns  # the loaded bound decides the work, also timing-only

@@ -1479,11 +1479,17 @@ def register_store(dst, src):
     _tr.concrete_only("nisa.register_store")
     _one_element(dst, "register_store", "dst")
     v = _reg_int(src, "register_store(src=)")
-    if dst.buffer == "hbm":
-        t = _nl.ndarray((1, 1), dtype=dst.dtype, buffer=_nl.sbuf)
-        memset(t, v)
-        return dma_copy(dst, t)
-    return memset(dst, v)
+    tr = _tr.active()
+    outer = tr.reg_after
+    tr.reg_after = tuple(dict.fromkeys(outer + _tr.register_loads(src)))  # the value is there after its load
+    try:
+        if dst.buffer == "hbm":
+            t = _nl.ndarray((1, 1), dtype=dst.dtype, buffer=_nl.sbuf)
+            memset(t, v)
+            return dma_copy(dst, t)
+        return memset(dst, v)
+    finally:
+        tr.reg_after = outer
 
 
 _install_unsupported(globals(), 'nki.isa', {})
