@@ -1,6 +1,7 @@
 #include "engines/deps.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace nsim::engines {
 
@@ -224,7 +225,68 @@ void DepTracker::apply(const Range& r, F&& f) {
   }
 }
 
-DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const {
+HbmWrites::Footprint HbmWrites::of(const isa::Operand& o) {
+  Footprint f;
+  std::tie(f.lo, f.hi) = o.byte_extent();
+  // Rows: the partitions, partition_step elements apart, each the span of the free dims (all non-negative
+  // strides, so that the span starts at the row's first byte).
+  bool nonneg = o.partition_step >= 0;
+  for (int d = 0; d < o.nfree; ++d) nonneg = nonneg && o.stride[static_cast<size_t>(d)] >= 0;
+  if (nonneg && o.num_partitions >= 1) {
+    isa::Operand row = o;
+    row.num_partitions = 1;
+    const auto [rlo, rhi] = row.byte_extent();
+    f.first = rlo;
+    f.len = rhi - rlo;
+    f.step = o.num_partitions > 1 ? o.partition_step * static_cast<int64_t>(dtype_bytes(o.dtype)) : 0;
+    f.rows = f.step == 0 ? f.hi - f.lo == f.len : f.len <= f.step;
+  }
+  return f;
+}
+
+bool HbmWrites::disjoint(const Footprint& a, const Footprint& b) {
+  if (a.hi <= b.lo || b.hi <= a.lo) return true;  // the extents do not meet
+  if (!a.rows || !b.rows) return false;
+  // Rows of one pitch (one row each counts as any pitch): disjoint when their spans, taken modulo the pitch,
+  // do not meet (the column blocks of one tensor).
+  const int64_t step = a.step ? a.step : b.step;
+  if (step == 0 || (a.step && b.step && a.step != b.step) || a.len > step || b.len > step) return false;
+  const int64_t ra = ((a.first % step) + step) % step, rb = ((b.first % step) + step) % step;
+  for (const int64_t shift : {-step, int64_t{0}, step})
+    if (ra < rb + shift + b.len && rb + shift < ra + a.len) return false;
+  return true;
+}
+
+void HbmWrites::note(uint64_t id, const Footprint& f, sim::Ps end) {
+  if (ring_.empty()) ring_.resize(kRing);
+  Write& w = ring_[n_++ % kRing];
+  w.f = f;
+  w.f.id = id;
+  w.end = end;
+}
+
+const HbmWrites::Footprint* HbmWrites::find(uint64_t id) const {
+  size_t lo = n_ > kRing ? n_ - kRing : 0, hi = n_;  // binary search over the ids, increasing with n
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    const uint64_t m = ring_[mid % kRing].f.id;
+    if (m == id) return &ring_[mid % kRing].f;
+    if (m < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return nullptr;
+}
+
+std::pair<sim::Ps, uint64_t> HbmWrites::latest_overlap(const Footprint& f) const {
+  std::pair<sim::Ps, uint64_t> best{0, 0};
+  for (size_t k = 0; k < std::min({kScan, n_, kRing}); ++k) {
+    const Write& w = ring_[(n_ - 1 - k) % kRing];
+    if (w.end > best.first && !disjoint(w.f, f)) best = {w.end, w.f.id};
+  }
+  return best;
+}
+
+DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg, const DmaWrite* dw) const {
   Ready t;
   std::array<sim::Ps, 1u << kClassBits> lat{};  // by producer class, for consumer class cls
   for (size_t p = 0; p < lat_.size(); ++p) lat[p] = lat_[p][cls];
@@ -235,15 +297,38 @@ DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const {
     scan(rg.reads[static_cast<size_t>(i)], [&](const Entry& e) {
       if (e.w_end) consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
     });
-  for (int i = 0; i < rg.nw; ++i)
-    scan(rg.writes[static_cast<size_t>(i)], [&](const Entry& e) {
-      if (e.w_end && tag_class(e.w_tag) != cls) consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
+  bool skipped = false;
+  for (int i = 0; i < rg.nw; ++i) {
+    const Range& r = rg.writes[static_cast<size_t>(i)];
+    const DmaWrite* hw = dw && r.base == hbm_.data() ? dw : nullptr;
+    scan(r, [&](const Entry& e) {
+      if (e.w_end && tag_class(e.w_tag) != cls) {
+        if (hw && disjoint_dma_write(*hw, e.w_tag)) skipped = true;
+        else consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
+      }
       if (e.r_end && tag_class(e.r_tag) != cls) consider(e.r_end + lat[tag_class(e.r_tag)], e.r_tag);
     });
+  }
+  if (skipped) {
+    const auto [end, tag] = overlapped_dma_write(*dw);
+    if (end) consider(end + lat[kClassDma], tag);
+  }
   return t;
 }
 
-void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Ready, kNumClasses>& out) const {
+std::pair<sim::Ps, uint32_t> DepTracker::overlapped_dma_write(const DmaWrite& dw) {
+  const auto [end, id] = dw.writes->latest_overlap(dw.mine);
+  return {end, tag(kClassDma, id)};
+}
+
+bool DepTracker::disjoint_dma_write(const DmaWrite& dw, uint32_t w_tag) {
+  if (tag_class(w_tag) != kClassDma) return false;
+  const HbmWrites::Footprint* f = dw.writes->find(tag_index(w_tag, dw.now));
+  return f && HbmWrites::disjoint(*f, dw.mine);
+}
+
+void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Ready, kNumClasses>& out,
+                             const DmaWrite* dw) const {
   // One pass collecting what ready() considers, in its order: the writers of what is read (RAW), then per
   // entry of what is written its writer (WAW) and its readers (WAR). Each class then takes the first of the
   // latest (end + hand-off latency), skipping same-class WAW and WAR, as ready()'s scan would: the same time
@@ -264,16 +349,27 @@ void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Read
     scan(rg.reads[static_cast<size_t>(i)], [&](const Entry& e) {
       if (e.w_end) add(e.w_end, e.w_tag, true);
     });
-  for (int i = 0; i < rg.nw; ++i)
-    scan(rg.writes[static_cast<size_t>(i)], [&](const Entry& e) {
-      if (e.w_end) add(e.w_end, e.w_tag, false);
+  bool skipped = false;
+  for (int i = 0; i < rg.nw; ++i) {
+    const Range& r = rg.writes[static_cast<size_t>(i)];
+    const DmaWrite* hw = dw && r.base == hbm_.data() ? dw : nullptr;  // (as ready())
+    scan(r, [&](const Entry& e) {
+      if (e.w_end) {
+        if (hw && disjoint_dma_write(*hw, e.w_tag)) skipped = true;
+        else add(e.w_end, e.w_tag, false);
+      }
       if (e.r_end) add(e.r_end, e.r_tag, false);
     });
+  }
+  if (skipped) {
+    const auto [end, tag] = overlapped_dma_write(*dw);
+    if (end) add(end, tag, false);
+  }
   out.fill(Ready{});
   for (unsigned cm = classes & ((1u << kNumClasses) - 1); cm; cm &= cm - 1) {
     const auto c = static_cast<size_t>(__builtin_ctz(cm));
     if (more) {
-      out[c] = ready(static_cast<uint8_t>(c), rg);
+      out[c] = ready(static_cast<uint8_t>(c), rg, dw);
       continue;
     }
     Ready t;

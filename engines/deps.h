@@ -25,6 +25,43 @@ namespace nsim::engines {
 inline constexpr uint8_t kClassDma = isa::kNumEngines;
 inline constexpr int kNumClasses = isa::kNumEngines + 1;
 
+/// The HBM bytes recent DMAs wrote, by instruction index (a ring), so that a DMA writing HBM waits only for
+/// earlier DMA writes of the same bytes. DepTracker compares chunks of byte extents: the rows of one column block
+/// of a row-major tensor (out[:, j w:(j + 1) w], a head's columns of [S, H d]) span every other block's extent, and
+/// small rows share a chunk; a compiler orders only writes of the same bytes (decision in docs/timing-model.md
+/// "Dependencies").
+class HbmWrites {
+ public:
+  /// A DMA side in HBM: its byte extent [lo, hi) and, when `rows`, exactly the bytes [first + k step, first + k
+  /// step + len) for k = 0 .. (hi - first - len) / step (its partitions, each a span of len bytes).
+  struct Footprint {
+    int64_t lo = 0, hi = 0, first = 0, len = 0, step = 0;
+    uint64_t id = ~uint64_t{0};
+    bool rows = false;
+  };
+  static Footprint of(const isa::Operand& o);
+  /// Whether the bytes of `a` and `b` are certainly disjoint (false when unsure).
+  static bool disjoint(const Footprint& a, const Footprint& b);
+  /// Remember that instruction `id` (later than every id noted before) wrote `f`, done at `end`.
+  void note(uint64_t id, const Footprint& f, sim::Ps end);
+  /// What instruction `id` wrote, if still remembered.
+  const Footprint* find(uint64_t id) const;
+  /// Among the last kScan writes remembered, the latest end of one whose bytes may meet `f`'s and its id
+  /// ({0, 0} when none): the DMA whose chunks' last writer it skipped (disjoint) still waits for an earlier
+  /// writer of its bytes.
+  std::pair<sim::Ps, uint64_t> latest_overlap(const Footprint& f) const;
+
+ private:
+  static constexpr size_t kRing = 4096;  ///< an older writer is looked up as unknown: then the DMA waits for it
+  static constexpr size_t kScan = 64;
+  struct Write {
+    Footprint f;  ///< f.id: the instruction
+    sim::Ps end = 0;
+  };
+  std::vector<Write> ring_;  ///< in the order noted (ids increasing): entry n % kRing for the n-th
+  size_t n_ = 0;             ///< writes noted
+};
+
 class DepTracker {
  public:
   /// Filled from CoreParams (engines/simulator.cpp dep_config); no defaults of its own.
@@ -132,11 +169,19 @@ class DepTracker {
     sim::Ps time = 0;
     uint32_t tag = 0;
   };
-  Ready ready(uint8_t cls, const Regions& r) const;
+  /// A DMA writing HBM (instruction `now`, its HBM side `mine`): its writes there skip the WAW wait on an
+  /// earlier DMA write `writes` knows to be disjoint from `mine` (HbmWrites).
+  struct DmaWrite {
+    const HbmWrites* writes;
+    HbmWrites::Footprint mine;
+    uint64_t now;
+  };
+  Ready ready(uint8_t cls, const Regions& r, const DmaWrite* dw = nullptr) const;
   /// ready() for every class in `classes` (bit c = class c) in one pass over the chunks (the
   /// scheduler's engine placement; ready() stays the cheaper single-class scan of the hot path): the
   /// same times and the same producers, ties included.
-  void ready_multi(uint8_t classes, const Regions& r, std::array<Ready, kNumClasses>& out) const;
+  void ready_multi(uint8_t classes, const Regions& r, std::array<Ready, kNumClasses>& out,
+                   const DmaWrite* dw = nullptr) const;
   /// Record that instruction `id` of class `cls` reads its read regions until `read_end` and writes
   /// its write regions, done at `write_end`.
   void record(uint8_t cls, uint64_t id, const Regions& r, sim::Ps read_end, sim::Ps write_end);
@@ -160,6 +205,10 @@ class DepTracker {
   size_t segments() const;
 
  private:
+  /// Whether the write tagged `w_tag` is a DMA's that dw's write certainly does not overlap.
+  static bool disjoint_dma_write(const DmaWrite& dw, uint32_t w_tag);
+  /// After skipping such a write: the latest earlier DMA write dw's bytes may meet, as a (end, tag) to wait for.
+  static std::pair<sim::Ps, uint32_t> overlapped_dma_write(const DmaWrite& dw);
   /// Call f(entry) for each segment of r overlapping its chunks, in chunk order (quadrant by quadrant).
   template <class F>
   static void scan(const Range& r, F&& f);

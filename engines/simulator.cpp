@@ -398,7 +398,8 @@ void Simulator::fill_signature(Sig& e, const Instr& in, uint64_t h) {
 // ------------------------------------------------------------------ compiler hooks
 
 engines::DepTracker::Ready Simulator::operands_ready_tag(const Instr& in, Engine e) const {
-  return deps_.ready(static_cast<uint8_t>(e), regions(in));
+  engines::DepTracker::DmaWrite dw;
+  return deps_.ready(static_cast<uint8_t>(e), regions(in), dma_write(in, dw));
 }
 
 Ps Simulator::busy_estimate(const Instr& in, Engine e) const {
@@ -490,7 +491,9 @@ void Simulator::sig_regions(const Instr& in, const Sig& sig, const engines::DepT
 }
 
 engines::DepTracker::Ready Simulator::ready_for(const Instr& in, const engines::DepTracker::Regions& rg) const {
-  return known_ready_ ? *known_ready_ : deps_.ready(static_cast<uint8_t>(in.engine), rg);
+  if (known_ready_) return *known_ready_;
+  engines::DepTracker::DmaWrite dw;
+  return deps_.ready(static_cast<uint8_t>(in.engine), rg, dma_write(in, dw));
 }
 
 void Simulator::schedule_asap(const Instr& in, const Sig& sig, const engines::DepTracker::Regions& on_deps, uint8_t cls,
@@ -627,6 +630,7 @@ InstrTiming Simulator::schedule_dma(const Instr& in, const Sig& sig) {
     eff *= dst.space == Space::kHbm ? p_.dma_compute_eff : p_.dma_compute_eff_sbuf;
   const engines::DmaEngines::Transfer tr = dma_.transfer(in.dma_queue, trig.start, split, eff, memory::is_store(dst, src));
   deps_.record(kClassDma, seq_, rg, tr.done, tr.done);
+  if (dst.space == Space::kHbm && isa::indirect_slot(in) != 0) hbm_writes_.note(seq_, engines::HbmWrites::of(dst), tr.done);
   if (asap_) {  // its own time, without queueing behind other transfers: setup (from the trigger), longest piece
     Ps piece = 0;
     for (int k = 0; k < split.engines; ++k)

@@ -162,7 +162,8 @@ class Simulator {
   engines::DepTracker::Ready operands_ready_tag(const isa::Instr& in, isa::Engine e, engines::DepTracker::Regions& rg,
                                                 const Extent* ext = nullptr) const {
     regions_into(in, deps_, rg, ext);
-    return deps_.ready(static_cast<uint8_t>(e), rg);
+    engines::DepTracker::DmaWrite dw;
+    return deps_.ready(static_cast<uint8_t>(e), rg, dma_write(in, dw));
   }
   /// operands_ready_tag() for every engine in the bitmask `engines`, in one pass (out by engine); the
   /// regions are left in `rg`.
@@ -170,9 +171,12 @@ class Simulator {
                             std::array<engines::DepTracker::Ready, engines::kNumClasses>& out,
                             engines::DepTracker::Regions& rg, const Extent* ext = nullptr) const {
     regions_into(in, deps_, rg, ext);
-    if (engines & (engines - 1)) return deps_.ready_multi(engines, rg, out);
+    engines::DepTracker::DmaWrite dw;
+    const engines::DepTracker::DmaWrite* w = dma_write(in, dw);
+    if (engines & (engines - 1)) return deps_.ready_multi(engines, rg, out, w);
     out.fill(engines::DepTracker::Ready{});  // one engine: the cheaper single-class scan
-    if (engines) out[static_cast<size_t>(__builtin_ctz(engines))] = deps_.ready(static_cast<uint8_t>(__builtin_ctz(engines)), rg);
+    if (engines)
+      out[static_cast<size_t>(__builtin_ctz(engines))] = deps_.ready(static_cast<uint8_t>(__builtin_ctz(engines)), rg, w);
   }
   /// Changes when regions computed before may no longer be used (HBM tracking grew).
   uint64_t regions_epoch() const { return regions_epoch_; }
@@ -343,6 +347,13 @@ class Simulator {
   }
   /// The operands' ready time for `in` on its engine (submit()'s known_ready when given).
   engines::DepTracker::Ready ready_for(const isa::Instr& in, const engines::DepTracker::Regions& rg) const;
+  /// For a DMA writing HBM (not a scatter): `dw` filled to let it skip the WAW waits on earlier DMA writes of
+  /// other bytes (engines::HbmWrites); else nullptr.
+  const engines::DepTracker::DmaWrite* dma_write(const isa::Instr& in, engines::DepTracker::DmaWrite& dw) const {
+    if (!isa::is_dma(in.op) || in.slot(0).space != isa::Space::kHbm || isa::indirect_slot(in) == 0) return nullptr;
+    dw = {&hbm_writes_, engines::HbmWrites::of(in.slot(0)), seq_};
+    return &dw;
+  }
   /// Dependency-bound schedule of one instruction of class `cls` that took `dur` (SimOptions::dependency_bound).
   void schedule_asap(const isa::Instr& in, const Sig& sig, const engines::DepTracker::Regions& on_deps, uint8_t cls,
                      sim::Ps dur);
@@ -353,6 +364,7 @@ class Simulator {
   isa::Limits limits_;
   memory::Memory mem_;
   engines::DepTracker deps_;
+  engines::HbmWrites hbm_writes_;  ///< what recent DMAs wrote in HBM (dma_write)
   // The engines, each its own component holding its issue state; the Simulator asks them for slots,
   // records dependencies and hands the result to the listeners (stats_, the trace, the analyzer).
   engines::StreamEngines stream_;  ///< VectorE, ScalarE, GpSimd, Sync (and DMA triggers on them)
