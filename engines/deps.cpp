@@ -97,7 +97,7 @@ DepTracker::Range DepTracker::hbm_range(std::pair<int64_t, int64_t> ext) const {
 }
 
 template <class F>
-void DepTracker::scan(const Range& r, F&& f) {
+inline void DepTracker::scan(const Range& r, F&& f) {
   if (r.q1 < r.q0) return;
   const int64_t p0 = r.c0 >> kPageShift, p1 = r.c1 >> kPageShift;
   const auto nq = static_cast<size_t>(r.nq);
@@ -286,7 +286,8 @@ std::pair<sim::Ps, uint64_t> HbmWrites::latest_overlap(const Footprint& f) const
   return best;
 }
 
-DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg, const DmaWrite* dw) const {
+template <bool kDma>
+DepTracker::Ready DepTracker::ready_impl(uint8_t cls, const Regions& rg, const DmaWrite* dw) const {
   Ready t;
   std::array<sim::Ps, 1u << kClassBits> lat{};  // by producer class, for consumer class cls
   for (size_t p = 0; p < lat_.size(); ++p) lat[p] = lat_[p][cls];
@@ -297,34 +298,44 @@ DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg, const DmaWri
     scan(rg.reads[static_cast<size_t>(i)], [&](const Entry& e) {
       if (e.w_end) consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
     });
-  bool skipped = false;
+  [[maybe_unused]] bool skipped = false;
   for (int i = 0; i < rg.nw; ++i) {
     const Range& r = rg.writes[static_cast<size_t>(i)];
-    const DmaWrite* hw = dw && r.base == hbm_.data() ? dw : nullptr;
+    [[maybe_unused]] const bool hbm = kDma && r.base == hbm_.data();
     scan(r, [&](const Entry& e) {
       if (e.w_end && tag_class(e.w_tag) != cls) {
-        if (hw && disjoint_dma_write(*hw, e.w_tag)) skipped = true;
+        bool skip = false;
+        if constexpr (kDma) skip = hbm && disjoint_dma_write(*dw, e.w_tag);
+        if (skip) skipped = true;
         else consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
       }
       if (e.r_end && tag_class(e.r_tag) != cls) consider(e.r_end + lat[tag_class(e.r_tag)], e.r_tag);
     });
   }
-  if (skipped) {
-    const auto [end, tag] = overlapped_dma_write(*dw);
-    if (end) consider(end + lat[kClassDma], tag);
+  if constexpr (kDma) {
+    if (skipped) {
+      const auto [end, tag] = overlapped_dma_write(*dw);
+      if (end) consider(end + lat[kClassDma], tag);
+    }
   }
   return t;
 }
 
-std::pair<sim::Ps, uint32_t> DepTracker::overlapped_dma_write(const DmaWrite& dw) {
-  const auto [end, id] = dw.writes->latest_overlap(dw.mine);
-  return {end, tag(kClassDma, id)};
+DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const { return ready_impl<false>(cls, rg, nullptr); }
+
+DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg, const DmaWrite* dw) const {
+  return dw ? ready_impl<true>(cls, rg, dw) : ready_impl<false>(cls, rg, nullptr);
 }
 
 bool DepTracker::disjoint_dma_write(const DmaWrite& dw, uint32_t w_tag) {
   if (tag_class(w_tag) != kClassDma) return false;
   const HbmWrites::Footprint* f = dw.writes->find(tag_index(w_tag, dw.now));
   return f && HbmWrites::disjoint(*f, dw.mine);
+}
+
+std::pair<sim::Ps, uint32_t> DepTracker::overlapped_dma_write(const DmaWrite& dw) {
+  const auto [end, id] = dw.writes->latest_overlap(dw.mine);
+  return {end, tag(kClassDma, id)};
 }
 
 void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Ready, kNumClasses>& out,

@@ -176,7 +176,9 @@ class DepTracker {
     HbmWrites::Footprint mine;
     uint64_t now;
   };
-  Ready ready(uint8_t cls, const Regions& r, const DmaWrite* dw = nullptr) const;
+  Ready ready(uint8_t cls, const Regions& r) const;
+  /// ready() of a DMA writing HBM when `dw` is set (else ready(cls, r)).
+  Ready ready(uint8_t cls, const Regions& r, const DmaWrite* dw) const;
   /// ready() for every class in `classes` (bit c = class c) in one pass over the chunks (the
   /// scheduler's engine placement; ready() stays the cheaper single-class scan of the hot path): the
   /// same times and the same producers, ties included.
@@ -205,13 +207,15 @@ class DepTracker {
   size_t segments() const;
 
  private:
+  template <bool kDma>
+  Ready ready_impl(uint8_t cls, const Regions& r, const DmaWrite* dw) const;
   /// Whether the write tagged `w_tag` is a DMA's that dw's write certainly does not overlap.
   static bool disjoint_dma_write(const DmaWrite& dw, uint32_t w_tag);
   /// After skipping such a write: the latest earlier DMA write dw's bytes may meet, as a (end, tag) to wait for.
   static std::pair<sim::Ps, uint32_t> overlapped_dma_write(const DmaWrite& dw);
   /// Call f(entry) for each segment of r overlapping its chunks, in chunk order (quadrant by quadrant).
   template <class F>
-  static void scan(const Range& r, F&& f);
+  [[gnu::always_inline]] static inline void scan(const Range& r, F&& f);
   /// Update each chunk's entry in r with f(Entry&), which returns whether it changed the entry (f idempotent:
   /// a second call changes nothing), splitting and merging segments.
   template <class F>

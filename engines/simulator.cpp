@@ -257,7 +257,8 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::Dep
   const SourceLoc& where = source(in.loc);
   const Sig& sig = signature(in, where);
   const isa::OpInfo& info = isa::op_info(in.op);
-  if (isa::is_dma(in.op) || sequencer_op(in)) {  // (the instructions with HBM slots: isa/opcodes.def)
+  if (isa::is_dma(in.op) || info.cost == isa::CostClass::kBarrier || info.cost == isa::CostClass::kRegisterLoad) {
+    // (the instructions with HBM slots, isa/opcodes.def: DMAs and the sequencer's core_barrier, register_load)
     for (int i = 0; i < info.num_slots; ++i)
       if (in.slot(i).space == Space::kHbm) {
         try {
@@ -490,7 +491,7 @@ void Simulator::sig_regions(const Instr& in, const Sig& sig, const engines::DepT
   r.nw = sig.nw;
 }
 
-engines::DepTracker::Ready Simulator::ready_for(const Instr& in, const engines::DepTracker::Regions& rg) const {
+engines::DepTracker::Ready Simulator::ready_for_dma(const Instr& in, const engines::DepTracker::Regions& rg) const {
   if (known_ready_) return *known_ready_;
   engines::DepTracker::DmaWrite dw;
   return deps_.ready(static_cast<uint8_t>(in.engine), rg, dma_write(in, dw));
@@ -619,7 +620,7 @@ InstrTiming Simulator::schedule_dma(const Instr& in, const Sig& sig) {
   engines::DepTracker::Regions scratch;
   const engines::DepTracker::Regions& rg = regions_for(in, sig, scratch);
   // The trigger engine waits on the semaphores of the data's producers, then issues the trigger.
-  const engines::DepTracker::Ready rd = ready_for(in, rg);
+  const engines::DepTracker::Ready rd = ready_for_dma(in, rg);
   const Ps free = stream_.next_issue(in.engine);
   const engines::StreamEngines::Issue trig = stream_.trigger(in, std::max(rd.time, not_before_));
   const memory::DmaSplit& split = dma_.split(dst, src);  // cached by shape

@@ -346,7 +346,11 @@ class Simulator {
     return scratch;
   }
   /// The operands' ready time for `in` on its engine (submit()'s known_ready when given).
-  engines::DepTracker::Ready ready_for(const isa::Instr& in, const engines::DepTracker::Regions& rg) const;
+  /// (not a DMA: ready_for_dma)
+  engines::DepTracker::Ready ready_for(const isa::Instr& in, const engines::DepTracker::Regions& rg) const {
+    return known_ready_ ? *known_ready_ : deps_.ready(static_cast<uint8_t>(in.engine), rg);
+  }
+  engines::DepTracker::Ready ready_for_dma(const isa::Instr& in, const engines::DepTracker::Regions& rg) const;
   /// For a DMA writing HBM (not a scatter): `dw` filled to let it skip the WAW waits on earlier DMA writes of
   /// other bytes (engines::HbmWrites); else nullptr.
   const engines::DepTracker::DmaWrite* dma_write(const isa::Instr& in, engines::DepTracker::DmaWrite& dw) const {
