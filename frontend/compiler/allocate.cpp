@@ -587,8 +587,8 @@ std::pair<int64_t, int64_t> peak_of(const std::vector<size_t>& ids, const std::v
 /// partitions are kept as one range (the hull of the reads after it); a write (slot 0, without accumulate)
 /// kills an element when its contiguous partition range covers that range, so the masked reads and writes
 /// of a ragged last tile (rows 0..43 of 128) end the previous value as a whole-tile write does. Accesses in a
-/// loop inside the alloc's loop (a peeled loop's paired iterations) count once, when nothing is live into the
-/// loop's body. Empty = not split.
+/// loop inside the alloc's loop (a peeled loop's paired iterations, an accumulation over an inner loop) count
+/// once; when a value is live into the loop's body the tile stays live across the whole loop. Empty = not split.
 Ivs value_ranges(const Kernel& k, const Walk& w, size_t t, const std::vector<size_t>& uses, int64_t& budget) {
   const Tensor& ten = k.tensors[t];
   if (uses.size() < 2 || ten.shape.size() < 2) return {};
@@ -710,11 +710,13 @@ Ivs value_ranges(const Kernel& k, const Walk& w, size_t t, const std::vector<siz
             return {};
         }
       }
-    // Leaving (backwards) a loop around this op but not the alloc: a value live here would be live into the loop's
-    // body, carried from an earlier iteration or from before the loop: not split.
+    // Leaving (backwards) a loop around this op but not the alloc: a value live here is live into the loop's body,
+    // carried from an earlier iteration or from before the loop (an accumulation `acc += ...` over the loop): the
+    // tile is then live across the whole loop, no dead point inside it.
     const int64_t before = first > 0 ? w.uses[uses[first - 1]].pos : -1;
     for (int l = w.uses[uses[first]].loop; l != w.alloc_loop[t] && l >= 0; l = w.up(l))
-      if (before < w.lo[static_cast<size_t>(l)] && nlive != 0) return {};
+      if (before < w.lo[static_cast<size_t>(l)] && nlive != 0)
+        for (size_t j = pos.size(); j > 0 && pos[j - 1] <= w.hi[static_cast<size_t>(l)]; --j) dead_before[j - 1] = 0;
     pos.push_back(here);
     dead_before.push_back(nlive == 0);
     end = first;

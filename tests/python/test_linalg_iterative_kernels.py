@@ -30,15 +30,16 @@ a float32 numpy emulation of the same products does.
 The nsim fixes this family needed: none in python/nsim (every kernel here ran as written once the kernels' own bugs
 were fixed: a scratch tile shared by the iterations of an ``affine_range`` was rightly reported, NSIM-W504).
 
-The nsim issue this family found (C++, not fixed here; strict xfail ``test_unrolled_ragged_psum_tiles_fit``):
+The nsim fix this family needed (``test_unrolled_ragged_psum_tiles_fit`` fails without it):
 - a Beta-1 kernel whose ragged tile loop is unrolled (``rw = min(128, m - t * 128)`` sizes) and that declares its
   PSUM accumulators inside the loop body (``a_ps = nl.zeros((rw, m), buffer=nl.psum)`` then ``a_ps += nc_matmul``
   in an inner ``affine_range``), run over a few unrolled iterations, fails with NSIM-E206 "PSUM overflow" although
   at most two such tiles are ever live: the tracer hands a dead tile's storage to the next tile of the same line and
   shape (python/nsim/tracer.py ``_tile``, unrolled reuse), so the reused storage's first..last access spans the
-  whole unrolled sequence, and the value-level fallback (frontend/compiler/allocate.cpp ``value_ranges``) gives up
-  on tiles accumulated in a loop nested in the alloc's (``+=`` over kt is live into the loop body). Muon's kernel
-  here pads on chip instead (every compute tile whole), as many public kernels do."""
+  whole unrolled sequence, and the value-level fallback (frontend/compiler/allocate.cpp ``value_ranges``) gave up
+  on tiles accumulated in a loop nested in the alloc's (``+=`` over kt is live into the loop body); it now keeps
+  such a tile live across the whole inner loop and splits its lifetime at the evictions. Muon's kernel here pads on
+  chip instead (every compute tile whole), as many public kernels do."""
 import numpy as np
 import pytest
 
@@ -164,14 +165,13 @@ def test_muon_orthogonalises_low_rank_gradient(la):
     assert np.abs(proj - u @ u.T).max() < 0.5
 
 
-@pytest.mark.xfail(strict=True, reason="NSIM-E206 false PSUM overflow: unrolled-loop tile reuse (tracer.py _tile) "
-                   "stretches lifetimes; allocate.cpp value_ranges gives up on accumulations in a nested loop")
 def test_unrolled_ragged_psum_tiles_fit(la):
     """The natural (unpadded) form of Muon's step on a ragged size: row tiles of 128, 128 and 44 (the tile loops
     unrolled by their ``min`` sizes), PSUM accumulators declared in the loop bodies (``nl.zeros(..., buffer=
     nl.psum)`` then ``+=`` over an inner ``affine_range``), the step repeated twice by ``static_range``. Each
     accumulator is evicted right after its matmuls, so at most two PSUM tiles (2 KiB banks) are ever live and the
-    kernel fits PSUM's 8 banks; nsim reports NSIM-E206 "PSUM overflow" (10 banks "live"). One step alone runs."""
+    kernel fits PSUM's 8 banks. Regression: nsim reported NSIM-E206 "PSUM overflow" (10 banks "live"); one step alone
+    ran."""
     _, nki, nl, nisa = la
 
     @nki.jit

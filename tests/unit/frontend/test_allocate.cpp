@@ -594,6 +594,39 @@ TEST_CASE("allocate: value-level live ranges are spread over the free banks, not
     CHECK(two.tiles[static_cast<size_t>(ps[t])].offset != two.tiles[static_cast<size_t>(ps[t + 1])].offset);
 }
 
+TEST_CASE("allocate: value-level ranges of tiles accumulated over an inner loop", "[allocate][values][psum]") {
+  // The same nine PSUM tiles used in turn twice, each value zeroed, accumulated by the matmuls of an inner loop kt
+  // (2 trips, kept: its one op stands for both iterations) and evicted: what a ragged, unrolled Beta-1 tile loop
+  // with `acc = nl.zeros(..., buffer=nl.psum)` and `acc += nc_matmul(...)` over an affine_range emits. The value is
+  // live into kt's body (carried across its iterations): the tile is live across the whole loop, and dead again
+  // after its eviction. Regression: value_ranges gave up on such a tile, and the kernel was a false NSIM-E206.
+  KB b;
+  const int a = b.input("a", {128, 128}, DType::kBFloat16);
+  const int y = b.output("y", {128, 18 * 128});
+  const int at = b.tile("at", {128, 128}, DType::kBFloat16);
+  const int sb = b.tile("sb", {128, 18 * 128});
+  b.op("dma_copy", {W(at), W(a)});
+  std::vector<int> ps;
+  for (int t = 0; t < 9; ++t) ps.push_back(b.psum(nm("p", t), {128, 128}, 0, 10 + t));
+  for (int it = 0; it < 18; ++it) {
+    const int p = ps[static_cast<size_t>(it % 9)];
+    b.op("memset", {W(p)}, 30 + it);
+    b.loop(nm("kt", it), 0, 2, 1, LoopKind::kAffine, 50 + it);
+    const int mm = b.op("nc_matmul", {W(p), W(at), W(at)}, 70 + it);
+    b.o(mm).flags = isa::kAccumulate;
+    b.end();
+    b.op("tensor_copy", {X(sb, {D(0, 128), D(it * 128, 128)}), W(p)}, 90 + it);
+  }
+  b.op("dma_copy", {W(y), W(sb)}, 120);
+  const auto p = params("trn2");
+  REQUIRE_NOTHROW(verify_kernel(b.k, p));
+  const auto plan = allocate_tiles(b.k, p);
+  CHECK(plan.psum_peak == 2048);  // one value live at a time
+  // p1 .. p7's values each start after p0's ended; p8 is never live with p0's second value either.
+  for (size_t t = 0; t + 1 < ps.size(); ++t)
+    CHECK(plan.tiles[static_cast<size_t>(ps[t])].offset != plan.tiles[static_cast<size_t>(ps[t + 1])].offset);
+}
+
 TEST_CASE("allocate: when PSUM is short, tiles of one allocation site rotate over that site's banks",
           "[allocate][psum][sites]") {
   // A kept loop g (2 trips) whose body starts with a loop j (4 trips) of one-bank PSUM tiles (site line 28,
