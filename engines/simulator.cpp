@@ -257,8 +257,7 @@ InstrTiming Simulator::submit(const Instr& in, Ps not_before, const engines::Dep
   const SourceLoc& where = source(in.loc);
   const Sig& sig = signature(in, where);
   const isa::OpInfo& info = isa::op_info(in.op);
-  if (isa::is_dma(in.op) || info.cost == isa::CostClass::kBarrier || info.cost == isa::CostClass::kRegisterLoad) {
-    // (the instructions with HBM slots, isa/opcodes.def: DMAs and the sequencer's core_barrier, register_load)
+  if (isa::is_dma(in.op) || sequencer_op(info)) {  // (the instructions with HBM slots, isa/opcodes.def)
     for (int i = 0; i < info.num_slots; ++i)
       if (in.slot(i).space == Space::kHbm) {
         try {

@@ -315,10 +315,10 @@ class Simulator {
   InstrTiming schedule_stream(const isa::Instr& in, const Sig& sig);
   InstrTiming schedule_barrier(const isa::Instr& in, const Sig& sig);
   /// A sequencer instruction (core_barrier, register_load): timed by schedule_barrier, not an engine's datapath.
-  static bool sequencer_op(const isa::Instr& in) {
-    const isa::CostClass c = isa::op_info(in.op).cost;
-    return c == isa::CostClass::kBarrier || c == isa::CostClass::kRegisterLoad;
+  static bool sequencer_op(const isa::OpInfo& info) {
+    return info.cost == isa::CostClass::kBarrier || info.cost == isa::CostClass::kRegisterLoad;
   }
+  static bool sequencer_op(const isa::Instr& in) { return sequencer_op(isa::op_info(in.op)); }
   bool frees(const isa::Instr& in) const;
   InstrTiming schedule_free(const isa::Instr& in, const Sig& sig);
   /// schedule() with SimOptions::free_pe_helpers: schedule_free() or schedule_on_engine(), then the ring.
