@@ -225,26 +225,54 @@ void DepTracker::apply(const Range& r, F&& f) {
   }
 }
 
-HbmWrites::Footprint HbmWrites::of(const isa::Operand& o) {
+HbmFootprints::Footprint HbmFootprints::of(const isa::Operand& o) {
+  // Operand::byte_extent() worked out once for a row and the whole side (per DMA: no copy of the operand).
   Footprint f;
-  std::tie(f.lo, f.hi) = o.byte_extent();
+  const int64_t eb = dtype_bytes(o.dtype);
+  int64_t lo = 0, hi = 0;  // a row's element offsets relative to `offset`
+  for (int d = 0; d < o.nfree; ++d) {
+    const auto i = static_cast<size_t>(d);
+    if (o.size[i] <= 0) {
+      f.lo = f.hi = o.offset;
+      return f;
+    }
+    const int64_t span = o.stride[i] * (o.size[i] - 1);
+    if (span < 0) lo += span;
+    else hi += span;
+  }
+  const int64_t pspan = o.space == isa::Space::kHbm && o.num_partitions > 0
+                             ? o.partition_step * (static_cast<int64_t>(o.num_partitions) - 1)
+                             : 0;
+  f.lo = o.offset + (lo + std::min<int64_t>(pspan, 0)) * eb;
+  f.hi = o.offset + (hi + std::max<int64_t>(pspan, 0) + 1) * eb;
   // Rows: the partitions, partition_step elements apart, each the span of the free dims (all non-negative
   // strides, so that the span starts at the row's first byte).
-  bool nonneg = o.partition_step >= 0;
-  for (int d = 0; d < o.nfree; ++d) nonneg = nonneg && o.stride[static_cast<size_t>(d)] >= 0;
-  if (nonneg && o.num_partitions >= 1) {
-    isa::Operand row = o;
-    row.num_partitions = 1;
-    const auto [rlo, rhi] = row.byte_extent();
-    f.first = rlo;
-    f.len = rhi - rlo;
-    f.step = o.num_partitions > 1 ? o.partition_step * static_cast<int64_t>(dtype_bytes(o.dtype)) : 0;
+  if (lo == 0 && o.partition_step >= 0 && o.num_partitions >= 1) {
+    f.first = o.offset;
+    f.len = (hi + 1) * eb;
+    f.step = o.num_partitions > 1 ? o.partition_step * eb : 0;
     f.rows = f.step == 0 ? f.hi - f.lo == f.len : f.len <= f.step;
+    // Dense rows: the free dims row-major without gaps (each stride the product of the sizes inside it).
+    int64_t expect = 1;
+    f.dense = true;
+    for (int d = o.nfree - 1; d >= 0 && f.dense; --d) {
+      const auto i = static_cast<size_t>(d);
+      if (o.size[i] == 1) continue;
+      f.dense = o.stride[i] == expect;
+      expect *= o.size[i];
+    }
   }
   return f;
 }
 
-bool HbmWrites::disjoint(const Footprint& a, const Footprint& b) {
+HbmFootprints::Footprint HbmFootprints::of_slot(const isa::Instr& in, int slot) {
+  if (slot != isa::indirect_slot(in)) return of(in.slot(slot));
+  Footprint f;  // its rows are runtime values: every row an in-range index may reach
+  std::tie(f.lo, f.hi) = isa::slot_extent(in, slot);
+  return f;
+}
+
+bool HbmFootprints::disjoint(const Footprint& a, const Footprint& b) {
   if (a.hi <= b.lo || b.hi <= a.lo) return true;  // the extents do not meet
   if (!a.rows || !b.rows) return false;
   // Rows of one pitch (one row each counts as any pitch): disjoint when their spans, taken modulo the pitch,
@@ -257,89 +285,119 @@ bool HbmWrites::disjoint(const Footprint& a, const Footprint& b) {
   return true;
 }
 
-void HbmWrites::note(uint64_t id, const Footprint& f, sim::Ps end) {
+void HbmFootprints::note(uint64_t id, uint8_t cls, const Footprint& f, sim::Ps end) {
   if (ring_.empty()) ring_.resize(kRing);
-  Write& w = ring_[n_++ % kRing];
+  Access& w = ring_[n_++ % kRing];
   w.f = f;
   w.f.id = id;
   w.end = end;
+  w.cls = cls;
 }
 
-const HbmWrites::Footprint* HbmWrites::find(uint64_t id) const {
-  size_t lo = n_ > kRing ? n_ - kRing : 0, hi = n_;  // binary search over the ids, increasing with n
-  while (lo < hi) {
-    const size_t mid = lo + (hi - lo) / 2;
-    const uint64_t m = ring_[mid % kRing].f.id;
-    if (m == id) return &ring_[mid % kRing].f;
-    if (m < id) lo = mid + 1;
-    else hi = mid;
+const HbmFootprints::Footprint* HbmFootprints::find(uint64_t id) const {
+  // The ids increase with n. Galloping back from the newest (the access looked up is usually recent, its entry
+  // in cache), then a binary search in the bracket found.
+  const size_t oldest = n_ > kRing ? n_ - kRing : 0;
+  size_t hi = n_, step = 1;
+  while (hi > oldest) {
+    const size_t probe = hi - std::min(step, hi - oldest);  // entry n = probe
+    const uint64_t m = ring_[probe % kRing].f.id;
+    if (m == id) return &ring_[probe % kRing].f;
+    if (m < id) {
+      size_t lo = probe + 1;
+      while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        const uint64_t v = ring_[mid % kRing].f.id;
+        if (v == id) return &ring_[mid % kRing].f;
+        if (v < id) lo = mid + 1;
+        else hi = mid;
+      }
+      return nullptr;
+    }
+    hi = probe;
+    step *= 2;
   }
   return nullptr;
 }
 
-std::pair<sim::Ps, uint64_t> HbmWrites::latest_overlap(const Footprint& f) const {
-  std::pair<sim::Ps, uint64_t> best{0, 0};
+HbmFootprints::Latest HbmFootprints::latest_overlap(const Footprint& f, uint8_t skip_cls) const {
+  Latest best;
   for (size_t k = 0; k < std::min({kScan, n_, kRing}); ++k) {
-    const Write& w = ring_[(n_ - 1 - k) % kRing];
-    if (w.end > best.first && !disjoint(w.f, f)) best = {w.end, w.f.id};
+    const Access& w = ring_[(n_ - 1 - k) % kRing];
+    if (w.end > best.end && w.cls != skip_cls && !disjoint(w.f, f)) best = {w.end, w.f.id, w.cls};
   }
   return best;
 }
 
 template <bool kDma>
-DepTracker::Ready DepTracker::ready_impl(uint8_t cls, const Regions& rg, const DmaWrite* dw) const {
+DepTracker::Ready DepTracker::ready_impl(uint8_t cls, const Regions& rg, const DmaHbm* dw) const {
   Ready t;
   std::array<sim::Ps, 1u << kClassBits> lat{};  // by producer class, for consumer class cls
   for (size_t p = 0; p < lat_.size(); ++p) lat[p] = lat_[p][cls];
   auto consider = [&t](sim::Ps at, uint32_t tag) {
     if (at > t.time) t = {at, tag};
   };
-  for (int i = 0; i < rg.nr; ++i)
-    scan(rg.reads[static_cast<size_t>(i)], [&](const Entry& e) {
-      if (e.w_end) consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
+  // (kDma: an access of dw's chunks in HBM that dw's side there certainly does not meet is skipped; the latest
+  // earlier access of its bytes is then waited for instead, below.)
+  [[maybe_unused]] bool skip_raw = false, skip_waw = false, skip_war = false;
+  for (int i = 0; i < rg.nr; ++i) {
+    const Range& r = rg.reads[static_cast<size_t>(i)];
+    [[maybe_unused]] const bool hbm = kDma && dw->has_src && r.base == hbm_.data();
+    scan(r, [&](const Entry& e) {
+      if (!e.w_end) return;
+      if constexpr (kDma) {
+        if (hbm && disjoint_access(*dw->writes, e.w_tag, dw->src(), dw->now)) {
+          skip_raw = true;
+          return;
+        }
+      }
+      consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
     });
-  [[maybe_unused]] bool skipped = false;
+  }
   for (int i = 0; i < rg.nw; ++i) {
     const Range& r = rg.writes[static_cast<size_t>(i)];
-    [[maybe_unused]] const bool hbm = kDma && r.base == hbm_.data();
+    [[maybe_unused]] const bool hbm = kDma && dw->has_dst && r.base == hbm_.data();
     scan(r, [&](const Entry& e) {
       if (e.w_end && tag_class(e.w_tag) != cls) {
         bool skip = false;
-        if constexpr (kDma) skip = hbm && disjoint_dma_write(*dw, e.w_tag);
-        if (skip) skipped = true;
+        if constexpr (kDma) skip = hbm && disjoint_access(*dw->writes, e.w_tag, dw->dst(), dw->now);
+        if (skip) skip_waw = true;
         else consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
       }
-      if (e.r_end && tag_class(e.r_tag) != cls) consider(e.r_end + lat[tag_class(e.r_tag)], e.r_tag);
+      if (e.r_end && tag_class(e.r_tag) != cls) {
+        bool skip = false;
+        if constexpr (kDma) skip = hbm && disjoint_access(*dw->reads, e.r_tag, dw->dst(), dw->now);
+        if (skip) skip_war = true;
+        else consider(e.r_end + lat[tag_class(e.r_tag)], e.r_tag);
+      }
     });
   }
   if constexpr (kDma) {
-    if (skipped) {
-      const auto [end, tag] = overlapped_dma_write(*dw);
-      if (end) consider(end + lat[kClassDma], tag);
-    }
+    auto wait_for = [&](const HbmFootprints& fp, const HbmFootprints::Footprint& mine, uint8_t skip_cls) {
+      const HbmFootprints::Latest l = fp.latest_overlap(mine, skip_cls);
+      if (l.end) consider(l.end + lat[l.cls], tag(l.cls, l.id));
+    };
+    if (skip_raw) wait_for(*dw->writes, dw->src(), HbmFootprints::kNoClass);
+    if (skip_waw) wait_for(*dw->writes, dw->dst(), cls);
+    if (skip_war) wait_for(*dw->reads, dw->dst(), cls);
   }
   return t;
 }
 
 DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const { return ready_impl<false>(cls, rg, nullptr); }
 
-DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg, const DmaWrite* dw) const {
+DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg, const DmaHbm* dw) const {
   return dw ? ready_impl<true>(cls, rg, dw) : ready_impl<false>(cls, rg, nullptr);
 }
 
-bool DepTracker::disjoint_dma_write(const DmaWrite& dw, uint32_t w_tag) {
-  if (tag_class(w_tag) != kClassDma) return false;
-  const HbmWrites::Footprint* f = dw.writes->find(tag_index(w_tag, dw.now));
-  return f && HbmWrites::disjoint(*f, dw.mine);
-}
-
-std::pair<sim::Ps, uint32_t> DepTracker::overlapped_dma_write(const DmaWrite& dw) {
-  const auto [end, id] = dw.writes->latest_overlap(dw.mine);
-  return {end, tag(kClassDma, id)};
+bool DepTracker::disjoint_access(const HbmFootprints& fp, uint32_t t, const HbmFootprints::Footprint& mine,
+                                 uint64_t now) {
+  const HbmFootprints::Footprint* f = fp.find(tag_index(t, now));
+  return f && HbmFootprints::disjoint(*f, mine);
 }
 
 void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Ready, kNumClasses>& out,
-                             const DmaWrite* dw) const {
+                             const DmaHbm* dw) const {
   // One pass collecting what ready() considers, in its order: the writers of what is read (RAW), then per
   // entry of what is written its writer (WAW) and its readers (WAR). Each class then takes the first of the
   // latest (end + hand-off latency), skipping same-class WAW and WAR, as ready()'s scan would: the same time
@@ -356,25 +414,30 @@ void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Read
     if (n < cand.size()) cand[n++] = {end, tag, raw};
     else more = true;
   };
-  for (int i = 0; i < rg.nr; ++i)
-    scan(rg.reads[static_cast<size_t>(i)], [&](const Entry& e) {
-      if (e.w_end) add(e.w_end, e.w_tag, true);
-    });
-  bool skipped = false;
-  for (int i = 0; i < rg.nw; ++i) {
-    const Range& r = rg.writes[static_cast<size_t>(i)];
-    const DmaWrite* hw = dw && r.base == hbm_.data() ? dw : nullptr;  // (as ready())
+  // A DMA that skips an access of its HBM chunks (ready()'s kDma case) waits for the latest earlier access of its
+  // bytes of another class than its own: ready() per class then (rare: the skip is found in this pass).
+  for (int i = 0; i < rg.nr; ++i) {
+    const Range& r = rg.reads[static_cast<size_t>(i)];
+    const bool hbm = dw && dw->has_src && r.base == hbm_.data();  // (as ready())
     scan(r, [&](const Entry& e) {
-      if (e.w_end) {
-        if (hw && disjoint_dma_write(*hw, e.w_tag)) skipped = true;
-        else add(e.w_end, e.w_tag, false);
-      }
-      if (e.r_end) add(e.r_end, e.r_tag, false);
+      if (!e.w_end) return;
+      if (hbm && disjoint_access(*dw->writes, e.w_tag, dw->src(), dw->now)) more = true;
+      else add(e.w_end, e.w_tag, true);
     });
   }
-  if (skipped) {
-    const auto [end, tag] = overlapped_dma_write(*dw);
-    if (end) add(end, tag, false);
+  for (int i = 0; i < rg.nw; ++i) {
+    const Range& r = rg.writes[static_cast<size_t>(i)];
+    const bool hbm = dw && dw->has_dst && r.base == hbm_.data();
+    scan(r, [&](const Entry& e) {
+      if (e.w_end) {
+        if (hbm && disjoint_access(*dw->writes, e.w_tag, dw->dst(), dw->now)) more = true;
+        else add(e.w_end, e.w_tag, false);
+      }
+      if (e.r_end) {
+        if (hbm && disjoint_access(*dw->reads, e.r_tag, dw->dst(), dw->now)) more = true;
+        else add(e.r_end, e.r_tag, false);
+      }
+    });
   }
   out.fill(Ready{});
   for (unsigned cm = classes & ((1u << kNumClasses) - 1); cm; cm &= cm - 1) {

@@ -25,41 +25,58 @@ namespace nsim::engines {
 inline constexpr uint8_t kClassDma = isa::kNumEngines;
 inline constexpr int kNumClasses = isa::kNumEngines + 1;
 
-/// The HBM bytes recent DMAs wrote, by instruction index (a ring), so that a DMA writing HBM waits only for
-/// earlier DMA writes of the same bytes. DepTracker compares chunks of byte extents: the rows of one column block
-/// of a row-major tensor (out[:, j w:(j + 1) w], a head's columns of [S, H d]) span every other block's extent, and
-/// small rows share a chunk; a compiler orders only writes of the same bytes (decision in docs/timing-model.md
-/// "Dependencies").
-class HbmWrites {
+/// The HBM bytes recent instructions read (or wrote: one instance each), by instruction index (a ring), so that
+/// a DMA waits only for earlier accesses of the same bytes. DepTracker compares chunks of byte extents: the rows of
+/// one column block of a row-major tensor (out[:, j w:(j + 1) w], a head's columns of [S, H d], the next chunk of
+/// columns an in-place update loads while it stores the previous one) span every other block's extent, and small
+/// rows share a chunk; a compiler orders only accesses of the same bytes (decision in docs/timing-model.md
+/// "Dependencies"). Every instruction accessing HBM is noted (a side addressed at run time by its whole reach).
+class HbmFootprints {
  public:
-  /// A DMA side in HBM: its byte extent [lo, hi) and, when `rows`, exactly the bytes [first + k step, first + k
-  /// step + len) for k = 0 .. (hi - first - len) / step (its partitions, each a span of len bytes).
+  /// A DMA side in HBM: its byte extent [lo, hi) and, when `rows`, its bytes lie in [first + k step, first + k
+  /// step + len) for k = 0 .. (hi - first - len) / step (its partitions, each within a span of len bytes); `dense`:
+  /// every byte of those spans (a row-major free pattern without gaps).
   struct Footprint {
     int64_t lo = 0, hi = 0, first = 0, len = 0, step = 0;
     uint64_t id = ~uint64_t{0};
-    bool rows = false;
+    bool rows = false, dense = false;
   };
   static Footprint of(const isa::Operand& o);
+  /// Slot `slot` of `in` (in HBM): of(), or for a side addressed at run time the extent of every row it may reach.
+  static Footprint of_slot(const isa::Instr& in, int slot);
   /// Whether the bytes of `a` and `b` are certainly disjoint (false when unsure).
   static bool disjoint(const Footprint& a, const Footprint& b);
-  /// Remember that instruction `id` (later than every id noted before) wrote `f`, done at `end`.
-  void note(uint64_t id, const Footprint& f, sim::Ps end);
-  /// What instruction `id` wrote, if still remembered.
+  /// Whether `a` certainly accesses every byte `b` does (false when unsure): `a` every byte of [lo, hi).
+  static bool covers(const Footprint& a, const Footprint& b) {
+    return a.rows && a.dense && (a.step == 0 || a.step == a.len) && a.lo <= b.lo && b.hi <= a.hi;
+  }
+  /// Remember that instruction `id` of dependency class `cls` (id later than every id noted before) accessed `f`
+  /// until `end`.
+  void note(uint64_t id, uint8_t cls, const Footprint& f, sim::Ps end);
+  /// What instruction `id` accessed, if still remembered.
   const Footprint* find(uint64_t id) const;
-  /// Among the last kScan writes remembered, the latest end of one whose bytes may meet `f`'s and its id
-  /// ({0, 0} when none): the DMA whose chunks' last writer it skipped (disjoint) still waits for an earlier
-  /// writer of its bytes.
-  std::pair<sim::Ps, uint64_t> latest_overlap(const Footprint& f) const;
+  /// Among the last kScan accesses remembered, the one ending latest whose bytes may meet `f`'s (end 0 when
+  /// none): a DMA that skipped its chunks' latest access (disjoint) still waits for an earlier one of its bytes.
+  struct Latest {
+    sim::Ps end = 0;
+    uint64_t id = 0;
+    uint8_t cls = 0;
+  };
+  /// Accesses of class `skip_cls` are not considered (a DMA's WAW and WAR on its own trigger engine's class need
+  /// no wait, as DepTracker::ready() skips them; kNoClass: none skipped).
+  Latest latest_overlap(const Footprint& f, uint8_t skip_cls) const;
+  static constexpr uint8_t kNoClass = 0xFF;
 
  private:
-  static constexpr size_t kRing = 4096;  ///< an older writer is looked up as unknown: then the DMA waits for it
+  static constexpr size_t kRing = 4096;  ///< an older access is looked up as unknown: then the DMA waits for it
   static constexpr size_t kScan = 64;
-  struct Write {
+  struct Access {
     Footprint f;  ///< f.id: the instruction
     sim::Ps end = 0;
+    uint8_t cls = 0;
   };
-  std::vector<Write> ring_;  ///< in the order noted (ids increasing): entry n % kRing for the n-th
-  size_t n_ = 0;             ///< writes noted
+  std::vector<Access> ring_;  ///< in the order noted (ids increasing): entry n % kRing for the n-th
+  size_t n_ = 0;              ///< accesses noted
 };
 
 class DepTracker {
@@ -169,21 +186,35 @@ class DepTracker {
     sim::Ps time = 0;
     uint32_t tag = 0;
   };
-  /// A DMA writing HBM (instruction `now`, its HBM side `mine`): its writes there skip the WAW wait on an
-  /// earlier DMA write `writes` knows to be disjoint from `mine` (HbmWrites).
-  struct DmaWrite {
-    const HbmWrites* writes;
-    HbmWrites::Footprint mine;
-    uint64_t now;
+  /// A DMA accessing HBM (instruction `now`; its HBM sides `dst` written, `src` read, when has_dst / has_src):
+  /// it skips the wait on an earlier access of its chunks in HBM that `writes` / `reads` knows to be disjoint
+  /// from its side there (RAW on src, WAW and WAR on dst), then waits for the latest earlier access of its
+  /// bytes that they remember (HbmFootprints).
+  struct DmaHbm {
+    const HbmFootprints* writes;
+    const HbmFootprints* reads;
+    const isa::Instr* in;  ///< the DMA: its sides' footprints are worked out when first needed
+    bool has_dst = false, has_src = false;
+    uint64_t now = 0;
+    const HbmFootprints::Footprint& dst() const { return side(0, dst_); }
+    const HbmFootprints::Footprint& src() const { return side(1, src_); }
+
+   private:
+    mutable HbmFootprints::Footprint dst_, src_;
+    mutable bool known_[2] = {false, false};
+    const HbmFootprints::Footprint& side(int slot, HbmFootprints::Footprint& f) const {
+      if (!known_[slot]) f = HbmFootprints::of_slot(*in, slot), known_[slot] = true;
+      return f;
+    }
   };
   Ready ready(uint8_t cls, const Regions& r) const;
-  /// ready() of a DMA writing HBM when `dw` is set (else ready(cls, r)).
-  Ready ready(uint8_t cls, const Regions& r, const DmaWrite* dw) const;
+  /// ready() of a DMA accessing HBM when `dw` is set (else ready(cls, r)).
+  Ready ready(uint8_t cls, const Regions& r, const DmaHbm* dw) const;
   /// ready() for every class in `classes` (bit c = class c) in one pass over the chunks (the
   /// scheduler's engine placement; ready() stays the cheaper single-class scan of the hot path): the
   /// same times and the same producers, ties included.
   void ready_multi(uint8_t classes, const Regions& r, std::array<Ready, kNumClasses>& out,
-                   const DmaWrite* dw = nullptr) const;
+                   const DmaHbm* dw = nullptr) const;
   /// Record that instruction `id` of class `cls` reads its read regions until `read_end` and writes
   /// its write regions, done at `write_end`.
   void record(uint8_t cls, uint64_t id, const Regions& r, sim::Ps read_end, sim::Ps write_end);
@@ -208,11 +239,10 @@ class DepTracker {
 
  private:
   template <bool kDma>
-  Ready ready_impl(uint8_t cls, const Regions& r, const DmaWrite* dw) const;
-  /// Whether the write tagged `w_tag` is a DMA's that dw's write certainly does not overlap.
-  static bool disjoint_dma_write(const DmaWrite& dw, uint32_t w_tag);
-  /// After skipping such a write: the latest earlier DMA write dw's bytes may meet, as a (end, tag) to wait for.
-  static std::pair<sim::Ps, uint32_t> overlapped_dma_write(const DmaWrite& dw);
+  Ready ready_impl(uint8_t cls, const Regions& r, const DmaHbm* dw) const;
+  /// Whether the access tagged `t`, remembered by `fp`, certainly does not meet `mine` (seen from instruction now).
+  static bool disjoint_access(const HbmFootprints& fp, uint32_t t, const HbmFootprints::Footprint& mine, uint64_t now);
+  /// After skipping such an access: the latest earlier one `fp` remembers that `mine` may meet, as (end, tag).
   /// Call f(entry) for each segment of r overlapping its chunks, in chunk order (quadrant by quadrant).
   template <class F>
   [[gnu::always_inline]] static inline void scan(const Range& r, F&& f);

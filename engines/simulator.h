@@ -162,8 +162,8 @@ class Simulator {
   engines::DepTracker::Ready operands_ready_tag(const isa::Instr& in, isa::Engine e, engines::DepTracker::Regions& rg,
                                                 const Extent* ext = nullptr) const {
     regions_into(in, deps_, rg, ext);
-    engines::DepTracker::DmaWrite dw;
-    return deps_.ready(static_cast<uint8_t>(e), rg, dma_write(in, dw));
+    engines::DepTracker::DmaHbm dw;
+    return deps_.ready(static_cast<uint8_t>(e), rg, dma_hbm(in, dw));
   }
   /// operands_ready_tag() for every engine in the bitmask `engines`, in one pass (out by engine); the
   /// regions are left in `rg`.
@@ -171,8 +171,8 @@ class Simulator {
                             std::array<engines::DepTracker::Ready, engines::kNumClasses>& out,
                             engines::DepTracker::Regions& rg, const Extent* ext = nullptr) const {
     regions_into(in, deps_, rg, ext);
-    engines::DepTracker::DmaWrite dw;
-    const engines::DepTracker::DmaWrite* w = dma_write(in, dw);
+    engines::DepTracker::DmaHbm dw;
+    const engines::DepTracker::DmaHbm* w = dma_hbm(in, dw);
     if (engines & (engines - 1)) return deps_.ready_multi(engines, rg, out, w);
     out.fill(engines::DepTracker::Ready{});  // one engine: the cheaper single-class scan
     if (engines)
@@ -351,13 +351,22 @@ class Simulator {
     return known_ready_ ? *known_ready_ : deps_.ready(static_cast<uint8_t>(in.engine), rg);
   }
   engines::DepTracker::Ready ready_for_dma(const isa::Instr& in, const engines::DepTracker::Regions& rg) const;
-  /// For a DMA writing HBM (not a scatter): `dw` filled to let it skip the WAW waits on earlier DMA writes of
-  /// other bytes (engines::HbmWrites); else nullptr.
-  const engines::DepTracker::DmaWrite* dma_write(const isa::Instr& in, engines::DepTracker::DmaWrite& dw) const {
-    if (!isa::is_dma(in.op) || in.slot(0).space != isa::Space::kHbm || isa::indirect_slot(in) == 0) return nullptr;
-    dw = {&hbm_writes_, engines::HbmWrites::of(in.slot(0)), seq_};
+  /// For a DMA with a side in HBM: `dw` filled to let it skip the waits on earlier accesses of other bytes in its
+  /// HBM chunks (engines::HbmFootprints); else nullptr.
+  const engines::DepTracker::DmaHbm* dma_hbm(const isa::Instr& in, engines::DepTracker::DmaHbm& dw) const {
+    if (!isa::is_dma(in.op)) return nullptr;
+    dw.has_dst = in.slot(0).space == isa::Space::kHbm;
+    dw.has_src = in.slot(1).space == isa::Space::kHbm;
+    if (!dw.has_dst && !dw.has_src) return nullptr;
+    dw.writes = &hbm_writes_;
+    dw.reads = &hbm_reads_;
+    dw.in = &in;
+    dw.now = seq_;
     return &dw;
   }
+  /// Note the HBM sides of `in` (instruction seq_, of dependency class `cls`, done at `end`) in hbm_writes_ /
+  /// hbm_reads_.
+  void note_hbm(const isa::Instr& in, uint8_t cls, sim::Ps end);
   /// Dependency-bound schedule of one instruction of class `cls` that took `dur` (SimOptions::dependency_bound).
   void schedule_asap(const isa::Instr& in, const Sig& sig, const engines::DepTracker::Regions& on_deps, uint8_t cls,
                      sim::Ps dur);
@@ -368,7 +377,7 @@ class Simulator {
   isa::Limits limits_;
   memory::Memory mem_;
   engines::DepTracker deps_;
-  engines::HbmWrites hbm_writes_;  ///< what recent DMAs wrote in HBM (dma_write)
+  engines::HbmFootprints hbm_writes_, hbm_reads_;  ///< what recent instructions wrote and read in HBM (dma_hbm)
   // The engines, each its own component holding its issue state; the Simulator asks them for slots,
   // records dependencies and hands the result to the listeners (stats_, the trace, the analyzer).
   engines::StreamEngines stream_;  ///< VectorE, ScalarE, GpSimd, Sync (and DMA triggers on them)

@@ -24,7 +24,7 @@ namespace {
 /// exact tracking, so coarseness costs schedule quality, never correctness.
 struct Chunk {
   static constexpr int kReaders = 6;
-  uint64_t writer = 0;  ///< seq + 1 of the last writer admitted; 0 = none
+  uint64_t writer = 0;  ///< seq + 1 of the last writer admitted (that orders every later access); 0 = none
   std::array<uint64_t, kReaders> readers{};  ///< seqs of the readers admitted since
   uint8_t nr = 0;
   /// The table entries [own0, own1] this state was made for (Scheduler::Impl::touch_run). While all of them
@@ -35,7 +35,30 @@ struct Chunk {
   int64_t refs = 0;
 };
 
+/// The state of HBM chunks: also the writers admitted since `writer` whose bytes are known
+/// (Scheduler::Impl::Node::hw). Each orders only the later accesses that may meet its bytes (the column blocks
+/// of one tensor do not), so it leaves the readers in place; when kWriters of them are live, the next writer is
+/// a `writer` again. (Apart from Chunk: the on-chip states stay small.)
+struct HbmChunk : Chunk {
+  static constexpr int kWriters = 6;
+  std::array<uint64_t, kWriters> writers{};
+  uint8_t nw = 0;
+  uint8_t rbar = 0;  ///< bit i: readers[i] orders every later writer (it was ordered after a full list of readers)
+};
+
+/// The states of some chunk tables (Scheduler::Impl::touch_run), with compact()'s buffers.
+template <class C>
+struct StateSet {
+  std::vector<C> v{C{}};  ///< v[0]: no writer, no readers
+  size_t limit = 0;       ///< compact when `v` grows past this
+  /// compact()'s buffers, kept between calls (their capacity too: a fresh multi-MB vector per call cost a page
+  /// fault per 4 KiB touched).
+  std::vector<uint32_t> map;
+  std::vector<C> kept;
+};
+
 constexpr int64_t kHbmChunk = 65536;
+using Footprint = engines::HbmFootprints::Footprint;
 static_assert((kHbmChunk & (kHbmChunk - 1)) == 0, "HbmRange::shift divides by it");
 
 /// More than one bit of m set (without a popcount, a library call on a baseline x86-64 build).
@@ -70,6 +93,10 @@ struct Scheduler::Impl {
     /// choose() reads it for every ready node, without going to the instructions' cache lines.
     int64_t acc_psum = -1;
     Lowering::TileUses uses{};  ///< with a trace: the tiles it touches (occupancy track)
+    /// The bytes its instruction reads (hr) and writes (hw) in HBM (engines::HbmFootprints), when has_hr /
+    /// has_hw: a Chunk's footprint writers and readers order only the accesses that may meet them.
+    Footprint hr, hw;
+    bool has_hr = false, has_hw = false;
   };
 
   const Kernel& k;
@@ -92,17 +119,18 @@ struct Scheduler::Impl {
   /// its watermark.
   Ps floor = 0;
   std::vector<uint64_t> preds_scratch;
+  bool hr_seen = false, hw_seen = false;  ///< admit(): an HBM side read / written by the node so far
 
   // Conflict tables: SBUF, PSUM (per-partition byte chunks), HBM (written tensors only). A chunk holds
-  // the index of its state in `states`: the chunks of one tile, accessed together, share one state, so
+  // the index of its state in its StateSet (on chip: chip_states; HBM: hbm_states): the chunks of one tile, accessed together, share one state, so
   // an access touches each distinct state once and the rest of its chunks move to the result by index
-  // (touch_run). States are copied on write; unreferenced ones are dropped by compact_states().
+  // (touch_run). States are copied on write; unreferenced ones are dropped by compact().
   int64_t chip_chunk = 64;
   int chip_shift = -1;  ///< log2(chip_chunk) when a power of two (a shift, not a division, per access)
   /// By engine: engines::trigger_queue(p, engine, q) for q < dma.queues_per_trigger (at least one).
   std::array<std::vector<int>, isa::kNumEngines> trigger_queues;
-  std::vector<Chunk> states{Chunk{}};  ///< states[0]: no writer, no readers
-  size_t states_limit = 0;             ///< compact when `states` grows past this
+  StateSet<Chunk> chip_states;   ///< of sbuf and psum
+  StateSet<HbmChunk> hbm_states;  ///< of hbm
   std::vector<uint32_t> sbuf, psum;
   std::vector<uint32_t> hbm;  ///< chunks of the written HBM tensors, each range from its `first`
   struct HbmRange {
@@ -178,7 +206,8 @@ struct Scheduler::Impl {
       nchunks += static_cast<size_t>((r.hi - r.lo + r.chunk - 1) / r.chunk);
     }
     hbm.resize(nchunks);
-    states_limit = std::max<size_t>(size_t{1} << 16, (sbuf.size() + psum.size() + hbm.size()) / 4);
+    chip_states.limit = std::max<size_t>(size_t{1} << 16, (sbuf.size() + psum.size()) / 4);
+    hbm_states.limit = std::max<size_t>(size_t{1} << 16, hbm.size() / 4);
     op_facts.assign(k.ops.size(), OpFacts{});
     last_of_op.assign(k.ops.size(), 0);
     runs_after.resize(k.ops.size());
@@ -224,7 +253,22 @@ struct Scheduler::Impl {
     ++x.npred;
   }
 
-  void touch(Chunk& c, Node& x, bool write) {
+  /// Whether live instruction q's HBM write (q_writes) or read may meet the bytes `fx` (nullptr: any bytes).
+  bool meets(uint64_t q, bool q_writes, const Footprint* fx) {
+    if (!fx) return true;
+    const Node& n = node(q);
+    if (q_writes ? !n.has_hw : !n.has_hr) return true;
+    return !engines::HbmFootprints::disjoint(q_writes ? n.hw : n.hr, *fx);
+  }
+
+  /// Whether live instruction q's HBM write (q_writes) or read accesses only bytes `fx` covers.
+  bool covered(uint64_t q, bool q_writes, const Footprint& fx) {
+    const Node& n = node(q);
+    return (q_writes ? n.has_hw : n.has_hr) && engines::HbmFootprints::covers(fx, q_writes ? n.hw : n.hr);
+  }
+
+  /// x's access of the chunks holding state c (on chip: every access may meet every other).
+  void touch(Chunk& c, Node& x, bool write, const Footprint*) {
     if (c.writer) add_edge(c.writer - 1, x);
     if (write) {
       for (int i = 0; i < c.nr; ++i) add_edge(c.readers[static_cast<size_t>(i)], x);
@@ -245,6 +289,71 @@ struct Scheduler::Impl {
     c.readers[c.nr++] = x.seq;
   }
 
+  /// touch() in HBM, `fx` the bytes x accesses (nullptr: any bytes): footprint writers and barrier readers.
+  void touch(HbmChunk& c, Node& x, bool write, const Footprint* fx) {
+    if (c.writer) add_edge(c.writer - 1, x);
+    if (c.nw) {  // the footprint writers still waiting: ordered before x where their bytes may meet
+      int m = 0;
+      for (int i = 0; i < c.nw; ++i) {
+        const uint64_t w = c.writers[static_cast<size_t>(i)];
+        if (!live(w)) continue;  // issued: nothing left to order
+        if (meets(w, true, fx)) {
+          add_edge(w, x);
+          if (write && fx && covered(w, true, *fx)) continue;  // what meets w's bytes meets x's: x orders it
+        }
+        c.writers[static_cast<size_t>(m++)] = w;
+      }
+      c.nw = static_cast<uint8_t>(m);
+    }
+    if (write) {
+      if (fx && c.nw < HbmChunk::kWriters) {  // a footprint writer: after the readers of its bytes, which stay
+        int m = 0;
+        uint8_t bar = 0;
+        for (int i = 0; i < c.nr; ++i) {
+          const uint64_t r = c.readers[static_cast<size_t>(i)];
+          const bool b = (c.rbar >> i) & 1;
+          if (!live(r)) continue;
+          if (b || meets(r, false, fx)) {
+            add_edge(r, x);
+            if (!b && covered(r, false, *fx)) continue;  // (a barrier reader stays: it orders its predecessors)
+          }
+          if (b) bar = static_cast<uint8_t>(bar | (1u << m));
+          c.readers[static_cast<size_t>(m++)] = r;
+        }
+        c.nr = static_cast<uint8_t>(m);
+        c.rbar = bar;
+        c.writers[c.nw++] = x.seq;
+        return;
+      }
+      for (int i = 0; i < c.nr; ++i) add_edge(c.readers[static_cast<size_t>(i)], x);
+      for (int i = 0; i < c.nw; ++i) add_edge(c.writers[static_cast<size_t>(i)], x);
+      c.nr = c.nw = 0;
+      c.rbar = 0;
+      c.writer = x.seq + 1;
+      return;
+    }
+    bool barrier = false;
+    if (c.nr == Chunk::kReaders) {  // drop issued readers; if all still wait, order x after them
+      int m = 0;
+      uint8_t bar = 0;
+      for (int i = 0; i < c.nr; ++i)
+        if (live(c.readers[static_cast<size_t>(i)])) {
+          if ((c.rbar >> i) & 1) bar = static_cast<uint8_t>(bar | (1u << m));
+          c.readers[static_cast<size_t>(m++)] = c.readers[static_cast<size_t>(i)];
+        }
+      c.nr = static_cast<uint8_t>(m);
+      c.rbar = bar;
+      if (m == Chunk::kReaders) {
+        for (int i = 0; i < m; ++i) add_edge(c.readers[static_cast<size_t>(i)], x);
+        c.nr = 0;
+        c.rbar = 0;
+        barrier = true;  // every later writer, whatever its bytes, waits for x (and so for them)
+      }
+    }
+    if (barrier) c.rbar = static_cast<uint8_t>(c.rbar | (1u << c.nr));
+    c.readers[c.nr++] = x.seq;
+  }
+
   void access(const Instr& in, const Lowering::Extents& ext, int slot, Node& x, bool write) {
     const Operand& o = in.slot(slot);
     if (!o.present()) return;
@@ -256,7 +365,15 @@ struct Scheduler::Impl {
       if (it == hbm_ranges.begin()) return;
       const HbmRange& r = *std::prev(it);
       if (!r.written || hi > r.hi) return;  // a read-only tensor never conflicts
-      touch_run(hbm.data() + r.first + ((lo - r.lo) >> r.shift), hbm.data() + r.first + ((hi - 1 - r.lo) >> r.shift), x, write);
+      // Its bytes, for the footprint writers (one HBM side per direction; a second one: unknown, any bytes).
+      Footprint& f = write ? x.hw : x.hr;
+      bool& has = write ? x.has_hw : x.has_hr;
+      const bool first_side = !(write ? hw_seen : hr_seen);
+      (write ? hw_seen : hr_seen) = true;
+      has = first_side;
+      if (first_side) f = engines::HbmFootprints::of_slot(in, slot);
+      touch_run(hbm_states, hbm.data() + r.first + ((lo - r.lo) >> r.shift),
+                hbm.data() + r.first + ((hi - 1 - r.lo) >> r.shift), x, write, has ? &f : nullptr);
       return;
     }
     std::vector<uint32_t>& tab = o.space == Space::kPsum ? psum : sbuf;
@@ -264,29 +381,31 @@ struct Scheduler::Impl {
     const auto chunk_of = [&](int64_t b) { return b >= 0 && chip_shift >= 0 ? b >> chip_shift : b / chip_chunk; };
     const int64_t first = std::max<int64_t>(0, chunk_of(lo));  // (a negative offset fails verify() at submit)
     const int64_t last = std::min<int64_t>(chunk_of(hi - 1), static_cast<int64_t>(tab.size()) - 1);
-    if (first <= last) touch_run(tab.data() + first, tab.data() + last, x, write);
+    if (first <= last) touch_run(chip_states, tab.data() + first, tab.data() + last, x, write, nullptr);
   }
 
   /// touch() every chunk of [first, last]: each stretch of chunks holding one state once, into a new state
   /// the stretch's chunks take (add_edge keeps each predecessor once, so a state's edges are the same
   /// whichever of its chunks is touched). A state that only this stretch refers to (the tile's own, made
   /// by its previous access) is touched in place instead.
-  void touch_run(uint32_t* first, uint32_t* last, Node& x, bool write) {
-    if (states.size() >= states_limit) compact_states();
+  template <class C>
+  void touch_run(StateSet<C>& S, uint32_t* first, uint32_t* last, Node& x, bool write, const Footprint* fx) {
+    if (S.v.size() >= S.limit) compact(S);
+    std::vector<C>& states = S.v;
     for (uint32_t* c = first; c <= last;) {
       const uint32_t before = *c;
       uint32_t* e = c;
-      Chunk& st = states[before];
+      C& st = states[before];
       // The stretch holding `before` from c: all of [own0, own1] when it still holds the state whole (then
       // nothing past it does), else found chunk by chunk.
       if (before != 0 && st.own0 == c && st.own1 <= last && st.refs == st.own1 - st.own0 + 1) e = st.own1;
       else
         while (e < last && e[1] == before) ++e;
       if (before != 0 && st.own0 == c && st.own1 == e) {
-        touch(st, x, write);
+        touch(st, x, write, fx);
       } else {
         st.refs -= e - c + 1;  // (states[0]'s count is not kept)
-        const uint32_t after = touched(before, x, write);
+        const uint32_t after = touched(states, before, x, write, fx);
         states[after].own0 = c;
         states[after].own1 = e;
         states[after].refs = e - c + 1;
@@ -297,36 +416,39 @@ struct Scheduler::Impl {
   }
 
   /// A copy of state `i` touched by x, as a new state.
-  uint32_t touched(uint32_t i, Node& x, bool write) {
+  template <class C>
+  uint32_t touched(std::vector<C>& states, uint32_t i, Node& x, bool write, const Footprint* fx) {
     states.push_back(states[i]);  // (push_back copies its argument before it reallocates)
-    touch(states.back(), x, write);
+    touch(states.back(), x, write, fx);
     return static_cast<uint32_t>(states.size() - 1);
   }
 
-  /// compact_states()'s buffers, kept between calls (their capacity too: a fresh multi-MB vector per
-  /// call cost a page fault per 4 KiB touched).
-  std::vector<uint32_t> compact_map;
-  std::vector<Chunk> compact_kept;
+  /// The tables whose chunks hold states of S.
+  std::array<std::vector<uint32_t>*, 2> tables(StateSet<Chunk>&) { return {&sbuf, &psum}; }
+  std::array<std::vector<uint32_t>*, 2> tables(StateSet<HbmChunk>&) { return {&hbm, nullptr}; }
 
-  /// Drop the states no chunk refers to (renumbering the others in order of first reference).
-  void compact_states() {
-    std::vector<uint32_t>& map = compact_map;
-    std::vector<Chunk>& kept = compact_kept;
-    map.assign(states.size(), UINT32_MAX);
+  /// Drop the states of S no chunk refers to (renumbering the others in order of first reference).
+  template <class C>
+  void compact(StateSet<C>& S) {
+    std::vector<uint32_t>& map = S.map;
+    std::vector<C>& kept = S.kept;
+    map.assign(S.v.size(), UINT32_MAX);
     kept.clear();
-    kept.push_back(states[0]);
+    kept.push_back(S.v[0]);
     map[0] = 0;
-    for (std::vector<uint32_t>* tab : {&sbuf, &psum, &hbm})
+    for (std::vector<uint32_t>* tab : tables(S)) {
+      if (!tab) continue;
       for (uint32_t& i : *tab) {
         if (map[i] == UINT32_MAX) {
           map[i] = static_cast<uint32_t>(kept.size());
-          kept.push_back(states[i]);
+          kept.push_back(S.v[i]);
         }
         i = map[i];
       }
-    states.swap(kept);
+    }
+    S.v.swap(kept);
     // Room for as many new states as the chunks could refer to, at least as many as are live.
-    states_limit = std::max(states_limit, 2 * states.size());
+    S.limit = std::max(S.limit, 2 * S.v.size());
   }
 
   /// Engines an instruction of op `oi` may be placed on (bitmask), checked once per op.
@@ -439,6 +561,7 @@ struct Scheduler::Impl {
     ++next;
     st.window_peak = std::max(st.window_peak, next - base);
     preds_scratch.clear();
+    x.has_hr = x.has_hw = hr_seen = hw_seen = false;
     for (int j = 0; j < x.n; ++j) {
       const Instr& in = x.in[static_cast<size_t>(j)];
       const Lowering::Extents& ext = x.ext[static_cast<size_t>(j)];

@@ -313,8 +313,13 @@ def test_adamw_fused_structure_and_traffic(tk):
                  "tensor_tensor": 6}, c
     assert sum(n for op, n in _ops(naive).items() if op != "dma_copy") == 6 * 14
     prof = fused.last_profile
-    assert prof.stat("engine.scalar.instruction_count") == 6 * 5
-    assert prof.stat("engine.gpsimd.instruction_count") == 6
+    # The 5 pinned to ScalarE per tile run there and the GpSimd product there; the 3 scalar_tensor_tensor without an
+    # engine go where they finish first, and so do the transfers' triggers (Sync, or ScalarE's hardware DGE on trn2:
+    # the compiler's placement, which the in-place loads' overlap moves).
+    n = {e: prof.stat("engine.{}.instruction_count".format(e)) for e in ("scalar", "vector", "gpsimd", "sync")}
+    assert n["scalar"] >= 6 * 5 and n["gpsimd"] == 6
+    assert sum(n.values()) == 6 * 9 + 42
+    assert (n["scalar"] + n["vector"] > 6 * 8) == (prof.stat("dma.hardware_dynamic_active_time") > 0), n
 
 
 # --------------------------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ TEST_CASE("WAW in HBM: a DMA waits for an earlier DMA's write of the same bytes,
   // Stores of [128, 32] fp32 column blocks of out [128, 1024] on four queues: each block's rows span every other
   // block's byte extent (and share its 4 KiB dependency chunks), but no byte is written twice: no store waits for
   // another's end (they still share the DMA engines). The same block stored again waits for its first store, though
-  // the chunks' last writer is another block's store (engines::HbmWrites keeps the recent writes' footprints).
+  // the chunks' last writer is another block's store (engines::HbmFootprints keeps the recent writes' footprints).
   auto s = make_sim("trn2");
   const auto& out = s->alloc_hbm("out", {128, 1024}, DType::kFloat32);
   const Operand t = s->alloc_tile(Space::kSbuf, 128, {32}, DType::kFloat32);
@@ -122,20 +122,56 @@ TEST_CASE("WAW in HBM: a DMA waits for an earlier DMA's write of the same bytes,
   CHECK(t2.ready >= st[2].end);  // the same bytes: after the earlier store of them
   CHECK(t2.waited_for == 2);
 
-  // HbmWrites::disjoint: extents apart; column blocks of one pitch; the same bytes; unequal pitches (unsure).
-  using engines::HbmWrites;
-  const HbmWrites::Footprint a = HbmWrites::of(block(0)), b = HbmWrites::of(block(1)), c = HbmWrites::of(block(0));
-  CHECK(HbmWrites::disjoint(a, b));
-  CHECK_FALSE(HbmWrites::disjoint(a, c));
+  // HbmFootprints::disjoint: extents apart; column blocks of one pitch; the same bytes; unequal pitches (unsure).
+  using engines::HbmFootprints;
+  const HbmFootprints::Footprint a = HbmFootprints::of(block(0)), b = HbmFootprints::of(block(1)), c = HbmFootprints::of(block(0));
+  CHECK(HbmFootprints::disjoint(a, b));
+  CHECK_FALSE(HbmFootprints::disjoint(a, c));
   Operand rows_a = hbm_rows(out, 0, 1), rows_b = hbm_rows(out, 1, 1);
-  CHECK(HbmWrites::disjoint(HbmWrites::of(rows_a), HbmWrites::of(rows_b)));  // extents apart
+  CHECK(HbmFootprints::disjoint(HbmFootprints::of(rows_a), HbmFootprints::of(rows_b)));  // extents apart
   Operand wide = block(0);
   wide.size[0] = 48;  // columns 0..47: meets block 1 (32..63)
-  CHECK_FALSE(HbmWrites::disjoint(HbmWrites::of(wide), b));
+  CHECK_FALSE(HbmFootprints::disjoint(HbmFootprints::of(wide), b));
   Operand other_pitch = block(1);
   other_pitch.partition_step = 512;
   other_pitch.num_partitions = 64;
-  CHECK_FALSE(HbmWrites::disjoint(a, HbmWrites::of(other_pitch)));
+  CHECK_FALSE(HbmFootprints::disjoint(a, HbmFootprints::of(other_pitch)));
+}
+
+TEST_CASE("RAW and WAR in HBM: a DMA waits for earlier DMAs of the same bytes, not of other bytes", "[timing][deps]") {
+  // An in-place update of x [128, 1024] fp32 in column blocks of 32: the store of block 0 and the load of block 1
+  // share every 4 KiB dependency chunk of x (each block's rows span the others'), but no byte. The load of block 1
+  // does not wait for the store of block 0 (RAW on other bytes), and a store of block 1 issued while a load of
+  // block 2 is in flight does not wait for that load (WAR on other bytes); the load of block 0 again and a store of
+  // block 2 do wait (the same bytes), although another block's access is the chunks' latest.
+  auto s = make_sim("trn2");
+  const auto& x = s->alloc_hbm("x", {128, 1024}, DType::kFloat32);
+  const Operand t0 = s->alloc_tile(Space::kSbuf, 128, {32}, DType::kFloat32);
+  const Operand t1 = s->alloc_tile(Space::kSbuf, 128, {32}, DType::kFloat32);
+  const Operand t2 = s->alloc_tile(Space::kSbuf, 128, {32}, DType::kFloat32);
+  const auto block = [&](int j) {
+    Operand o = hbm_rows(x, 0, 128);
+    o.offset += j * 32 * 4;
+    o.size[0] = 32;
+    return o;
+  };
+  const auto dma = [&](Operand dst, Operand src, int q) {
+    Instr d = instr(Opcode::kDmaCopy, Engine::kSync, {dst, src});
+    d.dma_queue = static_cast<uint8_t>(q);
+    return s->submit(d);
+  };
+  const InstrTiming st0 = dma(block(0), t0, 0);
+  const InstrTiming ld1 = dma(t1, block(1), 1);
+  CHECK(ld1.ready < st0.end);  // RAW on other bytes: no wait for the store
+  const InstrTiming ld0 = dma(t2, block(0), 2);
+  CHECK(ld0.ready >= st0.end);  // RAW on the same bytes (the chunks' latest write is block 0's: no skip needed)
+  const InstrTiming ld2 = dma(t0, block(2), 3);
+  const InstrTiming st1 = dma(block(1), t1, 0);
+  CHECK(st1.ready < ld2.end);  // WAR on other bytes: the load of block 2 still in flight
+  CHECK(st1.ready >= ld1.end);  // WAR on its own bytes: after the load of block 1 (and t1's producer)
+  const InstrTiming st2 = dma(block(2), t2, 1);
+  CHECK(st2.ready >= ld2.end);  // WAR on the same bytes: after the load of block 2, though block 1's store is later
+  CHECK(st2.waited_for == 3);
 }
 
 TEST_CASE("accumulating matmuls into one PSUM bank are pipelined, not serialised", "[timing][tensor]") {
