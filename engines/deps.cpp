@@ -225,7 +225,7 @@ void DepTracker::apply(const Range& r, F&& f) {
   }
 }
 
-HbmFootprints::Footprint HbmFootprints::of(const isa::Operand& o) {
+Footprints::Footprint Footprints::of(const isa::Operand& o) {
   // Operand::byte_extent() worked out once for a row and the whole side (per DMA: no copy of the operand).
   Footprint f;
   const int64_t eb = dtype_bytes(o.dtype);
@@ -245,6 +245,12 @@ HbmFootprints::Footprint HbmFootprints::of(const isa::Operand& o) {
                              : 0;
   f.lo = o.offset + (lo + std::min<int64_t>(pspan, 0)) * eb;
   f.hi = o.offset + (hi + std::max<int64_t>(pspan, 0) + 1) * eb;
+  if (o.space != isa::Space::kHbm) {  // on chip: the partitions, each within [lo, hi)
+    f.p0 = o.start_partition;
+    f.p1 = static_cast<int32_t>(o.start_partition + std::max<uint32_t>(o.num_partitions, 1));
+    f.space = static_cast<uint8_t>(o.space);
+    return f;
+  }
   // Rows: the partitions, partition_step elements apart, each the span of the free dims (all non-negative
   // strides, so that the span starts at the row's first byte).
   if (lo == 0 && o.partition_step >= 0 && o.num_partitions >= 1) {
@@ -265,15 +271,17 @@ HbmFootprints::Footprint HbmFootprints::of(const isa::Operand& o) {
   return f;
 }
 
-HbmFootprints::Footprint HbmFootprints::of_slot(const isa::Instr& in, int slot) {
+Footprints::Footprint Footprints::of_slot(const isa::Instr& in, int slot) {
   if (slot != isa::indirect_slot(in)) return of(in.slot(slot));
   Footprint f;  // its rows are runtime values: every row an in-range index may reach
   std::tie(f.lo, f.hi) = isa::slot_extent(in, slot);
   return f;
 }
 
-bool HbmFootprints::disjoint(const Footprint& a, const Footprint& b) {
+bool Footprints::disjoint(const Footprint& a, const Footprint& b) {
   if (a.hi <= b.lo || b.hi <= a.lo) return true;  // the extents do not meet
+  if (a.p1 || b.p1)  // on chip: other partitions (or another space) are other bytes
+    return a.space != b.space || a.p1 <= b.p0 || b.p1 <= a.p0;
   if (!a.rows || !b.rows) return false;
   // Rows of one pitch (one row each counts as any pitch): disjoint when their spans, taken modulo the pitch,
   // do not meet (the column blocks of one tensor).
@@ -285,16 +293,17 @@ bool HbmFootprints::disjoint(const Footprint& a, const Footprint& b) {
   return true;
 }
 
-void HbmFootprints::note(uint64_t id, uint8_t cls, const Footprint& f, sim::Ps end) {
+void Footprints::note(uint64_t id, uint8_t cls, const Footprint& f, sim::Ps end, sim::Ps floor) {
   if (ring_.empty()) ring_.resize(kRing);
   Access& w = ring_[n_++ % kRing];
   w.f = f;
   w.f.id = id;
   w.end = end;
   w.cls = cls;
+  w.floor = floor;
 }
 
-const HbmFootprints::Footprint* HbmFootprints::find(uint64_t id) const {
+const Footprints::Access* Footprints::find(uint64_t id) const {
   // The ids increase with n. Galloping back from the newest (the access looked up is usually recent, its entry
   // in cache), then a binary search in the bracket found.
   const size_t oldest = n_ > kRing ? n_ - kRing : 0;
@@ -302,13 +311,13 @@ const HbmFootprints::Footprint* HbmFootprints::find(uint64_t id) const {
   while (hi > oldest) {
     const size_t probe = hi - std::min(step, hi - oldest);  // entry n = probe
     const uint64_t m = ring_[probe % kRing].f.id;
-    if (m == id) return &ring_[probe % kRing].f;
+    if (m == id) return &ring_[probe % kRing];
     if (m < id) {
       size_t lo = probe + 1;
       while (lo < hi) {
         const size_t mid = lo + (hi - lo) / 2;
         const uint64_t v = ring_[mid % kRing].f.id;
-        if (v == id) return &ring_[mid % kRing].f;
+        if (v == id) return &ring_[mid % kRing];
         if (v < id) lo = mid + 1;
         else hi = mid;
       }
@@ -320,7 +329,7 @@ const HbmFootprints::Footprint* HbmFootprints::find(uint64_t id) const {
   return nullptr;
 }
 
-HbmFootprints::Latest HbmFootprints::latest_overlap(const Footprint& f, uint8_t skip_cls) const {
+Footprints::Latest Footprints::latest_overlap(const Footprint& f, uint8_t skip_cls) const {
   Latest best;
   for (size_t k = 0; k < std::min({kScan, n_, kRing}); ++k) {
     const Access& w = ring_[(n_ - 1 - k) % kRing];
@@ -330,25 +339,29 @@ HbmFootprints::Latest HbmFootprints::latest_overlap(const Footprint& f, uint8_t 
 }
 
 template <bool kDma>
-DepTracker::Ready DepTracker::ready_impl(uint8_t cls, const Regions& rg, const DmaHbm* dw) const {
+DepTracker::Ready DepTracker::ready_impl(uint8_t cls, const Regions& rg, const DmaSides* dw) const {
   Ready t;
   std::array<sim::Ps, 1u << kClassBits> lat{};  // by producer class, for consumer class cls
   for (size_t p = 0; p < lat_.size(); ++p) lat[p] = lat_[p][cls];
   auto consider = [&t](sim::Ps at, uint32_t tag) {
     if (at > t.time) t = {at, tag};
   };
-  // (kDma: an access of dw's chunks in HBM that dw's side there certainly does not meet is skipped; the latest
-  // earlier access of its bytes is then waited for instead, below.)
+  // (kDma: an access of dw's chunks that its side there (src: reads[0], dst: writes[0]) certainly does not meet is
+  // skipped; the latest earlier access of its bytes is then waited for instead, below.)
   [[maybe_unused]] bool skip_raw = false, skip_waw = false, skip_war = false;
   for (int i = 0; i < rg.nr; ++i) {
     const Range& r = rg.reads[static_cast<size_t>(i)];
-    [[maybe_unused]] const bool hbm = kDma && dw->has_src && r.base == hbm_.data();
+    [[maybe_unused]] const Footprints* ring = nullptr;
+    if constexpr (kDma) ring = i == 0 ? dw->src_ring() : nullptr;
     scan(r, [&](const Entry& e) {
       if (!e.w_end) return;
       if constexpr (kDma) {
-        if (hbm && disjoint_access(*dw->writes, e.w_tag, dw->src(), dw->now)) {
-          skip_raw = true;
-          return;
+        if (ring) {
+          if (const Footprints::Access* a = disjoint_access(*ring, e.w_tag, dw->src(), dw->now)) {
+            skip_raw = true;
+            if (!dw->src_hbm) consider(a->floor, e.w_tag);
+            return;
+          }
         }
       }
       consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
@@ -356,48 +369,57 @@ DepTracker::Ready DepTracker::ready_impl(uint8_t cls, const Regions& rg, const D
   }
   for (int i = 0; i < rg.nw; ++i) {
     const Range& r = rg.writes[static_cast<size_t>(i)];
-    [[maybe_unused]] const bool hbm = kDma && dw->has_dst && r.base == hbm_.data();
+    [[maybe_unused]] const Footprints* wring = nullptr;
+    [[maybe_unused]] const Footprints* rring = nullptr;
+    if constexpr (kDma) {
+      wring = i == 0 ? dw->dst_writes_ring() : nullptr;
+      rring = i == 0 ? dw->dst_reads_ring() : nullptr;
+    }
     scan(r, [&](const Entry& e) {
       if (e.w_end && tag_class(e.w_tag) != cls) {
-        bool skip = false;
-        if constexpr (kDma) skip = hbm && disjoint_access(*dw->writes, e.w_tag, dw->dst(), dw->now);
-        if (skip) skip_waw = true;
-        else consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
+        const Footprints::Access* a = nullptr;
+        if constexpr (kDma) a = wring ? disjoint_access(*wring, e.w_tag, dw->dst(), dw->now) : nullptr;
+        if (a) {
+          skip_waw = true;
+          if (!dw->dst_hbm) consider(a->floor, e.w_tag);
+        } else {
+          consider(e.w_end + lat[tag_class(e.w_tag)], e.w_tag);
+        }
       }
       if (e.r_end && tag_class(e.r_tag) != cls) {
         bool skip = false;
-        if constexpr (kDma) skip = hbm && disjoint_access(*dw->reads, e.r_tag, dw->dst(), dw->now);
+        if constexpr (kDma) skip = rring && disjoint_access(*rring, e.r_tag, dw->dst(), dw->now);
         if (skip) skip_war = true;
         else consider(e.r_end + lat[tag_class(e.r_tag)], e.r_tag);
       }
     });
   }
   if constexpr (kDma) {
-    auto wait_for = [&](const HbmFootprints& fp, const HbmFootprints::Footprint& mine, uint8_t skip_cls) {
-      const HbmFootprints::Latest l = fp.latest_overlap(mine, skip_cls);
+    auto wait_for = [&](const Footprints& fp, const Footprints::Footprint& mine, uint8_t skip_cls) {
+      const Footprints::Latest l = fp.latest_overlap(mine, skip_cls);
       if (l.end) consider(l.end + lat[l.cls], tag(l.cls, l.id));
     };
-    if (skip_raw) wait_for(*dw->writes, dw->src(), HbmFootprints::kNoClass);
-    if (skip_waw) wait_for(*dw->writes, dw->dst(), cls);
-    if (skip_war) wait_for(*dw->reads, dw->dst(), cls);
+    if (skip_raw) wait_for(*dw->src_ring(), dw->src(), Footprints::kNoClass);
+    if (skip_waw) wait_for(*dw->dst_writes_ring(), dw->dst(), cls);
+    if (skip_war) wait_for(*dw->dst_reads_ring(), dw->dst(), cls);
   }
   return t;
 }
 
 DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg) const { return ready_impl<false>(cls, rg, nullptr); }
 
-DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg, const DmaHbm* dw) const {
+DepTracker::Ready DepTracker::ready(uint8_t cls, const Regions& rg, const DmaSides* dw) const {
   return dw ? ready_impl<true>(cls, rg, dw) : ready_impl<false>(cls, rg, nullptr);
 }
 
-bool DepTracker::disjoint_access(const HbmFootprints& fp, uint32_t t, const HbmFootprints::Footprint& mine,
-                                 uint64_t now) {
-  const HbmFootprints::Footprint* f = fp.find(tag_index(t, now));
-  return f && HbmFootprints::disjoint(*f, mine);
+const Footprints::Access* DepTracker::disjoint_access(const Footprints& fp, uint32_t t,
+                                                      const Footprints::Footprint& mine, uint64_t now) {
+  const Footprints::Access* a = fp.find(tag_index(t, now));
+  return a && Footprints::disjoint(a->f, mine) ? a : nullptr;
 }
 
 void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Ready, kNumClasses>& out,
-                             const DmaHbm* dw) const {
+                             const DmaSides* dw) const {
   // One pass collecting what ready() considers, in its order: the writers of what is read (RAW), then per
   // entry of what is written its writer (WAW) and its readers (WAR). Each class then takes the first of the
   // latest (end + hand-off latency), skipping same-class WAW and WAR, as ready()'s scan would: the same time
@@ -418,23 +440,24 @@ void DepTracker::ready_multi(uint8_t classes, const Regions& rg, std::array<Read
   // bytes of another class than its own: ready() per class then (rare: the skip is found in this pass).
   for (int i = 0; i < rg.nr; ++i) {
     const Range& r = rg.reads[static_cast<size_t>(i)];
-    const bool hbm = dw && dw->has_src && r.base == hbm_.data();  // (as ready())
+    const Footprints* ring = dw && i == 0 ? dw->src_ring() : nullptr;  // (as ready())
     scan(r, [&](const Entry& e) {
       if (!e.w_end) return;
-      if (hbm && disjoint_access(*dw->writes, e.w_tag, dw->src(), dw->now)) more = true;
+      if (ring && disjoint_access(*ring, e.w_tag, dw->src(), dw->now)) more = true;
       else add(e.w_end, e.w_tag, true);
     });
   }
   for (int i = 0; i < rg.nw; ++i) {
     const Range& r = rg.writes[static_cast<size_t>(i)];
-    const bool hbm = dw && dw->has_dst && r.base == hbm_.data();
+    const Footprints* wring = dw && i == 0 ? dw->dst_writes_ring() : nullptr;
+    const Footprints* rring = dw && i == 0 ? dw->dst_reads_ring() : nullptr;
     scan(r, [&](const Entry& e) {
       if (e.w_end) {
-        if (hbm && disjoint_access(*dw->writes, e.w_tag, dw->dst(), dw->now)) more = true;
+        if (wring && disjoint_access(*wring, e.w_tag, dw->dst(), dw->now)) more = true;
         else add(e.w_end, e.w_tag, false);
       }
       if (e.r_end) {
-        if (hbm && disjoint_access(*dw->reads, e.r_tag, dw->dst(), dw->now)) more = true;
+        if (rring && disjoint_access(*rring, e.r_tag, dw->dst(), dw->now)) more = true;
         else add(e.r_end, e.r_tag, false);
       }
     });

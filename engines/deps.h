@@ -25,20 +25,25 @@ namespace nsim::engines {
 inline constexpr uint8_t kClassDma = isa::kNumEngines;
 inline constexpr int kNumClasses = isa::kNumEngines + 1;
 
-/// The HBM bytes recent instructions read (or wrote: one instance each), by instruction index (a ring), so that
-/// a DMA waits only for earlier accesses of the same bytes. DepTracker compares chunks of byte extents: the rows of
-/// one column block of a row-major tensor (out[:, j w:(j + 1) w], a head's columns of [S, H d], the next chunk of
-/// columns an in-place update loads while it stores the previous one) span every other block's extent, and small
-/// rows share a chunk; a compiler orders only accesses of the same bytes (decision in docs/timing-model.md
-/// "Dependencies"). Every instruction accessing HBM is noted (a side addressed at run time by its whole reach).
-class HbmFootprints {
+/// The bytes recent instructions read (or wrote: one instance each) in HBM, or recent DMAs wrote on chip, by
+/// instruction index (a ring), so that a DMA waits only for earlier accesses of the same bytes. DepTracker compares
+/// chunks of byte extents (on chip, per quadrant of 32 partitions): the rows of one column block of a row-major
+/// tensor (out[:, j w:(j + 1) w], a head's columns of [S, H d], the next chunk of columns an in-place update loads
+/// while it stores the previous one) span every other block's extent, small rows share a chunk, and rows loaded one
+/// DMA at a time into one tile (t[r:r + 1, :]) share their quadrant's chunks; a compiler orders only accesses of the
+/// same bytes (decisions in docs/timing-model.md "Dependencies"). Every instruction accessing HBM is noted (a side
+/// addressed at run time by its whole reach); on chip, the DMAs' writes not addressed at run time.
+class Footprints {
  public:
-  /// A DMA side in HBM: its byte extent [lo, hi) and, when `rows`, its bytes lie in [first + k step, first + k
-  /// step + len) for k = 0 .. (hi - first - len) / step (its partitions, each within a span of len bytes); `dense`:
-  /// every byte of those spans (a row-major free pattern without gaps).
+  /// A DMA side: in HBM (p1 = 0) its byte extent [lo, hi) and, when `rows`, its bytes lie in [first + k step,
+  /// first + k step + len) for k = 0 .. (hi - first - len) / step (its partitions, each within a span of len bytes);
+  /// `dense`: every byte of those spans (a row-major free pattern without gaps). On chip (p1 > 0): partitions
+  /// [p0, p1) of `space`, each within bytes [lo, hi).
   struct Footprint {
     int64_t lo = 0, hi = 0, first = 0, len = 0, step = 0;
     uint64_t id = ~uint64_t{0};
+    int32_t p0 = 0, p1 = 0;
+    uint8_t space = 0;
     bool rows = false, dense = false;
   };
   static Footprint of(const isa::Operand& o);
@@ -46,15 +51,24 @@ class HbmFootprints {
   static Footprint of_slot(const isa::Instr& in, int slot);
   /// Whether the bytes of `a` and `b` are certainly disjoint (false when unsure).
   static bool disjoint(const Footprint& a, const Footprint& b);
-  /// Whether `a` certainly accesses every byte `b` does (false when unsure): `a` every byte of [lo, hi).
+  /// Whether HBM side `a` certainly accesses every byte `b` does (false when unsure): `a` every byte of [lo, hi).
   static bool covers(const Footprint& a, const Footprint& b) {
-    return a.rows && a.dense && (a.step == 0 || a.step == a.len) && a.lo <= b.lo && b.hi <= a.hi;
+    return a.p1 == 0 && b.p1 == 0 && a.rows && a.dense && (a.step == 0 || a.step == a.len) && a.lo <= b.lo &&
+           b.hi <= a.hi;
   }
+  /// A remembered access: its bytes (f.id: the instruction), its end, and when it was ready to start (its operands
+  /// and, on chip, its predecessors not remembered here: what a DMA skipping it still waits for).
+  struct Access {
+    Footprint f;
+    sim::Ps end = 0;
+    sim::Ps floor = 0;
+    uint8_t cls = 0;
+  };
   /// Remember that instruction `id` of dependency class `cls` (id later than every id noted before) accessed `f`
-  /// until `end`.
-  void note(uint64_t id, uint8_t cls, const Footprint& f, sim::Ps end);
+  /// until `end`, ready from `floor`.
+  void note(uint64_t id, uint8_t cls, const Footprint& f, sim::Ps end, sim::Ps floor = 0);
   /// What instruction `id` accessed, if still remembered.
-  const Footprint* find(uint64_t id) const;
+  const Access* find(uint64_t id) const;
   /// Among the last kScan accesses remembered, the one ending latest whose bytes may meet `f`'s (end 0 when
   /// none): a DMA that skipped its chunks' latest access (disjoint) still waits for an earlier one of its bytes.
   struct Latest {
@@ -70,11 +84,6 @@ class HbmFootprints {
  private:
   static constexpr size_t kRing = 4096;  ///< an older access is looked up as unknown: then the DMA waits for it
   static constexpr size_t kScan = 64;
-  struct Access {
-    Footprint f;  ///< f.id: the instruction
-    sim::Ps end = 0;
-    uint8_t cls = 0;
-  };
   std::vector<Access> ring_;  ///< in the order noted (ids increasing): entry n % kRing for the n-th
   size_t n_ = 0;              ///< accesses noted
 };
@@ -186,35 +195,41 @@ class DepTracker {
     sim::Ps time = 0;
     uint32_t tag = 0;
   };
-  /// A DMA accessing HBM (instruction `now`; its HBM sides `dst` written, `src` read, when has_dst / has_src):
-  /// it skips the wait on an earlier access of its chunks in HBM that `writes` / `reads` knows to be disjoint
-  /// from its side there (RAW on src, WAW and WAR on dst), then waits for the latest earlier access of its
-  /// bytes that they remember (HbmFootprints).
-  struct DmaHbm {
-    const HbmFootprints* writes;
-    const HbmFootprints* reads;
+  /// A DMA (instruction `now`): it skips the wait on an earlier access of its chunks that the rings know to be
+  /// disjoint from its side there -- RAW on src, WAW on dst; in HBM also WAR on dst -- then waits for the latest
+  /// earlier access of its bytes they remember (Footprints) and, on chip, for when the skipped write was ready
+  /// (the ring has only DMA writes: a compute instruction's write before it is then done).
+  struct DmaSides {
+    const Footprints* hbm_writes;
+    const Footprints* hbm_reads;
+    const Footprints* chip_writes;
     const isa::Instr* in;  ///< the DMA: its sides' footprints are worked out when first needed
-    bool has_dst = false, has_src = false;
+    bool dst_hbm = false, src_hbm = false;
+    bool dst_known = false, src_known = false;  ///< footprint usable (on chip: not addressed at run time)
     uint64_t now = 0;
-    const HbmFootprints::Footprint& dst() const { return side(0, dst_); }
-    const HbmFootprints::Footprint& src() const { return side(1, src_); }
+    const Footprints::Footprint& dst() const { return side(0, dst_); }
+    const Footprints::Footprint& src() const { return side(1, src_); }
+    /// The rings to look a side's earlier accesses up in (nullptr: none; the wait is taken as the chunks say).
+    const Footprints* src_ring() const { return !src_known ? nullptr : src_hbm ? hbm_writes : chip_writes; }
+    const Footprints* dst_writes_ring() const { return !dst_known ? nullptr : dst_hbm ? hbm_writes : chip_writes; }
+    const Footprints* dst_reads_ring() const { return dst_known && dst_hbm ? hbm_reads : nullptr; }
 
    private:
-    mutable HbmFootprints::Footprint dst_, src_;
+    mutable Footprints::Footprint dst_, src_;
     mutable bool known_[2] = {false, false};
-    const HbmFootprints::Footprint& side(int slot, HbmFootprints::Footprint& f) const {
-      if (!known_[slot]) f = HbmFootprints::of_slot(*in, slot), known_[slot] = true;
+    const Footprints::Footprint& side(int slot, Footprints::Footprint& f) const {
+      if (!known_[slot]) f = Footprints::of_slot(*in, slot), known_[slot] = true;
       return f;
     }
   };
   Ready ready(uint8_t cls, const Regions& r) const;
   /// ready() of a DMA accessing HBM when `dw` is set (else ready(cls, r)).
-  Ready ready(uint8_t cls, const Regions& r, const DmaHbm* dw) const;
+  Ready ready(uint8_t cls, const Regions& r, const DmaSides* dw) const;
   /// ready() for every class in `classes` (bit c = class c) in one pass over the chunks (the
   /// scheduler's engine placement; ready() stays the cheaper single-class scan of the hot path): the
   /// same times and the same producers, ties included.
   void ready_multi(uint8_t classes, const Regions& r, std::array<Ready, kNumClasses>& out,
-                   const DmaHbm* dw = nullptr) const;
+                   const DmaSides* dw = nullptr) const;
   /// Record that instruction `id` of class `cls` reads its read regions until `read_end` and writes
   /// its write regions, done at `write_end`.
   void record(uint8_t cls, uint64_t id, const Regions& r, sim::Ps read_end, sim::Ps write_end);
@@ -239,9 +254,11 @@ class DepTracker {
 
  private:
   template <bool kDma>
-  Ready ready_impl(uint8_t cls, const Regions& r, const DmaHbm* dw) const;
-  /// Whether the access tagged `t`, remembered by `fp`, certainly does not meet `mine` (seen from instruction now).
-  static bool disjoint_access(const HbmFootprints& fp, uint32_t t, const HbmFootprints::Footprint& mine, uint64_t now);
+  Ready ready_impl(uint8_t cls, const Regions& r, const DmaSides* dw) const;
+  /// The access tagged `t` when `fp` remembers it and it certainly does not meet `mine` (seen from instruction
+  /// now), else nullptr.
+  static const Footprints::Access* disjoint_access(const Footprints& fp, uint32_t t, const Footprints::Footprint& mine,
+                                                   uint64_t now);
   /// After skipping such an access: the latest earlier one `fp` remembers that `mine` may meet, as (end, tag).
   /// Call f(entry) for each segment of r overlapping its chunks, in chunk order (quadrant by quadrant).
   template <class F>

@@ -398,8 +398,8 @@ void Simulator::fill_signature(Sig& e, const Instr& in, uint64_t h) {
 // ------------------------------------------------------------------ compiler hooks
 
 engines::DepTracker::Ready Simulator::operands_ready_tag(const Instr& in, Engine e) const {
-  engines::DepTracker::DmaHbm dw;
-  return deps_.ready(static_cast<uint8_t>(e), regions(in), dma_hbm(in, dw));
+  engines::DepTracker::DmaSides dw;
+  return deps_.ready(static_cast<uint8_t>(e), regions(in), dma_sides(in, dw));
 }
 
 Ps Simulator::busy_estimate(const Instr& in, Engine e) const {
@@ -492,8 +492,8 @@ void Simulator::sig_regions(const Instr& in, const Sig& sig, const engines::DepT
 
 engines::DepTracker::Ready Simulator::ready_for_dma(const Instr& in, const engines::DepTracker::Regions& rg) const {
   if (known_ready_) return *known_ready_;
-  engines::DepTracker::DmaHbm dw;
-  return deps_.ready(static_cast<uint8_t>(in.engine), rg, dma_hbm(in, dw));
+  engines::DepTracker::DmaSides dw;
+  return deps_.ready(static_cast<uint8_t>(in.engine), rg, dma_sides(in, dw));
 }
 
 void Simulator::schedule_asap(const Instr& in, const Sig& sig, const engines::DepTracker::Regions& on_deps, uint8_t cls,
@@ -571,7 +571,7 @@ void Simulator::note_hbm(const Instr& in, uint8_t cls, Ps end) {
   for (int i = 0; i < info.num_slots; ++i)
     if (in.slot(i).space == Space::kHbm)
       (info.slots[static_cast<size_t>(i)].written ? hbm_writes_ : hbm_reads_)
-          .note(seq_, cls, engines::HbmFootprints::of_slot(in, i), end);
+          .note(seq_, cls, engines::Footprints::of_slot(in, i), end);
 }
 
 bool Simulator::frees(const Instr& in) const {
@@ -640,6 +640,8 @@ InstrTiming Simulator::schedule_dma(const Instr& in, const Sig& sig) {
   const engines::DmaEngines::Transfer tr = dma_.transfer(in.dma_queue, trig.start, split, eff, memory::is_store(dst, src));
   deps_.record(kClassDma, seq_, rg, tr.done, tr.done);
   if (dst.space == Space::kHbm || src.space == Space::kHbm) note_hbm(in, kClassDma, tr.done);
+  if (dst.space != Space::kHbm && isa::indirect_slot(in) != 0)
+    chip_writes_.note(seq_, kClassDma, engines::Footprints::of_slot(in, 0), tr.done, rd.time);
   if (asap_) {  // its own time, without queueing behind other transfers: setup (from the trigger), longest piece
     Ps piece = 0;
     for (int k = 0; k < split.engines; ++k)

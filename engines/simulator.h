@@ -162,8 +162,8 @@ class Simulator {
   engines::DepTracker::Ready operands_ready_tag(const isa::Instr& in, isa::Engine e, engines::DepTracker::Regions& rg,
                                                 const Extent* ext = nullptr) const {
     regions_into(in, deps_, rg, ext);
-    engines::DepTracker::DmaHbm dw;
-    return deps_.ready(static_cast<uint8_t>(e), rg, dma_hbm(in, dw));
+    engines::DepTracker::DmaSides dw;
+    return deps_.ready(static_cast<uint8_t>(e), rg, dma_sides(in, dw));
   }
   /// operands_ready_tag() for every engine in the bitmask `engines`, in one pass (out by engine); the
   /// regions are left in `rg`.
@@ -171,8 +171,8 @@ class Simulator {
                             std::array<engines::DepTracker::Ready, engines::kNumClasses>& out,
                             engines::DepTracker::Regions& rg, const Extent* ext = nullptr) const {
     regions_into(in, deps_, rg, ext);
-    engines::DepTracker::DmaHbm dw;
-    const engines::DepTracker::DmaHbm* w = dma_hbm(in, dw);
+    engines::DepTracker::DmaSides dw;
+    const engines::DepTracker::DmaSides* w = dma_sides(in, dw);
     if (engines & (engines - 1)) return deps_.ready_multi(engines, rg, out, w);
     out.fill(engines::DepTracker::Ready{});  // one engine: the cheaper single-class scan
     if (engines)
@@ -351,15 +351,18 @@ class Simulator {
     return known_ready_ ? *known_ready_ : deps_.ready(static_cast<uint8_t>(in.engine), rg);
   }
   engines::DepTracker::Ready ready_for_dma(const isa::Instr& in, const engines::DepTracker::Regions& rg) const;
-  /// For a DMA with a side in HBM: `dw` filled to let it skip the waits on earlier accesses of other bytes in its
-  /// HBM chunks (engines::HbmFootprints); else nullptr.
-  const engines::DepTracker::DmaHbm* dma_hbm(const isa::Instr& in, engines::DepTracker::DmaHbm& dw) const {
+  /// For a DMA: `dw` filled to let it skip the waits on earlier accesses of other bytes in its chunks
+  /// (engines::Footprints); else nullptr.
+  const engines::DepTracker::DmaSides* dma_sides(const isa::Instr& in, engines::DepTracker::DmaSides& dw) const {
     if (!isa::is_dma(in.op)) return nullptr;
-    dw.has_dst = in.slot(0).space == isa::Space::kHbm;
-    dw.has_src = in.slot(1).space == isa::Space::kHbm;
-    if (!dw.has_dst && !dw.has_src) return nullptr;
-    dw.writes = &hbm_writes_;
-    dw.reads = &hbm_reads_;
+    const int indirect = isa::indirect_slot(in);
+    dw.dst_hbm = in.slot(0).space == isa::Space::kHbm;
+    dw.src_hbm = in.slot(1).space == isa::Space::kHbm;
+    dw.dst_known = dw.dst_hbm || indirect != 0;  // (on chip, a side addressed at run time is not remembered)
+    dw.src_known = dw.src_hbm || indirect != 1;
+    dw.hbm_writes = &hbm_writes_;
+    dw.hbm_reads = &hbm_reads_;
+    dw.chip_writes = &chip_writes_;
     dw.in = &in;
     dw.now = seq_;
     return &dw;
@@ -377,7 +380,8 @@ class Simulator {
   isa::Limits limits_;
   memory::Memory mem_;
   engines::DepTracker deps_;
-  engines::HbmFootprints hbm_writes_, hbm_reads_;  ///< what recent instructions wrote and read in HBM (dma_hbm)
+  engines::Footprints hbm_writes_, hbm_reads_;  ///< what recent instructions wrote and read in HBM (dma_sides)
+  engines::Footprints chip_writes_;             ///< what recent DMAs wrote on chip (dma_sides)
   // The engines, each its own component holding its issue state; the Simulator asks them for slots,
   // records dependencies and hands the result to the listeners (stats_, the trace, the analyzer).
   engines::StreamEngines stream_;  ///< VectorE, ScalarE, GpSimd, Sync (and DMA triggers on them)

@@ -58,7 +58,7 @@ struct StateSet {
 };
 
 constexpr int64_t kHbmChunk = 65536;
-using Footprint = engines::HbmFootprints::Footprint;
+using Footprint = engines::Footprints::Footprint;
 static_assert((kHbmChunk & (kHbmChunk - 1)) == 0, "HbmRange::shift divides by it");
 
 /// More than one bit of m set (without a popcount, a library call on a baseline x86-64 build).
@@ -93,7 +93,7 @@ struct Scheduler::Impl {
     /// choose() reads it for every ready node, without going to the instructions' cache lines.
     int64_t acc_psum = -1;
     Lowering::TileUses uses{};  ///< with a trace: the tiles it touches (occupancy track)
-    /// The bytes its instruction reads (hr) and writes (hw) in HBM (engines::HbmFootprints), when has_hr /
+    /// The bytes its instruction reads (hr) and writes (hw) in HBM (engines::Footprints), when has_hr /
     /// has_hw: a Chunk's footprint writers and readers order only the accesses that may meet them.
     Footprint hr, hw;
     bool has_hr = false, has_hw = false;
@@ -258,13 +258,13 @@ struct Scheduler::Impl {
     if (!fx) return true;
     const Node& n = node(q);
     if (q_writes ? !n.has_hw : !n.has_hr) return true;
-    return !engines::HbmFootprints::disjoint(q_writes ? n.hw : n.hr, *fx);
+    return !engines::Footprints::disjoint(q_writes ? n.hw : n.hr, *fx);
   }
 
   /// Whether live instruction q's HBM write (q_writes) or read accesses only bytes `fx` covers.
   bool covered(uint64_t q, bool q_writes, const Footprint& fx) {
     const Node& n = node(q);
-    return (q_writes ? n.has_hw : n.has_hr) && engines::HbmFootprints::covers(fx, q_writes ? n.hw : n.hr);
+    return (q_writes ? n.has_hw : n.has_hr) && engines::Footprints::covers(fx, q_writes ? n.hw : n.hr);
   }
 
   /// x's access of the chunks holding state c (on chip: every access may meet every other).
@@ -371,7 +371,7 @@ struct Scheduler::Impl {
       const bool first_side = !(write ? hw_seen : hr_seen);
       (write ? hw_seen : hr_seen) = true;
       has = first_side;
-      if (first_side) f = engines::HbmFootprints::of_slot(in, slot);
+      if (first_side) f = engines::Footprints::of_slot(in, slot);
       touch_run(hbm_states, hbm.data() + r.first + ((lo - r.lo) >> r.shift),
                 hbm.data() + r.first + ((hi - 1 - r.lo) >> r.shift), x, write, has ? &f : nullptr);
       return;
