@@ -49,6 +49,11 @@ struct LineAgg {
   double dma_small_partitions = 0;                    ///< summed on-chip partitions of the small transfers
   int64_t dma_min_bpp = INT64_MAX;
   uint64_t dma_strided = 0;     ///< small transfers by their contiguous runs (enough bytes per partition)
+  /// Small transfers by their partitions (enough bytes per partition and long runs): a quarter of the DMA engines
+  /// or fewer move them (engine e serves partitions [8e, 8e + 8)), as rows loaded one DMA at a time.
+  uint64_t dma_narrow = 0;
+  int64_t dma_max_narrow_parts = 0;
+  uint64_t dma_queues_mask = 0;  ///< bit q % 64: its transfers used DMA queue q
   double dma_min_run = 1e300;   ///< the smallest average contiguous run (bytes per descriptor) of those
   double hbm_read = 0, hbm_reload = 0;
   double hbm_roundtrip = 0;  ///< HBM bytes read back that this kernel wrote earlier (a spill)
@@ -58,6 +63,7 @@ struct LineAgg {
   isa::Operand last_load;    ///< the on-chip destination of this line's previous load
   // TensorE
   uint64_t mm_count = 0, underfill = 0, fp32 = 0, transposes = 0, broadcasts = 0;
+  uint64_t onchip_transposes = 0;  ///< PE transposes of tiles computed on chip (not counted in `transposes`)
   uint64_t narrow = 0;  ///< under-filled matmuls whose moving free size is below tensor.mm_min_ii_cycles
   Ps underfill_busy = 0, fp32_busy = 0, transpose_busy = 0, broadcast_busy = 0;
   // a sum over the output of an activation, in a separate pass (activation could accumulate it)
@@ -166,6 +172,13 @@ struct Analyzer::State {
   std::vector<uint64_t> loaded_bits;
   std::vector<uint32_t> stamp;
   std::vector<uint8_t> written;  ///< per chunk: this kernel wrote it (reading it back is a round trip)
+  /// Per kOriginBytes of an SBUF partition's addresses (partitions not told apart): 1 when its latest write was a
+  /// DMA from HBM (a tile loaded as stored), 0 when computed on chip. A PE transpose of a loaded tile could have
+  /// been a transposed load; one of a tile computed on chip (the probabilities of attention) could not.
+  static constexpr int kOriginShift = 6;
+  std::vector<uint8_t> sbuf_loaded;
+  void note_origin(const Instr& in);
+  bool loaded_from_hbm(const Operand& o) const;
   uint32_t transfer = 0;
   // The chunks in blocks of kBlock (256): uni[b] set means every chunk of block b holds the loads, loaded_bits
   // and written of its first chunk (the others' entries are stale), so a transfer covering whole blocks
@@ -287,6 +300,7 @@ void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
   else if (in.engine == Engine::kTensor) on_tensor(in, t, la);
   else on_elementwise(in, t, la);
 
+  note_origin(in);
   // Critical-path record: what bound the start, the operands or the engine's previous instruction.
   const int64_t prev = last_on_engine[e];
   last_on_engine[e] = static_cast<int64_t>(t.index);
@@ -298,6 +312,31 @@ void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
   } else {
     recs_complete = false;
   }
+}
+
+void Analyzer::State::note_origin(const Instr& in) {
+  const isa::OpInfo& info = isa::op_info(in.op);
+  const bool load = isa::is_dma(in.op) && in.slot(1).space == Space::kHbm && isa::indirect_slot(in) != 1;
+  for (int i = 0; i < info.num_slots; ++i) {
+    const Operand& o = in.slot(i);
+    if (!info.slots[static_cast<size_t>(i)].written || o.space != Space::kSbuf) continue;
+    const auto [lo, hi] = o.byte_extent();
+    if (hi <= lo || lo < 0) continue;
+    const auto c0 = static_cast<size_t>(lo >> kOriginShift), c1 = static_cast<size_t>((hi - 1) >> kOriginShift) + 1;
+    if (c1 > sbuf_loaded.size()) sbuf_loaded.resize(c1, 0);
+    std::fill(sbuf_loaded.begin() + static_cast<std::ptrdiff_t>(c0),
+              sbuf_loaded.begin() + static_cast<std::ptrdiff_t>(c1), static_cast<uint8_t>(load));
+  }
+}
+
+bool Analyzer::State::loaded_from_hbm(const Operand& o) const {
+  if (o.space != Space::kSbuf) return false;
+  const auto [lo, hi] = o.byte_extent();
+  if (hi <= lo || lo < 0) return false;
+  const auto c0 = static_cast<size_t>(lo >> kOriginShift), c1 = static_cast<size_t>((hi - 1) >> kOriginShift) + 1;
+  if (c1 > sbuf_loaded.size()) return false;
+  return std::all_of(sbuf_loaded.begin() + static_cast<std::ptrdiff_t>(c0),
+                     sbuf_loaded.begin() + static_cast<std::ptrdiff_t>(c1), [](uint8_t b) { return b != 0; });
 }
 
 namespace {
@@ -507,11 +546,14 @@ void Analyzer::State::on_dma(const Instr& in, const InstrTiming& t, LineAgg& la)
   const memory::DmaSplit& split = sim->last_dma_split();
   const DmaEngines::Transfer& tr = sim->last_dma_transfer();
   Ps engine_time = 0;
+  int engines_used = 0;
   for (int k = 0; k < split.engines; ++k)
     if (split.piece[static_cast<size_t>(k)].bytes > 0) {
       engine_time += tr.piece_end[static_cast<size_t>(k)] - tr.piece_start[static_cast<size_t>(k)];
-      la.dma_engines_used += 1;
+      ++engines_used;
     }
+  la.dma_engines_used += engines_used;
+  la.dma_queues_mask |= uint64_t{1} << (in.dma_queue & 63u);
   const auto bytes = static_cast<double>(split.total_bytes);
   ++la.dma_count;
   la.dma_bytes += bytes;
@@ -530,7 +572,12 @@ void Analyzer::State::on_dma(const Instr& in, const InstrTiming& t, LineAgg& la)
       ++la.dma_strided;
       la.dma_min_run = std::min(la.dma_min_run, run);
     }
-    if (bpp < dma_eff_bpp || short_runs) {
+    const bool narrow = bpp >= dma_eff_bpp && !short_runs && engines_used <= std::max(1, p->dma_engines / 4);
+    if (narrow) {
+      ++la.dma_narrow;
+      la.dma_max_narrow_parts = std::max<int64_t>(la.dma_max_narrow_parts, chip->num_partitions);
+    }
+    if (bpp < dma_eff_bpp || short_runs || narrow) {
       ++la.dma_small;
       la.dma_small_bytes += bytes;
       la.dma_small_engine_time += engine_time;
@@ -586,6 +633,13 @@ void Analyzer::State::on_tensor(const Instr& in, const InstrTiming& t, LineAgg& 
   forget_overwritten(in);  // its PSUM output (a transpose's or a broadcast's is remembered)
   const PeResults::Kind helper = PeResults::helper_kind(in);
   if (helper == PeResults::kTranspose) {  // a transpose on the PE array
+    // Of a tile loaded from HBM as stored: a transposed load would do. Of a tile computed on chip: the PE array is
+    // how its layout changes (its PSUM result is not remembered: its copy out is needed work, not the helper's).
+    if (!loaded_from_hbm(in.slot(1))) {
+      ++la.onchip_transposes;
+      pe.forget_result(in);
+      return;
+    }
     ++la.transposes;
     la.transpose_busy += busy;
     return;
@@ -693,10 +747,12 @@ std::string engine_advice(const std::string& e) {
            "that use the same function table (each switch costs scalar.act_table_load).";
   if (e == "gpsimd")
     return "GpSimd streams slowest: fuse passes over the same data (two ALU ops in one tensor_scalar, op0 and "
-           "op1, rather than nl.subtract then nl.multiply); move element-wise ops to VectorE or ScalarE "
-           "(engine=nisa.engine.vector / nisa.engine.scalar; Beta 1: nisa.vector_engine / nisa.scalar_engine; "
-           "nl.* calls go where the compiler model finishes them first when they issue); keep GpSimd for "
-           "iota/affine_select/partition work only it does.";
+           "op1, rather than nl.subtract then nl.multiply; a sum along the free axis as one tensor_reduce, not a "
+           "chain of tensor_tensor adds); move element-wise ops on 16-bit data to VectorE (its 2x/4x modes) or "
+           "ScalarE (engine=nisa.engine.vector / nisa.engine.scalar; Beta 1: nisa.vector_engine / "
+           "nisa.scalar_engine; nl.* calls go where the compiler model finishes them first when they issue) -- an "
+           "fp32 tensor_tensor takes as many cycles per element on either engine (only their clocks differ); keep "
+           "GpSimd for iota/affine_select/partition work only it does.";
   if (e == "sync")
     return "Sync spends its time triggering DMAs: make transfers bigger (>= 2 KiB per partition), or trigger some "
            "from ScalarE/GpSimd (dma_copy engine=nisa.engine.scalar / nisa.engine.gpsimd).";
@@ -828,7 +884,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
   {
     Finding f;
     f.kind = "dma_efficiency";
-    uint64_t small = 0, strided = 0;
+    uint64_t small = 0, strided = 0, narrow = 0;
     double small_bytes = 0;
     for (size_t i = 1; i < s.lines.size(); ++i) {
       const LineAgg& la = s.lines[i];
@@ -837,18 +893,38 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       // the fixed setup of each transfer, serial on its queue, paid by n_small transfers where
       // n_eff transfers of the efficient size would have moved the same bytes.
       const double engine_lost = std::max(0.0, static_cast<double>(la.dma_small_engine_time) - la.dma_small_ideal_ps) / kPsPerNs;
-      const double parts = la.dma_small_partitions / static_cast<double>(la.dma_small);
+      // (Narrow transfers merge into ones over every partition: rows loaded one DMA at a time, one tile's worth.)
+      const double parts = la.dma_narrow == la.dma_small ? static_cast<double>(p.partitions_per_engine * p.dma_engines)
+                                                         : la.dma_small_partitions / static_cast<double>(la.dma_small);
       const double n_eff = std::ceil(la.dma_small_bytes / (static_cast<double>(s.dma_eff_bpp) * std::max(1.0, parts)));
       const double setup_lost = std::max(0.0, static_cast<double>(la.dma_small) - n_eff) * ns(p.dma_setup);
-      const double save = std::max(saving_of(i, setup_lost + engine_lost / p.dma_engines, ns(la.dma_small_queue_time), 1),
-                                   dma_saving_of(i, engine_lost, ns(la.dma_engine_time)));
+      double save = std::max(saving_of(i, setup_lost + engine_lost / p.dma_engines, ns(la.dma_small_queue_time), 1),
+                             dma_saving_of(i, engine_lost, ns(la.dma_engine_time)));
+      if (la.dma_narrow == la.dma_small) {
+        // Rows one DMA at a time: their queues' setups and their triggers, serial per queue, are the kernel's time
+        // (the critical path sees queue waits, not this line): the setups and triggers of the transfers merged away,
+        // spread over the queues the line used.
+        const double per = ns(p.dma_setup) + ns(la.trigger_busy) / static_cast<double>(std::max<uint64_t>(1, la.dma_count));
+        const auto queues = static_cast<double>(std::max(1, __builtin_popcountll(la.dma_queues_mask)));
+        save = std::max(save, std::max(0.0, static_cast<double>(la.dma_small) - n_eff) * per / queues);
+      }
       f.saving_ns += save;
       small += la.dma_small;
       small_bytes += la.dma_small_bytes;
       const double above = la.dma_small_ideal_ps > 0
                                ? 100.0 * (static_cast<double>(la.dma_small_engine_time) / la.dma_small_ideal_ps - 1)
                                : 0.0;
-      if (la.dma_strided == la.dma_small)  // every one by its contiguous runs: a strided access, not a small one
+      if (la.dma_narrow == la.dma_small)  // every one by its partitions
+        f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.dma_small, save,
+                           fmt::format("{} transfers over {} partitions or fewer (a DMA engine serves {} partitions: "
+                                       "{} of the {} move each); {:.0f} transfers over all partitions would move the "
+                                       "same bytes ({:.0f} fewer setups of {:.0f} ns)",
+                                       la.dma_small, la.dma_max_narrow_parts, p.partitions_per_engine,
+                                       std::max<int64_t>(1, (la.dma_max_narrow_parts + p.partitions_per_engine - 1) /
+                                                                p.partitions_per_engine),
+                                       p.dma_engines, n_eff, std::max(0.0, static_cast<double>(la.dma_small) - n_eff),
+                                       ns(p.dma_setup))});
+      else if (la.dma_strided == la.dma_small)  // every one by its contiguous runs: a strided access, not a small one
         f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.dma_small, save,
                            fmt::format("{} transfers whose contiguous runs average {:.0f} B or less (one descriptor each, "
                                        "at least {:.0f} ns); DMA-engine time {:.0f} ns, {:.0f}% above the bytes at full "
@@ -868,6 +944,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
                                        std::max(0.0, static_cast<double>(la.dma_small) - n_eff), ns(p.dma_setup),
                                        ns(la.dma_small_engine_time), above)});
       strided += la.dma_strided;
+      narrow += la.dma_narrow;
     }
     if (small) {
       // However efficient the transfers, the HBM traffic remains.
@@ -878,22 +955,33 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
           "per contiguous run, each at least dma.desc_min: keep the innermost dimension contiguous in HBM (runs of "
           "{:.0f} B or more), and transpose with nisa.dma_transpose or on chip (nisa.nc_transpose) instead.",
           run_bytes);
-      if (strided == small) {
+      const std::string narrow_advice =
+          "A transfer over a few partitions (a row loaded or stored one DMA at a time, t[r:r + 1, :]) keeps all but "
+          "one or two of the DMA engines idle and pays a queue setup per row: move the rows of a tile in one "
+          "transfer (nl.load(x[r0:r0 + 128, :]) into a [128, n] tile), or gather them with one indirect DMA "
+          "(nl.load(x[idx_tile[i_p, 0], i_f])).";
+      if (narrow == small) {
+        f.title = fmt::format("{} DMA transfers each move a few partitions (one row at a time)", small);
+        f.detail = fmt::format("{:.0f} bytes move in narrow transfers. {}", small_bytes, narrow_advice);
+      } else if (strided == small) {
         f.title = fmt::format("{} DMA transfers move contiguous runs under {:.0f} B (strided accesses)", small, run_bytes);
         f.detail = fmt::format("{:.0f} bytes move in descriptor-bound transfers. {}", small_bytes, strided_advice);
       } else {
-        f.title = fmt::format("{} DMA transfers move less than {} B per partition", small - strided, s.dma_eff_bpp);
+        f.title = fmt::format("{} DMA transfers move less than {} B per partition", small - strided - narrow,
+                              s.dma_eff_bpp);
         if (strided) f.title += fmt::format(", {} in contiguous runs under {:.0f} B", strided, run_bytes);
+        if (narrow) f.title += fmt::format(", {} over a few partitions", narrow);
         f.detail = fmt::format(
             "Each transfer pays a fixed setup on its queue (dma.setup) and each descriptor at least dma.desc_min, so "
             "many small transfers waste time ({:.0f} bytes in small transfers). Load bigger tiles: make the free size of "
             "each partition's row at least {} B (e.g. 512 fp32 / 1024 bf16 elements), or merge several small loads into "
             "one.{}",
             small_bytes, s.dma_eff_bpp, strided ? " " + strided_advice : std::string());
+        if (narrow) f.detail += " " + narrow_advice;
       }
       f.metrics = {{"transfers", static_cast<double>(small)}, {"bytes", small_bytes},
                    {"efficient_bytes_per_partition", static_cast<double>(s.dma_eff_bpp)},
-                   {"strided_transfers", static_cast<double>(strided)}};
+                   {"strided_transfers", static_cast<double>(strided)}, {"narrow_transfers", static_cast<double>(narrow)}};
       r.findings.push_back(std::move(f));
     }
   }
@@ -1047,7 +1135,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     f32.kind = "fp32_matmul";
     tr.kind = "pe_transpose";
     bc.kind = "pe_broadcast";
-    uint64_t nu = 0, nf = 0, nt = 0, nb = 0, nn = 0;
+    uint64_t nu = 0, nf = 0, nt = 0, nb = 0, nn = 0, nto = 0;
     double tbusy = 0, under_lost = 0;
     for (size_t i = 1; i < s.lines.size(); ++i) {
       const LineAgg& la = s.lines[i];
@@ -1076,6 +1164,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
         add(bc, la.broadcasts, ns(la.broadcast_busy),
             fmt::format("{} one-row matmuls, {:.0f} ns of TensorE time", la.broadcasts, ns(la.broadcast_busy)));
       }
+      nto += la.onchip_transposes;
       if (la.transposes) {
         nt += la.transposes;
         tbusy += ns(la.transpose_busy);
@@ -1129,11 +1218,17 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     add_copies(tr, &LineAgg::evictions, &LineAgg::eviction_busy, "transposed tiles");
     const double share = tensor_busy > 0 ? 100.0 * tbusy / tensor_busy : 0.0;
     if (nt && share > s.transpose_share) {
-      tr.title = fmt::format("PE-array transposes take {:.0f}% of TensorE time ({} transposes)", share, nt);
-      tr.detail = "Transposes on the PE array use TensorE time that matmuls could use. Load the data already "
-                  "transposed (dma_transpose, or a transposed access pattern), or lay the data out so the "
-                  "contraction dimension is the partition dimension.";
-      tr.metrics = {{"transposes", static_cast<double>(nt)}, {"share_percent", share}};
+      tr.title = fmt::format("PE-array transposes of loaded tiles take {:.0f}% of TensorE time ({} transposes)", share,
+                             nt);
+      tr.detail = "Transposes on the PE array of tiles loaded from HBM as stored use TensorE time that matmuls could "
+                  "use. Load the data already transposed (dma_transpose, or a transposed access pattern), or lay "
+                  "the data out in HBM so the contraction dimension is the partition dimension.";
+      if (nto)
+        tr.detail += fmt::format(" ({} transposes of tiles computed on chip are not counted: the PE array is how "
+                                 "their layout changes.)",
+                                 nto);
+      tr.metrics = {{"transposes", static_cast<double>(nt)}, {"share_percent", share},
+                    {"onchip_transposes", static_cast<double>(nto)}};
       r.findings.push_back(std::move(tr));
     }
   }

@@ -70,6 +70,15 @@ class PeResults {
     next_ = (next_ + 1) % kRing;
   }
 
+  /// Forget the result `in` (a helper noted by note()) wrote: its copies out of PSUM are no longer the helper's.
+  void forget_result(const isa::Instr& in) {
+    const isa::Operand& dst = in.slot(0);
+    for (unsigned m = live_; m; m &= m - 1) {
+      const auto i = static_cast<size_t>(__builtin_ctz(m));
+      if (same_view(out_[i], dst)) live_ = static_cast<uint8_t>(live_ & ~(1u << i));
+    }
+  }
+
   /// Two operands viewing the same elements the same way.
   static bool same_view(const isa::Operand& a, const isa::Operand& b) {
     return a.space == b.space && a.dtype == b.dtype && a.nfree == b.nfree && a.start_partition == b.start_partition &&
