@@ -524,6 +524,14 @@ void DepTracker::record(uint8_t cls, uint64_t id, const Regions& rg, sim::Ps rea
     if (!apply_whole(rg.writes[static_cast<size_t>(i)], wr)) apply(rg.writes[static_cast<size_t>(i)], wr);
 }
 
+uint32_t DepTracker::writer_classes(const Range& r) const {
+  uint32_t m = 0;
+  scan(r, [&](const Entry& e) {
+    if (e.w_end) m |= 1u << tag_class(e.w_tag);
+  });
+  return m;
+}
+
 size_t DepTracker::segments() const {
   size_t n = 0;
   for (const auto* v : {&sbuf_, &psum_, &hbm_})

@@ -207,8 +207,11 @@ class DepTracker {
     bool dst_hbm = false, src_hbm = false;
     bool dst_known = false, src_known = false;  ///< footprint usable (on chip: not addressed at run time)
     uint64_t now = 0;
-    const Footprints::Footprint& dst() const { return side(0, dst_); }
-    const Footprints::Footprint& src() const { return side(1, src_); }
+    const Footprints::Footprint& dst() const { return given_[0] ? *given_[0] : side(0, dst_); }
+    const Footprints::Footprint& src() const { return given_[1] ? *given_[1] : side(1, src_); }
+    /// Give side `slot` (0 dst, 1 src) its footprint when the caller has it (else worked out when first needed);
+    /// `f` must outlive this.
+    void set(int slot, const Footprints::Footprint* f) { given_[slot] = f; }
     /// The rings to look a side's earlier accesses up in (nullptr: none; the wait is taken as the chunks say).
     const Footprints* src_ring() const { return !src_known ? nullptr : src_hbm ? hbm_writes : chip_writes; }
     const Footprints* dst_writes_ring() const { return !dst_known ? nullptr : dst_hbm ? hbm_writes : chip_writes; }
@@ -217,6 +220,7 @@ class DepTracker {
    private:
     mutable Footprints::Footprint dst_, src_;
     mutable bool known_[2] = {false, false};
+    const Footprints::Footprint* given_[2] = {nullptr, nullptr};
     const Footprints::Footprint& side(int slot, Footprints::Footprint& f) const {
       if (!known_[slot]) f = Footprints::of_slot(*in, slot), known_[slot] = true;
       return f;
@@ -249,6 +253,8 @@ class DepTracker {
   }
   /// Whether rebased() may take ranges made by `o` (what reserve_hbm made trackable is the same).
   bool same_layout(const DepTracker& o) const { return hbm_row_ == o.hbm_row_ && hbm_.size() == o.hbm_.size(); }
+  /// The classes of the latest writers of r's chunks (bit c: class c; 0 when nothing wrote them).
+  uint32_t writer_classes(const Range& r) const;
   /// Segments held (SBUF, PSUM and HBM pages together): what the run-length encoding keeps.
   size_t segments() const;
 

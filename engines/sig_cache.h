@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "engines/deps.h"
 #include "engines/run_stats.h"
 #include "engines/stream_engines.h"
 #include "isa/isa.h"
@@ -35,6 +36,10 @@ struct SigInfo {
   StreamEngines::Plan plan;
   double flops = 0;              ///< instr_flops(in, 0)
   RunStats::Bytes bytes;
+  /// A DMA: its dst (0) and src (1) footprints (engines::Footprints::of) at offset 0, when not addressed at run
+  /// time (dma_fp_ok): Simulator::footprint() shifts them by the instruction's offsets.
+  std::array<Footprints::Footprint, 2> dma_fp{};
+  std::array<bool, 2> dma_fp_ok{};
 };
 
 /// A two-way set-associative table of SigInfo (no allocation after the first use; a miss replaces the

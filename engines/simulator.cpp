@@ -393,6 +393,13 @@ void Simulator::fill_signature(Sig& e, const Instr& in, uint64_t h) {
     e.flops = engines::instr_flops(in, 0);
   }
   e.bytes = engines::RunStats::bytes_of(in);
+  e.dma_fp_ok = {false, false};
+  if (isa::is_dma(in.op))
+    for (int k = 0; k < 2; ++k)
+      if (k != indirect) {
+        e.dma_fp[static_cast<size_t>(k)] = engines::Footprints::of(at0.slot(k));
+        e.dma_fp_ok[static_cast<size_t>(k)] = true;
+      }
 }
 
 // ------------------------------------------------------------------ compiler hooks
@@ -490,10 +497,23 @@ void Simulator::sig_regions(const Instr& in, const Sig& sig, const engines::DepT
   r.nw = sig.nw;
 }
 
-engines::DepTracker::Ready Simulator::ready_for_dma(const Instr& in, const engines::DepTracker::Regions& rg) const {
+engines::DepTracker::Ready Simulator::ready_for_dma(const Instr& in, const engines::Footprints::Footprint (&fp)[2],
+                                                    const engines::DepTracker::Regions& rg) const {
   if (known_ready_) return *known_ready_;
   engines::DepTracker::DmaSides dw;
-  return deps_.ready(static_cast<uint8_t>(in.engine), rg, dma_sides(in, dw));
+  const engines::DepTracker::DmaSides* d = dma_sides(in, dw);
+  if (d) dw.set(0, &fp[0]), dw.set(1, &fp[1]);
+  return deps_.ready(static_cast<uint8_t>(in.engine), rg, d);
+}
+
+engines::Footprints::Footprint Simulator::dma_footprint(const Instr& in, const Sig& sig, int k) {
+  if (!sig.dma_fp_ok[static_cast<size_t>(k)]) return engines::Footprints::of_slot(in, k);
+  engines::Footprints::Footprint f = sig.dma_fp[static_cast<size_t>(k)];
+  const int64_t off = in.slot(k).offset;
+  f.lo += off;
+  f.hi += off;
+  f.first += off;
+  return f;
 }
 
 void Simulator::schedule_asap(const Instr& in, const Sig& sig, const engines::DepTracker::Regions& on_deps, uint8_t cls,
@@ -628,7 +648,8 @@ InstrTiming Simulator::schedule_dma(const Instr& in, const Sig& sig) {
   engines::DepTracker::Regions scratch;
   const engines::DepTracker::Regions& rg = regions_for(in, sig, scratch);
   // The trigger engine waits on the semaphores of the data's producers, then issues the trigger.
-  const engines::DepTracker::Ready rd = ready_for_dma(in, rg);
+  const engines::Footprints::Footprint fp[2] = {dma_footprint(in, sig, 0), dma_footprint(in, sig, 1)};
+  const engines::DepTracker::Ready rd = ready_for_dma(in, fp, rg);
   const Ps free = stream_.next_issue(in.engine);
   const engines::StreamEngines::Issue trig = stream_.trigger(in, std::max(rd.time, not_before_));
   const memory::DmaSplit& split = dma_.split(dst, src);  // cached by shape
@@ -639,9 +660,9 @@ InstrTiming Simulator::schedule_dma(const Instr& in, const Sig& sig) {
     eff *= dst.space == Space::kHbm ? p_.dma_compute_eff : p_.dma_compute_eff_sbuf;
   const engines::DmaEngines::Transfer tr = dma_.transfer(in.dma_queue, trig.start, split, eff, memory::is_store(dst, src));
   deps_.record(kClassDma, seq_, rg, tr.done, tr.done);
-  if (dst.space == Space::kHbm || src.space == Space::kHbm) note_hbm(in, kClassDma, tr.done);
-  if (dst.space != Space::kHbm && isa::indirect_slot(in) != 0)
-    chip_writes_.note(seq_, kClassDma, engines::Footprints::of_slot(in, 0), tr.done, rd.time);
+  if (dst.space == Space::kHbm) hbm_writes_.note(seq_, kClassDma, fp[0], tr.done);
+  else if (sig.dma_fp_ok[0]) chip_writes_.note(seq_, kClassDma, fp[0], tr.done, rd.time);
+  if (src.space == Space::kHbm) hbm_reads_.note(seq_, kClassDma, fp[1], tr.done);
   if (asap_) {  // its own time, without queueing behind other transfers: setup (from the trigger), longest piece
     Ps piece = 0;
     for (int k = 0; k < split.engines; ++k)

@@ -284,6 +284,9 @@ class Simulator {
   const std::vector<engines::CheckReport>& check_reports() const;
   /// The same, to annotate (names of the tensors): nullptr without the sanitizer.
   std::vector<engines::CheckReport>* mutable_check_reports() { return checker_ ? &checker_->reports() : nullptr; }
+  /// The dependency classes (bit c: engine c, or engines::kClassDma) of the latest writers of `o`'s bytes as the
+  /// dependency tracker keeps them (per chunk; 0: never written). The analyzer tells loaded tiles by it.
+  uint32_t writer_classes(const isa::Operand& o) const { return deps_.writer_classes(deps_.range_of(o)); }
   /// True when the sanitizer runs (SimOptions::check with numerics).
   bool checking() const { return checker_ != nullptr; }
   /// The sanitizer's allocation tags of the next submit()'s operands (engines::SlotTags; the caller
@@ -350,7 +353,10 @@ class Simulator {
   engines::DepTracker::Ready ready_for(const isa::Instr& in, const engines::DepTracker::Regions& rg) const {
     return known_ready_ ? *known_ready_ : deps_.ready(static_cast<uint8_t>(in.engine), rg);
   }
-  engines::DepTracker::Ready ready_for_dma(const isa::Instr& in, const engines::DepTracker::Regions& rg) const;
+  engines::DepTracker::Ready ready_for_dma(const isa::Instr& in, const engines::Footprints::Footprint (&fp)[2],
+                                           const engines::DepTracker::Regions& rg) const;
+  /// engines::Footprints::of_slot(in, k) of a DMA's dst (0) or src (1), from its signature's when it has one.
+  static engines::Footprints::Footprint dma_footprint(const isa::Instr& in, const Sig& sig, int k);
   /// For a DMA: `dw` filled to let it skip the waits on earlier accesses of other bytes in its chunks
   /// (engines::Footprints); else nullptr.
   const engines::DepTracker::DmaSides* dma_sides(const isa::Instr& in, engines::DepTracker::DmaSides& dw) const {

@@ -172,13 +172,12 @@ struct Analyzer::State {
   std::vector<uint64_t> loaded_bits;
   std::vector<uint32_t> stamp;
   std::vector<uint8_t> written;  ///< per chunk: this kernel wrote it (reading it back is a round trip)
-  /// Per kOriginBytes of an SBUF partition's addresses (partitions not told apart): 1 when its latest write was a
-  /// DMA from HBM (a tile loaded as stored), 0 when computed on chip. A PE transpose of a loaded tile could have
-  /// been a transposed load; one of a tile computed on chip (the probabilities of attention) could not.
-  static constexpr int kOriginShift = 6;
-  std::vector<uint8_t> sbuf_loaded;
-  void note_origin(const Instr& in);
-  bool loaded_from_hbm(const Operand& o) const;
+  /// Whether the latest writes of every byte of `o` were DMAs (a tile loaded as stored), as the simulator's
+  /// dependency tracker saw them: a PE transpose of a loaded tile could have been a transposed load; one of a tile
+  /// computed on chip (the probabilities of attention) could not.
+  bool loaded_from_hbm(const Operand& o) const {
+    return o.space == Space::kSbuf && sim->writer_classes(o) == (1u << kClassDma);
+  }
   uint32_t transfer = 0;
   // The chunks in blocks of kBlock (256): uni[b] set means every chunk of block b holds the loads, loaded_bits
   // and written of its first chunk (the others' entries are stale), so a transfer covering whole blocks
@@ -300,7 +299,6 @@ void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
   else if (in.engine == Engine::kTensor) on_tensor(in, t, la);
   else on_elementwise(in, t, la);
 
-  note_origin(in);
   // Critical-path record: what bound the start, the operands or the engine's previous instruction.
   const int64_t prev = last_on_engine[e];
   last_on_engine[e] = static_cast<int64_t>(t.index);
@@ -312,31 +310,6 @@ void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
   } else {
     recs_complete = false;
   }
-}
-
-void Analyzer::State::note_origin(const Instr& in) {
-  const isa::OpInfo& info = isa::op_info(in.op);
-  const bool load = isa::is_dma(in.op) && in.slot(1).space == Space::kHbm && isa::indirect_slot(in) != 1;
-  for (int i = 0; i < info.num_slots; ++i) {
-    const Operand& o = in.slot(i);
-    if (!info.slots[static_cast<size_t>(i)].written || o.space != Space::kSbuf) continue;
-    const auto [lo, hi] = o.byte_extent();
-    if (hi <= lo || lo < 0) continue;
-    const auto c0 = static_cast<size_t>(lo >> kOriginShift), c1 = static_cast<size_t>((hi - 1) >> kOriginShift) + 1;
-    if (c1 > sbuf_loaded.size()) sbuf_loaded.resize(c1, 0);
-    std::fill(sbuf_loaded.begin() + static_cast<std::ptrdiff_t>(c0),
-              sbuf_loaded.begin() + static_cast<std::ptrdiff_t>(c1), static_cast<uint8_t>(load));
-  }
-}
-
-bool Analyzer::State::loaded_from_hbm(const Operand& o) const {
-  if (o.space != Space::kSbuf) return false;
-  const auto [lo, hi] = o.byte_extent();
-  if (hi <= lo || lo < 0) return false;
-  const auto c0 = static_cast<size_t>(lo >> kOriginShift), c1 = static_cast<size_t>((hi - 1) >> kOriginShift) + 1;
-  if (c1 > sbuf_loaded.size()) return false;
-  return std::all_of(sbuf_loaded.begin() + static_cast<std::ptrdiff_t>(c0),
-                     sbuf_loaded.begin() + static_cast<std::ptrdiff_t>(c1), [](uint8_t b) { return b != 0; });
 }
 
 namespace {
