@@ -86,9 +86,10 @@ def add_bias_hoisted(x, w):
 
 # ------------------------------------------------------------------------- 3. matmuls: fp32 inputs
 def _matmul(cast_to=None):
-    """out = lhsT^T @ rhs with K accumulated over 128-row tiles in PSUM: lhsT [K, M] (M <= 128) loaded once,
-    rhs loaded 128 x 512 at a time; the matmuls take the inputs' dtype, or the tiles are cast to `cast_to` on
-    chip first (once per tile: each rhs tile feeds one matmul, the lhsT tiles feed all of them)."""
+    """out = lhsT^T @ rhs with K accumulated over 128-row tiles in PSUM: lhsT [K, M] loaded once, rhs loaded
+    K x 512 at a time (one 128-row tile per K tile), each of its tiles feeding M / 128 matmuls (one per block of
+    128 output rows); the matmuls take the inputs' dtype, or the tiles are cast to `cast_to` on chip first (once
+    per tile)."""
     @nki.jit
     def mm(lhsT, rhs):
         k, m = lhsT.shape
@@ -103,18 +104,20 @@ def _matmul(cast_to=None):
             nisa.tensor_copy(dst=lc, src=lt)
             lt = lc
         for j in nl.affine_range(n // 512):
-            ps = nl.ndarray((m, 512), nl.float32, buffer=nl.psum)
+            rt = nl.ndarray((128, kt, 512), rhs.dtype, buffer=nl.sbuf)
             for t in nl.affine_range(kt):
-                rt = nl.ndarray((128, 512), rhs.dtype, buffer=nl.sbuf)
-                nisa.dma_copy(dst=rt, src=rhs[t * 128:(t + 1) * 128, j * 512:(j + 1) * 512])
-                if cast_to is not None:
-                    rc = nl.ndarray((128, 512), cast_to, buffer=nl.sbuf)
-                    nisa.tensor_copy(dst=rc, src=rt)
-                    rt = rc
-                nisa.nc_matmul(dst=ps, stationary=lt[:, t, :], moving=rt)  # DEFECT
-            res = nl.ndarray((m, 512), nl.float32, buffer=nl.sbuf)
-            nisa.tensor_copy(dst=res, src=ps)
-            nisa.dma_copy(dst=out[:, j * 512:(j + 1) * 512], src=res)
+                nisa.dma_copy(dst=rt[:, t, :], src=rhs[t * 128:(t + 1) * 128, j * 512:(j + 1) * 512])
+            if cast_to is not None:
+                rc = nl.ndarray((128, kt, 512), cast_to, buffer=nl.sbuf)
+                nisa.tensor_copy(dst=rc, src=rt)
+                rt = rc
+            for b in nl.affine_range(m // 128):
+                ps = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+                for t in nl.affine_range(kt):
+                    nisa.nc_matmul(dst=ps, stationary=lt[:, t, b * 128:(b + 1) * 128], moving=rt[:, t, :])  # DEFECT
+                res = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
+                nisa.tensor_copy(dst=res, src=ps)
+                nisa.dma_copy(dst=out[b * 128:(b + 1) * 128, j * 512:(j + 1) * 512], src=res)
         return out
     return mm
 
@@ -305,7 +308,7 @@ PAIRS = [
     Pair("weights reloaded in every iteration (8x)", "redundant_dma", add_bias_reloading, add_bias_hoisted,
          lambda: (_rand((128 * 8, 2048), BF16), _rand((128, 2048), BF16, 1)), "weight load hoisted out of the loop"),
     Pair("fp32 matmul inputs", "fp32_matmul", _matmul(), _matmul(cast_to=BF16),
-         lambda: (_rand((512, 128)), _rand((512, 8192), seed=1)), "operands cast to bf16 on chip (fp32 PSUM)"),
+         lambda: (_rand((512, 512)), _rand((512, 8192), seed=1)), "operands cast to bf16 on chip (fp32 PSUM)"),
     Pair("all element-wise work on VectorE", "engine_bound", softmax_on_vector, softmax_fused,
          lambda: (_rand((512, 2048), BF16),), "the subtract folded into the exp's bias, the casts and the scale moved to ScalarE activations"),
     Pair("PE under-fill: 32-column matmuls", "pe_underfill", _linear(32), _linear(512),
