@@ -87,6 +87,8 @@ struct CoreParams {
   int schedule_window = 0;    ///< compiler.window
   bool auto_placement = false;    ///< compiler.engine_placement: auto
   int dma_queues_per_trigger = 0;
+  int loop_buffers = 0;       ///< compiler.loop_buffers: rotating buffers of a loop-body SBUF tile when capacity allows
+  int psum_loop_buffers = 0;  ///< compiler.psum_loop_buffers: the same for PSUM tiles
   double latency_bound_percent = 0;  ///< analysis.latency_bound_percent (engines/bounds.h)
   bool strict_allocation = false;  ///< compiler.strict: a manual placement over a live tile is an error
   bool static_allocation = false;  ///< compiler.allocation: static (every tile its own region); false = liveness

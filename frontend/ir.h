@@ -81,6 +81,9 @@ struct Tensor {
   std::vector<int64_t> shape;  ///< on-chip: shape[0] = partitions, at most 4 free dims
   TensorKind kind = TensorKind::kInternal;
   int bufs = 0;                ///< rotating buffers for tiles allocated in loops; 0 = automatic
+  /// Allocations of this tile's site (its source line and call path, the tracer's) in the loop body that makes
+  /// it (kernel.json "site_count"; 0 or 1: alone): an automatic depth is shared between them, ceil(depth / n) each.
+  int site_count = 0;
   SourceLoc loc;
   /// Manual placement (`address=` on nl.ndarray): byte offset of buffer 0 within each partition of
   /// the kernel's on-chip region; -1 = placed by the allocator. (After `loc`: aggregate initialisers

@@ -42,6 +42,7 @@ constexpr int kMaxHbmDims = 16;
 constexpr int kMaxOnChipDims = 1 + isa::kMaxFreeDims;
 constexpr int kMaxExprDepth = 64;
 constexpr int kMaxBufs = 1024;
+constexpr int kMaxSiteCount = 1 << 20;  // allocations of one site in one loop body (an unrolled inner loop's)
 
 // Names of the non-slot fields of an op, in the order the writer emits them.
 constexpr std::string_view kOpFields[] = {"op",      "engine", "alu0",    "alu1",       "act",       "reduce_cmd", "flags",
@@ -546,7 +547,7 @@ class Reader {
 
   int read_alloc(const Value& v, const Path& base) {
     expect_object(v, base);
-    check_keys(v, base, {"name", "buffer", "dtype", "shape", "bufs", "address", "loc"});
+    check_keys(v, base, {"name", "buffer", "dtype", "shape", "bufs", "site_count", "address", "loc"});
     Tensor t;
     if (const Value* l = v.find("loc")) t.loc = read_loc(*l, base + ".loc");
     t.name = read_tensor_name(v, base, t.loc);
@@ -567,6 +568,8 @@ class Reader {
     t.dtype = read_dtype(require(v, "dtype", path, t.loc), path + ".dtype", t.loc);
     t.shape = read_shape(require(v, "shape", path, t.loc), path + ".shape", kMaxOnChipDims, t.dtype, t.loc);
     if (const Value* bf = v.find("bufs")) t.bufs = static_cast<int>(get_int(*bf, path + ".bufs", 0, kMaxBufs, t.loc));
+    if (const Value* sc = v.find("site_count"))
+      t.site_count = static_cast<int>(get_int(*sc, path + ".site_count", 0, kMaxSiteCount, t.loc));
     if (const Value* ad = v.find("address")) t.address = get_int(*ad, path + ".address", 0, int64_t{1} << 40, t.loc);
     return add_tensor(std::move(t), v, path);
   }
@@ -1226,6 +1229,7 @@ class Writer {
     v.set("dtype", Value::string(std::string(dtype_name(t.dtype))));
     v.set("shape", shape(t.shape));
     if (alloc && t.bufs != 0) v.set("bufs", Value::integer(t.bufs));
+    if (alloc && t.site_count != 0) v.set("site_count", Value::integer(t.site_count));
     if (alloc && t.address >= 0) v.set("address", Value::integer(t.address));
     if (!alloc && !t.init.empty()) v.set("init", Value::string(t.init));
     if (t.loc != SourceLoc{}) v.set("loc", loc(t.loc));

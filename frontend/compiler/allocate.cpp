@@ -7,8 +7,9 @@
 // largest first into the smallest gap that fits (best fit), and earliest lifetime first into the
 // lowest gap (first fit) — and the one spanning fewer bytes wins (ties: the first). Before packing,
 // the peak live bytes (a sweep over lifetimes) is a lower bound: while it exceeds the memory,
-// automatic buffer depths of the tiles live at the peak fall back to 1, largest tiles first; when
-// the packing itself overflows (fragmentation), the largest remaining automatic depth falls back.
+// automatic buffer depths of the tiles live at the peak fall back (compiler.loop_buffers down to 2, one
+// buffer at a time, then to 1), largest tiles first; when the packing itself overflows (fragmentation),
+// the largest remaining automatic depth falls back.
 // When that still overflows, everything is retried with value-level live ranges (value_ranges()).
 #include "frontend/compiler/allocate.h"
 
@@ -762,7 +763,7 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
     pl.stride = round_up(tile_bytes(ten), ten.space == Space::kPsum ? bank : align);
     // A tile placed by address= keeps that address in every iteration: no rotating buffers of the allocator's.
     automatic[t] = ten.bufs <= 0 && ten.address < 0;
-    pl.bufs = init_bufs[t] = ten.bufs > 0 ? ten.bufs : (plan.lifetimes[t].in_loop && ten.address < 0 ? 2 : 1);
+    pl.bufs = init_bufs[t] = ten.bufs > 0 ? ten.bufs : (plan.lifetimes[t].in_loop && ten.address < 0 ? (ten.space == Space::kPsum ? p.psum_loop_buffers : p.loop_buffers) : 1);
   }
 
   // A tile with rotating buffers overlaps consecutive iterations of the loop it rotates over (the
@@ -772,6 +773,14 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
   // iterations). With one buffer it is live from its first access to its last.
   std::vector<int64_t> rot_lo(nt, -1), rot_hi(nt, -1);
   std::vector<int> rot_loop(nt, -1);
+  // A site allocated n times in one loop body (an inner loop the tracer unrolled, a loop it recorded a group of
+  // iterations per pass: Tensor::site_count, the tracer's) rotates over the depth's storages in all, as the
+  // unrolled trace's tiles of that site do: ceil(depth / n) automatic buffers each.
+  for (size_t t = 0; t < nt; ++t) {
+    const int n = k.tensors[t].site_count;
+    if (plan.tiles[t].tensor >= 0 && automatic[t] && init_bufs[t] > 1 && n > 1)
+      plan.tiles[t].bufs = init_bufs[t] = std::max(1, (init_bufs[t] + n - 1) / n);
+  }
   for (size_t t = 0; t < nt; ++t) {
     if (plan.tiles[t].tensor < 0) continue;
     int l = w.alloc_loop[t];
@@ -780,6 +789,13 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
     rot_loop[t] = l;
     rot_lo[t] = std::min(plan.lifetimes[t].first, w.lo[static_cast<size_t>(l)]);
     rot_hi[t] = std::max(plan.lifetimes[t].last, w.hi[static_cast<size_t>(l)]);
+    // An automatic depth needs no more buffers than the tile has instances (the trips of the loops around it).
+    if (automatic[t] && init_bufs[t] > 1) {
+      int64_t instances = 1;
+      for (int m = l; m >= 0 && instances < init_bufs[t]; m = w.up(m))
+        instances *= std::max<int64_t>(1, k.loops[static_cast<size_t>(m)].trip_count());
+      plan.tiles[t].bufs = init_bufs[t] = static_cast<int>(std::min<int64_t>(init_bufs[t], instances));
+    }
   }
 
   // Value-level live ranges, computed on demand (the fallback when whole-tile lifetimes do not fit).
@@ -899,25 +915,28 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
       // whose tiles fit at once pays nothing for them), and not when some interval falls outside their
       // positions or the bytes could saturate (then peak_of() and a pass over the tiles, as without them).
       std::optional<PeakTree> tree;
-      std::optional<PickIndex> picks;
+      std::optional<PickIndex> picks, deep_picks;  // tiles with more than one buffer / more than two
       bool indexed = false;
       const auto index = [&] {
         indexed = true;
         const int64_t positions = plan.statements + 1;
         int64_t sum = 0;
         bool ok = plan.statements > 0;
-        std::vector<size_t> cand;
+        std::vector<size_t> cand, deep_cand;
         for (size_t t : ids) {
           sum = std::min(kSumCap, sum + size[t]);
           ok = ok && within(iv[t], positions);
           if (automatic[t] && plan.tiles[t].bufs > 1) cand.push_back(t);
+          if (automatic[t] && plan.tiles[t].bufs > 2) deep_cand.push_back(t);
         }
         if (!ok || sum >= kSumCap) return;
         tree.emplace(positions);
         for (size_t t : ids) tree->add(iv[t], size[t]);
         picks.emplace(positions, std::move(cand), iv, plan.tiles);
+        if (!deep_cand.empty()) deep_picks.emplace(positions, std::move(deep_cand), iv, plan.tiles);
       };
       const auto alive = [&](size_t t) { return plan.tiles[t].bufs > 1; };
+      const auto deep = [&](size_t t) { return plan.tiles[t].bufs > 2; };
       for (;;) {
         std::tie(peak, peak_at) = tree && tree->peak().first > 0 ? tree->peak() : peak_of(ids, size, iv);
         bool packed = false;
@@ -961,23 +980,30 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
           }
           packed = true;
         }
-        // Fall back from automatic multi-buffering to one buffer, largest tiles first: those live at
-        // the peak while the peak does not fit, any while only the packing does not.
+        // Fall back from automatic multi-buffering, one buffer at a time down to two, then to one buffer; largest
+        // tiles first: those live at the peak while the peak does not fit, any while only the packing does not.
+        // (Every tile at the peak keeps two buffers before any goes down to one: double buffering first.)
         int pick = -1;
         if (!indexed) index();
         if (picks) {
-          pick = packed ? picks->any(alive) : picks->at(peak_at, alive);
+          if (deep_picks) pick = packed ? deep_picks->any(deep) : deep_picks->at(peak_at, deep);
+          if (pick < 0) pick = packed ? picks->any(alive) : picks->at(peak_at, alive);
         } else {
           for (size_t t : ids) {
             const TilePlacement& pl = plan.tiles[t];
             if (!automatic[t] || pl.bufs <= 1 || (!packed && !contains(iv[t], peak_at))) continue;
-            if (pick < 0 || pl.stride > plan.tiles[static_cast<size_t>(pick)].stride) pick = static_cast<int>(t);
+            if (pick < 0) {
+              pick = static_cast<int>(t);
+              continue;
+            }
+            const TilePlacement& best = plan.tiles[static_cast<size_t>(pick)];
+            if ((pl.bufs > 2) != (best.bufs > 2) ? pl.bufs > 2 : pl.stride > best.stride) pick = static_cast<int>(t);
           }
         }
         if (pick >= 0) {
           const auto t = static_cast<size_t>(pick);
           if (tree) tree->add(iv[t], -size[t]);
-          plan.tiles[t].bufs = 1;
+          plan.tiles[t].bufs = plan.tiles[t].bufs > 2 ? plan.tiles[t].bufs - 1 : 1;
           lay_out(t);
           if (tree) {
             if (within(iv[t], plan.statements + 1)) tree->add(iv[t], size[t]);

@@ -1,8 +1,9 @@
 #pragma once
 /// SBUF/PSUM storage of a kernel's tiles, as the Neuron compiler allocates it (spec compiler.md §4):
 /// a tile's storage is needed only from its first access to its last; tiles whose lifetimes do not
-/// overlap share storage; a tile allocated inside a loop body gets rotating buffers (2 by default
-/// when capacity allows, down to 1 when it does not; Tensor::bufs > 0 is a manual count).
+/// overlap share storage; a tile allocated inside a loop body gets rotating buffers (compiler.loop_buffers
+/// when capacity allows, at most one per instance, down to 1 when it does not; Tensor::bufs > 0 is a manual
+/// count).
 ///
 /// Lifetimes are positions in a preorder walk of the statement tree (every statement — alloc, loop,
 /// op — gets the next number; a loop's span is its own number through the last number in its body).

@@ -2362,7 +2362,7 @@ class _Rec:
 
     def __init__(self, key, var, kind, pairs=False, outer_body=None):
         self.key, self.var, self.kind, self.checking, self.storages = key, var, kind, False, []
-        # two iterations per pass, their tiles taken from the enclosing body's (Tracer._record_loop)
+        # a group of iterations per pass, their tiles taken from the enclosing body's (Tracer._record_loop)
         self.pairs, self.outer_body = pairs, outer_body
         self.names = set()  # tiles allocated by the current pass itself (only these may be reused in it)
         self.local = set()  # tiles allocated in the current pass, in loops inside it too
@@ -2470,8 +2470,9 @@ class Tracer:
         self.written = set()
         self.read = set()
         self.pool = {}  # (buffer, dtype, shape, file, line) -> list of weakrefs of dead-able tile storages
-        self._site_last = {}  # the same key -> the storage its latest tile took (not handed out next)
-        self._latest = None  # (key, the storage its previous tile took) of the latest tile (_took)
+        self._site_last = {}  # the same key -> the storages its latest tiles took, oldest first (not handed out next)
+        self._latest = None  # (key, its _site_last entry before) of the latest tile (_took)
+        self._nbufs = None  # compiler.loop_buffers and psum_loop_buffers of the run's config (_recent_kept)
         self._last_alloc = None  # the alloc statement _alloc_storage emitted last
         self._pool_free = {}  # the same key -> list of names whose python objects died
         self.reuse_tiles = True
@@ -2580,10 +2581,11 @@ class Tracer:
         yield from self._concrete(frame, r, r[0])
         mid = r[1:-1]
         if key in self.pair:
-            if len(mid) % 2:
-                yield from self._concrete(frame, r, mid[0])
-                mid = mid[1:]
-            if len(mid) >= 4:
+            g = self._group()
+            for i in mid[:len(mid) % g]:
+                yield from self._concrete(frame, r, i)
+            mid = mid[len(mid) % g:]
+            if len(mid) >= 2 * g:
                 yield from self._record_loop(mid, kind, key, f, pairs=True, loc=loc, name=name)
             else:
                 for i in mid:
@@ -2594,10 +2596,10 @@ class Tracer:
             if any("loop" in st and (st["loop"].get("loc") or {}).get("line") == key[1] and
                    _allocates_tiles(st["loop"].get("body", [])) for st in self.body[before:]):
                 # Peeled, a line's tiles would be three allocations (first iteration, the loop, the last), each
-                # with its own rotating buffers, where the unrolled loop rotates one over two storages: PSUM's 8
+                # with its own rotating buffers, where the unrolled loop rotates one over its storages: PSUM's 8
                 # banks run out, and SBUF tiles get deeper buffers than the compiler gives (a kept trace up to
-                # 11 % faster than the unrolled one). Recorded two iterations per pass instead, over the line's
-                # storages (_record_loop): the unrolled trace's storages and time.
+                # 11 % faster than the unrolled one). Recorded a group of iterations per pass instead (_group),
+                # over the line's storages (_record_loop): the unrolled trace's storages and time.
                 raise _NeedsConcrete("a peeled loop's body allocates tiles (peeled, each would take two more "
                                      "buffers)", key, pair=True)
         else:
@@ -2606,11 +2608,12 @@ class Tracer:
         yield from self._concrete(frame, r, r[-1])
 
     def _record_loop(self, r, kind, key, f, pairs=False, loc=None, name=None):
-        """Record the loop over ``r`` (see symbolic_loop). ``pairs``: each pass runs two iterations, with the
-        indices 2*step*k + start and 2*step*k + start + step of a loop over k in range(len(r) // 2) (``r`` has
-        an even length), and the body's tiles are allocated as in the enclosing body, before the loop: a
-        line's tiles rotate over the storages its tiles outside the loop use (two per line), as in the
-        unrolled trace. A peeled loop allocating tiles is recorded so (_peeled_loop). ``loc`` and ``name``: the
+        """Record the loop over ``r`` (see symbolic_loop). ``pairs``: each pass runs a group of g iterations
+        (_group: 4 with trn2's rotating buffers), with the indices g*step*k + start + j*step, j = 0 .. g - 1, of a
+        loop over k in range(len(r) // g) (``r``'s length a multiple of g), and the body's tiles are allocated as
+        in the enclosing body, before the loop: a line's tiles rotate over the storages its tiles outside the loop
+        use (compiler.loop_buffers per SBUF line, psum_loop_buffers per PSUM line), as in the unrolled trace. A
+        peeled loop allocating tiles is recorded so (_peeled_loop). ``loc`` and ``name``: the
         loop's location and variable name when it is not a `for` of the kernel (a launch grid's).
 
         Where a comparison of the index (a Python ``if`` on it, ``mask=i >= j``) would differ between
@@ -2656,9 +2659,10 @@ class Tracer:
             name, n = "{}{}".format(base, n), n + 1
         saved = self.body
         whole = len(r)
-        if pairs:  # the loop variable counts pairs of iterations
-            firsts, coef = (r.start, r.start + r.step), 2 * r.step
-            r = range(len(r) // 2)
+        if pairs:  # the loop variable counts groups of g iterations
+            g = self._group()
+            firsts, coef = tuple(r.start + j * r.step for j in range(g)), g * r.step
+            r = range(len(r) // g)
         else:  # the loop variable takes r's values
             firsts, coef = (0,), 1
         # Its range may be narrowed (recorded in pieces) once the loop is peeled, where the unrolled trace was the
@@ -2666,8 +2670,8 @@ class Tracer:
         var = LoopVar(name, r, key, len(self._recs), split=not pairs and (key in self.peel or expand))
         rec = _Rec(key, var, kind, pairs, saved)
         rec.pool = expand
-        # (written out, the two passes' bodies alternate: both are run, whatever the enclosing loop's pass)
-        passes = 2 if expand or not any(x.checking for x in self._recs) else 1
+        # (written out, the g passes' bodies take turns: all are run, whatever the enclosing loop's pass)
+        passes = self._group() if expand else 2 if not any(x.checking for x in self._recs) else 1
         bodies, outside, every = [], [], []
         single = False
         dropped = 0  # passes run again over a narrower range
@@ -2709,8 +2713,9 @@ class Tracer:
                                              "pattern: written out", key, expand=True)
                     bodies.append(self.body)
                     outside.append(rec.local.difference(_alloc_names(self.body)))
-                    if expand:  # a third pass where the second is not the last iteration's (_expand_piece)
-                        passes = 2 if dropped % 2 == ((var.hi - var.lo) // var.step + 1) % 2 else 3
+                    if expand:  # more passes until the last one is the last iteration's (_expand_piece)
+                        g = self._group()
+                        passes = g + ((var.hi - var.lo) // var.step - dropped - (g - 1)) % g
                 if len(bodies) < passes and not expand:
                     self._stale(rec.storages, key)  # tiles of a pass that is not the last: an earlier iteration's
                 if var.hi == var.lo:  # one iteration: run as unrolled
@@ -2762,18 +2767,19 @@ class Tracer:
     def _expand_piece(self, bodies, var, piece, dropped):
         """The statements of a loop over ``var`` for each index of ``piece`` in turn, as the unrolled trace writes
         them. ``bodies``: its passes, each taking its tiles from the enclosing body's pool as an unrolled iteration
-        would (a line's tiles alternate over two storages: consecutive passes take them in turn, after the
-        ``dropped`` passes a comparison narrowed); iteration k is written with a pass that took its storages as
-        iteration k would, the last with the last pass (its tiles are the ones the kernel's Python variables hold
-        after the loop; _record_piece runs a third pass where the second is not the last iteration's). Tiles of
+        would (a line's tiles rotate over its storages, g = _group() passes in a cycle: consecutive passes take them
+        in turn, after the ``dropped`` passes a comparison narrowed); iteration k is written with a pass that took
+        its storages as iteration k would, the last with the last pass (its tiles are the ones the kernel's Python
+        variables hold after the loop; _record_piece runs more passes until the last is the last iteration's). Tiles of
         loops inside the body are new in each iteration, as unrolled (the recorded names where a pass's body is
         first written, and the last pass's in the last iteration)."""
         slots = _slot_rank()
         inner = [_alloc_names(b) for b in bodies]
         out, used = [], [False] * len(bodies)
         n, m = len(piece), len(bodies) - 1
+        g = self._group()
         for k, value in enumerate(piece):
-            which = m if k == n - 1 else (0 if k % 2 == dropped % 2 else 1)
+            which = m if k == n - 1 else (k - dropped) % g
             keep = k == n - 1 if which == m else not used[which]
             ren = {} if keep else {nm: self.unique_name(nm) for nm in inner[which]}
             used[which] = True
@@ -2996,7 +3002,7 @@ class Tracer:
                             continue
                         j += 1
                         continue
-                    if nm == self._site_last.get(key):
+                    if nm in self._site_last.get(key, ()):
                         j += 1
                         continue
                     del free[j]
@@ -3022,27 +3028,30 @@ class Tracer:
             if not name:
                 self._track(st, key)
                 if address is None:
-                    # A line whose tiles already rotate over several storages within one pass of the body
-                    # (an unrolled loop inside it) keeps that rotation across the kept loop's iterations:
-                    # one buffer each, so the kept loop has the unrolled trace's storages, not twice them.
+                    # A line whose tiles already rotate over several storages within one pass of the body (an
+                    # unrolled loop inside it) keeps that rotation across the kept loop's iterations: its n
+                    # allocations there are marked "site_count": n, and the allocator gives each ceil(D / n) of
+                    # the automatic depth D (compiler.loop_buffers; frontend/compiler/allocate.cpp): about the
+                    # unrolled trace's storages (which rotates a line's tiles over max(n, D)), not n times D.
                     sa = rec.site_allocs.setdefault(key, [])
                     sa.append(self._last_alloc)
-                    if len(sa) > 1:
-                        for a in sa:
-                            a["bufs"] = 1
+                    for a in sa:
+                        a["site_count"] = len(sa)
+                    if len(sa) == 1:
+                        del sa[0]["site_count"]
             return self.tensor_cls(st, None, self)
         if self.reuse_tiles and not name and address is None:
             # Reuse the storage of a tile of the same kind whose Python object is gone: the kernel can no
             # longer reach it, so this is the compiler's buffer reuse; it keeps SBUF bounded when loops
-            # are unrolled. Least recently freed first, and never the storage of the previous tile of the
-            # same line: a line's tiles rotate over at least two storages, as the compiler gives a loop-body
-            # allocation two buffers (docs/timing-model.md), even when the kernel drops each tile before
-            # allocating the next (`rt = rc` after a cast).
+            # are unrolled. Least recently freed first, and never the storage of one of the line's latest
+            # compiler.loop_buffers - 1 tiles: a line's tiles rotate over that many storages, as the compiler
+            # gives a loop-body allocation that many buffers (docs/timing-model.md "Buffers"), even when the
+            # kernel drops each tile before allocating the next (`rt = rc` after a cast).
             free = self._pool_free.get(key)
             while free and free[0] in self._loop_names:  # tiles of loop bodies stay in their loop
                 free.pop(0)
-            last = self._site_last.get(key)
-            pick = next((j for j, nm in enumerate(free) if nm != last), None) if free else None
+            recent = self._site_last.get(key, ())
+            pick = next((j for j, nm in enumerate(free) if nm not in recent), None) if free else None
             if pick is not None:
                 nm = free.pop(pick)
                 self._took(key, nm)
@@ -3061,8 +3070,28 @@ class Tracer:
 
     def _took(self, key, nm):
         """The latest tile of pool key ``key`` (its line and kind) has storage ``nm``."""
-        self._latest = (key, self._site_last.get(key))
-        self._site_last[key] = nm
+        prev = self._site_last.get(key, ())
+        self._latest = (key, prev)
+        keep = self._recent_kept(key[0])
+        self._site_last[key] = (prev + (nm,))[max(0, len(prev) + 1 - keep):] if keep > 0 else ()
+
+    def _group(self):
+        """Iterations per pass of a loop recorded in groups (a peeled loop allocating tiles, a loop written out):
+        the least common multiple of the SBUF and PSUM rotating buffers (compiler.loop_buffers, psum_loop_buffers),
+        so that every line's tiles take its storages in the same turn in every pass."""
+        return math.lcm(self._recent_kept("sbuf") + 1, self._recent_kept("psum") + 1)
+
+    def _recent_kept(self, buffer):
+        """How many of a line's latest storages its next tile does not take: compiler.loop_buffers - 1 of the
+        run's configuration (psum_loop_buffers - 1 in PSUM; the preset trn2's when that configuration is not
+        valid: its error comes later)."""
+        if self._nbufs is None:
+            try:
+                values = _isa.config_values(self.config, self.overrides)
+            except NsimError:
+                values = _isa.config_values("trn2")
+            self._nbufs = (int(values["compiler.loop_buffers"]), int(values["compiler.psum_loop_buffers"]))
+        return self._nbufs[1 if buffer == "psum" else 0] - 1
 
     def retarget(self, stmt, dst):
         """Point the destination of a statement already emitted at ``dst`` (an access dict or name: Beta 1
@@ -3086,7 +3115,7 @@ class Tracer:
         """The tile just made with storage ``nm`` will never be accessed (Beta 1 ``t[i] = nl.load(..)``
         writes ``t[i]`` directly): its line's next tile may take that storage again, so a line whose tiles
         are all written elsewhere keeps one unused storage, not two in rotation."""
-        if self._latest is not None and self._site_last.get(self._latest[0]) == nm:
+        if self._latest is not None and self._site_last.get(self._latest[0], ())[-1:] == (nm,):
             self._site_last[self._latest[0]] = self._latest[1]
 
     def _note_birth(self, nm, hint):

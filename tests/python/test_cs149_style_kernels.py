@@ -124,7 +124,8 @@ def test_transpose_instruction_counts_and_time(cs):
     out of PSUM on VectorE (8 tensor_copy) by every version. The tiled versions (mgrid + nl.transpose, slices +
     nisa.nc_transpose: the same instructions, the same time) issue one load and one store per block, 16 DMAs; the
     blocked one loads each 128-row stripe once, 256 / 128 = 2 loads + 8 stores = 10 DMAs, and is faster
-    (5.6 us against 8.2 us when written)."""
+    (5.5 us against 5.9 us: the tiled versions' 16 transfers overlap over four rotating buffers; 5.6 against 8.2
+    us when a tile had two)."""
     _, nki, _, _ = cs
     mod = cs[0]
     x = rand((256, 512), seed=7)
@@ -141,7 +142,7 @@ def test_transpose_instruction_counts_and_time(cs):
         {"dma_copy": 16, "nc_transpose": 8, "tensor_copy": 8}
     assert counts["matrix_transpose_blocked"] == {"dma_copy": 10, "nc_transpose": 8, "tensor_copy": 8}
     assert t["matrix_transpose_naive"] == t["matrix_transpose"]
-    assert t["matrix_transpose_blocked"] < 0.85 * t["matrix_transpose"], t
+    assert t["matrix_transpose_blocked"] < 0.95 * t["matrix_transpose"], t
 
 
 # ---------------------------------------------------------------------------------------------------------

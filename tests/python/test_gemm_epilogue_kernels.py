@@ -115,17 +115,20 @@ def test_decode_gemv_structure(ge, gen):
 
 def test_decode_layout_timing(gen):
     """Llama-8B-like decode projection, M = 4, K = 4096, N = 14336 (timing only): both layouts read the same
-    117 MB of W (HBM-bound: the profile's verdict is "dma"), but W stationary is faster.
+    117 MB of W (HBM-bound: the profile's verdict is "dma"); W stationary halves the PE work, x stationary stores
+    its output more cheaply, and with four rotating buffers per W tile both run at about their DMA time, so the
+    cheaper store wins.
 
     Cost model (neuroncore.md §3.1, f_dt = 1 for bf16): per W tile [128, 2048] the x-stationary kernel issues 4
     matmuls of N = 512 moving columns, ii_mm = max(64, 512) = 512 cycles each = 2048 cycles; the W-stationary
     kernel issues 16 matmuls whose moving operand is x^T with N = M = 4 columns: ii_mm = max(64, 4) = 64 and the
     background LoadStationary ii_ls = ceil(128 / 4) = 32, so cost = max(64, 32) = 64 cycles each = 1024 cycles.
-    The PE time per W tile halves. The kernel is not purely DMA-limited: a W tile's matmuls wait for its DMA and a
-    later tile's DMA waits for the rotating SBUF buffer those matmuls release (``profile.analyze()`` reports the
-    excess over the DMA bound as serialization), so part of the PE time is on the critical path, and the layout with
-    the shorter PE phase finishes earlier, although its transposing store of out^T (4-byte elements, one descriptor
-    each) costs more DMA time than the x-stationary kernel's contiguous store."""
+    The PE time per W tile halves (the "tensor" bound). The W-stationary kernel's transposing store of out^T
+    (4-byte elements, one descriptor each) costs more DMA time than the x-stationary kernel's contiguous store (the
+    "dma" bound, 370 against 344 us). With two rotating buffers a later tile's DMA waited for the buffer a tile's
+    matmuls release, the PE time was partly on the critical path and W stationary finished first (414.6 against
+    485.9 us); with four (compiler.loop_buffers) the loads run ahead, each kernel takes about its DMA time and x
+    stationary finishes first (363.1 against 386.7 us)."""
     M, K, N = 4, 4096, 14336
     x = np.zeros((M, K), BF16)
     w = np.zeros((K, N), BF16)
@@ -133,10 +136,16 @@ def test_decode_layout_timing(gen):
     t_w, p_w = _time(gen.decode_gemv_w_stationary, x, w)
     assert p_x.stat("memory.hbm_read_bytes") == p_w.stat("memory.hbm_read_bytes") == K * N * 2 + M * K * 2
     assert p_x.bounds()["verdict"] == p_w.bounds()["verdict"] == "dma"
-    assert p_w.stat("engine.tensor.busy_time") < 0.8 * p_x.stat("engine.tensor.busy_time")
-    assert t_w < 0.95 * t_x, (t_w, t_x)
+
+    def bound(p, name):
+        return [b["ns"] for b in p.bounds()["bounds"] if b["name"] == name][0]
+
+    assert bound(p_w, "tensor") < 0.8 * bound(p_x, "tensor")
+    assert bound(p_x, "dma") < bound(p_w, "dma")
+    assert t_x < 1.1 * bound(p_x, "dma") and t_w < 1.1 * bound(p_w, "dma"), (t_x, t_w)
+    assert t_x < t_w, (t_x, t_w)
     # neither beats the HBM bound
-    hbm = [b["ns"] for b in p_w.bounds()["bounds"] if b["name"] == "hbm"][0]
+    hbm = bound(p_w, "hbm")
     assert t_w > hbm and t_x > hbm
 
 

@@ -115,7 +115,8 @@ def test_softmax_vector_exp_story_on_trn3(g4):
     reciprocal of the (P, 1) sums (MIN_II): (2048 + 512 + 64) / 1.2 = 2186.7 ns a tile, 4 tiles. ScalarE keeps one
     plain activation(copy, scale=) a tile. The ScalarE kernel's exp with its sum is N + MIN_II on ScalarE and its
     normalising tensor_scalar lands on GpSimd (engine unset: the compiler model's placement): the VectorE-exp kernel
-    leaves ScalarE less busy and finishes sooner (19.6 against 22.2 us when this was written)."""
+    leaves ScalarE less busy and finishes sooner (18.9 against 19.7 us since a loop tile has four rotating buffers:
+    the ScalarE kernel's tiles overlap more; 19.6 against 22.2 us when this was written)."""
     x = randn((512, 2048), np.float32, seed=3)
     ka, kv = _k(g4.softmax_rows_act), _k(g4.softmax_rows_vexp)
     run_clean(ka, x)
@@ -123,7 +124,7 @@ def test_softmax_vector_exp_story_on_trn3(g4):
     pa, pv = ka.last_profile, kv.last_profile
     assert _busy(pv, "vector") == pytest.approx(4 * (2048 + 2048 / 4 + 64) / VECTOR_GHZ, rel=1e-6)
     assert _busy(pv, "scalar") < _busy(pa, "scalar")
-    assert pv.total_time_ns < 0.95 * pa.total_time_ns, (pv.total_time_ns, pa.total_time_ns)
+    assert pv.total_time_ns < 0.97 * pa.total_time_ns, (pv.total_time_ns, pa.total_time_ns)
 
 
 def test_exponential_and_rand2_cost_a_quarter_of_n(g4):

@@ -357,11 +357,11 @@ def test_beta1_load_of_per_token_scalars_is_a_column(b1):
 # the nsim fix: PSUM allocation of a peeled loop recorded two iterations per pass
 # --------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("S", [1024, 2048])
+@pytest.mark.parametrize("S", [2048, 3072])
 def test_peeled_chunk_loop_fits_psum_like_unrolled(la, S):
     """``accumulate=(c > 0)`` peels the chunk loop (first and last chunk with int indices) and, as its body
-    allocates tiles, records the middle two chunks per pass over the tiles of the peeled chunks, allocated before
-    the loop. Those tiles' accesses in the loop were given whole-loop lifetimes: 4 PSUM tiles x 2 + the state =
+    allocates tiles, records the middle chunks four per pass (tracer._group; with two rotating buffers, two per
+    pass from 8 chunks on) over the tiles of the peeled chunks, allocated before the loop. Those tiles' accesses in the loop were given whole-loop lifetimes: 4 PSUM tiles x 2 + the state =
     9 banks, NSIM-E206, from 8 chunks on (4 chunks are unrolled). The allocator's value-level fallback now splits
     them as in the unrolled trace (5 banks at a time): the loop stays a loop, numbers and time match the unrolled
     trace's."""

@@ -195,8 +195,9 @@ def test_flce_dw_accumulated_in_hbm(rl):
     (the same fp32 adds in the same order: 0 + p_0 + p_1 + ...). Each accumulating DMA reads and writes its
     [128, D] fp32 block: NT V D 4 bytes more each way than the SBUF-resident accumulator (which writes dW once),
     NT NB more DMAs and NT NB fewer tensor_tensor adds. T = 512, D = 128, V = 2048 (NT = 4, NB = 16): the 64 HBM
-    round trips of 64 KiB sit on the DMA queues behind the PE / VectorE work of each block, and the SBUF variant is
-    faster."""
+    round trips of 64 KiB sit on the DMA queues behind the PE / VectorE work of each block, which hides them with
+    four rotating buffers per tile: both variants take about the same time (109.09 against 109.04 us; with two
+    buffers the SBUF variant was faster)."""
     T, D, V = 512, 128, 2048
     h, w, tg = _flce_inputs(T, D, V, np.float32, seed=8)
     a = run_clean(rl.flce_fwd_bwd, h, w, tg)
@@ -209,7 +210,7 @@ def test_flce_dw_accumulated_in_hbm(rl):
     assert cb["dma_copy"] == ca["dma_copy"] + NT * NB and ca["tensor_tensor"] - cb["tensor_tensor"] == NT * NB
     for stat in ("memory.hbm_read_bytes", "memory.hbm_write_bytes"):
         assert pb.stat(stat) == pa.stat(stat) + NT * V * D * 4, stat
-    assert pa.total_time_ns < pb.total_time_ns, (pa.total_time_ns, pb.total_time_ns)
+    assert pa.total_time_ns == pytest.approx(pb.total_time_ns, rel=0.02), (pa.total_time_ns, pb.total_time_ns)
 
 
 def ref_ce_tokens(h, w, tg, ignore_index=-100, c=0.0):

@@ -286,7 +286,7 @@ def test_cli_trace_limit_keeps_the_100_earliest(tmp_path, cli_full):
 
 
 @needs_cli
-@pytest.mark.parametrize("window", ["5000:15000", "5000:", ":15000"])
+@pytest.mark.parametrize("window", ["5000:12000", "5000:", ":12000"])  # (the kernel takes 14.7 us)
 def test_cli_trace_window_keeps_overlapping_slices(tmp_path, cli_full, window):
     full = x_events(cli_full)
     lo, hi = window.split(":")

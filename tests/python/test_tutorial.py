@@ -29,15 +29,20 @@ def test_the_loop(tut, capsys):
     prof1, prof2, an = tut.main()  # asserts both kernels' outputs against numpy
     kinds = {f["kind"]: f for f in an.findings}
     red = kinds["redundant_dma"]
-    # the finding sits on the line the tutorial names: the in-loop weight load; the in-loop broadcast
-    # (fp32 matmuls of a ones row) hides under the DMA time, so it is not reported
+    # the finding sits on the line the tutorial names: the in-loop weight load, the first finding; the in-loop
+    # broadcast (fp32 matmuls of a ones row) hides under the DMA time: re-simulated with it free the kernel is no
+    # faster, and what it may claim (the time above the DMA bound) ranks after the weight load
+    assert an.findings[0]["kind"] == "redundant_dma"
     assert red["lines"][0]["line"] == _line(tut, "# the weight, every iteration")
     assert red["metrics"]["times_loaded"] == tut.ROWS // 128
-    assert "pe_broadcast" not in kinds
+    bc = kinds.get("pe_broadcast")
+    assert bc is None or bc["saving_ns"] <= an.total_time_ns - an.bounds["dma"] + 1e-6, (bc, an.bounds)
     # v1 is DMA-bound: a second pass over an activation's output (split_reduce, VectorE) can save at most
-    # what lies above the DMA bound, which fusing it does not move
-    split = kinds["split_reduce"]
-    assert 0 < split["saving_ns"] <= an.total_time_ns - an.bounds["dma"] + 1e-6, (split["saving_ns"], an.bounds)
+    # what lies above the DMA bound, which fusing it does not move (with four rotating buffers v1 runs within
+    # 3.5 % of its DMA bound: the finding falls under analysis.min_saving_percent and is not reported)
+    split = kinds.get("split_reduce")
+    assert an.total_time_ns < 1.05 * an.bounds["dma"], (an.total_time_ns, an.bounds)
+    assert split is None or 0 < split["saving_ns"] <= an.total_time_ns - an.bounds["dma"] + 1e-6, (split, an.bounds)
     saved = prof1.total_time_ns - prof2.total_time_ns
     estimated = red["saving_ns"]
     assert saved > 0 and estimated / 2 <= saved <= 2 * estimated

@@ -154,10 +154,10 @@ TEST_CASE("allocate: tiles of two sequential loops share storage", "[allocate]")
 
 TEST_CASE("allocate: the verifier's plan goes to the lowering only while nothing is allocated", "[allocate]") {
   // One loop whose body tile takes 30% of trn2's SBUF (68800 of 229376 B per buffer). verify_kernel works
-  // the allocation out once, for the whole of SBUF: two buffers (60%). The lowering of a fresh simulator
-  // takes that plan as is (same placements, same run). With 50% of SBUF already taken the plan no longer
-  // holds: the lowering works the allocation out again and gives the tile one buffer, which fits (with the
-  // plan's two buffers the region would not fit: E204).
+  // the allocation out once, for the whole of SBUF: three buffers (90%; compiler.loop_buffers = 4 would take
+  // 120%). The lowering of a fresh simulator takes that plan as is (same placements, same run). With 50% of
+  // SBUF already taken the plan no longer holds: the lowering works the allocation out again and gives the
+  // tile one buffer, which fits (with the plan's three buffers the region would not fit: E204).
   KB b;
   const int x = b.input("x", {512, 17200});
   const int y = b.output("y", {512, 17200});
@@ -173,9 +173,9 @@ TEST_CASE("allocate: the verifier's plan goes to the lowering only while nothing
   frontend::AllocationPlan plan;
   verify_kernel(b.k, s->params(), &plan);
   CHECK(plan.tiles[ti].stride == 68800);
-  CHECK(plan.tiles[ti].bufs == 2);
+  CHECK(plan.tiles[ti].bufs == 3);
   Lowering with(b.k, *s, &plan);
-  CHECK(with.placements()[ti].bufs == 2);
+  CHECK(with.placements()[ti].bufs == 3);
   with.run();
   s->finish();
   auto s2 = make_sim(false);
@@ -737,6 +737,111 @@ TEST_CASE("allocate: manual address= placements are kept and a live overlap is p
     CHECK(e.code() == ErrorCode::kSbufOverflow);
     CHECK(std::string(e.what()).find("'a'") != std::string::npos);
   }
+}
+
+TEST_CASE("allocate: automatic depths step down to double buffering before any tile gets one buffer", "[allocate][bufs]") {
+  // `n` tiles of 50000 B per partition (fp32 [128, 12500]) loaded, added and stored in a loop of 8 trips, trn2
+  // (229376 B): compiler.loop_buffers = 4 asks 200,000 B per tile. Falling back one buffer at a time, largest
+  // first (equal here: the first tile first), every tile reaches two buffers before any goes to one, so a kernel
+  // that fits double-buffered keeps double buffering:
+  //   1 tile: 4 x 50048 = 200,192 fits.
+  //   2 tiles: 4 + 4 -> 3 + 4 -> 2 + 4 -> 2 + 3 (250,240 > 229,376) -> 2 + 2 (200,192) fits.
+  //   3 tiles: 2 + 2 + 2 (300,288) does not fit: then to one buffer, first tile first: 1 + 2 + 2 (250,240) ->
+  //   1 + 1 + 2 (200,192), as with two buffers to start from.
+  auto kernel = [](int n) {
+    KB b;
+    const int x = b.input("x", {1024, 12500});
+    const int y = b.output("y", {1024, 12500});
+    const int i = b.loop("i", 0, 8, 1, LoopKind::kAffine, 5);
+    std::vector<int> t;
+    for (int j = 0; j < n; ++j) t.push_back(b.tile(nm("t", static_cast<char>('a' + j)), {128, 12500}, DType::kFloat32, 0, 6 + j));
+    for (int j = 0; j < n; ++j) {
+      b.op("dma_copy", {W(t[static_cast<size_t>(j)]), X(x, {D(A(i, 128), 128), D(0, 12500)})}, 20 + j);
+      b.ts(W(t[static_cast<size_t>(j)]), W(t[static_cast<size_t>(j)]), AluOp::kAdd, 1.0f, 30 + j);
+      b.op("dma_copy", {X(y, {D(A(i, 128), 128), D(0, 12500)}), W(t[static_cast<size_t>(j)])}, 40 + j);
+    }
+    b.end();
+    return std::make_pair(b.k, t);
+  };
+  const auto p = params("trn2");
+  REQUIRE(p.loop_buffers == 4);
+  auto depths = [&](int n) {
+    const auto [k, t] = kernel(n);
+    REQUIRE_NOTHROW(verify_kernel(k, p));
+    const auto plan = allocate_tiles(k, p);
+    std::vector<int> v;
+    for (int id : t) v.push_back(plan.tiles[static_cast<size_t>(id)].bufs);
+    return v;
+  };
+  CHECK(depths(1) == std::vector<int>{4});
+  CHECK(depths(2) == std::vector<int>{2, 2});
+  CHECK(depths(3) == std::vector<int>{1, 1, 2});
+}
+
+TEST_CASE("allocate: a site allocated n times in one loop body shares the depth", "[allocate][bufs]") {
+  // The tracer's kept loop with an inner loop unrolled in its body allocates one site (source line and call path)
+  // n times in one body, marked "site_count": n: together they rotate over compiler.loop_buffers = 4 storages
+  // (trn2), as the unrolled trace's tiles of the site do: ceil(4 / n) buffers each. Another tile keeps its 4.
+  auto depths = [](int n) {
+    KB b;
+    const int x = b.input("x", {128, 64});
+    const int y = b.output("y", {128, 64});
+    b.loop("i", 0, 8, 1, LoopKind::kSequential, 5);
+    std::vector<int> t;
+    for (int j = 0; j < n; ++j) t.push_back(b.tile(nm("t", static_cast<char>('a' + j)), {128, 64}, DType::kFloat32, 0, 6));
+    const int other = b.tile("o", {128, 64}, DType::kFloat32, 0, 7);
+    for (int id : t) {
+      b.op("dma_copy", {W(id), W(x)}, 8);
+      b.op("dma_copy", {W(y), W(id)}, 9);
+    }
+    b.op("dma_copy", {W(other), W(x)}, 10);
+    b.op("dma_copy", {W(y), W(other)}, 11);
+    b.end();
+    for (int id : t) b.k.tensors[static_cast<size_t>(id)].site_count = n;
+    const auto p = params("trn2");
+    REQUIRE_NOTHROW(verify_kernel(b.k, p));
+    const auto plan = allocate_tiles(b.k, p);
+    std::vector<int> v;
+    for (int id : t) v.push_back(plan.tiles[static_cast<size_t>(id)].bufs);
+    v.push_back(plan.tiles[static_cast<size_t>(other)].bufs);
+    return v;
+  };
+  CHECK(depths(1) == std::vector<int>{4, 4});
+  CHECK(depths(2) == std::vector<int>{2, 2, 4});
+  CHECK(depths(3) == std::vector<int>{2, 2, 2, 4});
+  CHECK(depths(4) == std::vector<int>{1, 1, 1, 1, 4});
+}
+
+TEST_CASE("allocate: an automatic depth is at most the tile's instances", "[allocate][bufs]") {
+  // compiler.loop_buffers = 4 (trn2): a tile of a loop of 2 trips gets 2 buffers, one of a loop of 3 nested in a
+  // loop of 2 (6 instances, rotating over both) 4, and one of a loop of 2 nested in a loop of 1 trip 2.
+  KB b;
+  const int x = b.input("x", {128, 64});
+  const int y = b.output("y", {128, 64});
+  const int i = b.loop("i", 0, 2, 1, LoopKind::kSequential, 5);
+  const int a = b.tile("a", {128, 64}, DType::kFloat32, 0, 6);
+  b.op("dma_copy", {W(a), W(x)}, 7);
+  b.op("dma_copy", {W(y), W(a)}, 8);
+  const int j = b.loop("j", 0, 3, 1, LoopKind::kSequential, 9);
+  const int c = b.tile("c", {128, 64}, DType::kFloat32, 0, 10);
+  b.op("dma_copy", {W(c), W(x)}, 11);
+  b.op("dma_copy", {W(y), W(c)}, 12);
+  b.end();
+  b.end();
+  const int o = b.loop("o", 0, 1, 1, LoopKind::kSequential, 13);
+  const int k2 = b.loop("k", 0, 2, 1, LoopKind::kSequential, 14);
+  const int d = b.tile("d", {128, 64}, DType::kFloat32, 0, 15);
+  b.op("dma_copy", {W(d), W(x)}, 16);
+  b.op("dma_copy", {W(y), W(d)}, 17);
+  b.end();
+  b.end();
+  (void)i, (void)j, (void)o, (void)k2;
+  const auto p = params("trn2");
+  REQUIRE_NOTHROW(verify_kernel(b.k, p));
+  const auto plan = allocate_tiles(b.k, p);
+  CHECK(plan.tiles[static_cast<size_t>(a)].bufs == 2);
+  CHECK(plan.tiles[static_cast<size_t>(c)].bufs == 4);
+  CHECK(plan.tiles[static_cast<size_t>(d)].bufs == 2);
 }
 
 TEST_CASE("allocate: the multi-buffering fallback follows the peak as it moves between loops", "[allocate][bufs]") {

@@ -61,7 +61,7 @@ const char* const kNested = R"({
     {"alloc": {"name": "bias", "buffer": "sbuf", "dtype": "float32", "shape": [128, 1]}},
     {"loop": {"var": "b", "start": 0, "stop": 4, "kind": "sequential", "loc": {"file": "n.py", "line": 5, "function": "f"}, "body": [
       {"loop": {"var": "h", "start": 1, "stop": -1, "step": -2, "kind": "static", "body": [
-        {"alloc": {"name": "t", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 2, 32], "bufs": 3,
+        {"alloc": {"name": "t", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 2, 32], "bufs": 3, "site_count": 2,
                    "loc": {"file": "n.py", "line": 7, "function": "f"}}},
         {"op": "dma_copy", "engine": "scalar", "dma_queue": 3,
          "dst": {"tensor": "t", "index": [{"size": 128}, {"start": 0, "size": 2}, {"start": 0, "size": 32, "step": 1}]},

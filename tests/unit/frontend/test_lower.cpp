@@ -175,7 +175,7 @@ TEST_CASE("lowering: nc_matmul becomes load_stationary + multiply_moving", "[low
   CHECK(s->source(v[1].loc).line == 20);
 }
 
-TEST_CASE("lowering: a tile allocated in a loop rotates between 2 buffers", "[lower][bufs]") {
+TEST_CASE("lowering: a tile allocated in a loop rotates over its buffers", "[lower][bufs]") {
   auto build = [](int bufs) {
     KB b;
     const int x = b.input("x", {512, 64});
@@ -193,16 +193,16 @@ TEST_CASE("lowering: a tile allocated in a loop rotates between 2 buffers", "[lo
     verify_kernel(k, s->params());
     Lowering l(k, *s);
     const auto& pl = l.placements()[2];
-    CHECK(pl.bufs == 2);
+    CHECK(pl.bufs == s->params().loop_buffers);  // 4 on trn2, one per iteration of the loop here
     CHECK(pl.stride >= 64 * 4);
     const auto v = drain(l);
     REQUIRE(v.size() == 8);
     for (size_t it = 0; it < 4; ++it) {
-      const int64_t expect = pl.offset + static_cast<int64_t>(it % 2) * pl.stride;
-      CHECK(v[2 * it].slot(0).offset == expect);      // load into buffer it % 2
+      const int64_t expect = pl.offset + static_cast<int64_t>(it % 4) * pl.stride;
+      CHECK(v[2 * it].slot(0).offset == expect);      // load into buffer it % 4
       CHECK(v[2 * it + 1].slot(1).offset == expect);  // store from the same buffer
-      CHECK(v[2 * it].dma_queue == engines::trigger_queue(s->params(), Engine::kSync, static_cast<int>(it % 2)));
-      CHECK(v[2 * it + 1].dma_queue == engines::trigger_queue(s->params(), Engine::kGpsimd, static_cast<int>(it % 2)));
+      CHECK(v[2 * it].dma_queue == engines::trigger_queue(s->params(), Engine::kSync, static_cast<int>(it % 4)));
+      CHECK(v[2 * it + 1].dma_queue == engines::trigger_queue(s->params(), Engine::kGpsimd, static_cast<int>(it % 4)));
       CHECK(v[2 * it].slot(1).offset == s->memory().hbm_tensor("x").addr + static_cast<int64_t>(it) * 128 * 64 * 4);
     }
   }
