@@ -2330,6 +2330,18 @@ def _allocates_tiles(body):
     return False
 
 
+def _expand_passes(n, dropped, g):
+    """Passes a piece of ``n`` iterations written out needs (Tracer._expand_piece): iteration k < n - 1 takes pass
+    (k - dropped) mod g (the pool's storages rotate with period g; ``dropped`` narrowed passes ran first), the last
+    iteration the last pass, which must have its phase: the least such index not below the others'. (A short piece
+    takes fewer than g passes: with g = 4 the flash attention sample's traced twice as many passes as with 2.)"""
+    need = max(((k - dropped) % g for k in range(min(n - 1, g))), default=-1)
+    m = (n - 1 - dropped) % g
+    while m < need:
+        m += g
+    return m + 1
+
+
 def _body_rec_index(recs):
     """Index in ``recs`` of the innermost loop being recorded that is not a pair loop (-1: none)."""
     j = len(recs) - 1
@@ -2683,6 +2695,7 @@ class Tracer:
                 rec.storages = []
                 rec.names, rec.local, rec.site_allocs = set(), set(), {}
                 self.body = []
+                site_snap = dict(self._site_last) if expand else None
                 hi = var.hi
                 for c in firsts:
                     yield Sym(c, ((var, coef),))
@@ -2697,7 +2710,13 @@ class Tracer:
                 if narrowed and expand and var.hi == var.lo:  # one iteration: this pass's body is it, as unrolled
                     bodies.append(self.body)
                     break
-                dropped += narrowed
+                if narrowed and expand:
+                    # A pass run again over a narrower range: its tiles are no iteration's, so the pool's rotation
+                    # goes back to where it was before it (with 4 storages per line, counting it as a dropped pass
+                    # took up to 3 more passes to come round to the first iteration's storages)
+                    self._site_last = site_snap
+                else:
+                    dropped += narrowed
                 if not narrowed:
                     if not expand and not pairs and (
                             ((split_from or var.hi != max(r[0], r[-1])) and _allocates_tiles(self.body))  # (r may descend)
@@ -2713,9 +2732,8 @@ class Tracer:
                                              "pattern: written out", key, expand=True)
                     bodies.append(self.body)
                     outside.append(rec.local.difference(_alloc_names(self.body)))
-                    if expand:  # more passes until the last one is the last iteration's (_expand_piece)
-                        g = self._group()
-                        passes = g + ((var.hi - var.lo) // var.step - dropped - (g - 1)) % g
+                    if expand:  # the passes the piece's iterations take (_expand_piece)
+                        passes = _expand_passes((var.hi - var.lo) // var.step + 1, dropped, self._group())
                 if len(bodies) < passes and not expand:
                     self._stale(rec.storages, key)  # tiles of a pass that is not the last: an earlier iteration's
                 if var.hi == var.lo:  # one iteration: run as unrolled
