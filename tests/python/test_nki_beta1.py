@@ -738,7 +738,7 @@ def test_tutorial_layernorm_v1_broadcast_loaded_once(b1):
 
 
 @pytest.mark.xfail(strict=True, reason="the pe_broadcast re-simulation (broadcasts free) overstates the fix: 12.0 us "
-                   "estimated, 0.7 us saved (docs/profiling.md, known limits)")
+                   "estimated, 0.7 us saved (docs/profiling.md, \"How the savings are estimated\")")
 def test_tutorial_layernorm_v1_broadcast_estimate_within_2x(b1):
     """Re-simulated with the broadcasts and their PSUM copies taking no time, LayerNorm v1 runs at its VectorE bound
     (118.1 against 130.1 us); the fix, gamma and beta loaded once, leaves a VectorE-bound kernel at 1.10x its bound
