@@ -742,3 +742,57 @@ def test_transposed_loads_are_not_small_transfers_and_the_roundtrip_comes_first(
     assert eff is None or here(line_of(src, "# TRANSPOSED")) not in lines(eff), lines(eff)
     saved = ph.total_time_ns - pc.total_time_ns
     assert saved > 0 and saved / 2 <= top["saving_ns"] <= 2 * saved, (top["saving_ns"], saved)
+
+
+def test_engine_bound_on_many_tiny_instructions_names_the_scan(b1):
+    """A recurrence stepped one column at a time (the Mamba tutorial's naive scan: a [128, 1] multiply-add and a
+    copy per position) keeps an engine busy with instructions at its minimum cost each: the engine_bound advice
+    says the time is in their number and names nisa.tensor_tensor_scan, which computes the row in one instruction
+    and saves about the estimate (an analyzer audit: fusing the ALU ops, the only advice then, saved a third of it).
+    The softmax whose element-wise work sits on VectorE (wide instructions) gets no such sentence."""
+    bnki, bnl, bnisa = b1
+
+    def stepwise(dA, dBx):
+        c, t_len = dA.shape
+        out = bnl.ndarray((c, t_len), dtype=bnl.float32, buffer=bnl.shared_hbm)
+        a = bnl.load(dA)
+        b = bnl.load(dBx)
+        h = bnl.ndarray((128, t_len), dtype=bnl.float32, buffer=bnl.sbuf)
+        state = bnl.zeros((128, 1), dtype=bnl.float32, buffer=bnl.sbuf)
+        for t in bnl.sequential_range(t_len):
+            state = bnl.add(bnl.multiply(state, a[:, t:t + 1]), b[:, t:t + 1])
+            h[:, t:t + 1] = bnl.copy(state)
+        bnl.store(out, value=h)
+        return out
+
+    def scanned(dA, dBx):
+        c, t_len = dA.shape
+        out = bnl.ndarray((c, t_len), dtype=bnl.float32, buffer=bnl.shared_hbm)
+        h = bnisa.tensor_tensor_scan(bnl.load(dA), bnl.load(dBx), initial=0.0, op0=np.multiply, op1=np.add)
+        bnl.store(out, value=h)
+        return out
+
+    rng = np.random.default_rng(0)
+    a = rng.uniform(0.5, 1.0, (128, 256)).astype(np.float32)
+    b = rng.standard_normal((128, 256)).astype(np.float32)
+    ref = np.zeros_like(b, dtype=np.float64)
+    s = np.zeros(128)
+    for t in range(256):
+        s = s * a[:, t] + b[:, t]
+        ref[:, t] = s
+    out_s, ps = bnki.jit(stepwise).simulate(a, b)
+    out_c, pc = bnki.jit(scanned).simulate(a, b)
+    np.testing.assert_allclose(out_s, ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out_c, ref, rtol=1e-4, atol=1e-4)
+    an = ps.analyze()
+    f = an.finding("engine_bound")
+    assert f is not None and an.findings[0]["kind"] == "engine_bound", an.text
+    assert "tensor_tensor_scan" in f["detail"], f["detail"]
+    assert dict(f["metrics"])["average_instruction_ns"] > 0
+    saved = ps.total_time_ns - pc.total_time_ns
+    assert saved / 2 <= f["saving_ns"] <= 2 * saved, (f["saving_ns"], saved)
+    # wide element-wise instructions: no such sentence
+    pair = next(p for p in P.PAIRS if p.kind == "engine_bound")
+    _, pv = pair.before.options(timing_only=True).simulate(*pair.inputs())
+    g = pv.analyze().finding("engine_bound")
+    assert g is not None and "tensor_tensor_scan" not in g["detail"], g
