@@ -264,14 +264,17 @@ Lowering::Lowering(const Kernel& k, Simulator& sim, const AllocationPlan* given)
     const memory::MemoryConfig& mem = sim.params().mem;
     const bool whole = sbuf_used == 0 && psum_used == 0 && sa.capacity() == mem.sbuf_bytes_per_partition &&
                        pa.capacity() == mem.psum_bytes_per_partition();
+    const int64_t bank = std::max<int64_t>(std::max<int64_t>(4, sim.params().dep_chunk_bytes),
+                                           sim.params().mem.psum_bank_bytes);
+    // A PSUM region after bytes already in use starts on the next bank: its plan has a bank less (the slack below).
+    const int64_t psum_slack = psum_used > 0 ? bank : 0;
     AllocationPlan own;
-    if (!given || !whole) own = allocate_tiles(k, sim.params(), sa.capacity() - sbuf_used, pa.capacity() - psum_used);
+    if (!given || !whole)
+      own = allocate_tiles(k, sim.params(), sa.capacity() - sbuf_used, pa.capacity() - psum_used - psum_slack);
     const AllocationPlan& plan = given && whole ? *given : own;
     placements_ = plan.tiles;
     warnings_ = plan.warnings;
     for (const std::string& w : warnings_) fmt::print(stderr, "nsim: warning: {}\n", w);
-    const int64_t bank = std::max<int64_t>(std::max<int64_t>(4, sim.params().dep_chunk_bytes),
-                                           sim.params().mem.psum_bank_bytes);
     for (Space sp : {Space::kSbuf, Space::kPsum}) {
       const bool psum = sp == Space::kPsum;
       const int64_t extent = psum ? plan.psum_extent : plan.sbuf_extent;
@@ -282,7 +285,7 @@ Lowering::Lowering(const Kernel& k, Simulator& sim, const AllocationPlan* given)
           parts = std::max(parts, k.tensors[static_cast<size_t>(pl.tensor)].shape.empty()
                                       ? int64_t{1}
                                       : k.tensors[static_cast<size_t>(pl.tensor)].shape[0]);
-      const int64_t slack = psum && psum_used > 0 ? bank : 0;  // fresh PSUM: the region starts at 0
+      const int64_t slack = psum ? psum_slack : 0;  // fresh PSUM: the region starts at 0
       const Operand o = sim.alloc_tile(sp, static_cast<uint32_t>(parts), {extent + slack}, DType::kUInt8);
       const int64_t base = psum ? round_up(o.offset, bank) : o.offset;
       for (TilePlacement& pl : placements_)

@@ -28,7 +28,8 @@ using isa::Space;
 
 namespace {
 
-constexpr int kMaxLoopDepth = 64;                // as Lowering (deeper nesting is E411 in verify_kernel)
+constexpr int kMaxLoopDepth = 64;
+constexpr int kMaxAutoDepth = 8;  // the largest compiler.loop_buffers / psum_loop_buffers (engines/params.def)                // as Lowering (deeper nesting is E411 in verify_kernel)
 constexpr int64_t kHuge = int64_t{1} << 50;      // saturation of one tile's bytes
 constexpr int64_t kSumCap = int64_t{1} << 52;    // saturation of sums of tile bytes
 constexpr size_t kListedTiles = 8;               // tiles named in an overflow message
@@ -773,6 +774,7 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
   // iterations). With one buffer it is live from its first access to its last.
   std::vector<int64_t> rot_lo(nt, -1), rot_hi(nt, -1);
   std::vector<int> rot_loop(nt, -1);
+  std::vector<int> instances_(nt, kMaxAutoDepth);  ///< the instances of a rotating tile, at most kMaxAutoDepth
   // A site allocated n times in one loop body (an inner loop the tracer unrolled, a loop it recorded a group of
   // iterations per pass: Tensor::site_count, the tracer's) rotates over the depth's storages in all, as the
   // unrolled trace's tiles of that site do: ceil(depth / n) automatic buffers each.
@@ -792,11 +794,22 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
     // An automatic depth needs no more buffers than the tile has instances (the trips of the loops around it).
     if (automatic[t] && init_bufs[t] > 1) {
       int64_t instances = 1;
-      for (int m = l; m >= 0 && instances < init_bufs[t]; m = w.up(m))
+      for (int m = l; m >= 0 && instances < kMaxAutoDepth; m = w.up(m))
         instances *= std::max<int64_t>(1, k.loops[static_cast<size_t>(m)].trip_count());
-      plan.tiles[t].bufs = init_bufs[t] = static_cast<int>(std::min<int64_t>(init_bufs[t], instances));
+      instances_[t] = static_cast<int>(std::min<int64_t>(instances, kMaxAutoDepth));
+      plan.tiles[t].bufs = init_bufs[t] = std::min(init_bufs[t], instances_[t]);
     }
   }
+  // The automatic depth of PSUM loop tile t when compiler.psum_loop_buffers is `d` (0: t has none: not automatic,
+  // not in a loop, or in PSUM with a manual depth), as worked out above.
+  const auto psum_depth = [&](size_t t, int d) {
+    const Tensor& ten = k.tensors[t];
+    if (!automatic[t] || ten.space != Space::kPsum || !plan.lifetimes[t].in_loop || init_bufs[t] <= 1) return 0;
+    const int n = ten.site_count;
+    int b = n > 1 && d > 1 ? std::max(1, (d + n - 1) / n) : d;
+    if (rot_loop[t] >= 0 && b > 1) b = std::min(b, instances_[t]);
+    return b;
+  };
 
   // Value-level live ranges, computed on demand (the fallback when whole-tile lifetimes do not fit).
   std::vector<Ivs> values(nt);
@@ -898,7 +911,8 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
 
     int64_t extent = 0, peak = 0, peak_at = 0;
     // One attempt: whole-tile lifetimes, or value-level ones (`split`). Returns the overflow error.
-    auto attempt = [&](bool split) -> std::optional<Error> {
+    // `fallback`: whether automatic depths may fall back when the tiles do not fit (else the attempt fails).
+    auto attempt = [&](bool split, bool fallback) -> std::optional<Error> {
       for (size_t t : ids) plan.tiles[t].bufs = init_bufs[t];
       // A tile's bytes and lifetime intervals: a function of its own placement only.
       const auto lay_out = [&](size_t t) {
@@ -980,6 +994,7 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
           }
           packed = true;
         }
+        if (!fallback) return Error(psum ? ErrorCode::kPsumOverflow : ErrorCode::kSbufOverflow, "(a deeper uniform depth)");
         // Fall back from automatic multi-buffering, one buffer at a time down to two, then to one buffer; largest
         // tiles first: those live at the peak while the peak does not fit, any while only the packing does not.
         // (Every tile at the peak keeps two buffers before any goes down to one: double buffering first.)
@@ -1050,12 +1065,29 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
       }
     };
 
-    std::optional<Error> err = attempt(false);
-    if (err && !stat) {
-      compute_values();
-      bool any = false;
-      for (size_t t : ids) any |= !values[t].empty();
-      if (any) err = attempt(true);
+    // PSUM: one depth for every automatic loop tile, the deepest that fits as it is, from
+    // compiler.psum_loop_buffers down to 2, before the fallback tile by tile (from 2 down to 1, as SBUF's goes
+    // below 2). Its 8 banks hold a few loop tiles: taken back tile by tile from a deeper depth, the tiles at the
+    // peak lost theirs first and the others kept theirs, and the one-buffer tiles then shared the banks left
+    // (the library's multi-head flash attention at 4: 11.3 -> 21.6 us; docs/timing-model.md "Buffers").
+    std::optional<Error> err;
+    bool uniform = psum && !stat && p.psum_loop_buffers > 2 &&
+                   std::any_of(ids.begin(), ids.end(), [&](size_t t) { return psum_depth(t, 2) != psum_depth(t, p.psum_loop_buffers); });
+    for (int d = uniform ? p.psum_loop_buffers : 2; uniform; --d) {
+      for (size_t t : ids)
+        if (const int b = psum_depth(t, d)) init_bufs[t] = b;
+      if (d <= 2) break;  // the fallback below
+      err = attempt(false, false);
+      if (!err) break;
+    }
+    if (!uniform || err) {
+      err = attempt(false, true);
+      if (err && !stat) {
+        compute_values();
+        bool any = false;
+        for (size_t t : ids) any |= !values[t].empty();
+        if (any) err = attempt(true, true);
+      }
     }
     if (err) throw *err;
     for (size_t t : ids) plan.tiles[t].offset = off[t];

@@ -345,28 +345,35 @@ TEST_CASE("allocate: PSUM tiles take whole banks and never straddle them", "[all
   b.op("tensor_copy", {W(s2), X(p2, {D(0, 128), D(0, 512)})});
   b.op("dma_copy", {X(c, {D(0, 128), D(A(j, 512, 512), 512)}), W(s2)});
   b.end();
-  const auto p = params("trn2");
+  // compiler.psum_loop_buffers = 4: as many buffers as the loops' trips (3 and 2).
+  const std::vector<std::string> four = {"compiler.psum_loop_buffers=4"};
+  const auto p = params("trn2", four);
   REQUIRE_NOTHROW(verify_kernel(b.k, p));
-  // With 4 banks available the loops' tiles (2 x 1 bank, then 2 x 2 banks) must share banks.
+  // With 4 banks available the loops' tiles (3 x 1 bank: one buffer per trip of loop i, then 2 x 2 banks) must
+  // share banks.
   const auto plan = allocate_tiles(b.k, p, -1, 8192);
   const TilePlacement& q1 = plan.tiles[static_cast<size_t>(p1)];
   const TilePlacement& q2 = plan.tiles[static_cast<size_t>(p2)];
   CHECK(q1.stride == 2048);
-  CHECK(q1.bufs == 2);
+  CHECK(q1.bufs == 3);
   CHECK(q2.stride == 4096);
   CHECK(q2.bufs == 2);
   for (const TilePlacement* q : {&q1, &q2}) CHECK(q->offset % 2048 == 0);
   CHECK(overlap(q1, q2));  // disjoint lifetimes share banks
   CHECK(plan.psum_peak == 8192);
   // With all 8 banks, loop j's tiles take banks loop i never used (no write-after-read wait on p1's
-  // last eviction): 2 + 4 banks, the peak stays 8192 (one loop at a time).
+  // last eviction): 3 + 4 banks (compiler.psum_loop_buffers = 4: p1 gets one buffer per trip, 3; p2 two, its
+  // trips), the peak stays 8192 (one loop at a time).
   const auto roomy = allocate_tiles(b.k, p);
   CHECK_FALSE(overlap(roomy.tiles[static_cast<size_t>(p1)], roomy.tiles[static_cast<size_t>(p2)]));
-  CHECK(roomy.psum_extent == 6 * 2048);
+  CHECK(roomy.tiles[static_cast<size_t>(p1)].bufs == 3);
+  CHECK(roomy.psum_extent == 7 * 2048);
   CHECK(roomy.psum_peak == 8192);
 
-  // On a simulator whose PSUM already holds 100 bytes, the region still starts on a bank.
-  auto s = make_sim(false);
+  // On a simulator whose PSUM already holds 100 bytes, the region still starts on a bank, and the plan has the
+  // banks after it: 7, where the 7 banks of the plan above would need 8 with the one the region starts after (the
+  // loops then fall back to 2 buffers each: 2 + 4 banks).
+  auto s = make_sim(false, four);
   s->alloc_tile(Space::kPsum, 128, {25}, DType::kFloat32);
   const int64_t used = s->memory().allocator(Space::kPsum).used();
   Lowering l(b.k, *s);
@@ -667,7 +674,9 @@ TEST_CASE("allocate: when PSUM is short, tiles of one allocation site rotate ove
   b.end();
   b.op("dma_copy", {W(y), W(sb)}, 60);
   b.end();
-  const auto p = params("trn2");
+  // (With compiler.psum_loop_buffers = 4, loop j's tiles hold 4 banks across loop j alone and everything fits
+  // without sharing: the case is two buffers per loop tile, the presets'.)
+  const auto p = params("trn2", {"compiler.psum_loop_buffers=2"});
   REQUIRE_NOTHROW(verify_kernel(b.k, p));
   const auto plan = allocate_tiles(b.k, p);
   auto tile = [&](int t) { return plan.tiles[static_cast<size_t>(t)]; };
@@ -776,6 +785,53 @@ TEST_CASE("allocate: automatic depths step down to double buffering before any t
   CHECK(depths(1) == std::vector<int>{4});
   CHECK(depths(2) == std::vector<int>{2, 2});
   CHECK(depths(3) == std::vector<int>{1, 1, 2});
+}
+
+TEST_CASE("allocate: PSUM loop tiles share one depth, the deepest that fits, before any falls back alone",
+          "[allocate][bufs][psum]") {
+  // `n` one-bank PSUM tiles (fp32 [128, 512]) written by a matmul and evacuated in a loop of 8 trips, trn2 with
+  // compiler.psum_loop_buffers = 4 (8 banks). Every loop tile gets the same depth, the deepest of 4, 3, 2 at
+  // which they all fit as they are:
+  //   1 tile: 4 banks; 2 tiles: 4 + 4 = 8 banks: both at 4.
+  //   3 tiles: 4 x 3 = 12 and 3 x 3 = 9 banks do not fit, 2 x 3 = 6 do: 2, 2, 2. (Taken back tile by tile from 4,
+  //   the tiles would end at 2, 2, 4: the last one deeper than the others, which at 4 tiles and more left the
+  //   one-buffer tiles sharing the banks the deeper ones left: docs/timing-model.md "Buffers".)
+  //   5 tiles: 2 x 5 = 10 banks do not fit: from 2 the tile-by-tile fallback, first tiles first: 1, 1, 2, 2, 2.
+  auto depths = [](int n, const std::vector<std::string>& overrides) {
+    KB b;
+    const int a = b.input("a", {128, 512}, DType::kBFloat16);
+    const int y = b.output("y", {128, 512});
+    const int at = b.tile("at", {128, 512}, DType::kBFloat16, 0, 5);
+    const int sb = b.tile("sb", {128, 512}, DType::kFloat32, 0, 6);
+    b.op("dma_copy", {W(at), W(a)}, 7);
+    b.loop("i", 0, 8, 1, LoopKind::kSequential, 8);
+    std::vector<int> t;
+    for (int j = 0; j < n; ++j) {
+      t.push_back(b.psum(nm("p", static_cast<char>('a' + j)), {128, 512}, 0, 10 + 3 * j));
+      b.op("nc_matmul", {W(t.back()), X(at, {D(0, 128), D(0, 128)}), W(at)}, 11 + 3 * j);
+      b.op("tensor_copy", {W(sb), W(t.back())}, 12 + 3 * j);
+    }
+    b.end();
+    b.op("dma_copy", {W(y), W(sb)}, 60);
+    const auto p = params("trn2", overrides);
+    REQUIRE_NOTHROW(verify_kernel(b.k, p));
+    const auto plan = allocate_tiles(b.k, p);
+    std::vector<int> v;
+    for (int id : t) v.push_back(plan.tiles[static_cast<size_t>(id)].bufs);
+    return v;
+  };
+  const std::vector<std::string> four = {"compiler.psum_loop_buffers=4"};
+  CHECK(depths(1, four) == std::vector<int>{4});
+  CHECK(depths(2, four) == std::vector<int>{4, 4});
+  CHECK(depths(3, four) == std::vector<int>{2, 2, 2});
+  CHECK(depths(5, four) == std::vector<int>{1, 1, 2, 2, 2});
+  // The presets' 2: every tile double-buffered while 8 banks allow.
+  REQUIRE(params("trn2").psum_loop_buffers == 2);
+  CHECK(depths(3, {}) == std::vector<int>{2, 2, 2});
+  CHECK(depths(5, {}) == std::vector<int>{1, 1, 2, 2, 2});
+  // compiler.psum_loop_buffers = 3: 3 tiles at 3 = 9 banks do not fit either; 2 tiles at 3 do.
+  CHECK(depths(2, {"compiler.psum_loop_buffers=3"}) == std::vector<int>{3, 3});
+  CHECK(depths(3, {"compiler.psum_loop_buffers=3"}) == std::vector<int>{2, 2, 2});
 }
 
 TEST_CASE("allocate: a site allocated n times in one loop body shares the depth", "[allocate][bufs]") {
