@@ -517,13 +517,13 @@ engines::Footprints::Footprint Simulator::dma_footprint(const Instr& in, const S
 }
 
 void Simulator::schedule_asap(const Instr& in, const Sig& sig, const engines::DepTracker::Regions& on_deps, uint8_t cls,
-                              Ps dur) {
+                              Ps dur, Ps read) {
   // The regions found for deps_ name the same chunks of asap_ (both trackers grow HBM together).
   engines::DepTracker::Regions rg;
   if (asap_->same_layout(deps_)) asap_->rebased(on_deps, deps_, rg);
   else sig_regions(in, sig, *asap_, rg);
-  const Ps end = asap_->ready(cls, rg).time + dur;
-  asap_->record(cls, seq_, rg, end, end);
+  const Ps start = asap_->ready(cls, rg).time, end = start + dur;
+  asap_->record(cls, seq_, rg, read < 0 ? end : start + read, end);
   asap_end_ = std::max(asap_end_, end);
 }
 
@@ -548,8 +548,8 @@ InstrTiming Simulator::schedule_stream(const Instr& in, const Sig& sig) {
   const Ps free = stream_.next_issue(in.engine);
   const engines::StreamEngines::Issue is = stream_.issue(sig.plan, in.engine, std::max(rd.time, not_before_));
   const Ps end = is.start + is.busy + is.latency;
-  deps_.record(cls, seq_, rg, end, end);
-  if (asap_) schedule_asap(in, sig, rg, cls, end - is.start);
+  deps_.record(cls, seq_, rg, is.start + is.busy, end);
+  if (asap_) schedule_asap(in, sig, rg, cls, end - is.start, is.busy);
   InstrTiming t{is.start, end, is.start + is.busy};
   set_wait(t, rd, free, seq_);
   t.flops = sig.flops;
@@ -629,8 +629,8 @@ InstrTiming Simulator::schedule_tensor(const Instr& in, const Sig& sig) {
   const Ps free = tensor_.next_issue();
   const engines::TensorEngine::Issue is = tensor_.issue(in, std::max(rd.time, not_before_));
   const engines::TensorPipes::Slot& s = is.slot;
-  deps_.record(cls, seq_, rg, s.end, s.end);
-  if (asap_) schedule_asap(in, sig, rg, cls, s.end - s.start);
+  deps_.record(cls, seq_, rg, s.start + s.ii, s.end);
+  if (asap_) schedule_asap(in, sig, rg, cls, s.end - s.start, s.ii);
   InstrTiming t{s.start, s.end, s.start + s.ii};
   set_wait(t, rd, free, seq_);
   t.flops = is.flops;

@@ -376,9 +376,10 @@ class Simulator {
   /// Note the HBM sides of `in` (instruction seq_, of dependency class `cls`, done at `end`) in hbm_writes_ /
   /// hbm_reads_.
   void note_hbm(const isa::Instr& in, uint8_t cls, sim::Ps end);
-  /// Dependency-bound schedule of one instruction of class `cls` that took `dur` (SimOptions::dependency_bound).
+  /// Dependency-bound schedule of one instruction of class `cls` that took `dur` (SimOptions::dependency_bound) and
+  /// read its operands in its first `read` (< 0: until its end), as deps_ records it.
   void schedule_asap(const isa::Instr& in, const Sig& sig, const engines::DepTracker::Regions& on_deps, uint8_t cls,
-                     sim::Ps dur);
+                     sim::Ps dur, sim::Ps read = -1);
 
   sim::Config cfg_;
   engines::CoreParams p_;

@@ -220,7 +220,10 @@ def test_sweep_runs_the_configurations(at):
     """``nsim.sweep`` over TILES_IN_BLOCK_K x loop_order (kernel.json of each point from ``Kernel.to_json``),
     timing-only, one row per point in grid order: every row ok, its ``memory.hbm_read_bytes`` the traffic model
     and its ``total_time`` the time of the same configuration run directly; within a loop order a deeper K
-    block is not slower (fewer PSUM evictions and longer loads, the same bytes)."""
+    block is not slower (fewer PSUM evictions and longer loads, the same bytes) beyond the list scheduler's 1 %:
+    MNK 21,971 / 22,056 / 18,951 ns, KMN 24,584 / 22,243 / 16,036 ns at K blocks of 1, 2, 4 tiles (MNK's first
+    23,779 ns until 2026-12-05, when an eviction began to free its PSUM tile at its last read, not its end, which
+    helps the configuration with the most evictions most)."""
     from nsim.sweep import sweep
     mod = at[0]
     a, b = _inputs(512, 512, 1024, BF16, True)
@@ -240,4 +243,4 @@ def test_sweep_runs_the_configurations(at):
         assert r["total_time"] == pytest.approx(_run(mod, a, b, cfg).total_time_ns, rel=1e-9)
     for order in grid["loop_order"]:
         times = [r["total_time"] for r in rows if r["loop_order"] == order]
-        assert times[0] >= times[1] >= times[2], (order, times)
+        assert 1.01 * times[0] >= times[1] >= times[2] and times[2] < times[0], (order, times)

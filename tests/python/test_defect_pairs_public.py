@@ -84,6 +84,12 @@ ANALYZER_XFAIL = {
                            "busy time only; the exp line (13.7 us + the 1.33 us table load) precedes the movable "
                            "activation copy (13.7 us) that the finding's advice ('take plain arithmetic off ScalarE') "
                            "is about",
+    "colsum_by_pe_transpose": "kind: the fix replaces both the PE transposes and the VectorE reductions of the "
+                              "transposed tiles by ones-vector matmuls; pe_transpose's what-if frees only the "
+                              "transposes and their PSUM copies (77.0 -> 61.0 us re-simulated, the fix 37.1 us), so "
+                              "engine_bound (VectorE, 24.0 us) comes first since a write-after-read waits for the "
+                              "reader's last read (2026-12-05; the kernel 98.2 -> 77.0 us, when pe_transpose's 37.2 "
+                              "us came first)",
 }
 
 

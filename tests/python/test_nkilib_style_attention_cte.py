@@ -190,10 +190,11 @@ def _window_matmuls(S, W):
 def test_sliding_window_matmuls_scale_with_w_not_s(cte):
     """W = 256: from the third query tile on every tile runs 1 Q.K^T block and 3 P.V pieces, so doubling S adds
     4 matmuls per added tile (linear), where causal attention adds a growing number; W = 512 runs 7 per tile.
-    The windowed kernel at S = 2048 runs under 40 % of the causal matmuls but takes about 65 % of its time: every
+    The windowed kernel at S = 2048 runs under 40 % of the causal matmuls but takes about 70 % of its time (35.5
+    against 50.6 us; 65 % until a write-after-read began to wait for the reader's last read, 2026-12-05): every
     one of its blocks is masked twice (affine_select, then the iota mask's three instructions), which keeps GpSimd
     about as busy as VectorE (GpSimd-bound at W = 256; at W = 512 and S = 2048 VectorE is 7 % busier) where the
-    causal kernel is VectorE-bound with GpSimd at under half of it. Its time doubles from S = 1024 to 2048
+    causal kernel is VectorE-bound with GpSimd at about half of it. Its time doubles from S = 1024 to 2048
     where the causal kernel's grows 2.4x or more."""
     counts = {}
     for S, W in ((1024, 256), (2048, 256), (2048, 512)):
@@ -213,12 +214,13 @@ def test_sliding_window_matmuls_scale_with_w_not_s(cte):
         _, pc = _run(cte.attention_cte, (q, k, v), causal=True)
         causal[S] = (_matmuls(pc), pc.total_time_ns)
         assert pc.bound == "vector", (S, pc.bound)
-        assert pc.stat("engine.gpsimd.busy_time") < pc.stat("engine.vector.busy_time") / 2
+        # (the engine placement's split, S = 2048: GpSimd 6,547 against VectorE 12,800 ns busy)
+        assert pc.stat("engine.gpsimd.busy_time") < 0.55 * pc.stat("engine.vector.busy_time")
     assert causal[2048][0] == _cte_matmuls(2048, True) and counts[2048, 256][0] < 0.4 * causal[2048][0]
     # time: the window's doubles with S (within 10 %), causal attention's grows faster
     assert counts[2048, 256][1] < 2.2 * counts[1024, 256][1], counts
     assert causal[2048][1] > 2.4 * causal[1024][1], causal
-    assert counts[2048, 256][1] < 0.7 * causal[2048][1], (counts, causal)
+    assert counts[2048, 256][1] < 0.75 * causal[2048][1], (counts, causal)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -241,8 +241,9 @@ def test_linear_bwd_structure_and_timing(tb, tbn):
     move (the DMA reads the old grads itself); the load -> add -> store chain has three dependent steps with a
     DMA setup + completion latency (~1.1 us) before the add, the RMW store one, but the accumulating transfer moves
     its bytes at half a copy's rate (neuroncore.md 3.3, ``dma.compute_eff`` = 0.5 on v2/v3): the two come out
-    within 5 % of each other on trn2 (23.2 against 22.9 us when this was written; with the RMW at a copy's rate,
-    as nsim costed it before 2026-12-05, the RMW kernel was the faster)."""
+    within 6 % of each other on trn2 (23.2 against 22.9 us when this was written; with the RMW at a copy's rate,
+    as nsim costed it before 2026-12-05, the RMW kernel was the faster; 20.4 against 21.5 us since a write-after-read
+    waits for the reader's last read, not its end, 2026-12-05)."""
     T, K, N = 512, 256, 1024
     x, dy, gw, gb = _linear_inputs(T, K, N, BF16, seed=9)
     NT, KK, NN = T // 128, K // 128, N // 512
@@ -284,7 +285,7 @@ def test_linear_bwd_structure_and_timing(tb, tbn):
         return prof.total_time_ns
     t_new, t_b1, t_rmw = t(kn), t(kb), t(kr)
     assert t_new < 0.8 * t_b1, (t_new, t_b1)
-    assert abs(t_rmw - t_b1) < 0.05 * t_b1, (t_rmw, t_b1)
+    assert abs(t_rmw - t_b1) < 0.06 * t_b1, (t_rmw, t_b1)
 
 
 def _core_ops(kernel):
