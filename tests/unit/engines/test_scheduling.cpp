@@ -101,6 +101,42 @@ TEST_CASE("WAR: a DMA overwriting a buffer waits for its last reader", "[timing]
   CHECK(ns(iv.end - iv.issue) == Approx(100 / 0.96).margin(0.01));
 }
 
+TEST_CASE("WAR after a matmul: the moving tile is free once TensorE has streamed it in", "[timing][deps]") {
+  // A matmul reads its moving tile during its II (N = 512 columns: 512 cycles at 2.4 GHz = 213.3 ns, trn2 with the
+  // power throttle off); its fixed latency after that writes PSUM. A VectorE write of the moving tile waits for
+  // start + II + 30 ns, not the matmul's end; a VectorE read of the PSUM result waits for the end (RAW).
+  SimOptions o;
+  o.numerics = false;
+  o.dependency_bound = true;
+  auto run = [&](bool read_back) {
+    auto s = Simulator::from_preset("trn2", {"tensor.throttle.enabled=false"}, o);
+    Operand st = s->alloc_tile(Space::kSbuf, 128, {128}, DType::kBFloat16);
+    Operand mv = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
+    Operand ps = s->alloc_tile(Space::kPsum, 128, {512}, DType::kFloat32);
+    Operand sb = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kFloat32);
+    const InstrTiming ls = s->submit(instr(Opcode::kLoadStationary, Engine::kTensor, {st}));
+    const InstrTiming mm = s->submit(instr(Opcode::kMultiplyMoving, Engine::kTensor, {ps, mv}));
+    const InstrTiming wv = s->submit(instr(Opcode::kMemset, Engine::kVector, {mv}));
+    CHECK(ns(mm.issue - mm.start) == Approx(512 / 2.4).margin(0.01));
+    CHECK(mm.issue < mm.end);
+    CHECK(wv.start == mm.issue + 30'000);
+    if (read_back) {
+      const InstrTiming rd = s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {sb, ps}));
+      CHECK(rd.start >= mm.end + 30'000);
+    }
+    s->finish();
+    if (!read_back) {
+      // The dependency bound (no engine queues, every instruction when its operands allow) takes the same rule:
+      // the memset from the matmul's II + 30 ns, the matmul from 0 (the stationary load writes no memory).
+      const sim::Ps want = std::max({ls.end - ls.start, mm.end - mm.start, (mm.issue - mm.start) + 30'000 + (wv.end - wv.start)});
+      CHECK(s->dependency_bound() == want);
+      CHECK(want < (mm.end - mm.start) + 30'000 + (wv.end - wv.start));
+    }
+  };
+  run(false);
+  run(true);
+}
+
 TEST_CASE("WAW in HBM: a DMA waits for an earlier DMA's write of the same bytes, not of other bytes", "[timing][deps]") {
   // Stores of [128, 32] fp32 column blocks of out [128, 1024] on four queues: each block's rows span every other
   // block's byte extent (and share its 4 KiB dependency chunks), but no byte is written twice: no store waits for
