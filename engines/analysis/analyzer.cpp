@@ -61,6 +61,10 @@ struct LineAgg {
   uint64_t reuse_waits = 0;  ///< loads into the buffer of this line's previous load that waited for compute
   Ps reuse_wait = 0;         ///< how long they waited for it
   isa::Operand last_load;    ///< the on-chip destination of this line's previous load
+  uint64_t psum_reuse_waits = 0;  ///< matmuls opening a group in the PSUM tile of this line's previous group that
+                                  ///< waited for its evacuation
+  Ps psum_reuse_wait = 0;         ///< how long they waited for it
+  isa::Operand last_psum;         ///< the PSUM destination of this line's previous group-opening matmul
   // TensorE
   uint64_t mm_count = 0, underfill = 0, fp32 = 0, transposes = 0, broadcasts = 0;
   uint64_t onchip_transposes = 0;  ///< PE transposes of tiles computed on chip (not counted in `transposes`)
@@ -609,6 +613,25 @@ void Analyzer::State::on_tensor(const Instr& in, const InstrTiming& t, LineAgg& 
     return;
   }
   forget_overwritten(in);  // its PSUM output (a transpose's or a broadcast's is remembered)
+  // A matmul opening an accumulation group (or a PE transpose) in the very PSUM tile of this line's previous one,
+  // which waited for an engine reading that tile out: one PSUM buffer for every iteration (a tile allocated
+  // before the loop), so this group could not fill while the previous one was evacuated. As for loads
+  // (on_dma): counted when it started within the evacuation's duration of the release; it lost the part of
+  // the evacuation before its start.
+  const Operand& out = in.slot(0);
+  if (out.space == Space::kPsum && !(in.flags & isa::kAccumulate)) {
+    const bool same_buffer = la.last_psum.present() && same_view(la.last_psum, out);
+    la.last_psum = out;
+    if (same_buffer && t.waited_for >= 0 && t.waited_class != static_cast<uint8_t>(Engine::kTensor) &&
+        t.waited_class != kClassDma && static_cast<uint64_t>(t.waited_for) < recs.size()) {
+      const Rec reader = recs[static_cast<size_t>(t.waited_for)];
+      const Ps dur = reader.end - reader.start;
+      if (dur > 0 && t.start <= t.ready + dur) {
+        ++la.psum_reuse_waits;
+        la.psum_reuse_wait += std::clamp<Ps>(std::min(t.ready, t.start) - reader.start, 0, dur);
+      }
+    }
+  }
   const PeResults::Kind helper = PeResults::helper_kind(in);
   if (helper == PeResults::kTranspose) {  // a transpose on the PE array
     // Of a tile loaded from HBM as stored: a transposed load would do. Of a tile computed on chip: the PE array is
@@ -1035,27 +1058,51 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     Finding f;
     f.kind = "single_buffer";
     uint64_t n = 0;
+    uint64_t n_psum = 0;
     for (size_t i = 1; i < s.lines.size(); ++i) {
       const LineAgg& la = s.lines[i];
-      if (!la.reuse_waits) continue;
-      const double save = ns(la.reuse_wait);
-      n += la.reuse_waits;
-      f.saving_ns += save;
-      f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.reuse_waits, save,
-                         fmt::format("{} loads waited {:.0f} ns for compute instructions to finish with their "
-                                     "destination buffer",
-                                     la.reuse_waits, save)});
+      if (la.reuse_waits) {
+        const double save = ns(la.reuse_wait);
+        n += la.reuse_waits;
+        f.saving_ns += save;
+        f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.reuse_waits, save,
+                           fmt::format("{} loads waited {:.0f} ns for compute instructions to finish with their "
+                                       "destination buffer",
+                                       la.reuse_waits, save)});
+      }
+      if (la.psum_reuse_waits) {
+        const double save = ns(la.psum_reuse_wait);
+        n_psum += la.psum_reuse_waits;
+        f.saving_ns += save;
+        f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.psum_reuse_waits, save,
+                           fmt::format("{} TensorE instructions waited {:.0f} ns for the previous result in their "
+                                       "PSUM tile to be read out",
+                                       la.psum_reuse_waits, save)});
+      }
     }
-    if (n) {
+    if (n || n_psum) {
+      std::stable_sort(f.lines.begin(), f.lines.end(),
+                       [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
       // Overlapping the loads with compute cannot make the kernel faster than its busiest resource.
       f.saving_ns = std::min(f.saving_ns, std::max(0.0, total - verdict.bounds.front().ns));
-      f.title = fmt::format("{} loads wait for compute to release their buffer (no double buffering)", n);
-      f.detail = "Each of these loads overwrites a tile that compute instructions are still reading, so the next "
-                 "tile's load cannot overlap this tile's compute. Give the tile more than one buffer: allocate it "
-                 "inside the loop body (nl.ndarray in the loop; the compiler model rotates loop-body tiles over "
-                 "buffers when SBUF allows; kernel.json `bufs` sets the depth; Beta 1: allocate with nl.ndarray "
-                 "inside the loop too) instead of once before the loop.";
-      f.metrics = {{"loads", static_cast<double>(n)}};
+      f.title = n && n_psum ? fmt::format("{} loads and {} matmuls wait for their buffer to be released (no double "
+                                          "buffering)", n, n_psum)
+                : n ? fmt::format("{} loads wait for compute to release their buffer (no double buffering)", n)
+                    : fmt::format("{} matmuls wait for their PSUM tile to be read out (no double buffering)", n_psum);
+      f.detail = n ? "Each of these loads overwrites a tile that compute instructions are still reading, so the next "
+                     "tile's load cannot overlap this tile's compute. Give the tile more than one buffer: allocate it "
+                     "inside the loop body (nl.ndarray in the loop; the compiler model rotates loop-body tiles over "
+                     "buffers when SBUF allows; kernel.json `bufs` sets the depth; Beta 1: allocate with nl.ndarray "
+                     "inside the loop too) instead of once before the loop."
+                   : std::string();
+      if (n_psum)
+        f.detail += std::string(n ? " " : "") +
+                    "Each of these matmuls (or PE transposes) starts a new result in the PSUM tile whose previous "
+                    "result an engine is still reading out, so TensorE cannot fill the next tile while this one is "
+                    "evacuated. Allocate the PSUM tile inside the loop body (nl.ndarray(..., buffer=nl.psum) in the "
+                    "loop: the compiler model gives it compiler.psum_loop_buffers rotating banks) instead of once "
+                    "before the loop.";
+      f.metrics = {{"loads", static_cast<double>(n)}, {"matmuls", static_cast<double>(n_psum)}};
       r.findings.push_back(std::move(f));
     }
   }

@@ -276,6 +276,36 @@ def _exp_rows(double_buffered):
     return exp_rows
 
 
+# ------------------------------------------------------ 8b. one PSUM tile for every matmul group
+def _psum_rows(double_buffered):
+    """relu(xT^T @ w) in [128, 512] output blocks, K = 256 accumulated in PSUM, ScalarE reading each block out."""
+    @nki.jit
+    def mm_relu(xT, w):
+        k, m = xT.shape
+        _, n = w.shape
+        kt = k // 128
+        out = nl.ndarray((m, n), nl.bfloat16, buffer=nl.shared_hbm)
+        xs = nl.ndarray((128, kt, m), xT.dtype, buffer=nl.sbuf)
+        ws = nl.ndarray((128, kt, n), w.dtype, buffer=nl.sbuf)
+        for t in nl.affine_range(kt):
+            nisa.dma_copy(dst=xs[:, t, :], src=xT[t * 128:(t + 1) * 128, :])
+            nisa.dma_copy(dst=ws[:, t, :], src=w[t * 128:(t + 1) * 128, :])
+        if not double_buffered:
+            ps = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)  # allocated once: one bank for every block
+        for i in nl.affine_range(m // 128):
+            for j in nl.affine_range(n // 512):
+                if double_buffered:
+                    ps = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)  # in the loop: rotating banks
+                for t in nl.affine_range(kt):
+                    nisa.nc_matmul(dst=ps, stationary=xs[:, t, i * 128:(i + 1) * 128],  # DEFECT
+                                   moving=ws[:, t, j * 512:(j + 1) * 512])
+                res = nl.ndarray((128, 512), nl.bfloat16, buffer=nl.sbuf)
+                nisa.activation(dst=res, op=nl.relu, data=ps)
+                nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, j * 512:(j + 1) * 512], src=res)
+        return out
+    return mm_relu
+
+
 # --------------------------------------------------------- 9. softmax: exp and sum in separate passes
 @nki.jit
 def softmax_two_pass(x):
@@ -323,6 +353,9 @@ PAIRS = [
          "bias loaded onto every partition by one stride-0 DMA, added while evacuating PSUM"),
     Pair("no double buffering", "single_buffer", _exp_rows(False), _exp_rows(True),
          lambda: (_rand((1024, 2048), BF16),), "input tile allocated inside the loop (rotating buffers)"),
+    Pair("one PSUM tile for every matmul group", "single_buffer", _psum_rows(False), _psum_rows(True),
+         lambda: (_rand((256, 2048), BF16), _rand((256, 4096), BF16, 1)),
+         "PSUM tile allocated inside the loop (rotating banks)"),
     Pair("softmax: exp and sum in separate passes", "split_reduce", softmax_two_pass, softmax_fused,
          lambda: (_rand((512, 2048), BF16),), "row sums accumulated by the exp activation (reduce_res=)"),
     Pair("naive vs flash attention (S=1024, d=128)", "hbm_roundtrip", A.attention_naive, A.flash_attention,

@@ -24,3 +24,18 @@ def test_pair(pair):
     assert m["saved_ns"] / 2 <= top["saving_ns"] <= 2 * m["saved_ns"], (pair.name, top["saving_ns"], m["saved_ns"])
     after = m["after_finding"]
     assert after is None or after["saving_ns"] < top["saving_ns"] / 4, (pair.name, after)
+
+
+def test_psum_pair_numerics():
+    """The PSUM single-buffer pair computes relu(xT^T @ w) either way (bf16 output, fp32 PSUM accumulation)."""
+    import numpy as np
+    from conftest import run_clean
+    pair = next(p for p in P.PAIRS if p.kind == "single_buffer" and "PSUM" in p.name)
+    xT, w = (a[:, :1024] for a in pair.inputs())  # (K = 256) x 1024 by (K = 256) x 1024: 8 x 2 output blocks
+    want = np.maximum(xT.astype(np.float64).T @ w.astype(np.float64), 0)
+    # (the one-tile kernel reuses its PSUM tile across affine_range iterations: the sanitizer's NSIM-W504 says so)
+    with pytest.warns(UserWarning, match="NSIM-W504"):
+        before = pair.before(xT, w)
+    for got in (before, run_clean(pair.after, xT, w)):
+        got = np.asarray(got, np.float64)
+        assert np.abs(got - want).max() <= 1e-2 * np.abs(want).max()
