@@ -65,6 +65,9 @@ struct LineAgg {
                                   ///< waited for its evacuation
   Ps psum_reuse_wait = 0;         ///< how long they waited for it
   isa::Operand last_psum;         ///< the PSUM destination of this line's previous group-opening matmul
+  /// ScalarE busy time of plain arithmetic and copies (no activation function: tensor_scalar, tensor_copy, an
+  /// activation with `copy`): work another engine could do or the producing activation could fold in.
+  Ps scalar_plain = 0;
   // TensorE
   uint64_t mm_count = 0, underfill = 0, fp32 = 0, transposes = 0, broadcasts = 0;
   uint64_t onchip_transposes = 0;  ///< PE transposes of tiles computed on chip (not counted in `transposes`)
@@ -691,6 +694,12 @@ void Analyzer::State::forget_overwritten(const Instr& in) {
 
 void Analyzer::State::on_elementwise(const Instr& in, const InstrTiming& t, LineAgg& la) {
   const int reduce_res = 4;  // activation's reduce_res slot (isa/opcodes.def)
+  if (in.engine == Engine::kScalar) {
+    const isa::CostClass cls = isa::op_info(in.op).cost;
+    const bool function = (cls == isa::CostClass::kActivation || cls == isa::CostClass::kActivationReduce) &&
+                          in.act != isa::ActFunc::kCopy;
+    if (!function) la.scalar_plain += t.issue - t.start;
+  }
   // A copy out of a PE transpose's or a partition broadcast's PSUM result: part of the helper's cost (the
   // fixes, a transposed load or a stride-0 DMA, need neither).
   switch (pe.copy_of(in)) {
@@ -1364,11 +1373,23 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       f.detail = fmt::format("No other resource needs more than {:.0f} ns ({}).{} {}{}{} Its busiest lines:", next,
                              verdict.bounds.size() > 1 ? verdict.bounds[1].name : "-", useful, advice, small_advice,
                              trigger_advice);
+      // On ScalarE, the lines whose work is plain arithmetic or copies (what the advice moves off it or folds into an
+      // activation) come first, by that time; then the others by busy time (an exp needs ScalarE: its line, busier,
+      // came first and the copy the advice is about second).
+      std::vector<std::pair<Ps, size_t>> order;
+      const bool scalar = static_cast<Engine>(engine) == Engine::kScalar;
       for (size_t i = 1; i < s.lines.size(); ++i)
-        if (s.lines[i].busy[ei] > 0)
-          f.lines.push_back({loc_of(static_cast<uint32_t>(i)), s.lines[i].count[ei], ns(s.lines[i].busy[ei]),
-                             fmt::format("{} instructions, {:.0f} ns busy", s.lines[i].count[ei], ns(s.lines[i].busy[ei]))});
-      std::stable_sort(f.lines.begin(), f.lines.end(), [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
+        if (s.lines[i].busy[ei] > 0) order.emplace_back(scalar ? s.lines[i].scalar_plain : 0, i);
+      std::stable_sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : s.lines[a.second].busy[ei] > s.lines[b.second].busy[ei];
+      });
+      for (const auto& [plain, i] : order)
+        f.lines.push_back({loc_of(static_cast<uint32_t>(i)), s.lines[i].count[ei], ns(s.lines[i].busy[ei]),
+                           plain > 0 ? fmt::format("{} instructions, {:.0f} ns busy ({:.0f} ns of plain arithmetic or "
+                                                   "copies)",
+                                                   s.lines[i].count[ei], ns(s.lines[i].busy[ei]), ns(plain))
+                                     : fmt::format("{} instructions, {:.0f} ns busy", s.lines[i].count[ei],
+                                                   ns(s.lines[i].busy[ei]))});
       f.metrics.insert(f.metrics.begin(), {{"busy_ns", top.ns}, {"next_bound_ns", next}});
       r.findings.push_back(std::move(f));
     }
