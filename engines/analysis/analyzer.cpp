@@ -1068,26 +1068,21 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     f.kind = "single_buffer";
     uint64_t n = 0;
     uint64_t n_psum = 0;
+    // A line's waits of one kind: counted into `total`, its line with `what` ("{} loads waited {} ns ...").
+    const auto add = [&](size_t i, uint64_t waits, Ps wait, uint64_t& total, const char* what) {
+      if (!waits) return;
+      const double save = ns(wait);
+      total += waits;
+      f.saving_ns += save;
+      f.lines.push_back({loc_of(static_cast<uint32_t>(i)), waits, save,
+                         fmt::format(fmt::runtime(what), waits, save)});
+    };
     for (size_t i = 1; i < s.lines.size(); ++i) {
       const LineAgg& la = s.lines[i];
-      if (la.reuse_waits) {
-        const double save = ns(la.reuse_wait);
-        n += la.reuse_waits;
-        f.saving_ns += save;
-        f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.reuse_waits, save,
-                           fmt::format("{} loads waited {:.0f} ns for compute instructions to finish with their "
-                                       "destination buffer",
-                                       la.reuse_waits, save)});
-      }
-      if (la.psum_reuse_waits) {
-        const double save = ns(la.psum_reuse_wait);
-        n_psum += la.psum_reuse_waits;
-        f.saving_ns += save;
-        f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.psum_reuse_waits, save,
-                           fmt::format("{} TensorE instructions waited {:.0f} ns for the previous result in their "
-                                       "PSUM tile to be read out",
-                                       la.psum_reuse_waits, save)});
-      }
+      add(i, la.reuse_waits, la.reuse_wait, n,
+          "{} loads waited {:.0f} ns for compute instructions to finish with their destination buffer");
+      add(i, la.psum_reuse_waits, la.psum_reuse_wait, n_psum,
+          "{} TensorE instructions waited {:.0f} ns for the previous result in their PSUM tile to be read out");
     }
     if (n || n_psum) {
       std::stable_sort(f.lines.begin(), f.lines.end(),

@@ -170,6 +170,18 @@ def softmax_fused(x):
 
 
 # -------------------------------------- 5./7. linear layer: narrow matmuls, bias broadcast on the PE array
+def _load_k_tiles(xT, w):
+    """xT [K, M] and w [K, N] loaded into SBUF as [128, K / 128, M] and [128, K / 128, N], one DMA per 128 rows
+    (a helper the kernels below call, as public kernels factor their loads)."""
+    kt = xT.shape[0] // 128
+    xs = nl.ndarray((128, kt, xT.shape[1]), xT.dtype, buffer=nl.sbuf)
+    ws = nl.ndarray((128, kt, w.shape[1]), w.dtype, buffer=nl.sbuf)
+    for t in nl.affine_range(kt):
+        nisa.dma_copy(dst=xs[:, t, :], src=xT[t * 128:(t + 1) * 128, :])
+        nisa.dma_copy(dst=ws[:, t, :], src=w[t * 128:(t + 1) * 128, :])
+    return xs, ws
+
+
 def _linear(ncols=512, bias=None):
     """out = x @ w (+ b) for xT [K, M] (x transposed: K on the partitions) and w [K, N], K accumulated in
     PSUM 128 rows at a time, N in 512-column PSUM banks multiplied `ncols` columns per matmul. bias "pe":
@@ -181,11 +193,7 @@ def _linear(ncols=512, bias=None):
         _, n = w.shape
         kt = k // 128
         out = nl.ndarray((m, n), xT.dtype, buffer=nl.shared_hbm)
-        xs = nl.ndarray((128, kt, m), xT.dtype, buffer=nl.sbuf)
-        ws = nl.ndarray((128, kt, n), w.dtype, buffer=nl.sbuf)
-        for t in nl.affine_range(kt):
-            nisa.dma_copy(dst=xs[:, t, :], src=xT[t * 128:(t + 1) * 128, :])
-            nisa.dma_copy(dst=ws[:, t, :], src=w[t * 128:(t + 1) * 128, :])
+        xs, ws = _load_k_tiles(xT, w)
         if bias == "pe":
             ones = nl.ndarray((1, 128), b.dtype, buffer=nl.sbuf)
             nisa.memset(dst=ones, value=1.0)
@@ -285,11 +293,7 @@ def _psum_rows(double_buffered):
         _, n = w.shape
         kt = k // 128
         out = nl.ndarray((m, n), nl.bfloat16, buffer=nl.shared_hbm)
-        xs = nl.ndarray((128, kt, m), xT.dtype, buffer=nl.sbuf)
-        ws = nl.ndarray((128, kt, n), w.dtype, buffer=nl.sbuf)
-        for t in nl.affine_range(kt):
-            nisa.dma_copy(dst=xs[:, t, :], src=xT[t * 128:(t + 1) * 128, :])
-            nisa.dma_copy(dst=ws[:, t, :], src=w[t * 128:(t + 1) * 128, :])
+        xs, ws = _load_k_tiles(xT, w)
         if not double_buffered:
             ps = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)  # allocated once: one bank for every block
         for i in nl.affine_range(m // 128):
