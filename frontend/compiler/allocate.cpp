@@ -28,8 +28,8 @@ using isa::Space;
 
 namespace {
 
-constexpr int kMaxLoopDepth = 64;
-constexpr int kMaxAutoDepth = 8;  // the largest compiler.loop_buffers / psum_loop_buffers (engines/params.def)                // as Lowering (deeper nesting is E411 in verify_kernel)
+constexpr int kMaxLoopDepth = 64;                // as Lowering (deeper nesting is E411 in verify_kernel)
+constexpr int kMaxAutoDepth = 8;                 // the largest compiler.loop_buffers / psum_loop_buffers (params.def)
 constexpr int64_t kHuge = int64_t{1} << 50;      // saturation of one tile's bytes
 constexpr int64_t kSumCap = int64_t{1} << 52;    // saturation of sums of tile bytes
 constexpr size_t kListedTiles = 8;               // tiles named in an overflow message
@@ -774,7 +774,7 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
   // iterations). With one buffer it is live from its first access to its last.
   std::vector<int64_t> rot_lo(nt, -1), rot_hi(nt, -1);
   std::vector<int> rot_loop(nt, -1);
-  std::vector<int> instances_(nt, kMaxAutoDepth);  ///< the instances of a rotating tile, at most kMaxAutoDepth
+  std::vector<int> inst_cap(nt, kMaxAutoDepth);  ///< the instances of a rotating tile, at most kMaxAutoDepth
   // A site allocated n times in one loop body (an inner loop the tracer unrolled, a loop it recorded a group of
   // iterations per pass: Tensor::site_count, the tracer's) rotates over the depth's storages in all, as the
   // unrolled trace's tiles of that site do: ceil(depth / n) automatic buffers each.
@@ -796,8 +796,8 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
       int64_t instances = 1;
       for (int m = l; m >= 0 && instances < kMaxAutoDepth; m = w.up(m))
         instances *= std::max<int64_t>(1, k.loops[static_cast<size_t>(m)].trip_count());
-      instances_[t] = static_cast<int>(std::min<int64_t>(instances, kMaxAutoDepth));
-      plan.tiles[t].bufs = init_bufs[t] = std::min(init_bufs[t], instances_[t]);
+      inst_cap[t] = static_cast<int>(std::min<int64_t>(instances, kMaxAutoDepth));
+      plan.tiles[t].bufs = init_bufs[t] = std::min(init_bufs[t], inst_cap[t]);
     }
   }
   // The automatic depth of PSUM loop tile t when compiler.psum_loop_buffers is `d` (0: t has none: not automatic,
@@ -807,7 +807,7 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
     if (!automatic[t] || ten.space != Space::kPsum || !plan.lifetimes[t].in_loop || init_bufs[t] <= 1) return 0;
     const int n = ten.site_count;
     int b = n > 1 && d > 1 ? std::max(1, (d + n - 1) / n) : d;
-    if (rot_loop[t] >= 0 && b > 1) b = std::min(b, instances_[t]);
+    if (rot_loop[t] >= 0 && b > 1) b = std::min(b, inst_cap[t]);
     return b;
   };
 
@@ -1071,14 +1071,17 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
     // peak lost theirs first and the others kept theirs, and the one-buffer tiles then shared the banks left
     // (the library's multi-head flash attention at 4: 11.3 -> 21.6 us; docs/timing-model.md "Buffers").
     std::optional<Error> err;
-    bool uniform = psum && !stat && p.psum_loop_buffers > 2 &&
-                   std::any_of(ids.begin(), ids.end(), [&](size_t t) { return psum_depth(t, 2) != psum_depth(t, p.psum_loop_buffers); });
-    for (int d = uniform ? p.psum_loop_buffers : 2; uniform; --d) {
-      for (size_t t : ids)
-        if (const int b = psum_depth(t, d)) init_bufs[t] = b;
-      if (d <= 2) break;  // the fallback below
-      err = attempt(false, false);
-      if (!err) break;
+    const bool uniform = psum && !stat && p.psum_loop_buffers > 2 && std::any_of(ids.begin(), ids.end(), [&](size_t t) {
+                           return psum_depth(t, 2) != psum_depth(t, p.psum_loop_buffers);
+                         });
+    if (uniform) {
+      for (int d = p.psum_loop_buffers;; --d) {
+        for (size_t t : ids)
+          if (const int b = psum_depth(t, d)) init_bufs[t] = b;
+        if (d <= 2) break;  // the fallback below, from 2
+        err = attempt(false, false);
+        if (!err) break;
+      }
     }
     if (!uniform || err) {
       err = attempt(false, true);
