@@ -1,8 +1,9 @@
 #pragma once
 /// Dependency tracking on memory regions. Memory is cut into chunks (per 32-partition quadrant on
 /// chip, flat in HBM); each chunk remembers when its last writer finishes and when its readers
-/// finish, and on which engine class. An instruction may start once every overlapping earlier
-/// write (RAW, WAW) and read (WAR) has finished, plus the hand-off latency between classes.
+/// finish reading it (the simulator records a compute reader's last read, start + busy: docs/timing-model.md),
+/// and on which engine class. An instruction may start once every overlapping earlier write (RAW, WAW) and
+/// read (WAR) has finished, plus the hand-off latency between classes.
 /// Since instructions are scheduled in program order, end times are known when they are recorded.
 ///
 /// Storage: run-length encoded. Neighbouring chunks that hold the same entries (the chunks of one tile,
