@@ -613,13 +613,36 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
            fmt::format("{} partitions exceed the 128 registers", d.num_partitions));
   };
 
+  // Bit-vector ops (bitwise, shifts) work on the bit patterns of integers: a float input is an error (nki-api.md 2.0
+  // "Bit-vector ops (bitwise/shift) require integer dtypes", 4.3 "bit-vector ops on floats").
+  auto bitvec_inputs_int = [&](std::initializer_list<int> inputs) {
+    for (const AluOp op : {in.alu0, in.alu1}) {
+      if (alu_class(op) != AluClass::kBitVec) continue;
+      for (const int i : inputs)
+        if (in.slot(i).present() && !dtype_is_int(in.slot(i).dtype))
+          fail(ErrorCode::kBadDtype, in, where,
+               fmt::format("op {} works on integer bit patterns: operand '{}' is {} (bit-vector ops need integer "
+                           "dtypes; view the bits with an integer dtype)",
+                           alu_name(op), op_info(in.op).slots[static_cast<size_t>(i)].name, dtype_name(in.slot(i).dtype)));
+    }
+  };
+
   switch (in.op) {
     case Opcode::kTensorScalar: {
       const bool has_op1 = in.alu1 != AluOp::kBypass;
       need_operand(2, !ignores_operand(in.alu0), kHasImm0, "has_imm0", in.alu0);
       need_operand(3, has_op1 && !ignores_operand(in.alu1), kHasImm1, "has_imm1", in.alu1);
+      // nki-api.md 2.1: "op0 and op1 must both be arithmetic or both bit-vector"
+      if (has_op1 && (alu_class(in.alu0) == AluClass::kBitVec) != (alu_class(in.alu1) == AluClass::kBitVec))
+        fail(ErrorCode::kBadImmediate, in, where,
+             fmt::format("op0 ({}) and op1 ({}) must both be arithmetic or both bit-vector ops", alu_name(in.alu0),
+                         alu_name(in.alu1)));
+      bitvec_inputs_int({1, 2, 3});
       break;
     }
+    case Opcode::kTensorTensor:
+      bitvec_inputs_int({1, 2});
+      break;
     case Opcode::kScalarTensorTensor:
     case Opcode::kTensorScalarReduce:
       need_operand(2, !ignores_operand(in.alu0), kHasImm0, "has_imm0", in.alu0);
@@ -778,6 +801,9 @@ void verify_operand_rules(const Instr& in, const SourceLoc& where) {
     case Opcode::kTensorReduce: {
       const Operand& data = in.slot(1);
       const int nf = data.nfree;
+      if (!alu_reduce_legal(in.alu0))  // nki-api.md 2.1 tensor_reduce "Legal ops" (isa/alu_ops.def reduce_legal)
+        fail(ErrorCode::kBadImmediate, in, where, fmt::format("op {} is not a reduction operator", alu_name(in.alu0)));
+      bitvec_inputs_int({1});
       const int k = in.axis_count == 0 ? nf : in.axis_count;
       if (k > nf)
         fail(ErrorCode::kShapeMismatch, in, where, fmt::format("cannot reduce {} free dims of a view with {}", k, nf));

@@ -21,6 +21,7 @@ try:
         InternalError,
         KernelError,
         NotSupportedError,
+        NkiValidationError,
         NsimError,
         OperandError,
         Profile,
@@ -49,7 +50,7 @@ except ImportError as _e:  # the extension is not built
 
     def __getattr__(name):
         if name in ("NsimError", "ConfigError", "AccessError", "OperandError", "KernelError", "NotSupportedError",
-                    "InternalError",
+                    "InternalError", "NkiValidationError",
                     "Profile", "ProfileComparison", "simulate_json", "load_kernel", "LoadedKernel", "check_json", "disasm_json", "effective_config",
                     "op_table", "alu_ops", "act_funcs", "dtypes", "version", "error_class", "analyze", "Analysis"):
             raise ImportError("nsim.{} needs the _nsim extension: {}".format(name, _core_import_error))

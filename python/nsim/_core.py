@@ -22,6 +22,7 @@ except ImportError:  # build tree: build/python/_nsim*.so on sys.path
             "or `pip install .`") from e
 
 from nsim import _errors  # noqa: E402  (after the extension: the table comes from it)
+from nsim._errors import NkiValidationError  # noqa: E402  (nki-api.md 4.1: a base of the validation errors)
 
 # An installed wheel carries the presets in nsim/configs; the C++ side reads NSIM_CONFIGS_DIR (the
 # build tree falls back to the source tree's configs/, compiled in). An explicit setting wins.
@@ -82,16 +83,40 @@ class ConfigError(NsimError):
     """Family config (E1xx): configuration presets, keys, values and overrides."""
 
 
-class AccessError(NsimError):
-    """Family access (E2xx): memory capacity and access patterns."""
+class AccessError(NsimError, NkiValidationError):
+    """Family access (E2xx): memory capacity and access patterns (an NkiValidationError)."""
 
 
-class OperandError(NsimError):
-    """Family operand (E3xx): ISA operands (buffers, dtypes, partitions, engines, arguments)."""
+class AccessOutOfBoundsError(AccessError, IndexError):
+    """OutOfBounds: an access pattern leaves its buffer (also an IndexError, nki-api.md 4.1)."""
+
+
+class OperandError(NsimError, NkiValidationError):
+    """Family operand (E3xx): ISA operands (buffers, dtypes, partitions, engines, arguments); an
+    NkiValidationError."""
 
 
 class KernelError(NsimError):
     """Family kernel (E4xx): the kernel IR and the NKI frontends (syntax, names, indices, loops, inputs)."""
+
+
+class KernelValidationError(KernelError, NkiValidationError):
+    """A kernel-family code that is a rule of the hardware or of the NKI API rather than of the file or the
+    command line (a subscript, view, reshape, broadcast, mask or tile the API does not allow): also an
+    NkiValidationError."""
+
+
+class IndexOutOfBoundsError(KernelValidationError, IndexError):
+    """IndexOutOfBounds: an index leaves its tensor (also an IndexError, nki-api.md 4.1)."""
+
+
+class TensorTruthValueError(KernelError, ValueError):
+    """TensorTruthValue: a tensor used as a Python bool (also a ValueError, nki-api.md 4.1:
+    err_ambiguous_tensor_truth_value)."""
+
+
+class TensorNotIterableError(KernelError, TypeError):
+    """TensorNotIterable: a tensor iterated over in Python while tracing (also a TypeError)."""
 
 
 class NotSupportedError(KernelError, NotImplementedError):
@@ -116,8 +141,20 @@ class KernelFileNotFoundError(KernelError, FileNotFoundError):
                              function=function)
 
 
+# Codes whose class is more specific than their family's (by name; the rest take their family's class).
+CODE_CLASSES = {"OutOfBounds": AccessOutOfBoundsError, "IndexOutOfBounds": IndexOutOfBoundsError,
+                "TensorTruthValue": TensorTruthValueError, "TensorNotIterable": TensorNotIterableError,
+                **{name: KernelValidationError for name in (
+                    "BadSubscript", "BadBroadcast", "BadReshape", "BadView", "BadTensorShape", "BadRank",
+                    "TileInference", "BadMask", "MxNoCast", "DynamicIndex")}}
+
+
 def error_class(code: str) -> type:
-    """The NsimError subclass of a code such as the one of IndexOutOfBounds (from the table's family)."""
+    """The NsimError subclass of a code such as the one of IndexOutOfBounds (CODE_CLASSES, else the table's
+    family)."""
+    row = _errors.BY_CODE.get(str(code))
+    if row is not None and row["name"] in CODE_CLASSES:
+        return CODE_CLASSES[row["name"]]
     return FAMILY_CLASSES.get(_errors.family(str(code)), NsimError)
 
 

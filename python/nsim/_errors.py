@@ -44,3 +44,12 @@ def hint(code_str: str) -> str:
     """What usually fixes an error of this code (the table's hint column), "" for a code not in the table."""
     row = BY_CODE.get(code_str)
     return row["hint"] if row is not None else ""
+
+
+class NkiValidationError(AssertionError):
+    """A hardware-constraint violation (nki-api.md 4.1): shape limits, dtypes, buffers, engine restrictions,
+    generation requirements, accesses out of bounds. An ``AssertionError``, as the AWS simulator's messages are,
+    so that a test written against it (``pytest.raises(AssertionError)``, ``nki.isa.NkiValidationError``) catches
+    nsim's errors of these kinds; ``nki.isa.NkiValidationError`` is this class. nsim raises it through the
+    classes below that derive from it (OperandError, AccessError, KernelValidationError), whose ``code`` is the
+    stable NSIM-Exxx code (decision, docs/errors.md)."""

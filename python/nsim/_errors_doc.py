@@ -21,7 +21,7 @@ def render_table() -> str:
     """The Markdown table of every code, in table order."""
     lines = ["| code | name | exception | raised when | fix |", "|---|---|---|---|---|"]
     for row in _errors.TABLE:
-        cls = _core.FAMILY_CLASSES[row["family"]].__name__
+        cls = _core.error_class(row["code"]).__name__
         lines.append("| {} | {} | {} | {} | {} |".format(row["code"], row["name"], cls, row["meaning"], row["hint"]))
     return "\n".join(lines) + "\n"
 

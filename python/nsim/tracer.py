@@ -1328,6 +1328,8 @@ class NkiTensor:
                 free_ints = [b for b in int_dims if b != 0]
                 if free_ints:
                     dims[free_ints[-1]][3] = True
+        elif int_dims and not any(d[3] for d in dims):
+            dims[int_dims[-1]][3] = True  # HBM views drop int-indexed dims but stay >= 1-D (nki-api.md 3.8)
         v = self._derive(self._st, dims, keep_ind=True)
         loads = tuple(lbl for k in key if type(k) is DynSlice for lbl in k.loads)
         if loads:
@@ -1783,6 +1785,17 @@ class NkiTensor:
     def get_pattern(self):
         """The view as ``[[stride, count], ...]`` (elements of the storage)."""
         return [[s if c > 1 else 0, c] for s, c in self._flat()[2]]
+
+    @property
+    def strides(self):
+        """The stride of each dim of the view, in elements of its storage (nki-api.md 3.9), as get_pattern()."""
+        return tuple(s for s, _c in self._flat()[2])
+
+    @property
+    def offset(self):
+        """The view's first element, in elements from the start of its storage (nki-api.md 3.9; an expression of
+        the loop index in a loop recorded once)."""
+        return self._flat()[1]
 
     def is_contiguous(self):
         """Row-major dense (the partition dim of an on-chip view ignored)."""
@@ -3116,6 +3129,17 @@ class Tracer:
         ``t[k] = nl.load(..)`` and ``psum[...] += nc_matmul(..)`` write the view directly), with its loop
         indices written as kernel-IR expressions as emit() does."""
         stmt["dst"] = dst
+        # The write is now to dst: what _track_accesses noted at emit() for the temporary holds for dst too (a
+        # PSUM tile written by `p[...] = nc_matmul(..)` is no longer unwritten, so a later `p += nc_matmul(..)`
+        # adds to it; the matmul opens its accumulation group on dst).
+        name = dst if isinstance(dst, str) else dst["tensor"]
+        self.written.add(name)
+        self.unwritten_psum.discard(name)
+        if self.buffers.get(name) == "psum":
+            reg = self._region_of(dst, self)[1]
+            self._close_groups(name, reg)
+            if stmt["op"] in ("nc_matmul", "nc_matmul_mx"):
+                self.open_groups.setdefault(name, set()).add(reg)
         if self._pending_fill:
             # a pending fill retargeted (``t[...] = nl.zeros(..)``) now fills ``dst``, not its temporary: track it
             # under dst when it fills all of it, else no longer (left under the temporary's name, the next fill of
@@ -3340,11 +3364,8 @@ class Tracer:
             reg = self._region_of(v, self)[1]
             if is_mm and slot == "dst":
                 self.open_groups.setdefault(name, set()).add(reg)
-            else:  # any non-matmul access ends the accumulation groups it touches
-                groups = self.open_groups.get(name)
-                if groups:
-                    for g in [g for g in groups if self._overlap(g, reg)]:
-                        groups.discard(g)
+            else:  # any non-matmul access ends the accumulation groups of the elements it touches
+                self._close_groups(name, reg)
 
     def _affine_symbolic(self, stmt):
         """The sanitizer's affine_range check for the affine loops being recorded symbolically: every write
@@ -3568,9 +3589,70 @@ class Tracer:
         # iteration, the group's first matmul, then runs with its int index). The region's membership in
         # open_groups at the end of a pass is set by the body's last access to it, the same in every pass, so
         # from the second pass on every iteration starts from the same membership.
+        # The flag is per element (nki-api.md 2.1): a region inside an open group accumulates, one that meets no open
+        # group overwrites; a matmul over elements of both kinds would do both at once, which one instruction of
+        # the IR cannot say: an error naming the fix (pass accumulate= explicitly).
         acc = dst.access()
         name, reg = self._region_of(acc, self)
-        return reg in self.open_groups.get(name, ())
+        groups = self.open_groups.get(name, ())
+        if reg in groups:
+            return True
+        if reg is not None and any(g is not None and self._inside(reg, g) for g in groups):
+            return True
+        if self._covered(reg, groups):
+            return True
+        if any(self._overlap(g, reg) for g in groups):
+            raise make_error("NotSupported", "nc_matmul(accumulate=None) into a PSUM region of '{}' whose elements are "
+                             "partly in an open accumulation group: it would accumulate into some and overwrite "
+                             "others; pass accumulate=True or accumulate=False".format(name))
+        return False
+
+    def _close_groups(self, name, reg):
+        """An access other than a matmul's to region ``reg`` of PSUM tensor ``name`` ends the accumulation groups of
+        its elements (per element, nki-api.md 2.1): the part of an open group outside ``reg`` stays open. (Bounds
+        that are loop-index expressions, or an access of another element size: the whole group ends.)"""
+        groups = self.open_groups.get(name)
+        if not groups:
+            return
+        for g in [g for g in groups if self._overlap(g, reg)]:
+            groups.discard(g)
+            if g is not None and reg is not None and all(type(x) is int for box in (g, reg) for d in box for x in d):
+                groups.update(self._box_minus(g, reg))
+
+    @staticmethod
+    def _box_minus(a, b):
+        """The part of box ``a`` outside box ``b`` (per-dim inclusive int bounds, the two overlapping), as boxes."""
+        out, cur = [], list(a)
+        for d, (y0, y1) in enumerate(b):
+            lo, hi = cur[d]
+            if y0 > lo:
+                out.append(tuple(cur[:d] + [(lo, y0 - 1)] + cur[d + 1:]))
+                lo = y0
+            if y1 < hi:
+                out.append(tuple(cur[:d] + [(y1 + 1, hi)] + cur[d + 1:]))
+                hi = y1
+            cur[d] = (lo, hi)
+        return out
+
+    def _covered(self, reg, groups):
+        """Whether the open groups (int bounds) together cover every element of ``reg`` (int bounds)."""
+        def ints(box):
+            return box is not None and all(type(x) is int for d in box for x in d)
+        if not ints(reg):
+            return False
+        rest = [reg]
+        for g in groups:
+            if not ints(g):
+                continue
+            rest = [part for r in rest for part in (self._box_minus(r, g) if self._overlap(r, g) else [r])]
+            if not rest:
+                return True
+        return False
+
+    @staticmethod
+    def _inside(a, b):
+        """Whether region ``a`` lies inside region ``b`` (both per-dim (lo, hi) bounds)."""
+        return all(y0 <= x0 and x1 <= y1 for (x0, x1), (y0, y1) in zip(a, b))
 
     def name_shared_tiles(self):
         """A tile storage reused for several variables (the compiler's buffer reuse of dead tiles) is named

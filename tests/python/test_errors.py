@@ -4,6 +4,7 @@ import ast
 import os
 import re
 
+import numpy as np
 import pytest
 
 import nsim
@@ -36,7 +37,8 @@ def test_every_family_has_an_exception_class():
     assert issubclass(_core.NotSupportedError, nsim.KernelError)
 
 
-@pytest.mark.parametrize("name,cls", [("BadReshape", nsim.KernelError), ("NotSupported", _core.NotSupportedError),
+@pytest.mark.parametrize("name,cls", [("BadReshape", _core.KernelValidationError), ("BadIndex", nsim.KernelError),
+                                      ("NotSupported", _core.NotSupportedError),
                                       ("BadOperandKind", nsim.OperandError), ("ConfigBadValue", nsim.ConfigError),
                                       ("Internal", nsim.InternalError)])
 def test_make_error_takes_code_and_class_from_the_table(name, cls):
@@ -44,6 +46,67 @@ def test_make_error_takes_code_and_class_from_the_table(name, cls):
     assert type(e) is cls
     assert e.code == _errors.BY_NAME[name]["code"]
     assert str(e) == "{}: msg".format(e.code)
+
+
+def test_spec_exception_classes():
+    """nki-api.md 4.1: hardware-constraint violations are NkiValidationError, an AssertionError (what the AWS
+    simulator raises); an access out of bounds is also an IndexError; a tile used as a bool is a ValueError."""
+    import nsim.nki.isa as nisa
+    from nsim.nki.beta1 import isa as b1isa
+    assert nisa.NkiValidationError is nsim.NkiValidationError is b1isa.NkiValidationError
+    assert issubclass(nsim.NkiValidationError, AssertionError)
+    assert set(_core.CODE_CLASSES) <= set(_errors.BY_NAME)
+    for name, bases in [("OutOfBounds", (AssertionError, IndexError, nsim.AccessError)),
+                        ("IndexOutOfBounds", (AssertionError, IndexError, nsim.KernelError)),
+                        ("TooManyPartitions", (nsim.NkiValidationError,)), ("BadDtype", (nsim.NkiValidationError,)),
+                        ("PartitionMismatch", (nsim.NkiValidationError,)), ("BadView", (nsim.NkiValidationError,)),
+                        ("TensorTruthValue", (ValueError, nsim.KernelError)),
+                        ("TensorNotIterable", (TypeError, nsim.KernelError))]:
+        cls = nsim.error_class(_errors.code(name))
+        assert all(issubclass(cls, b) for b in bases), (name, cls.__mro__)
+    # the codes of files, command lines and configurations are not hardware rules
+    for name in ("JsonSyntax", "Usage", "ConfigUnknownKey", "BadIndex", "Internal"):
+        assert not issubclass(nsim.error_class(_errors.code(name)), AssertionError), name
+
+
+def test_spec_exception_classes_from_a_kernel():
+    """What a test written against the AWS simulator catches: a static index out of bounds as IndexError and
+    NkiValidationError, 256 partitions as AssertionError, a tile in an ``if`` as ValueError (with nsim's code)."""
+    import nsim.nki as nki
+    import nsim.nki.isa as nisa
+    import nsim.nki.language as nl
+
+    @nki.jit
+    def oob(a):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[0:128, 0:64])
+        nisa.dma_copy(dst=out, src=t[:, 8:72])
+        return out
+
+    @nki.jit
+    def parts(a):
+        t = nl.ndarray((256, 64), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=0.0)
+        return a
+
+    @nki.jit
+    def truth(a):
+        t = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        if t:
+            pass
+        return a
+
+    a = np.zeros((128, 64), np.float32)
+    with pytest.raises(IndexError) as e:
+        oob(a)
+    assert isinstance(e.value, nisa.NkiValidationError) and e.value.code == _errors.code("IndexOutOfBounds")
+    with pytest.raises(AssertionError) as e:
+        parts(a)
+    assert isinstance(e.value, nsim.NsimError)
+    with pytest.raises(ValueError) as e:
+        truth(a)
+    assert e.value.code == _errors.code("TensorTruthValue")
 
 
 def test_unknown_error_name_is_rejected():

@@ -85,7 +85,7 @@ def test_every_alu_op_is_accepted_by_name_by_nl_and_nisa():
         r = nl.ndarray((128, 4), nl.float32, buffer=nl.sbuf)
         for n in names:
             nisa.tensor_tensor(dst=r, data1=t, data2=t, op=getattr(nl, n))
-            nisa.tensor_scalar(dst=r, data=t, op0=n, operand0=1.0)
+            nisa.tensor_scalar(dst=r, data=t, op0=n, operand0=0.0 if n in nisa._UNARY_OPS else 1.0)  # (unary: 0)
         nisa.dma_copy(dst=out, src=r)
         return out
 

@@ -139,7 +139,7 @@ def test_mistake_is_reported_at_the_users_line(pkm, kernel, inputs, cls, code, t
     with pytest.raises(nsim.NsimError) as ei:
         getattr(pkm, kernel)(*inputs())
     e = ei.value
-    assert type(e).__name__ == cls and isinstance(e, getattr(nsim, cls)), repr(e)
+    assert isinstance(e, getattr(nsim, cls)) and type(e) is nsim.error_class(e.code), repr(e)
     assert e.code == nsim._errors.code(code), str(e)
     assert os.path.realpath(e.file) == os.path.realpath(KFILE) and e.line == mistake_line(tag), str(e)
     for frag in fragments:

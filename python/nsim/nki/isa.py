@@ -97,8 +97,7 @@ def get_nc_sub_version():
     return 0
 
 
-class NkiValidationError(Exception):
-    pass
+from nsim._errors import NkiValidationError  # noqa: E402  (an AssertionError, nki-api.md 4.1)
 
 
 class NkiInstruction:
@@ -428,6 +427,11 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     imm = fields.pop("imm", None)
     eng = _engine(engine, "tensor_scalar")
     alu0, alu1 = _nl.alu_name(op0, "op0"), _nl.alu_name(op1, "op1") if op1 is not None else None
+    for alu, operand, nm in ((alu0, operand0, "operand0"), (alu1, operand1, "operand1")):
+        # nki-api.md 2.1: unary op codes ignore their operand, "which must be None or 0"
+        if alu in _UNARY_OPS and operand is not None and not (_is_scalar(operand) and operand == 0):
+            raise make_error("BadImmediate", "tensor_scalar: op {} is unary and ignores its operand: {} must be None "
+                             "or 0, got {!r}".format(alu, nm, operand if _is_scalar(operand) else "a tensor"))
     if eng == "gpsimd" and {alu0, alu1} - {"rsqrt", None}:
         # spec nki-api.md 2.1 ("GpSimd only for rsqrt"), 4.3 (engine=gpsimd for a non-rsqrt tensor_scalar is a
         # validation error); engine unset, the compiler model may still place it there (compiler.md 2)
@@ -440,6 +444,7 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
 
 
 _UNARY = _isa.alu_of_arity(1)  # ops that ignore their second operand (isa/alu_ops.def arity 1)
+_UNARY_OPS = _isa.alu_of_class("unary")  # abs, square, relu, rsqrt, reciprocal, negative (isa/alu_ops.def Unary)
 
 
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,

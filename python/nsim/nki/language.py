@@ -315,11 +315,36 @@ def full(shape, fill_value, dtype, buffer=sbuf, name="", **kwargs):
     return _fill_new(shape, fill_value, dtype, buffer, name)
 
 
+def fill_hbm(t, value, api):
+    """``nl.zeros / ones / full(..., buffer=nl.shared_hbm)``: an HBM tensor with an initial value. The NKI 2.26
+    compiler rejects it (err_hbm_tensor_with_init_value_not_supported), earlier ones accepted it; nsim reports it
+    in strict only (nki-api.md 1.6) and warns otherwise. It is filled as a compiler would: an SBUF tile set to the
+    value (up to 16 KiB per partition), copied over the tensor by DMA (its elements in row-major order)."""
+    import warnings
+    warnings.warn("{}: an HBM tensor with an initial value ('{}'): NKI 2.26 compilers reject it "
+                  "(err_hbm_tensor_with_init_value_not_supported); nsim fills it by DMA from an SBUF tile".format(
+                      api, t.name), _tr.NkiWarning, stacklevel=4)
+    total = int(np.prod(t.shape))
+    free = _b.max(1, _b.min(-(-total // 128), 16384 // np.dtype(t.dtype).itemsize))
+    rows = _b.min(128, -(-total // free))
+    src = ndarray((rows, free), t.dtype, buffer=sbuf, name=(t.name or "hbm") + "_fill")
+    _fill(src, value)
+    flat = t.reshape((total,)) if len(t.shape) != 1 else t
+    from . import isa
+    for off in range(0, total, rows * free):
+        n = _b.min(rows * free, total - off)
+        whole = n // free
+        if whole:
+            isa.dma_copy(dst=flat[off:off + whole * free], src=src[0:whole, :])
+        if n > whole * free:
+            isa.dma_copy(dst=flat[off + whole * free:off + n], src=src[0:1, 0:n - whole * free])
+    return t
+
+
 def _fill_new(shape, value, dtype, buffer, name):
     t = ndarray(shape, dtype, buffer=buffer, name=name)
     if t.buffer == "hbm":
-        raise make_error("NotSupported", "HBM tensors with an initial value are not supported (create an "
-                         "SBUF tensor and dma_copy it)")
+        return fill_hbm(t, value, "nl.full")
     if np.issubdtype(t.dtype, np.integer) or t.dtype == np.bool_:
         value = _tr.int_immediate(value, "fill value")
     _fill(t, value)

@@ -390,6 +390,7 @@ TEST_CASE("lowering: each instruction's extents are its operands' slot extents",
   b.op("nc_matmul", {W(p), W(at), W(bt)});
   b.op("tensor_copy", {X(s1, {D(0, 128), D(0, 256)}), X(p, {D(0, 128), D(0, 256, 2)})});
   b.op("tensor_reduce", {X(rt, {D(0, 128), D(A(i, 1), 1)}), W(s1)});
+  b.k.ops.back().alu0 = isa::AluOp::kAdd;  // (a reduction operator: bypass is none)
   b.op("dma_copy", {X(c, {D(0, 128), D(A(i, 512), 512)}), W(s1)});
   b.end();
   b.op("dma_copy", {W(r), W(rt)});

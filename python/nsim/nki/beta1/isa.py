@@ -73,10 +73,20 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
                            (data, bias, scale, reduce_res), mask, "nisa.activation", dtype, dst)
         return _masked(lambda d, b, sc: activation(op, d, bias=b, scale=sc, dtype=dtype), (data, bias, scale),
                        mask, "nisa.activation", dtype, dst)
+    _fp32_scale(scale, "activation")
     out = dst if dst is not None else _new(data.shape, _dt(dtype, data.dtype))
     _n.activation(dst=out, op=op, data=data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
                   reduce_cmd=reduce_cmd)
     return None if dst is not None else out
+
+
+def _fp32_scale(scale, api):
+    """nki-api.md 2.1 activation: the scale is a compile-time float or a (P,1) fp32 vector; the Beta-1 compiler rejects
+    another dtype (err_activation_scale_invalid_type). (The new dialect converts it, as tensor_scalar's operand
+    vectors: the NKI 0.6 tutorials pass bf16 ones.)"""
+    if isinstance(scale, NkiTensor) and np.dtype(scale.dtype) != np.float32:
+        raise make_error("BadDtype", "{}: a scale vector must be float32, got {} (err_activation_scale_invalid_type; "
+                         "cast it with nl.copy(..., dtype=nl.float32))".format(api, scale.dtype))
 
 
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown, dst=None, **kwargs):

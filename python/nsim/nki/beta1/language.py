@@ -525,8 +525,34 @@ class IndexExpr:
 
     __rmul__ = __mul__
 
+    def _non_affine(self, what):
+        raise _idx_err("err_unsupported_expression_in_mask: an index expression is affine (nl.arange / nl.mgrid "
+                       "terms combined with + - * and ints); {} is not".format(what))
+
     def __floordiv__(self, other):
-        raise _idx_err("non-affine index expression (//) is not supported by nsim")
+        self._non_affine("//")
+
+    def __rfloordiv__(self, other):
+        self._non_affine("//")
+
+    def __mod__(self, other):
+        self._non_affine("%")
+
+    def __rmod__(self, other):
+        self._non_affine("%")
+
+    def __truediv__(self, other):
+        self._non_affine("/")
+
+    def __rtruediv__(self, other):
+        self._non_affine("/")
+
+    def __pow__(self, other):
+        self._non_affine("**")
+
+    def __setitem__(self, key, value):
+        raise make_error("ItemAssignment", "err_cannot_assign_to_index: an nl.arange / nl.mgrid index expression "
+                         "cannot be assigned into (make a tile of indices with nisa.iota)")
 
     def _cmp(self, other, op):
         return _Mask(self, other, op)
@@ -645,6 +671,18 @@ class _Arange1D:
 
     def __le__(self, o):
         return self._expr() <= o
+
+    def __mod__(self, o):
+        return self._expr() % o
+
+    def __floordiv__(self, o):
+        return self._expr() // o
+
+    def __truediv__(self, o):
+        return self._expr() / o
+
+    def __setitem__(self, key, value):
+        self._expr()[key] = value
 
     def __gt__(self, o):
         return self._expr() > o
@@ -974,6 +1012,10 @@ class Tensor(NkiTensor):
                 raise make_error("BadSubscript", "unsupported index {!r}".format(x))
             items.append(e)
         nd = _b.max(e.ndim for e in items)
+        if nd == 1:  # nki-api.md 3.8: a 1-D nl.arange needs a shape ([:, None] / [None, :]) to index with
+            raise make_error("BadSubscript", "err_1d_arange_not_supported: a 1-D nl.arange expression indexes tensor "
+                             "'{}'; give it a 2-D shape, e.g. nl.arange(n)[:, None] for the partition dim or "
+                             "nl.arange(n)[None, :] for a free dim".format(self.name))
         items = [e._pad(nd) for e in items]
         rshape = [1] * nd
         for e in items:
@@ -1827,8 +1869,10 @@ def _fill(t, value):
         raise make_error("BadArgument", "the fill value of nl.full / zeros / ones must be a number, got {!r}".format(
             value))
     if st.buffer == "hbm":
-        raise make_error("NotSupported", "err_hbm_tensor_with_init_value_not_supported: HBM tensors "
-                         "with an initial value are not supported")
+        if np.issubdtype(st.dtype, np.integer) or st.dtype == np.bool_:
+            value = _tr.int_immediate(value, "fill value")
+        _nl.fill_hbm(st, value, "nl.full")
+        return t
     if np.issubdtype(st.dtype, np.integer) or st.dtype == np.bool_:
         value = _tr.int_immediate(value, "fill value")
     _nisa.memset(st, value)
@@ -2146,9 +2190,20 @@ def _squeezed(shape):
     return tuple(n for n in shape if n != 1)
 
 
+def _hbm_side(t, api, operand):
+    """nl.load reads HBM and nl.store writes it (nki-api.md 2.0: err_unsupported_memory, "Expected operand 'src'
+    of 'load' to be in address space 'hbm', but got a tile in 'sbuf'"): an on-chip tile there is an error (copy
+    between on-chip tiles with nl.copy or assignment)."""
+    if isinstance(t, NkiTensor) and t.buffer in ("sbuf", "psum"):
+        raise make_error("BadBuffer", "Expected operand '{}' of '{}' to be in address space 'hbm', but got a tile in "
+                         "'{}' (err_unsupported_memory; copy between on-chip tiles with nl.copy or an "
+                         "assignment)".format(operand, api, t.buffer))
+
+
 def load(src, *, mask=None, dtype=None, **kwargs):
     """``nl.load(src, mask=, dtype=)``; a mask loads only the positions where it holds (the rest of the tile
     stays unwritten): one DMA per box of its true region (one for a rectangular mask)."""
+    _hbm_side(src, "load", "src")
     if isinstance(src, Tensor) and src._t2d:
         # a transposed window (``k[j * 128 + i_f, i_p]``): a DMA transpose; under a mask (over the window's
         # index expressions: ``j * 128 + i_f < S`` on a ragged last tile) only the part where it holds
@@ -2190,6 +2245,7 @@ def store(dst, value, *, mask=None, **kwargs):
     """``nl.store(dst, value, mask=)``; a mask stores only the positions where it holds (one DMA per box)."""
     if isinstance(value, BlockTensor):
         raise make_error("TileInference", "err_failed_to_infer_tile_from_local_tensor")
+    _hbm_side(dst, "store", "dst")
     if isinstance(dst, Tensor) and dst._t2d:
         if not isinstance(value, NkiTensor) or tuple(value.shape) != tuple(dst.shape):
             raise make_error("ShapeMismatch", "nl.store: a transposed window of shape {} needs a value "

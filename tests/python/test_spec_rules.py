@@ -1,0 +1,342 @@
+"""Rules of nki-api.md that a conformance audit (2026-12-05) found nsim not following: PSUM accumulation (Beta-1
+``p[...] = matmul`` then ``p += matmul``; the new dialect's per-element ``accumulate=None`` flag), dtype and operand
+rules of the ISA (bit-vector ops on floats, tensor_scalar's op pairs and unary operands, reduction operators, the
+activation scale's dtype), Beta-1 indexing (a 1-D arange as an index, assignment into an arange, a non-affine mask,
+nl.load from SBUF) and view attributes (``strides``, ``offset``, an HBM view indexed by ints on every dim)."""
+import numpy as np
+import pytest
+
+from conftest import require_core
+
+_core, ml_dtypes = require_core()
+
+import nsim  # noqa: E402
+from nsim import _errors, nki  # noqa: E402
+import nsim.nki.isa as nisa  # noqa: E402
+import nsim.nki.language as nl  # noqa: E402
+
+A = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)
+B = np.random.default_rng(3).standard_normal((128, 32)).astype(np.float32)
+REF = A.T @ B  # (64, 32)
+
+
+def _code(name):
+    return _errors.code(name)
+
+
+# --------------------------------------------------------------------------------------------------
+# PSUM accumulation
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["nisa", "nl_matmul", "partial"])
+def test_beta1_assign_then_iadd_accumulates(b1, form):
+    """Spec 2.1 nc_matmul: "Beta-1 ``+=`` always adds to the current contents". ``p[...] = nc_matmul(..)`` wrote p,
+    so the ``+=`` after it adds (before the fix the tile still counted as unwritten and the second matmul
+    overwrote it: the result was REF, not 2 REF)."""
+    bnki, bnl, bnisa = b1
+
+    def kern(a_in, b_in):
+        a = bnl.load(a_in)
+        b = bnl.load(b_in)
+        p = bnl.ndarray((64, 32), bnl.float32, buffer=bnl.psum)
+        if form == "nl_matmul":
+            p[...] = bnl.matmul(a, b, transpose_x=True)
+            p += bnl.matmul(a, b, transpose_x=True)
+        elif form == "partial":
+            p[...] = bnisa.nc_matmul(a, b)
+            p[:, 0:16] += bnisa.nc_matmul(a, b[:, 0:16])
+        else:
+            p[...] = bnisa.nc_matmul(a, b)
+            p += bnisa.nc_matmul(a, b)
+        o = bnl.ndarray((64, 32), bnl.float32, buffer=bnl.shared_hbm)
+        bnl.store(o, p)
+        return o
+
+    want = 2 * REF
+    if form == "partial":
+        want = REF.copy()
+        want[:, :16] *= 2
+    np.testing.assert_allclose(bnki.simulate_kernel(kern, A, B), want, rtol=1e-4, atol=1e-4)
+
+
+def _ld(x):
+    t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    return t
+
+
+def _out(p):
+    u = nl.ndarray(p.shape, nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=u, src=p)
+    o = nl.ndarray(p.shape, nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=o, src=u)
+    return o
+
+
+@nki.jit
+def _two_halves_then_whole(a_in, b_in):
+    a, b = _ld(a_in), _ld(b_in)
+    p = nl.ndarray((64, 32), nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=p[:, 0:16], stationary=a, moving=b[:, 0:16])
+    nisa.nc_matmul(dst=p[:, 16:32], stationary=a, moving=b[:, 16:32])
+    nisa.nc_matmul(dst=p, stationary=a, moving=b)  # every element's group is open: accumulates
+    return _out(p)
+
+
+@nki.jit
+def _read_half_then_other_half(a_in, b_in):
+    a, b = _ld(a_in), _ld(b_in)
+    p = nl.ndarray((64, 32), nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=p, stationary=a, moving=b)
+    u = nl.ndarray((64, 16), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=u, src=p[:, 0:16])  # ends the group of columns 0:16 only
+    nisa.nc_matmul(dst=p[:, 0:16], stationary=a, moving=b[:, 0:16])  # closed: overwrites
+    nisa.nc_matmul(dst=p[:, 16:32], stationary=a, moving=b[:, 16:32])  # still open: accumulates
+    return _out(p)
+
+
+@nki.jit
+def _mixed(a_in, b_in):
+    a, b = _ld(a_in), _ld(b_in)
+    p = nl.ndarray((64, 32), nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=p[:, 0:16], stationary=a, moving=b[:, 0:16])
+    nisa.nc_matmul(dst=p, stationary=a, moving=b)  # columns 0:16 open, 16:32 not
+    return _out(p)
+
+
+def test_accumulate_none_is_per_element():
+    """Spec 2.1: a per-element open-group flag; ``accumulate=None`` overwrites where it is clear and accumulates
+    where it is set, and an access other than a matmul clears it on the elements it touches."""
+    np.testing.assert_allclose(_two_halves_then_whole(A, B), 2 * REF, rtol=1e-4, atol=1e-4)
+    want = REF.copy()
+    want[:, 16:] *= 2
+    np.testing.assert_allclose(_read_half_then_other_half(A, B), want, rtol=1e-4, atol=1e-4)
+    # both kinds of element under one matmul: one IR instruction cannot do both; a clear error instead of wrong
+    # numbers (before: the whole region was overwritten)
+    with pytest.raises(nsim.NotSupportedError, match="accumulate=True or accumulate=False"):
+        _mixed(A, B)
+
+
+# --------------------------------------------------------------------------------------------------
+# ISA dtype and operand rules
+# --------------------------------------------------------------------------------------------------
+
+
+def _elementwise(op_call, dtype=np.float32):
+    @nki.jit
+    def kern(x):
+        t = _ld(x)
+        u = nl.ndarray(t.shape, t.dtype, buffer=nl.sbuf)
+        op_call(u, t)
+        o = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=u)
+        return o
+    return kern
+
+
+def test_bitvec_ops_need_integers():
+    """Spec 2.0 / 4.3: bit-vector ops on floats are a validation error (before: the floats were truncated to
+    integers and ANDed); on integers they work on the bit patterns."""
+    x = np.array([[1.5, 2.0, 3.0, 0.5]] * 128, np.float32)
+    band = _elementwise(lambda u, t: nisa.tensor_tensor(dst=u, data1=t, data2=t, op=nl.bitwise_and))
+    with pytest.raises(nsim.OperandError, match="integer") as e:
+        band(x)
+    assert e.value.code == _code("BadDtype") and isinstance(e.value, nisa.NkiValidationError)
+    shl = _elementwise(lambda u, t: nisa.tensor_scalar(dst=u, data=t, op0=nl.left_shift, operand0=1))
+    with pytest.raises(nsim.OperandError, match="integer"):
+        shl(x)
+    xi = np.arange(128 * 4, dtype=np.int32).reshape(128, 4)
+    np.testing.assert_array_equal(band(xi), xi & xi)
+    np.testing.assert_array_equal(shl(xi), xi << 1)
+
+
+def test_tensor_scalar_operand_rules():
+    """Spec 2.1 tensor_scalar: "op0 and op1 must both be arithmetic or both bit-vector"; unary op codes ignore their
+    operand, "which must be None or 0"."""
+    xi = np.arange(128 * 4, dtype=np.int32).reshape(128, 4)
+    mixed = _elementwise(lambda u, t: nisa.tensor_scalar(dst=u, data=t, op0=nl.add, operand0=1,
+                                                         op1=nl.bitwise_and, operand1=3))
+    with pytest.raises(nsim.OperandError, match="both be arithmetic or both bit-vector") as e:
+        mixed(xi)
+    assert e.value.code == _code("BadImmediate")
+    x = np.full((128, 4), -2.0, np.float32)
+    bad = _elementwise(lambda u, t: nisa.tensor_scalar(dst=u, data=t, op0=nl.abs, operand0=3.0))
+    with pytest.raises(nsim.OperandError, match="must be None or 0"):
+        bad(x)
+    ok = _elementwise(lambda u, t: nisa.tensor_scalar(dst=u, data=t, op0=nl.abs, operand0=0.0))
+    np.testing.assert_array_equal(ok(x), np.abs(x))
+
+
+def test_tensor_reduce_takes_reduction_operators_only():
+    """Spec 2.1 tensor_reduce "Legal ops" (power is not one, §3.5); before, a left fold of power was computed."""
+    @nki.jit
+    def kern(x):
+        t = _ld(x)
+        r = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=r, op=nl.power, data=t, axis=1)
+        o = nl.ndarray((128, 1), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=r)
+        return o
+
+    with pytest.raises(nsim.OperandError, match="not a reduction operator"):
+        kern(np.ones((128, 4), np.float32))
+
+
+def test_activation_scale_vector_is_fp32_in_beta1(b1):
+    """Spec 2.1 activation: scale is a compile-time float or a (P,1) fp32 vector; the Beta-1 compiler rejects another
+    dtype (err_activation_scale_invalid_type). The new dialect converts it (the NKI tutorials' Mamba passes bf16)."""
+    bnki, bnl, bnisa = b1
+
+    def kern(x_in, s_in):
+        x = bnl.load(x_in)
+        s = bnl.load(s_in)
+        y = bnisa.activation(op=bnl.copy, data=x, scale=s)
+        o = bnl.ndarray(x_in.shape, bnl.float32, buffer=bnl.shared_hbm)
+        bnl.store(o, y)
+        return o
+
+    x = np.random.default_rng(1).standard_normal((128, 8)).astype(np.float32)
+    s = np.linspace(0.5, 2.0, 128, dtype=np.float32).reshape(128, 1)
+    np.testing.assert_allclose(bnki.simulate_kernel(kern, x, s), x * s, rtol=1e-6)
+    with pytest.raises(nsim.OperandError, match="err_activation_scale_invalid_type"):
+        bnki.simulate_kernel(kern, x, s.astype(ml_dtypes.bfloat16))
+
+    @nki.jit
+    def new(x_in, s_in):
+        t, sv = _ld(x_in), _ld(s_in)
+        u = nl.ndarray(t.shape, nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=u, op=nl.copy, data=t, scale=sv)
+        o = nl.ndarray(t.shape, nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=u)
+        return o
+
+    sb = s.astype(ml_dtypes.bfloat16)
+    np.testing.assert_allclose(new(x, sb), x * sb.astype(np.float32), rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------------
+# Beta-1 indexing and buffers
+# --------------------------------------------------------------------------------------------------
+
+
+def test_beta1_load_and_store_take_hbm(b1):
+    """Spec 2.0's example of err_unsupported_memory: "Expected operand 'src' of 'load' to be in address space
+    'hbm', but got a tile in 'sbuf'"."""
+    bnki, bnl, _bnisa = b1
+
+    def load_sbuf(a_in):
+        t = bnl.load(a_in)
+        u = bnl.load(t)
+        o = bnl.ndarray(a_in.shape, a_in.dtype, buffer=bnl.shared_hbm)
+        bnl.store(o, u)
+        return o
+
+    def store_sbuf(a_in):
+        t = bnl.load(a_in)
+        u = bnl.ndarray(a_in.shape, a_in.dtype, buffer=bnl.sbuf)
+        bnl.store(u, t)
+        return a_in
+
+    for kern, side in ((load_sbuf, "'src' of 'load'"), (store_sbuf, "'dst' of 'store'")):
+        with pytest.raises(nsim.OperandError, match=side) as e:
+            bnki.simulate_kernel(kern, A)
+        assert e.value.code == _code("BadBuffer")
+
+
+def test_beta1_index_expression_rules(b1):
+    """Spec 3.8: a 1-D nl.arange must get a 2-D shape before indexing (err_1d_arange_not_supported); index
+    expressions cannot be assigned into (err_cannot_assign_to_index) and masks are affine
+    (err_unsupported_expression_in_mask) -- before, the 1-D index loaded a transposed (96,) tile and the other two
+    were Python TypeErrors."""
+    bnki, bnl, _bnisa = b1
+
+    def one_d(a_in):
+        t = bnl.load(a_in[5, bnl.arange(64)])
+        o = bnl.ndarray(t.shape, a_in.dtype, buffer=bnl.shared_hbm)
+        bnl.store(o, t)
+        return o
+
+    def assign(a_in):
+        ix = bnl.arange(128)[:, None]
+        ix[0] = 3
+        return a_in
+
+    def modulo(a_in):
+        ix = bnl.arange(128)[:, None]
+        iy = bnl.arange(64)[None, :]
+        t = bnl.load(a_in[ix, iy], mask=(ix % 4 == 0))
+        o = bnl.ndarray(t.shape, a_in.dtype, buffer=bnl.shared_hbm)
+        bnl.store(o, t)
+        return o
+
+    for kern, code, text in ((one_d, "BadSubscript", "err_1d_arange_not_supported"),
+                             (assign, "ItemAssignment", "err_cannot_assign_to_index"),
+                             (modulo, "BadIndex", "err_unsupported_expression_in_mask")):
+        with pytest.raises(nsim.KernelError, match=text) as e:
+            bnki.simulate_kernel(kern, A)
+        assert e.value.code == _code(code)
+    # the 2-D form loads the row as a (1, 64) tile
+    def two_d(a_in):
+        t = bnl.load(a_in[5, bnl.arange(64)[None, :]])
+        o = bnl.ndarray(t.shape, a_in.dtype, buffer=bnl.shared_hbm)
+        bnl.store(o, t)
+        return o
+    np.testing.assert_array_equal(bnki.simulate_kernel(two_d, A), A[5:6, :])
+
+
+# --------------------------------------------------------------------------------------------------
+# View attributes
+# --------------------------------------------------------------------------------------------------
+
+
+def test_view_strides_offset_and_int_indexed_hbm_shape():
+    """Spec 3.9: a view's ``strides`` and ``offset`` (elements); spec 3.8: HBM views drop int-indexed dims but stay
+    >= 1-D (``b[1, 2, 3]`` of a 3-D tensor is (1,))."""
+    seen = {}
+
+    @nki.jit
+    def kern(a, b):
+        t = nl.ndarray((128, 4, 16), nl.float32, buffer=nl.sbuf)
+        s = t[:, 1:3, ::2]
+        seen["sbuf"] = (s.strides, s.offset, s.get_pattern())
+        h = a[2:6, 8:40:4]
+        seen["hbm"] = (h.strides, h.offset)
+        seen["ints"] = (tuple(b[1, 2, 3].shape), tuple(b[1, 2].shape))
+        nisa.dma_copy(dst=t[:, 0, 0:1], src=b[1, 2:130:1, 3])  # (128,) rows of one element each
+        o = nl.ndarray((128, 1), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=t[:, 0, 0:1])
+        return o
+
+    bt = np.random.default_rng(2).standard_normal((3, 130, 6)).astype(np.float32)
+    out = kern(A, bt)
+    assert seen["sbuf"] == ((64, 16, 2), 16, [[64, 128], [16, 2], [2, 8]])
+    assert seen["hbm"] == ((64, 4), 2 * 64 + 8)
+    assert seen["ints"] == ((1,), (6,))
+    np.testing.assert_array_equal(out[:, 0], bt[1, 2:130, 3])
+
+
+def test_hbm_tensor_with_an_initial_value(b1):
+    """Spec 1.6: ``nl.full(..., buffer=nl.shared_hbm)`` is rejected by the 2.26 compiler, which nsim reports in
+    strict only: otherwise it warns (NkiWarning) and fills the tensor (by DMA from a filled SBUF tile). Before, an
+    E446 error in every mode. A ragged size (300 x 70 is not a multiple of 128 partitions) in both dialects."""
+    bnki, bnl, _bnisa = b1
+
+    def beta1(a_in):
+        out = bnl.full((300, 70), 2.5, dtype=bnl.float32, buffer=bnl.shared_hbm)
+        bnl.store(out[0:128, :], bnl.load(a_in))
+        return out
+
+    a = np.ones((128, 70), np.float32)
+    with pytest.warns(nsim.tracer.NkiWarning, match="err_hbm_tensor_with_init_value_not_supported"):
+        got = bnki.simulate_kernel(beta1, a)
+    want = np.full((300, 70), 2.5, np.float32)
+    want[:128] = 1.0
+    np.testing.assert_array_equal(got, want)
+
+    @nki.jit
+    def new(a_in):
+        return nl.zeros((5, 7, 3), nl.int32, buffer=nl.shared_hbm)
+
+    with pytest.warns(nsim.tracer.NkiWarning):
+        np.testing.assert_array_equal(new(a), np.zeros((5, 7, 3), np.int32))
