@@ -486,11 +486,36 @@ void Checker::check_unique_indices(const Instr& in, const isa::Views& views, uin
     }
 }
 
+void Checker::check_start_partition(const Instr& in, uint64_t index, const SourceLoc& where) {
+  if (isa::is_dma(in.op)) return;  // a DMA moves any partitions
+  const isa::OpInfo& info = isa::op_info(in.op);
+  for (int s = 0; s < info.num_slots; ++s) {
+    const Operand& o = in.slot(s);
+    if (!o.present() || !on_chip(o.space)) continue;
+    // MX scales: the ISA places them at rows of a quadrant by group (quantize_mx's dst_scale may start at a
+    // quadrant start plus 0, 4, 8 or 12; docs/isa.md "MX"), not by this rule
+    const bool mx_scale = (in.op == isa::Opcode::kQuantizeMx && s == 2) ||
+                          (in.op == isa::Opcode::kLoadStationary && s == 1) ||
+                          (in.op == isa::Opcode::kMultiplyMoving && s == 2);
+    if (mx_scale) continue;
+    const uint32_t n = std::max<uint32_t>(o.num_partitions, 1), p0 = o.start_partition;
+    const uint32_t align = n > 64 ? 128 : n > 32 ? 64 : 32;
+    if (p0 % align == 0) continue;
+    report(CheckKind::kStartPartition, in, s, index, where,
+           fmt::format("operand '{}' covers {} partitions starting at partition {} (a view of {} partitions must start "
+                       "at {})",
+                       info.slots[static_cast<size_t>(s)].name, n, p0, n,
+                       n > 64 ? "0" : n > 32 ? "0 or 64" : "0, 32, 64 or 96"));
+    return;
+  }
+}
+
 void Checker::before(const Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where,
                      const SlotTags* tags) {
   check_registers(in, where);
   check_activation_range(in, views, index, where);
   check_unique_indices(in, views, index, where);
+  check_start_partition(in, index, where);
   casts_before_ = cast_overflows();
   taint_pending_ = false;
   taint_all_ = false;

@@ -41,6 +41,7 @@ enum class CheckKind : uint8_t {
   kDmaRace,
   kActivationOutOfRange,
   kDuplicateIndices,
+  kStartPartition,
   kCount
 };
 
@@ -75,6 +76,9 @@ inline constexpr std::array<CheckInfo, static_cast<size_t>(CheckKind::kCount)> k
     {"NSIM-W508", "duplicate-indices",
      "make the scatter's row indices unique (combine the rows of one index on chip first, e.g. by a one-hot matmul), "
      "or use an atomic scatter-add that applies repeats (Beta 1 nl.atomic_rmw)"},
+    {"NSIM-W509", "start-partition",
+     "start a view of more than 64 partitions at partition 0, of 33 to 64 at 0 or 64, of 32 or fewer at a multiple of "
+     "32 (slice the tile at such a start, or move the rows to partition 0 with a DMA first)"},
 }};
 
 /// One report of the sanitizer.
@@ -153,6 +157,9 @@ class Checker {
   void check_activation_range(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where);
   /// NSIM-W508: a scatter-add promised unique indices (isa::kUniqueIdx) whose index tile repeats a row.
   void check_unique_indices(const isa::Instr& in, const isa::Views& views, uint64_t index, const SourceLoc& where);
+  /// NSIM-W509: a compute instruction's on-chip operand whose first partition the hardware does not allow for its
+  /// partition count (nki-api.md 2.0: n > 64 at 0; 32 < n <= 64 at 0 or 64; n <= 32 at 0, 32, 64 or 96).
+  void check_start_partition(const isa::Instr& in, uint64_t index, const SourceLoc& where);
   /// Registers set (reset or loaded) so far, ScalarE's and VectorE's, by partition.
   std::array<std::array<bool, 128>, 2> regs_set_{};
   int reg_taint_slot_ = -1;  ///< before() -> after(): the slot written from never-set registers (-1: none)

@@ -1253,6 +1253,7 @@ def test_masked_transposes(b1, form):
         np.testing.assert_array_equal(k(x), ref)
 
 
+@pytest.mark.filterwarnings("ignore:NSIM-W509")  # partition starts the hardware does not allow
 def test_masked_iota(b1):
     """nisa.iota(expr, mask=): the expression's values on the mask's rectangle, written there only."""
     nki, nl, nisa, _ = b1

@@ -340,3 +340,44 @@ def test_hbm_tensor_with_an_initial_value(b1):
 
     with pytest.warns(nsim.tracer.NkiWarning):
         np.testing.assert_array_equal(new(a), np.zeros((5, 7, 3), np.int32))
+
+
+def test_start_partition_rule_is_reported():
+    """Spec 2.0: a view of n partitions starts at 0 (n > 64), 0 or 64 (32 < n <= 64) or a multiple of 32 (n <= 32);
+    "nsim: warn (error in strict) when a view violates it" -- the sanitizer's NSIM-W509, on the kernel's line. The
+    numbers are still computed; a DMA may start anywhere."""
+    def make(p0, n):
+        @nki.jit
+        def kern(x):
+            t = _ld(x)
+            u = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=u, value=0.0)
+            nisa.tensor_scalar(dst=u[p0:p0 + n, :], data=t[p0:p0 + n, :], op0=nl.multiply, operand0=2.0)  # THE-OP
+            o = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=o, src=u)
+            return o
+        return kern
+
+    x = np.random.default_rng(4).standard_normal((128, 8)).astype(np.float32)
+    for p0, n in ((0, 128), (64, 64), (32, 32), (96, 1), (0, 100)):
+        out, prof = make(p0, n).simulate(x)
+        assert prof.check_reports == [], (p0, n)
+    bad = make(16, 32)
+    with pytest.warns(nsim.tracer.CheckWarning, match="NSIM-W509 start-partition") as rec:
+        out, prof = bad.simulate(x)
+    want = np.zeros_like(x)
+    want[16:48] = 2 * x[16:48]
+    np.testing.assert_array_equal(out, want)
+    (r,) = prof.check_reports
+    assert r["code"] == "NSIM-W509" and r["line"] == _line_of("# THE-OP")
+    assert "32 partitions starting at partition 16" in r["detail"]
+    assert len(rec) == 1
+    with pytest.raises(nsim.NsimError) as e:
+        make(32, 96).options(check="strict").simulate(x)
+    assert e.value.code == "NSIM-W509"
+
+
+def _line_of(tag):
+    import inspect
+    src, first = inspect.getsourcelines(test_start_partition_rule_is_reported)
+    return first + next(i for i, line in enumerate(src) if tag in line)
