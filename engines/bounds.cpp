@@ -13,10 +13,16 @@ const std::vector<std::pair<std::string, std::string>>& bound_resources() {
       v.emplace_back(std::string(isa::engine_name(static_cast<isa::Engine>(e))),
                      "busy time of this engine (union of its instructions' issue intervals)");
     v.emplace_back("dma", "busy time of the busiest DMA engine");
-    v.emplace_back("hbm", "HBM bytes read and written at min(hbm.bw, dma.engines x dma.engine_bw)");
+    v.emplace_back("hbm", "HBM bytes read and written: at hbm.bw, and at least at what the DMA engines move "
+                          "(dma.engines x dma.engine_bw, stores x dma.store_bw_factor)");
     return v;
   }();
   return r;
+}
+
+double hbm_time_ns(const CoreParams& p, double read, double write) {
+  const double engines = p.dma_engine_bw * p.dma_engines;  // bytes per ns
+  return std::max((read + write) / p.hbm_bw, read / engines + write / (engines * p.dma_store_bw_factor));
 }
 
 BoundVerdict bound_verdict(const std::function<double(const std::string&)>& stat) {

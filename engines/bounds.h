@@ -31,6 +31,11 @@ struct BoundVerdict {
 /// The resources, in stats order, with how each bound is measured.
 const std::vector<std::pair<std::string, std::string>>& bound_resources();
 
+/// The least time (ns) to move `read` bytes from HBM and `write` bytes to it: HBM carries both at hbm.bw, and the
+/// DMA engines read at dma.engines x dma.engine_bw and write x dma.store_bw_factor faster -- the larger of the two.
+/// (With the read rate alone for the writes, trn2 at hbm.bw=725GB/s reported a bound above the kernel's time.)
+double hbm_time_ns(const CoreParams& p, double read, double write);
+
 /// The verdict from a run's stats (any source that answers stat(name) for the `bound.*` stats and
 /// `total_time`): the one implementation every tool calls.
 BoundVerdict bound_verdict(const std::function<double(const std::string&)>& stat);

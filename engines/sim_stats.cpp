@@ -148,7 +148,7 @@ sim::StatsRegistry Simulator::stats() const {
       for (int e = 0; e < p_.dma_engines; ++e) b = std::max(b, c_.dma[static_cast<size_t>(e)].busy);
       ns = sim::ps_to_ns(b);
     } else if (name == "hbm") {
-      ns = hbm_bytes / std::min(p_.hbm_bw, p_.dma_engine_bw * p_.dma_engines);  // bytes / (bytes per ns)
+      ns = engines::hbm_time_ns(p_, static_cast<double>(c_.hbm_read), static_cast<double>(c_.hbm_write));
     } else {
       for (int e = 0; e < isa::kNumEngines; ++e)
         if (name == isa::engine_name(static_cast<Engine>(e))) ns = sim::ps_to_ns(c_.engine[static_cast<size_t>(e)].busy_union);

@@ -126,7 +126,7 @@ void resimulate(const Kernel& k, const sim::Config& cfg, engines::AnalysisReport
       // Freeing instructions reorders the rest: a list schedule can come out no faster (or slower) without
       // them, where the fix, which also changes the data flow, measures a gain. The bound then stays.
       if ((w.free_pe && t >= r.total_ns) || (w.at_least_bound && r.total_ns - t < f.saving_ns)) {
-        f.method = fmt::format("bound (larger than the saving {})", how);
+        f.method = fmt::format("bound; {} saves only {:.1f} ns", how, std::max(0.0, r.total_ns - t));
         continue;
       }
       f.saving_ns = std::max(0.0, r.total_ns - t);

@@ -65,6 +65,10 @@ struct LineAgg {
                                   ///< waited for its evacuation
   Ps psum_reuse_wait = 0;         ///< how long they waited for it
   isa::Operand last_psum;         ///< the PSUM destination of this line's previous group-opening matmul
+  /// The line's groups open in more than one PSUM tile (its tile rotates over buffers, or the tracer made one per
+  /// iteration): a wait for the same tile then came from the list scheduler's order, and the finding's advice
+  /// (allocate the tile in the loop) does not apply to the line.
+  bool psum_rotates = false;
   /// ScalarE busy time of plain arithmetic and copies (no activation function: tensor_scalar, tensor_copy, an
   /// activation with `copy`): work another engine could do or the producing activation could fold in.
   Ps scalar_plain = 0;
@@ -624,6 +628,7 @@ void Analyzer::State::on_tensor(const Instr& in, const InstrTiming& t, LineAgg& 
   const Operand& out = in.slot(0);
   if (out.space == Space::kPsum && !(in.flags & isa::kAccumulate)) {
     const bool same_buffer = la.last_psum.present() && same_view(la.last_psum, out);
+    if (la.last_psum.present() && !same_buffer) la.psum_rotates = true;
     la.last_psum = out;
     if (same_buffer && t.waited_for >= 0 && t.waited_class != static_cast<uint8_t>(Engine::kTensor) &&
         t.waited_class != kClassDma && static_cast<uint64_t>(t.waited_for) < recs.size()) {
@@ -788,9 +793,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
   const sim::StatsRegistry stats = sim.stats();
   const BoundVerdict verdict = bound_verdict(stats);
   for (const ResourceBound& b : verdict.bounds) r.bounds.push_back({b.name, b.ns, b.what});
-  const double roof = std::min(p.hbm_bw, p.dma_engine_bw * p.dma_engines);  // bytes per ns
-  const double unique_bytes = s.hbm_read - s.hbm_reload + s.hbm_write;
-  const double hbm_bound = unique_bytes / roof;  // HBM traffic if nothing were loaded twice
+  const double hbm_bound = hbm_time_ns(p, s.hbm_read - s.hbm_reload, s.hbm_write);  // nothing loaded twice
   // The busiest compute engine: no change to the DMA transfers alone makes the kernel faster than it
   // (Sync, which only triggers DMAs, excepted).
   double compute_bound = 0;
@@ -927,12 +930,12 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       if (la.dma_narrow == la.dma_small)  // every one by its partitions
         f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.dma_small, save,
                            fmt::format("{} transfers over {} partitions or fewer (a DMA engine serves {} partitions: "
-                                       "{} of the {} move each); {:.0f} transfers over all partitions would move the "
+                                       "{} of the {} move each); {:.0f} transfer{} over all partitions would move the "
                                        "same bytes ({:.0f} fewer setups of {:.0f} ns)",
                                        la.dma_small, la.dma_max_narrow_parts, p.partitions_per_engine,
                                        std::max<int64_t>(1, (la.dma_max_narrow_parts + p.partitions_per_engine - 1) /
                                                                 p.partitions_per_engine),
-                                       p.dma_engines, n_eff, std::max(0.0, static_cast<double>(la.dma_small) - n_eff),
+                                       p.dma_engines, n_eff, n_eff == 1 ? "" : "s", std::max(0.0, static_cast<double>(la.dma_small) - n_eff),
                                        ns(p.dma_setup))});
       else if (la.dma_strided == la.dma_small)  // every one by its contiguous runs: a strided access, not a small one
         f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.dma_small, save,
@@ -943,14 +946,14 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
                                        above)});
       else
         f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.dma_small, save,
-                           fmt::format("{} transfers of {} B/partition or less{}; {:.0f} transfers of {} B/partition would "
-                                       "move the same bytes ({:.0f} fewer setups of {:.0f} ns); DMA-engine time {:.0f} ns, "
+                           fmt::format("{} transfers of {} B/partition or less{}; {:.0f} transfer{} of up to {} B/partition "
+                                       "would move the same bytes ({:.0f} fewer setups of {:.0f} ns); DMA-engine time {:.0f} ns, "
                                        "{:.0f}% above the bytes at full bandwidth",
                                        la.dma_small, la.dma_min_bpp,
                                        la.dma_strided ? fmt::format(" ({} more by contiguous runs of {:.0f} B or less)",
                                                                     la.dma_strided, la.dma_min_run)
                                                       : std::string(),
-                                       n_eff, s.dma_eff_bpp,
+                                       n_eff, n_eff == 1 ? "" : "s", s.dma_eff_bpp,
                                        std::max(0.0, static_cast<double>(la.dma_small) - n_eff), ns(p.dma_setup),
                                        ns(la.dma_small_engine_time), above)});
       strided += la.dma_strided;
@@ -1041,7 +1044,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       const LineAgg& la = s.lines[i];
       if (la.hbm_roundtrip <= 0) continue;
       // Bound: the traffic kept on chip is written once and read back once, at the DMA/HBM roof.
-      const double save = 2 * la.hbm_roundtrip / roof;
+      const double save = hbm_time_ns(p, la.hbm_roundtrip, la.hbm_roundtrip);
       bytes += la.hbm_roundtrip;
       f.saving_ns += save;
       f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.dma_count, save,
@@ -1081,8 +1084,9 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       const LineAgg& la = s.lines[i];
       add(i, la.reuse_waits, la.reuse_wait, n,
           "{} loads waited {:.0f} ns for compute instructions to finish with their destination buffer");
-      add(i, la.psum_reuse_waits, la.psum_reuse_wait, n_psum,
-          "{} TensorE instructions waited {:.0f} ns for the previous result in their PSUM tile to be read out");
+      if (!la.psum_rotates)
+        add(i, la.psum_reuse_waits, la.psum_reuse_wait, n_psum,
+            "{} TensorE instructions waited {:.0f} ns for the previous result in their PSUM tile to be read out");
     }
     if (n || n_psum) {
       std::stable_sort(f.lines.begin(), f.lines.end(),
@@ -1566,7 +1570,8 @@ std::string AnalysisReport::to_text(size_t max_lines) const {
     o += fmt::format("  {:<7} busy {:>10.1f} ns, waited {:>10.1f} ns{}, blocked {:.1f} ns, idle at the end {:.1f} ns\n",
                      e.engine, e.busy_ns, e.wait_ns, on, e.other_wait_ns, e.tail_ns);
   }
-  o += fmt::format("\nFindings ({}, largest estimated saving first):\n", findings.size());
+  o += fmt::format("\nFindings ({}; by estimated saving, a bottleneck's causes before it, serialization last):\n",
+                   findings.size());
   if (findings.empty()) o += "  none above analysis.min_saving_percent\n";
   for (size_t i = 0; i < findings.size(); ++i) {
     const Finding& f = findings[i];

@@ -74,7 +74,7 @@ def main():
     out1, prof1 = rmsnorm_v1.simulate(a, g)
     np.testing.assert_allclose(out1, reference(a, g), rtol=1e-4, atol=1e-4)
     print("v1: {:.1f} us, bound: {}".format(prof1.total_time_ns / 1e3, prof1.bound))
-    # 2. profile: the findings, largest estimated saving first, each on its kernel line
+    # 2. profile: the findings, by estimated saving (causes before symptoms), each on its kernel line
     an = prof1.analyze()
     for f in an.findings:
         where = f["lines"][0] if f["lines"] else None

@@ -29,7 +29,8 @@ class Analysis:
                 waited_on {track: ns}}], critical_path {available, by_track {track: ns}, lines [...]},
                 findings [{kind, title, detail, saving_ns, method, metrics {..}, lines [{src, file,
                 line, function, stack, count, ns, note}]}] (largest saving first; method: "bound",
-                "re-simulated (...)", or "bound (larger than the saving re-simulated (...))")
+                "re-simulated (...)", or "bound; re-simulated (...): T ns saves only S ns" when the re-simulation saves
+                less than the bound)
     """
 
     def __init__(self, text: str, json_text: str):

@@ -796,3 +796,34 @@ def test_engine_bound_on_many_tiny_instructions_names_the_scan(b1):
     _, pv = pair.before.options(timing_only=True).simulate(*pair.inputs())
     g = pv.analyze().finding("engine_bound")
     assert g is not None and "tensor_tensor_scan" not in g["detail"], g
+
+
+def test_single_buffer_not_told_for_a_psum_tile_allocated_in_the_loop(b1):
+    """A PSUM tile allocated inside the loop body rotates (here the unrolled loop's tiles alternate between two
+    storages): a matmul that waited for an evacuation because the list scheduler issued two groups of one storage in
+    a row was reported as `single_buffer`, advising to allocate the tile in the loop, where it already is (a
+    newcomer's audit, 2026-12-05). A line whose groups open in more than one PSUM tile is not reported."""
+    bnki, bnl, bnisa = b1
+
+    def matmul(lhsT, rhs):
+        K, M = lhsT.shape
+        N = rhs.shape[1]
+        result = bnl.ndarray((M, N), dtype=lhsT.dtype, buffer=bnl.shared_hbm)
+        a_tiles = [[bnl.copy(bnl.load(lhsT[k * 128:(k + 1) * 128, m * 128:(m + 1) * 128]), dtype=bnl.bfloat16)
+                    for m in range(M // 128)] for k in range(K // 128)]
+        b_tiles = [[bnl.copy(bnl.load(rhs[k * 128:(k + 1) * 128, n * 512:(n + 1) * 512]), dtype=bnl.bfloat16)
+                    for n in range(N // 512)] for k in range(K // 128)]
+        for m in bnl.affine_range(M // 128):
+            for n in bnl.affine_range(N // 512):
+                res_psum = bnl.zeros((128, 512), bnl.float32, buffer=bnl.psum)
+                for k in bnl.affine_range(K // 128):
+                    res_psum += bnisa.nc_matmul(a_tiles[k][m], b_tiles[k][n])
+                bnl.store(result[m * 128:(m + 1) * 128, n * 512:(n + 1) * 512], value=bnl.copy(res_psum))
+        return result
+
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((1024, 512), (1024, 1024)))
+    _, prof = bnki.jit(matmul).options(timing_only=True).simulate(a, b)
+    an = prof.analyze()
+    f = an.finding("single_buffer")
+    assert f is None or not f["metrics"].get("matmuls"), an.text

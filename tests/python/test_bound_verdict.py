@@ -52,3 +52,33 @@ def test_verdict_follows_its_definition():
     # the HBM bound is the traffic at the bandwidth the DMA engines reach: min(362.5 GB/s, 16 x 23 B/ns)
     hbm = prof.stat("memory.hbm_read_bytes") + prof.stat("memory.hbm_write_bytes")
     assert prof.stat("bound.hbm.time") == pytest.approx(hbm / 362.5)
+
+
+def test_hbm_bound_charges_stores_at_the_store_rate():
+    """A copy kernel (as many bytes stored as loaded) on trn2 with hbm.bw doubled: the DMA engines then limit
+    loads to 16 x 23 B/ns and stores to x dma.store_bw_factor (1.16) of that, so the `hbm` bound is
+    r / 368 + w / 426.9 ns per byte; charged at the load rate, as before 2026-12-05, it exceeded the kernel's time."""
+    import numpy as np
+    import nsim.nki as nki
+    import nsim.nki.isa as nisa
+    import nsim.nki.language as nl
+
+    @nki.jit
+    def copy(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(a.shape[0] // 128):
+            t = nl.ndarray((128, a.shape[1]), a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a[i * 128:(i + 1) * 128, :])
+            nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+        return out
+
+    _, prof = copy.options(timing_only=True, overrides={"hbm.bw": "725GB/s"}).simulate(
+        np.zeros((2048, 4096), np.float32))
+    st = {n: prof.stat(n) for n in ("memory.hbm_read_bytes", "memory.hbm_write_bytes", "bound.hbm.time", "total_time")}
+    r, w = st["memory.hbm_read_bytes"], st["memory.hbm_write_bytes"]
+    assert r == w == 2048 * 4096 * 4
+    engines = 16 * 23.0  # B/ns: dma.engines x dma.engine_bw (trn2)
+    want = max((r + w) / 725.0, r / engines + w / (engines * 1.16))
+    assert st["bound.hbm.time"] == pytest.approx(want, rel=1e-9)
+    assert st["bound.hbm.time"] <= st["total_time"]
+    assert (r + w) / engines > st["total_time"]  # what the old rule charged: above the kernel's time
