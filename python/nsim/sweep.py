@@ -109,12 +109,15 @@ def _progress(total: int, show: bool):
     except ImportError:
         done = [0]
 
-        def step(n):
+        tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+
+        def step(n):  # one line rewritten on a terminal, a line per step in a log
             done[0] += n
-            sys.stderr.write("\rnsim sweep: {}/{} runs".format(done[0], total))
+            sys.stderr.write("{}nsim sweep: {}/{} runs{}".format("\r" if tty else "", done[0], total,
+                                                                 "" if tty else "\n"))
             sys.stderr.flush()
 
-        return step, lambda: sys.stderr.write("\n")
+        return step, (lambda: sys.stderr.write("\n")) if tty else (lambda: None)
 
 
 def sweep(kernels: Union[KernelSpec, Sequence[KernelSpec]], grid: Mapping[str, Sequence[Any]], *,
@@ -166,16 +169,34 @@ def sweep(kernels: Union[KernelSpec, Sequence[KernelSpec]], grid: Mapping[str, S
                 rows.append(_run_point(t))
                 step(1)
         else:
-            import multiprocessing as mp
-
-            with mp.get_context("spawn").Pool(min(jobs or os.cpu_count() or 1, len(tasks))) as pool:
-                rows = []
-                for r in pool.imap(_run_point, tasks):  # imap keeps grid order
-                    rows.append(r)
-                    step(1)
+            rows = _run_pool(tasks, min(jobs or os.cpu_count() or 1, len(tasks)), step)
     finally:
         close()
         _LOADED.clear()  # no kernel kept alive after the sweep (in this process; workers end with the pool)
+    return rows
+
+
+def _run_pool(tasks, workers, step):
+    """The tasks on `workers` spawned processes, results in grid order. Spawned workers import the caller's
+    `__main__` script again: a script that calls sweep() at its top level, not under
+    `if __name__ == "__main__":`, makes every worker fail while starting, which multiprocessing.Pool answers by
+    starting new ones forever. A process pool executor reports the broken pool instead: the error says what to
+    change."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    rows = []
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+            for r in pool.map(_run_point, tasks):  # map keeps grid order
+                rows.append(r)
+                step(1)
+    except BrokenProcessPool:
+        raise RuntimeError(
+            "nsim.sweep: its worker processes could not start. Workers are spawned and import the calling script "
+            "again: call nsim.sweep(...) under `if __name__ == \"__main__\":` in a script, or pass jobs=1 (one "
+            "process), or use the `nsim sweep` command") from None
     return rows
 
 

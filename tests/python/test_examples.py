@@ -135,3 +135,18 @@ def test_example_matches_reference(nsim_bin, example_inputs, tmp_path, name, pre
     stats_t = tmp_path / "stats_timing.json"
     _run(nsim_bin, [_example_file(name), "--config", preset, "--timing-only", "--stats", str(stats_t)], REPO_ROOT)
     assert _total_time(stats_t) == t_full
+
+
+def test_kernel_json_doc_example_computes_softmax(tmp_path):
+    """The complete example at the top of docs/kernel-json.md, as written there, run with --check: a row softmax
+    of its input (fp32 tolerance) and no sanitizer report. (An audit found it leaving reduce_cmd idle: every
+    output was inf from accumulator registers never written, and only --check said so.)"""
+    import nsim
+    text = open(os.path.join(REPO_ROOT, "docs", "kernel-json.md")).read()
+    block = text.split("```json\n", 1)[1].split("```", 1)[0]
+    assert '"name": "row_softmax"' in block
+    x = np.random.default_rng(5).standard_normal((256, 512)).astype(np.float32)
+    out, prof = nsim.simulate_json(block, inputs={"x": x}, check=True)
+    assert prof.check_reports == []
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out["y"], e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)

@@ -119,3 +119,22 @@ def test_cli(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "not configuration keys" in bad.stderr
     assert "usage: nsim sweep" in subprocess.run([NSIM_BIN, "sweep", "--help"], capture_output=True, text=True).stdout
+
+
+def test_script_without_main_guard_fails_fast(tmp_path):
+    """A script that calls sweep() with worker processes at its top level (the docs' snippet pasted into a file,
+    no `if __name__ == "__main__":`): each spawned worker imports the script again and fails while starting.
+    multiprocessing.Pool started new workers forever (an audit's run was killed after 10 minutes); the sweep now
+    stops at once with an error naming the guard. Under the guard the same script runs."""
+    import os
+    import sys
+    call = "rows = sweep({!r}, {{'hbm.bw': ['181.25GB/s', '362.5GB/s']}}, jobs=2)".format(KERNELS[0])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    bare, guarded = tmp_path / "bare.py", tmp_path / "guarded.py"
+    bare.write_text("from nsim.sweep import sweep\n{}\nprint('rows', [r['status'] for r in rows])\n".format(call))
+    guarded.write_text("from nsim.sweep import sweep\nif __name__ == '__main__':\n    {}\n"
+                       "    print('rows', [r['status'] for r in rows])\n".format(call))
+    r = subprocess.run([sys.executable, str(bare)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode != 0 and 'if __name__ == "__main__":' in r.stderr and "jobs=1" in r.stderr, r.stderr[-2000:]
+    g = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True, timeout=300, env=env)
+    assert g.returncode == 0 and "rows ['ok', 'ok']" in g.stdout, g.stderr[-2000:]

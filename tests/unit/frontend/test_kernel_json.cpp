@@ -37,6 +37,7 @@ const char* const kDocExample = R"({
        "data2": {"tensor": "mx", "index": [{"size": 128}, {"broadcast": 512}]}, "alu0": "subtract",
        "loc": {"file": "softmax.py", "line": 14, "function": "softmax"}},
       {"op": "activation", "dst": "xt", "data": "xt", "reduce_res": "sum", "act": "exp", "alu1": "add",
+       "reduce_cmd": "reset_reduce",
        "loc": {"file": "softmax.py", "line": 15, "function": "softmax"}},
       {"op": "reciprocal", "dst": "sum", "data": "sum",
        "loc": {"file": "softmax.py", "line": 16, "function": "softmax"}},
