@@ -344,7 +344,7 @@ def fill_hbm(t, value, api):
 def _fill_new(shape, value, dtype, buffer, name):
     t = ndarray(shape, dtype, buffer=buffer, name=name)
     if t.buffer == "hbm":
-        return fill_hbm(t, value, "nl.full")
+        return fill_hbm(t, value, "nl.zeros / ones / full")
     if np.issubdtype(t.dtype, np.integer) or t.dtype == np.bool_:
         value = _tr.int_immediate(value, "fill value")
     _fill(t, value)

@@ -1871,7 +1871,7 @@ def _fill(t, value):
     if st.buffer == "hbm":
         if np.issubdtype(st.dtype, np.integer) or st.dtype == np.bool_:
             value = _tr.int_immediate(value, "fill value")
-        _nl.fill_hbm(st, value, "nl.full")
+        _nl.fill_hbm(st, value, "nl.zeros / ones / full")
         return t
     if np.issubdtype(st.dtype, np.integer) or st.dtype == np.bool_:
         value = _tr.int_immediate(value, "fill value")
