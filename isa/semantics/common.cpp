@@ -573,6 +573,13 @@ int64_t imm_to_int(float v) {
   return static_cast<int64_t>(v);
 }
 
+int64_t int_immediate(const Instr& in, int i) {
+  const auto u = static_cast<size_t>(i);
+  const int32_t k = in.iimm[u];
+  if (static_cast<float>(k) == in.imm[u] || static_cast<float>(static_cast<uint32_t>(k)) == in.imm[u]) return k;
+  return imm_to_int(in.imm[u]);
+}
+
 namespace {
 constexpr int kSlots = 8;
 template <class T>

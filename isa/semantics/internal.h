@@ -46,6 +46,15 @@ inline float apply_rev(AluOp op, float data, float operand, bool reverse) {
 inline int64_t apply_rev_int(AluOp op, int64_t data, int64_t operand, bool reverse) {
   return (reverse && !ignores_operand(op)) ? alu_apply_int(op, operand, data) : alu_apply_int(op, data, operand);
 }
+/// The bit pattern of an element of a narrow integer dtype read as int64 (read_row_int sign-extends int8 / int16):
+/// what a logical right shift moves (nki-api.md 3.5 "right_shift | logical x >> y", 2.0 "operate on bit patterns
+/// without casting": int8 -16 >> 1 is 120, not -8). Other dtypes as they are (int32 / uint32 are 32-bit patterns
+/// already for alu_apply_int's 32-bit shift).
+inline int64_t shift_pattern(DType t, int64_t x) {
+  const int bytes = dtype_bytes(t);
+  return dtype_is_int(t) && bytes < 4 ? static_cast<int64_t>(static_cast<uint64_t>(x) & ((uint64_t{1} << (8 * bytes)) - 1))
+                                      : x;
+}
 
 /// Reduce op used by the accumulator registers: bypass (reduce_op not given) means add.
 inline AluOp reduce_op_or_add(AluOp op) { return op == AluOp::kBypass ? AluOp::kAdd : op; }
@@ -57,6 +66,11 @@ float reduce_fold(AluOp op, const float* y, int64_t n);
 
 /// fp32 immediate -> int64 for the bit-vector path (truncate toward zero; NaN -> 0; saturate).
 int64_t imm_to_int(float v);
+
+/// Immediate i of `in` as an integer, exactly: iimm[i] (an int32 bit pattern, which the frontends write for an
+/// integer immediate of a bit-vector op or of an integer destination) when it rounds to imm[i] in float32 (as
+/// int32 or as uint32), else imm_to_int(imm[i]) (a kernel.json that gives only imm; docs/kernel-json.md `iimm`).
+int64_t int_immediate(const Instr& in, int i);
 
 // ---- thread-local scratch (slot i is distinct storage; a later call with the same slot may
 // reallocate and invalidate earlier pointers of that slot) -------------------------------------

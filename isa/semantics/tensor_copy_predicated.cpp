@@ -1,5 +1,5 @@
-// tensor_copy_predicated: where (predicate != 0) != kReversePred: dst = src (views[1], or the fp32
-// constant imm[0] with kHasImm0); elsewhere dst is unchanged. Equal src/dst dtypes copy bytes
+// tensor_copy_predicated: where (predicate != 0) != kReversePred: dst = src (views[1], or the constant
+// imm[0] with kHasImm0: fp32, or for an integer dst int_immediate(in, 0)); elsewhere dst is unchanged. Equal src/dst dtypes copy bytes
 // exactly; else via fp32. Predicate: any dtype, nonzero (NaN included) = true.
 #include <cstring>
 
@@ -27,7 +27,8 @@ void exec_kTensorCopyPredicated(const Instr& in, const Views& v, ArchState&) {
   uint8_t* drow = bscratch(0, n * es);
   if (imm || src.dtype == dst.dtype) {
     uint8_t fill[8] = {};
-    if (imm) store_f32(dst.dtype, fill, in.imm[0]);
+    if (imm && dtype_is_int(dst.dtype)) store_int(dst.dtype, fill, int_immediate(in, 0));  // (exact)
+    else if (imm) store_f32(dst.dtype, fill, in.imm[0]);
     uint8_t* srow = imm ? nullptr : bscratch(1, n * es);
     for (uint32_t p = 0; p < dst.partitions; ++p) {
       read_row(pred, p, pr);

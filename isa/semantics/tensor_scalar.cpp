@@ -1,7 +1,7 @@
 // tensor_scalar: t = op0(data, operand0) (reverse0: op0(operand0, data)); if op1 != bypass:
 // out = op1(t, operand1) (reverse1 swaps). Operands are immediates (kHasImm0/1) or (P,1) vectors
-// broadcast along the free dims. Bit-vector ops (either op) use the integer path with immediates
-// truncated to int64. Unary ops ignore their operand.
+// broadcast along the free dims. Bit-vector ops (either op) use the integer path, an immediate from iimm[i]
+// (exact) when it rounds to imm[i], else imm[i] truncated to int64. Unary ops ignore their operand.
 #include "isa/semantics/internal.h"
 
 namespace nsim::isa {
@@ -30,12 +30,13 @@ void exec_kTensorScalar(const Instr& in, const Views& v, ArchState&) {
   if (is_bitvec(in.alu0) || (has_op1 && is_bitvec(in.alu1))) {
     int64_t* x = iscratch(0, n);
     for (uint32_t p = 0; p < dst.partitions; ++p) {
-      const int64_t o0 = !need0 ? 0 : imm0 ? imm_to_int(in.imm[0]) : scalar_int(v[2], p);
-      const int64_t o1 = !need1 ? 0 : imm1 ? imm_to_int(in.imm[1]) : scalar_int(v[3], p);
+      const int64_t o0 = !need0 ? 0 : imm0 ? int_immediate(in, 0) : scalar_int(v[2], p);
+      const int64_t o1 = !need1 ? 0 : imm1 ? int_immediate(in, 1) : scalar_int(v[3], p);
       read_row_int(data, p, x);
+      const auto rshift = [&](AluOp op, bool rev) { return op == AluOp::kRightShift && !rev; };
       for (int64_t j = 0; j < n; ++j) {
-        int64_t t = apply_rev_int(in.alu0, x[j], o0, rev0);
-        if (has_op1) t = apply_rev_int(in.alu1, t, o1, rev1);
+        int64_t t = apply_rev_int(in.alu0, rshift(in.alu0, rev0) ? shift_pattern(data.dtype, x[j]) : x[j], o0, rev0);
+        if (has_op1) t = apply_rev_int(in.alu1, rshift(in.alu1, rev1) ? shift_pattern(data.dtype, t) : t, o1, rev1);
         x[j] = t;
       }
       write_row_int(dst, p, x);

@@ -29,6 +29,8 @@ void exec_kTensorTensor(const Instr& in, const Views& v, ArchState&) {
     for (uint32_t p = 0; p < dst.partitions; ++p) {
       read_row_int(a, p, x);
       read_row_int(b, p, y);
+      if (op == AluOp::kRightShift)  // (a narrow dtype's bit pattern: a logical shift)
+        for (int64_t j = 0; j < n; ++j) x[j] = shift_pattern(a.dtype, x[j]);
       for (int64_t j = 0; j < n; ++j) x[j] = alu_apply_int(op, x[j], y[j]);
       write_row_int(dst, p, x);
     }

@@ -344,6 +344,7 @@ def mx_x4_dtype(name):
 
 
 _DTYPE_NAMES = {}  # dtype argument -> its IR name (hot in tracing: every tile names its dtype)
+_TF32 = np.dtype("V4")  # nl.tfloat32
 
 
 def dtype_name(dtype):
@@ -370,6 +371,8 @@ def _dtype_name(dtype):
         raise make_error("BadDtype", "unsupported dtype {!r}".format(dtype))
     if nd.names is not None and len(nd.names) == 1 and mx_x4_dtype(nd.names[0]) == nd:
         return nd.names[0]  # an MX x4 type (float8_e5m2_x4, float8_e4m3fn_x4, float4_e2m1fn_x4)
+    if nd == _TF32:
+        return "tfloat32"  # nl.tfloat32: 4 opaque bytes in numpy (nki-api.md 3.2), the IR's tfloat32
     name = nd.name
     if name not in ir:
         raise make_error("BadDtype", "dtype {} is not supported by nsim".format(name))
@@ -435,6 +438,34 @@ def loops_mode(value, what="loops"):
         raise make_error("BadArgument", "{}={!r}: expected one of {}".format(what, v, ", ".join(
             repr(m) for m in LOOP_MODES)))
     return v
+
+
+_PLAIN = (int, float, bool, str, bytes, type(None))
+
+
+def _plain_locals(frame):
+    """The local variables of ``frame`` holding plain Python values -- numbers, strings, None, and lists, tuples,
+    sets and dicts of them (one level) -- by name: what a loop body run twice with a symbolic index must leave the
+    same for its recording to stand for every iteration (Tracer._record_piece)."""
+    def one(x):  # (a float by its repr: a NaN equals itself)
+        return repr(x) if type(x) is float else x
+
+    out = {}
+    loc = frame.f_locals
+    for k, v in loc.items():
+        t = type(v)
+        if t in _PLAIN:
+            out[k] = one(v)
+        elif t in (list, tuple, set, frozenset) and all(type(x) in _PLAIN for x in v):
+            out[k] = (t, tuple(one(x) for x in v) if t in (list, tuple) else frozenset(one(x) for x in v))
+        elif t is dict and all(type(x) in _PLAIN for x in v.values()) and all(type(x) in _PLAIN for x in v):
+            out[k] = (t, tuple((one(a), one(b)) for a, b in v.items()))
+    if type(loc) is dict:
+        # Before Python 3.13 f_locals is a snapshot dict the frame keeps: its references would keep this pass's
+        # tiles alive, so the next pass's tiles could not take their storage back (the unrolled trace's rotation).
+        # The frame fills it again whenever it is next asked for; a 3.13 proxy reads the locals and holds nothing.
+        loc.clear()
+    return out
 
 
 class _NeedsConcrete(BaseException):
@@ -1183,6 +1214,11 @@ class NkiTensor:
 
     def __bool__(self):
         if self.size == 1:  # eager mode: a one-element tensor has a truth value, like numpy's
+            # (an `if` on it is control flow on a tensor's value, which the NKI compiler rejects: nki-api.md 1.7,
+            # err_dynamic_control_flow_not_supported; nsim keeps it for debugging and says so)
+            warnings.warn("if / while / bool() on the value of tensor '{}': the NKI compiler rejects control flow on "
+                          "tensor values (err_dynamic_control_flow_not_supported); nsim reads the value (eager "
+                          "mode, for debugging)".format(self.name), NkiWarning, stacklevel=2)
             return bool(self.numpy().reshape(-1)[0])
         raise make_error("TensorTruthValue", "the truth value of a tensor of {} elements is ambiguous (use "
                          "np.asarray(t).any() / .all() on its values)".format(self.size))
@@ -2656,7 +2692,7 @@ class Tracer:
         else:
             base = name
         if pairs:
-            yield from self._record_piece(r, kind, key, loc, base, True)
+            yield from self._record_piece(r, kind, key, loc, base, True, frame=f)
             return
         expand = key in self.expand
         pos, pieces, singles = 0, 0, 0
@@ -2667,14 +2703,17 @@ class Tracer:
                 # the range before its own: the loop's comparisons change at every index), the rest runs unrolled.
                 yield from r[pos:]
                 return
-            n = yield from self._record_piece(r[pos:], kind, key, loc, base, False, pos > 0, expand)
+            n = yield from self._record_piece(r[pos:], kind, key, loc, base, False, pos > 0, expand, frame=f)
             singles = singles + 1 if n == 1 and not expand else 0
             pos += n
 
-    def _record_piece(self, r, kind, key, loc, base, pairs, split_from=False, expand=False):
+    def _record_piece(self, r, kind, key, loc, base, pairs, split_from=False, expand=False, frame=None):
         """Record the first iterations of the loop over ``r`` (as many as its comparisons allow, see _record_loop);
         the number of iterations recorded. ``split_from``: pieces of the loop came before. ``expand``: written out
-        iteration by iteration (_expand_piece), its tiles taken from the enclosing body's pool as a pair loop's."""
+        iteration by iteration (_expand_piece), its tiles taken from the enclosing body's pool as a pair loop's.
+        ``frame``: the kernel frame running the loop, whose plain Python values (_plain_locals) must come out of
+        both passes the same: a body that changes one (``count += 1``, ``offsets.append(k)``) would leave it as
+        after two iterations, not all of them -- the loop is unrolled."""
         if len(r) == 1 and not pairs:
             yield r[0]
             return 1
@@ -2712,6 +2751,13 @@ class Tracer:
                 hi = var.hi
                 for c in firsts:
                     yield Sym(c, ((var, coef),))
+                if frame is not None and passes == 2 and not expand:
+                    snap = _plain_locals(frame)
+                    if len(bodies) == 1 and snap != snap1:
+                        changed = sorted(k for k in set(snap) | set(snap1) if snap.get(k) != snap1.get(k))
+                        raise _NeedsConcrete("the loop body changes Python state ({}): unrolled".format(
+                            ", ".join(changed[:3])), key)
+                    snap1 = snap
                 every.append(rec.storages)
                 outer = self._recs[-2] if len(self._recs) > 1 else None
                 if outer is not None:

@@ -381,3 +381,52 @@ def _line_of(tag):
     import inspect
     src, first = inspect.getsourcelines(test_start_partition_rule_is_reported)
     return first + next(i for i, line in enumerate(src) if tag in line)
+
+
+def test_integer_immediates_are_exact_bit_patterns():
+    """Spec 2.0: bit-vector ops "operate on bit patterns without casting"; an integer immediate above 2^24 went
+    through the instruction's float32 immediate (x & 0x0ff0ff0f was x & 0x0ff0ff10; uint32 x & 0xFFFFFFFF was 0).
+    tensor_copy_predicated's scalar src into an int32 tile likewise (2.2: dst = src)."""
+    xi = np.random.default_rng(6).integers(-2**31, 2**31 - 1, (128, 4), dtype=np.int64).astype(np.int32)
+    xu = xi.view(np.uint32)
+    band = _elementwise(lambda u, t: nisa.tensor_scalar(dst=u, data=t, op0=nl.bitwise_and, operand0=0x0ff0ff0f))
+    bxor = _elementwise(lambda u, t: nisa.tensor_scalar(dst=u, data=t, op0=nl.bitwise_xor, operand0=0x9E3779B9,
+                                                        op1=nl.bitwise_and, operand1=0xFFFFFFFF))
+    np.testing.assert_array_equal(band(xi), xi & 0x0ff0ff0f)
+    np.testing.assert_array_equal(bxor(xu), (xu ^ np.uint32(0x9E3779B9)) & np.uint32(0xFFFFFFFF))
+
+    @nki.jit
+    def pred(x):
+        t = _ld(x)
+        u = nl.ndarray(t.shape, nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=u, value=0)
+        nisa.tensor_copy_predicated(dst=u, src=16777217, predicate=t)
+        o = nl.ndarray(t.shape, nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=u)
+        return o
+
+    m = (np.arange(128 * 4).reshape(128, 4) % 3 == 0).astype(np.float32)
+    np.testing.assert_array_equal(pred(m), np.where(m != 0, 16777217, 0).astype(np.int32))
+
+
+@pytest.mark.parametrize("dt,shift", [(np.int8, 1), (np.int16, 4), (np.int32, 1)])
+def test_right_shift_is_logical_on_the_dtype_bit_pattern(dt, shift):
+    """Spec 3.5: "right_shift | logical x >> y"; 2.0: bit patterns without casting. int8 -16 >> 1 is 120 (0xF0 >>
+    1 = 0x78), not -8 (the value widened with its sign first, as before)."""
+    bits = 8 * np.dtype(dt).itemsize
+    x = np.array([[-16, -2, 5, -128 if bits == 8 else -30000]] * 128, dtype=dt)
+    ux = x.view(np.dtype("uint{}".format(bits)))
+    want = (ux >> shift).view(dt)
+    ts = _elementwise(lambda u, t: nisa.tensor_scalar(dst=u, data=t, op0=nl.right_shift, operand0=shift))
+    np.testing.assert_array_equal(ts(x), want)
+
+    @nki.jit
+    def tt(a, s):
+        t, sv = _ld(a), _ld(s)
+        u = nl.ndarray(t.shape, t.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=u, data1=t, data2=sv, op=nl.right_shift)
+        o = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=u)
+        return o
+
+    np.testing.assert_array_equal(tt(x, np.full_like(x, shift)), want)

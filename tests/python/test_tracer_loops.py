@@ -1181,3 +1181,44 @@ def test_a_comparison_of_two_loop_indices_gives_the_unrolled_outputs():
 ])
 def test_index_expressions_are_substituted_as_the_tracer_writes_them(expr, var, value, want):
     assert tracer._substituted(expr, var, value) == want
+
+
+def test_a_body_that_changes_python_values_unrolls_its_loop():
+    """Run twice with the symbolic index, a body that changes a plain Python value of the kernel (a counter, a list
+    of offsets) leaves it as after two iterations; the loop is unrolled so that the value is that of every
+    iteration (an audit's kernel divided by a counter incremented in an affine_range: a wrong mean). A body that
+    leaves them alone keeps its loop."""
+    @nki.jit
+    def mean_of_blocks(a):
+        out = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=0.0)
+        count, seen = 0, []
+        for i in nl.affine_range(a.shape[1] // 128):
+            t = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a[:, i * 128:(i + 1) * 128])
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+            count += 1
+        for j in nl.affine_range(2):
+            seen.append(len(seen))
+        nisa.tensor_scalar(dst=acc, data=acc, op0=nl.multiply, operand0=1.0 / count)
+        nisa.tensor_scalar(dst=acc, data=acc, op0=nl.add, operand0=float(sum(seen)))
+        nisa.dma_copy(dst=out, src=acc)
+        return out
+
+    @nki.jit
+    def plain(a):
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        n = a.shape[1] // 128
+        for i in nl.affine_range(n):
+            t = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a[:, i * 128:(i + 1) * 128])
+            nisa.dma_copy(dst=out[:, i * 128:(i + 1) * 128], src=t)
+        return out
+
+    a = np.random.default_rng(3).standard_normal((128, 640)).astype(np.float32)
+    got = mean_of_blocks.options(loops="keep")(a)
+    np.testing.assert_allclose(got, a.reshape(128, 5, 128).mean(axis=1) + 1.0, rtol=1e-5, atol=1e-6)
+    assert _loops(mean_of_blocks.options(loops="keep").to_json(a)) == []
+    np.testing.assert_array_equal(plain.options(loops="keep")(a), a)
+    assert len(_loops(plain.options(loops="keep").to_json(a))) == 1

@@ -440,7 +440,33 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
                              alu0, ", op1={}".format(alu1) if alu1 else ""))
     return _op("tensor_scalar", engine=eng, dst=dst,
                data=data, operand0=fields.get("operand0"), operand1=fields.get("operand1"),
-               alu0=alu0, alu1=alu1, flags=flags, imm=_imm(imm) if imm else None)
+               alu0=alu0, alu1=alu1, flags=flags, imm=_imm(imm) if imm else None,
+               iimm=_bitvec_iimm(imm, (alu0, alu1)))
+
+
+_BITVEC = _isa.alu_of_class("bitvec")
+
+
+def _bitvec_iimm(imm, alus):
+    """A bit-vector tensor_scalar's integer immediates, exactly: iimm[i] holds immediate i as an int32 bit pattern
+    (imm[i], a float32, keeps 24 bits: x & 0x0ff0ff0f was x & 0x0ff0ff10; nki-api.md 2.0 "operate on bit patterns
+    without casting"). The semantics take iimm[i] when it rounds to imm[i] (docs/kernel-json.md); None when no
+    immediate is an integer of such an op."""
+    if not imm or not any(a in _BITVEC for a in alus if a):
+        return None
+    return _int_iimm(imm)
+
+
+def _int_iimm(imm):
+    """iimm[0..1] for the integer immediates of ``imm`` (int32 bit patterns), or None when none is an integer."""
+    out = [0, 0]
+    hit = False
+    for i, v in imm.items():
+        if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and i < 2:
+            u = int(v) & 0xFFFFFFFF
+            out[i] = u - (1 << 32) if u >= 1 << 31 else u
+            hit = True
+    return out if hit else None
 
 
 _UNARY = _isa.alu_of_arity(1)  # ops that ignore their second operand (isa/alu_ops.def arity 1)
@@ -911,7 +937,7 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None, *
     if reverse_pred:
         flags.append("reverse_pred")
     return _op("tensor_copy_predicated", dst=dst, src=fields.get("src"), predicate=predicate, flags=flags,
-               imm=_immlist(imm))
+               imm=_immlist(imm), iimm=_int_iimm(imm) if np.issubdtype(dst.dtype, np.integer) else None)
 
 
 def _vector_operand(x, like, what, slot):
