@@ -900,7 +900,7 @@ Engine default_engine(const Instr& in) {
       const Operand& o = in.slot(i);
       ints &= o.present() && (o.dtype == DType::kInt32 || o.dtype == DType::kUInt32) && o.space != Space::kPsum;
     }
-    if (ints) return Engine::kGpsimd;
+    if (ints || in.alu0 == AluOp::kPower) return Engine::kGpsimd;  // (power: GpSimd only, nki-api.md 3.5)
   }
   return op_info(in.op).default_engine;
 }
@@ -979,6 +979,21 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
   if ((in.op == Opcode::kSendrecv || in.op == Opcode::kCoreBarrier) && lim.generation < 3)
     fail(ErrorCode::kNotOnGeneration, in, where,
          fmt::format("needs gen3+ (an LNC=2 launch on trn2 or trn3), the config is gen{}", lim.generation));
+
+  // Engine restrictions of ALU ops (nki-api.md 2.1 tensor_scalar: "Scalar supports only (multiply, add),
+  // (multiply, None), (add, None)"; 3.5: power on GpSimd only). The compiler model's placement asks verify() of
+  // each candidate engine, so it honours them too; default_engine() puts power on GpSimd.
+  if (in.op == Opcode::kTensorScalar && in.engine == Engine::kScalar) {
+    const bool ok = (in.alu0 == AluOp::kMultiply && (in.alu1 == AluOp::kAdd || in.alu1 == AluOp::kBypass)) ||
+                    (in.alu0 == AluOp::kAdd && in.alu1 == AluOp::kBypass);
+    if (!ok)
+      fail(ErrorCode::kBadEngine, in, where,
+           fmt::format("ScalarE runs tensor_scalar as (multiply, add), (multiply, None) or (add, None) only, got ({}, "
+                       "{}); use the vector engine",
+                       alu_name(in.alu0), in.alu1 == AluOp::kBypass ? "None" : alu_name(in.alu1)));
+  }
+  if (in.op == Opcode::kTensorTensor && in.alu0 == AluOp::kPower && in.engine != Engine::kGpsimd)
+    fail(ErrorCode::kBadEngine, in, where, "power runs on GpSimd only (nki-api.md 3.5); leave engine unset");
 
   // GpSimd has no PSUM access on any generation.
   if (in.engine == Engine::kGpsimd && !is_dma(in.op))

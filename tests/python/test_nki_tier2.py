@@ -277,7 +277,7 @@ def test_tier2_ir_encoding():
         nisa.iota(t, [[1, 64]], offset=3, channel_multiplier=64)
         s = nl.ndarray((32, 64), nl.float32, buffer=nl.sbuf)
         nisa.affine_select(s, [[-1, 64]], 1, xt, -1.0, cmp_op=nl.greater)
-        nisa.nc_stream_shuffle(s, xt, [1, 0])
+        nisa.nc_stream_shuffle(s, xt, [1, 0] + [255] * 30)  # (32 entries, nki-api.md 2.2)
         return _store(s)
 
     k.to_json(np.zeros((32, 64), np.float32))

@@ -430,3 +430,123 @@ def test_right_shift_is_logical_on_the_dtype_bit_pattern(dt, shift):
         return o
 
     np.testing.assert_array_equal(tt(x, np.full_like(x, shift)), want)
+
+
+def test_new_dialect_call_without_dst_runs_its_beta1_twin():
+    """Spec 1.1: "a new-dialect function called without dst (only keyword arguments) behaves as its Beta-1 twin and
+    returns a fresh SBUF tile, with a warning" (before: a Python TypeError for the missing dst)."""
+    @nki.jit
+    def kern(x):
+        t = _ld(x)
+        e = nisa.activation(op=nl.exp, data=t)
+        s = nisa.tensor_tensor(data1=e, data2=t, op=nl.add)
+        o = nl.ndarray(t.shape, nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=s)
+        return o
+
+    x = np.random.default_rng(8).standard_normal((128, 16)).astype(np.float32)
+    with pytest.warns(nsim.tracer.NkiWarning, match="without dst"):
+        got = kern(x)
+    np.testing.assert_allclose(got, np.exp(x) + x, rtol=1e-5, atol=1e-6)
+
+
+def test_deprecated_forms_warn():
+    """Spec 1.3: string buffer names and integers for enum parameters are accepted with a deprecation warning."""
+    @nki.jit
+    def kern(x):
+        t = nl.ndarray(x.shape, x.dtype, buffer="sbuf")
+        nisa.dma_copy(dst=t, src=x)
+        u = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=u, src=t, engine=5)  # 5 = nisa.engine.vector
+        o = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=u)
+        return o
+
+    x = np.ones((128, 4), np.float32)
+    with pytest.warns(nsim.tracer.NkiWarning) as rec:
+        np.testing.assert_array_equal(kern(x), x)
+    text = " ".join(str(w.message) for w in rec)
+    assert "buffer='sbuf'" in text and "integer for nisa.engine" in text
+
+
+def test_small_api_rules(b1):
+    """Spec 1.4 nki.typing.scalar gives a Python scalar; 3.2 Beta-1 nl.static_cast of a host array is a numpy cast;
+    3.1 PSUM address= on a bank boundary, nl.MemoryRegion's members; 2.1 / 2.2 / 3.5 instruction rules: negate with a
+    bit-vector reduction, bn_stats over 512 elements, range_select with not_equal, a shuffle mask of 16 entries,
+    tensor_scalar on ScalarE with (subtract, None), power on VectorE -- each an error now (they ran before)."""
+    from nsim.nki import typing as nt
+    bnki, bnl, _bnisa = b1
+    seen = {}
+
+    @nki.jit
+    def sc(x):
+        t = _ld(x)
+        seen["v"] = nt.scalar(t[0:1, 0:1])
+        return x
+
+    sc(np.full((128, 4), 2.5, np.float32))
+    assert seen["v"] == 2.5 and isinstance(seen["v"], float)
+    a = np.array([1.00390625, 3.0], np.float32)
+    np.testing.assert_array_equal(bnl.static_cast(a, ml_dtypes.bfloat16), a.astype(ml_dtypes.bfloat16))
+    assert list(nl.MemoryRegion) == [nl.sbuf, nl.psum, nl.private_hbm, nl.shared_hbm]
+    assert nl.MemoryRegion.psum == "psum"
+
+    def run(body, shape=(128, 4), dtype=np.float32):
+        @nki.jit
+        def kern(x):
+            body(_ld(x))
+            return x
+        return kern(np.ones(shape, dtype))
+
+    def psum_off(t):
+        nl.ndarray((128, 4), nl.float32, buffer=nl.psum, address=(0, 1024))
+
+    def neg_or(t):
+        r = nl.ndarray((128, 1), t.dtype, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=r, op=nl.bitwise_or, data=t, axis=1, negate=True)
+
+    def bn_big(t):
+        r = nl.ndarray((128, 6), nl.float32, buffer=nl.sbuf)
+        nisa.bn_stats(dst=r, data=t)
+
+    def rs_ne(t):
+        r = nl.ndarray(t.shape, t.dtype, buffer=nl.sbuf)
+        nisa.range_select(dst=r, on_true_tile=t, comp_op0=nl.not_equal, comp_op1=nl.less, bound0=0.0, bound1=9.0)
+
+    def shuffle16(t):
+        r = nl.ndarray((32, 4), t.dtype, buffer=nl.sbuf)
+        nisa.nc_stream_shuffle(dst=r, src=t[0:32, :], shuffle_mask=list(range(16)))
+
+    def scalar_sub(t):
+        r = nl.ndarray(t.shape, t.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=r, data=t, op0=nl.subtract, operand0=1.0, engine=nisa.engine.scalar)
+
+    def power_vector(t):
+        r = nl.ndarray(t.shape, t.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=r, data1=t, data2=t, op=nl.power, engine=nisa.engine.vector)
+
+    for body, shape, dtype, code in ((psum_off, (128, 4), np.float32, "BadPlacement"),
+                                     (neg_or, (128, 4), np.int32, "BadArgument"),
+                                     (bn_big, (128, 513), np.float32, "ElementCountMismatch"),
+                                     (rs_ne, (128, 4), np.float32, "BadArgument"),
+                                     (shuffle16, (128, 4), np.float32, "BadOperandKind"),
+                                     (scalar_sub, (128, 4), np.float32, "BadEngine"),
+                                     (power_vector, (128, 4), np.float32, "BadEngine")):
+        with pytest.raises(nsim.NsimError) as e:
+            run(body, shape, dtype)
+        assert e.value.code == _code(code), (body.__name__, str(e.value))
+
+    # power with the engine unset runs on GpSimd (and computes x ** x)
+    @nki.jit
+    def pw(x):
+        t = _ld(x)
+        r = nl.ndarray(t.shape, t.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=r, data1=t, data2=t, op=nl.power)
+        o = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=r)
+        return o
+
+    x = np.full((128, 4), 1.5, np.float32)
+    out, prof = pw.simulate(x)
+    np.testing.assert_allclose(out, x ** x, rtol=1e-6)
+    assert prof.stat("engine.gpsimd.instruction_count") == 1 and prof.stat("engine.vector.instruction_count") == 0

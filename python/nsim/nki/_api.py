@@ -36,7 +36,7 @@ def check_kwargs(what, kwargs, allowed):
 _OUTSIDE = [_tr._errors.code("OutsideKernel")]
 
 
-def _wrap(fn, what, extra, isa):
+def _wrap(fn, what, extra, isa, twin=None):
     sig = inspect.signature(fn)
     params = list(sig.parameters.values())
     var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
@@ -54,9 +54,24 @@ def _wrap(fn, what, extra, isa):
 
     if not check and not isa:
         return fn
+    # nki-api.md 1.1: a new-dialect instruction called with keywords only and no dst behaves as its Beta-1 twin
+    # (a fresh SBUF tile returned), with a warning
+    dst_twin = twin if twin is not None and "dst" in named else None
 
     @functools.wraps(fn)
     def api(*args, **kwargs):
+        if dst_twin is not None and not args and "dst" not in kwargs:
+            other = dst_twin()
+            if other is not None:
+                theirs = getattr(other, "__nsim_api__", (None, frozenset()))[1]
+                for k in kwargs:  # a keyword neither form takes: this function's TypeError, before any warning
+                    if k not in allowed and k not in theirs:
+                        raise unexpected(what, k)
+                import warnings
+                warnings.warn("{}() called without dst=: run as its Beta-1 form, which returns a new tile (pass "
+                              "dst= to write a tile of yours; nki-api.md 1.1)".format(what), _tr.NkiWarning,
+                              stacklevel=2)
+                return other(**kwargs)
         if check and kwargs:
             for k in kwargs:
                 if k not in allowed:
@@ -91,11 +106,12 @@ def _wrap(fn, what, extra, isa):
     return api
 
 
-def publish(namespace, prefix, extra=None, isa=False, exclude=()):
+def publish(namespace, prefix, extra=None, isa=False, exclude=(), twins=None):
     """Wrap the public functions of the module whose globals are ``namespace`` (see the module doc).
 
     ``prefix``: the name used in messages (``"nki.isa"``); ``extra``: {function name: extra accepted
-    keywords}; ``isa``: the functions are instructions (``name=`` labels their ops)."""
+    keywords}; ``isa``: the functions are instructions (``name=`` labels their ops); ``twins``: the name of the
+    module whose function of the same name runs a call made without ``dst`` (the new dialect's Beta-1 twins)."""
     extra = extra or {}
     mod = namespace["__name__"]
     for nm, fn in list(namespace.items()):
@@ -103,7 +119,12 @@ def publish(namespace, prefix, extra=None, isa=False, exclude=()):
             continue
         if getattr(fn, "__nsim_api__", None) is not None:
             continue
-        namespace[nm] = _wrap(fn, "{}.{}".format(prefix, nm), extra.get(nm, ()), isa)
+        twin = None
+        if twins is not None:
+            def twin(nm=nm):  # resolved at the call: the twin module imports this one
+                import importlib
+                return getattr(importlib.import_module(twins), nm, None)
+        namespace[nm] = _wrap(fn, "{}.{}".format(prefix, nm), extra.get(nm, ()), isa, twin)
     unknown = set(extra) - set(namespace)
     if unknown:  # pragma: no cover - a typo in a module's table
         raise RuntimeError("nsim: publish({}): no functions {}".format(prefix, sorted(unknown)))

@@ -129,6 +129,9 @@ def _engine(e, what):
     if isinstance(e, str):
         name = e
     else:
+        if type(e) is int:  # nki-api.md 1.3: an integer for an enum parameter is deprecated (NKI 0.3 rejects it)
+            warnings.warn("{}(engine={}): an integer for nisa.engine is deprecated (NKI 0.3 and later reject it); "
+                          "use nisa.engine.<name>".format(what, e), _tr.NkiWarning, stacklevel=4)
         try:
             e = engine(int(e))
         except ValueError:
@@ -445,6 +448,7 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
 
 
 _BITVEC = _isa.alu_of_class("bitvec")
+_LOGICAL = _isa.alu_of_class("logical")
 
 
 def _bitvec_iimm(imm, alus):
@@ -609,6 +613,9 @@ def transpose_into(dst, data, engine=engine.unknown):
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, **kwargs):
     _t(dst, "dst", "tensor_reduce")
     _t(data, "data", "tensor_reduce")
+    if negate and _nl.alu_name(op) in _BITVEC | _LOGICAL:  # nki-api.md 2.1: "negate=True ... (arithmetic ops only)"
+        raise make_error("BadArgument", "tensor_reduce: negate=True needs an arithmetic op, got nl.{}".format(
+            _nl.alu_name(op)))
     nd = data.ndim
     axes = [axis] if isinstance(axis, (int, np.integer)) else list(axis)
     axes = sorted(int(a) + nd if int(a) < 0 else int(a) for a in axes)
@@ -846,10 +853,9 @@ def nc_stream_shuffle(dst, src, shuffle_mask, name=None, **kwargs):
     _t(dst, "dst", "nc_stream_shuffle")
     _t(src, "src", "nc_stream_shuffle")
     mask = [int(m) for m in shuffle_mask]
-    if len(mask) > 32 or any(m < 0 or m > 255 or (31 < m < 255) for m in mask):
-        raise make_error("BadOperandKind", "nc_stream_shuffle: shuffle_mask must be up to 32 values in "
-                         "0..31 or 255 (keep), got {!r}".format(shuffle_mask))
-    mask += [255] * (32 - len(mask))
+    if len(mask) != 32 or any(m < 0 or m > 255 or (31 < m < 255) for m in mask):  # nki-api.md 2.2: 32 ints
+        raise make_error("BadOperandKind", "nc_stream_shuffle: shuffle_mask must be 32 values in 0..31 or 255 "
+                         "(keep), got {!r}".format(shuffle_mask))
     return _op("nc_stream_shuffle", dst=dst, src=src, shuffle=mask)
 
 
@@ -916,6 +922,12 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
 def bn_stats(dst, data, name=None, **kwargs):
     _t(dst, "dst", "bn_stats")
     _t(data, "data", "bn_stats")
+    fmax = int(_nl.tile_size.bn_stats_fmax)
+    per_partition = data.size // max(1, data.shape[0])
+    if per_partition > fmax:  # nki-api.md 2.2: "<= 512 = tile_size.bn_stats_fmax"
+        raise make_error("ElementCountMismatch", "bn_stats: data has {} elements per partition, at most {} "
+                         "(nl.tile_size.bn_stats_fmax; split the row and combine the stats with bn_aggr)".format(
+                             per_partition, fmax))
     return _op("bn_stats", dst=dst, data=data)
 
 
@@ -960,9 +972,9 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
         raise make_error("BadArgument", "range_select: reduce_op must be nl.maximum")
     c0, c1 = _nl.alu_name(comp_op0, "comp_op0"), _nl.alu_name(comp_op1, "comp_op1")
     for c in (c0, c1):
-        if c not in _CMP:
-            raise make_error("BadArgument", "range_select: comp_op must be a comparison, got "
-                             "nl.{}".format(c))
+        if c not in _CMP or c == "not_equal":  # nki-api.md 2.2: equal, less, less_equal, greater, greater_equal
+            raise make_error("BadArgument", "range_select: comp_op must be equal, less, less_equal, greater or "
+                             "greater_equal, got nl.{}".format(c))
     b0 = _vector_operand(bound0, dst, "range_select", "bound0")
     b1 = _vector_operand(bound1, dst, "range_select", "bound1")
     if reduce_res is not None:
@@ -1528,4 +1540,4 @@ _install_unsupported(globals(), 'nki.isa', {})
 from ._api import publish as _publish  # noqa: E402
 
 _publish(globals(), "nki.isa", isa=True, extra={"dma_copy": ("dst_rmw_op",), "sendrecv": ("use_gpsimd_dma",)},
-         exclude=("get_nc_version", "get_nc_sub_version"))
+         exclude=("get_nc_version", "get_nc_sub_version"), twins="nsim.nki.beta1.isa")

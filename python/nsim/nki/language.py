@@ -19,8 +19,14 @@ from ..tracer import DynSlice, NkiTensor, NsimError, make_error, KernelError
 # --------------------------------------------------------------------------------------------------
 
 
-class MemoryRegion(str):
-    """A buffer: compares equal to its name ('sbuf', 'psum', 'private_hbm', 'shared_hbm')."""
+class _Regions(type):
+    def __iter__(cls):  # the enum's members, in the spec's order (nki-api.md 3.1)
+        return iter((cls.sbuf, cls.psum, cls.private_hbm, cls.shared_hbm))
+
+
+class MemoryRegion(str, metaclass=_Regions):
+    """A buffer: compares equal to its name ('sbuf', 'psum', 'private_hbm', 'shared_hbm'); the members are also
+    attributes of the class, as the spec's enum has them (``nl.MemoryRegion.sbuf``)."""
 
     @property
     def ir(self):
@@ -32,6 +38,8 @@ psum = MemoryRegion("psum")
 private_hbm = MemoryRegion("private_hbm")
 shared_hbm = MemoryRegion("shared_hbm")
 hbm = private_hbm
+MemoryRegion.sbuf, MemoryRegion.psum, MemoryRegion.private_hbm, MemoryRegion.shared_hbm = (sbuf, psum, private_hbm,
+                                                                                           shared_hbm)
 
 
 def is_sbuf(b):
@@ -271,6 +279,10 @@ def _shape(shape, what="nl.ndarray"):
 
 def ndarray(shape, dtype, buffer=sbuf, name="", address=None, **kwargs):
     tr = _tr.current("nl.ndarray")
+    if type(buffer) is str:  # nki-api.md 1.3: deprecated (NKI 0.3 rejects it), accepted with a warning
+        import warnings
+        warnings.warn("nl.ndarray(buffer={!r}): a buffer named by a string is deprecated (NKI 0.3 and later reject "
+                      "it); use nl.sbuf, nl.psum, nl.shared_hbm".format(buffer), _tr.NkiWarning, stacklevel=3)
     b = _ir_buffer(buffer)
     if b == "hbm":
         return tr.hbm_tensor(name or None, dtype, _shape(shape), private=str(buffer) != "shared_hbm")
@@ -279,7 +291,12 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None, **kwargs):
         tile_bytes = int(np.prod(shp[1:])) * np.dtype(dtype).itemsize
         got = buffer.layout((), tile_bytes, int(tile_size.psum_bank_fmax_bytes))
         return tr.tile(b, dtype, shp, name=name or None, address=got[0] if got else None)
-    return tr.tile(b, dtype, _shape(shape), name=name or None, address=_free_offset(address))
+    off = _free_offset(address)
+    bank = int(tile_size.psum_bank_fmax_bytes)
+    if b == "psum" and off is not None and isinstance(off, int) and off % bank:
+        raise make_error("BadPlacement", "nl.ndarray(buffer=nl.psum, address=(_, {})): a PSUM tile starts on a bank "
+                         "boundary, a multiple of {} bytes (nki-api.md 3.1)".format(off, bank))
+    return tr.tile(b, dtype, _shape(shape), name=name or None, address=off)
 
 
 def _free_offset(address):
@@ -358,7 +375,7 @@ def zeros_like(x, dtype=None, buffer=None, name="", **kwargs):
 
 def empty_like(x, dtype=None, buffer=None, name="", **kwargs):
     b = buffer if buffer is not None else (x.buffer if x.buffer != "hbm" else shared_hbm)
-    return ndarray(x.shape, dtype or x.dtype, buffer=b, name=name)
+    return ndarray(x.shape, dtype or x.dtype, buffer=MemoryRegion(b) if type(b) is str else b, name=name)
 
 
 def ds(start, size):

@@ -21,4 +21,9 @@ mutable_tensor = _Subscriptable("mutable_tensor")
 
 
 def scalar(x):
+    """``nki.typing.scalar(t)``: the Python scalar of a one-element tile (nki-api.md 1.4; its value, read eagerly),
+    anything else as given."""
+    from ..tracer import NkiTensor
+    if isinstance(x, NkiTensor) and x.size == 1:
+        return x.item()
     return x

@@ -27,8 +27,8 @@ std::vector<Instr> templates(bool hbm_ok, const Operand& hbm) {
     a.flags = isa::kHasImm0;
     v.push_back(a);
     Instr b = instr(Opcode::kTensorScalar, e, {sb(DType::kBFloat16, 64, {2, 64}), sb(DType::kBFloat16, 64, {2, 64})});
-    b.alu0 = AluOp::kAdd;
-    b.alu1 = AluOp::kMultiply;
+    b.alu0 = AluOp::kMultiply;  // (multiply, add): a pair ScalarE runs (nki-api.md 2.1)
+    b.alu1 = AluOp::kAdd;
     b.flags = isa::kHasImm0 | isa::kHasImm1;
     b.opnd[1].stride = {128, 2};  // strided source
     v.push_back(b);

@@ -2340,6 +2340,10 @@ def softmax(x, axis=-1, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
 
 
 def static_cast(x, dtype):
+    """``nl.static_cast(x, dtype)``: a converting copy of a tile; of an array (a host-side helper tests use, outside
+    any kernel), a numpy cast with ml_dtypes' round-to-nearest-even (nki-api.md 3.2)."""
+    if not isinstance(x, NkiTensor):
+        return np.asarray(x).astype(dtype)
     return copy(x, dtype=dtype)
 
 
