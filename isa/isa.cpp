@@ -1204,11 +1204,38 @@ void verify(const Instr& in, const Limits& lim, const SourceLoc& where) {
       break;
     default: break;
   }
-  if (in.op == Opcode::kTensorTensor) {
-    const Operand& a = in.slot(1);
-    const Operand& b = in.slot(2);
-    if (a.space == Space::kPsum && b.space == Space::kPsum)
-      fail(ErrorCode::kBadBuffer, in, where, "at most one of data1/data2 may be in psum");
+  // Two tensor inputs of a Vector instruction: at most one in PSUM (nki-api.md 2.0, 2.2: tensor_tensor, scalar_tensor_tensor,
+  // tensor_tensor_scan, tensor_copy_predicated "not both in PSUM").
+  {
+    int a = -1, b = -1;
+    switch (in.op) {
+      case Opcode::kTensorTensor: a = 1, b = 2; break;
+      case Opcode::kScalarTensorTensor: a = 1, b = 3; break;
+      case Opcode::kTensorTensorScan: a = 1, b = 2; break;
+      case Opcode::kTensorCopyPredicated: a = 1, b = 2; break;
+      default: break;
+    }
+    if (a >= 0 && in.slot(a).space == Space::kPsum && in.slot(b).space == Space::kPsum)
+      fail(ErrorCode::kBadBuffer, in, where,
+           fmt::format("at most one of {}/{} may be in psum", info.slots[static_cast<size_t>(a)].name,
+                       info.slots[static_cast<size_t>(b)].name));
+  }
+  // Copies that move bits: src and dst of one dtype (nki-api.md 2.2 tensor_copy_predicated, 2.3 nc_stream_shuffle).
+  if ((in.op == Opcode::kTensorCopyPredicated || in.op == Opcode::kNcStreamShuffle) && in.slot(1).present() &&
+      in.slot(1).dtype != d.dtype)
+    fail(ErrorCode::kBadDtype, in, where,
+         fmt::format("src ({}) and dst ({}) must have one dtype", dtype_name(in.slot(1).dtype), dtype_name(d.dtype)));
+  // gen2 ScalarE (nki-api.md 2.1 activation, 2.2 activation_reduce, 3.5): a bias is a vector, none with reciprocal;
+  // activation_reduce reduces by add only.
+  if ((in.op == Opcode::kActivation || in.op == Opcode::kActivationReduce) && lim.generation < 3) {
+    if (!in.slot(2).present() && in.imm[3] != 0.0f)
+      fail(ErrorCode::kNotOnGeneration, in, where,
+           "a scalar bias needs gen3+ (trn2, trn3); on gen2 give bias as a (P, 1) vector");
+    if (in.act == ActFunc::kReciprocal && (in.slot(2).present() || in.imm[3] != 0.0f))
+      fail(ErrorCode::kNotOnGeneration, in, where, "reciprocal takes no bias on gen2 (trn1)");
+    if (in.op == Opcode::kActivationReduce && in.alu1 != AluOp::kAdd && in.alu1 != AluOp::kBypass)
+      fail(ErrorCode::kNotOnGeneration, in, where,
+           fmt::format("activation_reduce reduces by add only on gen2 (trn1), got {}", alu_name(in.alu1)));
   }
   verify_operand_rules(in, where);
 }

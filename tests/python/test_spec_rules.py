@@ -550,3 +550,50 @@ def test_small_api_rules(b1):
     out, prof = pw.simulate(x)
     np.testing.assert_allclose(out, x ** x, rtol=1e-6)
     assert prof.stat("engine.gpsimd.instruction_count") == 1 and prof.stat("engine.vector.instruction_count") == 0
+
+
+def test_instruction_rules_of_buffers_dtypes_and_gen2():
+    """Spec 2.2 "not both in PSUM" (scalar_tensor_tensor, tensor_tensor_scan, tensor_copy_predicated), "src and dst
+    same dtype" (tensor_copy_predicated, 2.3 nc_stream_shuffle); 2.1 activation on gen2: the bias a vector, none with
+    reciprocal; activation_reduce by add only -- each ran before."""
+    def run(body, config="trn2"):
+        @nki.jit
+        def kern(x):
+            t = _ld(x)
+            p = nl.ndarray(t.shape, t.dtype, buffer=nl.psum)
+            q = nl.ndarray(t.shape, t.dtype, buffer=nl.psum)
+            nisa.tensor_copy(dst=p, src=t)
+            nisa.tensor_copy(dst=q, src=t)
+            body(t, p, q)
+            return x
+        return kern.options(config=config)(np.ones((128, 4), np.float32))
+
+    def stt(t, p, q):
+        nisa.scalar_tensor_tensor(dst=t, data=p, op0=nl.add, operand0=1.0, op1=nl.add, operand1=q)
+
+    def pred(t, p, q):
+        nisa.tensor_copy_predicated(dst=t, src=p, predicate=q)
+
+    def pred_dt(t, p, q):
+        u = nl.ndarray(t.shape, nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_copy_predicated(dst=u, src=t, predicate=t)
+
+    def bias_scalar(t, p, q):
+        nisa.activation(dst=t, op=nl.exp, data=t, bias=1.0)
+
+    def recip_bias(t, p, q):
+        b = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=b, value=1.0)
+        nisa.activation(dst=t, op=nl.reciprocal, data=t, bias=b)
+
+    def act_reduce_max(t, p, q):
+        r = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.activation_reduce(dst=t, op=nl.exp, data=t, reduce_op=nl.maximum, reduce_res=r)
+
+    for body, config, code in ((stt, "trn2", "BadBuffer"), (pred, "trn2", "BadBuffer"), (pred_dt, "trn2", "BadDtype"),
+                               (bias_scalar, "trn1", "NotOnGeneration"), (recip_bias, "trn1", "NotOnGeneration"),
+                               (act_reduce_max, "trn1", "NotOnGeneration")):
+        with pytest.raises(nsim.NsimError) as e:
+            run(body, config)
+        assert e.value.code == _code(code), (body.__name__, str(e.value))
+    run(bias_scalar, "trn2")  # a scalar bias is fine on gen3+

@@ -975,6 +975,9 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
         if c not in _CMP or c == "not_equal":  # nki-api.md 2.2: equal, less, less_equal, greater, greater_equal
             raise make_error("BadArgument", "range_select: comp_op must be equal, less, less_equal, greater or "
                              "greater_equal, got nl.{}".format(c))
+    if float(on_false_value) != float(FP32_MIN):  # nki-api.md 2.2: "on_false_value ... must be FP32_MIN"
+        raise make_error("BadArgument", "range_select: on_false_value must be nl.fp32.min ({}), got {!r}".format(
+            FP32_MIN, on_false_value))
     b0 = _vector_operand(bound0, dst, "range_select", "bound0")
     b1 = _vector_operand(bound1, dst, "range_select", "bound1")
     if reduce_res is not None:

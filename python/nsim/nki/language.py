@@ -1110,7 +1110,12 @@ def where(condition, x, y, dtype=None, name=None, **kwargs):
         cond = pred
         pred = _new_tile(shape, np.uint8)
         isa.tensor_scalar(dst=pred, data=cond, op0="not_equal", operand0=0.0)
-    isa.tensor_copy_predicated(dst=out, src=x if _is_scalar(x) else broadcast_to(x, shape), predicate=pred)
+    src = x if _is_scalar(x) else broadcast_to(x, shape)
+    if not _is_scalar(src) and src.dtype != out.dtype:  # a predicated copy moves bits of one dtype (nki-api.md 2.2)
+        conv = _new_tile(shape, out.dtype)
+        isa.tensor_copy(dst=conv, src=src)
+        src = conv
+    isa.tensor_copy_predicated(dst=out, src=src, predicate=pred)
     return out
 
 
