@@ -529,26 +529,7 @@ class IndexExpr:
         raise _idx_err("err_unsupported_expression_in_mask: an index expression is affine (nl.arange / nl.mgrid "
                        "terms combined with + - * and ints); {} is not".format(what))
 
-    def __floordiv__(self, other):
-        self._non_affine("//")
-
-    def __rfloordiv__(self, other):
-        self._non_affine("//")
-
-    def __mod__(self, other):
-        self._non_affine("%")
-
-    def __rmod__(self, other):
-        self._non_affine("%")
-
-    def __truediv__(self, other):
-        self._non_affine("/")
-
-    def __rtruediv__(self, other):
-        self._non_affine("/")
-
-    def __pow__(self, other):
-        self._non_affine("**")
+    # (//, %, / and ** on either side: _non_affine, set after the class)
 
     def __setitem__(self, key, value):
         raise make_error("ItemAssignment", "err_cannot_assign_to_index: an nl.arange / nl.mgrid index expression "
@@ -583,6 +564,11 @@ class IndexExpr:
 
     def __getitem__(self, key):
         raise _idx_err("index expressions cannot be subscripted (apply [:, None] to nl.arange directly)")
+
+
+for _dunder, _sym in (("__floordiv__", "//"),  # not affine: an error naming the operator ("__rfloordiv__", "//"), ("__mod__", "%"), ("__rmod__", "%"),
+                     ("__truediv__", "/"), ("__rtruediv__", "/"), ("__pow__", "**")):
+    setattr(IndexExpr, _dunder, lambda self, other, _s=_sym: self._non_affine(_s))
 
 
 class _Mask:
