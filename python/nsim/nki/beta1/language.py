@@ -566,7 +566,8 @@ class IndexExpr:
         raise _idx_err("index expressions cannot be subscripted (apply [:, None] to nl.arange directly)")
 
 
-for _dunder, _sym in (("__floordiv__", "//"),  # not affine: an error naming the operator ("__rfloordiv__", "//"), ("__mod__", "%"), ("__rmod__", "%"),
+# not affine: an error naming the operator
+for _dunder, _sym in (("__floordiv__", "//"), ("__rfloordiv__", "//"), ("__mod__", "%"), ("__rmod__", "%"),
                      ("__truediv__", "/"), ("__rtruediv__", "/"), ("__pow__", "**")):
     setattr(IndexExpr, _dunder, lambda self, other, _s=_sym: self._non_affine(_s))
 
