@@ -828,6 +828,47 @@ class DynSlice:
 ON_CHIP = ("sbuf", "psum")
 
 
+class _Regions(type):
+    def __iter__(cls):  # the enum's members, in the spec's order (nki-api.md 3.1)
+        return iter((cls.sbuf, cls.psum, cls.private_hbm, cls.shared_hbm))
+
+
+class MemoryRegion(str, metaclass=_Regions):
+    """A buffer: compares equal to its name ('sbuf', 'psum', 'private_hbm', 'shared_hbm'); the members are also
+    attributes of the class, as the spec's enum has them (``nl.MemoryRegion.sbuf``)."""
+
+    @property
+    def ir(self):
+        return "hbm" if self.endswith("hbm") else str(self)
+
+
+class HbmRegion(MemoryRegion):
+    """The ``.buffer`` of an HBM tensor: the string ``"hbm"`` (what nsim compares, hashes and writes), equal also to
+    the spec's name of its kind -- ``nl.shared_hbm`` for a kernel's shared output (and every argument of an LNC=2
+    launch), ``nl.hbm`` = ``nl.private_hbm`` for an argument or a private tensor (nki-api.md 1.6, 3.1) -- and to
+    no other region."""
+
+    def __new__(cls, kind):
+        obj = str.__new__(cls, "hbm")
+        obj.kind = kind  # "private_hbm" or "shared_hbm"
+        return obj
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            o = str(other)
+            return o == "hbm" or o == self.kind
+        return NotImplemented
+
+    def __ne__(self, other):
+        r = self.__eq__(other)
+        return r if r is NotImplemented else not r
+
+    __hash__ = str.__hash__
+
+    def __repr__(self):
+        return repr(self.kind)
+
+
 class _Storage:
     """One IR tensor (an HBM tensor or an alloc'ed tile)."""
 
@@ -2948,6 +2989,7 @@ class Tracer:
         """An HBM input tensor holding ``array`` (``nl.shared_constant``)."""
         a = np.ascontiguousarray(array)
         t = self.hbm_tensor(name or "const", a.dtype, a.shape if a.ndim else (1,), kind="input")
+        t._st.buffer = HbmRegion("shared_hbm")  # a shared_hbm tensor (nki-api.md 3.4)
         self.constants[t.name] = a.reshape(-1) if a.ndim == 0 else a
         return t
 
@@ -2998,7 +3040,8 @@ class Tracer:
             self._birth[name] = frozenset(f.stamp for f in self._affine)
         if kind == "internal" and not private:
             self.shared_hbm.add(name)
-        st = _Storage(name, "hbm", dt, shape)
+        shared = (kind == "internal" and not private) or (kind != "internal" and self.lnc[1] > 1)
+        st = _Storage(name, HbmRegion("shared_hbm" if shared else "private_hbm"), dt, shape)
         d = {"name": name, "buffer": "hbm", "kind": kind, "dtype": dt, "shape": list(shape)}
         self.tensors.append(d)
         self.storage[name] = st

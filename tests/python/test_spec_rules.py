@@ -597,3 +597,34 @@ def test_instruction_rules_of_buffers_dtypes_and_gen2():
             run(body, config)
         assert e.value.code == _code(code), (body.__name__, str(e.value))
     run(bias_scalar, "trn2")  # a scalar bias is fine on gen3+
+
+
+def test_hbm_buffer_names():
+    """Spec 1.6 / 3.1 / 3.4: an argument's buffer is nl.hbm (private_hbm), shared_hbm under LNC=2; a kernel's
+    nl.shared_hbm output and nl.shared_constant are shared_hbm; a private_hbm tensor private_hbm (before, all were
+    the string 'hbm', equal to none of them). nsim's own "hbm" still matches all of them."""
+    seen = {}
+
+    @nki.jit
+    def kern(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        priv = nl.ndarray(a.shape, a.dtype, buffer=nl.private_hbm)
+        const = nl.shared_constant(np.ones((2, 2), np.float32))
+        seen.setdefault("bufs", []).append({"arg": a.buffer, "out": out.buffer, "priv": priv.buffer,
+                                           "const": const.buffer})
+        t = _ld(a)
+        nisa.dma_copy(dst=priv, src=t)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.ones((128, 4), np.float32)
+    kern(x)
+    b = seen["bufs"][-1]
+    assert b["arg"] == nl.hbm == nl.private_hbm and b["arg"] != nl.shared_hbm
+    assert b["out"] == nl.shared_hbm and b["out"] != nl.private_hbm
+    assert b["priv"] == nl.private_hbm and b["const"] == nl.shared_hbm
+    assert all(v == "hbm" and nl.is_hbm(v) for v in b.values())
+    assert repr(b["out"]) == "'shared_hbm'"
+    with pytest.warns(nsim.tracer.CheckWarning, match="NSIM-W506"):  # (both cores write all of out: a race)
+        kern[2](x)
+    assert seen["bufs"][-1]["arg"] == nl.shared_hbm

@@ -19,18 +19,7 @@ from ..tracer import DynSlice, NkiTensor, NsimError, make_error, KernelError
 # --------------------------------------------------------------------------------------------------
 
 
-class _Regions(type):
-    def __iter__(cls):  # the enum's members, in the spec's order (nki-api.md 3.1)
-        return iter((cls.sbuf, cls.psum, cls.private_hbm, cls.shared_hbm))
-
-
-class MemoryRegion(str, metaclass=_Regions):
-    """A buffer: compares equal to its name ('sbuf', 'psum', 'private_hbm', 'shared_hbm'); the members are also
-    attributes of the class, as the spec's enum has them (``nl.MemoryRegion.sbuf``)."""
-
-    @property
-    def ir(self):
-        return "hbm" if self.endswith("hbm") else str(self)
+MemoryRegion = _tr.MemoryRegion  # (defined with the tracer: an HBM tensor's .buffer is one)
 
 
 sbuf = MemoryRegion("sbuf")
@@ -285,7 +274,7 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None, **kwargs):
                       "it); use nl.sbuf, nl.psum, nl.shared_hbm".format(buffer), _tr.NkiWarning, stacklevel=3)
     b = _ir_buffer(buffer)
     if b == "hbm":
-        return tr.hbm_tensor(name or None, dtype, _shape(shape), private=str(buffer) != "shared_hbm")
+        return tr.hbm_tensor(name or None, dtype, _shape(shape), private=not (buffer == "shared_hbm"))
     if address is None and callable(getattr(buffer, "layout", None)):  # ncc.sbuf/psum allocators
         shp = _shape(shape)
         tile_bytes = int(np.prod(shp[1:])) * np.dtype(dtype).itemsize

@@ -1804,7 +1804,7 @@ def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
             t = tr.hbm_tensor(name or None, dtype, dims, grid_shared=True)
             lst.append(t)
             return t
-        return tr.hbm_tensor(name or None, dtype, dims, private=str(buffer) != "shared_hbm")
+        return tr.hbm_tensor(name or None, dtype, dims, private=not (buffer == "shared_hbm"))
     layout = getattr(buffer, "layout", None) if isinstance(buffer, str) else None
     if callable(layout):  # a manual allocation (ncc.sbuf/psum.alloc, mod_alloc, auto_alloc): compiler.py
         return _placed_ndarray(tr, buffer, layout, dims, pidx[0] if pidx else 0, dtype, b, name)
