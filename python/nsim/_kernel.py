@@ -248,7 +248,8 @@ class Kernel:
         name = getattr(self.fn, "__name__", "kernel")
         kw = dict(name=name, tensor_cls=self._tensor_cls, schedule=self._schedule,
                   config=eff["config"], overrides=eff.get("overrides"),
-                  check=bool(eff.get("check")) and not eff.get("timing_only"), loops=eff.get("loops"))
+                  check=False if eff.get("timing_only") else
+                  "strict" if eff.get("check") == "strict" else bool(eff.get("check")), loops=eff.get("loops"))
         close = None
         if eff.get("progress") is True:  # a long trace shows its progress too (a callable sees the run's only)
             try:

@@ -1257,9 +1257,9 @@ class NkiTensor:
         if self.size == 1:  # eager mode: a one-element tensor has a truth value, like numpy's
             # (an `if` on it is control flow on a tensor's value, which the NKI compiler rejects: nki-api.md 1.7,
             # err_dynamic_control_flow_not_supported; nsim keeps it for debugging and says so)
-            warnings.warn("if / while / bool() on the value of tensor '{}': the NKI compiler rejects control flow on "
-                          "tensor values (err_dynamic_control_flow_not_supported); nsim reads the value (eager "
-                          "mode, for debugging)".format(self.name), NkiWarning, stacklevel=2)
+            nki_warn("if / while / bool() on the value of tensor '{}': the NKI compiler rejects control flow on tensor "
+                     "values (err_dynamic_control_flow_not_supported); nsim reads the value (eager mode, for "
+                     "debugging)".format(self.name), stacklevel=2)
             return bool(self.numpy().reshape(-1)[0])
         raise make_error("TensorTruthValue", "the truth value of a tensor of {} elements is ambiguous (use "
                          "np.asarray(t).any() / .all() on its values)".format(self.size))
@@ -4060,7 +4060,7 @@ def _plan_key(fn, args, kwargs, check, lnc, config, overrides):
     if any(k is None or (isinstance(k, tuple) and k[1] is None) for k in kinds):
         return None
     try:
-        key = (fn, kinds, bool(check), tuple(lnc) if lnc is not None else None, config,
+        key = (fn, kinds, check if check == "strict" else bool(check), tuple(lnc) if lnc is not None else None, config,
                tuple(overrides) if isinstance(overrides, (list, tuple)) else
                tuple(sorted(overrides.items())) if isinstance(overrides, dict) else overrides)
         hash(key)
@@ -4158,6 +4158,7 @@ def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides,
     if overrides:
         tr.overrides = overrides
     tr.check = bool(check)
+    tr.strict = check == "strict"
     if lnc is not None:
         tr.lnc = (int(lnc[0]), int(lnc[1]))
     tr.unroll, tr.peel, tr.pair, tr.expand = unroll, peel, pair, expand
@@ -4223,9 +4224,11 @@ def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides,
                 nm = r._st.name
                 if (type(r) is NkiTensor and by_name.get(nm, {}).get("kind") == "internal" and
                         nm not in tr.shared_hbm):  # (the new dialect's view class; Beta 1 has its own)
-                    warnings.warn("the kernel returns '{}', an nl.hbm (private_hbm) tensor: NKI 0.3 and later reject "
-                                  "returning it; allocate outputs with buffer=nl.shared_hbm (nki-api.md 1.3)".format(
-                                      r._st.name), NkiWarning, stacklevel=2)
+                    msg = ("the kernel returns '{}', an nl.hbm (private_hbm) tensor: NKI 0.3 and later reject returning "
+                           "it; allocate outputs with buffer=nl.shared_hbm (nki-api.md 1.3)".format(r._st.name))
+                    if getattr(tr, "strict", False):
+                        raise make_error("StrictRule", msg)
+                    warnings.warn(msg, NkiWarning, stacklevel=2)
                 nm = rename.get(nm, nm)
                 if nm in by_name and by_name[nm]["kind"] != "input":
                     by_name[nm]["kind"] = "output"
@@ -4402,6 +4405,16 @@ class CheckWarning(NkiWarning):
     def __init__(self, report):
         self.report = dict(report)
         super().__init__(self.report["message"])
+
+
+def nki_warn(message, stacklevel=2):
+    """A form nki-api.md accepts with a warning: an NkiWarning at the caller's caller (``stacklevel`` as
+    warnings.warn counts from the caller), or, when the kernel is traced with ``check="strict"`` (spec 4.1:
+    "strict ... turns lint-level checks into errors"), a StrictRule KernelError at the user's line."""
+    tr = active()
+    if tr is not None and getattr(tr, "strict", False):
+        raise make_error("StrictRule", message)
+    warnings.warn(message, NkiWarning, stacklevel=stacklevel + 1)
 
 
 def report_checks(reports, strict=False):

@@ -655,3 +655,36 @@ def test_tfloat32_tiles(b1):
     want = np.full_like(x, 1 + 2.0 ** -10)
     np.testing.assert_array_equal(new(x), want)
     np.testing.assert_array_equal(bnki.simulate_kernel(beta1, x), want)
+
+
+def test_strict_turns_the_nki_warnings_into_errors():
+    """Spec 4.1: "strict=True ... turns lint-level checks into errors"; 1.3 "accept with a deprecation warning unless
+    strict", 1.6 "nsim reports both in strict only": with check="strict" a form nsim otherwise accepts with an
+    NkiWarning is a StrictRule error at the kernel's line."""
+    def deprecated_buffer(x):
+        t = nl.ndarray(x.shape, x.dtype, buffer="sbuf")
+        nisa.dma_copy(dst=t, src=x)
+
+    def init_value(x):
+        nl.zeros((4, 4), nl.float32, buffer=nl.shared_hbm)
+
+    def value_branch(x):
+        t = _ld(x)
+        if t[0:1, 0:1]:
+            pass
+
+    def no_dst(x):
+        nisa.tensor_copy(src=_ld(x))
+
+    x = np.ones((128, 4), np.float32)
+    for body in (deprecated_buffer, init_value, value_branch, no_dst):
+        @nki.jit
+        def kern(a):
+            body(a)
+            return a
+
+        with pytest.warns(nsim.tracer.NkiWarning):
+            kern(x)
+        with pytest.raises(nsim.KernelError) as e:
+            kern.options(check="strict")(x)
+        assert e.value.code == _code("StrictRule"), (body.__name__, str(e.value))

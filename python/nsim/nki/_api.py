@@ -67,10 +67,8 @@ def _wrap(fn, what, extra, isa, twin=None):
                 for k in kwargs:  # a keyword neither form takes: this function's TypeError, before any warning
                     if k not in allowed and k not in theirs:
                         raise unexpected(what, k)
-                import warnings
-                warnings.warn("{}() called without dst=: run as its Beta-1 form, which returns a new tile (pass "
-                              "dst= to write a tile of yours; nki-api.md 1.1)".format(what), _tr.NkiWarning,
-                              stacklevel=2)
+                _tr.nki_warn("{}() called without dst=: run as its Beta-1 form, which returns a new tile (pass dst= "
+                             "to write a tile of yours; nki-api.md 1.1)".format(what), stacklevel=2)
                 return other(**kwargs)
         if check and kwargs:
             for k in kwargs:

@@ -130,8 +130,8 @@ def _engine(e, what):
         name = e
     else:
         if type(e) is int:  # nki-api.md 1.3: an integer for an enum parameter is deprecated (NKI 0.3 rejects it)
-            warnings.warn("{}(engine={}): an integer for nisa.engine is deprecated (NKI 0.3 and later reject it); "
-                          "use nisa.engine.<name>".format(what, e), _tr.NkiWarning, stacklevel=4)
+            _tr.nki_warn("{}(engine={}): an integer for nisa.engine is deprecated (NKI 0.3 and later reject it); "
+                         "use nisa.engine.<name>".format(what, e), stacklevel=4)
         try:
             e = engine(int(e))
         except ValueError:
@@ -240,9 +240,9 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
             dst.size, src.size))
     psum = [side for side, v in (("dst", dst), ("src", src)) if v.buffer == "psum"]
     if psum and _user_call():  # (Beta 1 and nsim's own conveniences call it too: PSUM is legal there)
-        warnings.warn("nisa.dma_copy: {} is in PSUM; NKI 0.3 and later reject a PSUM source or destination of a "
-                      "DMA (copy between PSUM and SBUF with nisa.tensor_copy); nsim runs it as Beta 1 / 0.2 did "
-                      "(nki-api.md 2.1)".format(" and ".join(psum)), _tr.NkiWarning, stacklevel=3)
+        _tr.nki_warn("nisa.dma_copy: {} is in PSUM; NKI 0.3 and later reject a PSUM source or destination of a DMA "
+                     "(copy between PSUM and SBUF with nisa.tensor_copy); nsim runs it as Beta 1 / 0.2 did "
+                     "(nki-api.md 2.1)".format(" and ".join(psum)), stacklevel=3)
     eng = _dge_trigger(dge_mode, _engine(engine, "dma_copy"), dst, src, "dma_copy")
     if (dst._oob or src._oob) and _oob_skip(oob_mode):
         return None  # a register scalar_offset outside its dim (NkiTensor.ap): the transfer is skipped

@@ -269,9 +269,8 @@ def _shape(shape, what="nl.ndarray"):
 def ndarray(shape, dtype, buffer=sbuf, name="", address=None, **kwargs):
     tr = _tr.current("nl.ndarray")
     if type(buffer) is str:  # nki-api.md 1.3: deprecated (NKI 0.3 rejects it), accepted with a warning
-        import warnings
-        warnings.warn("nl.ndarray(buffer={!r}): a buffer named by a string is deprecated (NKI 0.3 and later reject "
-                      "it); use nl.sbuf, nl.psum, nl.shared_hbm".format(buffer), _tr.NkiWarning, stacklevel=3)
+        _tr.nki_warn("nl.ndarray(buffer={!r}): a buffer named by a string is deprecated (NKI 0.3 and later reject it); "
+                     "use nl.sbuf, nl.psum, nl.shared_hbm".format(buffer), stacklevel=3)
     b = _ir_buffer(buffer)
     if b == "hbm":
         return tr.hbm_tensor(name or None, dtype, _shape(shape), private=not (buffer == "shared_hbm"))
@@ -326,10 +325,9 @@ def fill_hbm(t, value, api):
     compiler rejects it (err_hbm_tensor_with_init_value_not_supported), earlier ones accepted it; nsim reports it
     in strict only (nki-api.md 1.6) and warns otherwise. It is filled as a compiler would: an SBUF tile set to the
     value (up to 16 KiB per partition), copied over the tensor by DMA (its elements in row-major order)."""
-    import warnings
-    warnings.warn("{}: an HBM tensor with an initial value ('{}'): NKI 2.26 compilers reject it "
-                  "(err_hbm_tensor_with_init_value_not_supported); nsim fills it by DMA from an SBUF tile".format(
-                      api, t.name), _tr.NkiWarning, stacklevel=4)
+    _tr.nki_warn("{}: an HBM tensor with an initial value ('{}'): NKI 2.26 compilers reject it "
+                 "(err_hbm_tensor_with_init_value_not_supported); nsim fills it by DMA from an SBUF tile".format(
+                     api, t.name), stacklevel=4)
     total = int(np.prod(t.shape))
     free = _b.max(1, _b.min(-(-total // 128), 16384 // np.dtype(t.dtype).itemsize))
     rows = _b.min(128, -(-total // free))
