@@ -250,16 +250,20 @@ def test_tensor_scalar_reduce(b1):
     @nki.jit
     def k(x, v):
         out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
-        red = nl.ndarray((2, x.shape[0], 1), nl.float32, buffer=nl.shared_hbm)
+        red = nl.ndarray((3, x.shape[0], 1), nl.float32, buffer=nl.shared_hbm)
         xt = nl.load(x)
         r0 = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
         r1 = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
+        r2 = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
         y = nisa.tensor_scalar_reduce(data=xt, op0=nl.multiply, operand0=nl.load(v), reduce_op=nl.add,
                                       reduce_res=r0)
         nisa.tensor_scalar_reduce(data=xt, op0=nl.add, operand0=1.0, reduce_op=nl.maximum, reduce_res=r1)
+        # Beta 1 also reduces by subtract (nki-api.md 2.2; the new dialect rejects it): 0 - y0 - y1 - ...
+        nisa.tensor_scalar_reduce(data=xt, op0=nl.multiply, operand0=2.0, reduce_op=nl.subtract, reduce_res=r2)
         nl.store(out, y)
         nl.store(red[0], r0)
         nl.store(red[1], r1)
+        nl.store(red[2], r2)
         return out, red
 
     x, v = _rand((128, 80), seed=15), _rand((128, 1), seed=16)
@@ -267,6 +271,7 @@ def test_tensor_scalar_reduce(b1):
     _close(y, x * v)
     np.testing.assert_allclose(red[0], (x * v).sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-4)
     _close(red[1], (x + 1).max(axis=1, keepdims=True))
+    np.testing.assert_allclose(red[2], -(2 * x).sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16])

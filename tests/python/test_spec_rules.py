@@ -473,7 +473,8 @@ def test_small_api_rules(b1):
     """Spec 1.4 nki.typing.scalar gives a Python scalar; 3.2 Beta-1 nl.static_cast of a host array is a numpy cast;
     3.1 PSUM address= on a bank boundary, nl.MemoryRegion's members; 2.1 / 2.2 / 3.5 instruction rules: negate with a
     bit-vector reduction, bn_stats over 512 elements, range_select with not_equal, a shuffle mask of 16 entries,
-    tensor_scalar on ScalarE with (subtract, None), power on VectorE -- each an error now (they ran before)."""
+    tensor_scalar on ScalarE with (subtract, None), power on VectorE, new-dialect tensor_scalar_reduce by subtract --
+    each an error now (they ran before)."""
     from nsim.nki import typing as nt
     bnki, bnl, _bnisa = b1
     seen = {}
@@ -525,13 +526,19 @@ def test_small_api_rules(b1):
         r = nl.ndarray(t.shape, t.dtype, buffer=nl.sbuf)
         nisa.tensor_tensor(dst=r, data1=t, data2=t, op=nl.power, engine=nisa.engine.vector)
 
+    def tsr_subtract(t):  # 2.2: reduce_op add, multiply, maximum or minimum (Beta 1 also subtract)
+        r = nl.ndarray(t.shape, t.dtype, buffer=nl.sbuf)
+        acc = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_reduce(dst=r, data=t, op0=nl.multiply, operand0=1.0, reduce_op=nl.subtract, reduce_res=acc)
+
     for body, shape, dtype, code in ((psum_off, (128, 4), np.float32, "BadPlacement"),
                                      (neg_or, (128, 4), np.int32, "BadArgument"),
                                      (bn_big, (128, 513), np.float32, "ElementCountMismatch"),
                                      (rs_ne, (128, 4), np.float32, "BadArgument"),
                                      (shuffle16, (128, 4), np.float32, "BadOperandKind"),
                                      (scalar_sub, (128, 4), np.float32, "BadEngine"),
-                                     (power_vector, (128, 4), np.float32, "BadEngine")):
+                                     (power_vector, (128, 4), np.float32, "BadEngine"),
+                                     (tsr_subtract, (128, 4), np.float32, "BadArgument")):
         with pytest.raises(nsim.NsimError) as e:
             run(body, shape, dtype)
         assert e.value.code == _code(code), (body.__name__, str(e.value))

@@ -895,12 +895,20 @@ _REDUCE_OPS = _isa.ALU_SETS["tensor_scalar_reduce.reduce_op"]
 def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
                          reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, name=None,
                          **kwargs):
+    return _tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res, reverse0, reduce_cmd, reduce_init,
+                                 reduce_res_negate)
+
+
+def _tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
+                          reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, beta1=False):
+    """tensor_scalar_reduce; ``beta1``: the Beta-1 form, which also takes reduce_op=subtract."""
     _t(dst, "dst", "tensor_scalar_reduce")
     _t(data, "data", "tensor_scalar_reduce")
     fields, imm, flags = {}, {}, []
     _scalar_or_vector(operand0, "operand0", "tensor_scalar_reduce", 0, fields, imm, flags, "has_imm0")
     rop = _nl.alu_name(reduce_op, "reduce_op")
-    if rop not in _REDUCE_OPS:
+    # nki-api.md 2.2: reduce_op is add, multiply, maximum or minimum; Beta 1 also takes subtract.
+    if rop not in _REDUCE_OPS or (rop == "subtract" and not beta1):
         raise make_error("BadArgument", "tensor_scalar_reduce: reduce_op must be add, multiply, "
                          "maximum or minimum, got nl.{}".format(rop))
     cmd = _rcmd(reduce_cmd)

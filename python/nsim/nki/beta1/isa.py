@@ -576,8 +576,8 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
                        (data, operand0, reduce_res), mask, "nisa.tensor_scalar_reduce", dtype, dst)
     out = dst if dst is not None else _new(data.shape, _dt(dtype, data.dtype))
     extra = {k: kwargs[k] for k in ("reduce_cmd", "reduce_init", "reduce_res_negate") if k in kwargs}
-    _n.tensor_scalar_reduce(dst=out, data=data, op0=op0, operand0=operand0, reduce_op=reduce_op,
-                            reduce_res=reduce_res, reverse0=reverse0, **extra)
+    _n._tensor_scalar_reduce(dst=out, data=data, op0=op0, operand0=operand0, reduce_op=reduce_op,
+                             reduce_res=reduce_res, reverse0=reverse0, beta1=True, **extra)
     return None if dst is not None else out
 
 
