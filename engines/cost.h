@@ -26,6 +26,11 @@ struct StreamShape {
 StreamShape stream_shape(const CoreParams& p, const isa::Instr& in, bool fp8_is_16bit);
 /// max(min_ii, ceil(passes * n * factor / rate)), rate halved when strided.
 double stream_busy(const StreamShape& s, double min_ii, double factor, double rate);
+/// memset's factor on VectorE and GpSimd (spec 3.2): 0.5 for a zero into a 16-bit float tile, else 1.
+inline double memset_factor(const isa::Instr& in) {
+  const DType t = in.slot(0).dtype;
+  return in.imm[0] == 0.0f && (t == DType::kBFloat16 || t == DType::kFloat16) ? 0.5 : 1.0;
+}
 
 StreamCost vector_cost(const CoreParams& p, const isa::Instr& in);
 StreamCost scalar_cost(const CoreParams& p, const isa::Instr& in);

@@ -62,7 +62,7 @@ struct CoreParams {
   double scalar_min_ii = 0, scalar_fixed_latency = 0;
   sim::Ps scalar_act_table_load = 0;
   std::array<int, isa::kNumActFuncs> act_table_set{};  ///< table set per ActFunc; -1 = needs no table
-  bool scalar_perf_mode_2x = false, scalar_tensor_ops = false;
+  bool scalar_perf_mode_2x = false, scalar_perf_mode_fp8 = false, scalar_tensor_ops = false;
   double gpsimd_min_ii = 0, gpsimd_start_overhead = 0, gpsimd_fixed_latency = 0, gpsimd_rsqrt_factor = 0;
   int64_t stride_penalty_bytes = 0;
 

@@ -21,6 +21,9 @@ StreamCost gpsimd_cost(const CoreParams& p, const isa::Instr& in) {
       if (isa::dynamic_copy(in)) c.busy = std::max(p.vector_dynamic_copy, static_cast<double>(s.n));  // spec 3.2
       return c;
     }
+    case CostClass::kMemset:  // V, G: N/2 for a 16-bit zero (spec 3.2)
+      c.busy = stream_busy(s, p.gpsimd_min_ii, memset_factor(in), 1.0);
+      return c;
     case CostClass::kTopk:  // factor x n (the vector's elements, iimm[0]) + K (the results per partition)
       c.busy = p.gpsimd_topk_factor * static_cast<double>(in.iimm[0]) + static_cast<double>(in.slot(0).elems_per_partition());
       return c;

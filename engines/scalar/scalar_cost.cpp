@@ -9,7 +9,7 @@ using isa::CostClass;
 using isa::ReduceCmd;
 
 StreamCost scalar_cost(const CoreParams& p, const isa::Instr& in) {
-  StreamShape s = stream_shape(p, in, false);
+  StreamShape s = stream_shape(p, in, p.scalar_perf_mode_fp8);
   StreamCost c;
   c.latency = p.scalar_fixed_latency;
   const double mi = p.scalar_min_ii;

@@ -33,10 +33,14 @@ StreamCost vector_cost(const CoreParams& p, const isa::Instr& in) {
       }
       break;
     }
-    case CostClass::kTensorTensor:
-      // Two SBUF inputs take two passes, unless the 16-bit 2x mode applies (both inputs in SBUF).
-      if (p.vector_perf_modes && s.all_16bit && s.passes == 2 && s.all_sbuf) rate = 2;
+    case CostClass::kTensorTensor: {
+      // Two SBUF inputs take two passes, unless the 16-bit 2x mode applies: both inputs in SBUF, every tensor
+      // 16-bit, add / subtract / multiply, contiguous (the per-API table of spec 3.2; its performance-mode
+      // paragraph names neither the ops nor contiguity: the table's narrower rule is kept, docs/timing-model.md).
+      const bool op2x = in.alu0 == AluOp::kAdd || in.alu0 == AluOp::kSubtract || in.alu0 == AluOp::kMultiply;
+      if (p.vector_perf_modes && s.all_16bit && s.passes == 2 && s.all_sbuf && s.contiguous && op2x) rate = 2;
       break;
+    }
     case CostClass::kScalarTensorTensor: {
       const bool fast = in.slot(1).dtype == DType::kBFloat16 && in.slot(3).dtype == DType::kBFloat16 &&
                         in.alu0 == AluOp::kSubtract && in.alu1 == AluOp::kMultiply && s.n % 2 == 0;
@@ -52,12 +56,7 @@ StreamCost vector_cost(const CoreParams& p, const isa::Instr& in) {
       break;
     }
     case CostClass::kReciprocal: factor = p.vector_reciprocal_factor; break;
-    case CostClass::kMemset: {
-      const DType t = in.slot(0).dtype;
-      const bool zero16 = in.imm[0] == 0.0f && (t == DType::kBFloat16 || t == DType::kFloat16);
-      factor = zero16 ? 0.5 : 1.0;
-      break;
-    }
+    case CostClass::kMemset: factor = memset_factor(in); break;
     case CostClass::kBnAggr: factor = p.vector_bn_aggr_factor; break;
     case CostClass::kStreamReduce: extra = mi; break;
     case CostClass::kQuantizeMx:  // src streams once (dst_scale is an output): max(MIN_II, N * factor)

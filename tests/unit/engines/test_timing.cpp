@@ -202,6 +202,42 @@ TEST_CASE("C20: trn2 tensor_copy bf16 contiguous runs in 4x mode, non-contiguous
   CHECK(ns(t3.issue - t3.start) == Approx(4096 / 1.12).margin(0.01));
 }
 
+TEST_CASE("3.2 rules: tensor_tensor 2x only for add/subtract/multiply, GpSimd memset of a 16-bit zero N/2, "
+          "trn3 ScalarE 2x for fp8", "[timing][vector]") {
+  // trn2 VectorE 0.96 GHz, N = 512 bf16, both inputs in SBUF (passes = 2). add: 2x mode -> 2 * 512 / 2 = 512
+  // cycles = 533.3 ns; maximum / divide: no 2x mode (spec 3.2 per-API table) -> 2 * 512 = 1024 cycles = 1066.7 ns.
+  auto s = make_sim("trn2");
+  Operand a = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
+  Operand b = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
+  Operand c = s->alloc_tile(Space::kSbuf, 128, {512}, DType::kBFloat16);
+  Instr tt = instr(Opcode::kTensorTensor, Engine::kVector, {c, a, b});
+  for (AluOp op : {AluOp::kAdd, AluOp::kSubtract, AluOp::kMultiply, AluOp::kMaximum, AluOp::kDivide}) {
+    tt.alu0 = op;
+    const InstrTiming t = s->submit(tt);
+    const bool fast = op == AluOp::kAdd || op == AluOp::kSubtract || op == AluOp::kMultiply;
+    CHECK(ns(t.issue - t.start) == Approx((fast ? 512 : 1024) / 0.96).margin(0.01));
+    CHECK(t.perf_mode == (fast ? 2 : 1));
+  }
+  // GpSimd memset of 0 into bf16 [128, 512]: max(64, 512 / 2) = 256 cycles = 213.3 ns @ 1.2 GHz; of 1.0: 512
+  // cycles = 426.7 ns (as VectorE's memset).
+  Instr ms = instr(Opcode::kMemset, Engine::kGpsimd, {c});
+  ms.imm[0] = 0.0f;
+  InstrTiming t0 = s->submit(ms);
+  CHECK(ns(t0.issue - t0.start) == Approx(256 / 1.2).margin(0.01));
+  ms.imm[0] = 1.0f;
+  InstrTiming t1 = s->submit(ms);
+  CHECK(ns(t1.issue - t1.start) == Approx(512 / 1.2).margin(0.01));
+  // trn3 ScalarE (1.2 GHz) 2x mode counts fp8 as 16-bit (spec 1.1 scalar.elems_per_cycle "256 (fp8 too)"):
+  // tensor_copy of [128, 1024] fp8 -> 1024 / 2 = 512 cycles = 426.7 ns; trn2 has no ScalarE 2x mode: 1024 cycles.
+  for (const char* preset : {"trn3", "trn2"}) {
+    auto s3 = make_sim(preset);
+    Operand x = s3->alloc_tile(Space::kSbuf, 128, {1024}, DType::kFloat8E4M3);
+    Operand y = s3->alloc_tile(Space::kSbuf, 128, {1024}, DType::kFloat8E4M3);
+    const InstrTiming tc = s3->submit(instr(Opcode::kTensorCopy, Engine::kScalar, {y, x}));
+    CHECK(ns(tc.issue - tc.start) == Approx((std::string(preset) == "trn3" ? 512 : 1024) / 1.2).margin(0.01));
+  }
+}
+
 TEST_CASE("C21: VectorE reciprocal costs 8N, ScalarE reciprocal N", "[timing][vector]") {
   auto s = make_sim("trn1");
   Operand a = s->alloc_tile(Space::kSbuf, 128, {256}, DType::kFloat32);
