@@ -582,13 +582,24 @@ void Lowering::run() {
     TileUses u;
     engines::SlotTags tags{};
     const bool check = sim_.checking();
+    // with_schedule edges (and ops' "after" labels) hold in program order too: an op starts after the latest
+    // instance of each op it runs after that came earlier (one later in program order cannot be waited for
+    // without reordering: docs/timing-model.md "Program order").
+    const std::vector<std::vector<int>> after = schedule_edges(k_);
+    const bool edges = std::any_of(after.begin(), after.end(), [](const std::vector<int>& v) { return !v.empty(); });
+    std::vector<sim::Ps> op_end(edges ? k_.ops.size() : 0, 0);
     while (next(in)) {
       if (record_ || check) tile_uses(last_op_, u);
       if (check) {
         slot_tags(last_op_, u, in, tags);
         sim_.set_slot_tags(&tags);
       }
-      const InstrTiming t = sim_.submit(in);
+      sim::Ps not_before = 0;
+      if (edges && last_op_ >= 0)
+        for (int b : after[static_cast<size_t>(last_op_)])
+          if (b < last_op_) not_before = std::max(not_before, op_end[static_cast<size_t>(b)]);
+      const InstrTiming t = sim_.submit(in, not_before);
+      if (edges && last_op_ >= 0) op_end[static_cast<size_t>(last_op_)] = std::max(op_end[static_cast<size_t>(last_op_)], t.end);
       if (record_) note_tile_uses(u, t.start, t.end);
     }
   }

@@ -161,6 +161,7 @@ struct Scheduler::Impl {
   // with_schedule: op -> the ops it runs after; op -> seq + 1 of its latest instruction.
   std::vector<std::vector<int>> runs_after;
   std::vector<uint64_t> last_of_op;
+  std::vector<Ps> end_of_op;  ///< op -> the end of its latest instance once issued (last_of_op's)
   std::vector<std::vector<uint64_t>> waiting_for;  ///< op -> instructions waiting for its next instance
   uint64_t n_waiting = 0;
 
@@ -210,34 +211,9 @@ struct Scheduler::Impl {
     hbm_states.limit = std::max<size_t>(size_t{1} << 16, hbm.size() / 4);
     op_facts.assign(k.ops.size(), OpFacts{});
     last_of_op.assign(k.ops.size(), 0);
-    runs_after.resize(k.ops.size());
+    end_of_op.assign(k.ops.size(), 0);
     waiting_for.resize(k.ops.size());
-    const bool op_edges = std::any_of(k.ops.begin(), k.ops.end(), [](const Op& o) { return !o.after.empty(); });
-    if (!k.schedule.empty() || op_edges) {
-      std::unordered_map<std::string, std::vector<int>> by_label;
-      for (size_t i = 0; i < k.ops.size(); ++i)
-        if (!k.ops[i].label.empty()) by_label[k.ops[i].label].push_back(static_cast<int>(i));
-      for (size_t ai = 0; ai < k.ops.size(); ++ai)  // an op's own "after" labels: edges of that op alone
-        for (const std::string& b : k.ops[ai].after) {
-          auto bb = by_label.find(b);
-          if (bb == by_label.end())
-            throw Error(ErrorCode::kUnknownName,
-                        fmt::format("{}: \"after\": no instruction is labelled '{}'", k.ops[ai].name, b), k.ops[ai].loc);
-          for (int bi : bb->second) runs_after[ai].push_back(bi);
-        }
-      for (const ScheduleEdge& e : k.schedule) {
-        auto a = by_label.find(e.after);
-        if (a == by_label.end())
-          throw Error(ErrorCode::kUnknownName, fmt::format("with_schedule: no instruction is named '{}'", e.after));
-        for (const std::string& b : e.before) {
-          auto bb = by_label.find(b);
-          if (bb == by_label.end())
-            throw Error(ErrorCode::kUnknownName, fmt::format("with_schedule: no instruction is named '{}'", b));
-          for (int ai : a->second)
-            for (int bi : bb->second) runs_after[static_cast<size_t>(ai)].push_back(bi);
-        }
-      }
-    }
+    runs_after = schedule_edges(k);
     preds_scratch.reserve(64);
   }
 
@@ -607,6 +583,8 @@ struct Scheduler::Impl {
         if (l && live(l - 1)) {
           add_edge(l - 1, x);
           node(l - 1).tsucc.push_back(x.seq);
+        } else if (l) {  // issued already (perhaps long before x came into the window): after its end
+          x.not_before = std::max(x.not_before, end_of_op[static_cast<size_t>(b)]);
         }
       }
       for (uint64_t w : waiting_for[static_cast<size_t>(oi)]) {  // earlier instructions waiting for this op
@@ -853,6 +831,7 @@ struct Scheduler::Impl {
     if (best_engine != default_engine && several(x.engines)) ++st.placed;
     st.instructions += static_cast<uint64_t>(x.n);
     x.done = true;
+    if (x.op >= 0 && last_of_op[static_cast<size_t>(x.op)] == x.seq + 1) end_of_op[static_cast<size_t>(x.op)] = end;
     x.height = 0;  // compute_heights() reads issued successors as 0
     for (uint64_t q : x.tsucc)
       if (live(q)) node(q).not_before = std::max(node(q).not_before, end);
@@ -896,6 +875,37 @@ struct Scheduler::Impl {
     while (prepare()) commit();
   }
 };
+
+std::vector<std::vector<int>> schedule_edges(const Kernel& k) {
+  std::vector<std::vector<int>> runs_after(k.ops.size());
+  const bool op_edges = std::any_of(k.ops.begin(), k.ops.end(), [](const Op& o) { return !o.after.empty(); });
+  if (!k.schedule.empty() || op_edges) {
+    std::unordered_map<std::string, std::vector<int>> by_label;
+    for (size_t i = 0; i < k.ops.size(); ++i)
+      if (!k.ops[i].label.empty()) by_label[k.ops[i].label].push_back(static_cast<int>(i));
+    for (size_t ai = 0; ai < k.ops.size(); ++ai)  // an op's own "after" labels: edges of that op alone
+      for (const std::string& b : k.ops[ai].after) {
+        auto bb = by_label.find(b);
+        if (bb == by_label.end())
+          throw Error(ErrorCode::kUnknownName,
+                      fmt::format("{}: \"after\": no instruction is labelled '{}'", k.ops[ai].name, b), k.ops[ai].loc);
+        for (int bi : bb->second) runs_after[ai].push_back(bi);
+      }
+    for (const ScheduleEdge& e : k.schedule) {
+      auto a = by_label.find(e.after);
+      if (a == by_label.end())
+        throw Error(ErrorCode::kUnknownName, fmt::format("with_schedule: no instruction is named '{}'", e.after));
+      for (const std::string& b : e.before) {
+        auto bb = by_label.find(b);
+        if (bb == by_label.end())
+          throw Error(ErrorCode::kUnknownName, fmt::format("with_schedule: no instruction is named '{}'", b));
+        for (int ai : a->second)
+          for (int bi : bb->second) runs_after[static_cast<size_t>(ai)].push_back(bi);
+      }
+    }
+  }
+  return runs_after;
+}
 
 Scheduler::Scheduler(const Kernel& k, Lowering& low, Simulator& sim) : impl_(new Impl(k, low, sim, stats_)) {
   // A chunk read in every iteration cycles through its reader list every kReaders reads, adding edges at

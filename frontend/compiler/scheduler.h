@@ -33,6 +33,10 @@ struct ScheduleStats {
   uint64_t window_peak = 0;   ///< most instructions in the window at once
 };
 
+/// The `with_schedule` edges and the ops' own "after" labels, by op index: the ops each op runs after (E427
+/// UnknownName for a name no op carries). Used by the list scheduler and by the program-order path.
+std::vector<std::vector<int>> schedule_edges(const Kernel& k);
+
 class Scheduler {
  public:
   /// `low` must have been built for `k` and `sim`.

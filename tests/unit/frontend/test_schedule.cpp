@@ -160,6 +160,37 @@ TEST_CASE("schedule: with_schedule edges order named instructions") {
   }
 }
 
+TEST_CASE("schedule: a with_schedule target issued before the waiting op enters the window; program order") {
+  // a (line 30): a long ScalarE exp of [128, 8192] fp32 (~8.2 us); 40 short VectorE memsets of another tile (line
+  // 31); b (line 32): a GpSimd memset of a third tile, independent of a. with_schedule [("b", "a")]: b starts no
+  // earlier than a's end, also when a was issued before b came into the window (compiler.window = 8: a leaves
+  // the window long before b is admitted; the edge was dropped then), and with compiler.schedule =
+  // program_order (which ignored the edges: b started at 0).
+  KB b;
+  const int t = b.tile("t", {128, 8192}, DType::kFloat32, 0, 5);
+  const int f = b.tile("f", {128, 64}, DType::kFloat32, 0, 6);
+  const int v = b.tile("v", {128, 64}, DType::kFloat32, 0, 7);
+  const int oa = b.op("activation", {W(t), W(t)}, 30);
+  b.o(oa).act = isa::ActFunc::kExp;
+  b.o(oa).label = std::string("a");
+  for (int i = 0; i < 40; ++i) {
+    const int m = b.op("memset", {W(f)}, 31);
+    b.o(m).engine = Engine::kVector;
+  }
+  const int ob = b.op("memset", {W(v)}, 32);
+  b.o(ob).engine = Engine::kGpsimd;
+  b.o(ob).label = std::string("b");
+  const Run free_b = simulate(b.k, {"compiler.window=8"});
+  CHECK(free_b.by_line.at(32)[0].start < free_b.by_line.at(30)[0].end);  // without the edge b runs under a
+  b.k.schedule.push_back(ScheduleEdge{"b", {"a"}});
+  for (const auto& ov : {std::vector<std::string>{}, std::vector<std::string>{"compiler.window=8"},
+                         std::vector<std::string>{"compiler.schedule=program_order"}}) {
+    const Run r = simulate(b.k, ov);
+    INFO((ov.empty() ? std::string("default") : ov[0]));
+    CHECK(r.by_line.at(32)[0].start >= r.by_line.at(30)[0].end);
+  }
+}
+
 TEST_CASE("schedule: register_load and the ops waiting for it (op \"after\")") {
   // A [1, 1] int32 tile t loaded from HBM n (line 20, Sync queue), register_load of t on Sync (line 21, labelled
   // "r"), and a VectorE memset of an unrelated tile u (line 22): independent of both, it starts at once, before
