@@ -629,7 +629,7 @@ struct Scheduler::Impl {
     f.n = x.n;
     f.acc = uses_acc(head);
     f.rng = uses_rng(head.op);
-    f.auto_queue = oi >= 0 && isa::is_dma(a.op) && !k.ops[static_cast<size_t>(oi)].dma_queue && p.dma_queues_per_trigger > 1;
+    f.auto_queue = oi >= 0 && isa::is_dma(a.op) && !k.ops[static_cast<size_t>(oi)].dma_queue;  // (one queue per trigger too: its engine may change)
     f.engines = x.n == 2 ? isa::engine_bit(Engine::kTensor) : candidates(oi, a);
     f.free_uses = engines::StreamEngines::uses(a);
     // Durations depend on the op's shapes and dtypes, the same for each of its instructions.

@@ -160,7 +160,7 @@ TEST_CASE("schedule: with_schedule edges order named instructions") {
   }
 }
 
-TEST_CASE("schedule: a with_schedule target issued before the waiting op enters the window; program order") {
+TEST_CASE("schedule: a with_schedule target issued before the waiting op enters the window, and program order") {
   // a (line 30): a long ScalarE exp of [128, 8192] fp32 (~8.2 us); 40 short VectorE memsets of another tile (line
   // 31); b (line 32): a GpSimd memset of a third tile, independent of a. with_schedule [("b", "a")]: b starts no
   // earlier than a's end, also when a was issued before b came into the window (compiler.window = 8: a leaves
@@ -280,6 +280,17 @@ TEST_CASE("schedule: automatic DMAs are spread over their trigger engine's queue
   for (int q : one.queues.at(21)) used1.insert(q);
   CHECK(used1.size() == 1);
   CHECK(r.total_ns <= one.total_ns);
+  // 16 independent [128, 64] fp32 loads on trn2: with one queue per trigger engine, a load the scheduler moves
+  // from Sync to another trigger engine goes to that engine's queue (it kept Sync's queue 0 before).
+  KB b;
+  const int x = b.input("x", {128, 16 * 64});
+  const int t = b.tile("t", {128, 16 * 64}, DType::kFloat32, 0, 5);
+  for (int i = 0; i < 16; ++i) b.op("dma_copy", {X(t, {D(0, 128), D(i * 64, 64)}), X(x, {D(0, 128), D(i * 64, 64)})}, 21);
+  const Run r1 = simulate(b.k, {"compiler.dma_queues_per_trigger=1"});
+  const auto sim1 = Simulator::from_preset("trn2", {"compiler.dma_queues_per_trigger=1"});
+  REQUIRE(r1.queues.at(21).size() == 16);
+  for (size_t i = 0; i < 16; ++i)
+    CHECK(r1.queues.at(21)[i] == engines::trigger_queue(sim1->params(), r1.engines.at(21)[i], 0));
 }
 
 TEST_CASE("schedule: bad compiler keys are config errors") {
