@@ -79,7 +79,7 @@ struct CoreParams {
   double hbm_stack_bw = 0;  ///< bytes per ns of one HBM stack, shared by the cores of an LNC=2 launch
   int cores_per_stack = 0;  ///< physical cores on one HBM stack = the largest LNC degree
 
-  bool vector_gpsimd_sbuf_exclusive = false, vector_scalar_psum_exclusive = false;
+  bool vector_gpsimd_sbuf_exclusive = false, vector_scalar_psum_exclusive = false, vector_perf_gpsimd_sbuf_shared = false;
   int64_t dep_chunk_bytes = 0, hbm_dep_chunk_bytes = 0;
 
   // The compiler model (frontend/compiler, docs/timing-model.md)

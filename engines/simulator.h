@@ -182,8 +182,10 @@ class Simulator {
   uint64_t regions_epoch() const { return regions_epoch_; }
   /// When engine `e` may issue `in`, ignoring its operands (its previous issue, shared ports).
   sim::Ps engine_free(const isa::Instr& in, isa::Engine e) const {
-    return engine_free(engines::StreamEngines::uses(in), e);
+    return engine_free(stream_.uses(in), e);
   }
+  /// What engine_free() needs of `in` (StreamEngines::uses()).
+  uint8_t engine_uses(const isa::Instr& in) const { return stream_.uses(in); }
   /// The same for an instruction with StreamEngines::uses() `u` (the list scheduler keeps it per instruction).
   sim::Ps engine_free(uint8_t u, isa::Engine e) const {
     return e == isa::Engine::kTensor && !(u & engines::StreamEngines::kUsesDma) ? tensor_.next_issue() : stream_.free(u, e);

@@ -31,12 +31,15 @@ Ps StreamEngines::sequencer_cost(const Instr& in, Engine e) const {
   return p_.trigger_instr + (in.slot(0).space == Space::kHbm ? p_.register_load_hbm : p_.register_load_sbuf);
 }
 
-uint8_t StreamEngines::uses(const Instr& in) {
+uint8_t StreamEngines::uses(const Instr& in) const {
   uint8_t u = isa::is_dma(in.op) ? kUsesDma : 0;
   for (int i = 0; i < isa::kMaxSlots; ++i) {
     if (in.slot(i).space == Space::kSbuf) u |= kUsesSbuf;
     if (in.slot(i).space == Space::kPsum) u |= kUsesPsum;
   }
+  if (p_.vector_perf_gpsimd_sbuf_shared && !(u & kUsesDma) && (u & kUsesSbuf) &&
+      (isa::op_info(in.op).engines & isa::engine_bit(Engine::kVector)) && vector_cost(p_, in).perf_mode > 1)
+    u |= kUsesVectorPerf;
   return u;
 }
 

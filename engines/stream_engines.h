@@ -42,9 +42,11 @@ class StreamEngines {
   Issue trigger(const isa::Instr& in, sim::Ps ready);
 
   /// What free() needs of an instruction, as bits: kUsesDma (a DMA trigger), kUsesSbuf, kUsesPsum (an
-  /// operand in that space). The list scheduler keeps it per instruction and asks free() by it.
-  static constexpr uint8_t kUsesDma = 1, kUsesSbuf = 2, kUsesPsum = 4;
-  static uint8_t uses(const isa::Instr& in);
+  /// operand in that space), kUsesVectorPerf (on VectorE it would run in a 2x/4x performance mode, which holds
+  /// the SBUF bus it shares with GpSimd: conc.vector_perf_gpsimd_sbuf_shared). The list scheduler keeps it per
+  /// instruction and asks free() by it.
+  static constexpr uint8_t kUsesDma = 1, kUsesSbuf = 2, kUsesPsum = 4, kUsesVectorPerf = 8;
+  uint8_t uses(const isa::Instr& in) const;
   /// When engine `e` may issue `in`, ignoring its operands (its previous issue, shared ports).
   sim::Ps free(const isa::Instr& in, isa::Engine e) const { return free(uses(in), e); }
   /// The same for an instruction with uses() `u`.
@@ -80,10 +82,13 @@ class StreamEngines {
 
  private:
   StreamCost cost(const isa::Instr& in, isa::Engine e) const;
-  /// Which shared ports `in` needs on `e` (gen2: VectorE/GpSimd share SBUF access, VectorE/ScalarE PSUM access).
+  /// Which shared ports `in` needs on `e` (gen2: VectorE/GpSimd share SBUF access, VectorE/ScalarE PSUM access;
+  /// gen3+: VectorE in a performance mode and GpSimd share the SBUF bus).
   std::pair<bool, bool> ports(uint8_t uses, isa::Engine e) const {
-    return {p_.vector_gpsimd_sbuf_exclusive && (uses & kUsesSbuf) && (e == isa::Engine::kVector || e == isa::Engine::kGpsimd),
-            p_.vector_scalar_psum_exclusive && (uses & kUsesPsum) && (e == isa::Engine::kVector || e == isa::Engine::kScalar)};
+    const bool v = e == isa::Engine::kVector, g = e == isa::Engine::kGpsimd;
+    const bool sbuf = (uses & kUsesSbuf) && (v || g) &&
+                      (p_.vector_gpsimd_sbuf_exclusive || (p_.vector_perf_gpsimd_sbuf_shared && (g || (uses & kUsesVectorPerf))));
+    return {sbuf, p_.vector_scalar_psum_exclusive && (uses & kUsesPsum) && (v || e == isa::Engine::kScalar)};
   }
 
   const CoreParams& p_;

@@ -631,7 +631,7 @@ struct Scheduler::Impl {
     f.rng = uses_rng(head.op);
     f.auto_queue = oi >= 0 && isa::is_dma(a.op) && !k.ops[static_cast<size_t>(oi)].dma_queue;  // (one queue per trigger too: its engine may change)
     f.engines = x.n == 2 ? isa::engine_bit(Engine::kTensor) : candidates(oi, a);
-    f.free_uses = engines::StreamEngines::uses(a);
+    f.free_uses = sim.engine_uses(a);
     // Durations depend on the op's shapes and dtypes, the same for each of its instructions.
     f.cost.fill(0);
     for (int e = 0; e < isa::kNumEngines; ++e) {

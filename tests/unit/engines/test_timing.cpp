@@ -238,6 +238,37 @@ TEST_CASE("3.2 rules: tensor_tensor 2x only for add/subtract/multiply, GpSimd me
   }
 }
 
+TEST_CASE("2.4: VectorE and GpSimd on SBUF: serialised on gen2, and on gen3+ while VectorE runs a performance mode",
+          "[timing][vector]") {
+  // Two independent copies submitted at once: VectorE x -> y, then GpSimd u -> w, all SBUF [128, 4096].
+  // trn2 bf16: VectorE's 4x mode (4096 / 4 = 1024 cycles = 1066.7 ns @ 0.96 GHz) holds the SBUF bus GpSimd shares
+  // (conc.vector_perf_gpsimd_sbuf_shared): GpSimd starts at 1066.7 ns. trn2 fp32: no performance mode, both at 0.
+  // trn1 (conc.vector_gpsimd_sbuf_exclusive): GpSimd waits for VectorE whatever the dtype, 4096 cycles = 3657.1 ns
+  // @ 1.12 GHz.
+  struct Case {
+    const char* preset;
+    DType dt;
+    double g_start_ns;
+  };
+  for (const Case c : {Case{"trn2", DType::kBFloat16, 1066.67}, Case{"trn2", DType::kFloat32, 0.0},
+                       Case{"trn1", DType::kFloat32, 4096 / 1.12}, Case{"trn3", DType::kBFloat16, 4096 / 4 / 1.2}}) {
+    INFO(c.preset << " " << dtype_name(c.dt));
+    auto s = make_sim(c.preset);
+    Operand x = s->alloc_tile(Space::kSbuf, 128, {4096}, c.dt), y = s->alloc_tile(Space::kSbuf, 128, {4096}, c.dt);
+    Operand u = s->alloc_tile(Space::kSbuf, 128, {4096}, c.dt), w = s->alloc_tile(Space::kSbuf, 128, {4096}, c.dt);
+    const InstrTiming tv = s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {y, x}));
+    const InstrTiming tg = s->submit(instr(Opcode::kTensorCopy, Engine::kGpsimd, {w, u}));
+    CHECK(tv.start == 0);
+    CHECK(ns(tg.start) == Approx(c.g_start_ns).margin(0.01));
+  }
+  // The scheduler's estimate agrees: on trn2 a bf16 copy's GpSimd free time is VectorE's perf-mode end.
+  auto s = make_sim("trn2");
+  Operand x = s->alloc_tile(Space::kSbuf, 128, {4096}, DType::kBFloat16), y = s->alloc_tile(Space::kSbuf, 128, {4096}, DType::kBFloat16);
+  s->submit(instr(Opcode::kTensorCopy, Engine::kVector, {y, x}));
+  const Instr g = instr(Opcode::kTensorCopy, Engine::kGpsimd, {x, y});
+  CHECK(ns(s->engine_free(g, Engine::kGpsimd)) == Approx(1066.67).margin(0.01));
+}
+
 TEST_CASE("C21: VectorE reciprocal costs 8N, ScalarE reciprocal N", "[timing][vector]") {
   auto s = make_sim("trn1");
   Operand a = s->alloc_tile(Space::kSbuf, 128, {256}, DType::kFloat32);
