@@ -57,6 +57,10 @@ void RunStats::on_instr(const Instr& in, const InstrTiming& t, const Detail& d) 
       }
     }
   }
+  if (t.table_load) {
+    ++c_.act_table_loads;
+    c_.act_table_load_time += t.table_load;
+  }
   account_bytes(d.bytes ? *d.bytes : bytes_of(in));
   const auto oi = static_cast<size_t>(in.op);
   const auto ei = static_cast<size_t>(in.engine);
@@ -313,6 +317,8 @@ void RunStats::add_repeats(const Sample& a, const Sample& b, uint64_t k, Ps dt) 
   rep(c_.adjusted_transpose_flops, a.c.adjusted_transpose_flops, b.c.adjusted_transpose_flops);
   rep(c_.mx_matmul_flops, a.c.mx_matmul_flops, b.c.mx_matmul_flops);
   rep(c_.matmul_instructions, a.c.matmul_instructions, b.c.matmul_instructions);
+  rep(c_.act_table_loads, a.c.act_table_loads, b.c.act_table_loads);
+  rep(c_.act_table_load_time, a.c.act_table_load_time, b.c.act_table_load_time);
   c_.dma_active.add_length(n * (b.dma_active - a.dma_active));
   c_.any_active.add_length(n * (b.any_active - a.any_active));
   for (size_t i = 0; i < c_.dma_class_active.size(); ++i)

@@ -31,6 +31,9 @@ struct InstrTiming {
   sim::Ps setup_start = 0, data_start = 0;
   double flops = 0;       ///< floating-point operations (MAC = 2 on TensorE)
   uint8_t perf_mode = 1;  ///< VectorE/ScalarE performance mode (1, 2 or 4)
+  /// ScalarE: the activation function table load the instruction begins with, [start, start + table_load) (the
+  /// profiler's separate ACT_TABLE_LOAD; part of [start, issue)); 0 without one.
+  sim::Ps table_load = 0;
 };
 
 /// Plain counters kept by the hot loop (no strings, no maps).
@@ -72,6 +75,8 @@ struct RunCounters {
   double adjusted_matmul_flops = 0, adjusted_transpose_flops = 0;
   double mx_matmul_flops = 0;  ///< the part of matmul_flops done by MX matmuls (x4-packed inputs, nc_matmul_mx)
   uint64_t matmul_instructions = 0;  ///< multiply_moving that is not a transpose
+  uint64_t act_table_loads = 0;      ///< ScalarE activation table loads (InstrTiming::table_load)
+  sim::Ps act_table_load_time = 0;
   sim::Ps start = INT64_MAX;         ///< earliest instruction start (total_exec_time)
   sim::Ps end = 0;
   /// Unions over time: >= 1 DMA packet moving (all engines; per trigger class), and any engine or

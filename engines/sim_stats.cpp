@@ -51,6 +51,10 @@ sim::StatsRegistry Simulator::stats() const {
             "activation and activation_reduce instructions (ACTIVATE, ACTIVATE_QUANTIZE)");
       r.add(pre + "activate_instruction_time", sim::ps_to_ns(tm[act] + tm[act_r]), "ns",
             "summed durations of the activation instructions");
+      r.add(pre + "act_table_load_count", static_cast<double>(c_.act_table_loads), "count",
+            "activation function table loads (ACT_TABLE_LOAD: an activation of another table set than the loaded one)");
+      r.add(pre + "act_table_load_time", sim::ps_to_ns(c_.act_table_load_time), "ns",
+            "ScalarE time spent loading activation tables (scalar.act_table_load each; inside the activations' busy time)");
     }
     for (int o = 0; o < isa::kNumOpcodes; ++o) {
       const auto oi = static_cast<size_t>(o);

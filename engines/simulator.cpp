@@ -554,6 +554,7 @@ InstrTiming Simulator::schedule_stream(const Instr& in, const Sig& sig) {
   set_wait(t, rd, free, seq_);
   t.flops = sig.flops;
   t.perf_mode = is.perf_mode;
+  t.table_load = is.table_load;
   engines::RunStats::Detail d;
   d.busy = is.busy;
   d.bytes = &sig.bytes;

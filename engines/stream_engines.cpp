@@ -65,6 +65,7 @@ StreamEngines::Issue StreamEngines::issue(const Plan& pl, Engine e, Ps ready) {
     scalar_table_set_ = pl.act_set;
   }
   Issue r;
+  r.table_load = extra;
   r.busy = pl.busy + extra;
   r.latency = pl.latency;
   r.perf_mode = pl.perf_mode;

@@ -23,6 +23,7 @@ class StreamEngines {
     sim::Ps busy = 0;
     sim::Ps latency = 0;
     uint8_t perf_mode = 1;
+    sim::Ps table_load = 0;  ///< ScalarE: the activation table load it begins with (part of busy)
   };
   /// What issuing compute instruction `in` on in.engine takes, whatever the engines' state: a function
   /// of its signature (isa::same_signature), which the simulator caches (engines/sig_cache.h).

@@ -41,6 +41,14 @@ void TraceRecorder::on_instr(const isa::Instr& in, const InstrTiming& t) {
   if (isa::is_dma(in.op)) {
     instr_slice(in, static_cast<int>(in.engine), t, t.issue);  // the trigger on its engine
     dma_slices(in, t);
+  } else if (t.table_load > 0) {  // ScalarE loads the function table first: the profiler's ACT_TABLE_LOAD slice
+    if (!sink_.drops(t.start, t.table_load))
+      sink_.slice({static_cast<int>(in.engine), t.start, t.table_load, "ACT_TABLE_LOAD",
+                   {sim::TraceArg::string("src", sim_.source(in.loc).str()),
+                    sim::TraceArg::integer("index", static_cast<int64_t>(t.index))}});
+    InstrTiming after = t;
+    after.start = t.start + t.table_load;
+    instr_slice(in, static_cast<int>(in.engine), after, t.end);
   } else {
     instr_slice(in, static_cast<int>(in.engine), t, t.end);
   }

@@ -14,7 +14,7 @@ namespace nsim::frontend {
 
 const char* const kInstructionTableHeader =
     "index,opcode,engine,start_ns,end_ns,duration_ns,dma_queue,bytes,src_file,src_line,wait_ns,waited_for,ready_ns,"
-    "waited_on,src_stack";
+    "waited_on,src_stack,act_table_load_ns";
 const char* const kDmaTableHeader =
     "transfer,engine_idx,queue,trigger_engine,start_ns,end_ns,duration_ns,bytes,descriptors,throughput_gbps,src_space,"
     "dst_space,src_file,src_line";
@@ -74,11 +74,11 @@ struct TableWriter::State {
       if (waited)
         waited_on = t.waited_class == engines::kClassDma ? std::string("dma")
                                                          : std::string(isa::engine_name(static_cast<isa::Engine>(t.waited_class)));
-      fmt::print(instr.get(), "{},{},{},{:.3f},{:.3f},{:.3f},{},{},{},{},{:.3f},{},{:.3f},{},{}\n", t.index,
+      fmt::print(instr.get(), "{},{},{},{:.3f},{:.3f},{:.3f},{},{},{},{},{:.3f},{},{:.3f},{},{},{:.3f}\n", t.index,
                  isa::op_info(in.op).mnemonic, isa::engine_name(in.engine), sim::ps_to_ns(t.start),
                  sim::ps_to_ns(t.end), sim::ps_to_ns(t.end - t.start), is_dma ? std::to_string(in.dma_queue) : "",
                  bytes, file, loc.line, sim::ps_to_ns(wait), waited ? std::to_string(t.waited_for) : "",
-                 sim::ps_to_ns(t.ready), waited_on, csv_field(loc.stack));
+                 sim::ps_to_ns(t.ready), waited_on, csv_field(loc.stack), sim::ps_to_ns(t.table_load));
       ++instr_rows;
     }
     if (dma && is_dma) {

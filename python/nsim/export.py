@@ -36,6 +36,7 @@ INSTRUCTION_COLUMNS = {
     "ready_ns": "float64",      # operands ready (producers' end + semaphore hand-off)
     "waited_on": "string",      # the producer's engine, or "dma" (empty: no wait)
     "src_stack": "string",      # callers of the line: "kernel (k.py:12) > helper (k.py:30)" (empty: in the kernel)
+    "act_table_load_ns": "float64",  # ScalarE: the activation table load the instruction began with (0: none)
 }
 DMA_COLUMNS = {
     "transfer": "int64",        # index of the DMA instruction (instructions.index)

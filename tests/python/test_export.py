@@ -14,7 +14,7 @@ from conftest import EXAMPLES_DIR, NSIM_BIN, REPO_ROOT
 
 SOFTMAX = os.path.join(EXAMPLES_DIR, "softmax_2x128x512.json")
 INSTR_COLUMNS = ["index", "opcode", "engine", "start_ns", "end_ns", "duration_ns", "dma_queue", "bytes", "src_file",
-                 "src_line", "wait_ns", "waited_for", "ready_ns", "waited_on", "src_stack"]
+                 "src_line", "wait_ns", "waited_for", "ready_ns", "waited_on", "src_stack", "act_table_load_ns"]
 DMA_COLUMNS = ["transfer", "engine_idx", "queue", "trigger_engine", "start_ns", "end_ns", "duration_ns", "bytes",
                "descriptors", "throughput_gbps", "src_space", "dst_space", "src_file", "src_line"]
 EPS = 1.5e-3  # ns: times are printed with 3 decimals
@@ -306,3 +306,47 @@ def test_plot_finds_the_package_next_to_the_binary(nsim_bin, tmp_path):
     assert r.returncode == 0, r.stderr
     _png_ok(tmp_path / "softmax_2x128x512_roofline.png")
     _png_ok(tmp_path / "softmax_2x128x512_utilisation.png")
+
+
+def test_activation_table_loads(tmp_path):
+    """Each activation whose function table set differs from the one ScalarE holds begins with a table load
+    (scalar.act_table_load = 1330 ns on trn2, neuroncore.md C11): the instruction table's act_table_load_ns, the stats
+    engine.scalar.act_table_load_count / _time and an ACT_TABLE_LOAD slice before the activation's in the trace, as
+    the profiler shows it. exp, log, exp on one tile (each needs the last one's result: no reordering) switch sets
+    three times."""
+    export = _core()
+    import numpy as np
+    from nsim import nki
+    import nsim.nki.language as nl
+    import nsim.nki.isa as nisa
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        for op in (nl.exp, nl.log, nl.exp):
+            nisa.activation(dst=t, op=op, data=t)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.full((128, 512), 0.5, np.float32)
+    trace = tmp_path / "t.json"
+    y, prof = k.options(trace=str(trace)).simulate(x)
+    np.testing.assert_allclose(y, np.exp(np.log(np.exp(x))), rtol=1e-5)
+    assert prof.stat("engine.scalar.act_table_load_count") == 3
+    assert prof.stat("engine.scalar.act_table_load_time") == pytest.approx(3 * 1330.0)
+    r = export.write_tables(prof.kernel, str(tmp_path), config="trn2")
+    _h, rows = _read(r["instructions"])
+    acts = [row for row in rows if row["opcode"] == "activation"]
+    assert [float(a["act_table_load_ns"]) for a in acts] == [1330.0] * 3
+    assert all(float(row["act_table_load_ns"]) == 0 for row in rows if row["opcode"] != "activation")
+    ev = json.loads(trace.read_text())
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    slices = sorted((e for e in ev if e.get("ph") == "X" and e.get("name") in ("ACT_TABLE_LOAD", "activation")),
+                    key=lambda e: e["ts"])
+    assert [e["name"] for e in slices] == ["ACT_TABLE_LOAD", "activation"] * 3
+    for load, act in zip(slices[::2], slices[1::2]):
+        assert load["dur"] == pytest.approx(1.33, abs=1e-3)  # us
+        assert act["ts"] == pytest.approx(load["ts"] + load["dur"], abs=1e-3)
+        assert load["args"]["index"] == act["args"]["index"]
