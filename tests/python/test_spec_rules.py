@@ -695,3 +695,37 @@ def test_strict_turns_the_nki_warnings_into_errors():
         with pytest.raises(nsim.KernelError) as e:
             kern.options(check="strict")(x)
         assert e.value.code == _code("StrictRule"), (body.__name__, str(e.value))
+
+
+def test_double_row_operands_have_a_middle_dim_of_two():
+    """Spec 2.1 nc_matmul perf_mode=double_row: stationary [K, 2, M], moving [K, 2, N], "middle dim exactly 2". A 2-D
+    [128, 128] x [128, 512] or a [128, 4, 32] x [128, 4, 128] pair ran, read as [K, 2, F / 2] without a word; now an
+    error naming the shape. [K, 2, M] x [K, 2, N] contracts both rows of each partition (numpy einsum)."""
+    E4M3 = ml_dtypes.float8_e4m3
+
+    def mk(sst, smv, m, n):
+        @nki.jit
+        def dr(a, b):
+            st = nl.ndarray(sst, a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=st, src=a.reshape(sst))
+            mv = nl.ndarray(smv, b.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=mv, src=b.reshape(smv))
+            ps = nl.ndarray((m, n), nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=ps, stationary=st, moving=mv, perf_mode=nisa.matmul_perf_mode.double_row)
+            r = nl.ndarray((m, n), nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=r, src=ps)
+            o = nl.ndarray((m, n), nl.float32, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=o, src=r)
+            return o
+        return dr.options(config="trn2")
+
+    rng = np.random.default_rng(0)
+    a = rng.integers(-3, 4, (128, 128)).astype(np.float32).astype(E4M3)
+    b = rng.integers(-3, 4, (128, 512)).astype(np.float32).astype(E4M3)
+    out = mk((128, 2, 64), (128, 2, 256), 64, 256)(a, b)
+    ref = np.einsum("krm,krn->mn", a.astype(np.float64).reshape(128, 2, 64), b.astype(np.float64).reshape(128, 2, 256))
+    np.testing.assert_array_equal(out, ref)
+    for sst, smv, m, n in (((128, 128), (128, 512), 64, 256), ((128, 4, 32), (128, 4, 128), 64, 256)):
+        with pytest.raises(nsim.NsimError) as e:
+            mk(sst, smv, m, n)(a, b)
+        assert e.value.code == _code("ShapeMismatch") and "[K, 2, M]" in str(e.value), str(e.value)

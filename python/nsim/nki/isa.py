@@ -498,6 +498,13 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     double_row = perf_mode not in (None, matmul_perf_mode.none, "none")
     matmul_dtype_rules(stationary, moving, "nisa.nc_matmul", double_row, is_transpose)
     if double_row:
+        # nki-api.md 2.1: stationary [K, 2, M], moving [K, 2, N], the middle dim exactly 2 (a 2-D or [K, 4, 32]
+        # operand was read as [K, 2, F / 2] before, without a word)
+        for what, t in (("stationary", stationary), ("moving", moving)):
+            if len(t.shape) != 3 or t.shape[1] != 2:
+                raise make_error("ShapeMismatch", "nisa.nc_matmul: perf_mode=double_row takes a {} of shape [K, 2, {}] "
+                                 "(the middle dim exactly 2: the two rows of each partition contracted together), "
+                                 "got {}".format(what, "M" if what == "stationary" else "N", tuple(t.shape)))
         flags.append("double_row")
     return _op("nc_matmul", dst=dst, stationary=stationary, moving=moving, flags=flags,
                iimm=_pe_tile(tile_position, tile_size, "nc_matmul"))
