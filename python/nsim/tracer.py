@@ -2129,8 +2129,16 @@ class _Eager:
         if t._oob is not None:  # .ap(scalar_offset=reg) out of range: its static window is not what it addresses
             raise make_error("IndexOutOfBounds", t._oob)
         concrete_only("a value read")
-        self.sync()
         base, off, pat = t._flat() if not getattr(t, "_t2d", False) else t._storage_order()._flat()
+        tr = self.tr
+        if base.name in tr.peer_data:
+            raise make_error("NotSupported", "the values of '{}' come from the other core ('{}' is the {} of a "
+                             "cross-core exchange on core {} of this LNC={} launch): nsim traces the cores one after "
+                             "another, so the other core's writes are not there while this one is traced "
+                             "(docs/lnc.md, Limits). Values read while tracing (register_load, .item(), print, an "
+                             "if on a value) must come from this core's own data".format(
+                                 t.name, base.name, tr.peer_data[base.name], tr.lnc[0], tr.lnc[1]))
+        self.sync()
         dt = np_dtype(base.dtype)
         raw = self.session.read(base.name)
         flat = np.frombuffer(raw, dtype=dt)
@@ -2604,6 +2612,9 @@ class Tracer:
         self.check = False  # run the tracer's checks (options(check=...))
         self._vars = {}  # tile name -> the variables its storage was assigned to (reuse: several)
         self.lnc = (0, 1)  # (this program's physical core, LNC degree): kernel[2] traces once per core
+        # tensors that hold the other core's data (a sendrecv's dst, a core_barrier's data): their values are not
+        # known while this core is traced (the cores are traced one after another; _Eager.values refuses them)
+        self.peer_data = {}  # storage name -> what it is ("dst of a sendrecv", "data of a core_barrier")
         # loops kept symbolic (symbolic_loop): the loops being recorded (innermost last), the loops to unroll
         # (source (file, line) keys; set by trace() after a failed symbolic recording), a loop left by break /
         # return / an exception while being recorded, tile names of the checking pass -> the recorded names

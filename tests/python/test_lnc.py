@@ -227,6 +227,54 @@ def test_core_barrier_orders_writes_before_reads_across_cores():
     assert prof.stat("core1.total_time") > prof.stat("core0.total_time")
 
 
+def test_values_from_the_other_core_are_not_read_while_tracing():
+    """A value read while tracing (register_load, .item()) of data the other core sends (a sendrecv's dst) or
+    publishes (a core_barrier's data) is an error naming the limit: the cores are traced one after another, so
+    core 0 read a count core 1 had not written yet -- the HBM fill value 4 (a loop of 4 instead of 3 iterations,
+    silently) or the SBUF fill pattern (a runtime loop of 2^31 iterations, E416). Reading one's own data stays
+    fine."""
+    m = np.array([[1, 0, 1, 1, 0]], np.float32)  # core 1 counts 3
+
+    @nki.jit
+    def via_barrier(m):
+        cnt = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        out = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        if nl.program_id(0) == 1:
+            mm = nl.ndarray(m.shape, m.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=mm, src=m)
+            s = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=s, op=nl.add, data=mm, axis=1)
+            si = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=si, src=s)
+            nisa.dma_copy(dst=cnt, src=si)
+        nisa.core_barrier(cnt, (0, 1))
+        if nl.program_id(0) == 0:
+            n = nisa.register_alloc()
+            nisa.register_load(n, cnt)
+            nisa.register_store(out, n)
+        return out
+
+    @nki.jit
+    def via_sendrecv(m):
+        out = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        si = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=si, value=3)
+        got = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.sendrecv(src=si, dst=got, send_to_rank=1 - nl.program_id(0), recv_from_rank=1 - nl.program_id(0),
+                      pipe_id=0)
+        print(si.item())  # this core's own data: fine
+        n = nisa.register_alloc()
+        nisa.register_load(n, got)
+        nisa.register_store(out, n)
+        return out
+
+    for k, what in ((via_barrier, "data of a core_barrier"), (via_sendrecv, "dst of a sendrecv")):
+        with pytest.raises(nsim.NsimError) as e:
+            k[2](m)
+        assert e.value.code == _errors.code("NotSupported"), str(e.value)
+        assert what in str(e.value) and "docs/lnc.md" in str(e.value)
+
+
 def test_core_barrier_blocks_only_its_engine(tmp_path):
     trace = tmp_path / "barrier.json"
     # Core 1 has an independent Vector op after a Sync barrier it reaches early: the Vector op does not

@@ -1440,6 +1440,7 @@ def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_eng
             raise make_error("BadArgument", "sendrecv: gpsimd_dma moves at most 1024 B (32-bit), 512 B (16-bit) or "
                              "256 B (8-bit) per partition; src has {} elements of {} per partition".format(
                                  free, src.dtype))
+    _tr.current("nisa.sendrecv").peer_data[dst._flat()[0].name] = "dst of a sendrecv"
     return _op("sendrecv", engine="gpsimd" if de == 2 else "sync", dst=dst, src=src, iimm=[pipe, send, recv])
 
 
@@ -1459,6 +1460,7 @@ def core_barrier(data, cores, engine=engine.gpsimd, name=None, **kwargs):
         raise make_error("BadBuffer", "core_barrier: data must be an HBM tensor (the shared_hbm tensor both cores "
                          "wrote), got a {} tensor".format(data.buffer))
     eng = _engine(engine, "core_barrier") or _isa.DEFAULT_ENGINE["core_barrier"]
+    _tr.current("nisa.core_barrier").peer_data[data._flat()[0].name] = "data of a core_barrier"
     return _op("core_barrier", engine=eng, dst=data)
 
 
