@@ -72,6 +72,9 @@ struct LineAgg {
   /// ScalarE busy time of plain arithmetic and copies (no activation function: tensor_scalar, tensor_copy, an
   /// activation with `copy`): work another engine could do or the producing activation could fold in.
   Ps scalar_plain = 0;
+  uint64_t table_loads = 0;  ///< ScalarE activation table loads its activations began with (InstrTiming::table_load)
+  Ps table_load_time = 0;
+  uint32_t table_sets = 0;   ///< bit k: a load of table set k (scalar.act_table_sets)
   // TensorE
   uint64_t mm_count = 0, underfill = 0, fp32 = 0, transposes = 0, broadcasts = 0;
   uint64_t onchip_transposes = 0;  ///< PE transposes of tiles computed on chip (not counted in `transposes`)
@@ -216,6 +219,9 @@ struct Analyzer::State {
   using Extent = std::pair<int64_t, int64_t>;
   std::array<Extent, 8> act_ext{};
   uint8_t act_live = 0;  ///< bit i: entry i of the ring holds an output
+  uint32_t act_sets_used = 0;  ///< bit k: some activation used function table set k (scalar.act_table_sets)
+  uint64_t act_table_loads = 0;
+  std::vector<std::string> act_set_names;  ///< scalar.act_table_sets, by set
   std::vector<std::pair<size_t, uint64_t>> pending;  ///< this transfer's bits, committed at its end
   double hbm_read = 0, hbm_reload = 0, hbm_write = 0;
   // stationary of the next matmuls
@@ -259,6 +265,7 @@ Analyzer::Analyzer(Simulator& sim) : s_(std::make_shared<State>()) {
   s.min_saving = c.get_real("analysis.min_saving_percent");
   s.tensor_full_percent = c.get_real("analysis.tensor_full_percent");
   s.max_records = std::max<int64_t>(0, c.get_int("analysis.max_recorded_instructions"));
+  s.act_set_names = c.get_list("scalar.act_table_sets");
   std::shared_ptr<State> keep = s_;
   sim.add_instr_listener([keep](const Instr& in, const InstrTiming& t) { keep->on_instr(in, t); });
 }
@@ -704,6 +711,16 @@ void Analyzer::State::on_elementwise(const Instr& in, const InstrTiming& t, Line
     const bool function = (cls == isa::CostClass::kActivation || cls == isa::CostClass::kActivationReduce) &&
                           in.act != isa::ActFunc::kCopy;
     if (!function) la.scalar_plain += t.issue - t.start;
+    const int set = function ? p->act_table_set[static_cast<size_t>(in.act)] : -1;
+    if (set >= 0 && set < 32) {
+      act_sets_used |= 1u << set;
+      if (t.table_load > 0) {
+        ++la.table_loads;
+        la.table_load_time += t.table_load;
+        la.table_sets |= 1u << set;
+        ++act_table_loads;
+      }
+    }
   }
   // A copy out of a PE transpose's or a partition broadcast's PSUM result: part of the helper's cost (the
   // fixes, a transposed load or a stride-0 DMA, need neither).
@@ -1114,6 +1131,48 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       r.findings.push_back(std::move(f));
     }
   }
+  // ---- activation table switches: more table loads than the function tables used need
+  {
+    const int sets = __builtin_popcount(s.act_sets_used);
+    const uint64_t avoidable = s.act_table_loads > static_cast<uint64_t>(sets) ? s.act_table_loads - sets : 0;
+    if (avoidable > 0) {
+      Finding f;
+      f.kind = "act_table_switch";
+      const double share = static_cast<double>(avoidable) / static_cast<double>(s.act_table_loads);
+      const auto scalar = static_cast<size_t>(Engine::kScalar);
+      double load_ns = 0;
+      for (size_t i = 1; i < s.lines.size(); ++i) {
+        const LineAgg& la = s.lines[i];
+        if (!la.table_loads) continue;
+        load_ns += ns(la.table_load_time);
+        // The avoidable share of the line's loads, on the critical path as far as the line is.
+        const double save = saving_of(i, share * ns(la.table_load_time), ns(la.busy[scalar]), 1);
+        f.saving_ns += save;
+        std::string tables;
+        for (int k = 0; k < 32; ++k)
+          if (la.table_sets & (1u << k))
+            tables += (tables.empty() ? "" : ", ") +
+                      (static_cast<size_t>(k) < s.act_set_names.size() ? s.act_set_names[static_cast<size_t>(k)]
+                                                                      : fmt::format("set {}", k));
+        f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.table_loads, save,
+                           fmt::format("{} table load{} ({}), {:.0f} ns", la.table_loads, la.table_loads == 1 ? "" : "s",
+                                       tables, ns(la.table_load_time))});
+      }
+      f.title = fmt::format("{} activation table loads ({:.0f} ns of ScalarE) where {} would do: activations of {} "
+                            "function tables alternate",
+                            s.act_table_loads, load_ns, sets, sets);
+      f.detail = "ScalarE holds one set of activation function tables at a time (scalar.act_table_sets); an "
+                 "activation of another set first reloads it (scalar.act_table_load each, the profiler's "
+                 "ACT_TABLE_LOAD). Group the activations by table: in a loop that applies two functions of "
+                 "different tables to every tile (exp then log, gelu then exp), apply the first to all tiles, then "
+                 "the second (two loops over the tiles, or one tile holding them all), or use functions of one "
+                 "table set (a copy, a multiply by scale=, or the tensor_scalar / tensor_tensor ALU ops need none).";
+      f.metrics = {{"table_loads", static_cast<double>(s.act_table_loads)},
+                   {"avoidable_loads", static_cast<double>(avoidable)},
+                   {"tables", static_cast<double>(sets)}};
+      r.findings.push_back(std::move(f));
+    }
+  }
   // ---- reductions in a separate pass over an activation's output
   {
     Finding f;
@@ -1458,6 +1517,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
 std::string finding_engine(const std::string& kind) {
   if (kind == "pe_underfill" || kind == "fp32_matmul" || kind == "pe_transpose" || kind == "pe_broadcast") return "tensor";
   if (kind == "split_reduce") return "vector";  // tensor_reduce runs on VectorE
+  if (kind == "act_table_switch") return "scalar";
   return "";
 }
 
