@@ -64,6 +64,10 @@ struct LineAgg {
   uint64_t psum_reuse_waits = 0;  ///< matmuls opening a group in the PSUM tile of this line's previous group that
                                   ///< waited for its evacuation
   Ps psum_reuse_wait = 0;         ///< how long they waited for it
+  uint64_t out_reuse_waits = 0;   ///< compute instructions writing the very SBUF tile of this line's previous one that
+                                  ///< waited for a store still reading it out
+  Ps out_reuse_wait = 0;          ///< how long they waited for it
+  isa::Operand last_out;          ///< the SBUF destination of this line's previous compute instruction
   isa::Operand last_psum;         ///< the PSUM destination of this line's previous group-opening matmul
   /// The line's groups open in more than one PSUM tile (its tile rotates over buffers, or the tracer made one per
   /// iteration): a wait for the same tile then came from the list scheduler's order, and the finding's advice
@@ -219,6 +223,7 @@ struct Analyzer::State {
   using Extent = std::pair<int64_t, int64_t>;
   std::array<Extent, 8> act_ext{};
   uint8_t act_live = 0;  ///< bit i: entry i of the ring holds an output
+  std::vector<uint64_t> store_bits;  ///< bit i: instruction i is a DMA store (an on-chip source, HBM destination)
   uint32_t act_sets_used = 0;  ///< bit k: some activation used function table set k (scalar.act_table_sets)
   uint64_t act_table_loads = 0;
   std::vector<std::string> act_set_names;  ///< scalar.act_table_sets, by set
@@ -247,6 +252,12 @@ struct Analyzer::State {
   void on_dma(const Instr& in, const InstrTiming& t, LineAgg& la);
   void on_tensor(const Instr& in, const InstrTiming& t, LineAgg& la);
   void on_elementwise(const Instr& in, const InstrTiming& t, LineAgg& la);
+  /// A compute instruction writing the very SBUF tile of its line's previous one that waited for a store reading it.
+  void out_wait(const Instr& in, const InstrTiming& t, LineAgg& la);
+  bool is_store(int64_t i) const {
+    return i >= 0 && static_cast<uint64_t>(i) / 64 < store_bits.size() &&
+           (store_bits[static_cast<size_t>(i) / 64] >> (static_cast<uint64_t>(i) % 64) & 1u);
+  }
   void forget_overwritten(const Instr& in);
   void count_hbm(const Operand& o, bool write, LineAgg& la);
   /// The source line (0: unknown) and track of the producer `t` waited for.
@@ -311,11 +322,17 @@ void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
   cur = std::max(cur, t.issue);
 
   if (isa::is_dma(in.op)) {
+    if (in.slot(0).space == Space::kHbm && in.slot(1).space != Space::kHbm) {
+      if (store_bits.size() <= t.index / 64) store_bits.resize(t.index / 64 + 1, 0);
+      store_bits[t.index / 64] |= uint64_t{1} << (t.index % 64);
+    }
     on_dma(in, t, la);
     forget_overwritten(in);
+  } else {
+    out_wait(in, t, la);
+    if (in.engine == Engine::kTensor) on_tensor(in, t, la);
+    else on_elementwise(in, t, la);
   }
-  else if (in.engine == Engine::kTensor) on_tensor(in, t, la);
-  else on_elementwise(in, t, la);
 
   // Critical-path record: what bound the start, the operands or the engine's previous instruction.
   const int64_t prev = last_on_engine[e];
@@ -614,6 +631,27 @@ void Analyzer::State::on_dma(const Instr& in, const InstrTiming& t, LineAgg& la)
   if (dst.space == Space::kHbm) {
     hbm_write += static_cast<double>(dst.total_elems() * dtype_bytes(dst.dtype));
     if (indirect != 0) count_hbm(dst, true, la);
+  }
+}
+
+void Analyzer::State::out_wait(const Instr& in, const InstrTiming& t, LineAgg& la) {
+  // A compute instruction reads and writes SBUF / PSUM only, and a store writes HBM: when its operands were last
+  // ready after a store, that store was reading its destination (a write-after-read), and the instruction could not
+  // start before the store finished with the buffer (one buffer for the output of every iteration: a tile allocated
+  // before the loop). As for loads (on_dma): only into the very tile of the line's previous instruction, counted when
+  // it started within the store's duration of the release; it lost the part of the store's run before its start.
+  const Operand& out = in.slot(0);
+  if (out.space != Space::kSbuf) return;
+  const bool same_buffer = la.last_out.present() && same_view(la.last_out, out);
+  la.last_out = out;
+  if (!same_buffer || t.waited_for < 0 || t.waited_class != kClassDma || !is_store(t.waited_for) ||
+      static_cast<uint64_t>(t.waited_for) >= recs.size())
+    return;
+  const Rec store = recs[static_cast<size_t>(t.waited_for)];
+  const Ps dur = store.end - store.start;
+  if (dur > 0 && t.start <= t.ready + dur) {
+    ++la.out_reuse_waits;
+    la.out_reuse_wait += std::clamp<Ps>(std::min(t.ready, t.start) - store.start, 0, dur);
   }
 }
 
@@ -1088,6 +1126,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     f.kind = "single_buffer";
     uint64_t n = 0;
     uint64_t n_psum = 0;
+    uint64_t n_out = 0;
     // A line's waits of one kind: counted into `total`, its line with `what` ("{} loads waited {} ns ...").
     const auto add = [&](size_t i, uint64_t waits, Ps wait, uint64_t& total, const char* what) {
       if (!waits) return;
@@ -1104,16 +1143,24 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       if (!la.psum_rotates)
         add(i, la.psum_reuse_waits, la.psum_reuse_wait, n_psum,
             "{} TensorE instructions waited {:.0f} ns for the previous result in their PSUM tile to be read out");
+      add(i, la.out_reuse_waits, la.out_reuse_wait, n_out,
+          "{} instructions waited {:.0f} ns for a store to finish reading their output tile");
     }
-    if (n || n_psum) {
+    if (n || n_psum || n_out) {
       std::stable_sort(f.lines.begin(), f.lines.end(),
                        [](const LineRef& a, const LineRef& b) { return a.ns > b.ns; });
       // Overlapping the loads with compute cannot make the kernel faster than its busiest resource.
       f.saving_ns = std::min(f.saving_ns, std::max(0.0, total - verdict.bounds.front().ns));
-      f.title = n && n_psum ? fmt::format("{} loads and {} matmuls wait for their buffer to be released (no double "
-                                          "buffering)", n, n_psum)
+      std::vector<std::string> parts;
+      if (n) parts.push_back(fmt::format("{} loads", n));
+      if (n_psum) parts.push_back(fmt::format("{} matmuls", n_psum));
+      if (n_out) parts.push_back(fmt::format("{} instructions writing an output tile", n_out));
+      f.title = parts.size() > 1
+                    ? fmt::format("{} wait for their buffer to be released (no double buffering)", fmt::join(parts, ", "))
                 : n ? fmt::format("{} loads wait for compute to release their buffer (no double buffering)", n)
-                    : fmt::format("{} matmuls wait for their PSUM tile to be read out (no double buffering)", n_psum);
+                : n_psum ? fmt::format("{} matmuls wait for their PSUM tile to be read out (no double buffering)", n_psum)
+                         : fmt::format("{} instructions wait for a store to read out their output tile (no double "
+                                       "buffering)", n_out);
       f.detail = n ? "Each of these loads overwrites a tile that compute instructions are still reading, so the next "
                      "tile's load cannot overlap this tile's compute. Give the tile more than one buffer: allocate it "
                      "inside the loop body (nl.ndarray in the loop; the compiler model rotates loop-body tiles over "
@@ -1127,7 +1174,13 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
                     "evacuated. Allocate the PSUM tile inside the loop body (nl.ndarray(..., buffer=nl.psum) in the "
                     "loop: the compiler model gives it compiler.psum_loop_buffers rotating banks) instead of once "
                     "before the loop.";
-      f.metrics = {{"loads", static_cast<double>(n)}, {"matmuls", static_cast<double>(n_psum)}};
+      if (n_out)
+        f.detail += std::string(n || n_psum ? " " : "") +
+                    "Each of these instructions overwrites an output tile that a store to HBM is still reading, so the "
+                    "next tile's compute cannot overlap this tile's store. Allocate the output tile inside the loop body "
+                    "(nl.ndarray in the loop: rotating buffers) instead of once before the loop.";
+      f.metrics = {{"loads", static_cast<double>(n)}, {"matmuls", static_cast<double>(n_psum)},
+                   {"outputs", static_cast<double>(n_out)}};
       r.findings.push_back(std::move(f));
     }
   }
