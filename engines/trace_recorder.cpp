@@ -43,9 +43,10 @@ void TraceRecorder::on_instr(const isa::Instr& in, const InstrTiming& t) {
     dma_slices(in, t);
   } else if (t.table_load > 0) {  // ScalarE loads the function table first: the profiler's ACT_TABLE_LOAD slice
     if (!sink_.drops(t.start, t.table_load))
+      // (not an instruction of its own in nsim's stats: "table_load_of" names the activation, whose "index" it is)
       sink_.slice({static_cast<int>(in.engine), t.start, t.table_load, "ACT_TABLE_LOAD",
                    {sim::TraceArg::string("src", sim_.source(in.loc).str()),
-                    sim::TraceArg::integer("index", static_cast<int64_t>(t.index))}});
+                    sim::TraceArg::integer("table_load_of", static_cast<int64_t>(t.index))}});
     InstrTiming after = t;
     after.start = t.start + t.table_load;
     instr_slice(in, static_cast<int>(in.engine), after, t.end);

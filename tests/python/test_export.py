@@ -349,4 +349,4 @@ def test_activation_table_loads(tmp_path):
     for load, act in zip(slices[::2], slices[1::2]):
         assert load["dur"] == pytest.approx(1.33, abs=1e-3)  # us
         assert act["ts"] == pytest.approx(load["ts"] + load["dur"], abs=1e-3)
-        assert load["args"]["index"] == act["args"]["index"]
+        assert load["args"]["table_load_of"] == act["args"]["index"]
