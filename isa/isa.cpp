@@ -1301,6 +1301,22 @@ inline uint64_t word(const Instr& in, size_t i) {
 
 // The compare runs on every instruction: 32-byte vectors where the CPU has them (chosen at load time).
 // Four words per step, the steps unrolled (a loop counter cost as much as the compare in each step).
+bool uses_accumulators(const Instr& in) {
+  // The reduce_res slot of each opcode (-1: none), looked up once.
+  static const std::array<int8_t, kNumOpcodes> reduce_res = [] {
+    std::array<int8_t, kNumOpcodes> a{};
+    for (int o = 0; o < kNumOpcodes; ++o) {
+      a[static_cast<size_t>(o)] = -1;
+      const OpInfo& info = op_info(static_cast<Opcode>(o));
+      for (int i = 0; i < info.num_slots; ++i)
+        if (std::string_view(info.slots[static_cast<size_t>(i)].name) == "reduce_res") a[static_cast<size_t>(o)] = static_cast<int8_t>(i);
+    }
+    return a;
+  }();
+  const int rr = reduce_res[static_cast<size_t>(in.op)];
+  return in.reduce_cmd != ReduceCmd::kIdle || in.op == Opcode::kTensorScalarCumulative || (rr >= 0 && in.slot(rr).present());
+}
+
 __attribute__((target_clones("avx2", "default"))) bool same_signature(const Instr& a, const Instr& b) {
   using V = uint64_t __attribute__((vector_size(32)));
   constexpr size_t kSteps = kWords / 4;

@@ -290,6 +290,16 @@ inline constexpr int64_t kTopkMinN = 8;
 inline constexpr int64_t kTopkMaxN = 65535;
 inline constexpr int64_t kTopkMaxK = 32767;
 
+/// The instructions that read or write the PRNG state (the list scheduler keeps them in order; their results differ
+/// from call to call).
+inline bool uses_rng(Opcode op) {
+  return op == Opcode::kDropout || op == Opcode::kRng || op == Opcode::kSetRngSeed || op == Opcode::kRandSetState ||
+         op == Opcode::kRandGetState || op == Opcode::kRand2;
+}
+/// Whether `in` uses its engine's accumulator registers (a reduce_cmd, a reduce_res slot, or
+/// tensor_scalar_cumulative, which scans through them whatever its reduce_cmd).
+bool uses_accumulators(const Instr& in);
+
 /// The slot of the runtime-addressed side of an indirect dma_copy (HBM: gather/scatter) or of a dynamic
 /// tensor_copy (on-chip: tensor_copy_dynamic_src/dst): 0 (dst) or 1 (src); -1 for every other instruction.
 /// Both carry the runtime offsets in slot 2 ("offsets").

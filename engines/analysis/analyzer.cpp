@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -27,6 +28,93 @@ using sim::Ps;
 namespace {
 
 constexpr int kQueueTrack0 = isa::kNumEngines;  // record tracks: engines, then DMA queues
+
+/// One step of the fingerprints' hash (a multiply-xor over 64-bit words: equal inputs give equal values, and
+/// unequal ones collide with probability ~2^-64 for the structured words hashed here).
+uint64_t mix(uint64_t h, uint64_t v) {
+  h = (h ^ v) * 0x9e3779b97f4a7c15ULL;
+  return h ^ (h >> 29);
+}
+
+/// The access pattern of `o` without its address (dtype, partitions, free sizes and strides).
+uint64_t pattern_hash(const Operand& o) {
+  uint64_t h = mix((static_cast<uint64_t>(o.space) << 56) | (static_cast<uint64_t>(o.dtype) << 48) |
+                       (static_cast<uint64_t>(o.nfree) << 40) | o.num_partitions,
+                   static_cast<uint64_t>(o.partition_step));
+  for (int d = 0; d < o.nfree; ++d)
+    h = mix(h, static_cast<uint64_t>(o.size[static_cast<size_t>(d)]) * 0x100000001b3ULL ^
+                   static_cast<uint64_t>(o.stride[static_cast<size_t>(d)]));
+  return h;
+}
+
+/// What an instruction computes, apart from its operands' values and addresses: its op, function, ALU ops,
+/// flags and immediates (the operands' patterns are added by the caller, which has them).
+uint64_t op_hash(const Instr& in) {
+  uint64_t h = mix((static_cast<uint64_t>(in.op) << 48) | (static_cast<uint64_t>(in.act) << 40) |
+                       (static_cast<uint64_t>(in.alu0) << 32) | (static_cast<uint64_t>(in.alu1) << 24) |
+                       (static_cast<uint64_t>(in.reduce_cmd) << 16) | in.flags,
+                   in.axis_count);
+  h = mix(h, (static_cast<uint64_t>(std::bit_cast<uint32_t>(in.imm[0])) << 32) | std::bit_cast<uint32_t>(in.imm[1]));
+  h = mix(h, (static_cast<uint64_t>(std::bit_cast<uint32_t>(in.imm[2])) << 32) | std::bit_cast<uint32_t>(in.imm[3]));
+  for (size_t i = 0; i < in.iimm.size(); i += 2)
+    h = mix(h, (static_cast<uint64_t>(static_cast<uint32_t>(in.iimm[i])) << 32) | static_cast<uint32_t>(in.iimm[i + 1]));
+  if (in.op == Opcode::kNcStreamShuffle)
+    for (size_t i = 0; i < in.shuffle.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, in.shuffle.data() + i, 8);
+      h = mix(h, w);
+    }
+  return h;
+}
+
+/// The values held on chip, by the regions instructions wrote: each region's value fingerprint (a hash of how it
+/// was computed from which values). A read inside one region gets a fingerprint derived from the region's and its
+/// place in it; any other read is unknown. A write replaces the regions it overlaps.
+class ValueMap {
+ public:
+  using Extent = std::pair<int64_t, int64_t>;
+  /// `o` read (`ext`: its byte_extent, `pattern`: its pattern_hash).
+  std::optional<uint64_t> read(const Operand& o, Extent ext, uint64_t pattern) const {
+    const auto [lo, hi] = ext;
+    const int32_t p0 = o.start_partition, p1 = p0 + static_cast<int32_t>(std::max<uint32_t>(o.num_partitions, 1));
+    for (auto it = m_.lower_bound({lo - max_len_, INT32_MIN}); it != m_.end() && it->first.first <= lo; ++it) {
+      const Val& v = it->second;
+      if (hi <= v.hi && it->first.second <= p0 && p1 <= v.p1)
+        return mix(mix(v.fp, static_cast<uint64_t>(lo - it->first.first) << 20 ^ static_cast<uint64_t>(p0 - it->first.second)),
+                   pattern);
+    }
+    return std::nullopt;
+  }
+  void write(const Operand& o, Extent ext, std::optional<uint64_t> fp) {
+    const auto [lo, hi] = ext;
+    const int32_t p0 = o.start_partition, p1 = p0 + static_cast<int32_t>(std::max<uint32_t>(o.num_partitions, 1));
+    // The common case: a region written again whole (a tile of a loop body, its buffers rotating). Held, it is the
+    // only region meeting its bytes: its write erased the others, and a later write meeting it would have erased it.
+    const auto same = m_.find({lo, p0});
+    if (same != m_.end() && same->second.hi == hi && same->second.p1 == p1) {
+      if (fp) same->second.fp = *fp;
+      else m_.erase(same);
+      return;
+    }
+    for (auto it = m_.lower_bound({lo - max_len_, INT32_MIN}); it != m_.end() && it->first.first < hi;) {
+      const Val& v = it->second;
+      if (v.hi > lo && it->first.second < p1 && p0 < v.p1) it = m_.erase(it);
+      else ++it;
+    }
+    if (!fp) return;
+    m_[{lo, p0}] = Val{hi, p1, *fp};
+    max_len_ = std::max(max_len_, hi - lo);
+  }
+
+ private:
+  struct Val {
+    int64_t hi;
+    int32_t p1;
+    uint64_t fp;
+  };
+  std::map<std::pair<int64_t, int32_t>, Val> m_;  ///< (first byte, first partition) -> the region's value
+  int64_t max_len_ = 0;
+};
 constexpr double kPsPerNs = 1000.0;
 
 double ns(Ps t) { return sim::ps_to_ns(t); }
@@ -76,6 +164,10 @@ struct LineAgg {
   /// ScalarE busy time of plain arithmetic and copies (no activation function: tensor_scalar, tensor_copy, an
   /// activation with `copy`): work another engine could do or the producing activation could fold in.
   Ps scalar_plain = 0;
+  uint64_t recomputed = 0;   ///< instructions computing again what the line's previous one computed, from the same values
+  Ps recomputed_busy = 0;
+  std::array<Ps, isa::kNumEngines> recomputed_by_engine{};
+  std::optional<uint64_t> last_value;  ///< the fingerprint of the line's previous instruction's result
   uint64_t table_loads = 0;  ///< ScalarE activation table loads its activations began with (InstrTiming::table_load)
   Ps table_load_time = 0;
   uint32_t table_sets = 0;   ///< bit k: a load of table set k (scalar.act_table_sets)
@@ -224,6 +316,11 @@ struct Analyzer::State {
   std::array<Extent, 8> act_ext{};
   uint8_t act_live = 0;  ///< bit i: entry i of the ring holds an output
   std::vector<uint64_t> store_bits;  ///< bit i: instruction i is a DMA store (an on-chip source, HBM destination)
+  // Values (recomputed_value): SBUF and PSUM regions' fingerprints, HBM writes per 64 KiB block, TensorE's weights.
+  std::array<ValueMap, 2> values;
+  std::unordered_map<int64_t, uint64_t> hbm_writes;
+  std::optional<uint64_t> pe_weights;
+  void track_values(const Instr& in, const InstrTiming& t, LineAgg& la);
   uint32_t act_sets_used = 0;  ///< bit k: some activation used function table set k (scalar.act_table_sets)
   uint64_t act_table_loads = 0;
   std::vector<std::string> act_set_names;  ///< scalar.act_table_sets, by set
@@ -321,6 +418,7 @@ void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
   busy_union[e] += std::max<Ps>(0, t.issue - std::max(t.start, cur));
   cur = std::max(cur, t.issue);
 
+  track_values(in, t, la);
   if (isa::is_dma(in.op)) {
     if (in.slot(0).space == Space::kHbm && in.slot(1).space != Space::kHbm) {
       if (store_bits.size() <= t.index / 64) store_bits.resize(t.index / 64 + 1, 0);
@@ -632,6 +730,82 @@ void Analyzer::State::on_dma(const Instr& in, const InstrTiming& t, LineAgg& la)
     hbm_write += static_cast<double>(dst.total_elems() * dtype_bytes(dst.dtype));
     if (indirect != 0) count_hbm(dst, true, la);
   }
+}
+
+void Analyzer::State::track_values(const Instr& in, const InstrTiming& t, LineAgg& la) {
+  // The fingerprint of each value on chip: a load's is its HBM bytes' (their address, pattern and how often that part
+  // of HBM was written); a computed one's is the instruction's op_hash with its inputs' fingerprints. An instruction
+  // computing the value its line's previous one computed recomputes it: a loop-invariant result made again in every
+  // iteration (the same inputs, unchanged), which computing once before the loop saves. Unknown inputs (a part of a
+  // region, values from registers, the PRNG, runtime addresses) give unknown results, never recomputed ones.
+  constexpr int64_t kBlock = int64_t{1} << 16;
+  auto space_of = [&](const Operand& o) -> ValueMap* {
+    return o.space == Space::kSbuf ? &values[0] : o.space == Space::kPsum ? &values[1] : nullptr;
+  };
+  auto hbm_version = [&](const Operand& o) {
+    const Footprints::Footprint f = Footprints::of(o);
+    uint64_t h = 0;
+    for (int64_t b = f.lo / kBlock; b <= (std::max(f.hi, f.lo + 1) - 1) / kBlock; ++b) {
+      const auto it = hbm_writes.find(b);
+      h = mix(h, it == hbm_writes.end() ? 0 : it->second);
+    }
+    return h;
+  };
+  const isa::OpInfo& info = isa::op_info(in.op);
+  std::array<ValueMap::Extent, isa::kMaxSlots> ext{};
+  for (int i = 0; i < info.num_slots; ++i)
+    if (in.slot(i).present() && in.slot(i).space != Space::kHbm) ext[static_cast<size_t>(i)] = in.slot(i).byte_extent();
+  const bool unknown = isa::indirect_slot(in) >= 0 || isa::dynamic_copy(in) || isa::uses_rng(in.op) ||
+                       in.op == Opcode::kRegisterLoad || in.op == Opcode::kCoreBarrier ||
+                       (isa::uses_accumulators(in) && in.reduce_cmd != isa::ReduceCmd::kReset &&
+                        in.reduce_cmd != isa::ReduceCmd::kResetReduce && in.reduce_cmd != isa::ReduceCmd::kLoadReduce);
+  std::optional<uint64_t> fp = op_hash(in);
+  if (unknown) fp.reset();
+  for (int i = 0; i < info.num_slots && fp; ++i) {
+    const Operand& o = in.slot(i);
+    const bool written = info.slots[static_cast<size_t>(i)].written;
+    if (!o.present()) continue;
+    const uint64_t pattern = pattern_hash(o);
+    fp = mix(*fp, pattern);
+    if (o.space == Space::kHbm) {
+      if (!written) fp = mix(mix(*fp, static_cast<uint64_t>(o.offset)), hbm_version(o));
+      continue;
+    }
+    // An input, or an output the instruction adds to (an accumulating matmul, an accumulating DMA).
+    const bool reads = !written || (in.op == Opcode::kMultiplyMoving && (in.flags & isa::kAccumulate)) ||
+                       (isa::is_dma(in.op) && (in.flags & isa::kAccumulate));
+    if (!reads) continue;
+    const std::optional<uint64_t> v = space_of(o)->read(o, ext[static_cast<size_t>(i)], pattern);
+    if (!v) fp.reset();
+    else fp = mix(*fp, *v);
+  }
+  if (fp && in.op == Opcode::kMultiplyMoving) fp = pe_weights ? std::optional<uint64_t>(mix(*fp, *pe_weights)) : std::nullopt;
+  if (in.op == Opcode::kLoadStationary) {
+    pe_weights = fp;
+    return;
+  }
+  // Record the results (HBM: a new version of its blocks).
+  for (int i = 0; i < info.num_slots; ++i) {
+    const Operand& o = in.slot(i);
+    if (!o.present() || !info.slots[static_cast<size_t>(i)].written) continue;
+    if (o.space == Space::kHbm) {
+      const Footprints::Footprint f = Footprints::of_slot(in, i);
+      for (int64_t b = f.lo / kBlock; b <= (std::max(f.hi, f.lo + 1) - 1) / kBlock; ++b) ++hbm_writes[b];
+      continue;
+    }
+    space_of(o)->write(o, ext[static_cast<size_t>(i)], fp ? std::optional<uint64_t>(mix(*fp, static_cast<uint64_t>(i))) : std::nullopt);
+  }
+  // A recomputation: compute work only (a reload is redundant_dma's; a memset or iota refills a constant, as an
+  // accumulator's reset does every iteration).
+  if (isa::is_dma(in.op) || in.op == Opcode::kMemset || in.op == Opcode::kIota || info.cost == isa::CostClass::kBarrier ||
+      info.cost == isa::CostClass::kRegisterLoad)
+    return;
+  if (fp && la.last_value && *la.last_value == *fp) {
+    ++la.recomputed;
+    la.recomputed_busy += t.issue - t.start;
+    la.recomputed_by_engine[static_cast<size_t>(in.engine)] += t.issue - t.start;
+  }
+  la.last_value = fp;
 }
 
 void Analyzer::State::out_wait(const Instr& in, const InstrTiming& t, LineAgg& la) {
@@ -1226,6 +1400,37 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       r.findings.push_back(std::move(f));
     }
   }
+  // ---- values computed again from the same inputs (a loop-invariant result made in every iteration)
+  {
+    Finding f;
+    f.kind = "recomputed_value";
+    uint64_t n = 0;
+    std::array<Ps, isa::kNumEngines> by_engine{};
+    for (size_t i = 1; i < s.lines.size(); ++i) {
+      const LineAgg& la = s.lines[i];
+      if (!la.recomputed) continue;
+      double lbusy = 0;
+      for (Ps b : la.busy) lbusy += ns(b);
+      const double save = saving_of(i, ns(la.recomputed_busy), lbusy, 1);
+      n += la.recomputed;
+      for (size_t e = 0; e < by_engine.size(); ++e) by_engine[e] += la.recomputed_by_engine[e];
+      f.saving_ns += save;
+      f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.recomputed, save,
+                         fmt::format("{} recomputations of its previous result from the same inputs, {:.0f} ns busy",
+                                     la.recomputed, ns(la.recomputed_busy))});
+    }
+    if (n) {
+      const auto e = static_cast<size_t>(std::max_element(by_engine.begin(), by_engine.end()) - by_engine.begin());
+      f.engine = std::string(isa::engine_name(static_cast<Engine>(e)));
+      f.title = fmt::format("{} instructions compute again what they computed before, from the same input values", n);
+      f.detail = "Each of these instructions repeats the computation its line's previous instruction did, on input "
+                 "values that have not changed since (a loop-invariant result -- a function of weights, a bias, a "
+                 "mask or a transpose of a constant tile -- made again in every iteration). Compute it once before "
+                 "the loop into a tile allocated there, and read that tile in the loop.";
+      f.metrics = {{"instructions", static_cast<double>(n)}};
+      r.findings.push_back(std::move(f));
+    }
+  }
   // ---- reductions in a separate pass over an activation's output
   {
     Finding f;
@@ -1547,7 +1752,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
   const double chain = ns(sim.dependency_bound());  // (< 0: not tracked, then unscaled)
   const double above = largest > 0 && chain >= 0 && chain < largest ? std::max(1.0, total / largest) : 1.0;
   for (auto& f : r.findings) {
-    const std::string engine = finding_engine(f.kind);
+    const std::string engine = finding_engine(f);
     if (engine.empty()) continue;
     double others = 0, own = 0;
     for (const ResourceBound& b : verdict.bounds) {
@@ -1566,6 +1771,8 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
   rank_findings(r, min_saving_ns);
   return r;
 }
+
+std::string finding_engine(const Finding& f) { return f.engine.empty() ? finding_engine(f.kind) : f.engine; }
 
 std::string finding_engine(const std::string& kind) {
   if (kind == "pe_underfill" || kind == "fp32_matmul" || kind == "pe_transpose" || kind == "pe_broadcast") return "tensor";
@@ -1588,7 +1795,7 @@ void rank_findings(AnalysisReport& r, double min_saving_ns) {
     }
     const std::string engine = f.title.substr(0, f.title.find(' '));
     for (const Finding& g : r.findings)
-      if (finding_engine(g.kind) == engine) causes += g.saving_ns;
+      if (finding_engine(g) == engine) causes += g.saving_ns;
     f.saving_ns = std::max(0.0, std::min(busy - next, busy - useful) - causes);
   }
   std::erase_if(r.findings, [&](const Finding& f) { return f.saving_ns < min_saving_ns || f.saving_ns <= 0; });
@@ -1600,7 +1807,7 @@ void rank_findings(AnalysisReport& r, double min_saving_ns) {
     if (f.kind == "engine_bound") bottleneck = f.title.substr(0, f.title.find(' '));
   auto tier = [&](const Finding& f) {
     if (f.kind == "serialization") return 2;
-    return !bottleneck.empty() && finding_engine(f.kind) == bottleneck ? 0 : 1;
+    return !bottleneck.empty() && finding_engine(f) == bottleneck ? 0 : 1;
   };
   std::stable_sort(r.findings.begin(), r.findings.end(), [&](const Finding& a, const Finding& b) {
     const int ta = tier(a), tb = tier(b);

@@ -33,7 +33,8 @@ struct LineRef {
 
 struct Finding {
   std::string kind;       ///< stable id: dma_efficiency, redundant_dma, hbm_roundtrip, single_buffer,
-                          ///< split_reduce, act_table_switch, pe_underfill, fp32_matmul, pe_transpose, pe_broadcast,
+                          ///< split_reduce, act_table_switch, recomputed_value, pe_underfill, fp32_matmul,
+                          ///< pe_transpose, pe_broadcast,
                           ///< engine_bound, serialization (lnc_imbalance: frontend/analyze.cpp)
   std::string title;      ///< one line
   std::string detail;     ///< what was measured, why it costs time, what to change
@@ -41,6 +42,9 @@ struct Finding {
   std::string method;     ///< how saving_ns was estimated: "bound", or "re-simulated (...)" (frontend/analyze.cpp)
   std::vector<LineRef> lines;
   std::vector<std::pair<std::string, double>> metrics;  ///< kind-specific numbers (e.g. times_loaded)
+  /// The engine whose time the fix frees when the kind does not say (recomputed_value: the engine of most of the
+  /// recomputations); empty otherwise (finding_engine).
+  std::string engine;
 };
 
 struct Bound {
@@ -82,6 +86,8 @@ struct AnalysisReport {
 /// The engine whose busy time a finding of this kind removes ("tensor", "vector"), or "" (frontend
 /// re-simulations and engine_bound use it).
 std::string finding_engine(const std::string& kind);
+/// finding_engine of `f`'s kind, or its own engine (Finding::engine) when it names one.
+std::string finding_engine(const Finding& f);
 /// Settle `engine_bound` against the defect findings on its engine, drop findings saving less than
 /// `min_saving_ns`, rank the rest (largest saving first, `serialization` last). Analyzer::report()
 /// ends with it; call it again after changing savings (frontend/analyze.cpp's re-simulations).

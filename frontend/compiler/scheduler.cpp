@@ -468,19 +468,6 @@ struct Scheduler::Impl {
     return m;
   }
 
-  static bool uses_rng(Opcode op) {
-    return op == Opcode::kDropout || op == Opcode::kRng || op == Opcode::kSetRngSeed || op == Opcode::kRandSetState ||
-           op == Opcode::kRandGetState || op == Opcode::kRand2;
-  }
-
-  static bool uses_acc(const Instr& in) {
-    // tensor_scalar_cumulative scans through the registers whatever its reduce_cmd
-    bool r = in.reduce_cmd != isa::ReduceCmd::kIdle || in.op == Opcode::kTensorScalarCumulative;
-    const isa::OpInfo& info = isa::op_info(in.op);
-    for (int i = 0; i < info.num_slots; ++i)
-      if (in.slot(i).present() && std::string_view(info.slots[static_cast<size_t>(i)].name) == "reduce_res") r = true;
-    return r;
-  }
 
   bool pull(Instr& in, Lowering::Extents& ext, int& oi) {
     if (has_held) {
@@ -627,8 +614,8 @@ struct Scheduler::Impl {
     const Instr& a = x.in[0];
     const Instr& head = x.in[static_cast<size_t>(x.n - 1)];
     f.n = x.n;
-    f.acc = uses_acc(head);
-    f.rng = uses_rng(head.op);
+    f.acc = isa::uses_accumulators(head);
+    f.rng = isa::uses_rng(head.op);
     f.auto_queue = oi >= 0 && isa::is_dma(a.op) && !k.ops[static_cast<size_t>(oi)].dma_queue;  // (one queue per trigger too: its engine may change)
     f.engines = x.n == 2 ? isa::engine_bit(Engine::kTensor) : candidates(oi, a);
     f.free_uses = sim.engine_uses(a);
