@@ -107,6 +107,16 @@ CoreParams CoreParams::from_config(const sim::Config& c) {
   if (p.dma_engines < 1 || p.dma_engines > memory::kMaxDmaEngines)
     throw Error(ErrorCode::kConfigBadValue,
                 fmt::format("dma.engines: expected 1..{}, found {}", memory::kMaxDmaEngines, p.dma_engines));
+  // Engine e moves partitions [e x ppe, (e + 1) x ppe) (modulo the engines): engines past the partitions would get
+  // no data while the bounds counted their bandwidth (an architect's audit: dma.engines=32 changed nothing).
+  if (static_cast<int64_t>(p.dma_engines - 1) * p.partitions_per_engine >= p.mem.partitions)
+    throw Error(ErrorCode::kConfigBadValue,
+                fmt::format("dma.engines: {} engines x dma.partitions_per_engine {} cover {} partitions, more than the "
+                            "{} of sbuf.partitions: engines {}.. would move no data. Lower dma.partitions_per_engine "
+                            "too (to {} for {} engines)",
+                            p.dma_engines, p.partitions_per_engine, p.dma_engines * p.partitions_per_engine,
+                            p.mem.partitions, (p.mem.partitions + p.partitions_per_engine - 1) / p.partitions_per_engine,
+                            std::max(1, p.mem.partitions / p.dma_engines), p.dma_engines));
 
   {
     const std::string sched = c.get_string("compiler.schedule");
@@ -122,8 +132,9 @@ CoreParams CoreParams::from_config(const sim::Config& c) {
     const int q = p.dma_queues_per_trigger;
     if (q < 1 || q > p.dma_queues)
       throw Error(ErrorCode::kConfigBadValue,
-                  fmt::format("compiler.dma_queues_per_trigger: expected 1..{} (dma.queues_per_engine), found {}",
-                              p.dma_queues, q));
+                  fmt::format("compiler.dma_queues_per_trigger: expected 1..{} (at most dma.queues_per_engine, {}), found "
+                              "{}: with fewer queues per DMA engine, lower compiler.dma_queues_per_trigger too",
+                              p.dma_queues, p.dma_queues, q));
   }
   // PE tiling: tile sizes are the smallest tile x 2^k up to the array (TensorEngine keeps one state per cell of
   // the smallest tiles: at most kMaxPeTiles a side).
