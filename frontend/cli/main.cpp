@@ -450,9 +450,18 @@ void load_inputs(const RunArgs& a, const frontend::Kernel& k, Simulator& sim) {
   frontend::write_inputs(k, sim, frontend::views_of(bytes), a.seed);
 }
 
-void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::StatsRegistry& st, uint64_t instrs) {
+// The config a run used, as the summary names it: the preset or the YAML file's stem (a custom file inheriting a
+// preset without a `name:` was shown as its parent), and the overrides given.
+std::string config_label(const sim::Config& cfg, const std::vector<std::string>& overrides) {
+  if (overrides.empty()) return cfg.name();
+  return fmt::format("{} with {} override{} ({})", cfg.name(), overrides.size(), overrides.size() == 1 ? "" : "s",
+                     fmt::join(overrides, ", "));
+}
+
+void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::StatsRegistry& st, uint64_t instrs,
+                   const std::vector<std::string>& overrides) {
   const double total = st.get("total_time");
-  fmt::print("kernel {} on {}: {} instructions\n", k.name, sim.params().name, instrs);
+  fmt::print("kernel {} on {}: {} instructions\n", k.name, config_label(sim.config(), overrides), instrs);
   if (const uint64_t skipped = sim.skipped_instructions())
     fmt::print("fast-forward    {} of them counted as repeats of loop iterations simulated, not simulated one by one\n",
                skipped);
@@ -540,7 +549,8 @@ int cmd_run_multicore(const RunArgs& a, const frontend::Kernel& k, const sim::Co
   const sim::StatsRegistry st = mc.stats();
   uint64_t instrs = 0;
   for (int c = 0; c < mc.cores(); ++c) instrs += mc.core(c).instructions();
-  fmt::print("kernel {} on {} (LNC={}): {} instructions\n", k.name, mc.core(0).params().name, mc.cores(), instrs);
+  fmt::print("kernel {} on {} (LNC={}): {} instructions\n", k.name, config_label(mc.core(0).config(), a.overrides),
+             mc.cores(), instrs);
   fmt::print("total time      {:.1f} ns  (the later core's)\n", st.get("total_time"));
   for (int c = 0; c < mc.cores(); ++c)
     fmt::print("  core {}        {:.1f} ns  {} instructions\n", c, sim::ps_to_ns(mc.core(c).total_time()),
@@ -626,7 +636,7 @@ int cmd_run(const RunArgs& a) {
   const sim::StatsRegistry st = sim.stats();
   if (stopped) fmt::print("partial run (stopped by {}): the numbers below cover the instructions simulated\n",
                           stopped->code() == ErrorCode::kInterrupted ? "a signal" : "a limit");
-  print_summary(k, sim, st, stopped ? sim.instructions() : low.instructions());
+  print_summary(k, sim, st, stopped ? sim.instructions() : low.instructions(), a.overrides);
   if (a.stats_table) fmt::print("\n{}", st.to_table());
   if (const auto* w = dynamic_cast<const sim::OrderedTraceSink*>(sim.trace_sink());
       w && !a.trace_limit_given && w->slices_dropped_by_limit() > 0)

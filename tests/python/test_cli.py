@@ -376,3 +376,17 @@ def test_kernel_json_matmul_dtype_rules(tmp_path):
     assert r.returncode == 2 and "NSIM-E313" in r.stderr and "mm.py:7" in r.stderr, r.stderr
     r = nsim("run", good, "--timing-only", "--config", "trn1", "-p", "tensor.fp8_double_row=true")
     assert r.returncode == 0, r.stderr
+
+
+def test_summary_names_the_config_file_and_the_overrides(tmp_path):
+    """The summary's first line names the config as the run used it: a custom YAML file by its stem (a file
+    inheriting trn2 without a `name:` was shown as trn2), and the -p overrides (shown as the bare preset before)."""
+    cfg = tmp_path / "fast_hbm.yaml"
+    cfg.write_text("preset: trn2\nhbm:\n  bw: 725GB/s\n")
+    r = nsim("run", "examples/softmax_2x128x512.json", "--timing-only", "--config", cfg)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "kernel softmax_2x128x512 on fast_hbm: 14 instructions"
+    r = nsim("run", "examples/softmax_2x128x512.json", "--timing-only", "-p", "hbm.bw=725GB/s", "-p", "dma.engine_bw=30B/ns")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == ("kernel softmax_2x128x512 on trn2 with 2 overrides (hbm.bw=725GB/s, "
+                                        "dma.engine_bw=30B/ns): 14 instructions")
