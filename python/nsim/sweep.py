@@ -139,6 +139,16 @@ def sweep(kernels: Union[KernelSpec, Sequence[KernelSpec]], grid: Mapping[str, S
     cfg_keys = _config_keys(config)
     cfg_grid = {k: v for k, v in grid.items() if k in cfg_keys}
     par_grid = {k: v for k, v in grid.items() if k not in cfg_keys}
+    dotted = sorted(k for k in par_grid if "." in k)  # a config key's form, misspelled: not a kernel parameter
+    if dotted:
+        import difflib
+        from .tracer import make_error
+        hints = ["'{}'{}".format(k, "".join(" (did you mean '{}'?)".format(m)
+                                             for m in difflib.get_close_matches(k, sorted(cfg_keys), 1)))
+                 for k in dotted]
+        raise make_error("ConfigUnknownKey", "nsim.sweep: grid key{} {} {} no configuration key of {!r} "
+                         "(configs/README.md lists them)".format("s" if len(dotted) > 1 else "", ", ".join(hints),
+                                                                  "are" if len(dotted) > 1 else "is", config))
     tasks = []
     for i, spec in enumerate(kernels):
         name = _kernel_name(spec, i)

@@ -11,7 +11,8 @@ from conftest import NSIM_BIN, require_core  # noqa: E402
 
 _core, _ = require_core()
 
-from nsim import sweep as nsweep  # noqa: E402
+import nsim  # noqa: E402
+from nsim import _errors, sweep as nsweep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = [str(ROOT / "examples" / "library" / "softmax.json"), str(ROOT / "examples" / "library" / "matmul_blocked.json")]
@@ -88,6 +89,10 @@ def test_kernel_parameters_from_python():
     assert rows[0]["total_time"] > 2 * rows[1]["total_time"]
     with pytest.raises(ValueError, match="not configuration keys"):
         nsweep.sweep(KERNELS[0], {"tile": [64]})
+    # a misspelled config key is an error naming the key it resembles, not a keyword argument of the kernel
+    with pytest.raises(nsim.NsimError) as e:
+        nsweep.sweep(make, {"tile": [64], "hbm.bandwidth": ["725GB/s"]}, jobs=1)
+    assert e.value.code == _errors.code("ConfigUnknownKey") and "did you mean 'hbm.bw'?" in str(e.value)
 
 
 def test_parquet_output(tmp_path):
