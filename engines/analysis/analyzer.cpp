@@ -191,6 +191,12 @@ struct LineAgg {
   std::array<uint64_t, isa::kNumEngines> count{};
   std::array<Ps, isa::kNumEngines> waited_by{};  ///< how long each engine waited for this line's results
   Ps critical = 0;  ///< time of this line's instructions on the critical path
+  /// Its busy time on every engine, in ns.
+  double busy_ns() const {
+    double t = 0;
+    for (Ps b : busy) t += ns(b);
+    return t;
+  }
 };
 
 bool same_view(const Operand& a, const Operand& b) { return PeResults::same_view(a, b); }
@@ -1409,9 +1415,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     for (size_t i = 1; i < s.lines.size(); ++i) {
       const LineAgg& la = s.lines[i];
       if (!la.recomputed) continue;
-      double lbusy = 0;
-      for (Ps b : la.busy) lbusy += ns(b);
-      const double save = saving_of(i, ns(la.recomputed_busy), lbusy, 1);
+      const double save = saving_of(i, ns(la.recomputed_busy), la.busy_ns(), 1);
       n += la.recomputed;
       for (size_t e = 0; e < by_engine.size(); ++e) by_engine[e] += la.recomputed_by_engine[e];
       f.saving_ns += save;
@@ -1439,9 +1443,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
     for (size_t i = 1; i < s.lines.size(); ++i) {
       const LineAgg& la = s.lines[i];
       if (!la.split_reduces) continue;
-      double lbusy = 0;
-      for (Ps b : la.busy) lbusy += ns(b);
-      const double save = saving_of(i, ns(la.split_reduce_busy), lbusy, 1);
+      const double save = saving_of(i, ns(la.split_reduce_busy), la.busy_ns(), 1);
       n += la.split_reduces;
       f.saving_ns += save;
       f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.split_reduces, save,
@@ -1473,9 +1475,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
         const LineAgg& la = s.lines[i];
         if (!(la.*count)) continue;
         n += la.*count;
-        double lbusy = 0;
-        for (Ps b : la.busy) lbusy += ns(b);
-        const double save = saving_of(i, ns(la.*busy), lbusy, 1);
+        const double save = saving_of(i, ns(la.*busy), la.busy_ns(), 1);
         f.saving_ns += save;
         f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.*count, save,
                            fmt::format("{} copies of {} out of PSUM, {:.0f} ns busy", la.*count, what, ns(la.*busy))});
