@@ -358,6 +358,9 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m nsim.sweep") -
     ok = sum(r["status"] == "ok" for r in rows)
     print("nsim sweep: {} runs ({} ok, {} refused), wrote {}{}".format(
         len(rows), ok, len(rows) - ok, args.out, " and " + args.plot if args.plot else ""))
+    if rows and not ok:  # nothing ran: a grid value the config refuses everywhere is the user's error, not a result
+        print("nsim sweep: error: no point ran; the first was refused with {}".format(rows[0]["error"]), file=sys.stderr)
+        return 2
     return 0
 
 

@@ -123,6 +123,12 @@ def test_cli(tmp_path):
     bad = subprocess.run([NSIM_BIN, "sweep", KERNELS[0], "-g", "hbm.bandwidth=1GB/s", "--out", str(out)],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "not configuration keys" in bad.stderr
+    # every point refused (a unit the config does not take): the table is written, and the exit status says so
+    none = subprocess.run([NSIM_BIN, "sweep", KERNELS[0], "-g", "hbm.bw=725Gb/s,725", "--out", str(out), "-q", "-j", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert none.returncode == 2 and "2 runs (0 ok, 2 refused)" in none.stdout
+    assert "no point ran" in none.stderr and "NSIM-E102" in none.stderr
+    assert len(list(csv.DictReader(open(out)))) == 2
     assert "usage: nsim sweep" in subprocess.run([NSIM_BIN, "sweep", "--help"], capture_output=True, text=True).stdout
 
 
