@@ -15,7 +15,13 @@ namespace nsim::engines {
 
 class StreamEngines {
  public:
-  explicit StreamEngines(const CoreParams& p) : p_(p) {}
+  explicit StreamEngines(const CoreParams& p) : p_(p) {
+    for (uint8_t u = 0; u < kUsesCombos; ++u)
+      for (int e = 0; e < isa::kNumEngines; ++e) {
+        const auto [sbuf, psum] = ports_rule(u, static_cast<isa::Engine>(e));
+        port_bits_[u][static_cast<size_t>(e)] = static_cast<uint8_t>((sbuf ? 1 : 0) | (psum ? 2 : 0));
+      }
+  }
 
   /// Where an instruction went: start, issue interval and fixed latency (end = start + busy + latency).
   struct Issue {
@@ -46,7 +52,7 @@ class StreamEngines {
   /// operand in that space), kUsesVectorPerf (on VectorE it would run in a 2x/4x performance mode, which holds
   /// the SBUF bus it shares with GpSimd: conc.vector_perf_gpsimd_sbuf_shared). The list scheduler keeps it per
   /// instruction and asks free() by it.
-  static constexpr uint8_t kUsesDma = 1, kUsesSbuf = 2, kUsesPsum = 4, kUsesVectorPerf = 8;
+  static constexpr uint8_t kUsesDma = 1, kUsesSbuf = 2, kUsesPsum = 4, kUsesVectorPerf = 8, kUsesCombos = 16;
   uint8_t uses(const isa::Instr& in) const;
   /// When engine `e` may issue `in`, ignoring its operands (its previous issue, shared ports).
   sim::Ps free(const isa::Instr& in, isa::Engine e) const { return free(uses(in), e); }
@@ -54,9 +60,9 @@ class StreamEngines {
   sim::Ps free(uint8_t u, isa::Engine e) const {
     sim::Ps t = next_issue_[static_cast<size_t>(e)];
     if (u & kUsesDma) return t;
-    const auto [sbuf_port, psum_port] = ports(u, e);
-    if (sbuf_port) t = std::max(t, excl_sbuf_free_);
-    if (psum_port) t = std::max(t, excl_psum_free_);
+    const uint8_t b = port_bits_[u][static_cast<size_t>(e)];
+    if (b & 1) t = std::max(t, excl_sbuf_free_);
+    if (b & 2) t = std::max(t, excl_psum_free_);
     return t;
   }
   /// Time `in` would keep engine `e` busy (its II; for a DMA, the trigger), and its start-to-end duration.
@@ -86,6 +92,11 @@ class StreamEngines {
   /// Which shared ports `in` needs on `e` (gen2: VectorE/GpSimd share SBUF access, VectorE/ScalarE PSUM access;
   /// gen3+: VectorE in a performance mode and GpSimd share the SBUF bus).
   std::pair<bool, bool> ports(uint8_t uses, isa::Engine e) const {
+    const uint8_t b = port_bits_[uses][static_cast<size_t>(e)];
+    return {(b & 1) != 0, (b & 2) != 0};
+  }
+  /// ports() worked out from the parameters (once per uses() value and engine, into port_bits_).
+  std::pair<bool, bool> ports_rule(uint8_t uses, isa::Engine e) const {
     const bool v = e == isa::Engine::kVector, g = e == isa::Engine::kGpsimd;
     const bool sbuf = (uses & kUsesSbuf) && (v || g) &&
                       (p_.vector_gpsimd_sbuf_exclusive || (p_.vector_perf_gpsimd_sbuf_shared && (g || (uses & kUsesVectorPerf))));
@@ -93,6 +104,9 @@ class StreamEngines {
   }
 
   const CoreParams& p_;
+  /// ports() per uses() value and engine: bit 0 the SBUF port, bit 1 the PSUM port (free() is on the list
+  /// scheduler's per-candidate path).
+  std::array<std::array<uint8_t, isa::kNumEngines>, kUsesCombos> port_bits_{};
   std::array<sim::Ps, isa::kNumEngines> next_issue_{};
   sim::Ps excl_sbuf_free_ = 0, excl_psum_free_ = 0;
   int scalar_table_set_ = -1;  ///< the activation function table set ScalarE holds (-1: none)

@@ -726,8 +726,8 @@ struct Scheduler::Impl {
           if (s < s_x || (s == s_x && static_cast<Engine>(e) == x.home)) s_x = f_x = s, e_x = static_cast<Engine>(e);
         }
       } else
-      for (int e = 0; e < isa::kNumEngines; ++e) {
-        if (!(x.engines & (1u << e))) continue;
+      for (uint32_t bits = x.engines; bits; bits &= bits - 1) {  // (most instructions have one engine)
+        const int e = __builtin_ctz(bits);
         const auto ee = static_cast<Engine>(e);
         const Ps free = sim.engine_free(x.in[0], x.free_uses, ee);  // (a matmul: its PE tile's)
         const Ps s = std::max(x.ready_at[static_cast<size_t>(e)], free);
