@@ -222,7 +222,7 @@ class RecStore {
     if (r.loc >= (1u << 24) || r.track >= 256 || r.pred >= static_cast<int64_t>(UINT32_MAX) - 1 ||
         n_ >= static_cast<size_t>(UINT32_MAX) - 1)
       return false;
-    if (n_ % kBlock == 0) blocks_.push_back(std::make_unique<Packed[]>(kBlock));
+    if (n_ % kBlock == 0) blocks_.push_back(std::make_unique_for_overwrite<Packed[]>(kBlock));  // (each record is written before it is read)
     Packed& p = blocks_.back()[n_ % kBlock];
     const Ps dur = r.end - r.start;
     p.start = r.start;
