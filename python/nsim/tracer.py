@@ -3088,7 +3088,9 @@ class Tracer:
         caller = frame.f_back if frame is not None else None
         inner, f = [], sys._getframe(1)
         while f is not None and f is not frame:
-            inner.append(f.f_lineno)  # (lines alone: the sites differ by them; a code object each costs more)
+            # (lines alone: the sites differ by them; a code object each costs more. _lineno: f.f_lineno decodes
+            # the line table of nsim's long functions on the way, for every tile made)
+            inner.append(_lineno(f))
             f = f.f_back
         key = (buffer, dt, shape) if frame is None else (
             buffer, dt, shape, frame.f_code.co_filename, _lineno(frame),
@@ -3296,9 +3298,10 @@ class Tracer:
 
         def died(_ref, nm=nm, key=key):
             # a tile of a loop body is reused only in the same pass of the same body (its alloc is in it)
-            body_rec = _body_rec(recs)
-            if nm in loop_names and not (body_rec is not None and nm in body_rec.names):
-                return
+            if nm in loop_names:  # (the body looked for only then: this runs for every tile that dies)
+                body_rec = _body_rec(recs)
+                if body_rec is None or nm not in body_rec.names:
+                    return
             free.setdefault(key, []).append(nm)
 
         self.pool.setdefault(key, []).append(weakref.ref(st, died))
