@@ -786,6 +786,10 @@ def _scalar_first_item(key):
 # --------------------------------------------------------------------------------------------------
 
 
+# The subscript item types Tensor.__getitem__ hands to NkiTensor.__getitem__ directly (exact types)
+_PLAIN_ITEMS = frozenset((int, slice, type(Ellipsis), DynSlice, _tr.Sym))
+
+
 def _isscalar(x):
     return isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating))
 
@@ -843,6 +847,11 @@ class Tensor(NkiTensor):
     # --- indexing -----------------------------------------------------------------------------
     def __getitem__(self, key):
         k = key if isinstance(key, tuple) else (key,)
+        if _PLAIN_ITEMS.issuperset(map(type, k)) and not (len(k) == 2 and type(k[1]) is int and self.ndim == 1):
+            # ints, slices, nl.ds and loop indices only (most subscripts of a kernel): none of the cases below
+            # applies (their items are masks, tensors, index expressions or None; the (P,) tile's ``t[i, 0]`` is
+            # the one with plain items), so their scans of the items are skipped
+            return NkiTensor.__getitem__(self, key)
         if k and _b.all(isinstance(x, _Mask) for x in k):
             return self._operand_mask(k)
         chip = self.buffer in _tr.ON_CHIP
