@@ -2868,8 +2868,9 @@ class Tracer:
             yield r[0]
             return 1
         body = bodies[0]
-        for j in range(1, len(bodies)):
-            if self._canon(bodies[j - 1], outside[j - 1]) != self._canon(bodies[j], outside[j]):
+        if len(bodies) > 1:  # (each pass's canonical form made once: a written-out piece compares up to g passes)
+            canon = [self._canon(b, o) for b, o in zip(bodies, outside)]
+            if any(canon[j - 1] != canon[j] for j in range(1, len(canon))):
                 raise _NeedsConcrete("the loop body differs between iterations", key, peel=True)
         b2 = bodies[-1]
         count = (var.hi - var.lo) // var.step + 1
