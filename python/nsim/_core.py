@@ -282,6 +282,8 @@ def _overrides(overrides: Union[None, Mapping[str, Any], Sequence[str]]) -> List
         return []
     if isinstance(overrides, str):
         return [overrides]
+    if type(overrides) in (list, tuple):  # (exact types first: isinstance of typing.Mapping goes through the ABC
+        return [str(o) for o in overrides]  # machinery, and tracing normalises a kernel's overrides per instruction)
     if isinstance(overrides, Mapping):
         out = []
         for k, v in overrides.items():

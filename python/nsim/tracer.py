@@ -347,18 +347,23 @@ _DTYPE_NAMES = {}  # dtype argument -> its IR name (hot in tracing: every tile n
 _TF32 = np.dtype("V4")  # nl.tfloat32
 
 
-def dtype_name(dtype):
-    """IR dtype name of a numpy / ml_dtypes dtype (or of a name)."""
+def _memoized(cache, fn, key):
+    """``fn(key)``, remembered in ``cache`` (a key that cannot be hashed is worked out every time)."""
     try:
-        return _DTYPE_NAMES[dtype]
+        return cache[key]
     except (KeyError, TypeError):  # not seen yet, or not hashable
         pass
-    name = _dtype_name(dtype)
+    value = fn(key)
     try:
-        _DTYPE_NAMES[dtype] = name
+        cache[key] = value
     except TypeError:
         pass
-    return name
+    return value
+
+
+def dtype_name(dtype):
+    """IR dtype name of a numpy / ml_dtypes dtype (or of a name)."""
+    return _memoized(_DTYPE_NAMES, _dtype_name, dtype)
 
 
 def _dtype_name(dtype):
@@ -379,7 +384,15 @@ def _dtype_name(dtype):
     return name
 
 
+_NP_DTYPES = {}  # np_dtype's results: tensor.dtype asks it several times per traced op (np.dtype(str) parses)
+
+
 def np_dtype(name):
+    """The numpy dtype of IR dtype name ``name``."""
+    return _memoized(_NP_DTYPES, _np_dtype, name)
+
+
+def _np_dtype(name):
     if name == "tfloat32":
         return np.dtype(np.float32)
     if name == "bool":
@@ -573,6 +586,8 @@ class Sym:
     # -- arithmetic
     @staticmethod
     def _int(o):
+        if type(o) is int:  # (the common case first: loop index arithmetic with int constants)
+            return o
         if isinstance(o, (bool, np.bool_)):
             return int(o)
         if isinstance(o, (int, np.integer)):

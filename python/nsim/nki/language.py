@@ -145,7 +145,8 @@ def _tile_sizes(c):
 class _TileSizeMeta(type):
     def __getattr__(cls, name):
         cfg, ovr = _configured()
-        sizes = _tile_sizes(_tab.config_values(cfg, ovr))
+        # (the cached parameters, read only: no copy of them per nl.tile_size access, one per matmul)
+        sizes = _tile_sizes(_tab._config_values(str(cfg), tuple(_tab._overrides(ovr))))
         if name not in sizes:
             raise AttributeError("nl.tile_size has no attribute {!r}".format(name))
         return sizes[name]
