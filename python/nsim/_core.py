@@ -282,8 +282,8 @@ def _overrides(overrides: Union[None, Mapping[str, Any], Sequence[str]]) -> List
         return []
     if isinstance(overrides, str):
         return [overrides]
-    if type(overrides) in (list, tuple):  # (exact types first: isinstance of typing.Mapping goes through the ABC
-        return [str(o) for o in overrides]  # machinery, and tracing normalises a kernel's overrides per instruction)
+    if isinstance(overrides, (list, tuple)):  # (before Mapping, whose isinstance goes through the ABC machinery:
+        return [str(o) for o in overrides]   # tracing normalises a kernel's overrides per instruction)
     if isinstance(overrides, Mapping):
         out = []
         for k, v in overrides.items():
@@ -291,10 +291,8 @@ def _overrides(overrides: Union[None, Mapping[str, Any], Sequence[str]]) -> List
                 v = "true" if v else "false"
             out.append("{}={}".format(k, v))
         return out
-    if not isinstance(overrides, (list, tuple)):
-        raise TypeError("overrides must be a dict {{key: value}}, a list of 'key=value' strings or one string, not "
-                        "{!r}".format(overrides))
-    return [str(o) for o in overrides]
+    raise TypeError("overrides must be a dict {{key: value}}, a list of 'key=value' strings or one string, not "
+                    "{!r}".format(overrides))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -4090,7 +4090,7 @@ def _plan_key(fn, args, kwargs, check, lnc, config, overrides):
     if any(k is None or (isinstance(k, tuple) and k[1] is None) for k in kinds):
         return None
     try:
-        key = (fn, kinds, check if check == "strict" else bool(check), tuple(lnc) if lnc is not None else None, config,
+        key = (getattr(fn, "nsim_plan_id", fn), kinds, check if check == "strict" else bool(check), tuple(lnc) if lnc is not None else None, config,
                tuple(overrides) if isinstance(overrides, (list, tuple)) else
                tuple(sorted(overrides.items())) if isinstance(overrides, dict) else overrides)
         hash(key)

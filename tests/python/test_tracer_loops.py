@@ -1025,6 +1025,40 @@ def test_a_kernel_traced_again_starts_from_its_loop_decisions():
     assert len(ATTEMPTS) == 2
 
 
+def test_a_grid_launched_beta1_kernel_traced_again_starts_from_its_loop_decisions(b1):
+    # kernel[2] makes a new launch of the grid each time (the public samples' `flash_fwd[1, 8]`); the loop decisions
+    # of its last trace were kept per launch function, so each `kernel[2]` found them again by retries (7 retries,
+    # ~0.9 s of the public flash_fwd's trace at S=16384). They are kept per kernel function and grid now.
+    bnki, bnl, bnisa = b1
+    attempts = []
+
+    def rows(x):
+        attempts.append(1)
+        pid = bnl.program_id(0)
+        out = bnl.ndarray((128, 64), x.dtype, buffer=bnl.shared_hbm)
+        acc = bnl.ndarray((128, 64), bnl.float32, buffer=bnl.sbuf)
+        for i in bnl.sequential_range(4):
+            t = bnl.load(x[pid * 512 + i * 128:pid * 512 + (i + 1) * 128, :])
+            if i == 0:
+                acc[...] = bnl.copy(t)
+            else:
+                acc[...] = bnl.add(acc, t)
+        bnl.store(out, value=acc)
+        return out
+
+    k = bnki.jit(rows)
+    x = np.random.default_rng(6).standard_normal((1024, 64)).astype(np.float32)
+    tracer._LOOP_PLANS.clear()
+    first = k[2].options(loops="keep").to_json(x)
+    assert len(attempts) > 2  # (once per grid instance and attempt)
+    del attempts[:]
+    assert k[2].options(loops="keep").to_json(x) == first
+    assert len(attempts) == 2  # one attempt: one run per grid instance
+    del attempts[:]
+    k[1].options(loops="keep").to_json(x)  # another grid: its decisions are found again
+    assert len(attempts) > 1
+
+
 # ---- loops recorded in pieces (docs/kernel-json.md "Loops recorded in pieces")
 
 BODY_RUNS = []  # one entry per run of a test kernel's loop body (the Python that traces it)

@@ -146,6 +146,10 @@ class Kernel(_kernel.Kernel):
                     st.pop(k, None)
             return ret
 
+        # The same launch for every derived kernel of this function and grid (kernel[1, 8] makes a new one each
+        # time): the tracer's loop plans are kept per traced function (tracer._plan_key), so a repeated trace
+        # starts from the loop decisions of the last one instead of finding them again by retries.
+        launch.nsim_plan_id = (fn, grid, tuple(cores))
         return launch
 
     def _check_inline(self):
