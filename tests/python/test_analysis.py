@@ -580,13 +580,20 @@ def quarter_tiles(x):
     return out
 
 
-def test_narrow_transfers_title_says_how_many_partitions():
-    """Tiles of 32 of the 128 partitions (an audit's pair, 2026-12-06): dma_efficiency's title said "a few partitions
-    (one row at a time)" for any narrow transfer; it now gives their partitions."""
-    a, _ = analyse(quarter_tiles, np.zeros((1024, 1024), np.float32))
+def test_narrow_transfers_of_32_partitions_are_estimated_by_their_idle_engines():
+    """Tiles of 32 of the 128 partitions (an audit's pair, 2026-12-06): every transfer lands on the same 4 of the 16
+    DMA engines (dma.partitions_per_engine = 8), so the others stay idle. dma_efficiency counted only the setups
+    (estimate 0.11x of the saving) and its title said "a few partitions (one row at a time)"; it now counts the
+    confined engines' time above what all of them take, and gives the partitions. The fix, [128, n] tiles, moves
+    the same rows in a quarter as many transfers (rows_as_tiles)."""
+    x = np.zeros((1024, 1024), np.float32)
+    a, prof = analyse(quarter_tiles, x)
+    _, fixed = analyse(rows_as_tiles, x)
     f = a.finding("dma_efficiency")
     assert f is not None and f["metrics"]["narrow_transfers"] == 64, a.text
     assert "each move 32 partitions or fewer of 128" in f["title"], f["title"]
+    actual = prof.total_time_ns - fixed.total_time_ns
+    assert actual / 2 <= f["saving_ns"] <= 2 * actual, (f["saving_ns"], actual)
 
 
 def test_rows_loaded_one_dma_at_a_time_are_a_dma_efficiency_finding():
