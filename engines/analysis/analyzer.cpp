@@ -181,6 +181,12 @@ struct LineAgg {
   // a sum over the output of an activation, in a separate pass (activation could accumulate it)
   uint64_t split_reduces = 0;
   Ps split_reduce_busy = 0;
+  /// tensor_tensor adds of a PSUM tile into an SBUF accumulator in place (matmul partial products summed on a
+  /// compute engine), the accumulators they started (a new one when the line's accumulator changes), their busy
+  /// time per engine, and the last accumulator
+  uint64_t psum_adds = 0, psum_add_groups = 0;
+  std::array<Ps, isa::kNumEngines> psum_add_busy{};
+  Operand psum_acc;
   uint64_t evictions = 0;  ///< copies of a PE transpose's PSUM result (to SBUF)
   Ps eviction_busy = 0;
   uint64_t broadcast_copies = 0;  ///< copies of a partition broadcast's PSUM result (to SBUF)
@@ -964,6 +970,19 @@ void Analyzer::State::on_elementwise(const Instr& in, const InstrTiming& t, Line
       break;
   }
   forget_overwritten(in);
+  // A partial product (a PSUM tile) added into an SBUF accumulator, acc = acc + psum: the matmuls could have
+  // accumulated in PSUM themselves.
+  if (in.op == Opcode::kTensorTensor && in.alu0 == AluOp::kAdd && in.slot(0).space == Space::kSbuf) {
+    const Operand &a = in.slot(1), &b = in.slot(2);
+    const Operand* psum = a.space == Space::kPsum ? &a : b.space == Space::kPsum ? &b : nullptr;
+    const Operand* acc = psum == &a ? &b : &a;
+    if (psum && acc->space == Space::kSbuf && same_view(*acc, in.slot(0))) {
+      ++la.psum_adds;
+      if (!la.psum_acc.present() || !same_view(la.psum_acc, *acc)) ++la.psum_add_groups;
+      la.psum_acc = *acc;
+      la.psum_add_busy[static_cast<size_t>(in.engine)] += t.issue - t.start;
+    }
+  }
   if (in.op == Opcode::kActivation && !in.slot(reduce_res).present()) {
     act_out[act_next] = in.slot(0);
     act_ext[act_next] = in.slot(0).byte_extent();
@@ -1425,6 +1444,37 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       f.metrics = {{"table_loads", static_cast<double>(s.act_table_loads)},
                    {"avoidable_loads", static_cast<double>(avoidable)},
                    {"tables", static_cast<double>(sets)}};
+      r.findings.push_back(std::move(f));
+    }
+  }
+  // ---- matmul partial products summed on a compute engine instead of accumulated in PSUM
+  {
+    Finding f;
+    f.kind = "psum_accumulation";
+    uint64_t n = 0;
+    std::array<Ps, isa::kNumEngines> by_engine{};
+    for (size_t i = 1; i < s.lines.size(); ++i) {
+      const LineAgg& la = s.lines[i];
+      if (la.psum_adds < 2 || la.psum_adds == la.psum_add_groups) continue;
+      // Accumulated in PSUM, each accumulator still needs one copy out, which costs about what one add does.
+      Ps busy = 0;
+      for (size_t e = 0; e < by_engine.size(); ++e) by_engine[e] += la.psum_add_busy[e], busy += la.psum_add_busy[e];
+      const double lost = ns(busy) * static_cast<double>(la.psum_adds - la.psum_add_groups) / static_cast<double>(la.psum_adds);
+      const double save = saving_of(i, lost, la.busy_ns(), 1);
+      n += la.psum_adds;
+      f.saving_ns += save;
+      f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.psum_adds, save,
+                         fmt::format("{} adds of a PSUM tile into {} SBUF accumulator{}, {:.0f} ns busy", la.psum_adds,
+                                     la.psum_add_groups, la.psum_add_groups == 1 ? "" : "s", ns(busy))});
+    }
+    if (n) {
+      const auto e = static_cast<size_t>(std::max_element(by_engine.begin(), by_engine.end()) - by_engine.begin());
+      f.engine = std::string(isa::engine_name(static_cast<Engine>(e)));
+      f.title = fmt::format("{} tensor_tensor adds sum matmul results from PSUM into SBUF accumulators on {}", n, f.engine);
+      f.detail = "TensorE accumulates into PSUM for free: issue the matmuls of one output tile into the same PSUM tile "
+                 "(nc_matmul with the same dst over the contraction tiles; Beta 1: psum_tile[...] += nisa.nc_matmul(...)), "
+                 "then copy it out once, instead of adding each partial product to an SBUF tile.";
+      f.metrics = {{"adds", static_cast<double>(n)}};
       r.findings.push_back(std::move(f));
     }
   }

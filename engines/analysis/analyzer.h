@@ -33,7 +33,7 @@ struct LineRef {
 
 struct Finding {
   std::string kind;       ///< stable id: dma_efficiency, redundant_dma, hbm_roundtrip, single_buffer,
-                          ///< split_reduce, act_table_switch, recomputed_value, pe_underfill, fp32_matmul,
+                          ///< split_reduce, act_table_switch, recomputed_value, psum_accumulation, pe_underfill, fp32_matmul,
                           ///< pe_transpose, pe_broadcast,
                           ///< engine_bound, serialization (lnc_imbalance: frontend/analyze.cpp)
   std::string title;      ///< one line
@@ -42,8 +42,8 @@ struct Finding {
   std::string method;     ///< how saving_ns was estimated: "bound", or "re-simulated (...)" (frontend/analyze.cpp)
   std::vector<LineRef> lines;
   std::vector<std::pair<std::string, double>> metrics;  ///< kind-specific numbers (e.g. times_loaded)
-  /// The engine whose time the fix frees when the kind does not say (recomputed_value: the engine of most of the
-  /// recomputations); empty otherwise (finding_engine).
+  /// The engine whose time the fix frees when the kind does not say (recomputed_value, psum_accumulation: the engine
+  /// of most of the recomputations or adds); empty otherwise (finding_engine).
   std::string engine;
 };
 

@@ -1070,3 +1070,66 @@ def test_gpsimd_partition_reduce_advice_names_the_ones_matmul():
     assert eb is not None and eb["title"].startswith("gpsimd"), an.text
     assert "tensor_partition_reduce" in eb["detail"] and "ones [128, 1] stationary" in eb["detail"], eb["detail"]
     assert "partition work only it does" not in eb["detail"]
+
+
+def _k_tiled_matmul(sbuf_acc):
+    """out = xT^T @ w for xT [K, M], w [K, N], K in 128-row tiles: each tile's matmul into its own PSUM tile and added
+    to an SBUF accumulator on VectorE (a CPU loop's port), or all K matmuls accumulated in one PSUM tile."""
+    @nki.jit
+    def mm(xT, w):
+        k, m = xT.shape
+        _, n = w.shape
+        kt = k // 128
+        out = nl.ndarray((m, n), nl.float32, buffer=nl.shared_hbm)
+        xs = nl.ndarray((128, kt, m), xT.dtype, buffer=nl.sbuf)
+        ws = nl.ndarray((128, kt, n), w.dtype, buffer=nl.sbuf)
+        for t in nl.affine_range(kt):
+            nisa.dma_copy(dst=xs[:, t, :], src=xT[t * 128:(t + 1) * 128, :])
+            nisa.dma_copy(dst=ws[:, t, :], src=w[t * 128:(t + 1) * 128, :])
+        for i in nl.affine_range(m // 128):
+            for j in nl.affine_range(n // 512):
+                res = nl.ndarray((128, 512), nl.float32, buffer=nl.sbuf)
+                if sbuf_acc:
+                    nisa.memset(dst=res, value=0.0)
+                    for t in nl.sequential_range(kt):
+                        ps = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+                        nisa.nc_matmul(dst=ps, stationary=xs[:, t, i * 128:(i + 1) * 128],
+                                       moving=ws[:, t, j * 512:(j + 1) * 512])
+                        nisa.tensor_tensor(dst=res, data1=res, data2=ps, op=nl.add)  # PARTIALS
+                else:
+                    ps = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+                    for t in nl.affine_range(kt):
+                        nisa.nc_matmul(dst=ps, stationary=xs[:, t, i * 128:(i + 1) * 128],
+                                       moving=ws[:, t, j * 512:(j + 1) * 512])
+                    nisa.tensor_copy(dst=res, src=ps)
+                nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, j * 512:(j + 1) * 512], src=res)
+        return out
+    return mm
+
+
+def test_matmul_partials_summed_in_sbuf_are_a_psum_accumulation_finding():
+    """K-tiled matmul partial products added into an SBUF accumulator by VectorE tensor_tensor (an audit's pair,
+    2026-12-06): the kernel is VectorE-bound and engine_bound's advice never said to accumulate in PSUM.
+    psum_accumulation names the add line, first, within 2x of what accumulating the K matmuls in one PSUM tile
+    saves; the fixed kernel has no such finding."""
+    import ml_dtypes
+    rng = np.random.default_rng(1)
+    xT = rng.standard_normal((1024, 512)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((1024, 1024)).astype(ml_dtypes.bfloat16)
+    bad, good = _k_tiled_matmul(True), _k_tiled_matmul(False)
+    out_b, pb = bad.simulate(xT, w)
+    out_g, pg = good.simulate(xT, w)
+    ref = xT.astype(np.float64).T @ w.astype(np.float64)
+    np.testing.assert_allclose(out_b, ref, rtol=1e-2, atol=0.1)
+    np.testing.assert_allclose(out_g, ref, rtol=1e-2, atol=0.1)
+    saved = pb.total_time_ns - pg.total_time_ns
+    assert saved > 0.2 * pb.total_time_ns
+    an = pb.analyze()
+    top = an.findings[0]
+    assert top["kind"] == "psum_accumulation", an.text
+    src, first = inspect.getsourcelines(_k_tiled_matmul)
+    assert top["lines"][0]["line"] == first + next(i for i, t in enumerate(src) if "# PARTIALS" in t)
+    assert top["metrics"]["adds"] == 4 * 2 * 8  # (M / 128) x (N / 512) accumulators of K / 128 adds each
+    assert "same PSUM tile" in top["detail"]
+    assert saved / 2 <= top["saving_ns"] <= 2 * saved, (top["saving_ns"], saved)
+    assert pg.analyze().finding("psum_accumulation") is None
