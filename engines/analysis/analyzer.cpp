@@ -287,6 +287,9 @@ struct Analyzer::State {
   // idle attribution: waiter engine -> producer track -> ps; (waiter, producer line) -> ps
   std::array<std::vector<Ps>, isa::kNumEngines> waited_on;  ///< [waiter engine][producer track]
   std::array<Ps, isa::kNumEngines> wait{}, other_wait{};
+  /// VectorE's busy time in instructions at 1x on SBUF operands one of which is fp32 (16-bit operands would enable
+  /// its 2x/4x modes for tensor_scalar, tensor_copy and tensor_tensor add / subtract / multiply)
+  Ps vector_fp32_busy = 0;
   // HBM loads, per `chunk` bytes of HBM: how many transfers loaded the chunk since it was last written,
   // which of its bytes they loaded (bit i: bytes [i*g, (i+1)*g), g = ceil(chunk / 64)), and the last
   // transfer that touched it. A transfer's reloads are the bytes an *earlier* transfer loaded: two
@@ -939,6 +942,15 @@ void Analyzer::State::forget_overwritten(const Instr& in) {
 
 void Analyzer::State::on_elementwise(const Instr& in, const InstrTiming& t, LineAgg& la) {
   const int reduce_res = 4;  // activation's reduce_res slot (isa/opcodes.def)
+  if (in.engine == Engine::kVector && t.perf_mode <= 1) {
+    bool sbuf = true, fp32 = false;
+    for (int i = 0; i < isa::op_info(in.op).num_slots; ++i)
+      if (const Operand& o = in.slot(i); o.present()) {
+        sbuf &= o.space == Space::kSbuf;
+        fp32 |= o.dtype == DType::kFloat32;
+      }
+    if (sbuf && fp32) vector_fp32_busy += t.issue - t.start;
+  }
   if (in.engine == Engine::kScalar) {
     const isa::CostClass cls = isa::op_info(in.op).cost;
     const bool function = (cls == isa::CostClass::kActivation || cls == isa::CostClass::kActivationReduce) &&
@@ -1758,9 +1770,20 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
             ns(triggers), top.ns > 0 ? 100.0 * ns(triggers) / top.ns : 0.0, top.name);
         f.metrics.push_back({"dma_trigger_ns", ns(triggers)});
       }
-      f.detail = fmt::format("No other resource needs more than {:.0f} ns ({}).{} {}{}{} Its busiest lines:", next,
-                             verdict.bounds.size() > 1 ? verdict.bounds[1].name : "-", useful, advice, small_advice,
-                             trigger_advice);
+      // VectorE's time mostly at 1x on fp32 SBUF operands: 16-bit operands, the cheapest fix, come first (an audit's
+      // fp32 intermediates: the advice led with moving work off VectorE, where bf16 tiles saved 58 % of the kernel).
+      std::string dtype_advice;
+      if (static_cast<Engine>(engine) == Engine::kVector && !chain_bound && ns(s.vector_fp32_busy) >= 0.5 * top.ns) {
+        dtype_advice = fmt::format(
+            " {:.0f} ns of its busy time ({:.0f}%) is instructions on fp32 SBUF operands at one element per cycle: with "
+            "bf16 (16-bit) tiles, tensor_scalar, tensor_copy and tensor_tensor add / subtract / multiply run in "
+            "VectorE's 2x/4x modes (keep fp32 where precision needs it: PSUM accumulation, a running sum).",
+            ns(s.vector_fp32_busy), top.ns > 0 ? 100.0 * ns(s.vector_fp32_busy) / top.ns : 0.0);
+        f.metrics.push_back({"fp32_1x_ns", ns(s.vector_fp32_busy)});
+      }
+      f.detail = fmt::format("No other resource needs more than {:.0f} ns ({}).{}{} {}{}{} Its busiest lines:", next,
+                             verdict.bounds.size() > 1 ? verdict.bounds[1].name : "-", useful, dtype_advice, advice,
+                             small_advice, trigger_advice);
       // On ScalarE, the lines whose work is plain arithmetic or copies (what the advice moves off it or folds into an
       // activation) come first, by that time; then the others by busy time (an exp needs ScalarE: its line, busier,
       // came first and the copy the advice is about second).

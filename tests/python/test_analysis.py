@@ -1133,3 +1133,44 @@ def test_matmul_partials_summed_in_sbuf_are_a_psum_accumulation_finding():
     assert "same PSUM tile" in top["detail"]
     assert saved / 2 <= top["saving_ns"] <= 2 * saved, (top["saving_ns"], saved)
     assert pg.analyze().finding("psum_accumulation") is None
+
+
+def _gate_rows(inter):
+    """y = relu((x * 0.5 + 1) * x) over row tiles of x (bf16), the intermediates in `inter`, pinned to VectorE."""
+    @nki.jit
+    def gate(x):
+        n, f = x.shape
+        out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(n // 128):
+            xt = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=xt, src=x[i * 128:(i + 1) * 128, :])
+            t1 = nl.ndarray((128, f), inter, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=t1, data=xt, op0=nl.multiply, operand0=0.5, op1=nl.add, operand1=1.0,
+                               engine=nisa.engine.vector)
+            t2 = nl.ndarray((128, f), inter, buffer=nl.sbuf)
+            nisa.tensor_tensor(dst=t2, data1=t1, data2=xt, op=nl.multiply, engine=nisa.engine.vector)
+            y = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=y, data=t2, op0=nl.maximum, operand0=0.0, engine=nisa.engine.vector)
+            nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=y)
+        return out
+    return gate
+
+
+def test_vector_bound_on_fp32_operands_leads_with_16_bit_tiles():
+    """fp32 intermediates of a VectorE-bound gate (an audit's pair, 2026-12-06): engine_bound's estimate was right,
+    but its advice led with moving work off VectorE and named 16-bit operands last; bf16 intermediates save more than
+    half the kernel. The advice now starts with the fp32 share of VectorE's time and the 2x/4x modes bf16 enables."""
+    import ml_dtypes
+    x = np.random.default_rng(2).standard_normal((1024, 2048)).astype(ml_dtypes.bfloat16)
+    out32, p32 = _gate_rows(nl.float32).simulate(x)
+    out16, p16 = _gate_rows(nl.bfloat16).simulate(x)
+    xf = x.astype(np.float64)
+    np.testing.assert_allclose(out32.astype(np.float64), np.maximum((xf * 0.5 + 1) * xf, 0), rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(out16.astype(np.float64), out32.astype(np.float64), rtol=2e-2, atol=5e-2)
+    assert p16.total_time_ns < 0.6 * p32.total_time_ns
+    eb = p32.analyze().finding("engine_bound")
+    assert eb is not None and eb["title"].startswith("vector"), eb
+    assert eb["metrics"]["fp32_1x_ns"] >= 0.99 * eb["metrics"]["busy_ns"]
+    detail = eb["detail"]
+    assert detail.index("bf16 (16-bit) tiles") < detail.index("Move element-wise work off VectorE"), detail
+    assert "fp32_1x_ns" not in (p16.analyze().finding("engine_bound") or {"metrics": {}})["metrics"]
