@@ -1459,6 +1459,11 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       r.findings.push_back(std::move(f));
     }
   }
+  // The engine with the most of a finding's busy time (by engine): the one its fix frees (Finding::engine).
+  auto busiest = [](const std::array<Ps, isa::kNumEngines>& by_engine) {
+    return std::string(isa::engine_name(
+        static_cast<Engine>(std::max_element(by_engine.begin(), by_engine.end()) - by_engine.begin())));
+  };
   // ---- matmul partial products summed on a compute engine instead of accumulated in PSUM
   {
     Finding f;
@@ -1480,8 +1485,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
                                      la.psum_add_groups, la.psum_add_groups == 1 ? "" : "s", ns(busy))});
     }
     if (n) {
-      const auto e = static_cast<size_t>(std::max_element(by_engine.begin(), by_engine.end()) - by_engine.begin());
-      f.engine = std::string(isa::engine_name(static_cast<Engine>(e)));
+      f.engine = busiest(by_engine);
       f.title = fmt::format("{} tensor_tensor adds sum matmul results from PSUM into SBUF accumulators on {}", n, f.engine);
       f.detail = "TensorE accumulates into PSUM for free: issue the matmuls of one output tile into the same PSUM tile "
                  "(nc_matmul with the same dst over the contraction tiles; Beta 1: psum_tile[...] += nisa.nc_matmul(...)), "
@@ -1508,8 +1512,7 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
                                      la.recomputed, ns(la.recomputed_busy))});
     }
     if (n) {
-      const auto e = static_cast<size_t>(std::max_element(by_engine.begin(), by_engine.end()) - by_engine.begin());
-      f.engine = std::string(isa::engine_name(static_cast<Engine>(e)));
+      f.engine = busiest(by_engine);
       f.title = fmt::format("{} instructions compute again what they computed before, from the same input values", n);
       f.detail = "Each of these instructions repeats the computation its line's previous instruction did, on input "
                  "values that have not changed since (a loop-invariant result -- a function of weights, a bias, a "
