@@ -153,9 +153,10 @@ def _lineno(f):
     return e[1]
 
 
-def user_frame(skip=0):
+def user_frame(skip=0, lines=None):
     """The innermost stack frame outside the nsim package (the user's kernel line). ``skip``: callers of the
-    caller known to be nsim's own, not looked at."""
+    caller known to be nsim's own, not looked at. ``lines``: a list to which the lines of nsim's frames passed on
+    the way are appended, innermost first."""
     f = sys._getframe(1 + skip)
     known = _INTERNAL_FILE  # (_is_internal inlined: this runs for every statement traced)
     while f is not None:
@@ -165,6 +166,8 @@ def user_frame(skip=0):
             v = _is_internal(fn)
         if not v:
             return f
+        if lines is not None:
+            lines.append(_lineno(f))
         f = f.f_back
     return None
 
@@ -3085,7 +3088,10 @@ class Tracer:
         if len(shape) < 2 or len(shape) > 5 or any(s < 1 for s in shape):
             raise make_error("BadTensorShape", "an on-chip tensor needs 2..5 positive dims (partition "
                              "dim first), got shape {}".format(shape))
-        frame = user_frame()
+        # (the lines of nsim's frames between this call and the user's line, for the pool key below, gathered on
+        # the way to the user's frame: lines alone, the sites differ by them; a code object each costs more)
+        inner = []
+        frame = user_frame(1, inner)
         hint = None if name else assigned_name(frame)
         # The pool of reusable storage is per allocation site (file, line, and the line that called it) and
         # kind: a tile takes the storage of a dead tile made by the same nl.ndarray line, as the compiler rotates
@@ -3102,12 +3108,6 @@ class Tracer:
         # of `tensor_tensor(d, b.broadcast_to(...))` waited for its previous iteration, 28.4 us against 17.7 us
         # unrolled).
         caller = frame.f_back if frame is not None else None
-        inner, f = [], sys._getframe(1)
-        while f is not None and f is not frame:
-            # (lines alone: the sites differ by them; a code object each costs more. _lineno: f.f_lineno decodes
-            # the line table of nsim's long functions on the way, for every tile made)
-            inner.append(_lineno(f))
-            f = f.f_back
         key = (buffer, dt, shape) if frame is None else (
             buffer, dt, shape, frame.f_code.co_filename, _lineno(frame),
             caller.f_code.co_filename if caller is not None else None, _lineno(caller) if caller is not None else 0,
