@@ -2318,6 +2318,23 @@ def concrete_only(what):
         raise _NeedsConcrete("{} in the loop body".format(what))
 
 
+class _CanonNames(dict):
+    """Tracer._canon's renaming: {name: its canonical name}, each name worked out once on first use (a body names
+    the same few tensors in statement after statement; looked up through the dict's __getitem__, no Python call
+    per name then)."""
+
+    __slots__ = ("local", "res", "outside")
+
+    def __init__(self, local, res, outside):
+        super().__init__(local)
+        self.local, self.res, self.outside = local, res, outside
+
+    def __missing__(self, n):
+        r = self.res(n)
+        v = self[n] = self.local.get(r) or ("#o" if n in self.outside else r)
+        return v
+
+
 def _renamed(stmts, fn):
     """A copy of ``stmts`` with every tensor name n of an operand or alloc replaced by fn(n)."""
     slots = _slot_rank()
@@ -2949,8 +2966,7 @@ class Tracer:
         local = {}
         for i, nm in enumerate(_alloc_names(stmts)):
             local[nm] = "#{}".format(i)
-        res = self.resolve_alias
-        return _renamed(stmts, lambda n: local.get(n) or local.get(res(n)) or ("#o" if n in outside else res(n)))
+        return _renamed(stmts, _CanonNames(local, self.resolve_alias, outside).__getitem__)
 
     def _write_conflict(self, body, var):
         """True when an op of ``body`` writes (not accumulates) a location of a tensor not allocated in it whose
