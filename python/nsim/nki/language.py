@@ -1,6 +1,7 @@
 """``nki.language`` (new dialect): buffers, dtypes, creation functions, op codes, loops, tile_size."""
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -643,7 +644,7 @@ def promote(a, b):
 
 
 def _free_elems(t):
-    return int(np.prod(t.shape[1:], dtype=np.int64)) if t.ndim > 1 else 1
+    return int(math.prod(t.shape[1:])) if t.ndim > 1 else 1  # (math.prod: np.prod costs ~3 us on a tuple)
 
 
 def _pad_rank(t, nd):

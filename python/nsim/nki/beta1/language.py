@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins as _b
 import copy as _copy
+import math
 import sys as _sys
 
 import numpy as np
@@ -1955,7 +1956,7 @@ def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
     tiles = [a for a in args if isinstance(a, NkiTensor)]
     if not tiles:
         raise make_error("BadOperandKind", "{}: no tile operand".format(what))
-    shape = tuple(_b.max((t.shape for t in tiles), key=lambda s: int(np.prod(s))))
+    shape = tuple(_b.max((t.shape for t in tiles), key=math.prod))
     boxes = [mask] if isinstance(mask, list) else mask_boxes(mask, shape)  # (a list: one box of a split mask)
     if len(boxes) > 1:  # a non-rectangular mask: one instruction per box of its true region (spec §3.8)
         kept = getattr(out, "_box", None)
