@@ -2335,6 +2335,57 @@ class _CanonNames(dict):
         return v
 
 
+def _same_renamed(a, fa, b, fb):
+    """``_renamed(a, fa) == _renamed(b, fb)``, compared statement by statement without making the copies (a loop's
+    passes are compared so, _record_piece)."""
+    if len(a) != len(b):
+        return False
+    slots = _slot_rank()
+    for x, y in zip(a, b):
+        if "op" in x:
+            if "op" not in y or len(x) != len(y):
+                return False
+            for k, v in x.items():
+                if k not in y:
+                    return False
+                w = y[k]
+                if k not in slots:
+                    if v != w:
+                        return False
+                elif v is None or w is None:
+                    if v is not w:
+                        return False
+                elif isinstance(v, str) or isinstance(w, str):
+                    if not (isinstance(v, str) and isinstance(w, str) and fa(v) == fb(w)):
+                        return False
+                elif not _same_but(v, w, "tensor", fa, fb):
+                    return False
+        elif "alloc" in x:
+            if "op" in y or "alloc" not in y or not _same_but(x["alloc"], y["alloc"], "name", fa, fb):
+                return False
+        elif "loop" in x:
+            if "op" in y or "alloc" in y or "loop" not in y:
+                return False
+            lx, ly = x["loop"], y["loop"]
+            if lx.keys() | {"body"} != ly.keys() | {"body"} or any(lx[k] != ly[k] for k in lx if k != "body"):
+                return False
+            if not _same_renamed(lx.get("body", []), fa, ly.get("body", []), fb):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _same_but(v, w, key, fa, fb):
+    """``dict(v, key=fa(v[key])) == dict(w, key=fb(w[key]))``."""
+    if len(v) != len(w) or fa(v[key]) != fb(w[key]):
+        return False
+    for k, x in v.items():
+        if k != key and (k not in w or x != w[k]):
+            return False
+    return True
+
+
 def _renamed(stmts, fn):
     """A copy of ``stmts`` with every tensor name n of an operand or alloc replaced by fn(n)."""
     slots = _slot_rank()
@@ -2903,9 +2954,9 @@ class Tracer:
             yield r[0]
             return 1
         body = bodies[0]
-        if len(bodies) > 1:  # (each pass's canonical form made once: a written-out piece compares up to g passes)
+        if len(bodies) > 1:  # (each pass's canonical names made once: a written-out piece compares up to g passes)
             canon = [self._canon(b, o) for b, o in zip(bodies, outside)]
-            if any(canon[j - 1] != canon[j] for j in range(1, len(canon))):
+            if not all(_same_renamed(bodies[j - 1], canon[j - 1], bodies[j], canon[j]) for j in range(1, len(canon))):
                 raise _NeedsConcrete("the loop body differs between iterations", key, peel=True)
         b2 = bodies[-1]
         count = (var.hi - var.lo) // var.step + 1
@@ -2960,13 +3011,14 @@ class Tracer:
                 st.stale = key
 
     def _canon(self, stmts, outside=()):
-        """``stmts`` with the tiles they allocate numbered in order (names of other tensors kept); the tiles of
-        ``outside`` (a pass's tiles taken from the enclosing body's pool, _record_piece: storages that two
-        consecutive iterations take in turn) as one name."""
+        """The canonical names of the tensors of ``stmts`` (a function of the name): the tiles they allocate
+        numbered in order (names of other tensors kept); the tiles of ``outside`` (a pass's tiles taken from the
+        enclosing body's pool, _record_piece: storages that two consecutive iterations take in turn) as one
+        name. Two passes are the same when their statements are, so renamed (_same_renamed)."""
         local = {}
         for i, nm in enumerate(_alloc_names(stmts)):
             local[nm] = "#{}".format(i)
-        return _renamed(stmts, _CanonNames(local, self.resolve_alias, outside).__getitem__)
+        return _CanonNames(local, self.resolve_alias, outside).__getitem__
 
     def _write_conflict(self, body, var):
         """True when an op of ``body`` writes (not accumulates) a location of a tensor not allocated in it whose
