@@ -173,7 +173,11 @@ def user_frame(skip=0, lines=None):
 
 
 def user_loc():
-    f = user_frame()
+    return _frame_loc(user_frame())
+
+
+def _frame_loc(f):
+    """The source location of user frame ``f`` (user_loc())."""
     if f is None:
         return {"file": "", "line": 0, "function": ""}
     return {"file": f.f_code.co_filename, "line": _lineno(f), "function": f.f_code.co_name}
@@ -3150,10 +3154,10 @@ class Tracer:
 
     def tile(self, buffer, dtype, shape, name=None, address=None):
         dt = dtype_name(dtype)
-        shape = tuple(int(s) for s in shape)
+        shape = tuple(map(int, shape))
         if buffer not in ON_CHIP:
             raise make_error("UnknownBuffer", "bad on-chip buffer {!r}".format(buffer))
-        if len(shape) < 2 or len(shape) > 5 or any(s < 1 for s in shape):
+        if len(shape) < 2 or len(shape) > 5 or min(shape) < 1:
             raise make_error("BadTensorShape", "an on-chip tensor needs 2..5 positive dims (partition "
                              "dim first), got shape {}".format(shape))
         # (the lines of nsim's frames between this call and the user's line, for the pool key below, gathered on
@@ -3189,7 +3193,7 @@ class Tracer:
             pairs = recs[_body_rec_index(recs) + 1:]
             saved, self.body = self.body, pairs[0].outer_body
             try:
-                t = self._tile(buffer, dt, shape, name, address, key, hint, _body_rec(recs))
+                t = self._tile(buffer, dt, shape, name, address, key, hint, _body_rec(recs), frame)
             finally:
                 self.body = saved
             nm = t._st.name
@@ -3197,11 +3201,11 @@ class Tracer:
                 x.storages.append(weakref.ref(t._st))
                 x.local.add(nm)
             return t
-        return self._tile(buffer, dt, shape, name, address, key, hint, recs[-1] if recs else None)
+        return self._tile(buffer, dt, shape, name, address, key, hint, recs[-1] if recs else None, frame)
 
-    def _tile(self, buffer, dt, shape, name, address, key, hint, rec):
+    def _tile(self, buffer, dt, shape, name, address, key, hint, rec, frame):
         """tile(): a tile of pool key ``key`` in the body of the loop being recorded ``rec`` (None: in the
-        kernel's body, loops unrolled)."""
+        kernel's body, loops unrolled), made at the user's frame ``frame``."""
         if rec is not None:  # a tile of a loop body: its alloc statement runs every iteration (rotating buffers)
             free = self._pool_free.get(key)
             if free and self.reuse_tiles and not name and address is None:
@@ -3240,7 +3244,7 @@ class Tracer:
             rec.local.add(nm)
             self._loop_names.add(nm)
             self._note_birth(nm, hint)
-            st = self._alloc_storage(nm, buffer, dt, shape, address)
+            st = self._alloc_storage(nm, buffer, dt, shape, address, frame)
             rec.storages.append(weakref.ref(st))
             if not name:
                 self._track(st, key)
@@ -3280,7 +3284,7 @@ class Tracer:
         nm = self.unique_name(name or hint or "t", numbered=not (name or hint))
         self._took(key, nm)
         self._note_birth(nm, hint)
-        st = self._alloc_storage(nm, buffer, dt, shape, address)
+        st = self._alloc_storage(nm, buffer, dt, shape, address, frame)
         if not name:
             self._track(st, key)
         return self.tensor_cls(st, None, self)
@@ -3360,8 +3364,9 @@ class Tracer:
         if buffer == "psum":
             self.unwritten_psum.add(nm)
 
-    def _alloc_storage(self, nm, buffer, dt, shape, address):
-        """New storage ``nm`` and its alloc statement."""
+    def _alloc_storage(self, nm, buffer, dt, shape, address, frame=None):
+        """New storage ``nm`` and its alloc statement. ``frame``: the user's frame making it, when known (its
+        location is then not looked for again on the stack: emit() does for an alloc without one)."""
         self._fresh_storage(nm, buffer)
         st = _Storage(nm, buffer, dt, shape)
         self.buffers[nm] = buffer
@@ -3370,6 +3375,8 @@ class Tracer:
         alloc = {"name": nm, "buffer": buffer, "dtype": dt, "shape": list(shape)}
         if address is not None:
             alloc["address"] = int(address)
+        if frame is not None and user_loc is _default_user_loc:  # (examples/export_from_library.py substitutes it)
+            alloc["loc"] = _frame_loc(frame)
         self.emit({"alloc": alloc})
         self._last_alloc = alloc
         return st
