@@ -2381,13 +2381,11 @@ def _same_renamed(a, fa, b, fb):
 
 
 def _same_but(v, w, key, fa, fb):
-    """``dict(v, key=fa(v[key])) == dict(w, key=fb(w[key]))``."""
-    if len(v) != len(w) or fa(v[key]) != fb(w[key]):
+    """``dict(v, key=fa(v[key])) == dict(w, key=fb(w[key]))`` (the rest compared by the dicts' own ==)."""
+    a, b = v[key], w[key]
+    if fa(a) != fb(b):
         return False
-    for k, x in v.items():
-        if k != key and (k not in w or x != w[k]):
-            return False
-    return True
+    return v == w if a == b else {**v, key: None} == {**w, key: None}
 
 
 def _renamed(stmts, fn):
