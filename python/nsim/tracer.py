@@ -153,10 +153,10 @@ def _lineno(f):
     return e[1]
 
 
-def user_frame(skip=0, lines=None):
+def user_frame(skip=0, pos=None):
     """The innermost stack frame outside the nsim package (the user's kernel line). ``skip``: callers of the
-    caller known to be nsim's own, not looked at. ``lines``: a list to which the lines of nsim's frames passed on
-    the way are appended, innermost first."""
+    caller known to be nsim's own, not looked at. ``pos``: a list to which the id of the code and the instruction
+    offset of each of nsim's frames passed on the way are appended, innermost first."""
     f = sys._getframe(1 + skip)
     known = _INTERNAL_FILE  # (_is_internal inlined: this runs for every statement traced)
     while f is not None:
@@ -166,10 +166,29 @@ def user_frame(skip=0, lines=None):
             v = _is_internal(fn)
         if not v:
             return f
-        if lines is not None:
-            lines.append(_lineno(f))
+        if pos is not None:
+            pos.append(id(f.f_code))
+            pos.append(f.f_lasti)
         f = f.f_back
     return None
+
+
+_INNER_LINES = {}  # user_frame's pos of nsim's frames -> (their lines, their code objects): Tracer.tile's pool key
+
+
+def _inner_lines(pos, f, frame):
+    """The lines of nsim's frames from ``f`` (out) to the user's ``frame``, whose user_frame ``pos`` (a tuple) is
+    ``pos``: cached by it, a lookup for a tile made as one before (no _lineno per frame). The entry keeps the code
+    objects, so that the ids in its key stay theirs."""
+    e = _INNER_LINES.get(pos)
+    if e is None:
+        codes, lines = [], []
+        while f is not frame:
+            codes.append(f.f_code)
+            lines.append(_lineno(f))
+            f = f.f_back
+        e = _INNER_LINES[pos] = (tuple(lines), tuple(codes))
+    return e[0]
 
 
 def user_loc():
@@ -3158,10 +3177,11 @@ class Tracer:
         if len(shape) < 2 or len(shape) > 5 or min(shape) < 1:
             raise make_error("BadTensorShape", "an on-chip tensor needs 2..5 positive dims (partition "
                              "dim first), got shape {}".format(shape))
-        # (the lines of nsim's frames between this call and the user's line, for the pool key below, gathered on
-        # the way to the user's frame: lines alone, the sites differ by them; a code object each costs more)
-        inner = []
-        frame = user_frame(1, inner)
+        # (the lines of nsim's frames between this call and the user's line, for the pool key below, from their
+        # positions gathered on the way to the user's frame: lines alone, the sites differ by them)
+        pos = []
+        frame = user_frame(1, pos)
+        inner = _inner_lines(tuple(pos), sys._getframe(1), frame)
         hint = None if name else assigned_name(frame)
         # The pool of reusable storage is per allocation site (file, line, and the line that called it) and
         # kind: a tile takes the storage of a dead tile made by the same nl.ndarray line, as the compiler rotates
@@ -3181,7 +3201,7 @@ class Tracer:
         key = (buffer, dt, shape) if frame is None else (
             buffer, dt, shape, frame.f_code.co_filename, _lineno(frame),
             caller.f_code.co_filename if caller is not None else None, _lineno(caller) if caller is not None else 0,
-            tuple(inner))
+            inner)
         if self._broken is not None:
             raise _NeedsConcrete("a loop recorded symbolically was left early", self._broken)
         recs = self._recs
