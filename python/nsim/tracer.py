@@ -210,7 +210,14 @@ def user_stack(f):
     "kernel (file.py:12) > helper (file.py:30)"; "" when ``f`` is the kernel function itself."""
     key = []
     g = f.f_back
-    while g is not None and not _is_internal(g.f_code.co_filename):
+    known = _INTERNAL_FILE  # (_is_internal inlined, as in user_frame)
+    while g is not None:
+        fn = g.f_code.co_filename
+        v = known.get(fn)
+        if v is None:
+            v = _is_internal(fn)
+        if v:
+            break
         key.append((g.f_code, _lineno(g)))
         g = g.f_back
     if not key:
