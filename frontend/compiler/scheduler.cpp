@@ -67,31 +67,59 @@ bool several(uint8_t m) { return (m & (m - 1)) != 0; }
 }  // namespace
 
 struct Scheduler::Impl {
+  /// A window instruction as choose(), commit(), compute_heights() and the conflict tables read it, for every
+  /// instruction in the window: kept apart from its instructions and dependency regions (Body, ~3 KB each). The
+  /// window holds compiler.window of them (1024 by default); spread over the ~3 MB of the bodies, these reads
+  /// missed the caches (sampled with perf: commit()'s successor loop and choose()'s candidate loop waited on
+  /// memory, not on work).
   struct Node {
+    uint64_t seq = 0;
+    Ps not_before = 0;
+    Ps height = 0;
+    Ps min_cost = 0;  ///< the least of Body::cost over the candidate engines
+    int npred = 0;
+    uint8_t engines = 0;    ///< candidate engines (one bit when fixed)
+    uint8_t free_uses = 0;  ///< in[0]'s StreamEngines::uses(): what its engine's free time depends on
+    Engine home = Engine::kVector;  ///< in[0].engine as lowered: the default engine (ties go to it)
+    bool done = false;
+    std::vector<uint64_t> succ;  ///< order edges
+  };
+  /// A ready node as choose() reads it, in the `ready` list itself: the list is scanned at every issue, and a
+  /// node's own entry in the window was by then usually out of the first-level cache. Once a node is ready its
+  /// operands' times, costs and not_before no longer change; its height does (compute_heights() copies it here).
+  struct Cand {
+    uint64_t seq = 0;
+    Ps height = 0;
+    /// The PSUM offset its MultiplyMoving accumulates into (an open accumulation group continues there), or -1.
+    int64_t acc_psum = -1;
+    /// A pair: when its LoadStationary may start, max(in[0]'s operands ready on TensorE, not_before). (A single
+    /// instruction's is ready_at[e].)
+    Ps pair_front = 0;
+    uint8_t engines = 0, free_uses = 0;
+    Engine home = Engine::kVector;
+    bool pair = false;  ///< an nc_matmul's LoadStationary + MultiplyMoving (Body::n == 2)
+    std::array<Ps, isa::kNumEngines> ready_at{};  ///< operands ready (and not_before) per candidate engine
+    std::array<Ps, isa::kNumEngines> cost{};      ///< duration estimate per candidate engine
+  };
+  /// What make_ready() works out for commit() to hand to the simulator: in `infos`, an entry per ready node
+  /// (reused: the entries stay in the caches, unlike the bodies of a large window).
+  struct ReadyInfo {
+    std::array<engines::DepTracker::Ready, isa::kNumEngines> rd0{};  ///< in[0]'s, per candidate engine
+    engines::DepTracker::Ready rd1{};                                 ///< in[1]'s (a pair runs on TensorE)
+    engines::DepTracker::Regions rg0, rg1;  ///< in[0]'s and in[1]'s dependency regions
+    uint64_t rg_epoch = 0;                  ///< sim.regions_epoch() when they were computed
+  };
+  /// The rest of a window instruction, read when it is admitted, made ready and issued.
+  struct Body {
     std::array<Instr, 2> in;  ///< an nc_matmul's LoadStationary + MultiplyMoving issue as one unit
     std::array<Lowering::Extents, 2> ext;  ///< their operands' byte extents (Lowering::last_extents)
     int n = 1;
-    uint64_t seq = 0;
     int op = -1;
-    uint8_t engines = 0;      ///< candidate engines (one bit when fixed)
-    uint8_t free_uses = 0;    ///< in[0]'s StreamEngines::uses(): what its engine's free time depends on
-    Engine home = Engine::kVector;  ///< in[0].engine as lowered: the default engine (ties go to it)
     bool auto_queue = false;
-    bool done = false;
-    int npred = 0;
-    std::vector<uint64_t> succ, tsucc;  ///< order edges; with_schedule edges (also time edges)
-    Ps height = 0;
-    Ps min_cost = 0;                              ///< the least of cost[] over the candidate engines
-    std::array<Ps, isa::kNumEngines> cost{};      ///< duration estimate per candidate engine
-    std::array<Ps, isa::kNumEngines> ready_at{};  ///< operands ready per candidate engine (once ready)
-    std::array<engines::DepTracker::Ready, isa::kNumEngines> rd0{};  ///< in[0]'s, per candidate engine
-    engines::DepTracker::Ready rd1{};                                 ///< in[1]'s (a pair runs on TensorE)
-    engines::DepTracker::Regions rg0, rg1;  ///< in[0]'s and in[1]'s dependency regions (make_ready)
-    uint64_t rg_epoch = 0;                  ///< sim.regions_epoch() when they were computed
-    Ps not_before = 0;
-    /// The PSUM offset its MultiplyMoving accumulates into (an open accumulation group continues there), or -1:
-    /// choose() reads it for every ready node, without going to the instructions' cache lines.
-    int64_t acc_psum = -1;
+    int64_t acc_psum = -1;  ///< Cand::acc_psum
+    std::array<Ps, isa::kNumEngines> cost{};  ///< duration estimate per candidate engine
+    std::vector<uint64_t> tsucc;  ///< with_schedule edges (also time edges; in Node::succ too)
+    uint32_t ready_info = 0;      ///< once ready: its entry of ReadyInfo in `infos`
     Lowering::TileUses uses{};  ///< with a trace: the tiles it touches (occupancy track)
     /// The bytes its instruction reads (hr) and writes (hw) in HBM (engines::Footprints), when has_hr /
     /// has_hw: a Chunk's footprint writers and readers order only the accesses that may meet them.
@@ -106,8 +134,11 @@ struct Scheduler::Impl {
   ScheduleStats& st;
   uint64_t cap;  ///< ring capacity (power of two >= window)
   std::vector<Node> ring;
+  std::vector<Body> bodies;  ///< by ring slot, as `ring`
+  std::vector<ReadyInfo> infos;      ///< of the ready nodes (Body::ready_info), and free ones
+  std::vector<uint32_t> free_infos;  ///< entries of `infos` not in use (the latest freed last)
   uint64_t base = 0, next = 0;  ///< window = seqs [base, next); every seq < base is issued
-  std::vector<uint64_t> ready;
+  std::vector<Cand> ready;
   bool lowering_done = false;
   bool has_held = false;
   Instr held{};
@@ -170,6 +201,7 @@ struct Scheduler::Impl {
     cap = 1;
     while (cap < static_cast<uint64_t>(std::max(2, p.schedule_window))) cap <<= 1;
     ring.resize(cap);
+    bodies.resize(cap);
     chip_chunk = std::max<int64_t>(4, p.dep_chunk_bytes);
     for (int s2 = 0; s2 < 62; ++s2)
       if (chip_chunk == int64_t{1} << s2) chip_shift = s2;
@@ -218,6 +250,8 @@ struct Scheduler::Impl {
   }
 
   Node& node(uint64_t seq) { return ring[seq & (cap - 1)]; }
+  Body& body(uint64_t seq) { return bodies[seq & (cap - 1)]; }
+  const Body& body(uint64_t seq) const { return bodies[seq & (cap - 1)]; }
   bool live(uint64_t seq) { return seq >= base && seq < next && !node(seq).done; }
 
   void add_edge(uint64_t from, Node& x) {
@@ -232,14 +266,14 @@ struct Scheduler::Impl {
   /// Whether live instruction q's HBM write (q_writes) or read may meet the bytes `fx` (nullptr: any bytes).
   bool meets(uint64_t q, bool q_writes, const Footprint* fx) {
     if (!fx) return true;
-    const Node& n = node(q);
+    const Body& n = body(q);
     if (q_writes ? !n.has_hw : !n.has_hr) return true;
     return !engines::Footprints::disjoint(q_writes ? n.hw : n.hr, *fx);
   }
 
   /// Whether live instruction q's HBM write (q_writes) or read accesses only bytes `fx` covers.
   bool covered(uint64_t q, bool q_writes, const Footprint& fx) {
-    const Node& n = node(q);
+    const Body& n = body(q);
     return (q_writes ? n.has_hw : n.has_hr) && engines::Footprints::covers(fx, q_writes ? n.hw : n.hr);
   }
 
@@ -342,8 +376,9 @@ struct Scheduler::Impl {
       const HbmRange& r = *std::prev(it);
       if (!r.written || hi > r.hi) return;  // a read-only tensor never conflicts
       // Its bytes, for the footprint writers (one HBM side per direction; a second one: unknown, any bytes).
-      Footprint& f = write ? x.hw : x.hr;
-      bool& has = write ? x.has_hw : x.has_hr;
+      Body& xb = body(x.seq);
+      Footprint& f = write ? xb.hw : xb.hr;
+      bool& has = write ? xb.has_hw : xb.has_hr;
       const bool first_side = !(write ? hw_seen : hr_seen);
       (write ? hw_seen : hr_seen) = true;
       has = first_side;
@@ -490,32 +525,33 @@ struct Scheduler::Impl {
   /// Bring the next instruction (or LoadStationary + MultiplyMoving pair) into the window.
   bool admit() {
     int oi = -1;
-    Node& x = node(next);  // lowered straight into its window slot (an Instr is ~600 bytes)
-    if (!pull(x.in[0], x.ext[0], oi)) return false;
-    const Instr& a = x.in[0];
-    x.n = 1;
+    Node& x = node(next);
+    Body& xb = body(next);  // lowered straight into its window slot (an Instr is ~600 bytes)
+    if (!pull(xb.in[0], xb.ext[0], oi)) return false;
+    const Instr& a = xb.in[0];
+    xb.n = 1;
     x.seq = next;
-    x.op = oi;
+    xb.op = oi;
     // Tile uses as of this op's lowering (before pulling another op's instruction below, whose allocs
     // would move the instance counts on).
-    if (low.recording_uses()) low.tile_uses(oi, x.uses);
+    if (low.recording_uses()) low.tile_uses(oi, xb.uses);
     x.done = false;
     x.npred = 0;
     x.succ.clear();
-    x.tsucc.clear();
+    xb.tsucc.clear();
     x.height = 0;
     x.not_before = floor;  // enters the window at the current scheduling front, never before it
     bool raw_stationary = a.op == Opcode::kLoadStationary || a.op == Opcode::kMultiplyMoving;
     if (a.op == Opcode::kLoadStationary) {
-      Instr& b = x.in[1];
+      Instr& b = xb.in[1];
       int ob = -1;
-      if (pull(b, x.ext[1], ob)) {
+      if (pull(b, xb.ext[1], ob)) {
         if (b.op == Opcode::kMultiplyMoving && ob == oi) {
-          x.n = 2;
+          xb.n = 2;
           raw_stationary = false;  // an nc_matmul: the pair issues together
         } else {
           held = b;
-          held_ext = x.ext[1];
+          held_ext = xb.ext[1];
           held_op = ob;
           has_held = true;
         }
@@ -524,10 +560,10 @@ struct Scheduler::Impl {
     ++next;
     st.window_peak = std::max(st.window_peak, next - base);
     preds_scratch.clear();
-    x.has_hr = x.has_hw = hr_seen = hw_seen = false;
-    for (int j = 0; j < x.n; ++j) {
-      const Instr& in = x.in[static_cast<size_t>(j)];
-      const Lowering::Extents& ext = x.ext[static_cast<size_t>(j)];
+    xb.has_hr = xb.has_hw = hr_seen = hw_seen = false;
+    for (int j = 0; j < xb.n; ++j) {
+      const Instr& in = xb.in[static_cast<size_t>(j)];
+      const Lowering::Extents& ext = xb.ext[static_cast<size_t>(j)];
       const isa::OpInfo& info = isa::op_info(in.op);
       for (int i = 0; i < info.num_slots; ++i)
         if (!info.slots[static_cast<size_t>(i)].written) access(in, ext, i, x, false);
@@ -538,9 +574,9 @@ struct Scheduler::Impl {
       if (last_stationary) add_edge(last_stationary - 1, x);
       last_stationary = x.seq + 1;
     }
-    const Instr& head = x.in[static_cast<size_t>(x.n - 1)];
+    const Instr& head = xb.in[static_cast<size_t>(xb.n - 1)];
     OpFacts scratch;
-    const OpFacts& f = facts_of(oi, x, scratch);
+    const OpFacts& f = facts_of(oi, xb, scratch);
     if (f.acc) {  // accumulator registers: keep their users' order on each engine
       uint64_t& l = last_acc[static_cast<size_t>(head.engine)];
       if (l) add_edge(l - 1, x);
@@ -569,7 +605,7 @@ struct Scheduler::Impl {
         const uint64_t l = last_of_op[static_cast<size_t>(b)];
         if (l && live(l - 1)) {
           add_edge(l - 1, x);
-          node(l - 1).tsucc.push_back(x.seq);
+          body(l - 1).tsucc.push_back(x.seq);
         } else if (l) {  // issued already (perhaps long before x came into the window): after its end
           x.not_before = std::max(x.not_before, end_of_op[static_cast<size_t>(b)]);
         }
@@ -578,15 +614,15 @@ struct Scheduler::Impl {
         --n_waiting;
         if (!live(w)) continue;
         x.succ.push_back(w);  // takes over the placeholder count added when w was admitted
-        x.tsucc.push_back(w);
+        xb.tsucc.push_back(w);
       }
       waiting_for[static_cast<size_t>(oi)].clear();
       last_of_op[static_cast<size_t>(oi)] = x.seq + 1;
     }
-    x.auto_queue = f.auto_queue;
+    xb.auto_queue = f.auto_queue;
     x.home = a.engine;
-    const Instr* mv = moving_of(x);
-    x.acc_psum = mv != nullptr && (mv->flags & isa::kAccumulate) ? mv->opnd[0].offset : -1;
+    const Instr* mv = moving_of(xb);
+    xb.acc_psum = mv != nullptr && (mv->flags & isa::kAccumulate) ? mv->opnd[0].offset : -1;
     x.engines = f.engines;
     x.free_uses = f.free_uses;
     // core_barrier blocks its engine (LNC=2): after every earlier instruction that may run there,
@@ -600,7 +636,7 @@ struct Scheduler::Impl {
       for (int e = 0; e < isa::kNumEngines; ++e)
         if ((x.engines & (1u << e)) && fence[static_cast<size_t>(e)]) add_edge(fence[static_cast<size_t>(e)] - 1, x);
     }
-    x.cost = f.cost;
+    xb.cost = f.cost;
     x.min_cost = f.min_cost;
     if (x.npred == 0) make_ready(x);
     return true;
@@ -608,7 +644,7 @@ struct Scheduler::Impl {
 
   /// The OpFacts of node x (just pulled, of op oi): op_facts[oi], worked out at the op's first instruction
   /// (into `scratch` without an op).
-  const OpFacts& facts_of(int oi, const Node& x, OpFacts& scratch) {
+  const OpFacts& facts_of(int oi, const Body& x, OpFacts& scratch) {
     OpFacts& f = oi >= 0 ? op_facts[static_cast<size_t>(oi)] : scratch;
     if (f.n == x.n) return f;
     const Instr& a = x.in[0];
@@ -636,18 +672,37 @@ struct Scheduler::Impl {
   // Nothing x depends on can issue after this (its predecessors have, its successors wait for it),
   // so the operands' ready times are final: kept for issue_one() and handed to the simulator.
   void make_ready(Node& x) {
+    Body& xb = body(x.seq);
+    if (free_infos.empty()) {
+      free_infos.push_back(static_cast<uint32_t>(infos.size()));
+      infos.emplace_back();
+    }
+    xb.ready_info = free_infos.back();
+    free_infos.pop_back();
+    ReadyInfo& ri = infos[xb.ready_info];
     std::array<engines::DepTracker::Ready, engines::kNumClasses> rd;
-    sim.operands_ready_multi(x.in[0], x.engines, rd, x.rg0, x.ext[0].data());
-    if (x.n == 2) x.rd1 = sim.operands_ready_tag(x.in[1], Engine::kTensor, x.rg1, x.ext[1].data());
-    x.rg_epoch = sim.regions_epoch();
+    sim.operands_ready_multi(xb.in[0], x.engines, rd, ri.rg0, xb.ext[0].data());
+    if (xb.n == 2) ri.rd1 = sim.operands_ready_tag(xb.in[1], Engine::kTensor, ri.rg1, xb.ext[1].data());
+    ri.rg_epoch = sim.regions_epoch();
+    Cand& c = ready.emplace_back();
+    c.seq = x.seq;
+    c.height = x.height;
+    c.acc_psum = xb.acc_psum;
+    c.engines = x.engines;
+    c.free_uses = x.free_uses;
+    c.home = x.home;
+    c.pair = xb.n == 2;
+    c.cost = xb.cost;
     for (int e = 0; e < isa::kNumEngines; ++e)
       if (x.engines & (1u << e)) {
-        x.rd0[static_cast<size_t>(e)] = rd[static_cast<size_t>(e)];
+        ri.rd0[static_cast<size_t>(e)] = rd[static_cast<size_t>(e)];
         Ps r = rd[static_cast<size_t>(e)].time;
-        if (x.n == 2) r = std::max(r, x.rd1.time);
-        x.ready_at[static_cast<size_t>(e)] = std::max(r, x.not_before);
+        if (c.pair) {
+          c.pair_front = std::max(r, x.not_before);  // (a pair has one engine, TensorE)
+          r = std::max(r, ri.rd1.time);
+        }
+        c.ready_at[static_cast<size_t>(e)] = std::max(r, x.not_before);
       }
-    ready.push_back(x.seq);
   }
 
   void release_waits() {
@@ -673,6 +728,7 @@ struct Scheduler::Impl {
         if (q >= base) h = std::max(h, node(q).height);
       x.height = h + x.min_cost;
     }
+    for (Cand& c : ready) c.height = node(c.seq).height;
     since_heights = 0;
   }
 
@@ -689,13 +745,13 @@ struct Scheduler::Impl {
   int64_t pe_group = -1;
 
   /// The MultiplyMoving of node x, or nullptr.
-  static const Instr* moving_of(const Node& x) {
+  static const Instr* moving_of(const Body& x) {
     const Instr& m = x.in[static_cast<size_t>(x.n - 1)];
     return m.op == isa::Opcode::kMultiplyMoving ? &m : nullptr;
   }
 
   /// Node x is a matmul accumulating into the PSUM tile of TensorE's last matmul (its open group).
-  bool continues_group(const Node& x) const { return pe_group >= 0 && x.acc_psum == pe_group; }
+  bool continues_group(const Cand& x) const { return pe_group >= 0 && x.acc_psum == pe_group; }
 
   /// Choose the ready instruction that can start first (ties: the open accumulation group, the critical path,
   /// program order).
@@ -714,26 +770,28 @@ struct Scheduler::Impl {
     bool best_cont = false;
     Engine best_engine = Engine::kVector;
     for (size_t i = 0; i < ready.size(); ++i) {
-      Node& x = node(ready[i]);
+      const Cand& x = ready[i];
       Ps s_x = INT64_MAX, f_x = INT64_MAX;
       Engine e_x = x.home;
-      if (kWhatIf && sim.would_free(x.in[0])) {
+      if (kWhatIf && sim.would_free(body(x.seq).in[0])) {
         // nsim analyze's what-if runs: an instruction taking no engine time starts when its operands are ready.
         for (int e = 0; e < isa::kNumEngines; ++e) {
           if (!(x.engines & (1u << e))) continue;
           const Ps s = x.ready_at[static_cast<size_t>(e)];
-          front = std::min(front, std::max(x.rd0[static_cast<size_t>(e)].time, x.not_before));
+          front = std::min(front, x.pair ? x.pair_front : s);
           if (s < s_x || (s == s_x && static_cast<Engine>(e) == x.home)) s_x = f_x = s, e_x = static_cast<Engine>(e);
         }
       } else
       for (uint32_t bits = x.engines; bits; bits &= bits - 1) {  // (most instructions have one engine)
         const int e = __builtin_ctz(bits);
         const auto ee = static_cast<Engine>(e);
-        const Ps free = sim.engine_free(x.in[0], x.free_uses, ee);  // (a matmul: its PE tile's)
+        // (On TensorE a matmul's PE tile's, from its instruction.)
+        const Ps free = ee == Engine::kTensor ? sim.engine_free(body(x.seq).in[0], x.free_uses, ee)
+                                              : sim.engine_free(x.free_uses, ee);
         const Ps s = std::max(x.ready_at[static_cast<size_t>(e)], free);
         const Ps f = s + x.cost[static_cast<size_t>(e)];
         // A pair's LoadStationary may start before its matmul's operands are ready: bound by its own.
-        front = std::min(front, std::max({x.rd0[static_cast<size_t>(e)].time, x.not_before, free}));
+        front = std::min(front, x.pair ? std::max(x.pair_front, free) : s);
         if (f < f_x || (f == f_x && ee == x.home)) {
           f_x = f;
           s_x = s;
@@ -775,7 +833,7 @@ struct Scheduler::Impl {
     const size_t best = pick;
     const Ps front = pick_front;
     const Engine best_engine = pick_engine;
-    const uint64_t seq = ready[best];
+    const uint64_t seq = ready[best].seq;
     ready[best] = ready.back();
     ready.pop_back();
     // No ready instruction starts before `front`; the others in the window start no earlier than a
@@ -784,15 +842,18 @@ struct Scheduler::Impl {
     floor = std::max(floor, front);
     sim.set_start_floor(floor);
     Node& x = node(seq);
+    Body& xb = body(seq);
+    const ReadyInfo& ri = infos[xb.ready_info];
+    free_infos.push_back(xb.ready_info);  // (read below, before another node takes it)
     if (seq != base) ++st.reordered;
-    const isa::Engine default_engine = x.in[0].engine;
+    const isa::Engine default_engine = xb.in[0].engine;
     Ps end = 0, start = INT64_MAX;
     x.not_before = std::max(x.not_before, extra_not_before);
     InstrTiming first{};
-    for (int j = 0; j < x.n; ++j) {
-      Instr& in = x.in[static_cast<size_t>(j)];
+    for (int j = 0; j < xb.n; ++j) {
+      Instr& in = xb.in[static_cast<size_t>(j)];
       in.engine = best_engine;
-      if (x.auto_queue) {  // the trigger engine's queue that frees up first
+      if (xb.auto_queue) {  // the trigger engine's queue that frees up first
         const std::vector<int>& qs = trigger_queues[static_cast<size_t>(best_engine)];
         int q_best = qs[0];
         for (size_t q = 1; q < qs.size(); ++q) {
@@ -803,24 +864,24 @@ struct Scheduler::Impl {
       }
       engines::SlotTags tags;
       if (sim.checking()) {
-        low.slot_tags(x.op, x.uses, in, tags);
+        low.slot_tags(xb.op, xb.uses, in, tags);
         sim.set_slot_tags(&tags);
       }
       const engines::DepTracker::Regions* rg =
-          x.rg_epoch != sim.regions_epoch() ? nullptr : j == 0 ? &x.rg0 : &x.rg1;
-      const InstrTiming t = sim.submit(in, x.not_before, j == 0 ? &x.rd0[static_cast<size_t>(best_engine)] : &x.rd1, rg);
+          ri.rg_epoch != sim.regions_epoch() ? nullptr : j == 0 ? &ri.rg0 : &ri.rg1;
+      const InstrTiming t = sim.submit(in, x.not_before, j == 0 ? &ri.rd0[static_cast<size_t>(best_engine)] : &ri.rd1, rg);
       if (j == 0) first = t;
       end = std::max(end, t.end);
       start = std::min(start, t.start);
     }
-    if (const Instr* m = moving_of(x)) pe_group = m->opnd[0].offset;
-    if (low.recording_occupancy()) low.note_tile_uses(x.uses, start, end);
+    if (const Instr* m = moving_of(xb)) pe_group = m->opnd[0].offset;
+    if (low.recording_occupancy()) low.note_tile_uses(xb.uses, start, end);
     if (best_engine != default_engine && several(x.engines)) ++st.placed;
-    st.instructions += static_cast<uint64_t>(x.n);
+    st.instructions += static_cast<uint64_t>(xb.n);
     x.done = true;
-    if (x.op >= 0 && last_of_op[static_cast<size_t>(x.op)] == x.seq + 1) end_of_op[static_cast<size_t>(x.op)] = end;
+    if (xb.op >= 0 && last_of_op[static_cast<size_t>(xb.op)] == x.seq + 1) end_of_op[static_cast<size_t>(xb.op)] = end;
     x.height = 0;  // compute_heights() reads issued successors as 0
-    for (uint64_t q : x.tsucc)
+    for (uint64_t q : xb.tsucc)
       if (live(q)) node(q).not_before = std::max(node(q).not_before, end);
     for (uint64_t q : x.succ) {  // an instruction ordered after x starts no earlier than x
       if (!live(q)) continue;
@@ -844,7 +905,7 @@ struct Scheduler::Impl {
       if (ready.empty()) {
         if (base == next) return false;  // window drained and nothing left to lower
         // Edges only point forward in program order, but for with_schedule waits: a cycle is theirs.
-        const Node& x = node(base);
+        const Body& x = body(base);
         const SourceLoc where = x.op >= 0 ? k.ops[static_cast<size_t>(x.op)].loc : SourceLoc{};
         throw Error(ErrorCode::kScheduleCycle,
                     fmt::format("with_schedule: the edges make a cycle with the kernel's data dependencies at '{}' "
@@ -904,8 +965,8 @@ Scheduler::~Scheduler() { delete impl_; }
 void Scheduler::run() { impl_->run(); }
 bool Scheduler::prepare() { return impl_->prepare(); }
 sim::Ps Scheduler::next_start() const { return impl_->pick_start; }
-const isa::Instr& Scheduler::next_instr() const { return impl_->node(impl_->ready[impl_->pick]).in[0]; }
-int Scheduler::next_op() const { return impl_->node(impl_->ready[impl_->pick]).op; }
+const isa::Instr& Scheduler::next_instr() const { return impl_->body(impl_->ready[impl_->pick].seq).in[0]; }
+int Scheduler::next_op() const { return impl_->body(impl_->ready[impl_->pick].seq).op; }
 InstrTiming Scheduler::commit(sim::Ps not_before) { return impl_->commit(not_before); }
 
 }  // namespace nsim::frontend
