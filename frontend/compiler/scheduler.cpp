@@ -88,6 +88,9 @@ struct Scheduler::Impl {
   /// node's own entry in the window was by then usually out of the first-level cache. Once a node is ready its
   /// operands' times, costs and not_before no longer change; its height does (compute_heights() copies it here).
   struct Cand {
+    /// No earlier start, nor earlier bound of the scheduling front, on any of its engines: the least of
+    /// ready_at[e] (a pair: pair_front). choose() passes over a node with lb above the best start found so far.
+    Ps lb = INT64_MAX;
     uint64_t seq = 0;
     Ps height = 0;
     /// The PSUM offset its MultiplyMoving accumulates into (an open accumulation group continues there), or -1.
@@ -702,6 +705,7 @@ struct Scheduler::Impl {
           r = std::max(r, ri.rd1.time);
         }
         c.ready_at[static_cast<size_t>(e)] = std::max(r, x.not_before);
+        c.lb = std::min(c.lb, c.pair ? c.pair_front : c.ready_at[static_cast<size_t>(e)]);
       }
   }
 
@@ -771,6 +775,9 @@ struct Scheduler::Impl {
     Engine best_engine = Engine::kVector;
     for (size_t i = 0; i < ready.size(); ++i) {
       const Cand& x = ready[i];
+      // It starts after the best so far (s_x >= lb > best_start: not better, and no tie) and bounds the front
+      // no lower (what it would bound it by is >= lb > best_start >= front): as if scanned.
+      if (x.lb > best_start) continue;
       Ps s_x = INT64_MAX, f_x = INT64_MAX;
       Engine e_x = x.home;
       if (kWhatIf && sim.would_free(body(x.seq).in[0])) {
