@@ -72,7 +72,7 @@ struct Scheduler::Impl {
   /// window holds compiler.window of them (1024 by default); spread over the ~3 MB of the bodies, these reads
   /// missed the caches (sampled with perf: commit()'s successor loop and choose()'s candidate loop waited on
   /// memory, not on work).
-  struct Node {
+  struct alignas(64) Node {  // (one cache line)
     uint64_t seq = 0;
     Ps not_before = 0;
     Ps height = 0;
@@ -81,12 +81,12 @@ struct Scheduler::Impl {
     uint8_t engines = 0;    ///< candidate engines (one bit when fixed)
     uint8_t free_uses = 0;  ///< in[0]'s StreamEngines::uses(): what its engine's free time depends on
     Engine home = Engine::kVector;  ///< in[0].engine as lowered: the default engine (ties go to it)
-    bool done = false;
     std::vector<uint64_t> succ;  ///< order edges
   };
   /// A ready node as choose() reads it, in the `ready` list itself: the list is scanned at every issue, and a
   /// node's own entry in the window was by then usually out of the first-level cache. Once a node is ready its
   /// operands' times, costs and not_before no longer change; its height does (compute_heights() copies it here).
+  static_assert(sizeof(Node) == 64, "a Node fills one cache line");
   struct Cand {
     /// No earlier start, nor earlier bound of the scheduling front, on any of its engines: the least of
     /// ready_at[e] (a pair: pair_front). choose() passes over a node with lb above the best start found so far.
@@ -138,6 +138,9 @@ struct Scheduler::Impl {
   uint64_t cap;  ///< ring capacity (power of two >= window)
   std::vector<Node> ring;
   std::vector<Body> bodies;  ///< by ring slot, as `ring`
+  /// By ring slot, as `ring`: whether the node there was issued. Apart from the nodes: live() asks it for every
+  /// predecessor the conflict tables hold, and a byte per slot stays in the first-level cache.
+  std::vector<uint8_t> done;
   std::vector<ReadyInfo> infos;      ///< of the ready nodes (Body::ready_info), and free ones
   std::vector<uint32_t> free_infos;  ///< entries of `infos` not in use (the latest freed last)
   uint64_t base = 0, next = 0;  ///< window = seqs [base, next); every seq < base is issued
@@ -205,6 +208,7 @@ struct Scheduler::Impl {
     while (cap < static_cast<uint64_t>(std::max(2, p.schedule_window))) cap <<= 1;
     ring.resize(cap);
     bodies.resize(cap);
+    done.resize(cap);
     chip_chunk = std::max<int64_t>(4, p.dep_chunk_bytes);
     for (int s2 = 0; s2 < 62; ++s2)
       if (chip_chunk == int64_t{1} << s2) chip_shift = s2;
@@ -255,7 +259,7 @@ struct Scheduler::Impl {
   Node& node(uint64_t seq) { return ring[seq & (cap - 1)]; }
   Body& body(uint64_t seq) { return bodies[seq & (cap - 1)]; }
   const Body& body(uint64_t seq) const { return bodies[seq & (cap - 1)]; }
-  bool live(uint64_t seq) { return seq >= base && seq < next && !node(seq).done; }
+  bool live(uint64_t seq) { return seq >= base && seq < next && !done[seq & (cap - 1)]; }
 
   void add_edge(uint64_t from, Node& x) {
     if (from == x.seq || !live(from)) return;
@@ -538,7 +542,7 @@ struct Scheduler::Impl {
     // Tile uses as of this op's lowering (before pulling another op's instruction below, whose allocs
     // would move the instance counts on).
     if (low.recording_uses()) low.tile_uses(oi, xb.uses);
-    x.done = false;
+    done[next & (cap - 1)] = 0;
     x.npred = 0;
     x.succ.clear();
     xb.tsucc.clear();
@@ -724,7 +728,7 @@ struct Scheduler::Impl {
   void compute_heights() {
     for (uint64_t s = next; s-- > base;) {
       Node& x = node(s);
-      if (x.done) continue;
+      if (done[s & (cap - 1)]) continue;
       Ps h = 0;
       // A successor is in the window (admitted after x, or a with_schedule wait still >= base); an issued
       // one has height 0 (commit), which changes no maximum.
@@ -885,7 +889,7 @@ struct Scheduler::Impl {
     if (low.recording_occupancy()) low.note_tile_uses(xb.uses, start, end);
     if (best_engine != default_engine && several(x.engines)) ++st.placed;
     st.instructions += static_cast<uint64_t>(xb.n);
-    x.done = true;
+    done[seq & (cap - 1)] = 1;
     if (xb.op >= 0 && last_of_op[static_cast<size_t>(xb.op)] == x.seq + 1) end_of_op[static_cast<size_t>(xb.op)] = end;
     x.height = 0;  // compute_heights() reads issued successors as 0
     for (uint64_t q : xb.tsucc)
@@ -896,7 +900,7 @@ struct Scheduler::Impl {
       y.not_before = std::max(y.not_before, start);
       if (--y.npred == 0) make_ready(y);
     }
-    while (base < next && node(base).done) ++base;
+    while (base < next && done[base & (cap - 1)]) ++base;
     return first;
   }
 
