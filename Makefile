@@ -27,7 +27,7 @@ FUZZ_DRIVER_ARGS ?=
 PYENV       = PYTHONPATH=python:$(BUILD)/python$${PYTHONPATH:+:$$PYTHONPATH}
 APT_PKGS   := build-essential cmake ninja-build libeigen3-dev libfmt-dev libyaml-cpp-dev catch2 libbenchmark-dev pybind11-dev \
               nlohmann-json3-dev libcli11-dev
-PIP_PKGS   := numpy ml-dtypes pytest matplotlib
+PIP_PKGS   := numpy 'ml-dtypes>=0.5,<0.7' pytest matplotlib  # (ml-dtypes: see pyproject.toml)
 
 .PHONY: all deps build test unit-test demo bench clean sanitize fuzz fuzz-smoke fuzz-driver pgo
 
