@@ -67,11 +67,11 @@ bool several(uint8_t m) { return (m & (m - 1)) != 0; }
 }  // namespace
 
 struct Scheduler::Impl {
-  /// A window instruction as choose(), commit(), compute_heights() and the conflict tables read it, for every
-  /// instruction in the window: kept apart from its instructions and dependency regions (Body, ~3 KB each). The
-  /// window holds compiler.window of them (1024 by default); spread over the ~3 MB of the bodies, these reads
-  /// missed the caches (sampled with perf: commit()'s successor loop and choose()'s candidate loop waited on
-  /// memory, not on work).
+  /// A window instruction as commit(), compute_heights() and the conflict tables read it, for every instruction
+  /// in the window: kept apart from its instructions (Body, ~1.7 KB each) and from the dependency regions worked out
+  /// once it is ready (ReadyInfo). The window holds compiler.window of them (1024 by default); spread over the ~3 MB
+  /// the nodes took with their instructions and regions, these reads missed the caches (sampled with perf:
+  /// commit()'s successor loop and choose()'s candidate loop waited on memory, not on work).
   struct alignas(64) Node {  // (one cache line)
     uint64_t seq = 0;
     Ps not_before = 0;
@@ -83,10 +83,10 @@ struct Scheduler::Impl {
     Engine home = Engine::kVector;  ///< in[0].engine as lowered: the default engine (ties go to it)
     std::vector<uint64_t> succ;  ///< order edges
   };
+  static_assert(sizeof(Node) == 64, "a Node fills one cache line");
   /// A ready node as choose() reads it, in the `ready` list itself: the list is scanned at every issue, and a
   /// node's own entry in the window was by then usually out of the first-level cache. Once a node is ready its
   /// operands' times, costs and not_before no longer change; its height does (compute_heights() copies it here).
-  static_assert(sizeof(Node) == 64, "a Node fills one cache line");
   struct Cand {
     /// No earlier start, nor earlier bound of the scheduling front, on any of its engines: the least of
     /// ready_at[e] (a pair: pair_front). choose() passes over a node with lb above the best start found so far.
