@@ -258,7 +258,6 @@ struct Scheduler::Impl {
 
   Node& node(uint64_t seq) { return ring[seq & (cap - 1)]; }
   Body& body(uint64_t seq) { return bodies[seq & (cap - 1)]; }
-  const Body& body(uint64_t seq) const { return bodies[seq & (cap - 1)]; }
   bool live(uint64_t seq) { return seq >= base && seq < next && !done[seq & (cap - 1)]; }
 
   void add_edge(uint64_t from, Node& x) {
