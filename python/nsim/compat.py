@@ -34,8 +34,10 @@ nsim's own objects.
 operators, ``nl.arange``/``nl.mgrid`` indexing, ``nl.par_dim`` block dims, PSUM ``+=``),
 ``neuronxcc.nki.isa`` -> ``nsim.nki.beta1.isa`` (value-returning instructions), ``neuronxcc.nki.typing``
 and ``neuronxcc.nki.compiler`` -> ``nsim.nki.beta1.typing`` / ``.compiler``; ``neuronxcc.nki.isa.constants``
-is the new dialect's enum module. ``mask=`` takes rectangular predicates (and bools); non-rectangular ones and
-transposed arange accesses outside ``nl.load`` / ``nl.store`` raise ``NotSupportedError``.
+is the new dialect's enum module. ``mask=`` takes any affine predicate (and bools): a non-rectangular one on
+``nl.load`` / ``nl.store`` and element-wise value functions is split into boxes of its true region, one
+instruction each (docs/debugging.md, "Non-rectangular masks"); on reductions, matmul operand masks and nisa ops,
+and transposed arange accesses outside ``nl.load`` / ``nl.store``, it raises ``NotSupportedError``.
 
 ``NKI_SIMULATOR=1`` needs nothing: nsim always simulates. ``python -m nsim run script.py`` installs
 these aliases and then runs the script as ``__main__``.

@@ -1959,6 +1959,7 @@ def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
     shape = tuple(_b.max((t.shape for t in tiles), key=math.prod))
     boxes = [mask] if isinstance(mask, list) else mask_boxes(mask, shape)  # (a list: one box of a split mask)
     if len(boxes) > 1:  # a non-rectangular mask: one instruction per box of its true region (spec §3.8)
+        _note_split_starts(boxes)
         kept = getattr(out, "_box", None)
         if out is None:
             guess = dtype
@@ -2002,6 +2003,22 @@ def masked_elementwise(fn, args, mask, what, dtype=None, out=None):
     if isinstance(out, Tensor) and _restrict(out, box) is not out:
         out._box = [tuple(b) for b in box]
     return out
+
+
+def _note_split_starts(boxes):
+    """A compute instruction split by a non-rectangular mask into boxes of its true region: when a box starts at a
+    partition the hardware's start-partition rule does not allow for its size (a triangle's boxes are its rows), the
+    tracer notes the user's line, so that the sanitizer's NSIM-W509 for those boxes, nsim's own lowering and not a
+    view the kernel wrote, is not reported (tracer.run)."""
+    for box in boxes:
+        lo, hi = box[0]
+        n = hi - lo
+        if lo % (128 if n > 64 else 64 if n > 32 else 32):
+            tr = _tr.active()
+            if tr is not None:
+                loc = _tr.user_loc()
+                tr.split_sites.add((loc["file"], loc["line"]))
+            return
 
 
 def _run_into(fn, args, shape, box, dtype, guess):
