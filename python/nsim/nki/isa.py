@@ -152,7 +152,8 @@ def _engine(e, what):
 
 
 def _t(x, slot, what):
-    _tr.current("nisa." + what)  # outside a kernel: a clear error first
+    if _tr.active() is None:  # outside a kernel: a clear error first (its message built only then: per operand)
+        _tr.current("nisa." + what)
     if not isinstance(x, NkiTensor):
         raise make_error("BadOperandKind", "{}: operand '{}' must be a tensor (view), got {!r}".format(
             what, slot, x))
@@ -160,7 +161,9 @@ def _t(x, slot, what):
 
 
 def _op(name, **fields):
-    tr = _tr.current("nisa." + name)
+    tr = _tr.active()
+    if tr is None:  # (the message built only when needed: this runs for every instruction)
+        _tr.current("nisa." + name)
     stmt = {"op": name}
     waits = ()
     for k, v in fields.items():

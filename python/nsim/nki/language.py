@@ -547,9 +547,16 @@ def _call_opcode(op, args, kwargs, prefix="nki.language"):
                      "as op= to an nisa instruction".format(n, n))
 
 
+_ISA = []
+
+
 def _isa():
-    from . import isa
-    return isa
+    """nsim.nki.isa (imported at the first call: it imports this module); kept, as the import statement costs
+    a package lookup per call and this runs for most value functions."""
+    if not _ISA:
+        from . import isa
+        _ISA.append(isa)
+    return _ISA[0]
 
 
 def _is_scalar(x):
@@ -557,7 +564,8 @@ def _is_scalar(x):
 
 
 def _tensor_arg(x, what, slot="x"):
-    _tr.current("nl." + what)
+    if _tr.active() is None:  # (the message built only when needed)
+        _tr.current("nl." + what)
     if not isinstance(x, NkiTensor):
         raise make_error("BadOperandKind", "nl.{}: {} must be a tensor, got {!r}".format(what, slot, x))
     if x.buffer == "hbm":
