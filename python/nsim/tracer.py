@@ -173,6 +173,7 @@ def user_frame(skip=0, pos=None):
     return None
 
 
+_TILE_SITES = {}  # Tracer.tile's frame positions -> (its pool key's lines, the assigned name, the code objects)
 _INNER_LINES = {}  # user_frame's pos of nsim's frames -> (their lines, their code objects): Tracer.tile's pool key
 
 
@@ -3191,8 +3192,29 @@ class Tracer:
         # positions gathered on the way to the user's frame: lines alone, the sites differ by them)
         pos = []
         frame = user_frame(1, pos)
-        inner = _inner_lines(tuple(pos), sys._getframe(1), frame)
-        hint = None if name else assigned_name(frame)
+        caller = frame.f_back if frame is not None else None
+        # The site (the pool key's lines, below) and the variable the statement assigns to depend only on the
+        # code and instruction offsets of the frames passed and of the user's frame and its caller: looked up
+        # once per such position (a tile made by a line run before: one dict lookup instead of the line-table
+        # reads and the assignment lookup). The entry keeps the code objects, so the ids in its key stay theirs.
+        if frame is not None:
+            pos.append(id(frame.f_code))
+            pos.append(frame.f_lasti)
+            if caller is not None:
+                pos.append(id(caller.f_code))
+                pos.append(caller.f_lasti)
+        pk = tuple(pos)
+        site = _TILE_SITES.get(pk)
+        if site is None:
+            inner = _inner_lines(tuple(pos[:-4 if caller is not None else -2] if frame is not None else pos),
+                                 sys._getframe(1), frame)
+            site = _TILE_SITES[pk] = (
+                None if frame is None else (frame.f_code.co_filename, _lineno(frame),
+                                            caller.f_code.co_filename if caller is not None else None,
+                                            _lineno(caller) if caller is not None else 0, inner),
+                assigned_name(frame), frame.f_code if frame is not None else None,
+                caller.f_code if caller is not None else None)
+        hint = None if name else site[1]
         # The pool of reusable storage is per allocation site (file, line, and the line that called it) and
         # kind: a tile takes the storage of a dead tile made by the same nl.ndarray line, as the compiler rotates
         # one allocation's buffers over a loop's iterations. Tiles of different lines never share here (the
@@ -3207,11 +3229,7 @@ class Tracer:
         # line alone they were one line run twice per pass, each given one buffer of the other's pool: a kept loop
         # of `tensor_tensor(d, b.broadcast_to(...))` waited for its previous iteration, 28.4 us against 17.7 us
         # unrolled).
-        caller = frame.f_back if frame is not None else None
-        key = (buffer, dt, shape) if frame is None else (
-            buffer, dt, shape, frame.f_code.co_filename, _lineno(frame),
-            caller.f_code.co_filename if caller is not None else None, _lineno(caller) if caller is not None else 0,
-            inner)
+        key = (buffer, dt, shape) if frame is None else (buffer, dt, shape) + site[0]
         if self._broken is not None:
             raise _NeedsConcrete("a loop recorded symbolically was left early", self._broken)
         recs = self._recs
