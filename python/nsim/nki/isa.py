@@ -76,14 +76,23 @@ class dma_engine(enum.IntEnum):  # noqa: N801
 def _core_values():
     """The parameters (config_values) of the core NKI_NC_VERSION / NEURON_PLATFORM_TARGET_OVERRIDE names, else
     of the configured core (the running kernel's config, else the ``nsim.options`` default)."""
-    import os
     from .._kernel import PLATFORM_CONFIG
     for var in ("NKI_NC_VERSION", "NEURON_PLATFORM_TARGET_OVERRIDE"):
         v = os.environ.get(var)
         if v and v in PLATFORM_CONFIG:
             return _isa.config_values(PLATFORM_CONFIG[v])
+    # (the cached dict, read only: per matmul; while tracing, kept on the tracer for the config and overrides
+    # objects it holds, as nl.tile_size's values: language._current_tile_sizes)
+    t = _tr.active()
+    if t is not None:
+        c = t.__dict__.get("_nl_core_values")
+        if c is not None and c[0] is t.config and c[1] is t.overrides:
+            return c[2]
+        values = _isa._config_values(str(t.config), tuple(_isa._overrides(t.overrides)))
+        t._nl_core_values = (t.config, t.overrides, values)
+        return values
     cfg, ovr = _nl._configured()
-    return _isa._config_values(str(cfg), tuple(_isa._overrides(ovr)))  # (the cached dict, read only: per matmul)
+    return _isa._config_values(str(cfg), tuple(_isa._overrides(ovr)))
 
 
 def get_nc_version():

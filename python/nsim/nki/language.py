@@ -120,11 +120,10 @@ _MIN_ALIGN = 16
 _SBUF_RESERVED_BYTES = 16 * 1024
 
 
-def _tile_sizes(c):
+def _tile_sizes(c, reserve_bank=False):
     """nl.tile_size from the configuration's parameters (engines/params.def), FP32 elements where NKI
-    counts elements."""
+    counts elements; ``reserve_bank``: NKI_DMA_TRANSPOSE_AS_PE_TRANSPOSE=true (one PSUM bank fewer)."""
     sbuf_fmax_bytes = c["sbuf.bytes_per_partition"] - _SBUF_RESERVED_BYTES
-    reserve_bank = os.environ.get("NKI_DMA_TRANSPOSE_AS_PE_TRANSPOSE") == "true"
     return {
         "pmax": c["sbuf.partitions"],
         "psum_fmax": c["psum.bank_bytes"] // 4,
@@ -143,11 +142,28 @@ def _tile_sizes(c):
     }
 
 
+def _current_tile_sizes():
+    """_tile_sizes of the configured core (_configured) and NKI_DMA_TRANSPOSE_AS_PE_TRANSPOSE (read at each call).
+    While a kernel is traced, kept on its tracer for the config and overrides objects it holds: kernels and nsim's
+    own ops read nl.tile_size for every tile and matmul, and working it out each time (the overrides normalised,
+    the parameters looked up, the dict built) cost ~5 % of tracing the library's flash attention. The dict is
+    shared: read only."""
+    reserve = os.environ.get("NKI_DMA_TRANSPOSE_AS_PE_TRANSPOSE") == "true"
+    t = _tr.active()
+    if t is not None:
+        c = t.__dict__.get("_nl_tile_sizes")
+        if c is not None and c[0] == reserve and c[1] is t.config and c[2] is t.overrides:
+            return c[3]
+        sizes = _tile_sizes(_tab._config_values(str(t.config), tuple(_tab._overrides(t.overrides))), reserve)
+        t._nl_tile_sizes = (reserve, t.config, t.overrides, sizes)
+        return sizes
+    cfg, ovr = _configured()
+    return _tile_sizes(_tab._config_values(str(cfg), tuple(_tab._overrides(ovr))), reserve)
+
+
 class _TileSizeMeta(type):
     def __getattr__(cls, name):
-        cfg, ovr = _configured()
-        # (the cached parameters, read only: no copy of them per nl.tile_size access, one per matmul)
-        sizes = _tile_sizes(_tab._config_values(str(cfg), tuple(_tab._overrides(ovr))))
+        sizes = _current_tile_sizes()
         if name not in sizes:
             raise AttributeError("nl.tile_size has no attribute {!r}".format(name))
         return sizes[name]
