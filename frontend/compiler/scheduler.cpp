@@ -135,7 +135,8 @@ struct Scheduler::Impl {
   Simulator& sim;
   const engines::CoreParams& p;
   ScheduleStats& st;
-  uint64_t cap;  ///< ring capacity (power of two >= window)
+  uint64_t cap;  ///< ring capacity (a power of two; doubled by grow() up to max_cap as the window fills)
+  uint64_t max_cap;  ///< the least power of two >= window
   std::vector<Node> ring;
   std::vector<Body> bodies;  ///< by ring slot, as `ring`
   /// By ring slot, as `ring`: whether the node there was issued. Apart from the nodes: live() asks it for every
@@ -204,8 +205,11 @@ struct Scheduler::Impl {
 
   Impl(const Kernel& kk, Lowering& l, Simulator& s, ScheduleStats& stats)
       : k(kk), low(l), sim(s), p(s.params()), st(stats) {
-    cap = 1;
-    while (cap < static_cast<uint64_t>(std::max(2, p.schedule_window))) cap <<= 1;
+    max_cap = 1;
+    while (max_cap < static_cast<uint64_t>(std::max(2, p.schedule_window))) max_cap <<= 1;
+    // (The ring starts small and grows with the window: a whole one, ~1.7 KB per slot, took a small kernel's run
+    // longer to build than to schedule.)
+    cap = std::min<uint64_t>(max_cap, kFirstCap);
     ring.resize(cap);
     bodies.resize(cap);
     done.resize(cap);
@@ -254,6 +258,26 @@ struct Scheduler::Impl {
     waiting_for.resize(k.ops.size());
     runs_after = schedule_edges(k);
     preds_scratch.reserve(64);
+  }
+
+  static constexpr uint64_t kFirstCap = 32;
+
+  /// Double the ring (the window holds cap instructions and may hold more): each instruction of the window moves
+  /// to its slot in the larger ring. Only admit() calls it, before it takes a reference to a slot.
+  void grow() {
+    const uint64_t ncap = cap * 2;
+    std::vector<Node> nr(ncap);
+    std::vector<Body> nb(ncap);
+    std::vector<uint8_t> nd(ncap);
+    for (uint64_t q = base; q < next; ++q) {
+      nr[q & (ncap - 1)] = std::move(ring[q & (cap - 1)]);
+      nb[q & (ncap - 1)] = std::move(bodies[q & (cap - 1)]);
+      nd[q & (ncap - 1)] = done[q & (cap - 1)];
+    }
+    ring.swap(nr);
+    bodies.swap(nb);
+    done.swap(nd);
+    cap = ncap;
   }
 
   Node& node(uint64_t seq) { return ring[seq & (cap - 1)]; }
@@ -531,6 +555,7 @@ struct Scheduler::Impl {
   /// Bring the next instruction (or LoadStationary + MultiplyMoving pair) into the window.
   bool admit() {
     int oi = -1;
+    if (next - base >= cap && cap < max_cap) grow();
     Node& x = node(next);
     Body& xb = body(next);  // lowered straight into its window slot (an Instr is ~600 bytes)
     if (!pull(xb.in[0], xb.ext[0], oi)) return false;
