@@ -10,7 +10,7 @@ from conftest import executed_ops, require_core  # noqa: E402
 _core, ml_dtypes = require_core()
 
 import nsim  # noqa: E402
-from nsim import nki, tracer  # noqa: E402
+from nsim import _isa, nki, tracer  # noqa: E402
 import nsim.nki.language as nl  # noqa: E402
 import nsim.nki.isa as nisa  # noqa: E402
 
@@ -561,3 +561,32 @@ def test_zeros_overwritten_whole_is_dropped():
     kept = [i for i, t in enumerate(open(__file__).read().splitlines(), 1) if "accumulated into: kept" in t
             and "nl.zeros(" in t]
     assert [s.get("loc", {}).get("line") for s in executed_ops(k.last_json["body"]) if s["op"] == "memset"] == kept
+
+
+def test_tile_size_follows_each_traces_config_and_the_environment(monkeypatch):
+    """nl.tile_size inside a kernel gives the values of that kernel's configuration (the tracer keeps them for its
+    config and overrides: language._current_tile_sizes), and NKI_DMA_TRANSPOSE_AS_PE_TRANSPOSE is read at each
+    access: a trace with other overrides, or the variable set while the kernel runs, sees the new values."""
+    seen = []
+
+    @nki.jit
+    def probe(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        seen.append((nl.tile_size.sbuf_fmax_bytes, nl.tile_size.psum_num_banks))
+        monkeypatch.setenv("NKI_DMA_TRANSPOSE_AS_PE_TRANSPOSE", "true")
+        seen.append((nl.tile_size.sbuf_fmax_bytes, nl.tile_size.psum_num_banks))
+        monkeypatch.delenv("NKI_DMA_TRANSPOSE_AS_PE_TRANSPOSE")
+        t = nl.ndarray((128, 64), a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.ones((128, 64), np.float32)
+    monkeypatch.delenv("NKI_DMA_TRANSPOSE_AS_PE_TRANSPOSE", raising=False)
+    probe.options(timing_only=True).simulate(x)
+    probe.options(timing_only=True, overrides={"sbuf.bytes_per_partition": 98304}).simulate(x)
+    probe.options(timing_only=True).simulate(x)
+    full = _isa.config_values("trn2")["sbuf.bytes_per_partition"] - 16 * 1024  # NKI reserves 16 KiB per partition
+    banks = _isa.config_values("trn2")["psum.banks"]
+    assert seen == [(full, banks), (full, banks - 1), (98304 - 16 * 1024, banks), (98304 - 16 * 1024, banks - 1),
+                    (full, banks), (full, banks - 1)]
