@@ -210,6 +210,11 @@ struct Scheduler::Impl {
     // (The ring starts small and grows with the window: a whole one, ~1.7 KB per slot, took a small kernel's run
     // longer to build than to schedule.)
     cap = std::min<uint64_t>(max_cap, kFirstCap);
+    // (Reserved whole, made as the ring grows: untouched pages cost nothing, and growing moves no slot whose
+    // instruction keeps its place.)
+    ring.reserve(max_cap);
+    bodies.reserve(max_cap);
+    done.reserve(max_cap);
     ring.resize(cap);
     bodies.resize(cap);
     done.resize(cap);
@@ -262,21 +267,22 @@ struct Scheduler::Impl {
 
   static constexpr uint64_t kFirstCap = 32;
 
-  /// Double the ring (the window holds cap instructions and may hold more): each instruction of the window moves
-  /// to its slot in the larger ring. Only admit() calls it, before it takes a reference to a slot.
+  /// Double the ring (the window holds cap instructions and may hold more), within the capacity reserved (nothing
+  /// reallocates): an instruction of the window whose seq has the bit `cap` set moves from slot s to s + cap, the
+  /// others keep theirs (slot s is then free: the window never held two seqs equal modulo cap). Only admit() calls
+  /// it, before it takes a reference to a slot.
   void grow() {
     const uint64_t ncap = cap * 2;
-    std::vector<Node> nr(ncap);
-    std::vector<Body> nb(ncap);
-    std::vector<uint8_t> nd(ncap);
+    ring.resize(ncap);
+    bodies.resize(ncap);
+    done.resize(ncap);
     for (uint64_t q = base; q < next; ++q) {
-      nr[q & (ncap - 1)] = std::move(ring[q & (cap - 1)]);
-      nb[q & (ncap - 1)] = std::move(bodies[q & (cap - 1)]);
-      nd[q & (ncap - 1)] = done[q & (cap - 1)];
+      const uint64_t from = q & (cap - 1), to = q & (ncap - 1);
+      if (from == to) continue;
+      ring[to] = std::move(ring[from]);
+      bodies[to] = std::move(bodies[from]);
+      done[to] = done[from];
     }
-    ring.swap(nr);
-    bodies.swap(nb);
-    done.swap(nd);
     cap = ncap;
   }
 
