@@ -94,7 +94,8 @@ void Memory::fill_onchip_to(Space space, int64_t hi) const {
   // used: its tracer.run() 0.94 of the time now, docs/performance.md thirty-first session.) (`hi` may be past the
   // partition: resolve() checks the bounds after.)
   constexpr int64_t kStep = 1 << 10;
-  const int64_t to = std::min(bytes, std::max((hi + kStep - 1) / kStep * kStep, 2 * filled));
+  const int64_t reach = hi >= bytes ? bytes : (hi + kStep - 1) / kStep * kStep;  // (no overflow for a wild `hi`)
+  const int64_t to = std::min(bytes, std::max(reach, 2 * filled));
   const int64_t whole = static_cast<int64_t>(store.size()) / 4 * 4;  // a trailing partial element is left alone
   uint8_t pat[4];
   store_f32(DType::kFloat32, pat, std::numeric_limits<float>::quiet_NaN());
