@@ -270,7 +270,9 @@ struct Scheduler::Impl {
   /// Double the ring (the window holds cap instructions and may hold more), within the capacity reserved (nothing
   /// reallocates): an instruction of the window whose seq has the bit `cap` set moves from slot s to s + cap, the
   /// others keep theirs (slot s is then free: the window never held two seqs equal modulo cap). Only admit() calls
-  /// it, before it takes a reference to a slot.
+  /// it, before it takes a reference to a slot. (prepare() fills the window before anything issues, so the ring
+  /// reaches max_cap before it wraps and nothing moves today: checked on every example and library kernel at four
+  /// windows; the loop keeps grow() right if the window ever grows after issuing.)
   void grow() {
     const uint64_t ncap = cap * 2;
     ring.resize(ncap);
