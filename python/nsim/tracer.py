@@ -2220,6 +2220,11 @@ def _access_key(v):
     """A hashable form of an IR access (index expressions by their terms: the same key is the same elements in
     every iteration)."""
     def k(x):
+        t = type(x)
+        if t is int or t is str:  # (the common leaves first: by type, as the checks below would answer)
+            return x
+        if t is list:
+            return tuple(map(k, x))
         if isinstance(x, Sym):
             c, t = x._open()
             return ("S", c, tuple((id(var), co) for var, co in t)) if t else c
@@ -3781,11 +3786,13 @@ class Tracer:
             if v is None or slot in runtime:
                 continue
             name = v if isinstance(v, str) else v["tensor"]
-            reg = _exact_region(v, self)
+            reg = None  # (worked out for the first frame that checks it: a tile made in every frame's body needs none)
             born = self._birth.get(name, ())
             for f in self._affine:
                 if f.stamp in born:
                     continue
+                if reg is None:
+                    reg = _exact_region(v, self)
                 for r0 in reg:  # the writes of every iteration of a symbolic loop inside f: not representable
                     if isinstance(r0[0], Sym):
                         for x, _k in r0[0]._open()[1]:
