@@ -3661,7 +3661,8 @@ class Tracer:
                 if any(name in x.local for x in inner):
                     continue
                 # a read of exactly what this iteration wrote (its own slice, which moves apart): not carried
-                if _access_key(v) not in rec.wregs.get(name, ()):
+                w = rec.wregs.get(name)
+                if not w or _access_key(v) not in w:
                     rec.read.add(name)
             if rec.written & rec.read:
                 raise _NeedsConcrete("the sanitizer's affine_range check: the body reads a tensor it writes",
