@@ -2236,6 +2236,19 @@ def _access_key(v):
     return v if isinstance(v, str) else k(v)
 
 
+def _same_terms(a, b):
+    """Whether two tuples of (LoopVar, coefficient) terms are the same sum (the same variables, by identity, with
+    the same coefficients)."""
+    if len(a) != len(b):
+        return False
+    da = {}
+    for x, co in a:
+        da[id(x)] = da.get(id(x), 0) + co
+    for x, co in b:
+        da[id(x)] = da.get(id(x), 0) - co
+    return not any(da.values())
+
+
 def _inplace_accumulation(stmt):
     """``dst = dst <op> x``: a tensor_tensor whose dst is the same access as its data1, with a reduction operator
     of the ALU table (add, subtract, multiply, maximum, ...), as ``t[...] += x`` writes it. Such updates give the
@@ -3698,13 +3711,18 @@ class Tracer:
         if ru.layout != rv.layout or len(ru) != len(rv):
             return Tracer._bytes_apart(ru, rv, var)
 
-        def parts(start, n, step):  # (the var's coefficient, the start without it, the lowest / highest offsets)
+        def parts(start, n, step):
+            """(the var's coefficient, the start without it, its terms of enclosing loops, the start without those
+            either, the lowest / highest offsets)."""
             span = (int(n) - 1) * int(step)
             if not isinstance(start, Sym):
-                return 0, start, min(0, span), max(0, span)
+                return 0, start, (), start, min(0, span), max(0, span)
             c, terms = start._open()
             k = sum(co for x, co in terms if x is var)
-            return k, Sym.make(c, tuple((x, co) for x, co in terms if x is not var)), min(0, span), max(0, span)
+            outer = tuple((x, co) for x, co in terms if x is not var and x.depth < var.depth)
+            return (k, Sym.make(c, tuple((x, co) for x, co in terms if x is not var)), outer,
+                    Sym.make(c, tuple((x, co) for x, co in terms if x is not var and x.depth >= var.depth)),
+                    min(0, span), max(0, span))
 
         def lo(x):
             return x.lo() if isinstance(x, Sym) else x
@@ -3713,11 +3731,17 @@ class Tracer:
             return x.hi() if isinstance(x, Sym) else x
 
         for a, b in zip(ru, rv):
-            (ka, ra, la, ha), (kb, rb, lb, hb) = parts(*a), parts(*b)
+            (ka, ra, oa, ia, la, ha), (kb, rb, ob, ib, lb, hb) = parts(*a), parts(*b)
             if hi(a[0]) + ha < lo(b[0]) + lb or hi(b[0]) + hb < lo(a[0]) + la:  # apart over the whole loop
                 return True
-            if ka == kb != 0 and max(hi(ra) + ha, hi(rb) + hb) - min(lo(ra) + la, lo(rb) + lb) < abs(ka):
-                return True  # one window moving by k
+            if ka == kb != 0:
+                # One window moving by k. Terms of enclosing loops (and launch grids) that both starts have alike
+                # hold one value in the two iterations compared (their loops do not move while this one runs):
+                # they shift both accesses alike and leave the window out (a head's row `2 pid + i_q_h`).
+                if _same_terms(oa, ob):
+                    ra, rb = ia, ib
+                if max(hi(ra) + ha, hi(rb) + hb) - min(lo(ra) + la, lo(rb) + lb) < abs(ka):
+                    return True
         return Tracer._bytes_apart(ru, rv, var)
 
     @staticmethod
@@ -3725,32 +3749,46 @@ class Tracer:
         """_writes_apart on the tensor's bytes (regions of different layouts: a reshape, a view of another element
         size): the byte range each touches over the whole loop disjoint, or both moving by the same number of bytes
         per iteration within one window of that many bytes."""
-        def window(reg):  # (bytes per unit of var, lowest / highest byte without the var's term, the whole range)
+        def window(reg):
+            """(bytes per unit of var, lowest / highest byte without the var's term, the whole range, the bytes per
+            unit of each enclosing loop's index, lowest / highest byte without those terms either)."""
             shape, strides, unit = reg.layout
             dims = list(reg) + [(0, n, 1) for n in shape[len(reg):]]
-            k, c, lo_, hi_ = 0, 0, 0, 0
+            k, lo_, hi_, ilo, ihi = 0, 0, 0, 0, 0
+            outer = {}
             for (start, n, step), st in zip(dims, strides):
                 span = (int(n) - 1) * int(step) * int(st)
                 lo_, hi_ = lo_ + min(0, span), hi_ + max(0, span)
+                ilo, ihi = ilo + min(0, span), ihi + max(0, span)
                 if isinstance(start, Sym):
                     c0, terms = start._open()
                     k += sum(co for x, co in terms if x is var) * int(st)
                     rest = Sym.make(c0, tuple((x, co) for x, co in terms if x is not var))
                     lo_, hi_ = lo_ + (rest.lo() if isinstance(rest, Sym) else rest) * int(st), \
                         hi_ + (rest.hi() if isinstance(rest, Sym) else rest) * int(st)
+                    inner = Sym.make(c0, tuple((x, co) for x, co in terms if x is not var and x.depth >= var.depth))
+                    ilo, ihi = ilo + (inner.lo() if isinstance(inner, Sym) else inner) * int(st), \
+                        ihi + (inner.hi() if isinstance(inner, Sym) else inner) * int(st)
+                    for x, co in terms:
+                        if x is not var and x.depth < var.depth:
+                            outer[id(x)] = outer.get(id(x), 0) + co * int(st) * unit
                 else:
                     lo_, hi_ = lo_ + int(start) * int(st), hi_ + int(start) * int(st)
+                    ilo, ihi = ilo + int(start) * int(st), ihi + int(start) * int(st)
             # (strides are positive: a term's lowest value times the stride is the lowest offset)
             full = (lo_ + min(k * var.lo, k * var.hi), hi_ + max(k * var.lo, k * var.hi))
-            return k * unit, lo_ * unit, hi_ * unit + unit - 1, full[0] * unit, full[1] * unit + unit - 1
+            return (k * unit, lo_ * unit, hi_ * unit + unit - 1, full[0] * unit, full[1] * unit + unit - 1,
+                    {x: b for x, b in outer.items() if b}, ilo * unit, ihi * unit + unit - 1)
 
         try:
-            ka, la, ha, fla, fha = window(ru)
-            kb, lb, hb, flb, fhb = window(rv)
+            ka, la, ha, fla, fha, oa, ila, iha = window(ru)
+            kb, lb, hb, flb, fhb, ob, ilb, ihb = window(rv)
         except (TypeError, ValueError):
             return False
         if fha < flb or fhb < fla:
             return True
+        if oa == ob:  # enclosing loops' terms alike in both (bytes per unit): one value in the iterations compared
+            la, ha, lb, hb = ila, iha, ilb, ihb
         return ka == kb != 0 and max(ha, hb) - min(la, lb) < abs(ka)
 
     def _affine_writes(self, stmt):

@@ -894,6 +894,51 @@ def test_the_affine_write_check_reports_the_same_with_loops_kept():
     assert lp["kind"] == "sequential"
 
 
+def _head_rows(b1, two_apart):
+    """A Beta-1 kernel launched on a grid of 2: program `pid` writes row block 2 pid + j (j = 0, 1) of `out` in an
+    affine_range, through two stores of one tensor (its two halves of 64 rows) -- the public flash_fwd's
+    `o[batch, head_id * q_h_per_k_h + i_q_h, ...]`. `two_apart`: the second store writes the first half of the next
+    row block instead, which the next iteration's first store writes too (a conflict across iterations)."""
+    bnki, bnl, bnisa = b1
+
+    def head_rows(x):
+        pid = bnl.program_id(0)
+        out = bnl.ndarray((5 * 128, 128), x.dtype, buffer=bnl.shared_hbm)
+        for j in bnl.affine_range(2):
+            base = (pid * 2 + j) * 128
+            t = bnl.load(x[base:base + 128, :])
+            off = 128 if two_apart else 64
+            bnl.store(out[base:base + 64, :], value=t[0:64, :])
+            bnl.store(out[base + off:base + off + 64, :], value=t[64:128, :])
+        return out
+
+    return bnki.jit(head_rows)
+
+
+def test_the_affine_write_check_takes_a_launch_grids_index_as_fixed(b1):
+    # Two stores of one tensor in the body, rows 2 pid + j: apart across the iterations of j whatever pid is (pid
+    # does not move while the loop runs). The check used to take pid's whole range into the window, could not show
+    # it, and unrolled the loop to check it exactly: with the sanitizer on (simulate()'s default) the public
+    # flash_fwd traced 2.4x longer and its simulated time moved (1,497,056.7 against 1,477,444.7 ns at seq 2048).
+    k = _head_rows(b1, two_apart=False)
+    x = np.random.default_rng(7).standard_normal((4 * 128, 128)).astype(np.float32)
+    checked = k[2].options(loops="keep", check=True).to_json(x)
+    assert any(lp["kind"] == "affine" for lp in _loops(checked))
+    assert checked == k[2].options(loops="keep", check=False).to_json(x)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tracer.CheckWarning)
+        np.testing.assert_array_equal(k[2].options(loops="keep").simulate(x)[0][:4 * 128], x)
+
+
+def test_the_affine_write_check_still_reports_writes_meeting_across_iterations_of_a_grid_program(b1):
+    k = _head_rows(b1, two_apart=True)
+    x = np.random.default_rng(8).standard_normal((4 * 128, 128)).astype(np.float32)
+    with pytest.warns(tracer.CheckWarning, match="NSIM-W504") as w:
+        k[2].options(loops="keep").simulate(x)
+    assert any(r.message.report["check"] == "affine-write-conflict" for r in w)
+
+
 def test_an_affine_loop_writing_disjoint_slices_stays_affine_with_the_sanitizer_on():
     k = K.KERNELS["flash_attention_gqa"][0]
     kj = k.options(loops="keep").to_json(*K.flash_attention_gqa_inputs(hq=2, hkv=1, s=256))

@@ -251,6 +251,41 @@ def test_affine_write_conflict_through_views_of_different_sizes():
     assert _reports(_mixed(False), x) == []
 
 
+def _blocks_in_two_loops(shift):
+    """Block 2 o + i of the one row of `out` ([1, 640] bf16: 128 bytes a block) written in iteration (o, i) of two
+    affine loops, through a float32 view (32 columns) and through the bf16 tensor (64 columns): the same bytes, so
+    the check compares the two writes by bytes (_bytes_apart). `shift`: the bf16 write goes to the next block,
+    which iteration i + 1 writes through the view (a conflict across iterations of i)."""
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((1, 640), nl.bfloat16, buffer=nl.shared_hbm)
+        for o in nl.affine_range(2):
+            for i in nl.affine_range(2):
+                b = o * 2 + i
+                t = nl.ndarray((1, 32), nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=x[:, b * 32:(b + 1) * 32])
+                nisa.dma_copy(dst=out.view(nl.float32)[:, b * 32:(b + 1) * 32], src=t)
+                u = nl.ndarray((1, 64), nl.bfloat16, buffer=nl.sbuf)
+                nisa.tensor_copy(dst=u, src=t.view(nl.bfloat16))
+                c0 = (b + shift) * 64
+                nisa.dma_copy(dst=out[:, c0:c0 + 64], src=u)
+        return out
+    return k
+
+
+def test_the_affine_write_check_across_element_sizes_takes_an_enclosing_loops_index_as_fixed():
+    # The byte windows of the two writes in loop i, without the outer index o's term (o does not move while i's
+    # loop runs): apart. The window used to span o's whole range, and the check unrolled loop i to check it
+    # exactly, so the traced IR (and possibly the simulated time) depended on the sanitizer being on.
+    x = np.random.default_rng(11).standard_normal((1, 128)).astype(np.float32)
+    k = _blocks_in_two_loops(0)
+    checked = k.options(loops="keep", check=True).to_json(x)
+    assert checked == k.options(loops="keep", check=False).to_json(x)
+    assert _reports(k, x) == []
+    reps = _reports(_blocks_in_two_loops(1), x)
+    assert reps and all(r["check"] == "affine-write-conflict" and r["tensor"] == "out" for r in reps)
+
+
 def test_kept_loop_two_writes_that_meet_across_iterations_are_reported():
     # Each write moves apart from itself; iteration 1's second write is iteration 0's first (columns 0 .. 63).
     # Before, the kept loop was never unrolled for this and nothing was reported.
