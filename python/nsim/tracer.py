@@ -520,12 +520,13 @@ class _NeedsConcrete(BaseException):
     None for the innermost loop being recorded). A BaseException, so that ``except Exception`` in user code
     or in nsim does not swallow it."""
 
-    def __init__(self, why, key=None, peel=False, pair=False, expand=False):
+    def __init__(self, why, key=None, peel=False, pair=False, expand=False, sanitizer=False):
         super().__init__(why)
         self.why, self.key = why, key
         self.peel = peel  # running the first and last iterations concretely may help (Tracer.symbolic_loop)
         self.pair = pair  # the peeled loop's middle is to be recorded two iterations per pass (_record_loop)
         self.expand = expand  # the loop is to be recorded and written out iteration by iteration (_record_piece)
+        self.sanitizer = sanitizer  # asked by the sanitizer's affine_range check alone (see _trace)
 
 
 class LoopVar:
@@ -3652,9 +3653,9 @@ class Tracer:
                         # a matmul opening an accumulation group (accumulate=None on a tile not made in the body):
                         # peeled, the group's first matmul runs with its int index and the others accumulate
                         raise _NeedsConcrete("an accumulation group opened in the body of the loop", rec.key,
-                                             peel=True)
+                                             peel=True, sanitizer=True)
                     raise _NeedsConcrete("the sanitizer's affine_range check: a write that may not move with the "
-                                         "index", rec.key)
+                                         "index", rec.key, sanitizer=True)
                 rec.written.add(name)
                 if slot not in acc:  # (an accumulator is every iteration's: reading it is carried)
                     seen, key = rec.wregs.setdefault(name, {}), _access_key(v)
@@ -3664,7 +3665,7 @@ class Tracer:
                         reg = _exact_region(v, self)
                         if not all(self._writes_apart(u, reg, rec.var) for u in seen.values()):
                             raise _NeedsConcrete("the sanitizer's affine_range check: two writes of a tensor that "
-                                                 "may meet across iterations", rec.key)
+                                                 "may meet across iterations", rec.key, sanitizer=True)
                         seen[key] = reg
             for slot in _isa.READ_SLOTS:
                 v = stmt.get(slot)
@@ -3679,7 +3680,7 @@ class Tracer:
                     rec.read.add(name)
             if rec.written & rec.read:
                 raise _NeedsConcrete("the sanitizer's affine_range check: the body reads a tensor it writes",
-                                     rec.key)
+                                     rec.key, sanitizer=True)
 
     def _moves_apart(self, v, var):
         """True when the access ``v`` of two different values of ``var`` never shares an element."""
@@ -3837,7 +3838,7 @@ class Tracer:
                         for x, _k in r0[0]._open()[1]:
                             if x.depth >= f.nrecs:
                                 raise _NeedsConcrete("the sanitizer's affine_range check of an enclosing unrolled "
-                                                     "loop", x.key)
+                                                     "loop", x.key, sanitizer=True)
                 seen = f.writes.setdefault(name, [])
                 if not f.reported and slot not in acc:
                     for it, r, loc in seen:
@@ -4226,9 +4227,10 @@ class _Retry(BaseException):
     """Internal: trace the kernel again with the loop ``key`` peeled (``peel``) or unrolled (``key`` None:
     every loop)."""
 
-    def __init__(self, key, why, peel=False, pair=False, expand=False):
+    def __init__(self, key, why, peel=False, pair=False, expand=False, sanitizer=False):
         super().__init__(why)
         self.key, self.why, self.peel, self.pair, self.expand = key, why, peel, pair, expand
+        self.sanitizer = sanitizer
 
 
 #: Loop decisions (loops unrolled, peeled, paired; everything unrolled) of the last trace of a kernel function for
@@ -4303,10 +4305,12 @@ def trace(fn, args, kwargs, name=None, tensor_cls=None, schedule=None, config=No
 
 def _trace(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc, loops):
     unroll, peel, pair, expand, unroll_all = set(), set(), set(), set(), loops_mode(loops) == "unroll"
+    sanitized = False  # some loop decision was the sanitizer's alone (_unsanitized)
     plan_key = None if unroll_all else _plan_key(fn, args, kwargs, check, lnc, config, overrides)
     plan = _LOOP_PLANS.get(plan_key) if plan_key is not None else None
     if plan is not None:  # this kernel's loop decisions for these argument kinds, from its last trace
         unroll, peel, pair, unroll_all, expand = set(plan[0]), set(plan[1]), set(plan[2]), plan[3], set(plan[4])
+        sanitized = plan[5]
     for _attempt in range(MAX_TRACE_RETRIES + 1):
         try:
             tres = _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc,
@@ -4315,9 +4319,11 @@ def _trace(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, chec
                 if len(_LOOP_PLANS) >= _MAX_LOOP_PLANS:
                     _LOOP_PLANS.clear()
                 _LOOP_PLANS[plan_key] = (frozenset(unroll), frozenset(peel), frozenset(pair), unroll_all,
-                                         frozenset(expand))
-            return tres
+                                         frozenset(expand), sanitized)
+            return _unsanitized(tres, check and sanitized, fn, args, kwargs, name, tensor_cls, schedule, config,
+                                overrides, lnc, loops)
         except _Retry as e:
+            sanitized = sanitized or e.sanitizer
             peeling = e.peel and e.key is not None and e.key not in peel and e.key not in unroll
             pairing = e.pair and e.key in peel and e.key not in pair and e.key not in unroll
             expanding = e.expand and e.key is not None and e.key not in expand and e.key not in unroll
@@ -4339,8 +4345,24 @@ def _trace(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, chec
                 unroll_all = True
             else:
                 unroll.add(e.key)
-    return _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc, unroll, peel,
+    tres = _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc, unroll, peel,
                        True, pair, expand)
+    return _unsanitized(tres, check and sanitized, fn, args, kwargs, name, tensor_cls, schedule, config, overrides,
+                        lnc, loops)
+
+
+def _unsanitized(tres, again, fn, args, kwargs, name, tensor_cls, schedule, config, overrides, lnc, loops):
+    """The sanitizer must not change what is simulated. Its affine_range check unrolls (or peels) a loop it cannot
+    show safe as recorded, to check it write by write; as unrolled, the loop's tiles are placed as an unrolled
+    trace places them, and the simulated time may differ from the run without the sanitizer (the library's
+    attention_naive by up to 6 %, docs/debugging.md). When it did (`again`), the kernel is traced once more without
+    it: that trace is what is simulated, with the sanitizer's reports (and split sites) of the checked one."""
+    if not again:
+        return tres
+    clean = _trace(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, False, lnc, loops)
+    clean.check_reports = tres.check_reports
+    clean.split_sites |= tres.split_sites
+    return clean
 
 
 def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides, check, lnc, unroll, peel,
@@ -4385,7 +4407,7 @@ def _trace_once(fn, args, kwargs, name, tensor_cls, schedule, config, overrides,
             raise
         except _NeedsConcrete as e:
             key = e.key or (tr._recs[-1].key if tr._recs else None) or tr._broken
-            raise _Retry(key, e.why, e.peel, e.pair, e.expand) from None
+            raise _Retry(key, e.why, e.peel, e.pair, e.expand, e.sanitizer) from None
         except BaseException as e:
             if not tr._symbolic:
                 raise

@@ -625,7 +625,8 @@ def test_a_k_loop_accumulating_with_accumulate_none_is_peeled_not_unrolled(check
 
 def test_a_psum_tile_rewritten_by_every_iteration_is_still_reported():
     """The same pattern without accumulation (each product evicted): peeling does not help, the loop is unrolled
-    and the sanitizer reports the PSUM tile that two affine_range iterations write, as before."""
+    and the sanitizer reports the PSUM tile that two affine_range iterations write, as before. What is simulated
+    is the trace without the sanitizer (tracer._unsanitized): the loop kept."""
     rng = np.random.default_rng(12)
     a = rng.standard_normal((512, 128)).astype(np.float32)
     b = rng.standard_normal((512, 256)).astype(np.float32)
@@ -633,7 +634,8 @@ def test_a_psum_tile_rewritten_by_every_iteration_is_still_reported():
         out, _ = psum_rewritten.options(loops="keep", check=True).simulate(a, b)
     np.testing.assert_allclose(out, np.concatenate([a[k * 128:(k + 1) * 128, :128].T @ b[k * 128:(k + 1) * 128]
                                                     for k in range(4)]), rtol=1e-4, atol=1e-3)
-    assert not _loops(psum_rewritten.to_json())
+    assert _loops(psum_rewritten.to_json())
+    assert psum_rewritten.to_json() == psum_rewritten.options(loops="keep", check=False).to_json(a, b)
 
 
 @nki.jit
@@ -728,14 +730,16 @@ def sbuf_accumulation(x, read_in_body=False):
 def test_an_in_place_accumulation_over_an_affine_range(read_in_body):
     """``tensor_tensor(dst=acc, data1=acc, ...)`` with a reduction operator gives the same result in any iteration
     order: the symbolic affine_range check lets it keep the loop (was unrolled), as the exact check lets it pass.
-    A body that also reads the accumulator otherwise is still unrolled and checked exactly."""
+    A body that also reads the accumulator otherwise is still unrolled and checked exactly (what is simulated is
+    then the trace without the sanitizer, tracer._unsanitized)."""
     x = np.random.default_rng(14).standard_normal((1024, 64)).astype(np.float32)
     (ku, ou, pu), (kk, ok, pk) = _both_ways(sbuf_accumulation, (x, read_in_body))
     _assert_same_outputs(ou, ok)
     np.testing.assert_allclose(ok[0], x.reshape(8, 128, 64).sum(0), rtol=1e-5, atol=1e-5)
     if read_in_body:
         np.testing.assert_allclose(ok[1], np.cumsum(x.reshape(8, 128, 64), 0).reshape(1024, 64), rtol=1e-5, atol=1e-5)
-    assert [lp["stop"] for lp in _loops(kk)] == ([] if read_in_body else [8, 8])
+    assert [lp["stop"] for lp in _loops(kk)] == ([8] if read_in_body else [8, 8])
+    assert kk == sbuf_accumulation.options(loops="keep", check=False).to_json(x, read_in_body)
     assert pk.total_time_ns == pu.total_time_ns
 
 
@@ -761,7 +765,8 @@ def own_slice_reread(x, other=False):
 def test_an_iteration_reading_back_its_own_slice_keeps_the_loop_with_the_sanitizer():
     """With the sanitizer on, a body reading a tensor it writes was always unrolled; reading back exactly the
     slice this iteration wrote (which moves with the index) is not a loop-carried dependency: kept. Reading the
-    whole buffer (what other iterations write) is still unrolled and checked exactly."""
+    whole buffer (what other iterations write) is still unrolled and checked exactly; what is simulated is then the
+    trace without the sanitizer (tracer._unsanitized)."""
     x = np.random.default_rng(15).standard_normal((512, 128)).astype(np.float32)
     (_ku, ou, pu), (kk, ok, pk) = _both_ways(own_slice_reread, (x,), check=True)
     _assert_same_outputs(ou, ok)
@@ -769,7 +774,7 @@ def test_an_iteration_reading_back_its_own_slice_keeps_the_loop_with_the_sanitiz
     assert [lp["stop"] for lp in _loops(kk)] == [4]
     assert pk.total_time_ns == pu.total_time_ns
     (_ku, _ou, _pu), (kk, _ok, _pk) = _both_ways(own_slice_reread, (x, True), check=True)
-    assert not _loops(kk)
+    assert kk == own_slice_reread.options(loops="keep", check=False).to_json(x, True)
 
 
 @nki.jit
