@@ -2237,17 +2237,18 @@ def _access_key(v):
     return v if isinstance(v, str) else k(v)
 
 
-def _same_terms(a, b):
-    """Whether two tuples of (LoopVar, coefficient) terms are the same sum (the same variables, by identity, with
-    the same coefficients)."""
-    if len(a) != len(b):
-        return False
-    da = {}
-    for x, co in a:
-        da[id(x)] = da.get(id(x), 0) + co
-    for x, co in b:
-        da[id(x)] = da.get(id(x), 0) - co
-    return not any(da.values())
+def _outer_terms(terms, var, into, scale=1):
+    """Add to ``into`` ({id(LoopVar): coefficient}) the terms of loops enclosing ``var``'s (and of launch grids), each
+    coefficient times ``scale``: what two iterations of ``var``'s loop have alike (their indices do not move while it
+    runs). Zero coefficients are dropped, so two sums compare equal as dicts."""
+    for x, co in terms:
+        if x is not var and x.depth < var.depth:
+            c = into.get(id(x), 0) + co * scale
+            if c:
+                into[id(x)] = c
+            else:
+                into.pop(id(x), None)
+    return into
 
 
 def _inplace_accumulation(stmt):
@@ -3717,11 +3718,10 @@ class Tracer:
             either, the lowest / highest offsets)."""
             span = (int(n) - 1) * int(step)
             if not isinstance(start, Sym):
-                return 0, start, (), start, min(0, span), max(0, span)
+                return 0, start, {}, start, min(0, span), max(0, span)
             c, terms = start._open()
             k = sum(co for x, co in terms if x is var)
-            outer = tuple((x, co) for x, co in terms if x is not var and x.depth < var.depth)
-            return (k, Sym.make(c, tuple((x, co) for x, co in terms if x is not var)), outer,
+            return (k, Sym.make(c, tuple((x, co) for x, co in terms if x is not var)), _outer_terms(terms, var, {}),
                     Sym.make(c, tuple((x, co) for x, co in terms if x is not var and x.depth >= var.depth)),
                     min(0, span), max(0, span))
 
@@ -3739,7 +3739,7 @@ class Tracer:
                 # One window moving by k. Terms of enclosing loops (and launch grids) that both starts have alike
                 # hold one value in the two iterations compared (their loops do not move while this one runs):
                 # they shift both accesses alike and leave the window out (a head's row `2 pid + i_q_h`).
-                if _same_terms(oa, ob):
+                if oa == ob:
                     ra, rb = ia, ib
                 if max(hi(ra) + ha, hi(rb) + hb) - min(lo(ra) + la, lo(rb) + lb) < abs(ka):
                     return True
@@ -3770,16 +3770,14 @@ class Tracer:
                     inner = Sym.make(c0, tuple((x, co) for x, co in terms if x is not var and x.depth >= var.depth))
                     ilo, ihi = ilo + (inner.lo() if isinstance(inner, Sym) else inner) * int(st), \
                         ihi + (inner.hi() if isinstance(inner, Sym) else inner) * int(st)
-                    for x, co in terms:
-                        if x is not var and x.depth < var.depth:
-                            outer[id(x)] = outer.get(id(x), 0) + co * int(st) * unit
+                    _outer_terms(terms, var, outer, int(st) * unit)
                 else:
                     lo_, hi_ = lo_ + int(start) * int(st), hi_ + int(start) * int(st)
                     ilo, ihi = ilo + int(start) * int(st), ihi + int(start) * int(st)
             # (strides are positive: a term's lowest value times the stride is the lowest offset)
             full = (lo_ + min(k * var.lo, k * var.hi), hi_ + max(k * var.lo, k * var.hi))
-            return (k * unit, lo_ * unit, hi_ * unit + unit - 1, full[0] * unit, full[1] * unit + unit - 1,
-                    {x: b for x, b in outer.items() if b}, ilo * unit, ihi * unit + unit - 1)
+            return (k * unit, lo_ * unit, hi_ * unit + unit - 1, full[0] * unit, full[1] * unit + unit - 1, outer,
+                    ilo * unit, ihi * unit + unit - 1)
 
         try:
             ka, la, ha, fla, fha, oa, ila, iha = window(ru)
