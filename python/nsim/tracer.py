@@ -2221,10 +2221,10 @@ def _access_key(v):
     """A hashable form of an IR access (index expressions by their terms: the same key is the same elements in
     every iteration)."""
     def k(x):
-        t = type(x)
-        if t is int or t is str:  # (the common leaves first: by type, as the checks below would answer)
+        ty = type(x)
+        if ty is int or ty is str:  # (the common leaves first: by type, as the checks below would answer)
             return x
-        if t is list:
+        if ty is list:
             return tuple(map(k, x))
         if isinstance(x, Sym):
             c, t = x._open()
@@ -4353,7 +4353,7 @@ def _unsanitized(tres, again, fn, args, kwargs, name, tensor_cls, schedule, conf
     """The sanitizer must not change what is simulated. Its affine_range check unrolls (or peels) a loop it cannot
     show safe as recorded, to check it write by write; as unrolled, the loop's tiles are placed as an unrolled
     trace places them, and the simulated time may differ from the run without the sanitizer (the library's
-    attention_naive by up to 6 %, docs/debugging.md). When it did (`again`), the kernel is traced once more without
+    attention_naive by 6 %, an LNC=2 flash-decoding sample's one-core variant by 25 %: docs/debugging.md). When it did (`again`), the kernel is traced once more without
     it: that trace is what is simulated, with the sanitizer's reports (and split sites) of the checked one."""
     if not again:
         return tres
