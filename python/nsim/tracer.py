@@ -2603,7 +2603,7 @@ class _Rec:
     """One loop being recorded symbolically."""
 
     __slots__ = ("key", "var", "kind", "checking", "storages", "names", "local", "written", "read", "site_allocs",
-                 "pairs", "outer_body", "pool", "wregs")
+                 "pairs", "outer_body", "pool", "wregs", "takes")
 
     def __init__(self, key, var, kind, pairs=False, outer_body=None):
         self.key, self.var, self.kind, self.checking, self.storages = key, var, kind, False, []
@@ -2612,6 +2612,7 @@ class _Rec:
         self.names = set()  # tiles allocated by the current pass itself (only these may be reused in it)
         self.local = set()  # tiles allocated in the current pass, in loops inside it too
         self.site_allocs = {}  # pool key -> alloc statements of the current pass's new storages for it
+        self.takes = {}  # pool key -> tiles of that line (unnamed, unplaced) the current pass took, reused ones too
         # recorded to be written out iteration by iteration (Tracer._record_piece): its tiles taken as a pair loop's
         self.pool = False
         self.written, self.read = set(), set()  # the sanitizer's check: tensors not made in the body
@@ -2935,7 +2936,7 @@ class Tracer:
             while len(bodies) < passes:
                 rec.checking = len(bodies) >= 1
                 rec.storages = []
-                rec.names, rec.local, rec.site_allocs = set(), set(), {}
+                rec.names, rec.local, rec.site_allocs, rec.takes = set(), set(), {}, {}
                 self.body = []
                 site_snap = dict(self._site_last) if expand else None
                 hi = var.hi
@@ -2979,6 +2980,15 @@ class Tracer:
                         # again with every instance of the loop so (docs/kernel-json.md "Loops recorded in pieces").
                         raise _NeedsConcrete("its pieces allocate tiles, or its index moves an iota / affine_select "
                                              "pattern: written out", key, expand=True)
+                    if not expand and not pairs and frame is not None and key not in self.peel and not bodies:
+                        uneven = self._uneven_rotation(rec)
+                        if uneven:
+                            # Kept, the loop's iterations would all take the line's storages in the same turn, its
+                            # last tile and the next iteration's first on one storage (docs/kernel-json.md "A line
+                            # taken several times per iteration"): peeled, then recorded a group of iterations per
+                            # pass (_peeled_iterations), the line's tiles rotate as the unrolled trace's do.
+                            raise _NeedsConcrete("its body takes {} tiles of line {} per iteration, over {} rotating "
+                                                 "buffers".format(*uneven), key, peel=True)
                     bodies.append(self.body)
                     outside.append(rec.local.difference(_alloc_names(self.body)))
                     if expand:  # the passes the piece's iterations take (_expand_piece)
@@ -3294,6 +3304,7 @@ class Tracer:
                         continue
                     del free[j]
                     self._took(key, nm)
+                    rec.takes[key] = rec.takes.get(key, 0) + 1
                     rec.local.add(nm)
                     if hint:
                         self._vars.setdefault(nm, []).append(hint)
@@ -3315,6 +3326,7 @@ class Tracer:
             if not name:
                 self._track(st, key)
                 if address is None:
+                    rec.takes[key] = rec.takes.get(key, 0) + 1
                     # A line whose tiles already rotate over several storages within one pass of the body (an
                     # unrolled loop inside it) keeps that rotation across the kept loop's iterations: its n
                     # allocations there are marked "site_count": n, and the allocator gives each ceil(D / n) of
@@ -3361,6 +3373,21 @@ class Tracer:
         self._latest = (key, prev)
         keep = self._recent_kept(key[0])
         self._site_last[key] = (prev + (nm,))[max(0, len(prev) + 1 - keep):] if keep > 0 else ()
+
+    def _uneven_rotation(self, rec):
+        """A line whose tiles the current pass of ``rec``'s body takes m >= 2 times (an inner loop written out or
+        recorded in groups), where m and the line's rotating buffers D (compiler.loop_buffers; psum_loop_buffers)
+        divide neither the other: (m, line, D), else None. The unrolled trace rotates the line's tiles over its D
+        storages across the loop's iterations; kept, every iteration takes them in the same turn (its m allocations
+        share D: "site_count"), and when neither divides the other the turns differ: with m = 5 and D = 4 the last
+        tile of an iteration and the first of the next take one storage, and the next iteration's first write of it
+        waits for the previous iteration's last read."""
+        for key, m in rec.takes.items():
+            d = self._recent_kept(key[0]) + 1
+            if m >= 2 and d % m and m % d:
+                where = "{}:{}".format(os.path.basename(key[3]), key[4]) if len(key) > 4 else "?"
+                return m, where, d
+        return None
 
     def _group(self):
         """Iterations per pass of a loop recorded in groups (a peeled loop allocating tiles, a loop written out):

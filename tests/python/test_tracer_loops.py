@@ -690,15 +690,17 @@ def test_rows_of_a_kept_loop_and_an_unrolled_inner_loop_do_not_conflict():
     """The inner loop is unrolled (a list indexed by its index), the outer one kept: the inner iterations' stores
     ``os_[b, i:i + 1, :]`` (i = 0 on the tensor's own dims, i = 1 on the reshape's) are compared through the
     difference of their first elements, which does not depend on b: no false NSIM-W504 (was reported: a symbolic
-    start on two layouts counted as an overlap)."""
+    start on two layouts counted as an overlap). Four rows: the inner loop's tiles then rotate over the line's four
+    buffers the same way in every outer iteration, so the outer loop stays a loop (with three it is peeled:
+    test_a_line_taken_unevenly_per_iteration_rotates_as_unrolled)."""
     x = np.arange(2 * 6 * 4, dtype=np.float32).reshape(2, 2, 3, 4)
-    rows = [4, 0, 2]
+    rows = [4, 0, 2, 5]
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error", tracer.CheckWarning)
         k = gathered_rows.options(loops="keep", check=True)
         ok, _ = k.simulate(x, rows)
-    np.testing.assert_array_equal(ok, x.reshape(2, 6, 4)[:, rows, :].reshape(2, 1, 3, 4))
+    np.testing.assert_array_equal(ok, x.reshape(2, 6, 4)[:, rows, :].reshape(2, 1, 4, 4))
     [lp] = _loops(k.to_json())
     assert lp["var"] == "b"
 
@@ -1306,3 +1308,59 @@ def test_a_body_that_changes_python_values_unrolls_its_loop():
     assert _loops(mean_of_blocks.options(loops="keep").to_json(a)) == []
     np.testing.assert_array_equal(plain.options(loops="keep")(a), a)
     assert len(_loops(plain.options(loops="keep").to_json(a))) == 1
+
+
+@nki.jit
+def blocked_pv(probs, v):
+    """out = probs @ v block row by block row, as attention_naive's third pass: each [128, S] row block of probs is
+    transposed block by block on TensorE (PSUM), copied to SBUF and accumulated into one PSUM tile. The inner
+    loop's ``accumulate=j > 0`` peels it, and its tiles are taken nb times per outer iteration."""
+    s, d = v.shape
+    nb = s // 128
+    out = nl.ndarray((s, d), v.dtype, buffer=nl.shared_hbm)
+    v_sb = nl.ndarray((128, nb, d), v.dtype, buffer=nl.sbuf)
+    for j in nl.affine_range(nb):
+        nisa.dma_copy(dst=v_sb[:, j, :], src=v[j * 128:(j + 1) * 128, :])
+    for i in nl.affine_range(nb):
+        pr = nl.ndarray((128, s), probs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=pr, src=probs[i * 128:(i + 1) * 128, :])
+        o_ps = nl.ndarray((128, d), nl.float32, buffer=nl.psum)
+        for j in nl.sequential_range(nb):
+            tp = nl.ndarray((128, 128), probs.dtype, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp, data=pr[:, j * 128:(j + 1) * 128])
+            p_t = nl.ndarray((128, 128), probs.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=p_t, src=tp)
+            nisa.nc_matmul(dst=o_ps, stationary=p_t, moving=v_sb[:, j, :], accumulate=j > 0)
+        o_t = nl.ndarray((128, d), v.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=o_t, src=o_ps)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=o_t)
+    return out
+
+
+@pytest.mark.parametrize("nb", [4, 5, 10, 12])
+def test_a_line_taken_unevenly_per_iteration_rotates_as_unrolled(nb):
+    """A kept loop whose body takes a line's tiles m times per iteration (an inner loop written out) shares the
+    line's rotating buffers D among them ("site_count"): every iteration takes them in the same turn. The unrolled
+    trace rotates on across iterations; when m and D divide neither the other (m = 5 with D = 4 in SBUF, any odd
+    m >= 3 with D = 2 in PSUM) the last tile of an iteration and the first of the next took one storage, and the
+    next iteration's transpose waited for the previous iteration's last matmul: this kernel at nb = 5 ran 9,159.3 ns
+    kept against 8,414.4 ns unrolled (attention_naive, whose third pass this is, at S = 1152 with 2 / 2 heads:
+    121,735.1 against 114,971.4 ns). Such a loop is now peeled and its middle recorded in groups (or written out
+    when short): the unrolled trace's storages and time. nb = 4 and 12 (D divides m) stay plain loops; nb = 10 gives
+    a group loop."""
+    rng = np.random.default_rng(nb)
+    s = 128 * nb
+    probs = rng.random((s, s)).astype(ml_dtypes.bfloat16)
+    v = rng.standard_normal((s, 64)).astype(ml_dtypes.bfloat16)
+    (ku, ou, pu), (kk, ok, pk) = _both_ways(blocked_pv, (probs, v))
+    _assert_same_outputs(ou, ok)
+    np.testing.assert_allclose(np.asarray(ok, np.float32),
+                               np.asarray(probs, np.float32) @ np.asarray(v, np.float32), rtol=2e-2, atol=2e-2)
+    assert pk.total_time_ns == pu.total_time_ns
+    outer = [lp for lp in _loops(kk) if lp["var"] == "i"]
+    if nb % 4 == 0:  # a multiple of 4 tiles of each line per iteration: one loop over every row block
+        assert [(lp["start"], lp["stop"]) for lp in outer] == [(0, nb)]
+    elif nb == 5:  # peeled; its 3 middle iterations are fewer than two groups: written out
+        assert outer == []
+    else:  # peeled; its 8 middle iterations recorded as 2 groups of 4 row blocks per pass
+        assert [lp["stop"] - lp["start"] for lp in outer] == [2]
