@@ -3592,7 +3592,18 @@ class Tracer:
         accumulation group instead (0 + x is x), so the fill is dropped and the caller makes the matmul overwrite, as
         the compiler folds the zeroing into the group's first matmul. True when folded."""
         ent = self._pending_fill.get(name)
-        if ent is None or not ent[2] or ent[0] is not self.body or access != name or self.buffers.get(name) != "psum":
+        if ent is None or not ent[2] or access != name or self.buffers.get(name) != "psum":
+            return False
+        if ent[0] is not self.body:
+            # The fill next to a loop being recorded and the `+=` in its body (``ps = nl.zeros(..)`` then ``for k in
+            # affine_range(K): ps += nc_matmul(..)``): the unrolled trace folds the fill into the first iteration's
+            # matmul, where a kept loop would keep the memset and accumulate onto it in every iteration (the Beta 1
+            # hadamard_matmul of tests/python/kernels/transform_kernels.py 7.6 % slower kept at n = 512). The loop
+            # is peeled: its first iteration, next to the fill, folds it.
+            for rec in self._recs:
+                if rec.outer_body is ent[0] and not rec.pairs and not rec.pool and rec.key not in self.peel:
+                    raise _NeedsConcrete("a `+=` matmul onto a PSUM tile zero-filled before the loop (the first "
+                                         "iteration's matmul starts the group)", rec.key, peel=True)
             return False
         del self._pending_fill[name]
         lst, fill = ent[0], ent[1]

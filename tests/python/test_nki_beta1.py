@@ -158,8 +158,11 @@ def test_matmul_tiled(b1, dtype):
     else:
         _close(res, want, dtype)
     mm = [s for s in executed_ops(k.nki_matmul_tiled_.last_json["body"]) if s.get("op") == "nc_matmul"]
-    assert len(mm) == 2 * 2 * 3 and all("accumulate" in s.get("flags", []) for s in mm)
+    # the first matmul of each of the 4 output tiles starts its accumulation group: the tile's nl.zeros fill is
+    # folded into it (its K loop peeled), as in the unrolled trace
+    assert len(mm) == 2 * 2 * 3 and sum("accumulate" not in s.get("flags", []) for s in mm) == 4
     ops = [s["op"] for s in executed_ops(k.nki_matmul_tiled_.last_json["body"])]
+    assert "memset" not in ops
     assert "tensor_tensor" not in ops  # += accumulates on TensorE; loads write the tiles directly
     assert ops.count("tensor_copy") == 4  # only the PSUM evictions
 
@@ -1448,9 +1451,10 @@ def test_fill_overwritten_whole_is_dropped(b1):
     """``nl.zeros`` (``ones``, ``full``) then a write of the whole tile that reads nothing of it: the fill is a dead
     store, which the compiler drops (the nki-samples flash attention zeroes its PSUM scores before each
     ``qk_psum[:, :] = nl.matmul(...)``). A partial write, an accumulation (``+=``) or a read first keeps it; the
-    values are the same either way. A zero fill followed by ``+=`` next to it (no loop in between) is folded
-    into the first matmul, which starts the accumulation group; with a loop in between it is kept. A write of
-    some elements (a predicated copy), or a write in a loop after the fill, keeps it."""
+    values are the same either way. A zero fill followed by ``+=`` next to it is folded into the first matmul,
+    which starts the accumulation group; so is one followed by a loop of ``+=`` (the loop is peeled: its first
+    iteration, next to the fill, folds it, as the unrolled trace does; kept since 2026-12-06). A write of some
+    elements (a predicated copy), or a write in a loop after the fill, keeps it."""
     nki, nl, nisa, _ = b1
 
     @nki.jit
@@ -1462,7 +1466,7 @@ def test_fill_overwritten_whole_is_dropped(b1):
         loaded[...] = nl.load(w)
         part = nl.zeros((128, 128), dtype=np.float32)  # half overwritten: kept
         part[:, 0:64] = nl.load(w[:, 0:64])
-        acc = nl.zeros((128, 128), dtype=np.float32, buffer=nl.psum)  # accumulated into in a loop: kept
+        acc = nl.zeros((128, 128), dtype=np.float32, buffer=nl.psum)  # accumulated into in a loop: folded
         for i in nl.affine_range(2):
             acc[...] += nisa.nc_matmul(nl.load(a), nl.load(w))
         one = nl.zeros((128, 128), dtype=np.float32, buffer=nl.psum)  # accumulated into next to it: folded
@@ -1497,5 +1501,9 @@ def test_fill_overwritten_whole_is_dropped(b1):
     src = open(__file__).read().splitlines()
     fills = [s.get("loc", {}).get("line") for s in executed_ops(k.last_json["body"]) if s["op"] == "memset"]
     kept = [i for i, t in enumerate(src, 1) if "= nl.zeros(" in t and t.endswith(": kept")]
-    assert len(kept) == 4
+    assert len(kept) == 3
     assert sorted(fills) == sorted(kept)
+    # the loop of `+=`: peeled (its first matmul starts the group), the same time as the unrolled trace
+    k2 = k.options(loops="unroll")
+    np.testing.assert_array_equal(np.asarray(k2(a, w)), got)
+    assert k2.last_profile.total_time_ns == k.last_profile.total_time_ns

@@ -210,11 +210,12 @@ def test_hadamard_dialects_agree_bit_for_bit(tb, tn):
 
 @pytest.mark.parametrize("mod", DIALECTS, indirect=True)
 def test_hadamard_timing_matmul_against_butterfly(mod):
-    """512 bf16 tokens: from n = 512 the matmul form (n / 128 PE passes of 512 columns) is about twice as fast as
-    the butterfly (2 log2 n VectorE passes over the fp32 row) or more, and the butterfly's time grows as n log n
-    (512 -> 2048: x 4.9 within 20 %). (At n = 2048 in the Beta 1 form: 71,996.5 against 143,459.0 ns, 1.99x; the
-    butterfly's kept loop ran 151,926.5 ns, 5.9 % over its unrolled trace, before its lines' tiles rotated as
-    unrolled: docs/kernel-json.md "A line taken several times per iteration".)"""
+    """512 bf16 tokens: from n = 512 the matmul form (n / 128 PE passes of 512 columns) is at least twice as fast as
+    the butterfly (2 log2 n VectorE passes over the fp32 row), and the butterfly's time grows as n log n (512 -> 2048:
+    x 4.9 within 20 %). Both forms time as their unrolled traces (at n = 2048: 70,007.4 and 143,459.0 ns, 2.05x);
+    kept, the Beta 1 butterfly ran 151,926.5 ns before its lines' tiles rotated as unrolled (docs/kernel-json.md "A
+    line taken several times per iteration") and its matmul form 71,996.5 ns before the K loop was peeled to fold
+    the PSUM zero fill into its first matmul."""
     t_mm, t_bf = {}, {}
     for n in (512, 2048):
         x = _randn((512, n), BF16, seed=n)
@@ -222,7 +223,7 @@ def test_hadamard_timing_matmul_against_butterfly(mod):
         t_mm[n] = mod.hadamard_matmul.last_profile.total_time_ns
         mod.hadamard_butterfly(x)
         t_bf[n] = mod.hadamard_butterfly.last_profile.total_time_ns
-        assert 1.9 * t_mm[n] < t_bf[n], (n, t_mm, t_bf)
+        assert 2 * t_mm[n] < t_bf[n], (n, t_mm, t_bf)
     assert 0.8 * 4 * 11 / 9 < t_bf[2048] / t_bf[512] < 1.2 * 4 * 11 / 9, t_bf
 
 
