@@ -1367,7 +1367,7 @@ def test_a_line_taken_unevenly_per_iteration_rotates_as_unrolled(nb):
 
 
 @pytest.mark.xfail(strict=True, reason="known gap: the allocator shares a PSUM bank of a kept loop's body across "
-                   "its iterations (docs/kernel-json.md 'Known gap: PSUM shared across a kept loop's iterations')")
+                   "its iterations (docs/kernel-json.md 'Known gap: kept and unrolled traces still differ')")
 def test_non_causal_gqa_kept_times_as_unrolled():
     """flash_attention_gqa without the causal mask, 4 query heads over 4 kv heads, S = 384: kept, the head loop's
     body allocates five PSUM lines with two buffers each (K^T transposes, Q transposes, scores, P^T, P V) in 8
