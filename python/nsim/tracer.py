@@ -2575,6 +2575,25 @@ def _expand_passes(n, dropped, g):
     return m + 1
 
 
+#: A kept loop whose body takes a line's tiles unevenly (Tracer._uneven_rotation) is peeled and grouped only while
+#: its recorded body has at most this many statements (inner loops' bodies counted once): its iterations' one
+#: stall each is then a visible part of them, and writing out or grouping the loop stays cheap. The public
+#: nki-samples flash_fwd's GQA loop (799 statements at seq 2048, 48,759 at 16384; 2 iterations) is left kept:
+#: written out it doubled the trace at 16384 (6.6 -> 14.1 s) for 0.8 % of simulated time. attention_naive's head
+#: loop, 459 statements, is grouped.
+UNEVEN_MAX_BODY = 500
+
+
+def _count_stmts(body):
+    """Statements of ``body``, those of its loops' bodies (once each) included."""
+    n = 0
+    for st in body:
+        n += 1
+        if "loop" in st:
+            n += _count_stmts(st["loop"].get("body", []))
+    return n
+
+
 def _body_rec_index(recs):
     """Index in ``recs`` of the innermost loop being recorded that is not a pair loop (-1: none)."""
     j = len(recs) - 1
@@ -2982,7 +3001,7 @@ class Tracer:
                                              "pattern: written out", key, expand=True)
                     if not expand and not pairs and frame is not None and key not in self.peel and not bodies:
                         uneven = self._uneven_rotation(rec)
-                        if uneven:
+                        if uneven and _count_stmts(self.body) <= UNEVEN_MAX_BODY:
                             # Kept, the loop's iterations would all take the line's storages in the same turn, its
                             # last tile and the next iteration's first on one storage (docs/kernel-json.md "A line
                             # taken several times per iteration"): peeled, then recorded a group of iterations per
