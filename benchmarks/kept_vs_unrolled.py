@@ -21,17 +21,6 @@ import sys
 MAX_OPS = 60000
 
 
-def _executed(body):
-    n = 0
-    for s in body:
-        if "op" in s:
-            n += 1
-        elif "loop" in s:
-            lp = s["loop"]
-            n += _executed(lp.get("body", [])) * max(0, len(range(lp.get("start", 0), lp["stop"], lp.get("step", 1))))
-    return n
-
-
 def pytest_configure(config):
     from nsim import tracer
     log = open(os.environ.get("KV_LOG", "/tmp/kv.log"), "a")
@@ -48,7 +37,7 @@ def pytest_configure(config):
             state["busy"] = True
             k = tres.kernel
             progs = k.get("core_programs", [k])
-            if sum(_executed(p["body"]) for p in progs) > MAX_OPS or \
+            if sum(tracer.count_ops(p["body"])[1] for p in progs) > MAX_OPS or \
                     not any('"loop"' in json.dumps(p["body"]) for p in progs):
                 return tres
             tu = orig(fn, args, kwargs, name, tensor_cls, schedule, cfg, overrides, False, lnc, "unroll")
