@@ -91,8 +91,8 @@ def main(argv):
     worst = collections.defaultdict(float)
     for (test, kernel), v in a.items():
         worst[kernel] = max(worst[kernel], max(abs(x) for x in v))
-    print("largest gaps by kernel:", ", ".join("{} {:.1f} %".format(k, v) for k, v in
-                                               sorted(worst.items(), key=lambda kv: -kv[1])[:12]))
+    gaps = sorted(((k, v) for k, v in worst.items() if v > 0), key=lambda kv: -kv[1])[:12]
+    print("largest gaps by kernel:", ", ".join("{} {:.1f} %".format(k, v) for k, v in gaps) or "none")
     if len(argv) > 2:
         b = _load(argv[2])
         keys = [k for k in a if k in b and len(a[k]) == len(b[k])]
