@@ -8,7 +8,12 @@ instructions, and traces without a kernel-IR loop, are skipped. The tests themse
 
     KV_LOG=/tmp/kv.log PYTHONPATH=benchmarks:python:build/python python3 -m pytest -q -p kept_vs_unrolled \\
         tests/python -p no:cacheprovider --deselect tests/python/test_examples_from_library.py
-    python3 benchmarks/kept_vs_unrolled.py /tmp/kv.log [/tmp/kv_other.log]   # summary, or two runs compared
+    python3 benchmarks/kept_vs_unrolled.py /tmp/kv.log [/tmp/kv_other.log ...]   # summary, or runs compared
+
+With several logs (a baseline first, then runs of changed code), the traces all of them hold are compared: how
+many moved closer to or further from their unrolled time in the last run than in the first, and, kernel by kernel,
+the sum of |kept/unrolled - 1| in each run for the kernels whose sums differ. A subset of the suite (some test
+files) gives a quick first look; the comparison takes the traces the logs share.
 
 ``KV_DUMP=name`` also writes the last kept and unrolled kernel.json of kernel ``name`` to /tmp/kv_keep.json and
 /tmp/kv_unroll.json (for ``nsim diff`` / ``nsim disasm``). docs/kernel-json.md ("Known gap") has the figures.
@@ -94,14 +99,22 @@ def main(argv):
     gaps = sorted(((k, v) for k, v in worst.items() if v > 0), key=lambda kv: -kv[1])[:12]
     print("largest gaps by kernel:", ", ".join("{} {:.1f} %".format(k, v) for k, v in gaps) or "none")
     if len(argv) > 2:
-        b = _load(argv[2])
-        keys = [k for k in a if k in b and len(a[k]) == len(b[k])]
-        pairs = [(x, y) for k in keys for x, y in zip(a[k], b[k])]
+        runs = [a] + [_load(p) for p in argv[2:]]
+        last = runs[-1]
+        keys = [k for k in last if all(k in r and len(r[k]) == len(last[k]) for r in runs)]
+        pairs = [(x, y) for k in keys for x, y in zip(a[k], last[k])]
         better = sum(abs(y) + 0.5 < abs(x) for x, y in pairs)
         worse = sum(abs(y) > abs(x) + 0.5 for x, y in pairs)
-        print("{} traces in both: {} closer in the second run, {} further (by more than 0.5 points); sum of gaps "
-              "{:.0f} % -> {:.0f} %".format(len(pairs), better, worse, sum(abs(x) for x, _ in pairs),
-                                           sum(abs(y) for _, y in pairs)))
+        print("{} traces in every run: {} closer in the last run than in the first, {} further (by more than 0.5 "
+              "points); sum of gaps {}".format(len(pairs), better, worse, " -> ".join(
+                  "{:.0f} %".format(sum(abs(x) for k in keys for x in r[k])) for r in runs)))
+        by_kernel = collections.defaultdict(lambda: [0.0] * len(runs))
+        for k in keys:
+            for i, r in enumerate(runs):
+                by_kernel[k[1]][i] += sum(abs(x) for x in r[k])
+        changed = [(k, v) for k, v in by_kernel.items() if max(v) - min(v) > 3]
+        for k, v in sorted(changed, key=lambda kv: -max(kv[1]))[:25]:
+            print("  {:<44} {}".format(k[:44], " ".join("{:8.1f}".format(x) for x in v)))
 
 
 if __name__ == "__main__":
