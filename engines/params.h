@@ -91,6 +91,7 @@ struct CoreParams {
   int psum_loop_buffers = 0;  ///< compiler.psum_loop_buffers: the same for PSUM tiles
   double latency_bound_percent = 0;  ///< analysis.latency_bound_percent (engines/bounds.h)
   bool strict_allocation = false;  ///< compiler.strict: a manual placement over a live tile is an error
+  int placement_search = 0;  ///< compiler.placement_search: instructions simulated to choose PSUM sharing (0: off)
   bool static_allocation = false;  ///< compiler.allocation: static (every tile its own region); false = liveness
 
   memory::MemoryConfig mem;

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 namespace nsim::frontend {
 
@@ -247,6 +248,49 @@ void Lowering::allocate_hbm(const Kernel& k, Simulator& sim) {
   }
 }
 
+int Lowering::choose_psum_swap(const Kernel& k, const Simulator& sim, const AllocationPlan& plan) {
+  if (plan.psum_swaps.empty()) return -1;
+  // A run costs its instructions plus the simulator's set-up, counted as kRunCost instructions.
+  constexpr double kRunCost = 1000;
+  const auto budget = static_cast<double>(sim.params().placement_search);
+  const double runs = static_cast<double>(plan.psum_swaps.size() + 1);
+  if (budget <= 0 || (plan.executed_ops + kRunCost) * runs > budget) return -1;
+  // One timing-only run of the kernel per placement: the allocator's, then each swap.
+  const auto time_with = [&](int swap) -> std::optional<sim::Ps> {
+    AllocationPlan v = plan;
+    v.psum_swaps.clear();
+    v.warnings.clear();
+    if (swap >= 0) {
+      const auto [a, b] = plan.psum_swaps[static_cast<size_t>(swap)];
+      std::swap(v.tiles[static_cast<size_t>(a)].offset, v.tiles[static_cast<size_t>(b)].offset);
+    }
+    try {
+      SimOptions o;
+      o.numerics = false;
+      Simulator s(sim.config(), o);
+      Lowering low(k, s, &v);
+      low.run();
+      s.finish();
+      return s.total_time();
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  };
+  const std::optional<sim::Ps> base = time_with(-1);
+  if (!base) return -1;
+  int best = -1;
+  sim::Ps best_t = *base - *base / 1000;  // a swap must gain more than 0.1 %
+  for (size_t i = 0; i < plan.psum_swaps.size(); ++i) {
+    const std::optional<sim::Ps> t = time_with(static_cast<int>(i));
+    if (!t) return -1;
+    if (*t < best_t) {
+      best_t = *t;
+      best = static_cast<int>(i);
+    }
+  }
+  return best;
+}
+
 Lowering::Lowering(const Kernel& k, Simulator& sim, const AllocationPlan* given) : k_(k), sim_(sim) {
   allocate_hbm(k, sim);
   const size_t nt = k.tensors.size();
@@ -273,6 +317,10 @@ Lowering::Lowering(const Kernel& k, Simulator& sim, const AllocationPlan* given)
       own = allocate_tiles(k, sim.params(), sa.capacity() - sbuf_used, pa.capacity() - psum_used - psum_slack);
     const AllocationPlan& plan = given && whole ? *given : own;
     placements_ = plan.tiles;
+    if (const int best = choose_psum_swap(k, sim, plan); best >= 0) {
+      const auto [a, b] = plan.psum_swaps[static_cast<size_t>(best)];
+      std::swap(placements_[static_cast<size_t>(a)].offset, placements_[static_cast<size_t>(b)].offset);
+    }
     warnings_ = plan.warnings;
     for (const std::string& w : warnings_) fmt::print(stderr, "nsim: warning: {}\n", w);
     for (Space sp : {Space::kSbuf, Space::kPsum}) {

@@ -50,6 +50,9 @@ class Lowering {
   /// `plan`: the allocation verify_kernel() worked out for `k` on these parameters (nullptr: work it out);
   /// used only while nothing is allocated on chip (it assumed the whole memory).
   Lowering(const Kernel& k, Simulator& sim, const AllocationPlan* plan = nullptr);
+  /// Which of plan.psum_swaps to make (-1: none): each simulated timing-only, the fastest when it beats the
+  /// allocator's placement (compiler.placement_search).
+  static int choose_psum_swap(const Kernel& k, const Simulator& sim, const AllocationPlan& plan);
   /// Allocate every HBM tensor of the kernel in `sim` (inputs and outputs), if not already there.
   static void allocate_hbm(const Kernel& k, Simulator& sim);
 

@@ -81,6 +81,8 @@ struct Walk {
   std::vector<char> in_loop;       ///< per tensor: alloc inside a loop with trip count > 1
   std::vector<Use> uses;
   std::vector<const SourceLoc*> where;  ///< per position: the statement's source location, if any
+  std::vector<int> op_at;               ///< per position: the op there (-1: not an op)
+  std::vector<int> loop_at;             ///< per position: the innermost loop around the statement (-1: none)
 
   explicit Walk(const Kernel& kernel) : k(kernel) {
     const size_t nl = k.loops.size(), nt = k.tensors.size();
@@ -100,6 +102,8 @@ struct Walk {
     for (const Stmt& s : b) {
       const int64_t here = pos++;
       where.push_back(nullptr);
+      op_at.push_back(s.kind == Stmt::Kind::kOp ? s.index : -1);
+      loop_at.push_back(loop);
       const auto i = static_cast<size_t>(s.index);
       switch (s.kind) {
         case Stmt::Kind::kAlloc: {
@@ -429,6 +433,45 @@ int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size,
   return extent;
 }
 
+/// For AllocationPlan::psum_swaps: when two PSUM tiles of one loop body with more than one trip share bytes (the
+/// next iteration's earlier tile then waits for this iteration's later one), the pairs of equal-sized tiles whose
+/// offsets may be swapped without either meeting a tile it would share bytes with. Empty otherwise, with manual
+/// placements, or beyond kMaxTiles tiles (an unrolled kernel: no loop to wrap around).
+std::vector<std::pair<int, int>> sharing_swaps(const Walk& w, const Kernel& k, const std::vector<size_t>& ids,
+                                               const std::vector<int64_t>& size, const std::vector<Ivs>& iv,
+                                               const std::vector<int64_t>& off, const std::vector<int64_t>& fixed) {
+  constexpr size_t kMaxTiles = 48;
+  std::vector<std::pair<int, int>> out;
+  if (ids.size() < 3 || ids.size() > kMaxTiles) return out;
+  for (size_t t : ids)
+    if (fixed[t] >= 0) return out;
+  const auto overlap = [&](size_t a, int64_t oa, size_t b, int64_t ob) { return oa < ob + size[b] && ob < oa + size[a]; };
+  bool shared = false;
+  for (size_t i = 0; i < ids.size() && !shared; ++i)
+    for (size_t j = i + 1; j < ids.size() && !shared; ++j) {
+      const size_t a = ids[i], b = ids[j];
+      if (!overlap(a, off[a], b, off[b])) continue;
+      for (int l = w.common(w.alloc_loop[a], w.alloc_loop[b]); l >= 0 && !shared; l = w.up(l))
+        shared = k.loops[static_cast<size_t>(l)].trip_count() > 1;
+    }
+  if (!shared) return out;
+  const auto fits = [&](size_t a, int64_t o, size_t b, int64_t ob) {
+    for (size_t c : ids) {
+      if (c == a) continue;
+      if (overlap(a, o, c, c == b ? ob : off[c]) && meets(iv[a], iv[c])) return false;
+    }
+    return true;
+  };
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (size_t j = i + 1; j < ids.size(); ++j) {
+      const size_t a = ids[i], b = ids[j];
+      if (size[a] != size[b] || off[a] == off[b]) continue;
+      if (fits(a, off[b], b, off[a]) && fits(b, off[a], a, off[b]))
+        out.emplace_back(static_cast<int>(a), static_cast<int>(b));
+    }
+  return out;
+}
+
 /// Whether intervals `v` lie within positions [0, positions) (what PeakTree and PickIndex hold).
 bool within(const Ivs& v, int64_t positions) {
   for (auto [l, h] : v)
@@ -745,6 +788,13 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
   const Walk w(k);
   AllocationPlan plan;
   plan.lifetimes = w.lifetimes();
+  for (size_t pos = 0; pos < w.op_at.size(); ++pos) {
+    if (w.op_at[pos] < 0) continue;
+    double n = 1;
+    for (int l = w.loop_at[pos]; l >= 0; l = w.up(l))
+      n *= static_cast<double>(std::max<int64_t>(1, k.loops[static_cast<size_t>(l)].trip_count()));
+    plan.executed_ops += n;
+  }
   plan.statements = w.pos;
   const size_t nt = k.tensors.size();
   const bool stat = p.static_allocation;
@@ -1094,6 +1144,7 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
     }
     if (err) throw *err;
     for (size_t t : ids) plan.tiles[t].offset = off[t];
+    if (psum && !stat) plan.psum_swaps = sharing_swaps(w, k, ids, size, iv, off, fixed);
     (psum ? plan.psum_extent : plan.sbuf_extent) = extent;
     (psum ? plan.psum_peak : plan.sbuf_peak) = peak;
   }

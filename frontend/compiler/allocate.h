@@ -25,6 +25,7 @@
 /// for the whole kernel, in tensor-id order (nsim's behaviour before liveness allocation).
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engines/params.h"
@@ -51,6 +52,12 @@ struct AllocationPlan {
   int64_t statements = 0;  ///< statements numbered by the preorder walk
   /// Manual placements (`address=`) that overlap while both tiles are live, one message each.
   std::vector<std::string> warnings;
+  /// PSUM tiles of a loop body sharing a bank across the loop's iterations: the pairs of equal-sized PSUM tiles
+  /// (tensor ids) whose offsets may be swapped (neither then meets a tile it shares bytes with), for the Lowering's
+  /// choice by timing (compiler.placement_search); empty when no two tiles of one multi-trip loop share a bank.
+  std::vector<std::pair<int, int>> psum_swaps;
+  /// Instructions the kernel executes, about (ops times the trips of the loops around them): the cost of a run.
+  double executed_ops = 0;
 };
 
 /// Lifetime of every tile (by tensor id). Robust to malformed kernels (bad ids, shared loops).

@@ -175,7 +175,11 @@ def test_declared_psum_tensor_as_matmul_operand_is_an_error(fb):
 
 def test_flash_attn_bwd_lnc2_launch(fb):
     """``flash_attn_bwd[1, nl.nc(2)]`` on trn2: the two heads on the two physical cores give the gradients of the
-    one-core ``[1, 2]`` launch, in a little over half its time (each core runs one head; they share HBM)."""
+    one-core ``[1, 2]`` launch, in less time (each core runs one head; they share HBM), but not half of it: on one
+    core the launch grid's kept loop overlaps its two heads (a head alone leaves engines idle): 58.1 us for both
+    heads on one core, 43.5 us on two. (Until the lowering chose which PSUM tiles of the kept loop share a bank by
+    timing, compiler.placement_search, the one-core loop's shared banks ran the heads one after the other: 81.6 us,
+    and this test asserted a little over half; the unrolled one-core trace still shares them so: 92.1 us.)"""
     _, _, nl, _ = fb
     q, k, v, dy, _, o, lse, _ = _inputs(fb, 1, 2, 128, 1024, True, seed=16)
     one, p_one = _run(fb, q, k, v, o, dy, lse, causal=True)
@@ -185,7 +189,7 @@ def test_flash_attn_bwd_lnc2_launch(fb):
     p_two = mod.flash_attn_bwd.last_profile
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, np.asarray(b, np.float64))
-    assert 0.5 * p_one.total_time_ns < p_two.total_time_ns < 0.6 * p_one.total_time_ns
+    assert 0.5 * p_one.total_time_ns < p_two.total_time_ns < 0.8 * p_one.total_time_ns
 
 
 def test_values_assigned_into_tiles_are_written_there(fb):

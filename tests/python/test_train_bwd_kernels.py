@@ -178,8 +178,11 @@ def test_swiglu_bwd_timing_transposes_and_accumulation(tbn):
 
     With PE transposes the PSUM accumulators compete for the 8 PSUM banks (spec 2.5; every PSUM tile takes whole
     2 KiB banks): 2 HK + IK = 4 banks of accumulators leave 4 banks for the 10 PSUM tiles of each token tile
-    (6 transposes, gate, up, dH, dX), so consecutive token tiles share banks and overlap less; the accumulation is
-    then no longer clearly cheaper than the SBUF adds (measured within 10%: the choice depends on PSUM pressure)."""
+    (6 transposes, gate, up, dH, dX), so consecutive token tiles share banks and overlap less; there the SBUF
+    accumulation, which holds no accumulator bank, is faster: PSUM / SBUF 83.2 / 66.3 us with the token loop kept,
+    102.1 / 79.5 us unrolled (the choice depends on PSUM pressure). Until the lowering chose the kept loop's shared
+    banks by timing (compiler.placement_search) the kept loop shared them badly in both variants and showed them
+    within 2 % (85.3 / 86.4 us), which this test asserted."""
     T, H, I = 2048, 128, 256
     args = _swiglu_inputs(T, H, I, BF16, seed=7)
     k = tbn.swiglu_mlp_bwd
@@ -190,7 +193,7 @@ def test_swiglu_bwd_timing_transposes_and_accumulation(tbn):
     assert dma_psum < 0.75 * pe_psum, (dma_psum, pe_psum)
     assert dma_sbuf < pe_sbuf, (dma_sbuf, pe_sbuf)
     assert dma_psum < 0.8 * dma_sbuf, (dma_psum, dma_sbuf)
-    assert abs(pe_psum - pe_sbuf) < 0.1 * pe_sbuf, (pe_psum, pe_sbuf)
+    assert pe_sbuf < 0.9 * pe_psum, (pe_psum, pe_sbuf)
 
 
 # --------------------------------------------------------------------------------------------------

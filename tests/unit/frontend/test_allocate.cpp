@@ -694,6 +694,90 @@ TEST_CASE("allocate: when PSUM is short, tiles of one allocation site rotate ove
   CHECK(plan.psum_extent == 8 * 2048);
 }
 
+TEST_CASE("allocate: which PSUM tiles of a kept loop share a bank is chosen by timing", "[allocate][psum][search]") {
+  // A head loop g (4 trips) shaped as the library's flash attention's: a loop j of one-bank PSUM tiles (2 rotating
+  // buffers), then a loop i whose body fills four PSUM tiles in turn (2 buffers each): 10 banks wanted, 8 there, at
+  // most 8 live at once (loop i's), so one of loop i's tiles shares loop j's banks, and the next head's first
+  // matmuls wait for that tile's last use in this head. The allocator alone gives them to the last tile placed; the
+  // lowering simulates each swap of two equal-sized PSUM tiles' banks (AllocationPlan::psum_swaps) and keeps the
+  // fastest placement (compiler.placement_search), or the allocator's when none beats it. Loop i's body is a chain
+  // (each matmul takes the previous copy's result), so a head's tail is latency-bound and the next head's matmuls
+  // could fill it: 12,080.5 ns with the allocator's placement (the chain's last tile on loop j's banks), 8,193.0 ns
+  // with the fastest swap (the first tile of the chain there).
+  KB b;
+  const int a = b.input("a", {4 * 128, 128}, DType::kBFloat16);
+  const int y1 = b.output("y1", {4 * 2 * 128, 128});
+  const int y2 = b.output("y2", {4 * 2 * 128, 128});
+  const int g = b.loop("g", 0, 4, 1, LoopKind::kAffine, 10);
+  const int at = b.tile("at", {128, 128}, DType::kBFloat16, 0, 11);
+  b.op("dma_copy", {W(at), X(a, {D(A(g, 128), 128), D(0, 128)})}, 12);
+  const int j = b.loop("j", 0, 2, 1, LoopKind::kAffine, 20);
+  const int pj = b.psum("pj", {128, 128}, 0, 21);
+  b.op("nc_matmul", {W(pj), W(at), W(at)}, 22);
+  const int sj = b.tile("sj", {128, 128}, DType::kFloat32, 0, 23);
+  b.op("tensor_copy", {W(sj), W(pj)}, 24);
+  b.op("dma_copy", {X(y1, {D(Affine{0, {{g, 256}, {j, 128}}}, 128), D(0, 128)}), W(sj)}, 25);
+  b.end();
+  const int i = b.loop("i", 0, 2, 1, LoopKind::kAffine, 30);
+  int prev = at;  // a chain: each matmul takes the previous one's result (PE and a copy engine in turn)
+  for (int t = 0; t < 4; ++t) {
+    const int pt = b.psum(nm("p", t), {128, 128}, 0, 31 + 4 * t);
+    b.op("nc_matmul", {W(pt), W(prev), W(at)}, 32 + 4 * t);
+    const int st = b.tile(nm("s", t), {128, 128}, t < 3 ? DType::kBFloat16 : DType::kFloat32, 0, 33 + 4 * t);
+    b.op("tensor_copy", {W(st), W(pt)}, 34 + 4 * t);
+    prev = st;
+  }
+  b.op("dma_copy", {X(y2, {D(Affine{0, {{g, 256}, {i, 128}}}, 128), D(0, 128)}), W(prev)}, 50);
+  b.end();
+  b.end();
+  const auto p = params("trn2", {"compiler.psum_loop_buffers=2"});
+  frontend::AllocationPlan plan;
+  REQUIRE_NOTHROW(verify_kernel(b.k, p, &plan));
+  REQUIRE_FALSE(plan.psum_swaps.empty());
+  // The kernel's time with a given plan, the search off (the plan as it is).
+  auto time_of = [&](const frontend::AllocationPlan& v) {
+    auto s = make_sim(false, {"compiler.psum_loop_buffers=2", "compiler.placement_search=0"});
+    Lowering l(b.k, *s, &v);
+    l.run();
+    s->finish();
+    return s->total_time();
+  };
+  const sim::Ps allocator = time_of(plan);
+  sim::Ps best = allocator;
+  for (const auto& [x, y] : plan.psum_swaps) {
+    frontend::AllocationPlan v = plan;
+    std::swap(v.tiles[static_cast<size_t>(x)].offset, v.tiles[static_cast<size_t>(y)].offset);
+    best = std::min(best, time_of(v));
+  }
+  auto s = make_sim(false, {"compiler.psum_loop_buffers=2"});
+  Lowering l(b.k, *s, &plan);
+  l.run();
+  s->finish();
+  CHECK(s->total_time() == best);
+  INFO("allocator " << allocator << " best " << best);
+  CHECK(best < allocator * 9 / 10);  // here the choice matters: the heads overlap
+  // Off: the allocator's placement.
+  auto s0 = make_sim(false, {"compiler.psum_loop_buffers=2", "compiler.placement_search=0"});
+  Lowering l0(b.k, *s0, &plan);
+  l0.run();
+  s0->finish();
+  CHECK(s0->total_time() == allocator);
+  // The same outputs either way (numerics on: every tile keeps its bytes while live).
+  auto outputs = [&](const std::vector<std::string>& ov) {
+    auto sn = make_sim(true, ov);
+    Lowering::allocate_hbm(b.k, *sn);
+    const uint16_t vals[] = {0x3F80, 0x3F00, 0xBF00, 0x3E80, 0xBF80, 0x0000, 0x3FC0};  // bf16 1, .5, -.5, .25, -1, 0, 1.5
+    std::vector<uint16_t> in(4 * 128 * 128);
+    for (size_t e = 0; e < in.size(); ++e) in[e] = vals[(e * 5) % 7];
+    sn->write_hbm("a", in.data(), in.size() * 2);
+    Lowering ln(b.k, *sn, &plan);
+    ln.run();
+    sn->finish();
+    return std::make_pair(sn->read_hbm("y1"), sn->read_hbm("y2"));
+  };
+  CHECK(outputs({"compiler.psum_loop_buffers=2"}) == outputs({"compiler.psum_loop_buffers=2", "compiler.placement_search=0"}));
+}
+
 TEST_CASE("allocate: manual address= placements are kept and a live overlap is placed elsewhere with a warning",
           "[allocate][manual]") {
   // x -> a (manual at 8192) -> u (automatic) -> y, one iteration: a and u live together.
