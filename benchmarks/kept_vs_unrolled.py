@@ -16,7 +16,7 @@ the sum of |kept/unrolled - 1| in each run for the kernels whose sums differ. A 
 files) gives a quick first look; the comparison takes the traces the logs share.
 
 ``KV_DUMP=name`` also writes the last kept and unrolled kernel.json of kernel ``name`` to /tmp/kv_keep.json and
-/tmp/kv_unroll.json (for ``nsim diff`` / ``nsim disasm``). docs/kernel-json.md ("Known gap") has the figures.
+/tmp/kv_unroll.json (for ``nsim diff`` / ``nsim disasm``). docs/kernel-json.md ("Kept and unrolled traces: what still differs") has the figures.
 """
 import collections
 import json
