@@ -265,8 +265,13 @@ int Lowering::choose_psum_swap(const Kernel& k, const Simulator& sim, const Allo
       std::swap(v.tiles[static_cast<size_t>(a)].offset, v.tiles[static_cast<size_t>(b)].offset);
     }
     try {
-      SimOptions o;
+      // The run's own options (its limits, stop flag and what-if settings), timing-only, without its outputs.
+      SimOptions o = sim.options();
       o.numerics = false;
+      o.check = false;
+      o.dependency_bound = false;
+      o.trace_path.clear();
+      o.core_index = -1;
       Simulator s(sim.config(), o);
       Lowering low(k, s, &v);
       low.run();

@@ -1376,7 +1376,7 @@ def test_non_causal_gqa_kept_times_as_unrolled():
     banks, so two of them share; the allocator alone let the P V accumulator take the K^T transposes' banks, and
     the next head's K^T transposes waited for this head's last P V (24,474.3 ns kept against 16,987.3 ns
     unrolled). The lowering now simulates each swap of two PSUM tiles' banks and keeps the fastest placement
-    (compiler.placement_search: 16,972.3 ns); with the search off the kept loop is as slow as before."""
+    (compiler.placement_search: 16,987.3 ns, as unrolled); with the search off the kept loop is as slow as before."""
     args = K.flash_attention_gqa_inputs(0, hq=4, hkv=4, s=384, d=64, causal=False)
     t = {}
     for loops in ("keep", "unroll"):
