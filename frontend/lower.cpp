@@ -248,22 +248,34 @@ void Lowering::allocate_hbm(const Kernel& k, Simulator& sim) {
   }
 }
 
-int Lowering::choose_psum_swap(const Kernel& k, const Simulator& sim, const AllocationPlan& plan) {
-  if (plan.psum_swaps.empty()) return -1;
+namespace {
+// Set while a placement candidate is timed: the Lowering of that run takes its plan as given (no search of its own).
+thread_local bool g_timing_candidate = false;
+}  // namespace
+
+std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const Simulator& sim,
+                                                         const AllocationPlan& plan, int64_t sbuf_avail,
+                                                         int64_t psum_avail) {
+  if (g_timing_candidate || (plan.psum_swaps.empty() && !plan.psum_depth_candidate)) return std::nullopt;
   // A run costs its instructions plus the simulator's set-up, counted as kRunCost instructions.
   constexpr double kRunCost = 1000;
   const auto budget = static_cast<double>(sim.params().placement_search);
-  const double runs = static_cast<double>(plan.psum_swaps.size() + 1);
-  if (budget <= 0 || (plan.executed_ops + kRunCost) * runs > budget) return -1;
-  // One timing-only run of the kernel per placement: the allocator's, then each swap.
-  const auto time_with = [&](int swap) -> std::optional<sim::Ps> {
-    AllocationPlan v = plan;
+  const double cost = plan.executed_ops + kRunCost;
+  if (budget <= 0 || cost > budget) return std::nullopt;
+  // One timing-only run of the kernel per placement: plan `p`, with swap `swap` of its psum_swaps made (-1: none).
+  const auto time_with = [&](const AllocationPlan& p, int swap) -> std::optional<sim::Ps> {
+    AllocationPlan v = p;
     v.psum_swaps.clear();
+    v.psum_depth_candidate = false;
     v.warnings.clear();
     if (swap >= 0) {
-      const auto [a, b] = plan.psum_swaps[static_cast<size_t>(swap)];
+      const auto [a, b] = p.psum_swaps[static_cast<size_t>(swap)];
       std::swap(v.tiles[static_cast<size_t>(a)].offset, v.tiles[static_cast<size_t>(b)].offset);
     }
+    struct Guard {
+      Guard() { g_timing_candidate = true; }
+      ~Guard() { g_timing_candidate = false; }
+    } guard;
     try {
       // The run's own options (its limits, stop flag and what-if settings), timing-only, without its outputs.
       SimOptions o = sim.options();
@@ -281,19 +293,64 @@ int Lowering::choose_psum_swap(const Kernel& k, const Simulator& sim, const Allo
       return std::nullopt;
     }
   };
-  const std::optional<sim::Ps> base = time_with(-1);
-  if (!base) return -1;
-  int best = -1;
-  sim::Ps best_t = *base - *base / 1000;  // a swap must gain more than 0.1 %
-  for (size_t i = 0; i < plan.psum_swaps.size(); ++i) {
-    const std::optional<sim::Ps> t = time_with(static_cast<int>(i));
-    if (!t) return -1;
-    if (*t < best_t) {
-      best_t = *t;
-      best = static_cast<int>(i);
+  // Candidates: the allocator's plan and each of its swaps; then the plan with one buffer per PSUM loop tile (more
+  // tiles spread over the banks) and each of its swaps. A group is timed when its runs fit in the budget with the
+  // runs before it; the fastest candidate is kept when it beats the allocator's plan by more than 0.1 %.
+  double runs = 0;
+  const auto affordable = [&](double n) { return cost * (runs + n) <= budget; };
+  const auto nswaps = static_cast<double>(plan.psum_swaps.size());
+  const bool swaps = nswaps > 0 && affordable(1 + nswaps);
+  if (!swaps && !(plan.psum_depth_candidate && affordable(2))) return std::nullopt;
+  const std::optional<sim::Ps> base = time_with(plan, -1);
+  if (!base) return std::nullopt;
+  runs = 1;
+  const AllocationPlan* best = &plan;
+  int pick = -1;
+  sim::Ps bar = *base - *base / 1000;
+  // Times plan `p` (unless `with_plan` is false: only its swaps) and its swaps; false when a run failed.
+  const auto group = [&](const AllocationPlan& p, bool with_plan) {
+    for (int i = with_plan ? -1 : 0; i < static_cast<int>(p.psum_swaps.size()); ++i) {
+      const std::optional<sim::Ps> t = time_with(p, i);
+      runs += 1;
+      if (!t) return false;
+      if (*t < bar) {
+        bar = *t;
+        best = &p;
+        pick = i;
+      }
+    }
+    return true;
+  };
+  if (swaps && !group(plan, false)) return std::nullopt;  // a swap that cannot run: the allocator's placement
+  std::optional<AllocationPlan> shallow;
+  if (plan.psum_depth_candidate && affordable(1)) {
+    engines::CoreParams q = sim.params();
+    q.psum_loop_buffers = 1;
+    try {
+      shallow = allocate_tiles(k, q, sbuf_avail, psum_avail);
+    } catch (const Error&) {
+      shallow.reset();
+    }
+    if (shallow) {
+      // (its swaps too when they fit, else the plan alone)
+      shallow->psum_swaps.resize(affordable(1 + static_cast<double>(shallow->psum_swaps.size())) ? shallow->psum_swaps.size() : 0);
+      const AllocationPlan* before = best;
+      const int before_pick = pick;
+      const sim::Ps before_bar = bar;
+      if (!group(*shallow, true)) {
+        best = before;
+        pick = before_pick;
+        bar = before_bar;
+      }
     }
   }
-  return best;
+  if (best == &plan && pick < 0) return std::nullopt;
+  AllocationPlan out = *best;
+  if (pick >= 0) {
+    const auto [a, b] = best->psum_swaps[static_cast<size_t>(pick)];
+    std::swap(out.tiles[static_cast<size_t>(a)].offset, out.tiles[static_cast<size_t>(b)].offset);
+  }
+  return out;
 }
 
 Lowering::Lowering(const Kernel& k, Simulator& sim, const AllocationPlan* given) : k_(k), sim_(sim) {
@@ -320,12 +377,11 @@ Lowering::Lowering(const Kernel& k, Simulator& sim, const AllocationPlan* given)
     AllocationPlan own;
     if (!given || !whole)
       own = allocate_tiles(k, sim.params(), sa.capacity() - sbuf_used, pa.capacity() - psum_used - psum_slack);
-    const AllocationPlan& plan = given && whole ? *given : own;
+    const AllocationPlan& first = given && whole ? *given : own;
+    const std::optional<AllocationPlan> chosen =
+        choose_placement(k, sim, first, sa.capacity() - sbuf_used, pa.capacity() - psum_used - psum_slack);
+    const AllocationPlan& plan = chosen ? *chosen : first;
     placements_ = plan.tiles;
-    if (const int best = choose_psum_swap(k, sim, plan); best >= 0) {
-      const auto [a, b] = plan.psum_swaps[static_cast<size_t>(best)];
-      std::swap(placements_[static_cast<size_t>(a)].offset, placements_[static_cast<size_t>(b)].offset);
-    }
     warnings_ = plan.warnings;
     for (const std::string& w : warnings_) fmt::print(stderr, "nsim: warning: {}\n", w);
     for (Space sp : {Space::kSbuf, Space::kPsum}) {

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -50,9 +51,13 @@ class Lowering {
   /// `plan`: the allocation verify_kernel() worked out for `k` on these parameters (nullptr: work it out);
   /// used only while nothing is allocated on chip (it assumed the whole memory).
   Lowering(const Kernel& k, Simulator& sim, const AllocationPlan* plan = nullptr);
-  /// Which of plan.psum_swaps to make (-1: none): each simulated timing-only, the fastest when it beats the
-  /// allocator's placement (compiler.placement_search).
-  static int choose_psum_swap(const Kernel& k, const Simulator& sim, const AllocationPlan& plan);
+  /// The placement to use instead of the allocator's `plan` (nullopt: the allocator's), chosen by timing
+  /// (compiler.placement_search): when plan.psum_depth_candidate, the plan with one buffer per PSUM loop tile
+  /// (allocated within `sbuf_avail` / `psum_avail`, as `plan` was), then each of the better one's psum_swaps; each
+  /// simulated timing-only, the fastest kept when it beats the one before by more than 0.1 %.
+  static std::optional<AllocationPlan> choose_placement(const Kernel& k, const Simulator& sim,
+                                                        const AllocationPlan& plan, int64_t sbuf_avail,
+                                                        int64_t psum_avail);
   /// Allocate every HBM tensor of the kernel in `sim` (inputs and outputs), if not already there.
   static void allocate_hbm(const Kernel& k, Simulator& sim);
 

@@ -437,16 +437,18 @@ int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size,
 /// next iteration's earlier tile then waits for this iteration's later one), the pairs of equal-sized tiles whose
 /// offsets may be swapped without either meeting a tile it would share bytes with. Empty otherwise, with manual
 /// placements, or beyond kMaxTiles tiles (an unrolled kernel: no loop to wrap around).
+/// `shared`: set when two tiles of one multi-trip loop share bytes (with at most kMaxTiles tiles, none manual).
 std::vector<std::pair<int, int>> sharing_swaps(const Walk& w, const Kernel& k, const std::vector<size_t>& ids,
                                                const std::vector<int64_t>& size, const std::vector<Ivs>& iv,
-                                               const std::vector<int64_t>& off, const std::vector<int64_t>& fixed) {
+                                               const std::vector<int64_t>& off, const std::vector<int64_t>& fixed,
+                                               bool& shared) {
   constexpr size_t kMaxTiles = 48;
   std::vector<std::pair<int, int>> out;
-  if (ids.size() < 3 || ids.size() > kMaxTiles) return out;
+  shared = false;
+  if (ids.size() < 2 || ids.size() > kMaxTiles) return out;
   for (size_t t : ids)
     if (fixed[t] >= 0) return out;
   const auto overlap = [&](size_t a, int64_t oa, size_t b, int64_t ob) { return oa < ob + size[b] && ob < oa + size[a]; };
-  bool shared = false;
   for (size_t i = 0; i < ids.size() && !shared; ++i)
     for (size_t j = i + 1; j < ids.size() && !shared; ++j) {
       const size_t a = ids[i], b = ids[j];
@@ -454,7 +456,7 @@ std::vector<std::pair<int, int>> sharing_swaps(const Walk& w, const Kernel& k, c
       for (int l = w.common(w.alloc_loop[a], w.alloc_loop[b]); l >= 0 && !shared; l = w.up(l))
         shared = k.loops[static_cast<size_t>(l)].trip_count() > 1;
     }
-  if (!shared) return out;
+  if (!shared || ids.size() < 3) return out;  // (two tiles: a swap only renames the banks)
   const auto fits = [&](size_t a, int64_t o, size_t b, int64_t ob) {
     for (size_t c : ids) {
       if (c == a) continue;
@@ -806,6 +808,12 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
   plan.tiles.assign(nt, TilePlacement{});
   std::vector<char> automatic(nt, 0);
   std::vector<int> init_bufs(nt, 1);
+  // A tile no instruction accesses (the tracer's result tile of an nc_matmul written into its `+=` target
+  // instead) holds nothing: one automatic buffer, and no bytes shared with other tiles (it is placed at its
+  // region's start, over them); it only has to fit on its own. With compiler.allocation=static every tile keeps
+  // its storage, used or not.
+  std::vector<char> accessed(nt, static_cast<char>(stat));
+  for (const Walk::Use& u : w.uses) accessed[static_cast<size_t>(u.tensor)] = 1;
   for (size_t t = 0; t < nt; ++t) {
     if (plan.lifetimes[t].first < 0) continue;
     const Tensor& ten = k.tensors[t];
@@ -814,7 +822,7 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
     pl.stride = round_up(tile_bytes(ten), ten.space == Space::kPsum ? bank : align);
     // A tile placed by address= keeps that address in every iteration: no rotating buffers of the allocator's.
     automatic[t] = ten.bufs <= 0 && ten.address < 0;
-    pl.bufs = init_bufs[t] = ten.bufs > 0 ? ten.bufs : (plan.lifetimes[t].in_loop && ten.address < 0 ? (ten.space == Space::kPsum ? p.psum_loop_buffers : p.loop_buffers) : 1);
+    pl.bufs = init_bufs[t] = ten.bufs > 0 ? ten.bufs : (plan.lifetimes[t].in_loop && ten.address < 0 && accessed[t] ? (ten.space == Space::kPsum ? p.psum_loop_buffers : p.loop_buffers) : 1);
   }
 
   // A tile with rotating buffers overlaps consecutive iterations of the loop it rotates over (the
@@ -834,7 +842,7 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
       plan.tiles[t].bufs = init_bufs[t] = std::max(1, (init_bufs[t] + n - 1) / n);
   }
   for (size_t t = 0; t < nt; ++t) {
-    if (plan.tiles[t].tensor < 0) continue;
+    if (plan.tiles[t].tensor < 0 || !accessed[t]) continue;
     int l = w.alloc_loop[t];
     while (l >= 0 && k.loops[static_cast<size_t>(l)].trip_count() <= 1) l = w.up(l);
     if (l < 0) continue;
@@ -889,7 +897,7 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
     return r >= kHuge ? r : r - (pl.stride - std::min(pl.stride, tile_bytes(k.tensors[t])));
   };
   for (size_t t = 0; t < nt; ++t) {
-    if (plan.tiles[t].tensor < 0 || k.tensors[t].address < 0) continue;
+    if (plan.tiles[t].tensor < 0 || k.tensors[t].address < 0 || !accessed[t]) continue;
     const int64_t lo = k.tensors[t].address, hi = lo + manual_bytes(t);
     const int64_t first = rot_lo[t] >= 0 && init_bufs[t] > 1 ? rot_lo[t] : plan.lifetimes[t].first;
     const int64_t last = rot_lo[t] >= 0 && init_bufs[t] > 1 ? rot_hi[t] : plan.lifetimes[t].last;
@@ -955,8 +963,23 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
     int64_t avail = psum ? psum_avail : sbuf_avail;
     if (avail < 0) avail = psum ? p.mem.psum_bytes_per_partition() : p.mem.sbuf_bytes_per_partition;
     std::vector<size_t> ids;
-    for (size_t t = 0; t < nt; ++t)
-      if (plan.tiles[t].tensor >= 0 && k.tensors[t].space == sp) ids.push_back(t);
+    for (size_t t = 0; t < nt; ++t) {
+      if (plan.tiles[t].tensor < 0 || k.tensors[t].space != sp) continue;
+      if (accessed[t]) {
+        ids.push_back(t);
+        continue;
+      }
+      const Tensor& ten = k.tensors[t];
+      const int bufs = plan.tiles[t].bufs;
+      if (const int64_t bytes = region_bytes(plan.tiles[t]); bytes > avail)
+        throw Error(psum ? ErrorCode::kPsumOverflow : ErrorCode::kSbufOverflow,
+                    fmt::format("{} overflow: tile '{}' {} {} x {} buffer{} = {} bytes per partition ({}) does not fit "
+                                "in the {} bytes per partition available{}",
+                                psum ? "PSUM" : "SBUF", ten.name, shape_str(ten.shape), dtype_name(ten.dtype), bufs,
+                                bufs == 1 ? "" : "s", bytes, loc_str(ten.loc), avail,
+                                psum ? " (whole 2 KiB banks)" : ""),
+                    ten.loc);
+    }
     if (ids.empty()) continue;
 
     int64_t extent = 0, peak = 0, peak_at = 0;
@@ -1144,7 +1167,13 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
     }
     if (err) throw *err;
     for (size_t t : ids) plan.tiles[t].offset = off[t];
-    if (psum && !stat) plan.psum_swaps = sharing_swaps(w, k, ids, size, iv, off, fixed);
+    if (psum && !stat) {
+      bool shared = false;
+      plan.psum_swaps = sharing_swaps(w, k, ids, size, iv, off, fixed, shared);
+      plan.psum_depth_candidate =
+          shared && p.psum_loop_buffers > 1 &&
+          std::any_of(ids.begin(), ids.end(), [&](size_t t) { return automatic[t] && plan.tiles[t].bufs > 1; });
+    }
     (psum ? plan.psum_extent : plan.sbuf_extent) = extent;
     (psum ? plan.psum_peak : plan.sbuf_peak) = peak;
   }

@@ -113,6 +113,22 @@ def test_decode_gemv_structure(ge, gen):
     assert mod.decode_gemv_b1.last_profile.stat("memory.hbm_read_bytes") == K * N * 2 + M * K * 2
 
 
+def test_decode_gemv_b1_kept_loop_times_as_unrolled(ge):
+    """`acc[j] += nisa.nc_matmul(...)`: the tracer allocates each matmul's result tile and writes the matmul into
+    acc instead, so the N-block loop's body held 8 PSUM tiles no instruction touches. They counted as live at their
+    alloc, inside acc's span: acc ([4, 4 x 512] fp32, 4 banks) lost its second buffer and the next N block's matmuls
+    waited for this block's copies out, 25,225.4 ns kept against 17,859.2 ns unrolled. A tile without accesses now
+    takes no storage from the others: 18,588.2 ns kept."""
+    mod = ge[0]
+    M, K, N = 4, 512, 4096
+    x, w = randn((M, K), BF16, seed=1), randn((K, N), BF16, seed=2)
+    t = {}
+    for loops in ("keep", "unroll"):
+        _out, prof = mod.decode_gemv_b1.options(loops=loops, check=False, timing_only=True).simulate(x, w)
+        t[loops] = prof.total_time_ns
+    assert t["keep"] < 1.06 * t["unroll"], t
+
+
 def test_decode_layout_timing(gen):
     """Llama-8B-like decode projection, M = 4, K = 4096, N = 14336 (timing only): both layouts read the same
     117 MB of W (HBM-bound: the profile's verdict is "dma"); W stationary halves the PE work, x stationary stores

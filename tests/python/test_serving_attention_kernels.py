@@ -151,6 +151,24 @@ def test_sink_window_instruction_counts(sw):
     assert ops["dma_copy"] == 2 * blocks + 2 * B * Hkv  # + the query load and output store per (b, kv head)
 
 
+def test_sink_window_kept_loop_times_as_unrolled(sw):
+    """The (sequence, KV head) loops kept: their body holds the sink block's and the window blocks' PSUM tiles,
+    written out by Python (15 one-bank tiles). The allocator alone gave the last block's two tiles (shapes of their
+    own) two rotating buffers across the whole body, and the 13 others shared the 4 banks left: 39,002.8 ns against
+    27,308.2 ns unrolled. The placement search (compiler.placement_search) also times one buffer per PSUM loop tile:
+    26,910.2 ns, as unrolled; with the search off the kept loops are as slow as before."""
+    B, Hq, Hkv, D, S, L, W = 2, 16, 4, 64, 2048, 2000, 300
+    q, k, v = _sw_inputs(B, Hq, Hkv, D, S, seed=3)
+    t = {}
+    for loops in ("keep", "unroll"):
+        _out, prof = sw.sink_window_decode.options(loops=loops, check=False, timing_only=True).simulate(q, k, v, L, W)
+        t[loops] = prof.total_time_ns
+    assert abs(t["keep"] / t["unroll"] - 1) < 0.03, t
+    _out, prof = sw.sink_window_decode.options(loops="keep", check=False, timing_only=True,
+                                               overrides=["compiler.placement_search=0"]).simulate(q, k, v, L, W)
+    assert prof.total_time_ns > 1.3 * t["unroll"], (prof.total_time_ns, t)
+
+
 # --------------------------------------------------------------------------------------------------
 # multi-query causal prefill with the logit soft-cap (new dialect)
 # --------------------------------------------------------------------------------------------------

@@ -174,13 +174,16 @@ def test_swiglu_bwd_timing_transposes_and_accumulation(tbn):
     PSUM vs SBUF accumulation of dW (with DMA transposes): accumulating into PSUM is free on TensorE (matmuls into
     one bank are pipelined, the read-add-write happens near memory); the SBUF style adds per token tile one VectorE
     tensor_tensor per dW block reading a PSUM tile and an fp32 SBUF tile (N = 256-512 elements per partition, on
-    the busiest engine) and makes every partial's PSUM tile wait for that add before reuse: expected PSUM faster.
+    the busiest engine) and makes every partial's PSUM tile wait for that add before reuse: expected PSUM faster
+    (34.1 / 40.0 us, kept and unrolled alike; with the allocator's PSUM placement the kept SBUF variant takes 57.8 us,
+    and this test asserted 0.8 until the placement search also tried one buffer per PSUM loop tile).
 
     With PE transposes the PSUM accumulators compete for the 8 PSUM banks (spec 2.5; every PSUM tile takes whole
     2 KiB banks): 2 HK + IK = 4 banks of accumulators leave 4 banks for the 10 PSUM tiles of each token tile
     (6 transposes, gate, up, dH, dX), so consecutive token tiles share banks and overlap less; there the SBUF
-    accumulation, which holds no accumulator bank, is faster: PSUM / SBUF 83.2 / 66.3 us with the token loop kept,
-    102.1 / 79.5 us unrolled (the choice depends on PSUM pressure). Until the lowering chose the kept loop's shared
+    accumulation, which holds no accumulator bank, is faster: PSUM / SBUF 83.2 / 49.5 us with the token loop kept,
+    102.1 / 79.5 us unrolled (the choice depends on PSUM pressure; the kept SBUF variant's one buffer per PSUM tile,
+    chosen by timing, spreads its tiles better than the unrolled trace's allocator does). Until the lowering chose the kept loop's shared
     banks by timing (compiler.placement_search) the kept loop shared them badly in both variants and showed them
     within 2 % (85.3 / 86.4 us), which this test asserted."""
     T, H, I = 2048, 128, 256
@@ -192,7 +195,7 @@ def test_swiglu_bwd_timing_transposes_and_accumulation(tbn):
     dma_sbuf = _swiglu_time(k, args, False, True)
     assert dma_psum < 0.75 * pe_psum, (dma_psum, pe_psum)
     assert dma_sbuf < pe_sbuf, (dma_sbuf, pe_sbuf)
-    assert dma_psum < 0.8 * dma_sbuf, (dma_psum, dma_sbuf)
+    assert dma_psum < 0.9 * dma_sbuf, (dma_psum, dma_sbuf)
     assert pe_sbuf < 0.9 * pe_psum, (pe_psum, pe_sbuf)
 
 
