@@ -256,7 +256,8 @@ thread_local bool g_timing_candidate = false;
 std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const Simulator& sim,
                                                          const AllocationPlan& plan, int64_t sbuf_avail,
                                                          int64_t psum_avail) {
-  if (g_timing_candidate || (plan.psum_swaps.empty() && !plan.psum_depth_candidate)) return std::nullopt;
+  if (g_timing_candidate || (plan.psum_swaps.empty() && !plan.psum_depth_candidate && plan.psum_deepen.empty()))
+    return std::nullopt;
   // A run costs its instructions plus the simulator's set-up, counted as kRunCost instructions.
   constexpr double kRunCost = 1000;
   const auto budget = static_cast<double>(sim.params().placement_search);
@@ -267,6 +268,7 @@ std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const 
     AllocationPlan v = p;
     v.psum_swaps.clear();
     v.psum_depth_candidate = false;
+    v.psum_deepen.clear();
     v.warnings.clear();
     if (swap >= 0) {
       const auto [a, b] = p.psum_swaps[static_cast<size_t>(swap)];
@@ -300,7 +302,7 @@ std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const 
   const auto affordable = [&](double n) { return cost * (runs + n) <= budget; };
   const auto nswaps = static_cast<double>(plan.psum_swaps.size());
   const bool swaps = nswaps > 0 && affordable(1 + nswaps);
-  if (!swaps && !(plan.psum_depth_candidate && affordable(2))) return std::nullopt;
+  if (!swaps && !((plan.psum_depth_candidate || !plan.psum_deepen.empty()) && affordable(2))) return std::nullopt;
   const std::optional<sim::Ps> base = time_with(plan, -1);
   if (!base) return std::nullopt;
   runs = 1;
@@ -323,9 +325,9 @@ std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const 
   };
   if (swaps && !group(plan, false)) return std::nullopt;  // a swap that cannot run: the allocator's placement
   std::optional<AllocationPlan> shallow;
+  engines::CoreParams q = sim.params();  // the parameters of the shallow plan
+  q.psum_loop_buffers = 1;
   if (plan.psum_depth_candidate && affordable(1)) {
-    engines::CoreParams q = sim.params();
-    q.psum_loop_buffers = 1;
     try {
       shallow = allocate_tiles(k, q, sbuf_avail, psum_avail);
     } catch (const Error&) {
@@ -341,6 +343,45 @@ std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const 
         best = before;
         pick = before_pick;
         bar = before_bar;
+      }
+    }
+  }
+  // Then, in the plan chosen so far, two buffers for one PSUM loop tile left with one while banks stay unused, each
+  // such tile in turn (its alloc given a manual depth of 2; a candidate that does not fit is skipped); the fastest
+  // kept, and again from it while a round gains and the budget lasts.
+  std::optional<AllocationPlan> deeper;
+  const engines::CoreParams& from_params = shallow && best == &*shallow ? q : sim.params();
+  if (sim.params().psum_loop_buffers > 1 && !best->psum_deepen.empty() && affordable(1)) {
+    Kernel kd = k;
+    for (bool gained = true; gained && affordable(1);) {
+      gained = false;
+      const std::vector<int> tiles = best->psum_deepen;
+      int chosen = -1;
+      for (const int t : tiles) {
+        if (!affordable(1)) break;
+        auto& ten = kd.tensors[static_cast<size_t>(t)];
+        ten.bufs = 2;
+        std::optional<AllocationPlan> c;
+        try {
+          c = allocate_tiles(kd, from_params, sbuf_avail, psum_avail);
+        } catch (const Error&) {
+          c.reset();
+        }
+        ten.bufs = 0;
+        if (!c) continue;
+        const std::optional<sim::Ps> tc = time_with(*c, -1);
+        runs += 1;
+        if (tc && *tc < bar) {
+          bar = *tc;
+          deeper = std::move(c);
+          best = &*deeper;
+          pick = -1;
+          chosen = t;
+        }
+      }
+      if (chosen >= 0) {
+        kd.tensors[static_cast<size_t>(chosen)].bufs = 2;
+        gained = true;
       }
     }
   }

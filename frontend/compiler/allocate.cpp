@@ -1173,6 +1173,13 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
       plan.psum_depth_candidate =
           shared && p.psum_loop_buffers > 1 &&
           std::any_of(ids.begin(), ids.end(), [&](size_t t) { return automatic[t] && plan.tiles[t].bufs > 1; });
+      constexpr size_t kMaxTiles = 48;  // (as sharing_swaps)
+      const bool manual = std::any_of(ids.begin(), ids.end(), [&](size_t t) { return fixed[t] >= 0; });
+      if (!manual && ids.size() <= kMaxTiles)
+        for (size_t t : ids)
+          if (automatic[t] && rot_loop[t] >= 0 && plan.tiles[t].bufs == 1 && inst_cap[t] > 1 &&
+              extent + plan.tiles[t].stride <= avail)
+            plan.psum_deepen.push_back(static_cast<int>(t));
     }
     (psum ? plan.psum_extent : plan.sbuf_extent) = extent;
     (psum ? plan.psum_peak : plan.sbuf_peak) = peak;

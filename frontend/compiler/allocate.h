@@ -60,6 +60,9 @@ struct AllocationPlan {
   /// automatic PSUM loop tile has more than one buffer: the Lowering then also times the placement with one buffer
   /// per PSUM loop tile (compiler.psum_loop_buffers = 1).
   bool psum_depth_candidate = false;
+  /// Automatic PSUM tiles of a multi-trip loop left with one buffer while banks stay unused (at most 48 PSUM tiles,
+  /// none placed by hand): the Lowering also times the plan with two buffers for each of them in turn.
+  std::vector<int> psum_deepen;
   /// Instructions the kernel executes, about (ops times the trips of the loops around them): the cost of a run.
   double executed_ops = 0;
 };

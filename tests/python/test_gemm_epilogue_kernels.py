@@ -407,9 +407,10 @@ def test_batched_gemm_transpose_timing(gen):
     - pe: every A tile makes a dependent chain DMA -> TensorE transpose (ii = max(128, 64) cycles + ~350 cycles
       latency, §3.1) -> PSUM -> Vector copy to SBUF (max(64, 128) busy + fixed latency, §3.2) -> matmul, with a
       cross-engine semaphore at every hop; the PE also does twice as many instructions.
-    Measured: 28,921 / 29,564 / 34,903 ns (the PE path 39,604 ns until 2026-12-05, when a write-after-read began
+    Measured: 28,921 / 29,564 / 32,295 ns (the PE path 39,604 ns until 2026-12-05, when a write-after-read began
     to wait for the reader's last read, not its end: the next transpose into a PSUM tile starts as soon as the Vector
-    copy has read it)."""
+    copy has read it; 34,903 ns until 2026-12-06, when the kept loop's PSUM placement got more candidates to be
+    chosen from by timing: 33,421 ns unrolled)."""
     a = np.zeros((4, 512, 512), BF16)
     b = np.zeros((4, 512, 512), BF16)
     t_pe, p_pe = _time(gen.batched_gemm_t, a, b, "pe")
@@ -418,7 +419,7 @@ def test_batched_gemm_transpose_timing(gen):
     assert p_pe.stat("memory.hbm_read_bytes") == p_dma.stat("memory.hbm_read_bytes") == \
         p_pre.stat("memory.hbm_read_bytes") == 2 * 4 * 512 * 512 * 2
     assert t_pre <= t_dma < t_pe, (t_pre, t_dma, t_pe)
-    assert t_pe > 1.15 * t_dma
+    assert t_pe > 1.07 * t_dma, (t_pe, t_dma)
     assert p_pe.stat("engine.tensor.instruction_count") > p_dma.stat("engine.tensor.instruction_count")
 
 
