@@ -335,7 +335,7 @@ std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const 
     }
     if (shallow) {
       // (its swaps too when they fit, else the plan alone)
-      shallow->psum_swaps.resize(affordable(1 + static_cast<double>(shallow->psum_swaps.size())) ? shallow->psum_swaps.size() : 0);
+      if (!affordable(1 + static_cast<double>(shallow->psum_swaps.size()))) shallow->psum_swaps.clear();
       const AllocationPlan* before = best;
       const int before_pick = pick;
       const sim::Ps before_bar = bar;

@@ -433,6 +433,10 @@ int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size,
   return extent;
 }
 
+/// The most PSUM tiles a kernel may have for the Lowering's placement search (AllocationPlan::psum_swaps,
+/// psum_deepen): more is an unrolled kernel, with no loop body to place.
+constexpr size_t kMaxTiles = 48;
+
 /// For AllocationPlan::psum_swaps: when two PSUM tiles of one loop body with more than one trip share bytes (the
 /// next iteration's earlier tile then waits for this iteration's later one), the pairs of equal-sized tiles whose
 /// offsets may be swapped without either meeting a tile it would share bytes with. Empty otherwise, with manual
@@ -442,7 +446,6 @@ std::vector<std::pair<int, int>> sharing_swaps(const Walk& w, const Kernel& k, c
                                                const std::vector<int64_t>& size, const std::vector<Ivs>& iv,
                                                const std::vector<int64_t>& off, const std::vector<int64_t>& fixed,
                                                bool& shared) {
-  constexpr size_t kMaxTiles = 48;
   std::vector<std::pair<int, int>> out;
   shared = false;
   if (ids.size() < 2 || ids.size() > kMaxTiles) return out;
@@ -1173,7 +1176,6 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
       plan.psum_depth_candidate =
           shared && p.psum_loop_buffers > 1 &&
           std::any_of(ids.begin(), ids.end(), [&](size_t t) { return automatic[t] && plan.tiles[t].bufs > 1; });
-      constexpr size_t kMaxTiles = 48;  // (as sharing_swaps)
       const bool manual = std::any_of(ids.begin(), ids.end(), [&](size_t t) { return fixed[t] >= 0; });
       if (!manual && ids.size() <= kMaxTiles)
         for (size_t t : ids)
