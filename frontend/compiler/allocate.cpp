@@ -336,26 +336,36 @@ struct SiteInfo {
 /// unrolled trace and the compiler's rotating buffers do — so the tiles that must share are those of
 /// one site, not a tile at a loop's start and one at its end. One interval per tile and no sites: by each
 /// byte's latest end, O(tiles x avail / unit); otherwise pairwise, O(tiles x their bytes / unit), given up
-/// (-1) beyond kSpreadWork. Returns the extent, or -1 when some tile finds no free window (the packed
-/// offsets are then kept); `shared`: set when some tile took bytes used before.
+/// (-1) beyond kSpreadWork. Tiles placed by hand (`fixed` >= 0) keep their offsets and hold their bytes from the
+/// start; the others go around them (a reuse distance then also counts from a tile's end to a manual tile's later
+/// start). Returns the extent, or -1 when some tile finds no free window (the packed offsets are then kept);
+/// `shared`: set when some tile took bytes used before.
 int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size, const std::vector<Ivs>& iv,
-               int64_t unit, int64_t avail, const SiteInfo* sites, std::vector<int64_t>& off, bool* shared) {
+               int64_t unit, int64_t avail, const SiteInfo* sites, const std::vector<int64_t>& fixed,
+               std::vector<int64_t>& off, bool* shared) {
   constexpr int64_t kSpreadWork = int64_t{1} << 26;  // (tile, placed tile's unit) visits of the pairwise pass
   const int64_t units = unit > 0 ? avail / unit : 0;
   if (units <= 0 || units > (int64_t{1} << 24)) return -1;
-  bool multi = false;
+  bool multi = false, manual = false;
   for (size_t t : ids) {
     if (iv[t].empty()) return -1;
     multi |= iv[t].size() != 1;
+    manual |= fixed[t] >= 0;
   }
-  // Pairwise only where the latest end per byte is not enough: several intervals, or sites.
-  const bool pairwise = multi || sites;
+  // Pairwise only where the latest end per byte is not enough: several intervals, sites, or tiles placed by hand
+  // (they hold their bytes from the start, whenever their lifetimes begin).
+  const bool pairwise = multi || sites || manual;
   if (pairwise) {
     int64_t units_placed = 0;  // sum over tiles of their units: each tile visits at most all of them
     for (size_t t : ids) units_placed += std::max<int64_t>(1, (size[t] + unit - 1) / unit);
     if (units_placed > kSpreadWork / std::max<int64_t>(1, static_cast<int64_t>(ids.size()))) return -1;
   }
-  std::vector<size_t> order = ids;
+  std::vector<size_t> order, placed;
+  for (size_t t : ids) {
+    if (fixed[t] < 0) order.push_back(t);
+    else if (fixed[t] + size[t] > units * unit) return -1;
+    else off[t] = fixed[t], placed.push_back(t);
+  }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return iv[a].front().first != iv[b].front().first ? iv[a].front().first < iv[b].front().first : size[a] > size[b];
   });
@@ -364,9 +374,9 @@ int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size,
   std::vector<int64_t> last(static_cast<size_t>(units), -1);  // per unit: latest end of its tiles
   std::vector<int64_t> score(static_cast<size_t>(units));     // per unit, for the tile being placed
   std::vector<int64_t> dq(static_cast<size_t>(units));         // sliding-window minimum (indices)
-  std::vector<size_t> placed;
   std::vector<std::ptrdiff_t> site_latest;  // per site: the placed tile that is its latest instance
   int64_t extent = 0;
+  for (size_t t : placed) extent = std::max(extent, off[t] + size[t]);
   if (shared) *shared = false;
   for (size_t t : order) {
     const int64_t n = std::max<int64_t>(1, (size[t] + unit - 1) / unit), start = iv[t].front().first;
@@ -383,10 +393,12 @@ int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size,
       for (size_t j : placed) {
         int64_t d = kBlocked;
         if (!meets(iv[t], iv[j])) {
-          int64_t end_j = -1;  // j's latest end before t starts (j started first: it has one)
+          // The statements from j's latest use of these bytes before t starts (j placed earlier started first: it
+          // has one) to t's start; a tile placed by hand may instead start after t: from t's end to its start.
+          int64_t end_j = -1;
           for (auto [l, h] : iv[j])
             if (h < start) end_j = std::max(end_j, h);
-          d = start - end_j;
+          d = end_j >= 0 ? start - end_j : std::max<int64_t>(1, iv[j].front().first - iv[t].back().second);
           if (st >= 0 && sites->site[j] == st) d += kSite;
         }
         const int64_t b = off[j] / unit, e = std::min(units, b + std::max<int64_t>(1, (size[j] + unit - 1) / unit));
@@ -1050,12 +1062,12 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
             }
           }
           if (extent <= avail) {
-            if (!stat && std::none_of(ids.begin(), ids.end(), [&](size_t t) { return fixed[t] >= 0; })) {
+            if (!stat) {
               bool shared = false;
-              int64_t e3 = spread(ids, size, iv, unit, avail, nullptr, off2, &shared);
+              int64_t e3 = spread(ids, size, iv, unit, avail, nullptr, fixed, off2, &shared);
               if (e3 >= 0 && shared) {  // some tile had to take used bytes: rotate them within sites
                 std::vector<int64_t> off3 = off2;
-                const int64_t e4 = spread(ids, size, iv, unit, avail, &site_info(), off3, nullptr);
+                const int64_t e4 = spread(ids, size, iv, unit, avail, &site_info(), fixed, off3, nullptr);
                 if (e4 >= 0) {
                   e3 = e4;
                   off2.swap(off3);

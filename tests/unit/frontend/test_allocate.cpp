@@ -1033,6 +1033,49 @@ TEST_CASE("allocate: manual address= placements are kept and a live overlap is p
   }
 }
 
+TEST_CASE("allocate: automatic tiles keep clear of a manual tile's bytes while capacity allows", "[allocate][manual][psum]") {
+  // A head loop g (4 trips) whose body fills a PSUM tile placed by hand (address 0: bank 0), copies it out, then
+  // fills an automatic one-buffer PSUM tile u from that copy: within one iteration their lifetimes are disjoint,
+  // so packing alone gives u bank 0 too, and the next head's first matmul must wait for this head's last read of u
+  // (a write-after-read edge between iterations that are otherwise independent). Seven banks are free: as without
+  // manual tiles, u takes bytes nothing used (the pipelining-aware placement, docs/timing-model.md "Memory
+  // allocation"), and the heads overlap.
+  KB b;
+  const int a = b.input("a", {4 * 128, 128}, DType::kBFloat16);
+  const int y = b.output("y", {4 * 128, 128});
+  const int g = b.loop("g", 0, 4, 1, LoopKind::kAffine, 10);
+  const int at = b.tile("at", {128, 128}, DType::kBFloat16, 0, 11);
+  b.op("dma_copy", {W(at), X(a, {D(A(g, 128), 128), D(0, 128)})}, 12);
+  const int m = b.psum("m", {128, 128}, 1, 13);
+  b.k.tensors[static_cast<size_t>(m)].address = 0;
+  b.op("nc_matmul", {W(m), W(at), W(at)}, 14);
+  const int sm = b.tile("sm", {128, 128}, DType::kBFloat16, 0, 15);
+  b.op("tensor_copy", {W(sm), W(m)}, 16);
+  const int u = b.psum("u", {128, 128}, 1, 17);
+  b.op("nc_matmul", {W(u), W(sm), W(at)}, 18);
+  const int su = b.tile("su", {128, 128}, DType::kFloat32, 0, 19);
+  b.op("tensor_copy", {W(su), W(u)}, 20);
+  b.op("dma_copy", {X(y, {D(A(g, 128), 128), D(0, 128)}), W(su)}, 21);
+  b.end();
+  const auto p = params("trn2");
+  frontend::AllocationPlan plan;
+  REQUIRE_NOTHROW(verify_kernel(b.k, p, &plan));
+  CHECK(plan.tiles[static_cast<size_t>(m)].offset == 0);
+  CHECK(!overlap(plan.tiles[static_cast<size_t>(m)], plan.tiles[static_cast<size_t>(u)]));
+  auto time_of = [&](const frontend::AllocationPlan& v) {
+    auto s = make_sim(false);
+    Lowering l(b.k, *s, &v);
+    l.run();
+    s->finish();
+    return s->total_time();
+  };
+  frontend::AllocationPlan packed = plan;  // u on the manual tile's bank, as packing alone placed it
+  packed.tiles[static_cast<size_t>(u)].offset = 0;
+  const sim::Ps apart = time_of(plan), shared = time_of(packed);
+  INFO("apart " << apart << " shared " << shared);
+  CHECK(apart < shared);
+}
+
 TEST_CASE("allocate: automatic depths step down to double buffering before any tile gets one buffer", "[allocate][bufs]") {
   // `n` tiles of 50000 B per partition (fp32 [128, 12500]) loaded, added and stored in a loop of 8 trips, trn2
   // (229376 B): compiler.loop_buffers = 4 asks 200,000 B per tile. Falling back one buffer at a time, largest
