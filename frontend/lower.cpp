@@ -256,7 +256,8 @@ thread_local bool g_timing_candidate = false;
 std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const Simulator& sim,
                                                          const AllocationPlan& plan, int64_t sbuf_avail,
                                                          int64_t psum_avail) {
-  if (g_timing_candidate || (plan.psum_swaps.empty() && !plan.psum_depth_candidate && plan.psum_deepen.empty()))
+  if (g_timing_candidate ||
+      (plan.psum_swaps.empty() && !plan.psum_depth_candidate && plan.psum_deepen.empty() && plan.sbuf_deepen.empty()))
     return std::nullopt;
   // A run costs its instructions plus the simulator's set-up, counted as kRunCost instructions.
   constexpr double kRunCost = 1000;
@@ -269,6 +270,7 @@ std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const 
     v.psum_swaps.clear();
     v.psum_depth_candidate = false;
     v.psum_deepen.clear();
+    v.sbuf_deepen.clear();
     v.warnings.clear();
     if (swap >= 0) {
       const auto [a, b] = p.psum_swaps[static_cast<size_t>(swap)];
@@ -302,7 +304,9 @@ std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const 
   const auto affordable = [&](double n) { return cost * (runs + n) <= budget; };
   const auto nswaps = static_cast<double>(plan.psum_swaps.size());
   const bool swaps = nswaps > 0 && affordable(1 + nswaps);
-  if (!swaps && !((plan.psum_depth_candidate || !plan.psum_deepen.empty()) && affordable(2))) return std::nullopt;
+  if (!swaps &&
+      !((plan.psum_depth_candidate || !plan.psum_deepen.empty() || !plan.sbuf_deepen.empty()) && affordable(2)))
+    return std::nullopt;
   const std::optional<sim::Ps> base = time_with(plan, -1);
   if (!base) return std::nullopt;
   runs = 1;
@@ -346,16 +350,23 @@ std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const 
       }
     }
   }
-  // Then, in the plan chosen so far, two buffers for one PSUM loop tile left with one while banks stay unused, each
-  // such tile in turn (its alloc given a manual depth of 2; a candidate that does not fit is skipped); the fastest
-  // kept, and again from it while a round gains and the budget lasts.
+  // Then, in the plan chosen so far, two buffers for one PSUM loop tile left with one while banks stay unused, or
+  // for one SBUF loop tile the fallback left with one (the fallback then takes buffers from the others), each such
+  // tile in turn (its alloc given a manual depth of 2; a candidate that does not fit is skipped); the fastest kept,
+  // and again from it while a round gains and the budget lasts.
   std::optional<AllocationPlan> deeper;
   const engines::CoreParams& from_params = shallow && best == &*shallow ? q : sim.params();
-  if (sim.params().psum_loop_buffers > 1 && !best->psum_deepen.empty() && affordable(1)) {
+  const auto deepen = [&](const AllocationPlan& p) {
+    std::vector<int> tiles;
+    if (sim.params().psum_loop_buffers > 1) tiles = p.psum_deepen;
+    if (sim.params().loop_buffers > 1) tiles.insert(tiles.end(), p.sbuf_deepen.begin(), p.sbuf_deepen.end());
+    return tiles;
+  };
+  if (!deepen(*best).empty() && affordable(1)) {
     Kernel kd = k;
     for (bool gained = true; gained && affordable(1);) {
       gained = false;
-      const std::vector<int> tiles = best->psum_deepen;
+      const std::vector<int> tiles = deepen(*best);
       int chosen = -1;
       for (const int t : tiles) {
         if (!affordable(1)) break;

@@ -446,7 +446,7 @@ int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size,
 }
 
 /// The most PSUM tiles a kernel may have for the Lowering's placement search (AllocationPlan::psum_swaps,
-/// psum_deepen): more is an unrolled kernel, with no loop body to place.
+/// psum_deepen): more is an unrolled kernel, with no loop body to place. Also the most SBUF tiles sbuf_deepen names.
 constexpr size_t kMaxTiles = 48;
 
 /// For AllocationPlan::psum_swaps: when two PSUM tiles of one loop body with more than one trip share bytes (the
@@ -1195,6 +1195,11 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
               extent + plan.tiles[t].stride <= avail)
             plan.psum_deepen.push_back(static_cast<int>(t));
     }
+    if (!psum && !stat)
+      for (size_t t : ids)
+        if (automatic[t] && rot_loop[t] >= 0 && init_bufs[t] > 1 && plan.tiles[t].bufs == 1 &&
+            plan.sbuf_deepen.size() < kMaxTiles)
+          plan.sbuf_deepen.push_back(static_cast<int>(t));
     (psum ? plan.psum_extent : plan.sbuf_extent) = extent;
     (psum ? plan.psum_peak : plan.sbuf_peak) = peak;
   }

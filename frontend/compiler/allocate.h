@@ -63,6 +63,10 @@ struct AllocationPlan {
   /// Automatic PSUM tiles of a multi-trip loop left with one buffer while banks stay unused (at most 48 PSUM tiles,
   /// none placed by hand): the Lowering also times the plan with two buffers for each of them in turn.
   std::vector<int> psum_deepen;
+  /// Automatic SBUF tiles of a multi-trip loop that the fallback left with one buffer (SBUF too small for every
+  /// loop tile's rotating buffers; at most 48, the first in tensor order): the Lowering also times the plan with
+  /// two buffers for each of them in turn, the fallback then taking buffers from the others.
+  std::vector<int> sbuf_deepen;
   /// Instructions the kernel executes, about (ops times the trips of the loops around them): the cost of a run.
   double executed_ops = 0;
 };

@@ -537,3 +537,20 @@ def test_tensor_tensor_scan_operand_forms(skn, case):
     aa = np.repeat(a[:, :1], 96, 1) if case == "bcast_data0" else a
     init = b[:, 0] if case in ("tile_init", "psum_init") else 0.0
     close_to_max(got, _ref_scan(aa, b, f0, f1, init), np.float32)
+
+
+def test_mamba1_short_sbuf_kept_loop_times_as_unrolled(sk):
+    """Ch = 128, L = 8192, N = 8 in 4096-column chunks (the timing story's `t_big`): the kept loops' fp32 [128, 4096]
+    tiles fill SBUF, so the allocator's fallback leaves most of them one buffer, and which keep a second decides
+    what overlaps. The fallback (largest tiles at the peak first, ties in tensor order) chose badly: 693,545.1 ns
+    kept against 489,211.4 ns unrolled; the placement search (compiler.placement_search) times a second buffer for
+    each one-buffer SBUF loop tile in turn: 531,584.9 ns."""
+    m = sk[0]
+    args = _mamba_inputs(1, 128, 8192, 8, np.float32, seed=3)
+    t = {}
+    for loops, ov in (("keep", None), ("unroll", None), ("keep_off", {"compiler.placement_search": 0})):
+        kern = m.mamba1_selective_scan.options(timing_only=True, loops="unroll" if loops == "unroll" else "keep",
+                                               **({"overrides": ov} if ov else {}))
+        t[loops] = kern.simulate(*args, 4096, "sbuf")[1].total_time_ns
+    assert t["keep"] < 1.15 * t["unroll"], t
+    assert t["keep_off"] > 1.25 * t["keep"], t

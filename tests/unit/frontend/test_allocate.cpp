@@ -979,6 +979,57 @@ TEST_CASE("allocate: a PSUM loop tile left with one buffer while banks stay unus
   CHECK(one < allocator);
 }
 
+TEST_CASE("allocate: which SBUF loop tile keeps a second buffer when SBUF is short is chosen by timing",
+          "[allocate][bufs][search]") {
+  // A row loop i (4 trips): load a [128, 12288] fp32 row block (48 KiB per partition), an activation of it on
+  // ScalarE, the product of both on VectorE, store. Three 48 KiB tiles live at the product: 144 KiB with one buffer
+  // each, 192 with two for one of them, 240 for two: SBUF holds one second buffer, and the fallback (largest tiles
+  // at the peak first, from compiler.loop_buffers down) leaves it to the product's tile, where it overlaps nothing:
+  // 268,512.6 ns. The search (compiler.placement_search) gives each one-buffer tile in turn a manual depth of 2, the
+  // fallback taking buffers from the others, and keeps the fastest: the loaded tile's, the next row's load then runs
+  // under this row's compute, 184,580.4 ns.
+  KB b;
+  const int x = b.input("x", {4 * 128, 12288});
+  const int y = b.output("y", {4 * 128, 12288});
+  const int i = b.loop("i", 0, 4, 1, LoopKind::kAffine, 10);
+  const int t0 = b.tile("t0", {128, 12288}, DType::kFloat32, 0, 11);
+  b.op("dma_copy", {W(t0), X(x, {D(A(i, 128), 128), D(0, 12288)})}, 12);
+  const int t1 = b.tile("t1", {128, 12288}, DType::kFloat32, 0, 13);
+  b.op("activation", {W(t1), W(t0)}, 14);
+  const int t2 = b.tile("t2", {128, 12288}, DType::kFloat32, 0, 15);
+  b.op("tensor_tensor", {W(t2), W(t1), W(t0)}, 16);
+  b.k.ops.back().alu0 = AluOp::kMultiply;
+  b.op("dma_copy", {X(y, {D(A(i, 128), 128), D(0, 12288)}), W(t2)}, 17);
+  b.end();
+  const auto p = params("trn2");
+  frontend::AllocationPlan plan;
+  REQUIRE_NOTHROW(verify_kernel(b.k, p, &plan));
+  int two = 0;
+  for (const int t : {t0, t1, t2}) two += plan.tiles[static_cast<size_t>(t)].bufs == 2;
+  INFO("sbuf_deepen " << plan.sbuf_deepen.size() << " two " << two);
+  CHECK(plan.sbuf_deepen.size() + two == 3);
+  auto run = [&](const frontend::Kernel& k, const frontend::AllocationPlan* given, const std::vector<std::string>& ov) {
+    auto s = make_sim(false, ov);
+    Lowering l(k, *s, given);
+    l.run();
+    s->finish();
+    return s->total_time();
+  };
+  const sim::Ps allocator = run(b.k, &plan, {"compiler.placement_search=0"});
+  const sim::Ps searched = run(b.k, &plan, {});
+  sim::Ps one = allocator;
+  for (const int t : plan.sbuf_deepen) {
+    frontend::Kernel kd = b.k;
+    kd.tensors[static_cast<size_t>(t)].bufs = 2;
+    const sim::Ps tt = run(kd, nullptr, {"compiler.placement_search=0"});
+    UNSCOPED_INFO("tile " << b.k.tensors[static_cast<size_t>(t)].name << " deepened: " << tt);
+    one = std::min(one, tt);
+  }
+  INFO("allocator " << allocator << ", searched " << searched << ", best single " << one);
+  CHECK(searched <= one);
+  CHECK(one < allocator);
+}
+
 TEST_CASE("allocate: manual address= placements are kept and a live overlap is placed elsewhere with a warning",
           "[allocate][manual]") {
   // x -> a (manual at 8192) -> u (automatic) -> y, one iteration: a and u live together.
