@@ -445,6 +445,73 @@ int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size,
   return extent;
 }
 
+/// When spread() finds no free window for some tile (its greedy placement fragmented the memory), the packed
+/// placement improved instead: each tile not placed by hand, in order of lifetime start, moves to the aligned
+/// window (within `avail`) no tile meeting its lifetime holds whose bytes' nearest use by another tile, before or
+/// after its own, is furthest away (bytes no other tile uses best), when that beats where it is. Every step keeps
+/// the placement valid. Pairwise, O(tiles x their bytes / unit) a pass; nothing is moved beyond kSpreadWork.
+void improve(const std::vector<size_t>& ids, const std::vector<int64_t>& size, const std::vector<Ivs>& iv,
+             int64_t unit, int64_t avail, const std::vector<int64_t>& fixed, std::vector<int64_t>& off) {
+  constexpr int64_t kSpreadWork = int64_t{1} << 26;
+  const int64_t units = unit > 0 ? avail / unit : 0;
+  if (units <= 0 || units > (int64_t{1} << 24)) return;
+  int64_t work = 0, intervals = 0;
+  for (size_t t : ids) {
+    if (iv[t].empty() || off[t] < 0 || off[t] % unit != 0 || off[t] + size[t] > units * unit) return;
+    work += std::max<int64_t>(1, (size[t] + unit - 1) / unit);
+    intervals += static_cast<int64_t>(iv[t].size());
+  }
+  if (work > kSpreadWork / std::max<int64_t>(1, static_cast<int64_t>(ids.size())) ||
+      intervals > kSpreadWork / std::max<int64_t>(1, static_cast<int64_t>(ids.size())))
+    return;
+  std::vector<size_t> order;
+  for (size_t t : ids)
+    if (fixed[t] < 0) order.push_back(t);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return iv[a].front().first != iv[b].front().first ? iv[a].front().first < iv[b].front().first : size[a] > size[b];
+  });
+  constexpr int64_t kBlocked = -1, kFree = int64_t{1} << 56;
+  // Statements between two tiles' uses when their lifetimes do not meet: the smallest gap between their intervals.
+  const auto gap = [&](size_t a, size_t b) {
+    int64_t g = kFree - 1;
+    for (auto [l, h] : iv[a])
+      for (auto [l2, h2] : iv[b]) g = std::min(g, h < l2 ? l2 - h : h2 < l ? l - h2 : int64_t{1});
+    return g;
+  };
+  std::vector<int64_t> score(static_cast<size_t>(units)), dq(static_cast<size_t>(units));
+  for (size_t t : order) {
+    const int64_t n = std::max<int64_t>(1, (size[t] + unit - 1) / unit);
+    if (n > units) continue;
+    std::fill(score.begin(), score.end(), kFree);
+    for (size_t j : ids) {
+      if (j == t) continue;
+      const int64_t d = meets(iv[t], iv[j]) ? kBlocked : gap(t, j);
+      const int64_t b = off[j] / unit, e = std::min(units, b + std::max<int64_t>(1, (size[j] + unit - 1) / unit));
+      for (int64_t u = b; u < e; ++u) score[static_cast<size_t>(u)] = std::min(score[static_cast<size_t>(u)], d);
+    }
+    const auto window = [&](int64_t w) {
+      int64_t m = kFree;
+      for (int64_t u = w; u < w + n; ++u) m = std::min(m, score[static_cast<size_t>(u)]);
+      return m;
+    };
+    const int64_t here = off[t] / unit;
+    int64_t best = here, best_score = window(here);
+    size_t head = 0, tail = 0;
+    for (int64_t u = 0; u < units; ++u) {
+      while (tail > head && score[static_cast<size_t>(dq[tail - 1])] >= score[static_cast<size_t>(u)]) --tail;
+      dq[tail++] = u;
+      if (dq[head] <= u - n) ++head;
+      if (u + 1 < n) continue;
+      const int64_t sc = score[static_cast<size_t>(dq[head])];
+      if (sc > best_score) {
+        best = u + 1 - n;
+        best_score = sc;
+      }
+    }
+    off[t] = best * unit;
+  }
+}
+
 /// The most PSUM tiles a kernel may have for the Lowering's placement search (AllocationPlan::psum_swaps,
 /// psum_deepen): more is an unrolled kernel, with no loop body to place. Also the most SBUF tiles sbuf_deepen names.
 constexpr size_t kMaxTiles = 48;
@@ -1076,6 +1143,10 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
               if (e3 >= 0) {
                 extent = e3;
                 for (size_t t : ids) off[t] = off2[t];
+              } else {  // no free window for some tile that way: the packed placement, improved tile by tile
+                improve(ids, size, iv, unit, avail, fixed, off);
+                extent = 0;
+                for (size_t t : ids) extent = std::max(extent, std::min(kSumCap, off[t] + size[t]));
               }
             }
             return std::nullopt;
@@ -1185,10 +1256,18 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
     if (psum && !stat) {
       bool shared = false;
       plan.psum_swaps = sharing_swaps(w, k, ids, size, iv, off, fixed, shared);
-      plan.psum_depth_candidate =
-          shared && p.psum_loop_buffers > 1 &&
-          std::any_of(ids.begin(), ids.end(), [&](size_t t) { return automatic[t] && plan.tiles[t].bufs > 1; });
       const bool manual = std::any_of(ids.begin(), ids.end(), [&](size_t t) { return fixed[t] >= 0; });
+      // Or an automatic PSUM tile's rotating buffers share banks with another tile (tiles of loops written out one
+      // after another: the later ones wait for the rotating tile's last reads).
+      bool rotating_shared = false;
+      if (!manual && ids.size() <= kMaxTiles)
+        for (size_t a : ids)
+          for (size_t b : ids)
+            rotating_shared |= a != b && automatic[a] && plan.tiles[a].bufs > 1 && off[a] < off[b] + size[b] &&
+                               off[b] < off[a] + size[a];
+      plan.psum_depth_candidate =
+          (shared || rotating_shared) && p.psum_loop_buffers > 1 &&
+          std::any_of(ids.begin(), ids.end(), [&](size_t t) { return automatic[t] && plan.tiles[t].bufs > 1; });
       if (!manual && ids.size() <= kMaxTiles)
         for (size_t t : ids)
           if (automatic[t] && rot_loop[t] >= 0 && plan.tiles[t].bufs == 1 && inst_cap[t] > 1 &&

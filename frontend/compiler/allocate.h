@@ -56,9 +56,10 @@ struct AllocationPlan {
   /// (tensor ids) whose offsets may be swapped (neither then meets a tile it shares bytes with), for the Lowering's
   /// choice by timing (compiler.placement_search); empty when no two tiles of one multi-trip loop share a bank.
   std::vector<std::pair<int, int>> psum_swaps;
-  /// Whether two PSUM tiles of one multi-trip loop's body share bytes (psum_swaps is filled only then), and some
-  /// automatic PSUM loop tile has more than one buffer: the Lowering then also times the placement with one buffer
-  /// per PSUM loop tile (compiler.psum_loop_buffers = 1).
+  /// Whether two PSUM tiles of one multi-trip loop's body share bytes (psum_swaps is filled only then) or an automatic
+  /// PSUM tile's rotating buffers share banks with another tile (at most 48 PSUM tiles, none placed by hand), and
+  /// some automatic PSUM loop tile has more than one buffer: the Lowering then also times the placement with one
+  /// buffer per PSUM loop tile (compiler.psum_loop_buffers = 1).
   bool psum_depth_candidate = false;
   /// Automatic PSUM tiles of a multi-trip loop left with one buffer while banks stay unused (at most 48 PSUM tiles,
   /// none placed by hand): the Lowering also times the plan with two buffers for each of them in turn.

@@ -213,6 +213,24 @@ def test_sgmv_prefill_matches_numpy(lb1, starts, lids, H, O, L, r):
     assert lb1.sgmv_lora_prefill.last_profile.stat("memory.hbm_write_bytes") == 2 * T * O
 
 
+def test_sgmv_prefill_kept_loop_times_as_unrolled(lb1):
+    """Two segments (256 and 44 tokens), H = 2048, O = 512, rank 64: the segments' loops are written out by Python,
+    their 128-token tile loops kept. The placement that puts each PSUM tile where its bytes were used longest ago
+    fragmented the 8 banks (no two free in a row for one transpose tile), so the packed placement was kept, and in
+    it the second segment's x transposes took the first segment's shrink accumulator's banks: they waited for its
+    last read, 28,789.8 ns kept against 20,198.6 ns unrolled. The packed placement is now improved tile by tile
+    (docs/timing-model.md "Memory allocation"): 21,871.1 ns kept."""
+    starts, lids, H, O, L, r = (0, 256, 300), np.asarray((5, 5), np.int32), 2048, 512, 8, 64
+    T = starts[-1]
+    x, y_in = randn((T, H), BF16, T), randn((T, O), BF16, T + 1)
+    A, Bm = _adapters(L, r, H, O, seed=r)
+    t = {}
+    for loops in ("keep", "unroll"):
+        kern = lb1.sgmv_lora_prefill.options(loops=loops, timing_only=True)
+        t[loops] = kern.simulate(x, y_in, A, Bm, lids, starts, 0.5)[1].total_time_ns
+    assert t["keep"] < 1.12 * t["unroll"], t
+
+
 def test_sgmv_adapter_ids_are_runtime(lb1):
     """The same compiled segments with other adapter ids in HBM give the other adapters' result (the ids are
     data, not trace-time constants)."""

@@ -181,9 +181,10 @@ def test_swiglu_bwd_timing_transposes_and_accumulation(tbn):
     With PE transposes the PSUM accumulators compete for the 8 PSUM banks (spec 2.5; every PSUM tile takes whole
     2 KiB banks): 2 HK + IK = 4 banks of accumulators leave 4 banks for the 10 PSUM tiles of each token tile
     (6 transposes, gate, up, dH, dX), so consecutive token tiles share banks and overlap less; there the SBUF
-    accumulation, which holds no accumulator bank, is faster: PSUM / SBUF 83.2 / 49.5 us with the token loop kept,
-    102.1 / 79.5 us unrolled (the choice depends on PSUM pressure; the kept SBUF variant's one buffer per PSUM tile,
-    chosen by timing, spreads its tiles better than the unrolled trace's allocator does). Until the lowering chose the kept loop's shared
+    accumulation, which holds no accumulator bank, is faster: PSUM / SBUF 68.5 / 49.5 us with the token loop kept,
+    77.8 / 79.5 us unrolled (the choice depends on PSUM pressure; the kept SBUF variant's one buffer per PSUM tile,
+    chosen by timing, spreads its tiles better than the unrolled trace's allocator does; 83.2 / 49.5 kept and 102.1 /
+    79.5 unrolled until 2026-12-06, when a placement that fragmented PSUM was improved instead of given up). Until the lowering chose the kept loop's shared
     banks by timing (compiler.placement_search) the kept loop shared them badly in both variants and showed them
     within 2 % (85.3 / 86.4 us), which this test asserted."""
     T, H, I = 2048, 128, 256
