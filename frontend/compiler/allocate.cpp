@@ -320,6 +320,29 @@ struct SiteInfo {
   std::vector<int64_t> recent_hi;
 };
 
+/// Among the windows of `n` consecutive units, the one whose worst unit (lowest `score`) scores highest, when it beats
+/// `floor`: (its first unit, that score), the first such on ties, stopping at the first window scoring `stop` or
+/// more; (-1, floor) when none beats `floor`. `dq`: scratch of score.size() entries (a sliding-window minimum).
+std::pair<int64_t, int64_t> best_window(const std::vector<int64_t>& score, int64_t n, int64_t floor, int64_t stop,
+                                        std::vector<int64_t>& dq) {
+  int64_t best = -1, best_score = floor;
+  size_t head = 0, tail = 0;
+  const auto units = static_cast<int64_t>(score.size());
+  for (int64_t u = 0; u < units; ++u) {
+    while (tail > head && score[static_cast<size_t>(dq[tail - 1])] >= score[static_cast<size_t>(u)]) --tail;
+    dq[tail++] = u;
+    if (dq[head] <= u - n) ++head;
+    if (u + 1 < n) continue;
+    const int64_t sc = score[static_cast<size_t>(dq[head])];  // the window's worst unit
+    if (sc > best_score) {
+      best = u + 1 - n;
+      best_score = sc;
+      if (sc >= stop) break;
+    }
+  }
+  return {best, best_score};
+}
+
 /// Pipelining-aware placement, tried after a packing has shown that the tiles fit: tiles in order of
 /// lifetime start, each at the aligned offset (within `avail`) whose bytes were last used longest ago —
 /// memory never used first, lowest offset on ties. Tight packing hands a dead tile's bytes to the very
@@ -416,20 +439,8 @@ int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size,
         }
       }
     }
-    int64_t best = -1, best_score = kBlocked;
-    size_t head = 0, tail = 0;
-    for (int64_t u = 0; u < units; ++u) {
-      while (tail > head && score[static_cast<size_t>(dq[tail - 1])] >= score[static_cast<size_t>(u)]) --tail;
-      dq[tail++] = u;
-      if (dq[head] <= u - n) ++head;
-      if (u + 1 < n) continue;
-      const int64_t sc = score[static_cast<size_t>(dq[head])];  // the window's worst unit
-      if (sc > best_score) {
-        best = u + 1 - n;
-        best_score = sc;
-        if (sc == kFree && !sites) break;  // never used: the lowest such window
-      }
-    }
+    // (never used: the lowest such window, unless sites rank some used bytes higher)
+    const auto [best, best_score] = best_window(score, n, kBlocked, sites ? kSite + kFree : kFree, dq);
     if (best < 0) return -1;
     if (shared && best_score != kFree) *shared = true;
     off[t] = best * unit;
@@ -489,26 +500,11 @@ void improve(const std::vector<size_t>& ids, const std::vector<int64_t>& size, c
       const int64_t b = off[j] / unit, e = std::min(units, b + std::max<int64_t>(1, (size[j] + unit - 1) / unit));
       for (int64_t u = b; u < e; ++u) score[static_cast<size_t>(u)] = std::min(score[static_cast<size_t>(u)], d);
     }
-    const auto window = [&](int64_t w) {
-      int64_t m = kFree;
-      for (int64_t u = w; u < w + n; ++u) m = std::min(m, score[static_cast<size_t>(u)]);
-      return m;
-    };
     const int64_t here = off[t] / unit;
-    int64_t best = here, best_score = window(here);
-    size_t head = 0, tail = 0;
-    for (int64_t u = 0; u < units; ++u) {
-      while (tail > head && score[static_cast<size_t>(dq[tail - 1])] >= score[static_cast<size_t>(u)]) --tail;
-      dq[tail++] = u;
-      if (dq[head] <= u - n) ++head;
-      if (u + 1 < n) continue;
-      const int64_t sc = score[static_cast<size_t>(dq[head])];
-      if (sc > best_score) {
-        best = u + 1 - n;
-        best_score = sc;
-      }
-    }
-    off[t] = best * unit;
+    int64_t now = kFree;  // where it is
+    for (int64_t u = here; u < here + n; ++u) now = std::min(now, score[static_cast<size_t>(u)]);
+    const int64_t best = best_window(score, n, now, kFree + 1, dq).first;
+    if (best >= 0) off[t] = best * unit;
   }
 }
 
