@@ -365,14 +365,14 @@ std::pair<int64_t, int64_t> best_window(const std::vector<int64_t>& score, int64
 /// `shared`: set when some tile took bytes used before.
 int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size, const std::vector<Ivs>& iv,
                int64_t unit, int64_t avail, const SiteInfo* sites, const std::vector<int64_t>& fixed,
-               std::vector<int64_t>& off, bool* shared) {
+               const std::vector<Ivs>& loops, std::vector<int64_t>& off, bool* shared) {
   constexpr int64_t kSpreadWork = int64_t{1} << 26;  // (tile, placed tile's unit) visits of the pairwise pass
   const int64_t units = unit > 0 ? avail / unit : 0;
   if (units <= 0 || units > (int64_t{1} << 24)) return -1;
   bool multi = false, manual = false;
   for (size_t t : ids) {
     if (iv[t].empty()) return -1;
-    multi |= iv[t].size() != 1;
+    multi |= iv[t].size() != 1 || !loops[t].empty();
     manual |= fixed[t] >= 0;
   }
   // Pairwise only where the latest end per byte is not enough: several intervals, sites, or tiles placed by hand
@@ -421,6 +421,10 @@ int64_t spread(const std::vector<size_t>& ids, const std::vector<int64_t>& size,
           int64_t end_j = -1;
           for (auto [l, h] : iv[j])
             if (h < start) end_j = std::max(end_j, h);
+          // A tile of a multi-trip loop that ended before t starts uses its bytes until the loop's last iteration.
+          if (end_j >= 0)
+            for (auto [lo, hi] : loops[j])
+              if (hi < start) end_j = std::max(end_j, hi);
           d = end_j >= 0 ? start - end_j : std::max<int64_t>(1, iv[j].front().first - iv[t].back().second);
           if (st >= 0 && sites->site[j] == st) d += kSite;
         }
@@ -1005,6 +1009,15 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
     if (!clash) fixed[t] = lo;
   }
   std::vector<Ivs> iv(nt);
+  // Per tile, the spans (statement positions) of the multi-trip loops around its alloc: a tile of such a loop uses
+  // its bytes until the loop's last iteration, whatever its positions in one pass of the body (spread()'s reuse
+  // distances to the tiles after the loop).
+  std::vector<Ivs> spans(nt);
+  for (size_t t = 0; t < nt; ++t)
+    if (plan.tiles[t].tensor >= 0)
+      for (int l = w.alloc_loop[t]; l >= 0; l = w.up(l))
+        if (k.loops[static_cast<size_t>(l)].trip_count() > 1)
+          spans[t].emplace_back(w.lo[static_cast<size_t>(l)], w.hi[static_cast<size_t>(l)]);
   // Allocation sites (alloc line, shape, dtype: the tracer's pool key) and, per tile, the buffer its
   // last instance uses (rotating tiles: buffer (trips - 1) mod bufs), for spread()'s rotation pass.
   SiteInfo sites;
@@ -1127,10 +1140,10 @@ AllocationPlan allocate_tiles(const Kernel& k, const engines::CoreParams& p, int
           if (extent <= avail) {
             if (!stat) {
               bool shared = false;
-              int64_t e3 = spread(ids, size, iv, unit, avail, nullptr, fixed, off2, &shared);
+              int64_t e3 = spread(ids, size, iv, unit, avail, nullptr, fixed, spans, off2, &shared);
               if (e3 >= 0 && shared) {  // some tile had to take used bytes: rotate them within sites
                 std::vector<int64_t> off3 = off2;
-                const int64_t e4 = spread(ids, size, iv, unit, avail, &site_info(), fixed, off3, nullptr);
+                const int64_t e4 = spread(ids, size, iv, unit, avail, &site_info(), fixed, spans, off3, nullptr);
                 if (e4 >= 0) {
                   e3 = e4;
                   off2.swap(off3);
