@@ -37,6 +37,17 @@ std::unique_ptr<Simulator> make_sim(bool numerics, const std::vector<std::string
   return Simulator::from_preset("trn2", overrides, SimOptions{numerics, ""});
 }
 
+/// Total time of kernel `k` simulated timing-only on trn2 with `overrides`, placed by `plan` (nullptr: the lowering's
+/// own allocation).
+sim::Ps time_of(const frontend::Kernel& k, const frontend::AllocationPlan* plan,
+                const std::vector<std::string>& overrides = {}) {
+  auto s = make_sim(false, overrides);
+  Lowering l(k, *s, plan);
+  l.run();
+  s->finish();
+  return s->total_time();
+}
+
 /// "t" + n (spelled out: GCC 12 warns falsely about operator+ on a literal and a temporary).
 std::string nm(const char* base, int n) {
   std::string s = base;
@@ -736,33 +747,17 @@ TEST_CASE("allocate: which PSUM tiles of a kept loop share a bank is chosen by t
   REQUIRE_NOTHROW(verify_kernel(b.k, p, &plan));
   REQUIRE_FALSE(plan.psum_swaps.empty());
   // The kernel's time with a given plan, the search off (the plan as it is).
-  auto time_of = [&](const frontend::AllocationPlan& v) {
-    auto s = make_sim(false, {"compiler.psum_loop_buffers=2", "compiler.placement_search=0"});
-    Lowering l(b.k, *s, &v);
-    l.run();
-    s->finish();
-    return s->total_time();
-  };
-  const sim::Ps allocator = time_of(plan);
+  const std::vector<std::string> off = {"compiler.psum_loop_buffers=2", "compiler.placement_search=0"};
+  const sim::Ps allocator = time_of(b.k, &plan, off);
   sim::Ps best = allocator;
   for (const auto& [x, y] : plan.psum_swaps) {
     frontend::AllocationPlan v = plan;
     std::swap(v.tiles[static_cast<size_t>(x)].offset, v.tiles[static_cast<size_t>(y)].offset);
-    best = std::min(best, time_of(v));
+    best = std::min(best, time_of(b.k, &v, off));
   }
-  auto s = make_sim(false, {"compiler.psum_loop_buffers=2"});
-  Lowering l(b.k, *s, &plan);
-  l.run();
-  s->finish();
-  CHECK(s->total_time() == best);
+  CHECK(time_of(b.k, &plan, {"compiler.psum_loop_buffers=2"}) == best);
   INFO("allocator " << allocator << " best " << best);
   CHECK(best < allocator * 9 / 10);  // here the choice matters: the heads overlap
-  // Off: the allocator's placement.
-  auto s0 = make_sim(false, {"compiler.psum_loop_buffers=2", "compiler.placement_search=0"});
-  Lowering l0(b.k, *s0, &plan);
-  l0.run();
-  s0->finish();
-  CHECK(s0->total_time() == allocator);
   // The same outputs either way (numerics on: every tile keeps its bytes while live).
   auto outputs = [&](const std::vector<std::string>& ov) {
     auto sn = make_sim(true, ov);
@@ -842,14 +837,7 @@ TEST_CASE("allocate: a tile no instruction accesses takes no storage from the ot
   const auto plan = allocate_tiles(with, p);
   CHECK(plan.tiles[static_cast<size_t>(with.find_tensor("acc"))].bufs == 2);
   CHECK(plan.tiles[static_cast<size_t>(with.find_tensor("unused0"))].bufs == 1);
-  auto time_of = [](const frontend::Kernel& k) {
-    auto s = make_sim(false);
-    Lowering l(k, *s);
-    l.run();
-    s->finish();
-    return s->total_time();
-  };
-  CHECK(time_of(with) == time_of(without));
+  CHECK(time_of(with, nullptr) == time_of(without, nullptr));
   // With the static allocation every tile keeps its storage, used or not: acc has one buffer.
   CHECK(allocate_tiles(with, static_params("trn2")).tiles[static_cast<size_t>(with.find_tensor("acc"))].bufs == 1);
   // An unused tile larger than PSUM (4,097 fp32 columns: 16,388 bytes) is still an overflow, on its line.
@@ -902,37 +890,28 @@ TEST_CASE("allocate: one buffer per PSUM loop tile is a candidate of the placeme
   frontend::AllocationPlan plan;
   REQUIRE_NOTHROW(verify_kernel(b.k, p, &plan));
   REQUIRE(plan.psum_depth_candidate);
-  auto time_of = [&](const frontend::AllocationPlan& v) {
-    auto s = make_sim(false, {"compiler.placement_search=0"});
-    Lowering l(b.k, *s, &v);
-    l.run();
-    s->finish();
-    return s->total_time();
-  };
+  const auto timed = [&](const frontend::AllocationPlan& v) { return time_of(b.k, &v, {"compiler.placement_search=0"}); };
   // Every candidate: the allocator's plan and its swaps, the one-buffer plan and its swaps.
   const auto shallow = allocate_tiles(b.k, params("trn2", {"compiler.psum_loop_buffers=1"}));
   auto fastest = [&](const frontend::AllocationPlan& q) {
-    sim::Ps t = time_of(q);
+    sim::Ps t = timed(q);
     for (const auto& [x, z] : q.psum_swaps) {
       frontend::AllocationPlan v = q;
       std::swap(v.tiles[static_cast<size_t>(x)].offset, v.tiles[static_cast<size_t>(z)].offset);
-      t = std::min(t, time_of(v));
+      t = std::min(t, timed(v));
     }
     return t;
   };
-  const sim::Ps allocator = time_of(plan), by_swaps = fastest(plan), with_one = fastest(shallow);
-  auto s = make_sim(false);
-  Lowering l(b.k, *s, &plan);
-  l.run();
-  s->finish();
+  const sim::Ps allocator = timed(plan), by_swaps = fastest(plan), with_one = fastest(shallow);
+  const sim::Ps searched = time_of(b.k, &plan);
   INFO("allocator " << allocator << ", its fastest swap " << by_swaps << ", one buffer and its swaps " << with_one
-                    << ", searched " << s->total_time());
-  CHECK(s->total_time() == std::min(by_swaps, with_one));
-  CHECK(s->total_time() < allocator * 9 / 10);
+                    << ", searched " << searched);
+  CHECK(searched == std::min(by_swaps, with_one));
+  CHECK(searched < allocator * 9 / 10);
   // Here a swap of the allocator's plan wins (18,434.1 ns the allocator's plan, 17,423.3 ns one buffer per tile,
   // 14,949.6 ns the fastest swap of the allocator's plan); the sliding-window decode, where the one-buffer plan
   // wins, is tests/python/test_serving_attention_kernels.py test_sink_window_kept_loop_times_as_unrolled.
-  CHECK(time_of(shallow) < allocator);
+  CHECK(timed(shallow) < allocator);
 }
 
 TEST_CASE("allocate: a rotating PSUM tile's banks shared with a later tile make one buffer per loop tile a candidate",
@@ -968,18 +947,11 @@ TEST_CASE("allocate: a rotating PSUM tile's banks shared with a later tile make 
   REQUIRE(plan.tiles[static_cast<size_t>(pa)].bufs == 2);
   CHECK(plan.psum_swaps.empty());
   CHECK(plan.psum_depth_candidate);
-  auto run = [&](const frontend::AllocationPlan& v, const std::vector<std::string>& ov) {
-    auto s = make_sim(false, ov);
-    Lowering l(b.k, *s, &v);
-    l.run();
-    s->finish();
-    return s->total_time();
-  };
-  const sim::Ps allocator = run(plan, {"compiler.placement_search=0"});
+  const sim::Ps allocator = time_of(b.k, &plan, {"compiler.placement_search=0"});
   const auto shallow = allocate_tiles(b.k, params("trn2", {"compiler.psum_loop_buffers=1"}));
   CHECK(shallow.tiles[static_cast<size_t>(pa)].bufs == 1);
-  const sim::Ps one = run(shallow, {"compiler.placement_search=0"});
-  const sim::Ps searched = run(plan, {});
+  const sim::Ps one = time_of(b.k, &shallow, {"compiler.placement_search=0"});
+  const sim::Ps searched = time_of(b.k, &plan);
   INFO("allocator " << allocator << ", one buffer " << one << ", searched " << searched);
   CHECK(searched <= allocator);
   CHECK(searched <= one);
@@ -1050,11 +1022,7 @@ TEST_CASE("allocate: a PSUM loop tile left with one buffer while banks stay unus
   for (const int t : plan.psum_deepen) {
     frontend::Kernel kd = b.k;
     kd.tensors[static_cast<size_t>(t)].bufs = 2;
-    auto s = make_sim(false, {"compiler.placement_search=0"});
-    Lowering l(kd, *s);
-    l.run();
-    s->finish();
-    one = std::min(one, s->total_time());
+    one = std::min(one, time_of(kd, nullptr, {"compiler.placement_search=0"}));
   }
   CHECK(searched <= one);
   CHECK(one < allocator);
@@ -1089,20 +1057,13 @@ TEST_CASE("allocate: which SBUF loop tile keeps a second buffer when SBUF is sho
   for (const int t : {t0, t1, t2}) two += plan.tiles[static_cast<size_t>(t)].bufs == 2;
   INFO("sbuf_deepen " << plan.sbuf_deepen.size() << " two " << two);
   CHECK(plan.sbuf_deepen.size() + two == 3);
-  auto run = [&](const frontend::Kernel& k, const frontend::AllocationPlan* given, const std::vector<std::string>& ov) {
-    auto s = make_sim(false, ov);
-    Lowering l(k, *s, given);
-    l.run();
-    s->finish();
-    return s->total_time();
-  };
-  const sim::Ps allocator = run(b.k, &plan, {"compiler.placement_search=0"});
-  const sim::Ps searched = run(b.k, &plan, {});
+  const sim::Ps allocator = time_of(b.k, &plan, {"compiler.placement_search=0"});
+  const sim::Ps searched = time_of(b.k, &plan);
   sim::Ps one = allocator;
   for (const int t : plan.sbuf_deepen) {
     frontend::Kernel kd = b.k;
     kd.tensors[static_cast<size_t>(t)].bufs = 2;
-    const sim::Ps tt = run(kd, nullptr, {"compiler.placement_search=0"});
+    const sim::Ps tt = time_of(kd, nullptr, {"compiler.placement_search=0"});
     UNSCOPED_INFO("tile " << b.k.tensors[static_cast<size_t>(t)].name << " deepened: " << tt);
     one = std::min(one, tt);
   }
@@ -1194,16 +1155,9 @@ TEST_CASE("allocate: automatic tiles keep clear of a manual tile's bytes while c
   REQUIRE_NOTHROW(verify_kernel(b.k, p, &plan));
   CHECK(plan.tiles[static_cast<size_t>(m)].offset == 0);
   CHECK(!overlap(plan.tiles[static_cast<size_t>(m)], plan.tiles[static_cast<size_t>(u)]));
-  auto time_of = [&](const frontend::AllocationPlan& v) {
-    auto s = make_sim(false);
-    Lowering l(b.k, *s, &v);
-    l.run();
-    s->finish();
-    return s->total_time();
-  };
   frontend::AllocationPlan packed = plan;  // u on the manual tile's bank, as packing alone placed it
   packed.tiles[static_cast<size_t>(u)].offset = 0;
-  const sim::Ps apart = time_of(plan), shared = time_of(packed);
+  const sim::Ps apart = time_of(b.k, &plan), shared = time_of(b.k, &packed);
   INFO("apart " << apart << " shared " << shared);
   CHECK(apart < shared);
 }
