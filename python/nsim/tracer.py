@@ -138,6 +138,25 @@ def user_facing(fn):
     return wrapper
 
 
+_ENV_KEYS = {}  # variable name -> its os.environ key (encoded)
+
+
+def env_get(name):
+    """``os.environ.get(name)``, read from the live mapping behind os.environ (which os.environ's setitem and delitem,
+    monkeypatch's too, keep up to date) by its encoded key: os.environ.get encodes the key on every call and, for an
+    unset variable, raises and catches a KeyError, ~1 us; nl.tile_size and nisa.get_nc_version read their variables
+    for every tile and matmul traced (4-5 % of tracing the library's flash attention)."""
+    env = os.environ
+    data = getattr(env, "_data", None)
+    if data is None:  # (not CPython's os._Environ)
+        return env.get(name)
+    k = _ENV_KEYS.get(name)
+    if k is None:
+        k = _ENV_KEYS[name] = env.encodekey(name)
+    v = data.get(k)
+    return None if v is None else env.decodevalue(v)
+
+
 _LINENOS = {}  # (id(code), f_lasti) -> (code, line): frame.f_lineno decodes the code's whole line table
 
 
@@ -1350,9 +1369,94 @@ class NkiTensor:
         return "{} {} {} ({}):\n{}".format(self.name, tuple(self.shape), self._st.dtype, self.buffer, vals)
 
     # --- views --------------------------------------------------------------------------------
+    def _plain_view(self, key):
+        """``self[key]`` for the common subscripts, else None (__getitem__ then works it out, and raises what is
+        wrong): ints, loop indices, slices with int (or no) bounds and no step, and ``nl.ds`` with an int or
+        loop-index start (no register, no runtime start), each in range (for a loop index, in every iteration), at
+        most one per kept dim; no ellipsis. The view __getitem__ makes of them, without its scans for the forms
+        these are not. (Nothing here raises or changes state: a subscript it does not take leaves the work to
+        __getitem__, errors included.)"""
+        dims = [list(d) for d in self._dims]
+        kept = [i for i, d in enumerate(dims) if d[3]]
+        if len(key) > len(kept):
+            return None
+        int_dims = []
+        for bi, k in zip(kept, key):
+            d = dims[bi]
+            size = d[1]
+            tk = type(k)
+            if tk is slice:
+                if k.step is not None:
+                    return None
+                a, b = k.start, k.stop
+                if a is None:
+                    a = 0
+                elif type(a) is not int:
+                    return None
+                if b is None:
+                    b = size
+                elif type(b) is not int:
+                    return None
+                if not 0 <= a < b <= size:
+                    return None
+                d[0] = d[0] + a * d[2]
+                d[1] = b - a
+                continue
+            if tk is Sym:
+                k = k.resolved()
+                if type(k) is Sym:
+                    if k.lo() < 0 or k.hi() >= size:
+                        return None
+                    d[0] = d[0] + k * d[2]
+                    d[1] = 1
+                    d[3] = False
+                    int_dims.append(bi)
+                    continue
+                tk = type(k)
+            if tk is int:
+                if not 0 <= k < size:
+                    return None
+                d[0] = d[0] + k * d[2]
+                d[1] = 1
+                d[3] = False
+                int_dims.append(bi)
+            elif tk is DynSlice:
+                if k.loads:
+                    return None
+                a, n, st = k.start, k.size, k.step
+                if n < 1 or st < 1:
+                    return None
+                if type(a) is Sym:
+                    a = a.resolved()
+                    if type(a) is Sym:
+                        if a.lo() < 0 or a.hi() + (n - 1) * st >= size:
+                            return None
+                    elif type(a) is not int or a < 0 or a + (n - 1) * st >= size:
+                        return None
+                elif type(a) is not int or a < 0 or a + (n - 1) * st >= size:
+                    return None
+                d[0] = d[0] + a * d[2]
+                d[1] = n
+                d[2] = d[2] * st
+            else:
+                return None
+        if self._st.buffer in ON_CHIP:  # (as __getitem__)
+            if int_dims and int_dims[0] == 0 and kept and kept[0] == 0:
+                dims[0][3] = True
+            if sum(1 for d in dims if d[3]) < 2:
+                free_ints = [b for b in int_dims if b != 0]
+                if free_ints:
+                    dims[free_ints[-1]][3] = True
+        elif int_dims and not any(d[3] for d in dims):
+            dims[int_dims[-1]][3] = True
+        return self._derive(self._st, dims, keep_ind=True)
+
     def __getitem__(self, key):
         if not isinstance(key, tuple):
             key = (key,)
+        v = self._plain_view(key)
+        if v is not None:
+            return v
         kept = [i for i, d in enumerate(self._dims) if d[3]]
         n_ell = 0
         for k in key:  # (by identity: `in` would call a Sym's or a tensor's __eq__)

@@ -78,7 +78,7 @@ def _core_values():
     of the configured core (the running kernel's config, else the ``nsim.options`` default)."""
     from .._kernel import PLATFORM_CONFIG
     for var in ("NKI_NC_VERSION", "NEURON_PLATFORM_TARGET_OVERRIDE"):
-        v = os.environ.get(var)
+        v = _tr.env_get(var)
         if v and v in PLATFORM_CONFIG:
             return _isa.config_values(PLATFORM_CONFIG[v])
     # (the cached dict, read only: per matmul; while tracing, kept on the tracer for the config and overrides

@@ -148,7 +148,7 @@ def _current_tile_sizes():
     own ops read nl.tile_size for every tile and matmul, and working it out each time (the overrides normalised,
     the parameters looked up, the dict built) cost ~2 % of tracing the library's flash attention (docs/performance.md,
     thirty-first session). The dict is shared: read only."""
-    reserve = os.environ.get("NKI_DMA_TRANSPOSE_AS_PE_TRANSPOSE") == "true"
+    reserve = _tr.env_get("NKI_DMA_TRANSPOSE_AS_PE_TRANSPOSE") == "true"
     t = _tr.active()
     if t is not None:
         c = t.__dict__.get("_nl_tile_sizes")
@@ -274,6 +274,12 @@ class par_dim(int):  # noqa: N801
 def _shape(shape, what="nl.ndarray"):
     """A tensor shape as a tuple of ints: an int, or a tuple / list / Shape of ints (BadTensorShape otherwise, not
     a Python error from int())."""
+    if type(shape) is tuple:  # (the common case, a tuple of Python ints: the shape as it is)
+        for s in shape:
+            if type(s) is not int:
+                break
+        else:
+            return shape
     if isinstance(shape, (int, np.integer, _tr.Sym)) and not isinstance(shape, (bool, np.bool_)):
         shape = (shape,)
     if isinstance(shape, np.ndarray) and shape.ndim == 1:
