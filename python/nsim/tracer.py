@@ -148,13 +148,14 @@ def env_get(name):
     for every tile and matmul traced (4-5 % of tracing the library's flash attention)."""
     env = os.environ
     data = getattr(env, "_data", None)
-    if data is None:  # (not CPython's os._Environ)
+    decode = getattr(env, "decodevalue", None)
+    if data is None or decode is None:  # (not CPython's os._Environ)
         return env.get(name)
     k = _ENV_KEYS.get(name)
     if k is None:
         k = _ENV_KEYS[name] = env.encodekey(name)
     v = data.get(k)
-    return None if v is None else env.decodevalue(v)
+    return None if v is None else decode(v)
 
 
 _LINENOS = {}  # (id(code), f_lasti) -> (code, line): frame.f_lineno decodes the code's whole line table
