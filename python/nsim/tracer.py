@@ -1252,6 +1252,21 @@ class Indirection:
         return {"offsets": self.offsets.access(), "iimm": [self.bound, self.stride]}, flags
 
 
+def _keep_view_dims(chip, dims, int_dims, kept):
+    """The dims a view indexed by ints keeps (NkiTensor.__getitem__; ``dims``: the view's [start, size, step, kept],
+    ``int_dims``: the dims an int or a loop index indexed, ``kept``: the dims the viewed tensor kept): on-chip views
+    keep the partition dim and stay >= 2-D; HBM views drop int-indexed dims but stay >= 1-D (nki-api.md 3.8)."""
+    if chip:
+        if int_dims and int_dims[0] == 0 and kept and kept[0] == 0:
+            dims[0][3] = True
+        if sum(1 for d in dims if d[3]) < 2:
+            free_ints = [b for b in int_dims if b != 0]
+            if free_ints:
+                dims[free_ints[-1]][3] = True
+    elif int_dims and not any(d[3] for d in dims):
+        dims[int_dims[-1]][3] = True
+
+
 class NkiTensor:
     """A tensor or a view of one. ``dims`` holds one entry per storage dim: [start, size, step, kept]."""
 
@@ -1441,15 +1456,7 @@ class NkiTensor:
                 d[2] = d[2] * st
             else:
                 return None
-        if self._st.buffer in ON_CHIP:  # (as __getitem__)
-            if int_dims and int_dims[0] == 0 and kept and kept[0] == 0:
-                dims[0][3] = True
-            if sum(1 for d in dims if d[3]) < 2:
-                free_ints = [b for b in int_dims if b != 0]
-                if free_ints:
-                    dims[free_ints[-1]][3] = True
-        elif int_dims and not any(d[3] for d in dims):
-            dims[int_dims[-1]][3] = True
+        _keep_view_dims(self._st.buffer in ON_CHIP, dims, int_dims, kept)
         return self._derive(self._st, dims, keep_ind=True)
 
     def __getitem__(self, key):
@@ -1552,16 +1559,7 @@ class NkiTensor:
                 raise make_error("BadSubscript", "unsupported index {!r} (use ints, slices, nl.ds or "
                                  "...)".format(k))
             dims[bi] = [start + a * step, n, step * s, True]
-        if chip:
-            # on-chip views keep the partition dim and stay >= 2-D
-            if int_dims and int_dims[0] == 0 and kept and kept[0] == 0:
-                dims[0][3] = True
-            if sum(1 for d in dims if d[3]) < 2:
-                free_ints = [b for b in int_dims if b != 0]
-                if free_ints:
-                    dims[free_ints[-1]][3] = True
-        elif int_dims and not any(d[3] for d in dims):
-            dims[int_dims[-1]][3] = True  # HBM views drop int-indexed dims but stay >= 1-D (nki-api.md 3.8)
+        _keep_view_dims(chip, dims, int_dims, kept)
         v = self._derive(self._st, dims, keep_ind=True)
         loads = tuple(lbl for k in key if type(k) is DynSlice for lbl in k.loads)
         if loads:
