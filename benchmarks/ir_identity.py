@@ -3,10 +3,10 @@ that logs a digest of every kernel the tests trace, and a comparison of two logs
 
 For speed work on the tracer (issue 12): a change meant to make tracing faster must leave every traced kernel as
 it was, byte for byte. Each ``trace()`` of the suite writes one line, ``<test id> <kernel name> <sha1 of the
-kernel dict as sorted JSON>``, in the order the tests trace them (the numbered directory of pytest's ``tmp_path``
-in a source location written as one name: it changes from run to run). Both runs must import nsim from the same
-path (a kernel's source locations include it): to compare against a commit, extract it (``git archive``) and run
-the baseline from there, then copy the changed files over it for the second run.
+kernel dict as sorted JSON>``, in the order the tests trace them (in source locations, the directory of the
+nsim package imported, absolute or relative, and the numbered directory of pytest's ``tmp_path``, written as one
+name each: they differ between the runs). To compare against a commit, extract it (``git archive REV | tar -x -C /tmp/base``) and run the
+baseline with ``PYTHONPATH=benchmarks:/tmp/base/python:build/python``; the two runs may go at the same time.
 
     IR_LOG=/tmp/ir_before.log PYTHONPATH=benchmarks:python:build/python python3 -m pytest -q -p ir_identity \\
         tests/python -p no:cacheprovider
@@ -25,13 +25,17 @@ import sys
 
 # pytest's temporary directories (a kernel written to tmp_path by a test) are numbered per session
 _TMP = re.compile(r"pytest-of-[^/\\]+[/\\]pytest-\d+")
+# a source file of the nsim package written relative to the checkout or to the package's parent
+_REL = re.compile(r'"(?:python/)?nsim/')
 
 
 _LOG = []
 
 
 def pytest_configure(config):
+    import nsim
     from nsim import tracer
+    pkg = os.path.dirname(os.path.abspath(nsim.__file__))  # (the library kernels' source locations hold it)
     log = open(os.environ.get("IR_LOG", "/tmp/ir.log"), "a")
     _LOG.append(log)
     orig = tracer._trace
@@ -39,7 +43,8 @@ def pytest_configure(config):
     def wrapped(fn, *args):
         tres = orig(fn, *args)
         test = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
-        text = _TMP.sub("<pytest tmp>", json.dumps(tres.kernel, sort_keys=True, default=repr))
+        text = _TMP.sub("<pytest tmp>", json.dumps(tres.kernel, sort_keys=True, default=repr)).replace(pkg, "<nsim>")
+        text = _REL.sub('"<nsim>/', text)  # (examples/export_from_library.py writes them relative)
         log.write("{} {} {}\n".format(test, getattr(fn, "__name__", "?"), hashlib.sha1(text.encode()).hexdigest()))
         log.flush()
         return tres

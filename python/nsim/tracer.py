@@ -1259,7 +1259,7 @@ def _keep_view_dims(chip, dims, int_dims, kept):
     if chip:
         if int_dims and int_dims[0] == 0 and kept and kept[0] == 0:
             dims[0][3] = True
-        if sum(1 for d in dims if d[3]) < 2:
+        if len([d for d in dims if d[3]]) < 2:
             free_ints = [b for b in int_dims if b != 0]
             if free_ints:
                 dims[free_ints[-1]][3] = True
@@ -1304,7 +1304,7 @@ class NkiTensor:
     def shape(self):
         s = self._shape
         if s is None:
-            s = self._shape = Shape(d[1] for d in self._dims if d[3])
+            s = self._shape = Shape([d[1] for d in self._dims if d[3]])
         return s
 
     @property
@@ -2189,6 +2189,9 @@ def _slot_keys():
 _SLOT_RANK = None
 
 
+_OPERAND_ORDER = {}  # a statement's keys (in order) -> its operand slots among them, in table order (Tracer._operands)
+
+
 def _slot_rank():
     """{operand slot key: its position in _slot_keys()} (statements have a few of the 31 slots: tracing
     looks their keys up here instead of trying every slot)."""
@@ -2826,6 +2829,7 @@ class Tracer:
         # (code, line, stack id) -> the loc dict of the ops there: one dict per line and call stack, shared
         # by its ops (a kernel with its loops unrolled has a loc per op; ~200 bytes each).
         self._locs = {}
+        self._op_locs = {}  # the user frame's and its callers' (id(code), offset) -> (_op_loc's location, the code)
         self.names = set()
         self.storage = {}  # name -> _Storage (strong, for HBM) / meta
         self.buffers = {}  # name -> buffer
@@ -3645,6 +3649,33 @@ class Tracer:
         """user_loc() plus the index of its call stack in self.stacks (when the line is not in the kernel
         function itself: a helper's or a library kernel's line)."""
         f = user_frame(1)  # (our caller, emit, is the tracer's)
+        if f is None or user_loc is not _default_user_loc:
+            return self._op_loc_of(f)
+        # The location depends only on the code and instruction offset of the user's frame and of its callers up to
+        # nsim's machinery (user_stack's frames): looked up by them, the location made once per such chain of calls
+        # (its line numbers, stack text and cache keys are each looked up per statement otherwise). The entry keeps
+        # the user frame's code, so that the ids in its key stay that code's.
+        key = [id(f.f_code), f.f_lasti]
+        g = f.f_back
+        known = _INTERNAL_FILE  # (_is_internal inlined, as in user_frame)
+        while g is not None:
+            fn = g.f_code.co_filename
+            v = known.get(fn)
+            if v is None:
+                v = _is_internal(fn)
+            if v:
+                break
+            key.append(id(g.f_code))
+            key.append(g.f_lasti)
+            g = g.f_back
+        key = tuple(key)
+        e = self._op_locs.get(key)
+        if e is None or e[1] is not f.f_code:
+            e = self._op_locs[key] = (self._op_loc_of(f), f.f_code)
+        return e[0]
+
+    def _op_loc_of(self, f):
+        """_op_loc() of the user frame ``f``."""
         st = user_stack(f) if f is not None else ""
         i = None
         if st:
@@ -3669,10 +3700,13 @@ class Tracer:
 
     def _operands(self, stmt):
         """(slot, operand) of ``stmt``, in table order."""
-        rank = _slot_rank()
-        ks = [k for k in stmt if k in rank]
-        if len(ks) > 1:
+        fields = tuple(stmt)  # (its keys, in the order they were set: the same for most statements of one op)
+        ks = _OPERAND_ORDER.get(fields)
+        if ks is None:
+            rank = _slot_rank()
+            ks = [k for k in fields if k in rank]
             ks.sort(key=rank.__getitem__)
+            ks = _OPERAND_ORDER[fields] = tuple(ks)
         return [(k, stmt[k]) for k in ks if stmt[k] is not None]
 
     @staticmethod
