@@ -226,10 +226,9 @@ def _frame_loc(f):
 _STACKS = {}  # ((code, line), ...) of the callers -> their rendered stack (cached: hot in tracing)
 
 
-def user_stack(f):
-    """The callers of user frame ``f`` up to nsim's own machinery (which called the kernel), outermost first:
-    "kernel (file.py:12) > helper (file.py:30)"; "" when ``f`` is the kernel function itself."""
-    key = []
+def user_callers(f):
+    """The frames that called user frame ``f``, innermost first, up to nsim's own machinery (which called the kernel)."""
+    out = []
     g = f.f_back
     known = _INTERNAL_FILE  # (_is_internal inlined, as in user_frame)
     while g is not None:
@@ -239,11 +238,18 @@ def user_stack(f):
             v = _is_internal(fn)
         if v:
             break
-        key.append((g.f_code, _lineno(g)))
+        out.append(g)
         g = g.f_back
-    if not key:
+    return out
+
+
+def user_stack(f):
+    """The callers of user frame ``f`` up to nsim's own machinery (which called the kernel), outermost first:
+    "kernel (file.py:12) > helper (file.py:30)"; "" when ``f`` is the kernel function itself."""
+    callers = user_callers(f)
+    if not callers:
         return ""
-    key = tuple(key)
+    key = tuple((g.f_code, _lineno(g)) for g in callers)
     s = _STACKS.get(key)
     if s is None:
         s = _STACKS[key] = " > ".join("{} ({}:{})".format(c.co_name, os.path.basename(c.co_filename), n)
@@ -3652,22 +3658,13 @@ class Tracer:
         if f is None or user_loc is not _default_user_loc:
             return self._op_loc_of(f)
         # The location depends only on the code and instruction offset of the user's frame and of its callers up to
-        # nsim's machinery (user_stack's frames): looked up by them, the location made once per such chain of calls
+        # nsim's machinery (user_callers): looked up by them, the location made once per such chain of calls
         # (its line numbers, stack text and cache keys are each looked up per statement otherwise). The entry keeps
         # the user frame's code, so that the ids in its key stay that code's.
         key = [id(f.f_code), f.f_lasti]
-        g = f.f_back
-        known = _INTERNAL_FILE  # (_is_internal inlined, as in user_frame)
-        while g is not None:
-            fn = g.f_code.co_filename
-            v = known.get(fn)
-            if v is None:
-                v = _is_internal(fn)
-            if v:
-                break
+        for g in user_callers(f):
             key.append(id(g.f_code))
             key.append(g.f_lasti)
-            g = g.f_back
         key = tuple(key)
         e = self._op_locs.get(key)
         if e is None or e[1] is not f.f_code:
