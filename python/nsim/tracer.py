@@ -1425,18 +1425,10 @@ class NkiTensor:
                 d[1] = b - a
                 continue
             if tk is Sym:
-                k = k.resolved()
-                if type(k) is Sym:
-                    if k.lo() < 0 or k.hi() >= size:
-                        return None
-                    d[0] = d[0] + k * d[2]
-                    d[1] = 1
-                    d[3] = False
-                    int_dims.append(bi)
-                    continue
+                k = k.resolved()  # (an int once its loops are done)
                 tk = type(k)
-            if tk is int:
-                if not 0 <= k < size:
+            if tk is Sym or tk is int:
+                if not (0 <= k.lo() and k.hi() < size if tk is Sym else 0 <= k < size):
                     return None
                 d[0] = d[0] + k * d[2]
                 d[1] = 1
@@ -1450,10 +1442,8 @@ class NkiTensor:
                     return None
                 if type(a) is Sym:
                     a = a.resolved()
-                    if type(a) is Sym:
-                        if a.lo() < 0 or a.hi() + (n - 1) * st >= size:
-                            return None
-                    elif type(a) is not int or a < 0 or a + (n - 1) * st >= size:
+                if type(a) is Sym:
+                    if a.lo() < 0 or a.hi() + (n - 1) * st >= size:
                         return None
                 elif type(a) is not int or a < 0 or a + (n - 1) * st >= size:
                     return None
