@@ -238,22 +238,6 @@ class DepTracker {
   /// Record that instruction `id` of class `cls` reads its read regions until `read_end` and writes
   /// its write regions, done at `write_end`.
   void record(uint8_t cls, uint64_t id, const Regions& r, sim::Ps read_end, sim::Ps write_end);
-  /// `r`, made by tracker `from`, for this tracker: the same chunks. Both trackers must have the same
-  /// Config and the same trackable HBM (same_layout): then only the pages' addresses differ.
-  /// (Written into `out`, the valid ranges only: a Regions is ~700 bytes.)
-  void rebased(const Regions& r, const DepTracker& from, Regions& out) const {
-    auto base = [&](const Range& x) {
-      Range y = x;
-      y.base = x.base == from.sbuf_sp_.base ? sbuf_sp_.base : x.base == from.psum_sp_.base ? psum_sp_.base : hbm_.data();
-      return y;
-    };
-    for (int i = 0; i < r.nr; ++i) out.reads[static_cast<size_t>(i)] = base(r.reads[static_cast<size_t>(i)]);
-    for (int i = 0; i < r.nw; ++i) out.writes[static_cast<size_t>(i)] = base(r.writes[static_cast<size_t>(i)]);
-    out.nr = r.nr;
-    out.nw = r.nw;
-  }
-  /// Whether rebased() may take ranges made by `o` (what reserve_hbm made trackable is the same).
-  bool same_layout(const DepTracker& o) const { return hbm_row_ == o.hbm_row_ && hbm_.size() == o.hbm_.size(); }
   /// The classes of the latest writers of r's chunks (bit c: class c; 0 when nothing wrote them).
   uint32_t writer_classes(const Range& r) const;
   /// Segments held (SBUF, PSUM and HBM pages together): what the run-length encoding keeps.

@@ -12,6 +12,7 @@
 #include "engines/cost.h"
 #include "engines/trace_recorder.h"
 #include "isa/semantics/gemm.h"
+#include "isa/semantics/parallel.h"
 #include "sim/host_memory.h"
 #include "sim/trace.h"
 
@@ -70,7 +71,10 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
     gemm_async_ = std::make_unique<isa::sem::AsyncGemm>();
     st_.async_gemm = gemm_async_.get();
   }
-  if (opts_.dependency_bound) asap_ = std::make_unique<engines::DepTracker>(dep_config(p_), latency_table(p_));
+  if (opts_.dependency_bound) {
+    asap_ = std::make_unique<engines::DepTracker>(dep_config(p_), latency_table(p_));
+    start_events();
+  }
   if (opts_.free_pe_helpers) pe_free_ = std::make_unique<engines::PeResults>();
   if (!opts_.trace_path.empty()) {
     const std::string process = opts_.core_index >= 0 ? fmt::format("NeuronCore {} ({}, LNC=2)", opts_.core_index, p_.name)
@@ -130,6 +134,7 @@ const memory::HbmTensor& Simulator::alloc_hbm(const std::string& name, const std
     }
   }
   const memory::HbmTensor& t = mem_.alloc_hbm(name, shape, dt);
+  sync_events();  // (asap_ is the event pipe's while instructions run)
   deps_.reserve_hbm(t.addr + t.bytes);
   if (asap_) asap_->reserve_hbm(t.addr + t.bytes);
   ++regions_epoch_;
@@ -147,6 +152,7 @@ void Simulator::attach_peer(Simulator& owner) {
 }
 
 void Simulator::reserve_hbm_deps() {
+  sync_events();
   deps_.reserve_hbm(mem_.hbm_end());
   if (asap_) asap_->reserve_hbm(mem_.hbm_end());
   ++regions_epoch_;
@@ -225,6 +231,7 @@ void Simulator::set_onchip_peak(int64_t sbuf, int64_t psum) {
 void Simulator::free_tile(const Operand& tile) { mem_.free_onchip(tile.space, tile.offset); }
 
 uint32_t Simulator::add_source(const SourceLoc& loc) {
+  sync_events();  // (the event listeners read sources_)
   sources_.push_back(loc);
   stats_.add_source();
   return static_cast<uint32_t>(sources_.size() - 1);
@@ -464,8 +471,42 @@ InstrTiming Simulator::schedule(const Instr& in, const Sig& sig) {
     if (trace_) trace_->watermark(w);
   }
   for (const auto& fn : listeners_) fn(in, t);
+  if (events_) post_event(in, t);
   ++seq_;
   return t;
+}
+
+void Simulator::add_event_listener(EventListener fn) {
+  sync_events();
+  event_listeners_.push_back(std::move(fn));
+  start_events();
+}
+
+void Simulator::start_events() {
+  if (!events_)
+    events_ = std::make_unique<engines::EventPipe>([this](const engines::InstrEvent& ev) { take_event(ev); },
+                                                   opts_.listener_thread && isa::sem::host_threads() >= 2);
+}
+
+void Simulator::post_event(const Instr& in, const InstrTiming& t) {
+  engines::InstrEvent& ev = events_->slot();  // (a DMA's split and transfer are in it: schedule_dma)
+  ev.in = in;
+  ev.t = t;
+  ev.src_writers = engines::PeResults::helper_kind(in) == engines::PeResults::kTranspose
+                       ? deps_.writer_classes(deps_.range_of(in.slot(1)))
+                       : 0;
+  events_->publish();
+}
+
+void Simulator::take_event(const engines::InstrEvent& ev) {
+  if (ev.asap) {  // schedule_asap's work, from the signature's extents as sig_regions() works them out
+    engines::DepTracker::Regions rg;
+    access_regions(ev.in, ev.access.data(), ev.nr, ev.access.data() + ev.nr, ev.nw, *asap_, rg);
+    const Ps start = asap_->ready(ev.asap_cls, rg).time, end = start + ev.asap_dur;
+    asap_->record(ev.asap_cls, ev.t.index, rg, ev.asap_read < 0 ? end : start + ev.asap_read, end);
+    asap_end_ = std::max(asap_end_, end);
+  }
+  for (const auto& fn : event_listeners_) fn(ev);
 }
 
 void Simulator::regions_into(const Instr& in, const engines::DepTracker& on, engines::DepTracker::Regions& r,
@@ -485,16 +526,17 @@ void Simulator::regions_into(const Instr& in, const engines::DepTracker& on, eng
   }
 }
 
-void Simulator::sig_regions(const Instr& in, const Sig& sig, const engines::DepTracker& on, engines::DepTracker::Regions& r) {
+void Simulator::access_regions(const Instr& in, const Sig::Access* reads, int nr, const Sig::Access* writes, int nw,
+                               const engines::DepTracker& on, engines::DepTracker::Regions& r) {
   auto range = [&](const Sig::Access& a) {
     const std::pair<int64_t, int64_t> ext{in.opnd[a.slot].offset + a.lo, in.opnd[a.slot].offset + a.hi};
     return a.space == Space::kHbm ? on.range_of(in.opnd[a.slot], ext)
                                   : on.onchip_range(a.space == Space::kPsum, a.q0, a.q1, ext);
   };
-  for (int i = 0; i < sig.nr; ++i) r.reads[static_cast<size_t>(i)] = range(sig.reads[static_cast<size_t>(i)]);
-  for (int i = 0; i < sig.nw; ++i) r.writes[static_cast<size_t>(i)] = range(sig.writes[static_cast<size_t>(i)]);
-  r.nr = sig.nr;
-  r.nw = sig.nw;
+  for (int i = 0; i < nr; ++i) r.reads[static_cast<size_t>(i)] = range(reads[i]);
+  for (int i = 0; i < nw; ++i) r.writes[static_cast<size_t>(i)] = range(writes[i]);
+  r.nr = nr;
+  r.nw = nw;
 }
 
 engines::DepTracker::Ready Simulator::ready_for_dma(const Instr& in, const engines::Footprints::Footprint (&fp)[2],
@@ -516,15 +558,17 @@ engines::Footprints::Footprint Simulator::dma_footprint(const Instr& in, const S
   return f;
 }
 
-void Simulator::schedule_asap(const Instr& in, const Sig& sig, const engines::DepTracker::Regions& on_deps, uint8_t cls,
-                              Ps dur, Ps read) {
-  // The regions found for deps_ name the same chunks of asap_ (both trackers grow HBM together).
-  engines::DepTracker::Regions rg;
-  if (asap_->same_layout(deps_)) asap_->rebased(on_deps, deps_, rg);
-  else sig_regions(in, sig, *asap_, rg);
-  const Ps start = asap_->ready(cls, rg).time, end = start + dur;
-  asap_->record(cls, seq_, rg, read < 0 ? end : start + read, end);
-  asap_end_ = std::max(asap_end_, end);
+void Simulator::schedule_asap(const Sig& sig, uint8_t cls, Ps dur, Ps read) {
+  // Worked out by the event pipe's consumer (take_event), from the operands' extents of the signature.
+  engines::InstrEvent& ev = events_->slot();
+  ev.asap = true;
+  ev.asap_cls = cls;
+  ev.asap_dur = dur;
+  ev.asap_read = read;
+  ev.nr = static_cast<uint8_t>(sig.nr);
+  ev.nw = static_cast<uint8_t>(sig.nw);
+  std::copy_n(sig.reads.begin(), sig.nr, ev.access.begin());
+  std::copy_n(sig.writes.begin(), sig.nw, ev.access.begin() + sig.nr);
 }
 
 namespace {
@@ -549,7 +593,7 @@ InstrTiming Simulator::schedule_stream(const Instr& in, const Sig& sig) {
   const engines::StreamEngines::Issue is = stream_.issue(sig.plan, in.engine, std::max(rd.time, not_before_));
   const Ps end = is.start + is.busy + is.latency;
   deps_.record(cls, seq_, rg, is.start + is.busy, end);
-  if (asap_) schedule_asap(in, sig, rg, cls, end - is.start, is.busy);
+  if (asap_) schedule_asap(sig, cls, end - is.start, is.busy);
   InstrTiming t{is.start, end, is.start + is.busy};
   set_wait(t, rd, free, seq_);
   t.flops = sig.flops;
@@ -577,7 +621,7 @@ InstrTiming Simulator::schedule_barrier(const Instr& in, const Sig& sig) {
   const Ps end = is.start + is.busy;
   deps_.record(cls, seq_, rg, end, end);
   note_hbm(in, cls, end);
-  if (asap_) schedule_asap(in, sig, rg, cls, end - is.start);
+  if (asap_) schedule_asap(sig, cls, end - is.start);
   InstrTiming t{is.start, end, end};
   set_wait(t, rd, free, seq_);
   engines::RunStats::Detail d;
@@ -613,7 +657,7 @@ InstrTiming Simulator::schedule_free(const Instr& in, const Sig& sig) {
   const engines::DepTracker::Ready rd = ready_for(in, rg);
   const Ps at = std::max(rd.time, not_before_);
   deps_.record(cls, seq_, rg, at, at);
-  if (asap_) schedule_asap(in, sig, rg, cls, 0);
+  if (asap_) schedule_asap(sig, cls, 0);
   InstrTiming t{at, at, at};
   set_wait(t, rd, at, seq_);
   engines::RunStats::Detail d;
@@ -631,7 +675,7 @@ InstrTiming Simulator::schedule_tensor(const Instr& in, const Sig& sig) {
   const engines::TensorEngine::Issue is = tensor_.issue(in, std::max(rd.time, not_before_));
   const engines::TensorPipes::Slot& s = is.slot;
   deps_.record(cls, seq_, rg, s.start + s.ii, s.end);
-  if (asap_) schedule_asap(in, sig, rg, cls, s.end - s.start, s.ii);
+  if (asap_) schedule_asap(sig, cls, s.end - s.start, s.ii);
   InstrTiming t{s.start, s.end, s.start + s.ii};
   set_wait(t, rd, free, seq_);
   t.flops = is.flops;
@@ -668,9 +712,14 @@ InstrTiming Simulator::schedule_dma(const Instr& in, const Sig& sig) {
     Ps piece = 0;
     for (int k = 0; k < split.engines; ++k)
       piece = std::max(piece, tr.piece_end[static_cast<size_t>(k)] - tr.piece_start[static_cast<size_t>(k)]);
-    schedule_asap(in, sig, rg, kClassDma, p_.dma_setup + piece);
+    schedule_asap(sig, kClassDma, p_.dma_setup + piece);
   }
   if (!listeners_.empty()) last_split_ = split, last_transfer_ = tr;
+  if (events_) {
+    engines::InstrEvent& ev = events_->slot();
+    ev.split = split;
+    ev.transfer = tr;
+  }
   InstrTiming t{trig.start, tr.done, trig.start + trig.busy};
   set_wait(t, rd, free, seq_);
   t.setup_start = tr.setup_start;
@@ -732,6 +781,7 @@ void Simulator::add_repeats(const engines::RunStats::Sample& a, const engines::R
 
 void Simulator::finish() {
   numerics_done();
+  sync_events();
   if (finished_) return;
   finished_ = true;
   stats_.finish();

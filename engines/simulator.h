@@ -12,7 +12,8 @@
 /// VectorE, ScalarE, GpSimd and Sync; engines::TensorEngine; engines::DmaEngines); the façade
 /// computes an instruction's operand readiness (engines::DepTracker), asks the engine for its slot,
 /// records the result and hands it to the listeners of the schedule: the run's counters
-/// (engines::RunStats), the trace recorder and any added with add_instr_listener (the analyzer).
+/// (engines::RunStats), the trace recorder, any added with add_instr_listener (instruction tables) and those
+/// added with add_event_listener (the analyzer), which run beside the simulation (engines/event_pipe.h).
 #include <array>
 #include <csignal>
 #include <functional>
@@ -25,6 +26,7 @@
 #include "engines/check/checker.h"
 #include "engines/deps.h"
 #include "engines/dma/dma_engine.h"
+#include "engines/event_pipe.h"
 #include "engines/params.h"
 #include "engines/run_stats.h"
 #include "engines/sig_cache.h"
@@ -89,6 +91,10 @@ struct SimOptions {
   /// broadcasts with the load_stationary of their one-row weights) and the copies of their PSUM results
   /// take no engine time: each is done when its operands are ready. Timing-only; 0 = off.
   uint8_t free_pe_helpers = 0;
+  /// The event listeners (add_event_listener: the analyzer) and the dependency-bound schedule run on a host thread
+  /// of their own, beside the simulation, when the process has two (isa::sem::host_threads(), NSIM_NUM_THREADS);
+  /// the same results either way (engines/event_pipe.h). Off: on the simulating thread.
+  bool listener_thread = true;
 };
 
 class Simulator {
@@ -227,6 +233,17 @@ class Simulator {
   /// During the call of a DMA instruction, last_dma_split() / last_dma_transfer() describe it.
   using InstrListener = std::function<void(const isa::Instr&, const InstrTiming&)>;
   void add_instr_listener(InstrListener fn) { listeners_.push_back(std::move(fn)); }
+  /// A listener of the events of the instructions scheduled from now on (engines::InstrEvent: the instruction,
+  /// its timing, a DMA's split and transfer), called in program order, on a host thread of its own when there is
+  /// one (SimOptions::listener_thread): it must not call the Simulator meanwhile but for what does not change
+  /// while instructions are submitted (params(), config(), source()). sync_events(), finish() and the accessors
+  /// of what it may read wait for it.
+  using EventListener = std::function<void(const engines::InstrEvent&)>;
+  void add_event_listener(EventListener fn);
+  /// Wait until the event listeners have taken every instruction scheduled; rethrows what one threw.
+  void sync_events() const {
+    if (events_) events_->sync();
+  }
   /// SimOptions::free_pe_helpers: whether `in`, submitted now, would take no engine time (one of the helpers
   /// to free, or a copy of one's result); the list scheduler then neither waits for its engine nor costs it.
   bool would_free(const isa::Instr& in) const { return pe_free_ && frees(in); }
@@ -237,7 +254,7 @@ class Simulator {
   /// Whether iterations may be skipped in this run (the option set and nothing that needs every
   /// instruction: numerics, trace, analyzer, listeners, sanitizer, a second core).
   bool fast_forward_allowed() const {
-    return opts_.fast_forward && !opts_.numerics && !trace_ && !asap_ && listeners_.empty() && !checker_ &&
+    return opts_.fast_forward && !opts_.numerics && !trace_ && !asap_ && listeners_.empty() && !events_ && !checker_ &&
            opts_.core_index < 0 && !peer_;
   }
   /// The timing state that decides what later instructions do, relative to the run's end so far:
@@ -271,7 +288,10 @@ class Simulator {
   uint64_t instructions() const { return seq_; }
   /// Length of the longest dependency chain with unlimited engines (SimOptions::dependency_bound;
   /// -1 when not computed). Each instruction keeps the duration it had in the real schedule.
-  sim::Ps dependency_bound() const { return asap_ ? asap_end_ : -1; }
+  sim::Ps dependency_bound() const {
+    sync_events();
+    return asap_ ? asap_end_ : -1;
+  }
   const SimOptions& options() const { return opts_; }
   /// The trace being written (nullptr without --trace): for callers adding their own tracks.
   sim::TraceSink* trace_sink() { return trace_.get(); }
@@ -342,7 +362,13 @@ class Simulator {
                     const Extent* ext = nullptr) const;
   /// regions() from the operand extents of `in`'s signature, written into `r`.
   static void sig_regions(const isa::Instr& in, const Sig& sig, const engines::DepTracker& on,
-                          engines::DepTracker::Regions& r);
+                          engines::DepTracker::Regions& r) {
+    access_regions(in, sig.reads.data(), sig.nr, sig.writes.data(), sig.nw, on, r);
+  }
+  /// The regions on `on` of `in`'s operands read (`reads`, nr of them) and written, from their extents relative to
+  /// the offsets (a signature's).
+  static void access_regions(const isa::Instr& in, const Sig::Access* reads, int nr, const Sig::Access* writes, int nw,
+                             const engines::DepTracker& on, engines::DepTracker::Regions& r);
   /// The regions of `in` on deps_: submit()'s known_regions when given, else computed into `scratch`.
   const engines::DepTracker::Regions& regions_for(const isa::Instr& in, const Sig& sig,
                                                   engines::DepTracker::Regions& scratch) const {
@@ -379,9 +405,9 @@ class Simulator {
   /// hbm_reads_.
   void note_hbm(const isa::Instr& in, uint8_t cls, sim::Ps end);
   /// Dependency-bound schedule of one instruction of class `cls` that took `dur` (SimOptions::dependency_bound) and
-  /// read its operands in its first `read` (< 0: until its end), as deps_ records it.
-  void schedule_asap(const isa::Instr& in, const Sig& sig, const engines::DepTracker::Regions& on_deps, uint8_t cls,
-                     sim::Ps dur, sim::Ps read = -1);
+  /// read its operands in its first `read` (< 0: until its end), as deps_ records it: noted in its event, for
+  /// take_event().
+  void schedule_asap(const Sig& sig, uint8_t cls, sim::Ps dur, sim::Ps read = -1);
 
   sim::Config cfg_;
   engines::CoreParams p_;
@@ -443,6 +469,16 @@ class Simulator {
     return isa::is_dma(in.op) ? 4 + (in.dma_queue & 3u) : static_cast<size_t>(in.engine) & 3u;
   }
   std::unique_ptr<Sig> sig_scratch_;  ///< the entry of every instruction without SimOptions::signature_cache
+  std::vector<EventListener> event_listeners_;
+  /// The events of event_listeners_ and of asap_ (created with the first of them; last: its thread stops, taking
+  /// what is left, before the members it uses go).
+  std::unique_ptr<engines::EventPipe> events_;
+  /// Create events_ (once).
+  void start_events();
+  /// Fill the event of `in` (scheduled now, `t`) and hand it over.
+  void post_event(const isa::Instr& in, const InstrTiming& t);
+  /// What the pipe's consumer does with one event: the dependency-bound schedule, then the event listeners.
+  void take_event(const engines::InstrEvent& ev);
 };
 
 }  // namespace nsim

@@ -303,8 +303,9 @@ struct Analyzer::State {
   /// dependency tracker saw them: a PE transpose of a loaded tile could have been a transposed load; one of a tile
   /// computed on chip (the probabilities of attention) could not.
   bool loaded_from_hbm(const Operand& o) const {
-    return o.space == Space::kSbuf && sim->writer_classes(o) == (1u << kClassDma);
+    return o.space == Space::kSbuf && event->src_writers == (1u << kClassDma);
   }
+  const InstrEvent* event = nullptr;  ///< the instruction on_instr() is taking in
   uint32_t transfer = 0;
   // The chunks in blocks of kBlock (256): uni[b] set means every chunk of block b holds the loads, loaded_bits
   // and written of its first chunk (the others' entries are stale), so a transfer covering whole blocks
@@ -362,7 +363,7 @@ struct Analyzer::State {
     if (loc >= lines.size()) lines.resize(loc + 1);
     return lines[loc];
   }
-  void on_instr(const Instr& in, const InstrTiming& t);
+  void on_instr(const InstrEvent& ev);
   void on_dma(const Instr& in, const InstrTiming& t, LineAgg& la);
   void on_tensor(const Instr& in, const InstrTiming& t, LineAgg& la);
   void on_elementwise(const Instr& in, const InstrTiming& t, LineAgg& la);
@@ -392,7 +393,8 @@ Analyzer::Analyzer(Simulator& sim) : s_(std::make_shared<State>()) {
   s.max_records = std::max<int64_t>(0, c.get_int("analysis.max_recorded_instructions"));
   s.act_set_names = c.get_list("scalar.act_table_sets");
   std::shared_ptr<State> keep = s_;
-  sim.add_instr_listener([keep](const Instr& in, const InstrTiming& t) { keep->on_instr(in, t); });
+  // (On a host thread of its own when there is one: it reads only the events and its own state.)
+  sim.add_event_listener([keep](const InstrEvent& ev) { keep->on_instr(ev); });
 }
 
 std::pair<uint32_t, int> Analyzer::State::producer(const InstrTiming& t) const {
@@ -401,7 +403,10 @@ std::pair<uint32_t, int> Analyzer::State::producer(const InstrTiming& t) const {
   return {0, t.waited_class == kClassDma ? kQueueTrack0 : t.waited_class};  // beyond the records: the class only
 }
 
-void Analyzer::State::on_instr(const Instr& in, const InstrTiming& t) {
+void Analyzer::State::on_instr(const InstrEvent& ev) {
+  const Instr& in = ev.in;
+  const InstrTiming& t = ev.t;
+  event = &ev;
   ++n;
   const auto e = static_cast<size_t>(in.engine);
   const uint32_t loc = canon(in.loc);
@@ -666,8 +671,8 @@ void Analyzer::State::on_dma(const Instr& in, const InstrTiming& t, LineAgg& la)
   const Operand& dst = in.slot(0);
   const Operand& src = in.slot(1);
   const int indirect = isa::indirect_slot(in);
-  const memory::DmaSplit& split = sim->last_dma_split();
-  const DmaEngines::Transfer& tr = sim->last_dma_transfer();
+  const memory::DmaSplit& split = event->split;
+  const DmaEngines::Transfer& tr = event->transfer;
   Ps engine_time = 0;
   int engines_used = 0;
   uint64_t engines_mask = 0;
@@ -1054,6 +1059,7 @@ std::string engine_advice(const std::string& e) {
 
 AnalysisReport Analyzer::report(const std::string& kernel_name) const {
   const State& s = *s_;
+  s.sim->sync_events();  // (finish() did, unless it was not called)
   const Simulator& sim = *s.sim;
   const CoreParams& p = *s.p;
   const RunCounters& c = sim.counters();

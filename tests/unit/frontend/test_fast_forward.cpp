@@ -56,7 +56,8 @@ struct Result {
   uint64_t lowered = 0;
 };
 
-Result run(const std::string& json, bool fast_forward, bool numerics = false, bool listener = false,
+/// `listener`: 1 an instruction listener, 2 an event listener (the analyzer's kind, engines/event_pipe.h).
+Result run(const std::string& json, bool fast_forward, bool numerics = false, int listener = 0,
            const std::vector<std::string>& overrides = {}) {
   const Kernel k = parse_kernel_json(json);
   SimOptions o;
@@ -64,7 +65,8 @@ Result run(const std::string& json, bool fast_forward, bool numerics = false, bo
   o.fast_forward = fast_forward;
   auto sim = Simulator::from_preset("trn2", overrides, o);
   verify_kernel(k, sim->params());
-  if (listener) sim->add_instr_listener([](const isa::Instr&, const InstrTiming&) {});
+  if (listener == 1) sim->add_instr_listener([](const isa::Instr&, const InstrTiming&) {});
+  if (listener == 2) sim->add_event_listener([](const engines::InstrEvent&) {});
   Lowering low(k, *sim);
   low.run();
   sim->finish();
@@ -172,12 +174,16 @@ TEST_CASE("fast-forward: nothing is skipped where every instruction is needed", 
     // A 64-instruction window makes 600 iterations enough to skip in a timing-only run; with numerics none is.
     const std::string short_k = softmax_kernel(600, "0", "0", 1);
     const std::vector<std::string> small{"compiler.window=64"};
-    CHECK(run(short_k, true, false, false, small).stats.at("fast_forward.skipped_instructions") > 0);
-    const Result r = run(short_k, true, /*numerics=*/true, false, small);
+    CHECK(run(short_k, true, false, 0, small).stats.at("fast_forward.skipped_instructions") > 0);
+    const Result r = run(short_k, true, /*numerics=*/true, 0, small);
     CHECK(r.stats.at("fast_forward.skipped_instructions") == 0);
   }
   SECTION("an instruction listener (instruction tables, analysis)") {
-    const Result r = run(k, true, false, /*listener=*/true);
+    const Result r = run(k, true, false, /*listener=*/1);
+    CHECK(r.stats.at("fast_forward.skipped_instructions") == 0);
+  }
+  SECTION("an event listener (the analyzer, beside the simulation)") {
+    const Result r = run(k, true, false, /*listener=*/2);
     CHECK(r.stats.at("fast_forward.skipped_instructions") == 0);
   }
   SECTION("a loop too short to repeat over two windows") {
@@ -262,7 +268,7 @@ TEST_CASE("fast-forward: random loop kernels without cross-iteration dependencie
     const std::vector<std::string> window{fmt::format("compiler.window={}", std::array<int, 3>{1024, 64, 4096}[seed % 3]),
                                           fmt::format("compiler.loop_buffers={}", seed % 2 ? 4 : 2)};
     INFO("seed " << seed << " " << window[0] << "\n" << k);
-    const Result full = run(k, false, false, false, window), ff = run(k, true, false, false, window);
+    const Result full = run(k, false, false, 0, window), ff = run(k, true, false, 0, window);
     CHECK(ff.instructions == full.instructions);
     if (ff.stats.at("fast_forward.skipped_instructions") > 0) ++skipped_some;
     for (const auto& [name, v] : full.stats) {
@@ -298,7 +304,7 @@ TEST_CASE("fast-forward: a matmul loop under TensorE's power throttle gives the 
   // Two rotating buffers: the loop is then latency-bound and repeats exactly (with trn2's 4 it reaches the DMA
   // bandwidth, whose packet schedule does not repeat within FastForward::kMaxPeriod iterations: simulated in full).
   const std::vector<std::string> two{"compiler.loop_buffers=2"};
-  const Result full = run(k, false, false, false, two), ff = run(k, true, false, false, two);
+  const Result full = run(k, false, false, 0, two), ff = run(k, true, false, 0, two);
   CHECK(full.stats.at("tensor.throttled_time") > 0);  // the throttle is at work
   CHECK(ff.stats.at("fast_forward.skipped_instructions") > 50000);  // of 84,001
   for (const auto& [name, v] : full.stats) {
