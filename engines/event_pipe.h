@@ -34,11 +34,11 @@ struct InstrEvent {
   uint32_t src_writers = 0;
   /// With SimOptions::dependency_bound: the instruction's part of the dependency-bound schedule (its dependency
   /// class, its duration and the time it reads its operands in, < 0: until its end; Simulator::schedule_asap) and
-  /// its operands' extents, from its signature (reads first, then writes).
+  /// its operands' extents, from its signature (only the first nr / nw entries are set).
   bool asap = false;
-  uint8_t asap_cls = 0, nr = 0, nw = 0;
+  uint8_t asap_cls = 0;
   sim::Ps asap_dur = 0, asap_read = -1;
-  std::array<SigInfo::Access, isa::kMaxSlots> access{};
+  SigAccesses acc;
   // (Last: the fields above are what every event is read for, contiguous; EventPipe::run prefetches them.)
   /// A DMA's split over the DMA engines and its transfer (what Simulator::last_dma_split() / last_dma_transfer()
   /// tell the listeners called in place); not set for other instructions.

@@ -17,11 +17,9 @@
 
 namespace nsim::engines {
 
-struct SigInfo {
-  isa::Instr key;  ///< the instruction the entry was made from (its offsets are not part of the signature)
-  uint64_t hash = 0;
-  bool valid = false;
-  isa::Placement place;
+/// The operands an instruction reads and writes, in slot order, as byte extents relative to their offsets: what its
+/// dependency regions are worked out from (Simulator::sig_regions; the same for every instruction of a signature).
+struct SigAccesses {
   /// An operand's byte extent relative to its offset (the indirect side widened as isa::slot_extent does).
   struct Access {
     int64_t lo = 0, hi = 0;
@@ -29,9 +27,16 @@ struct SigInfo {
     uint8_t slot = 0;
     isa::Space space = isa::Space::kNone;
   };
-  /// The operands read and written, in slot order (the dependency regions, Simulator::regions).
   std::array<Access, isa::kMaxSlots> reads{}, writes{};
   uint8_t nr = 0, nw = 0;
+};
+
+struct SigInfo {
+  isa::Instr key;  ///< the instruction the entry was made from (its offsets are not part of the signature)
+  uint64_t hash = 0;
+  bool valid = false;
+  isa::Placement place;
+  SigAccesses acc;
   bool stream = false;           ///< an instruction of VectorE / ScalarE / GpSimd / Sync: plan and flops are set
   StreamEngines::Plan plan;
   double flops = 0;              ///< instr_flops(in, 0)

@@ -384,15 +384,15 @@ void Simulator::fill_signature(Sig& e, const Instr& in, uint64_t h) {
   const int indirect = isa::indirect_slot(in);
   Instr at0 = in;
   for (Operand& o : at0.opnd) o.offset = 0;
-  e.nr = e.nw = 0;
+  e.acc.nr = e.acc.nw = 0;
   for (int i = 0; i < info.num_slots; ++i) {
     const Operand& o = at0.slot(i);
     if (!o.present()) continue;
     const auto ext = i == indirect ? isa::slot_extent(at0, i) : o.byte_extent();
     const auto [q0, q1] = o.space == Space::kHbm ? std::pair<int64_t, int64_t>{0, 0} : deps_.quadrants(o);
-    const Sig::Access a{ext.first, ext.second, q0, q1, static_cast<uint8_t>(i), o.space};
-    if (info.slots[static_cast<size_t>(i)].written) e.writes[e.nw++] = a;
-    else e.reads[e.nr++] = a;
+    const engines::SigAccesses::Access a{ext.first, ext.second, q0, q1, static_cast<uint8_t>(i), o.space};
+    if (info.slots[static_cast<size_t>(i)].written) e.acc.writes[e.acc.nw++] = a;
+    else e.acc.reads[e.acc.nr++] = a;
   }
   e.stream = !sequencer_op(in) && !isa::is_dma(in.op) && in.engine != Engine::kTensor;
   if (e.stream) {
@@ -501,7 +501,7 @@ void Simulator::post_event(const Instr& in, const InstrTiming& t) {
 void Simulator::take_event(const engines::InstrEvent& ev) {
   if (ev.asap) {  // schedule_asap's work, from the signature's extents as sig_regions() works them out
     engines::DepTracker::Regions rg;
-    access_regions(ev.in, ev.access.data(), ev.nr, ev.access.data() + ev.nr, ev.nw, *asap_, rg);
+    sig_regions(ev.in, ev.acc, *asap_, rg);
     const Ps start = asap_->ready(ev.asap_cls, rg).time, end = start + ev.asap_dur;
     asap_->record(ev.asap_cls, ev.t.index, rg, ev.asap_read < 0 ? end : start + ev.asap_read, end);
     asap_end_ = std::max(asap_end_, end);
@@ -526,17 +526,17 @@ void Simulator::regions_into(const Instr& in, const engines::DepTracker& on, eng
   }
 }
 
-void Simulator::access_regions(const Instr& in, const Sig::Access* reads, int nr, const Sig::Access* writes, int nw,
-                               const engines::DepTracker& on, engines::DepTracker::Regions& r) {
-  auto range = [&](const Sig::Access& a) {
+void Simulator::sig_regions(const Instr& in, const engines::SigAccesses& acc, const engines::DepTracker& on,
+                            engines::DepTracker::Regions& r) {
+  auto range = [&](const engines::SigAccesses::Access& a) {
     const std::pair<int64_t, int64_t> ext{in.opnd[a.slot].offset + a.lo, in.opnd[a.slot].offset + a.hi};
     return a.space == Space::kHbm ? on.range_of(in.opnd[a.slot], ext)
                                   : on.onchip_range(a.space == Space::kPsum, a.q0, a.q1, ext);
   };
-  for (int i = 0; i < nr; ++i) r.reads[static_cast<size_t>(i)] = range(reads[i]);
-  for (int i = 0; i < nw; ++i) r.writes[static_cast<size_t>(i)] = range(writes[i]);
-  r.nr = nr;
-  r.nw = nw;
+  for (int i = 0; i < acc.nr; ++i) r.reads[static_cast<size_t>(i)] = range(acc.reads[static_cast<size_t>(i)]);
+  for (int i = 0; i < acc.nw; ++i) r.writes[static_cast<size_t>(i)] = range(acc.writes[static_cast<size_t>(i)]);
+  r.nr = acc.nr;
+  r.nw = acc.nw;
 }
 
 engines::DepTracker::Ready Simulator::ready_for_dma(const Instr& in, const engines::Footprints::Footprint (&fp)[2],
@@ -565,10 +565,10 @@ void Simulator::schedule_asap(const Sig& sig, uint8_t cls, Ps dur, Ps read) {
   ev.asap_cls = cls;
   ev.asap_dur = dur;
   ev.asap_read = read;
-  ev.nr = static_cast<uint8_t>(sig.nr);
-  ev.nw = static_cast<uint8_t>(sig.nw);
-  std::copy_n(sig.reads.begin(), sig.nr, ev.access.begin());
-  std::copy_n(sig.writes.begin(), sig.nw, ev.access.begin() + sig.nr);
+  ev.acc.nr = sig.acc.nr;
+  ev.acc.nw = sig.acc.nw;
+  std::copy_n(sig.acc.reads.begin(), sig.acc.nr, ev.acc.reads.begin());
+  std::copy_n(sig.acc.writes.begin(), sig.acc.nw, ev.acc.writes.begin());
 }
 
 namespace {

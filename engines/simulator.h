@@ -361,19 +361,13 @@ class Simulator {
   void regions_into(const isa::Instr& in, const engines::DepTracker& on, engines::DepTracker::Regions& r,
                     const Extent* ext = nullptr) const;
   /// regions() from the operand extents of `in`'s signature, written into `r`.
-  static void sig_regions(const isa::Instr& in, const Sig& sig, const engines::DepTracker& on,
-                          engines::DepTracker::Regions& r) {
-    access_regions(in, sig.reads.data(), sig.nr, sig.writes.data(), sig.nw, on, r);
-  }
-  /// The regions on `on` of `in`'s operands read (`reads`, nr of them) and written, from their extents relative to
-  /// the offsets (a signature's).
-  static void access_regions(const isa::Instr& in, const Sig::Access* reads, int nr, const Sig::Access* writes, int nw,
-                             const engines::DepTracker& on, engines::DepTracker::Regions& r);
+  static void sig_regions(const isa::Instr& in, const engines::SigAccesses& acc, const engines::DepTracker& on,
+                          engines::DepTracker::Regions& r);
   /// The regions of `in` on deps_: submit()'s known_regions when given, else computed into `scratch`.
   const engines::DepTracker::Regions& regions_for(const isa::Instr& in, const Sig& sig,
                                                   engines::DepTracker::Regions& scratch) const {
     if (known_regions_) return *known_regions_;
-    sig_regions(in, sig, deps_, scratch);  // (in place: a Regions is ~700 bytes)
+    sig_regions(in, sig.acc, deps_, scratch);  // (in place: a Regions is ~700 bytes)
     return scratch;
   }
   /// The operands' ready time for `in` on its engine (submit()'s known_ready when given).
