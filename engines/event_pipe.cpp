@@ -1,6 +1,7 @@
 // The event pipe of the listeners beside the simulation: see event_pipe.h.
 #include "engines/event_pipe.h"
 
+#include <chrono>
 #include <cstddef>
 
 #if defined(__x86_64__)
@@ -17,9 +18,25 @@ inline void cpu_relax() {
 #endif
 }
 
-// How many times a side polls the other's counter before it sleeps (a few microseconds: a sleep costs a system
-// call on each side and the time the sleeper takes to run again).
-constexpr int kPolls = 256;
+// How long a side polls the other's counter before it sleeps: longer than the slower side takes for a batch of
+// events, so that the faster side does not sleep (a system call on each side, and the time the sleeper takes to
+// run again, tens of microseconds on a virtual machine) whenever it runs ahead; short enough that an idle pipe
+// gives its CPU back.
+constexpr auto kPoll = std::chrono::microseconds(100);
+
+/// Poll until done() or kPoll has passed; done()'s last value.
+template <class F>
+bool poll(F&& done) {
+  if (done()) return true;
+  const auto until = std::chrono::steady_clock::now() + kPoll;
+  while (true) {
+    for (int i = 0; i < 64; ++i) {
+      cpu_relax();
+      if (done()) return true;
+    }
+    if (std::chrono::steady_clock::now() >= until) return done();
+  }
+}
 
 }  // namespace
 
@@ -62,11 +79,8 @@ void EventPipe::wait_for_room() {
 }
 
 void EventPipe::wait_released(uint64_t upto) {
-  uint64_t t = tail_.load(std::memory_order_acquire);
-  for (int i = 0; t < upto && i < kPolls; ++i) {
-    cpu_relax();
-    t = tail_.load(std::memory_order_acquire);
-  }
+  uint64_t t = 0;
+  poll([&] { return (t = tail_.load(std::memory_order_acquire)) >= upto; });
   while (t < upto) {
     const uint32_t w = producer_wake_.load(std::memory_order_seq_cst);
     producer_wants_.store(upto, std::memory_order_relaxed);
@@ -103,11 +117,8 @@ void EventPipe::run() {
     }
   };
   while (true) {
-    uint64_t h = head_pub_.load(std::memory_order_acquire);
-    for (int i = 0; h == tail && i < kPolls; ++i) {
-      cpu_relax();
-      h = head_pub_.load(std::memory_order_acquire);
-    }
+    uint64_t h = 0;
+    poll([&] { return (h = head_pub_.load(std::memory_order_acquire)) != tail; });
     if (h == tail) {  // asleep until the producer has half the ring waiting, needs it all taken, or stops
       const uint32_t w = consumer_wake_.load(std::memory_order_seq_cst);
       consumer_asleep_.store(true, std::memory_order_seq_cst);
