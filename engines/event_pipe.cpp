@@ -132,7 +132,7 @@ void EventPipe::run() {
     }
     while (tail < h) {
       // The next event's common part, on its way from the simulating thread's core while this one is taken in
-      // (it was written there: read cold, its ~15 cache lines cost more than the work on it).
+      // (it was written there: read cold, its 18 cache lines cost more than the work on it).
       if (tail + 1 < h) {
         const char* next = reinterpret_cast<const char*>(&ring_[(tail + 1) & kMask]);
         for (size_t b = 0; b < offsetof(InstrEvent, split); b += 64) __builtin_prefetch(next + b);

@@ -67,7 +67,7 @@ class EventPipe {
     if (head_ - published_ >= kBatch) flush(false);
     if (head_ - tail_seen_ >= kSlots) wait_for_room();
     // The next event's common part, taken for writing while the next instruction is simulated (the consumer's core
-    // read it last: a write would wait for each of its ~15 cache lines).
+    // read it last: a write would wait for each of its 18 cache lines).
     const char* next = reinterpret_cast<const char*>(&ring_[head_ & kMask]);
     for (size_t b = 0; b < offsetof(InstrEvent, split); b += 64) prefetch_for_write(next + b);
   }
@@ -75,7 +75,7 @@ class EventPipe {
   void sync();
 
  private:
-  // Events in the ring (~1.8 KB each: ~0.9 MB), a power of two. The side that runs ahead sleeps until the other
+  // Events in the ring (2.2 KB each: 1.1 MB), a power of two. The side that runs ahead sleeps until the other
   // has caught up half of it (a wake, a system call and the time the sleeper takes to run again, per 256 events;
   // a sleeping side is woken at once by sync() and the destructor).
   static constexpr uint64_t kSlots = 512;
