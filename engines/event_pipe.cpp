@@ -4,19 +4,11 @@
 #include <chrono>
 #include <cstddef>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "isa/semantics/parallel.h"
 
 namespace nsim::engines {
 
 namespace {
-
-inline void cpu_relax() {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
-}
 
 // How long a side polls the other's counter before it sleeps: longer than the slower side takes for a batch of
 // events, so that the faster side does not sleep (a system call on each side, and the time the sleeper takes to
@@ -31,10 +23,19 @@ bool poll(F&& done) {
   const auto until = std::chrono::steady_clock::now() + kPoll;
   while (true) {
     for (int i = 0; i < 64; ++i) {
-      cpu_relax();
+      isa::sem::cpu_relax();
       if (done()) return true;
     }
     if (std::chrono::steady_clock::now() >= until) return done();
+  }
+}
+
+/// Wake the side sleeping on `counter` (std::atomic::wait) whose flag `asleep` is set, clearing it (one wake per
+/// sleep); `force`: whether or not the flag is set.
+void wake(std::atomic<bool>& asleep, std::atomic<uint32_t>& counter, bool force = false) {
+  if (asleep.exchange(false, std::memory_order_seq_cst) || force) {
+    counter.fetch_add(1, std::memory_order_seq_cst);
+    counter.notify_one();
   }
 }
 
@@ -48,17 +49,8 @@ EventPipe::~EventPipe() {
   if (!threaded()) return;
   flush(true);
   stop_.store(true, std::memory_order_seq_cst);
-  consumer_asleep_.store(false, std::memory_order_relaxed);
-  consumer_wake_.fetch_add(1, std::memory_order_seq_cst);
-  consumer_wake_.notify_one();
+  wake(consumer_asleep_, consumer_wake_, true);
   worker_.join();
-}
-
-void EventPipe::wake_consumer() {
-  if (consumer_asleep_.exchange(false, std::memory_order_seq_cst)) {
-    consumer_wake_.fetch_add(1, std::memory_order_seq_cst);
-    consumer_wake_.notify_one();
-  }
 }
 
 void EventPipe::flush(bool urgent) {
@@ -70,7 +62,7 @@ void EventPipe::flush(bool urgent) {
   // again before it sleeps, so one of the two sees the other.)
   if (consumer_asleep_.load(std::memory_order_seq_cst) &&
       (urgent || head_ - tail_.load(std::memory_order_relaxed) >= kHalf))
-    wake_consumer();
+    wake(consumer_asleep_, consumer_wake_);
 }
 
 void EventPipe::wait_for_room() {
@@ -85,7 +77,7 @@ void EventPipe::wait_released(uint64_t upto) {
     const uint32_t w = producer_wake_.load(std::memory_order_seq_cst);
     producer_wants_.store(upto, std::memory_order_relaxed);
     producer_asleep_.store(true, std::memory_order_seq_cst);
-    wake_consumer();  // (asleep with less than half the ring waiting: it must release these)
+    wake(consumer_asleep_, consumer_wake_);  // (asleep with less than half the ring waiting: it must release these)
     t = tail_.load(std::memory_order_seq_cst);
     if (t < upto) producer_wake_.wait(w, std::memory_order_seq_cst);
     producer_asleep_.store(false, std::memory_order_relaxed);
@@ -110,11 +102,8 @@ void EventPipe::run() {
   uint64_t tail = 0;
   const auto release = [&] {
     tail_.store(tail, std::memory_order_seq_cst);
-    if (producer_asleep_.load(std::memory_order_seq_cst) && tail >= producer_wants_.load(std::memory_order_relaxed) &&
-        producer_asleep_.exchange(false, std::memory_order_seq_cst)) {
-      producer_wake_.fetch_add(1, std::memory_order_seq_cst);
-      producer_wake_.notify_one();
-    }
+    if (producer_asleep_.load(std::memory_order_seq_cst) && tail >= producer_wants_.load(std::memory_order_relaxed))
+      wake(producer_asleep_, producer_wake_);
   };
   while (true) {
     uint64_t h = 0;

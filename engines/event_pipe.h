@@ -96,7 +96,6 @@ class EventPipe {
   void wait_for_room();
   /// Wait (polling, then asleep) until the consumer has released every event up to `upto`.
   void wait_released(uint64_t upto);
-  void wake_consumer();
   void run();
 
   Consumer consume_;

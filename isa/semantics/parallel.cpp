@@ -14,19 +14,10 @@
 #include <thread>
 #include <utility>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace nsim::isa::sem {
 
 namespace {
-
-inline void cpu_relax() {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
-}
 
 // How long an idle helper keeps polling for the next job before it sleeps: a multiply_moving takes tens
 // of microseconds, and the instructions between two of them about as long, so a helper woken once stays

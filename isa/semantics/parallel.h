@@ -12,9 +12,21 @@
 #include <cstdint>
 #include <type_traits>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace nsim::isa::sem {
 
 inline constexpr int kMaxThreads = 8;
+
+/// One step of a thread polling a value another thread sets (a pause: the polling core yields to its sibling
+/// and leaves the memory pipeline alone).
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
 /// The environment variable that sets the number of host threads.
 inline constexpr const char* kThreadsEnv = "NSIM_NUM_THREADS";
 
