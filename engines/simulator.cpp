@@ -81,11 +81,15 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
                                                       : fmt::format("NeuronCore ({})", p_.name);
     const sim::TraceFilter filter =
         sim::TraceFilter::from_ns(opts_.trace_limit, opts_.trace_window_start_ns, opts_.trace_window_end_ns);
-    if (sim::is_protobuf_trace_path(opts_.trace_path))  // (core c of an LNC=2 launch: process c + 1)
-      trace_ = std::make_unique<sim::PerfettoTraceWriter>(opts_.trace_path, process, filter,
+    if (sim::is_protobuf_trace_path(opts_.trace_path)) {  // (core c of an LNC=2 launch: process c + 1)
+      auto w = std::make_unique<sim::PerfettoTraceWriter>(opts_.trace_path, process, filter,
                                                           std::max(0, opts_.core_index) + 1);
-    else
+      // Compressed on a host thread of its own when there is a second one (the same file).
+      if (opts_.listener_thread && isa::sem::host_threads() >= 2) w->compress_beside();
+      trace_ = std::move(w);
+    } else {
       trace_ = std::make_unique<sim::ChromeTraceWriter>(opts_.trace_path, process, filter);
+    }
     recorder_ = std::make_unique<engines::TraceRecorder>(*this, *trace_);
     add_instr_listener([r = recorder_.get()](const Instr& in, const InstrTiming& t) { r->on_instr(in, t); });
   }

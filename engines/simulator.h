@@ -93,7 +93,8 @@ struct SimOptions {
   uint8_t free_pe_helpers = 0;
   /// The event listeners (add_event_listener: the analyzer) and the dependency-bound schedule run on a host thread
   /// of their own, beside the simulation, when the process has two (isa::sem::host_threads(), NSIM_NUM_THREADS);
-  /// the same results either way (engines/event_pipe.h). Off: on the simulating thread.
+  /// the same results either way (engines/event_pipe.h); so is a protobuf trace's compression
+  /// (sim::PerfettoTraceWriter::compress_beside: the same file). Off: on the simulating thread.
   bool listener_thread = true;
 };
 

@@ -18,10 +18,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <functional>
+#include <mutex>
 #include <queue>
+#include <thread>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -497,26 +501,93 @@ struct PerfettoTraceWriter::Impl {
     interned.clear();
     if (chunk.size() >= kChunkBytes) compress();
   }
-  /// The pending packets as one packet of compressed_packets (as they are if that is not smaller).
+  /// The pending packets as one packet of compressed_packets, written to the file: here, or handed to the
+  /// compressing thread (compress_beside()) once it has written the previous chunk.
   void compress() {
     if (chunk.empty()) return;
-    tmp.clear();
-    deflater.compress(chunk, tmp.b);
-    if (tmp.b.size() + 16 >= chunk.size()) {
-      std::fwrite(chunk.data(), 1, chunk.size(), f);
+    if (!beside) {
+      write_compressed(chunk, zbuf, zframe);
       chunk.clear();
       return;
     }
-    out.clear();
-    out.tag(1, 2);
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return !busy; });
+    chunk.swap(handed);  // (the thread emptied `handed`: its capacity comes back for the next chunk)
+    busy = true;
+    cv.notify_all();
+  }
+  /// `in` as one packet of compressed_packets (as it is if that is not smaller), appended to the file. Uses only
+  /// its arguments, the deflater and the file: the compressing thread's while there is one.
+  void write_compressed(const std::string& in, Pb& z, Pb& frame) {
+    z.clear();
+    deflater.compress(in, z.b);
+    if (z.b.size() + 16 >= in.size()) {
+      std::fwrite(in.data(), 1, in.size(), f);
+      return;
+    }
+    frame.clear();
+    frame.tag(1, 2);
     Pb len;
     len.tag(50, 2);
-    len.varint(tmp.b.size());
-    out.varint(len.b.size() + tmp.b.size());
-    out.b += len.b;
-    std::fwrite(out.b.data(), 1, out.b.size(), f);
-    std::fwrite(tmp.b.data(), 1, tmp.b.size(), f);
-    chunk.clear();
+    len.varint(z.b.size());
+    frame.varint(len.b.size() + z.b.size());
+    frame.b += len.b;
+    std::fwrite(frame.b.data(), 1, frame.b.size(), f);
+    std::fwrite(z.b.data(), 1, z.b.size(), f);
+  }
+  Pb zbuf, zframe;  ///< write_compressed's buffers (the compressing thread's while there is one)
+
+  // ---- compress_beside(): a thread compresses and writes each chunk while the next one is encoded
+  bool beside = false;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string handed;  ///< the chunk the thread has, while `busy`
+  bool busy = false, stop = false;
+  std::exception_ptr error;  ///< the first the thread threw (what follows is not written)
+  std::thread thread;
+  void compress_loop() {
+    std::unique_lock<std::mutex> lk(mu);
+    for (;;) {
+      cv.wait(lk, [&] { return busy || stop; });
+      if (!busy) return;
+      lk.unlock();
+      if (!error) {
+        try {
+          write_compressed(handed, zbuf, zframe);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      handed.clear();
+      lk.lock();
+      busy = false;
+      cv.notify_all();
+    }
+  }
+  /// Compress what is left, wait for the thread and stop it; rethrow what it threw.
+  void drain() {
+    compress();
+    if (!beside) return;
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      cv.wait(lk, [&] { return !busy; });
+      stop = true;
+      cv.notify_all();
+    }
+    thread.join();
+    beside = false;
+    if (error) std::rethrow_exception(std::exchange(error, nullptr));
+  }
+  ~Impl() {
+    if (thread.joinable()) {  // (a throw before close(): stop without writing more)
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        stop = true;
+        busy = false;
+      }
+      cv.notify_all();
+      thread.join();
+    }
   }
   /// Writes `event` as a packet at `t` ns: a delta on the incremental clock, or (earlier than the
   /// clock) the time on the trace clock.
@@ -723,9 +794,22 @@ void PerfettoTraceWriter::emit_summary(Ps at, const std::string& name) {
 void PerfettoTraceWriter::close() {
   Impl& m = *impl_;
   while (!m.later.empty()) m.pop_later();
-  m.compress();
-  std::fclose(impl_->f);
-  impl_->f = nullptr;
+  try {
+    m.drain();
+  } catch (...) {
+    std::fclose(m.f);
+    m.f = nullptr;
+    throw;
+  }
+  std::fclose(m.f);
+  m.f = nullptr;
+}
+
+void PerfettoTraceWriter::compress_beside() {
+  Impl& m = *impl_;
+  if (m.beside || !m.f) return;
+  m.beside = true;
+  m.thread = std::thread([&m] { m.compress_loop(); });
 }
 
 }  // namespace nsim::sim

@@ -184,6 +184,10 @@ class PerfettoTraceWriter : public OrderedTraceSink {
   ~PerfettoTraceWriter() override;
   /// The disassembly is unique per instruction: `nsim disasm` and the --instructions table have it, by index.
   bool wants_disassembly() const override { return false; }
+  /// From now on each chunk of packets (256 KB) is compressed and written on a host thread of the writer's own
+  /// while the next one is encoded (the same file; compressing is ~30 % of a large trace's cost). finish() waits
+  /// for it and rethrows what it threw.
+  void compress_beside();
 
  protected:
   void emit_track(int track, const std::string& name) override;

@@ -355,6 +355,25 @@ def test_python_limit_and_window_match_the_cli_semantics(tmp_path, flash):
         nsim.simulate_json(FLASH, timing_only=True, trace=tmp_path / "x.json", trace_limit=-1)
 
 
+@needs_cli
+@pytest.mark.parametrize("name,extra", [("all.pftrace", ["--trace-limit", "0"]), ("lim.pftrace", ["--trace-limit", "300"]),
+                                        ("win.pftrace", ["--trace-window", "4000:9000"]), ("all.json", [])])
+def test_cli_trace_is_the_same_compressed_beside_the_simulation(tmp_path, name, extra):
+    """With two host threads the protobuf trace's chunks are compressed and written on a thread of the writer's own
+    while the simulation goes on; with one (NSIM_NUM_THREADS=1) in place: the same file either way."""
+    files = []
+    for threads in ("1", "2"):
+        path = tmp_path / threads / name
+        path.parent.mkdir()
+        env = dict(os.environ, NSIM_NUM_THREADS=threads)
+        r = subprocess.run([NSIM_BIN, "run", FLASH, "--timing-only", "--quiet", "--trace", str(path), *extra],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr
+        files.append(path.read_bytes())
+    assert len(files[0]) > 1000
+    assert files[0] == files[1]
+
+
 def test_zero_slices_is_valid_json(tmp_path, flash):
     _, prof = flash
     p = tmp_path / "empty.json"

@@ -190,56 +190,68 @@ uint64_t ns(Ps t) { return static_cast<uint64_t>((t + 500) / 1000); }
 
 TEST_CASE("PerfettoTraceWriter: overlapping slices over several compressed chunks read back exactly", "[sim][trace]") {
   // 3 tracks, 30000 slices whose starts and lengths are random, so up to ~6 overlap on a track (lanes),
-  // many share a start; arguments give ~1 MB of packets (several 256 KiB chunks).
-  TempTrace tmp;
-  std::mt19937_64 rng(7);
-  std::vector<Slice> want;
-  {
-    PerfettoTraceWriter w(tmp.path.string(), "NeuronCore (test)");
-    const char* track_names[3] = {"vector", "scalar", "dma.e0"};
-    for (int k = 0; k < 3; ++k) w.declare_track(k, track_names[k]);
-    Ps t = 0;
-    for (int i = 0; i < 30000; ++i) {
-      t += static_cast<Ps>(rng() % 4) * 250;  // ps; equal starts are common
-      const int track = static_cast<int>(rng() % 3);
-      const Ps dur = static_cast<Ps>(rng() % 3000);
-      TraceSlice s{track, t, dur, "op" + std::to_string(rng() % 5), {}};
-      s.args.push_back(TraceArg::integer("index", i));
-      s.args.push_back(TraceArg::real("ready_ns", static_cast<double>(t) / 1000));
-      s.args.push_back(TraceArg::string("src", "k.py:" + std::to_string(rng() % 40)));
-      want.emplace_back(track_names[track], s.name, ns(t), ns(t + dur));
-      w.slice(std::move(s));
-      if (i % 64 == 0) w.watermark(t);
-      if (i % 16 == 0) w.counter("sbuf bytes/partition in use", t, static_cast<double>(i));
+  // many share a start; arguments give ~1 MB of packets (several 256 KiB chunks). Compressed in place and on the
+  // writer's own thread (compress_beside(): each chunk compressed and written while the next is encoded): the same
+  // bytes.
+  std::string files[2];
+  for (const bool beside : {false, true}) {
+    TempTrace tmp;
+    std::mt19937_64 rng(7);
+    std::vector<Slice> want;
+    {
+      PerfettoTraceWriter w(tmp.path.string(), "NeuronCore (test)");
+      if (beside) w.compress_beside();
+      const char* track_names[3] = {"vector", "scalar", "dma.e0"};
+      for (int k = 0; k < 3; ++k) w.declare_track(k, track_names[k]);
+      Ps t = 0;
+      for (int i = 0; i < 30000; ++i) {
+        t += static_cast<Ps>(rng() % 4) * 250;  // ps; equal starts are common
+        const int track = static_cast<int>(rng() % 3);
+        const Ps dur = static_cast<Ps>(rng() % 3000);
+        TraceSlice s{track, t, dur, "op" + std::to_string(rng() % 5), {}};
+        s.args.push_back(TraceArg::integer("index", i));
+        s.args.push_back(TraceArg::real("ready_ns", static_cast<double>(t) / 1000));
+        s.args.push_back(TraceArg::string("src", "k.py:" + std::to_string(rng() % 40)));
+        want.emplace_back(track_names[track], s.name, ns(t), ns(t + dur));
+        w.slice(std::move(s));
+        if (i % 64 == 0) w.watermark(t);
+        if (i % 16 == 0) w.counter("sbuf bytes/partition in use", t, static_cast<double>(i));
+      }
     }
+    std::sort(want.begin(), want.end());
+    files[beside] = read_file(tmp.path);
+    const Decoded d = decode(files[beside]);
+    CHECK(d.compressed_chunks >= 3);
+    CHECK(d.slices == want);
   }
-  std::sort(want.begin(), want.end());
-  const Decoded d = decode(read_file(tmp.path));
-  CHECK(d.compressed_chunks >= 3);
-  CHECK(d.slices == want);
+  CHECK(files[0] == files[1]);
 }
 
 TEST_CASE("PerfettoTraceWriter: packets that do not compress are written as they are", "[sim][trace]") {
   // Arguments of 30000 random bytes (each string new, so interned once: nothing repeats) make a chunk
   // that DEFLATE cannot shrink: its Huffman tables cost more than the packets' few framing bytes save.
-  TempTrace tmp;
-  std::mt19937_64 rng(11);
-  std::vector<Slice> want;
-  {
-    PerfettoTraceWriter w(tmp.path.string(), "NeuronCore (test)");
-    w.declare_track(0, "vector");
-    for (int i = 0; i < 3; ++i) {
-      std::string noise(30000, '\0');
-      for (char& c : noise) c = static_cast<char>(rng());
-      TraceSlice s{0, Ps{1000} * i, 500, "op", {TraceArg::string("src", noise)}};
-      want.emplace_back("vector", "op", ns(s.start), ns(s.start + s.dur));
-      w.slice(std::move(s));
+  for (const bool beside : {false, true}) {
+    INFO("compressed beside: " << beside);
+    TempTrace tmp;
+    std::mt19937_64 rng(11);
+    std::vector<Slice> want;
+    {
+      PerfettoTraceWriter w(tmp.path.string(), "NeuronCore (test)");
+      if (beside) w.compress_beside();
+      w.declare_track(0, "vector");
+      for (int i = 0; i < 3; ++i) {
+        std::string noise(30000, '\0');
+        for (char& c : noise) c = static_cast<char>(rng());
+        TraceSlice s{0, Ps{1000} * i, 500, "op", {TraceArg::string("src", noise)}};
+        want.emplace_back("vector", "op", ns(s.start), ns(s.start + s.dur));
+        w.slice(std::move(s));
+      }
     }
+    const Decoded d = decode(read_file(tmp.path));
+    CHECK(d.compressed_chunks == 0);
+    CHECK(d.plain_packets == 3 + 3 * 2);  // clock, process, track; a begin and an end per slice
+    CHECK(d.slices == want);
   }
-  const Decoded d = decode(read_file(tmp.path));
-  CHECK(d.compressed_chunks == 0);
-  CHECK(d.plain_packets == 3 + 3 * 2);  // clock, process, track; a begin and an end per slice
-  CHECK(d.slices == want);
 }
 
 TEST_CASE("PerfettoTraceWriter: a trace with no slices reads back", "[sim][trace]") {
