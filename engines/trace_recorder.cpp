@@ -37,6 +37,13 @@ const TraceRecorder::SliceAt* TraceRecorder::find(uint64_t index) const {
   return &slice_at_[i];
 }
 
+const std::string& TraceRecorder::src_text(uint32_t loc) {
+  if (loc >= src_text_.size()) src_text_.resize(loc + 1);
+  std::string& t = src_text_[loc];
+  if (t.empty()) t = sim_.source(loc).str();
+  return t;
+}
+
 void TraceRecorder::on_instr(const isa::Instr& in, const InstrTiming& t) {
   if (isa::is_dma(in.op)) {
     instr_slice(in, static_cast<int>(in.engine), t, t.issue);  // the trigger on its engine
@@ -45,7 +52,7 @@ void TraceRecorder::on_instr(const isa::Instr& in, const InstrTiming& t) {
     if (!sink_.drops(t.start, t.table_load))
       // (not an instruction of its own in nsim's stats: "table_load_of" names the activation, whose "index" it is)
       sink_.slice({static_cast<int>(in.engine), t.start, t.table_load, "ACT_TABLE_LOAD",
-                   {sim::TraceArg::string("src", sim_.source(in.loc).str()),
+                   {sim::TraceArg::string("src", src_text(in.loc)),
                     sim::TraceArg::integer("table_load_of", static_cast<int64_t>(t.index))}});
     InstrTiming after = t;
     after.start = t.start + t.table_load;
@@ -64,7 +71,7 @@ void TraceRecorder::instr_slice(const isa::Instr& in, int track, const InstrTimi
   args.reserve(12);
   args.push_back(TraceArg::string("opcode", isa::op_info(in.op).mnemonic));
   if (sink_.wants_disassembly()) args.push_back(TraceArg::string("instr", isa::disassemble(in)));
-  args.push_back(TraceArg::string("src", loc.str()));
+  args.push_back(TraceArg::string("src", src_text(in.loc)));
   if (!loc.stack.empty()) args.push_back(TraceArg::string("stack", loc.stack));  // kernel > helper > (src)
   args.push_back(TraceArg::integer("index", static_cast<int64_t>(t.index)));
   args.push_back(TraceArg::real("ready_ns", sim::ps_to_ns(t.ready)));
@@ -97,7 +104,7 @@ void TraceRecorder::dma_slices(const isa::Instr& in, const InstrTiming& t) {
   const DmaEngines::Transfer& tr = sim_.last_dma_transfer();
   const CoreParams& p = sim_.params();
   const std::string name = isa::op_info(in.op).mnemonic;
-  const std::string src = sim_.source(in.loc).str();
+  const std::string& src = src_text(in.loc);
   for (int k = 0; k < split.engines; ++k) {
     const auto ki = static_cast<size_t>(k);
     if (split.piece[ki].bytes <= 0) continue;

@@ -6,6 +6,7 @@
 /// class only formats.
 #include <cstdint>
 #include <cstddef>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,9 @@ class TraceRecorder {
  private:
   void instr_slice(const isa::Instr& in, int track, const InstrTiming& t, sim::Ps end);
   void dma_slices(const isa::Instr& in, const InstrTiming& t);
+  /// A source location's text (`file:line (function)`), formatted once per location.
+  const std::string& src_text(uint32_t loc);
+  std::vector<std::string> src_text_;
 
   const Simulator& sim_;
   sim::TraceSink& sink_;

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -192,6 +193,8 @@ constexpr uint8_t kLenExtra[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 
 constexpr uint16_t kDistBase[30] = {1,   2,   3,   4,   5,   7,    9,    13,   17,   25,   33,   49,   65,    97,    129,
                                     193, 257, 385, 513, 769, 1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
 constexpr uint8_t kDistExtra[30] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
+/// DEFLATE's longest match.
+constexpr int kMaxMatchLength = 258;
 /// The order code-length code lengths are sent in.
 constexpr uint8_t kClOrder[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
 
@@ -200,6 +203,22 @@ template <size_t N>
 int code_of(const uint16_t (&base)[N], uint32_t v) {
   return static_cast<int>(std::upper_bound(base, base + N, v) - base) - 1;
 }
+
+/// code_of as tables (two lookups per match instead of two binary searches): the length code of each length
+/// 3..258, and the distance code of distance d by d - 1 below 256, else by 256 + ((d - 1) >> 7) (every distance
+/// code above 256 starts at 1 + a multiple of 128: zlib's _dist_code).
+struct CodeTables {
+  uint8_t len[kMaxMatchLength + 1] = {};
+  uint8_t dist[512] = {};
+  CodeTables() {
+    for (int l = 3; l <= kMaxMatchLength; ++l) len[l] = static_cast<uint8_t>(code_of(kLenBase, static_cast<uint32_t>(l)));
+    for (uint32_t d = 1; d <= 32768; ++d)
+      dist[d <= 256 ? d - 1 : 256 + ((d - 1) >> 7)] = static_cast<uint8_t>(code_of(kDistBase, d));
+  }
+  int len_code(uint32_t l) const { return len[l]; }
+  int dist_code(uint32_t d) const { return dist[d <= 256 ? d - 1 : 256 + ((d - 1) >> 7)]; }
+};
+const CodeTables kCodes;
 
 class Deflater {
  public:
@@ -228,7 +247,7 @@ class Deflater {
   }
 
  private:
-  static constexpr int kWindow = 32768, kMinMatch = 3, kMaxMatch = 258;
+  static constexpr int kWindow = 32768, kMinMatch = 3, kMaxMatch = kMaxMatchLength;
   /// Search effort (between zlib's levels 5 and 6): links followed, lengths that end the search or skip the
   /// lazy look (32 links: files 1-3% larger than with 64, a sixth fewer instructions compressing).
   static constexpr int kHashBits = 15, kMaxChain = 32, kNiceMatch = 128, kMaxLazy = 32, kGoodMatch = 16;
@@ -318,8 +337,8 @@ class Deflater {
       if (y.len == 0) {
         ++lf[y.val];
       } else {
-        ++lf[static_cast<size_t>(257 + code_of(kLenBase, y.len))];
-        ++df[static_cast<size_t>(code_of(kDistBase, y.val))];
+        ++lf[static_cast<size_t>(257 + kCodes.len_code(y.len))];
+        ++df[static_cast<size_t>(kCodes.dist_code(y.val))];
       }
     }
     lf[256] = 1;  // end of block
@@ -391,7 +410,7 @@ class Deflater {
         bw.put(lc[y.val], ll[y.val]);
         continue;
       }
-      const int l = code_of(kLenBase, y.len), d = code_of(kDistBase, y.val);
+      const int l = kCodes.len_code(y.len), d = kCodes.dist_code(y.val);
       bw.put(lc[static_cast<size_t>(257 + l)], ll[static_cast<size_t>(257 + l)]);
       bw.put(static_cast<uint32_t>(y.len - kLenBase[l]), kLenExtra[l]);
       bw.put(dc[static_cast<size_t>(d)], dl[static_cast<size_t>(d)]);
@@ -478,6 +497,18 @@ struct PerfettoTraceWriter::Impl {
   /// Track uuids: small numbers (varints of 1-2 bytes on every event), distinct per process (core).
   uint64_t uuid(uint64_t local) const { return static_cast<uint64_t>(pid) * kUuidsPerProcess + local; }
   static constexpr uint64_t kUuidsPerProcess = 4096;
+  /// iid of an argument name by the address of its string literal (TraceArg keys are literals, as the JSON writer
+  /// also relies on), so most slices hash no argument name; the name's text decides on a miss.
+  struct KeyIid {
+    const char* key = nullptr;
+    uint64_t iid = 0;
+  };
+  std::array<KeyIid, 64> key_iids{};
+  uint64_t intern_key(const char* key) {
+    KeyIid& k = key_iids[(reinterpret_cast<uintptr_t>(key) >> 3) % key_iids.size()];
+    if (k.key != key) k = {key, intern(arg_names, 3, key)};
+    return k.iid;
+  }
   /// iid of `s` in `table`, adding it to the packet's interned data (`field` of InternedData) when new.
   uint64_t intern(InternTable& table, int field, std::string_view s) {
     if (auto it = table.find(s); it != table.end()) return it->second;
@@ -745,7 +776,7 @@ void PerfettoTraceWriter::emit_slice(const TraceSlice& s) {
     // `opcode` repeats the slice's name. (The disassembly is not asked for: wants_disassembly.)
     if (a.kind == TraceArg::Kind::kText && std::strcmp(a.key, "opcode") == 0 && a.text == s.name) continue;
     m.ann.clear();
-    m.ann.u64(1, m.intern(m.arg_names, 3, a.key));
+    m.ann.u64(1, m.intern_key(a.key));
     if (a.kind == TraceArg::Kind::kInt) m.ann.i64(4, a.i);
     else if (a.kind == TraceArg::Kind::kReal) m.ann.dbl(5, a.d);
     else m.ann.u64(17, m.intern(m.strings, 29, a.text));
