@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <charconv>
 #include <cmath>
+#include <string_view>
 
 #include "sim/error.h"
 
@@ -52,6 +55,52 @@ struct ChromeTraceWriter::EventOut {
   std::string text;  ///< one serialized event (capacity reused), written with one fwrite
   nlohmann::detail::serializer<Json> serializer{nlohmann::detail::output_adapter<char>(text), ' ',
                                                 Json::error_handler_t::replace};
+
+  // The events that come once per slice, flow arrow or counter sample are written by hand, as the serializer
+  // writes them (compact, members in order, the same numbers and escapes): the serializer checks every byte of
+  // every string for UTF-8 and escapes, ~70 % of a JSON trace's cost. Strings of printable ASCII without
+  // quotes or backslashes (nearly all) are copied; any other goes through the serializer.
+  void str(std::string_view v) {
+    bool plain = true;
+    for (const char c : v) plain &= static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f &&
+                                     c != '"' && c != '\\';
+    if (!plain) {
+      serializer.dump(Json(std::string(v)), false, false, 0);
+      return;
+    }
+    text += '"';
+    text.append(v.data(), v.size());
+    text += '"';
+  }
+  void integer(int64_t v) {
+    char b[24];
+    text.append(b, static_cast<size_t>(std::to_chars(b, b + sizeof b, v).ptr - b));
+  }
+  /// A double as the serializer writes one (non-finite: null; the shortest text that reads back, its to_chars).
+  void real(double v) {
+    if (!std::isfinite(v)) {
+      text += "null";
+      return;
+    }
+    std::array<char, 64> b;
+    text.append(b.data(), static_cast<size_t>(nlohmann::detail::to_chars(b.data(), b.data() + b.size(), v) - b.data()));
+  }
+  /// json_number(v): an integer when whole (and exact), else a double.
+  void number(double v) {
+    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 0x1p53) integer(static_cast<int64_t>(v));
+    else real(v);
+  }
+  /// us(t): microseconds, an integer when whole.
+  void time(Ps t) {
+    if (t % 1000000 == 0) integer(t / 1000000);
+    else real(static_cast<double>(t) / 1e6);
+  }
+  /// `,"key":` (`key` a plain literal).
+  void key(const char* k) {
+    text += ",\"";
+    text += k;
+    text += "\":";
+  }
 };
 
 ChromeTraceWriter::ChromeTraceWriter(const std::string& path, std::string process_name, TraceFilter filter)
@@ -62,17 +111,18 @@ ChromeTraceWriter::ChromeTraceWriter(const std::string& path, std::string proces
   out_ = std::make_unique<EventOut>();
   std::fputs("{\"displayTimeUnit\": \"ns\", \"traceEvents\": [", f_);
   emit(metadata(0, "process_name", Json{{"name", std::move(process_name)}}));
-  flow_start_ = Json{{"ph", "s"}, {"pid", 1}, {"tid", 0}, {"ts", 0.0}, {"id", 0}, {"name", "wait"}, {"cat", "dependency"}};
-  flow_end_ = Json{{"ph", "f"}, {"bp", "e"},  {"pid", 1},        {"tid", 0},
-                   {"ts", 0.0}, {"id", 0},    {"name", "wait"}, {"cat", "dependency"}};
-  counter_event_ = Json{{"ph", "C"}, {"pid", 1}, {"ts", 0.0}, {"name", ""}, {"args", {{"bytes", 0}}}};
 }
 
 void ChromeTraceWriter::emit(const Json& event) {
-  std::string& t = out_->text;
-  t.assign(first_ ? "\n" : ",\n");
+  begin_event();
   out_->serializer.dump(event, false, false, 0);
-  std::fwrite(t.data(), 1, t.size(), f_);
+  end_event();
+}
+
+void ChromeTraceWriter::begin_event() { out_->text.assign(first_ ? "\n" : ",\n"); }
+
+void ChromeTraceWriter::end_event() {
+  std::fwrite(out_->text.data(), 1, out_->text.size(), f_);
   first_ = false;
 }
 
@@ -135,38 +185,22 @@ void OrderedTraceSink::counter(const std::string& name, Ps t, double value) {
 }
 
 void ChromeTraceWriter::emit_counter(const std::string& name, Ps t, double value) {
-  Json& e = counter_event_;  // {"ph": "C", "pid": 1, "ts", "name", "args": {"bytes"}}
-  auto& m = e.get_ref<Json::object_t&>();
-  member(m, 2) = us(t);
-  member(m, 3).get_ref<std::string&>() = name;
-  member(m, 4).front() = json_number(std::round(value));
-  emit(e);
+  EventOut& o = *out_;  // {"ph":"C","pid":1,"ts","name","args":{"bytes"}}
+  begin_event();
+  o.text += "{\"ph\":\"C\",\"pid\":1";
+  o.key("ts");
+  o.time(t);
+  o.key("name");
+  o.str(name);
+  o.text += ",\"args\":{\"bytes\":";
+  o.number(std::round(value));
+  o.text += "}}";
+  end_event();
 }
 
 void OrderedTraceSink::drop_by_limit(Ps start) {
   ++dropped_limit_;
   if (first_dropped_ < 0 || start < first_dropped_) first_dropped_ = start;
-}
-
-Json& ChromeTraceWriter::slice_event(const std::vector<TraceArg>& args) {
-  // Shapes are told apart by their keys' addresses (string literals) and which values are strings.
-  auto same_shape = [&](const SliceShape& sh) {
-    if (sh.keys.size() != args.size()) return false;
-    for (size_t i = 0; i < args.size(); ++i)
-      if (sh.keys[i] != args[i].key || sh.text[i] != (args[i].kind == TraceArg::Kind::kText)) return false;
-    return true;
-  };
-  for (SliceShape& sh : slice_events_)
-    if (same_shape(sh)) return sh.event;
-  SliceShape sh;
-  Json a = Json::object();
-  for (const TraceArg& x : args) {
-    sh.keys.push_back(x.key);
-    sh.text.push_back(x.kind == TraceArg::Kind::kText);
-    a[x.key] = sh.text.back() ? Json("") : Json(0);
-  }
-  sh.event = Json{{"ph", "X"}, {"pid", 1}, {"tid", 0}, {"ts", 0.0}, {"dur", 0.0}, {"name", ""}, {"args", std::move(a)}};
-  return slice_events_.emplace_back(std::move(sh)).event;
 }
 
 void OrderedTraceSink::write(const TraceSlice& s) {
@@ -179,34 +213,52 @@ void OrderedTraceSink::write(const TraceSlice& s) {
 }
 
 void ChromeTraceWriter::emit_slice(const TraceSlice& s) {
-  Json& e = slice_event(s.args);  // {"ph": "X", "pid": 1, "tid", "ts", "dur", "name", "args": {...}}
-  auto& m = e.get_ref<Json::object_t&>();
-  member(m, 2) = s.track;
-  member(m, 3) = us(s.start);
-  member(m, 4) = us(s.dur);
-  member(m, 5).get_ref<std::string&>() = s.name;
-  auto& args = member(m, 6).get_ref<Json::object_t&>();
+  EventOut& o = *out_;  // {"ph":"X","pid":1,"tid","ts","dur","name","args":{...}}
+  begin_event();
+  o.text += "{\"ph\":\"X\",\"pid\":1";
+  o.key("tid");
+  o.integer(s.track);
+  o.key("ts");
+  o.time(s.start);
+  o.key("dur");
+  o.time(s.dur);
+  o.key("name");
+  o.str(s.name);
+  o.text += ",\"args\":{";
   for (size_t i = 0; i < s.args.size(); ++i) {
     const TraceArg& a = s.args[i];
-    Json& v = member(args, i);
-    if (a.kind == TraceArg::Kind::kText) v.get_ref<std::string&>() = a.text;
-    else if (a.kind == TraceArg::Kind::kInt) v = a.i;
-    else v = json_number(a.d);
+    if (i > 0) o.text += ',';
+    o.str(a.key);
+    o.text += ':';
+    if (a.kind == TraceArg::Kind::kText) o.str(a.text);
+    else if (a.kind == TraceArg::Kind::kInt) o.integer(a.i);
+    else o.number(a.d);
   }
-  emit(e);
+  o.text += "}}";
+  end_event();
   // Flow arrow from the producer's slice: written already (it starts earlier), unless it started before
   // the window (then it may have been dropped, and the arrow is left out).
   if (s.flow_id >= 0 && (!filter_.has_window() || s.flow_ts >= filter_.window_start)) {
-    auto& fs = flow_start_.get_ref<Json::object_t&>();  // {"ph": "s", "pid", "tid", "ts", "id", ...}
-    member(fs, 2) = s.flow_track;
-    member(fs, 3) = us(s.flow_ts);
-    member(fs, 4) = s.flow_id;
-    emit(flow_start_);
-    auto& fe = flow_end_.get_ref<Json::object_t&>();  // {"ph": "f", "bp", "pid", "tid", "ts", "id", ...}
-    member(fe, 3) = s.track;
-    member(fe, 4) = us(s.start);
-    member(fe, 5) = s.flow_id;
-    emit(flow_end_);
+    begin_event();  // {"ph":"s","pid":1,"tid","ts","id","name":"wait","cat":"dependency"}
+    o.text += "{\"ph\":\"s\",\"pid\":1";
+    o.key("tid");
+    o.integer(s.flow_track);
+    o.key("ts");
+    o.time(s.flow_ts);
+    o.key("id");
+    o.integer(s.flow_id);
+    o.text += ",\"name\":\"wait\",\"cat\":\"dependency\"}";
+    end_event();
+    begin_event();  // {"ph":"f","bp":"e","pid":1,"tid","ts","id","name":"wait","cat":"dependency"}
+    o.text += "{\"ph\":\"f\",\"bp\":\"e\",\"pid\":1";
+    o.key("tid");
+    o.integer(s.track);
+    o.key("ts");
+    o.time(s.start);
+    o.key("id");
+    o.integer(s.flow_id);
+    o.text += ",\"name\":\"wait\",\"cat\":\"dependency\"}";
+    end_event();
   }
 }
 

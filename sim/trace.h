@@ -157,16 +157,10 @@ class ChromeTraceWriter : public OrderedTraceSink {
   void emit(const Json& event);  ///< one event, after a ",\n" separator
   std::FILE* f_ = nullptr;
   bool first_ = true;
-  /// Event objects reused for the events that come once per instruction or transfer: their members are
-  /// overwritten in place (no allocation per event). Slices get one object per sequence of args keys.
-  Json& slice_event(const std::vector<TraceArg>& args);
-  struct SliceShape {
-    std::vector<const char*> keys;
-    std::vector<bool> text;
-    Json event;
-  };
-  std::vector<SliceShape> slice_events_;
-  Json flow_start_, flow_end_, counter_event_;
+  /// An event written by hand into EventOut's text (slices, flow arrows, counter samples): begin_event() starts
+  /// it with the separator, end_event() writes it.
+  void begin_event();
+  void end_event();
   struct EventOut;    ///< nlohmann's serializer, kept for the whole trace, writing into f_
   std::unique_ptr<EventOut> out_;
 };

@@ -427,6 +427,67 @@ TEST_CASE("ChromeTraceWriter writes sorted slices with metadata in microseconds"
   CHECK(text.rfind("\"ph\": \"M\"") < text.find("\"ph\": \"X\""));
 }
 
+TEST_CASE("ChromeTraceWriter writes slices, flow arrows and counters as nlohmann's serializer would", "[sim][trace]") {
+  // Those events are written by hand (the serializer's UTF-8 check and escaping of every byte was most of a JSON
+  // trace's cost): each line must be what dump_json() gives for the event built as a JSON object, with strings
+  // that need escaping or replacing, numbers of every shape and times in whole and fractional microseconds.
+  using nsim::sim::TraceArg;
+  using nsim::sim::json_number;
+  const std::vector<std::string> texts = {"plain", "", "q\"uote", "back\\slash", "tab\tnew\nline", std::string("nul\0x", 5),
+                                          "caf\xc3\xa9", "bad \xff byte", "del\x7f", "k.py:12 (kernel)"};
+  const std::vector<double> reals = {2.5, 0.1, 1e-7, 1e21, 3.0, -0.0, -2.25, 1e300, std::nan(""),
+                                     std::numeric_limits<double>::infinity(), 123456.789, 0x1p53, 5e-324};
+  auto us = [](int64_t t) { return t % 1000000 == 0 ? Json(t / 1000000) : Json(static_cast<double>(t) / 1e6); };
+  TempFile tf("trace");
+  std::vector<std::string> want;
+  {
+    ChromeTraceWriter w(tf.path.string(), "Core");
+    int64_t t = 0;
+    for (size_t i = 0; i < 40; ++i) {
+      t += i % 3 == 0 ? 1'000'000 : 1'234'567;  // whole and fractional microseconds
+      const std::string& text = texts[i % texts.size()];
+      const double r = reals[i % reals.size()];
+      const int64_t n = i % 4 == 0 ? std::numeric_limits<int64_t>::min() : i % 4 == 1 ? std::numeric_limits<int64_t>::max()
+                                                                                      : static_cast<int64_t>(i) - 7;
+      TraceSlice sl{static_cast<int>(i % 5), t, static_cast<int64_t>(i) * 250'000, texts[(i + 3) % texts.size()],
+                    {TraceArg::string("opcode", text), TraceArg::integer("index", n), TraceArg::real("ready_ns", r)}};
+      if (i % 7 == 0) sl.args.clear();
+      Json args = Json::object();
+      for (const TraceArg& a : sl.args)
+        args[a.key] = a.kind == TraceArg::Kind::kText ? Json(a.text) : a.kind == TraceArg::Kind::kInt ? Json(a.i) : json_number(a.d);
+      want.push_back(dump_json(Json{{"ph", "X"}, {"pid", 1}, {"tid", sl.track}, {"ts", us(sl.start)}, {"dur", us(sl.dur)},
+                                    {"name", sl.name}, {"args", args}}));
+      if (i % 3 == 1) {  // a flow arrow from a slice that started earlier
+        sl.flow_id = static_cast<int64_t>(i);
+        sl.flow_track = 2;
+        sl.flow_ts = t - 500'000;
+        want.push_back(dump_json(Json{{"ph", "s"}, {"pid", 1}, {"tid", 2}, {"ts", us(sl.flow_ts)}, {"id", sl.flow_id},
+                                      {"name", "wait"}, {"cat", "dependency"}}));
+        want.push_back(dump_json(Json{{"ph", "f"}, {"bp", "e"}, {"pid", 1}, {"tid", sl.track}, {"ts", us(t)},
+                                      {"id", sl.flow_id}, {"name", "wait"}, {"cat", "dependency"}}));
+      }
+      w.slice(std::move(sl));
+      w.watermark(t + 1);  // written now: the lines come in this order
+      if (i % 4 == 2) {
+        w.counter(texts[i % texts.size()], t, r * 1000);
+        want.push_back(dump_json(Json{{"ph", "C"}, {"pid", 1}, {"ts", us(t)}, {"name", texts[i % texts.size()]},
+                                      {"args", {{"bytes", json_number(std::round(r * 1000))}}}}));
+      }
+    }
+  }
+  const std::string text = read_file(tf.path);
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) {
+    if (!l.empty() && l.back() == ',') l.pop_back();
+    if (l.rfind("{\"ph\":\"X\"", 0) == 0 || l.rfind("{\"ph\":\"s\"", 0) == 0 || l.rfind("{\"ph\":\"f\"", 0) == 0 ||
+        l.rfind("{\"ph\":\"C\"", 0) == 0)
+      lines.push_back(l);
+  }
+  CHECK(lines == want);
+  CHECK(valid_json(text));
+}
+
 TEST_CASE("ChromeTraceWriter orders equal starts by track and flushes on destruction", "[sim][trace]") {
   TempFile tf("trace_dtor");
   {
