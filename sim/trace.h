@@ -15,9 +15,9 @@
 
 namespace nsim::sim {
 
-/// One member of a slice's "args" object: a number or a string under a key that is a string literal.
-/// Kept typed until the slice is written: the writer copies it into a reused JSON object in place, so
-/// no JSON value is built or destroyed per slice.
+/// One member of a slice's "args" object: a number or a string under a key that is a string literal of
+/// identifier characters (written as it is; the writers tell keys apart by the literal's address).
+/// Kept typed until the slice is written: no JSON value is built or destroyed per slice.
 struct TraceArg {
   enum class Kind : uint8_t { kInt, kReal, kText };
   const char* key = "";
