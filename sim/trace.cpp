@@ -121,6 +121,14 @@ struct ChromeTraceWriter::EventOut {
     if (t % 1000000 == 0) integer(t / 1000000);
     else real(static_cast<double>(t) / 1e6);
   }
+  /// `open` (the event's first members), then "tid" and "ts".
+  void head(const char* open, int tid, Ps ts) {
+    text += open;
+    key("tid");
+    integer(tid);
+    key("ts");
+    time(ts);
+  }
   /// `,"key":` (`key` a plain literal).
   void key(const char* k) {
     text += ",\"";
@@ -241,11 +249,7 @@ void OrderedTraceSink::write(const TraceSlice& s) {
 void ChromeTraceWriter::emit_slice(const TraceSlice& s) {
   EventOut& o = *out_;  // {"ph":"X","pid":1,"tid","ts","dur","name","args":{...}}
   begin_event();
-  o.text += "{\"ph\":\"X\",\"pid\":1";
-  o.key("tid");
-  o.integer(s.track);
-  o.key("ts");
-  o.time(s.start);
+  o.head("{\"ph\":\"X\",\"pid\":1", s.track, s.start);
   o.key("dur");
   o.time(s.dur);
   o.key("name");
@@ -265,26 +269,17 @@ void ChromeTraceWriter::emit_slice(const TraceSlice& s) {
   // Flow arrow from the producer's slice: written already (it starts earlier), unless it started before
   // the window (then it may have been dropped, and the arrow is left out).
   if (s.flow_id >= 0 && (!filter_.has_window() || s.flow_ts >= filter_.window_start)) {
-    begin_event();  // {"ph":"s","pid":1,"tid","ts","id","name":"wait","cat":"dependency"}
-    o.text += "{\"ph\":\"s\",\"pid\":1";
-    o.key("tid");
-    o.integer(s.flow_track);
-    o.key("ts");
-    o.time(s.flow_ts);
-    o.key("id");
-    o.integer(s.flow_id);
-    o.text += ",\"name\":\"wait\",\"cat\":\"dependency\"}";
-    end_event();
-    begin_event();  // {"ph":"f","bp":"e","pid":1,"tid","ts","id","name":"wait","cat":"dependency"}
-    o.text += "{\"ph\":\"f\",\"bp\":\"e\",\"pid\":1";
-    o.key("tid");
-    o.integer(s.track);
-    o.key("ts");
-    o.time(s.start);
-    o.key("id");
-    o.integer(s.flow_id);
-    o.text += ",\"name\":\"wait\",\"cat\":\"dependency\"}";
-    end_event();
+    // {"ph":"s","pid":1,"tid","ts","id","name":"wait","cat":"dependency"}, then "f" with "bp":"e"
+    auto flow = [&](const char* open, int track, Ps ts) {
+      begin_event();
+      o.head(open, track, ts);
+      o.key("id");
+      o.integer(s.flow_id);
+      o.text += ",\"name\":\"wait\",\"cat\":\"dependency\"}";
+      end_event();
+    };
+    flow("{\"ph\":\"s\",\"pid\":1", s.flow_track, s.flow_ts);
+    flow("{\"ph\":\"f\",\"bp\":\"e\",\"pid\":1", s.track, s.start);
   }
 }
 
