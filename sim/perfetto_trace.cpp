@@ -26,8 +26,8 @@
 #include <functional>
 #include <mutex>
 #include <queue>
-#include <thread>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
