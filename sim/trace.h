@@ -137,8 +137,9 @@ class OrderedTraceSink : public TraceSink {
 
 /// Streams Chrome trace-event JSON (loads in ui.perfetto.dev and chrome://tracing): the frame
 /// {"displayTimeUnit": "ns", "traceEvents": [...]} is written around the events, and each event is one
-/// JSON object serialized by nlohmann/json on its own line as it leaves the reorder buffer, so memory
-/// does not grow with the number of events.
+/// JSON object on its own line as it leaves the reorder buffer, so memory does not grow with the number of
+/// events: serialized by nlohmann/json, or (slices, flow arrows, counter samples) written by hand in exactly
+/// its form (the same bytes; strings that need escaping go through it).
 class ChromeTraceWriter : public OrderedTraceSink {
  public:
   /// Throws nsim::Error(kCannotWrite) if the file cannot be opened.
