@@ -5,9 +5,11 @@
 
 namespace nsim::sim {
 
+bool json_integral(double v) { return std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 0x1p53; }
+
 Json json_number(double v) {
   if (!std::isfinite(v)) return nullptr;
-  if (v == std::floor(v) && std::fabs(v) < 0x1p53) return static_cast<int64_t>(v);
+  if (json_integral(v)) return static_cast<int64_t>(v);
   return v;
 }
 

@@ -14,6 +14,8 @@ using Json = nlohmann::ordered_json;
 /// fraction), a non-finite one as null (JSON has no NaN or infinity), any other as a double (printed as
 /// the shortest text that reads back to the same double).
 Json json_number(double v);
+/// Whether json_number(v) is an integer.
+bool json_integral(double v);
 
 /// A time in ns rounded to the ps (3 decimals, as the text outputs print times), via json_number().
 Json json_ns(double ns);

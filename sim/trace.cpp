@@ -18,15 +18,12 @@ namespace nsim::sim {
 namespace {
 /// Chrome trace timestamps are microseconds; ps precision is kept with fractional values.
 /// As a JSON number: an integer when whole (printed without a fraction, and faster).
+constexpr Ps kPsPerUs = 1000000;
+bool whole_us(Ps t) { return t % kPsPerUs == 0; }
+double fractional_us(Ps t) { return static_cast<double>(t) / 1e6; }
 Json us(Ps t) {
-  if (t % 1000000 == 0) return t / 1000000;
-  return static_cast<double>(t) / 1e6;
-}
-
-/// The i-th member of an object, by position (ordered_map's operator[] takes keys).
-template <class Map>
-Json& member(Map& m, size_t i) {
-  return (m.begin() + static_cast<std::ptrdiff_t>(i))->second;
+  if (whole_us(t)) return t / kPsPerUs;
+  return fractional_us(t);
 }
 
 Json metadata(int tid, const char* name, Json args) {
@@ -51,9 +48,6 @@ bool TraceFilter::in_window(Ps start, Ps dur) const {
   return start + dur > window_start || start >= window_start;
 }
 
-/// One nlohmann serializer for every event of the trace, writing straight into the file. (Json::dump()
-/// would build a serializer, its 512-byte indent string and a result string per call: for millions of
-/// events that is most of the trace's cost.)
 namespace {
 /// Whether `v` is printable ASCII without quotes or backslashes: written as it is in a JSON string.
 bool plain(std::string_view v) {
@@ -80,6 +74,9 @@ bool plain(std::string_view v) {
 }
 }  // namespace
 
+/// One nlohmann serializer for every event of the trace, writing straight into the file. (Json::dump()
+/// would build a serializer, its 512-byte indent string and a result string per call: for millions of
+/// events that is most of the trace's cost.)
 struct ChromeTraceWriter::EventOut {
   std::string text;  ///< one serialized event (capacity reused), written with one fwrite
   nlohmann::detail::serializer<Json> serializer{nlohmann::detail::output_adapter<char>(text), ' ',
@@ -111,15 +108,15 @@ struct ChromeTraceWriter::EventOut {
     std::array<char, 64> b;
     text.append(b.data(), static_cast<size_t>(nlohmann::detail::to_chars(b.data(), b.data() + b.size(), v) - b.data()));
   }
-  /// json_number(v): an integer when whole (and exact), else a double.
+  /// As json_number(v) writes it.
   void number(double v) {
-    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 0x1p53) integer(static_cast<int64_t>(v));
+    if (json_integral(v)) integer(static_cast<int64_t>(v));
     else real(v);
   }
-  /// us(t): microseconds, an integer when whole.
+  /// As us(t) writes it.
   void time(Ps t) {
-    if (t % 1000000 == 0) integer(t / 1000000);
-    else real(static_cast<double>(t) / 1e6);
+    if (whole_us(t)) integer(t / kPsPerUs);
+    else real(fractional_us(t));
   }
   /// `open` (the event's first members), then "tid" and "ts".
   void head(const char* open, int tid, Ps ts) {
