@@ -39,37 +39,41 @@ namespace nsim::sim {
 
 namespace {
 
-/// A protobuf message being encoded.
+/// A protobuf message being encoded: bytes [0, n) of `buf`, which grows (zero-filled) by doubling. Each field is
+/// written through a pointer into room made for it once (a std::string's push_back per byte checked its capacity
+/// and wrote its terminator at every byte: ~15 % of the CPU instructions of a trace of every slice).
 struct Pb {
-  std::string b;
-  void varint(uint64_t v) {  // one byte (tags, small values: most), else into a local buffer, then one append
-    if (v < 0x80) {
-      b.push_back(static_cast<char>(v));
-      return;
-    }
-    char x[10];
-    size_t n = 0;
+  std::vector<char> buf;
+  size_t n = 0;
+  /// Room for `k` more bytes: where they go.
+  char* room(size_t k) {
+    if (buf.size() - n < k) buf.resize(std::max(2 * buf.size(), n + k + 64));
+    return buf.data() + n;
+  }
+  /// `v` as a varint into x[0..10); its length.
+  static size_t encode(uint64_t v, char* x) {
+    size_t k = 0;
     while (v >= 0x80) {
-      x[n++] = static_cast<char>((v & 0x7f) | 0x80);
+      x[k++] = static_cast<char>((v & 0x7f) | 0x80);
       v >>= 7;
     }
-    x[n++] = static_cast<char>(v);
-    b.append(x, n);
+    x[k++] = static_cast<char>(v);
+    return k;
   }
-  void tag(int field, int wire) { varint((static_cast<uint64_t>(field) << 3) | static_cast<uint64_t>(wire)); }
+  static uint64_t key(int field, int wire) { return (static_cast<uint64_t>(field) << 3) | static_cast<uint64_t>(wire); }
+  void varint(uint64_t v) { n += encode(v, room(10)); }
+  void tag(int field, int wire) { varint(key(field, wire)); }
   void u64(int f, uint64_t v) {
-    tag(f, 0);
-    varint(v);
+    char* x = room(20);
+    const size_t k = encode(key(f, 0), x);
+    n += k + encode(v, x + k);
   }
-  void i64(int f, int64_t v) {
-    tag(f, 0);
-    varint(static_cast<uint64_t>(v));
-  }
+  void i64(int f, int64_t v) { u64(f, static_cast<uint64_t>(v)); }
   void fixed64(int f, uint64_t v) {
-    tag(f, 1);
-    char x[8];
-    std::memcpy(x, &v, 8);  // little-endian hosts only (x86-64, aarch64)
-    b.append(x, 8);
+    char* x = room(18);
+    const size_t k = encode(key(f, 1), x);
+    std::memcpy(x + k, &v, 8);  // little-endian hosts only (x86-64, aarch64)
+    n += k + 8;
   }
   void dbl(int f, double v) {
     uint64_t u;
@@ -77,12 +81,46 @@ struct Pb {
     fixed64(f, u);
   }
   void str(int f, std::string_view s) {
-    tag(f, 2);
-    varint(s.size());
-    b.append(s.data(), s.size());
+    char* x = room(20 + s.size());
+    size_t k = encode(key(f, 2), x);
+    k += encode(s.size(), x + k);
+    std::memcpy(x + k, s.data(), s.size());
+    n += k + s.size();
   }
-  void msg(int f, const Pb& m) { str(f, m.b); }
-  void clear() { b.clear(); }
+  void msg(int f, const Pb& m) { str(f, m.view()); }
+  void append(std::string_view s) {
+    std::memcpy(room(s.size()), s.data(), s.size());
+    n += s.size();
+  }
+  /// A message field `f` written in place, as msg(f, m) writes it: open() writes its tag and reserves one byte for its
+  /// length and returns where its content starts; close() writes the length there once the content is written
+  /// (moving the content when the length takes more than one byte: a message of 128 bytes or more, rare here).
+  size_t open(int f) {
+    tag(f, 2);
+    *room(1) = 0;
+    return ++n;
+  }
+  void close(size_t start) {
+    const size_t len = n - start;
+    if (len < 0x80) {
+      buf[start - 1] = static_cast<char>(len);
+      return;
+    }
+    char x[10];
+    const size_t k = encode(len, x);
+    room(k - 1);
+    std::memmove(buf.data() + start + k - 1, buf.data() + start, len);
+    std::memcpy(buf.data() + start - 1, x, k);
+    n += k - 1;
+  }
+  std::string_view view() const { return {buf.data(), n}; }
+  size_t size() const { return n; }
+  bool empty() const { return n == 0; }
+  void clear() { n = 0; }
+  void swap(Pb& o) {
+    buf.swap(o.buf);
+    std::swap(n, o.n);
+  }
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -468,11 +506,12 @@ struct PerfettoTraceWriter::Impl {
   static constexpr size_t kLaneMemory = size_t{1} << 16;
   std::unordered_map<std::string, uint64_t> counters;  ///< counter name -> uuid
   InternTable names, arg_names, strings;  ///< interned -> iid
-  Pb packet, event, interned, tmp, ann, out;  ///< reused: no allocation per event once warm
-  Pb spare_event, spare_interned;  ///< where `event` and `interned` wait while held-back packets go out
+  Pb packet, interned, tmp;  ///< reused: no allocation per packet once warm
+  Pb spare_interned;  ///< where `interned` waits while a track descriptor goes out (place())
   /// Packets not yet compressed (whole Trace.packet fields); compressed into one packet of
-  /// `compressed_packets` when they pass kChunkBytes, and at the end.
-  std::string chunk;
+  /// `compressed_packets` when they pass kChunkBytes, and at the end. Track events are written straight into it
+  /// (begin_event ... end_event), the rare descriptor packets through `packet` (flush).
+  Pb chunk;
   static constexpr size_t kChunkBytes = size_t{256} << 10;
   Deflater deflater;
 
@@ -526,11 +565,9 @@ struct PerfettoTraceWriter::Impl {
   /// Writes `packet` (+ `interned`, sequence fields) as one Trace.packet.
   void flush(bool first = false) {
     packet.u64(10, seq);
-    if (!interned.b.empty()) packet.msg(12, interned);
+    if (!interned.empty()) packet.msg(12, interned);
     packet.u64(13, first ? 1 : 2);
-    out.clear();
-    out.msg(1, packet);
-    chunk += out.b;
+    chunk.msg(1, packet);
     packet.clear();
     interned.clear();
     if (chunk.size() >= kChunkBytes) compress();
@@ -540,7 +577,7 @@ struct PerfettoTraceWriter::Impl {
   void compress() {
     if (chunk.empty()) return;
     if (!beside) {
-      write_compressed(chunk, zbuf, zframe);
+      write_compressed(chunk.view(), zbuf, zframe);
       chunk.clear();
       return;
     }
@@ -552,10 +589,10 @@ struct PerfettoTraceWriter::Impl {
   }
   /// `in` as one packet of compressed_packets (as it is if that is not smaller), appended to the file. Uses only
   /// its arguments, the deflater and the file: the compressing thread's while there is one.
-  void write_compressed(const std::string& in, Pb& z, Pb& frame) {
+  void write_compressed(std::string_view in, std::string& z, Pb& frame) {
     z.clear();
-    deflater.compress(in, z.b);
-    if (z.b.size() + 16 >= in.size()) {
+    deflater.compress(in, z);
+    if (z.size() + 16 >= in.size()) {
       std::fwrite(in.data(), 1, in.size(), f);
       return;
     }
@@ -563,19 +600,20 @@ struct PerfettoTraceWriter::Impl {
     frame.tag(1, 2);
     Pb len;
     len.tag(50, 2);
-    len.varint(z.b.size());
-    frame.varint(len.b.size() + z.b.size());
-    frame.b += len.b;
-    std::fwrite(frame.b.data(), 1, frame.b.size(), f);
-    std::fwrite(z.b.data(), 1, z.b.size(), f);
+    len.varint(z.size());
+    frame.varint(len.size() + z.size());
+    frame.append(len.view());
+    std::fwrite(frame.buf.data(), 1, frame.size(), f);
+    std::fwrite(z.data(), 1, z.size(), f);
   }
-  Pb zbuf, zframe;  ///< write_compressed's buffers (the compressing thread's while there is one)
+  std::string zbuf;
+  Pb zframe;  ///< write_compressed's buffers (the compressing thread's while there is one)
 
   // ---- compress_beside(): a thread compresses and writes each chunk while the next one is encoded
   bool beside = false;
   std::mutex mu;
   std::condition_variable cv;
-  std::string handed;  ///< the chunk the thread has, while `busy`
+  Pb handed;  ///< the chunk the thread has, while `busy`
   bool busy = false, stop = false;
   std::exception_ptr error;  ///< the first the thread threw (what follows is not written)
   std::thread thread;
@@ -587,7 +625,7 @@ struct PerfettoTraceWriter::Impl {
       lk.unlock();
       if (!error) {
         try {
-          write_compressed(handed, zbuf, zframe);
+          write_compressed(handed.view(), zbuf, zframe);
         } catch (...) {
           error = std::current_exception();
         }
@@ -623,47 +661,54 @@ struct PerfettoTraceWriter::Impl {
       thread.join();
     }
   }
-  /// Writes `event` as a packet at `t` ns: a delta on the incremental clock, or (earlier than the
-  /// clock) the time on the trace clock.
-  void write_event(uint64_t t) {
+  /// A TrackEvent packet at `t` ns, written into `chunk`: begin_packet() writes the packet's timestamp (a delta on
+  /// the incremental clock, or, earlier than the clock, the time on the trace clock) and opens the event, whose
+  /// fields the caller then writes into `chunk`; end_event() closes it and writes the sequence fields and the
+  /// interned data the event's fields added. (Straight into the chunk: the event, the packet and its framing
+  /// were each a buffer copied into the next, for every slice.)
+  size_t packet_at = 0, event_at = 0;
+  void begin_packet(uint64_t t) {
+    packet_at = chunk.open(1);
     if (t >= clock) {
-      packet.u64(8, t - clock);
+      chunk.u64(8, t - clock);
       clock = t;
     } else {
-      packet.u64(58, kTraceClock);
-      packet.u64(8, t);
+      chunk.u64(58, kTraceClock);
+      chunk.u64(8, t);
     }
-    packet.msg(11, event);
-    event.clear();
-    flush();
+    event_at = chunk.open(11);
+  }
+  /// begin_packet() after the held-back packets due by `t` (their times come first).
+  void begin_event(uint64_t t) {
+    while (!later.empty() && later.top().t <= t) pop_later();
+    begin_packet(t);
+  }
+  void end_event() {
+    chunk.close(event_at);
+    chunk.u64(10, seq);
+    if (!interned.empty()) chunk.msg(12, interned);
+    chunk.u64(13, 2);
+    chunk.close(packet_at);
+    interned.clear();
+    if (chunk.size() >= kChunkBytes) compress();
   }
   void pop_later() {
     const Later l = later.top();
     later.pop();
+    begin_packet(l.t);
     if (l.counter) {
-      event.u64(9, 4);
-      event.u64(11, l.track);
-      event.dbl(44, l.value);
+      chunk.u64(9, 4);
+      chunk.u64(11, l.track);
+      chunk.dbl(44, l.value);
     } else {
-      event.u64(9, 2);
-      event.u64(11, l.track);
+      chunk.u64(9, 2);
+      chunk.u64(11, l.track);
     }
-    write_event(l.t);
+    end_event();
   }
   void hold(uint64_t t, uint64_t track, bool counter, double value = 0) {
     later.push({t, arrivals++, track, value, counter});
     if (later.size() > kMaxLater) pop_later();
-  }
-  /// Writes `event` (and `interned`) at `t` ns, after the held-back packets due by then.
-  void track_event(uint64_t t) {
-    if (!later.empty() && later.top().t <= t) {
-      std::swap(event, spare_event);
-      std::swap(interned, spare_interned);
-      while (!later.empty() && later.top().t <= t) pop_later();
-      std::swap(event, spare_event);
-      std::swap(interned, spare_interned);
-    }
-    write_event(t);
   }
   Track& track_of(int track) {
     auto [it, fresh] = tracks.try_emplace(track);
@@ -763,30 +808,33 @@ void PerfettoTraceWriter::emit_slice(const TraceSlice& s) {
   Impl& m = *impl_;
   // Flow arrow: from an instant at the producer slice's start (its slice is written already) to this one.
   const bool flow = s.flow_id >= 0 && (!filter_.has_window() || s.flow_ts >= filter_.window_start);
+  Pb& ev = m.chunk;
   if (flow) {
-    m.event.u64(9, 3);
-    m.event.u64(11, m.lane_at(s.flow_track, s.flow_ts));
-    m.event.u64(10, m.intern(m.names, 2, "wait"));
-    m.event.fixed64(47, static_cast<uint64_t>(s.flow_id));
-    m.track_event(ns(s.flow_ts));
+    m.begin_event(ns(s.flow_ts));
+    ev.u64(9, 3);
+    ev.u64(11, m.lane_at(s.flow_track, s.flow_ts));
+    ev.u64(10, m.intern(m.names, 2, "wait"));
+    ev.fixed64(47, static_cast<uint64_t>(s.flow_id));
+    m.end_event();
   }
   const uint64_t begin = ns(s.start), end = ns(s.start + s.dur);
   const uint64_t tu = m.place(s.track, s.start, begin, end);
-  m.event.u64(9, 1);
-  m.event.u64(11, tu);
-  m.event.u64(10, m.intern(m.names, 2, s.name));
+  m.begin_event(begin);
+  ev.u64(9, 1);
+  ev.u64(11, tu);
+  ev.u64(10, m.intern(m.names, 2, s.name));
   for (const TraceArg& a : s.args) {
     // `opcode` repeats the slice's name. (The disassembly is not asked for: wants_disassembly.)
     if (a.kind == TraceArg::Kind::kText && std::strcmp(a.key, "opcode") == 0 && a.text == s.name) continue;
-    m.ann.clear();
-    m.ann.u64(1, m.intern_key(a.key));
-    if (a.kind == TraceArg::Kind::kInt) m.ann.i64(4, a.i);
-    else if (a.kind == TraceArg::Kind::kReal) m.ann.dbl(5, a.d);
-    else m.ann.u64(17, m.intern(m.strings, 29, a.text));
-    m.event.msg(4, m.ann);
+    const size_t at = ev.open(4);
+    ev.u64(1, m.intern_key(a.key));
+    if (a.kind == TraceArg::Kind::kInt) ev.i64(4, a.i);
+    else if (a.kind == TraceArg::Kind::kReal) ev.dbl(5, a.d);
+    else ev.u64(17, m.intern(m.strings, 29, a.text));
+    ev.close(at);
   }
-  if (flow) m.event.fixed64(48, static_cast<uint64_t>(s.flow_id));
-  m.track_event(begin);
+  if (flow) ev.fixed64(48, static_cast<uint64_t>(s.flow_id));
+  m.end_event();
   m.hold(end, tu, false);  // its end, once the output gets there
 }
 
@@ -808,21 +856,23 @@ void PerfettoTraceWriter::emit_counter(const std::string& name, Ps t, double val
 void PerfettoTraceWriter::emit_summary(Ps at, const std::string& name) {
   // An instant on the process track, with the counts as arguments.
   Impl& m = *impl_;
-  m.event.u64(9, 3);
-  m.event.u64(11, m.process);
-  m.event.str(23, name);
+  Pb& ev = m.chunk;
+  m.begin_event(ns(at));
+  ev.u64(9, 3);
+  ev.u64(11, m.process);
+  ev.str(23, name);
   auto arg = [&](const char* key, int64_t v) {
-    m.ann.clear();
-    m.ann.u64(1, m.intern(m.arg_names, 3, key));
-    m.ann.i64(4, v);
-    m.event.msg(4, m.ann);
+    const size_t a = ev.open(4);
+    ev.u64(1, m.intern(m.arg_names, 3, key));
+    ev.i64(4, v);
+    ev.close(a);
   };
   arg("slices_written", static_cast<int64_t>(written_));
   arg("slices_dropped", static_cast<int64_t>(slices_dropped()));
   arg("dropped_by_limit", static_cast<int64_t>(dropped_limit_));
   arg("dropped_by_window", static_cast<int64_t>(dropped_window_));
   arg("max_slices", static_cast<int64_t>(filter_.max_slices));
-  m.track_event(ns(at));
+  m.end_event();
 }
 
 void PerfettoTraceWriter::close() {

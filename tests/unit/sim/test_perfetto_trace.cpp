@@ -266,3 +266,90 @@ TEST_CASE("PerfettoTraceWriter: a trace with no slices reads back", "[sim][trace
   CHECK(d.compressed_chunks == 0);
   CHECK(d.plain_packets == 3);
 }
+
+TEST_CASE("PerfettoTraceWriter: each slice's arguments read back, in events and packets of every length", "[sim][trace]") {
+  // Messages are written in place with a one-byte length that is widened once the message is 128 bytes or more
+  // (PerfettoTraceWriter: Pb::open / close). Slices with no argument, a few, 24 (an event over 128 bytes), a long
+  // string (interned: its packet over 128 bytes) and a 20,000-byte one (a three-byte length): every argument must
+  // come back with its name and value, every slice with its times.
+  for (const bool beside : {false, true}) {
+    INFO("compressed beside: " << beside);
+    TempTrace tmp;
+    using Args = std::vector<std::pair<std::string, std::string>>;  // (name, value as text)
+    std::vector<std::pair<uint64_t, Args>> want;                    // (start ns, args)
+    {
+      PerfettoTraceWriter w(tmp.path.string(), "NeuronCore (test)");
+      if (beside) w.compress_beside();
+      w.declare_track(0, "vector");
+      static const char* kKeys[24] = {"a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9", "a10", "a11",
+                                      "a12", "a13", "a14", "a15", "a16", "a17", "a18", "a19", "a20", "a21", "a22", "a23"};
+      for (int i = 0; i < 40; ++i) {
+        TraceSlice s{0, Ps{1'000'000} * i, 500'000, "op", {}};
+        Args a;
+        const int kind = i % 5;
+        if (kind == 1) {
+          s.args.push_back(TraceArg::integer("index", -i));
+          s.args.push_back(TraceArg::real("ready_ns", 0.5 * i));
+          s.args.push_back(TraceArg::string("src", "k.py:" + std::to_string(i)));
+          a = {{"index", std::to_string(-i)}, {"ready_ns", std::to_string(0.5 * i)}, {"src", "k.py:" + std::to_string(i)}};
+        } else if (kind == 2) {
+          for (int k = 0; k < 24; ++k) {
+            s.args.push_back(TraceArg::integer(kKeys[k], int64_t{1} << (2 * k + i % 3)));
+            a.push_back({kKeys[k], std::to_string(int64_t{1} << (2 * k + i % 3))});
+          }
+        } else if (kind == 3 || kind == 4) {
+          const std::string text(kind == 3 ? 200 + i : 20'000 + i, static_cast<char>('a' + i % 26));
+          s.args.push_back(TraceArg::string("src", text));
+          a = {{"src", text}};
+        }
+        want.push_back({ns(s.start), a});
+        w.slice(std::move(s));
+      }
+    }
+    // The begin events' annotations, resolved through each sequence's interned names and strings.
+    const std::string data = read_file(tmp.path);
+    std::vector<std::string> inflated;
+    std::vector<std::string_view> packets;
+    for (const Field& f : fields(data)) {
+      const auto fs = fields(f.b);
+      if (const Field* z = find(fs, 50)) {
+        inflated.push_back(nsim::frontend::zlib_inflate(z->b, "compressed_packets"));
+        for (const Field& g : fields(inflated.back())) packets.push_back(g.b);
+      } else {
+        packets.push_back(f.b);
+      }
+    }
+    std::map<uint64_t, std::string> arg_names, strings;
+    std::vector<std::pair<uint64_t, Args>> got;
+    uint64_t clock = 0;
+    for (std::string_view p : packets) {
+      const auto fs = fields(p);
+      if (const Field* in = find(fs, 12))
+        for (const Field& e : fields(in->b)) {
+          const auto ef = fields(e.b);
+          if (e.num == 3) arg_names[find(ef, 1)->v] = std::string(find(ef, 2)->b);
+          if (e.num == 29) strings[find(ef, 1)->v] = std::string(find(ef, 2)->b);
+        }
+      const Field* te = find(fs, 11);
+      if (!te || find(fs, 58)) continue;  // (every event here is on the incremental clock)
+      clock += find(fs, 8)->v;
+      const auto ef = fields(te->b);
+      if (find(ef, 9)->v != 1) continue;  // slice begins only
+      Args a;
+      for (const Field& an : ef) {
+        if (an.num != 4) continue;
+        const auto af = fields(an.b);
+        const std::string name = arg_names.at(find(af, 1)->v);
+        if (const Field* x = find(af, 4)) a.push_back({name, std::to_string(static_cast<int64_t>(x->v))});
+        if (const Field* x = find(af, 5)) {
+          double d;
+          std::memcpy(&d, &x->v, sizeof d);
+          a.push_back({name, std::to_string(d)});
+        }
+        if (const Field* x = find(af, 17)) a.push_back({name, strings.at(x->v)});
+      }
+      got.push_back({clock, a});
+    }
+    CHECK(got == want);
+  }
+}
