@@ -45,13 +45,19 @@ namespace {
 struct Pb {
   std::vector<char> buf;
   size_t n = 0;
-  /// Room for `k` more bytes: where they go.
-  char* room(size_t k) {
-    if (buf.size() - n < k) buf.resize(std::max(2 * buf.size(), n + k + 64));
+  /// Room for `k` more bytes: where they go. (The fields' writers are inlined into the trace's emitters; growing
+  /// is not.)
+  [[gnu::always_inline]] char* room(size_t k) {
+    if (__builtin_expect(buf.size() - n < k, 0)) grow(k);
     return buf.data() + n;
   }
+  [[gnu::noinline]] void grow(size_t k) { buf.resize(std::max(2 * buf.size(), n + k + 64)); }
   /// `v` as a varint into x[0..10); its length.
-  static size_t encode(uint64_t v, char* x) {
+  [[gnu::always_inline]] static size_t encode(uint64_t v, char* x) {
+    if (v < 0x80) {  // (tags and most values)
+      x[0] = static_cast<char>(v);
+      return 1;
+    }
     size_t k = 0;
     while (v >= 0x80) {
       x[k++] = static_cast<char>((v & 0x7f) | 0x80);
@@ -63,7 +69,7 @@ struct Pb {
   static uint64_t key(int field, int wire) { return (static_cast<uint64_t>(field) << 3) | static_cast<uint64_t>(wire); }
   void varint(uint64_t v) { n += encode(v, room(10)); }
   void tag(int field, int wire) { varint(key(field, wire)); }
-  void u64(int f, uint64_t v) {
+  [[gnu::always_inline]] void u64(int f, uint64_t v) {
     char* x = room(20);
     const size_t k = encode(key(f, 0), x);
     n += k + encode(v, x + k);
