@@ -135,6 +135,11 @@ class OrderedTraceSink : public TraceSink {
   std::vector<uint32_t> free_;
 };
 
+/// Appends time `t` (ps) in microseconds as the JSON trace writes it, the text nlohmann's serializer gives for it:
+/// an integer when whole, else the shortest decimal that reads back as t / 10^6 (written directly where that is
+/// certainly the decimal t / 10^6 itself, else by the serializer's own formatter).
+void append_us(std::string& out, Ps t);
+
 /// Streams Chrome trace-event JSON (loads in ui.perfetto.dev and chrome://tracing): the frame
 /// {"displayTimeUnit": "ns", "traceEvents": [...]} is written around the events, and each event is one
 /// JSON object on its own line as it leaves the reorder buffer, so memory does not grow with the number of

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -425,6 +426,35 @@ TEST_CASE("ChromeTraceWriter writes sorted slices with metadata in microseconds"
   CHECK(text.find("\"name\": \"d \\\"x\\\"\"") != std::string::npos);
   // Every metadata record precedes the first slice.
   CHECK(text.rfind("\"ph\": \"M\"") < text.find("\"ph\": \"X\""));
+}
+
+TEST_CASE("append_us writes each time as nlohmann's serializer writes it in microseconds", "[sim][trace]") {
+  // Fractional microseconds from 1 us to 10^9 us are written as the decimal t / 10^6 directly when it certainly is
+  // the serializer's shortest text (sim/trace.cpp fixed_us), the others by its own formatter: every time must come
+  // out as dump_json of the JSON number us(t) -- an integer when whole, else the double t / 10^6. Times of every
+  // scale (log-uniform), the ends of the direct range, and runs of consecutive picoseconds.
+  auto want = [](int64_t t) {
+    return dump_json(t % 1000000 == 0 ? Json(t / 1000000) : Json(static_cast<double>(t) / 1e6));
+  };
+  std::vector<int64_t> ts = {0, 1, 999'999, 1'000'000, 1'000'001, 1'234'567, 999'999'999'999'999,
+                             1'000'000'000'000'000, 1'000'000'000'000'001, (int64_t{1} << 53) - 1, int64_t{1} << 53,
+                             (int64_t{1} << 62), std::numeric_limits<int64_t>::max()};
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 300'000; ++i) {
+    const int digits = static_cast<int>(rng() % 19);  // 10^0 .. 10^18 ps
+    int64_t scale = 1;
+    for (int d = 0; d < digits; ++d) scale *= 10;
+    ts.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(scale)) + scale / 10);
+  }
+  for (int64_t base : {int64_t{1'000'000}, int64_t{123'456'789'012}, int64_t{999'999'000'000'000}})
+    for (int64_t k = -2000; k < 2000; ++k) ts.push_back(base + k);
+  size_t bad = 0;
+  for (const int64_t t : ts) {
+    std::string got;
+    nsim::sim::append_us(got, t);
+    if (got != want(t) && bad++ < 5) FAIL_CHECK("t = " << t << " ps: " << got << " against " << want(t));
+  }
+  CHECK(bad == 0);
 }
 
 TEST_CASE("ChromeTraceWriter writes slices, flow arrows and counters as nlohmann's serializer would", "[sim][trace]") {
