@@ -1002,11 +1002,22 @@ void Lowering::note_tile_uses(const TileUses& u, sim::Ps start, sim::Ps end) {
   if (const sim::TraceSink* tr = sim_.trace_sink(); tr && !tr->keeps(start, end - start)) return;
   for (const TileUse& x : u) {
     if (x.tensor < 0) continue;
-    const uint64_t key = (static_cast<uint64_t>(x.tensor) << 40) | static_cast<uint64_t>(x.instance);
-    auto [it, fresh] = live_.try_emplace(key, LiveRange{start, end, x.offset});
-    if (!fresh) {
-      it->second.first = std::min(it->second.first, start);
-      it->second.last = std::max(it->second.last, end);
+    const auto t = static_cast<size_t>(x.tensor);
+    if (t >= live_.size()) live_.resize(t + 1);
+    LiveRanges& l = live_[t];
+    if (l.r.empty()) l.first = x.instance;
+    if (x.instance < l.first) {  // (an earlier instance seen late: the list scheduler reorders within its window)
+      l.r.insert(l.r.begin(), static_cast<size_t>(l.first - x.instance), LiveRange{});
+      l.first = x.instance;
+    }
+    const auto i = static_cast<size_t>(x.instance - l.first);
+    if (i >= l.r.size()) l.r.resize(i + 1);
+    LiveRange& r = l.r[i];
+    if (r.first < 0) {
+      r = {start, end, x.offset};
+    } else {
+      r.first = std::min(r.first, start);
+      r.last = std::max(r.last, end);
     }
   }
 }
@@ -1026,13 +1037,15 @@ void Lowering::write_occupancy() {
     };
     std::vector<Ev> ev;
     int64_t top = 0;
-    for (const auto& [key, r] : live_) {
-      const auto t = static_cast<size_t>(key >> 40);
-      if (k_.tensors[t].space != sp) continue;
-      const int64_t lo = r.offset / chunk, hi = (r.offset + placements_[t].stride + chunk - 1) / chunk;
-      ev.push_back({r.first, +1, lo, hi});
-      ev.push_back({r.last, -1, lo, hi});
-      top = std::max(top, hi);
+    for (size_t t = 0; t < live_.size(); ++t) {
+      if (live_[t].r.empty() || k_.tensors[t].space != sp) continue;
+      for (const LiveRange& r : live_[t].r) {
+        if (r.first < 0) continue;
+        const int64_t lo = r.offset / chunk, hi = (r.offset + placements_[t].stride + chunk - 1) / chunk;
+        ev.push_back({r.first, +1, lo, hi});
+        ev.push_back({r.last, -1, lo, hi});
+        top = std::max(top, hi);
+      }
     }
     std::sort(ev.begin(), ev.end());  // at one time, releases before acquisitions
     std::vector<int32_t> users(static_cast<size_t>(top), 0);

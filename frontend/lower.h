@@ -251,10 +251,16 @@ class Lowering {
   Progress progress_;
   std::vector<std::string> warnings_;
   struct LiveRange {
-    sim::Ps first, last;
-    int64_t offset;
+    sim::Ps first = -1, last = -1;  ///< first start, last end (-1: the instance was not seen)
+    int64_t offset = 0;             ///< its storage
   };
-  std::unordered_map<uint64_t, LiveRange> live_;  ///< (tensor, instance) -> first start, last end, storage
+  /// A tensor's instances seen by note_tile_uses, from instance `first` on (consecutive: a tile's instances
+  /// are used about in turn), by tensor: indexed, not hashed (a lookup per operand of every traced instruction).
+  struct LiveRanges {
+    int64_t first = 0;
+    std::vector<LiveRange> r;  ///< instance first + i
+  };
+  std::vector<LiveRanges> live_;
 
   int ff_align_ = 1, ff_instr_align_ = 1;  ///< set_fast_forward_align
   /// Fast-forward state (docs/timing-model.md, "Fast-forward"): the loop instance followed.
