@@ -26,28 +26,31 @@ Json us(Ps t) {
   return fractional_us(t);
 }
 
-/// t (ps, not a whole microsecond) as the decimal t / 10^6 without its trailing zeros, into b[0..24), when that is
-/// certainly the text of fractional_us(t) nlohmann's serializer writes (the shortest that reads back, by Grisu2, in
-/// fixed notation, "0.000123" down to 10^-4 us: below, an exponent); its length, else 0. For 100 ps <= t < 10^9 us
-/// the double x = t / 10^6 lies within half an ulp (at most 2^-23) of that decimal d, and any other decimal with no more digits is at least 10^-6 away from d: d
-/// is the only shortest text that reads back as x. Grisu2 finds the shortest text inside x's rounding interval
-/// narrowed by a few units of 2^-64 of x (a few thousandths of an ulp): d is taken when it lies within 3/4 of half
-/// an ulp of x (exact integer arithmetic), not for a power of two (its interval is narrower below); nearer the
-/// interval's ends the serializer's formatter decides. (Of 10 M random times, the direct text differed from the
-/// serializer's only for d beyond 0.998 of half an ulp; with this rule, none of 20 M.)
-__extension__ typedef __int128 Int128;  // (GCC and Clang; no standard type holds m 10^6 or t 2^52)
-size_t fixed_us(Ps t, char* b) {
-  if (t < 100 || t >= Ps{1'000'000'000'000'000}) return 0;
-  const double x = fractional_us(t);
+/// The double x = t / 10^k (t in ps, k = 6: microseconds, fractional_us; k = 3: nanoseconds, ps_to_ns) as the
+/// decimal t / 10^k without its trailing zeros, into b[0..24), when that is certainly the text nlohmann's serializer
+/// writes for x (the shortest that reads back, by Grisu2, in fixed notation, "0.000123" down to 10^-4: below, an
+/// exponent); its length, else 0. For 10^-4 <= x < 10^9, x lies within half an ulp (at most 2^-23) of that decimal
+/// d, and any other decimal with no more digits is at least 10^-k away from d: d is the only shortest text that
+/// reads back as x. Grisu2 finds the shortest text inside x's rounding interval narrowed by a few units of 2^-64 of
+/// x (a few thousandths of an ulp): d is taken when it lies within 3/4 of half an ulp of x (exact integer
+/// arithmetic), not for a power of two (its interval is narrower below); nearer the interval's ends the serializer's
+/// formatter decides. (Of 10 M random times in us, the direct text differed from the serializer's only for d beyond
+/// 0.998 of half an ulp; with this rule, none of 20 M.)
+__extension__ typedef __int128 Int128;  // (GCC and Clang; no standard type holds m 10^k or t 2^66)
+size_t fixed_decimal(Ps t, int k, char* b) {
+  int64_t scale = 1;
+  for (int i = 0; i < k; ++i) scale *= 10;
+  if (t < std::max<int64_t>(1, scale / 10'000) || t >= 1'000'000'000 * scale || t % scale == 0) return 0;
+  const double x = static_cast<double>(t) / static_cast<double>(scale);
   int e = 0;
   const auto m = static_cast<int64_t>(std::ldexp(std::frexp(x, &e), 53));  // x = m 2^(e - 53), exactly
-  // (x - d) 10^6 2^(53 - e) = m 10^6 - t 2^(53 - e), an integer (e >= -13: under 2^87); an ulp of x is 10^6 here
-  const Int128 diff = static_cast<Int128>(m) * kPsPerUs - (static_cast<Int128>(t) << (53 - e));
-  if (diff > kPsPerUs * 3 / 8 || diff < -kPsPerUs * 3 / 8 || m == int64_t{1} << 52) return 0;
-  char* p = std::to_chars(b, b + 24, t / kPsPerUs).ptr;
+  // (x - d) 10^k 2^(53 - e) = m 10^k - t 2^(53 - e), an integer (e >= -13: under 2^117); an ulp of x is 10^k here
+  const Int128 diff = static_cast<Int128>(m) * scale - (static_cast<Int128>(t) << (53 - e));
+  if (diff > scale * 3 / 8 || diff < -scale * 3 / 8 || m == int64_t{1} << 52) return 0;
+  char* p = std::to_chars(b, b + 24, t / scale).ptr;
   *p++ = '.';
-  int64_t frac = t % kPsPerUs;
-  int digits = 6;
+  int64_t frac = t % scale;
+  int digits = k;
   for (; frac % 10 == 0; frac /= 10) --digits;
   for (int i = digits - 1; i >= 0; --i, frac /= 10) p[i] = static_cast<char>('0' + frac % 10);
   return static_cast<size_t>(p + digits - b);
@@ -62,11 +65,30 @@ void append_us(std::string& out, Ps t) {
   char b[64];
   if (whole_us(t)) {
     out.append(b, static_cast<size_t>(std::to_chars(b, b + sizeof b, t / kPsPerUs).ptr - b));
-  } else if (const size_t n = fixed_us(t, b)) {
+  } else if (const size_t n = fixed_decimal(t, 6, b)) {
     out.append(b, n);
   } else {
     out.append(b, static_cast<size_t>(nlohmann::detail::to_chars(b, b + sizeof b, fractional_us(t)) - b));
   }
+}
+
+void append_real(std::string& out, double v) {
+  if (!std::isfinite(v)) {
+    out += "null";
+    return;
+  }
+  char b[64];
+  // A time in ns made from ps (ps_to_ns: the slices' *_ns arguments): its decimal directly where certain.
+  if (v > 0 && v < 1e9) {
+    const auto t = static_cast<Ps>(std::llround(v * 1000));
+    if (ps_to_ns(t) == v) {
+      if (const size_t n = fixed_decimal(t, 3, b)) {
+        out.append(b, n);
+        return;
+      }
+    }
+  }
+  out.append(b, static_cast<size_t>(nlohmann::detail::to_chars(b, b + sizeof b, v) - b));
 }
 
 TraceFilter TraceFilter::from_ns(uint64_t max_slices, double start_ns, double end_ns) {
@@ -138,14 +160,7 @@ struct ChromeTraceWriter::EventOut {
     text.append(b, static_cast<size_t>(std::to_chars(b, b + sizeof b, v).ptr - b));
   }
   /// A double as the serializer writes one (non-finite: null; the shortest text that reads back, its to_chars).
-  void real(double v) {
-    if (!std::isfinite(v)) {
-      text += "null";
-      return;
-    }
-    std::array<char, 64> b;
-    text.append(b.data(), static_cast<size_t>(nlohmann::detail::to_chars(b.data(), b.data() + b.size(), v) - b.data()));
-  }
+  void real(double v) { append_real(text, v); }
   /// As json_number(v) writes it.
   void number(double v) {
     if (json_integral(v)) integer(static_cast<int64_t>(v));

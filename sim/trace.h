@@ -139,6 +139,9 @@ class OrderedTraceSink : public TraceSink {
 /// an integer when whole, else the shortest decimal that reads back as t / 10^6 (written directly where that is
 /// certainly the decimal t / 10^6 itself, else by the serializer's own formatter).
 void append_us(std::string& out, Ps t);
+/// Appends `v` as the JSON trace writes a double, the text nlohmann's serializer gives for it (null when not finite; a
+/// time in ns made from ps, sim::ps_to_ns, written directly where that is certainly its text).
+void append_real(std::string& out, double v);
 
 /// Streams Chrome trace-event JSON (loads in ui.perfetto.dev and chrome://tracing): the frame
 /// {"displayTimeUnit": "ns", "traceEvents": [...]} is written around the events, and each event is one

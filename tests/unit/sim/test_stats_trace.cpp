@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -453,6 +454,36 @@ TEST_CASE("append_us writes each time as nlohmann's serializer writes it in micr
     std::string got;
     nsim::sim::append_us(got, t);
     if (got != want(t) && bad++ < 5) FAIL_CHECK("t = " << t << " ps: " << got << " against " << want(t));
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("append_real writes each double as nlohmann's serializer writes it", "[sim][trace]") {
+  // Times in ns made from ps (ps_to_ns: the slices' ready_ns, wait_ns, ... arguments) are written directly where
+  // their decimal is certainly the serializer's text (sim/trace.cpp fixed_decimal), any other double by its own
+  // formatter: each must come out as dump_json of the double. Times of every scale, runs of consecutive ps, and
+  // doubles of random bits (NaN and infinities: null).
+  std::vector<double> vs = {0.0, -0.0, 0.001, 0.1, 2.5, 1e9, 1e9 - 0.001, 999'999'999.999, 123456.789, 1e-7, 1e21,
+                            std::numeric_limits<double>::infinity(), std::nan("")};
+  std::mt19937_64 rng(9);
+  for (int i = 0; i < 200'000; ++i) {
+    const int digits = static_cast<int>(rng() % 16);  // 10^0 .. 10^15 ps
+    int64_t scale = 1;
+    for (int d = 0; d < digits; ++d) scale *= 10;
+    vs.push_back(nsim::sim::ps_to_ns(static_cast<int64_t>(rng() % static_cast<uint64_t>(scale)) + scale / 10));
+    const uint64_t bits = rng();
+    double r;
+    std::memcpy(&r, &bits, sizeof r);
+    vs.push_back(r);
+  }
+  for (int64_t base : {int64_t{1}, int64_t{987'654'321}, int64_t{999'999'999'000}})
+    for (int64_t k = 0; k < 3000; ++k) vs.push_back(nsim::sim::ps_to_ns(base + k));
+  size_t bad = 0;
+  for (const double v : vs) {
+    std::string got;
+    nsim::sim::append_real(got, v);
+    const std::string want = dump_json(Json(v));
+    if (got != want && bad++ < 5) FAIL_CHECK("v = " << v << ": " << got << " against " << want);
   }
   CHECK(bad == 0);
 }
