@@ -512,8 +512,9 @@ struct PerfettoTraceWriter::Impl {
   static constexpr size_t kLaneMemory = size_t{1} << 16;
   std::unordered_map<std::string, uint64_t> counters;  ///< counter name -> uuid
   InternTable names, arg_names, strings;  ///< interned -> iid
-  Pb packet, interned, tmp;  ///< reused: no allocation per packet once warm
-  Pb spare_interned;  ///< where `interned` waits while a track descriptor goes out (place())
+  /// reused: no allocation per packet once warm. `interned`: the interned data of the event being written (empty
+  /// between events: intern() is called only between begin_event() and end_event()).
+  Pb packet, interned, tmp;
   /// Packets not yet compressed (whole Trace.packet fields); compressed into one packet of
   /// `compressed_packets` when they pass kChunkBytes, and at the end. Track events are written straight into it
   /// (begin_event ... end_event), the rare descriptor packets through `packet` (flush).
@@ -732,9 +733,7 @@ struct PerfettoTraceWriter::Impl {
       td.str(2, t.name);
       td.u64(5, t.uuid);
       packet.msg(60, td);
-      std::swap(interned, spare_interned);  // (interned data of the slice being made waits)
       flush();
-      std::swap(interned, spare_interned);
       t.lanes.push_back({0, uuid(kFirstLane + lanes_made - 1)});
       free = t.lanes.end() - 1;
     }
