@@ -90,11 +90,12 @@ struct Pb {
     char* x = room(20 + s.size());
     size_t k = encode(key(f, 2), x);
     k += encode(s.size(), x + k);
-    std::memcpy(x + k, s.data(), s.size());
+    if (!s.empty()) std::memcpy(x + k, s.data(), s.size());  // (an empty message's view may be null)
     n += k + s.size();
   }
   void msg(int f, const Pb& m) { str(f, m.view()); }
   void append(std::string_view s) {
+    if (s.empty()) return;
     std::memcpy(room(s.size()), s.data(), s.size());
     n += s.size();
   }
