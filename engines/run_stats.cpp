@@ -273,6 +273,7 @@ void RunStats::sample(Sample& out) const {
   dst.adjusted_matmul_flops = src.adjusted_matmul_flops, dst.adjusted_transpose_flops = src.adjusted_transpose_flops;
   dst.mx_matmul_flops = src.mx_matmul_flops;
   dst.matmul_instructions = src.matmul_instructions;
+  dst.act_table_loads = src.act_table_loads, dst.act_table_load_time = src.act_table_load_time;
   out.dma_active = c_.dma_active.total();
   out.any_active = c_.any_active.total() + (stage_hi_ >= 0 ? stage_hi_ - stage_lo_ : 0);
   for (size_t i = 0; i < out.dma_class_active.size(); ++i) out.dma_class_active[i] = c_.dma_class_active[i].total();
