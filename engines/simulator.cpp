@@ -770,7 +770,7 @@ uint64_t Simulator::timing_digest() const {
   // Values taken as they are (relative already, or not times).
   auto raw = [&h](int64_t v) { h ^= static_cast<uint64_t>(v) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2); };
   stream_.shared_state(mix, raw);         // shared SBUF/PSUM ports, ScalarE's activation table
-  tensor_.pipes().state(base, mix, raw);  // TensorE's pipes and power throttle
+  tensor_.pipes().state(base, w, mix, raw);  // TensorE's pipes and power throttle
   tensor_.weights_state(raw);             // the weights TensorE holds
   return h;
 }

@@ -781,7 +781,7 @@ void Lowering::fast_forward_start(const Loop& l) {
   ff_.iters = 0;
   ff_.period = 0;
   ff_.run.fill(0);
-  ff_.last = {emitted_, sim_.instructions(), sim_.local_time(), 0};
+  ff_.last = {emitted_, sim_.instructions(), ff_admitted_ ? *ff_admitted_ : emitted_, sim_.local_time(), 0};
   // Tiles allocated in the body: how often per iteration (their rotating buffer advances that much).
   ff_.allocs.clear();
   ff_.align = ff_align_;
@@ -858,9 +858,10 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
     if (ff_.align > FastForward::kMaxAlign || ff_.distance_dep) f.ff_done = true, ff_.depth = 0;
     return;
   }
-  FastForward::Step now{emitted_, sim_.instructions(), sim_.local_time(), sim_.timing_digest()};
+  FastForward::Step now{emitted_, sim_.instructions(), ff_admitted_ ? *ff_admitted_ : emitted_, sim_.local_time(),
+                        sim_.timing_digest()};
   const FastForward::Step step{now.emitted - ff_.last.emitted, now.committed - ff_.last.committed,
-                               now.time - ff_.last.time, now.digest};
+                               now.admitted - ff_.last.admitted, now.time - ff_.last.time, now.digest};
   ff_.last = now;
   ++ff_.iters;
   auto stop_following = [&] {
@@ -901,11 +902,14 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
     return;
   }
   const int64_t span = std::lcm(static_cast<int64_t>(ff_.period), ff_.align);
-  // Whole cycles of instruction-counted state: the active-time unions' folds and the scheduler's refreshes.
-  const auto instr_align = static_cast<uint64_t>(
-      std::lcm(static_cast<int64_t>(engines::RunStats::fold_every()), static_cast<int64_t>(ff_instr_align_)));
-  if (since < need || since % span != 0 || (now.committed - ff_.abs_a.committed) % instr_align != 0 ||
-      (now.emitted - ff_.abs_a.emitted) % instr_align != 0)
+  // Whole cycles of counted state: the active-time unions' folds (every fold_every() instructions) and the
+  // scheduler's refreshes (every ff_admit_align_ admissions; an nc_matmul's two instructions are one admission,
+  // so a span of whole refreshes in instructions was not one in admissions: the ties after the skip went the
+  // other way, a random kernel with a matmul per iteration came out 203 ns of 12.3 ms long).
+  const auto fold = engines::RunStats::fold_every();
+  if (since < need || since % span != 0 || (now.committed - ff_.abs_a.committed) % fold != 0 ||
+      (now.emitted - ff_.abs_a.emitted) % fold != 0 ||
+      (now.admitted - ff_.abs_a.admitted) % static_cast<uint64_t>(ff_admit_align_) != 0)
     return;
   // Sample b: `since` iterations after a, the same state relative to the end. Skip k repeats of them,
   // keeping `need` iterations at the end to run as simulated (the loop's tail and what follows).

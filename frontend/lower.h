@@ -74,12 +74,14 @@ class Lowering {
   using Progress = std::function<void(uint64_t instructions, sim::Ps simulated)>;
   void set_progress(Progress fn) { progress_ = std::move(fn); }
   /// Fast-forward skips a multiple of `iterations` iterations (with the periods it measures and the
-  /// rotating-buffer depths) that is also a multiple of `instructions` instructions: state of the list
-  /// scheduler that cycles with the count of reads of a chunk or of instructions admitted
+  /// rotating-buffer depths) over which the list scheduler admitted a multiple of `admissions` window
+  /// entries (`*admitted`: its count of them; an nc_matmul's load_stationary + multiply_moving is one): state
+  /// of the list scheduler that cycles with the count of reads of a chunk or of entries admitted
   /// (frontend/compiler/scheduler.cpp) keeps its phase.
-  void set_fast_forward_align(int iterations, int instructions) {
+  void set_fast_forward_align(int iterations, int admissions, const uint64_t* admitted) {
     ff_align_ = std::max(1, iterations);
-    ff_instr_align_ = std::max(1, instructions);
+    ff_admit_align_ = std::max(1, admissions);
+    ff_admitted_ = admitted;
   }
   /// Index (into Kernel::ops) of the op the last instruction from next() belongs to.
   int last_op() const { return last_op_; }
@@ -262,7 +264,8 @@ class Lowering {
   };
   std::vector<LiveRanges> live_;
 
-  int ff_align_ = 1, ff_instr_align_ = 1;  ///< set_fast_forward_align
+  int ff_align_ = 1, ff_admit_align_ = 1;  ///< set_fast_forward_align
+  const uint64_t* ff_admitted_ = nullptr;
   /// Fast-forward state (docs/timing-model.md, "Fast-forward"): the loop instance followed.
   struct FastForward {
     static constexpr int kMaxPeriod = 8;         ///< longest period of the steps looked for (iterations)
@@ -280,7 +283,7 @@ class Lowering {
     bool distance_dep = false;
     /// What one iteration did: instructions lowered and issued, time added, and the timing state after.
     struct Step {
-      uint64_t emitted = 0, committed = 0;
+      uint64_t emitted = 0, committed = 0, admitted = 0;
       sim::Ps time = 0;
       uint64_t digest = 0;
       bool operator==(const Step&) const = default;

@@ -61,11 +61,16 @@ class TensorPipes {
   sim::Ps next_issue(const Tile& t) const;
   sim::Ps throttled_time() const { return throttled_; }
   /// The pipes' state (fast-forward, Simulator::timing_digest): when each pipe frees up and the weights are
-  /// ready, passed to `time` (absolute times); how far the throttle's ramp has gone before `base` (clamped
-  /// where it stops mattering) and the busy intervals kept for its trailing window (their number, summed
-  /// length, how long before `base` the oldest starts and the newest ends, clamped at the window), to `raw`.
+  /// ready, passed to `time` (absolute times); the power throttle's state as later matmuls will see it, to `raw`
+  /// relative to `base`. No later matmul starts before the watermark `w`, so its trailing window starts at
+  /// w - window or later: the busy intervals that window can still see (the part of one straddling w - window
+  /// that it cannot see left out: a window clips the oldest interval), and where the ramp stands unless it ended
+  /// (w - ramp start >= max(ramp, window): the limit is then 1 and the window always checked, whatever the start).
+  /// Each interval itself: their count, summed length and the two ends leave out how the others lie, which
+  /// decides what a later window clips; intervals the window can no longer see are left out (they only wait to
+  /// be dropped), and so is where a ramp that has ended started.
   template <class Time, class Raw>
-  void state(sim::Ps base, Time&& time, Raw&& raw) const {
+  void state(sim::Ps base, sim::Ps w, Time&& time, Raw&& raw) const {
     for (sim::Ps t : {whole_.ls_free, whole_.mm_free, whole_.mm_last_start, whole_.weights_ready}) time(t);
     raw(tiled_);
     raw(bg_used_);
@@ -74,13 +79,18 @@ class TensorPipes {
       for (sim::Ps t : {c.ls_free, c.mm_free, c.mm_last_start, c.weights_ready}) time(t);
     if (!p_.throttle.enabled) return;
     const sim::Ps far = std::max(p_.throttle.ramp, p_.throttle.window);
-    raw(started_ ? std::min(base - ramp_start_, far) : -1);
-    raw(count_);
-    raw(ring_sum_);
-    if (count_ > 0) {
-      raw(std::min(base - ring_[static_cast<size_t>(head_)].first, far));
-      raw(std::min(base - ring_[static_cast<size_t>((head_ + count_ - 1) % kRing)].second, far));
+    raw(!started_ ? -1 : w - ramp_start_ >= far ? -2 : base - ramp_start_);
+    time(busy_end_);  // (a later interval starts at it or after)
+    const sim::Ps lo = w - p_.throttle.window;
+    int seen = 0;
+    for (int i = 0; i < count_; ++i) {
+      const auto& [s, e] = ring_[static_cast<size_t>((head_ + i) % kRing)];
+      if (e <= lo) continue;
+      raw(std::max(s, lo) - base);
+      raw(e - base);
+      ++seen;
     }
+    raw(seen);
   }
 
  private:

@@ -1002,7 +1002,7 @@ Scheduler::Scheduler(const Kernel& k, Lowering& low, Simulator& sim) : impl_(new
   // A chunk read in every iteration cycles through its reader list every kReaders reads, adding edges at
   // the end of each cycle, and the critical-path heights are refreshed every height_refresh() admissions
   // (ties between equal starts go by them): fast-forward keeps both phases by skipping whole cycles.
-  low.set_fast_forward_align(Chunk::kReaders, static_cast<int>(impl_->height_refresh()));
+  low.set_fast_forward_align(Chunk::kReaders, static_cast<int>(impl_->height_refresh()), &impl_->next);
 }
 Scheduler::~Scheduler() { delete impl_; }
 void Scheduler::run() { impl_->run(); }

@@ -58,12 +58,12 @@ struct Result {
 
 /// `listener`: 1 an instruction listener, 2 an event listener (the analyzer's kind, engines/event_pipe.h).
 Result run(const std::string& json, bool fast_forward, bool numerics = false, int listener = 0,
-           const std::vector<std::string>& overrides = {}) {
+           const std::vector<std::string>& overrides = {}, const std::string& preset = "trn2") {
   const Kernel k = parse_kernel_json(json);
   SimOptions o;
   o.numerics = numerics;
   o.fast_forward = fast_forward;
-  auto sim = Simulator::from_preset("trn2", overrides, o);
+  auto sim = Simulator::from_preset(preset, overrides, o);
   verify_kernel(k, sim->params());
   if (listener == 1) sim->add_instr_listener([](const isa::Instr&, const InstrTiming&) {});
   if (listener == 2) sim->add_event_listener([](const engines::InstrEvent&) {});
@@ -337,6 +337,59 @@ TEST_CASE("fast-forward: a loop switching ScalarE's activation tables counts the
   const Result full = run(k, false), ff = run(k, true);
   CHECK(full.stats.at("engine.scalar.act_table_load_count") == n / 2);
   CHECK(ff.stats.at("fast_forward.skipped_instructions") > 10000);  // of 30,000
+  for (const auto& [name, v] : full.stats) {
+    if (name.rfind("fast_forward.", 0) == 0) continue;
+    INFO(name);
+    CHECK(ff.stats.at(name) == v);
+  }
+}
+
+TEST_CASE("fast-forward: a skip spans whole refreshes of the scheduler's heights in admissions, not instructions",
+          "[fast_forward]") {
+  // A random kernel of benchmarks/check_fast_forward.py (--kind rich, seed 1195): 14 instructions per iteration in
+  // 13 window entries (the nc_matmul's load_stationary + multiply_moving are one). With compiler.window=64 the
+  // critical-path heights are refreshed every 32 admissions and ties between equal starts go by them. A skip of
+  // whole refreshes counted in instructions (14 x 16 iterations = 224 = 7 x 32) is 208 admissions, half a refresh
+  // off: after it two instructions starting together issued the other way round, and the run came out 203 ns
+  // of 12.3 ms long. Counted in admissions the skip keeps the refresh's phase.
+  const std::string k = R"({"nsim_kernel": 1, "name": "mm_loop", "tensors": [
+ {"name": "x", "buffer": "hbm", "kind": "input", "dtype": "bfloat16", "shape": [12000, 128, 512]},
+ {"name": "y", "buffer": "hbm", "kind": "output", "dtype": "bfloat16", "shape": [12000, 128, 512]},
+ {"name": "w", "buffer": "hbm", "kind": "input", "dtype": "bfloat16", "shape": [128, 128]}],
+ "body": [
+  {"alloc": {"name": "wt", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 128]}},
+  {"op": "dma_copy", "dst": "wt", "src": "w"},
+  {"alloc": {"name": "acc", "buffer": "sbuf", "dtype": "float32", "shape": [128, 512]}},
+  {"op": "memset", "engine": "gpsimd", "dst": "acc", "imm": [0.0]},
+  {"loop": {"var": "b", "start": 0, "stop": 6000, "step": 1, "kind": "sequential", "body": [
+   {"alloc": {"name": "t1", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 512]}},
+   {"op": "dma_copy", "dst": "t1", "src": {"tensor": "x", "index": ["2 * b", {"start": 0, "size": 128}, {"start": 0, "size": 512}]}, "engine": "sync"},
+   {"alloc": {"name": "t2", "buffer": "psum", "dtype": "float32", "shape": [128, 128]}},
+   {"op": "nc_transpose", "dst": "t2", "data": {"tensor": "t1", "index": [{"start": 0, "size": 128}, {"start": 0, "size": 128}]}, "engine": "tensor"},
+   {"alloc": {"name": "t3", "buffer": "sbuf", "dtype": "float32", "shape": [128, 128]}},
+   {"op": "tensor_copy", "dst": "t3", "src": "t2"},
+   {"alloc": {"name": "t4", "buffer": "sbuf", "dtype": "float32", "shape": [128, 512]}},
+   {"op": "tensor_tensor", "dst": "t4", "data1": "t1", "data2": "t1", "alu0": "add"},
+   {"alloc": {"name": "t5", "buffer": "sbuf", "dtype": "float32", "shape": [128, 512], "bufs": 1}},
+   {"op": "tensor_scalar", "dst": "t5", "data": "t4", "alu0": "multiply", "flags": ["has_imm0"], "imm": [0.5, 0, 1, 0], "engine": "gpsimd"},
+   {"alloc": {"name": "t6", "buffer": "sbuf", "dtype": "float32", "shape": [128, 1]}},
+   {"alloc": {"name": "t7", "buffer": "sbuf", "dtype": "float32", "shape": [128, 512]}},
+   {"op": "tensor_reduce", "dst": "t6", "data": "t5", "alu0": "maximum"},
+   {"op": "tensor_scalar", "dst": "t7", "data": "t5", "operand0": "t6", "alu0": "subtract"},
+   {"alloc": {"name": "t8", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 512]}},
+   {"op": "tensor_copy", "dst": "t8", "src": "t7"},
+   {"alloc": {"name": "t9", "buffer": "psum", "dtype": "float32", "shape": [128, 512], "bufs": 2}},
+   {"op": "nc_matmul", "dst": "t9", "stationary": "wt", "moving": "t8"},
+   {"alloc": {"name": "t10", "buffer": "sbuf", "dtype": "float32", "shape": [128, 512]}},
+   {"op": "tensor_copy", "dst": "t10", "src": "t9", "engine": "vector"},
+   {"op": "tensor_scalar", "dst": {"tensor": "t10", "index": [{"start": 0, "size": 128}, {"start": 256, "size": 256}]}, "data": {"tensor": "t10", "index": [{"start": 0, "size": 128}, {"start": 0, "size": 256}]}, "alu0": "add", "flags": ["has_imm0"], "imm": [1.0, 0, 1, 0]},
+   {"alloc": {"name": "t11", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 512]}},
+   {"op": "tensor_copy", "dst": "t11", "src": {"tensor": "t10", "index": [{"start": 0, "size": 128}, {"start": 0, "size": 512}]}},
+   {"op": "dma_copy", "dst": {"tensor": "y", "index": ["b", {"start": 0, "size": 128}, {"start": 0, "size": 512}]}, "src": "t11", "engine": "gpsimd"}
+  ]}}]})";
+  const std::vector<std::string> window{"compiler.window=64"};
+  const Result full = run(k, false, false, 0, window, "trn3"), ff = run(k, true, false, 0, window, "trn3");
+  CHECK(ff.stats.at("fast_forward.skipped_instructions") > 60000);  // of 84,003
   for (const auto& [name, v] : full.stats) {
     if (name.rfind("fast_forward.", 0) == 0) continue;
     INFO(name);
