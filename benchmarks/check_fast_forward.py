@@ -1,20 +1,32 @@
 #!/usr/bin/env python3
 """Fast-forward against the full simulation on random loop kernels (docs/timing-model.md "Fast-forward").
 
-Each kernel is a sequential loop of N iterations: a load of [128, f] fp32 from x or y at a random HBM row
-expression (b, b + 1, b + 2, 2 * b, 0), one to three element-wise ops, and a store to y (b, b + 1, 2 * b + 1, 0,
-or the load's own expression). Loads from y through another expression than the store's make a dependency between
-iterations through HBM, which fast-forward must not skip over. Every kernel runs `nsim run --timing-only` with and
-without `--fast-forward`; the stats JSON (fast_forward.* removed) must be identical.
+``--kind hbm`` (the default): each kernel is a sequential loop of N iterations: a load of [128, f] fp32 from x or y
+at a random HBM row expression (b, b + 1, b + 2, 2 * b, 0), one to three element-wise ops, and a store to y (b,
+b + 1, 2 * b + 1, 0, or the load's own expression). Loads from y through another expression than the store's make a
+dependency between iterations through HBM, which fast-forward must not skip over.
 
-    python3 benchmarks/check_fast_forward.py [--nsim PATH (default: this checkout's build/nsim)] [--kernels 40] [--iterations 3000]
+``--kind rich``: loops over [P, f] tiles (P 64, 96 or 128; fp32 or bf16) whose bodies mix 1 to 6 pieces: ScalarE
+activations (exp, tanh, copy; with a reduction, with a bias), element-wise ops on VectorE / ScalarE / GpSimd,
+reductions, nc_matmul into PSUM (one, or accumulated by an inner loop), TensorE transposes, affine_select, half-tile
+views, inner loops, an SBUF-to-SBUF DMA, a persistent accumulator read and written every iteration, DMAs on every
+trigger engine and on random queues, explicit rotating buffers; the loop alone, twice in a row, inside an outer
+loop, or with step 2; on trn1, trn2 or trn3 with a random compiler.window and compiler.loop_buffers; some read y
+back (a recurrence through HBM).
 
-Prints one line per kernel and a summary; exits 1 if any kernel's stats differ.
+Every kernel runs `nsim run --timing-only` with and without `--fast-forward`; the stats JSON (fast_forward.*
+removed; the per-line stats included) must be identical.
+
+    python3 benchmarks/check_fast_forward.py [--nsim PATH (default: this checkout's build/nsim)] [--kind hbm|rich]
+        [--kernels 40] [--first 0] [--iterations 3000]
+
+Prints one line per kernel and a summary; exits 1 if any kernel's stats differ (or, with --kind rich, a kernel fails).
 """
 import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -54,10 +66,182 @@ def kernel(seed, n):
     return k, "load {}[{}], store y[{}]".format(src, li, si)
 
 
-def stats(nsim, path, ff, tmp):
+def rich_kernel(seed, n):
+    """A random loop kernel of --kind rich: (kernel dict, preset, overrides, description)."""
+    r = random.Random(seed)
+    P = r.choice([128, 128, 128, 64, 96])
+    f = r.choice([64, 128, 256, 512])
+    dt = r.choice(["float32", "bfloat16"])
+    rows = 4 * n + 8
+    loc = lambda line: {"file": "r.py", "line": line}
+    line = [100]
+    def L():
+        line[0] += 1
+        return loc(line[0])
+    tensors = [{"name": "x", "buffer": "hbm", "kind": "input", "dtype": dt, "shape": [rows, P, f]},
+               {"name": "y", "buffer": "hbm", "kind": "output", "dtype": dt, "shape": [rows, P, f]}]
+    pre, body, post = [], [], []
+    use_mm = P == 128 and r.random() < 0.5
+    if use_mm:
+        tensors.append({"name": "w", "buffer": "hbm", "kind": "input", "dtype": "bfloat16", "shape": [128, 128]})
+        pre.append({"alloc": {"name": "wt", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 128]}})
+        pre.append({"op": "dma_copy", "dst": "wt", "src": "w", "loc": L()})
+    use_acc = r.random() < 0.4
+    if use_acc:
+        pre.append({"alloc": {"name": "acc", "buffer": "sbuf", "dtype": "float32", "shape": [P, f]}})
+        pre.append({"op": "memset", "engine": r.choice(["vector", "gpsimd"]), "dst": "acc", "imm": [0.0], "loc": L()})
+    def dma(dst, src):
+        d = {"op": "dma_copy", "dst": dst, "src": src, "loc": L()}
+        e = r.choice(["sync", "sync", "scalar", "gpsimd", None])
+        if e:
+            d["engine"] = e
+        if r.random() < 0.3:
+            d["dma_queue"] = r.randint(0, 15)
+        return d
+    recur = r.random() < 0.15
+    li = r.choice(["b", "b + 1", "0", "2 * b", "b + 3"])
+    si = r.choice(["b", "b + 2", "2 * b + 1", "0"])
+    src = "y" if recur else "x"
+    ntiles = [0]
+    def tile(dtype="float32", parts=P, free=f, buf="sbuf"):
+        ntiles[0] += 1
+        nm = "t%d" % ntiles[0]
+        a = {"name": nm, "buffer": buf, "dtype": dtype, "shape": [parts, free]}
+        if r.random() < 0.2:
+            a["bufs"] = r.randint(1, 4)
+        body.append({"alloc": a})
+        return nm
+    t0 = tile(dt)
+    body.append(dma(t0, {"tensor": src, "index": [li, {"start": 0, "size": P}, {"start": 0, "size": f}]}))
+    prev = t0
+    for _ in range(r.randint(1, 6)):
+        k = r.choice(["act", "actred", "ts", "tt", "copy", "red", "mm", "acc", "half", "inner", "tr", "sel", "bias", "sb2sb", "mm4"])
+        if k == "act":
+            t = tile()
+            body.append({"op": "activation", "dst": t, "data": prev, "act": r.choice(["exp", "copy", "tanh"]), "loc": L()})
+        elif k == "actred":
+            t = tile(); s = tile(free=1)
+            body.append({"op": "activation", "dst": t, "data": prev, "act": "exp", "reduce_res": s, "alu1": "add",
+                         "reduce_cmd": "reset_reduce", "loc": L()})
+        elif k == "ts":
+            t = tile()
+            body.append({"op": "tensor_scalar", "dst": t, "data": prev, "alu0": "multiply", "flags": ["has_imm0"],
+                         "imm": [0.5, 0, 1, 0], "engine": r.choice(["vector", "scalar", "gpsimd"]), "loc": L()})
+        elif k == "tt":
+            t = tile()
+            body.append({"op": "tensor_tensor", "dst": t, "data1": prev, "data2": t0, "alu0": "add",
+                         "engine": r.choice(["vector", "gpsimd"]), "loc": L()})
+        elif k == "copy":
+            t = tile(r.choice(["float32", "bfloat16"]))
+            body.append({"op": "tensor_copy", "dst": t, "src": prev, "engine": r.choice(["vector", "gpsimd", "scalar"]),
+                         "loc": L()})
+        elif k == "red":
+            m = tile(free=1); t = tile()
+            body.append({"op": "tensor_reduce", "dst": m, "data": prev, "alu0": "maximum", "loc": L()})
+            body.append({"op": "tensor_scalar", "dst": t, "data": prev, "operand0": m, "alu0": "subtract", "loc": L()})
+        elif k == "mm" and use_mm:
+            mv = tile("bfloat16")
+            body.append({"op": "tensor_copy", "dst": mv, "src": prev, "loc": L()})
+            ps = tile("float32", 128, f, "psum")
+            if r.random() < 0.5:
+                body.append({"loop": {"var": "k", "start": 0, "stop": 2, "step": 1, "kind": "sequential", "body": [
+                    {"op": "nc_matmul", "dst": ps, "stationary": "wt", "moving": mv, "flags": ["accumulate"], "loc": L()}]}})
+            else:
+                body.append({"op": "nc_matmul", "dst": ps, "stationary": "wt", "moving": mv, "loc": L()})
+            t = tile()
+            body.append({"op": "tensor_copy", "dst": t, "src": ps, "engine": r.choice(["vector", "scalar"]), "loc": L()})
+        elif k == "acc" and use_acc:
+            body.append({"op": "tensor_tensor", "dst": "acc", "data1": "acc", "data2": prev, "alu0": "add", "loc": L()})
+            t = prev
+        elif k == "half" and f >= 128:
+            h = f // 2
+            body.append({"op": "tensor_scalar", "dst": {"tensor": prev, "index": [{"start": 0, "size": P}, {"start": h, "size": h}]},
+                         "data": {"tensor": prev, "index": [{"start": 0, "size": P}, {"start": 0, "size": h}]},
+                         "alu0": "add", "flags": ["has_imm0"], "imm": [1.0, 0, 1, 0], "loc": L()})
+            t = prev
+        elif k == "inner" and f >= 128:
+            h = f // 2
+            body.append({"loop": {"var": "j", "start": 0, "stop": 2, "step": 1, "kind": "affine", "body": [
+                {"op": "tensor_scalar", "dst": {"tensor": prev, "index": [{"start": 0, "size": P}, {"start": "%d*j" % h, "size": h}]},
+                 "data": {"tensor": prev, "index": [{"start": 0, "size": P}, {"start": "%d*j" % h, "size": h}]},
+                 "alu0": "add", "flags": ["has_imm0"], "imm": [1.0, 0, 1, 0], "loc": L()}]}})
+            t = prev
+        elif k == "tr" and P == 128 and f >= 128:
+            ps = tile("float32", 128, 128, "psum")
+            body.append({"op": "nc_transpose", "dst": ps, "data": {"tensor": prev, "index": [{"start": 0, "size": 128}, {"start": 0, "size": 128}]},
+                         "engine": "tensor", "loc": L()})
+            t = tile(free=128)
+            body.append({"op": "tensor_copy", "dst": t, "src": ps, "loc": L()})
+            t2 = tile()
+            body.append({"op": "tensor_tensor", "dst": t2, "data1": prev, "data2": prev, "alu0": "add", "loc": L()})
+            t = t2
+        elif k == "sel":
+            t = tile()
+            body.append({"op": "affine_select", "dst": t, "on_true": prev, "alu0": "greater_equal", "imm": [-9984],
+                         "iimm": [r.choice([0, 5, -7]), 1, 0, 1, 0, 1, 0, 1, -1, f], "loc": L()})
+        elif k == "bias":
+            m = tile(free=1); t = tile()
+            body.append({"op": "tensor_reduce", "dst": m, "data": prev, "alu0": "add", "loc": L()})
+            body.append({"op": "activation", "dst": t, "data": prev, "act": "exp", "bias": m, "loc": L()})
+        elif k == "sb2sb":
+            t = tile()
+            body.append(dma(t, prev))
+        elif k == "mm4" and use_mm and f >= 128:
+            mv = tile("bfloat16")
+            body.append({"op": "tensor_copy", "dst": mv, "src": prev, "loc": L()})
+            ps = tile("float32", 128, f // 2, "psum")
+            h = f // 2
+            body.append({"loop": {"var": "k", "start": 0, "stop": 4, "step": 1, "kind": "sequential", "body": [
+                {"op": "nc_matmul", "dst": ps, "stationary": "wt",
+                 "moving": {"tensor": mv, "index": [{"start": 0, "size": 128}, {"start": 0, "size": h}]},
+                 "flags": ["accumulate"], "loc": L()}]}})
+            t = tile(free=h)
+            body.append({"op": "tensor_copy", "dst": t, "src": ps, "loc": L()})
+            t2 = tile()
+            body.append({"op": "tensor_copy", "dst": {"tensor": t2, "index": [{"start": 0, "size": P}, {"start": 0, "size": h}]}, "src": t, "loc": L()})
+            body.append({"op": "tensor_copy", "dst": {"tensor": t2, "index": [{"start": 0, "size": P}, {"start": h, "size": h}]}, "src": t, "loc": L()})
+            t = t2
+        else:
+            continue
+        prev = t
+    # the last tile may have 128 partitions (matmul) or P: store a P-partition view
+    yt = tile(dt)
+    body.append({"op": "tensor_copy", "dst": yt, "src": {"tensor": prev, "index": [{"start": 0, "size": P}, {"start": 0, "size": f}]}, "loc": L()})
+    body.append(dma({"tensor": "y", "index": [si, {"start": 0, "size": P}, {"start": 0, "size": f}]}, yt))
+    if use_acc:
+        post.append({"alloc": {"name": "acc_o", "buffer": "sbuf", "dtype": dt, "shape": [P, f]}})
+        post.append({"op": "tensor_copy", "dst": "acc_o", "src": "acc", "loc": L()})
+        post.append({"op": "dma_copy", "dst": {"tensor": "y", "index": [rows - 1, {"start": 0, "size": P}, {"start": 0, "size": f}]},
+                     "src": "acc_o", "loc": L()})
+    kind = "sequential" if (si == "0" or use_acc or recur or r.random() < 0.5) else "affine"
+    shape = r.random()
+    if shape < 0.15:   # an outer loop of 2 around the long loop (its index unused)
+        loop = {"loop": {"var": "o", "start": 0, "stop": 2, "step": 1, "kind": "sequential", "body": [
+            {"loop": {"var": "b", "start": 0, "stop": n // 2, "step": 1, "kind": kind, "body": body}}]}}
+        main = [loop]
+    elif shape < 0.3:  # two loops one after the other (the second a copy of the first)
+        main = [{"loop": {"var": "b", "start": 0, "stop": n // 2, "step": 1, "kind": kind, "body": body}},
+                {"loop": {"var": "b", "start": n // 2, "stop": n, "step": 1, "kind": kind, "body": json.loads(re.sub(r'"t(\d+)"', r'"u\1"', json.dumps(body)))}}]
+    elif shape < 0.4:  # step 2
+        main = [{"loop": {"var": "b", "start": 1, "stop": 2 * n - 1, "step": 2, "kind": kind, "body": body}}]
+    else:
+        main = [{"loop": {"var": "b", "start": 0, "stop": n, "step": 1, "kind": kind, "body": body}}]
+    k = {"nsim_kernel": 1, "name": "rich_loop", "tensors": tensors, "body": pre + main + post}
+    cfg = r.choice(["trn1", "trn2", "trn2", "trn3"])
+    ov = []
+    if r.random() < 0.5:
+        ov.append("compiler.window=%d" % r.choice([64, 256, 1024, 2048]))
+    if r.random() < 0.5:
+        ov.append("compiler.loop_buffers=%d" % r.choice([2, 3, 4]))
+    return k, cfg, ov, "P%d f%d %s mm%d acc%d rec%d %s %s" % (P, f, dt, use_mm, use_acc, recur, cfg, " ".join(ov))
+
+
+def stats(nsim, path, ff, tmp, config="trn2", overrides=()):
     out = os.path.join(tmp, "stats.json")
-    cmd = [nsim, "run", "--timing-only", "--quiet", "--stats", out, path] + (["--fast-forward"] if ff else [])
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    cmd = [nsim, "run", "--timing-only", "--quiet", "--config", config, "--stats", out, path]
+    for o in overrides:
+        cmd += ["-p", o]
+    subprocess.run(cmd + (["--fast-forward"] if ff else []), check=True, stdout=subprocess.DEVNULL)
     with open(out) as fh:
         d = json.load(fh)
     skipped = d["stats"]["fast_forward"]["skipped_instructions"]["value"]
@@ -70,22 +254,28 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     # build/nsim of this checkout, wherever it lives and whatever the working directory
     ap.add_argument("--nsim", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "nsim"))
+    ap.add_argument("--kind", choices=("hbm", "rich"), default="hbm")
     ap.add_argument("--kernels", type=int, default=40)
+    ap.add_argument("--first", type=int, default=0, help="first seed")
     ap.add_argument("--iterations", type=int, default=3000)
     a = ap.parse_args()
     different = skipping = 0
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kernel.json")
-        for seed in range(a.kernels):
-            k, desc = kernel(seed, a.iterations)
+        for seed in range(a.first, a.first + a.kernels):
+            if a.kind == "rich":
+                k, config, overrides, desc = rich_kernel(seed, a.iterations)
+            else:
+                (k, desc), config, overrides = kernel(seed, a.iterations), "trn2", []
             with open(path, "w") as fh:
                 json.dump(k, fh)
-            full, _ = stats(a.nsim, path, False, tmp)
-            ff, skipped = stats(a.nsim, path, True, tmp)
+            full, _ = stats(a.nsim, path, False, tmp, config, overrides)
+            ff, skipped = stats(a.nsim, path, True, tmp, config, overrides)
             skipping += skipped > 0
             same = full == ff
             different += not same
-            print("{} seed {:3d}  {:34s} skipped {:7.0f}".format("same" if same else "DIFFERENT", seed, desc, skipped))
+            print("{} seed {:4d}  {:34s} skipped {:7.0f}".format("same" if same else "DIFFERENT", seed, desc, skipped),
+                  flush=True)
     print("{} kernels: {} different, {} skipped instructions".format(a.kernels, different, skipping))
     return 1 if different else 0
 
