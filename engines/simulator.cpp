@@ -763,12 +763,9 @@ uint64_t Simulator::timing_digest() const {
   for (int e = 0; e < isa::kNumEngines; ++e) mix(stream_.next_issue(static_cast<isa::Engine>(e)));
   mix(tensor_.next_issue());
   for (int q = 0; q < p_.dma_queues; ++q) mix(dma_.queue_free(q));
-  for (int e = 0; e < p_.dma_engines; ++e) {
-    mix(dma_.data_last_end(e));
-    mix(dma_.hbm_last_end(e));
-  }
   // Values taken as they are (relative already, or not times).
   auto raw = [&h](int64_t v) { h ^= static_cast<uint64_t>(v) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2); };
+  dma_.state(w, mix, raw);                // each DMA engine's data and HBM bookings
   stream_.shared_state(mix, raw);         // shared SBUF/PSUM ports, ScalarE's activation table
   tensor_.pipes().state(base, w, mix, raw);  // TensorE's pipes and power throttle
   tensor_.weights_state(raw);             // the weights TensorE holds

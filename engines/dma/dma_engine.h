@@ -30,6 +30,22 @@ class Calendar {
   sim::Ps last_end() const { return n_ ? at(n_ - 1).second : floor_; }
   /// The same bookings and floor: every future request gets the same answer from both.
   bool same(const Calendar& o) const;
+  /// What a request at or after `w` can meet (fast-forward, Simulator::timing_digest): the floor and each booking
+  /// that ends after w, to `time` (absolute times, which the digest clamps at w), then their number to `raw`.
+  /// Every booking, not only the last end: a transfer ready before the last end takes an earlier idle gap.
+  template <class Time, class Raw>
+  void state(sim::Ps w, Time&& time, Raw&& raw) const {
+    time(floor_);
+    int64_t seen = 0;
+    for (int i = 0; i < n_; ++i) {
+      const auto& [s, e] = at(i);
+      if (e <= w) continue;  // (waits to be pruned: no request meets it)
+      time(s);
+      time(e);
+      ++seen;
+    }
+    raw(seen);
+  }
 
  private:
   std::pair<sim::Ps, sim::Ps>& at(int i) { return iv_[static_cast<size_t>((head_ + i) & (kCapacity - 1))]; }
@@ -96,6 +112,21 @@ class DmaEngines {
   sim::Ps data_last_end(int e) const { return lane_[lane_of_[static_cast<size_t>(e)]].data.last_end(); }
   /// End of the latest HBM piece booked on DMA engine `e`.
   sim::Ps hbm_last_end(int e) const { return lane_[lane_of_[static_cast<size_t>(e)]].hbm.last_end(); }
+  /// The engines' calendars (data and HBM) as requests at or after `w` meet them (Calendar::state), engine by
+  /// engine; an engine sharing the lane of the one before it counts as that (a property of which engines share,
+  /// not of the lanes' numbering).
+  template <class Time, class Raw>
+  void state(sim::Ps w, Time&& time, Raw&& raw) const {
+    for (int e = 0; e < p_.dma_engines; ++e) {
+      const auto l = lane_of_[static_cast<size_t>(e)];
+      if (e > 0 && l == lane_of_[static_cast<size_t>(e - 1)]) {
+        raw(-1);
+        continue;
+      }
+      lane_[l].data.state(w, time, raw);
+      lane_[l].hbm.state(w, time, raw);
+    }
+  }
   /// When `queue` may start the next setup.
   sim::Ps queue_free(int queue) const { return setup_free_[queue_index(queue)]; }
   /// The queue's index (queue ids wrap modulo dma.queues; a division only for an id past them).
