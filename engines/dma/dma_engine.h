@@ -108,10 +108,6 @@ class DmaEngines {
   void set_peer(const DmaEngines* peer) { peer_ = peer; }
   /// Engines of this core moving HBM data at t.
   int hbm_active_at(sim::Ps t) const;
-  /// End of the latest data piece booked on DMA engine `e`.
-  sim::Ps data_last_end(int e) const { return lane_[lane_of_[static_cast<size_t>(e)]].data.last_end(); }
-  /// End of the latest HBM piece booked on DMA engine `e`.
-  sim::Ps hbm_last_end(int e) const { return lane_[lane_of_[static_cast<size_t>(e)]].hbm.last_end(); }
   /// The engines' calendars (data and HBM) as requests at or after `w` meet them (Calendar::state), engine by
   /// engine; an engine sharing the lane of the one before it counts as that (a property of which engines share,
   /// not of the lanes' numbering).
