@@ -27,7 +27,6 @@ class Calendar {
   bool busy_at(sim::Ps t) const;
   /// Forget intervals that end at or before t (no future request starts before t); true if any went.
   bool prune(sim::Ps t);
-  sim::Ps last_end() const { return n_ ? at(n_ - 1).second : floor_; }
   /// The same bookings and floor: every future request gets the same answer from both.
   bool same(const Calendar& o) const;
   /// What a request at or after `w` can meet (fast-forward, Simulator::timing_digest): the floor and each booking
