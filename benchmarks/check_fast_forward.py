@@ -12,7 +12,9 @@ reductions, nc_matmul into PSUM (one, or accumulated by an inner loop), TensorE 
 views, inner loops, an SBUF-to-SBUF DMA, a persistent accumulator read and written every iteration, DMAs on every
 trigger engine and on random queues, explicit rotating buffers; the loop alone, twice in a row, inside an outer
 loop, or with step 2; on trn1, trn2 or trn3 with a random compiler.window and compiler.loop_buffers; some read y
-back (a recurrence through HBM).
+back (a recurrence through HBM). ``--kind wide``: the same with PE-tiled matmuls, ScalarE reading PSUM, DMAs
+accumulating into HBM in place, dma_transpose, ops on partitions 32..95, order_group pairs, iota patterns moving
+with the index, and loops of n / 20 iterations inside an outer loop of 20.
 
 Every kernel runs `nsim run --timing-only` with and without `--fast-forward`; the stats JSON (fast_forward.*
 removed; the per-line stats included) must be identical.
@@ -66,9 +68,10 @@ def kernel(seed, n):
     return k, "load {}[{}], store y[{}]".format(src, li, si)
 
 
-def rich_kernel(seed, n):
-    """A random loop kernel of --kind rich: (kernel dict, preset, overrides, description)."""
+def rich_kernel(seed, n, wide=False):
+    """A random loop kernel of --kind rich (``wide``: --kind wide): (kernel dict, preset, overrides, description)."""
     r = random.Random(seed)
+    cfg0 = r.choice(["trn1", "trn2", "trn2", "trn3"]) if wide else None  # (PE tiles depend on it)
     P = r.choice([128, 128, 128, 64, 96])
     f = r.choice([64, 128, 256, 512])
     dt = r.choice(["float32", "bfloat16"])
@@ -103,9 +106,12 @@ def rich_kernel(seed, n):
     si = r.choice(["b", "b + 2", "2 * b + 1", "0"])
     src = "y" if recur else "x"
     ntiles = [0]
+    dtypes = {}
+    need_z = [False]
     def tile(dtype="float32", parts=P, free=f, buf="sbuf"):
         ntiles[0] += 1
         nm = "t%d" % ntiles[0]
+        dtypes[nm] = dtype
         a = {"name": nm, "buffer": buf, "dtype": dtype, "shape": [parts, free]}
         if r.random() < 0.2:
             a["bufs"] = r.randint(1, 4)
@@ -115,7 +121,8 @@ def rich_kernel(seed, n):
     body.append(dma(t0, {"tensor": src, "index": [li, {"start": 0, "size": P}, {"start": 0, "size": f}]}))
     prev = t0
     for _ in range(r.randint(1, 6)):
-        k = r.choice(["act", "actred", "ts", "tt", "copy", "red", "mm", "acc", "half", "inner", "tr", "sel", "bias", "sb2sb", "mm4"])
+        k = r.choice(["act", "actred", "ts", "tt", "copy", "red", "mm", "acc", "half", "inner", "tr", "sel", "bias", "sb2sb", "mm4"]
+                     + (["ptile", "psact", "dacc", "dtr", "part", "og", "iota"] if wide else []))
         if k == "act":
             t = tile()
             body.append({"op": "activation", "dst": t, "data": prev, "act": r.choice(["exp", "copy", "tanh"]), "loc": L()})
@@ -201,6 +208,51 @@ def rich_kernel(seed, n):
             body.append({"op": "tensor_copy", "dst": {"tensor": t2, "index": [{"start": 0, "size": P}, {"start": 0, "size": h}]}, "src": t, "loc": L()})
             body.append({"op": "tensor_copy", "dst": {"tensor": t2, "index": [{"start": 0, "size": P}, {"start": h, "size": h}]}, "src": t, "loc": L()})
             t = t2
+        elif k == "ptile" and use_mm:  # PE-tiled matmuls (tile_position / tile_size) on disjoint row tiles
+            rows_t = 64 if cfg0 == "trn1" else 32
+            mv = tile("bfloat16")
+            body.append({"op": "tensor_copy", "dst": mv, "src": prev, "loc": L()})
+            ps = tile("float32", 32, f, "psum")
+            for q in range(128 // rows_t):
+                body.append({"op": "nc_matmul", "dst": ps,
+                             "stationary": {"tensor": "wt", "index": [{"start": rows_t * q, "size": rows_t}, {"start": 0, "size": 32}]},
+                             "moving": {"tensor": mv, "index": [{"start": rows_t * q, "size": rows_t}, {"start": 0, "size": f}]},
+                             "iimm": [rows_t * q, 0, rows_t, 32], "loc": L()})
+            t = tile(free=f, parts=32)
+            body.append({"op": "tensor_copy", "dst": t, "src": ps, "loc": L()})
+            t = prev
+        elif k == "psact" and use_mm:  # ScalarE reading PSUM
+            mv = tile("bfloat16")
+            body.append({"op": "tensor_copy", "dst": mv, "src": prev, "loc": L()})
+            ps = tile("float32", 128, f, "psum")
+            body.append({"op": "nc_matmul", "dst": ps, "stationary": "wt", "moving": mv, "loc": L()})
+            t = tile()
+            body.append({"op": "activation", "dst": t, "data": ps, "act": "exp", "loc": L()})
+        elif k == "dacc" and dtypes[prev] == "float32" and f <= 256:  # (x, y and z fit in trn1's HBM)  # a DMA accumulating into z[b] (read-modify-write in place)
+            body.append({"op": "dma_copy", "dst": {"tensor": "z", "index": ["b", {"start": 0, "size": P}, {"start": 0, "size": f}]},
+                         "src": prev, "flags": ["accumulate"], "engine": r.choice(["gpsimd", "sync"]), "loc": L()})
+            need_z[0] = True
+            t = prev
+        elif k == "dtr" and f == P:
+            t = tile(dtypes[prev])
+            body.append({"op": "dma_transpose", "dst": t, "src": prev, "loc": L()})
+        elif k == "part" and P == 128:  # partitions 32..95 only
+            t = tile()
+            body.append({"op": "tensor_scalar", "dst": {"tensor": t, "index": [{"start": 32, "size": 64}, {"start": 0, "size": f}]},
+                         "data": {"tensor": prev, "index": [{"start": 32, "size": 64}, {"start": 0, "size": f}]},
+                         "alu0": "multiply", "flags": ["has_imm0"], "imm": [2.0, 0, 1, 0], "loc": L()})
+            t = prev
+        elif k == "og":  # two ops kept in program order (order_group)
+            t = tile()
+            body.append({"op": "tensor_copy", "dst": t, "src": prev, "order_group": 1, "loc": L()})
+            t2 = tile()
+            body.append({"op": "tensor_scalar", "dst": t2, "data": prev, "alu0": "multiply", "flags": ["has_imm0"],
+                         "imm": [3.0, 0, 1, 0], "order_group": 1, "engine": "gpsimd", "loc": L()})
+            t = t2
+        elif k == "iota":  # a pattern that may move with the index
+            t = tile()
+            body.append({"op": "iota", "dst": t, "iimm": [r.choice([0, "b"]), 1, 1, f], "loc": L()})
+            t = prev
         else:
             continue
         prev = t
@@ -214,7 +266,15 @@ def rich_kernel(seed, n):
         post.append({"op": "dma_copy", "dst": {"tensor": "y", "index": [rows - 1, {"start": 0, "size": P}, {"start": 0, "size": f}]},
                      "src": "acc_o", "loc": L()})
     kind = "sequential" if (si == "0" or use_acc or recur or r.random() < 0.5) else "affine"
+    if need_z[0]:
+        tensors.append({"name": "z", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [2 * n, P, f]})
     shape = r.random()
+    if wide and shape > 0.85:  # an outer loop of 20 around a loop of n / 20 (each instance followed on its own)
+        inner = max(200, n // 20)
+        main = [{"loop": {"var": "o", "start": 0, "stop": 20, "step": 1, "kind": "sequential", "body": [
+            {"loop": {"var": "b", "start": 0, "stop": inner, "step": 1, "kind": kind, "body": body}}]}}]
+        k = {"nsim_kernel": 1, "name": "rich_loop", "tensors": tensors, "body": pre + main + post}
+        return k, cfg0, [], "nested 20x%d P%d f%d %s %s" % (inner, P, f, dt, cfg0)
     if shape < 0.15:   # an outer loop of 2 around the long loop (its index unused)
         loop = {"loop": {"var": "o", "start": 0, "stop": 2, "step": 1, "kind": "sequential", "body": [
             {"loop": {"var": "b", "start": 0, "stop": n // 2, "step": 1, "kind": kind, "body": body}}]}}
@@ -227,7 +287,7 @@ def rich_kernel(seed, n):
     else:
         main = [{"loop": {"var": "b", "start": 0, "stop": n, "step": 1, "kind": kind, "body": body}}]
     k = {"nsim_kernel": 1, "name": "rich_loop", "tensors": tensors, "body": pre + main + post}
-    cfg = r.choice(["trn1", "trn2", "trn2", "trn3"])
+    cfg = cfg0 or r.choice(["trn1", "trn2", "trn2", "trn3"])
     ov = []
     if r.random() < 0.5:
         ov.append("compiler.window=%d" % r.choice([64, 256, 1024, 2048]))
@@ -254,7 +314,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     # build/nsim of this checkout, wherever it lives and whatever the working directory
     ap.add_argument("--nsim", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "nsim"))
-    ap.add_argument("--kind", choices=("hbm", "rich"), default="hbm")
+    ap.add_argument("--kind", choices=("hbm", "rich", "wide"), default="hbm")
     ap.add_argument("--kernels", type=int, default=40)
     ap.add_argument("--first", type=int, default=0, help="first seed")
     ap.add_argument("--iterations", type=int, default=3000)
@@ -263,8 +323,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kernel.json")
         for seed in range(a.first, a.first + a.kernels):
-            if a.kind == "rich":
-                k, config, overrides, desc = rich_kernel(seed, a.iterations)
+            if a.kind in ("rich", "wide"):
+                k, config, overrides, desc = rich_kernel(seed, a.iterations, a.kind == "wide")
             else:
                 (k, desc), config, overrides = kernel(seed, a.iterations), "trn2", []
             with open(path, "w") as fh:
