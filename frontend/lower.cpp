@@ -677,6 +677,7 @@ bool Lowering::next(Instr& out) {
     last_ext_ = &pending_ext_;
     has_pending_ = false;
     ++emitted_;
+    if (ff_.depth) ff_note_hbm(out, *last_ext_);
     return true;
   }
   while (!stack_.empty()) {
@@ -725,6 +726,7 @@ bool Lowering::next(Instr& out) {
       case Stmt::Kind::kOp:
         if (lower_op(k_.ops[static_cast<size_t>(s.index)], out)) {
           ++emitted_;
+          if (ff_.depth) ff_note_hbm(out, *last_ext_);
           return true;
         }
         break;
@@ -782,6 +784,9 @@ void Lowering::fast_forward_start(const Loop& l) {
   ff_.period = 0;
   ff_.run.fill(0);
   ff_.last = {emitted_, sim_.instructions(), ff_admitted_ ? *ff_admitted_ : emitted_, sim_.local_time(), 0};
+  ff_.hbm_cur.clear();
+  ff_.hbm_prev.clear();
+  ff_.hbm_shared = false;
   // Tiles allocated in the body: how often per iteration (their rotating buffer advances that much).
   ff_.allocs.clear();
   ff_.align = ff_align_;
@@ -842,6 +847,19 @@ void Lowering::fast_forward_start(const Loop& l) {
   }
 }
 
+void Lowering::ff_note_hbm(const Instr& in, const Extents& ext) {
+  if (!ff_chunk_of_ || ff_.hbm_shared) return;
+  const isa::OpInfo& info = isa::op_info(in.op);
+  for (int i = 0; i < info.num_slots; ++i) {
+    const auto [lo, hi] = ext[static_cast<size_t>(i)];
+    if (!in.slot(i).present() || in.slot(i).space != isa::Space::kHbm || hi <= lo) continue;
+    const int64_t c0 = ff_chunk_of_(lo);
+    if (c0 < 0) continue;  // a tensor the scheduler does not track (read-only)
+    ff_.hbm_cur.push_back({c0, ff_chunk_of_(hi - 1), lo, hi});
+  }
+  if (ff_.hbm_cur.size() > FastForward::kMaxHbmTouches) ff_.hbm_shared = true;  // (too many to compare: not skipped)
+}
+
 void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   if (ff_.on < 0) ff_.on = sim_.fast_forward_allowed() ? 1 : 0;
   if (ff_.on == 0) return;
@@ -868,6 +886,13 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
     f.ff_done = true;
     ff_.depth = 0;
   };
+  // The iteration just lowered against the one before it: one list scheduler chunk at different bytes (ff_note_hbm).
+  for (const FastForward::HbmTouch& a : ff_.hbm_cur)
+    for (const FastForward::HbmTouch& b : ff_.hbm_prev)
+      if (a.c0 <= b.c1 && b.c0 <= a.c1 && (a.lo != b.lo || a.hi != b.hi)) ff_.hbm_shared = true;
+  ff_.hbm_prev.swap(ff_.hbm_cur);
+  ff_.hbm_cur.clear();
+  if (ff_.hbm_shared) return stop_following();
   if (step.emitted == 0) return stop_following();
   for (int p = 1; p <= FastForward::kMaxPeriod; ++p) {
     const auto pi = static_cast<size_t>(p);

@@ -83,6 +83,10 @@ class Lowering {
     ff_admit_align_ = std::max(1, admissions);
     ff_admitted_ = admitted;
   }
+  /// The list scheduler's conflict chunk of HBM byte `addr` (an index over every tracked tensor), or -1 where it
+  /// tracks nothing (a tensor nothing writes): fast-forward does not skip over a loop whose consecutive iterations
+  /// touch one chunk at different bytes (fast_forward_at).
+  void set_fast_forward_hbm_chunks(std::function<int64_t(int64_t)> chunk_of) { ff_chunk_of_ = std::move(chunk_of); }
   /// Index (into Kernel::ops) of the op the last instruction from next() belongs to.
   int last_op() const { return last_op_; }
   /// The byte extents of the last instruction from next(), by slot (isa::slot_extent of each present
@@ -266,6 +270,9 @@ class Lowering {
 
   int ff_align_ = 1, ff_admit_align_ = 1;  ///< set_fast_forward_align
   const uint64_t* ff_admitted_ = nullptr;
+  std::function<int64_t(int64_t)> ff_chunk_of_;  ///< set_fast_forward_hbm_chunks
+  /// Note the HBM accesses of an instruction lowered while a loop is followed (FastForward::hbm).
+  void ff_note_hbm(const isa::Instr& in, const Extents& ext);
   /// Fast-forward state (docs/timing-model.md, "Fast-forward"): the loop instance followed.
   struct FastForward {
     static constexpr int kMaxPeriod = 8;         ///< longest period of the steps looked for (iterations)
@@ -274,6 +281,7 @@ class Lowering {
     static constexpr int64_t kMinNeed = 16;      ///< and at least this many iterations
     static constexpr int64_t kGiveUp = 8;        ///< not periodic within kGiveUp x need iterations: stop
     static constexpr int64_t kMaxAlign = 64;     ///< iteration alignment beyond this: not followed
+    static constexpr size_t kMaxHbmTouches = 256;  ///< HBM accesses per iteration compared (more: not skipped)
     int on = -1;            ///< -1: not decided yet (at the first boundary), 0 no, 1 yes
     size_t depth = 0;       ///< stack depth of the loop instance followed (0: none)
     int64_t iters = 0;      ///< boundaries of it seen since following began
@@ -281,6 +289,16 @@ class Lowering {
     std::vector<std::pair<size_t, int64_t>> allocs;  ///< tensor, alloc executions per iteration
     /// The body reads and writes an HBM tensor through different accesses (fast_forward_start): not followed.
     bool distance_dep = false;
+    /// The HBM accesses of this iteration and the last one in the list scheduler's chunks: (first chunk, last
+    /// chunk, bytes lo, bytes hi). Consecutive iterations touching one chunk at different bytes (rows smaller
+    /// than a chunk, a store to y[b] after y[b - 1]) leave state in that chunk that a skip would not carry: after
+    /// it the first iterations find their chunk empty where the full run finds the iterations before them
+    /// (their readers and writers order later accesses), and the ties after the skip go otherwise.
+    struct HbmTouch {
+      int64_t c0, c1, lo, hi;
+    };
+    std::vector<HbmTouch> hbm_cur, hbm_prev;
+    bool hbm_shared = false;
     /// What one iteration did: instructions lowered and issued, time added, and the timing state after.
     struct Step {
       uint64_t emitted = 0, committed = 0, admitted = 0;

@@ -402,6 +402,16 @@ struct Scheduler::Impl {
     c.readers[c.nr++] = x.seq;
   }
 
+  /// The index in `hbm` of the chunk holding HBM byte `addr`, or -1 (no written tensor holds it: not tracked).
+  int64_t hbm_chunk_of(int64_t addr) const {
+    auto it = std::upper_bound(hbm_ranges.begin(), hbm_ranges.end(), addr,
+                               [](int64_t v, const HbmRange& r) { return v < r.lo; });
+    if (it == hbm_ranges.begin()) return -1;
+    const HbmRange& r = *std::prev(it);
+    if (!r.written || addr >= r.hi) return -1;
+    return static_cast<int64_t>(r.first) + ((addr - r.lo) >> r.shift);
+  }
+
   void access(const Instr& in, const Lowering::Extents& ext, int slot, Node& x, bool write) {
     const Operand& o = in.slot(slot);
     if (!o.present()) return;
@@ -1003,8 +1013,13 @@ Scheduler::Scheduler(const Kernel& k, Lowering& low, Simulator& sim) : impl_(new
   // the end of each cycle, and the critical-path heights are refreshed every height_refresh() admissions
   // (ties between equal starts go by them): fast-forward keeps both phases by skipping whole cycles.
   low.set_fast_forward_align(Chunk::kReaders, static_cast<int>(impl_->height_refresh()), &impl_->next);
+  low.set_fast_forward_hbm_chunks([impl = impl_](int64_t addr) { return impl->hbm_chunk_of(addr); });
 }
-Scheduler::~Scheduler() { delete impl_; }
+Scheduler::~Scheduler() {
+  impl_->low.set_fast_forward_align(1, 1, nullptr);  // (they point into this scheduler)
+  impl_->low.set_fast_forward_hbm_chunks(nullptr);
+  delete impl_;
+}
 void Scheduler::run() { impl_->run(); }
 bool Scheduler::prepare() { return impl_->prepare(); }
 sim::Ps Scheduler::next_start() const { return impl_->pick_start; }
