@@ -79,6 +79,15 @@ Result run(const std::string& json, bool fast_forward, bool numerics = false, in
   return r;
 }
 
+/// Every stat of the full run `full` equal in `ff` (but fast_forward.*, which counts what was skipped).
+void check_same_stats(const Result& full, const Result& ff) {
+  for (const auto& [name, v] : full.stats) {
+    if (name.rfind("fast_forward.", 0) == 0) continue;
+    INFO(name);
+    CHECK(ff.stats.at(name) == v);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("fast-forward: a steady loop gives every stat of the full simulation", "[fast_forward]") {
@@ -97,11 +106,7 @@ TEST_CASE("fast-forward: a steady loop gives every stat of the full simulation",
     CHECK(ff.instructions == full.instructions);
     CHECK(ff.lowered == full.lowered);
     CHECK(ff.instructions == 56000);
-    for (const auto& [name, v] : full.stats) {
-      if (name.rfind("fast_forward.", 0) == 0) continue;
-      INFO(name);
-      CHECK(ff.stats.at(name) == v);
-    }
+    check_same_stats(full, ff);
     REQUIRE(ff.lines.size() == full.lines.size());
     for (size_t i = 0; i < full.lines.size(); ++i) {
       CHECK(ff.lines[i].loc.line == full.lines[i].loc.line);
@@ -133,11 +138,7 @@ TEST_CASE("fast-forward: a recurrence through HBM is simulated whole, an in-plac
     const std::string k = softmax_kernel(8000, idx, idx, -1, true);
     const Result full = run(k, false), ff = run(k, true);
     CHECK(ff.stats.at("fast_forward.skipped_instructions") >= 30000);
-    for (const auto& [name, v] : full.stats) {
-      if (name.rfind("fast_forward.", 0) == 0) continue;
-      INFO(name);
-      CHECK(ff.stats.at(name) == v);
-    }
+    check_same_stats(full, ff);
   }
 }
 
@@ -271,11 +272,7 @@ TEST_CASE("fast-forward: random loop kernels without cross-iteration dependencie
     const Result full = run(k, false, false, 0, window), ff = run(k, true, false, 0, window);
     CHECK(ff.instructions == full.instructions);
     if (ff.stats.at("fast_forward.skipped_instructions") > 0) ++skipped_some;
-    for (const auto& [name, v] : full.stats) {
-      if (name.rfind("fast_forward.", 0) == 0) continue;
-      INFO(name);
-      CHECK(ff.stats.at(name) == v);
-    }
+    check_same_stats(full, ff);
   }
   CHECK(skipped_some >= 6);  // most of them repeat (iterations of 4 to 10 instructions; a 4096 window needs more)
 }
@@ -307,11 +304,7 @@ TEST_CASE("fast-forward: a matmul loop under TensorE's power throttle gives the 
   const Result full = run(k, false, false, 0, two), ff = run(k, true, false, 0, two);
   CHECK(full.stats.at("tensor.throttled_time") > 0);  // the throttle is at work
   CHECK(ff.stats.at("fast_forward.skipped_instructions") > 50000);  // of 84,001
-  for (const auto& [name, v] : full.stats) {
-    if (name.rfind("fast_forward.", 0) == 0) continue;
-    INFO(name);
-    CHECK(ff.stats.at(name) == v);
-  }
+  check_same_stats(full, ff);
 }
 
 TEST_CASE("fast-forward: a loop switching ScalarE's activation tables counts the repeats' table loads",
@@ -337,11 +330,7 @@ TEST_CASE("fast-forward: a loop switching ScalarE's activation tables counts the
   const Result full = run(k, false), ff = run(k, true);
   CHECK(full.stats.at("engine.scalar.act_table_load_count") == n / 2);
   CHECK(ff.stats.at("fast_forward.skipped_instructions") > 10000);  // of 30,000
-  for (const auto& [name, v] : full.stats) {
-    if (name.rfind("fast_forward.", 0) == 0) continue;
-    INFO(name);
-    CHECK(ff.stats.at(name) == v);
-  }
+  check_same_stats(full, ff);
 }
 
 TEST_CASE("fast-forward: a skip spans whole refreshes of the scheduler's heights in admissions, not instructions",
@@ -390,11 +379,7 @@ TEST_CASE("fast-forward: a skip spans whole refreshes of the scheduler's heights
   const std::vector<std::string> window{"compiler.window=64"};
   const Result full = run(k, false, false, 0, window, "trn3"), ff = run(k, true, false, 0, window, "trn3");
   CHECK(ff.stats.at("fast_forward.skipped_instructions") > 60000);  // of 84,003
-  for (const auto& [name, v] : full.stats) {
-    if (name.rfind("fast_forward.", 0) == 0) continue;
-    INFO(name);
-    CHECK(ff.stats.at(name) == v);
-  }
+  check_same_stats(full, ff);
 }
 
 TEST_CASE("fast-forward: a loop whose iterations share the scheduler's HBM chunks is simulated whole",
@@ -422,11 +407,7 @@ TEST_CASE("fast-forward: a loop whose iterations share the scheduler's HBM chunk
   {"op": "dma_copy", "dst": {"tensor": "y", "index": ["b + 2", {"start": 0, "size": 64}, {"start": 0, "size": 64}]}, "src": "t5", "loc": {"file": "r.py", "line": 6}}]}}]})";
   const Result full = run(k, false), ff = run(k, true);
   CHECK(ff.stats.at("fast_forward.skipped_instructions") == 0);
-  for (const auto& [name, v] : full.stats) {
-    if (name.rfind("fast_forward.", 0) == 0) continue;
-    INFO(name);
-    CHECK(ff.stats.at(name) == v);
-  }
+  check_same_stats(full, ff);
   REQUIRE(ff.lines.size() == full.lines.size());
   for (size_t i = 0; i < full.lines.size(); ++i) CHECK(ff.lines[i].instr_time == full.lines[i].instr_time);
   // (Rows of whole chunks are still skipped: the first test case, [128, 512] bf16 rows of 128 KiB.)
