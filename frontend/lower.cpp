@@ -782,7 +782,10 @@ void Lowering::fast_forward_start(const Loop& l) {
   ff_.depth = stack_.size();
   ff_.iters = 0;
   ff_.period = 0;
-  ff_.run.fill(0);
+  ff_.periods.clear();
+  for (int p = 1; p <= FastForward::kMaxPeriod; ++p) ff_.periods.push_back(p);
+  ff_.run.assign(ff_.periods.size(), 0);
+  ff_.ring.assign(static_cast<size_t>(FastForward::kMaxPeriod), {});
   ff_.last = {emitted_, sim_.instructions(), ff_admitted_ ? *ff_admitted_ : emitted_, sim_.local_time(), 0};
   ff_.hbm_cur.clear();
   ff_.hbm_prev.clear();
@@ -847,6 +850,29 @@ void Lowering::fast_forward_start(const Loop& l) {
   }
 }
 
+void Lowering::ff_long_periods(const FastForward::Step& step, int64_t left) {
+  // A skip spans a whole number of `cycle` iterations: of the rotating buffers and the scheduler's reader lists
+  // (align), of its critical-path refreshes (every ff_admit_align_ admissions) and of the active-time unions'
+  // folds (every fold_every() instructions), for a body of step.admitted admissions and step.emitted
+  // instructions. The refreshes reorder ties, so the steps of a loop can repeat every few iterations between
+  // them and only every `cycle` iterations across them (the NKI tutorial's RMSNorm: 4 between refreshes, 1,536
+  // across them): those periods are looked for too, where `left` iterations leave room to see one twice, then
+  // sample one and skip one (a loop instance too short for them keeps the short ring).
+  auto every = [](int64_t unit, int64_t per_iter) { return per_iter > 0 ? unit / std::gcd(unit, per_iter) : 1; };
+  const auto fold = static_cast<int64_t>(engines::RunStats::fold_every());
+  const int64_t cycle = std::lcm(std::lcm(ff_.align, every(ff_admit_align_, static_cast<int64_t>(step.admitted))),
+                                 every(fold, static_cast<int64_t>(step.emitted)));
+  for (int64_t q = 1; q <= FastForward::kMaxPeriod && cycle <= FastForward::kMaxLongPeriod; ++q) {
+    const int64_t p = std::lcm(q, cycle);
+    if (p > FastForward::kMaxPeriod && p <= FastForward::kMaxLongPeriod && 4 * p <= left &&
+        std::find(ff_.periods.begin(), ff_.periods.end(), p) == ff_.periods.end())
+      ff_.periods.push_back(p);
+  }
+  std::sort(ff_.periods.begin(), ff_.periods.end());
+  ff_.run.assign(ff_.periods.size(), 0);
+  ff_.ring.assign(static_cast<size_t>(ff_.periods.back()), {});
+}
+
 void Lowering::ff_note_hbm(const Instr& in, const Extents& ext) {
   if (!ff_chunk_of_ || ff_.hbm_shared) return;
   const isa::OpInfo& info = isa::op_info(in.op);
@@ -894,13 +920,13 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   ff_.hbm_cur.clear();
   if (ff_.hbm_shared) return stop_following();
   if (step.emitted == 0) return stop_following();
-  for (int p = 1; p <= FastForward::kMaxPeriod; ++p) {
-    const auto pi = static_cast<size_t>(p);
-    ff_.run[pi] = ff_.iters > p && ff_.ring[static_cast<size_t>((ff_.iters - p) % FastForward::kMaxPeriod)] == step
-                      ? ff_.run[pi] + 1
-                      : 0;
+  if (ff_.iters == 1) ff_long_periods(step, iterations_left(l, v));
+  const auto ring = static_cast<int64_t>(ff_.ring.size());
+  for (size_t i = 0; i < ff_.periods.size(); ++i) {
+    const int64_t p = ff_.periods[i];
+    ff_.run[i] = ff_.iters > p && ff_.ring[static_cast<size_t>((ff_.iters - p) % ring)] == step ? ff_.run[i] + 1 : 0;
   }
-  ff_.ring[static_cast<size_t>(ff_.iters % FastForward::kMaxPeriod)] = step;
+  ff_.ring[static_cast<size_t>(ff_.iters % ring)] = step;
   // Repeating steps over `need` iterations, enough for the scheduler's window to turn over kWindowTurns times,
   // before each sample; `need` iterations are also left to simulate at the end.
   const int64_t window = std::max<int64_t>(1, sim_.params().schedule_window);
@@ -910,10 +936,14 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   const int64_t left = iterations_left(l, v);
   if (left < 2 * need) return stop_following();  // too few left to gain anything
   if (ff_.period == 0) {
-    if (ff_.iters > FastForward::kGiveUp * need) return stop_following();  // not periodic: give up on this instance
-    for (int p = 1; p <= FastForward::kMaxPeriod; ++p) {
-      if (ff_.run[static_cast<size_t>(p)] < need) continue;
-      ff_.period = p;
+    // Not periodic: give up on this instance (a long period needs two of its lengths to show itself).
+    const int64_t longest = ff_.periods.back() > FastForward::kMaxPeriod ? ff_.periods.back() : 0;
+    if (ff_.iters > FastForward::kGiveUp * need + 2 * longest) return stop_following();
+    for (size_t i = 0; i < ff_.periods.size(); ++i) {
+      // Repeating for `need` iterations and, for a long period, for a whole period (the steps seen twice).
+      if (ff_.run[i] < std::max(need, ff_.periods[i])) continue;
+      ff_.period = ff_.periods[i];
+      ff_.period_at = i;
       ff_.at_a = ff_.iters;
       ff_.abs_a = now;
       sim_.sample_stats((*ff_.samples)[0]);
@@ -922,11 +952,11 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
     return;
   }
   const int64_t since = ff_.iters - ff_.at_a;
-  if (ff_.run[static_cast<size_t>(ff_.period)] < need + since) {  // the repetition broke: measure again
+  if (ff_.run[ff_.period_at] < need + since) {  // the repetition broke: measure again
     ff_.period = 0;
     return;
   }
-  const int64_t span = std::lcm(static_cast<int64_t>(ff_.period), ff_.align);
+  const int64_t span = std::lcm(ff_.period, ff_.align);
   // Whole cycles of counted state: the active-time unions' folds (every fold_every() instructions) and the
   // scheduler's refreshes (every ff_admit_align_ admissions; an nc_matmul's two instructions are one admission,
   // so a span of whole refreshes in instructions was not one in admissions: the ties after the skip went the

@@ -275,7 +275,10 @@ class Lowering {
   void ff_note_hbm(const isa::Instr& in, const Extents& ext);
   /// Fast-forward state (docs/timing-model.md, "Fast-forward"): the loop instance followed.
   struct FastForward {
-    static constexpr int kMaxPeriod = 8;         ///< longest period of the steps looked for (iterations)
+    static constexpr int kMaxPeriod = 8;         ///< longest short period of the steps looked for (iterations)
+    /// Longest long period looked for (iterations): lcm(q, cycle) for q <= kMaxPeriod, where `cycle` is the
+    /// fewest iterations a skip may span (rotating buffers, the scheduler's refreshes, the unions' folds).
+    static constexpr int64_t kMaxLongPeriod = 16384;
     static constexpr int64_t kMinLoop = 64;      ///< loop instances with fewer iterations left are not followed
     static constexpr int64_t kWindowTurns = 2;   ///< `need`: repeating steps over this many scheduler windows,
     static constexpr int64_t kMinNeed = 16;      ///< and at least this many iterations
@@ -307,15 +310,21 @@ class Lowering {
       bool operator==(const Step&) const = default;
     };
     Step last;                                 ///< absolute values at the previous boundary
-    std::array<Step, kMaxPeriod> ring{};       ///< the last steps, by iters % kMaxPeriod
-    std::array<int64_t, kMaxPeriod + 1> run{}; ///< run[p]: steps in a row equal to the step p before
-    int period = 0;                            ///< 0: not periodic yet; else sample a is taken
+    /// The periods looked for: 1 to kMaxPeriod, then (from the first step) the long ones, ascending.
+    std::vector<int64_t> periods;
+    std::vector<int64_t> run;                  ///< run[i]: steps in a row equal to the step periods[i] before
+    std::vector<Step> ring;                    ///< the last steps, by iters % ring.size() (>= the longest period)
+    int64_t period = 0;                        ///< 0: not periodic yet; else sample a is taken
+    size_t period_at = 0;                      ///< its index in `periods`
     int64_t at_a = 0;
     Step abs_a;
     /// The counters at samples a and b, made when a loop is first followed (a sample is a copy of the
     /// run's counters, whose interval unions reserve ~160 KB: runs without fast-forward do not pay it).
     std::unique_ptr<std::array<engines::RunStats::Sample, 2>> samples;
   } ff_;
+  /// At the first step of a loop instance followed, `left` iterations left: add the long periods to look for
+  /// (FastForward::periods).
+  void ff_long_periods(const FastForward::Step& step, int64_t left);
 };
 
 }  // namespace nsim::frontend

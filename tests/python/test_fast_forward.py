@@ -90,6 +90,24 @@ def test_kernel_option_reaches_the_simulator():
     assert ctx.stat("fast_forward.skipped_instructions") == ff.stat("fast_forward.skipped_instructions")
 
 
+def test_the_nki_tutorial_rmsnorm_is_skipped_across_the_schedulers_refreshes():
+    # The Beta 1 tutorial RMSNorm as published (tests/python/kernels/beta1_rmsnorm.py), 8,000 row tiles of [128, 512]
+    # bf16, 12 instructions per iteration. Its steps repeat every 4 iterations only between two refreshes of the
+    # list scheduler's heights, and as a whole every 1,536 iterations (lcm(6, 512 / gcd(512, 11 admissions),
+    # 8 / gcd(8, 12))): that period shows itself twice by iteration ~4,850, and one period is skipped (1,536 x 12
+    # instructions). With periods of 1 to 8 iterations only, nothing was.
+    from conftest import beta1_sample
+    with beta1_sample("beta1_rmsnorm.py") as (mod, *_):
+        a = np.broadcast_to(np.zeros((), ml_dtypes.bfloat16), (128 * 8000, 512))  # timing-only: never read
+        g = np.zeros((1, 512), ml_dtypes.bfloat16)
+        _, full = mod.nki_rmsnorm_kernel.options(timing_only=True).simulate(a, g)
+        _, ff = mod.nki_rmsnorm_kernel.options(timing_only=True, fast_forward=True).simulate(a, g)
+    assert ff.stat("fast_forward.skipped_instructions") == 1536 * 12
+    a, b = _flat(full.stats), _flat(ff.stats)
+    assert [n for n in a if a[n] != b[n]] == ["fast_forward.skipped_instructions"]
+    assert ff.lines == full.lines
+
+
 @pytest.mark.skipif(not os.path.exists(__import__("conftest").NSIM_BIN), reason="nsim CLI not built")
 def test_cli(tmp_path):
     import subprocess

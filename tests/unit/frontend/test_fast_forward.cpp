@@ -413,6 +413,56 @@ TEST_CASE("fast-forward: a loop whose iterations share the scheduler's HBM chunk
   // (Rows of whole chunks are still skipped: the first test case, [128, 512] bf16 rows of 128 KiB.)
 }
 
+TEST_CASE("fast-forward: a loop whose steps repeat only across the scheduler's refreshes is skipped",
+          "[fast_forward]") {
+  // The NKI tutorial's RMSNorm (Beta 1) as nsim's tracer writes it: 12 instructions per iteration in 11 window
+  // entries, DMA-bound. Between two refreshes of the list scheduler's critical-path heights (every 512
+  // admissions, ~46.5 iterations) its steps repeat every 4 iterations; each refresh reorders ties and the pattern
+  // settles again some iterations later, so no period of 1 to 8 iterations holds for `need` (171) iterations and
+  // before the long periods nothing was skipped. Across refreshes the steps repeat every lcm(6 (reader lists),
+  // 512 / gcd(512, 11), 8 / gcd(8, 12)) = 1,536 iterations (measured: from iteration ~1,780 on); that period is
+  // looked for too: it shows itself (two equal periods) by iteration ~4,850, sample b is one period later, and of
+  // the ~1,600 iterations left one period is skipped (1,536 x 12 = 18,432 instructions), the rest simulated.
+  const std::string k = R"({"nsim_kernel": 1, "name": "rmsnorm_kernel", "tensors": [
+ {"name": "a_tensor", "buffer": "hbm", "kind": "input", "dtype": "bfloat16", "shape": [1024000, 512]},
+ {"name": "g_tensor", "buffer": "hbm", "kind": "input", "dtype": "bfloat16", "shape": [512]},
+ {"name": "out_tensor", "buffer": "hbm", "kind": "output", "dtype": "bfloat16", "shape": [1024000, 512]}],
+ "body": [
+  {"alloc": {"name": "g_tile", "buffer": "sbuf", "dtype": "bfloat16", "shape": [1, 512]}},
+  {"op": "dma_copy", "dst": "g_tile", "src": "g_tensor", "loc": {"file": "rms.py", "line": 6}},
+  {"loop": {"var": "i", "start": 0, "stop": 8000, "step": 1, "kind": "affine", "body": [
+   {"alloc": {"name": "a_tile", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 512]}},
+   {"op": "dma_copy", "dst": "a_tile", "src": {"tensor": "a_tensor", "index": [{"start": "128*i", "size": 128}, {"start": 0, "size": 512}]}, "loc": {"file": "rms.py", "line": 8}},
+   {"alloc": {"name": "sq", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 512]}},
+   {"op": "activation", "dst": "sq", "data": "a_tile", "act": "square", "loc": {"file": "rms.py", "line": 9}},
+   {"alloc": {"name": "sq_sum", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 1]}},
+   {"op": "tensor_reduce", "dst": "sq_sum", "data": "sq", "alu0": "add", "loc": {"file": "rms.py", "line": 9}},
+   {"alloc": {"name": "mean", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 1]}},
+   {"op": "tensor_scalar", "dst": "mean", "data": "sq_sum", "alu0": "divide", "flags": ["has_imm0"], "imm": [512.0, 0.0, 1.0, 0.0], "loc": {"file": "rms.py", "line": 10}},
+   {"alloc": {"name": "rms_rec", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 1]}},
+   {"op": "activation", "dst": "rms_rec", "data": "mean", "act": "rsqrt", "loc": {"file": "rms.py", "line": 10}},
+   {"alloc": {"name": "out_tile", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 512]}},
+   {"op": "tensor_scalar", "dst": "out_tile", "data": "a_tile", "operand0": "rms_rec", "alu0": "multiply", "loc": {"file": "rms.py", "line": 11}},
+   {"alloc": {"name": "ones", "buffer": "sbuf", "dtype": "bfloat16", "shape": [1, 128]}},
+   {"op": "memset", "dst": "ones", "imm": [1.0], "loc": {"file": "rms.py", "line": 12}},
+   {"alloc": {"name": "g_bc", "buffer": "sbuf", "dtype": "bfloat16", "shape": [128, 512]}},
+   {"alloc": {"name": "g_ps", "buffer": "psum", "dtype": "float32", "shape": [128, 512]}},
+   {"op": "nc_matmul", "dst": "g_ps", "stationary": "ones", "moving": "g_tile", "loc": {"file": "rms.py", "line": 12}},
+   {"op": "tensor_copy", "dst": "g_bc", "src": "g_ps", "loc": {"file": "rms.py", "line": 12}},
+   {"op": "tensor_tensor", "dst": "out_tile", "data1": "out_tile", "data2": "g_bc", "alu0": "multiply", "loc": {"file": "rms.py", "line": 12}},
+   {"op": "dma_copy", "dst": {"tensor": "out_tensor", "index": [{"start": "128*i", "size": 128}, {"start": 0, "size": 512}]}, "src": "out_tile", "loc": {"file": "rms.py", "line": 13}}
+  ]}}]})";
+  const Result full = run(k, false), ff = run(k, true);
+  CHECK(full.instructions == 96001);  // 12 x 8,000 and the load of g
+  CHECK(ff.stats.at("fast_forward.skipped_instructions") == 1536 * 12);
+  check_same_stats(full, ff);
+  REQUIRE(ff.lines.size() == full.lines.size());
+  for (size_t i = 0; i < full.lines.size(); ++i) {
+    CHECK(ff.lines[i].instructions == full.lines[i].instructions);
+    CHECK(ff.lines[i].instr_time == full.lines[i].instr_time);
+  }
+}
+
 TEST_CASE("fast-forward: a huge loop is counted while its counters fit, simulated beyond", "[fast_forward]") {
   // One [128, f] fp32 tensor_scalar per iteration on a tile allocated before the loop.
   auto kernel = [](int64_t n, int f = 64) {
