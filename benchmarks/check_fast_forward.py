@@ -6,6 +6,9 @@ at a random HBM row expression (b, b + 1, b + 2, 2 * b, 0), one to three element
 b + 1, 2 * b + 1, 0, or the load's own expression). Loads from y through another expression than the store's make a
 dependency between iterations through HBM, which fast-forward must not skip over.
 
+``--misalign 1024`` puts every tensor 1 KiB off the 4 KiB chunks of the simulator's HBM dependency tracking, so that
+consecutive rows share a chunk at their boundary.
+
 ``--kind rich``: loops over [P, f] tiles (P 64, 96 or 128; fp32 or bf16) whose bodies mix 1 to 6 pieces: ScalarE
 activations (exp, tanh, copy; with a reduction, with a bias), element-wise ops on VectorE / ScalarE / GpSimd,
 reductions, nc_matmul into PSUM (one, or accumulated by an inner loop), TensorE transposes, affine_select, half-tile
@@ -326,6 +329,9 @@ def main():
     ap.add_argument("--kernels", type=int, default=40)
     ap.add_argument("--first", type=int, default=0, help="first seed")
     ap.add_argument("--iterations", type=int, default=3000)
+    ap.add_argument("--misalign", type=int, default=0, metavar="BYTES",
+                    help="put an unused input tensor of BYTES bytes (a multiple of 4) first, so that the others start "
+                         "off the 4 KiB chunks of the simulator's HBM dependency tracking (HBM tensors are 64 B aligned)")
     a = ap.parse_args()
     different = skipping = rejected = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -335,6 +341,9 @@ def main():
                 k, config, overrides, desc = rich_kernel(seed, a.iterations, a.kind == "wide")
             else:
                 (k, desc), config, overrides = kernel(seed, a.iterations), "trn2", []
+            if a.misalign:
+                k["tensors"].insert(0, {"name": "pad", "buffer": "hbm", "kind": "input", "dtype": "float32",
+                                        "shape": [a.misalign // 4]})
             with open(path, "w") as fh:
                 json.dump(k, fh)
             full, error = stats(a.nsim, path, False, tmp, config, overrides)

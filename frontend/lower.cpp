@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <optional>
 
@@ -788,8 +789,12 @@ void Lowering::fast_forward_start(const Loop& l) {
   ff_.ring.assign(static_cast<size_t>(FastForward::kMaxPeriod), {});
   ff_.last = {emitted_, sim_.instructions(), ff_admitted_ ? *ff_admitted_ : emitted_, sim_.local_time(), 0};
   ff_.hbm_cur.clear();
-  ff_.hbm_prev.clear();
-  ff_.hbm_shared = false;
+  ff_.hbm_hist.resize(static_cast<size_t>(FastForward::kHbmHistory));
+  for (std::vector<FastForward::HbmTouch>& h : ff_.hbm_hist) h.clear();
+  ff_.hbm_stride.clear();
+  ff_.hbm_shared = ff_.hbm_dep_shared = false;
+  ff_.hbm_steady = true;
+  ff_.hbm_align = 1;
   // Tiles allocated in the body: how often per iteration (their rotating buffer advances that much).
   ff_.allocs.clear();
   ff_.align = ff_align_;
@@ -874,16 +879,99 @@ void Lowering::ff_long_periods(const FastForward::Step& step, int64_t left) {
 }
 
 void Lowering::ff_note_hbm(const Instr& in, const Extents& ext) {
-  if (!ff_chunk_of_ || ff_.hbm_shared) return;
+  if (!ff_hbm_.chunk_of || ff_.hbm_cur.size() > FastForward::kMaxHbmTouches) return;
   const isa::OpInfo& info = isa::op_info(in.op);
   for (int i = 0; i < info.num_slots; ++i) {
     const auto [lo, hi] = ext[static_cast<size_t>(i)];
     if (!in.slot(i).present() || in.slot(i).space != isa::Space::kHbm || hi <= lo) continue;
-    const int64_t c0 = ff_chunk_of_(lo);
+    const auto [c0, shift] = ff_hbm_.chunk_of(lo);
     if (c0 < 0) continue;  // a tensor the scheduler does not track (read-only)
-    ff_.hbm_cur.push_back({c0, ff_chunk_of_(hi - 1), lo, hi});
+    ff_.hbm_cur.push_back({c0, ff_hbm_.chunk_of(hi - 1).first, lo, hi, shift});
   }
-  if (ff_.hbm_cur.size() > FastForward::kMaxHbmTouches) ff_.hbm_shared = true;  // (too many to compare: not skipped)
+  if (ff_.hbm_cur.size() > FastForward::kMaxHbmTouches)  // (too many to compare: not skipped)
+    ff_.hbm_shared = true, ff_.hbm_steady = false;
+}
+
+void Lowering::ff_hbm_step() {
+  using Touch = FastForward::HbmTouch;
+  const auto hist = [&](int64_t it) -> std::vector<Touch>& {
+    return ff_.hbm_hist[static_cast<size_t>(it % FastForward::kHbmHistory)];
+  };
+  if (ff_.iters >= 2) {
+    const std::vector<Touch>& cur = ff_.hbm_cur;
+    const std::vector<Touch>& prev = hist(ff_.iters - 1);
+    const int64_t dep = std::max<int64_t>(1, sim_.params().hbm_dep_chunk_bytes);
+    for (size_t i = 0; i < cur.size(); ++i)
+      for (size_t j = 0; j < prev.size(); ++j) {
+        const Touch &a = cur[i], &b = prev[j];
+        if (a.lo == b.lo && a.hi == b.hi) {
+          // The same bytes in both: fine for an access that stays put; through two accesses, one of which must
+          // move, the scheduler would order them by their footprints, which a move of the states does not shift.
+          if (i != j) ff_.hbm_steady = false;
+          continue;
+        }
+        if (a.lo < b.hi && b.lo < a.hi) ff_.hbm_steady = false;  // overlapping bytes (as above)
+        if (a.c0 <= b.c1 && b.c0 <= a.c1) ff_.hbm_shared = true;
+        ff_.hbm_dep_shared |= a.lo / dep <= (b.hi - 1) / dep && b.lo / dep <= (a.hi - 1) / dep;
+      }
+    // Two iterations in one chunk of the simulator's dependency tracker (4 KiB) as well: a skip moves no tracker
+    // state, so the scheduler's chunk states are not moved for them.
+    if (ff_.hbm_shared && ff_.hbm_dep_shared) ff_.hbm_steady = false;
+    if (cur.size() != prev.size()) ff_.hbm_steady = false;
+    const bool first = ff_.hbm_stride.empty();
+    if (ff_.hbm_steady) ff_.hbm_stride.resize(cur.size());
+    for (size_t i = 0; ff_.hbm_steady && i < cur.size(); ++i) {
+      const Touch &a = cur[i], &b = prev[i];
+      const int64_t stride = a.lo - b.lo;
+      // A constant stride, forwards, each access past the bytes of its previous one (a skip moves whole chunks).
+      if (a.hi - b.hi != stride || a.shift != b.shift || stride < 0 || (stride > 0 && stride < a.hi - a.lo) ||
+          (!first && ff_.hbm_stride[i] != stride)) {
+        ff_.hbm_steady = false;
+        break;
+      }
+      ff_.hbm_stride[i] = stride;
+      const int64_t chunk = int64_t{1} << a.shift;
+      if (stride > 0) ff_.hbm_align = std::lcm(ff_.hbm_align, chunk / std::gcd(chunk, stride));
+    }
+    if (ff_.hbm_align > FastForward::kMaxAlign) ff_.hbm_steady = false;
+  }
+  hist(ff_.iters).swap(ff_.hbm_cur);
+  ff_.hbm_cur.clear();
+}
+
+bool Lowering::ff_hbm_moves(int64_t skip, std::vector<std::pair<int64_t, int64_t>>& moves) const {
+  // Iteration i + skip of the full run finds in its chunks what iteration i left in the same chunks moved by
+  // skip x stride bytes (a whole number of chunks: hbm_align). The last iterations whose chunks the iterations
+  // after the skip still reach - chunk / stride + 1 of them per access - have their chunks' states moved there.
+  // A chunk also reached by an access of another stride (one that stays put, or walks at another pace) would move
+  // with only part of its history: then no skip.
+  moves.clear();
+  const std::vector<FastForward::HbmTouch>& last =
+      ff_.hbm_hist[static_cast<size_t>(ff_.iters % FastForward::kHbmHistory)];
+  if (ff_.hbm_stride.size() != last.size()) return false;
+  int64_t reach = 1;  // iterations back whose chunks move
+  for (size_t i = 0; i < last.size(); ++i)
+    if (ff_.hbm_stride[i] > 0) {
+      const int64_t chunk = int64_t{1} << last[i].shift;
+      reach = std::max(reach, (chunk + ff_.hbm_stride[i] - 1) / ff_.hbm_stride[i] + 1);
+    }
+  if (reach >= FastForward::kHbmHistory || reach > ff_.iters) return false;
+  std::map<int64_t, int64_t> stride_of;  // chunk -> the stride of the accesses reaching it
+  for (int64_t j = 0; j < reach; ++j) {
+    const std::vector<FastForward::HbmTouch>& h =
+        ff_.hbm_hist[static_cast<size_t>((ff_.iters - j) % FastForward::kHbmHistory)];
+    if (h.size() != last.size()) return false;
+    for (size_t i = 0; i < h.size(); ++i) {
+      const int64_t stride = ff_.hbm_stride[i];
+      for (int64_t c = h[i].c0; c <= h[i].c1; ++c)
+        if (stride_of.emplace(c, stride).first->second != stride) return false;
+      if (stride == 0) continue;
+      const int64_t bytes = skip * stride, chunk = int64_t{1} << h[i].shift;
+      if (bytes % chunk != 0) return false;
+      for (int64_t c = h[i].c0; c <= h[i].c1; ++c) moves.emplace_back(c, c + bytes / chunk);
+    }
+  }
+  return true;
 }
 
 void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
@@ -912,13 +1000,9 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
     f.ff_done = true;
     ff_.depth = 0;
   };
-  // The iteration just lowered against the one before it: one list scheduler chunk at different bytes (ff_note_hbm).
-  for (const FastForward::HbmTouch& a : ff_.hbm_cur)
-    for (const FastForward::HbmTouch& b : ff_.hbm_prev)
-      if (a.c0 <= b.c1 && b.c0 <= a.c1 && (a.lo != b.lo || a.hi != b.hi)) ff_.hbm_shared = true;
-  ff_.hbm_prev.swap(ff_.hbm_cur);
-  ff_.hbm_cur.clear();
-  if (ff_.hbm_shared) return stop_following();
+  // The iteration just lowered against the one before it: one list scheduler chunk at different bytes, strides.
+  ff_hbm_step();
+  if (ff_.hbm_shared && !ff_.hbm_steady) return stop_following();
   if (step.emitted == 0) return stop_following();
   if (ff_.iters == 1) ff_long_periods(step, iterations_left(l, v));
   const auto ring = static_cast<int64_t>(ff_.ring.size());
@@ -956,7 +1040,7 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
     ff_.period = 0;
     return;
   }
-  const int64_t span = std::lcm(ff_.period, ff_.align);
+  const int64_t span = std::lcm(std::lcm(ff_.period, ff_.align), ff_.hbm_shared ? ff_.hbm_align : 1);
   // Whole cycles of counted state: the active-time unions' folds (every fold_every() instructions) and the
   // scheduler's refreshes (every ff_admit_align_ admissions; an nc_matmul's two instructions are one admission,
   // so a span of whole refreshes in instructions was not one in admissions: the ties after the skip went the
@@ -976,6 +1060,11 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   if (!engines::RunStats::repeats_fit((*ff_.samples)[0], (*ff_.samples)[1], static_cast<uint64_t>(k), dt))
     return stop_following();  // the counters would overflow (a loop of ~2^40 iterations): simulate it
   const int64_t skip = k * since;
+  if (ff_.hbm_shared) {  // the chunk states the last iterations left, moved to where the full run has them
+    std::vector<std::pair<int64_t, int64_t>> moves;
+    if (!ff_hbm_moves(skip, moves) || !ff_hbm_.move(moves, false)) return stop_following();
+    ff_hbm_.move(moves, true);
+  }
   sim_.add_repeats((*ff_.samples)[0], (*ff_.samples)[1], static_cast<uint64_t>(k), instrs, k * dt);
   v += skip * l.step;
   for (const auto& [t, n] : ff_.allocs) {

@@ -83,10 +83,18 @@ class Lowering {
     ff_admit_align_ = std::max(1, admissions);
     ff_admitted_ = admitted;
   }
-  /// The list scheduler's conflict chunk of HBM byte `addr` (an index over every tracked tensor), or -1 where it
-  /// tracks nothing (a tensor nothing writes): fast-forward does not skip over a loop whose consecutive iterations
-  /// touch one chunk at different bytes (fast_forward_at).
-  void set_fast_forward_hbm_chunks(std::function<int64_t(int64_t)> chunk_of) { ff_chunk_of_ = std::move(chunk_of); }
+  /// The list scheduler's HBM conflict chunks, for fast-forward over a loop whose consecutive iterations touch one
+  /// chunk at different bytes (rows smaller than a chunk; fast_forward_at): a skip moves the chunk states the last
+  /// iterations left to where the iterations after the skip find them in the full run.
+  struct HbmChunks {
+    /// The chunk of HBM byte `addr` (an index over every tracked tensor) and log2 of its size in bytes, or
+    /// {-1, 0} where the scheduler tracks nothing (a tensor nothing writes).
+    std::function<std::pair<int64_t, int>(int64_t)> chunk_of;
+    /// Whether chunk `to` of each (from, to) can take a copy of chunk `from`'s state: in from's tensor, no live
+    /// access in it, one `from` per `to`; with `apply`, make the copies (of the states before any copy).
+    std::function<bool(const std::vector<std::pair<int64_t, int64_t>>& moves, bool apply)> move;
+  };
+  void set_fast_forward_hbm_chunks(HbmChunks c) { ff_hbm_ = std::move(c); }
   /// Index (into Kernel::ops) of the op the last instruction from next() belongs to.
   int last_op() const { return last_op_; }
   /// The byte extents of the last instruction from next(), by slot (isa::slot_extent of each present
@@ -270,7 +278,7 @@ class Lowering {
 
   int ff_align_ = 1, ff_admit_align_ = 1;  ///< set_fast_forward_align
   const uint64_t* ff_admitted_ = nullptr;
-  std::function<int64_t(int64_t)> ff_chunk_of_;  ///< set_fast_forward_hbm_chunks
+  HbmChunks ff_hbm_;  ///< set_fast_forward_hbm_chunks
   /// Note the HBM accesses of an instruction lowered while a loop is followed (FastForward::hbm).
   void ff_note_hbm(const isa::Instr& in, const Extents& ext);
   /// Fast-forward state (docs/timing-model.md, "Fast-forward"): the loop instance followed.
@@ -285,6 +293,7 @@ class Lowering {
     static constexpr int64_t kGiveUp = 8;        ///< not periodic within kGiveUp x need iterations: stop
     static constexpr int64_t kMaxAlign = 64;     ///< iteration alignment beyond this: not followed
     static constexpr size_t kMaxHbmTouches = 256;  ///< HBM accesses per iteration compared (more: not skipped)
+    static constexpr int64_t kHbmHistory = 72;     ///< iterations whose HBM accesses are kept (> kMaxAlign + 1)
     int on = -1;            ///< -1: not decided yet (at the first boundary), 0 no, 1 yes
     size_t depth = 0;       ///< stack depth of the loop instance followed (0: none)
     int64_t iters = 0;      ///< boundaries of it seen since following began
@@ -292,16 +301,26 @@ class Lowering {
     std::vector<std::pair<size_t, int64_t>> allocs;  ///< tensor, alloc executions per iteration
     /// The body reads and writes an HBM tensor through different accesses (fast_forward_start): not followed.
     bool distance_dep = false;
-    /// The HBM accesses of this iteration and the last one in the list scheduler's chunks: (first chunk, last
-    /// chunk, bytes lo, bytes hi). Consecutive iterations touching one chunk at different bytes (rows smaller
-    /// than a chunk, a store to y[b] after y[b - 1]) leave state in that chunk that a skip would not carry: after
-    /// it the first iterations find their chunk empty where the full run finds the iterations before them
-    /// (their readers and writers order later accesses), and the ties after the skip go otherwise.
+    /// The HBM accesses of an iteration in the list scheduler's chunks: (first chunk, last chunk, bytes lo, bytes
+    /// hi, log2 of the chunk size). Consecutive iterations touching one chunk at different bytes (rows smaller
+    /// than a chunk, a store to y[b] after y[b - 1]) leave state in that chunk that the iterations after a skip
+    /// must find (its readers and writers order later accesses; found empty, the heights and the ties after the
+    /// skip went otherwise). Such a loop is skipped only where every access moves by a constant stride (`steady`)
+    /// and the skip moves those states along (ff_hbm_moves).
     struct HbmTouch {
       int64_t c0, c1, lo, hi;
+      int shift;
     };
-    std::vector<HbmTouch> hbm_cur, hbm_prev;
-    bool hbm_shared = false;
+    std::vector<HbmTouch> hbm_cur;                ///< the iteration being lowered
+    std::vector<std::vector<HbmTouch>> hbm_hist;  ///< the last kHbmHistory iterations', by iters % kHbmHistory
+    std::vector<int64_t> hbm_stride;              ///< per access: the bytes it moves per iteration
+    bool hbm_shared = false;                      ///< consecutive iterations touched one chunk at different bytes
+    bool hbm_dep_shared = false;                  ///< ... one chunk of the simulator's dependency tracker
+    /// Every access moves by a constant stride >= 0 (a moving one past its previous bytes), and no two iterations
+    /// share a chunk of the simulator's HBM dependency tracker where they share a scheduler chunk; hbm_align
+    /// iterations move each access by whole scheduler chunks.
+    bool hbm_steady = true;
+    int64_t hbm_align = 1;
     /// What one iteration did: instructions lowered and issued, time added, and the timing state after.
     struct Step {
       uint64_t emitted = 0, committed = 0, admitted = 0;
@@ -325,6 +344,12 @@ class Lowering {
   /// At the first step of a loop instance followed, `left` iterations left: add the long periods to look for
   /// (FastForward::periods).
   void ff_long_periods(const FastForward::Step& step, int64_t left);
+  /// At the end of an iteration: its HBM accesses against the previous iteration's (FastForward::hbm_shared,
+  /// hbm_steady, hbm_stride, hbm_align); they join the history.
+  void ff_hbm_step();
+  /// The chunk-state moves of a skip of `skip` iterations (FastForward::HbmTouch), or false where they would not
+  /// give the full run's states (a chunk reached by accesses of other strides, a move past its chunk grid).
+  bool ff_hbm_moves(int64_t skip, std::vector<std::pair<int64_t, int64_t>>& moves) const;
 };
 
 }  // namespace nsim::frontend

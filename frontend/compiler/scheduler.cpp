@@ -402,14 +402,63 @@ struct Scheduler::Impl {
     c.readers[c.nr++] = x.seq;
   }
 
-  /// The index in `hbm` of the chunk holding HBM byte `addr`, or -1 (no written tensor holds it: not tracked).
-  int64_t hbm_chunk_of(int64_t addr) const {
+  /// The index in `hbm` of the chunk holding HBM byte `addr` and log2 of its size, or {-1, 0} (no written tensor
+  /// holds it: not tracked).
+  std::pair<int64_t, int> hbm_chunk_of(int64_t addr) const {
     auto it = std::upper_bound(hbm_ranges.begin(), hbm_ranges.end(), addr,
                                [](int64_t v, const HbmRange& r) { return v < r.lo; });
-    if (it == hbm_ranges.begin()) return -1;
+    if (it == hbm_ranges.begin()) return {-1, 0};
     const HbmRange& r = *std::prev(it);
-    if (!r.written || addr >= r.hi) return -1;
-    return static_cast<int64_t>(r.first) + ((addr - r.lo) >> r.shift);
+    if (!r.written || addr >= r.hi) return {-1, 0};
+    return {static_cast<int64_t>(r.first) + ((addr - r.lo) >> r.shift), r.shift};
+  }
+
+  /// The written HBM tensor whose chunks hold `hbm[i]` (its index in hbm_ranges), or -1.
+  int64_t hbm_range_of_chunk(int64_t i) const {
+    for (size_t j = 0; j < hbm_ranges.size(); ++j) {
+      const HbmRange& r = hbm_ranges[j];
+      const auto n = (r.hi - r.lo + r.chunk - 1) / r.chunk;
+      if (r.written && i >= static_cast<int64_t>(r.first) && i < static_cast<int64_t>(r.first) + n)
+        return static_cast<int64_t>(j);
+    }
+    return -1;
+  }
+
+  /// Fast-forward's skip over a loop whose iterations share HBM chunks (Lowering::HbmChunks::move): chunk `to` of
+  /// each (from, to) takes a copy of chunk `from`'s state, as the iterations skipped would have left it. Possible
+  /// where each `to` lies in from's tensor, holds no live access (what an earlier access left there has issued:
+  /// it orders nothing, so only live entries matter) and has one `from`.
+  bool move_hbm_states(std::vector<std::pair<int64_t, int64_t>> moves, bool apply) {
+    std::sort(moves.begin(), moves.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    for (size_t i = 0; i < moves.size(); ++i) {
+      const auto [from, to] = moves[i];
+      if (i > 0 && moves[i - 1].second == to) {
+        if (moves[i - 1].first != from) return false;
+        continue;
+      }
+      const int64_t r = hbm_range_of_chunk(from);
+      if (r < 0 || hbm_range_of_chunk(to) != r) return false;
+      const HbmChunk& c = hbm_states.v[hbm[static_cast<size_t>(to)]];
+      bool quiet = c.writer == 0 || !live(c.writer - 1);
+      for (int j = 0; j < c.nr; ++j) quiet &= !live(c.readers[static_cast<size_t>(j)]);
+      for (int j = 0; j < c.nw; ++j) quiet &= !live(c.writers[static_cast<size_t>(j)]);
+      if (!quiet) return false;
+    }
+    if (!apply) return true;
+    moves.erase(std::unique(moves.begin(), moves.end()), moves.end());
+    if (hbm_states.v.size() + moves.size() >= hbm_states.limit) compact(hbm_states);
+    std::vector<HbmChunk> copies;  // the states before any move (a `to` may be another move's `from`)
+    copies.reserve(moves.size());
+    for (const auto& [from, to] : moves) copies.push_back(hbm_states.v[hbm[static_cast<size_t>(from)]]);
+    for (size_t i = 0; i < moves.size(); ++i) {
+      uint32_t& e = hbm[static_cast<size_t>(moves[i].second)];
+      if (e != 0) --hbm_states.v[e].refs;  // (states[0]'s count is not kept)
+      HbmChunk& c = hbm_states.v.emplace_back(copies[i]);
+      c.own0 = c.own1 = &e;
+      c.refs = 1;
+      e = static_cast<uint32_t>(hbm_states.v.size() - 1);
+    }
+    return true;
   }
 
   void access(const Instr& in, const Lowering::Extents& ext, int slot, Node& x, bool write) {
@@ -1013,11 +1062,15 @@ Scheduler::Scheduler(const Kernel& k, Lowering& low, Simulator& sim) : impl_(new
   // the end of each cycle, and the critical-path heights are refreshed every height_refresh() admissions
   // (ties between equal starts go by them): fast-forward keeps both phases by skipping whole cycles.
   low.set_fast_forward_align(Chunk::kReaders, static_cast<int>(impl_->height_refresh()), &impl_->next);
-  low.set_fast_forward_hbm_chunks([impl = impl_](int64_t addr) { return impl->hbm_chunk_of(addr); });
+  low.set_fast_forward_hbm_chunks(
+      {[impl = impl_](int64_t addr) { return impl->hbm_chunk_of(addr); },
+       [impl = impl_](const std::vector<std::pair<int64_t, int64_t>>& moves, bool apply) {
+         return impl->move_hbm_states(moves, apply);
+       }});
 }
 Scheduler::~Scheduler() {
   impl_->low.set_fast_forward_align(1, 1, nullptr);  // (they point into this scheduler)
-  impl_->low.set_fast_forward_hbm_chunks(nullptr);
+  impl_->low.set_fast_forward_hbm_chunks({});
   delete impl_;
 }
 void Scheduler::run() { impl_->run(); }

@@ -77,7 +77,8 @@ def test_kernel_option_reaches_the_simulator():
     # 2,000 iterations of 3 instructions; a list-scheduler window of 128 instructions (compiler.window) lets
     # the repetition show within a few hundred iterations (2 x 128 / 3 = 86 repeating iterations per sample,
     # the samples 192 iterations apart: whole cycles of the scheduler's 64-admission height refresh). Each tile is
-    # 64 KiB, one of the list scheduler's HBM chunks (smaller rows share chunks between iterations: not skipped).
+    # 64 KiB, one of the list scheduler's HBM chunks (smaller rows share chunks between iterations: skipped in whole
+    # chunks, their states moved along; docs/timing-model.md).
     x = np.zeros((128 * 2000, 256), ml_dtypes.bfloat16)
     small = {"compiler.window": 128}
     _, full = scale_rows.options(timing_only=True, overrides=small).simulate(x)

@@ -382,14 +382,16 @@ TEST_CASE("fast-forward: a skip spans whole refreshes of the scheduler's heights
   check_same_stats(full, ff);
 }
 
-TEST_CASE("fast-forward: a loop whose iterations share the scheduler's HBM chunks is simulated whole",
+TEST_CASE("fast-forward: a loop whose iterations share the scheduler's HBM chunks moves their states over a skip",
           "[fast_forward]") {
   // A random kernel of check_fast_forward.py (a variant of --kind wide, reduced): rows of [64, 64] bf16 (8 KiB),
   // 8 to a list-scheduler HBM chunk (64 KiB), so the store to y[b + 2] shares a chunk with the stores of the
-  // iterations before it, whose writers order later accesses. After a skip the first iterations found their
-  // chunk empty where the full run finds the iterations before them: the critical-path heights came out 1.13 us
-  // shorter, two GpSimd instructions starting together issued the other way round, and the per-line times
-  // differed (the total time the same). Such a loop is not skipped.
+  // iterations before it, whose writers order later accesses. A skip that left the chunk states where they were
+  // had the first iterations after it find their chunk empty where the full run finds the iterations before them:
+  // the critical-path heights came out 1.13 us shorter, two GpSimd instructions starting together issued the
+  // other way round, and the per-line times differed (the total time the same). Such loops were then simulated
+  // whole; now the skip (a multiple of 8 iterations: whole chunks) moves the states of the chunks the last
+  // 64 KiB / 8 KiB + 1 = 9 iterations touched by the skip's bytes (Lowering::ff_hbm_moves).
   const std::string k = R"({"nsim_kernel": 1, "name": "rows_loop", "tensors": [
  {"name": "x", "buffer": "hbm", "kind": "input", "dtype": "bfloat16", "shape": [3004, 64, 64]},
  {"name": "y", "buffer": "hbm", "kind": "output", "dtype": "bfloat16", "shape": [3004, 64, 64]}],
@@ -406,11 +408,10 @@ TEST_CASE("fast-forward: a loop whose iterations share the scheduler's HBM chunk
   {"op": "tensor_copy", "dst": "t5", "src": "t4", "engine": "gpsimd", "loc": {"file": "r.py", "line": 5}},
   {"op": "dma_copy", "dst": {"tensor": "y", "index": ["b + 2", {"start": 0, "size": 64}, {"start": 0, "size": 64}]}, "src": "t5", "loc": {"file": "r.py", "line": 6}}]}}]})";
   const Result full = run(k, false), ff = run(k, true);
-  CHECK(ff.stats.at("fast_forward.skipped_instructions") == 0);
+  CHECK(ff.stats.at("fast_forward.skipped_instructions") > 0);
   check_same_stats(full, ff);
   REQUIRE(ff.lines.size() == full.lines.size());
   for (size_t i = 0; i < full.lines.size(); ++i) CHECK(ff.lines[i].instr_time == full.lines[i].instr_time);
-  // (Rows of whole chunks are still skipped: the first test case, [128, 512] bf16 rows of 128 KiB.)
 }
 
 TEST_CASE("fast-forward: a loop whose steps repeat only across the scheduler's refreshes is skipped",
