@@ -25,6 +25,9 @@ sim::StatsRegistry Simulator::stats() const {
   auto pct = [&](Ps t) { return c_.end ? 100.0 * static_cast<double>(t) / static_cast<double>(c_.end) : 0.0; };
   r.add("fast_forward.skipped_instructions", static_cast<double>(skipped_instructions_), "count",
         "instructions of loop iterations counted as repeats, not simulated (SimOptions::fast_forward)");
+  for (size_t i = 0; i < engines::kFfOutcomes.size(); ++i)
+    r.add(std::string("fast_forward.loops.") + engines::kFfOutcomes[i].name, static_cast<double>(ff_outcomes_[i]), "count",
+          std::string("loop instances ") + engines::kFfOutcomes[i].what);
   r.add("total_exec_time", c_.end > c_.start ? sim::ps_to_ns(c_.end - c_.start) : 0.0, "ns",
         "first instruction start to the end of the last instruction or DMA packet");
   const Ps any_active = c_.any_active.total();

@@ -780,6 +780,18 @@ void Simulator::add_repeats(const engines::RunStats::Sample& a, const engines::R
   skipped_instructions_ += k * instructions;
 }
 
+void Simulator::note_fast_forward(int loop, const SourceLoc& loc, engines::FfOutcome o) {
+  const auto i = static_cast<size_t>(o);
+  ++ff_outcomes_[i];
+  for (auto it = ff_loops_.rbegin(); it != ff_loops_.rend(); ++it)  // (few loops; the latest most likely)
+    if (it->loop == loop) {
+      ++it->n[i];
+      return;
+    }
+  ff_loops_.push_back({loop, loc, {}});
+  ++ff_loops_.back().n[i];
+}
+
 void Simulator::finish() {
   numerics_done();
   sync_events();

@@ -27,6 +27,7 @@
 #include "engines/deps.h"
 #include "engines/dma/dma_engine.h"
 #include "engines/event_pipe.h"
+#include "engines/fast_forward.h"
 #include "engines/params.h"
 #include "engines/run_stats.h"
 #include "engines/sig_cache.h"
@@ -273,6 +274,15 @@ class Simulator {
                    uint64_t instructions, sim::Ps dt);
   /// Instructions counted by add_repeats (not simulated one by one).
   uint64_t skipped_instructions() const { return skipped_instructions_; }
+  /// What fast-forward made of an instance of loop `loop` (an index into the kernel's loops) at `loc`.
+  void note_fast_forward(int loop, const SourceLoc& loc, engines::FfOutcome o);
+  /// Per loop that fast-forward met, in the order met: its source location and its instances of each outcome.
+  struct FfLoop {
+    int loop = -1;
+    SourceLoc loc;
+    std::array<uint64_t, static_cast<size_t>(engines::FfOutcome::kCount)> n{};
+  };
+  const std::vector<FfLoop>& fast_forward_loops() const { return ff_loops_; }
 
   // ---- results
   /// Work attributed to one kernel source location.
@@ -429,6 +439,8 @@ class Simulator {
   std::vector<InstrListener> listeners_;
   uint64_t seq_ = 0;  ///< program-order index of the next instruction
   uint64_t skipped_instructions_ = 0;  ///< add_repeats
+  std::vector<FfLoop> ff_loops_;       ///< note_fast_forward
+  std::array<uint64_t, static_cast<size_t>(engines::FfOutcome::kCount)> ff_outcomes_{};  ///< summed over ff_loops_
   sim::Ps skipped_throttled_ = 0;      ///< add_repeats: TensorE throttled time of the repeats
   std::array<int64_t, 2> onchip_peak_{-1, -1};  ///< set_onchip_peak (SBUF, PSUM); -1 = not set
   std::unique_ptr<engines::DepTracker> asap_;

@@ -981,13 +981,18 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   Frame& f = stack_.back();
   if (ff_.depth && ff_.depth < d) return;  // a loop inside the one followed
   if (f.ff_done) return;
+  const int loop = static_cast<int>(&l - k_.loops.data());
   if (!ff_.depth) {
     if (iterations_left(l, v) < FastForward::kMinLoop) {
+      sim_.note_fast_forward(loop, l.loc, engines::FfOutcome::kShort);
       f.ff_done = true;
       return;
     }
     fast_forward_start(l);
-    if (ff_.align > FastForward::kMaxAlign || ff_.distance_dep) f.ff_done = true, ff_.depth = 0;
+    if (ff_.align > FastForward::kMaxAlign || ff_.distance_dep) {
+      sim_.note_fast_forward(loop, l.loc, ff_.distance_dep ? engines::FfOutcome::kRecurrence : engines::FfOutcome::kAlign);
+      f.ff_done = true, ff_.depth = 0;
+    }
     return;
   }
   FastForward::Step now{emitted_, sim_.instructions(), ff_admitted_ ? *ff_admitted_ : emitted_, sim_.local_time(),
@@ -996,14 +1001,15 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
                                now.admitted - ff_.last.admitted, now.time - ff_.last.time, now.digest};
   ff_.last = now;
   ++ff_.iters;
-  auto stop_following = [&] {
+  auto stop_following = [&](engines::FfOutcome o) {
+    sim_.note_fast_forward(loop, l.loc, o);
     f.ff_done = true;
     ff_.depth = 0;
   };
   // The iteration just lowered against the one before it: one list scheduler chunk at different bytes, strides.
   ff_hbm_step();
-  if (ff_.hbm_shared && !ff_.hbm_steady) return stop_following();
-  if (step.emitted == 0) return stop_following();
+  if (ff_.hbm_shared && !ff_.hbm_steady) return stop_following(engines::FfOutcome::kRowsShared);
+  if (step.emitted == 0) return stop_following(engines::FfOutcome::kEmpty);
   if (ff_.iters == 1) ff_long_periods(step, iterations_left(l, v));
   const auto ring = static_cast<int64_t>(ff_.ring.size());
   for (size_t i = 0; i < ff_.periods.size(); ++i) {
@@ -1018,11 +1024,11 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   const int64_t need =
       std::max(FastForward::kMinNeed, (FastForward::kWindowTurns * window + per_iter - 1) / per_iter);
   const int64_t left = iterations_left(l, v);
-  if (left < 2 * need) return stop_following();  // too few left to gain anything
+  if (left < 2 * need) return stop_following(engines::FfOutcome::kTooFewLeft);  // too few left to gain anything
   if (ff_.period == 0) {
     // Not periodic: give up on this instance (a long period needs two of its lengths to show itself).
     const int64_t longest = ff_.periods.back() > FastForward::kMaxPeriod ? ff_.periods.back() : 0;
-    if (ff_.iters > FastForward::kGiveUp * need + 2 * longest) return stop_following();
+    if (ff_.iters > FastForward::kGiveUp * need + 2 * longest) return stop_following(engines::FfOutcome::kNoPeriod);
     for (size_t i = 0; i < ff_.periods.size(); ++i) {
       // Repeating for `need` iterations and, for a long period, for a whole period (the steps seen twice).
       if (ff_.run[i] < std::max(need, ff_.periods[i])) continue;
@@ -1054,15 +1060,16 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   // keeping `need` iterations at the end to run as simulated (the loop's tail and what follows).
   const uint64_t instrs = now.committed - ff_.abs_a.committed;
   const int64_t k = (left - need) / since;
-  if (k < 1 || instrs != static_cast<uint64_t>(since) * step.emitted) return stop_following();
+  if (k < 1) return stop_following(engines::FfOutcome::kTooFewLeft);
+  if (instrs != static_cast<uint64_t>(since) * step.emitted) return stop_following(engines::FfOutcome::kNoPeriod);
   sim_.sample_stats((*ff_.samples)[1]);
   const sim::Ps dt = now.time - ff_.abs_a.time;
   if (!engines::RunStats::repeats_fit((*ff_.samples)[0], (*ff_.samples)[1], static_cast<uint64_t>(k), dt))
-    return stop_following();  // the counters would overflow (a loop of ~2^40 iterations): simulate it
+    return stop_following(engines::FfOutcome::kOverflow);  // a loop of ~2^40 iterations: simulate it
   const int64_t skip = k * since;
   if (ff_.hbm_shared) {  // the chunk states the last iterations left, moved to where the full run has them
     std::vector<std::pair<int64_t, int64_t>> moves;
-    if (!ff_hbm_moves(skip, moves) || !ff_hbm_.move(moves, false)) return stop_following();
+    if (!ff_hbm_moves(skip, moves) || !ff_hbm_.move(moves, false)) return stop_following(engines::FfOutcome::kRowsShared);
     ff_hbm_.move(moves, true);
   }
   sim_.add_repeats((*ff_.samples)[0], (*ff_.samples)[1], static_cast<uint64_t>(k), instrs, k * dt);
@@ -1073,7 +1080,7 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   }
   emitted_ += static_cast<uint64_t>(skip) * step.emitted;
   idle_since_ = emitted_;
-  stop_following();
+  stop_following(engines::FfOutcome::kSkipped);
 }
 
 int Lowering::op_of_source(uint32_t loc) const {

@@ -465,6 +465,22 @@ void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::S
   if (const uint64_t skipped = sim.skipped_instructions())
     fmt::print("fast-forward    {} of them counted as repeats of loop iterations simulated, not simulated one by one\n",
                skipped);
+  // Per loop fast-forward met (--fast-forward): what it made of the loop's instances; for one never skipped, why.
+  for (const Simulator::FfLoop& fl : sim.fast_forward_loops()) {
+    const auto skipped_n = fl.n[static_cast<size_t>(engines::FfOutcome::kSkipped)];
+    std::string what;
+    for (size_t i = 0; i < fl.n.size(); ++i)
+      if (fl.n[i]) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", fl.n[i], engines::kFfOutcomes[i].name);
+    const std::string where = fl.loc.file.empty() ? fmt::format("loop {}", fl.loop)
+                                                  : fmt::format("loop at {}:{}", fl.loc.file, fl.loc.line);
+    fmt::print("fast-forward    {}: instances {}\n", where, what);
+    if (skipped_n == 0) {  // the reason of the most instances
+      size_t top = 0;
+      for (size_t i = 1; i < fl.n.size(); ++i)
+        if (fl.n[i] > fl.n[top]) top = i;
+      fmt::print("                {}\n", engines::kFfOutcomes[top].what);
+    }
+  }
   fmt::print("total time      {:.1f} ns  ({:.0f} cycles at {:.2f} GHz)\n", total, st.get("neuroncore_cycle_count"),
              sim.params().clk(isa::Engine::kSync).ghz());
   // active: from each instruction's start to its end (pipeline latency included); busy: the time spent issuing

@@ -54,6 +54,7 @@ struct Result {
   std::vector<Simulator::LineStats> lines;
   uint64_t instructions = 0;
   uint64_t lowered = 0;
+  std::vector<Simulator::FfLoop> ff_loops;  ///< what fast-forward made of each loop
 };
 
 /// `listener`: 1 an instruction listener, 2 an event listener (the analyzer's kind, engines/event_pipe.h).
@@ -76,7 +77,13 @@ Result run(const std::string& json, bool fast_forward, bool numerics = false, in
   r.lines = sim->line_stats();
   r.instructions = sim->instructions();
   r.lowered = low.instructions();
+  r.ff_loops = sim->fast_forward_loops();
   return r;
+}
+
+/// The instances of one fast-forward outcome (the stat fast_forward.loops.<name>).
+double outcome(const Result& r, engines::FfOutcome o) {
+  return r.stats.at(std::string("fast_forward.loops.") + engines::ff_outcome(o).name);
 }
 
 /// Every stat of the full run `full` equal in `ff` (but fast_forward.*, which counts what was skipped).
@@ -107,6 +114,13 @@ TEST_CASE("fast-forward: a steady loop gives every stat of the full simulation",
     CHECK(ff.lowered == full.lowered);
     CHECK(ff.instructions == 56000);
     check_same_stats(full, ff);
+    // One loop, one instance, skipped; the full run notes nothing.
+    CHECK(outcome(ff, engines::FfOutcome::kSkipped) == 1);
+    CHECK(outcome(full, engines::FfOutcome::kSkipped) == 0);
+    CHECK(full.ff_loops.empty());
+    REQUIRE(ff.ff_loops.size() == 1);
+    CHECK(ff.ff_loops[0].loop == 0);
+    CHECK(ff.ff_loops[0].n[static_cast<size_t>(engines::FfOutcome::kSkipped)] == 1);
     REQUIRE(ff.lines.size() == full.lines.size());
     for (size_t i = 0; i < full.lines.size(); ++i) {
       CHECK(ff.lines[i].loc.line == full.lines[i].loc.line);
@@ -126,10 +140,8 @@ TEST_CASE("fast-forward: a recurrence through HBM is simulated whole, an in-plac
     const std::string k = softmax_kernel(8000, "b", "b + 1", 8001, true);
     const Result full = run(k, false), ff = run(k, true);
     CHECK(ff.stats.at("fast_forward.skipped_instructions") == 0);
-    for (const auto& [name, v] : full.stats) {
-      INFO(name);
-      CHECK(ff.stats.at(name) == v);
-    }
+    CHECK(outcome(ff, engines::FfOutcome::kRecurrence) == 1);  // (what the CLI's summary names)
+    check_same_stats(full, ff);
   }
   // In place (y[b] = f(y[b]): one access read and written): each iteration reads only the row it writes
   // itself, so a skip misses nothing: skipped, and the same stats.
@@ -138,6 +150,8 @@ TEST_CASE("fast-forward: a recurrence through HBM is simulated whole, an in-plac
     const std::string k = softmax_kernel(8000, idx, idx, -1, true);
     const Result full = run(k, false), ff = run(k, true);
     CHECK(ff.stats.at("fast_forward.skipped_instructions") >= 30000);
+    CHECK(outcome(ff, engines::FfOutcome::kSkipped) == 1);
+    CHECK(outcome(ff, engines::FfOutcome::kRecurrence) == 0);
     check_same_stats(full, ff);
   }
 }
@@ -162,11 +176,9 @@ TEST_CASE("fast-forward: a loop scattering into the HBM rows it reads is simulat
                                     fmt::arg("n", n), fmt::arg("rows", n + 4));
   const Result full = run(k, false), ff = run(k, true);
   CHECK(ff.stats.at("fast_forward.skipped_instructions") == 0);
+  CHECK(outcome(ff, engines::FfOutcome::kRecurrence) == 1);
   CHECK(ff.instructions == full.instructions);
-  for (const auto& [name, v] : full.stats) {
-    INFO(name);
-    CHECK(ff.stats.at(name) == v);
-  }
+  check_same_stats(full, ff);
 }
 
 TEST_CASE("fast-forward: nothing is skipped where every instruction is needed", "[fast_forward]") {
@@ -188,9 +200,17 @@ TEST_CASE("fast-forward: nothing is skipped where every instruction is needed", 
     CHECK(r.stats.at("fast_forward.skipped_instructions") == 0);
   }
   SECTION("a loop too short to repeat over two windows") {
+    // Followed (200 >= FastForward::kMinLoop iterations), but sampling needs 2 x 1024 / 7 = 293 repeating
+    // iterations and as many left after them.
     const Result full = run(softmax_kernel(200), false), ff = run(softmax_kernel(200), true);
     CHECK(ff.stats.at("fast_forward.skipped_instructions") == 0);
     CHECK(ff.stats.at("total_time") == full.stats.at("total_time"));
+    CHECK(outcome(ff, engines::FfOutcome::kTooFewLeft) == 1);
+  }
+  SECTION("a loop too short to follow") {
+    const Result ff = run(softmax_kernel(40), true);  // under FastForward::kMinLoop = 64 iterations
+    CHECK(outcome(ff, engines::FfOutcome::kShort) == 1);
+    CHECK(outcome(ff, engines::FfOutcome::kSkipped) == 0);
   }
 }
 
@@ -412,6 +432,17 @@ TEST_CASE("fast-forward: a loop whose iterations share the scheduler's HBM chunk
   check_same_stats(full, ff);
   REQUIRE(ff.lines.size() == full.lines.size());
   for (size_t i = 0; i < full.lines.size(); ++i) CHECK(ff.lines[i].instr_time == full.lines[i].instr_time);
+  // With a 1 KiB tensor first, x and y start 1 KiB off the 4 KiB chunks of the simulator's HBM dependency tracking
+  // (HBM tensors are 64 B aligned), so consecutive rows share one of those too: the full run orders them there,
+  // a skip moves no tracker state, and the loop is simulated whole (the outcome says why).
+  std::string padded = k;
+  padded.replace(padded.find("{\"name\": \"x\""), 0,
+                 R"({"name": "pad", "buffer": "hbm", "kind": "input", "dtype": "float32", "shape": [256]},
+ )");
+  const Result full_p = run(padded, false), ff_p = run(padded, true);
+  CHECK(ff_p.stats.at("fast_forward.skipped_instructions") == 0);
+  CHECK(outcome(ff_p, engines::FfOutcome::kRowsShared) == 1);
+  check_same_stats(full_p, ff_p);
 }
 
 TEST_CASE("fast-forward: a loop whose steps repeat only across the scheduler's refreshes is skipped",
