@@ -458,6 +458,47 @@ std::string config_label(const sim::Config& cfg, const std::vector<std::string>&
                      fmt::join(overrides, ", "));
 }
 
+void print_fast_forward_loops(const Simulator& sim) {
+  using engines::FfOutcome;
+  constexpr size_t kShown = 5;
+  const auto idx = [](FfOutcome o) { return static_cast<size_t>(o); };
+  std::vector<std::pair<std::string, Simulator::FfLoop>> by_line;  // (file:line or "loop i", summed counts)
+  for (const Simulator::FfLoop& fl : sim.fast_forward_loops()) {
+    const std::string where = fl.loc.file.empty() ? fmt::format("loop {}", fl.loop)
+                                                  : fmt::format("loop at {}:{}", fl.loc.file, fl.loc.line);
+    auto it = std::find_if(by_line.begin(), by_line.end(), [&](const auto& e) { return e.first == where; });
+    if (it == by_line.end()) it = by_line.insert(by_line.end(), {where, fl});
+    else
+      for (size_t i = 0; i < fl.n.size(); ++i) it->second.n[i] += fl.n[i];
+  }
+  std::vector<std::pair<std::string, Simulator::FfLoop>> shown;
+  uint64_t short_loops = 0, short_instances = 0;
+  for (auto& e : by_line) {
+    uint64_t others = 0;
+    for (size_t i = 0; i < e.second.n.size(); ++i) others += i == idx(FfOutcome::kShort) ? 0 : e.second.n[i];
+    if (others) shown.push_back(std::move(e));
+    else ++short_loops, short_instances += e.second.n[idx(FfOutcome::kShort)];
+  }
+  std::stable_sort(shown.begin(), shown.end(), [&](const auto& a, const auto& b) {
+    return a.second.n[idx(FfOutcome::kSkipped)] > b.second.n[idx(FfOutcome::kSkipped)];
+  });
+  for (size_t j = 0; j < shown.size() && j < kShown; ++j) {
+    const auto& [where, fl] = shown[j];
+    std::string what;
+    size_t top = idx(FfOutcome::kSkipped);  // the reason of the most instances, "short" aside (none skipped)
+    for (size_t i = 0; i < fl.n.size(); ++i) {
+      if (fl.n[i]) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", fl.n[i], engines::kFfOutcomes[i].name);
+      if (i != idx(FfOutcome::kShort) && fl.n[i] > fl.n[top]) top = i;
+    }
+    fmt::print("fast-forward    {}: instances {}\n", where, what);
+    if (fl.n[idx(FfOutcome::kSkipped)] == 0) fmt::print("                {}\n", engines::kFfOutcomes[top].what);
+  }
+  if (shown.size() > kShown) fmt::print("fast-forward    ... and {} more loops\n", shown.size() - kShown);
+  if (short_loops)
+    fmt::print("fast-forward    {} loop{} ({} instances) {}\n", short_loops, short_loops == 1 ? "" : "s", short_instances,
+               engines::ff_outcome(FfOutcome::kShort).what);
+}
+
 void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::StatsRegistry& st, uint64_t instrs,
                    const std::vector<std::string>& overrides) {
   const double total = st.get("total_time");
@@ -465,22 +506,9 @@ void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::S
   if (const uint64_t skipped = sim.skipped_instructions())
     fmt::print("fast-forward    {} of them counted as repeats of loop iterations simulated, not simulated one by one\n",
                skipped);
-  // Per loop fast-forward met (--fast-forward): what it made of the loop's instances; for one never skipped, why.
-  for (const Simulator::FfLoop& fl : sim.fast_forward_loops()) {
-    const auto skipped_n = fl.n[static_cast<size_t>(engines::FfOutcome::kSkipped)];
-    std::string what;
-    for (size_t i = 0; i < fl.n.size(); ++i)
-      if (fl.n[i]) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", fl.n[i], engines::kFfOutcomes[i].name);
-    const std::string where = fl.loc.file.empty() ? fmt::format("loop {}", fl.loop)
-                                                  : fmt::format("loop at {}:{}", fl.loc.file, fl.loc.line);
-    fmt::print("fast-forward    {}: instances {}\n", where, what);
-    if (skipped_n == 0) {  // the reason of the most instances
-      size_t top = 0;
-      for (size_t i = 1; i < fl.n.size(); ++i)
-        if (fl.n[i] > fl.n[top]) top = i;
-      fmt::print("                {}\n", engines::kFfOutcomes[top].what);
-    }
-  }
+  // Per loop fast-forward met (--fast-forward), by source line: what it made of the loop's instances and, for one
+  // never skipped, why. Loops only too short to follow (inner loops, mostly) are counted on one line.
+  print_fast_forward_loops(sim);
   fmt::print("total time      {:.1f} ns  ({:.0f} cycles at {:.2f} GHz)\n", total, st.get("neuroncore_cycle_count"),
              sim.params().clk(isa::Engine::kSync).ghz());
   // active: from each instruction's start to its end (pipeline latency included); busy: the time spent issuing
