@@ -45,4 +45,17 @@ inline constexpr std::array<FfOutcomeInfo, static_cast<size_t>(FfOutcome::kCount
 
 inline const FfOutcomeInfo& ff_outcome(FfOutcome o) { return kFfOutcomes[static_cast<size_t>(o)]; }
 
+using FfCounts = std::array<uint64_t, static_cast<size_t>(FfOutcome::kCount)>;
+
+/// What a loop's instances `n` come to: skipped if any was; else the reason of the most instances, "short" only
+/// where no instance got further.
+inline FfOutcome ff_main_outcome(const FfCounts& n) {
+  if (n[static_cast<size_t>(FfOutcome::kSkipped)]) return FfOutcome::kSkipped;
+  size_t top = static_cast<size_t>(FfOutcome::kShort);
+  for (size_t i = 0; i < n.size(); ++i)
+    if (i != static_cast<size_t>(FfOutcome::kShort) && n[i] > 0 && (top == static_cast<size_t>(FfOutcome::kShort) || n[i] > n[top]))
+      top = i;
+  return static_cast<FfOutcome>(top);
+}
+
 }  // namespace nsim::engines

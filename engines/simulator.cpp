@@ -783,13 +783,18 @@ void Simulator::add_repeats(const engines::RunStats::Sample& a, const engines::R
 void Simulator::note_fast_forward(int loop, const SourceLoc& loc, engines::FfOutcome o) {
   const auto i = static_cast<size_t>(o);
   ++ff_outcomes_[i];
-  for (auto it = ff_loops_.rbegin(); it != ff_loops_.rend(); ++it)  // (few loops; the latest most likely)
-    if (it->loop == loop) {
-      ++it->n[i];
-      return;
-    }
-  ff_loops_.push_back({loop, loc, {}});
-  ++ff_loops_.back().n[i];
+  if (loop < 0) return;
+  const auto l = static_cast<size_t>(loop);
+  if (l >= ff_loop_at_.size()) ff_loop_at_.resize(l + 1, -1);
+  if (ff_loop_at_[l] < 0) {  // a loop met first: the entry of its source line, or a new one
+    const auto same = [&](const FfLoop& e) {
+      return !loc.file.empty() && e.loc.file == loc.file && e.loc.line == loc.line && e.loc.function == loc.function;
+    };
+    const auto it = std::find_if(ff_loops_.begin(), ff_loops_.end(), same);
+    ff_loop_at_[l] = static_cast<int>(it - ff_loops_.begin());
+    if (it == ff_loops_.end()) ff_loops_.push_back({loop, loc, {}});
+  }
+  ++ff_loops_[static_cast<size_t>(ff_loop_at_[l])].n[i];
 }
 
 void Simulator::finish() {

@@ -276,11 +276,13 @@ class Simulator {
   uint64_t skipped_instructions() const { return skipped_instructions_; }
   /// What fast-forward made of an instance of loop `loop` (an index into the kernel's loops) at `loc`.
   void note_fast_forward(int loop, const SourceLoc& loc, engines::FfOutcome o);
-  /// Per loop that fast-forward met, in the order met: its source location and its instances of each outcome.
+  /// Per loop source line that fast-forward met (the loops recorded in pieces on one line together; a loop
+  /// without a location alone), in the order met: the first loop's index, the location and the instances of
+  /// each outcome.
   struct FfLoop {
     int loop = -1;
     SourceLoc loc;
-    std::array<uint64_t, static_cast<size_t>(engines::FfOutcome::kCount)> n{};
+    engines::FfCounts n{};
   };
   const std::vector<FfLoop>& fast_forward_loops() const { return ff_loops_; }
 
@@ -440,6 +442,7 @@ class Simulator {
   uint64_t seq_ = 0;  ///< program-order index of the next instruction
   uint64_t skipped_instructions_ = 0;  ///< add_repeats
   std::vector<FfLoop> ff_loops_;       ///< note_fast_forward
+  std::vector<int> ff_loop_at_;        ///< loop index -> its entry in ff_loops_ (-1: none yet)
   std::array<uint64_t, static_cast<size_t>(engines::FfOutcome::kCount)> ff_outcomes_{};  ///< summed over ff_loops_
   sim::Ps skipped_throttled_ = 0;      ///< add_repeats: TensorE throttled time of the repeats
   std::array<int64_t, 2> onchip_peak_{-1, -1};  ///< set_onchip_peak (SBUF, PSUM); -1 = not set

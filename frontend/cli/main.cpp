@@ -461,37 +461,24 @@ std::string config_label(const sim::Config& cfg, const std::vector<std::string>&
 void print_fast_forward_loops(const Simulator& sim) {
   using engines::FfOutcome;
   constexpr size_t kShown = 5;
-  const auto idx = [](FfOutcome o) { return static_cast<size_t>(o); };
-  std::vector<std::pair<std::string, Simulator::FfLoop>> by_line;  // (file:line or "loop i", summed counts)
-  for (const Simulator::FfLoop& fl : sim.fast_forward_loops()) {
-    const std::string where = fl.loc.file.empty() ? fmt::format("loop {}", fl.loop)
-                                                  : fmt::format("loop at {}:{}", fl.loc.file, fl.loc.line);
-    auto it = std::find_if(by_line.begin(), by_line.end(), [&](const auto& e) { return e.first == where; });
-    if (it == by_line.end()) it = by_line.insert(by_line.end(), {where, fl});
-    else
-      for (size_t i = 0; i < fl.n.size(); ++i) it->second.n[i] += fl.n[i];
-  }
-  std::vector<std::pair<std::string, Simulator::FfLoop>> shown;
+  std::vector<const Simulator::FfLoop*> shown;
   uint64_t short_loops = 0, short_instances = 0;
-  for (auto& e : by_line) {
-    uint64_t others = 0;
-    for (size_t i = 0; i < e.second.n.size(); ++i) others += i == idx(FfOutcome::kShort) ? 0 : e.second.n[i];
-    if (others) shown.push_back(std::move(e));
-    else ++short_loops, short_instances += e.second.n[idx(FfOutcome::kShort)];
+  for (const Simulator::FfLoop& fl : sim.fast_forward_loops()) {
+    if (engines::ff_main_outcome(fl.n) != FfOutcome::kShort) shown.push_back(&fl);
+    else ++short_loops, short_instances += fl.n[static_cast<size_t>(FfOutcome::kShort)];
   }
-  std::stable_sort(shown.begin(), shown.end(), [&](const auto& a, const auto& b) {
-    return a.second.n[idx(FfOutcome::kSkipped)] > b.second.n[idx(FfOutcome::kSkipped)];
+  std::stable_sort(shown.begin(), shown.end(), [](const Simulator::FfLoop* a, const Simulator::FfLoop* b) {
+    return a->n[static_cast<size_t>(FfOutcome::kSkipped)] > b->n[static_cast<size_t>(FfOutcome::kSkipped)];
   });
   for (size_t j = 0; j < shown.size() && j < kShown; ++j) {
-    const auto& [where, fl] = shown[j];
+    const Simulator::FfLoop& fl = *shown[j];
     std::string what;
-    size_t top = idx(FfOutcome::kSkipped);  // the reason of the most instances, "short" aside (none skipped)
-    for (size_t i = 0; i < fl.n.size(); ++i) {
+    for (size_t i = 0; i < fl.n.size(); ++i)
       if (fl.n[i]) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", fl.n[i], engines::kFfOutcomes[i].name);
-      if (i != idx(FfOutcome::kShort) && fl.n[i] > fl.n[top]) top = i;
-    }
-    fmt::print("fast-forward    {}: instances {}\n", where, what);
-    if (fl.n[idx(FfOutcome::kSkipped)] == 0) fmt::print("                {}\n", engines::kFfOutcomes[top].what);
+    if (fl.loc.file.empty()) fmt::print("fast-forward    loop {}: instances {}\n", fl.loop, what);
+    else fmt::print("fast-forward    loop at {}:{}: instances {}\n", fl.loc.file, fl.loc.line, what);
+    const FfOutcome main = engines::ff_main_outcome(fl.n);
+    if (main != FfOutcome::kSkipped) fmt::print("                {}\n", engines::ff_outcome(main).what);
   }
   if (shown.size() > kShown) fmt::print("fast-forward    ... and {} more loops\n", shown.size() - kShown);
   if (short_loops)

@@ -327,6 +327,9 @@ class Profile:
         self.timing_only = timing_only
         #: the sanitizer's reports (simulate_json(check=True)): dicts {code, check, op, tensor, detail, ...}
         self.check_reports: List[dict] = []
+        #: with fast_forward=True, per loop source line: {src, file, line, function, instances: {outcome: count},
+        #: outcome, why} - what became of its instances (skipped, or why not; docs/timing-model.md "Fast-forward")
+        self.fast_forward_loops: List[dict] = []
 
     @property
     def config_yaml(self) -> str:
@@ -628,7 +631,7 @@ def _simulate(kernel: "LoadedKernel", arrays: Dict[str, Any], opts: Dict[str, An
         raise ValueError("fast_forward needs timing_only=True and no trace (a trace needs every instruction simulated)")
     report, close = _progress_reporter(progress)
     try:
-        outputs, stats, lines, config_yaml, reports = _call(
+        outputs, stats, lines, config_yaml, reports, ff_loops = _call(
             kernel._handle.simulate, arrays, overrides=ovr, timing_only=bool(timing_only),
             trace_path=os.fspath(trace) if trace is not None else "", check=bool(check), progress=report, **opts)
     finally:
@@ -636,6 +639,7 @@ def _simulate(kernel: "LoadedKernel", arrays: Dict[str, Any], opts: Dict[str, An
     prof = Profile(kernel._text if kernel._text is not None else kernel.to_json, stats, lines, config_yaml,
                    config=opts["config"], timing_only=timing_only, overrides=ovr)
     prof.check_reports = list(reports)
+    prof.fast_forward_loops = list(ff_loops)
     return dict(outputs), prof
 
 

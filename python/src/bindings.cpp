@@ -220,6 +220,28 @@ py::list lines_list(const std::vector<Simulator::LineStats>& stats) {
   return out;
 }
 
+// What fast-forward made of each loop source line (Simulator::fast_forward_loops) as dicts {src, file, line,
+// function, instances: {outcome: count}, outcome, why}: `outcome` the main one (engines::ff_main_outcome), `why`
+// its text ("" when skipped).
+py::list ff_loops_list(const std::vector<Simulator::FfLoop>& loops) {
+  py::list out;
+  for (const Simulator::FfLoop& fl : loops) {
+    py::dict d, n;
+    d["src"] = fl.loc.str();
+    d["file"] = fl.loc.file;
+    d["line"] = fl.loc.line;
+    d["function"] = fl.loc.function;
+    for (size_t i = 0; i < fl.n.size(); ++i)
+      if (fl.n[i]) n[engines::kFfOutcomes[i].name] = fl.n[i];
+    d["instances"] = std::move(n);
+    const engines::FfOutcome main = engines::ff_main_outcome(fl.n);
+    d["outcome"] = engines::ff_outcome(main).name;
+    d["why"] = main == engines::FfOutcome::kSkipped ? "" : engines::ff_outcome(main).what;
+    out.append(std::move(d));
+  }
+  return out;
+}
+
 // The sanitizer's reports as dicts {code, check, op, tensor, slot, detail, file, line, function,
 // instruction, count, fix, message}.
 py::list check_list(const std::vector<engines::CheckReport>& reports) {
@@ -351,7 +373,8 @@ struct RunArgs {
   bool fast_forward = false;
 };
 
-/// Verify, lower and simulate a parsed kernel: (outputs, stats dict, lines, config_yaml, check_reports).
+/// Verify, lower and simulate a parsed kernel: (outputs, stats dict, lines, config_yaml, check_reports,
+/// fast_forward_loops).
 /// The kernel is only read, so one parsed kernel serves any number of runs (Kernel.simulate).
 py::tuple simulate_kernel(const frontend::Kernel& k, const py::dict& inputs, const RunArgs& a,
                           const py::object& progress) {
@@ -401,7 +424,7 @@ py::tuple simulate_kernel(const frontend::Kernel& k, const py::dict& inputs, con
         outputs[py::str(t.name)] = output_array(t, std::move(it->second));
     py::list lines = lines_list(mc->line_stats());
     py::list reports = check_list(mc->check_reports());
-    return py::make_tuple(outputs, stats_dict(*stats), lines, lazy_yaml(cfg), reports);
+    return py::make_tuple(outputs, stats_dict(*stats), lines, lazy_yaml(cfg), reports, py::list());  // (no fast-forward)
   }
   std::optional<sim::StatsRegistry> stats;
   {
@@ -437,7 +460,7 @@ py::tuple simulate_kernel(const frontend::Kernel& k, const py::dict& inputs, con
       if (t.space == isa::Space::kHbm && t.kind == frontend::TensorKind::kOutput)
         outputs[py::str(t.name)] = output_array(t, sim->take_hbm(t.name));
   return py::make_tuple(outputs, stats_dict(*stats), lines_list(sim->line_stats()), lazy_yaml(cfg),
-                        check_list(sim->check_reports()));
+                        check_list(sim->check_reports()), ff_loops_list(sim->fast_forward_loops()));
 }
 
 py::tuple run_kernel(const std::string& kernel_json, const py::dict& inputs, const std::string& config,
@@ -1045,8 +1068,9 @@ PYBIND11_MODULE(_nsim, m) {
         py::arg("max_instructions") = 0, py::arg("max_sim_time_ns") = 0.0, py::arg("progress") = py::none(),
         py::arg("fast_forward") = false,
         "Parse, verify and simulate a kernel.json text. Returns (outputs, stats, lines, config_yaml,\n"
-        "check_reports); stats: the nested dict of the stats JSON; check: run the sanitizer (numerics only), whose\n"
-        "reports are dicts.\n"
+        "check_reports, fast_forward_loops); stats: the nested dict of the stats JSON; check: run the sanitizer\n"
+        "(numerics only), whose reports are dicts; fast_forward_loops: dicts {src, file, line, function, instances,\n"
+        "outcome, why} per loop source line fast-forward met.\n"
         "progress: None, or called as progress(instructions, simulated_ns) once the run takes over 2 s, about\n"
         "once a second, and once more at the end (a single-core run; NSIM_PROGRESS_INTERVAL=<s> sets both).\n"
         "trace_limit: keep the N earliest trace slices (0 = all); trace_window: (start_ns, end_ns), keep slices\n"

@@ -84,6 +84,8 @@ def test_kernel_option_reaches_the_simulator():
     _, full = scale_rows.options(timing_only=True, overrides=small).simulate(x)
     _, ff = scale_rows.options(timing_only=True, overrides=small, fast_forward=True).simulate(x)
     assert ff.stat("fast_forward.skipped_instructions") > 4000  # of 6,000
+    assert [(lp["function"], lp["instances"], lp["outcome"], lp["why"]) for lp in ff.fast_forward_loops] == [
+        ("scale_rows", {"skipped": 1}, "skipped", "")]
     a, b = _flat(full.stats), _flat(ff.stats)
     assert sorted(n for n in a if a[n] != b[n]) == ["fast_forward.loops.skipped", "fast_forward.skipped_instructions"]
     with nsim.options(timing_only=True, overrides=small, fast_forward=True):
@@ -160,6 +162,15 @@ def test_a_loop_not_skipped_says_why(tmp_path):
     assert ff.stat("fast_forward.skipped_instructions") == 0
     assert ff.stat("fast_forward.loops.recurrence") == 1
     assert ff.stat("fast_forward.loops.skipped") == 0
+    # Per loop source line: the loop of decay_rows (its `for` line), its outcome and the reason.
+    why = ff.stats["fast_forward"]["loops"]["recurrence"]["description"]  # "loop instances " + the reason
+    [loop] = ff.fast_forward_loops
+    assert loop["file"].endswith("test_fast_forward.py") and "nl.sequential_range" in open(loop["file"]).readlines(
+        )[loop["line"] - 1]
+    assert loop["instances"] == {"recurrence": 1} and loop["outcome"] == "recurrence"
+    assert loop["why"] == why.replace("loop instances ", "")
+    _, full = decay_rows.options(timing_only=True).simulate(x)
+    assert full.fast_forward_loops == []
     from conftest import NSIM_BIN
     if not os.path.exists(NSIM_BIN):
         return
@@ -169,7 +180,6 @@ def test_a_loop_not_skipped_says_why(tmp_path):
     r = subprocess.run([NSIM_BIN, "run", str(kpath), "--timing-only", "--fast-forward"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    why = ff.stats["fast_forward"]["loops"]["recurrence"]["description"]  # "loop instances " + the reason
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("fast-forward    loop at "))
     assert "test_fast_forward.py" in line and line.endswith(": instances 1 recurrence"), line
     assert why.replace("loop instances ", "") in r.stdout, r.stdout
