@@ -51,7 +51,7 @@ REGRESSIONS = os.path.join(HERE, "regressions")
 # limit error instead of a timeout (the binary gets the same options in most CLI cases).
 MAX_INSTRUCTIONS = 200_000
 MAX_SIM_TIME_NS = 1e9
-WORKER_MEMORY = 3 << 30  # RLIMIT_AS of in-process workers (bytes)
+WORKER_MEMORY = 3 << 30  # address space in-process workers may add to what they inherit (RLIMIT_AS, bytes)
 
 OUTCOMES = ("ok", "user_error", "internal", "uncoded", "crash", "hang", "sanitizer")
 FAILURES = ("internal", "uncoded", "crash", "hang", "sanitizer")
@@ -210,13 +210,29 @@ def execute(case: dict, nsim: str, timeout: float) -> Tuple[str, str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _vm_size() -> int:
+    """This process's address space in bytes (VmSize), 0 where /proc does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def _worker(conn, nsim: str, timeout: float):
     try:
         import resource
 
         # The soft limit only: CLI inputs run as child processes that lift it again (_unlimited_as), since
-        # an ASan binary reserves terabytes of address space for its shadow memory.
-        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, resource.getrlimit(resource.RLIMIT_AS)[1]))
+        # an ASan binary reserves terabytes of address space for its shadow memory. On top of the address space
+        # the worker inherits from its parent (forked: a pytest process near 1 GB, most of it mappings it never
+        # touches), so that whether an input fits does not depend on what ran in the parent before.
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        soft = _vm_size() + WORKER_MEMORY
+        resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
     except (ImportError, ValueError, OSError):
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
