@@ -672,7 +672,10 @@ bool Lowering::lower_op(const Op& op, Instr& out) {
 }
 
 bool Lowering::next(Instr& out) {
-  if (progress_ && (emitted_ & 0xFFFF) == 0xFFFF) progress_(emitted_ + 1, sim_.total_time());
+  if (emitted_ >= progress_at_) {  // (emitted_ & 0xFFFF) == 0xFFFF, or a skip jumped past it
+    progress_at_ = (emitted_ + 1) | kProgressMask;
+    progress_(emitted_ + 1, sim_.total_time());
+  }
   if (has_pending_) {
     out = pending_;
     last_ext_ = &pending_ext_;

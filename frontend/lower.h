@@ -70,9 +70,13 @@ class Lowering {
   /// Allocation warnings (manual address= placements overlapping while live), also printed to stderr.
   const std::vector<std::string>& warnings() const { return warnings_; }
   /// Called every 65,536 instructions lowered with the count so far and the simulated time reached
-  /// (the CLI's progress line); none = no cost.
+  /// (the CLI's progress line); none = no cost. Instructions fast-forward skipped count: the first
+  /// call after a skip comes with the count reached, past the multiples of 65,536 it jumped over.
   using Progress = std::function<void(uint64_t instructions, sim::Ps simulated)>;
-  void set_progress(Progress fn) { progress_ = std::move(fn); }
+  void set_progress(Progress fn) {
+    progress_ = std::move(fn);
+    progress_at_ = progress_ ? (emitted_ | kProgressMask) : ~uint64_t{0};
+  }
   /// Fast-forward skips a multiple of `iterations` iterations (with the periods it measures and the
   /// rotating-buffer depths) over which the list scheduler admitted a multiple of `admissions` window
   /// entries (`*admitted`: its count of them; an nc_matmul's load_stationary + multiply_moving is one): state
@@ -263,6 +267,8 @@ class Lowering {
   int last_op_ = -1;
   bool record_ = false;
   Progress progress_;
+  static constexpr uint64_t kProgressMask = 0xFFFF;  ///< progress every kProgressMask + 1 instructions
+  uint64_t progress_at_ = ~uint64_t{0};              ///< emitted_ at the next progress call (none: never)
   std::vector<std::string> warnings_;
   struct LiveRange {
     sim::Ps first = -1, last = -1;  ///< first start, last end (-1: the instance was not seen)

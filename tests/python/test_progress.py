@@ -60,6 +60,36 @@ def test_simulate_json_progress_callback_counts_increase(monkeypatch):
     assert times == sorted(times) and times[-1] == pytest.approx(prof.total_time_ns)
 
 
+def test_progress_goes_on_across_iterations_fast_forward_skips(monkeypatch):
+    # A skip jumps the instruction count past the checks at multiples of 65,536: the first check after it reports
+    # the count reached (before, every check of a skipped span was lost and a run skipping most of its loop
+    # reported nothing at all).
+    monkeypatch.setenv("NSIM_PROGRESS_INTERVAL", "0")
+    calls = []
+    _, prof = nsim.simulate_json(long_kernel(), timing_only=True, fast_forward=True,
+                                 progress=lambda n, ns: calls.append((n, ns)))
+    skipped = prof.stat("fast_forward.skipped_instructions")
+    assert skipped > 65536  # the checks at 65,536 and 131,072 fall in the skipped span
+    counts = [n for n, _ in calls]
+    assert len(counts) >= 2 and counts[-1] == N_MEMSETS, counts
+    assert counts == sorted(set(counts)) and counts[0] > 65536, counts
+    assert [ns for _, ns in calls] == sorted(ns for _, ns in calls)
+
+
+@pytest.mark.skipif(not os.path.exists(NSIM_BIN), reason="build/nsim not built")
+def test_cli_progress_with_fast_forward(tmp_path):
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(long_kernel()))
+    env = {**os.environ, "NSIM_PROGRESS_INTERVAL": "0"}
+    r = subprocess.run([NSIM_BIN, "run", str(path), "--timing-only", "--fast-forward"], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "counted as repeats" in r.stdout
+    counts = [float(m.group(1)) for m in (re.match(r"nsim: ([0-9.]+) M instructions", x)
+                                          for x in r.stderr.splitlines()) if m]
+    assert counts and counts == sorted(counts) and counts[-1] >= 0.13, r.stderr
+
+
 def test_simulate_json_progress_is_silent_for_short_runs():
     calls = []
     nsim.simulate_json(long_kernel(1000), timing_only=True, progress=lambda n, ns: calls.append(n))
