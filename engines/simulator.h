@@ -443,7 +443,7 @@ class Simulator {
   uint64_t skipped_instructions_ = 0;  ///< add_repeats
   std::vector<FfLoop> ff_loops_;       ///< note_fast_forward
   std::vector<int> ff_loop_at_;        ///< loop index -> its entry in ff_loops_ (-1: none yet)
-  std::array<uint64_t, static_cast<size_t>(engines::FfOutcome::kCount)> ff_outcomes_{};  ///< summed over ff_loops_
+  engines::FfCounts ff_outcomes_{};  ///< summed over ff_loops_
   sim::Ps skipped_throttled_ = 0;      ///< add_repeats: TensorE throttled time of the repeats
   std::array<int64_t, 2> onchip_peak_{-1, -1};  ///< set_onchip_peak (SBUF, PSUM); -1 = not set
   std::unique_ptr<engines::DepTracker> asap_;

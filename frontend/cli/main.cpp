@@ -482,8 +482,8 @@ void print_fast_forward_loops(const Simulator& sim) {
   }
   if (shown.size() > kShown) fmt::print("fast-forward    ... and {} more loops\n", shown.size() - kShown);
   if (short_loops)
-    fmt::print("fast-forward    {} loop{} ({} instances) {}\n", short_loops, short_loops == 1 ? "" : "s", short_instances,
-               engines::ff_outcome(FfOutcome::kShort).what);
+    fmt::print("fast-forward    {} loop{} ({} instance{}) {}\n", short_loops, short_loops == 1 ? "" : "s", short_instances,
+               short_instances == 1 ? "" : "s", engines::ff_outcome(FfOutcome::kShort).what);
 }
 
 void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::StatsRegistry& st, uint64_t instrs,

@@ -142,6 +142,33 @@ def test_cli(tmp_path):
     assert ff["lines"] == full["lines"]
 
 
+def test_cli_lists_five_loops_the_skipped_first_then_counts_the_rest(tmp_path):
+    import subprocess
+    from conftest import NSIM_BIN
+
+    ms = {"op": "memset", "engine": "vector", "dst": {"tensor": "t"}, "imm": [1.0]}
+
+    def loop(var, n):
+        return {"loop": {"var": var, "start": 0, "stop": n, "kind": "sequential", "body": [ms]}}
+
+    # Six loops of 100 iterations (followed, but too few left to skip), one of 4 (too short to follow), then one of
+    # 20,000 that skips: it is listed first, then four of the six, then the two left are counted.
+    body = [{"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 4]}}]
+    body += [loop("i%d" % j, 100) for j in range(6)] + [loop("s", 4), loop("big", 20000)]
+    kpath = tmp_path / "eight.json"
+    kpath.write_text(json.dumps({"nsim_kernel": 1, "name": "eight", "tensors": [], "body": body}))
+    r = subprocess.run([NSIM_BIN, "run", str(kpath), "--timing-only", "--fast-forward", "--quiet"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    ff = [x for x in r.stdout.splitlines() if x.startswith("fast-forward ")]
+    assert "counted as repeats" in ff[0]
+    assert ff[1] == "fast-forward    loop 7: instances 1 skipped"
+    assert ff[2:6] == ["fast-forward    loop {}: instances 1 too_few_left".format(j) for j in range(4)]
+    assert ff[6] == "fast-forward    ... and 2 more loops"
+    assert ff[7].startswith("fast-forward    1 loop (1 instance) too short to follow")
+    assert len(ff) == 8
+
+
 @nki.jit
 def decay_rows(x):
     """A public-style recurrence through HBM: row i + 1 of the output is computed from row i of it."""
