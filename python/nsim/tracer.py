@@ -4686,7 +4686,16 @@ def _arg(tr, name, val, arrays):
         t = tr.hbm_tensor(name, a.dtype, a.shape if a.ndim else (1,), kind="input")
         arrays[t.name] = (val, t)
         return t
+    if isinstance(val, (list, tuple)) and any(_holds_array(v) for v in val):
+        # A list or tuple of arrays (nested ones too): each array its own HBM tensor, named after the argument
+        # and its position (xs -> xs_0, xs_1, ...); other items passed as they are.
+        items = [_arg(tr, "{}_{}".format(name, i), v, arrays) for i, v in enumerate(val)]
+        return type(val)(*items) if hasattr(val, "_fields") else type(val)(items)  # a namedtuple takes fields
     return val
+
+
+def _holds_array(v):
+    return _is_array(v) or (isinstance(v, (list, tuple)) and any(_holds_array(x) for x in v))
 
 
 def _to_numpy(a):

@@ -291,6 +291,33 @@ def test_returned_argument_and_none(hk):
     np.testing.assert_array_equal(c2, a)
 
 
+def test_lists_and_tuples_of_arrays_are_tensors(hk):
+    """A list or tuple of arrays (nested, a namedtuple, items that are not arrays) as an argument: each array is
+    an HBM tensor sharing the caller's storage, as a lone array argument is (spec 1.6); the other items stay Python
+    values. Before, the list reached the kernel as it was and nl.load of an item failed with E311."""
+    m, nki, nl, _ = hk
+    Pair = collections.namedtuple("Pair", "a b")
+
+    @nki.jit
+    def add_all(xs, pair, scales):
+        o = nl.ndarray((128, 64), dtype=xs[0].dtype, buffer=nl.shared_hbm)
+        acc = nl.multiply(nl.load(xs[0]), scales[0])
+        for x, (y, s) in zip(xs[1:], [(pair.a, scales[1]), (pair.b[0], scales[2])]):
+            acc = nl.add(acc, nl.multiply(nl.load(x), s))
+            acc = nl.add(acc, nl.load(y))
+        nl.store(pair.b[1], value=acc)  # written through the nested tuple: the caller's array sees it
+        nl.store(o, value=acc)
+        return o
+
+    xs = [_randn((128, 64), np.float32, 20 + i) for i in range(3)]
+    a, b0 = _randn((128, 64), np.float32, 30), _randn((128, 64), np.float32, 31)
+    b1 = np.zeros((128, 64), np.float32)
+    r = _run(add_all, xs, Pair(a, (b0, b1)), (1.0, 2.0, 0.5))
+    want = xs[0] + (2.0 * xs[1] + a) + (0.5 * xs[2] + b0)
+    np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(b1, r)
+
+
 def test_scalars_kwargs_and_bf16(hk):
     m, nki, nl, _ = hk
 

@@ -62,7 +62,11 @@ class Kernel(_kernel.Kernel):
 
 def jit(fn=None, **kwargs):
     """``@nki.jit``, ``@nki.jit(**kw)`` or ``nki.jit(fn, **kw)``. Beta-1 kwargs (mode, platform_target,
-    ...) are accepted; only platform_target has an effect."""
+    ...) are accepted; only platform_target has an effect.
+
+    Calling the kernel: each numpy (or torch CPU) array argument becomes an HBM tensor sharing the caller's
+    storage (spec 1.6), and so does each array inside a list or tuple argument, nested ones too (tensors
+    ``xs_0``, ``xs_1``, ... for a parameter ``xs``); any other argument reaches the kernel as a Python value."""
     for k in ("mode", "platform_target"):  # spec 1.3: both deprecated in the new dialect
         if k in kwargs:
             warnings.warn("nki.jit({}=...) is deprecated{}".format(
