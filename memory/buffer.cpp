@@ -66,7 +66,7 @@ void Buffer::release() {
   uint8_t* p = std::exchange(p_, nullptr);
   const size_t n = std::exchange(n_, 0);
   const bool zero = std::exchange(zero_, false);
-  if (n <= kPoolBlockBytes) {
+  if (n <= kPoolBytes) {
     Pool& pl = pool();
     std::lock_guard<std::mutex> lock(pl.mu);
     pl.free.push_back(Block{n, p, zero});

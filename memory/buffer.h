@@ -4,7 +4,7 @@
 /// 24 MiB each); fresh pages cost a page fault each (~13,000 per run), which made a small kernel's
 /// numerics from Python take tens of milliseconds, most of it in the kernel (docs/performance.md,
 /// "Numerics: fixed costs of a run"). A Buffer released goes back to a process-wide pool (bounded by
-/// kPoolBytes; blocks up to kPoolBlockBytes) and the next Buffer of the same size takes it, already mapped.
+/// kPoolBytes) and the next Buffer of the same size takes it, already mapped.
 ///
 /// The bytes of a new Buffer are unspecified (the owners fill them: the sentinel, zeros, the inputs).
 #include <cstddef>
@@ -16,11 +16,6 @@ class Buffer {
  public:
   /// Bytes the pool keeps at most (released buffers beyond it are freed).
   static constexpr size_t kPoolBytes = size_t{256} << 20;
-  /// The largest block the pool keeps: the on-chip storage a run allocates (SBUF, its sanitizer copy, PSUM)
-  /// is far below it; larger blocks (the HBM tensors of large kernels) are freed at once, so that a process
-  /// does not hold them between runs (a [256000, 256] bf16 kernel's two 125 MB blocks kept its Python
-  /// process 250 MB larger after its arrays were freed).
-  static constexpr size_t kPoolBlockBytes = size_t{64} << 20;
 
   Buffer() = default;
   /// `bytes` uninitialised bytes.
