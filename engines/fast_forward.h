@@ -17,6 +17,7 @@ enum class FfOutcome : uint8_t {
   kNoPeriod,
   kTooFewLeft,
   kOverflow,
+  kLimit,
   kCount
 };
 
@@ -41,6 +42,9 @@ inline constexpr std::array<FfOutcomeInfo, static_cast<size_t>(FfOutcome::kCount
     {"no_period", "not skipped: the iterations' timing did not repeat within the follower's limit"},
     {"too_few_left", "not skipped: too few iterations were left once their timing repeated"},
     {"overflow", "not skipped: the repeats would overflow the counters"},
+    {"limit",
+     "not skipped: the run's instruction or simulated-time limit (max_instructions, max_sim_time_ns) came within "
+     "a span"},
 }};
 
 inline const FfOutcomeInfo& ff_outcome(FfOutcome o) { return kFfOutcomes[static_cast<size_t>(o)]; }

@@ -1062,13 +1062,17 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   // Sample b: `since` iterations after a, the same state relative to the end. Skip k repeats of them,
   // keeping `need` iterations at the end to run as simulated (the loop's tail and what follows).
   const uint64_t instrs = now.committed - ff_.abs_a.committed;
-  const int64_t k = (left - need) / since;
+  int64_t k = (left - need) / since;
   if (k < 1) return stop_following(engines::FfOutcome::kTooFewLeft);
   if (instrs != static_cast<uint64_t>(since) * step.emitted) return stop_following(engines::FfOutcome::kNoPeriod);
-  sim_.sample_stats((*ff_.samples)[1]);
   const sim::Ps dt = now.time - ff_.abs_a.time;
+  sim_.sample_stats((*ff_.samples)[1]);
   if (!engines::RunStats::repeats_fit((*ff_.samples)[0], (*ff_.samples)[1], static_cast<uint64_t>(k), dt))
     return stop_following(engines::FfOutcome::kOverflow);  // a loop of ~2^40 iterations: simulate it
+  // A run limit (max_instructions, max_sim_time_ns) inside the span: skip only up to it, so that the run stops at
+  // the instruction the full run stops at, with its stats (a skip past it stopped the run at the loop's end).
+  k = std::min(k, ff_limit_repeats(instrs, dt));
+  if (k < 1) return stop_following(engines::FfOutcome::kLimit);
   const int64_t skip = k * since;
   if (ff_.hbm_shared) {  // the chunk states the last iterations left, moved to where the full run has them
     std::vector<std::pair<int64_t, int64_t>> moves;
@@ -1084,6 +1088,22 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   emitted_ += static_cast<uint64_t>(skip) * step.emitted;
   idle_since_ = emitted_;
   stop_following(engines::FfOutcome::kSkipped);
+}
+
+int64_t Lowering::ff_limit_repeats(uint64_t instrs, sim::Ps dt) const {
+  int64_t k = std::numeric_limits<int64_t>::max();
+  const SimOptions& o = sim_.options();
+  // The full run stops before an instruction once max_instructions were simulated, or once the simulated time
+  // is past max_sim_time_ns (Simulator::check_limits): the state after k repeats must be one it reaches.
+  if (o.max_instructions > 0 && instrs > 0)
+    k = std::min<int64_t>(k, static_cast<int64_t>((o.max_instructions - std::min(o.max_instructions, sim_.instructions())) / instrs));
+  if (o.max_sim_time_ns > 0 && dt > 0) {
+    const sim::Ps t = sim_.total_time();
+    int64_t kt = static_cast<int64_t>(std::max(0.0, (o.max_sim_time_ns - sim::ps_to_ns(t)) / sim::ps_to_ns(dt)));
+    while (kt > 0 && sim::ps_to_ns(t + kt * dt) > o.max_sim_time_ns) --kt;  // (the division's rounding)
+    k = std::min(k, kt);
+  }
+  return k;
 }
 
 int Lowering::op_of_source(uint32_t loc) const {

@@ -169,6 +169,37 @@ def test_cli_lists_five_loops_the_skipped_first_then_counts_the_rest(tmp_path):
     assert len(ff) == 8
 
 
+@pytest.mark.parametrize("limit,skips", [(["--max-instructions", "100000"], True),
+                                         (["--max-sim-time", "5000000"], True),
+                                         (["--max-instructions", "8000"], False)])
+def test_a_run_limit_inside_a_skipped_span_stops_where_the_full_run_does(tmp_path, limit, skips):
+    # 200,000 memsets in one loop, the run stopped by a limit in the middle: the skip ends before the limit, so
+    # the partial run's stats are the full run's (before, the skip jumped over it: --max-instructions 100000
+    # stopped at 195,586 instructions, --max-sim-time 5 ms at 13.04 ms). A limit before the first span ends: not
+    # skipped, outcome "limit".
+    import subprocess
+    from conftest import NSIM_BIN
+
+    ms = {"op": "memset", "engine": "vector", "dst": {"tensor": "t"}, "imm": [1.0]}
+    kpath = tmp_path / "long.json"
+    kpath.write_text(json.dumps({"nsim_kernel": 1, "name": "long", "tensors": [], "body": [
+        {"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 4]}},
+        {"loop": {"var": "i", "start": 0, "stop": 200000, "kind": "sequential", "body": [ms]}}]}))
+    stats = []
+    for flag in ([], ["--fast-forward"]):
+        out = tmp_path / "stats{}.json".format(len(flag))
+        r = subprocess.run([NSIM_BIN, "run", str(kpath), "--timing-only", "--quiet", "--stats", str(out), *limit, *flag],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "NSIM-E416" in r.stderr, r.stderr
+        stats.append(json.loads(out.read_text()))
+    full, ff = (_flat(x["stats"]) for x in stats)
+    assert (ff["fast_forward.skipped_instructions"] > 0) == skips
+    assert ff["fast_forward.loops.limit"] == (0 if skips else 1)
+    assert {n: v for n, v in ff.items() if not n.startswith("fast_forward.")} == \
+        {n: v for n, v in full.items() if not n.startswith("fast_forward.")}
+    assert stats[0]["lines"] == stats[1]["lines"] and stats[0]["instructions"] == stats[1]["instructions"]
+
+
 @nki.jit
 def decay_rows(x):
     """A public-style recurrence through HBM: row i + 1 of the output is computed from row i of it."""
