@@ -1090,6 +1090,10 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   stop_following(engines::FfOutcome::kSkipped);
 }
 
+bool Lowering::may_fast_forward(const Kernel& k) {
+  return std::any_of(k.loops.begin(), k.loops.end(), [](const Loop& l) { return l.trip_count() >= FastForward::kMinLoop; });
+}
+
 int64_t Lowering::ff_limit_repeats(uint64_t instrs, sim::Ps dt) const {
   int64_t k = std::numeric_limits<int64_t>::max();
   const SimOptions& o = sim_.options();

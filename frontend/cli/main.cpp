@@ -661,6 +661,12 @@ int cmd_run(const RunArgs& a) {
     if (low.recording_occupancy()) low.write_occupancy();  // the counter tracks of the partial run
   }
   if (clock.shown()) fmt::print(stderr, "\n");
+  // A run long enough to show progress, timing-only, without fast-forward, of a kernel with a long loop: point at
+  // the option (it counts the repeats of iterations whose timing repeats instead of simulating them).
+  if (clock.shown() && a.timing_only && !a.fast_forward && a.trace.empty() && a.instructions.empty() && a.dma.empty() &&
+      frontend::Lowering::may_fast_forward(k))
+    fmt::print(stderr, "nsim: hint: --fast-forward may shorten runs like this one: it counts the repeated iterations "
+                       "of long loops instead of simulating them (docs/timing-model.md, \"Fast-forward\")\n");
   sim.finish();
   tables.close();
   for (const engines::CheckReport& r : sim.check_reports()) fmt::print(stderr, "nsim: warning: {}\n", r.str());

@@ -34,10 +34,12 @@ def test_cli_progress_line_format_and_quiet(tmp_path):
                        timeout=120)
     assert r.returncode == 0, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.strip()]  # "\r"-separated (text mode reads it as a newline)
-    # One line per check: 65,536, 131,072 and 196,608 instructions lowered.
+    # One line per check: 65,536, 131,072 and 196,608 instructions lowered; then, the run having shown progress
+    # and its loop being long, a pointer to --fast-forward.
     counts = [float(m.group(1)) for m in (re.match(r"nsim: ([0-9.]+) M instructions, ([0-9.]+) us simulated, "
                                                    r"([0-9.]+) M instructions/s\s*$", x) for x in lines) if m]
-    assert len(counts) == len(lines) == 3, r.stderr
+    assert len(counts) == len(lines) - 1 == 3, r.stderr
+    assert lines[-1].startswith("nsim: hint: --fast-forward may shorten runs like this one")
     assert counts == sorted(counts) and counts[0] == pytest.approx(0.07, abs=0.01)
     assert r.stderr.endswith("\n")
     q = subprocess.run([NSIM_BIN, "run", str(path), "--timing-only", "--quiet"], capture_output=True, text=True,
@@ -48,6 +50,22 @@ def test_cli_progress_line_format_and_quiet(tmp_path):
     s = subprocess.run([NSIM_BIN, "run", str(path), "--timing-only"], capture_output=True, text=True, env=plain,
                        timeout=120)
     assert s.returncode == 0 and "M instructions" not in s.stderr
+
+
+@pytest.mark.skipif(not os.path.exists(NSIM_BIN), reason="build/nsim not built")
+def test_cli_no_fast_forward_hint_without_a_long_loop(tmp_path):
+    # 60 x 60 x 56 memsets: as long a run, but no loop of 64 iterations for fast-forward to follow.
+    ms = {"op": "memset", "engine": "vector", "dst": {"tensor": "t"}, "imm": [1.0]}
+    body = [ms]
+    for var, n in (("c", 56), ("b", 60), ("a", 60)):
+        body = [{"loop": {"var": var, "start": 0, "stop": n, "kind": "sequential", "body": body}}]
+    path = tmp_path / "nested.json"
+    path.write_text(json.dumps({"nsim_kernel": 1, "name": "nested", "tensors": [], "body": [
+        {"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 4]}}] + body}))
+    env = {**os.environ, "NSIM_PROGRESS_INTERVAL": "0"}
+    r = subprocess.run([NSIM_BIN, "run", str(path), "--timing-only"], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0 and "M instructions" in r.stderr and "hint" not in r.stderr, r.stderr
 
 
 def test_simulate_json_progress_callback_counts_increase(monkeypatch):
@@ -88,6 +106,7 @@ def test_cli_progress_with_fast_forward(tmp_path):
     counts = [float(m.group(1)) for m in (re.match(r"nsim: ([0-9.]+) M instructions", x)
                                           for x in r.stderr.splitlines()) if m]
     assert counts and counts == sorted(counts) and counts[-1] >= 0.13, r.stderr
+    assert "hint" not in r.stderr  # the option is on
 
 
 def test_simulate_json_progress_is_silent_for_short_runs():
