@@ -23,7 +23,7 @@ Every kernel runs `nsim run --timing-only` with and without `--fast-forward`; th
 removed; the per-line stats included) must be identical.
 
     python3 benchmarks/check_fast_forward.py [--nsim PATH (default: this checkout's build/nsim)] [--kind hbm|rich]
-        [--kernels 40] [--first 0] [--iterations 3000]
+        [--kernels 40] [--first 0] [--iterations 3000] [--misalign BYTES] [--limit]
 
 Prints one line per kernel and a summary; exits 1 if any kernel's stats differ or a run fails otherwise than with a
 clean error of the full run (exit status 2: a random kernel whose tiles do not fit, E206 with compiler.loop_buffers;
@@ -301,16 +301,18 @@ def rich_kernel(seed, n, wide=False):
     return k, cfg, ov, "P%d f%d %s mm%d acc%d rec%d %s %s" % (P, f, dt, use_mm, use_acc, recur, cfg, " ".join(ov))
 
 
-def stats(nsim, path, ff, tmp, config="trn2", overrides=()):
+def stats(nsim, path, ff, tmp, config="trn2", overrides=(), limit=()):
     out = os.path.join(tmp, "stats.json")
-    cmd = [nsim, "run", "--timing-only", "--quiet", "--config", config, "--stats", out, path]
+    cmd = [nsim, "run", "--timing-only", "--quiet", "--config", config, "--stats", out, path, *limit]
     for o in overrides:
         cmd += ["-p", o]
     p = subprocess.run(cmd + (["--fast-forward"] if ff else []), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        text=True)
-    if p.returncode == 2 and not ff:  # a clean error on the full run (a random kernel whose tiles do not fit: E206)
+    if limit and p.returncode == 2 and "NSIM-E416" in p.stderr:
+        pass  # stopped by the limit, as asked: the stats file covers the partial run
+    elif p.returncode == 2 and not ff:  # a clean error on the full run (a random kernel whose tiles do not fit: E206)
         return None, p.stderr.splitlines()[0] if p.stderr else "exit status 2"
-    if p.returncode != 0:
+    elif p.returncode != 0:
         sys.stderr.write(p.stderr)
         raise subprocess.CalledProcessError(p.returncode, cmd)
     with open(out) as fh:
@@ -332,6 +334,10 @@ def main():
     ap.add_argument("--misalign", type=int, default=0, metavar="BYTES",
                     help="put an unused input tensor of BYTES bytes (a multiple of 4) first, so that the others start "
                          "off the 4 KiB chunks of the simulator's HBM dependency tracking (HBM tensors are 64 B aligned)")
+    ap.add_argument("--limit", action="store_true",
+                    help="stop both runs by a limit somewhere in the kernel (--max-instructions or --max-sim-time, "
+                         "by seed, at 10-90 %% of the full run's instructions or time, drawn from the seed): the "
+                         "partial runs' stats must be identical too")
     a = ap.parse_args()
     different = skipping = rejected = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -351,7 +357,16 @@ def main():
                 rejected += 1
                 print("rejected seed {:4d}  {:34s} {}".format(seed, desc, error[:120]), flush=True)
                 continue
-            ff, skipped = stats(a.nsim, path, True, tmp, config, overrides)
+            limit = []
+            if a.limit:
+                r = random.Random(seed * 7919 + 1)
+                if seed % 2:
+                    limit = ["--max-instructions", str(int(full["instructions"] * r.uniform(0.1, 0.9)))]
+                else:
+                    limit = ["--max-sim-time", "%.1f" % (full["stats"]["total_time"]["value"] * r.uniform(0.1, 0.9))]
+                full, _ = stats(a.nsim, path, False, tmp, config, overrides, limit)
+                desc += " " + " ".join(limit)
+            ff, skipped = stats(a.nsim, path, True, tmp, config, overrides, limit)
             skipping += skipped > 0
             same = full == ff
             different += not same
