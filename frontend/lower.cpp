@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <limits>
@@ -1071,7 +1072,7 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
     return stop_following(engines::FfOutcome::kOverflow);  // a loop of ~2^40 iterations: simulate it
   // A run limit (max_instructions, max_sim_time_ns) inside the span: skip only up to it, so that the run stops at
   // the instruction the full run stops at, with its stats (a skip past it stopped the run at the loop's end).
-  k = std::min(k, ff_limit_repeats(instrs, dt));
+  k = ff_limit_repeats(k, instrs, dt);
   if (k < 1) return stop_following(engines::FfOutcome::kLimit);
   const int64_t skip = k * since;
   if (ff_.hbm_shared) {  // the chunk states the last iterations left, moved to where the full run has them
@@ -1094,18 +1095,20 @@ bool Lowering::may_fast_forward(const Kernel& k) {
   return std::any_of(k.loops.begin(), k.loops.end(), [](const Loop& l) { return l.trip_count() >= FastForward::kMinLoop; });
 }
 
-int64_t Lowering::ff_limit_repeats(uint64_t instrs, sim::Ps dt) const {
-  int64_t k = std::numeric_limits<int64_t>::max();
+int64_t Lowering::ff_limit_repeats(int64_t k, uint64_t instrs, sim::Ps dt) const {
   const SimOptions& o = sim_.options();
   // The full run stops before an instruction once max_instructions were simulated, or once the simulated time
-  // is past max_sim_time_ns (Simulator::check_limits): the state after k repeats must be one it reaches.
-  if (o.max_instructions > 0 && instrs > 0)
-    k = std::min<int64_t>(k, static_cast<int64_t>((o.max_instructions - std::min(o.max_instructions, sim_.instructions())) / instrs));
+  // is past max_sim_time_ns (Simulator::check_limits): the state after k repeats must be one it reaches. (k x dt
+  // fits: RunStats::repeats_fit.)
+  if (o.max_instructions > 0 && instrs > 0) {
+    const uint64_t room = (o.max_instructions - std::min(o.max_instructions, sim_.instructions())) / instrs;
+    if (room < static_cast<uint64_t>(k)) k = static_cast<int64_t>(room);
+  }
   if (o.max_sim_time_ns > 0 && dt > 0) {
     const sim::Ps t = sim_.total_time();
-    int64_t kt = static_cast<int64_t>(std::max(0.0, (o.max_sim_time_ns - sim::ps_to_ns(t)) / sim::ps_to_ns(dt)));
-    while (kt > 0 && sim::ps_to_ns(t + kt * dt) > o.max_sim_time_ns) --kt;  // (the division's rounding)
-    k = std::min(k, kt);
+    const double room = std::floor((o.max_sim_time_ns - sim::ps_to_ns(t)) / sim::ps_to_ns(dt));
+    if (room < static_cast<double>(k)) k = room > 0 ? static_cast<int64_t>(room) : 0;
+    while (k > 0 && sim::ps_to_ns(t + k * dt) > o.max_sim_time_ns) --k;  // (the division's rounding)
   }
   return k;
 }

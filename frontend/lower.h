@@ -202,8 +202,9 @@ class Lowering {
   /// loop instance; once its iterations repeat, count the middle ones as repeats and jump over them.
   void fast_forward_at(const Loop& l, int64_t& v);
   void fast_forward_start(const Loop& l);
-  /// The most repeats of a span (`instrs` instructions, `dt` of time) that keep the run within its limits.
-  int64_t ff_limit_repeats(uint64_t instrs, sim::Ps dt) const;
+  /// The most repeats of a span (`instrs` instructions, `dt` of time), at most `k`, that keep the run within its
+  /// limits.
+  int64_t ff_limit_repeats(int64_t k, uint64_t instrs, sim::Ps dt) const;
   bool lower_op(const Op& op, isa::Instr& out);
   /// Name the tensors of the sanitizer's reports (by the op each instruction came from).
   void name_check_reports();
