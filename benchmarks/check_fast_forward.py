@@ -308,8 +308,8 @@ def stats(nsim, path, ff, tmp, config="trn2", overrides=(), limit=()):
         cmd += ["-p", o]
     p = subprocess.run(cmd + (["--fast-forward"] if ff else []), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        text=True)
-    if limit and p.returncode == 2 and "NSIM-E416" in p.stderr:
-        pass  # stopped by the limit, as asked: the stats file covers the partial run
+    if limit and p.returncode == 2 and "limit reached" in p.stderr:
+        pass  # stopped by the limit (E416), as asked: the stats file covers the partial run
     elif p.returncode == 2 and not ff:  # a clean error on the full run (a random kernel whose tiles do not fit: E206)
         return None, p.stderr.splitlines()[0] if p.stderr else "exit status 2"
     elif p.returncode != 0:
