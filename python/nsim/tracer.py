@@ -4341,6 +4341,27 @@ def _is_array(x):
     return isinstance(x, np.ndarray) or (type(x).__module__.startswith("torch") and hasattr(x, "numpy"))
 
 
+class shown:
+    """``x`` as an error message shows what the kernel passed where a tensor belongs (``"got {!r}".format(shown(x))``):
+    its repr, but a host array (numpy or torch) by its shape and dtype, with what makes it a kernel tensor (its
+    repr printed every value), and a long repr cut short."""
+
+    __slots__ = ("x",)
+
+    def __init__(self, x):
+        self.x = x
+
+    def __repr__(self):
+        x = self.x
+        if _is_array(x):
+            return ("a host {} array of shape {} and dtype {} (a kernel reads the arrays passed as its arguments, "
+                    "and those inside list, tuple and dict arguments; pass it as one)").format(
+                        "torch" if type(x).__module__.startswith("torch") else "numpy", tuple(x.shape),
+                        str(x.dtype).replace("torch.", ""))
+        r = repr(x)
+        return r if len(r) <= 200 else r[:197] + "..."
+
+
 class TraceResult:
     """What one traced call produced: the kernel dict and how to map results back."""
 
@@ -4431,6 +4452,9 @@ def _arg_kind(v, depth=0):
     if isinstance(v, (tuple, list)) and depth < 4 and len(v) <= 64:
         kinds = tuple(_arg_kind(x, depth + 1) for x in v)
         return None if any(k is None for k in kinds) else (type(v).__name__, kinds)
+    if type(v) is dict and depth < 4 and len(v) <= 64:
+        kinds = tuple((k, _arg_kind(x, depth + 1)) for k, x in v.items())
+        return None if any(k[1] is None for k in kinds) else ("dict", kinds)
     return None
 
 
@@ -4691,11 +4715,16 @@ def _arg(tr, name, val, arrays):
         # and its position (xs -> xs_0, xs_1, ...); other items passed as they are.
         items = [_arg(tr, "{}_{}".format(name, i), v, arrays) for i, v in enumerate(val)]
         return type(val)(*items) if hasattr(val, "_fields") else type(val)(items)  # a namedtuple takes fields
+    if isinstance(val, dict) and any(_holds_array(v) for v in val.values()):
+        # A dict of arrays (a model's weights by name): each array its own HBM tensor, named after the argument
+        # and its key (params -> params_w1, ...; Tracer.unique_name makes the key a name); the kernel gets a dict.
+        return {k: _arg(tr, "{}_{}".format(name, k), v, arrays) for k, v in val.items()}
     return val
 
 
 def _holds_array(v):
-    return _is_array(v) or (isinstance(v, (list, tuple)) and any(_holds_array(x) for x in v))
+    return _is_array(v) or (isinstance(v, (list, tuple)) and any(_holds_array(x) for x in v)) or (
+        isinstance(v, dict) and any(_holds_array(x) for x in v.values()))
 
 
 def _to_numpy(a):

@@ -318,6 +318,51 @@ def test_lists_and_tuples_of_arrays_are_tensors(hk):
     np.testing.assert_array_equal(b1, r)
 
 
+def test_dicts_of_arrays_are_tensors(hk):
+    """A dict of arrays (weights by name; inside a list too) as an argument: each array is an HBM tensor sharing the
+    caller's storage, named after the argument and its key, and the kernel gets a dict. Before, the dict reached the
+    kernel as it was and nl.load of a value failed with E311, whose message printed the whole array."""
+    m, nki, nl, _ = hk
+
+    @nki.jit
+    def mlp_step(x, params, extras):
+        o = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        acc = nl.add(nl.multiply(nl.load(x), nl.load(params["w1"])), nl.load(params[7]))
+        acc = nl.multiply(acc, params["scale"])
+        acc = nl.add(acc, nl.load(extras[0]["bias"]))
+        nl.store(params["out"], value=acc)  # written through the dict: the caller's array sees it
+        nl.store(o, value=acc)
+        return o
+
+    x, w1, b7, bias = (_randn((128, 64), np.float32, 40 + i) for i in range(4))
+    for scale in (0.5, 2.0):  # the second call reuses the first's loop plan (a dict in the plan key)
+        out = np.zeros((128, 64), np.float32)
+        r = _run(mlp_step, x, {"w1": w1, 7: b7, "scale": scale, "out": out}, [{"bias": bias}])
+        want = (x * w1 + b7) * scale + bias
+        np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(out, r)
+
+
+def test_a_host_array_in_the_kernel_is_named_by_shape(hk):
+    """A numpy array the kernel was not passed (a module-level constant) where a tensor belongs: E311 gives its shape
+    and dtype and what makes it a tensor, not the repr of every value."""
+    m, nki, nl, _ = hk
+    const = np.ones((128, 64), np.float32)
+
+    @nki.jit
+    def uses_global(a):
+        o = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(o, value=nl.multiply(nl.load(a), nl.load(const)))
+        return o
+
+    with pytest.raises(_core.OperandError) as e:
+        uses_global(np.ones((128, 64), np.float32))
+    msg = str(e.value)
+    assert msg.startswith("NSIM-E311: nl.load: src must be a tensor, got a host numpy array of shape (128, 64) "
+                          "and dtype float32"), msg
+    assert "pass it as one" in msg and "array(" not in msg and len(msg) < 400, msg
+
+
 def test_scalars_kwargs_and_bf16(hk):
     m, nki, nl, _ = hk
 

@@ -65,8 +65,10 @@ def jit(fn=None, **kwargs):
     ...) are accepted; only platform_target has an effect.
 
     Calling the kernel: each numpy (or torch CPU) array argument becomes an HBM tensor sharing the caller's
-    storage (spec 1.6), and so does each array inside a list or tuple argument, nested ones too (tensors
-    ``xs_0``, ``xs_1``, ... for a parameter ``xs``); any other argument reaches the kernel as a Python value."""
+    storage (spec 1.6), and so does each array inside a list, tuple or dict argument, nested ones too (tensors
+    ``xs_0``, ``xs_1``, ... for a parameter ``xs``; ``params_w1`` for ``params["w1"]``: the kernel gets a plain
+    dict); any other argument reaches the kernel as a Python value. (The spec is silent on containers: nsim
+    treats them as pytrees, where a kernel written for NKI itself takes each tensor as an argument of its own.)"""
     for k in ("mode", "platform_target"):  # spec 1.3: both deprecated in the new dialect
         if k in kwargs:
             warnings.warn("nki.jit({}=...) is deprecated{}".format(

@@ -165,7 +165,7 @@ def _t(x, slot, what):
         _tr.current("nisa." + what)
     if not isinstance(x, NkiTensor):
         raise make_error("BadOperandKind", "{}: operand '{}' must be a tensor (view), got {!r}".format(
-            what, slot, x))
+            what, slot, _tr.shown(x)))
     return x
 
 

@@ -589,7 +589,7 @@ def _tensor_arg(x, what, slot="x"):
     if _tr.active() is None:  # (the message built only when needed)
         _tr.current("nl." + what)
     if not isinstance(x, NkiTensor):
-        raise make_error("BadOperandKind", "nl.{}: {} must be a tensor, got {!r}".format(what, slot, x))
+        raise make_error("BadOperandKind", "nl.{}: {} must be a tensor, got {!r}".format(what, slot, _tr.shown(x)))
     if x.buffer == "hbm":
         raise make_error("BadBuffer", "nl.{}: {} must be an on-chip tile (SBUF/PSUM), got an HBM "
                          "tensor {!r} (load it first with nl.load or nisa.dma_copy)".format(what, slot, x))
@@ -736,7 +736,7 @@ def broadcast_to(x, shape, dtype=None, name=None, **kwargs):
     tensor gets trailing size-1 dims."""
     _tr.current("nl.broadcast_to")
     if not isinstance(x, NkiTensor):
-        raise make_error("BadOperandKind", "nl.broadcast_to: x must be a tensor, got {!r}".format(x))
+        raise make_error("BadOperandKind", "nl.broadcast_to: x must be a tensor, got {!r}".format(_tr.shown(x)))
     shape = tuple(int(s) for s in shape)
     if len(shape) < x.ndim:
         raise make_error("BadBroadcast", "nl.broadcast_to: cannot broadcast {} to the lower-rank "
@@ -775,7 +775,7 @@ def _binary_call(op, x, y, dtype=None, name=None, **kwargs):
         t, s, rev = (x, y, False) if xt else (y, x, True)
         if not _is_scalar(s):
             raise make_error("BadOperandKind", "nl.{}: operands must be tiles or scalars, got {!r}".format(
-                n, s))
+                n, _tr.shown(s)))
         out = _new_tile(t.shape, out_dt)
         isa.tensor_scalar(dst=out, data=t, op0=op, operand0=s, reverse0=rev)
         return out
@@ -999,7 +999,7 @@ def load(src, dtype=None, name=None, **kwargs):
     """``nl.load(src)``: DMA an HBM view into a fresh SBUF tile of the same shape (first dim ≤ 128)."""
     _tr.current("nl.load")
     if not isinstance(src, NkiTensor):
-        raise make_error("BadOperandKind", "nl.load: src must be a tensor, got {!r}".format(src))
+        raise make_error("BadOperandKind", "nl.load: src must be a tensor, got {!r}".format(_tr.shown(src)))
     if src.ndim == 0:  # one element (the flash attention sample's nl.load(seed[0])): a [1, 1] tile
         src = src.reshape((1, 1))
     if src.shape[0] > 128:
@@ -1014,7 +1014,7 @@ def store(dst, value, name=None, **kwargs):
     """``nl.store(dst, value)``: DMA a tile (PSUM: via an SBUF copy; scalar: a memset tile) into dst."""
     _tr.current("nl.store")
     if not isinstance(dst, NkiTensor):
-        raise make_error("BadOperandKind", "nl.store: dst must be a tensor, got {!r}".format(dst))
+        raise make_error("BadOperandKind", "nl.store: dst must be a tensor, got {!r}".format(_tr.shown(dst)))
     if dst.ndim == 0:  # one element: as a [1, 1] view (nl.load's counterpart)
         dst = dst.reshape((1, 1))
     isa = _isa()
@@ -1026,7 +1026,7 @@ def store(dst, value, name=None, **kwargs):
         value = t
     if not isinstance(value, NkiTensor):
         raise make_error("BadOperandKind", "nl.store: value must be a tile or a scalar, got {!r}".format(
-            value))
+            _tr.shown(value)))
     if value.buffer == "psum":
         value = copy_(value)
     if value.size != dst.size and value.ndim == dst.ndim:

@@ -27,7 +27,7 @@ from ..isa import (  # noqa: F401
 def _tile(x, what, arg="operand"):
     if not isinstance(x, (NkiTensor, BlockTensor)):
         # e.g. None from a helper function that forgot to return its tile (was an AttributeError)
-        raise make_error("BadOperandKind", "nisa.{}: {} must be a tile, got {!r}".format(what, arg, x))
+        raise make_error("BadOperandKind", "nisa.{}: {} must be a tile, got {!r}".format(what, arg, _tr.shown(x)))
     if isinstance(x, BlockTensor):
         raise make_error("TileInference", "err_failed_to_infer_tile_from_local_tensor: nisa.{} needs a "
                          "tile; index the block dims first".format(what))
@@ -165,7 +165,7 @@ def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown
     _tr.current("nisa.tensor_copy_dynamic_src")
     if not isinstance(src, NkiTensor):
         raise make_error("BadOperandKind", "nisa.tensor_copy_dynamic_src: src must be a tile view, got {!r}".format(
-            src))
+            _tr.shown(src)))
     _tile(src, "tensor_copy_dynamic_src", "src")
     if isinstance(dst, NkiTensor) and dst.is_indirect():
         raise make_error("DynamicIndex", "nisa.tensor_copy_dynamic_src: dst has a runtime index (use "
@@ -187,7 +187,7 @@ def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.un
     for v, nm in ((dst, "dst"), (src, "src")):
         if not isinstance(v, NkiTensor):
             raise make_error("BadOperandKind", "nisa.tensor_copy_dynamic_dst: {} must be a tile view, got {!r}".format(
-                nm, v))
+                nm, _tr.shown(v)))
     _tile(src, "tensor_copy_dynamic_dst", "src")
     if src.is_indirect():
         raise make_error("DynamicIndex", "nisa.tensor_copy_dynamic_dst: src has a runtime index (use "

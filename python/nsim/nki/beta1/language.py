@@ -1651,7 +1651,7 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None):
     _check_mask(mask, "nl.loop_reduce")
     _tr.current("nl.loop_reduce")
     if not isinstance(x, NkiTensor) and not _isscalar(x):
-        raise make_error("BadOperandKind", "nl.loop_reduce: x must be a tile or a scalar, got {!r}".format(x))
+        raise make_error("BadOperandKind", "nl.loop_reduce: x must be a tile or a scalar, got {!r}".format(_tr.shown(x)))
     _nl.opcode(op, "op")
     if not isinstance(loop_indices, (tuple, list)) and not _is_expr(loop_indices):
         loop_indices = (loop_indices,)
@@ -2048,7 +2048,7 @@ def masked_reduce(fn, x, axis, keepdims, mask, what):
     on the part of ``x`` inside the mask's rectangle and writes that part of a fresh result tile (result
     positions outside the mask stay unwritten)."""
     if not isinstance(x, NkiTensor):
-        raise make_error("BadOperandKind", "{}: x must be a tile, got {!r}".format(what, x))
+        raise make_error("BadOperandKind", "{}: x must be a tile, got {!r}".format(what, _tr.shown(x)))
     axes = _nl._axes(x, axis, what.split(".")[-1])
     box = mask_box(mask, x.shape)
     kshape = [1 if a in axes else n for a, n in enumerate(x.shape)]
@@ -2237,7 +2237,7 @@ def load(src, *, mask=None, dtype=None, **kwargs):
         _nisa.dma_copy(dst=out, src=src)
         return out
     if not isinstance(src, NkiTensor):
-        raise make_error("BadOperandKind", "nl.load: src must be a tensor, got {!r}".format(src))
+        raise make_error("BadOperandKind", "nl.load: src must be a tensor, got {!r}".format(_tr.shown(src)))
     out = _nl._new_tile(shp or src.shape, dtype if dtype is not None else src.dtype)
     boxes = mask_boxes(mask, shp or src.shape)
     if len(boxes) > 1:  # a non-rectangular mask (padding): one DMA per box of its true region (spec §3.8)
@@ -2298,7 +2298,7 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
     expressions or the result's) only the masked part is loaded (the rest stays unwritten)."""
     tr = _tr.current("nl.load_transpose2d")
     if not isinstance(src, NkiTensor):
-        raise make_error("BadOperandKind", "nl.load_transpose2d: src must be a tensor, got {!r}".format(src))
+        raise make_error("BadOperandKind", "nl.load_transpose2d: src must be a tensor, got {!r}".format(_tr.shown(src)))
     if src.ndim != 2:
         raise make_error("BadRank", "nl.load_transpose2d needs a 2-D source")
     shape = (src.shape[1], src.shape[0])
