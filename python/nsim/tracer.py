@@ -440,7 +440,11 @@ def _dtype_name(dtype):
         return "tfloat32"  # nl.tfloat32: 4 opaque bytes in numpy (nki-api.md 3.2), the IR's tfloat32
     name = nd.name
     if name not in ir:
-        raise make_error("BadDtype", "dtype {} is not supported by nsim".format(name))
+        # (the dtypes from isa/dtypes.def; a 64-bit one is usually numpy's default: np.random.rand, np.arange)
+        wide = {"float64": "float32", "int64": "int32", "uint64": "uint32"}.get(name)
+        raise make_error("BadDtype", "dtype {} is not supported by nsim: the NeuronCore's dtypes are {}{}".format(
+            name, ", ".join(ir), "" if wide is None else "; convert the array with .astype(np.{}) (numpy makes {} "
+            "by default)".format(wide, name)))
     return name
 
 

@@ -363,6 +363,18 @@ def test_a_host_array_in_the_kernel_is_named_by_shape(hk):
     assert "pass it as one" in msg and "array(" not in msg and len(msg) < 400, msg
 
 
+def test_a_float64_argument_is_refused_with_the_fix(hk):
+    """numpy's default dtype (np.random.rand gives float64) is not a NeuronCore dtype: E302 lists the dtypes and
+    says which cast fixes it (its hint refers to the list, which the message did not give before)."""
+    m, nki, nl, _ = hk
+    for dt, want in ((np.float64, "float32"), (np.int64, "int32")):
+        with pytest.raises(_core.OperandError) as e:
+            _run(m.add_sub_kernel, np.ones((128, 64), dt), np.ones((128, 64), dt))
+        msg = str(e.value)
+        assert msg.startswith("NSIM-E302: dtype {} is not supported".format(np.dtype(dt).name)), msg
+        assert "bfloat16" in msg and "convert the array with .astype(np.{})".format(want) in msg, msg
+
+
 def test_scalars_kwargs_and_bf16(hk):
     m, nki, nl, _ = hk
 
