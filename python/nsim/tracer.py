@@ -1394,6 +1394,12 @@ class NkiTensor:
             vals = vals.astype(np.float32)
         return "{} {} {} ({}):\n{}".format(self.name, tuple(self.shape), self._st.dtype, self.buffer, vals)
 
+    def _ragged_fix(self, tile, rows, cols):
+        """How a kernel of this dialect takes the last, partial tile of ``tile`` rows of this 2-D tensor of ``rows``
+        rows and ``cols`` columns (the hint of a slice past its end): the new dialect's tutorials clip the slices."""
+        return ("clip the slices, e.g. p = min({t}, {r} - i * {t}); src={n}[i * {t}:i * {t} + p, :] into "
+                "dst=tile[0:p, :]".format(t=tile, r=rows, n=self.name))
+
     # --- views --------------------------------------------------------------------------------
     def _plain_view(self, key):
         """``self[key]`` for the common subscripts, else None (__getitem__ then works it out, and raises what is
@@ -1552,8 +1558,14 @@ class NkiTensor:
                 if b < 0:
                     b += size
                 if a < 0 or b > size or a >= b:
+                    # (a last tile of rows reaching past the end: rows not a multiple of the tile's, the usual case)
+                    shp = tuple(self.shape)
+                    tail = vd == 0 and 0 <= a < size < b and len(shp) == 2
                     raise make_error("IndexOutOfBounds", "slice {}:{} is out of bounds (or empty) for dim {} "
-                                     "of size {} of tensor '{}'".format(k.start, k.stop, vd, size, self.name))
+                                     "of size {} of tensor '{}'{}".format(
+                                         k.start, k.stop, vd, size, self.name,
+                                         ": the last tile of rows has {} of them; {}".format(
+                                             size - a, self._ragged_fix(b - a, size, shp[1])) if tail else ""))
                 n = (b - a + s - 1) // s
             else:
                 raise make_error("BadSubscript", "unsupported index {!r} (use ints, slices, nl.ds or "

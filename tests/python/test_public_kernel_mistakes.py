@@ -78,6 +78,9 @@ ERRORS = [
      ["256:384", "'a_input'", "size 256"]),
     ("b1_ragged_last_tile_without_mask", lambda: (z(300, 64),), "KernelError", "IndexOutOfBounds", "b1_ragged",
      ["'a_input'", "size 300", "mask="]),
+    # (the slice past the end names the fix of the dialect: a mask in Beta 1, clipped slices in the new one)
+    ("b1_ragged_last_tile_sliced", lambda: (z(300, 64),), "KernelError", "IndexOutOfBounds", "b1_ragged_slices",
+     ["256:384", "size 300", "44 of them", "i_f = nl.arange(64)[None, :]", "mask=(i * 128 + i_p < 300)"]),
     ("b1_float_index_tile", lambda: (z(128, 512), np.arange(64, dtype=np.float32)), "OperandError", "BadDtype",
      "b1_float_idx", ["int32", "float32"]),
     ("b1_gather_negative_index", lambda: (z(128, 512), np.asarray(GATHER_IDS, np.int32)), "KernelError",
@@ -116,7 +119,7 @@ ERRORS = [
     ("n_load_off_by_one", lambda: (z(256, 64),), "KernelError", "IndexOutOfBounds", "n_off_by_one",
      ["256:384", "'a_input'", "size 256"]),
     ("n_ragged_last_tile_unclipped", lambda: (z(300, 64),), "KernelError", "IndexOutOfBounds", "n_ragged",
-     ["256:384", "size 300"]),
+     ["256:384", "size 300", "44 of them", "p = min(128, 300 - i * 128)"]),
     ("n_float_index_tile", lambda: (z(128, 512), np.arange(64, dtype=np.float32).reshape(64, 1)), "OperandError",
      "BadDtype", "n_float_idx", ["vector_offset", "int32", "float32"]),
     ("n_gather_negative_index", lambda: (z(128, 512), rows(GATHER_IDS)), "KernelError", "IndexOutOfBounds",
@@ -225,6 +228,39 @@ def test_b1_accumulation_into_a_tile_is_not_reported(b1):
         warnings.simplefilter("error", nsim.tracer.CheckWarning)
         out = acc_sum(a)
     np.testing.assert_allclose(out, a.reshape(4, 128, 512).sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_the_ragged_tile_fix_the_message_names_works(b1):
+    """The E408 hint for a last row tile past the end (the kernels b1_ragged_last_tile_sliced and
+    n_ragged_last_tile_unclipped), applied as written: each kernel then copies all 300 rows."""
+    bnki, bl, _bisa = b1
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    @bnki.jit
+    def b1_masked(a_input):
+        out = bl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=bl.shared_hbm)
+        i_p = bl.arange(128)[:, None]
+        i_f = bl.arange(64)[None, :]
+        for i in bl.affine_range((a_input.shape[0] + 127) // 128):
+            t = bl.load(a_input[i * 128 + i_p, i_f], mask=(i * 128 + i_p < 300))
+            bl.store(out[i * 128 + i_p, i_f], value=t, mask=(i * 128 + i_p < 300))
+        return out
+
+    @nki.jit
+    def n_clipped(a_input):
+        out = nl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range((a_input.shape[0] + 127) // 128):
+            p = min(128, 300 - i * 128)
+            t = nl.ndarray((128, a_input.shape[1]), dtype=a_input.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t[0:p, :], src=a_input[i * 128:i * 128 + p, :])
+            nisa.dma_copy(dst=out[i * 128:i * 128 + p, :], src=t[0:p, :])
+        return out
+
+    a = np.random.default_rng(5).standard_normal((300, 64)).astype(np.float32)
+    np.testing.assert_array_equal(b1_masked(a), a)
+    np.testing.assert_array_equal(nki.simulate(n_clipped)(a), a)
 
 
 def test_writing_an_input_argument_is_allowed(pkm):

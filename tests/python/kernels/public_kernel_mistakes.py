@@ -96,6 +96,16 @@ def b1_load_off_by_one(a_input):
 
 
 @bnki.jit
+def b1_ragged_last_tile_sliced(a_input):
+  """300 rows in tiles of 128 (ceil) taken by slices: the last slice reaches past the end."""
+  out = bl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=bl.shared_hbm)
+  for i in bl.affine_range((a_input.shape[0] + 127) // 128):
+    t = bl.load(a_input[i * 128:(i + 1) * 128, :])  # MISTAKE: b1_ragged_slices
+    bl.store(out[i * 128:(i + 1) * 128, :], value=t)
+  return out
+
+
+@bnki.jit
 def b1_ragged_last_tile_without_mask(a_input):
   """300 rows in tiles of 128 (ceil), the last tile loaded without mask=(i * 128 + i_p < num_rows)."""
   out = bl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=bl.shared_hbm)

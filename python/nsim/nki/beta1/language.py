@@ -802,6 +802,11 @@ class Tensor(NkiTensor):
     __slots__ = ("_mm", "_iadd", "_adv", "_t2d", "_t2d_oob", "_box", "_keys", "_pe_tmp", "_rows_oob", "_parts",
                  "_opmask")
 
+    def _ragged_fix(self, tile, rows, cols):
+        """NkiTensor._ragged_fix in Beta 1: its kernels take the last tile under a mask (spec 3.8)."""
+        return ("take them under a mask, e.g. i_p = nl.arange({t})[:, None]; i_f = nl.arange({c})[None, :]; "
+                "{n}[i * {t} + i_p, i_f] with mask=(i * {t} + i_p < {r})".format(t=tile, c=cols, n=self.name, r=rows))
+
     def __init__(self, storage, dims=None, tracer=None):
         NkiTensor.__init__(self, storage, dims, tracer)
         self._pe_tmp = False  # a TensorE result in PSUM returned as a temporary (nisa.nc_transpose / nc_matmul)
