@@ -1547,8 +1547,8 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
       f.title = fmt::format("{} reductions read an activation's output again in a separate pass", n);
       f.detail = "ScalarE can reduce (add, max, min) along the free dim while it writes an activation's output: "
                  "activation(..., reduce_op=nl.add, reduce_res=s, reduce_cmd=reset_reduce) (Beta 1: "
-                 "nisa.activation_reduce) gives the row sums of exp in the same pass, saving the tensor_reduce "
-                 "and its read of the whole tile.";
+                 "nisa.activation_reduce) gives the row sums (or maxima) of its output in the same pass -- the sums of "
+                 "exp of a softmax, of squares of a norm -- saving the tensor_reduce and its read of the whole tile.";
       f.metrics = {{"reductions", static_cast<double>(n)}};
       r.findings.push_back(std::move(f));
     }
