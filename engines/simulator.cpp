@@ -647,6 +647,7 @@ bool Simulator::frees(const Instr& in) const {
   using P = engines::PeResults;
   const uint8_t f = opts_.free_pe_helpers;
   if ((f & P::kBroadcast) && P::broadcast_weights(in)) return true;
+  if ((f & P::kSplitReduce) && pe_free_->split_reduce(in)) return true;
   const P::Kind k = P::helper_kind(in);
   if (k != P::kNone) return (f & k) != 0;
   return (f & pe_free_->copy_of(in)) != 0;

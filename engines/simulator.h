@@ -89,8 +89,9 @@ struct SimOptions {
   bool fast_forward = false;
   /// `nsim analyze`'s what-if runs (frontend/analyze.cpp; docs/profiling.md "How the savings are estimated"):
   /// the PE-array helpers of these kinds (bits of engines::PeResults::Kind: transposes, partition
-  /// broadcasts with the load_stationary of their one-row weights) and the copies of their PSUM results
-  /// take no engine time: each is done when its operands are ready. Timing-only; 0 = off.
+  /// broadcasts with the load_stationary of their one-row weights) and the copies of their PSUM results,
+  /// and (kSplitReduce) the reductions of an activation's output in a pass of their own, take no engine
+  /// time: each is done when its operands are ready. Timing-only; 0 = off.
   uint8_t free_pe_helpers = 0;
   /// The event listeners (add_event_listener: the analyzer) and the dependency-bound schedule run on a host thread
   /// of their own, beside the simulation, when the process has two (isa::sem::host_threads(), NSIM_NUM_THREADS);

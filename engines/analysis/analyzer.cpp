@@ -323,16 +323,9 @@ struct Analyzer::State {
     std::fill_n(loaded_bits.begin() + static_cast<std::ptrdiff_t>(f + 1), kBlock - 1, loaded_bits[f]);
     std::fill_n(written.begin() + static_cast<std::ptrdiff_t>(f + 1), kBlock - 1, written[f]);
   }
-  // The outputs of the latest activations without an accumulated reduction (a small ring), and of the
-  // latest PE transposes and partition broadcasts (PeResults).
-  std::array<Operand, 8> act_out{};
-  size_t act_next = 0;
+  // The outputs of the latest PE transposes and partition broadcasts, and of the latest activations without an
+  // accumulated reduction (PeResults).
   PeResults pe;
-  // Their byte extents (Operand::byte_extent), kept beside them: every instruction checks its output
-  // against them (forget_overwritten).
-  using Extent = std::pair<int64_t, int64_t>;
-  std::array<Extent, 8> act_ext{};
-  uint8_t act_live = 0;  ///< bit i: entry i of the ring holds an output
   std::vector<uint64_t> store_bits;  ///< bit i: instruction i is a DMA store (an on-chip source, HBM destination)
   // Values (recomputed_value): SBUF and PSUM regions' fingerprints, HBM writes per 64 KiB block, TensorE's weights.
   std::array<ValueMap, 2> values;
@@ -933,20 +926,11 @@ void Analyzer::State::on_tensor(const Instr& in, const InstrTiming& t, LineAgg& 
 
 void Analyzer::State::forget_overwritten(const Instr& in) {
   // An output overwritten (by anything) is no longer the activation's, the transpose's or the broadcast's
-  // result; a transpose's or a broadcast's own output is remembered (PeResults::note).
+  // result; a transpose's, a broadcast's or an activation's own output is remembered (PeResults::note).
   pe.note(in);
-  const Operand& dst = in.slot(0);
-  if (dst.space == Space::kHbm || !dst.present() || !act_live) return;
-  const auto ext = dst.byte_extent();
-  for (unsigned m = act_live; m; m &= m - 1) {
-    const auto i = static_cast<size_t>(__builtin_ctz(m));
-    if (PeResults::overlaps(act_out[i], act_ext[i], dst, ext))
-      act_out[i] = Operand{}, act_live = static_cast<uint8_t>(act_live & ~(1u << i));
-  }
 }
 
 void Analyzer::State::on_elementwise(const Instr& in, const InstrTiming& t, LineAgg& la) {
-  const int reduce_res = 4;  // activation's reduce_res slot (isa/opcodes.def)
   if (in.engine == Engine::kVector && t.perf_mode <= 1) {
     bool sbuf = true, fp32 = false;
     for (int i = 0; i < isa::op_info(in.op).num_slots; ++i)
@@ -974,6 +958,11 @@ void Analyzer::State::on_elementwise(const Instr& in, const InstrTiming& t, Line
   }
   // A copy out of a PE transpose's or a partition broadcast's PSUM result: part of the helper's cost (the
   // fixes, a transposed load or a stride-0 DMA, need neither).
+  // A reduction an activation could have accumulated while writing its output (reduce_op=, reduce_res=).
+  if (pe.split_reduce(in)) {
+    ++la.split_reduces;
+    la.split_reduce_busy += t.issue - t.start;
+  }
   switch (pe.copy_of(in)) {
     case PeResults::kTranspose:
       ++la.evictions;
@@ -999,21 +988,6 @@ void Analyzer::State::on_elementwise(const Instr& in, const InstrTiming& t, Line
       la.psum_acc = *acc;
       la.psum_add_busy[static_cast<size_t>(in.engine)] += t.issue - t.start;
     }
-  }
-  if (in.op == Opcode::kActivation && !in.slot(reduce_res).present()) {
-    act_out[act_next] = in.slot(0);
-    act_ext[act_next] = in.slot(0).byte_extent();
-    act_live = static_cast<uint8_t>(act_live | (1u << act_next));
-    act_next = (act_next + 1) % act_out.size();
-  } else if (in.op == Opcode::kTensorReduce &&
-             (in.alu0 == AluOp::kAdd || in.alu0 == AluOp::kMaximum || in.alu0 == AluOp::kMinimum)) {
-    // A reduction an activation could have accumulated while writing its output (reduce_op=, reduce_res=).
-    for (const Operand& o : act_out)
-      if (o.present() && same_view(o, in.slot(1))) {
-        ++la.split_reduces;
-        la.split_reduce_busy += t.issue - t.start;
-        break;
-      }
   }
 }
 

@@ -5,9 +5,11 @@
 /// the fixes `nsim analyze` suggests (a transposed load or layout; a stride-0 DMA of the row) need neither the
 /// helper nor the copy. One definition for the Analyzer (the pe_transpose / pe_broadcast findings and their copy lines)
 /// and for the simulator's what-if run that frees them (SimOptions::free_pe_helpers: those findings'
-/// re-simulated estimates), so both see the same instructions.
+/// re-simulated estimates), so both see the same instructions. Likewise the reductions of an activation's output in
+/// a pass of their own (split_reduce(): the split_reduce finding and its what-if run).
 #include <array>
 #include <cstdint>
+#include <string_view>
 #include <utility>
 
 #include "isa/isa.h"
@@ -16,8 +18,9 @@ namespace nsim::engines {
 
 class PeResults {
  public:
-  /// Kinds of helper (bits, as SimOptions::free_pe_helpers takes them).
-  enum Kind : uint8_t { kNone = 0, kTranspose = 1, kBroadcast = 2 };
+  /// Kinds of helper (bits, as SimOptions::free_pe_helpers takes them). kSplitReduce is no PE-array helper but is
+  /// found the same way: a reduction of an activation's output (split_reduce()).
+  enum Kind : uint8_t { kNone = 0, kTranspose = 1, kBroadcast = 2, kSplitReduce = 4 };
 
   /// What a TensorE instruction other than load_stationary is: a transpose on the PE array (any TensorE op
   /// but multiply_moving, or one in transpose mode), a contraction over one row (K = 1), or a matmul (kNone).
@@ -46,19 +49,47 @@ class PeResults {
     return kNone;
   }
 
+  /// Whether `in` reduces (tensor_reduce with add, max or min) exactly the output of one of the latest activations
+  /// without an accumulated reduction, which the activation could have accumulated while writing it (reduce_op=,
+  /// reduce_res=): the split_reduce finding's instructions, and what its what-if run frees. Ask before note(in).
+  bool split_reduce(const isa::Instr& in) const {
+    if (!act_live_ || in.op != isa::Opcode::kTensorReduce ||
+        (in.alu0 != isa::AluOp::kAdd && in.alu0 != isa::AluOp::kMaximum && in.alu0 != isa::AluOp::kMinimum))
+      return false;
+    const isa::Operand &src = in.slot(1), &dst = in.slot(0);
+    const auto dext = dst.byte_extent();
+    for (unsigned m = act_live_; m; m &= m - 1) {
+      const auto i = static_cast<size_t>(__builtin_ctz(m));
+      // (an output `in` overwrites is no longer the activation's, as note(in) will find)
+      if (same_view(act_out_[i], src) && !overlaps(act_out_[i], act_ext_[i], dst, dext)) return true;
+    }
+    return false;
+  }
+
   /// Every instruction, in issue order: forget the results its output overwrites, then remember its own
   /// when it is a helper (a one-row contraction only when it starts its accumulation group: one accumulated
-  /// into a matmul's PSUM tile is not a copy of the row alone).
+  /// into a matmul's PSUM tile is not a copy of the row alone) or an activation without an accumulated reduction.
   void note(const isa::Instr& in) {
     const isa::Operand& dst = in.slot(0);
     const isa::OpInfo& info = isa::op_info(in.op);
     const bool writes = info.num_slots > 0 && info.slots[0].written;  // (load_stationary's slot 0 is read)
-    if (live_ && writes && dst.present() && dst.space != isa::Space::kHbm) {
+    if ((live_ || act_live_) && writes && dst.present() && dst.space != isa::Space::kHbm) {
       const auto ext = dst.byte_extent();
       for (unsigned m = live_; m; m &= m - 1) {
         const auto i = static_cast<size_t>(__builtin_ctz(m));
         if (overlaps(out_[i], ext_[i], dst, ext)) live_ = static_cast<uint8_t>(live_ & ~(1u << i));
       }
+      for (unsigned m = act_live_; m; m &= m - 1) {
+        const auto i = static_cast<size_t>(__builtin_ctz(m));
+        if (overlaps(act_out_[i], act_ext_[i], dst, ext)) act_live_ = static_cast<uint8_t>(act_live_ & ~(1u << i));
+      }
+    }
+    if (in.op == isa::Opcode::kActivation && !in.slot(reduce_res_slot()).present()) {
+      act_out_[act_next_] = dst;
+      act_ext_[act_next_] = dst.byte_extent();
+      act_live_ = static_cast<uint8_t>(act_live_ | (1u << act_next_));
+      act_next_ = (act_next_ + 1) % kRing;
+      return;
     }
     Kind k = helper_kind(in);
     if (k == kBroadcast && (in.flags & isa::kAccumulate)) k = kNone;
@@ -96,12 +127,28 @@ class PeResults {
   }
 
  private:
+  /// The activation's reduce_res slot (from the ISA table).
+  static int reduce_res_slot() {
+    static const int slot = [] {
+      const isa::OpInfo& info = isa::op_info(isa::Opcode::kActivation);
+      for (int i = 0; i < info.num_slots; ++i)
+        if (std::string_view(info.slots[static_cast<size_t>(i)].name) == "reduce_res") return i;
+      return 0;  // (the table has it; 0 would record no activation: slot 0, its output, is always present)
+    }();
+    return slot;
+  }
   static constexpr size_t kRing = 8;  ///< the latest 8 results (a transposed block's copies follow within a few)
   std::array<isa::Operand, kRing> out_{};
   std::array<std::pair<int64_t, int64_t>, kRing> ext_{};
   std::array<Kind, kRing> kind_{};
   uint8_t live_ = 0;  ///< bit i: entry i holds a result
   size_t next_ = 0;
+  // The outputs of the latest 8 activations without an accumulated reduction (their own ring: a helper's result
+  // does not push one out).
+  std::array<isa::Operand, kRing> act_out_{};
+  std::array<std::pair<int64_t, int64_t>, kRing> act_ext_{};
+  uint8_t act_live_ = 0;
+  size_t act_next_ = 0;
 };
 
 }  // namespace nsim::engines

@@ -505,6 +505,56 @@ TEST_CASE("free_pe_helpers: broadcasts, their weights and copies take no engine 
   CHECK(tb[7].end - tb[7].start >= tf[7].end - tf[7].start);
 }
 
+TEST_CASE("free_pe_helpers kSplitReduce: the reductions of an activation's output take no engine time, nothing else",
+          "[analysis][what-if]") {
+  // nsim analyze's what-if run for split_reduce (frontend/analyze.cpp): a reduction of an activation's output is
+  // done when the activation is; a reduction of another tile, one over an output overwritten since, and one
+  // writing over the output it reduces keep their cost, and what reads a freed reduction's result waits for it.
+  auto run = [](uint8_t free) {
+    SimOptions o;
+    o.numerics = false;
+    o.free_pe_helpers = free;
+    auto s = Simulator::from_preset("trn2", {}, o);
+    Operand x = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+    Operand e = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+    Operand sum = s->alloc_tile(Space::kSbuf, 128, {1}, DType::kFloat32);
+    Operand other = s->alloc_tile(Space::kSbuf, 128, {2048}, DType::kFloat32);
+    Operand scaled = s->alloc_tile(Space::kSbuf, 128, {1}, DType::kFloat32);
+    auto reduce = [](Operand dst, Operand src) {
+      Instr r = instr(Opcode::kTensorReduce, Engine::kVector, {dst, src});
+      r.alu0 = AluOp::kAdd;
+      return r;
+    };
+    Instr act = instr(Opcode::kActivation, Engine::kScalar, {e, x});
+    act.act = isa::ActFunc::kExp;
+    std::vector<InstrTiming> t;
+    t.push_back(s->submit(act));                        // 0
+    t.push_back(s->submit(reduce(sum, e)));             // 1: the activation's output: freed
+    t.push_back(s->submit(vec_scale(scaled, sum)));     // 2: reads the sum
+    t.push_back(s->submit(reduce(sum, other)));         // 3: not an activation's output
+    t.push_back(s->submit(vec_scale(e, other)));        // 4: overwrites the activation's output
+    t.push_back(s->submit(reduce(sum, e)));             // 5: no longer the activation's
+    t.push_back(s->submit(act));                        // 6
+    Operand e0 = e;  // e's first column
+    e0.size = {1};
+    e0.stride = {1};
+    t.push_back(s->submit(reduce(e0, e)));              // 7: writes over the output it reduces
+    s->finish();
+    return t;
+  };
+  const std::vector<InstrTiming> full = run(0), fr = run(engines::PeResults::kSplitReduce);
+  CHECK(full[1].end > full[1].start);
+  CHECK(fr[1].start == fr[1].end);
+  CHECK(fr[1].end >= fr[0].end);  // done when the activation's output is there (with the hand-off to VectorE)
+  CHECK(fr[1].end < full[1].end);
+  CHECK(fr[2].start >= fr[1].end);
+  CHECK(fr[2].end - fr[2].start == full[2].end - full[2].start);
+  for (size_t i : {0, 3, 5, 7}) CHECK(fr[i].end - fr[i].start == full[i].end - full[i].start);
+  // Nothing else is freed by the other kinds' bits.
+  const std::vector<InstrTiming> pe = run(engines::PeResults::kBroadcast | engines::PeResults::kTranspose);
+  for (size_t i = 0; i < full.size(); ++i) CHECK(pe[i].end - pe[i].start == full[i].end - full[i].start);
+}
+
 TEST_CASE("reloads, round trips and load counts match a byte-by-byte reference on random transfers", "[analysis]") {
   // The analyzer counts per 64 B chunk (analysis.reload_chunk_bytes) in blocks of 256 chunks, a whole
   // uniform block at once. Random loads and stores of w ([96, 600] fp32: 2,400 B rows, 14 blocks) mix
