@@ -140,6 +140,42 @@ void resimulate(const Kernel& k, const sim::Config& cfg, engines::AnalysisReport
   if (changed) engines::rank_findings(r, r.total_ns * cfg.get_real("analysis.min_saving_percent") / 100.0);
 }
 
+// The single_buffer finding's advice, a tile allocated in the loop body for rotating buffers, does not help a tile
+// that is there already and got one buffer because SBUF cannot hold two of every loop tile (the allocator's
+// fallback, AllocationPlan::sbuf_deepen non-empty). The detail then says so and names the automatic SBUF loop tiles
+// the run kept with one buffer (Lowering::placements: after the placement search). The softmax tutorial's nl kernel
+// at 1024 x 8192 fp32 (four [128, 8192] fp32 tiles in its loop body) was told to allocate them in the loop body.
+void note_sbuf_room(const Kernel& k, const AllocationPlan& plan, const std::vector<TilePlacement>& placed,
+                    const engines::CoreParams& p, engines::AnalysisReport& r) {
+  if (plan.sbuf_deepen.empty()) return;
+  std::vector<std::string> names;
+  for (const TilePlacement& tp : placed) {
+    if (tp.tensor < 0 || static_cast<size_t>(tp.tensor) >= k.tensors.size() || tp.bufs != 1) continue;
+    const Tensor& t = k.tensors[static_cast<size_t>(tp.tensor)];
+    const auto id = static_cast<size_t>(tp.tensor);
+    if (t.space == isa::Space::kSbuf && t.bufs == 0 && t.address < 0 && id < plan.lifetimes.size() &&
+        plan.lifetimes[id].in_loop)
+      names.push_back("'" + t.name + "'");
+  }
+  if (names.empty()) return;
+  constexpr size_t kShown = 6;
+  const auto shown = static_cast<std::ptrdiff_t>(std::min(kShown, names.size()));
+  const std::string listed =
+      fmt::format("{}{}", fmt::join(names.begin(), names.begin() + shown, ", "),
+                  names.size() > kShown ? fmt::format(" and {} more", names.size() - kShown) : std::string());
+  for (engines::Finding& f : r.findings) {
+    if (f.kind != "single_buffer") continue;
+    f.detail += fmt::format(
+        " SBUF cannot hold two buffers of every tile allocated in a loop body here (peak use {} of {} bytes per "
+        "partition): the compiler model gave {} one buffer ({}). For those, allocating in the loop body is not "
+        "enough: make room first -- fewer columns per tile, bf16 intermediates, or fewer intermediate tiles (a "
+        "subtraction or scaling folded into an activation's bias= / scale=, a sum into its reduce_res=).",
+        plan.sbuf_peak, p.mem.sbuf_bytes_per_partition,
+        names.size() == 1 ? std::string("one loop tile") : fmt::format("{} loop tiles", names.size()), listed);
+    f.metrics.emplace_back("one_buffer_loop_tiles", static_cast<double>(names.size()));
+  }
+}
+
 }  // namespace
 
 engines::AnalysisReport analyze_kernel(const Kernel& k, const sim::Config& cfg) {
@@ -159,6 +195,7 @@ engines::AnalysisReport analyze_kernel(const Kernel& k, const sim::Config& cfg) 
     low.run();
     sim.finish();
     r = analyzer.report(k.name);
+    note_sbuf_room(k, plan, low.placements(), sim.params(), r);
   }
   resimulate(k, cfg, r);
   return r;

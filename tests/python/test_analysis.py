@@ -900,6 +900,7 @@ def test_single_buffer_names_an_output_tile_a_store_still_reads():
     assert "store to finish reading their output tile" in top["lines"][0]["note"]
     assert top["metrics"]["outputs"] == 7 and top["metrics"]["loads"] == 0  # 8 iterations: the 7 after the first
     assert "output tile" in top["detail"] and "inside the loop body" in top["detail"]
+    assert "SBUF cannot hold two buffers" not in top["detail"]  # (the tile is before the loop: room enough)
     assert saved / 2 <= top["saving_ns"] <= 2 * saved, (top["saving_ns"], saved)
     assert pg.analyze().finding("single_buffer") is None
 

@@ -825,6 +825,40 @@ def test_softmax_tutorial_split_reduce_not_claimed_when_fusing_saves_nothing(b1)
     assert f is None or f["saving_ns"] <= max(saved, 0) + 500, (f, saved)
 
 
+def test_softmax_tutorial_single_buffer_says_sbuf_has_no_room(b1):
+    """The softmax tutorial's nl kernel at 1024 x 8192 fp32 makes four [128, 8192] fp32 tiles in its loop body, and
+    SBUF cannot hold two buffers of each: the allocator leaves some with one, and the output tile's compute waits for
+    its store (single_buffer). The advice to allocate the tile in the loop body does not apply (it is there): the
+    detail says SBUF has no room and names the tiles (since 2026-12-07), and one of its remedies, the subtraction
+    folded into the exp's bias= (one tile fewer), saves time."""
+    nki, nl, nisa, m = b1
+    k = m["beta1_softmax"]
+
+    @nki.jit
+    def softmax_bias(in_tensor):
+        out_tensor = nl.ndarray(in_tensor.shape, dtype=in_tensor.dtype, buffer=nl.shared_hbm)
+        n, f = in_tensor.shape
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(f)[None, :]
+        for i in nl.affine_range(n // 128):
+            x = nl.load(in_tensor[i * 128 + i_p, i_f], dtype=nl.float32)
+            neg_max = nisa.tensor_reduce(op=nl.max, data=x, axis=(1,), negate=True, keepdims=True)
+            e = nisa.activation(op=nl.exp, data=x, bias=neg_max)
+            nl.store(out_tensor[i * 128 + i_p, i_f], value=e / nl.sum(e, axis=1, keepdims=True))
+        return out_tensor
+
+    x = _rand((1024, 8192), np.float32, 68)
+    ref = k.reference_softmax(x)
+    got, before = k.softmax_nl_kernel.simulate(x)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    f = before.analyze().finding("single_buffer")
+    assert f is not None and "SBUF cannot hold two buffers" in f["detail"] and "'y'" in f["detail"], f
+    assert "bias=" in f["detail"] and f["metrics"]["one_buffer_loop_tiles"] >= 1
+    got, after = softmax_bias.simulate(x)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    assert after.total_time_ns < 0.9 * before.total_time_ns, (before.total_time_ns, after.total_time_ns)
+
+
 def _layernorm_v1_broadcast(b1):
     """LayerNorm v1 broadcasts gamma and beta onto the partitions inside its loop (``gamma_sb.broadcast_to((128,
     d))`` of a one-row SBUF tile: a ones-row matmul and a PSUM copy per 512 columns, every tile). `nsim analyze`
