@@ -75,7 +75,7 @@ Simulator::Simulator(const sim::Config& cfg, SimOptions opts)
     asap_ = std::make_unique<engines::DepTracker>(dep_config(p_), latency_table(p_));
     start_events();
   }
-  if (opts_.free_pe_helpers) pe_free_ = std::make_unique<engines::PeResults>();
+  if (opts_.free_pe_helpers || !opts_.free_folds.empty()) pe_free_ = std::make_unique<engines::PeResults>();
   if (!opts_.trace_path.empty()) {
     const std::string process = opts_.core_index >= 0 ? fmt::format("NeuronCore {} ({}, LNC=2)", opts_.core_index, p_.name)
                                                       : fmt::format("NeuronCore ({})", p_.name);
@@ -648,9 +648,22 @@ bool Simulator::frees(const Instr& in) const {
   const uint8_t f = opts_.free_pe_helpers;
   if ((f & P::kBroadcast) && P::broadcast_weights(in)) return true;
   if ((f & P::kSplitReduce) && pe_free_->split_reduce(in)) return true;
+  if (!opts_.free_folds.empty() && P::foldable_pass(in) && fold_line(in.loc)) return true;
   const P::Kind k = P::helper_kind(in);
   if (k != P::kNone) return (f & k) != 0;
   return (f & pe_free_->copy_of(in)) != 0;
+}
+
+bool Simulator::fold_line(uint32_t loc) const {
+  if (loc >= fold_line_.size()) fold_line_.resize(loc + 1, -1);
+  int8_t& v = fold_line_[loc];
+  if (v < 0) {
+    const SourceLoc& l = source(loc);
+    v = std::any_of(opts_.free_folds.begin(), opts_.free_folds.end(), [&](const SourceLoc& f) {
+      return f.line == l.line && f.file == l.file && f.function == l.function;
+    });
+  }
+  return v > 0;
 }
 
 InstrTiming Simulator::schedule_free(const Instr& in, const Sig& sig) {

@@ -93,6 +93,9 @@ struct SimOptions {
   /// and (kSplitReduce) the reductions of an activation's output in a pass of their own, take no engine
   /// time: each is done when its operands are ready. Timing-only; 0 = off.
   uint8_t free_pe_helpers = 0;
+  /// `nsim analyze`'s what-if run for fold_into_activation: the passes an activation could fold
+  /// (engines::PeResults::foldable_pass) made on these source lines (file, line and function) take no engine time.
+  std::vector<SourceLoc> free_folds;
   /// The event listeners (add_event_listener: the analyzer) and the dependency-bound schedule run on a host thread
   /// of their own, beside the simulation, when the process has two (isa::sem::host_threads(), NSIM_NUM_THREADS);
   /// the same results either way (engines/event_pipe.h); so is a protobuf trace's compression
@@ -449,7 +452,10 @@ class Simulator {
   std::array<int64_t, 2> onchip_peak_{-1, -1};  ///< set_onchip_peak (SBUF, PSUM); -1 = not set
   std::unique_ptr<engines::DepTracker> asap_;
   std::unique_ptr<engines::Checker> checker_;  ///< SimOptions::check with numerics
-  std::unique_ptr<engines::PeResults> pe_free_;  ///< SimOptions::free_pe_helpers: the helpers' results in PSUM
+  std::unique_ptr<engines::PeResults> pe_free_;  ///< SimOptions::free_pe_helpers / free_folds: the helpers' results
+  /// SimOptions::free_folds, by source id: -1 not yet looked up, 0 no, 1 a line whose foldable passes are free.
+  mutable std::vector<int8_t> fold_line_;
+  bool fold_line(uint32_t loc) const;
   sim::Ps start_floor_ = 0;  ///< set_start_floor()
   sim::Ps not_before_ = 0;  ///< submit()'s extra constraint for the instruction being scheduled
   const engines::DepTracker::Ready* known_ready_ = nullptr;  ///< submit()'s known_ready, during schedule()

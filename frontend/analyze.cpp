@@ -50,13 +50,15 @@ engines::AnalysisReport analyze_multicore(const Kernel& k, const sim::Config& cf
 }
 
 // The kernel time (ns; the last core's on a multi-core launch) on `cfg` with `overrides` applied, the PE
-// helpers of `free_pe` (SimOptions::free_pe_helpers) taking no time.
+// helpers of `free_pe` (SimOptions::free_pe_helpers) and the foldable passes of the lines `folds`
+// (SimOptions::free_folds) taking no time.
 double simulated_ns(const Kernel& k, const sim::Config& cfg, const std::vector<std::string>& overrides,
-                    uint8_t free_pe) {
+                    uint8_t free_pe, const std::vector<SourceLoc>& folds = {}) {
   const sim::Config c = sim::Config::from_yaml(cfg.to_yaml(), engines::param_schema(), overrides);
   SimOptions opts;
   opts.numerics = false;
   opts.free_pe_helpers = free_pe;
+  opts.free_folds = folds;
   if (!k.core_programs.empty()) {
     MultiCoreRun mc(k, c, opts);
     mc.run();
@@ -83,6 +85,7 @@ struct WhatIf {
   const char* needs = nullptr;  ///< a metric of the finding that must be > 0 (the part the change models)
   uint8_t free_pe = 0;          ///< SimOptions::free_pe_helpers
   const char* needs_zero = nullptr;  ///< a metric of the finding that must be 0 (a part the change would free too)
+  bool folds = false;  ///< SimOptions::free_folds: the foldable passes of the finding's lines
 };
 const std::vector<WhatIf>& what_ifs() {
   static const std::vector<WhatIf> w = {
@@ -97,6 +100,8 @@ const std::vector<WhatIf>& what_ifs() {
        nullptr, engines::PeResults::kBroadcast},
       {"split_reduce", {}, "the reductions of activations' outputs in passes of their own taking no time", nullptr,
        engines::PeResults::kSplitReduce},
+      {"fold_into_activation", {}, "the passes on those lines that only an activation reads taking no time", nullptr,
+       0, nullptr, true},
   };
   return w;
 }
@@ -117,7 +122,10 @@ void resimulate(const Kernel& k, const sim::Config& cfg, engines::AnalysisReport
             std::find_if(f.metrics.begin(), f.metrics.end(), [&](const auto& kv) { return kv.first == w.needs_zero; });
         if (m != f.metrics.end() && m->second > 0) continue;
       }
-      const double t = simulated_ns(k, cfg, w.overrides, w.free_pe);
+      std::vector<SourceLoc> folds;
+      if (w.folds)
+        for (const engines::LineRef& l : f.lines) folds.push_back(l.loc);
+      const double t = simulated_ns(k, cfg, w.overrides, w.free_pe, folds);
       std::string o;
       for (const auto& s : w.overrides) o += (o.empty() ? "" : " ") + s;
       const std::string how = o.empty() ? fmt::format("re-simulated ({}): {:.1f} ns", w.what, t)

@@ -166,6 +166,11 @@ struct LineAgg {
   /// ScalarE busy time of plain arithmetic and copies (no activation function: tensor_scalar, tensor_copy, an
   /// activation with `copy`): work another engine could do or the producing activation could fold in.
   Ps scalar_plain = 0;
+  /// Passes an activation could do itself (PeResults::foldable_pass): made on this line, and of those, read by a
+  /// plain activation and by nothing else (folded), their busy time and engines.
+  uint64_t fold_passes = 0, folded = 0;
+  Ps folded_busy = 0;
+  std::array<Ps, isa::kNumEngines> folded_by_engine{};
   uint64_t recomputed = 0;   ///< instructions computing again what the line's previous one computed, from the same values
   Ps recomputed_busy = 0;
   std::array<Ps, isa::kNumEngines> recomputed_by_engine{};
@@ -326,6 +331,19 @@ struct Analyzer::State {
   // The outputs of the latest PE transposes and partition broadcasts, and of the latest activations without an
   // accumulated reduction (PeResults).
   PeResults pe;
+  /// The outputs of the latest passes an activation could fold (track_folds): who reads each.
+  struct FoldOut {
+    Operand out;
+    std::pair<int64_t, int64_t> ext;
+    uint32_t line = 0;
+    Ps busy = 0;
+    size_t engine = 0;
+    bool consumed = false, other = false;  ///< read by a plain activation as its data; read by anything else
+  };
+  std::array<FoldOut, 8> fold_out{};
+  uint8_t fold_live = 0;  ///< bit i: fold_out[i] holds an output
+  size_t fold_next = 0;
+  void track_folds(const Instr& in, const InstrTiming& t, uint32_t loc);
   std::vector<uint64_t> store_bits;  ///< bit i: instruction i is a DMA store (an on-chip source, HBM destination)
   // Values (recomputed_value): SBUF and PSUM regions' fingerprints, HBM writes per 64 KiB block, TensorE's weights.
   std::array<ValueMap, 2> values;
@@ -434,6 +452,7 @@ void Analyzer::State::on_instr(const InstrEvent& ev) {
   cur = std::max(cur, t.issue);
 
   track_values(in, t, la);
+  track_folds(in, t, loc);
   if (isa::is_dma(in.op)) {
     if (in.slot(0).space == Space::kHbm && in.slot(1).space != Space::kHbm) {
       if (store_bits.size() <= t.index / 64) store_bits.resize(t.index / 64 + 1, 0);
@@ -923,6 +942,55 @@ void Analyzer::State::on_tensor(const Instr& in, const InstrTiming& t, LineAgg& 
   }
 }
 
+
+void Analyzer::State::track_folds(const Instr& in, const InstrTiming& t, uint32_t loc) {
+  // Every read of a remembered pass's output: by a plain activation as its data, a fold (counted for the pass's line
+  // while nothing else reads it); by anything else, the pass stays (its fold uncounted).
+  const isa::OpInfo& info = isa::op_info(in.op);
+  if (fold_live) {
+    const bool act = PeResults::plain_activation(in);
+    for (int k = 0; k < info.num_slots; ++k) {
+      const Operand& o = in.slot(k);
+      if (info.slots[static_cast<size_t>(k)].written || !o.present() || o.space == Space::kHbm) continue;
+      const auto ext = o.byte_extent();
+      for (unsigned m = fold_live; m; m &= m - 1) {
+        FoldOut& f = fold_out[static_cast<size_t>(__builtin_ctz(m))];
+        if (!PeResults::overlaps(f.out, f.ext, o, ext)) continue;
+        LineAgg& pl = lines[f.line];
+        if (act && k == 1 && same_view(f.out, o) && !f.other && !f.consumed) {
+          f.consumed = true;
+          ++pl.folded;
+          pl.folded_busy += f.busy;
+          pl.folded_by_engine[f.engine] += f.busy;
+        } else if (!f.other && !(act && k == 1 && same_view(f.out, o))) {
+          f.other = true;
+          if (f.consumed) {
+            --pl.folded;
+            pl.folded_busy -= f.busy;
+            pl.folded_by_engine[f.engine] -= f.busy;
+          }
+        }
+      }
+    }
+    // An output overwritten is no longer the pass's.
+    const Operand& dst = in.slot(0);
+    if (info.num_slots > 0 && info.slots[0].written && dst.present() && dst.space != Space::kHbm) {
+      const auto ext = dst.byte_extent();
+      for (unsigned m = fold_live; m; m &= m - 1) {
+        const auto i = static_cast<size_t>(__builtin_ctz(m));
+        if (PeResults::overlaps(fold_out[i].out, fold_out[i].ext, dst, ext))
+          fold_live = static_cast<uint8_t>(fold_live & ~(1u << i));
+      }
+    }
+  }
+  if (PeResults::foldable_pass(in)) {
+    ++line(loc).fold_passes;
+    fold_out[fold_next] = {in.slot(0), in.slot(0).byte_extent(), loc, t.issue - t.start,
+                           static_cast<size_t>(in.engine), false, false};
+    fold_live = static_cast<uint8_t>(fold_live | (1u << fold_next));
+    fold_next = (fold_next + 1) % fold_out.size();
+  }
+}
 
 void Analyzer::State::forget_overwritten(const Instr& in) {
   // An output overwritten (by anything) is no longer the activation's, the transpose's or the broadcast's
@@ -1524,6 +1592,37 @@ AnalysisReport Analyzer::report(const std::string& kernel_name) const {
                  "nisa.activation_reduce) gives the row sums (or maxima) of its output in the same pass -- the sums of "
                  "exp of a softmax, of squares of a norm -- saving the tensor_reduce and its read of the whole tile.";
       f.metrics = {{"reductions", static_cast<double>(n)}};
+      r.findings.push_back(std::move(f));
+    }
+  }
+  // ---- element-wise passes an activation reading their output could do itself (bias=, scale=)
+  {
+    Finding f;
+    f.kind = "fold_into_activation";
+    uint64_t n = 0;
+    std::array<Ps, isa::kNumEngines> by_engine{};
+    for (size_t i = 1; i < s.lines.size(); ++i) {
+      const LineAgg& la = s.lines[i];
+      // Every pass of the line folds (the what-if frees the line's passes: frontend/analyze.cpp).
+      if (!la.folded || la.folded != la.fold_passes) continue;
+      const double save = saving_of(i, ns(la.folded_busy), la.busy_ns(), 1);
+      n += la.folded;
+      for (size_t e = 0; e < by_engine.size(); ++e) by_engine[e] += la.folded_by_engine[e];
+      f.saving_ns += save;
+      f.lines.push_back({loc_of(static_cast<uint32_t>(i)), la.folded, save,
+                         fmt::format("{} passes over a tile only an activation reads, {:.0f} ns busy", la.folded,
+                                     ns(la.folded_busy))});
+    }
+    if (n) {
+      f.engine = busiest(by_engine);
+      f.title = fmt::format("{} element-wise passes could be folded into the activation that reads them", n);
+      f.detail = "An activation computes f(data * scale + bias) in one pass, with a scale and a bias per partition: "
+                 "a subtraction, addition or multiplication by one value per partition whose result only an "
+                 "activation reads is a pass over the whole tile, and a tile, that the activation's bias= or scale= "
+                 "makes unnecessary. E.g. exp(x - max): nisa.activation(op=nl.exp, data=x, bias=neg_max) with "
+                 "neg_max = nisa.tensor_reduce(op=nl.max, data=x, axis=(1,), negate=True, keepdims=True) (new dialect: "
+                 "nisa.activation(dst=e, op=nl.exp, data=x, bias=neg_max)); x * s: scale=s.";
+      f.metrics = {{"passes", static_cast<double>(n)}};
       r.findings.push_back(std::move(f));
     }
   }

@@ -34,7 +34,7 @@ struct LineRef {
 struct Finding {
   std::string kind;       ///< stable id: dma_efficiency, redundant_dma, hbm_roundtrip, single_buffer,
                           ///< split_reduce, act_table_switch, recomputed_value, psum_accumulation, pe_underfill, fp32_matmul,
-                          ///< pe_transpose, pe_broadcast,
+                          ///< pe_transpose, pe_broadcast, fold_into_activation,
                           ///< engine_bound, serialization (lnc_imbalance: frontend/analyze.cpp)
   std::string title;      ///< one line
   std::string detail;     ///< what was measured, why it costs time, what to change

@@ -49,6 +49,25 @@ class PeResults {
     return kNone;
   }
 
+  /// An element-wise pass an activation reading its output could do itself (activation computes f(data x scale +
+  /// bias) with one value per partition for each): a tensor_scalar adding, subtracting (data - c) or multiplying by
+  /// one value per partition (an immediate or a [P, 1] tile), with no second ALU stage. The fold_into_activation
+  /// finding's instructions, and what its what-if run frees on the lines the analysis found folded.
+  static bool foldable_pass(const isa::Instr& in) {
+    if (in.op != isa::Opcode::kTensorScalar || in.alu1 != isa::AluOp::kBypass || in.slot(3).present() ||
+        in.slot(0).space != isa::Space::kSbuf)
+      return false;
+    const bool sub = in.alu0 == isa::AluOp::kSubtract && !(in.flags & isa::kReverse0);
+    if (!sub && in.alu0 != isa::AluOp::kAdd && in.alu0 != isa::AluOp::kMultiply) return false;
+    const isa::Operand& c = in.slot(2);
+    return (in.flags & isa::kHasImm0) || (c.present() && c.elems_per_partition() == 1);
+  }
+  /// An activation with neither scale nor bias (scale 1, bias 0), which a foldable_pass before it could give them.
+  static bool plain_activation(const isa::Instr& in) {
+    return in.op == isa::Opcode::kActivation && !in.slot(2).present() && !in.slot(3).present() && in.imm[2] == 1.0f &&
+           in.imm[3] == 0.0f;
+  }
+
   /// Whether `in` reduces (tensor_reduce with add, max or min) exactly the output of one of the latest activations
   /// without an accumulated reduction, which the activation could have accumulated while writing it (reduce_op=,
   /// reduce_res=): the split_reduce finding's instructions, and what its what-if run frees. Ask before note(in).

@@ -135,10 +135,36 @@ def softmax_on_vector(x):
         mx = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
         nisa.tensor_reduce(dst=mx, op=nl.maximum, data=xf, axis=1)
         sh = nl.ndarray((128, f), nl.float32, buffer=nl.sbuf)
-        nisa.tensor_scalar(dst=sh, data=xf, op0=nl.subtract, operand0=mx, engine=nisa.vector_engine)
+        nisa.tensor_scalar(dst=sh, data=xf, op0=nl.subtract, operand0=mx,  # DEFECT(fold_into_activation)
+                           engine=nisa.vector_engine)
         e = nl.ndarray((128, f), nl.float32, buffer=nl.sbuf)
         s = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=e, op=nl.exp, data=sh, reduce_op=nl.add, reduce_res=s,
+                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        r = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.reciprocal(dst=r, data=s)
+        y = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=y, data=e, op0=nl.multiply, operand0=r, engine=nisa.vector_engine)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=y)
+    return out
+
+
+@nki.jit
+def softmax_on_vector_bias(x):
+    """softmax_on_vector with its subtraction folded into the exp's bias (the max negated by the reduction): the
+    fold_into_activation fix; the casts and the scale still on VectorE."""
+    n, f = x.shape
+    out = nl.ndarray((n, f), x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n // 128):
+        xt = nl.ndarray((128, f), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xt, src=x[i * 128:(i + 1) * 128, :])
+        xf = nl.ndarray((128, f), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=xf, src=xt, engine=nisa.vector_engine)  # DEFECT
+        mx = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=mx, op=nl.maximum, data=xf, axis=1, negate=True)
+        e = nl.ndarray((128, f), nl.float32, buffer=nl.sbuf)
+        s = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=e, op=nl.exp, data=xf, bias=mx, reduce_op=nl.add, reduce_res=s,
                         reduce_cmd=nisa.reduce_cmd.reset_reduce)
         r = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
         nisa.reciprocal(dst=r, data=s)
@@ -343,8 +369,11 @@ PAIRS = [
          lambda: (_rand((128 * 8, 2048), BF16), _rand((128, 2048), BF16, 1)), "weight load hoisted out of the loop"),
     Pair("fp32 matmul inputs", "fp32_matmul", _matmul(), _matmul(cast_to=BF16),
          lambda: (_rand((512, 512)), _rand((512, 8192), seed=1)), "operands cast to bf16 on chip (fp32 PSUM)"),
-    Pair("all element-wise work on VectorE", "engine_bound", softmax_on_vector, softmax_fused,
-         lambda: (_rand((512, 2048), BF16),), "the subtract folded into the exp's bias, the casts and the scale moved to ScalarE activations"),
+    Pair("exp of a subtraction made in a pass of its own", "fold_into_activation", softmax_on_vector,
+         softmax_on_vector_bias, lambda: (_rand((512, 2048), BF16),),
+         "the subtraction folded into the exp's bias= (the max negated by its reduction)"),
+    Pair("all element-wise work on VectorE", "engine_bound", softmax_on_vector_bias, softmax_fused,
+         lambda: (_rand((512, 2048), BF16),), "the cast and the scale moved to ScalarE activations"),
     Pair("PE under-fill: 32-column matmuls", "pe_underfill", _linear(32), _linear(512),
          lambda: (_rand((512, 512), BF16), _rand((512, 2048), BF16, 1), _rand((1, 2048), BF16, 2)),
          "one 512-column matmul per PSUM bank instead of 16 of 32 columns"),
@@ -413,8 +442,12 @@ def measure(pair: Pair, config: str = "trn2") -> dict:
         *(pair.after_inputs(args) if pair.after_inputs else args))
     ab, aa = pb.analyze(), pa.analyze()
     top = ab.findings[0] if ab.findings else None
+    after = aa.finding(pair.kind)
+    if after is not None and top is not None and pair.kind == "engine_bound" and \
+            after["title"].split()[0] != top["title"].split()[0]:
+        after = None  # another engine is the busiest now: not the bottleneck the fix removed
     return {"name": pair.name, "kind": pair.kind, "before_ns": pb.total_time_ns, "after_ns": pa.total_time_ns,
-            "saved_ns": pb.total_time_ns - pa.total_time_ns, "top": top, "after_finding": aa.finding(pair.kind),
+            "saved_ns": pb.total_time_ns - pa.total_time_ns, "top": top, "after_finding": after,
             "defect_lines": defect_lines(pair)}
 
 

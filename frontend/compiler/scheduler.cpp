@@ -837,8 +837,8 @@ struct Scheduler::Impl {
   Ps pick_start = 0, pick_front = 0;
   Engine pick_engine = Engine::kVector;
 
-  /// SimOptions::free_pe_helpers is on: some instructions take no engine time (Simulator::would_free).
-  const bool what_if = sim.options().free_pe_helpers != 0;
+  /// SimOptions::free_pe_helpers or free_folds is on: some instructions take no engine time (Simulator::would_free).
+  const bool what_if = sim.options().free_pe_helpers != 0 || !sim.options().free_folds.empty();
 
   /// PSUM offset of the last matmul TensorE issued whose accumulation group may still be open (-1: none).
   int64_t pe_group = -1;

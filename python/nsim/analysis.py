@@ -61,8 +61,8 @@ class Analysis:
 
     def finding(self, kind: str) -> Optional[dict]:
         """The finding of this kind (dma_efficiency, redundant_dma, hbm_roundtrip, single_buffer,
-        split_reduce, act_table_switch, recomputed_value, psum_accumulation, pe_underfill, fp32_matmul, pe_transpose, pe_broadcast, engine_bound, serialization,
-        lnc_imbalance), or None."""
+        split_reduce, fold_into_activation, act_table_switch, recomputed_value, psum_accumulation, pe_underfill,
+        fp32_matmul, pe_transpose, pe_broadcast, engine_bound, serialization, lnc_imbalance), or None."""
         for f in self.data["findings"]:
             if f["kind"] == kind:
                 return f
