@@ -54,18 +54,22 @@ class PeResults {
   /// one value per partition (an immediate or a [P, 1] tile), with no second ALU stage. The fold_into_activation
   /// finding's instructions, and what its what-if run frees on the lines the analysis found folded.
   static bool foldable_pass(const isa::Instr& in) {
-    if (in.op != isa::Opcode::kTensorScalar || in.alu1 != isa::AluOp::kBypass || in.slot(3).present() ||
+    static const int operand0 = slot_of(isa::Opcode::kTensorScalar, "operand0"),
+                     operand1 = slot_of(isa::Opcode::kTensorScalar, "operand1");
+    if (in.op != isa::Opcode::kTensorScalar || in.alu1 != isa::AluOp::kBypass || in.slot(operand1).present() ||
         in.slot(0).space != isa::Space::kSbuf)
       return false;
     const bool sub = in.alu0 == isa::AluOp::kSubtract && !(in.flags & isa::kReverse0);
     if (!sub && in.alu0 != isa::AluOp::kAdd && in.alu0 != isa::AluOp::kMultiply) return false;
-    const isa::Operand& c = in.slot(2);
+    const isa::Operand& c = in.slot(operand0);
     return (in.flags & isa::kHasImm0) || (c.present() && c.elems_per_partition() == 1);
   }
-  /// An activation with neither scale nor bias (scale 1, bias 0), which a foldable_pass before it could give them.
+  /// An activation with neither scale nor bias (as tiles, or as the immediates imm[2] = 1 and imm[3] = 0 that
+  /// stand for them: isa/semantics/activation.cpp), which a foldable_pass before it could give them.
   static bool plain_activation(const isa::Instr& in) {
-    return in.op == isa::Opcode::kActivation && !in.slot(2).present() && !in.slot(3).present() && in.imm[2] == 1.0f &&
-           in.imm[3] == 0.0f;
+    static const int bias = slot_of(isa::Opcode::kActivation, "bias"), scale = slot_of(isa::Opcode::kActivation, "scale");
+    return in.op == isa::Opcode::kActivation && !in.slot(bias).present() && !in.slot(scale).present() &&
+           in.imm[2] == 1.0f && in.imm[3] == 0.0f;
   }
 
   /// Whether `in` reduces (tensor_reduce with add, max or min) exactly the output of one of the latest activations
@@ -103,7 +107,8 @@ class PeResults {
         if (overlaps(act_out_[i], act_ext_[i], dst, ext)) act_live_ = static_cast<uint8_t>(act_live_ & ~(1u << i));
       }
     }
-    if (in.op == isa::Opcode::kActivation && !in.slot(reduce_res_slot()).present()) {
+    static const int reduce_res = slot_of(isa::Opcode::kActivation, "reduce_res");
+    if (in.op == isa::Opcode::kActivation && !in.slot(reduce_res).present()) {
       act_out_[act_next_] = dst;
       act_ext_[act_next_] = dst.byte_extent();
       act_live_ = static_cast<uint8_t>(act_live_ | (1u << act_next_));
@@ -146,15 +151,13 @@ class PeResults {
   }
 
  private:
-  /// The activation's reduce_res slot (from the ISA table).
-  static int reduce_res_slot() {
-    static const int slot = [] {
-      const isa::OpInfo& info = isa::op_info(isa::Opcode::kActivation);
-      for (int i = 0; i < info.num_slots; ++i)
-        if (std::string_view(info.slots[static_cast<size_t>(i)].name) == "reduce_res") return i;
-      return 0;  // (the table has it; 0 would record no activation: slot 0, its output, is always present)
-    }();
-    return slot;
+  /// The slot of `op` named `name` in the ISA table (isa/opcodes.def; the names used here are there: 0, the output,
+  /// would never match what they look for).
+  static int slot_of(isa::Opcode op, std::string_view name) {
+    const isa::OpInfo& info = isa::op_info(op);
+    for (int i = 0; i < info.num_slots; ++i)
+      if (std::string_view(info.slots[static_cast<size_t>(i)].name) == name) return i;
+    return 0;
   }
   static constexpr size_t kRing = 8;  ///< the latest 8 results (a transposed block's copies follow within a few)
   std::array<isa::Operand, kRing> out_{};
