@@ -169,6 +169,7 @@ struct LineAgg {
   /// Passes an activation could do itself (PeResults::foldable_pass): made on this line, and of those, read by a
   /// plain activation and by nothing else (folded), their busy time and engines.
   uint64_t fold_passes = 0, folded = 0;
+  bool fold_spoiled = false;  ///< a pass's output was read by something else: the line is not reported, not followed
   Ps folded_busy = 0;
   std::array<Ps, isa::kNumEngines> folded_by_engine{};
   uint64_t recomputed = 0;   ///< instructions computing again what the line's previous one computed, from the same values
@@ -338,7 +339,7 @@ struct Analyzer::State {
     uint32_t line = 0;
     Ps busy = 0;
     size_t engine = 0;
-    bool consumed = false, other = false;  ///< read by a plain activation as its data; read by anything else
+    bool consumed = false;  ///< read by a plain activation as its data (read by anything else: forgotten)
   };
   std::array<FoldOut, 8> fold_out{};
   uint8_t fold_live = 0;  ///< bit i: fold_out[i] holds an output
@@ -946,30 +947,39 @@ void Analyzer::State::on_tensor(const Instr& in, const InstrTiming& t, LineAgg& 
 void Analyzer::State::track_folds(const Instr& in, const InstrTiming& t, uint32_t loc) {
   // Every read of a remembered pass's output: by a plain activation as its data, a fold (counted for the pass's line
   // while nothing else reads it); by anything else, the pass stays (its fold uncounted).
+  if (!fold_live && in.op != Opcode::kTensorScalar) return;  // (most instructions: nothing to look at)
   const isa::OpInfo& info = isa::op_info(in.op);
   if (fold_live) {
     const bool act = PeResults::plain_activation(in);
     for (int k = 0; k < info.num_slots; ++k) {
       const Operand& o = in.slot(k);
       if (info.slots[static_cast<size_t>(k)].written || !o.present() || o.space == Space::kHbm) continue;
-      const auto ext = o.byte_extent();
+      std::pair<int64_t, int64_t> ext{0, -1};  // (worked out for the first entry in its space)
       for (unsigned m = fold_live; m; m &= m - 1) {
-        FoldOut& f = fold_out[static_cast<size_t>(__builtin_ctz(m))];
+        const auto i = static_cast<size_t>(__builtin_ctz(m));
+        FoldOut& f = fold_out[i];
+        if (f.out.space != o.space) continue;
+        if (ext.second < ext.first) ext = o.byte_extent();
         if (!PeResults::overlaps(f.out, f.ext, o, ext)) continue;
         LineAgg& pl = lines[f.line];
-        if (act && k == 1 && same_view(f.out, o) && !f.other && !f.consumed) {
-          f.consumed = true;
-          ++pl.folded;
-          pl.folded_busy += f.busy;
-          pl.folded_by_engine[f.engine] += f.busy;
-        } else if (!f.other && !(act && k == 1 && same_view(f.out, o))) {
-          f.other = true;
-          if (f.consumed) {
-            --pl.folded;
-            pl.folded_busy -= f.busy;
-            pl.folded_by_engine[f.engine] -= f.busy;
+        if (act && k == 1 && same_view(f.out, o)) {
+          if (!f.consumed) {
+            f.consumed = true;
+            ++pl.folded;
+            pl.folded_busy += f.busy;
+            pl.folded_by_engine[f.engine] += f.busy;
           }
+          continue;
         }
+        // Read by something else: the pass stays (its fold, if counted, taken back), and it is forgotten, as are the
+        // line's later passes (the finding takes a line whose every pass folds).
+        pl.fold_spoiled = true;
+        if (f.consumed) {
+          --pl.folded;
+          pl.folded_busy -= f.busy;
+          pl.folded_by_engine[f.engine] -= f.busy;
+        }
+        fold_live = static_cast<uint8_t>(fold_live & ~(1u << i));
       }
     }
     // An output overwritten is no longer the pass's.
@@ -983,10 +993,13 @@ void Analyzer::State::track_folds(const Instr& in, const InstrTiming& t, uint32_
       }
     }
   }
-  if (PeResults::foldable_pass(in)) {
-    ++line(loc).fold_passes;
+  // (A pass over one element per partition, a bias or a scale itself, saves nothing worth a finding when folded.)
+  if (PeResults::foldable_pass(in) && in.slot(0).elems_per_partition() > 1) {
+    LineAgg& la = line(loc);
+    ++la.fold_passes;
+    if (la.fold_spoiled) return;
     fold_out[fold_next] = {in.slot(0), in.slot(0).byte_extent(), loc, t.issue - t.start,
-                           static_cast<size_t>(in.engine), false, false};
+                           static_cast<size_t>(in.engine), false};
     fold_live = static_cast<uint8_t>(fold_live | (1u << fold_next));
     fold_next = (fold_next + 1) % fold_out.size();
   }
