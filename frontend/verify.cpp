@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "frontend/compiler/allocate.h"
+#include "frontend/compiler/scheduler.h"
 #include "frontend/lower.h"
 
 namespace nsim::frontend {
@@ -647,6 +648,9 @@ void verify_kernel(const Kernel& k, const engines::CoreParams& p, AllocationPlan
                             "`nsim run` or nsim.simulate_json, which run every core",
                             k.name, k.core_programs.size()));
   Verifier(k, p).run(plan);
+  // The ops' "after" labels and with_schedule's names name instructions of the kernel (UnknownName otherwise), as the
+  // compiler checks them when the kernel runs: `nsim check` accepts no kernel that `nsim run` rejects for them.
+  (void)schedule_edges(k);
 }
 
 }  // namespace nsim::frontend

@@ -33,8 +33,8 @@ struct ScheduleStats {
   uint64_t window_peak = 0;   ///< most instructions in the window at once
 };
 
-/// The `with_schedule` edges and the ops' own "after" labels, by op index: the ops each op runs after (E427
-/// UnknownName for a name no op carries). Used by the list scheduler and by the program-order path.
+/// The `with_schedule` edges and the ops' own "after" labels, by op index: the ops each op runs after
+/// (UnknownName for a name no op carries). Used by the list scheduler and by the program-order path.
 std::vector<std::vector<int>> schedule_edges(const Kernel& k);
 
 class Scheduler {

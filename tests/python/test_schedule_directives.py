@@ -86,6 +86,21 @@ def test_with_schedule_unknown_name():
         scale_exp.with_schedule([("nope", "load")]).to_json(_x())
 
 
+def test_check_rejects_what_run_rejects_for_unknown_labels():
+    # A kernel.json whose op runs "after" a label no op carries (or whose schedule names none): `nsim check` /
+    # check_json rejected it as the run does (found by the C++ fuzz driver: check accepted, run gave E406).
+    j = scale_exp.to_json(_x())
+    [exp] = [o for o in j["body"] if o.get("label") == "exp"]
+    exp["after"] = ["(i)"]
+    for bad in (j, dict(scale_exp.to_json(_x()), schedule=[["store", ["lod"]]])):
+        with pytest.raises(nsim.NsimError) as ei:
+            nsim.check_json(bad)
+        assert ei.value.code == "NSIM-E406", ei.value
+        with pytest.raises(nsim.NsimError) as er:
+            nsim.simulate_json(bad, timing_only=True)
+        assert str(er.value) == str(ei.value)
+
+
 @pytest.mark.parametrize("bad", ["store", [("a",)], [("a", 3)], [(None, "a")], 5])
 def test_with_schedule_bad_argument(bad):
     with pytest.raises(TypeError):
