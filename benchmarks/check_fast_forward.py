@@ -19,7 +19,7 @@ back (a recurrence through HBM). ``--kind wide``: the same with PE-tiled matmuls
 accumulating into HBM in place, dma_transpose, ops on partitions 32..95, order_group pairs, iota patterns moving
 with the index, and loops of n / 20 iterations inside an outer loop of 20.
 
-Every kernel runs `nsim run --timing-only` with and without `--fast-forward`; the stats JSON (fast_forward.*
+Every kernel runs `nsim run --timing-only` with `--fast-forward` and with `--no-fast-forward`; the stats JSON (fast_forward.*
 removed; the per-line stats included) must be identical.
 
     python3 benchmarks/check_fast_forward.py [--nsim PATH (default: this checkout's build/nsim)] [--kind hbm|rich]
@@ -306,7 +306,7 @@ def stats(nsim, path, ff, tmp, config="trn2", overrides=(), limit=()):
     cmd = [nsim, "run", "--timing-only", "--quiet", "--config", config, "--stats", out, path, *limit]
     for o in overrides:
         cmd += ["-p", o]
-    p = subprocess.run(cmd + (["--fast-forward"] if ff else []), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    p = subprocess.run(cmd + (["--fast-forward"] if ff else ["--no-fast-forward"]), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        text=True)
     if limit and p.returncode == 2 and "limit reached" in p.stderr:
         pass  # stopped by the limit (E416), as asked: the stats file covers the partial run

@@ -1091,10 +1091,6 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   stop_following(engines::FfOutcome::kSkipped);
 }
 
-bool Lowering::may_fast_forward(const Kernel& k) {
-  return std::any_of(k.loops.begin(), k.loops.end(), [](const Loop& l) { return l.trip_count() >= FastForward::kMinLoop; });
-}
-
 int64_t Lowering::ff_limit_repeats(int64_t k, uint64_t instrs, sim::Ps dt) const {
   const SimOptions& o = sim_.options();
   // The full run stops before an instruction once max_instructions were simulated, or once the simulated time

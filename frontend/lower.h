@@ -99,8 +99,6 @@ class Lowering {
     std::function<bool(const std::vector<std::pair<int64_t, int64_t>>& moves, bool apply)> move;
   };
   void set_fast_forward_hbm_chunks(HbmChunks c) { ff_hbm_ = std::move(c); }
-  /// Whether kernel `k` has a loop with iterations enough for fast-forward to follow (the CLI's hint).
-  static bool may_fast_forward(const Kernel& k);
   /// Index (into Kernel::ops) of the op the last instruction from next() belongs to.
   int last_op() const { return last_op_; }
   /// The byte extents of the last instruction from next(), by slot (isa::slot_extent of each present

@@ -75,7 +75,8 @@ struct KernelArgs {
 struct RunArgs : KernelArgs {
   std::string inputs, outputs, trace, stats, instructions, dma;
   uint64_t seed = 0;
-  bool timing_only = false, raw_outputs = false, fast_forward = false;
+  bool timing_only = false, raw_outputs = false;
+  bool fast_forward = false, no_fast_forward = false;  ///< --fast-forward (asked for) / --no-fast-forward
   bool stats_table = false;  ///< --stats-table
   bool quiet = false;        ///< --quiet: no progress line
   bool check = false;        ///< --check: the sanitizer
@@ -289,9 +290,13 @@ void build_cli(CLI::App& app, Parsed& p) {
                 "memory / flops: value, unit, description (docs/profiling.md, \"Stats\")");
   run->add_flag("--timing-only", r.timing_only, "skip numerics (same timing, no outputs)");
   run->add_flag("--fast-forward", r.fast_forward,
-                "with --timing-only: once a loop's iterations repeat, count its middle iterations\n"
-                "as repeats of those simulated instead of simulating them (an approximation:\n"
-                "docs/timing-model.md, \"Fast-forward\"; not with --trace)");
+                "the default with --timing-only (and no --trace, --instructions or --dma): once a\n"
+                "loop's iterations repeat exactly, count its middle iterations as repeats of those\n"
+                "simulated instead of simulating them (docs/timing-model.md, \"Fast-forward\");\n"
+                "given, it is an error where it cannot apply");
+  run->add_flag("--no-fast-forward", r.no_fast_forward,
+                "simulate every instruction of a --timing-only run (the reference fast-forward is\n"
+                "checked against)");
   run->add_flag("--check", r.check,
                 "the sanitizer: report reads of never-written SBUF/PSUM, accumulation into\n"
                 "never-written PSUM, the first NaN/Inf made from finite inputs and values clipped\n"
@@ -487,15 +492,17 @@ void print_fast_forward_loops(const Simulator& sim) {
 }
 
 void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::StatsRegistry& st, uint64_t instrs,
-                   const std::vector<std::string>& overrides) {
+                   const std::vector<std::string>& overrides, bool fast_forward_asked) {
   const double total = st.get("total_time");
   fmt::print("kernel {} on {}: {} instructions\n", k.name, config_label(sim.config(), overrides), instrs);
   if (const uint64_t skipped = sim.skipped_instructions())
-    fmt::print("fast-forward    {} of them counted as repeats of loop iterations simulated, not simulated one by one\n",
+    fmt::print("fast-forward    {} of them counted as repeats of loop iterations simulated, not simulated one by one "
+               "(--no-fast-forward simulates each)\n",
                skipped);
-  // Per loop fast-forward met (--fast-forward), by source line: what it made of the loop's instances and, for one
-  // never skipped, why. Loops only too short to follow (inner loops, mostly) are counted on one line.
-  print_fast_forward_loops(sim);
+  // Per loop fast-forward met (when it skipped, or --fast-forward was given), by source line: what it made of the
+  // loop's instances and, for one never skipped, why. Loops only too short to follow (inner loops, mostly) are
+  // counted on one line.
+  if (fast_forward_asked || sim.skipped_instructions()) print_fast_forward_loops(sim);
   fmt::print("total time      {:.1f} ns  ({:.0f} cycles at {:.2f} GHz)\n", total, st.get("neuroncore_cycle_count"),
              sim.params().clk(isa::Engine::kSync).ghz());
   // active: from each instruction's start to its end (pipeline latency included); busy: the time spent issuing
@@ -607,7 +614,10 @@ int cmd_run_multicore(const RunArgs& a, const frontend::Kernel& k, const sim::Co
 }
 
 int cmd_run(const RunArgs& a) {
-  if (a.fast_forward && (!a.timing_only || !a.trace.empty() || !a.instructions.empty() || !a.dma.empty()))
+  if (a.fast_forward && a.no_fast_forward) usage_error("--fast-forward and --no-fast-forward exclude each other", "run");
+  // Fast-forward is on wherever it can apply: a timing-only run whose instructions are not all wanted one by one.
+  const bool each_instruction = !a.trace.empty() || !a.instructions.empty() || !a.dma.empty();
+  if (a.fast_forward && (!a.timing_only || each_instruction))
     usage_error("--fast-forward needs --timing-only and cannot be used with --trace, --instructions or --dma "
                 "(they need every instruction simulated)",
                 "run");
@@ -627,7 +637,7 @@ int cmd_run(const RunArgs& a) {
   opts.trace_window_start_ns = a.trace_window_start_ns, opts.trace_window_end_ns = a.trace_window_end_ns;
   opts.max_instructions = a.max_instructions;
   opts.max_sim_time_ns = a.max_sim_time_ns;
-  opts.fast_forward = a.fast_forward;
+  opts.fast_forward = a.timing_only && !each_instruction && !a.no_fast_forward;
   opts.stop = &g_stop_signal;
   install_stop_handlers();
   if (!k.core_programs.empty()) return cmd_run_multicore(a, k, cfg, opts);
@@ -661,19 +671,13 @@ int cmd_run(const RunArgs& a) {
     if (low.recording_occupancy()) low.write_occupancy();  // the counter tracks of the partial run
   }
   if (clock.shown()) fmt::print(stderr, "\n");
-  // A run long enough to show progress, timing-only, without fast-forward, of a kernel with a long loop: point at
-  // the option (it counts the repeats of iterations whose timing repeats instead of simulating them).
-  if (clock.shown() && a.timing_only && !a.fast_forward && a.trace.empty() && a.instructions.empty() && a.dma.empty() &&
-      frontend::Lowering::may_fast_forward(k))
-    fmt::print(stderr, "nsim: hint: --fast-forward may shorten runs like this one: it counts the repeated iterations "
-                       "of long loops instead of simulating them (docs/timing-model.md, \"Fast-forward\")\n");
   sim.finish();
   tables.close();
   for (const engines::CheckReport& r : sim.check_reports()) fmt::print(stderr, "nsim: warning: {}\n", r.str());
   const sim::StatsRegistry st = sim.stats();
   if (stopped) fmt::print("partial run (stopped by {}): the numbers below cover the instructions simulated\n",
                           stopped->code() == ErrorCode::kInterrupted ? "a signal" : "a limit");
-  print_summary(k, sim, st, stopped ? sim.instructions() : low.instructions(), a.overrides);
+  print_summary(k, sim, st, stopped ? sim.instructions() : low.instructions(), a.overrides, a.fast_forward);
   if (a.stats_table) fmt::print("\n{}", st.to_table());
   if (const auto* w = dynamic_cast<const sim::OrderedTraceSink*>(sim.trace_sink());
       w && !a.trace_limit_given && w->slices_dropped_by_limit() > 0)

@@ -579,12 +579,13 @@ def _trace_progress_reporter(name: str) -> Tuple[Callable[[int], None], Callable
 
 
 def _run_options(config: Any, seed: Any, trace_limit: Any, max_instructions: Any, max_sim_time_ns: Any,
-                 trace_window: Any, fast_forward: Any = False) -> Dict[str, Any]:
-    """The checked keyword arguments of _nsim's simulate (bad ones raise TypeError / ValueError)."""
+                 trace_window: Any, fast_forward: Any = None) -> Dict[str, Any]:
+    """The checked keyword arguments of _nsim's simulate (bad ones raise TypeError / ValueError). fast_forward
+    stays None (wherever it applies), True (asked for) or False; _simulate resolves it."""
     if not isinstance(fast_forward, (bool, type(None))):
-        raise TypeError("fast_forward must be True or False, not {!r}".format(fast_forward))
+        raise TypeError("fast_forward must be True, False or None, not {!r}".format(fast_forward))
     opts: Dict[str, Any] = {
-        "fast_forward": bool(fast_forward),
+        "fast_forward": fast_forward,
         "config": _check_str(config, "config"),
         "seed": _check_int(seed, "seed", 0, 2 ** 63 - 1),
         "trace_limit": 0 if trace_limit is None else _check_int(trace_limit, "trace_limit", 0, 2 ** 63 - 1),
@@ -629,6 +630,9 @@ def _simulate(kernel: "LoadedKernel", arrays: Dict[str, Any], opts: Dict[str, An
     ovr = _overrides(overrides)
     if opts.get("fast_forward") and (not timing_only or trace is not None):
         raise ValueError("fast_forward needs timing_only=True and no trace (a trace needs every instruction simulated)")
+    # None: on wherever it applies (timing-only, no trace); the simulator also leaves it off for the sanitizer,
+    # listeners and LNC=2 runs (Simulator::fast_forward_allowed).
+    opts = dict(opts, fast_forward=bool(timing_only) and trace is None and opts.get("fast_forward") is not False)
     report, close = _progress_reporter(progress)
     try:
         outputs, stats, lines, config_yaml, reports, ff_loops = _call(
@@ -680,7 +684,7 @@ class LoadedKernel:
                  max_instructions: Optional[int] = None,
                  max_sim_time_ns: Optional[float] = None,
                  progress: Union[None, bool, Callable[[int, float], Any]] = None,
-                 fast_forward: bool = False) -> Tuple[dict, "Profile"]:
+                 fast_forward: Optional[bool] = None) -> Tuple[dict, "Profile"]:
         """Simulate this kernel: the arguments and result of ``nsim.simulate_json`` (see there)."""
         opts = _run_options(config, seed, trace_limit, max_instructions, max_sim_time_ns, trace_window, fast_forward)
         return _simulate(self, _input_arrays(inputs), opts, overrides, timing_only, trace, check, progress)
@@ -720,7 +724,7 @@ def simulate_json(kernel: Union[KernelLike, LoadedKernel], *, inputs: Optional[M
                   max_instructions: Optional[int] = None,
                   max_sim_time_ns: Optional[float] = None,
                   progress: Union[None, bool, Callable[[int, float], Any]] = None,
-                  fast_forward: bool = False) -> Tuple[dict, Profile]:
+                  fast_forward: Optional[bool] = None) -> Tuple[dict, Profile]:
     """Simulate a kernel.json (dict, JSON text, path or ``nsim.load_kernel`` result) on one NeuronCore, or on the two physical cores of
     an LNC=2 launch when the kernel.json declares ``"cores": 2`` (docs/lnc.md; ``kernel[2].to_json(...)``).
 
@@ -739,12 +743,14 @@ def simulate_json(kernel: Union[KernelLike, LoadedKernel], *, inputs: Optional[M
     takes over 2 s, then about once a second and once more at the end (counts increase); True shows a
     tqdm bar when tqdm is installed, else a line on stderr; None/False: nothing (the default). Runs of
     an LNC=2 launch report no progress.
-    fast_forward: with timing_only (and no trace), once a loop's iterations repeat exactly (the engines and DMA
-    queues in the same state relative to the run's end, each iteration adding the same time), its middle
-    iterations are counted as repeats of those simulated instead of being simulated: long loops run in a
-    fraction of the time (docs/timing-model.md, "Fast-forward"): stats equal the full simulation's where the
-    loop is steady; a loop that reads and writes an HBM tensor through different accesses (a recurrence,
-    ``y[b + 1] = f(y[b])``) is simulated whole. ``fast_forward.skipped_instructions`` counts what was skipped.
+    fast_forward: None (the default) = on wherever it applies: with timing_only (and no trace), once a loop's
+    iterations repeat exactly (the engines and DMA queues in the same state relative to the run's end, each
+    iteration adding the same time), its middle iterations are counted as repeats of those simulated instead of
+    being simulated: long loops run in a fraction of the time, with the full simulation's stats
+    (docs/timing-model.md, "Fast-forward"); a loop that reads and writes an HBM tensor through different
+    accesses (a recurrence, ``y[b + 1] = f(y[b])``) is simulated whole. ``fast_forward.skipped_instructions``
+    counts what was skipped. False simulates every instruction; True asks for it (ValueError without timing_only,
+    or with a trace).
     Bad arguments raise TypeError / ValueError naming the argument; everything else is an NsimError.
     """
     opts = _run_options(config, seed, trace_limit, max_instructions, max_sim_time_ns, trace_window, fast_forward)

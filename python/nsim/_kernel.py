@@ -28,7 +28,7 @@ __all__ = ["Kernel", "options", "simulate", "OPTION_DEFAULTS", "PLATFORM_CONFIG"
 #: Every nsim run option and its default (the keyword arguments of ``nsim.simulate_json``).
 OPTION_DEFAULTS = {"config": "trn2", "overrides": None, "timing_only": False, "trace": None, "seed": 0,
                    "trace_limit": None, "trace_window": None, "check": True, "loops": None,
-                   "fast_forward": False}
+                   "fast_forward": None}
 
 #: Options of the tracer, not of the simulation (not passed to ``nsim.simulate_json``).
 _TRACE_ONLY = ("loops",)

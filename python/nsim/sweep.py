@@ -83,7 +83,7 @@ def _run_point(task: Dict[str, Any]) -> Dict[str, Any]:
     row = dict(task["row"])
     try:
         _, prof = _loaded(task["kernel"]).simulate(config=task["config"], overrides=task["overrides"],
-                                                   timing_only=True, fast_forward=task.get("fast_forward", False))
+                                                   timing_only=True, fast_forward=task.get("fast_forward"))
     except _core.NsimError as e:
         row["status"] = getattr(e, "code", None) or str(e).split(":", 1)[0]
         row["error"] = str(e)
@@ -122,7 +122,7 @@ def _progress(total: int, show: bool):
 
 def sweep(kernels: Union[KernelSpec, Sequence[KernelSpec]], grid: Mapping[str, Sequence[Any]], *,
           config: str = "trn2", jobs: Optional[int] = None, backend: str = "process",
-          progress: bool = False, fast_forward: bool = False) -> List[Dict[str, Any]]:
+          progress: bool = False, fast_forward: Optional[bool] = None) -> List[Dict[str, Any]]:
     """Simulate every kernel at every point of `grid` (timing-only); one row (dict) per (kernel, point),
     in kernel order then grid order: kernel, config, status ("ok" or the error code), error (if any),
     each grid key, bound (the verdict of Profile.bound) and the STAT_COLUMNS stats.
@@ -130,8 +130,9 @@ def sweep(kernels: Union[KernelSpec, Sequence[KernelSpec]], grid: Mapping[str, S
     kernels: kernel.json paths, dicts or JSON texts, or callables taking the grid's kernel parameters by
     keyword and returning one of those. jobs: worker processes (default: the CPU count; 1 = in this
     process). backend: "process" or "ray" (ray must be installed; a running cluster is used if
-    ray.init() finds one). fast_forward: count the repeating iterations of long loops instead of simulating
-    them (``simulate_json(fast_forward=True)``; docs/timing-model.md, "Fast-forward")."""
+    ray.init() finds one). fast_forward: None (the default) or True counts the repeating iterations of long
+    loops instead of simulating them, False simulates every instruction (``simulate_json``'s fast_forward;
+    docs/timing-model.md, "Fast-forward")."""
     if not isinstance(kernels, (list, tuple)):
         kernels = [kernels]
     if backend not in ("process", "ray"):
@@ -167,7 +168,7 @@ def sweep(kernels: Union[KernelSpec, Sequence[KernelSpec]], grid: Mapping[str, S
                 row = {"kernel": name, "config": config, "status": None, "error": None}
                 row.update(params)
                 row.update(point)
-                tasks.append({"row": row, "kernel": text, "config": config, "fast_forward": bool(fast_forward),
+                tasks.append({"row": row, "kernel": text, "config": config, "fast_forward": fast_forward,
                               "overrides": {k: v for k, v in point.items()}})
     step, close = _progress(len(tasks), progress)
     try:
@@ -332,8 +333,11 @@ def main(argv: Optional[List[str]] = None, prog: str = "python -m nsim.sweep") -
     ap.add_argument("-j", "--jobs", type=int, default=None, help="worker processes (default: CPU count)")
     ap.add_argument("--ray", action="store_true", help="run the points on Ray (pip install ray)")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    ap.add_argument("--fast-forward", action="store_true",
-                    help="count the repeating iterations of long loops instead of simulating them (docs/timing-model.md)")
+    ap.add_argument("--fast-forward", dest="fast_forward", action="store_const", const=True, default=None,
+                    help="count the repeating iterations of long loops instead of simulating them (the default; "
+                         "docs/timing-model.md)")
+    ap.add_argument("--no-fast-forward", dest="fast_forward", action="store_const", const=False,
+                    help="simulate every instruction")
     args = ap.parse_args(argv)
     try:
         grid = _parse_grid(args.grid)

@@ -1076,7 +1076,8 @@ PYBIND11_MODULE(_nsim, m) {
         "trace_limit: keep the N earliest trace slices (0 = all); trace_window: (start_ns, end_ns), keep slices\n"
         "overlapping [start, end) (end 0 = no end). max_instructions / max_sim_time_ns: E416 when exceeded (0 = none).\n"
         "fast_forward: timing-only runs skip the middle iterations of loops whose iterations repeat, counted as\n"
-        "repeats (SimOptions::fast_forward; an approximation, docs/timing-model.md).");
+        "repeats (SimOptions::fast_forward, docs/timing-model.md; nsim.simulate_json turns it on wherever it\n"
+        "applies unless asked not to).");
   py::class_<frontend::ProgressClock>(m, "ProgressClock",
                                      "When to show the progress of a long step (frontend/progress.h): due() is true\n"
                                      "once the step took 2 s, then at most once a second (NSIM_PROGRESS_INTERVAL=<s>\n"

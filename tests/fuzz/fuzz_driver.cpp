@@ -725,6 +725,7 @@ void run_path(const Case& c, bool numerics, bool trace) {
   const sim::Config cfg = make_config(c);
   SimOptions o;
   o.numerics = numerics;
+  o.fast_forward = !numerics && !trace;  // as `nsim run --timing-only` (on by default where it applies)
   o.max_instructions = kMaxInstructions;
   o.max_sim_time_ns = kMaxSimTimeNs;
   if (trace) {

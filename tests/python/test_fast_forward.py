@@ -1,6 +1,8 @@
-"""fast_forward=True (docs/timing-model.md, "Fast-forward"): a timing-only run counts the middle iterations of a
-loop whose iterations repeat instead of simulating them. A user relies on: the same stats as the full run for a
-steady loop, the option refused where it cannot apply, and the kernel option reaching the simulator."""
+"""Fast-forward (docs/timing-model.md, "Fast-forward"; on by default where it applies, fast_forward=False /
+--no-fast-forward for the full simulation): a timing-only run counts the middle iterations of a loop whose
+iterations repeat instead of simulating them. A user relies on: the same stats as the full run for a steady loop,
+the option on by default only where it applies and refused where asked for and it cannot apply, and the kernel
+option reaching the simulator."""
 import json
 import os
 
@@ -40,8 +42,10 @@ def _flat(stats, prefix=""):
 
 def test_a_steady_loop_gives_the_full_runs_stats():
     k = nsim.load_kernel(_long_softmax(8000))  # 56,000 instructions
-    _, full = k.simulate(timing_only=True)
+    _, full = k.simulate(timing_only=True, fast_forward=False)
     _, ff = k.simulate(timing_only=True, fast_forward=True)
+    _, default = k.simulate(timing_only=True)  # on by default
+    assert default.stats == ff.stats and default.lines == ff.lines
     assert full.stat("fast_forward.skipped_instructions") == 0
     assert ff.stat("fast_forward.skipped_instructions") > 30000
     a, b = _flat(full.stats), _flat(ff.stats)
@@ -60,6 +64,14 @@ def test_the_option_is_refused_where_it_cannot_apply(tmp_path):
         nsim.simulate_json(k, timing_only=True, fast_forward=True, trace=str(tmp_path / "t.json"))
     with pytest.raises(TypeError, match="fast_forward"):
         nsim.simulate_json(k, timing_only=True, fast_forward="yes")
+    # By default it is simply off where it cannot apply: numerics, a trace.
+    long, small = _long_softmax(2000), {"compiler.window": 128}  # (a small window: it repeats sooner)
+    _, numerics = nsim.simulate_json(long, overrides=small)
+    _, traced = nsim.simulate_json(long, overrides=small, timing_only=True, trace=str(tmp_path / "t.json"))
+    _, timing = nsim.simulate_json(long, overrides=small, timing_only=True)
+    assert numerics.stat("fast_forward.skipped_instructions") == traced.stat("fast_forward.skipped_instructions") == 0
+    assert timing.stat("fast_forward.skipped_instructions") > 0
+    assert numerics.total_time_ns == traced.total_time_ns == timing.total_time_ns
 
 
 @nki.jit
@@ -81,16 +93,16 @@ def test_kernel_option_reaches_the_simulator():
     # chunks, their states moved along; docs/timing-model.md).
     x = np.zeros((128 * 2000, 256), ml_dtypes.bfloat16)
     small = {"compiler.window": 128}
-    _, full = scale_rows.options(timing_only=True, overrides=small).simulate(x)
-    _, ff = scale_rows.options(timing_only=True, overrides=small, fast_forward=True).simulate(x)
+    _, full = scale_rows.options(timing_only=True, overrides=small, fast_forward=False).simulate(x)
+    _, ff = scale_rows.options(timing_only=True, overrides=small).simulate(x)  # on by default
     assert ff.stat("fast_forward.skipped_instructions") > 4000  # of 6,000
     assert [(lp["function"], lp["instances"], lp["outcome"], lp["why"]) for lp in ff.fast_forward_loops] == [
         ("scale_rows", {"skipped": 1}, "skipped", "")]
     a, b = _flat(full.stats), _flat(ff.stats)
     assert sorted(n for n in a if a[n] != b[n]) == ["fast_forward.loops.skipped", "fast_forward.skipped_instructions"]
-    with nsim.options(timing_only=True, overrides=small, fast_forward=True):
+    with nsim.options(timing_only=True, overrides=small, fast_forward=False):
         _, ctx = scale_rows.simulate(x)
-    assert ctx.stat("fast_forward.skipped_instructions") == ff.stat("fast_forward.skipped_instructions")
+    assert ctx.stat("fast_forward.skipped_instructions") == 0 and ctx.stats == full.stats
 
 
 def test_the_nki_tutorial_rmsnorm_is_skipped_across_the_schedulers_refreshes():
@@ -103,7 +115,7 @@ def test_the_nki_tutorial_rmsnorm_is_skipped_across_the_schedulers_refreshes():
     with beta1_sample("beta1_rmsnorm.py") as (mod, *_):
         a = np.broadcast_to(np.zeros((), ml_dtypes.bfloat16), (128 * 8000, 512))  # timing-only: never read
         g = np.zeros((1, 512), ml_dtypes.bfloat16)
-        _, full = mod.nki_rmsnorm_kernel.options(timing_only=True).simulate(a, g)
+        _, full = mod.nki_rmsnorm_kernel.options(timing_only=True, fast_forward=False).simulate(a, g)
         _, ff = mod.nki_rmsnorm_kernel.options(timing_only=True, fast_forward=True).simulate(a, g)
     assert ff.stat("fast_forward.skipped_instructions") == 1536 * 12
     a, b = _flat(full.stats), _flat(ff.stats)
@@ -123,19 +135,22 @@ def test_cli(tmp_path):
         return subprocess.run([NSIM_BIN, "run", str(kpath), *args], capture_output=True, text=True, timeout=120)
 
     for bad in ([], ["--timing-only", "--trace", str(tmp_path / "t.json")],
-                ["--timing-only", "--instructions", str(tmp_path / "i.csv")]):
+                ["--timing-only", "--instructions", str(tmp_path / "i.csv")], ["--timing-only", "--no-fast-forward"]):
         r = run("--fast-forward", *bad)
         assert r.returncode == 2 and "NSIM-E414" in r.stderr and "--fast-forward" in r.stderr, (bad, r.stderr)
     stats = {}
-    for flag in ([], ["--fast-forward"]):
-        out = tmp_path / "stats{}.json".format(len(flag))
+    for flag in (["--no-fast-forward"], [], ["--fast-forward"]):
+        out = tmp_path / "stats{}.json".format(len(stats))
         r = run("--timing-only", "--quiet", "--stats", str(out), *flag)
         assert r.returncode == 0, r.stderr
-        assert ("counted as repeats" in r.stdout) == bool(flag)  # the summary says what was not simulated
+        skipping = flag != ["--no-fast-forward"]  # on by default
+        # the summary says what was not simulated, and how to simulate it
+        assert ("counted as repeats" in r.stdout and "--no-fast-forward simulates each" in r.stdout) == skipping
         # ... and, per loop, what fast-forward made of it
-        assert ("fast-forward    loop 0: instances 1 skipped" in r.stdout) == bool(flag), r.stdout
-        stats[len(flag)] = json.loads(out.read_text())
+        assert ("fast-forward    loop 0: instances 1 skipped" in r.stdout) == skipping, r.stdout
+        stats[len(stats)] = json.loads(out.read_text())
     full, ff = stats[0], stats[1]
+    assert stats[2] == ff
     assert ff["instructions"] == full["instructions"] == 56000
     assert ff["stats"]["fast_forward"]["skipped_instructions"]["value"] > 30000
     assert ff["stats"]["total_time"] == full["stats"]["total_time"]
@@ -186,13 +201,14 @@ def test_a_run_limit_inside_a_skipped_span_stops_where_the_full_run_does(tmp_pat
         {"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 4]}},
         {"loop": {"var": "i", "start": 0, "stop": 200000, "kind": "sequential", "body": [ms]}}]}))
     stats = []
-    for flag in ([], ["--fast-forward"]):
+    for flag in (["--no-fast-forward"], []):
         out = tmp_path / "stats{}.json".format(len(flag))
         r = subprocess.run([NSIM_BIN, "run", str(kpath), "--timing-only", "--quiet", "--stats", str(out), *limit, *flag],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and "NSIM-E416" in r.stderr, r.stderr
         stats.append(json.loads(out.read_text()))
     full, ff = (_flat(x["stats"]) for x in stats)
+    assert full["fast_forward.skipped_instructions"] == 0
     assert (ff["fast_forward.skipped_instructions"] > 0) == skips
     assert ff["fast_forward.loops.limit"] == (0 if skips else 1)
     assert {n: v for n, v in ff.items() if not n.startswith("fast_forward.")} == \
@@ -227,7 +243,7 @@ def test_a_loop_not_skipped_says_why(tmp_path):
         )[loop["line"] - 1]
     assert loop["instances"] == {"recurrence": 1} and loop["outcome"] == "recurrence"
     assert loop["why"] == why.replace("loop instances ", "")
-    _, full = decay_rows.options(timing_only=True).simulate(x)
+    _, full = decay_rows.options(timing_only=True, fast_forward=False).simulate(x)
     assert full.fast_forward_loops == []
     from conftest import NSIM_BIN
     if not os.path.exists(NSIM_BIN):
@@ -241,6 +257,9 @@ def test_a_loop_not_skipped_says_why(tmp_path):
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("fast-forward    loop at "))
     assert "test_fast_forward.py" in line and line.endswith(": instances 1 recurrence"), line
     assert why.replace("loop instances ", "") in r.stdout, r.stdout
+    # Not asked for (on by default) and nothing skipped: the summary says nothing of it.
+    r = subprocess.run([NSIM_BIN, "run", str(kpath), "--timing-only"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "fast-forward" not in r.stdout, r.stdout
 
 
 def test_sweep_with_fast_forward():
@@ -250,8 +269,8 @@ def test_sweep_with_fast_forward():
 
     k = _long_softmax(3000)
     grid = {"hbm.bw": ["45GB/s", "2900GB/s"]}
-    full = sw.sweep(k, grid, jobs=1)
-    ff = sw.sweep(k, grid, jobs=1, fast_forward=True)
+    full = sw.sweep(k, grid, jobs=1, fast_forward=False)
+    ff = sw.sweep(k, grid, jobs=1)  # on by default
     assert [r["status"] for r in ff] == ["ok", "ok"]
     assert [r["total_time"] for r in ff] == [r["total_time"] for r in full]
     assert ff[0]["total_time"] > ff[1]["total_time"]  # the slower HBM takes longer
