@@ -785,6 +785,7 @@ int64_t iterations_left(const Loop& l, int64_t v) {  // v: the value of the iter
 void Lowering::fast_forward_start(const Loop& l) {
   if (!ff_.samples) ff_.samples = std::make_unique<std::array<engines::RunStats::Sample, 2>>();
   ff_.depth = stack_.size();
+  if (ff_sched_digest_) (void)ff_sched_digest_();  // (what a loop followed before left: dropped)
   ff_.iters = 0;
   ff_.period = 0;
   ff_.periods.clear();
@@ -1000,7 +1001,7 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
     return;
   }
   FastForward::Step now{emitted_, sim_.instructions(), ff_admitted_ ? *ff_admitted_ : emitted_, sim_.local_time(),
-                        sim_.timing_digest()};
+                        sim_.timing_digest() ^ (ff_sched_digest_ ? ff_sched_digest_() : 0)};
   const FastForward::Step step{now.emitted - ff_.last.emitted, now.committed - ff_.last.committed,
                                now.admitted - ff_.last.admitted, now.time - ff_.last.time, now.digest};
   ff_.last = now;

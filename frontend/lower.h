@@ -99,6 +99,13 @@ class Lowering {
     std::function<bool(const std::vector<std::pair<int64_t, int64_t>>& moves, bool apply)> move;
   };
   void set_fast_forward_hbm_chunks(HbmChunks c) { ff_hbm_ = std::move(c); }
+  /// The list scheduler's on-chip conflict state, for fast-forward's step digest: a hash of the chunk states the
+  /// last iteration's accesses left (their readers' and writer's ages in admissions, or "issued"), which decide
+  /// the ordering edges later accesses get. The reader lists of a tile the loop reads and never writes (a weight)
+  /// carry their phase across iterations: a skip must keep it as the full run has it.
+  void set_fast_forward_schedule_digest(std::function<uint64_t()> d) { ff_sched_digest_ = std::move(d); }
+  /// A loop is being followed for fast-forward (the scheduler then notes the chunks accessed for its digest).
+  bool fast_forward_following() const { return ff_.depth != 0; }
   /// Index (into Kernel::ops) of the op the last instruction from next() belongs to.
   int last_op() const { return last_op_; }
   /// The byte extents of the last instruction from next(), by slot (isa::slot_extent of each present
@@ -288,6 +295,7 @@ class Lowering {
   int ff_align_ = 1, ff_admit_align_ = 1;  ///< set_fast_forward_align
   const uint64_t* ff_admitted_ = nullptr;
   HbmChunks ff_hbm_;  ///< set_fast_forward_hbm_chunks
+  std::function<uint64_t()> ff_sched_digest_;  ///< set_fast_forward_schedule_digest
   /// Note the HBM accesses of an instruction lowered while a loop is followed (FastForward::hbm).
   void ff_note_hbm(const isa::Instr& in, const Extents& ext);
   /// Fast-forward state (docs/timing-model.md, "Fast-forward"): the loop instance followed.

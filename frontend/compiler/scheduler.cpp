@@ -171,6 +171,9 @@ struct Scheduler::Impl {
   StateSet<HbmChunk> hbm_states;  ///< of hbm
   std::vector<uint32_t> sbuf, psum;
   std::vector<uint32_t> hbm;  ///< chunks of the written HBM tensors, each range from its `first`
+  /// While the lowering follows a loop for fast-forward: the on-chip chunk stretches accessed since the last
+  /// ff_schedule_digest() (first and last table entry).
+  std::vector<std::pair<const uint32_t*, const uint32_t*>> ff_touched;
   struct HbmRange {
     int64_t lo, hi;
     bool written;
@@ -489,7 +492,38 @@ struct Scheduler::Impl {
     const auto chunk_of = [&](int64_t b) { return b >= 0 && chip_shift >= 0 ? b >> chip_shift : b / chip_chunk; };
     const int64_t first = std::max<int64_t>(0, chunk_of(lo));  // (a negative offset fails verify() at submit)
     const int64_t last = std::min<int64_t>(chunk_of(hi - 1), static_cast<int64_t>(tab.size()) - 1);
-    if (first <= last) touch_run(chip_states, tab.data() + first, tab.data() + last, x, write, nullptr);
+    if (first <= last) {
+      touch_run(chip_states, tab.data() + first, tab.data() + last, x, write, nullptr);
+      if (low.fast_forward_following()) ff_touched.emplace_back(tab.data() + first, tab.data() + last);
+    }
+  }
+
+  /// Fast-forward's part of the list scheduler (Lowering::set_fast_forward_schedule_digest): a hash of the states
+  /// the chunks accessed since the last call hold now. What decides the edges later accesses get: the last
+  /// writer and each reader of the list, by age in admissions while they wait, or as issued (they then order
+  /// nothing, but an issued reader still fills the list until it is next pruned, so the count stays). A reader
+  /// list of a tile read in every iteration and never written (a weight read by five matmuls per iteration)
+  /// prunes its issued readers every kReaders reads and orders the next read after the ones still waiting:
+  /// which ones wait depends on the schedule, so its state has a period of its own, which a skip must keep (a
+  /// random kernel with a tiled matmul after such a loop came out with TensorE times a few ns off).
+  uint64_t ff_schedule_digest() {
+    uint64_t h = 0x2545F4914F6CDD1Dull;
+    auto raw = [&h](uint64_t v) { h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2); };
+    const auto age = [this](uint64_t seq) { return live(seq) ? next - seq : ~uint64_t{0}; };
+    for (const auto& [c, e] : ff_touched) {
+      uint32_t prev = UINT32_MAX;
+      for (const uint32_t* q = c; q <= e; ++q) {
+        if (*q == prev) continue;  // (a stretch of chunks holding one state: once)
+        prev = *q;
+        const Chunk& st = chip_states.v[*q];
+        raw(st.writer && live(st.writer - 1) ? next - (st.writer - 1) : 0);
+        raw(st.nr);
+        for (int i = 0; i < st.nr; ++i) raw(age(st.readers[static_cast<size_t>(i)]));
+      }
+      raw(static_cast<uint64_t>(e - c));
+    }
+    ff_touched.clear();
+    return h;
   }
 
   /// touch() every chunk of [first, last]: each stretch of chunks holding one state once, into a new state
@@ -1067,10 +1101,12 @@ Scheduler::Scheduler(const Kernel& k, Lowering& low, Simulator& sim) : impl_(new
        [impl = impl_](const std::vector<std::pair<int64_t, int64_t>>& moves, bool apply) {
          return impl->move_hbm_states(moves, apply);
        }});
+  low.set_fast_forward_schedule_digest([impl = impl_] { return impl->ff_schedule_digest(); });
 }
 Scheduler::~Scheduler() {
   impl_->low.set_fast_forward_align(1, 1, nullptr);  // (they point into this scheduler)
   impl_->low.set_fast_forward_hbm_chunks({});
+  impl_->low.set_fast_forward_schedule_digest({});
   delete impl_;
 }
 void Scheduler::run() { impl_->run(); }
