@@ -174,6 +174,7 @@ struct Scheduler::Impl {
   /// While the lowering follows a loop for fast-forward: the on-chip chunk stretches accessed since the last
   /// ff_schedule_digest() (first and last table entry).
   std::vector<std::pair<const uint32_t*, const uint32_t*>> ff_touched;
+  std::vector<std::pair<const uint32_t*, const uint32_t*>> ff_touched_hbm;  ///< the same in HBM
   struct HbmRange {
     int64_t lo, hi;
     bool written;
@@ -483,8 +484,10 @@ struct Scheduler::Impl {
       (write ? hw_seen : hr_seen) = true;
       has = first_side;
       if (first_side) f = engines::Footprints::of_slot(in, slot);
-      touch_run(hbm_states, hbm.data() + r.first + ((lo - r.lo) >> r.shift),
-                hbm.data() + r.first + ((hi - 1 - r.lo) >> r.shift), x, write, has ? &f : nullptr);
+      uint32_t* const c0 = hbm.data() + r.first + ((lo - r.lo) >> r.shift);
+      uint32_t* const c1 = hbm.data() + r.first + ((hi - 1 - r.lo) >> r.shift);
+      touch_run(hbm_states, c0, c1, x, write, has ? &f : nullptr);
+      if (low.fast_forward_following()) ff_touched_hbm.emplace_back(c0, c1);
       return;
     }
     std::vector<uint32_t>& tab = o.space == Space::kPsum ? psum : sbuf;
@@ -510,19 +513,31 @@ struct Scheduler::Impl {
     uint64_t h = 0x2545F4914F6CDD1Dull;
     auto raw = [&h](uint64_t v) { h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2); };
     const auto age = [this](uint64_t seq) { return live(seq) ? next - seq : ~uint64_t{0}; };
-    for (const auto& [c, e] : ff_touched) {
-      uint32_t prev = UINT32_MAX;
-      for (const uint32_t* q = c; q <= e; ++q) {
-        if (*q == prev) continue;  // (a stretch of chunks holding one state: once)
-        prev = *q;
-        const Chunk& st = chip_states.v[*q];
-        raw(st.writer && live(st.writer - 1) ? next - (st.writer - 1) : 0);
-        raw(st.nr);
-        for (int i = 0; i < st.nr; ++i) raw(age(st.readers[static_cast<size_t>(i)]));
+    auto chunk = [&](const Chunk& st) {
+      raw(st.writer && live(st.writer - 1) ? next - (st.writer - 1) : 0);
+      raw(st.nr);
+      for (int i = 0; i < st.nr; ++i) raw(age(st.readers[static_cast<size_t>(i)]));
+    };
+    auto stretches = [&](auto& touched, const auto& states, auto&& more) {
+      for (const auto& [c, e] : touched) {
+        uint32_t prev = UINT32_MAX;
+        for (const uint32_t* q = c; q <= e; ++q) {
+          if (*q == prev) continue;  // (a stretch of chunks holding one state: once)
+          prev = *q;
+          chunk(states.v[*q]);
+          more(states.v[*q]);
+        }
+        raw(static_cast<uint64_t>(e - c));
       }
-      raw(static_cast<uint64_t>(e - c));
-    }
-    ff_touched.clear();
+      touched.clear();
+    };
+    stretches(ff_touched, chip_states, [](const Chunk&) {});
+    // In HBM also the footprint writers and which readers order every later writer.
+    stretches(ff_touched_hbm, hbm_states, [&](const HbmChunk& st) {
+      raw(st.nw);
+      for (int i = 0; i < st.nw; ++i) raw(age(st.writers[static_cast<size_t>(i)]));
+      raw(st.rbar);
+    });
     return h;
   }
 
