@@ -100,6 +100,7 @@ struct AnalyzeArgs : KernelArgs {
 struct DiffArgs : AnalyzeArgs {
   std::string kernel_b, config_b;        ///< the second file, --config-b (empty = --config)
   std::vector<std::string> overrides_b;  ///< -P: overrides of side B only (after -p)
+  bool no_fast_forward = false;          ///< --no-fast-forward: the kernel.json sides simulate every instruction
 };
 
 // ---- Value parsers of the options whose syntax is nsim's own (a usage error names the option).
@@ -372,6 +373,9 @@ void build_cli(CLI::App& app, Parsed& p) {
   add_count(diff, "--lines", d.lines, "source lines shown, largest change first [default: 20]");
   diff->add_option("--json", d.json, "also write the comparison as JSON ('-' = stdout instead of the text)")
       ->option_text("FILE");
+  diff->add_flag("--no-fast-forward", d.no_fast_forward,
+                 "simulate every instruction of the kernel.json sides (by default, as 'nsim run --timing-only',\n"
+                 "the repeating iterations of long loops are counted: docs/timing-model.md, \"Fast-forward\")");
   diff->footer(
       "Deltas are B - A; \"slower\" means B takes longer. Example: nsim diff k.json k.json --config-b trn3\n"
       "When the two sides ran with different configurations, the keys whose values differ are listed after it.");
@@ -756,7 +760,7 @@ int cmd_analyze(const AnalyzeArgs& a) {
 // Stats JSON text of one side of `nsim diff`: a stats file as is, or a kernel.json simulated timing-only
 // (then `simulated` is set).
 std::string diff_side(const std::string& path, const std::string& config, const std::vector<std::string>& overrides,
-                      bool& simulated) {
+                      bool fast_forward, bool& simulated) {
   const std::string text = frontend::kernel_text(read_text(path), path);
   const frontend::json::Value v = frontend::json::parse(text, path);
   simulated = false;
@@ -770,6 +774,7 @@ std::string diff_side(const std::string& path, const std::string& config, const 
   const sim::Config cfg = engines::load_config(config_name(config), overrides);
   SimOptions opts;
   opts.numerics = false;  // timing does not depend on the data
+  opts.fast_forward = fast_forward;  // a timing-only run, as `nsim run --timing-only`
   Simulator sim(cfg, opts);
   frontend::AllocationPlan plan;
   frontend::verify_kernel(k, sim.params(), &plan);
@@ -788,8 +793,8 @@ int cmd_diff(const DiffArgs& a) {
   std::vector<std::string> overrides_b = a.overrides;
   overrides_b.insert(overrides_b.end(), a.overrides_b.begin(), a.overrides_b.end());
   bool sim_a = false, sim_b = false;
-  const std::string text_a = diff_side(a.kernel, a.config, a.overrides, sim_a);
-  const std::string text_b = diff_side(a.kernel_b, config_b, overrides_b, sim_b);
+  const std::string text_a = diff_side(a.kernel, a.config, a.overrides, !a.no_fast_forward, sim_a);
+  const std::string text_b = diff_side(a.kernel_b, config_b, overrides_b, !a.no_fast_forward, sim_b);
   // The labels are the paths; when the two sides were simulated with different settings they also
   // say which is which (needed when one kernel.json is compared with itself under two configurations).
   auto settings = [](const std::string& cfg, const std::vector<std::string>& ov) {

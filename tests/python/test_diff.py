@@ -222,6 +222,25 @@ def test_cli_diff_two_generations_and_a_what_if(cli_files):
     assert "Configuration differences" not in r.stdout
 
 
+def test_cli_diff_of_long_loops_counts_their_repeats_with_the_same_result(tmp_path):
+    # A kernel.json side is a timing-only run: fast-forward on, as in `nsim run --timing-only` (a softmax loop of
+    # 6,000 iterations, most of them counted as repeats), and --no-fast-forward simulates every instruction; the
+    # comparison is the same either way, and each side's total time is simulate_json's.
+    with open(os.path.join(REPO_ROOT, "examples", "softmax_2x128x512.json")) as f:
+        k = json.load(f)
+    k["body"][0]["loop"]["stop"], k["body"][0]["loop"]["kind"] = 6000, "sequential"
+    k = json.loads(json.dumps(k).replace('"index": ["b",', '"index": [0,'))
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(k))
+    fast = _nsim_cli("diff", path, path, "--config-b", "trn3", "--json", "-")
+    full = _nsim_cli("diff", path, path, "--config-b", "trn3", "--json", "-", "--no-fast-forward")
+    assert fast.returncode == 0 and full.returncode == 0, (fast.stderr, full.stderr)
+    assert fast.stdout == full.stdout
+    _, p3 = nsim.simulate_json(k, timing_only=True, config="trn3")
+    assert p3.stat("fast_forward.skipped_instructions") > 0
+    assert json.loads(fast.stdout)["total_time_ns"]["b"] == p3.total_time_ns
+
+
 def test_cli_diff_help_and_bad_input(cli_files):
     d, k1, _ = cli_files
     r = _nsim_cli("diff", "--help")
