@@ -467,7 +467,7 @@ std::string config_label(const sim::Config& cfg, const std::vector<std::string>&
                      fmt::join(overrides, ", "));
 }
 
-void print_fast_forward_loops(const Simulator& sim) {
+void print_fast_forward_loops(const frontend::Kernel& k, const Simulator& sim) {
   using engines::FfOutcome;
   constexpr size_t kShown = 5;
   std::vector<const Simulator::FfLoop*> shown;
@@ -484,7 +484,12 @@ void print_fast_forward_loops(const Simulator& sim) {
     std::string what;
     for (size_t i = 0; i < fl.n.size(); ++i)
       if (fl.n[i]) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", fl.n[i], engines::kFfOutcomes[i].name);
-    if (fl.loc.file.empty()) fmt::print("fast-forward    loop {}: instances {}\n", fl.loop, what);
+    if (fl.loc.file.empty())  // a kernel.json loop without "loc": its index and variable
+      fmt::print("fast-forward    loop {}{}: instances {}\n", fl.loop,
+                 fl.loop >= 0 && static_cast<size_t>(fl.loop) < k.loops.size()
+                     ? fmt::format(" ({})", k.loops[static_cast<size_t>(fl.loop)].var)
+                     : std::string(),
+                 what);
     else fmt::print("fast-forward    loop at {}:{}: instances {}\n", fl.loc.file, fl.loc.line, what);
     const FfOutcome main = engines::ff_main_outcome(fl.n);
     if (main != FfOutcome::kSkipped) fmt::print("                {}\n", engines::ff_outcome(main).what);
@@ -506,7 +511,7 @@ void print_summary(const frontend::Kernel& k, const Simulator& sim, const sim::S
   // Per loop fast-forward met (when it skipped, or --fast-forward was given), by source line: what it made of the
   // loop's instances and, for one never skipped, why. Loops only too short to follow (inner loops, mostly) are
   // counted on one line.
-  if (fast_forward_asked || sim.skipped_instructions()) print_fast_forward_loops(sim);
+  if (fast_forward_asked || sim.skipped_instructions()) print_fast_forward_loops(k, sim);
   fmt::print("total time      {:.1f} ns  ({:.0f} cycles at {:.2f} GHz)\n", total, st.get("neuroncore_cycle_count"),
              sim.params().clk(isa::Engine::kSync).ghz());
   // active: from each instruction's start to its end (pipeline latency included); busy: the time spent issuing

@@ -147,7 +147,7 @@ def test_cli(tmp_path):
         # the summary says what was not simulated, and how to simulate it
         assert ("counted as repeats" in r.stdout and "--no-fast-forward simulates each" in r.stdout) == skipping
         # ... and, per loop, what fast-forward made of it
-        assert ("fast-forward    loop 0: instances 1 skipped" in r.stdout) == skipping, r.stdout
+        assert ("fast-forward    loop 0 (b): instances 1 skipped" in r.stdout) == skipping, r.stdout
         stats[len(stats)] = json.loads(out.read_text())
     full, ff = stats[0], stats[1]
     assert stats[2] == ff
@@ -177,8 +177,9 @@ def test_cli_lists_five_loops_the_skipped_first_then_counts_the_rest(tmp_path):
     assert r.returncode == 0, r.stderr
     ff = [x for x in r.stdout.splitlines() if x.startswith("fast-forward ")]
     assert "counted as repeats" in ff[0]
-    assert ff[1] == "fast-forward    loop 7: instances 1 skipped"
-    assert ff[2:6] == ["fast-forward    loop {}: instances 1 too_few_left".format(j) for j in range(4)]
+    # (a kernel.json loop without "loc": its index and variable)
+    assert ff[1] == "fast-forward    loop 7 (big): instances 1 skipped"
+    assert ff[2:6] == ["fast-forward    loop {} (i{}): instances 1 too_few_left".format(j, j) for j in range(4)]
     assert ff[6] == "fast-forward    ... and 2 more loops"
     assert ff[7].startswith("fast-forward    1 loop (1 instance) too short to follow")
     assert len(ff) == 8
