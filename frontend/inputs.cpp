@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <random>
+
+#include "isa/semantics/parallel.h"
 
 namespace nsim::frontend {
 
@@ -12,9 +13,53 @@ InputViews views_of(const std::map<std::string, std::vector<uint8_t>>& bytes) {
   return v;
 }
 
+namespace {
+// The seeded values: element j of block b (kBlock elements) of tensor t is a function of (seed, t, b, j) alone, so
+// blocks are generated independently, on every host thread, with the same values, and a tensor's values do not
+// depend on which other inputs were given. (std::normal_distribution over one std::mt19937_64 took ~25 ns per
+// element, one after the other: 25 s for a 2 GiB input, which the fuzz driver reported as a hang.)
+constexpr int64_t kBlock = 4096;
+
+// splitmix64's finaliser: the key of a tensor and of each of its blocks.
+inline uint64_t mix(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// A 32-bit hash (lowbias32, a bijection with good avalanche; 32-bit multiplies, so the loops below vectorise).
+// Word k of a block of key (lo, hi): hash32(hash32(lo + k) ^ hi) (the second round keeps the words of blocks whose
+// `lo` lie close apart from repeating each other).
+inline uint32_t hash32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  return x ^ (x >> 16);
+}
+
+inline uint32_t word(uint64_t key, uint32_t k) {
+  return hash32(hash32(static_cast<uint32_t>(key) + k) ^ static_cast<uint32_t>(key >> 32));
+}
+
+// Floats of mean 0 and variance 1: (u1 + u2 + u3 + u4 - 2) sqrt(3) with u uniform on [0, 1) in steps of 2^-24 (the
+// Irwin-Hall sum of four: bell-shaped, within +-2 sqrt(3)), u_k from word 4 j + k. The sum is exact in integers;
+// one rounding to float and one multiply make it the same bits on every machine.
+__attribute__((target_clones("avx2", "default"))) void bell_block(uint64_t key, float* out, int64_t m) {
+  constexpr float kScale = 1.7320508075688772f / 16777216.0f;  // sqrt(3) / 2^24
+  for (int64_t j = 0; j < m; ++j) {
+    const auto c = 4 * static_cast<uint32_t>(j);
+    const int32_t s = static_cast<int32_t>((word(key, c) >> 8) + (word(key, c + 1) >> 8) + (word(key, c + 2) >> 8) +
+                                           (word(key, c + 3) >> 8));
+    out[j] = static_cast<float>(s - (int32_t{1} << 25)) * kScale;
+  }
+}
+}  // namespace
+
 void write_inputs(const Kernel& k, Simulator& sim, const InputViews& given, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  for (const auto& t : k.tensors) {
+  for (size_t ti = 0; ti < k.tensors.size(); ++ti) {
+    const auto& t = k.tensors[ti];
     if (t.space != isa::Space::kHbm || t.kind != TensorKind::kInput) continue;
     if (auto it = given.find(t.name); it != given.end()) {
       sim.write_hbm(t.name, it->second.data, it->second.size);
@@ -27,24 +72,31 @@ void write_inputs(const Kernel& k, Simulator& sim, const InputViews& given, uint
     uint8_t* bytes = sim.memory().hbm_data(t.name);
     if (!bytes) continue;  // no storage (timing-only): nothing to write
     const int eb = dtype_bytes(t.dtype);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::uniform_int_distribution<int> ud(dtype_is_signed(t.dtype) ? -8 : 0, 8);
-    if (dtype_is_float(t.dtype) && t.dtype != DType::kBool) {
-      // Blocks of values converted together (store_f32 per element was a fifth of this function).
-      constexpr int64_t kBlock = 4096;
+    const uint64_t key = mix(mix(seed) ^ (static_cast<uint64_t>(ti) + 1));
+    const int64_t n = h.bytes / eb;
+    const bool real = dtype_is_float(t.dtype) && t.dtype != DType::kBool;
+    const int lo = dtype_is_signed(t.dtype) ? -8 : 0, span = 8 - lo + 1;
+    // Blocks of values made and converted together, shared between host threads.
+    isa::sem::parallel_for((n + kBlock - 1) / kBlock, 16, n >= (int64_t{1} << 20), [&](int64_t b0, int64_t b1) {
       float block[kBlock];
-      const int64_t n = h.bytes / eb;
-      for (int64_t i = 0; i < n; i += kBlock) {
-        const int64_t m = std::min(kBlock, n - i);
-        for (int64_t j = 0; j < m; ++j) block[j] = nd(rng);
-        store_f32_n(t.dtype, bytes + i * eb, block, m);
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t i0 = b * kBlock, m = std::min(kBlock, n - i0);
+        const uint64_t bkey = mix(key + static_cast<uint64_t>(b));
+        uint8_t* out = bytes + i0 * eb;
+        if (real) {
+          bell_block(bkey, block, m);
+          store_f32_n(t.dtype, out, block, m);
+          continue;
+        }
+        for (int64_t j = 0; j < m; ++j) {
+          // An integer in [lo, 8], uniform (the word scaled to the span), or a bool's bit.
+          const uint32_t w = word(bkey, 4 * static_cast<uint32_t>(j));
+          const int v = t.dtype == DType::kBool ? static_cast<int>(w >> 31)
+                                                : lo + static_cast<int>((static_cast<uint64_t>(w) * static_cast<uint64_t>(span)) >> 32);
+          store_int(t.dtype, out + j * eb, v);
+        }
       }
-      continue;
-    }
-    for (int64_t i = 0; i + eb <= h.bytes; i += eb) {
-      if (t.dtype == DType::kBool) store_int(t.dtype, &bytes[i], ud(rng) & 1);
-      else store_int(t.dtype, &bytes[i], ud(rng));
-    }
+    });
   }
   // Tensors that start as a copy of an input (a written argument's output, kernel.json "init"): copied here,
   // outside the simulated time, as on hardware the kernel writes the argument's own storage.

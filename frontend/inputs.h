@@ -22,8 +22,9 @@ using InputViews = std::map<std::string, InputBytes>;
 InputViews views_of(const std::map<std::string, std::vector<uint8_t>>& bytes);
 
 /// Write every input tensor of `k` into `sim`: the bytes in `given` where present, else seeded random
-/// values — N(0, 1) for floats, small integers in [-8, 8] ([0, 8] unsigned), 0/1 for bool — drawn in
-/// tensor order from one generator seeded `seed`.
+/// values — floats of mean 0 and variance 1 (bell-shaped, within +-3.46), small integers in [-8, 8] ([0, 8]
+/// unsigned), 0/1 for bool — each element a function of `seed`, the tensor's position in k.tensors and its index
+/// (the same values on any number of host threads, whichever other inputs are given).
 void write_inputs(const Kernel& k, Simulator& sim, const InputViews& given, uint64_t seed);
 
 }  // namespace nsim::frontend
