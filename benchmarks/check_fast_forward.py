@@ -20,10 +20,13 @@ accumulating into HBM in place, dma_transpose, ops on partitions 32..95, order_g
 with the index, and loops of n / 20 iterations inside an outer loop of 20.
 
 Every kernel runs `nsim run --timing-only` with `--fast-forward` and with `--no-fast-forward`; the stats JSON (fast_forward.*
-removed; the per-line stats included) must be identical.
+removed; the per-line stats included) must be identical. With ``--trace`` both runs also write a trace with a filter
+drawn from the seed (a slice limit, a window ending at 2-60 % of the run, a window with a start and an end, or a limit
+with a window start; JSON or Perfetto), whose bytes must be identical (fast-forward skips once the trace keeps no more
+slices: docs/timing-model.md, "A trace with a window or a limit").
 
     python3 benchmarks/check_fast_forward.py [--nsim PATH (default: this checkout's build/nsim)] [--kind hbm|rich]
-        [--kernels 40] [--first 0] [--iterations 3000] [--misalign BYTES] [--limit]
+        [--kernels 40] [--first 0] [--iterations 3000] [--misalign BYTES] [--limit] [--trace]
 
 Prints one line per kernel and a summary; exits 1 if any kernel's stats differ or a run fails otherwise than with a
 clean error of the full run (exit status 2: a random kernel whose tiles do not fit, E206 with compiler.loop_buffers;
@@ -308,7 +311,7 @@ def stats(nsim, path, ff, tmp, config="trn2", overrides=(), limit=()):
         cmd += ["-p", o]
     p = subprocess.run(cmd + (["--fast-forward"] if ff else ["--no-fast-forward"]), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        text=True)
-    if limit and p.returncode == 2 and "limit reached" in p.stderr:
+    if any(x.startswith("--max-") for x in limit) and p.returncode == 2 and "limit reached" in p.stderr:
         pass  # stopped by the limit (E416), as asked: the stats file covers the partial run
     elif p.returncode == 2 and not ff:  # a clean error on the full run (a random kernel whose tiles do not fit: E206)
         return None, p.stderr.splitlines()[0] if p.stderr else "exit status 2"
@@ -334,6 +337,8 @@ def main():
     ap.add_argument("--misalign", type=int, default=0, metavar="BYTES",
                     help="put an unused input tensor of BYTES bytes (a multiple of 4) first, so that the others start "
                          "off the 4 KiB chunks of the simulator's HBM dependency tracking (HBM tensors are 64 B aligned)")
+    ap.add_argument("--trace", action="store_true",
+                    help="both runs also write a trace with a filter drawn from the seed; the files must be identical")
     ap.add_argument("--limit", action="store_true",
                     help="stop both runs by a limit somewhere in the kernel (--max-instructions or --max-sim-time, "
                          "by seed, at 10-90 %% of the full run's instructions or time, drawn from the seed): the "
@@ -366,9 +371,34 @@ def main():
                     limit = ["--max-sim-time", "%.1f" % (full["stats"]["total_time"]["value"] * r.uniform(0.1, 0.9))]
                 full, _ = stats(a.nsim, path, False, tmp, config, overrides, limit)
                 desc += " " + " ".join(limit)
-            ff, skipped = stats(a.nsim, path, True, tmp, config, overrides, limit)
+            traces = []
+            if a.trace:
+                r = random.Random(seed * 104729 + 3)
+                total = full["stats"]["total_time"]["value"]
+                how = r.choice(("limit", "end", "window", "limit+start"))
+                ext = r.choice(("json", "pftrace"))
+                filt = {"limit": ["--trace-limit", str(r.randint(50, 5000))],
+                        "end": ["--trace-window", ":%.1f" % (total * r.uniform(0.02, 0.6))],
+                        "window": ["--trace-window", "%.1f:%.1f" % (total * r.uniform(0.01, 0.1), total * r.uniform(0.2, 0.6))],
+                        "limit+start": ["--trace-limit", str(r.randint(50, 5000)),
+                                        "--trace-window", "%.1f:" % (total * r.uniform(0.01, 0.1))]}[how]
+                limit = limit + filt
+                desc += " trace " + " ".join(filt)
+                for run_ff in (False, True):
+                    t = os.path.join(tmp, "t{}.{}".format(int(run_ff), ext))
+                    traces.append(t)
+                    d, s = stats(a.nsim, path, run_ff, tmp, config, overrides, limit + ["--trace", t])
+                    if run_ff:
+                        ff, skipped = d, s
+                    else:
+                        full = d
+            else:
+                ff, skipped = stats(a.nsim, path, True, tmp, config, overrides, limit)
             skipping += skipped > 0
             same = full == ff
+            if traces:
+                with open(traces[0], "rb") as f0, open(traces[1], "rb") as f1:
+                    same = same and f0.read() == f1.read()
             different += not same
             print("{} seed {:4d}  {:34s} skipped {:7.0f}".format("same" if same else "DIFFERENT", seed, desc, skipped),
                   flush=True)

@@ -18,6 +18,7 @@ enum class FfOutcome : uint8_t {
   kTooFewLeft,
   kOverflow,
   kLimit,
+  kTraced,
   kCount
 };
 
@@ -45,6 +46,9 @@ inline constexpr std::array<FfOutcomeInfo, static_cast<size_t>(FfOutcome::kCount
     {"limit",
      "not skipped: the run's instruction or simulated-time limit (max_instructions, max_sim_time_ns) came within "
      "a span"},
+    {"traced",
+     "not skipped: the run's trace still kept slices when too few iterations were left (iterations are skipped only "
+     "past the end of its window or once its limit is reached)"},
 }};
 
 inline const FfOutcomeInfo& ff_outcome(FfOutcome o) { return kFfOutcomes[static_cast<size_t>(o)]; }

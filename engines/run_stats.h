@@ -134,6 +134,7 @@ class RunStats {
     std::array<sim::Ps, kNumDmaClasses> dma_class_active{};
     std::vector<std::pair<uint64_t, sim::Ps>> per_loc;
     sim::Ps throttled = 0;  ///< TensorE's throttled time (the Simulator's, not a RunStats counter)
+    uint64_t trace_slices = 0;  ///< slices the trace recorder was given (the Simulator's), with a trace window
   };
   void sample(Sample& out) const;
   /// Count `k` more times what the run added from `a` to `b` (a later sample): instructions, times,
@@ -157,6 +158,8 @@ class RunStats {
   sim::Ps end() const { return c_.end + skipped_time_; }
   /// end() without the skipped time: the clock the simulated instructions run on.
   sim::Ps local_end() const { return c_.end; }
+  /// The time of the iterations skipped so far (end() - local_end() until finish()).
+  sim::Ps skipped_time() const { return skipped_time_; }
 
  private:
   void account_bytes(const Bytes& b);

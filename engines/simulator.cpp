@@ -472,7 +472,7 @@ InstrTiming Simulator::schedule(const Instr& in, const Sig& sig) {
     // The HBM calendars are also read by the peer core (LNC=2): prune them below both watermarks.
     if (dma) dma_.prune(w, peer_ ? std::min(w, peer_->watermark()) : w);
     stats_.fold(w, dma, seq_);
-    if (trace_) trace_->watermark(w);
+    if (trace_) trace_->watermark(w + stats_.skipped_time());  // (in the trace's time: skipped_time())
   }
   for (const auto& fn : listeners_) fn(in, t);
   if (events_) post_event(in, t);
@@ -786,8 +786,23 @@ uint64_t Simulator::timing_digest() const {
   return h;
 }
 
+bool Simulator::fast_forward_allowed() const {
+  return opts_.fast_forward && !opts_.numerics && (!trace_ || trace_->bounded()) && !asap_ &&
+         listeners_.size() == (recorder_ ? 1u : 0u) && !events_ && !checker_ && opts_.core_index < 0 && !peer_;
+}
+
+bool Simulator::trace_closed() const { return !trace_ || trace_->closed_from(watermark() + stats_.skipped_time()); }
+
+void Simulator::sample_stats(engines::RunStats::Sample& out) const {
+  stats_.sample(out);
+  out.throttled = tensor_.throttled_time();
+  out.trace_slices = recorder_ ? recorder_->slices() : 0;
+}
+
 void Simulator::add_repeats(const engines::RunStats::Sample& a, const engines::RunStats::Sample& b, uint64_t k,
                             uint64_t instructions, Ps dt) {
+  // (Only once the trace is closed, trace_closed(): the repeats' slices are ones the full run drops, counted so.)
+  if (trace_) trace_->skipped(watermark() + stats_.skipped_time(), k * (b.trace_slices - a.trace_slices));
   stats_.add_repeats(a, b, k, dt);
   skipped_throttled_ += static_cast<Ps>(k) * (b.throttled - a.throttled);
   seq_ += k * instructions;

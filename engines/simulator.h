@@ -258,20 +258,21 @@ class Simulator {
 
   // ---- fast-forward (SimOptions::fast_forward; the lowering decides what to skip, frontend/lower.h)
   /// Whether iterations may be skipped in this run (the option set and nothing that needs every
-  /// instruction: numerics, trace, analyzer, listeners, sanitizer, a second core).
-  bool fast_forward_allowed() const {
-    return opts_.fast_forward && !opts_.numerics && !trace_ && !asap_ && listeners_.empty() && !events_ && !checker_ &&
-           opts_.core_index < 0 && !peer_;
-  }
+  /// instruction: numerics, a trace of every slice, analyzer, listeners, sanitizer, a second core). A trace with
+  /// a window or a limit allows it: iterations are skipped once it keeps no more slices (trace_closed).
+  bool fast_forward_allowed() const;
+  /// Whether iterations may be skipped now as far as the trace goes: none, or it will write no more slices (past its
+  /// window's end, or its limit reached), so a skipped iteration's slices are ones it would drop.
+  bool trace_closed() const;
+  /// The time skipped so far: the simulated instructions run that much earlier than in the run simulating every one
+  /// (the trace recorder adds it to their times).
+  sim::Ps skipped_time() const { return stats_.skipped_time(); }
   /// The timing state that decides what later instructions do, relative to the run's end so far:
   /// each engine's next issue and each DMA queue's next setup, hashed.
   uint64_t timing_digest() const;
   /// The end of the instructions simulated so far, without skipped time.
   sim::Ps local_time() const { return stats_.local_end(); }
-  void sample_stats(engines::RunStats::Sample& out) const {
-    stats_.sample(out);
-    out.throttled = tensor_.throttled_time();
-  }
+  void sample_stats(engines::RunStats::Sample& out) const;
   /// Count `k` repeats of what ran from sample `a` to sample `b` (`instructions` instructions) as if
   /// simulated: counters, per-line stats, instruction indexes, and `dt` more time at the end.
   void add_repeats(const engines::RunStats::Sample& a, const engines::RunStats::Sample& b, uint64_t k,

@@ -44,11 +44,22 @@ const std::string& TraceRecorder::src_text(uint32_t loc) {
   return t;
 }
 
-void TraceRecorder::on_instr(const isa::Instr& in, const InstrTiming& t) {
+void TraceRecorder::on_instr(const isa::Instr& in, const InstrTiming& t0) {
+  // After iterations skipped by fast-forward (only once the sink keeps no more slices: Simulator::trace_closed), the
+  // simulated instructions run earlier than in the run simulating every one by the time skipped: their slices, all
+  // dropped, are checked at that run's times (and counted as it counts them).
+  off_ = sim_.skipped_time();
+  InstrTiming shifted;
+  if (off_) {
+    shifted = t0;
+    for (Ps* p : {&shifted.start, &shifted.end, &shifted.issue, &shifted.setup_start, &shifted.data_start}) *p += off_;
+  }
+  const InstrTiming& t = off_ ? shifted : t0;
   if (isa::is_dma(in.op)) {
     instr_slice(in, static_cast<int>(in.engine), t, t.issue);  // the trigger on its engine
     dma_slices(in, t);
   } else if (t.table_load > 0) {  // ScalarE loads the function table first: the profiler's ACT_TABLE_LOAD slice
+    ++slices_;
     if (!sink_.drops(t.start, t.table_load))
       // (not an instruction of its own in nsim's stats: "table_load_of" names the activation, whose "index" it is)
       sink_.slice({static_cast<int>(in.engine), t.start, t.table_load, "ACT_TABLE_LOAD",
@@ -64,6 +75,7 @@ void TraceRecorder::on_instr(const isa::Instr& in, const InstrTiming& t) {
 
 void TraceRecorder::instr_slice(const isa::Instr& in, int track, const InstrTiming& t, Ps end) {
   slot(t.index) = {t.index, track, t.start};  // a DMA's queue slice replaces it
+  ++slices_;
   if (sink_.drops(t.start, end - t.start)) return;  // not formatted
   const SourceLoc& loc = sim_.source(in.loc);
   using sim::TraceArg;
@@ -108,8 +120,10 @@ void TraceRecorder::dma_slices(const isa::Instr& in, const InstrTiming& t) {
   for (int k = 0; k < split.engines; ++k) {
     const auto ki = static_cast<size_t>(k);
     if (split.piece[ki].bytes <= 0) continue;
-    if (sink_.drops(tr.piece_start[ki], tr.piece_end[ki] - tr.piece_start[ki])) continue;
-    sink_.slice({kFirstDmaTrack + k, tr.piece_start[ki], tr.piece_end[ki] - tr.piece_start[ki], name,
+    ++slices_;
+    const Ps start = tr.piece_start[ki] + off_;
+    if (sink_.drops(start, tr.piece_end[ki] - tr.piece_start[ki])) continue;
+    sink_.slice({kFirstDmaTrack + k, start, tr.piece_end[ki] - tr.piece_start[ki], name,
                  {sim::TraceArg::integer("bytes", split.piece[ki].bytes),
                   sim::TraceArg::integer("descriptors", split.piece[ki].descriptors),
                   sim::TraceArg::integer("queue", in.dma_queue), sim::TraceArg::string("src", src)}});
@@ -120,6 +134,7 @@ void TraceRecorder::dma_slices(const isa::Instr& in, const InstrTiming& t) {
     sink_.declare_track(qt, queue_name(p, in.dma_queue));
   }
   slot(t.index) = {t.index, qt, t.setup_start};  // waiters of a DMA wait for its data: arrows start at the queue slice
+  ++slices_;
   if (sink_.drops(t.setup_start, t.end - t.setup_start)) return;
   sink_.slice({qt, t.setup_start, t.end - t.setup_start, name,
                {sim::TraceArg::integer("bytes", split.total_bytes),

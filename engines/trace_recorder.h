@@ -20,6 +20,8 @@ class TraceRecorder {
   TraceRecorder(const Simulator& sim, sim::TraceSink& sink);
   /// The listener: called after each instruction is scheduled.
   void on_instr(const isa::Instr& in, const InstrTiming& t);
+  /// Slices offered to the sink so far (written or dropped): fast-forward counts a skipped iteration's.
+  uint64_t slices() const { return slices_; }
 
  private:
   void instr_slice(const isa::Instr& in, int track, const InstrTiming& t, sim::Ps end);
@@ -27,6 +29,9 @@ class TraceRecorder {
   /// A source location's text (`file:line (function)`), formatted once per location.
   const std::string& src_text(uint32_t loc);
   std::vector<std::string> src_text_;
+  uint64_t slices_ = 0;
+  /// Simulator::skipped_time() for the instruction being recorded (0 unless fast-forward skipped iterations).
+  sim::Ps off_ = 0;
 
   const Simulator& sim_;
   sim::TraceSink& sink_;

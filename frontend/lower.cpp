@@ -788,6 +788,7 @@ void Lowering::fast_forward_start(const Loop& l) {
   if (ff_sched_digest_) (void)ff_sched_digest_();  // (what a loop followed before left: dropped)
   ff_.iters = 0;
   ff_.period = 0;
+  ff_.traced = false;
   ff_.periods.clear();
   for (int p = 1; p <= FastForward::kMaxPeriod; ++p) ff_.periods.push_back(p);
   ff_.run.assign(ff_.periods.size(), 0);
@@ -1007,6 +1008,7 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
   ff_.last = now;
   ++ff_.iters;
   auto stop_following = [&](engines::FfOutcome o) {
+    if (o == engines::FfOutcome::kTooFewLeft && ff_.traced) o = engines::FfOutcome::kTraced;  // (the trace's doing)
     sim_.note_fast_forward(loop, l.loc, o);
     f.ff_done = true;
     ff_.depth = 0;
@@ -1061,6 +1063,12 @@ void Lowering::fast_forward_at(const Loop& l, int64_t& v) {
       (now.emitted - ff_.abs_a.emitted) % fold != 0 ||
       (now.admitted - ff_.abs_a.admitted) % static_cast<uint64_t>(ff_admit_align_) != 0)
     return;
+  // A trace keeps slices until past its window's end or its limit: no skip before (a skipped iteration's slices must
+  // be ones it drops). The loop stays followed, sample a kept: the trace may close in a later iteration.
+  if (!sim_.trace_closed()) {
+    ff_.traced = true;
+    return;
+  }
   // Sample b: `since` iterations after a, the same state relative to the end. Skip k repeats of them,
   // keeping `need` iterations at the end to run as simulated (the loop's tail and what follows).
   const uint64_t instrs = now.committed - ff_.abs_a.committed;
@@ -1180,7 +1188,9 @@ void Lowering::slot_tags(int op, const TileUses& u, const Instr& in, engines::Sl
 
 void Lowering::note_tile_uses(const TileUses& u, sim::Ps start, sim::Ps end) {
   // With a trace limit or window, only instructions the trace keeps are recorded: the table then stays
-  // bounded by the slices kept, not by the kernel's instruction count.
+  // bounded by the slices kept, not by the kernel's instruction count. (In the trace's time: after iterations
+  // skipped, which happens only once it keeps nothing more, later than the instructions' own.)
+  start += sim_.skipped_time(), end += sim_.skipped_time();
   if (const sim::TraceSink* tr = sim_.trace_sink(); tr && !tr->keeps(start, end - start)) return;
   for (const TileUse& x : u) {
     if (x.tensor < 0) continue;

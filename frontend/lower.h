@@ -317,6 +317,7 @@ class Lowering {
     int64_t align = 1;      ///< iterations skipped are a multiple of this (rotating buffers)
     std::vector<std::pair<size_t, int64_t>> allocs;  ///< tensor, alloc executions per iteration
     /// The body reads and writes an HBM tensor through different accesses (fast_forward_start): not followed.
+    bool traced = false;  ///< a skip waited for the trace to close (Simulator::trace_closed)
     bool distance_dep = false;
     /// The HBM accesses of an iteration in the list scheduler's chunks: (first chunk, last chunk, bytes lo, bytes
     /// hi, log2 of the chunk size). Consecutive iterations touching one chunk at different bytes (rows smaller

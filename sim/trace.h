@@ -65,6 +65,13 @@ class TraceSink {
   /// samples are not slices: not ordered with them, not limited, kept if `t` lies in the window.
   virtual void counter(const std::string& name, Ps t, double value) = 0;
   virtual void finish() = 0;
+  /// Whether no slice starting at or after `t` can be written any more (a bounded sink: past the window's end,
+  /// or the limit reached and a slice dropped by it): fast-forward may then skip iterations
+  /// (Simulator::fast_forward_allowed), the trace the same.
+  virtual bool closed_from(Ps /*t*/) const { return false; }
+  /// `n` slices of iterations skipped when closed_from(t): counted as dropped, by the window or by the limit as
+  /// the run simulating them would drop them.
+  virtual void skipped(Ps /*t*/, uint64_t /*n*/) {}
 };
 
 /// Which slices a ChromeTraceWriter keeps (default: all). Dropped slices are still counted, and the
@@ -95,6 +102,12 @@ class OrderedTraceSink : public TraceSink {
   void watermark(Ps t) override;
   void counter(const std::string& name, Ps t, double value) override;
   void finish() override;
+  bool closed_from(Ps t) const override {
+    // Past the window's end every slice is dropped by it; with the limit reached (a slice dropped by it, so every later
+    // one is too) and no window end, every slice from the window's start on is dropped by the limit.
+    return after_window(t) || (filter_.window_end == 0 && limit_reached() && first_dropped_ >= 0 && t >= filter_.window_start);
+  }
+  void skipped(Ps t, uint64_t n) override { (after_window(t) ? dropped_window_ : dropped_limit_) += n; }
   /// The reorder buffer's bound: when more slices wait than this (the simulator's watermark stays
   /// low while an engine has issued nothing), the earliest half is written anyway, so memory stays
   /// bounded; a slice that later arrives earlier than written ones is written out of order (Perfetto
@@ -124,6 +137,8 @@ class OrderedTraceSink : public TraceSink {
 
  private:
   bool limit_reached() const { return filter_.max_slices > 0 && written_ >= filter_.max_slices; }
+  /// Every slice starting at or after t ends after it: past the window's end, every one is dropped by it.
+  bool after_window(Ps t) const { return filter_.window_end > 0 && t >= filter_.window_end; }
   void drop_by_limit(Ps start);
   void write(const TraceSlice& s);
   void write_earliest(size_t n);

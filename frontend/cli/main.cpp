@@ -291,9 +291,10 @@ void build_cli(CLI::App& app, Parsed& p) {
                 "memory / flops: value, unit, description (docs/profiling.md, \"Stats\")");
   run->add_flag("--timing-only", r.timing_only, "skip numerics (same timing, no outputs)");
   run->add_flag("--fast-forward", r.fast_forward,
-                "the default with --timing-only (and no --trace, --instructions or --dma): once a\n"
-                "loop's iterations repeat exactly, count its middle iterations as repeats of those\n"
-                "simulated instead of simulating them (docs/timing-model.md, \"Fast-forward\");\n"
+                "the default with --timing-only (and no --instructions, --dma or --trace of every\n"
+                "slice; with --trace-limit / --trace-window only past the limit or the window's end):\n"
+                "once a loop's iterations repeat exactly, count its middle iterations as repeats of\n"
+                "those simulated instead of simulating them (docs/timing-model.md, \"Fast-forward\");\n"
                 "given, it is an error where it cannot apply");
   run->add_flag("--no-fast-forward", r.no_fast_forward,
                 "simulate every instruction of a --timing-only run (the reference fast-forward is\n"
@@ -624,11 +625,14 @@ int cmd_run_multicore(const RunArgs& a, const frontend::Kernel& k, const sim::Co
 
 int cmd_run(const RunArgs& a) {
   if (a.fast_forward && a.no_fast_forward) usage_error("--fast-forward and --no-fast-forward exclude each other", "run");
-  // Fast-forward is on wherever it can apply: a timing-only run whose instructions are not all wanted one by one.
-  const bool each_instruction = !a.trace.empty() || !a.instructions.empty() || !a.dma.empty();
+  // Fast-forward is on wherever it can apply: a timing-only run whose instructions are not all wanted one by one (a
+  // trace with --trace-limit or --trace-window wants them until it keeps no more slices: Simulator::trace_closed).
+  const bool whole_trace =
+      !a.trace.empty() && a.trace_limit == 0 && a.trace_window_start_ns <= 0 && a.trace_window_end_ns <= 0;
+  const bool each_instruction = whole_trace || !a.instructions.empty() || !a.dma.empty();
   if (a.fast_forward && (!a.timing_only || each_instruction))
-    usage_error("--fast-forward needs --timing-only and cannot be used with --trace, --instructions or --dma "
-                "(they need every instruction simulated)",
+    usage_error("--fast-forward needs --timing-only and cannot be used with --instructions, --dma or a --trace without "
+                "--trace-limit or --trace-window (they need every instruction simulated)",
                 "run");
   const frontend::Kernel k = load_kernel(a);
   const sim::Config cfg = engines::load_config(config_name(a.config), a.overrides);

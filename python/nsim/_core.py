@@ -628,11 +628,15 @@ def _input_arrays(inputs: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
 def _simulate(kernel: "LoadedKernel", arrays: Dict[str, Any], opts: Dict[str, Any], overrides: Any,
               timing_only: bool, trace: Any, check: bool, progress: Any) -> Tuple[dict, "Profile"]:
     ovr = _overrides(overrides)
-    if opts.get("fast_forward") and (not timing_only or trace is not None):
-        raise ValueError("fast_forward needs timing_only=True and no trace (a trace needs every instruction simulated)")
-    # None: on wherever it applies (timing-only, no trace); the simulator also leaves it off for the sanitizer,
-    # listeners and LNC=2 runs (Simulator::fast_forward_allowed).
-    opts = dict(opts, fast_forward=bool(timing_only) and trace is None and opts.get("fast_forward") is not False)
+    # A trace of every slice needs every instruction simulated; one with a limit or a window only until it keeps no
+    # more (past the window's end, the limit reached: Simulator::trace_closed).
+    whole_trace = trace is not None and not opts.get("trace_limit") and not any(opts.get("trace_window", (0, 0)))
+    if opts.get("fast_forward") and (not timing_only or whole_trace):
+        raise ValueError("fast_forward needs timing_only=True, and a trace with trace_limit or trace_window (a whole "
+                         "trace needs every instruction simulated)")
+    # None: on wherever it applies (timing-only, no trace of every slice); the simulator also leaves it off for the
+    # sanitizer, listeners and LNC=2 runs (Simulator::fast_forward_allowed).
+    opts = dict(opts, fast_forward=bool(timing_only) and not whole_trace and opts.get("fast_forward") is not False)
     report, close = _progress_reporter(progress)
     try:
         outputs, stats, lines, config_yaml, reports, ff_loops = _call(
@@ -743,14 +747,15 @@ def simulate_json(kernel: Union[KernelLike, LoadedKernel], *, inputs: Optional[M
     takes over 2 s, then about once a second and once more at the end (counts increase); True shows a
     tqdm bar when tqdm is installed, else a line on stderr; None/False: nothing (the default). Runs of
     an LNC=2 launch report no progress.
-    fast_forward: None (the default) = on wherever it applies: with timing_only (and no trace), once a loop's
+    fast_forward: None (the default) = on wherever it applies: with timing_only (and no trace, or a trace with
+    trace_limit or trace_window: iterations are then skipped only past its window's end or its limit), once a loop's
     iterations repeat exactly (the engines and DMA queues in the same state relative to the run's end, each
     iteration adding the same time), its middle iterations are counted as repeats of those simulated instead of
     being simulated: long loops run in a fraction of the time, with the full simulation's stats
     (docs/timing-model.md, "Fast-forward"); a loop that reads and writes an HBM tensor through different
     accesses (a recurrence, ``y[b + 1] = f(y[b])``) is simulated whole. ``fast_forward.skipped_instructions``
     counts what was skipped. False simulates every instruction; True asks for it (ValueError without timing_only,
-    or with a trace).
+    or with a trace of every slice).
     Bad arguments raise TypeError / ValueError naming the argument; everything else is an NsimError.
     """
     opts = _run_options(config, seed, trace_limit, max_instructions, max_sim_time_ns, trace_window, fast_forward)

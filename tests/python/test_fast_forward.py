@@ -134,7 +134,7 @@ def test_cli(tmp_path):
     def run(*args):
         return subprocess.run([NSIM_BIN, "run", str(kpath), *args], capture_output=True, text=True, timeout=120)
 
-    for bad in ([], ["--timing-only", "--trace", str(tmp_path / "t.json")],
+    for bad in ([], ["--timing-only", "--trace", str(tmp_path / "t.json"), "--trace-limit", "0"],
                 ["--timing-only", "--instructions", str(tmp_path / "i.csv")], ["--timing-only", "--no-fast-forward"]):
         r = run("--fast-forward", *bad)
         assert r.returncode == 2 and "NSIM-E414" in r.stderr and "--fast-forward" in r.stderr, (bad, r.stderr)
@@ -155,6 +155,60 @@ def test_cli(tmp_path):
     assert ff["stats"]["fast_forward"]["skipped_instructions"]["value"] > 30000
     assert ff["stats"]["total_time"] == full["stats"]["total_time"]
     assert ff["lines"] == full["lines"]
+
+
+def test_a_trace_with_a_window_or_a_limit_skips_once_it_keeps_no_more_slices(tmp_path):
+    # A trace of the start of a long run (a window ending early, or a slice limit) no longer costs the whole run:
+    # iterations are skipped once the trace keeps no more slices (Simulator::trace_closed), and the trace file is
+    # the one the run simulating every instruction writes, byte for byte (its slices, and its count of the slices
+    # dropped). Without an end or a limit nothing is skipped, and the loop says the trace held it.
+    long, small = _long_softmax(8000), {"compiler.window": 128}  # 56,000 instructions, 11.7 ms simulated
+    for i, (kw, ext) in enumerate([({"trace_window": (None, 20000.0)}, "json"),
+                                   ({"trace_window": (3000.0, 40000.0)}, "pftrace"),
+                                   ({"trace_limit": 500}, "json"),
+                                   ({"trace_limit": 400, "trace_window": (2000.0, None)}, "pftrace")]):
+        paths, profs = [], []
+        for ff in (False, None):
+            paths.append(tmp_path / "t{}{}.{}".format(i, ff, ext))
+            _, prof = nsim.simulate_json(long, overrides=small, timing_only=True, trace=str(paths[-1]),
+                                         fast_forward=ff, **kw)
+            profs.append(prof)
+        full, skipped = profs
+        assert full.stat("fast_forward.skipped_instructions") == 0
+        assert skipped.stat("fast_forward.skipped_instructions") > 40000, kw
+        a, b = _flat(full.stats), _flat(skipped.stats)
+        assert {n: v for n, v in a.items() if not n.startswith("fast_forward.")} == \
+            {n: v for n, v in b.items() if not n.startswith("fast_forward.")}
+        assert full.lines == skipped.lines
+        assert paths[0].read_bytes() == paths[1].read_bytes(), kw
+        if ext == "json":  # (a partial trace that says what it dropped)
+            marks = [e for e in json.loads(paths[1].read_text())["traceEvents"] if e.get("ph") == "i"]
+            assert marks and marks[-1]["args"]["slices_dropped"] > 100000
+    # A window without an end and no limit keeps slices to the end: nothing skipped, and the loop says why.
+    _, prof = nsim.simulate_json(long, overrides=small, timing_only=True, trace=str(tmp_path / "w.json"),
+                                 trace_window=(3000.0, None))
+    assert prof.stat("fast_forward.skipped_instructions") == 0
+    assert prof.stat("fast_forward.loops.traced") == 1
+    # Asked for with a trace of every slice: refused.
+    with pytest.raises(ValueError, match="trace_limit or trace_window"):
+        nsim.simulate_json(long, timing_only=True, fast_forward=True, trace=str(tmp_path / "all.json"))
+
+
+def test_cli_trace_limit_with_fast_forward(tmp_path):
+    import subprocess
+    from conftest import NSIM_BIN
+
+    kpath = tmp_path / "softmax_long.json"
+    kpath.write_text(json.dumps(_long_softmax(8000)))
+    outs = []
+    for flag in ("--no-fast-forward", "--fast-forward"):
+        t = tmp_path / "t{}.json".format(len(outs))
+        r = subprocess.run([NSIM_BIN, "run", str(kpath), "--timing-only", "--quiet", "-p", "compiler.window=128",
+                            "--trace", str(t), "--trace-limit", "300", flag], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        outs.append((t.read_bytes(), r.stdout))
+    assert outs[0][0] == outs[1][0]
+    assert "counted as repeats" in outs[1][1] and "counted as repeats" not in outs[0][1]
 
 
 def test_cli_lists_five_loops_the_skipped_first_then_counts_the_rest(tmp_path):

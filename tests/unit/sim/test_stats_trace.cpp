@@ -816,6 +816,45 @@ TEST_CASE("ChromeTraceWriter window and limit together count separately", "[sim]
   CHECK(instant_line(text).find("(7 by limit, 10 by window)") != std::string::npos);
 }
 
+TEST_CASE("ChromeTraceWriter says when it keeps no more slices and counts skipped ones as dropped", "[sim][trace]") {
+  // Fast-forward skips iterations only once a trace keeps no slice starting at or after the watermark
+  // (Simulator::trace_closed); the skipped iterations' slices are then counted as the run simulating them drops them.
+  TempFile tf("trace_closed");
+  SECTION("past the window's end, by the window") {
+    ChromeTraceWriter w(tf.path.string(), "NeuronCore", TraceFilter::from_ns(0, 10, 50));
+    CHECK_FALSE(w.closed_from(49'999));  // (ps) a slice starting before 50 ns may overlap the window
+    CHECK(w.closed_from(50'000));
+    w.skipped(50'000, 12);
+    w.finish();
+    CHECK(w.slices_dropped_by_window() == 12);
+    CHECK(w.slices_dropped_by_limit() == 0);
+  }
+  SECTION("the limit reached: once a slice was dropped by it, and from the window's start on") {
+    ChromeTraceWriter w(tf.path.string(), "NeuronCore", TraceFilter::from_ns(2, 5, 0));
+    w.declare_track(0, "t");
+    for (int k = 0; k < 3; ++k) w.slice(TraceSlice{0, 10'000LL + k * 1'000, 500, sname(k), {}});
+    CHECK_FALSE(w.closed_from(20'000));  // buffered, none written yet: the limit not reached
+    w.watermark(12'000);                 // s0, s1 written (the limit); s2 (at 12 ns) still buffered
+    CHECK(w.slices_written() == 2);
+    CHECK_FALSE(w.closed_from(20'000));  // nothing dropped by the limit yet
+    w.watermark(12'001);                 // s2 dropped by it
+    CHECK(w.closed_from(20'000));
+    CHECK_FALSE(w.closed_from(4'000));   // before the window's start: dropped by the window, not counted here
+    w.skipped(20'000, 5);
+    w.finish();
+    CHECK(w.slices_dropped_by_limit() == 6);
+    CHECK(w.slices_dropped_by_window() == 0);
+  }
+  SECTION("a window without an end and no limit never closes; no filter neither") {
+    ChromeTraceWriter w(tf.path.string(), "NeuronCore", TraceFilter::from_ns(0, 10, 0));
+    CHECK_FALSE(w.closed_from(INT64_MAX / 2));
+    ChromeTraceWriter all((tf.path.string() + "2"), "NeuronCore");
+    CHECK_FALSE(all.closed_from(INT64_MAX / 2));
+    all.finish();
+    std::filesystem::remove(tf.path.string() + "2");
+  }
+}
+
 TEST_CASE("ChromeTraceWriter with zero slices writes valid JSON", "[sim][trace]") {
   SECTION("no filter, no slices") {
     TempFile tf("trace_empty");
