@@ -134,7 +134,7 @@ class RunStats {
     std::array<sim::Ps, kNumDmaClasses> dma_class_active{};
     std::vector<std::pair<uint64_t, sim::Ps>> per_loc;
     sim::Ps throttled = 0;  ///< TensorE's throttled time (the Simulator's, not a RunStats counter)
-    uint64_t trace_slices = 0;  ///< slices the trace recorder was given (the Simulator's), with a trace window
+    uint64_t trace_slices = 0;  ///< slices the trace recorder was given (the Simulator's; 0 without a trace)
   };
   void sample(Sample& out) const;
   /// Count `k` more times what the run added from `a` to `b` (a later sample): instructions, times,

@@ -725,7 +725,8 @@ void run_path(const Case& c, bool numerics, bool trace) {
   const sim::Config cfg = make_config(c);
   SimOptions o;
   o.numerics = numerics;
-  o.fast_forward = !numerics && !trace;  // as `nsim run --timing-only` (on by default where it applies)
+  // As `nsim run --timing-only`: on by default where it applies (with a trace limit: once the trace is full).
+  o.fast_forward = !numerics && !(trace && c.trace_limit == 0);
   o.max_instructions = kMaxInstructions;
   o.max_sim_time_ns = kMaxSimTimeNs;
   if (trace) {
