@@ -104,8 +104,10 @@ class OrderedTraceSink : public TraceSink {
   void finish() override;
   bool closed_from(Ps t) const override {
     // Past the window's end every slice is dropped by it; with the limit reached (a slice dropped by it, so every later
-    // one is too) and no window end, every slice from the window's start on is dropped by the limit.
-    return after_window(t) || (filter_.window_end == 0 && limit_reached() && first_dropped_ >= 0 && t >= filter_.window_start);
+    // one is too) and no window end, every slice from the window's start on is dropped by the limit, and one starting
+    // at or after the earliest dropped leaves the summary's position (first_dropped_) as it is.
+    return after_window(t) || (filter_.window_end == 0 && limit_reached() && first_dropped_ >= 0 && t >= first_dropped_ &&
+                               t >= filter_.window_start);
   }
   void skipped(Ps t, uint64_t n) override { (after_window(t) ? dropped_window_ : dropped_limit_) += n; }
   /// The reorder buffer's bound: when more slices wait than this (the simulator's watermark stays

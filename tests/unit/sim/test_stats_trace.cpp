@@ -839,6 +839,7 @@ TEST_CASE("ChromeTraceWriter says when it keeps no more slices and counts skippe
     CHECK_FALSE(w.closed_from(20'000));  // nothing dropped by the limit yet
     w.watermark(12'001);                 // s2 dropped by it
     CHECK(w.closed_from(20'000));
+    CHECK_FALSE(w.closed_from(11'999));  // a slice starting before s2 would become the first dropped (the marker's place)
     CHECK_FALSE(w.closed_from(4'000));   // before the window's start: dropped by the window, not counted here
     w.skipped(20'000, 5);
     w.finish();
