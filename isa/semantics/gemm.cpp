@@ -224,16 +224,18 @@ void pack_blocks(const float* b, int64_t k, int64_t n, std::vector<float>& out) 
 template <int Big>
 const float* pack_a(const float* a, int64_t k, int64_t m, std::vector<float>& buf) {
   buf.resize(static_cast<size_t>(k * m));
-  // Row by row of A (read in order), each row's R-column pieces to their blocks (R a constant: one
-  // fixed-size copy each).
+  // Block by block (each written in order), its R-column piece of every row of A (R a constant: one fixed-size
+  // copy each). (Row by row of A instead, each row's pieces written k R floats apart, 4 KB at k = 128: BM_NumericsMatmul
+  // 273 GFLOP/s against 280. Not packing at all, the kernels reading A in place m floats apart per step: 251.)
   const int64_t big = m / Big * Big, four = big + (m - big) / 4 * 4;
-  for (int64_t p = 0; p < k; ++p) {
-    const float* row = a + p * m;
-    int64_t i = 0;
-    for (; i < big; i += Big) std::memcpy(buf.data() + i * k + p * Big, row + i, Big * sizeof(float));
-    for (; i < four; i += 4) std::memcpy(buf.data() + i * k + p * 4, row + i, 4 * sizeof(float));
-    for (; i < m; ++i) buf[static_cast<size_t>(i * k + p)] = row[i];
-  }
+  float* out = buf.data();
+  int64_t i = 0;
+  for (; i < big; i += Big)
+    for (int64_t p = 0; p < k; ++p, out += Big) std::memcpy(out, a + p * m + i, Big * sizeof(float));
+  for (; i < four; i += 4)
+    for (int64_t p = 0; p < k; ++p, out += 4) std::memcpy(out, a + p * m + i, 4 * sizeof(float));
+  for (; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p) *out++ = a[p * m + i];
   return buf.data();
 }
 template <int Big>
