@@ -722,6 +722,10 @@ bool Lowering::next(Instr& out) {
       case Stmt::Kind::kLoop: {
         const Loop& l = k_.loops[static_cast<size_t>(s.index)];
         if (l.trip_count() <= 0) break;
+        if (!loop_has_ops(s.index)) {  // nothing to lower in any iteration: only its allocations to count
+          skip_loop(s.index);
+          break;
+        }
         if (stack_.size() > static_cast<size_t>(kMaxLoopDepth))
           throw Error(ErrorCode::kBadLoop, fmt::format("loop '{}' nests deeper than {}", l.var, kMaxLoopDepth), l.loc);
         vars_[static_cast<size_t>(s.index)] = l.start;
@@ -773,6 +777,43 @@ void Lowering::run() {
   }
   if (record_) write_occupancy();
   name_check_reports();
+}
+
+bool Lowering::loop_has_ops(int loop) {
+  if (loop_ops_.empty()) loop_ops_.assign(k_.loops.size(), -1);
+  int8_t& known = loop_ops_[static_cast<size_t>(loop)];
+  if (known < 0) {
+    known = 0;
+    for (const Stmt& s : k_.loops[static_cast<size_t>(loop)].body)
+      if (s.kind == Stmt::Kind::kOp || (s.kind == Stmt::Kind::kLoop && loop_has_ops(s.index))) known = 1;
+  }
+  return known > 0;
+}
+
+bool Lowering::count_allocs(int loop, int64_t times, std::vector<size_t>& touched) {
+  for (const Stmt& s : k_.loops[static_cast<size_t>(loop)].body) {
+    if (s.kind == Stmt::Kind::kAlloc) {
+      const auto t = static_cast<size_t>(s.index);
+      if (__builtin_add_overflow(alloc_count_[t], times, &alloc_count_[t])) return false;
+      touched.push_back(t);
+    } else if (s.kind == Stmt::Kind::kLoop) {
+      const int64_t trips = k_.loops[static_cast<size_t>(s.index)].trip_count();
+      int64_t n = 0;
+      if (trips <= 0) continue;
+      if (__builtin_mul_overflow(times, trips, &n) || !count_allocs(s.index, n, touched)) return false;
+    }
+  }
+  return true;
+}
+
+void Lowering::skip_loop(int loop) {
+  const Loop& l = k_.loops[static_cast<size_t>(loop)];
+  std::vector<size_t> touched;
+  if (!count_allocs(loop, l.trip_count(), touched))
+    throw Error(ErrorCode::kResourceLimit,
+                fmt::format("resource limit: loop '{}' allocates its tiles more than 2^63 times", l.var), l.loc);
+  for (size_t t : touched) rotate(t);
+  sim_.check_stop();  // (as each iteration would)
 }
 
 namespace {

@@ -226,6 +226,16 @@ class Lowering {
   int buffer_of(int tensor) const { return buf_[static_cast<size_t>(tensor)]; }
   /// Work out buf_ and base_ of tensor t from its alloc count (at its allocs: not a division per operand).
   void rotate(size_t t);
+  /// Whether the body of loop `loop` holds an op at any depth. One that holds none lowers no instruction in any
+  /// iteration: next() does not iterate it (skip_loop).
+  bool loop_has_ops(int loop);
+  /// Every iteration of loop `loop` (a body without ops) at once: its tiles' allocations counted, as iterating
+  /// it would count them (a loop of 2^40 empty iterations took hours).
+  void skip_loop(int loop);
+  /// alloc_count_ += times for each allocation in loop `loop`'s body (nested loops by their trip counts); the
+  /// tensors changed are added to `touched`. False when a count would leave int64.
+  bool count_allocs(int loop, int64_t times, std::vector<size_t>& touched);
+  std::vector<int8_t> loop_ops_;  ///< by loop id: -1 not worked out yet, else loop_has_ops()
 
   const Kernel& k_;
   Simulator& sim_;

@@ -273,6 +273,34 @@ def test_cli_max_instructions_and_max_sim_time(tmp_path):
         assert r.returncode == 2 and "NSIM-E414" in r.stderr, bad
 
 
+#: A loop of 2^40 iterations (step 2: 2^39) whose body holds no op, only a tile's allocation, inside another loop of
+#: three, between ops on either side. Iterated, it took hours (the C++ fuzz driver, seed 7301, reported it as a hang).
+EMPTY_LOOPS = {"nsim_kernel": 1, "name": "empty_loops",
+               "tensors": [{"name": "y", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [128, 4]}],
+               "body": [{"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 4]}},
+                        {"op": "memset", "dst": "t", "imm": [2.5]},
+                        {"loop": {"var": "o", "stop": 3, "kind": "sequential", "body": [
+                            {"loop": {"var": "j", "stop": 2 ** 40, "step": 2, "kind": "static", "body": [
+                                {"alloc": {"name": "u", "buffer": "sbuf", "dtype": "bfloat16", "shape": [1, 128]}}]}}]}},
+                        {"op": "dma_copy", "dst": "y", "src": "t"}]}
+
+
+@needs_cli
+@pytest.mark.parametrize("mode", [[], ["--timing-only"], ["--timing-only", "--no-fast-forward"]])
+def test_cli_a_loop_without_ops_is_not_iterated(tmp_path, mode):
+    k = tmp_path / "k.json"
+    k.write_text(json.dumps(EMPTY_LOOPS))
+    out = tmp_path / "out"
+    r = subprocess.run([NSIM, "run", str(k), *mode, "--outputs", str(out), "--stats", str(tmp_path / "s.json")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    stats = json.loads((tmp_path / "s.json").read_text())
+    assert stats["instructions"] == 2  # the memset and the store: nothing from the loops
+    if not mode:
+        y = np.load(out / "y.npy")
+        assert y.shape == (128, 4) and np.all(y == 2.5)
+
+
 @needs_cli
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_cli_signal_finishes_the_trace_and_prints_partial_stats(tmp_path, sig):
