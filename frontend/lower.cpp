@@ -784,8 +784,10 @@ bool Lowering::loop_has_ops(int loop) {
   int8_t& known = loop_ops_[static_cast<size_t>(loop)];
   if (known < 0) {
     known = 0;
-    for (const Stmt& s : k_.loops[static_cast<size_t>(loop)].body)
-      if (s.kind == Stmt::Kind::kOp || (s.kind == Stmt::Kind::kLoop && loop_has_ops(s.index))) known = 1;
+    for (const Stmt& s : k_.loops[static_cast<size_t>(loop)].body)  // (a loop of no iterations runs none of its ops)
+      if (s.kind == Stmt::Kind::kOp || (s.kind == Stmt::Kind::kLoop && k_.loops[static_cast<size_t>(s.index)].trip_count() > 0 &&
+                                        loop_has_ops(s.index)))
+        known = 1;
   }
   return known > 0;
 }

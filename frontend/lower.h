@@ -226,8 +226,8 @@ class Lowering {
   int buffer_of(int tensor) const { return buf_[static_cast<size_t>(tensor)]; }
   /// Work out buf_ and base_ of tensor t from its alloc count (at its allocs: not a division per operand).
   void rotate(size_t t);
-  /// Whether the body of loop `loop` holds an op at any depth. One that holds none lowers no instruction in any
-  /// iteration: next() does not iterate it (skip_loop).
+  /// Whether the body of loop `loop` holds an op at any depth (not counting loops of no iterations). One that holds
+  /// none lowers no instruction in any iteration: next() does not iterate it (skip_loop).
   bool loop_has_ops(int loop);
   /// Every iteration of loop `loop` (a body without ops) at once: its tiles' allocations counted, as iterating
   /// it would count them (a loop of 2^40 empty iterations took hours).

@@ -273,15 +273,18 @@ def test_cli_max_instructions_and_max_sim_time(tmp_path):
         assert r.returncode == 2 and "NSIM-E414" in r.stderr, bad
 
 
-#: A loop of 2^40 iterations (step 2: 2^39) whose body holds no op, only a tile's allocation, inside another loop of
-#: three, between ops on either side. Iterated, it took hours (the C++ fuzz driver, seed 7301, reported it as a hang).
+#: A loop of 2^40 iterations (step 2: 2^39) whose body holds no op that runs, only a tile's allocation and a loop of
+#: no iterations, inside another loop of three, between ops on either side. Iterated, it took hours (the C++ fuzz
+#: driver, seed 7301, reported it as a hang).
 EMPTY_LOOPS = {"nsim_kernel": 1, "name": "empty_loops",
                "tensors": [{"name": "y", "buffer": "hbm", "kind": "output", "dtype": "float32", "shape": [128, 4]}],
                "body": [{"alloc": {"name": "t", "buffer": "sbuf", "dtype": "float32", "shape": [128, 4]}},
                         {"op": "memset", "dst": "t", "imm": [2.5]},
                         {"loop": {"var": "o", "stop": 3, "kind": "sequential", "body": [
                             {"loop": {"var": "j", "stop": 2 ** 40, "step": 2, "kind": "static", "body": [
-                                {"alloc": {"name": "u", "buffer": "sbuf", "dtype": "bfloat16", "shape": [1, 128]}}]}}]}},
+                                {"alloc": {"name": "u", "buffer": "sbuf", "dtype": "bfloat16", "shape": [1, 128]}},
+                                {"loop": {"var": "e", "start": 4, "stop": 4, "body": [  # (no iterations: its op never runs)
+                                    {"op": "memset", "dst": "t", "imm": [1.0]}]}}]}}]}},
                         {"op": "dma_copy", "dst": "y", "src": "t"}]}
 
 
