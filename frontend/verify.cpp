@@ -142,7 +142,9 @@ class Verifier {
                             l.loc);
               if (l.step == 0)
                 throw Error(ErrorCode::kBadLoop, fmt::format("loop '{}' has step 0", l.var), l.loc);
-              if (std::abs(l.start) > kMaxBound || std::abs(l.stop) > kMaxBound || std::abs(l.step) > kMaxBound)
+              // (Not std::abs: |INT64_MIN| is not an int64, and std::abs of it came out negative, accepting the bound.)
+              const auto absurd = [](int64_t v) { return v < -kMaxBound || v > kMaxBound; };
+              if (absurd(l.start) || absurd(l.stop) || absurd(l.step))
                 throw Error(ErrorCode::kBadLoop,
                             fmt::format("loop '{}' range({}, {}, {}) has absurd bounds (|bound| <= 2^53 expected)",
                                         l.var, l.start, l.stop, l.step), l.loc);

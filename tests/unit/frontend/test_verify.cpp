@@ -1,6 +1,7 @@
 // verify_kernel: every error code it raises, with its source line, and a valid kernel on all presets.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -475,6 +476,18 @@ TEST_CASE("verify: E411 loop sanity", "[verify]") {
     b.loop("i", 0, int64_t{1} << 50, 1, frontend::LoopKind::kSequential, 81);
     b.end();
     CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kBadLoop, 81);
+  }
+  SECTION("a bound of INT64_MIN") {
+    // (std::abs(INT64_MIN) is negative: the check of |bound| <= 2^53 passed it; nsim_fuzz seed 7302 found `check`
+    // accepting such a loop while the run failed on the operand it addressed)
+    KB b;
+    b.loop("i", std::numeric_limits<int64_t>::min(), 3, int64_t{1} << 31, frontend::LoopKind::kSequential, 83);
+    b.end();
+    CHECK_VERIFY_ERROR(b.k, "trn2", ErrorCode::kBadLoop, 83);
+    KB c;
+    c.loop("i", 0, 3, std::numeric_limits<int64_t>::min(), frontend::LoopKind::kSequential, 84);
+    c.end();
+    CHECK_VERIFY_ERROR(c.k, "trn2", ErrorCode::kBadLoop, 84);
   }
   SECTION("a loop referenced twice") {
     KB b;
