@@ -305,6 +305,17 @@ def test_cli_a_loop_without_ops_is_not_iterated(tmp_path, mode):
 
 
 @needs_cli
+def test_cli_loops_without_ops_allocating_past_int64_are_a_coded_limit_error(tmp_path):
+    # two nested loops of 2^40 iterations allocating a tile: 2^80 allocations, past what a count holds
+    k = json.loads(json.dumps(EMPTY_LOOPS))
+    k["body"][2] = {"loop": {"var": "a", "stop": 2 ** 40, "body": [{"loop": {"var": "b", "stop": 2 ** 40, "body": [
+        {"alloc": {"name": "u", "buffer": "sbuf", "dtype": "float32", "shape": [128, 4]}}]}}]}}
+    (tmp_path / "k.json").write_text(json.dumps(k))
+    r = subprocess.run([NSIM, "run", str(tmp_path / "k.json")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "NSIM-E416" in r.stderr and "loop 'a'" in r.stderr and "2^63" in r.stderr
+
+
+@needs_cli
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_cli_signal_finishes_the_trace_and_prints_partial_stats(tmp_path, sig):
     k = tmp_path / "k.json"
