@@ -87,6 +87,29 @@ def test_eager_values_negative_branch_takes_the_other_path():
 
 
 @nki.jit
+def look_after_empty_loops(a):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    at = nl.ndarray((128, 64), a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=at, src=a)
+    for i in nl.affine_range(2 ** 20):  # 2^40 iterations in all that only allocate: no op to run in any
+        for j in nl.affine_range(2 ** 20):
+            scratch = nl.ndarray((128, 64), a.dtype, buffer=nl.sbuf)  # noqa: F841
+    SEEN["empty_loops"] = at.numpy()
+    nisa.dma_copy(dst=out, src=at)
+    return out
+
+
+def test_eager_values_after_loops_without_ops():
+    # The eager session and the simulation each iterated such loops one iteration at a time (2^40: hours); a loop
+    # without ops is not iterated (frontend::Lowering::skip_loop, EagerSession::run).
+    SEEN.clear()
+    a = np.random.RandomState(2).rand(128, 64).astype(np.float32)
+    out = look_after_empty_loops(a)
+    np.testing.assert_array_equal(SEEN["empty_loops"], a)
+    np.testing.assert_array_equal(out, a)
+
+
+@nki.jit
 def matmul_look(x, w):
     xt = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
     wt = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
