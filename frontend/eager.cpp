@@ -116,25 +116,13 @@ uint64_t EagerSession::run(const std::string& fragment) {
       ++n;
     }
   };
-  // Whether a body holds an op that runs (loops of no iterations hold none): a loop without one is not iterated (the
-  // fragment's allocations are declared up front, so its iterations do nothing; as frontend::Lowering::skip_loop).
-  const auto has_ops = [&](const auto& self, const std::vector<Stmt>& body) -> bool {
-    for (const Stmt& s : body) {
-      if (s.kind == Stmt::Kind::kOp) return true;
-      if (s.kind == Stmt::Kind::kLoop) {
-        const Loop& l = k.loops[static_cast<size_t>(s.index)];
-        if (l.trip_count() > 0 && self(self, l.body)) return true;
-      }
-    }
-    return false;
-  };
   const auto run_body = [&](const auto& self, const std::vector<Stmt>& body) -> void {
     for (const Stmt& s : body) {
       if (s.kind == Stmt::Kind::kOp) {
         run_op(k.ops[static_cast<size_t>(s.index)]);
       } else if (s.kind == Stmt::Kind::kLoop) {
         const Loop& l = k.loops[static_cast<size_t>(s.index)];
-        if (!has_ops(has_ops, l.body)) continue;
+        if (!body_runs_ops(k, l.body)) continue;  // (its allocations are declared up front: nothing to do)
         const int64_t trips = l.trip_count();
         for (int64_t it = 0; it < trips; ++it) {
           vars[static_cast<size_t>(s.index)] = l.start + it * l.step;

@@ -210,6 +210,19 @@ struct Kernel {
   int find_tensor(const std::string& name) const;  ///< -1 if absent
 };
 
+/// Whether `body` (of kernel k) holds an op that runs: at any depth, not counting loops of no iterations. A loop whose
+/// body holds none does nothing in any iteration, and is not iterated (frontend::Lowering::skip_loop, EagerSession).
+inline bool body_runs_ops(const Kernel& k, const std::vector<Stmt>& body) {
+  for (const Stmt& s : body) {
+    if (s.kind == Stmt::Kind::kOp) return true;
+    if (s.kind == Stmt::Kind::kLoop) {
+      const Loop& l = k.loops[static_cast<size_t>(s.index)];
+      if (l.trip_count() > 0 && body_runs_ops(k, l.body)) return true;
+    }
+  }
+  return false;
+}
+
 /// Parse kernel.json text. Throws nsim::Error E401..E412 with the JSON path ("body[2].op") and,
 /// where known, the op's source location. `filename` appears in messages.
 Kernel parse_kernel_json(std::string_view text, const std::string& filename = "kernel.json");

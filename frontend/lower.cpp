@@ -782,13 +782,7 @@ void Lowering::run() {
 bool Lowering::loop_has_ops(int loop) {
   if (loop_ops_.empty()) loop_ops_.assign(k_.loops.size(), -1);
   int8_t& known = loop_ops_[static_cast<size_t>(loop)];
-  if (known < 0) {
-    known = 0;
-    for (const Stmt& s : k_.loops[static_cast<size_t>(loop)].body)  // (a loop of no iterations runs none of its ops)
-      if (s.kind == Stmt::Kind::kOp || (s.kind == Stmt::Kind::kLoop && k_.loops[static_cast<size_t>(s.index)].trip_count() > 0 &&
-                                        loop_has_ops(s.index)))
-        known = 1;
-  }
+  if (known < 0) known = body_runs_ops(k_, k_.loops[static_cast<size_t>(loop)].body) ? 1 : 0;
   return known > 0;
 }
 
