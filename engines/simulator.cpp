@@ -167,7 +167,7 @@ void Simulator::write_hbm(const std::string& name, const void* data, size_t byte
   if (static_cast<int64_t>(bytes) != t.bytes)
     throw Error(ErrorCode::kShapeMismatch,
                 fmt::format("HBM tensor '{}' holds {} bytes, {} were given", name, t.bytes, bytes));
-  if (uint8_t* d = mem_.hbm_data(name)) std::memcpy(d, data, bytes);
+  if (uint8_t* d = mem_.hbm_data_to_overwrite(name)) std::memcpy(d, data, bytes);
 }
 
 const uint8_t* Simulator::hbm_bytes(const std::string& name) const {

@@ -30,7 +30,7 @@ void EagerSession::add_hbm(const std::string& name, const std::vector<int64_t>& 
   if (static_cast<int64_t>(size) != t.bytes)
     throw Error(ErrorCode::kBadInput,
                 fmt::format("eager: HBM tensor '{}' holds {} bytes, {} were given", name, t.bytes, size));
-  std::memcpy(mem_.hbm_data(name), data, size);
+  std::memcpy(mem_.hbm_data_to_overwrite(name), data, size);
 }
 
 int64_t EagerSession::place(const Tensor& t, int64_t bytes) {

@@ -69,7 +69,7 @@ void write_inputs(const Kernel& k, Simulator& sim, const InputViews& given, uint
     // input needs (found by the fuzz driver: a 2 GiB input under a 3 GiB address-space limit passed the
     // host-memory check, E210, then ended in std::bad_alloc).
     const memory::HbmTensor& h = sim.memory().hbm_tensor(t.name);
-    uint8_t* bytes = sim.memory().hbm_data(t.name);
+    uint8_t* bytes = sim.memory().hbm_data_to_overwrite(t.name);  // every element written below
     if (!bytes) continue;  // no storage (timing-only): nothing to write
     const int eb = dtype_bytes(t.dtype);
     const uint64_t key = mix(mix(seed) ^ (static_cast<uint64_t>(ti) + 1));
@@ -102,8 +102,8 @@ void write_inputs(const Kernel& k, Simulator& sim, const InputViews& given, uint
   // outside the simulated time, as on hardware the kernel writes the argument's own storage.
   for (const auto& t : k.tensors) {
     if (t.space != isa::Space::kHbm || t.init.empty()) continue;
-    uint8_t* dst = sim.memory().hbm_data(t.name);
     const uint8_t* src = sim.memory().hbm_data(t.init);
+    uint8_t* dst = src ? sim.memory().hbm_data_to_overwrite(t.name) : nullptr;
     if (dst && src) std::memcpy(dst, src, static_cast<size_t>(sim.memory().hbm_tensor(t.name).bytes));
   }
 }

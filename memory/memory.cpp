@@ -52,14 +52,12 @@ void RangeAllocator::free(int64_t offset) {
 
 void fill_sentinel(uint8_t* p, int64_t bytes, DType dt) {
   const int eb = dtype_bytes(dt);
-  std::vector<uint8_t> one(static_cast<size_t>(eb));
-  if (dtype_is_float(dt))
-    store_f32(dt, one.data(), std::numeric_limits<float>::quiet_NaN());
-  else
-    store_int(dt, one.data(), 4);
   const int64_t whole = bytes / eb * eb;  // a trailing partial element is left alone
   if (whole <= 0) return;
-  std::memcpy(p, one.data(), static_cast<size_t>(eb));
+  if (dtype_is_float(dt))
+    store_f32(dt, p, std::numeric_limits<float>::quiet_NaN());
+  else
+    store_int(dt, p, 4);
   // Double the filled prefix up to a block that stays in L1 (a few copies instead of one call per element:
   // filling the 24 MiB SBUF element by element took ~80 ms of every numerics run), then copy that block on:
   // doubling all the way read the prefix back from L2 or L3 in copies of megabytes, twice the memory traffic.
@@ -94,26 +92,27 @@ void Memory::fill_onchip_to(Space space, int64_t hi) const {
   Buffer& store = psum ? self->psum_ : self->sbuf_;
   const int64_t bytes = psum ? cfg_.psum_bytes_per_partition() : cfg_.sbuf_bytes_per_partition;
   const int64_t pitch = cfg_.host_pitch(psum);
-  // Up to `hi` rounded up to 1 KiB, and at least twice as far as before: few calls per run however the kernel's
-  // tiles climb. (In 16 KiB steps a small kernel's run filled 2 MB of SBUF for the 6 KB per partition its tiles
-  // used: its tracer.run() 0.94 of the time now, docs/performance.md thirty-first session.) (`hi` may be past the
-  // partition: resolve() checks the bounds after.)
+  // Up to `hi` rounded up to 1 KiB, and at least a quarter further than before: few calls per run however the
+  // kernel's tiles climb (about 20 from 1 KiB to all of SBUF). (In 16 KiB steps a small kernel's run filled 2 MB of
+  // SBUF for the 6 KB per partition its tiles used: its tracer.run() 0.94 of the time now, docs/performance.md
+  // thirty-first session. Doubling filled up to twice what the tiles reached: 72 of the 40 KiB per partition a
+  // 1024^3 matmul's tiles use.) (`hi` may be past the partition: resolve() checks the bounds after.)
   constexpr int64_t kStep = 1 << 10;
   const int64_t reach = hi >= bytes ? bytes : (hi + kStep - 1) / kStep * kStep;  // (no overflow for a wild `hi`)
-  const int64_t to = std::min(bytes, std::max(reach, 2 * filled));
-  const int64_t whole = static_cast<int64_t>(store.size()) / 4 * 4;  // a trailing partial element is left alone
+  const int64_t to = std::min(bytes, std::max(reach, filled + filled / 4));
   uint8_t pat[4];
   store_f32(DType::kFloat32, pat, std::numeric_limits<float>::quiet_NaN());
+  // Bytes [filled, to) of partition 0, byte i holding pat[i % 4] as a whole-buffer fill would, then the same
+  // bytes copied into every other partition (rows `pitch` bytes apart, a multiple of 4: the same pattern).
+  uint8_t* row0 = store.data();
+  int64_t a = filled;
+  for (; a < to && a % 4 != 0; ++a) row0[a] = pat[a % 4];
+  const int64_t mid = (to - a) / 4 * 4;
+  if (mid > 0) fill_sentinel(row0 + a, mid, DType::kFloat32);
+  for (a += mid; a < to; ++a) row0[a] = pat[a % 4];
   const int64_t parts = static_cast<int64_t>(store.size()) / pitch;
-  for (int64_t p = 0; p < parts; ++p) {
-    // bytes [a, b) of the buffer, byte i holding pat[i % 4] as a whole-buffer fill would
-    int64_t a = p * pitch + filled;
-    const int64_t b = std::min(p * pitch + to, whole);
-    for (; a < b && a % 4 != 0; ++a) store.data()[a] = pat[a % 4];
-    const int64_t mid = (b - a) / 4 * 4;
-    if (mid > 0) fill_sentinel(store.data() + a, mid, DType::kFloat32);
-    for (a += mid; a < b; ++a) store.data()[a] = pat[a % 4];
-  }
+  for (int64_t p = 1; p < parts; ++p)
+    std::memcpy(row0 + p * pitch + filled, row0 + filled, static_cast<size_t>(to - filled));
   filled = to;
 }
 
@@ -133,10 +132,12 @@ const HbmTensor& Memory::alloc_hbm(const std::string& name, const std::vector<in
     throw Error(ErrorCode::kHbmOverflow, fmt::format("HBM tensor '{}' needs {} bytes at address {}, but HBM holds {} bytes",
                                                      name, bytes, addr, cfg_.hbm_bytes));
   hbm_->next = addr + bytes;
-  HbmBlock blk{name, bytes, {}};
+  HbmBlock blk{name, bytes, {}, dt};
   if (with_storage_) {
     blk.data = Buffer(static_cast<size_t>(bytes));
-    fill_sentinel(blk.data.data(), bytes, dt);
+    // The sentinel is written when the tensor is first read: the inputs, overwritten whole before the run
+    // (hbm_data_to_overwrite), never hold it (their fill was 4 of the ~47 MB a 1024^3 matmul's run moved).
+    blk.unfilled = true;
   }
   hbm_->blocks.emplace(addr, std::move(blk));
   HbmTensor t{name, addr, bytes, dt, shape};
@@ -155,16 +156,27 @@ std::vector<std::string> Memory::hbm_tensor_names() const {
   return v;
 }
 
-uint8_t* Memory::hbm_data(const std::string& name) {
-  const HbmTensor& t = hbm_tensor(name);
-  auto& d = hbm_->blocks.at(t.addr).data;
-  return d.empty() ? nullptr : d.data();
+uint8_t* Memory::filled(HbmBlock& b) {
+  if (b.unfilled) {
+    fill_sentinel(b.data.data(), b.bytes, b.dtype);
+    b.unfilled = false;
+  }
+  return b.data.empty() ? nullptr : b.data.data();
 }
+
+uint8_t* Memory::hbm_data(const std::string& name) { return filled(hbm_->blocks.at(hbm_tensor(name).addr)); }
 const uint8_t* Memory::hbm_data(const std::string& name) const { return const_cast<Memory*>(this)->hbm_data(name); }
 
+uint8_t* Memory::hbm_data_to_overwrite(const std::string& name) {
+  HbmBlock& b = hbm_->blocks.at(hbm_tensor(name).addr);
+  b.unfilled = false;
+  return b.data.empty() ? nullptr : b.data.data();
+}
+
 Buffer Memory::take_hbm_data(const std::string& name) {
-  const HbmTensor& t = hbm_tensor(name);
-  return std::move(hbm_->blocks.at(t.addr).data);
+  HbmBlock& b = hbm_->blocks.at(hbm_tensor(name).addr);
+  filled(b);
+  return std::move(b.data);
 }
 
 int64_t Memory::alloc_onchip(Space space, int64_t bytes_per_partition) {
@@ -224,7 +236,7 @@ isa::TileView Memory::resolve(const Operand& o) const {
   if (o.space == Space::kHbm) {
     auto it = self->hbm_->blocks.upper_bound(o.offset);
     --it;
-    v.base = it->second.data.data() + (o.offset - it->first);
+    v.base = filled(it->second) + (o.offset - it->first);
     v.partition_stride_bytes = o.partition_step * eb;
   } else {
     fill_onchip_to(o.space, o.byte_extent().second);  // an indirect side's reach: resolve_slot()

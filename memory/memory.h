@@ -77,7 +77,9 @@ class Memory {
 
   const MemoryConfig& config() const { return cfg_; }
 
-  /// Allocate a named HBM tensor (filled with `fill` bytes pattern: NaN sentinel for floats, 4 for ints).
+  /// Allocate a named HBM tensor, holding the sentinel (fill_sentinel: NaN for floats, 4 for ints) when first
+  /// read: the fill waits for the first hbm_data(), take_hbm_data() or resolve(), so a tensor the caller then
+  /// overwrites whole (hbm_data_to_overwrite: the inputs) is never filled.
   const HbmTensor& alloc_hbm(const std::string& name, const std::vector<int64_t>& shape, DType dt);
   const HbmTensor& hbm_tensor(const std::string& name) const;  ///< E208 if unknown
   bool has_hbm_tensor(const std::string& name) const { return hbm_->by_name.count(name) != 0; }
@@ -89,6 +91,9 @@ class Memory {
   void share_hbm(const Memory& owner) { hbm_ = owner.hbm_; }
   uint8_t* hbm_data(const std::string& name);
   const uint8_t* hbm_data(const std::string& name) const;
+  /// hbm_data() for a caller about to write every byte of the tensor (the inputs, a copy of one): the
+  /// sentinel is not written first. nullptr without storage.
+  uint8_t* hbm_data_to_overwrite(const std::string& name);
   /// Move the storage of HBM tensor `name` out (empty without storage): the tensor has none afterwards.
   /// For handing a finished run's outputs to the caller without copying them.
   Buffer take_hbm_data(const std::string& name);
@@ -116,7 +121,11 @@ class Memory {
     std::string name;
     int64_t bytes;
     Buffer data;  ///< empty without storage
+    DType dtype;
+    bool unfilled = false;  ///< `data` does not hold the sentinel yet (alloc_hbm): filled when first read
   };
+  /// The block's storage, with the sentinel written first if it is still unfilled.
+  static uint8_t* filled(HbmBlock& b);
   MemoryConfig cfg_;
   bool with_storage_;
   Buffer sbuf_, psum_;  ///< pooled (memory/buffer.h); filled with the sentinel as operands reach them

@@ -2,9 +2,11 @@
 // allocation limits, operand resolution and bounds checks; Operand access-pattern helpers.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -605,6 +607,69 @@ TEST_CASE("Memory: on-chip storage holds the sentinel as far as operands reach, 
     const nsim::isa::TileView v = m.resolve_slot(in, 1);
     CHECK(nan_at(v, 9 * 16384 + 60, 0));
   }
+}
+
+TEST_CASE("Memory: on-chip fills climbing a byte at a time reach every partition, written bytes kept", "[memory][buffer]") {
+  // Operands reaching a little further each time (fill_onchip_to fills partition 0 and copies it into the others,
+  // each time from where the last fill ended, at any byte alignment), over a pooled block left dirty.
+  {
+    Memory m(cfg(), true);
+    Operand all = pattern(Space::kSbuf, DType::kUInt8, 0, {kSbufPP}, {1});
+    all.num_partitions = 128;
+    std::memset(m.resolve(all).base, 0x11, static_cast<size_t>(128 * kSbufPP));
+  }
+  Memory m(cfg(), true);
+  Operand head = pattern(Space::kSbuf, DType::kUInt8, 0, {3}, {1});
+  head.num_partitions = 128;
+  const nsim::isa::TileView vh = m.resolve(head);
+  vh.base[77 * vh.partition_stride_bytes + 1] = 0x5A;  // a kernel writes byte 1 of partition 77
+  uint8_t nan_bytes[4];
+  nsim::store_f32(DType::kFloat32, nan_bytes, std::numeric_limits<float>::quiet_NaN());
+  int64_t reach = 3;
+  for (int step = 0; step < 60; ++step) {
+    reach = std::min<int64_t>(kSbufPP, reach + 1 + std::min<int64_t>(reach * 3 / 7, 9001));  // 5, 7, 11, ...
+    Operand o = pattern(Space::kSbuf, DType::kUInt8, 0, {reach}, {1});
+    o.num_partitions = 128;
+    const nsim::isa::TileView v = m.resolve(o);
+    for (uint32_t p : {0u, 1u, 77u, 127u})
+      for (int64_t b : {int64_t{0}, reach / 2, reach - 2, reach - 1}) {
+        INFO("step " << step << " reach " << reach << " partition " << p << " byte " << b);
+        const uint8_t got = v.base[p * v.partition_stride_bytes + b];
+        CHECK(got == (p == 77 && b == 1 ? 0x5A : nan_bytes[b % 4]));
+      }
+  }
+  CHECK(reach == kSbufPP);
+}
+
+TEST_CASE("Memory: an HBM tensor holds the sentinel when first read, unless overwritten whole", "[memory][hbm]") {
+  {
+    Memory m(cfg(), true);  // two blocks go back to the pool full of 0x33 bytes
+    std::memset(m.hbm_data_to_overwrite(m.alloc_hbm("a", {256, 64}, DType::kFloat32).name), 0x33, 256 * 64 * 4);
+    std::memset(m.hbm_data_to_overwrite(m.alloc_hbm("b", {256, 64}, DType::kFloat32).name), 0x33, 256 * 64 * 4);
+  }
+  Memory m(cfg(), true);
+  const HbmTensor& in = m.alloc_hbm("in", {256, 64}, DType::kFloat32);
+  const HbmTensor& out = m.alloc_hbm("out", {256, 64}, DType::kFloat32);
+  const HbmTensor& idx = m.alloc_hbm("idx", {16}, DType::kInt32);
+  // an input: written whole through hbm_data_to_overwrite, the bytes read back are the written ones
+  uint8_t* w = m.hbm_data_to_overwrite("in");
+  REQUIRE(w);
+  for (int64_t i = 0; i < in.bytes; ++i) w[i] = static_cast<uint8_t>(i * 7);
+  const nsim::isa::TileView vi = m.resolve(in.whole());
+  CHECK(vi.base[0] == 0);
+  CHECK(vi.base[1001] == static_cast<uint8_t>(1001 * 7));
+  // never written: NaN when an operand reaches it, and in the storage handed out at the end
+  const nsim::isa::TileView vo = m.resolve(out.whole());
+  float x;
+  std::memcpy(&x, vo.base + 4 * 1000, 4);
+  CHECK(std::isnan(x));
+  const nsim::memory::Buffer taken = m.take_hbm_data("out");
+  REQUIRE(taken.size() == static_cast<size_t>(out.bytes));
+  std::memcpy(&x, taken.data() + out.bytes - 4, 4);
+  CHECK(std::isnan(x));
+  // an integer tensor first read through hbm_data: 4 in every element
+  for (int k = 0; k < 16; ++k) CHECK(nsim::load_int(DType::kInt32, m.hbm_data("idx") + 4 * k) == 4);
+  CHECK(idx.bytes == 64);
 }
 
 TEST_CASE("Buffer: moves keep one owner and the pool stays bounded", "[memory][buffer]") {
