@@ -16,11 +16,13 @@
 #include "frontend/compiler/scheduler.h"
 
 #include "frontend/compiler/allocate.h"
+#include "isa/semantics/parallel.h"
 #include "sim/trace.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -28,6 +30,12 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include <unistd.h>
 
 namespace nsim::frontend {
 
@@ -255,6 +263,69 @@ namespace {
 thread_local bool g_timing_candidate = false;
 }  // namespace
 
+namespace {
+/// A host thread of its own for the placement search's runs: they run two at a time (choose_placement). Made once
+/// per process (again in a forked child, which has none of its parent's threads) and never stopped, so that the
+/// memory its runs allocate stays mapped for the next search (a new thread per search faulted in ~750 fresh pages
+/// per run, ~1.3 ms). Serves one search at a time: try_start() says no while it is busy (another host thread's
+/// search), and that search's runs run on its own thread alone.
+class SearchHelper {
+ public:
+  /// The process's helper; nullptr when no thread can be had.
+  static SearchHelper* get() {
+    static std::mutex m;
+    static SearchHelper* h = nullptr;  // (never destroyed: its thread waits for jobs until the process ends)
+    std::lock_guard<std::mutex> lock(m);
+    if (h && h->pid_ == getpid()) return h;
+    try {
+      h = new SearchHelper;  // (a forked child's copy of the parent's is left: its thread is not there)
+    } catch (...) {
+      h = nullptr;
+    }
+    return h;
+  }
+  /// Runs job() on the helper; false (and nothing run) when it is busy.
+  bool try_start(std::function<void()> job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (busy_) return false;
+    busy_ = true;
+    job_ = std::move(job);
+    cv_.notify_one();
+    return true;
+  }
+  /// Returns when the job started last has returned.
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [this] { return !busy_; });
+  }
+
+ private:
+  SearchHelper() : pid_(getpid()) { std::thread([this] { loop(); }).detach(); }
+  void loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return static_cast<bool>(job_); });
+        job = std::move(job_);
+        job_ = nullptr;
+      }
+      job();  // (time_with catches everything)
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        busy_ = false;
+      }
+      done_.notify_all();
+    }
+  }
+  const pid_t pid_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_;
+  bool busy_ = false;
+  std::function<void()> job_;
+};
+}  // namespace
+
 std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const Simulator& sim,
                                                          const AllocationPlan& plan, int64_t sbuf_avail,
                                                          int64_t psum_avail) {
@@ -295,13 +366,31 @@ std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const 
       low.run();
       s.finish();
       return s.total_time();
-    } catch (const std::exception&) {
+    } catch (...) {  // (on a helper thread too: nothing may escape)
       return std::nullopt;
     }
   };
   // Candidates: the allocator's plan and each of its swaps; then the plan with one buffer per PSUM loop tile (more
   // tiles spread over the banks) and each of its swaps. A group is timed when its runs fit in the budget with the
   // runs before it; the fastest candidate is kept when it beats the allocator's plan by more than 0.1 %.
+  // The runs of a group are independent: they run at once on the host threads (isa::sem::parallel_for), and their
+  // times are then taken in order, as one after the other would (the same choice; a run that failed stops the group
+  // there). When neither swaps nor the shallow plan are timed, the first deepening round (below) starts from the
+  // allocator's plan whatever its time: its candidates are timed with it. (The library's flash attention at S=2048
+  // times its plan and one deeper one: 3.1 of the 5.5 ms of its timing-only run, one after the other.)
+  using Candidate = std::pair<const AllocationPlan*, int>;  // a plan, and the swap made in it (-1: none)
+  const auto time_all = [&](const std::vector<Candidate>& c) {
+    std::vector<std::optional<sim::Ps>> t(c.size());
+    std::atomic<size_t> next{0};
+    const auto work = [&] {
+      for (size_t i; (i = next.fetch_add(1)) < c.size();) t[i] = time_with(*c[i].first, c[i].second);
+    };
+    SearchHelper* h = c.size() > 1 && isa::sem::host_threads() > 1 ? SearchHelper::get() : nullptr;
+    const bool shared = h && h->try_start(work);
+    work();
+    if (shared) h->wait();
+    return t;
+  };
   double runs = 0;
   const auto affordable = [&](double n) { return cost * (runs + n) <= budget; };
   const auto nswaps = static_cast<double>(plan.psum_swaps.size());
@@ -309,91 +398,131 @@ std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const 
   if (!swaps &&
       !((plan.psum_depth_candidate || !plan.psum_deepen.empty() || !plan.sbuf_deepen.empty()) && affordable(2)))
     return std::nullopt;
-  const std::optional<sim::Ps> base = time_with(plan, -1);
-  if (!base) return std::nullopt;
-  runs = 1;
-  const AllocationPlan* best = &plan;
-  int pick = -1;
-  sim::Ps bar = *base - *base / 1000;
-  // Times plan `p` (unless `with_plan` is false: only its swaps) and its swaps; false when a run failed.
-  const auto group = [&](const AllocationPlan& p, bool with_plan) {
-    for (int i = with_plan ? -1 : 0; i < static_cast<int>(p.psum_swaps.size()); ++i) {
-      const std::optional<sim::Ps> t = time_with(p, i);
-      runs += 1;
-      if (!t) return false;
-      if (*t < bar) {
-        bar = *t;
-        best = &p;
-        pick = i;
-      }
-    }
-    return true;
-  };
-  if (swaps && !group(plan, false)) return std::nullopt;  // a swap that cannot run: the allocator's placement
-  std::optional<AllocationPlan> shallow;
-  engines::CoreParams q = sim.params();  // the parameters of the shallow plan
-  q.psum_loop_buffers = 1;
-  if (plan.psum_depth_candidate && affordable(1)) {
-    try {
-      shallow = allocate_tiles(k, q, sbuf_avail, psum_avail);
-    } catch (const Error&) {
-      shallow.reset();
-    }
-    if (shallow) {
-      // (its swaps too when they fit, else the plan alone)
-      if (!affordable(1 + static_cast<double>(shallow->psum_swaps.size()))) shallow->psum_swaps.clear();
-      const AllocationPlan* before = best;
-      const int before_pick = pick;
-      const sim::Ps before_bar = bar;
-      if (!group(*shallow, true)) {
-        best = before;
-        pick = before_pick;
-        bar = before_bar;
-      }
-    }
-  }
-  // Then, in the plan chosen so far, two buffers for one PSUM loop tile left with one while banks stay unused, or
-  // for one SBUF loop tile the fallback left with one (the fallback then takes buffers from the others), each such
-  // tile in turn (its alloc given a manual depth of 2; a candidate that does not fit is skipped); the fastest kept,
-  // and again from it while a round gains and the budget lasts.
-  std::optional<AllocationPlan> deeper;
-  const engines::CoreParams& from_params = shallow && best == &*shallow ? q : sim.params();
+  // Deepening: two buffers for one PSUM loop tile left with one while banks stay unused, or for one SBUF loop tile
+  // the fallback left with one (the fallback then takes buffers from the others), each such tile in turn (its alloc
+  // given a manual depth of 2; a candidate that does not fit is skipped).
   const auto deepen = [&](const AllocationPlan& p) {
     std::vector<int> tiles;
     if (sim.params().psum_loop_buffers > 1) tiles = p.psum_deepen;
     if (sim.params().loop_buffers > 1) tiles.insert(tiles.end(), p.sbuf_deepen.begin(), p.sbuf_deepen.end());
     return tiles;
   };
-  if (!deepen(*best).empty() && affordable(1)) {
-    Kernel kd = k;
-    for (bool gained = true; gained && affordable(1);) {
+  std::optional<Kernel> kd;              // the kernel with the depths chosen so far
+  std::vector<int> round_tiles;          // a round's candidates: their tiles
+  std::vector<AllocationPlan> round;     // and plans
+  // The candidates of a round from plan `from`, while they fit in the budget with `promised` runs not counted yet.
+  const auto make_round = [&](const AllocationPlan& from, const engines::CoreParams& params, double promised) {
+    round_tiles.clear();
+    round.clear();
+    if (!kd) kd = k;
+    for (const int t : deepen(from)) {
+      if (!affordable(promised + 1 + static_cast<double>(round.size()))) break;
+      auto& ten = kd->tensors[static_cast<size_t>(t)];
+      ten.bufs = 2;
+      std::optional<AllocationPlan> c;
+      try {
+        c = allocate_tiles(*kd, params, sbuf_avail, psum_avail);
+      } catch (const Error&) {
+        c.reset();
+      }
+      ten.bufs = 0;
+      if (!c) continue;
+      round_tiles.push_back(t);
+      round.push_back(std::move(*c));
+    }
+  };
+  // The first runs, timed at once: the allocator's plan, its swaps when they are timed, then the shallow plan and its
+  // swaps when timed (the plan with one buffer per PSUM loop tile: its candidates do not depend on the times before
+  // them), or else the first deepening round's candidates.
+  const double first_runs = 1 + (swaps ? nswaps : 0);
+  std::optional<AllocationPlan> shallow;
+  engines::CoreParams q = sim.params();  // the parameters of the shallow plan
+  q.psum_loop_buffers = 1;
+  if (plan.psum_depth_candidate && affordable(first_runs + 1)) {
+    try {
+      shallow = allocate_tiles(k, q, sbuf_avail, psum_avail);
+    } catch (const Error&) {
+      shallow.reset();
+    }
+    // (its swaps too when they fit, else the plan alone)
+    if (shallow && !affordable(first_runs + 1 + static_cast<double>(shallow->psum_swaps.size())))
+      shallow->psum_swaps.clear();
+  }
+  std::vector<Candidate> first{{&plan, -1}};
+  for (int i = 0; swaps && i < static_cast<int>(plan.psum_swaps.size()); ++i) first.emplace_back(&plan, i);
+  const size_t shallow_at = first.size();
+  if (shallow) {
+    first.emplace_back(&*shallow, -1);
+    for (int i = 0; i < static_cast<int>(shallow->psum_swaps.size()); ++i) first.emplace_back(&*shallow, i);
+  }
+  const size_t round_at = first.size();
+  const bool early = !swaps && !plan.psum_depth_candidate && !deepen(plan).empty() && affordable(2);
+  if (early) {
+    make_round(plan, sim.params(), 1);
+    for (const AllocationPlan& c : round) first.emplace_back(&c, -1);
+  }
+  const std::vector<std::optional<sim::Ps>> first_t = time_all(first);
+  const std::optional<sim::Ps> base = first_t[0];
+  if (!base) return std::nullopt;
+  runs = 1;
+  const AllocationPlan* best = &plan;
+  int pick = -1;
+  sim::Ps bar = *base - *base / 1000;
+  // Takes the times `t` of candidates `c` [from, to) in order; false at a run that failed.
+  const auto fold = [&](const std::vector<Candidate>& c, const std::vector<std::optional<sim::Ps>>& t, size_t from,
+                        size_t to) {
+    for (size_t i = from; i < to; ++i) {
+      runs += 1;
+      if (!t[i]) return false;
+      if (*t[i] < bar) {
+        bar = *t[i];
+        best = c[i].first;
+        pick = c[i].second;
+      }
+    }
+    return true;
+  };
+  // a swap that cannot run: the allocator's placement
+  if (swaps && !fold(first, first_t, 1, shallow_at)) return std::nullopt;
+  if (shallow) {
+    const AllocationPlan* before = best;
+    const int before_pick = pick;
+    const sim::Ps before_bar = bar;
+    if (!fold(first, first_t, shallow_at, round_at)) {
+      best = before;
+      pick = before_pick;
+      bar = before_bar;
+    }
+  }
+  // Deepening rounds from the plan chosen so far: the fastest candidate kept, and again from it while a round gains
+  // and the budget lasts.
+  std::optional<AllocationPlan> deeper;
+  const engines::CoreParams& from_params = shallow && best == &*shallow ? q : sim.params();
+  if (early || (!deepen(*best).empty() && affordable(1))) {
+    for (bool gained = true, timed = early; gained && affordable(1); timed = false) {
       gained = false;
-      const std::vector<int> tiles = deepen(*best);
+      std::vector<std::optional<sim::Ps>> times;
+      if (timed) {
+        times.assign(first_t.begin() + static_cast<std::ptrdiff_t>(round_at), first_t.end());
+      } else {
+        make_round(*best, from_params, 0);
+        std::vector<Candidate> c;
+        for (const AllocationPlan& r : round) c.emplace_back(&r, -1);
+        times = time_all(c);
+      }
       int chosen = -1;
-      for (const int t : tiles) {
-        if (!affordable(1)) break;
-        auto& ten = kd.tensors[static_cast<size_t>(t)];
-        ten.bufs = 2;
-        std::optional<AllocationPlan> c;
-        try {
-          c = allocate_tiles(kd, from_params, sbuf_avail, psum_avail);
-        } catch (const Error&) {
-          c.reset();
-        }
-        ten.bufs = 0;
-        if (!c) continue;
-        const std::optional<sim::Ps> tc = time_with(*c, -1);
+      for (size_t i = 0; i < round.size(); ++i) {
         runs += 1;
-        if (tc && *tc < bar) {
-          bar = *tc;
-          deeper = std::move(c);
-          best = &*deeper;
-          pick = -1;
-          chosen = t;
+        if (times[i] && *times[i] < bar) {
+          bar = *times[i];
+          chosen = static_cast<int>(i);
         }
       }
       if (chosen >= 0) {
-        kd.tensors[static_cast<size_t>(chosen)].bufs = 2;
+        deeper = std::move(round[static_cast<size_t>(chosen)]);
+        best = &*deeper;
+        pick = -1;
+        kd->tensors[static_cast<size_t>(round_tiles[static_cast<size_t>(chosen)])].bufs = 2;
         gained = true;
       }
     }

@@ -15,6 +15,7 @@
 #include "frontend/compiler/allocate.h"
 #include "frontend/ir.h"
 #include "frontend/lower.h"
+#include "isa/semantics/parallel.h"
 
 #include "kernel_builder.h"
 
@@ -756,6 +757,12 @@ TEST_CASE("allocate: which PSUM tiles of a kept loop share a bank is chosen by t
     best = std::min(best, time_of(b.k, &v, off));
   }
   CHECK(time_of(b.k, &plan, {"compiler.psum_loop_buffers=2"}) == best);
+  // (the plan and its swaps timed at once on two host threads, one after the other on one: the same choice)
+  nsim::isa::sem::set_host_threads_for_testing(1);
+  CHECK(time_of(b.k, &plan, {"compiler.psum_loop_buffers=2"}) == best);
+  nsim::isa::sem::set_host_threads_for_testing(2);
+  CHECK(time_of(b.k, &plan, {"compiler.psum_loop_buffers=2"}) == best);
+  nsim::isa::sem::set_host_threads_for_testing(0);
   INFO("allocator " << allocator << " best " << best);
   CHECK(best < allocator * 9 / 10);  // here the choice matters: the heads overlap
   // The same outputs either way (numerics on: every tile keeps its bytes while live).
@@ -1014,6 +1021,15 @@ TEST_CASE("allocate: a PSUM loop tile left with one buffer while banks stay unus
   const auto [allocator, none] = run({"compiler.placement_search=0"});
   const auto [searched, deep] = run({});
   INFO("allocator " << allocator << ", searched " << searched << " with " << deep << " tiles given two buffers");
+  // A round's six candidates are timed two at a time on two host threads (choose_placement): the same choice as
+  // one after the other on one.
+  nsim::isa::sem::set_host_threads_for_testing(1);
+  const auto one_thread = run({});
+  nsim::isa::sem::set_host_threads_for_testing(2);
+  const auto two_threads = run({});
+  nsim::isa::sem::set_host_threads_for_testing(0);
+  CHECK(one_thread == std::make_pair(searched, deep));
+  CHECK(two_threads == std::make_pair(searched, deep));
   CHECK(none == 0);
   CHECK(deep >= 1);
   CHECK(searched < allocator);  // here 15,928.2 -> 15,712.2 ns (a head's chains are latency-bound either way)
