@@ -4,6 +4,8 @@
 // idx = offsets[0] (kIndirectScalar) moves the src view (the dst view with kIndirectDst) by
 // idx x iimm[1] elements within every partition. An idx outside [0, iimm[0]) is an error, or with
 // kOobSkip leaves dst unchanged. verify() checked that every in-range idx stays inside the buffer.
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "isa/semantics/internal.h"
@@ -16,6 +18,14 @@ void copy(const Instr& in, const TileView& dst, const TileView& src) {
   using namespace sem;
   const int64_t n = dst.elems();
   if (src.dtype == dst.dtype && in.engine != Engine::kScalar) {
+    if (src.contiguous() && dst.contiguous()) {  // each row one block of bytes on both sides: moved in place
+      // (memmove: a row read whole before it is written, as through the buffer below, partition by partition)
+      const auto bytes = static_cast<size_t>(n * esz(src));
+      for (uint32_t p = 0; p < dst.partitions; ++p)
+        std::memmove(dst.base + static_cast<int64_t>(p) * dst.partition_stride_bytes,
+                     src.base + static_cast<int64_t>(p) * src.partition_stride_bytes, bytes);
+      return;
+    }
     uint8_t* raw = bscratch(0, n * esz(src));
     for (uint32_t p = 0; p < dst.partitions; ++p) {
       gather_bytes(src, p, raw);

@@ -350,6 +350,27 @@ TEST_CASE("tensor_copy: bit-exact same dtype, fp32 path on Scalar, casts", "[sem
   CHECK(code_of(mk(Opcode::kTensorCopy), vs, st) == ErrorCode::kElementCountMismatch);
 }
 
+TEST_CASE("tensor_copy: overlapping rows of one tile read whole before written, either direction", "[semantics]") {
+  ArchState st;
+  for (const int shift : {1, -1}) {
+    Tile t = tile(DType::kFloat32, 3, {10});
+    t.fill([](uint32_t p, int64_t j) { return static_cast<float>(p * 100 + j); });
+    TileView src = t.v, dst = t.v;
+    src.size[0] = dst.size[0] = 8;  // both contiguous: the rows are moved in place (memmove)
+    (shift > 0 ? dst : src).base += 4;  // shift 1: element j + 1 = element j (j < 8); -1: element j = element j + 1
+    Views vs{};
+    vs[0] = dst;
+    vs[1] = src;
+    execute(mk(Opcode::kTensorCopy, Engine::kVector), vs, st);
+    for (uint32_t p = 0; p < 3; ++p)
+      for (int64_t j = 0; j < 10; ++j) {
+        const int64_t from = shift > 0 ? (j >= 1 && j <= 8 ? j - 1 : j) : (j <= 7 ? j + 1 : j);
+        INFO("shift " << shift << " partition " << p << " element " << j);
+        CHECK(t.f(p, j) == static_cast<float>(p * 100 + from));
+      }
+  }
+}
+
 TEST_CASE("tensor_tensor fp32 ops vs double reference, strided and broadcast views", "[semantics]") {
   ArchState st;
   const uint32_t P = 4;
