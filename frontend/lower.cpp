@@ -373,8 +373,9 @@ std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const 
   // Candidates: the allocator's plan and each of its swaps; then the plan with one buffer per PSUM loop tile (more
   // tiles spread over the banks) and each of its swaps. A group is timed when its runs fit in the budget with the
   // runs before it; the fastest candidate is kept when it beats the allocator's plan by more than 0.1 %.
-  // The runs of a group are independent: they run at once on the host threads (isa::sem::parallel_for), and their
-  // times are then taken in order, as one after the other would (the same choice; a run that failed stops the group
+  // The runs of a group are independent: they run two at a time, on this thread and on the search's own
+  // (SearchHelper; one at a time with NSIM_NUM_THREADS=1 or while another search has it), and their times are then
+  // taken in order, as one after the other would (the same choice; a run that failed stops the group
   // there). When neither swaps nor the shallow plan are timed, the first deepening round (below) starts from the
   // allocator's plan whatever its time: its candidates are timed with it. (The library's flash attention at S=2048
   // times its plan and one deeper one: 3.1 of the 5.5 ms of its timing-only run, one after the other.)
