@@ -378,7 +378,7 @@ std::optional<AllocationPlan> Lowering::choose_placement(const Kernel& k, const 
   // taken in order, as one after the other would (the same choice; a run that failed stops the group
   // there). When neither swaps nor the shallow plan are timed, the first deepening round (below) starts from the
   // allocator's plan whatever its time: its candidates are timed with it. (The library's flash attention at S=2048
-  // times its plan and one deeper one: 3.1 of the 5.5 ms of its timing-only run, one after the other.)
+  // times its plan and the shallow one: 3.1 of the 5.5 ms of its timing-only run, one after the other.)
   using Candidate = std::pair<const AllocationPlan*, int>;  // a plan, and the swap made in it (-1: none)
   const auto time_all = [&](const std::vector<Candidate>& c) {
     std::vector<std::optional<sim::Ps>> t(c.size());
