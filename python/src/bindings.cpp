@@ -33,6 +33,7 @@
 #include "frontend/progress.h"
 #include "frontend/multicore.h"
 #include "frontend/tables.h"
+#include "isa/semantics/parallel.h"
 #include "isa/isa.h"
 
 #ifndef NSIM_VERSION
@@ -1240,4 +1241,8 @@ PYBIND11_MODULE(_nsim, m) {
       "nc_matmul's input dtype rules (isa::matmul_dtype_rule): None, or (error name, message) of the first\n"
       "rule the pair breaks on a core of that generation with (or without) the fp8 double-row mode.");
   m.def("version", [] { return std::string(NSIM_VERSION); }, "nsim version.");
+  m.attr("THREADS_ENV") = std::string(isa::sem::kThreadsEnv);
+  m.def("host_threads", &isa::sem::host_threads,
+        "Host threads a simulation may use (the environment variable THREADS_ENV, else the CPUs this process may "
+        "run on), read once per process.");
 }

@@ -1,6 +1,7 @@
 """What-if sweeps (nsim.sweep, `nsim sweep`): a grid of configuration values (and kernel parameters) x
 kernels into a table and a plot, in parallel processes or on Ray."""
 import csv
+import os
 import subprocess
 from pathlib import Path
 
@@ -149,3 +150,27 @@ def test_script_without_main_guard_fails_fast(tmp_path):
     assert r.returncode != 0 and 'if __name__ == "__main__":' in r.stderr and "jobs=1" in r.stderr, r.stderr[-2000:]
     g = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True, timeout=300, env=env)
     assert g.returncode == 0 and "rows ['ok', 'ok']" in g.stdout, g.stderr[-2000:]
+
+
+def test_workers_share_the_host_threads(monkeypatch):
+    # Each of the pool's workers simulates with its share of the host threads (two workers on two CPUs: one thread
+    # each, not two each fighting over the CPUs); a value the caller set in the environment stands.
+    env = _nsim_mod().THREADS_ENV
+    monkeypatch.delenv(env, raising=False)
+    n = _nsim_mod().host_threads()
+    assert nsweep._thread_share(1) == str(n)
+    assert nsweep._thread_share(2) == str(max(1, n // 2))
+    assert nsweep._thread_share(64) == "1"
+    monkeypatch.setenv(env, "3")
+    assert nsweep._thread_share(2) is None
+    monkeypatch.delenv(env)
+    nsweep._worker_init(env, "1")
+    try:
+        assert os.environ[env] == "1"
+    finally:
+        os.environ.pop(env, None)
+
+
+def _nsim_mod():
+    from nsim import _core
+    return _core._nsim
