@@ -96,7 +96,8 @@ void Memory::fill_onchip_to(Space space, int64_t hi) const {
   // kernel's tiles climb (about 20 from 1 KiB to all of SBUF). (In 16 KiB steps a small kernel's run filled 2 MB of
   // SBUF for the 6 KB per partition its tiles used: its tracer.run() 0.94 of the time now, docs/performance.md
   // thirty-first session. Doubling filled up to twice what the tiles reached: 72 KiB per partition for the 40 KiB
-  // flash attention's tiles use at S=2048, 68 for a 1024^3 matmul's 48.) (`hi` may be past the partition: resolve() checks the bounds after.)
+  // flash attention's tiles use at S=2048, 68 for a 1024^3 matmul's 48.) (`hi` may be past the partition: resolve()
+  // checks the bounds after.)
   constexpr int64_t kStep = 1 << 10;
   const int64_t reach = hi >= bytes ? bytes : (hi + kStep - 1) / kStep * kStep;  // (no overflow for a wild `hi`)
   const int64_t to = std::min(bytes, std::max(reach, filled + filled / 4));

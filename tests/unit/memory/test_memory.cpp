@@ -609,7 +609,8 @@ TEST_CASE("Memory: on-chip storage holds the sentinel as far as operands reach, 
   }
 }
 
-TEST_CASE("Memory: on-chip fills climbing a byte at a time reach every partition, written bytes kept", "[memory][buffer]") {
+TEST_CASE("Memory: on-chip fills climbing a byte at a time reach every partition, written bytes kept",
+          "[memory][buffer]") {
   // Operands reaching a little further each time (fill_onchip_to fills partition 0 and copies it into the others,
   // each time from where the last fill ended, at any byte alignment), over a pooled block left dirty.
   {
