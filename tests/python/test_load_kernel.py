@@ -293,3 +293,48 @@ def test_sweep_reads_each_kernel_once_in_process(monkeypatch):
     assert len(calls) == 2 and not sweep._LOADED
     _, p = nsim.simulate_json(KERNELS[1], overrides={"hbm.bw": "362.5GB/s"}, timing_only=True)
     assert rows[4]["total_time"] == p.stat("total_time")
+
+
+def test_runs_on_two_python_threads_at_once_equal_runs_one_at_a_time():
+    # A run releases the GIL, so a program may simulate on several threads at once. What runs share in a process
+    # -- the placement search's thread (one search at a time has it: the other times its candidates alone), the
+    # matmul product's buffers kept between runs, the pooled memory -- must not change a result: flash attention
+    # twice (numerics, each placement search timing two candidates) and a 1024-wide matmul, each on its own thread,
+    # four times over, against the same runs one at a time.
+    import threading
+
+    cases = [(K.flash_attention, K.flash_attention_inputs(0, s=512)),
+             (K.flash_attention, K.flash_attention_inputs(1, s=384)),
+             (K.matmul_blocked, K.matmul_inputs(1, 256, 512, 1024))]
+    handles = []
+    for kern, args in cases:
+        tres = kern.options(check=False).trace(*args)
+        handles.append((nsim.load_kernel(tres.kernel), {n: np.asarray(a) for n, a in tres.inputs.items()}))
+
+    def run(i):
+        h, inputs = handles[i]
+        return h.simulate(inputs=inputs)
+
+    alone = [run(i) for i in range(len(handles))]
+    got = [[None] * len(handles) for _ in range(4)]
+    errors = []
+
+    def worker(rep, i):
+        try:
+            got[rep][i] = run(i)
+        except BaseException as e:  # (reported below: a thread's exception is not the test's)
+            errors.append(e)
+
+    for rep in range(4):
+        threads = [threading.Thread(target=worker, args=(rep, i)) for i in range(len(handles))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert not errors, errors
+    for rep in range(4):
+        for (ref_out, ref_prof), (out, prof) in zip(alone, got[rep]):
+            assert out.keys() == ref_out.keys()
+            for name in ref_out:
+                np.testing.assert_array_equal(out[name].view(np.uint8), ref_out[name].view(np.uint8))
+            assert prof.stats == ref_prof.stats
